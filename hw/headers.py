@@ -1,0 +1,206 @@
+"""Header layouts of the MRC wire format (docs/protocol.md), for the gateware.
+
+Each header is a ``Header``: a name, a size in bytes and its fields as
+(name, bit offset, width) in *network* order, bit 0 being the most
+significant bit of the header's first byte, exactly as docs/protocol.md
+draws them. From that one table a header gives:
+
+- ``layout``: an ``amaranth.lib.data.StructLayout`` of the fields in host
+  order, for parsed header records (``hdr.psn`` reads like the spec);
+- ``unpack(raw)``: the fields, as Values, of a header held in a Value whose
+  byte lane i (bits 8i..8i+7) is the header's byte i, the lane order of
+  ``hw.stream``: pure wiring, no logic;
+- ``pack(view)``: the inverse, header bytes in lane order from field values.
+
+``tests/unit/test_headers_match.py`` holds these tables to the scapy layers
+in ``host_driver/layers.py`` byte for byte.
+"""
+
+from amaranth.hdl import Cat, Const, Value, unsigned
+from amaranth.lib import data
+
+__all__ = [
+    "AETH",
+    "BTH",
+    "ETH",
+    "IMMDT",
+    "IPV4",
+    "PROBE",
+    "RETH",
+    "SACK",
+    "UDP",
+    "Header",
+    "sack_bitmap",
+    "Opcode",
+    "ETHERTYPE_IPV4",
+    "ROCE_UDP_PORT",
+]
+
+ETHERTYPE_IPV4 = 0x0800
+IP_PROTO_UDP = 17
+ROCE_UDP_PORT = 4791
+
+
+class Opcode:
+    """BTH opcodes of the MRC wire format."""
+
+    WRITE_FIRST = 0x06
+    WRITE_MIDDLE = 0x07
+    WRITE_LAST = 0x08
+    WRITE_LAST_IMM = 0x09
+    WRITE_ONLY = 0x0A
+    WRITE_ONLY_IMM = 0x0B
+    ACKNOWLEDGE = 0x11
+    PROBE_REQ = 0xC0
+    PROBE_RESP = 0xC1
+
+    WRITES = (WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, WRITE_LAST_IMM, WRITE_ONLY, WRITE_ONLY_IMM)
+    WITH_IMM = (WRITE_LAST_IMM, WRITE_ONLY_IMM)
+    PROBES = (PROBE_REQ, PROBE_RESP)
+    ALL = WRITES + (ACKNOWLEDGE,) + PROBES
+
+
+class Header:
+    def __init__(self, name: str, size: int, fields: list[tuple[str, int, int]]):
+        self.name = name
+        self.size = size
+        self.fields = fields
+        end = 0
+        for fname, offset, width in fields:
+            if offset != end:
+                raise ValueError(f"{name}.{fname}: gap or overlap at bit {offset}")
+            end = offset + width
+        if end != 8 * size:
+            raise ValueError(f"{name}: fields cover {end} bits of {8 * size}")
+        self.layout = data.StructLayout({f: unsigned(w) for f, _, w in fields})
+
+    def offset_of(self, field: str) -> int:
+        """Byte offset of a byte-aligned field inside the header."""
+        for fname, offset, width in self.fields:
+            if fname == field:
+                if offset % 8:
+                    raise ValueError(f"{self.name}.{field} is not byte-aligned")
+                return offset // 8
+        raise KeyError(field)
+
+    @staticmethod
+    def _lane_bit(p: int) -> int:
+        # network bit p is bit 7 - p % 8 of byte p // 8
+        return 8 * (p // 8) + 7 - p % 8
+
+    def unpack(self, raw: Value) -> dict[str, Value]:
+        """Fields of the header held in ``raw`` (lane order), as Values."""
+        raw = Value.cast(raw)
+        if len(raw) < 8 * self.size:
+            raise ValueError(f"{self.name} needs {8 * self.size} bits, got {len(raw)}")
+        return {
+            fname: Cat(*[raw[self._lane_bit(p)] for p in reversed(range(off, off + w))])
+            for fname, off, w in self.fields
+        }
+
+    def pack(self, fields) -> Value:
+        """Header bytes in lane order from a mapping or view of field values."""
+        bits = [None] * (8 * self.size)
+        for fname, off, w in self.fields:
+            value = Value.cast(fields[fname]) if fname in _keys(fields) else Const(0, w)
+            for i in range(w):
+                # field bit w-1-i (MSB first) is network bit off+i
+                bits[self._lane_bit(off + i)] = value[w - 1 - i]
+        return Cat(*bits)
+
+
+def _keys(fields):
+    if isinstance(fields, dict):
+        return fields.keys()
+    return [name for name, _ in fields.shape()]
+
+
+ETH = Header("eth", 14, [("dst", 0, 48), ("src", 48, 48), ("ethertype", 96, 16)])
+
+IPV4 = Header(
+    "ipv4",
+    20,
+    [
+        ("version", 0, 4),
+        ("ihl", 4, 4),
+        ("dscp", 8, 6),
+        ("ecn", 14, 2),
+        ("total_len", 16, 16),
+        ("ident", 32, 16),
+        ("flags", 48, 3),
+        ("frag_off", 51, 13),
+        ("ttl", 64, 8),
+        ("proto", 72, 8),
+        ("checksum", 80, 16),
+        ("src", 96, 32),
+        ("dst", 128, 32),
+    ],
+)
+
+UDP = Header("udp", 8, [("sport", 0, 16), ("dport", 16, 16), ("length", 32, 16), ("checksum", 48, 16)])
+
+BTH = Header(
+    "bth",
+    12,
+    [
+        ("opcode", 0, 8),
+        ("se", 8, 1),
+        ("migreq", 9, 1),
+        ("padcount", 10, 2),
+        ("tver", 12, 4),
+        ("pkey", 16, 16),
+        ("fecn", 32, 1),
+        ("becn", 33, 1),
+        ("resv6", 34, 6),
+        ("dqpn", 40, 24),
+        ("ackreq", 64, 1),
+        ("resv7", 65, 7),
+        ("psn", 72, 24),
+    ],
+)
+
+RETH = Header("reth", 16, [("va", 0, 64), ("rkey", 64, 32), ("dma_len", 96, 32)])
+
+IMMDT = Header("immdt", 4, [("imm", 0, 32)])
+
+AETH = Header("aeth", 4, [("syndrome", 0, 8), ("msn", 8, 24)])
+
+# The MRC SACK extension without its bitmap; the bitmap follows, 32 x sack_words bits.
+SACK = Header(
+    "sack",
+    12,
+    [
+        ("resv_a", 0, 8),
+        ("cum_psn", 8, 24),
+        ("resv_b", 32, 8),
+        ("sack_base", 40, 24),
+        ("ece", 64, 1),
+        ("resv_c", 65, 7),
+        ("sack_words", 72, 8),
+        ("ce_count", 80, 16),
+    ],
+)
+
+PROBE = Header(
+    "probe",
+    16,
+    [("probe_id", 0, 32), ("ev", 32, 16), ("resv", 48, 16), ("timestamp", 64, 64)],
+)
+
+
+def sack_bitmap(bits: int) -> Header:
+    """The SACK bitmap as a header of its own: one big-endian field of ``bits``."""
+    if bits % 32 or not 32 <= bits <= 8160:
+        raise ValueError(f"SACK bitmap width must be a multiple of 32 in 32..8160, not {bits}")
+    return Header("sack_bitmap", bits // 8, [("bitmap", 0, bits)])
+
+
+# Byte offsets of each header in a frame, per docs/protocol.md.
+OFF_ETH = 0
+OFF_IPV4 = OFF_ETH + ETH.size  # 14
+OFF_UDP = OFF_IPV4 + IPV4.size  # 34
+OFF_BTH = OFF_UDP + UDP.size  # 42
+OFF_EXT = OFF_BTH + BTH.size  # 54: RETH, AETH or PROBE
+OFF_IMMDT = OFF_EXT + RETH.size  # 70
+OFF_SACK = OFF_EXT + AETH.size  # 58
+ICRC_BYTES = 4

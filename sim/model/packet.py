@@ -1,0 +1,126 @@
+"""The model's in-memory packet and the wire sizes of docs/protocol.md.
+
+One ``Packet`` object per frame on the wire; fields are the protocol fields
+the transport needs (not the bytes). ``sim.mrcsim`` turns a sample of them
+into real frames with ``host_driver.layers`` for the pcap.
+"""
+
+from __future__ import annotations
+
+PSN_BITS = 24
+PSN_MASK = (1 << PSN_BITS) - 1
+PSN_HALF = 1 << (PSN_BITS - 1)
+
+# Packet kinds (the model's own classification of a frame)
+DATA = 0
+ACK = 1  # ACKNOWLEDGE: ACK or NAK, see syndrome
+PROBE_REQ = 2
+PROBE_RESP = 3
+
+# Opcodes (docs/protocol.md)
+OP_WRITE_FIRST = 0x06
+OP_WRITE_MIDDLE = 0x07
+OP_WRITE_LAST = 0x08
+OP_WRITE_LAST_IMM = 0x09
+OP_WRITE_ONLY = 0x0A
+OP_WRITE_ONLY_IMM = 0x0B
+OP_ACKNOWLEDGE = 0x11
+OP_PROBE_REQ = 0xC0
+OP_PROBE_RESP = 0xC1
+LAST_OPCODES = frozenset((OP_WRITE_LAST, OP_WRITE_LAST_IMM, OP_WRITE_ONLY, OP_WRITE_ONLY_IMM))
+IMM_OPCODES = frozenset((OP_WRITE_LAST_IMM, OP_WRITE_ONLY_IMM))
+
+# AETH syndromes
+AETH_ACK = 0x1F
+NAK_PSN_SEQ_ERROR = 0x60
+NAK_REMOTE_ACCESS = 0x62
+NAK_TRIMMED = 0x70
+
+# Header sizes in bytes (frame without preamble/FCS), docs/protocol.md
+HDR_ETH, HDR_IPV4, HDR_UDP, HDR_BTH = 14, 20, 8, 12
+HDR_RETH, HDR_IMMDT, HDR_AETH, HDR_SACK_FIXED, HDR_PROBE, ICRC = 16, 4, 4, 12, 16, 4
+L2_WIRE_EXTRA = 4 + 8 + 12  # FCS, preamble, inter-frame gap
+DATA_HDR = HDR_ETH + HDR_IPV4 + HDR_UDP + HDR_BTH + HDR_RETH  # 70
+
+
+def data_wire_len(payload_len: int, imm: bool) -> int:
+    """Bytes a data packet occupies on the wire (incl. FCS, preamble, IFG)."""
+    pad = (-payload_len) & 3
+    return DATA_HDR + (HDR_IMMDT if imm else 0) + payload_len + pad + ICRC + L2_WIRE_EXTRA
+
+
+def trimmed_wire_len(imm: bool) -> int:
+    return DATA_HDR + (HDR_IMMDT if imm else 0) + L2_WIRE_EXTRA
+
+
+def ack_wire_len(sack_bits: int) -> int:
+    return (HDR_ETH + HDR_IPV4 + HDR_UDP + HDR_BTH + HDR_AETH + HDR_SACK_FIXED
+            + sack_bits // 8 + ICRC + L2_WIRE_EXTRA)
+
+
+PROBE_WIRE_LEN = HDR_ETH + HDR_IPV4 + HDR_UDP + HDR_BTH + HDR_PROBE + ICRC + L2_WIRE_EXTRA
+
+
+def psn_add(psn: int, n: int) -> int:
+    return (psn + n) & PSN_MASK
+
+
+def psn_diff(a: int, b: int) -> int:
+    """a - b in serial-number arithmetic (RFC 1982), in -2^23 .. 2^23-1."""
+    d = (a - b) & PSN_MASK
+    return d - (1 << PSN_BITS) if d >= PSN_HALF else d
+
+
+class Packet:
+    """A frame in flight. ``src``/``dst`` are fabric hosts; ``plane`` and ``ev``
+    select its path. Data fields follow BTH/RETH/ImmDt, ACK fields AETH and
+    the MRC SACK extension, probe fields MRC PROBE."""
+
+    __slots__ = (
+        "kind", "src", "dst", "plane", "ev", "path", "route", "hop", "wire_len",
+        "dqpn", "psn", "opcode", "ackreq", "va", "rkey", "dma_len", "imm", "payload_len",
+        "data", "ce", "trimmed", "send_time", "retx",
+        "syndrome", "msn", "cum_psn", "sack_base", "sack_bitmap", "sack_bits", "ece",
+        "ce_count", "probe_id", "timestamp",
+    )
+
+    def __init__(self, kind: int, src, dst, plane: int, ev: int, dqpn: int) -> None:
+        self.kind = kind
+        self.src = src
+        self.dst = dst
+        self.plane = plane
+        self.ev = ev
+        self.dqpn = dqpn
+        self.path = -1
+        self.route = None
+        self.hop = 0
+        self.psn = 0
+        self.opcode = 0
+        self.ackreq = False
+        self.ce = False
+        self.trimmed = False
+        self.retx = False
+        self.send_time = 0.0
+        self.data = None
+
+    @classmethod
+    def data_packet(cls, src, dst, plane, ev, dqpn, psn, opcode, va, rkey, dma_len,
+                    payload_len, imm, ackreq=False, data=None):
+        pkt = cls(DATA, src, dst, plane, ev, dqpn)
+        pkt.psn = psn
+        pkt.opcode = opcode
+        pkt.va = va
+        pkt.rkey = rkey
+        pkt.dma_len = dma_len
+        pkt.payload_len = payload_len
+        pkt.imm = imm
+        pkt.ackreq = ackreq
+        pkt.data = data
+        pkt.wire_len = data_wire_len(payload_len, opcode in IMM_OPCODES)
+        return pkt
+
+    def trim(self) -> None:
+        """What a trimming switch does: drop the payload, keep the headers."""
+        self.trimmed = True
+        self.data = None
+        self.wire_len = trimmed_wire_len(self.opcode in IMM_OPCODES)
