@@ -1,0 +1,182 @@
+"""Control and status registers: a simple CSR bus, the AXI4-Lite bridge onto
+it, and register maps that describe each block's registers once, for the
+decode logic, the host driver and docs/registers.md alike.
+
+CSR bus (``CSRBusSignature``), drawn from the master's side:
+
+    addr   Out(addr_width)  byte address, 32-bit aligned
+    w_stb  Out(1)           one-cycle write strobe; ``w_data`` is written to ``addr``
+    w_data Out(32)
+    r_stb  Out(1)           one-cycle read strobe
+    r_data In(32)           the slave presents the read value the cycle after ``r_stb``
+
+A slave may give reads side effects (a read-to-clear counter, popping an event
+queue) on ``r_stb``; it never stalls the bus.
+"""
+
+from dataclasses import dataclass, field
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from .axi import AXI_RESP_OKAY, AXI_RESP_SLVERR, AXI4LiteSignature
+
+__all__ = ["AXI4LiteToCSR", "CSRBusSignature", "Register", "RegisterMap"]
+
+
+class CSRBusSignature(wiring.Signature):
+    def __init__(self, addr_width: int = 16):
+        self.addr_width = addr_width
+        super().__init__(
+            {
+                "addr": Out(addr_width),
+                "w_stb": Out(1),
+                "w_data": Out(32),
+                "r_stb": Out(1),
+                "r_data": In(32),
+            }
+        )
+
+    def __eq__(self, other):
+        return isinstance(other, CSRBusSignature) and self.addr_width == other.addr_width
+
+    def __repr__(self):
+        return f"CSRBusSignature({self.addr_width})"
+
+
+class AXI4LiteToCSR(wiring.Component):
+    """AXI4-Lite slave onto the CSR bus.
+
+    Interface: ``s_axil`` (AXI4-Lite slave, 32-bit data), ``csr`` (CSR bus master).
+    A write needs its AW and W beats; once both are in, one ``w_stb`` cycle is
+    issued and B answers OKAY. A write whose ``wstrb`` is not 0xF is not applied
+    and answers SLVERR: every register is a whole 32-bit word. A read issues
+    one ``r_stb`` and answers R with ``r_data`` of the next cycle.
+    Latency: write 2 cycles from the later of AW/W to B valid; read 2 cycles
+    from AR to R valid. Throughput: one access per 3 cycles.
+    """
+
+    def __init__(self, addr_width: int = 16):
+        self.addr_width = addr_width
+        super().__init__(
+            {
+                "s_axil": In(AXI4LiteSignature(addr_width, 32)),
+                "csr": Out(CSRBusSignature(addr_width)),
+            }
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        axil, csr = self.s_axil, self.csr
+        addr = Signal(self.addr_width)
+        wdata = Signal(32)
+        full_word = Signal()
+
+        with m.FSM():
+            with m.State("IDLE"):
+                with m.If(axil.awvalid & axil.wvalid):
+                    m.d.comb += [axil.awready.eq(1), axil.wready.eq(1)]
+                    m.d.sync += [
+                        addr.eq(axil.awaddr & ~3),
+                        wdata.eq(axil.wdata),
+                        full_word.eq(axil.wstrb == 0xF),
+                    ]
+                    m.next = "WRITE"
+                with m.Elif(axil.arvalid):
+                    m.d.comb += axil.arready.eq(1)
+                    m.d.sync += addr.eq(axil.araddr & ~3)
+                    m.next = "READ"
+            with m.State("WRITE"):
+                m.d.comb += [csr.addr.eq(addr), csr.w_data.eq(wdata), csr.w_stb.eq(full_word)]
+                m.d.sync += axil.bresp.eq(Mux(full_word, AXI_RESP_OKAY, AXI_RESP_SLVERR))
+                m.next = "WRITE_RESP"
+            with m.State("WRITE_RESP"):
+                m.d.comb += axil.bvalid.eq(1)
+                with m.If(axil.bready):
+                    m.next = "IDLE"
+            with m.State("READ"):
+                m.d.comb += [csr.addr.eq(addr), csr.r_stb.eq(1)]
+                m.next = "READ_DATA"
+            with m.State("READ_DATA"):
+                m.d.sync += axil.rdata.eq(csr.r_data)
+                m.next = "READ_RESP"
+            with m.State("READ_RESP"):
+                m.d.comb += [axil.rvalid.eq(1), axil.rresp.eq(AXI_RESP_OKAY)]
+                with m.If(axil.rready):
+                    m.next = "IDLE"
+        return m
+
+
+@dataclass
+class Register:
+    """One 32-bit register, or an array of ``count`` of them ``stride`` apart."""
+
+    name: str
+    offset: int
+    access: str  # "RO", "RW", "WO" (strobe), "RC" (read clears), "RP" (read pops)
+    doc: str
+    count: int = 1
+    stride: int = 4
+    fields: list[tuple[str, int, int, str]] = field(default_factory=list)  # (name, lsb, width, doc)
+
+    def addr(self, index: int = 0) -> int:
+        if not 0 <= index < self.count:
+            raise IndexError(f"{self.name}[{index}] is out of range 0..{self.count - 1}")
+        return self.offset + index * self.stride
+
+
+class RegisterMap:
+    """The registers of one block, relative to the block's base address."""
+
+    ACCESS = ("RO", "RW", "WO", "RC", "RP")
+
+    def __init__(self, name: str, type_id: int, version: int, doc: str):
+        self.name, self.type_id, self.version, self.doc = name, type_id, version, doc
+        self.registers: list[Register] = []
+
+    def add(self, name, offset, access, doc, *, count=1, stride=4, fields=()):
+        if access not in self.ACCESS:
+            raise ValueError(f"{self.name}.{name}: access {access!r} is not one of {self.ACCESS}")
+        if offset % 4 or stride % 4:
+            raise ValueError(f"{self.name}.{name}: registers are 32-bit words, 4-byte aligned")
+        reg = Register(name, offset, access, doc, count, stride, list(fields))
+        new = set(range(offset, offset + (count - 1) * stride + 4, 4)) if stride == 4 else {
+            offset + i * stride for i in range(count)
+        }
+        for other in self.registers:
+            old = {other.offset + i * other.stride for i in range(other.count)}
+            if new & old:
+                raise ValueError(f"{self.name}.{name} overlaps {other.name}")
+        self.registers.append(reg)
+        return reg
+
+    def __getitem__(self, name) -> Register:
+        for reg in self.registers:
+            if reg.name == name:
+                return reg
+        raise KeyError(f"{self.name} has no register {name!r}")
+
+    @property
+    def size(self) -> int:
+        return max((r.offset + (r.count - 1) * r.stride + 4 for r in self.registers), default=0)
+
+    def markdown(self, base: int = 0) -> str:
+        lines = [
+            f"### {self.name} (type 0x{self.type_id:04x}, version {self.version})",
+            "",
+            self.doc,
+            "",
+            "| offset | name | access | description |",
+            "|---|---|---|---|",
+        ]
+        for r in sorted(self.registers, key=lambda r: r.offset):
+            where = f"0x{base + r.offset:04x}"
+            if r.count > 1:
+                where += f" + i x 0x{r.stride:x} (i < {r.count})"
+            desc = r.doc
+            for fname, lsb, width, fdoc in r.fields:
+                bits = f"[{lsb + width - 1}:{lsb}]" if width > 1 else f"[{lsb}]"
+                desc += f"<br>`{bits}` {fname}: {fdoc}"
+            lines.append(f"| {where} | `{r.name}` | {r.access} | {desc} |")
+        return "\n".join(lines) + "\n"
