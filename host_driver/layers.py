@@ -40,7 +40,7 @@ from scapy.fields import (
 )
 from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
-from scapy.packet import Packet, Raw, bind_layers
+from scapy.packet import Packet, Raw, bind_layers, split_layers
 
 ROCE_UDP_PORT = 4791
 
@@ -301,7 +301,24 @@ for _op in WRITE_OPCODES:
 bind_layers(BTH, AETH, opcode=OP_ACKNOWLEDGE)
 for _op in PROBE_OPCODES:
     bind_layers(BTH, MRCProbe, opcode=_op)
-bind_layers(UDP, BTH, dport=ROCE_UDP_PORT)
+
+
+def bind() -> None:
+    """Make UDP port 4791 dissect with these layers.
+
+    scapy.contrib.roce binds the same port to its own BTH; whichever binding
+    came first wins. Call this after importing that module to take the port back.
+    """
+    import sys
+
+    other = sys.modules.get("scapy.contrib.roce")
+    if other is not None:
+        split_layers(UDP, other.BTH, dport=ROCE_UDP_PORT)
+    split_layers(UDP, BTH, dport=ROCE_UDP_PORT)
+    bind_layers(UDP, BTH, dport=ROCE_UDP_PORT)
+
+
+bind()
 
 
 # ---------------------------------------------------------------------------

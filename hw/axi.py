@@ -9,7 +9,13 @@ side: ``Out`` members are driven by the master.
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["AXI4Signature", "AXI4LiteSignature", "AXI_RESP_OKAY", "AXI_RESP_SLVERR", "AXI_BURST_INCR"]
+__all__ = [
+    "AXI4Signature",
+    "AXI4LiteSignature",
+    "AXI_RESP_OKAY",
+    "AXI_RESP_SLVERR",
+    "AXI_BURST_INCR",
+]
 
 AXI_RESP_OKAY = 0b00
 AXI_RESP_SLVERR = 0b10
@@ -21,7 +27,9 @@ class AXI4Signature(wiring.Signature):
 
     def __init__(self, addr_width: int = 64, data_width: int = 64, id_width: int = 4):
         if data_width not in (32, 64, 128, 256, 512, 1024):
-            raise ValueError(f"AXI4 data_width must be 32..1024 and a power of two, not {data_width}")
+            raise ValueError(
+                f"AXI4 data_width must be a power of two in 32..1024, not {data_width}"
+            )
         self.addr_width, self.data_width, self.id_width = addr_width, data_width, id_width
         super().__init__(
             {

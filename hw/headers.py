@@ -76,7 +76,7 @@ class Header:
 
     def offset_of(self, field: str) -> int:
         """Byte offset of a byte-aligned field inside the header."""
-        for fname, offset, width in self.fields:
+        for fname, offset, _width in self.fields:
             if fname == field:
                 if offset % 8:
                     raise ValueError(f"{self.name}.{field} is not byte-aligned")
@@ -137,7 +137,9 @@ IPV4 = Header(
     ],
 )
 
-UDP = Header("udp", 8, [("sport", 0, 16), ("dport", 16, 16), ("length", 32, 16), ("checksum", 48, 16)])
+UDP = Header(
+    "udp", 8, [("sport", 0, 16), ("dport", 16, 16), ("length", 32, 16), ("checksum", 48, 16)]
+)
 
 BTH = Header(
     "bth",
