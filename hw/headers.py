@@ -102,7 +102,8 @@ class Header:
         """Header bytes in lane order from a mapping or view of field values."""
         bits = [None] * (8 * self.size)
         for fname, off, w in self.fields:
-            value = Value.cast(fields[fname]) if fname in _keys(fields) else Const(0, w)
+            given = fields[fname] if fname in _keys(fields) else 0
+            value = Cat(Value.cast(given), Const(0, w))[:w]  # zero-extend or truncate to w
             for i in range(w):
                 # field bit w-1-i (MSB first) is network bit off+i
                 bits[self._lane_bit(off + i)] = value[w - 1 - i]
