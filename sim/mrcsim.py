@@ -24,9 +24,11 @@ from .model.cc import NsccParams
 from .model.ev import ASSUMED_BAD
 from .model.packet import (
     ACK,
+    AETH_ACK,
     DATA,
     IMM_OPCODES,
     PROBE_REQ,
+    PROBE_RESP,
     ack_wire_len,
     data_wire_len,
 )
@@ -269,7 +271,17 @@ def run_transport(setup: Setup, transport: str, *, faults: bool = True, progress
             windows.append((failures[0]["start_ns"] - 20000, math.inf))
         counts = [0] * len(windows)
 
+        rare = [0]
+
         def tap(pkt, now):
+            # probes, NAKs, trimmed and retransmitted packets are the interesting
+            # ones: keep up to 100 of them wherever they happen
+            if (pkt.kind in (PROBE_REQ, PROBE_RESP) or pkt.retx or pkt.trimmed
+                    or (pkt.kind == ACK and pkt.syndrome != AETH_ACK)):
+                if rare[0] < 100:
+                    rare[0] += 1
+                    sample.append(_snapshot(pkt, now, world))
+                return
             for w, (lo, hi) in enumerate(windows):
                 if lo <= now < hi and counts[w] < capture // len(windows):
                     counts[w] += 1
@@ -382,6 +394,7 @@ def _collect(setup, transport, world, flows, failures, finished, wall, fabric_pk
                   if v["drops_down"] or v["drops_loss"] or v["drops_overflow"] or v["trims"]
                   or v["ecn_marks"]},
     }
+    res["data_on_assumed_bad_ev"] = data_sent_on_bad_evs(world, reqs)
     res.update(_failure_metrics(setup, world, reqs, failures, total_gbps, bin_ns))
     res["_series"] = {
         "bin_ns": bin_ns, "per_path_gbps": per_path_gbps, "total_gbps": total_gbps,
@@ -390,6 +403,34 @@ def _collect(setup, transport, world, flows, failures, finished, wall, fabric_pk
     }
     res["_sample"] = sample
     return res
+
+
+def data_sent_on_bad_evs(world, reqs) -> int:
+    """Data packets a requester put on an EV while that EV was ASSUMED_BAD (or DENIED).
+
+    Needs ``qp.tx_log``. MRC's contract is that this is zero: once an EV is
+    marked ASSUMED_BAD only probes go on it until a probe brings it back."""
+    count = 0
+    for q in reqs:
+        intervals: dict[int, list] = {}
+        for e in world.ev_events:
+            if e.qpn != q.qpn:
+                continue
+            lst = intervals.setdefault(e.ev, [])
+            if e.new != "GOOD":
+                lst.append([e.time_ns, math.inf])
+            elif lst and lst[-1][1] == math.inf:
+                lst[-1][1] = e.time_ns
+        if not intervals:
+            continue
+        for (t, _psn, ev, _r) in q.tx_log or []:
+            for lo, hi in intervals.get(ev, ()):
+                # a packet sent at the very instant of the transition was
+                # chosen before it (same event), so the interval is open at lo
+                if lo < t < hi:
+                    count += 1
+                    break
+    return count
 
 
 def _failure_metrics(setup, world, reqs, failures, total_gbps, bin_ns) -> dict:
@@ -675,7 +716,7 @@ def _pcap(sample: list, path: Path, setup: Setup) -> int:
     ips = lambda hid: f"10.0.{hid >> 8}.{(hid & 0xFF) + 1}"  # noqa: E731
     writer = PcapWriter(str(path), linktype=1, sync=False)
     n = 0
-    for d in sample:
+    for d in sorted(sample, key=lambda d: d["t"]):
         addr = dict(src_mac=macs(d["src"]), dst_mac=macs(d["dst"]), src_ip=ips(d["src"]),
                     dst_ip=ips(d["dst"]))
         if d["kind"] == DATA:

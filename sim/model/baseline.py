@@ -23,12 +23,13 @@ from .packet import (
     AETH_ACK,
     LAST_OPCODES,
     NAK_PSN_SEQ_ERROR,
+    NAK_REMOTE_ACCESS,
     PSN_MASK,
     Packet,
     data_wire_len,
     psn_diff,
 )
-from .qp import DELIVERED, LOST, OUTSTANDING, RTR, RTS, QpBase
+from .qp import DELIVERED, LOST, OUTSTANDING, REM_ACCESS_ERR, RTR, RTS, QpBase
 
 
 class GbnQp(QpBase):
@@ -110,6 +111,9 @@ class GbnQp(QpBase):
         advance = psn_diff((pkt.cum_psn + 1) & PSN_MASK, self.una_psn)
         if advance > span:
             st["invalid_acks"] += 1
+            return
+        if pkt.syndrome == NAK_REMOTE_ACCESS:
+            self._to_error(REM_ACCESS_ERR)
             return
         acked = 0
         rtt = None

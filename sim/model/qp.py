@@ -601,6 +601,9 @@ class MrcQp(QpBase):
         if advance > span:
             st["invalid_acks"] += 1  # acknowledges PSNs never sent: ignore it whole
             return
+        if pkt.syndrome == NAK_REMOTE_ACCESS:
+            self._to_error(REM_ACCESS_ERR)  # fatal in RC: the responder refused the write
+            return
         self._acked_bytes = 0
         self._rtt_send = -1.0
         progress = False
