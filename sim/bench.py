@@ -1,0 +1,62 @@
+"""``make bench``: run every benchmark and write docs/benchmarks.md.
+
+Each section is a module with ``run() -> str`` returning markdown; the file is
+rewritten as a whole so it always comes from one run of one commit.
+``python -m sim.bench --only parser`` runs a subset and prints it instead.
+"""
+
+import argparse
+import importlib
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# name -> module with run() -> markdown section
+SECTIONS = {}
+
+
+def _commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT,
+                             capture_output=True, text=True, check=True)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               cwd=ROOT, capture_output=True, text=True, check=True)
+        return out.stdout.strip() + (" (with local changes)" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", choices=sorted(SECTIONS))
+    parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    args = parser.parse_args(argv)
+    names = args.only or list(SECTIONS)
+    parts = []
+    for name in names:
+        t0 = time.monotonic()
+        print(f"[bench] {name} ...", flush=True)
+        parts.append(importlib.import_module(SECTIONS[name]).run().rstrip() + "\n")
+        print(f"[bench] {name} done in {time.monotonic() - t0:.0f} s", flush=True)
+    header = (
+        "# Benchmarks\n\n"
+        f"Written by `make bench` (`python -m sim.bench`) at commit {_commit()}, "
+        f"{time.strftime('%Y-%m-%d')}, on {platform.machine()} with Python "
+        f"{platform.python_version()}. Figures are cycles and ratios from simulation, "
+        "never wall-clock time, except where a section says it measures the simulator "
+        "itself.\n\n"
+    )
+    text = header + "\n".join(parts)
+    if args.only:
+        sys.stdout.write(text)
+    else:
+        args.out.write_text(text)
+        print(f"[bench] wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
