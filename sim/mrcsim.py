@@ -180,6 +180,10 @@ def _apply_faults(world: World, setup: Setup, faults: list[dict]) -> list[dict]:
             for link in links:
                 link.fault().reorder_prob = float(fault["prob"])
                 link.fault().reorder_ns = float(fault["extra_ns"])
+        elif kind == "duplicate":
+            for link in links:
+                link.fault().dup_prob = float(fault["prob"])
+                link.fault().dup_ns = float(fault.get("extra_ns", 0.0))
         elif kind == "down":
             at = setup.at(fault, "at")
             up = setup.at(fault, "up") if ("up_ns" in fault or "up_frac" in fault) else None

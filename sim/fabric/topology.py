@@ -35,7 +35,8 @@ PATH_ANY = "*"
 class LinkFaults:
     """Loss and reordering injected on one link. All draws come from the link's RNG."""
 
-    __slots__ = ("loss", "gilbert", "bursts", "reorder_prob", "reorder_ns", "bad_state")
+    __slots__ = ("loss", "gilbert", "bursts", "reorder_prob", "reorder_ns", "bad_state",
+                 "dup_prob", "dup_ns", "drop_fn")
 
     def __init__(self) -> None:
         self.loss = 0.0
@@ -44,8 +45,13 @@ class LinkFaults:
         self.reorder_prob = 0.0
         self.reorder_ns = 0.0
         self.bad_state = False
+        self.dup_prob = 0.0  # probability that the far end receives the packet twice
+        self.dup_ns = 0.0  # the copy arrives this much later
+        self.drop_fn = None  # scripted loss: drop_fn(pkt, now) -> True to drop
 
-    def drops(self, rng: random.Random, now: float) -> bool:
+    def drops(self, rng: random.Random, now: float, pkt=None) -> bool:
+        if self.drop_fn is not None and self.drop_fn(pkt, now):
+            return True
         if self.loss and rng.random() < self.loss:
             return True
         if self.gilbert is not None:
@@ -74,6 +80,7 @@ class Link:
         "name", "gbps", "ns_per_byte", "prop_ns", "queue_bytes", "ecn_bytes", "trim",
         "up", "busy_until", "faults", "rng", "tx_packets", "tx_bytes", "drops_down",
         "drops_loss", "drops_overflow", "trims", "ecn_marks", "max_queue_bytes", "reorders",
+        "duplicates",
     )
 
     def __init__(self, name: str, gbps: float, prop_ns: float, queue_bytes: int,
@@ -100,6 +107,7 @@ class Link:
         self.ecn_marks = 0
         self.max_queue_bytes = 0.0
         self.reorders = 0
+        self.duplicates = 0
 
     def fault(self) -> LinkFaults:
         if self.faults is None:
@@ -115,7 +123,7 @@ class Link:
             self.drops_down += 1
             return None
         faults = self.faults
-        if faults is not None and faults.drops(self.rng, now):
+        if faults is not None and faults.drops(self.rng, now, pkt):
             self.drops_loss += 1
             return None
         busy = self.busy_until
@@ -153,7 +161,7 @@ class Link:
             "drops_down": self.drops_down, "drops_loss": self.drops_loss,
             "drops_overflow": self.drops_overflow, "trims": self.trims,
             "ecn_marks": self.ecn_marks, "max_queue_bytes": round(self.max_queue_bytes),
-            "reorders": self.reorders,
+            "reorders": self.reorders, "duplicates": self.duplicates,
         }
 
 
@@ -312,22 +320,25 @@ class Fabric:
         plane = pkt.plane
         path = self.path_of(src, dst, plane, pkt.ev)
         pkt.path = plane * self.paths_per_plane + path
-        t = src.uplinks[plane].transit(pkt, now)
-        if t is None:
-            return
-        pkt.route = (self.core[(plane, path, dst.hid)], dst.downlinks[plane])
+        pkt.route = (src.uplinks[plane], self.core[(plane, path, dst.hid)], dst.downlinks[plane])
         pkt.hop = 0
-        self.engine.at(t, self._hop, pkt)
+        self._hop(pkt)
 
     def _hop(self, pkt) -> None:
         route = pkt.route
         hop = pkt.hop
-        t = route[hop].transit(pkt, self.engine.now)
+        link = route[hop]
+        t = link.transit(pkt, self.engine.now)
         if t is None:
             return
         hop += 1
         pkt.hop = hop
-        self.engine.at(t, self._hop if hop < len(route) else self._deliver, pkt)
+        nxt = self._hop if hop < len(route) else self._deliver
+        self.engine.at(t, nxt, pkt)
+        faults = link.faults
+        if faults is not None and faults.dup_prob and link.rng.random() < faults.dup_prob:
+            link.duplicates += 1
+            self.engine.at(t + faults.dup_ns, nxt, pkt.copy())
 
     def _deliver(self, pkt) -> None:
         for hook in self.delivery_hooks:

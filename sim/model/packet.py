@@ -119,6 +119,14 @@ class Packet:
         pkt.wire_len = data_wire_len(payload_len, opcode in IMM_OPCODES)
         return pkt
 
+    def copy(self) -> Packet:
+        """A duplicate (what a misbehaving link delivers twice)."""
+        dup = Packet.__new__(Packet)
+        for name in Packet.__slots__:
+            if hasattr(self, name):
+                setattr(dup, name, getattr(self, name))
+        return dup
+
     def trim(self) -> None:
         """What a trimming switch does: drop the payload, keep the headers."""
         self.trimmed = True

@@ -1,0 +1,189 @@
+"""PSN arithmetic, EV tables and the spraying policy, the NSCC window."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim.model import ASSUMED_BAD, DENIED, GOOD, EvTable, explicit_evs, generated_evs
+from sim.model.cc import Nscc, NsccParams
+from sim.model.packet import PSN_MASK, data_wire_len, psn_add, psn_diff
+from sim.model.qp import QpConfig
+
+psn = st.integers(0, PSN_MASK)
+
+
+@settings(max_examples=200, deadline=None)
+@given(a=psn, n=st.integers(-(1 << 23), (1 << 23) - 1))
+def test_psn_add_diff_inverse(a, n):
+    assert psn_diff(psn_add(a, n), a) == n
+    assert psn_diff(a, psn_add(a, n)) == (-n if n != -(1 << 23) else -(1 << 23))
+
+
+def test_psn_wrap():
+    assert psn_diff(0, PSN_MASK) == 1
+    assert psn_diff(PSN_MASK, 0) == -1
+    assert psn_add(PSN_MASK, 1) == 0
+
+
+def test_wire_sizes_match_protocol_md():
+    # 4096 payload: 74 B of headers + ICRC, 24 B of FCS/preamble/IFG
+    assert data_wire_len(4096, False) == 4096 + 98
+    assert data_wire_len(4096, True) == 4096 + 102
+    assert data_wire_len(1, False) == 4 + 98  # padded to 4
+
+
+def test_timeout_schedule():
+    cfg = QpConfig(rto_exp=8, linear_cnt=7, exp_cnt=7)
+    base = 1.024e3 * 256
+    assert [cfg.timeout_ns(r) for r in range(10)] == pytest.approx(
+        [base] * 8 + [2 * base, 4 * base])
+    assert QpConfig(rto_exp=24).timeout_ns(30) == pytest.approx(1024 * 2**24)
+    assert QpConfig(exp_cnt=25).retry_limit() is None
+
+
+@settings(max_examples=50, deadline=None)
+@given(init=st.integers(0, 0xFFFF), lo=st.integers(0, 0x8000), count=st.integers(1, 64),
+       planes=st.integers(1, 8))
+def test_generated_evs(init, lo, count, planes):
+    evs = generated_evs(init=init, min_ev=lo, max_ev=0xFFFF, count=count, planes=planes)
+    values = [v for v, _ in evs]
+    assert len(set(values)) == count
+    assert all(lo <= v <= 0xFFFF for v in values)
+    assert [p for _, p in evs] == [i % planes for i in range(count)]
+
+
+def test_generated_mask_limits_the_set():
+    with pytest.raises(ValueError):
+        generated_evs(init=0, min_ev=0xC000, mask=0x3, count=5)
+    evs = generated_evs(init=0, min_ev=0xC000, mask=0x3, count=4)
+    assert sorted(v for v, _ in evs) == [0xC000, 0xC001, 0xC002, 0xC003]
+
+
+@settings(max_examples=50, deadline=None)
+@given(n=st.integers(1, 16), rounds=st.integers(1, 20), bad=st.sets(st.integers(0, 15)))
+def test_spraying_even_over_good(n, rounds, bad):
+    table = EvTable(explicit_evs(range(n)), 1, min_active=0, bad_threshold=1)
+    for i in sorted(bad):
+        if i < n:
+            table.loss(table.evs[i])
+    good = [ev for ev in table.evs if ev.state == GOOD]
+    picks = [table.pick(0) for _ in range(rounds * len(good))]
+    if not good:
+        assert picks == []
+        assert table.pick(0) is None
+        return
+    for ev in good:
+        assert picks.count(ev) == rounds
+    assert all(p.state == GOOD for p in picks)
+
+
+def test_pick_avoids_the_lost_ev():
+    table = EvTable(explicit_evs(range(4)), 1)
+    for _ in range(8):
+        first = table.pick(0)
+        assert table.pick(0, avoid=first) is not first
+    single = EvTable(explicit_evs([5]), 1)
+    only = single.pick(0)
+    assert single.pick(0, avoid=only) is only  # nothing else to use
+
+
+def test_planes_are_separate():
+    table = EvTable(explicit_evs(range(6), planes=2), 2)
+    assert {table.pick(0).plane for _ in range(6)} == {0}
+    assert {table.pick(1).plane for _ in range(6)} == {1}
+
+
+def test_transitions_and_reasons():
+    events = []
+    t = [0.0]
+    table = EvTable(explicit_evs(range(4)), 1, min_active=2, bad_threshold=2,
+                    clock=lambda: t[0], on_event=events.append)
+    e0, e1, e2 = table.evs[:3]
+    assert not table.loss(e0)  # one loss is not enough
+    table.delivered(e0)  # a delivery resets the run
+    assert not table.loss(e0)
+    t[0] = 5.0
+    assert table.loss(e0)
+    assert e0.state == ASSUMED_BAD
+    table.loss(e1)
+    assert table.loss(e1)
+    # floor: 2 GOOD left, ev_min_active = 2 -> e2 cannot go bad
+    table.loss(e2)
+    assert not table.loss(e2)
+    assert e2.state == GOOD and table.floor_blocked == 1
+    assert table.probe_response(e0)
+    assert not table.probe_response(e2)  # only ASSUMED_BAD EVs come back by probe
+    table.set_state(3, DENIED)
+    assert table.pick(0) is not table.evs[3]
+    with pytest.raises(ValueError):
+        table.set_state(3, ASSUMED_BAD)
+    assert [(e.ev, e.old, e.new, e.reason) for e in events] == [
+        (0, GOOD, ASSUMED_BAD, "loss"), (1, GOOD, ASSUMED_BAD, "loss"),
+        (0, ASSUMED_BAD, GOOD, "probe"), (3, GOOD, DENIED, "controller")]
+    assert events[0].time_ns == 5.0 and events[0].drops == 3
+
+
+def test_ev_table_rejects_bad_config():
+    with pytest.raises(ValueError):
+        EvTable([], 1)
+    with pytest.raises(ValueError):
+        EvTable([(1, 0), (1, 0)], 1)
+    with pytest.raises(ValueError):
+        EvTable([(1, 3)], 2)
+    with pytest.raises(ValueError):
+        EvTable([(0x10000, 0)], 1)
+
+
+def make_cc(**kw):
+    p = NsccParams(base_rtt_ns=4000.0, **kw).resolved(bdp_bytes=50000, mtu_wire=4194)
+    return Nscc(p, 4194)
+
+
+def test_cc_starts_at_max_and_stays_in_bounds():
+    cc = make_cc()
+    assert cc.cwnd == pytest.approx(75000)
+    cc.on_ack(0.0, 4096, False, 4000.0)
+    assert cc.cwnd == pytest.approx(75000)  # clamped at max_cwnd
+    for i in range(100):
+        cc.on_trim(float(i), 4194)
+    assert cc.cwnd == pytest.approx(4194)  # min_cwnd = one packet
+
+
+def test_cc_multiplicative_decrease_on_ecn_and_delay():
+    cc = make_cc()
+    w0 = cc.cwnd
+    cc.on_ack(10000.0, 4096, True, 4000.0 + 9000.0)  # ECE and 9 us of queueing
+    assert cc.cwnd < w0
+    assert cc.cwnd >= w0 * (1 - cc.p.max_md_jump) - 1e-6
+    w1 = cc.cwnd
+    cc.on_ack(10500.0, 4096, True, 13000.0)  # within a base RTT: no second cut
+    assert cc.cwnd == pytest.approx(w1)
+
+
+def test_cc_ecn_with_low_delay_holds_and_no_ecn_grows():
+    cc = make_cc()
+    cc.cwnd = 30000.0
+    cc.on_ack(0.0, 4096, True, 4100.0)
+    assert cc.cwnd == pytest.approx(30000.0)
+    cc.on_ack(1.0, 4096, False, 4100.0)
+    assert cc.cwnd > 30000.0
+
+
+def test_cc_quick_adapt_after_trim():
+    cc = make_cc()
+    cc.on_ack(0.0, 0, False, None)
+    cc.on_trim(100.0, 4194)
+    cc.on_ack(8000.0, 4096, False, None)  # window over, little acknowledged
+    assert cc.cwnd == pytest.approx(max(4096 * 1.0, cc.p.min_cwnd), rel=0.01)
+    assert cc.qa_count == 1
+
+
+def test_cc_disabled_never_moves():
+    cc = make_cc(enabled=False)
+    w0 = cc.cwnd
+    cc.on_trim(0.0, 4194)
+    cc.on_timeout(0.0)
+    cc.on_ack(1e6, 4096, True, 1e6)
+    assert cc.cwnd == w0
