@@ -204,6 +204,7 @@ class Fabric:
         self.taps: list = []  # callables(pkt, now) on every packet put on the wire
         self.delivery_hooks: list = []  # callables(pkt, now) on every packet delivered
         self._route_cache: dict = {}
+        self.packets_sent = 0  # frames of every kind put on a host uplink
 
     # -- construction -----------------------------------------------------
     def _link(self, name: str, gbps: float) -> Link:
@@ -313,6 +314,7 @@ class Fabric:
     def send(self, pkt) -> None:
         """Put a packet on its source host's uplink for its plane."""
         now = self.engine.now
+        self.packets_sent += 1
         for tap in self.taps:
             tap(pkt, now)
         src = pkt.src
@@ -334,7 +336,7 @@ class Fabric:
         hop += 1
         pkt.hop = hop
         nxt = self._hop if hop < len(route) else self._deliver
-        self.engine.at(t, nxt, pkt)
+        self.engine.push(t, nxt, pkt)
         faults = link.faults
         if faults is not None and faults.dup_prob and link.rng.random() < faults.dup_prob:
             link.duplicates += 1

@@ -82,6 +82,13 @@ class GbnQp(QpBase):
             self.retx_log.append((self.engine.now, rec.psn, ev.value, "go-back-n"))
         return pkt
 
+    def can_send(self) -> bool:
+        if self.state != RTS or self.send_idx - self.una_idx >= self.window_psns:
+            return False
+        if self.inflight and self.inflight + self._mtu_wire > self.cc.cwnd:
+            return False
+        return self.has_work()
+
     def has_work(self) -> bool:
         return self.send_idx < self.nxt_idx or bool(self.seg_queue) or (
             self.seg_wr is not None and self.seg_wr.sent_pkts < self.seg_wr.npkts)

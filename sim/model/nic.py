@@ -80,7 +80,7 @@ class Nic:
         now = self.engine.now
         if uplink.busy_until > now:
             self._wake_pending[plane] = True
-            self.engine.at(uplink.busy_until, self._wake, plane)
+            self.engine.push(uplink.busy_until, self._wake, plane)
             return
         qps = self._qp_list
         n = len(qps)
@@ -91,8 +91,13 @@ class Nic:
             if pkt is not None:
                 self._rr[plane] = (start + i + 1) % n
                 self.fabric.send(pkt)
-                self._wake_pending[plane] = True
-                self.engine.at(max(uplink.busy_until, now), self._wake, plane)
+                # wake when the port is free, unless no QP could send then
+                # anyway (window full): the next ACK kicks the scheduler
+                for q in qps:
+                    if q.can_send():
+                        self._wake_pending[plane] = True
+                        self.engine.push(max(uplink.busy_until, now), self._wake, plane)
+                        break
                 return
 
     def send_control(self, pkt: Packet) -> None:

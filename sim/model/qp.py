@@ -518,6 +518,7 @@ class MrcQp(QpBase):
         self.rack: deque = deque()  # (record, tx_count) in send order
         self.rack_time = -1.0
         self.rcv_bitmap = 0  # bit i: PSN rcv_psn + i received
+        self._mtu_wire = data_wire_len(cfg.mtu, False)
         self._probe_pending = False
         self._probe_seq = 0
 
@@ -551,7 +552,7 @@ class MrcQp(QpBase):
         wr = self.seg_wr
         if (wr is None or wr.sent_pkts == wr.npkts) and not self.seg_queue:
             return None
-        if self.inflight and self.inflight + data_wire_len(self.cfg.mtu, False) > cc.cwnd:
+        if self.inflight and self.inflight + self._mtu_wire > cc.cwnd:
             return None
         ev = self.evs.pick(plane)
         if ev is None:
@@ -561,6 +562,18 @@ class MrcQp(QpBase):
         pkt = self._packet(rec, ev, False)
         self.rack.append((rec, rec.tx_count))
         return pkt
+
+    def can_send(self) -> bool:
+        """Cheap over-approximation of ``pull() is not None`` (for any plane)."""
+        if self.state != RTS:
+            return False
+        if self.inflight and self.inflight + self._mtu_wire > self.cc.cwnd:
+            return False
+        if self.retx_queue:
+            return True
+        if self.nxt_idx - self.una_idx >= self.window_psns:
+            return False
+        return self.has_work()
 
     def has_work(self) -> bool:
         return bool(self.retx_queue) or bool(self.seg_queue) or (
@@ -652,9 +665,16 @@ class MrcQp(QpBase):
         self.nic.kick()
 
     def _rack_detect(self) -> None:
-        """A packet is lost once a packet sent ``reo_wnd`` after it was delivered."""
+        """A packet is lost once a packet sent ``reo_wnd`` after it was delivered.
+
+        Only PSNs the responder could have reported are judged: those below
+        ``sack_base + sack_bits`` (the bitmap's reach). A PSN beyond it may have
+        arrived without the ACK being able to say so; it waits until the
+        cumulative PSN moves (or the timer fires)."""
         rack = self.rack
         limit = self.rack_time - self.cfg.reo_wnd_ns
+        horizon = self.una_idx + self.cfg.sack_bits
+        deferred = []
         while rack:
             rec, n = rack[0]
             if rec.state != OUTSTANDING or rec.tx_count != n:
@@ -663,8 +683,14 @@ class MrcQp(QpBase):
             if rec.send_time >= limit:
                 break
             rack.popleft()
+            if rec.idx >= horizon:
+                deferred.append((rec, n))
+                continue
             self._declare_lost(rec, "sack", blame_ev=True)
             self._maybe_probe()
+        if deferred:
+            deferred.reverse()
+            rack.extendleft(deferred)  # still the oldest sends, in send order
 
     def _on_timeout(self) -> None:
         blamed = set()
