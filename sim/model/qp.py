@@ -233,7 +233,7 @@ class QpBase:
             naks_seq_rx=0, invalid_acks=0, timeouts=0, losses_detected=0,
             rx_data=0, rx_bytes=0, rx_dup=0, rx_out_of_window=0, rx_trimmed=0,
             rx_access_err=0, rx_ooo_dropped=0, acks_tx=0, naks_tx=0,
-            probes_tx=0, probes_rx=0, go_back=0,
+            probes_tx=0, probes_rx=0, go_back=0, rx_wimm_full=0,
         )
         self.retx_log: list[tuple[float, int, int, str]] = []  # (time, psn, ev, why)
         self.tx_log: list[tuple[float, int, int, bool]] | None = None  # (time, psn, ev, retx)
@@ -754,6 +754,9 @@ class MrcQp(QpBase):
             return
         if d >= self.window_psns:
             st["rx_out_of_window"] += 1
+            return
+        if d and pkt.opcode in LAST_OPCODES and len(self.pending_last) >= self.cfg.max_wimm:
+            st["rx_wimm_full"] += 1  # no room to hold an early immediate: drop, resent later
             return
         if not self._check_access(pkt):
             return

@@ -188,3 +188,11 @@ def test_state_machine():
 def test_config_validation(bad):
     with pytest.raises(ValueError):
         QpConfig(**bad).validate()
+
+
+def test_max_wimm_bounds_early_immediates():
+    w, conn, _ = setup(ack_every=100, max_wimm=1)
+    r = conn.responder
+    data(conn, w, 2, opcode=OP_WRITE_LAST_IMM, imm=1)
+    data(conn, w, 4, opcode=OP_WRITE_LAST_IMM, imm=2)  # a second early LAST: no room
+    assert r.stats["rx_wimm_full"] == 1 and r.stats["rx_data"] == 1
