@@ -1,0 +1,584 @@
+"""RX header parser: MAC frames in, checked header records and realigned payload out.
+
+``RxParser`` is the first block of the receive path (docs/protocol.md). It
+takes Ethernet frames without FCS from the MAC, parses Eth / IPv4 / UDP / BTH
+and the opcode's extension headers, checks everything the wire format lets a
+receiver check on its own (lengths, IPv4 checksum, UDP port, opcode, ICRC,
+trimming) and hands on, for every accepted frame, one ``ParsedHeader`` record
+followed by the frame's payload, realigned to lane 0 with pad and ICRC cut.
+
+Interface
+---------
+``s_axis``    In(AXIStreamSignature(data_width, user_width=1)): frames from
+              the MAC, packed (``tkeep`` contiguous from lane 0, only the
+              last beat partial; ``tkeep`` of other beats is not looked at);
+              ``tuser`` on the last beat marks a bad frame.
+``hdr``       Out(stream.Signature(ParsedHeader(sack_bits))): one record per
+              accepted frame. A frame's record is always handed over before
+              the first beat of its payload; records may run ahead of the
+              payload of earlier frames.
+``payload``   Out(stream.Signature(Beat(data_width))): the payload of the
+              accepted frames with ``payload_len > 0``, in frame order,
+              payload byte 0 in lane 0 of the first beat, every beat full
+              except the last (``last`` = 1, ``keep`` contiguous).
+``trim_dscp`` In(6): the trim DSCP (0x3F by default); sampled at each
+              frame's first beat.
+``counters``  Out(ParserCounters): 32-bit saturating frame counters, one per
+              verdict; every frame increments exactly one.
+
+Verdicts, first match wins: bad_frame, truncated, not_ipv4, ipv4_options,
+ipv4_checksum, not_roce, unknown_opcode, length_mismatch, bad_icrc, else
+accepted. See ``RxParser`` for the exact conditions.
+
+Structure
+---------
+Store and forward, because the ICRC verdict is known only at the end of the
+frame. The *input stage* captures the first ``header_bytes`` of the frame into
+a register, runs the ICRC over the masked bytes and writes the payload,
+already realigned (a two-beat window shifted by the payload offset of the
+opcode), into a frame FIFO (``amaranth.lib.memory``). In the cycle after the
+last beat the *verdict stage* decides from the captured header, the frame
+length and the CRC register (which the next frame only overwrites at the end
+of that cycle): an accepted frame commits the FIFO write pointer and pushes
+its record into a header FIFO, a dropped one rolls the write pointer back.
+The *output stage* pops records and releases the committed payload beats of
+each popped record to ``payload`` through the memory's read register.
+
+Before the first beat of a frame the input waits until the frame FIFO has
+room for a frame of ``max_payload`` and the header FIFO for one more record,
+so nothing is ever dropped or overwritten for lack of space; inside a frame
+``tready`` stays high.
+
+Latency: the record of a frame is valid on ``hdr`` 3 cycles after its last
+input beat; its first payload beat 2 cycles after the record is taken.
+Throughput: 1 input beat per cycle, no gap between frames, whenever the
+outputs are not backpressured (``tready`` is high); 1 record per cycle and 1
+payload beat per cycle on the outputs.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from hw.crc import CRC32_RESIDUE, ICRC_INIT, crc32_bytes
+from hw.headers import (
+    AETH,
+    BTH,
+    ETH,
+    ETHERTYPE_IPV4,
+    ICRC_BYTES,
+    IMMDT,
+    IP_PROTO_UDP,
+    IPV4,
+    OFF_BTH,
+    OFF_EXT,
+    OFF_IMMDT,
+    OFF_IPV4,
+    OFF_SACK,
+    OFF_UDP,
+    PROBE,
+    RETH,
+    ROCE_UDP_PORT,
+    SACK,
+    UDP,
+    Opcode,
+    sack_bitmap,
+)
+from hw.stream import AXIStreamSignature, Beat
+
+__all__ = ["COUNTER_NAMES", "ParsedHeader", "ParserCounters", "RxParser", "Verdict"]
+
+SUPPORTED_DATA_WIDTHS = (64, 128, 256, 512)
+
+COUNTER_NAMES = (
+    "accepted",
+    "bad_frame",
+    "truncated",
+    "not_ipv4",
+    "ipv4_options",
+    "ipv4_checksum",
+    "not_roce",
+    "unknown_opcode",
+    "length_mismatch",
+    "bad_icrc",
+)
+
+ParserCounters = data.StructLayout({name: unsigned(32) for name in COUNTER_NAMES})
+
+
+class Verdict(enum.Enum, shape=4):
+    """What the parser did with a frame, in the order of ``COUNTER_NAMES``."""
+
+    ACCEPTED = 0
+    BAD_FRAME = 1
+    TRUNCATED = 2
+    NOT_IPV4 = 3
+    IPV4_OPTIONS = 4
+    IPV4_CHECKSUM = 5
+    NOT_ROCE = 6
+    UNKNOWN_OPCODE = 7
+    LENGTH_MISMATCH = 8
+    BAD_ICRC = 9
+
+
+class ParsedHeader(data.StructLayout):
+    """One accepted frame's header fields; fields its opcode does not carry are 0."""
+
+    def __init__(self, sack_bits: int = 64):
+        sack_bitmap(sack_bits)  # checks the width
+        super().__init__(
+            {
+                "eth_src": unsigned(48),
+                "eth_dst": unsigned(48),
+                "ip_src": unsigned(32),
+                "ip_dst": unsigned(32),
+                "dscp": unsigned(6),
+                "ecn": unsigned(2),
+                "ev": unsigned(16),
+                "bth": BTH.layout,
+                "reth": RETH.layout,
+                "imm": unsigned(32),
+                "aeth": AETH.layout,
+                "sack": SACK.layout,
+                "sack_bitmap": unsigned(sack_bits),
+                "probe": PROBE.layout,
+                "payload_len": unsigned(16),
+                "trimmed": unsigned(1),
+            }
+        )
+
+
+# Bytes the ICRC covers with ones instead of their value (docs/protocol.md):
+# IPv4 TOS, TTL and checksum, UDP checksum, BTH byte 4 (FECN, BECN, resv6).
+_ICRC_MASKED = (
+    OFF_IPV4 + 1,
+    OFF_IPV4 + 8,
+    OFF_IPV4 + 10,
+    OFF_IPV4 + 11,
+    OFF_UDP + 6,
+    OFF_UDP + 7,
+    OFF_BTH + 4,
+)
+_HDR_FIXED = UDP.size + BTH.size  # UDP length covers these before the extension headers
+
+
+def _bytes(raw, offset, size):
+    """Bytes [offset, offset + size) of a lane-ordered Value."""
+    return raw[8 * offset : 8 * (offset + size)]
+
+
+class RxParser(wiring.Component):
+    """RX header parser with store-and-forward drop (see the module docstring).
+
+    Parameters
+    ----------
+    data_width : 64, 128, 256 or 512 bits of ``s_axis`` and ``payload``.
+    sack_bits : the SACK bitmap width this NIC uses; an ACK whose
+        ``sack_words`` disagrees is dropped as a length mismatch.
+    max_payload : the largest payload accepted (the MTU), in bytes.
+    fifo_depth : frame FIFO depth in beats, a power of two of at least one
+        ``max_payload`` frame; by default room for two.
+
+    A frame is dropped, and counted under the first verdict that applies, when
+
+    - ``bad_frame``: ``tuser`` is set on its last beat;
+    - ``truncated``: it ends before the end of its BTH, or before the end of
+      its opcode's headers plus, unless trimmed, the ICRC;
+    - ``not_ipv4``: EtherType != 0x0800, IP version != 4, MF set or a
+      fragment offset;
+    - ``ipv4_options``: IHL != 5;
+    - ``ipv4_checksum``: the IPv4 header does not sum to 0xFFFF;
+    - ``not_roce``: protocol != UDP or destination port != 4791;
+    - ``unknown_opcode``: an opcode outside ``Opcode.ALL``, or TVer != 0;
+    - ``length_mismatch``: frame length != 14 + IPv4 total length, UDP length
+      != total length - 20, UDP length short of the opcode's headers + pad +
+      ICRC, payload longer than ``max_payload``, an ACK whose bitmap is not
+      ``sack_bits`` wide, or a trimmed frame with anything after its headers;
+    - ``bad_icrc``: the CRC over the masked frame from byte 14, ICRC included,
+      is not the CRC-32 residue (not checked on trimmed frames).
+
+    A frame whose DSCP is ``trim_dscp`` is trimmed: it carries its headers
+    only, no ICRC, and is handed on with ``trimmed`` = 1 and no payload.
+    """
+
+    def __init__(self, data_width=64, sack_bits=64, max_payload=4096, fifo_depth=None):
+        if data_width not in SUPPORTED_DATA_WIDTHS:
+            raise ValueError(
+                f"RxParser data_width must be one of {SUPPORTED_DATA_WIDTHS}, not {data_width!r}"
+            )
+        sack_bitmap(sack_bits)
+        if not isinstance(max_payload, int) or not 1 <= max_payload <= 0xFFFF:
+            raise ValueError(f"max_payload must be 1..65535 bytes, not {max_payload!r}")
+        self.data_width = data_width
+        self.sack_bits = sack_bits
+        self.max_payload = max_payload
+        self.lanes = data_width // 8
+        self.max_payload_beats = -(-max_payload // self.lanes)
+        if fifo_depth is None:
+            fifo_depth = 1 << (2 * self.max_payload_beats - 1).bit_length()
+        if (
+            not isinstance(fifo_depth, int)
+            or fifo_depth & (fifo_depth - 1)
+            or fifo_depth < self.max_payload_beats
+        ):
+            raise ValueError(
+                f"fifo_depth must be a power of two of at least {self.max_payload_beats} beats "
+                f"(one {max_payload}-byte payload at {data_width} bits), not {fifo_depth!r}"
+            )
+        self.fifo_depth = fifo_depth
+        self.hdr_fifo_depth = 16
+
+        # Header bytes from the start of the frame to the payload, per opcode.
+        self.ack_header_end = OFF_SACK + SACK.size + sack_bits // 8
+        self.header_bytes = max(OFF_IMMDT + IMMDT.size, self.ack_header_end)
+
+        super().__init__(
+            {
+                "s_axis": In(AXIStreamSignature(data_width, user_width=1)),
+                "hdr": Out(stream.Signature(ParsedHeader(sack_bits))),
+                "payload": Out(stream.Signature(Beat(data_width))),
+                "trim_dscp": In(6, init=0x3F),
+                "counters": Out(ParserCounters),
+            }
+        )
+
+    def _header_end(self, opcode):
+        """(header end offset, is a known opcode) as Values of the opcode."""
+        end = Signal(range(self.header_bytes + 1))
+        known = Signal()
+        with_imm = Cat(*[opcode == op for op in Opcode.WITH_IMM]).any()
+        write = Cat(*[opcode == op for op in Opcode.WRITES]).any()
+        ack = opcode == Opcode.ACKNOWLEDGE
+        probe = Cat(*[opcode == op for op in Opcode.PROBES]).any()
+        return (
+            end,
+            known,
+            [
+                end.eq(
+                    Mux(
+                        with_imm,
+                        OFF_IMMDT + IMMDT.size,
+                        Mux(ack, self.ack_header_end, OFF_EXT + max(RETH.size, PROBE.size)),
+                    )
+                ),
+                known.eq(write | ack | probe),
+            ],
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        lanes = self.lanes
+        lane_bits = (lanes - 1).bit_length()
+        hdr_len = self.header_bytes
+        hdr_beats = -(-hdr_len // lanes)
+        assert OFF_EXT + RETH.size >= lanes, "the payload never starts in beat 0"
+        assert RETH.size == PROBE.size
+
+        axis = self.s_axis
+
+        # ------------------------------------------------------------------
+        # Input stage: one beat per cycle.
+        max_beat = (0x1FFFF // lanes) + 2
+        beat = Signal(range(max_beat + 1))  # index of the next beat; 0 = start of frame
+        frame_len = Signal(17)  # bytes of the frame so far, saturating
+        hdr = Signal(8 * hdr_len)  # captured header bytes, lane order
+        prev = Signal(self.data_width)  # the previous beat, for realignment
+        crc = Signal(32)
+        trim_dscp = Signal(6)
+        bad_frame = Signal()
+        eof = Signal()  # verdict stage: the cycle after a frame's last beat
+        flush = Signal()  # ... and the frame's final payload beat is still in `prev`
+        flush_last = Signal()
+
+        accept = Signal()
+        m.d.comb += [
+            accept.eq(axis.tvalid & axis.tready),
+        ]
+
+        # Bytes of this beat: every beat but the last is full (packed stream).
+        nbytes = Signal(range(lanes + 1))
+        with m.If(~axis.tlast):
+            m.d.comb += nbytes.eq(lanes)
+        with m.Else():
+            for i in range(lanes):
+                with m.If(axis.tkeep[i]):
+                    m.d.comb += nbytes.eq(i + 1)
+
+        # Header fields as captured so far (the payload and the verdict only use
+        # them once their bytes are in).
+        eth = ETH.unpack(_bytes(hdr, 0, ETH.size))
+        ip = IPV4.unpack(_bytes(hdr, OFF_IPV4, IPV4.size))
+        udp = UDP.unpack(_bytes(hdr, OFF_UDP, UDP.size))
+        bth = BTH.unpack(_bytes(hdr, OFF_BTH, BTH.size))
+        trimmed = Signal()
+        m.d.comb += trimmed.eq(ip["dscp"] == trim_dscp)
+        header_end, opcode_known, stmts = self._header_end(bth["opcode"])
+        m.d.comb += stmts
+
+        # Payload length from the UDP length, and the number of payload beats.
+        # Headers from UDP to payload, then pad and ICRC.
+        udp_overhead = Signal(range(hdr_len + 8))
+        m.d.comb += udp_overhead.eq(header_end - OFF_UDP + bth["padcount"] + ICRC_BYTES)
+        payload_len = Signal(signed(18))
+        m.d.comb += payload_len.eq(udp["length"] - udp_overhead)
+        payload_fits = Signal()
+        m.d.comb += payload_fits.eq(
+            opcode_known & ~trimmed & (payload_len >= 0) & (payload_len <= self.max_payload)
+        )
+        payload_beats = Signal(range(self.max_payload_beats + 1))
+        last_keep = Signal(lanes)
+        with m.If(payload_fits):
+            m.d.comb += payload_beats.eq((payload_len + lanes - 1) >> lane_bits)
+        rem = payload_len[:lane_bits]
+        m.d.comb += last_keep.eq(Mux(rem == 0, (1 << lanes) - 1, (Const(1, lanes + 1) << rem) - 1))
+
+        # Payload offset: beat index and lane shift, one per header length.
+        ends = sorted({OFF_EXT + RETH.size, OFF_IMMDT + IMMDT.size, self.ack_header_end})
+        shift = Signal(range(lanes))
+        first_beat = Signal(range(hdr_len // lanes + 1))
+        with m.Switch(header_end):
+            for end in ends:
+                with m.Case(end):
+                    m.d.comb += [shift.eq(end % lanes), first_beat.eq(end // lanes)]
+
+        # The output beat index j = beat - first_beat - 1 is complete once beat
+        # first_beat + j + 1 arrives, or at the end of the frame.
+        out_idx = Signal(signed(len(beat) + 2))
+        m.d.comb += out_idx.eq(beat - first_beat - 1)
+        window = Signal(2 * self.data_width)
+        aligned = Signal(self.data_width)
+        m.d.comb += window.eq(Cat(prev, Mux(eof, 0, axis.tdata)))
+        with m.Switch(shift):
+            for s in sorted({end % lanes for end in ends}):
+                with m.Case(s):
+                    m.d.comb += aligned.eq(window[8 * s : 8 * s + self.data_width])
+
+        # Frame FIFO.
+        depth = self.fifo_depth
+        ptr_bits = (depth - 1).bit_length() + 1
+        m.submodules.frames = frames = Memory(shape=Beat(self.data_width), depth=depth, init=[])
+        wr = frames.write_port()
+        rd = frames.read_port(domain="sync")
+        wr_ptr = Signal(ptr_bits)
+        commit_ptr = Signal(ptr_bits)
+        rd_ptr = Signal(ptr_bits)
+        rel_ptr = Signal(ptr_bits)  # payload released by popped records
+
+        write_beat = Signal()
+        m.d.comb += write_beat.eq(accept & (out_idx >= 0) & (out_idx < payload_beats))
+        m.d.comb += [
+            wr.addr.eq(wr_ptr),
+            wr.data.data.eq(aligned),
+        ]
+        with m.If(eof & flush):
+            m.d.comb += [
+                wr.en.eq(1),
+                wr.data.keep.eq(Mux(flush_last, last_keep, (1 << lanes) - 1)),
+                wr.data.last.eq(flush_last),
+            ]
+        with m.Elif(write_beat):
+            is_last = out_idx == payload_beats - 1
+            m.d.comb += [
+                wr.en.eq(1),
+                wr.data.keep.eq(Mux(is_last, last_keep, (1 << lanes) - 1)),
+                wr.data.last.eq(is_last),
+            ]
+        wr_ptr_next = Signal(ptr_bits)
+        m.d.comb += wr_ptr_next.eq(wr_ptr + wr.en)
+        m.d.sync += wr_ptr.eq(wr_ptr_next)
+
+        # ICRC over the masked bytes from byte 14 to the end, ICRC included.
+        crc_start_beat, crc_start_lane = OFF_IPV4 // lanes, OFF_IPV4 % lanes
+        masked = Signal(self.data_width)
+        m.d.comb += masked.eq(axis.tdata)
+        for pos in _ICRC_MASKED:
+            with m.If(beat == pos // lanes):
+                m.d.comb += masked[8 * (pos % lanes) : 8 * (pos % lanes) + 8].eq(0xFF)
+        crc_in = Signal(32)
+        crc_data = Signal(self.data_width)
+        crc_count = Signal(range(lanes + 1))
+        m.d.comb += [
+            crc_in.eq(Mux(beat == 0, ICRC_INIT, crc)),
+            crc_data.eq(masked),
+            crc_count.eq(nbytes),
+        ]
+        with m.If(beat == crc_start_beat):
+            m.d.comb += [
+                crc_data.eq(masked >> (8 * crc_start_lane)),
+                crc_count.eq(Mux(nbytes > crc_start_lane, nbytes - crc_start_lane, 0)),
+            ]
+        crc_next = crc32_bytes(crc_in, crc_data, crc_count)
+
+        with m.If(accept):
+            m.d.sync += [
+                beat.eq(Mux(axis.tlast, 0, Mux(beat == max_beat, beat, beat + 1))),
+                prev.eq(axis.tdata),
+                crc.eq(Mux(beat < crc_start_beat, crc_in, crc_next)),
+            ]
+            len_in = Mux(beat == 0, 0, frame_len)
+            len_sum = Signal(18)
+            m.d.comb += len_sum.eq(len_in + nbytes)
+            m.d.sync += frame_len.eq(Mux(len_sum[17], 0x1FFFF, len_sum))
+            with m.If(beat == 0):
+                m.d.sync += trim_dscp.eq(self.trim_dscp)
+            for k in range(hdr_beats):
+                with m.If(beat == k):
+                    lo, hi = 8 * k * lanes, min(8 * (k + 1) * lanes, 8 * hdr_len)
+                    m.d.sync += hdr[lo:hi].eq(axis.tdata[: hi - lo])
+            with m.If(axis.tlast):
+                m.d.sync += [
+                    bad_frame.eq(axis.tuser[0]),
+                    # the beat out_idx + 1 would have completed is still in `prev`
+                    flush.eq((out_idx + 1 >= 0) & (out_idx + 1 < payload_beats)),
+                    flush_last.eq(out_idx + 1 == payload_beats - 1),
+                ]
+        m.d.sync += eof.eq(accept & axis.tlast)
+
+        # ------------------------------------------------------------------
+        # Verdict stage, in the cycle after the last beat: `hdr`, `frame_len`,
+        # `crc` and `prev` still hold the frame that ended.
+        ipsum = Signal(20)
+        m.d.comb += ipsum.eq(
+            sum(
+                Cat(_bytes(hdr, OFF_IPV4 + i + 1, 1), _bytes(hdr, OFF_IPV4 + i, 1))
+                for i in range(0, IPV4.size, 2)
+            )
+        )
+        ipsum_fold1 = Signal(17)
+        ipsum_fold2 = Signal(16)
+        m.d.comb += [
+            ipsum_fold1.eq(ipsum[:16] + ipsum[16:]),
+            ipsum_fold2.eq(ipsum_fold1[:16] + ipsum_fold1[16]),
+        ]
+        frame_need = Signal(range(hdr_len + ICRC_BYTES + 1))
+        m.d.comb += frame_need.eq(header_end + Mux(trimmed, 0, ICRC_BYTES))
+        fragment = (ip["flags"][0]) | (ip["frag_off"] != 0)
+        ack_width_bad = (bth["opcode"] == Opcode.ACKNOWLEDGE) & (
+            SACK.unpack(_bytes(hdr, OFF_SACK, SACK.size))["sack_words"] != self.sack_bits // 32
+        )
+        udp_need = header_end - OFF_UDP
+        length_bad = (
+            (frame_len != ip["total_len"] + OFF_IPV4)
+            | (udp["length"] + IPV4.size != ip["total_len"])
+            | Mux(trimmed, udp["length"] != udp_need, ~payload_fits)
+            | ack_width_bad
+        )
+
+        verdict = Signal(Verdict)
+        with m.If(bad_frame):
+            m.d.comb += verdict.eq(Verdict.BAD_FRAME)
+        with m.Elif((frame_len < OFF_BTH + BTH.size) | (opcode_known & (frame_len < frame_need))):
+            m.d.comb += verdict.eq(Verdict.TRUNCATED)
+        with m.Elif((eth["ethertype"] != ETHERTYPE_IPV4) | (ip["version"] != 4) | fragment):
+            m.d.comb += verdict.eq(Verdict.NOT_IPV4)
+        with m.Elif(ip["ihl"] != 5):
+            m.d.comb += verdict.eq(Verdict.IPV4_OPTIONS)
+        with m.Elif(ipsum_fold2 != 0xFFFF):
+            m.d.comb += verdict.eq(Verdict.IPV4_CHECKSUM)
+        with m.Elif((ip["proto"] != IP_PROTO_UDP) | (udp["dport"] != ROCE_UDP_PORT)):
+            m.d.comb += verdict.eq(Verdict.NOT_ROCE)
+        with m.Elif(~opcode_known | (bth["tver"] != 0)):
+            m.d.comb += verdict.eq(Verdict.UNKNOWN_OPCODE)
+        with m.Elif(length_bad):
+            m.d.comb += verdict.eq(Verdict.LENGTH_MISMATCH)
+        with m.Elif(~trimmed & (crc != CRC32_RESIDUE)):
+            m.d.comb += verdict.eq(Verdict.BAD_ICRC)
+        with m.Else():
+            m.d.comb += verdict.eq(Verdict.ACCEPTED)
+
+        counters = Signal(ParserCounters)
+        m.d.comb += self.counters.eq(counters)
+        with m.If(eof):
+            for i, name in enumerate(COUNTER_NAMES):
+                count = counters[name]
+                with m.If((verdict == Verdict(i)) & (count != 0xFFFFFFFF)):
+                    m.d.sync += count.eq(count + 1)
+            with m.If(verdict == Verdict.ACCEPTED):
+                m.d.sync += commit_ptr.eq(wr_ptr_next)
+            with m.Else():
+                m.d.sync += wr_ptr.eq(commit_ptr)
+
+        # The record.
+        opcode = bth["opcode"]
+        is_write = Cat(*[opcode == op for op in Opcode.WRITES]).any()
+        is_imm = Cat(*[opcode == op for op in Opcode.WITH_IMM]).any()
+        is_ack = opcode == Opcode.ACKNOWLEDGE
+        is_probe = Cat(*[opcode == op for op in Opcode.PROBES]).any()
+        record = Signal(ParsedHeader(self.sack_bits))
+        m.d.comb += [
+            record.eth_src.eq(eth["src"]),
+            record.eth_dst.eq(eth["dst"]),
+            record.ip_src.eq(ip["src"]),
+            record.ip_dst.eq(ip["dst"]),
+            record.dscp.eq(ip["dscp"]),
+            record.ecn.eq(ip["ecn"]),
+            record.ev.eq(udp["sport"]),
+            record.trimmed.eq(trimmed),
+            record.payload_len.eq(Mux(payload_fits, payload_len, 0)),
+        ]
+        for name, value in bth.items():
+            m.d.comb += record.bth[name].eq(value)
+        with m.If(is_write):
+            for name, value in RETH.unpack(_bytes(hdr, OFF_EXT, RETH.size)).items():
+                m.d.comb += record.reth[name].eq(value)
+        with m.If(is_imm):
+            m.d.comb += record.imm.eq(IMMDT.unpack(_bytes(hdr, OFF_IMMDT, IMMDT.size))["imm"])
+        with m.If(is_ack):
+            for name, value in AETH.unpack(_bytes(hdr, OFF_EXT, AETH.size)).items():
+                m.d.comb += record.aeth[name].eq(value)
+            for name, value in SACK.unpack(_bytes(hdr, OFF_SACK, SACK.size)).items():
+                m.d.comb += record.sack[name].eq(value)
+            bitmap_off = OFF_SACK + SACK.size
+            bitmap = sack_bitmap(self.sack_bits).unpack(
+                _bytes(hdr, bitmap_off, self.sack_bits // 8)
+            )["bitmap"]
+            m.d.comb += record.sack_bitmap.eq(bitmap)
+        with m.If(is_probe):
+            for name, value in PROBE.unpack(_bytes(hdr, OFF_EXT, PROBE.size)).items():
+                m.d.comb += record.probe[name].eq(value)
+
+        m.submodules.records = records = SyncFIFOBuffered(
+            width=len(record.as_value()), depth=self.hdr_fifo_depth
+        )
+        m.d.comb += [
+            records.w_data.eq(record),
+            records.w_en.eq(eof & (verdict == Verdict.ACCEPTED)),
+        ]
+
+        # Room for one more frame of max_payload (plus the final beat of the
+        # frame in the verdict stage) and one more record (plus the one the
+        # verdict stage may push now).
+        used = Signal(ptr_bits)
+        m.d.comb += used.eq(wr_ptr - rd_ptr)
+        room = (depth - used) >= self.max_payload_beats + (eof & flush)
+        hdr_room = records.level + eof <= self.hdr_fifo_depth - 1
+        m.d.comb += axis.tready.eq((beat != 0) | (room & hdr_room))
+
+        # ------------------------------------------------------------------
+        # Output stage.
+        out_rec = Signal(ParsedHeader(self.sack_bits))
+        m.d.comb += [
+            out_rec.eq(records.r_data),
+            self.hdr.payload.eq(out_rec),
+            self.hdr.valid.eq(records.r_rdy),
+            records.r_en.eq(self.hdr.ready),
+        ]
+        with m.If(self.hdr.valid & self.hdr.ready):
+            m.d.sync += rel_ptr.eq(rel_ptr + ((out_rec.payload_len + lanes - 1) >> lane_bits))
+
+        read = Signal()
+        advance = ~self.payload.valid | self.payload.ready
+        m.d.comb += [
+            read.eq(advance & (rd_ptr != rel_ptr)),
+            rd.en.eq(advance),
+            rd.addr.eq(rd_ptr),
+            self.payload.payload.eq(rd.data),
+        ]
+        with m.If(advance):
+            m.d.sync += self.payload.valid.eq(read)
+        with m.If(read):
+            m.d.sync += rd_ptr.eq(rd_ptr + 1)
+
+        return m

@@ -1,0 +1,135 @@
+# amaranth: UnusedElaboratable=no
+# (the ValueError tests construct parsers that are never elaborated)
+"""RxParser in Amaranth's own simulator: a few frames, checked like the cocotb regression.
+
+Fast (no Verilator build); the same reference model as tests/hw/test_rx_parser.py.
+"""
+
+import random
+
+import pytest
+from amaranth.sim import Simulator
+
+from host_driver import layers as L
+from hw.rx.parser import COUNTER_NAMES, ParserCounters, RxParser
+from tests.hw.test_rx_parser import decode, expect_frame, malformed_cases, valid_frame
+
+
+def simulate(dut: RxParser, frames: list[tuple[bytes, bool]], stall_every: int = 0):
+    """Send frames back to back; returns (verdicts in order, records, payloads, input rate)."""
+    lanes = dut.data_width // 8
+    verdicts, records, payloads = [], [], []
+    stats = {"beats": 0, "cycles": 0}
+    done = {"sent": False}
+
+    async def source(ctx):
+        first = None
+        for frame, tuser in frames:
+            chunks = [frame[i : i + lanes] for i in range(0, len(frame), lanes)] or [b""]
+            for i, chunk in enumerate(chunks):
+                last = i == len(chunks) - 1
+                ctx.set(dut.s_axis.tdata, int.from_bytes(chunk, "little"))
+                ctx.set(dut.s_axis.tkeep, (1 << len(chunk)) - 1)
+                ctx.set(dut.s_axis.tlast, last)
+                ctx.set(dut.s_axis.tuser, tuser and last)
+                ctx.set(dut.s_axis.tvalid, 1)
+                while True:
+                    ready = ctx.get(dut.s_axis.tready)
+                    await ctx.tick()
+                    stats["cycles"] += first is not None
+                    if ready:
+                        break
+                if first is None:
+                    first = True
+                    stats["cycles"] = 1
+                stats["beats"] += 1
+        ctx.set(dut.s_axis.tvalid, 0)
+        done["sent"] = True
+
+    async def sink(ctx):
+        n = 0
+        buf = bytearray()
+        prev = decode(ParserCounters, ctx.get(dut.counters.as_value()))
+        idle = 0
+        while idle < 200:
+            stall = stall_every and n % stall_every == 0
+            ctx.set(dut.hdr.ready, not stall)
+            ctx.set(dut.payload.ready, not stall)
+            hdr_valid, pay_valid = ctx.get(dut.hdr.valid), ctx.get(dut.payload.valid)
+            hdr = ctx.get(dut.hdr.payload.as_value())
+            beat = ctx.get(dut.payload.payload)
+            await ctx.tick()
+            n += 1
+            if hdr_valid and not stall:
+                records.append(decode(dut.hdr.payload.shape(), hdr))
+            if pay_valid and not stall:
+                nbytes = beat.keep.bit_length()
+                buf += beat.data.to_bytes(lanes, "little")[:nbytes]
+                if beat.last:
+                    payloads.append(bytes(buf))
+                    buf = bytearray()
+            counters = decode(ParserCounters, ctx.get(dut.counters.as_value()))
+            moved = [name for name in COUNTER_NAMES if counters[name] != prev[name]]
+            assert len(moved) <= 1
+            verdicts.extend(moved)
+            prev = counters
+            idle = idle + 1 if done["sent"] and not (hdr_valid or pay_valid or moved) else 0
+
+    sim = Simulator(dut)
+    sim.add_clock(4e-9)
+    sim.add_testbench(source)
+    sim.add_testbench(sink)
+    sim.run()
+    return verdicts, records, payloads, stats["beats"] / stats["cycles"]
+
+
+def check(frames, verdicts, records, payloads):
+    expected = [expect_frame(f, u) for f, u in frames]
+    assert verdicts == [e.verdict for e in expected]
+    accepted = [e for e in expected if e.verdict == "accepted"]
+    assert records == [e.fields for e in accepted]
+    assert payloads == [e.payload for e in accepted if e.payload]
+
+
+@pytest.mark.parametrize("data_width", [64, 256])
+def test_a_few_frames(data_width):
+    rng = random.Random(data_width)
+    frames = [
+        (valid_frame(rng, L.OP_WRITE_ONLY, 0), False),
+        (valid_frame(rng, L.OP_WRITE_FIRST, 37), False),
+        (valid_frame(rng, L.OP_WRITE_ONLY_IMM, 64), False),
+        (valid_frame(rng, L.OP_ACKNOWLEDGE), False),
+        (valid_frame(rng, L.OP_PROBE_REQ), False),
+        (valid_frame(rng, "trimmed"), False),
+        (valid_frame(rng, L.OP_WRITE_LAST_IMM, 5), True),
+        (b"\x01", False),
+    ]
+    picked = {"bad ICRC, payload bit", "UDP dport 4790", "ACK sack_words 3", "IHL 6"}
+    frames += [(f, u) for name, f, u, _ in malformed_cases(rng) if name in picked]
+    frames.append((valid_frame(rng, L.OP_WRITE_LAST, 200), False))
+    verdicts, records, payloads, rate = simulate(RxParser(data_width=data_width), frames)
+    check(frames, verdicts, records, payloads)
+    assert rate == 1.0, f"{rate} input beats per cycle with no backpressure"
+
+
+def test_backpressure():
+    """Stalled outputs: a small frame FIFO fills, the input waits, nothing is lost."""
+    rng = random.Random(5)
+    frames = [(valid_frame(rng, L.OP_WRITE_MIDDLE, 256), False) for _ in range(5)]
+    dut = RxParser(data_width=64, max_payload=256, fifo_depth=32)
+    verdicts, records, payloads, rate = simulate(dut, frames, stall_every=2)
+    check(frames, verdicts, records, payloads)
+    assert rate < 1.0
+
+
+@pytest.mark.parametrize("width", [8, 32, 96, 1024])
+def test_unsupported_width(width):
+    with pytest.raises(ValueError, match="data_width"):
+        RxParser(data_width=width)
+
+
+def test_bad_fifo_depth():
+    with pytest.raises(ValueError, match="fifo_depth"):
+        RxParser(data_width=64, max_payload=4096, fifo_depth=256)
+    with pytest.raises(ValueError, match="fifo_depth"):
+        RxParser(data_width=64, max_payload=256, fifo_depth=48)
