@@ -335,7 +335,12 @@ class Fabric:
             return
         hop += 1
         pkt.hop = hop
-        nxt = self._hop if hop < len(route) else self._deliver
+        if hop < len(route):
+            nxt = self._hop
+        elif self.delivery_hooks:
+            nxt = self._deliver
+        else:
+            nxt = pkt.dst.nic.receive
         self.engine.push(t, nxt, pkt)
         faults = link.faults
         if faults is not None and faults.dup_prob and link.rng.random() < faults.dup_prob:

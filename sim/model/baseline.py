@@ -26,7 +26,6 @@ from .packet import (
     NAK_REMOTE_ACCESS,
     PSN_MASK,
     Packet,
-    data_wire_len,
     psn_diff,
 )
 from .qp import DELIVERED, LOST, OUTSTANDING, REM_ACCESS_ERR, RTR, RTS, QpBase
@@ -42,7 +41,6 @@ class GbnQp(QpBase):
         self.send_idx = 0  # next index to (re)send; nxt_idx = highest ever sent + 1
         self._nak_sent = False
         self._ev_rr = 0
-        self._mtu_wire = data_wire_len(cfg.mtu, False)
 
     # -- requester -------------------------------------------------------------
     def _pick_ev(self, plane: int):

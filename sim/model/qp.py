@@ -192,7 +192,7 @@ class QpBase:
         self.state = RESET
         self.peer = None  # remote host
         self.dqpn = None
-        mtu_wire = data_wire_len(cfg.mtu, False)
+        mtu_wire = self._mtu_wire = data_wire_len(cfg.mtu, False)
         params = (cc_params or NsccParams(enabled=False, max_cwnd=1e18, min_cwnd=1.0))
         self.cc = Nscc(params, mtu_wire)
         # requester
@@ -295,8 +295,9 @@ class QpBase:
         mtu = self.cfg.mtu
         payload = min(mtu, wr.length - seg * mtu)
         opcode = segment_opcode(seg, wr.npkts, wr.imm is not None)
-        rec = TxRecord(idx, (self.sq_psn + idx) & PSN_MASK, wr, seg, opcode, payload,
-                       data_wire_len(payload, opcode in IMM_OPCODES))
+        wire = (self._mtu_wire if payload == mtu and opcode not in IMM_OPCODES
+                else data_wire_len(payload, opcode in IMM_OPCODES))
+        rec = TxRecord(idx, (self.sq_psn + idx) & PSN_MASK, wr, seg, opcode, payload, wire)
         wr.sent_pkts += 1
         self.records[idx] = rec
         self.nxt_idx = idx + 1
@@ -518,7 +519,6 @@ class MrcQp(QpBase):
         self.rack: deque = deque()  # (record, tx_count) in send order
         self.rack_time = -1.0
         self.rcv_bitmap = 0  # bit i: PSN rcv_psn + i received
-        self._mtu_wire = data_wire_len(cfg.mtu, False)
         self._probe_pending = False
         self._probe_seq = 0
 
