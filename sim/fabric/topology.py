@@ -80,7 +80,7 @@ class Link:
         "name", "gbps", "ns_per_byte", "prop_ns", "queue_bytes", "ecn_bytes", "trim",
         "up", "busy_until", "faults", "rng", "tx_packets", "tx_bytes", "drops_down",
         "drops_loss", "drops_overflow", "trims", "ecn_marks", "max_queue_bytes", "reorders",
-        "duplicates",
+        "duplicates", "down_count",
     )
 
     def __init__(self, name: str, gbps: float, prop_ns: float, queue_bytes: int,
@@ -93,6 +93,7 @@ class Link:
         self.ecn_bytes = ecn_bytes
         self.trim = trim
         self.up = True
+        self.down_count = 0  # outstanding down events (outages may overlap)
         self.busy_until = 0.0
         self.faults: LinkFaults | None = None
         # Per-link RNG seeded from the run seed and the link's name: adding a
@@ -357,5 +358,10 @@ class Fabric:
 
 
 def _set_up(arg) -> None:
+    """Down/up events nest: overlapping outages keep a link down until the last ends."""
     link, up = arg
-    link.up = up
+    if up:
+        link.down_count = max(0, link.down_count - 1)
+    else:
+        link.down_count += 1
+    link.up = link.down_count == 0

@@ -188,3 +188,16 @@ def test_fault_targets():
     assert fab.links({"name": "core.p0.k2.to.a"})[0].name == "core.p0.k2.to.a"
     with pytest.raises(ValueError):
         fab.links({"kind": "core", "to": "nobody"})
+
+
+def test_overlapping_outages_nest():
+    eng, fab, _ = make_fabric(paths_per_plane=1)
+    target = {"kind": "core", "path": 0, "to": "b"}
+    fab.schedule_down(target, 0.0, 5000.0)
+    fab.schedule_down(target, 1000.0, 17000.0)
+    (lk,) = fab.links(target)
+    states = []
+    for t in (500.0, 6000.0, 16000.0, 18000.0):
+        eng.at(t, lambda _: states.append(lk.up))
+    eng.run()
+    assert states == [False, False, False, True]
