@@ -44,11 +44,16 @@ class GbnQp(QpBase):
 
     # -- requester -------------------------------------------------------------
     def _pick_ev(self, plane: int):
-        evs = [ev for ev in self.evs.evs if ev.plane == plane and ev.state != "DENIED"]
-        if not evs:
+        usable = [ev for ev in self.evs.evs if ev.state != "DENIED"]
+        if not usable:
             return None
         if not self.spray:
-            return evs[0]
+            # RoCE: one source port for the QP's life, so one port and one path
+            ev = usable[0]
+            return ev if ev.plane == plane else None
+        evs = [ev for ev in usable if ev.plane == plane]
+        if not evs:
+            return None
         ev = evs[self._ev_rr % len(evs)]
         self._ev_rr += 1
         return ev

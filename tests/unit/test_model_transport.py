@@ -346,3 +346,12 @@ def test_plane_failure_moves_traffic_to_the_other_plane():
     late = {e for (t, _p, e, _r) in conn.requester.tx_log if t > max(
         ev.time_ns for ev in w.ev_events)}
     assert late and all(dict(evs)[e] == 0 for e in late)
+
+
+def test_roce_stays_on_one_plane():
+    evs = explicit_evs(range(0xC000, 0xC008), planes=2)
+    w, conn = make("gbn", evs=evs, planes=2, paths_per_plane=4)
+    posted = post(conn, [200000])
+    assert w.run_until_idle()
+    assert check_delivery(conn, posted) == []
+    assert {e for (_t, _p, e, _r) in conn.requester.tx_log} == {0xC000}
