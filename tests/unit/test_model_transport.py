@@ -355,3 +355,27 @@ def test_roce_stays_on_one_plane():
     assert w.run_until_idle()
     assert check_delivery(conn, posted) == []
     assert {e for (_t, _p, e, _r) in conn.requester.tx_log} == {0xC000}
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("transport", ["mrc", "gbn", "spray"])
+def test_soak_many_seeds(transport):
+    """Soak: 40 seeds of 2 MiB with loss, ACK loss, reordering, duplication and
+    a path outage, each checked for exact delivery and honest ACKs."""
+    for seed in range(40):
+        cfg = QpConfig(**{**FAST, "exp_cnt": 25, "start_psn": (PSN_MASK - 300 + seed * 7)
+                          & PSN_MASK})
+        w, conn = make(transport, seed=seed, cfg=cfg)
+        for link in w.fabric.links({"kind": "core", "to": "b"}):
+            f = link.fault()
+            f.loss, f.reorder_prob, f.reorder_ns, f.dup_prob = 0.02, 0.05, 4000.0, 0.02
+        for link in w.fabric.links({"kind": "core", "to": "a"}):
+            link.fault().loss = 0.02
+        w.fabric.schedule_down({"kind": "core", "path": seed % 8}, 30000.0, 90000.0)
+        audit = AckAudit(w)
+        posted = post(conn, [1 << 20, 700000, 300000, 48000], seed)
+        assert w.run_until_idle(max_time_ns=5e9), seed
+        assert check_delivery(conn, posted) == [], seed
+        assert audit.violations == [], seed
+        if transport == "mrc":
+            assert data_sent_on_bad_evs(w, [conn.requester]) == 0, seed
