@@ -233,6 +233,44 @@ class _Flow:
 
 def run_transport(setup: Setup, transport: str, *, faults: bool = True, progress=None,
                   capture: int = 0) -> dict:
+    """One transport on the scenario's fabric: the metrics of a report row."""
+    world, flows, failures, finished, wall, sample = _simulate(
+        setup, transport, faults=faults, progress=progress, capture=capture)
+    return _collect(setup, transport, world, flows, failures, finished, wall,
+                    world.fabric.packets_sent, sample)
+
+
+def scoreboard_run(path_or_name, transport: str = "mrc", quick: bool = False) -> dict:
+    """Run a scenario for one transport and return what a scoreboard compares,
+    as plain JSON-able data (see docs/model.md):
+
+    ``{"scenario", "seed", "transport", "finished", "sim_time_ns", "ev_events": [...],
+    "qps": [{"src", "dst", "requester_qpn", "responder_qpn", "start_psn",
+    "send_cq": [...], "recv_cq": [...], "retransmitted": [[time_ns, psn, ev, why], ...],
+    "stats": {...}, "final_state"}]}``; completions are ``Completion._asdict()``.
+    """
+    scn = load_scenario(path_or_name)
+    setup = Setup(scn, quick)
+    world, flows, _failures, finished, _wall, _sample = _simulate(setup, transport)
+    qps = []
+    for f in flows:
+        req, resp = f.conn.requester, f.conn.responder
+        qps.append({
+            "src": f.conn.src, "dst": f.conn.dst, "requester_qpn": req.qpn,
+            "responder_qpn": resp.qpn, "start_psn": req.sq_psn,
+            "send_cq": [c._asdict() for c in req.send_cq],
+            "recv_cq": [c._asdict() for c in resp.recv_cq],
+            "retransmitted": [list(r) for r in req.retx_log],
+            "stats": {"requester": dict(req.stats), "responder": dict(resp.stats)},
+            "final_state": req.state,
+        })
+    return {"scenario": scn["name"], "seed": scn.get("seed", 1), "transport": transport,
+            "finished": finished, "sim_time_ns": world.engine.now,
+            "ev_events": [e._asdict() for e in world.ev_events], "qps": qps}
+
+
+def _simulate(setup: Setup, transport: str, *, faults: bool = True, progress=None,
+              capture: int = 0):
     scn = setup.scn
     world = World(seed=scn.get("seed", 1), **setup.fabric_kw)
     for h in setup.hosts:
@@ -304,8 +342,7 @@ def run_transport(setup: Setup, transport: str, *, faults: bool = True, progress
     wall = time.process_time()
     finished = world.run_until_idle(max_time_ns=setup.max_time_ns, progress=progress)
     wall = time.process_time() - wall
-    return _collect(setup, transport, world, flows, failures, finished, wall,
-                    world.fabric.packets_sent, sample)
+    return world, flows, failures, finished, wall, sample
 
 
 def _snapshot(pkt, now, world) -> dict:

@@ -102,3 +102,20 @@ def test_full_benchmark_quick(tmp_path):
     text = model_bench.run(quick=True, outdir=str(tmp_path))
     assert "lossless goodput >= 0.97 of achievable | " in text
     assert "| 1 of 8 paths blackholed mid-transfer | MRC | yes |" in text
+
+
+def test_scoreboard_run_is_plain_and_deterministic(tmp_path):
+    from sim.mrcsim import scoreboard_run
+
+    path = tmp_path / "small.json"
+    path.write_text(json.dumps(SMALL))
+    a = scoreboard_run(str(path), "mrc")
+    assert json.loads(json.dumps(a)) == a  # plain data
+    assert a == scoreboard_run(str(path), "mrc")
+    (qp,) = a["qps"]
+    assert [c["wr_id"] for c in qp["send_cq"]] == list(range(12))
+    assert all(c["status"] == "SUCCESS" and c["byte_len"] == 65536 for c in qp["send_cq"])
+    assert [c["imm"] for c in qp["recv_cq"]] == list(range(12))
+    assert qp["retransmitted"] and {r[3] for r in qp["retransmitted"]} <= {"sack", "trim",
+                                                                          "timeout"}
+    assert any(e["new"] == "ASSUMED_BAD" for e in a["ev_events"])
