@@ -244,29 +244,6 @@ class RxParser(wiring.Component):
             }
         )
 
-    def _header_end(self, opcode):
-        """(header end offset, is a known opcode) as Values of the opcode."""
-        end = Signal(range(self.header_bytes + 1))
-        known = Signal()
-        with_imm = Cat(*[opcode == op for op in Opcode.WITH_IMM]).any()
-        write = Cat(*[opcode == op for op in Opcode.WRITES]).any()
-        ack = opcode == Opcode.ACKNOWLEDGE
-        probe = Cat(*[opcode == op for op in Opcode.PROBES]).any()
-        return (
-            end,
-            known,
-            [
-                end.eq(
-                    Mux(
-                        with_imm,
-                        OFF_IMMDT + IMMDT.size,
-                        Mux(ack, self.ack_header_end, OFF_EXT + max(RETH.size, PROBE.size)),
-                    )
-                ),
-                known.eq(write | ack | probe),
-            ],
-        )
-
     def elaborate(self, platform):
         m = Module()
         lanes = self.lanes
@@ -293,9 +270,7 @@ class RxParser(wiring.Component):
         flush_last = Signal()
 
         accept = Signal()
-        m.d.comb += [
-            accept.eq(axis.tvalid & axis.tready),
-        ]
+        m.d.comb += accept.eq(axis.tvalid & axis.tready)
 
         # Bytes of this beat: every beat but the last is full (packed stream).
         nbytes = Signal(range(lanes + 1))
@@ -314,8 +289,23 @@ class RxParser(wiring.Component):
         bth = BTH.unpack(_bytes(hdr, OFF_BTH, BTH.size))
         trimmed = Signal()
         m.d.comb += trimmed.eq(ip["dscp"] == trim_dscp)
-        header_end, opcode_known, stmts = self._header_end(bth["opcode"])
-        m.d.comb += stmts
+        opcode = bth["opcode"]
+        is_write = Cat(*[opcode == op for op in Opcode.WRITES]).any()
+        is_imm = Cat(*[opcode == op for op in Opcode.WITH_IMM]).any()
+        is_ack = opcode == Opcode.ACKNOWLEDGE
+        is_probe = Cat(*[opcode == op for op in Opcode.PROBES]).any()
+        opcode_known = Signal()
+        header_end = Signal(range(hdr_len + 1))  # = the payload offset
+        m.d.comb += [
+            opcode_known.eq(is_write | is_ack | is_probe),
+            header_end.eq(
+                Mux(
+                    is_imm,
+                    OFF_IMMDT + IMMDT.size,
+                    Mux(is_ack, self.ack_header_end, OFF_EXT + RETH.size),  # RETH or PROBE
+                )
+            ),
+        ]
 
         # Payload length from the UDP length, and the number of payload beats.
         # Headers from UDP to payload, then pad and ICRC.
@@ -455,7 +445,7 @@ class RxParser(wiring.Component):
         frame_need = Signal(range(hdr_len + ICRC_BYTES + 1))
         m.d.comb += frame_need.eq(header_end + Mux(trimmed, 0, ICRC_BYTES))
         fragment = (ip["flags"][0]) | (ip["frag_off"] != 0)
-        ack_width_bad = (bth["opcode"] == Opcode.ACKNOWLEDGE) & (
+        ack_width_bad = is_ack & (
             SACK.unpack(_bytes(hdr, OFF_SACK, SACK.size))["sack_words"] != self.sack_bits // 32
         )
         udp_need = header_end - OFF_UDP
@@ -501,11 +491,6 @@ class RxParser(wiring.Component):
                 m.d.sync += wr_ptr.eq(commit_ptr)
 
         # The record.
-        opcode = bth["opcode"]
-        is_write = Cat(*[opcode == op for op in Opcode.WRITES]).any()
-        is_imm = Cat(*[opcode == op for op in Opcode.WITH_IMM]).any()
-        is_ack = opcode == Opcode.ACKNOWLEDGE
-        is_probe = Cat(*[opcode == op for op in Opcode.PROBES]).any()
         record = Signal(ParsedHeader(self.sack_bits))
         m.d.comb += [
             record.eth_src.eq(eth["src"]),

@@ -620,21 +620,27 @@ async def test_random_mix(dut):
 
 
 @cocotb.test()
-async def test_output_stall(dut):
-    """With the outputs stalled the input stops (tready low), and nothing is lost."""
+@cocotb.parametrize(fills=["frame FIFO", "header FIFO"])
+async def test_output_stall(dut, fills):
+    """With the outputs stalled the input stops (tready low) once a FIFO is full;
+    released, everything comes out and nothing is lost."""
     tb = TB(dut)
     await tb.reset()
     tb.set_backpressure_generator(itertools.repeat(1), itertools.repeat(1))
     rng = random.Random(7)
-    frames = [(valid_frame(rng, L.OP_WRITE_MIDDLE, MAX_PAYLOAD), False) for _ in range(4)]
-    frames += [(valid_frame(rng, L.OP_WRITE_ONLY, 0), False) for _ in range(40)]
-    frames += [(valid_frame(rng, L.OP_WRITE_ONLY, 100), False) for _ in range(4)]
+    if fills == "frame FIFO":
+        frames = [(valid_frame(rng, L.OP_WRITE_MIDDLE, MAX_PAYLOAD), False) for _ in range(4)]
+        frames += [(valid_frame(rng, L.OP_WRITE_ONLY, 100), False) for _ in range(4)]
+    else:  # more records than the header FIFO holds, no payload at all
+        frames = [(valid_frame(rng, L.OP_WRITE_ONLY, 0), False) for _ in range(40)]
+        frames += [(valid_frame(rng, "trimmed"), False) for _ in range(4)]
     for f, u in frames:
         await tb.send(f, u)
-    await ClockCycles(dut.clk, 5 * sum(len(f) for f, _ in frames) // tb.lanes)
+    await ClockCycles(dut.clk, 3 * sum(len(f) for f, _ in frames) // tb.lanes)
     assert tb.tready_low > 0, "input never backpressured"
     assert len(tb.verdicts) < len(frames), "all frames taken with the outputs stalled"
-    tb.set_backpressure_generator(None)
+    assert not tb.hdr_sink.queue and not tb.payload_frames, "output moved while stalled"
+    tb.set_backpressure_generator(None, None)
     await tb.check(frames, [expect_frame(f, u) for f, u in frames])
 
 
@@ -692,7 +698,8 @@ def verilator_make_workaround() -> None:
         os.environ["MAKEFLAGS"] = f"{flags} CFG_CXXFLAGS_PCH_I=-include".strip()
 
 
-def run(data_width: int, **kwargs):
+def run(data_width: int, test_module: str = "tests.hw.test_rx_parser", **kwargs):
+    """Build (once per width) and run cocotb tests on RxParser; sim/parser_bench uses it too."""
     from sim.cocotb_runner import run_cocotb
 
     verilator_make_workaround()
@@ -702,7 +709,7 @@ def run(data_width: int, **kwargs):
             data_width=data_width, sack_bits=SACK_BITS, max_payload=MAX_PAYLOAD
         ),
         toplevel="rx_parser",
-        test_module="tests.hw.test_rx_parser",
+        test_module=test_module,
         **kwargs,
     )
 
