@@ -682,12 +682,15 @@ def _plots(setup: Setup, results: dict, out: Path) -> None:
         s = r["_series"]
         fig, ax = plt.subplots(figsize=(8, 4))
         t = axes_time(ax, s)
+        # a 5-bin moving average: one bin holds only a few packets per path
+        kernel = np.ones(5) / 5
         for p in range(s["per_path_gbps"].shape[0]):
             if s["per_path_gbps"][p].any():
-                ax.plot(t, s["per_path_gbps"][p], lw=0.8, label=f"path {p}")
+                ax.plot(t, np.convolve(s["per_path_gbps"][p], kernel, mode="same"), lw=0.8,
+                        label=f"path {p}")
         _mark_failures(ax, {tr: r})
         ax.set_xlabel("time (us)")
-        ax.set_ylabel("goodput (Gb/s)")
+        ax.set_ylabel(f"goodput (Gb/s, mean over {5 * s['bin_ns'] / 1000:g} us)")
         ax.set_title(f"{setup.scn['name']}: goodput per path, {TRANSPORT_NAMES.get(tr, tr)}")
         ax.legend(fontsize=7, ncol=4)
         fig.tight_layout()
