@@ -20,6 +20,7 @@ SCENARIOS = [
     ("loss_0p1", "random loss 0.1 %"),
     ("loss_1", "random loss 1 %"),
     ("loss_5", "random loss 5 %"),
+    ("loss_1_both", "random loss 1 %, both directions"),
     ("loss_1_long_rtt", "random loss 1 %, 5 us links (BDP ~90 packets)"),
     ("blackhole", "1 of 8 paths blackholed mid-transfer"),
     ("flap", "flapping path (50 us down / 50 us up)"),
