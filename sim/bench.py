@@ -16,7 +16,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 # name -> module with run() -> markdown section
-SECTIONS = {}
+SECTIONS = {
+    "parser": "sim.parser_bench",
+    "model": "sim.model_bench",
+}
 
 
 def _commit() -> str:
