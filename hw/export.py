@@ -12,6 +12,7 @@ from pathlib import Path
 # name of the Verilog top -> (module, class, constructor arguments)
 TOPS = {
     "axil_to_csr": ("hw.csr", "AXI4LiteToCSR", {}),
+    "axi_arbiter": ("hw.axi_arbiter", "AXI4Arbiter", {"num_masters": 3}),
     "rx_parser": ("hw.rx.parser", "RxParser", {"data_width": 64}),
     "rx_parser_w256": ("hw.rx.parser", "RxParser", {"data_width": 256}),
 }

@@ -1,0 +1,164 @@
+"""AXI4 N:1 arbiter: several DMA masters (TX, RX, reliability) share one AXI4 port.
+
+``AXI4Arbiter(num_masters, addr_width, data_width, id_width)``
+
+Interface
+---------
+``s{i}_axi``  In(AXI4Signature(addr_width, data_width, id_width)) for each
+              master i: slave ports, one per DMA engine.
+``m_axi``     Out(AXI4Signature(addr_width, data_width, id_width + index_bits)):
+              toward host memory. The granted master's index goes into the
+              top bits of AWID/ARID, and B and R responses are routed back by
+              those bits, so masters can keep several bursts in flight and R
+              beats of different masters may interleave.
+
+Write path: AW is granted round-robin among the masters with ``awvalid``; the
+grant's index enters a FIFO (``w_fifo_depth`` entries), and W beats are taken
+from the master at the head of that FIFO until ``wlast``, since AXI4 W beats
+carry no ID and must follow AW order. Read path: AR is granted round-robin.
+
+Latency: none added on any channel (AW/AR/W/B/R are combinational muxes).
+Throughput: one AW or AR per cycle; W and R one beat per cycle. A master with
+a request pending waits for at most ``num_masters - 1`` other grants.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.wiring import In, Out
+
+from .axi import AXI4Signature
+
+__all__ = ["AXI4Arbiter", "RoundRobin"]
+
+_AW = ("awaddr", "awlen", "awsize", "awburst", "awlock", "awcache", "awprot")
+_AR = ("araddr", "arlen", "arsize", "arburst", "arlock", "arcache", "arprot")
+_W = ("wdata", "wstrb", "wlast")
+
+
+class RoundRobin(wiring.Component):
+    """Round-robin grant among ``count`` requesters.
+
+    ``grant`` is the first requester after the one granted last; ``advance``
+    says the grant was used this cycle. A grant that is not used stays put on
+    the next cycle (``valid`` stays high as long as its requester holds its
+    request), because AXI forbids changing a presented AW/AR before it is
+    accepted. Combinational grant, no latency.
+    """
+
+    def __init__(self, count: int):
+        self.count = count
+        super().__init__(
+            {
+                "requests": In(count),
+                "advance": In(1),
+                "grant": Out(range(max(count, 2))),
+                "valid": Out(1),
+            }
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        last = Signal(range(max(self.count, 2)), init=self.count - 1)
+        held = Signal.like(self.grant)
+        holding = Signal()
+        scan = Signal.like(self.grant)
+        # Scan the positions after `last`; the nearest requester wins (assigned last).
+        for offset in reversed(range(1, self.count + 1)):
+            for start in range(self.count):
+                index = (start + offset) % self.count
+                with m.If((last == start) & self.requests[index]):
+                    m.d.comb += scan.eq(index)
+        m.d.comb += [
+            self.grant.eq(Mux(holding, held, scan)),
+            self.valid.eq(self.requests.any()),
+        ]
+        granted_up = self.requests.bit_select(self.grant, 1)
+        m.d.sync += [held.eq(self.grant), holding.eq(granted_up & ~self.advance)]
+        with m.If(self.advance & self.valid):
+            m.d.sync += last.eq(self.grant)
+        return m
+
+
+class AXI4Arbiter(wiring.Component):
+    def __init__(self, num_masters: int, addr_width: int = 64, data_width: int = 64,
+                 id_width: int = 4, w_fifo_depth: int = 4):
+        if num_masters < 1:
+            raise ValueError(f"num_masters must be at least 1, not {num_masters}")
+        self.num_masters = num_masters
+        self.index_bits = max(1, (num_masters - 1).bit_length())
+        self.id_width = id_width
+        self.w_fifo_depth = w_fifo_depth
+        members = {
+            f"s{i}_axi": In(AXI4Signature(addr_width, data_width, id_width))
+            for i in range(num_masters)
+        }
+        members["m_axi"] = Out(AXI4Signature(addr_width, data_width, id_width + self.index_bits))
+        super().__init__(members)
+
+    def slave(self, i):
+        return getattr(self, f"s{i}_axi")
+
+    def elaborate(self, platform):
+        m = Module()
+        n, mst = self.num_masters, self.m_axi
+        slaves = [self.slave(i) for i in range(n)]
+
+        # ---- AW: round-robin grant, index to the W FIFO ------------------------
+        m.submodules.aw_rr = aw_rr = RoundRobin(n)
+        m.submodules.w_order = w_order = SyncFIFO(width=self.index_bits, depth=self.w_fifo_depth)
+        m.d.comb += aw_rr.requests.eq(Cat(s.awvalid for s in slaves))
+        for i, s in enumerate(slaves):
+            with m.If(aw_rr.grant == i):
+                m.d.comb += [getattr(mst, f).eq(getattr(s, f)) for f in _AW]
+                m.d.comb += [
+                    mst.awid.eq(Cat(s.awid, Const(i, self.index_bits))),
+                    mst.awvalid.eq(s.awvalid & w_order.w_rdy),
+                    s.awready.eq(mst.awready & w_order.w_rdy),
+                ]
+        aw_fire = mst.awvalid & mst.awready
+        m.d.comb += [
+            aw_rr.advance.eq(aw_fire),
+            w_order.w_en.eq(aw_fire),
+            w_order.w_data.eq(aw_rr.grant),
+        ]
+
+        # ---- W: from the master at the head of the AW order --------------------
+        for i, s in enumerate(slaves):
+            with m.If(w_order.r_rdy & (w_order.r_data == i)):
+                m.d.comb += [getattr(mst, f).eq(getattr(s, f)) for f in _W]
+                m.d.comb += [mst.wvalid.eq(s.wvalid), s.wready.eq(mst.wready)]
+        m.d.comb += w_order.r_en.eq(mst.wvalid & mst.wready & mst.wlast)
+
+        # ---- B: routed by the ID's index bits -------------------------------------
+        b_index = mst.bid[self.id_width :]
+        for i, s in enumerate(slaves):
+            m.d.comb += [s.bid.eq(mst.bid[: self.id_width]), s.bresp.eq(mst.bresp)]
+            with m.If(b_index == i):
+                m.d.comb += [s.bvalid.eq(mst.bvalid), mst.bready.eq(s.bready)]
+
+        # ---- AR: round-robin grant ------------------------------------------------
+        m.submodules.ar_rr = ar_rr = RoundRobin(n)
+        m.d.comb += ar_rr.requests.eq(Cat(s.arvalid for s in slaves))
+        for i, s in enumerate(slaves):
+            with m.If(ar_rr.grant == i):
+                m.d.comb += [getattr(mst, f).eq(getattr(s, f)) for f in _AR]
+                m.d.comb += [
+                    mst.arid.eq(Cat(s.arid, Const(i, self.index_bits))),
+                    mst.arvalid.eq(s.arvalid),
+                    s.arready.eq(mst.arready),
+                ]
+        m.d.comb += ar_rr.advance.eq(mst.arvalid & mst.arready)
+
+        # ---- R: routed by the ID's index bits -------------------------------------
+        r_index = mst.rid[self.id_width :]
+        for i, s in enumerate(slaves):
+            m.d.comb += [
+                s.rid.eq(mst.rid[: self.id_width]),
+                s.rdata.eq(mst.rdata),
+                s.rresp.eq(mst.rresp),
+                s.rlast.eq(mst.rlast),
+            ]
+            with m.If(r_index == i):
+                m.d.comb += [s.rvalid.eq(mst.rvalid), mst.rready.eq(s.rready)]
+        return m
