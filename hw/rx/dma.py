@@ -1,0 +1,323 @@
+"""AXI4 write master for the receive path: payload placement and CQE writes.
+
+``RxDmaWriter`` takes write commands, in order, and the byte stream each one
+writes; it turns them into AXI4 INCR bursts with byte strobes and reports,
+per command, when every burst of it has its B response.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2, exact_log2
+
+from hw.axi import AXI_BURST_INCR, AXI_RESP_OKAY, AXI4Signature
+from hw.stream import Beat, check_data_width
+
+__all__ = ["CQE_BYTES", "DmaDone", "RxDmaWriter", "WriteCmd"]
+
+CQE_BYTES = 32
+
+
+class WriteCmd(data.StructLayout):
+    """One write: ``len`` bytes at ``addr``.
+
+    ``discard``: write nothing, only drain ``len > 0`` bytes of ``data``.
+    ``inline``: the bytes come from ``inline_data`` (a 32-byte CQE, byte 0 in
+    bits 7..0), not from ``data``. ``notify``: report on ``done`` with ``tag``.
+    """
+
+    def __init__(self, tag_width):
+        super().__init__(
+            {
+                "addr": unsigned(64),
+                "len": unsigned(16),
+                "discard": unsigned(1),
+                "inline": unsigned(1),
+                "notify": unsigned(1),
+                "tag": unsigned(tag_width),
+                "inline_data": unsigned(8 * CQE_BYTES),
+            }
+        )
+
+
+class DmaDone(data.StructLayout):
+    def __init__(self, tag_width):
+        super().__init__({"tag": unsigned(tag_width), "ok": unsigned(1)})
+
+
+class RxDmaWriter(wiring.Component):
+    """AXI4 write master: commands plus a lane-0 aligned byte stream in, bursts out.
+
+    Interface
+    ---------
+    ``cmd``   In(stream.Signature(WriteCmd)): writes, executed in order.
+    ``data``  In(stream.Signature(Beat(data_width))): the bytes of the
+              non-inline commands with ``len > 0``, byte 0 in lane 0, every
+              beat full but the one with ``last``. A command consumes beats up
+              to and including ``last``, whatever its ``len``: if the stream
+              ends early the rest of the write has its strobes off; if it runs
+              long the extra beats are drained. The stream can never make the
+              writer touch a byte outside ``[addr, addr + len)``.
+    ``done``  Out(stream.Signature(DmaDone)): one per ``notify`` command, in
+              command order, once every burst of it has its B response;
+              ``ok`` = 0 if any was not OKAY. A zero-length ``notify`` write
+              reports ``ok`` = 1 without touching the bus. ``done`` is buffered
+              ``max_outstanding`` deep and must be drained: the writer stalls B
+              while it is full.
+    ``m_axi`` Out(AXI4Signature(64, data_width, id_width)): writes only; reads
+              are tied off. One ID (0), so B responses come in order.
+
+    Bursts: INCR, full-width beats, never longer than ``min(4096, 256 x bytes
+    per beat)`` bytes and never across a boundary of that size, so never
+    across a 4 KiB page. Strobes cover exactly the bytes written.
+
+    Latency: AW and the first W beat 1 cycle after a command is taken.
+    Throughput: 1 W beat per cycle while ``data`` and ``wready`` allow; one
+    idle cycle between commands; up to ``max_outstanding`` commands wait for
+    their B responses while later ones are written.
+    """
+
+    def __init__(self, data_width=64, tag_width=4, id_width=4, max_outstanding=16):
+        check_data_width(data_width)
+        if max_outstanding < 2 or max_outstanding & (max_outstanding - 1):
+            raise ValueError(f"max_outstanding must be a power of two >= 2, not {max_outstanding}")
+        self.data_width = data_width
+        self.tag_width = tag_width
+        self.max_outstanding = max_outstanding
+        self.bpb = data_width // 8
+        self.boundary = min(4096, 256 * self.bpb)
+        super().__init__(
+            {
+                "cmd": In(stream.Signature(WriteCmd(tag_width))),
+                "data": In(stream.Signature(Beat(data_width))),
+                "done": Out(stream.Signature(DmaDone(tag_width))),
+                "m_axi": Out(AXI4Signature(64, data_width, id_width)),
+            }
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        axi = self.m_axi
+        dw, bpb, lb = self.data_width, self.bpb, exact_log2(self.bpb)
+        bnd = self.boundary
+        max_bursts = (65535 + bpb) // bnd + 2
+
+        # Reads are not used.
+        m.d.comb += [axi.arvalid.eq(0), axi.rready.eq(1)]
+        m.d.comb += [
+            axi.awid.eq(0),
+            axi.awsize.eq(lb),
+            axi.awburst.eq(AXI_BURST_INCR),
+            axi.awcache.eq(0b0011),
+            axi.awprot.eq(0b010),
+        ]
+
+        # B bookkeeping: one entry per AXI-writing or notifying command.
+        m.submodules.pending = pending = SyncFIFOBuffered(
+            width=self.tag_width + 2 + ceil_log2(max_bursts + 1), depth=self.max_outstanding
+        )
+        m.submodules.done_q = done_q = SyncFIFOBuffered(
+            width=self.tag_width + 1, depth=self.max_outstanding
+        )
+        pend_w = data.View(
+            data.StructLayout(
+                {
+                    "tag": unsigned(self.tag_width),
+                    "notify": unsigned(1),
+                    "valid": unsigned(1),
+                    "bursts": unsigned(ceil_log2(max_bursts + 1)),
+                }
+            ),
+            pending.w_data,
+        )
+        pend_r = data.View(pend_w.shape(), pending.r_data)
+
+        # ---- command stage: AW generation and W generation run side by side
+        cmd = Signal(WriteCmd(self.tag_width))
+        aw_addr = Signal(64)  # next burst start (byte address)
+        aw_left = Signal(17)  # bytes not yet covered by an AW
+        aw_busy = Signal()
+        bursts = Signal(range(max_bursts + 1))
+
+        w_busy = Signal()
+        drain = Signal()  # consuming input only
+        beat_addr = Signal(64)  # address of the W beat being emitted (aligned)
+        out_left = Signal(range(65536 // bpb + 3))  # W beats still to emit
+        in_left = Signal(range(65536 // bpb + 3))  # input beats still expected
+        in_ended = Signal()
+        first_beat = Signal()
+        shift = Signal(lb)
+        end_lane = Signal(lb)  # lane of the last byte written
+        prev = Signal(dw)
+        inline_buf = Signal(8 * CQE_BYTES)
+        inline_left = Signal(range(CQE_BYTES // min(bpb, CQE_BYTES) + 2))
+
+        idle = ~aw_busy & ~w_busy & ~drain
+
+        # Input mux: the payload stream or the inline CQE bytes.
+        in_valid = Signal()
+        in_data = Signal(dw)
+        in_last = Signal()
+        in_take = Signal()
+        with m.If(cmd.inline):
+            m.d.comb += [
+                in_valid.eq(1),
+                in_data.eq(inline_buf[: min(dw, 8 * CQE_BYTES)]),
+                in_last.eq(inline_left == 1),
+            ]
+        with m.Else():
+            m.d.comb += [
+                in_valid.eq(self.data.valid),
+                in_data.eq(self.data.payload.data),
+                in_last.eq(self.data.payload.last),
+                self.data.ready.eq(in_take),
+            ]
+        with m.If(in_take & cmd.inline):
+            if 8 * CQE_BYTES > dw:
+                m.d.sync += inline_buf.eq(inline_buf >> dw)
+            m.d.sync += inline_left.eq(inline_left - 1)
+
+        # Accept a command.
+        c = self.cmd.payload
+        c_shift = c.addr[:lb]
+        c_in_beats = (c.len + (bpb - 1)) >> lb
+        c_out_beats = (c.len + c_shift + (bpb - 1)) >> lb
+        with m.If(idle & self.cmd.valid & pending.w_rdy):
+            m.d.comb += self.cmd.ready.eq(1)
+            m.d.sync += [
+                cmd.eq(c),
+                aw_addr.eq(c.addr),
+                aw_left.eq(c.len),
+                bursts.eq(0),
+                beat_addr.eq(Cat(Const(0, lb), c.addr[lb:])),
+                out_left.eq(c_out_beats),
+                in_left.eq(Mux(c.inline, (CQE_BYTES + bpb - 1) // bpb, c_in_beats)),
+                in_ended.eq(0),
+                first_beat.eq(1),
+                shift.eq(c_shift),
+                end_lane.eq((c.addr + c.len - 1)[:lb]),
+                prev.eq(0),
+                inline_buf.eq(c.inline_data),
+                inline_left.eq((CQE_BYTES + bpb - 1) // bpb),
+            ]
+            with m.If(c.discard):
+                m.d.sync += drain.eq(c.len != 0)
+            with m.Else():
+                m.d.sync += [aw_busy.eq(c.len != 0), w_busy.eq(c.len != 0)]
+                with m.If((c.len == 0) & c.notify):
+                    # Nothing to write: report through the B queue to keep order.
+                    m.d.comb += [
+                        pending.w_en.eq(1),
+                        pend_w.tag.eq(c.tag),
+                        pend_w.notify.eq(1),
+                        pend_w.valid.eq(1),
+                        pend_w.bursts.eq(0),
+                    ]
+
+        # AW: one burst per cycle, split at the burst boundary.
+        room = Signal(range(bnd + 1))
+        chunk = Signal(17)
+        m.d.comb += [
+            room.eq(bnd - aw_addr[: exact_log2(bnd)]),
+            chunk.eq(Mux(aw_left < room, aw_left, room)),
+        ]
+        m.d.comb += [
+            axi.awaddr.eq(Cat(Const(0, lb), aw_addr[lb:])),
+            axi.awlen.eq(((aw_addr[:lb] + chunk + (bpb - 1)) >> lb) - 1),
+            axi.awvalid.eq(aw_busy),
+        ]
+        with m.If(aw_busy & axi.awready):
+            m.d.sync += [
+                aw_addr.eq(aw_addr + chunk),
+                aw_left.eq(aw_left - chunk),
+                bursts.eq(bursts + 1),
+            ]
+            with m.If(aw_left == chunk):
+                m.d.sync += aw_busy.eq(0)
+                m.d.comb += [
+                    pending.w_en.eq(1),
+                    pend_w.tag.eq(cmd.tag),
+                    pend_w.notify.eq(cmd.notify),
+                    pend_w.valid.eq(1),
+                    pend_w.bursts.eq(bursts + 1),
+                ]
+
+        # W: realign lane-0 input to the target address: each output beat is
+        # the current input beat shifted up by `shift` lanes over the top
+        # lanes of the previous one.
+        need_in = Signal()
+        m.d.comb += need_in.eq((in_left != 0) & ~in_ended)
+        cur = Mux(need_in, in_data, 0)
+        window = Cat(prev, cur)
+        strb = Signal(bpb)
+        lanes = Signal(bpb)
+        m.d.comb += lanes.eq(Const((1 << bpb) - 1, bpb))
+        lo_mask = Mux(first_beat, lanes << shift, lanes)
+        hi_mask = Mux(out_left == 1, lanes >> (~end_lane)[:lb], lanes)
+        # Beats whose input never came (stream ended early) write nothing.
+        m.d.comb += strb.eq(Mux(in_ended & (in_left != 0), 0, (lo_mask & hi_mask)[:bpb]))
+        sel = Signal(range(dw + 1))
+        m.d.comb += sel.eq(dw - 8 * shift)
+        m.d.comb += [
+            axi.wdata.eq(window.bit_select(sel, dw)),
+            axi.wstrb.eq(strb),
+            axi.wlast.eq(
+                (out_left == 1) | ((beat_addr + bpb)[: exact_log2(bnd)] == 0)
+            ),
+            axi.wvalid.eq(w_busy & (in_valid | ~need_in)),
+        ]
+        with m.If(w_busy & axi.wready & (in_valid | ~need_in)):
+            m.d.comb += in_take.eq(need_in)
+            m.d.sync += [
+                beat_addr.eq(beat_addr + bpb),
+                out_left.eq(out_left - 1),
+                first_beat.eq(0),
+                prev.eq(cur),
+            ]
+            with m.If(need_in):
+                m.d.sync += in_left.eq(in_left - 1)
+                with m.If(in_last):
+                    m.d.sync += in_ended.eq(1)
+            with m.If(out_left == 1):
+                m.d.sync += w_busy.eq(0)
+                # Input longer than the command says: drain the rest.
+                with m.If(~cmd.inline & ~in_ended & ~(need_in & in_last)):
+                    m.d.sync += drain.eq(1)
+
+        # Drain: consume input up to its last beat.
+        with m.If(drain):
+            m.d.comb += in_take.eq(in_valid)
+            with m.If(in_valid & in_last):
+                m.d.sync += drain.eq(0)
+
+        # B: count the bursts of the head entry; report notify commands.
+        b_count = Signal(range(max_bursts + 1))
+        b_err = Signal()
+        m.d.comb += done_q.w_data.eq(Cat(pend_r.tag, ~b_err))
+        with m.If(pending.r_rdy):
+            with m.If(pend_r.bursts == 0):
+                with m.If(done_q.w_rdy):
+                    m.d.comb += [pending.r_en.eq(1), done_q.w_en.eq(pend_r.notify)]
+                    m.d.comb += done_q.w_data.eq(Cat(pend_r.tag, Const(1, 1)))
+            with m.Elif(done_q.w_rdy):
+                m.d.comb += axi.bready.eq(1)
+                with m.If(axi.bvalid):
+                    err = b_err | (axi.bresp != AXI_RESP_OKAY)
+                    with m.If(b_count + 1 == pend_r.bursts):
+                        m.d.comb += [
+                            pending.r_en.eq(1),
+                            done_q.w_en.eq(pend_r.notify),
+                            done_q.w_data.eq(Cat(pend_r.tag, ~err)),
+                        ]
+                        m.d.sync += [b_count.eq(0), b_err.eq(0)]
+                    with m.Else():
+                        m.d.sync += [b_count.eq(b_count + 1), b_err.eq(err)]
+
+        done_r = data.View(DmaDone(self.tag_width), done_q.r_data)
+        m.d.comb += [
+            self.done.valid.eq(done_q.r_rdy),
+            self.done.payload.eq(done_r),
+            done_q.r_en.eq(self.done.ready),
+        ]
+        return m

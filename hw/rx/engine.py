@@ -1,0 +1,211 @@
+"""The receive engine: parser, validation, PSN window, placement, completions, ACKs."""
+
+from amaranth.hdl import Module
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out, connect, flipped
+
+from hw.axi import AXI4Signature
+from hw.csr import CSRBusSignature
+from hw.stream import AXIStreamSignature, Beat, check_data_width
+
+from .ackgen import RxAckBuilder
+from .cqe import RxCqeFormatter
+from .dma import RxDmaWriter
+from .parser import COUNTER_NAMES as PARSER_COUNTERS
+from .parser import ParsedHeader, RxParser
+from .regs import RxRegisters
+from .validate import VALIDATOR_COUNTERS, RxValidator
+from .window import WINDOW_COUNTERS, RxPsnWindow
+
+__all__ = ["RxEngine", "RxPipeline", "check_rx_params"]
+
+AXI_ID_WIDTH = 4
+
+
+def check_rx_params(*, data_width, num_qps, num_mrs, sack_bits, mpr_max, csr_addr_width):
+    """Raise a ValueError that says what to fix for an unsupported configuration."""
+    check_data_width(data_width)
+    if not isinstance(num_qps, int) or num_qps < 2 or num_qps & (num_qps - 1):
+        raise ValueError(f"num_qps must be a power of two >= 2, not {num_qps!r}")
+    if not isinstance(num_mrs, int) or not 1 <= num_mrs <= 96:
+        raise ValueError(f"num_mrs must be 1..96, not {num_mrs!r}")
+    if sack_bits not in (32, 64, 128, 256):
+        raise ValueError(f"sack_bits must be 32, 64, 128 or 256, not {sack_bits!r}")
+    if not isinstance(mpr_max, int) or mpr_max % 128 or not 128 <= mpr_max <= 32640:
+        raise ValueError(
+            f"mpr_max must be a multiple of 128 PSNs in 128..32640 (MPR x 128), not {mpr_max!r}"
+        )
+    if not isinstance(csr_addr_width, int) or not 13 <= csr_addr_width <= 32:
+        raise ValueError(f"csr_addr_width must be 13..32, not {csr_addr_width!r}")
+
+
+class RxPipeline(wiring.Component):
+    """Everything of the receive engine after the parser.
+
+    Takes the parser's ``hdr`` and ``payload`` streams (see ``RxParser``), so
+    it can be tested on records built from scapy packets without the parser.
+    Ports as ``RxEngine``, with ``hdr``/``payload`` in place of ``s_axis``,
+    plus ``parser_counters`` (In) and ``trim_dscp`` (Out) for the parser.
+
+    Blocks, in order: ``RxValidator`` (QP/peer/MR checks) -> ``RxPsnWindow``
+    (window, bitmap, completions, coalescing) -> ``RxDmaWriter`` (payload and
+    CQE writes; B responses come back to the window) and ``RxAckBuilder``
+    (ACK/NAK/probe-response frames). ``RxRegisters`` holds the tables.
+    """
+
+    def __init__(self, *, data_width=64, num_qps=16, num_mrs=16, sack_bits=64, mpr_max=1024,
+                 csr_addr_width=16, inflight=8, max_pending=8):
+        check_rx_params(data_width=data_width, num_qps=num_qps, num_mrs=num_mrs,
+                        sack_bits=sack_bits, mpr_max=mpr_max, csr_addr_width=csr_addr_width)
+        self.data_width, self.num_qps, self.num_mrs = data_width, num_qps, num_mrs
+        self.sack_bits, self.mpr_max, self.csr_addr_width = sack_bits, mpr_max, csr_addr_width
+        self.inflight, self.max_pending = inflight, max_pending
+        # Built here so that an impossible register map fails at construction.
+        self.regs = RxRegisters(num_qps=num_qps, num_mrs=num_mrs, sack_bits=sack_bits,
+                                mpr_max=mpr_max, csr_addr_width=csr_addr_width)
+        super().__init__(
+            {
+                "hdr": In(stream.Signature(ParsedHeader(sack_bits))),
+                "payload": In(stream.Signature(Beat(data_width))),
+                "csr": In(CSRBusSignature(csr_addr_width)),
+                "m_axi": Out(AXI4Signature(64, data_width, AXI_ID_WIDTH)),
+                "m_axis_ack": Out(AXIStreamSignature(data_width)),
+                "peer_ack": Out(stream.Signature(ParsedHeader(sack_bits))),
+                "parser_counters": In(data.ArrayLayout(32, len(PARSER_COUNTERS))),
+                "trim_dscp": Out(6, init=0x3F),
+            }
+        )
+
+    @property
+    def register_map(self):
+        return self.regs.map
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.regs = regs = self.regs
+        m.submodules.validator = val = RxValidator(
+            num_qps=self.num_qps, num_mrs=self.num_mrs, sack_bits=self.sack_bits)
+        m.submodules.window = win = RxPsnWindow(
+            num_qps=self.num_qps, sack_bits=self.sack_bits, mpr_max=self.mpr_max,
+            inflight=self.inflight, max_pending=self.max_pending)
+        m.submodules.dma = dma = RxDmaWriter(
+            self.data_width, tag_width=win.tag_bits, id_width=AXI_ID_WIDTH,
+            max_outstanding=max(16, 2 * self.inflight))
+        m.submodules.ackgen = ackgen = RxAckBuilder(self.data_width, self.sack_bits)
+        m.submodules.cqefmt = cqefmt = RxCqeFormatter(win.tag_bits)
+
+        connect(m, flipped(self.hdr), val.hdr)
+        connect(m, flipped(self.peer_ack), val.peer_ack)
+        connect(m, val.req, win.req)
+        connect(m, regs.init, win.init)
+        connect(m, flipped(self.payload), dma.data)
+        connect(m, dma.done, win.done)
+        connect(m, win.ack, ackgen.job)
+        connect(m, flipped(self.m_axis_ack), ackgen.m_axis)
+        connect(m, win.cqe, cqefmt.cqe)
+        connect(m, flipped(self.m_axi), dma.m_axi)
+        m.d.comb += [
+            regs.lookup_a.addr.eq(val.cfg_addr),
+            val.cfg.eq(regs.lookup_a.cfg),
+            regs.lookup_b.addr.eq(win.cfg_addr),
+            win.cfg.eq(regs.lookup_b.cfg),
+            val.mrs.eq(regs.mrs),
+            val.own_ip.eq(regs.own_ip),
+            ackgen.own_ip.eq(regs.own_ip),
+            ackgen.own_mac.eq(regs.own_mac),
+            regs.parser_counters.eq(self.parser_counters),
+            self.trim_dscp.eq(regs.trim_dscp),
+        ]
+        connect(m, flipped(self.csr), regs.csr)
+        for name in VALIDATOR_COUNTERS:
+            m.d.comb += getattr(regs.events, name).eq(getattr(val.counters, name))
+        for name in WINDOW_COUNTERS:
+            m.d.comb += getattr(regs.events, name).eq(getattr(win.counters, name))
+
+        # Write commands: completions first (they are rare and short), then
+        # placement. Completions are only issued after the B responses of
+        # every packet of their message, so they never overtake its data.
+        with m.If(cqefmt.cmd.valid):
+            m.d.comb += [
+                dma.cmd.valid.eq(1),
+                dma.cmd.payload.eq(cqefmt.cmd.payload),
+                cqefmt.cmd.ready.eq(dma.cmd.ready),
+            ]
+        with m.Else():
+            m.d.comb += [
+                dma.cmd.valid.eq(win.place.valid),
+                dma.cmd.payload.eq(win.place.payload),
+                win.place.ready.eq(dma.cmd.ready),
+            ]
+        return m
+
+
+class RxEngine(wiring.Component):
+    """MRC receive engine: MAC frames in; payload, CQEs and ACK frames out.
+
+    Parameters
+    ----------
+    data_width : 64..512, the MAC stream and AXI4 data width.
+    num_qps : QPs (a power of two); QPN i is table entry i.
+    num_mrs : memory regions in the MR table (1..96).
+    sack_bits : SACK bitmap width (32, 64, 128 or 256).
+    mpr_max : the largest responder window in PSNs (a multiple of 128, the
+        MPR unit); the bitmap ring per QP is the next power of two >=
+        ``mpr_max + sack_bits`` bits. Default 1024 (MPR 8).
+    csr_addr_width : CSR bus address bits; the register map must fit.
+
+    Interface
+    ---------
+    ``s_axis``      In(AXIStreamSignature(data_width)): frames from the MAC.
+    ``csr``         In(CSRBusSignature(csr_addr_width)): ``register_map``.
+    ``m_axi``       Out(AXI4Signature(64, data_width, 4)): payload and CQE
+                    writes; reads tied off.
+    ``m_axis_ack``  Out(AXIStreamSignature(data_width)): ACK, NAK and probe
+                    response frames, for the TX arbiter.
+    ``peer_ack``    Out(stream.Signature(ParsedHeader(sack_bits))): received
+                    ACK/NAK and probe-response headers, for the reliability
+                    block.
+
+    Latency: a packet's payload write starts about 10 cycles after its header
+    record leaves the parser. Throughput: 1 payload beat per cycle while the
+    AXI slave keeps up, with a few idle cycles per packet (docs/rx.md).
+    """
+
+    def __init__(self, *, data_width=64, num_qps=16, num_mrs=16, sack_bits=64, mpr_max=1024,
+                 csr_addr_width=16, max_payload=4096):
+        check_rx_params(data_width=data_width, num_qps=num_qps, num_mrs=num_mrs,
+                        sack_bits=sack_bits, mpr_max=mpr_max, csr_addr_width=csr_addr_width)
+        self.pipeline = RxPipeline(data_width=data_width, num_qps=num_qps, num_mrs=num_mrs,
+                                   sack_bits=sack_bits, mpr_max=mpr_max,
+                                   csr_addr_width=csr_addr_width)
+        self.data_width, self.sack_bits, self.max_payload = data_width, sack_bits, max_payload
+        super().__init__(
+            {
+                "s_axis": In(AXIStreamSignature(data_width, user_width=1)),
+                "csr": In(CSRBusSignature(csr_addr_width)),
+                "m_axi": Out(AXI4Signature(64, data_width, AXI_ID_WIDTH)),
+                "m_axis_ack": Out(AXIStreamSignature(data_width)),
+                "peer_ack": Out(stream.Signature(ParsedHeader(sack_bits))),
+            }
+        )
+
+    @property
+    def register_map(self):
+        return self.pipeline.register_map
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.parser = parser = RxParser(
+            data_width=self.data_width, sack_bits=self.sack_bits, max_payload=self.max_payload)
+        m.submodules.pipeline = pipe = self.pipeline
+        connect(m, flipped(self.s_axis), parser.s_axis)
+        connect(m, parser.hdr, pipe.hdr)
+        connect(m, parser.payload, pipe.payload)
+        connect(m, flipped(self.csr), pipe.csr)
+        connect(m, flipped(self.m_axi), pipe.m_axi)
+        connect(m, flipped(self.m_axis_ack), pipe.m_axis_ack)
+        connect(m, flipped(self.peer_ack), pipe.peer_ack)
+        m.d.comb += parser.trim_dscp.eq(pipe.trim_dscp)
+        for i, name in enumerate(PARSER_COUNTERS):
+            m.d.comb += pipe.parser_counters[i].eq(getattr(parser.counters, name))
+        return m

@@ -1,0 +1,129 @@
+"""Records passed between the blocks of the receive pipeline."""
+
+from amaranth.hdl import unsigned
+from amaranth.lib import data, enum
+
+__all__ = [
+    "AckJob",
+    "CqeJob",
+    "QpConfig",
+    "QpState",
+    "ReqKind",
+    "WindowReq",
+    "CQE_STATUS_SUCCESS",
+    "CQE_FLAG_PHASE",
+]
+
+CQE_STATUS_SUCCESS = 0
+CQE_FLAG_PHASE = 0x80
+
+
+class QpState(enum.Enum, shape=3):
+    """Verbs QP states, as written to ``QP_CTRL.state``."""
+
+    RESET = 0
+    INIT = 1
+    RTR = 2
+    RTS = 3
+    ERROR = 4
+
+
+class ReqKind(enum.Enum, shape=3):
+    """What the validator decided about a frame, for the PSN window engine."""
+
+    DATA = 0  # a WRITE from the bound peer into a registered region: window check next
+    TRIM = 1  # a trimmed WRITE from the bound peer: NAK TRIMMED if enabled
+    NAK = 2  # a WRITE from the bound peer that fails the MR check: NAK ``syndrome``
+    DROP = 3  # nothing to do but drain its payload
+    PROBE = 4  # an EV probe request from the bound peer: answer it
+
+
+class QpConfig(data.StructLayout):
+    """The host-written attributes of one QP (the ``QP_*`` registers)."""
+
+    def __init__(self):
+        super().__init__(
+            {
+                "state": QpState,
+                "trim_nack": unsigned(1),
+                "mpr": unsigned(8),
+                "ack_n": unsigned(8),
+                "ack_t": unsigned(16),
+                "peer_ip": unsigned(32),
+                "peer_qpn": unsigned(24),
+                "cq_base": unsigned(64),
+                "cq_log2": unsigned(5),
+                "cq_enable": unsigned(1),
+                "cq_cons": unsigned(16),
+            }
+        )
+
+
+class WindowReq(data.StructLayout):
+    """One parsed and validated frame, from the validator to the window engine."""
+
+    def __init__(self, qp_bits):
+        super().__init__(
+            {
+                "kind": ReqKind,
+                "syndrome": unsigned(8),
+                "qp": unsigned(qp_bits),
+                "psn": unsigned(24),
+                "opcode": unsigned(8),
+                "ackreq": unsigned(1),
+                "ce": unsigned(1),
+                "va": unsigned(64),
+                "payload_len": unsigned(16),
+                "dma_len": unsigned(32),
+                "imm": unsigned(32),
+                "ev": unsigned(16),
+                "mac": unsigned(48),
+                "probe_id": unsigned(32),
+                "probe_ev": unsigned(16),
+                "timestamp": unsigned(64),
+            }
+        )
+
+
+class AckJob(data.StructLayout):
+    """An ACK, NAK or probe response for the frame builder."""
+
+    def __init__(self, sack_bits):
+        super().__init__(
+            {
+                "probe": unsigned(1),
+                "syndrome": unsigned(8),
+                "psn": unsigned(24),
+                "dqpn": unsigned(24),
+                "msn": unsigned(24),
+                "cum_psn": unsigned(24),
+                "sack_base": unsigned(24),
+                "bitmap": unsigned(sack_bits),
+                "ece": unsigned(1),
+                "ce_count": unsigned(16),
+                "ev": unsigned(16),
+                "dst_mac": unsigned(48),
+                "dst_ip": unsigned(32),
+                "probe_id": unsigned(32),
+                "probe_ev": unsigned(16),
+                "timestamp": unsigned(64),
+            }
+        )
+
+
+class CqeJob(data.StructLayout):
+    """A receive completion and where it goes."""
+
+    def __init__(self):
+        super().__init__(
+            {
+                "addr": unsigned(64),
+                "msn": unsigned(24),
+                "byte_len": unsigned(32),
+                "imm": unsigned(32),
+                "qpn": unsigned(24),
+                "status": unsigned(8),
+                "opcode": unsigned(8),
+                "phase": unsigned(1),
+            }
+        )

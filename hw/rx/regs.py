@@ -1,0 +1,294 @@
+"""The receive engine's registers: QP table, MR table, addresses, counters."""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
+
+from hw.csr import CSRBusSignature, RegisterMap
+
+from .layouts import QpConfig
+from .parser import COUNTER_NAMES as PARSER_COUNTERS
+from .validate import VALIDATOR_COUNTERS, MrEntry
+from .window import WINDOW_COUNTERS
+
+__all__ = ["COUNTERS", "RX_TYPE_ID", "RX_VERSION", "RxRegisters", "rx_register_map"]
+
+RX_TYPE_ID = 0x0003
+RX_VERSION = 1
+COUNTERS = tuple(f"parser_{n}" for n in PARSER_COUNTERS) + VALIDATOR_COUNTERS + WINDOW_COUNTERS
+_COUNTER_DOC = {
+    "peer_frames": "ACK/NAK/probe-response frames passed to `peer_ack`",
+    "probe_requests": "probe requests from a bound peer (answered)",
+    "bad_qpn": "dropped: BTH DestQP >= number of QPs",
+    "not_for_us": "dropped: IPv4 destination is not `OWN_IP`",
+    "qp_state": "dropped: QP not in RTR or RTS",
+    "bad_source": "dropped: IPv4 source is not the QP's `PEER_IP`",
+    "bad_rkey": "NAK 0x62: no valid writable region with this R_Key",
+    "bad_bounds": "NAK 0x62: [VA, VA + payload length) not inside the region",
+    "placed": "data packets written and marked received",
+    "duplicate": "dropped and acknowledged: PSN already received or in flight",
+    "out_of_window": "dropped: PSN beyond the QP's window",
+    "wimm_full": "dropped: LAST packet with the pending-completion table full",
+    "dma_error": "dropped after a write answered other than OKAY",
+    "trimmed": "trimmed packets (NAK 0x70 sent if TRIM_NACK)",
+    "cqe_written": "receive completions written",
+    "cq_overflow": "receive completions lost: ring disabled or full",
+    "acks_sent": "ACK frames sent",
+    "naks_sent": "NAK frames sent",
+    "probes_answered": "probe responses sent",
+}
+
+QP_BASE = 0x1000
+QP_STRIDE = 0x40
+MR_BASE = 0x400
+MR_STRIDE = 0x20
+COUNTER_BASE = 0x100
+
+# Per-QP registers: (name, offset in the QP block, doc, fields)
+_QP_REGS = (
+    ("QP_CTRL", 0x00, "QP attributes", [
+        ("state", 0, 3, "0 RESET, 1 INIT, 2 RTR, 3 RTS, 4 ERROR; data is accepted in RTR and RTS"),
+        ("trim_nack", 3, 1, "TRIM_NACK capability: NAK 0x70 for a trimmed packet"),
+        ("mpr", 8, 8, "responder MPR, units of 128 PSNs; 0 or above mpr_max means mpr_max"),
+    ]),
+    ("QP_ACK", 0x04, "ACK coalescing", [
+        ("n", 0, 8, "ACK after this many placed packets (0 means 1)"),
+        ("t", 16, 16, "or this many cycles after the first unacknowledged one"),
+    ]),
+    ("QP_PEER_IP", 0x08, "IPv4 address of the bound peer; only it may write to this QP", []),
+    ("QP_PEER_QPN", 0x0C, "the peer's QPN: DestQP of the ACKs and probe responses", []),
+    ("QP_EPSN", 0x10, "write: initialise the expected PSN (cum_psn + 1), clear the "
+                      "receive bitmap, MSN, completion producer index and ACK state; "
+                      "read: the value last written", []),
+    ("QP_CQ_BASE_LO", 0x14, "receive completion ring base, bits 31:0 (32-byte aligned)", []),
+    ("QP_CQ_BASE_HI", 0x18, "receive completion ring base, bits 63:32", []),
+    ("QP_CQ_CTRL", 0x1C, "receive completion ring", [
+        ("log2_entries", 0, 5, "ring size 2^n CQEs of 32 bytes, n <= 15"),
+        ("enable", 31, 1, "write CQEs (else they are counted as cq_overflow)"),
+    ]),
+    ("QP_CQ_CONS", 0x20, "consumer index the host has read up to (16 bits, free-running)", []),
+)
+
+
+def rx_register_map(num_qps=16, num_mrs=16, next_offset=0) -> RegisterMap:
+    rmap = RegisterMap(
+        "rx",
+        RX_TYPE_ID,
+        RX_VERSION,
+        "Receive engine (hw/rx): addresses, memory regions, queue pairs, counters.",
+    )
+    rmap.add("ID", 0x00, "RO", "block identity", fields=[
+        ("version", 0, 16, f"{RX_VERSION}"), ("type", 16, 16, f"0x{RX_TYPE_ID:04x}")])
+    rmap.add("NEXT", 0x04, "RO", f"offset of the next register block, 0 if last ({next_offset:#x})")
+    rmap.add("PARAMS", 0x08, "RO", "build parameters", fields=[
+        ("log2_qps", 0, 4, "log2 of the number of QPs"),
+        ("mrs", 4, 8, "number of MR table entries"),
+        ("sack_words", 16, 8, "SACK bitmap width / 32"),
+        ("mpr_max", 24, 8, "largest window, units of 128 PSNs"),
+    ])
+    rmap.add("OWN_MAC_LO", 0x0C, "RW", "own MAC address bits 31:0 (source of ACKs)")
+    rmap.add("OWN_MAC_HI", 0x10, "RW", "own MAC address bits 47:32")
+    rmap.add("OWN_IP", 0x14, "RW", "own IPv4 address: frames to any other are dropped")
+    rmap.add("TRIM_DSCP", 0x18, "RW", "DSCP that marks a trimmed frame (reset 0x3F)")
+    for i, name in enumerate(COUNTERS):
+        doc = _COUNTER_DOC.get(name, f"parser verdict `{name[7:]}` (frames)")
+        rmap.add(f"CNT_{name.upper()}", COUNTER_BASE + 4 * i, "RO", f"count: {doc}")
+    mr_regs = (
+        ("MR_BASE_LO", 0x00, "region base address bits 31:0"),
+        ("MR_BASE_HI", 0x04, "region base address bits 63:32"),
+        ("MR_LENGTH", 0x08, "region length in bytes"),
+        ("MR_RKEY", 0x0C, "R_Key of the region"),
+        ("MR_ACCESS", 0x10, "bit 0 VALID, bit 1 REMOTE_WRITE; both are needed to write"),
+    )
+    for name, off, doc in mr_regs:
+        rmap.add(name, MR_BASE + off, "RW", doc, count=num_mrs, stride=MR_STRIDE)
+    for name, off, doc, fields in _QP_REGS:
+        rmap.add(name, QP_BASE + off, "RW", doc, count=num_qps, stride=QP_STRIDE, fields=fields)
+    return rmap
+
+
+class RxRegisters(wiring.Component):
+    """Register block of the receive engine (``rx_register_map``).
+
+    Interface
+    ---------
+    ``csr``         In(CSRBusSignature): the host side; reads answer the cycle
+                    after ``r_stb``.
+    ``lookup_a`` / ``lookup_b``: two QP configuration lookups, ``addr`` In,
+                    ``cfg`` Out one cycle later.
+    ``init``        Out(stream): (qp, epsn) on every write to ``QP_EPSN``.
+    ``mrs``         Out: the MR table.
+    ``own_mac``, ``own_ip``, ``trim_dscp``: Out.
+    ``events``      In: one-cycle strobes of the validator and window counters.
+    ``parser_counters`` In: the parser's own 32-bit counters.
+
+    The per-QP registers live in one memory each (``num_qps`` x 32 bits,
+    three read ports), the MR table and the counters in flip-flops.
+    """
+
+    def __init__(self, *, num_qps=16, num_mrs=16, sack_bits=64, mpr_max=1024,
+                 csr_addr_width=16, next_offset=0):
+        self.num_qps, self.num_mrs = num_qps, num_mrs
+        self.sack_bits, self.mpr_max = sack_bits, mpr_max
+        self.qp_bits = exact_log2(num_qps)
+        self.next_offset = next_offset
+        self.map = rx_register_map(num_qps, num_mrs, next_offset)
+        if self.map.size > 1 << csr_addr_width:
+            raise ValueError(
+                f"the rx register map needs {self.map.size:#x} bytes, more than "
+                f"csr_addr_width={csr_addr_width} addresses; use fewer QPs or a wider bus"
+            )
+        lookup = wiring.Signature({"addr": Out(self.qp_bits), "cfg": In(QpConfig())})
+        events = data.StructLayout({n: unsigned(1) for n in VALIDATOR_COUNTERS + WINDOW_COUNTERS})
+        super().__init__(
+            {
+                "csr": In(CSRBusSignature(csr_addr_width)),
+                "lookup_a": In(lookup),
+                "lookup_b": In(lookup),
+                "init": Out(stream.Signature(
+                    data.StructLayout({"qp": unsigned(self.qp_bits), "epsn": unsigned(24)}))),
+                "mrs": Out(data.ArrayLayout(MrEntry(), num_mrs)),
+                "own_mac": Out(48),
+                "own_ip": Out(32),
+                "trim_dscp": Out(6, init=0x3F),
+                "events": In(events),
+                "parser_counters": In(data.ArrayLayout(32, len(PARSER_COUNTERS))),
+            }
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        bus = self.csr
+        rmap = self.map
+        rd_value = Signal(32)  # flip-flop registers: latched on r_stb
+        rd_from_mem = Signal()
+        rd_mem_sel = Signal(range(len(_QP_REGS)))
+
+        qp_index = Signal(self.qp_bits)
+        in_qp = Signal()
+        reg_index = Signal(range(64))
+        off = bus.addr - QP_BASE
+        m.d.comb += [
+            in_qp.eq((bus.addr >= QP_BASE) & (off < self.num_qps * QP_STRIDE)),
+            qp_index.eq(off[exact_log2(QP_STRIDE):]),
+            reg_index.eq(off[2 : exact_log2(QP_STRIDE)]),
+        ]
+
+        # ---- per-QP memories
+        mems = {}
+        lookups = (self.lookup_a, self.lookup_b)
+        for name, offset, _, _ in _QP_REGS:
+            mem = Memory(shape=32, depth=self.num_qps, init=[])
+            m.submodules[name.lower()] = mem
+            wp = mem.write_port()
+            m.d.comb += [
+                wp.addr.eq(qp_index),
+                wp.data.eq(bus.w_data),
+                wp.en.eq(bus.w_stb & in_qp & (reg_index == offset // 4)),
+            ]
+            csr_rp = mem.read_port()
+            m.d.comb += csr_rp.addr.eq(qp_index)
+            ports = []
+            for lk in lookups:
+                rp = mem.read_port()
+                m.d.comb += rp.addr.eq(lk.addr)
+                ports.append(rp.data)
+            mems[name] = (csr_rp, ports)
+
+        for i, lk in enumerate(lookups):
+            def word(name, i=i):
+                return mems[name][1][i]
+            ctrl, ackr, cqc = word("QP_CTRL"), word("QP_ACK"), word("QP_CQ_CTRL")
+            m.d.comb += [
+                lk.cfg.state.eq(ctrl[0:3]),
+                lk.cfg.trim_nack.eq(ctrl[3]),
+                lk.cfg.mpr.eq(ctrl[8:16]),
+                lk.cfg.ack_n.eq(ackr[0:8]),
+                lk.cfg.ack_t.eq(ackr[16:32]),
+                lk.cfg.peer_ip.eq(word("QP_PEER_IP")),
+                lk.cfg.peer_qpn.eq(word("QP_PEER_QPN")[:24]),
+                lk.cfg.cq_base.eq(Cat(word("QP_CQ_BASE_LO"), word("QP_CQ_BASE_HI"))),
+                lk.cfg.cq_log2.eq(cqc[0:5]),
+                lk.cfg.cq_enable.eq(cqc[31]),
+                lk.cfg.cq_cons.eq(word("QP_CQ_CONS")[:16]),
+            ]
+
+        init_valid = Signal()
+        m.d.comb += self.init.valid.eq(init_valid)
+        with m.If(self.init.ready):
+            m.d.sync += init_valid.eq(0)
+        with m.If(bus.w_stb & in_qp & (reg_index == rmap["QP_EPSN"].offset % QP_STRIDE // 4)):
+            m.d.sync += [
+                init_valid.eq(1),
+                self.init.payload.qp.eq(qp_index),
+                self.init.payload.epsn.eq(bus.w_data[:24]),
+            ]
+
+        # ---- flip-flop registers
+        own_mac_lo = Signal(32)
+        own_mac_hi = Signal(16)
+        m.d.comb += self.own_mac.eq(Cat(own_mac_lo, own_mac_hi))
+        params = Cat(
+            Const(self.qp_bits, 4),
+            Const(self.num_mrs, 8),
+            Const(0, 4),
+            Const(self.sack_bits // 32, 8),
+            Const(self.mpr_max // 128, 8),
+        )
+        plain = {
+            "ID": (Const(RX_TYPE_ID << 16 | RX_VERSION, 32), None),
+            "NEXT": (Const(self.next_offset, 32), None),
+            "PARAMS": (params, None),
+            "OWN_MAC_LO": (own_mac_lo, own_mac_lo),
+            "OWN_MAC_HI": (own_mac_hi, own_mac_hi),
+            "OWN_IP": (self.own_ip, self.own_ip),
+            "TRIM_DSCP": (self.trim_dscp, self.trim_dscp),
+        }
+        for i, e in enumerate(self.mrs):
+            base = MR_BASE + i * MR_STRIDE
+            plain[base + 0x00] = (e.base[:32], e.base[:32])
+            plain[base + 0x04] = (e.base[32:], e.base[32:])
+            plain[base + 0x08] = (e.length, e.length)
+            plain[base + 0x0C] = (e.rkey, e.rkey)
+            plain[base + 0x10] = (e.access, e.access)
+
+        for i, name in enumerate(COUNTERS):
+            addr = COUNTER_BASE + 4 * i
+            if name.startswith("parser_"):
+                plain[addr] = (self.parser_counters[i], None)
+            else:
+                c = Signal(32, name=f"cnt_{name}")
+                with m.If(getattr(self.events, name)):
+                    m.d.sync += c.eq(c + 1)
+                plain[addr] = (c, None)
+
+        with m.If(bus.w_stb):
+            with m.Switch(bus.addr):
+                for key, (_, target) in plain.items():
+                    if target is not None:
+                        with m.Case(rmap[key].offset if isinstance(key, str) else key):
+                            m.d.sync += target.eq(bus.w_data[: len(target)])
+
+        qp_hole = Signal()
+        with m.If(bus.r_stb):
+            m.d.sync += [rd_value.eq(0), rd_from_mem.eq(0), qp_hole.eq(0)]  # unmapped: 0
+            with m.If(in_qp):
+                m.d.sync += [rd_from_mem.eq(1), qp_hole.eq(1)]
+                for k, (_, offset, _, _) in enumerate(_QP_REGS):
+                    with m.If(reg_index == offset // 4):
+                        m.d.sync += [rd_mem_sel.eq(k), qp_hole.eq(0)]
+            with m.Else():
+                with m.Switch(bus.addr):
+                    for key, (value, _) in plain.items():
+                        with m.Case(rmap[key].offset if isinstance(key, str) else key):
+                            m.d.sync += rd_value.eq(value)
+
+        mem_word = Signal(32)
+        with m.Switch(rd_mem_sel):
+            for k, (name, _, _, _) in enumerate(_QP_REGS):
+                with m.Case(k):
+                    m.d.comb += mem_word.eq(mems[name][0].data)
+        m.d.comb += bus.r_data.eq(Mux(rd_from_mem & ~qp_hole, mem_word, rd_value))
+        return m

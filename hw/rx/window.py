@@ -1,0 +1,618 @@
+"""The responder's per-QP PSN window: duplicate and window checks, the receive
+bitmap, the cumulative PSN, message completion and ACK coalescing.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2, exact_log2
+
+from hw.headers import Opcode
+
+from .dma import CQE_BYTES, DmaDone, WriteCmd
+from .layouts import CQE_STATUS_SUCCESS, AckJob, CqeJob, QpConfig, ReqKind, WindowReq
+
+__all__ = ["QpRxState", "RxPsnWindow", "WINDOW_COUNTERS", "ring_bits_for"]
+
+PSN_BITS = 24
+AETH_ACK = 0x1F
+NAK_TRIMMED = 0x70
+
+WINDOW_COUNTERS = (
+    "placed",
+    "duplicate",
+    "out_of_window",
+    "wimm_full",
+    "dma_error",
+    "trimmed",
+    "cqe_written",
+    "cq_overflow",
+    "acks_sent",
+    "naks_sent",
+    "probes_answered",
+)
+
+
+def ring_bits_for(mpr_max: int, sack_bits: int) -> int:
+    """Bits of receive bitmap per QP: the window plus one word, to a power of two."""
+    return 1 << ceil_log2(mpr_max + sack_bits)
+
+
+class QpRxState(data.StructLayout):
+    """What the window engine keeps per QP (one memory row)."""
+
+    def __init__(self):
+        super().__init__(
+            {
+                "epsn": unsigned(24),  # expected PSN = cum_psn + 1
+                "msn": unsigned(24),  # messages completed
+                "unacked": unsigned(8),  # packets placed since the last ACK
+                "ece": unsigned(1),
+                "ce_count": unsigned(16),
+                "armed": unsigned(1),  # ACK timer running
+                "deadline": unsigned(24),
+                "ev": unsigned(16),  # EV and MAC of the last frame from the peer
+                "mac": unsigned(48),
+                "cq_prod": unsigned(16),
+            }
+        )
+
+
+class _Pending(data.StructLayout):
+    # A LAST packet accepted but not yet passed by the cumulative PSN.
+    def __init__(self, qp_bits):
+        super().__init__(
+            {
+                "valid": unsigned(1),
+                "qp": unsigned(qp_bits),
+                "psn": unsigned(24),
+                "imm_flag": unsigned(1),
+                "opcode": unsigned(8),
+                "imm": unsigned(32),
+                "dma_len": unsigned(32),
+            }
+        )
+
+
+class _InFlight(data.StructLayout):
+    # A packet accepted and being written, not yet marked in the bitmap.
+    def __init__(self, qp_bits):
+        super().__init__(
+            {
+                "valid": unsigned(1),
+                "qp": unsigned(qp_bits),
+                "psn": unsigned(24),
+                "ackreq": unsigned(1),
+                "ce": unsigned(1),
+            }
+        )
+
+
+def _lowest_set(value, width):
+    """(any bit set, index of the lowest set bit) of ``value``."""
+    idx = Const(0, ceil_log2(width) or 1)
+    for i in reversed(range(width)):
+        idx = Mux(value[i], i, idx)
+    return value.any(), idx
+
+
+class RxPsnWindow(wiring.Component):
+    """Per-QP PSN window, completion and ACK-coalescing engine (the responder's state).
+
+    Interface
+    ---------
+    ``req``      In(stream.Signature(WindowReq)): validated frames, in order.
+    ``place``    Out(stream.Signature(WriteCmd)): exactly one command per
+                 ``req`` with ``payload_len > 0``, in ``req`` order: a write
+                 (``notify``, ``tag`` = in-flight slot) for an accepted packet,
+                 else a discard.
+    ``done``     In(stream.Signature(DmaDone)): the B verdict of each placed
+                 packet; only then is its PSN marked received.
+    ``ack``      Out(stream.Signature(AckJob)): ACKs, NAKs, probe responses.
+    ``cqe``      Out(stream.Signature(CqeJob)): receive completions.
+    ``cfg_addr`` / ``cfg``: a 1-cycle lookup into the QP configuration.
+    ``init``     In(stream.Signature(...)): (qp, epsn): clear the QP's bitmap
+                 and state and set its expected PSN (host writes ``QP_EPSN``).
+    ``own_qpn_base``: unused by the logic, kept for symmetry of the tests.
+    ``counters`` Out: a one-cycle strobe per ``WINDOW_COUNTERS`` event.
+
+    Window: a PSN ``p`` of QP q with expected PSN ``e`` (= cum_psn + 1) is
+    *new* when ``d = (p - e) mod 2^24`` is below the QP's window
+    ``min(MPR x 128, mpr_max)`` (MPR = 0 reads as ``mpr_max``) and its bit
+    is clear and it is not in flight; a *duplicate* when ``d >= 2^23`` (at
+    or before cum_psn) or its bit is set or it is in flight; *out of window*
+    otherwise. The bitmap of a QP is a ring of ``ring_bits`` bits indexed by
+    the low PSN bits, in words of ``sack_bits``; a word is cleared when the
+    cumulative PSN leaves it, so it is clean when the window reaches it again
+    and the ring is consistent across the 2^24 wrap.
+
+    Completion: every LAST/ONLY packet (with or without immediate) is held in
+    a table of ``max_pending`` entries from acceptance until the cumulative
+    PSN passes it; then MSN advances and, for a WITH_IMMEDIATE message, a CQE
+    is issued. Passing several at once completes them in PSN order. A LAST
+    packet finding the table full is dropped (counted ``wimm_full``) and
+    recovered by the sender like a loss.
+
+    ACK coalescing: after a placed packet, an ACK goes out when AckReq is set
+    or ``unacked`` reaches ``ACK_N`` (0 reads as 1); otherwise a timer of
+    ``ACK_T`` cycles starts at the first unacknowledged packet, and a scan
+    over the QPs sends the ACK once it expires. A duplicate is acknowledged
+    at once; a NAK is sent at once. Every ACK/NAK resets the coalescing state.
+
+    Latency (cycles, from the input being valid with the engine idle): check
+    3 (+1 to issue ``place``); mark 3, plus 2 per bitmap word the cumulative
+    PSN crosses, plus 1 per completion; an ACK adds 4. Throughput: one
+    operation at a time; a packet costs about 10 cycles of engine time, far
+    less than its payload takes on the datapath at any MTU >= 256.
+    """
+
+    def __init__(self, *, num_qps=16, sack_bits=64, mpr_max=1024, inflight=8, max_pending=8):
+        if num_qps < 2 or num_qps & (num_qps - 1) or num_qps > 4096:
+            raise ValueError(f"num_qps must be a power of two in 2..4096, not {num_qps!r}")
+        if sack_bits not in (32, 64, 128, 256):
+            raise ValueError(f"sack_bits must be 32, 64, 128 or 256, not {sack_bits!r}")
+        if mpr_max % 128 or not 128 <= mpr_max <= 32640:
+            raise ValueError(f"mpr_max must be a multiple of 128 in 128..32640, not {mpr_max!r}")
+        if inflight < 2 or inflight & (inflight - 1):
+            raise ValueError(f"inflight must be a power of two >= 2, not {inflight!r}")
+        if not 1 <= max_pending <= 64:
+            raise ValueError(f"max_pending must be 1..64, not {max_pending!r}")
+        self.num_qps = num_qps
+        self.qp_bits = exact_log2(num_qps)
+        self.sack_bits = sack_bits
+        self.mpr_max = mpr_max
+        self.inflight = inflight
+        self.max_pending = max_pending
+        self.ring_bits = ring_bits_for(mpr_max, sack_bits)
+        self.ring_words = self.ring_bits // sack_bits
+        self.tag_bits = exact_log2(inflight)
+        super().__init__(
+            {
+                "req": In(stream.Signature(WindowReq(self.qp_bits))),
+                "place": Out(stream.Signature(WriteCmd(self.tag_bits))),
+                "done": In(stream.Signature(DmaDone(self.tag_bits))),
+                "ack": Out(stream.Signature(AckJob(sack_bits))),
+                "cqe": Out(stream.Signature(CqeJob())),
+                "cfg_addr": Out(self.qp_bits),
+                "cfg": In(QpConfig()),
+                "init": In(
+                    stream.Signature(
+                        data.StructLayout({"qp": unsigned(self.qp_bits), "epsn": unsigned(24)})
+                    )
+                ),
+                "counters": Out(data.StructLayout({n: unsigned(1) for n in WINDOW_COUNTERS})),
+            }
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        W = self.sack_bits
+        lw = exact_log2(W)
+        lr = exact_log2(self.ring_words)
+        qpb = self.qp_bits
+        cnt = self.counters
+
+        m.submodules.qstate = qmem = Memory(shape=QpRxState(), depth=self.num_qps, init=[])
+        m.submodules.bitmap = bmem = Memory(
+            shape=unsigned(W), depth=self.num_qps * self.ring_words, init=[]
+        )
+        q_rd = qmem.read_port()
+        q_wr = qmem.write_port()
+        b_rd = bmem.read_port()
+        b_wr = bmem.write_port()
+
+        now = Signal(24)
+        m.d.sync += now.eq(now + 1)
+
+        # ---- the operation being worked on
+        qp = Signal(qpb)
+        rq = Signal(WindowReq(qpb))
+        qs = Signal(QpRxState())
+        cfg = Signal(QpConfig())
+        bm_word = Signal(lr)  # bitmap word index being read
+        word = Signal(W)  # bitmap word read
+        m.d.comb += [
+            q_rd.addr.eq(qp),
+            self.cfg_addr.eq(qp),
+            b_rd.addr.eq(Cat(bm_word, qp)),
+            q_wr.addr.eq(qp),
+            q_wr.data.eq(qs),
+            b_wr.addr.eq(Cat(bm_word, qp)),
+        ]
+
+        def widx(psn):
+            return psn[lw : lw + lr]
+
+        # ---- in-flight table: accepted packets between check and mark
+        inflight = [Signal(_InFlight(qpb), name=f"inflight{i}") for i in range(self.inflight)]
+        free_slot = Signal(self.tag_bits)
+        any_free = Signal()
+        for i in reversed(range(self.inflight)):
+            with m.If(~inflight[i].valid):
+                m.d.comb += [free_slot.eq(i), any_free.eq(1)]
+        in_flight_hit = Signal()
+        m.d.comb += in_flight_hit.eq(
+            Cat(*[(e.valid & (e.qp == rq.qp) & (e.psn == rq.psn)) for e in inflight]).any()
+        )
+
+        # ---- pending LAST packets
+        pend = [Signal(_Pending(qpb), name=f"pending{i}") for i in range(self.max_pending)]
+        pend_free = Signal(range(self.max_pending))
+        pend_any_free = Signal()
+        for i in reversed(range(self.max_pending)):
+            with m.If(~pend[i].valid):
+                m.d.comb += [pend_free.eq(i), pend_any_free.eq(1)]
+
+        # ---- outputs are registers, each emptied by its consumer
+        place_valid = Signal()
+        place_cmd = Signal(WriteCmd(self.tag_bits))
+        m.d.comb += [self.place.valid.eq(place_valid), self.place.payload.eq(place_cmd)]
+        with m.If(self.place.ready):
+            m.d.sync += place_valid.eq(0)
+        ack_valid = Signal()
+        ack_job = Signal(AckJob(W))
+        m.d.comb += [self.ack.valid.eq(ack_valid), self.ack.payload.eq(ack_job)]
+        with m.If(self.ack.ready):
+            m.d.sync += ack_valid.eq(0)
+        cqe_valid = Signal()
+        cqe_job = Signal(CqeJob())
+        m.d.comb += [self.cqe.valid.eq(cqe_valid), self.cqe.payload.eq(cqe_job)]
+        with m.If(self.cqe.ready):
+            m.d.sync += cqe_valid.eq(0)
+
+        # ---- derived values of the loaded state
+        d = Signal(24)
+        m.d.comb += d.eq(rq.psn - qs.epsn)
+        window = Signal(range(self.mpr_max + 1))
+        mpr_psns = Cat(Const(0, 7), cfg.mpr)
+        m.d.comb += window.eq(
+            Mux((cfg.mpr == 0) | (mpr_psns > self.mpr_max), self.mpr_max, mpr_psns)
+        )
+        bit_set = Signal()
+        m.d.comb += bit_set.eq(word.bit_select(rq.psn[:lw], 1))
+        is_last = Signal()
+        m.d.comb += is_last.eq(
+            Cat(*[rq.opcode == op for op in (
+                Opcode.WRITE_LAST, Opcode.WRITE_LAST_IMM, Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM
+            )]).any()
+        )
+        has_imm = (rq.opcode == Opcode.WRITE_LAST_IMM) | (rq.opcode == Opcode.WRITE_ONLY_IMM)
+        ack_every = Mux(cfg.ack_n == 0, 1, cfg.ack_n)
+
+        # ACK building: syndrome and BTH PSN of the ACK/NAK to send.
+        ack_syn = Signal(8)
+        ack_psn = Signal(24)
+        w0 = Signal(W)
+
+        # Advance bookkeeping
+        adv_from = Signal(24)  # epsn before the advance
+        mark_ackreq = Signal()
+        mark_ce = Signal()
+
+        # Scan
+        scan_qp = Signal(qpb)
+        ops_since_scan = Signal(2)
+
+        # Pending-LAST selection for completion: the hit with the smallest offset.
+        adv_len = Signal(24)
+        m.d.comb += adv_len.eq(qs.epsn - adv_from)
+        sel_any = Signal()
+        sel_idx = Signal(range(self.max_pending))
+        best = Const(0xFFFFFF, 24)
+        found = Const(0, 1)
+        for i, e in enumerate(pend):
+            off = Signal(24, name=f"pend_off{i}")
+            m.d.comb += off.eq(e.psn - adv_from)
+            hit = e.valid & (e.qp == qp) & (off < adv_len)
+            better = hit & (~found | (off < best))
+            best = Mux(better, off, best)
+            found = found | hit
+            with m.If(better):
+                m.d.comb += sel_idx.eq(i)
+        m.d.comb += sel_any.eq(found)
+        sel = Signal(_Pending(qpb))
+        m.d.comb += sel.eq(Cat(*pend).word_select(sel_idx, len(Cat(pend[0]))))
+
+        init_word = Signal(lr + 1)
+
+        with m.FSM(name="window"):
+            with m.State("IDLE"):
+                start_check = (
+                    self.req.valid
+                    & ~place_valid
+                    & ((self.req.payload.kind != ReqKind.DATA) | any_free)
+                )
+                scan_due = ops_since_scan == 3
+                with m.If(self.init.valid):
+                    m.d.comb += self.init.ready.eq(1)
+                    m.d.sync += [
+                        qp.eq(self.init.payload.qp),
+                        qs.eq(0),
+                        qs.epsn.eq(self.init.payload.epsn),
+                        init_word.eq(0),
+                    ]
+                    for e in pend:
+                        with m.If(e.qp == self.init.payload.qp):
+                            m.d.sync += e.valid.eq(0)
+                    m.next = "INIT"
+                with m.Elif(self.done.valid & ~scan_due):
+                    m.d.comb += self.done.ready.eq(1)
+                    m.d.sync += ops_since_scan.eq(ops_since_scan + 1)
+                    slot = Signal(_InFlight(qpb))
+                    m.d.comb += slot.eq(Cat(*inflight).word_select(
+                        self.done.payload.tag, len(Cat(inflight[0]))))
+                    for i, e in enumerate(inflight):
+                        with m.If(self.done.payload.tag == i):
+                            m.d.sync += e.valid.eq(0)
+                    m.d.sync += [
+                        qp.eq(slot.qp),
+                        rq.psn.eq(slot.psn),
+                        mark_ackreq.eq(slot.ackreq),
+                        mark_ce.eq(slot.ce),
+                        bm_word.eq(widx(slot.psn)),
+                    ]
+                    with m.If(self.done.payload.ok):
+                        m.next = "MARK_RD"
+                    with m.Else():
+                        m.d.comb += cnt.dma_error.eq(1)
+                        for e in pend:
+                            with m.If((e.qp == slot.qp) & (e.psn == slot.psn)):
+                                m.d.sync += e.valid.eq(0)
+                with m.Elif(start_check & ~scan_due):
+                    m.d.comb += self.req.ready.eq(1)
+                    m.d.sync += ops_since_scan.eq(ops_since_scan + 1)
+                    m.d.sync += [
+                        rq.eq(self.req.payload),
+                        qp.eq(self.req.payload.qp),
+                        bm_word.eq(widx(self.req.payload.psn)),
+                    ]
+                    m.next = "CHECK_RD"
+                with m.Else():
+                    m.d.sync += [qp.eq(scan_qp), scan_qp.eq(scan_qp + 1), ops_since_scan.eq(0)]
+                    m.next = "SCAN_RD"
+
+            with m.State("INIT"):
+                m.d.comb += [b_wr.en.eq(1), b_wr.data.eq(0)]
+                m.d.sync += [bm_word.eq(bm_word + 1), init_word.eq(init_word + 1)]
+                m.d.comb += b_wr.addr.eq(Cat(init_word[:lr], qp))
+                with m.If(init_word == self.ring_words - 1):
+                    m.d.comb += q_wr.en.eq(1)
+                    m.next = "IDLE"
+
+            # ---- check: duplicate, window, then place or discard
+            with m.State("CHECK_RD"):
+                m.next = "CHECK"
+            with m.State("CHECK"):
+                m.d.sync += [qs.eq(q_rd.data), cfg.eq(self.cfg), word.eq(b_rd.data)]
+                m.next = "CHECK_X"
+            with m.State("CHECK_X"):
+                discard = Signal()
+                m.d.comb += discard.eq(rq.payload_len != 0)
+                m.d.sync += [
+                    place_cmd.addr.eq(rq.va),
+                    place_cmd.len.eq(rq.payload_len),
+                    place_cmd.discard.eq(1),
+                    place_cmd.notify.eq(0),
+                    place_cmd.inline.eq(0),
+                    place_cmd.tag.eq(free_slot),
+                    ack_syn.eq(AETH_ACK),
+                    ack_psn.eq(rq.psn),
+                ]
+                with m.Switch(rq.kind):
+                    with m.Case(ReqKind.DATA):
+                        # Remember where the peer's frames come from, for ACKs.
+                        m.d.sync += [qs.ev.eq(rq.ev), qs.mac.eq(rq.mac)]
+                        with m.If(d[23] | bit_set | in_flight_hit):
+                            m.d.comb += cnt.duplicate.eq(1)
+                            m.d.sync += place_valid.eq(discard)
+                            m.next = "ACK0"
+                        with m.Elif(d >= window):
+                            m.d.comb += cnt.out_of_window.eq(1)
+                            m.d.sync += place_valid.eq(discard)
+                            m.next = "WRITEBACK"
+                        with m.Elif(is_last & ~pend_any_free):
+                            m.d.comb += cnt.wimm_full.eq(1)
+                            m.d.sync += place_valid.eq(discard)
+                            m.next = "WRITEBACK"
+                        with m.Else():
+                            # Accepted: in flight until its B response.
+                            for i, e in enumerate(inflight):
+                                with m.If(free_slot == i):
+                                    m.d.sync += [
+                                        e.valid.eq(1),
+                                        e.qp.eq(rq.qp),
+                                        e.psn.eq(rq.psn),
+                                        e.ackreq.eq(rq.ackreq),
+                                        e.ce.eq(rq.ce),
+                                    ]
+                            with m.If(is_last):
+                                for i, e in enumerate(pend):
+                                    with m.If(pend_free == i):
+                                        m.d.sync += [
+                                            e.valid.eq(1),
+                                            e.qp.eq(rq.qp),
+                                            e.psn.eq(rq.psn),
+                                            e.imm_flag.eq(has_imm),
+                                            e.opcode.eq(rq.opcode),
+                                            e.imm.eq(rq.imm),
+                                            e.dma_len.eq(rq.dma_len),
+                                        ]
+                            m.d.sync += [
+                                place_valid.eq(1),
+                                place_cmd.discard.eq(0),
+                                place_cmd.notify.eq(1),
+                            ]
+                            m.next = "WRITEBACK"
+                    with m.Case(ReqKind.TRIM):
+                        m.d.comb += cnt.trimmed.eq(1)
+                        m.d.sync += [qs.ev.eq(rq.ev), qs.mac.eq(rq.mac), place_valid.eq(discard)]
+                        with m.If(cfg.trim_nack):
+                            m.d.sync += ack_syn.eq(NAK_TRIMMED)
+                            m.next = "ACK0"
+                        with m.Else():
+                            m.next = "WRITEBACK"
+                    with m.Case(ReqKind.NAK):
+                        m.d.sync += [
+                            qs.ev.eq(rq.ev),
+                            qs.mac.eq(rq.mac),
+                            place_valid.eq(discard),
+                            ack_syn.eq(rq.syndrome),
+                        ]
+                        m.next = "ACK0"
+                    with m.Case(ReqKind.PROBE):
+                        m.d.sync += place_valid.eq(discard)
+                        m.next = "PROBE"
+                    with m.Default():
+                        m.d.sync += place_valid.eq(discard)
+                        m.next = "IDLE"
+
+            with m.State("PROBE"):
+                with m.If(~ack_valid):
+                    m.d.comb += cnt.probes_answered.eq(1)
+                    m.d.sync += [
+                        ack_valid.eq(1),
+                        ack_job.eq(0),
+                        ack_job.probe.eq(1),
+                        ack_job.dqpn.eq(cfg.peer_qpn),
+                        ack_job.ev.eq(rq.ev),
+                        ack_job.dst_mac.eq(rq.mac),
+                        ack_job.dst_ip.eq(cfg.peer_ip),
+                        ack_job.probe_id.eq(rq.probe_id),
+                        ack_job.probe_ev.eq(rq.probe_ev),
+                        ack_job.timestamp.eq(rq.timestamp),
+                    ]
+                    m.next = "IDLE"
+
+            # ---- mark: set the bit, advance the cumulative PSN, complete
+            with m.State("MARK_RD"):
+                m.next = "MARK"
+            with m.State("MARK"):
+                m.d.comb += cnt.placed.eq(1)
+                new_word = b_rd.data | (Const(1, W) << rq.psn[:lw])
+                m.d.comb += [b_wr.en.eq(1), b_wr.data.eq(new_word)]
+                m.d.sync += [
+                    qs.eq(q_rd.data),
+                    cfg.eq(self.cfg),
+                    adv_from.eq(q_rd.data.epsn),
+                    bm_word.eq(widx(q_rd.data.epsn)),
+                ]
+                with m.If(rq.psn == q_rd.data.epsn):
+                    m.next = "ADV_RD"
+                with m.Else():
+                    m.next = "COALESCE"
+            with m.State("ADV_RD"):
+                m.next = "ADV"
+            with m.State("ADV"):
+                b = qs.epsn[:lw]
+                holes = Signal(W)
+                m.d.comb += holes.eq(~b_rd.data & (Const((1 << W) - 1, W) << b))
+                any_hole, first_hole = _lowest_set(holes, W)
+                with m.If(any_hole):
+                    m.d.sync += qs.epsn.eq(qs.epsn + (first_hole - b))
+                    m.next = "COMPLETE"
+                with m.Else():
+                    # Every PSN left in this word is in: retire the word.
+                    m.d.comb += [b_wr.en.eq(1), b_wr.data.eq(0)]
+                    m.d.sync += [qs.epsn.eq(qs.epsn + (W - b)), bm_word.eq(bm_word + 1)]
+                    m.next = "ADV_RD"
+            with m.State("COMPLETE"):
+                with m.If(~sel_any):
+                    m.next = "COALESCE"
+                with m.Elif(~cqe_valid):
+                    msn = qs.msn + 1
+                    m.d.sync += qs.msn.eq(msn)
+                    for i, e in enumerate(pend):
+                        with m.If(sel_idx == i):
+                            m.d.sync += e.valid.eq(0)
+                    with m.If(sel.imm_flag):
+                        ring = Const(1, 17) << cfg.cq_log2
+                        full = (qs.cq_prod - cfg.cq_cons)[:16] >= ring
+                        with m.If(~cfg.cq_enable | full):
+                            m.d.comb += cnt.cq_overflow.eq(1)
+                        with m.Else():
+                            m.d.comb += cnt.cqe_written.eq(1)
+                            slot_idx = (qs.cq_prod & (ring - 1))[:16]
+                            m.d.sync += [
+                                cqe_valid.eq(1),
+                                cqe_job.addr.eq(cfg.cq_base + slot_idx * CQE_BYTES),
+                                cqe_job.msn.eq(msn),
+                                cqe_job.byte_len.eq(sel.dma_len),
+                                cqe_job.imm.eq(sel.imm),
+                                cqe_job.qpn.eq(qp),
+                                cqe_job.status.eq(CQE_STATUS_SUCCESS),
+                                cqe_job.opcode.eq(sel.opcode),
+                                # 1 on the first pass over the ring, flipping on every wrap.
+                                cqe_job.phase.eq(~(qs.cq_prod >> cfg.cq_log2)[0]),
+                                qs.cq_prod.eq(qs.cq_prod + 1),
+                            ]
+            with m.State("COALESCE"):
+                # ECN echo covers the packets placed since the last ACK.
+                with m.If(mark_ce):
+                    m.d.sync += [
+                        qs.ece.eq(1),
+                        qs.ce_count.eq(Mux(qs.ce_count == 0xFFFF, 0xFFFF, qs.ce_count + 1)),
+                    ]
+                unacked = qs.unacked + 1
+                m.d.sync += qs.unacked.eq(Mux(qs.unacked == 0xFF, 0xFF, unacked))
+                with m.If(mark_ackreq | (unacked >= ack_every)):
+                    m.d.sync += [ack_syn.eq(AETH_ACK), ack_psn.eq(qs.epsn - 1)]
+                    m.next = "ACK0"
+                with m.Else():
+                    with m.If(~qs.armed):
+                        m.d.sync += [qs.armed.eq(1), qs.deadline.eq(now + cfg.ack_t)]
+                    m.next = "WRITEBACK"
+
+            with m.State("WRITEBACK"):
+                m.d.comb += q_wr.en.eq(1)
+                m.next = "IDLE"
+
+            # ---- timer scan
+            with m.State("SCAN_RD"):
+                m.next = "SCAN"
+            with m.State("SCAN"):
+                m.d.sync += [qs.eq(q_rd.data), cfg.eq(self.cfg)]
+                expired = ~(now - q_rd.data.deadline)[23]
+                with m.If(q_rd.data.armed & expired & (q_rd.data.unacked != 0)):
+                    m.d.sync += [ack_syn.eq(AETH_ACK), ack_psn.eq(q_rd.data.epsn - 1)]
+                    m.next = "ACK0"
+                with m.Else():
+                    m.next = "IDLE"
+
+            # ---- ACK/NAK: read the two bitmap words from the expected PSN on
+            with m.State("ACK0"):
+                m.d.sync += bm_word.eq(widx(qs.epsn))
+                m.next = "ACK1"
+            with m.State("ACK1"):
+                m.d.sync += bm_word.eq(bm_word + 1)
+                m.next = "ACK2"
+            with m.State("ACK2"):
+                m.d.sync += w0.eq(b_rd.data)
+                m.next = "ACK3"
+            with m.State("ACK3"):
+                with m.If(~ack_valid):
+                    is_ack = ack_syn == AETH_ACK
+                    m.d.comb += [cnt.acks_sent.eq(is_ack), cnt.naks_sent.eq(~is_ack)]
+                    bitmap = Cat(w0, b_rd.data) >> qs.epsn[:lw]
+                    m.d.sync += [
+                        ack_valid.eq(1),
+                        ack_job.eq(0),
+                        ack_job.syndrome.eq(ack_syn),
+                        ack_job.psn.eq(Mux(is_ack, qs.epsn - 1, ack_psn)),
+                        ack_job.dqpn.eq(cfg.peer_qpn),
+                        ack_job.msn.eq(qs.msn),
+                        ack_job.cum_psn.eq(qs.epsn - 1),
+                        ack_job.sack_base.eq(qs.epsn),
+                        ack_job.bitmap.eq(bitmap[:W]),
+                        ack_job.ece.eq(qs.ece),
+                        ack_job.ce_count.eq(qs.ce_count),
+                        ack_job.ev.eq(qs.ev),
+                        ack_job.dst_mac.eq(qs.mac),
+                        ack_job.dst_ip.eq(cfg.peer_ip),
+                        qs.unacked.eq(0),
+                        qs.ece.eq(0),
+                        qs.ce_count.eq(0),
+                        qs.armed.eq(0),
+                    ]
+                    m.next = "WRITEBACK"
+        return m
