@@ -1,0 +1,208 @@
+"""Send completions: read the WQE's wr_id from the SQ ring, write the CQE to the send CQ ring."""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from hw.axi import AXI_BURST_INCR, AXI_RESP_OKAY, AXI4Signature
+
+__all__ = ["CompletionRequest", "CompletionWriter", "DmaConfig", "WQE_BYTES", "CQE_BYTES"]
+
+WQE_BYTES = 64
+CQE_BYTES = 32
+WQE_USED_BYTES = 0x28  # opcode .. length: what a CQE needs
+
+
+def CompletionRequest(num_qps):
+    # clear = 1: the QP was reset, its CQ producer index goes back to 0 (no CQE)
+    return data.StructLayout(
+        {"qpn": range(num_qps), "wqe_index": 16, "status": 8, "clear": 1}
+    )
+
+
+DmaConfig = data.StructLayout(
+    {"sq_base": 64, "cq_base": 64, "sq_log2": 5, "_r0": 3, "cq_log2": 5, "_r1": 19}
+)
+
+
+class CompletionWriter(wiring.Component):
+    """One send CQE per request, in request order.
+
+    Interface
+    ---------
+    ``req``       In(stream(CompletionRequest)): complete WQE ``wqe_index`` of ``qpn`` with
+                  ``status`` (0 SUCCESS, 1 RETRY_EXCEEDED, 5 FLUSHED), or reset its ring.
+    ``cfg_addr``, ``cfg_data``: a synchronous read port on the per-QP ring configuration
+                  (``DmaConfig``), data the cycle after the address.
+    ``m_axi``     Out(AXI4Signature(64, data_width, 4)): reads bytes 0x00..0x27 of the WQE at
+                  SQ base + (wqe_index mod 2^sq_log2) x 64, then writes the 32-byte CQE at
+                  CQ base + (pi mod 2^cq_log2) x 32, pi being the QP's CQE count. IDs are 0.
+    ``cqe_done``  Out(1): one-cycle pulse per CQE written (B received).
+    ``dma_error`` Out(1): pulse when R or B answers other than OKAY (the CQE is still counted).
+
+    CQE (32 bytes, little-endian): 0x00 wr_id, 0x08 byte_len (WQE length on SUCCESS, 0
+    otherwise), 0x0C imm, 0x10 qpn, 0x14 status, 0x15 WQE opcode, 0x16 0, 0x17 flags
+    (bit 7 = phase: 1 on the first pass of the ring, toggling on each pass).
+
+    Latency: 3 cycles from ``req`` to AR, then the memory's read latency, one cycle to
+    AW and ``32 / (data_width / 8)`` W beats (1 at 256 bits and above), then B.
+    Throughput: one CQE per about 12 + read latency + write latency cycles at 64 bits.
+    """
+
+    def __init__(self, num_qps: int, data_width: int = 64):
+        self.num_qps = num_qps
+        self.data_width = data_width
+        self.lanes = data_width // 8
+        super().__init__(
+            {
+                "req": In(stream.Signature(CompletionRequest(num_qps))),
+                "cfg_addr": Out(range(num_qps)),
+                "cfg_data": In(DmaConfig),
+                "m_axi": Out(AXI4Signature(64, data_width, 4)),
+                "cqe_done": Out(1),
+                "dma_error": Out(1),
+            }
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        axi = self.m_axi
+        lanes, dw = self.lanes, self.data_width
+        size_log2 = (lanes - 1).bit_length()
+        rbeats = -(-WQE_USED_BYTES // lanes)
+        wbeats = max(1, CQE_BYTES // lanes)
+        wsize_log2 = (min(lanes, CQE_BYTES) - 1).bit_length()
+
+        m.submodules.pi_mem = pi_mem = Memory(shape=16, depth=self.num_qps, init=[])
+        pi_rd = pi_mem.read_port()
+        pi_wr = pi_mem.write_port()
+
+        req = Signal(CompletionRequest(self.num_qps))
+        cfg = Signal(DmaConfig)
+        pi = Signal(16)
+        wqe = Signal(rbeats * dw)
+        beat = Signal(range(max(rbeats, wbeats) + 1))
+        cqe = Signal(8 * CQE_BYTES)
+        error = Signal()
+
+        m.d.comb += [
+            self.cfg_addr.eq(req.qpn),
+            pi_rd.addr.eq(req.qpn),
+            pi_wr.addr.eq(req.qpn),
+            axi.arburst.eq(AXI_BURST_INCR),
+            axi.awburst.eq(AXI_BURST_INCR),
+            axi.arsize.eq(size_log2),
+            axi.awsize.eq(wsize_log2),
+            axi.arlen.eq(rbeats - 1),
+            axi.awlen.eq(wbeats - 1),
+            axi.arcache.eq(0b0011),
+            axi.awcache.eq(0b0011),
+        ]
+
+        sq_mask = Signal(16)
+        cq_mask = Signal(16)
+        m.d.comb += [
+            sq_mask.eq((Const(1, 17) << cfg.sq_log2) - 1),
+            cq_mask.eq((Const(1, 17) << cfg.cq_log2) - 1),
+        ]
+        slot = pi & cq_mask
+        phase = ~(pi >> cfg.cq_log2)[0]
+        cq_addr = Signal(64)
+        m.d.comb += cq_addr.eq(cfg.cq_base + (slot << 5))
+
+        # CQE fields from the WQE bytes
+        def wqe_field(offset, nbytes):
+            return wqe[8 * offset : 8 * (offset + nbytes)]
+
+        success = req.status == 0
+        m.d.comb += cqe.eq(
+            Cat(
+                wqe_field(0x08, 8),  # wr_id
+                Mux(success, wqe_field(0x20, 4), 0),  # byte_len
+                wqe_field(0x04, 4),  # imm
+                Cat(req.qpn, Const(0, 32))[:32],  # qpn
+                req.status,
+                wqe_field(0x00, 1),  # opcode
+                Const(0, 8),
+                Const(0, 7),
+                phase,
+            )
+        )
+
+        clear_q = Signal(range(self.num_qps))
+        with m.FSM(init="CLEAR"):
+            with m.State("CLEAR"):  # after reset: every CQ producer index to 0
+                m.d.comb += [pi_wr.addr.eq(clear_q), pi_wr.data.eq(0), pi_wr.en.eq(1)]
+                m.d.sync += clear_q.eq(clear_q + 1)
+                with m.If(clear_q == self.num_qps - 1):
+                    m.next = "IDLE"
+            with m.State("IDLE"):
+                m.d.comb += self.req.ready.eq(1)
+                with m.If(self.req.valid):
+                    m.d.sync += req.eq(self.req.payload)
+                    m.next = "FETCH"
+            with m.State("FETCH"):
+                m.next = "LATCH"  # addresses (from req) settle; data next cycle
+            with m.State("LATCH"):
+                m.d.sync += [cfg.eq(self.cfg_data), pi.eq(pi_rd.data), error.eq(0)]
+                with m.If(req.clear):
+                    m.d.comb += [pi_wr.data.eq(0), pi_wr.en.eq(1)]
+                    m.next = "IDLE"
+                with m.Else():
+                    m.next = "AR"
+            with m.State("AR"):
+                m.d.comb += [
+                    axi.arvalid.eq(1),
+                    axi.araddr.eq(cfg.sq_base + ((req.wqe_index & sq_mask) << 6)),
+                ]
+                with m.If(axi.arready):
+                    m.d.sync += beat.eq(0)
+                    m.next = "R"
+            with m.State("R"):
+                m.d.comb += axi.rready.eq(1)
+                with m.If(axi.rvalid):
+                    for k in range(rbeats):
+                        with m.If(beat == k):
+                            m.d.sync += wqe[k * dw : (k + 1) * dw].eq(axi.rdata)
+                    m.d.sync += beat.eq(beat + 1)
+                    with m.If(axi.rresp != AXI_RESP_OKAY):
+                        m.d.sync += error.eq(1)
+                    with m.If(axi.rlast):
+                        m.next = "AW"
+            with m.State("AW"):
+                m.d.comb += [axi.awvalid.eq(1), axi.awaddr.eq(cq_addr)]
+                with m.If(axi.awready):
+                    m.d.sync += beat.eq(0)
+                    m.next = "W"
+            with m.State("W"):
+                m.d.comb += [axi.wvalid.eq(1), axi.wlast.eq(beat == wbeats - 1)]
+                if dw <= 8 * CQE_BYTES:
+                    for k in range(wbeats):
+                        with m.If(beat == k):
+                            m.d.comb += axi.wdata.eq(cqe[k * dw : (k + 1) * dw])
+                    m.d.comb += axi.wstrb.eq((1 << lanes) - 1)
+                else:
+                    reps = dw // (8 * CQE_BYTES)
+                    m.d.comb += [
+                        axi.wdata.eq(Cat(*[cqe] * reps)),
+                        axi.wstrb.eq(
+                            Const((1 << CQE_BYTES) - 1, lanes)
+                            << (cq_addr[5 : size_log2] * CQE_BYTES)
+                        ),
+                    ]
+                with m.If(axi.wready):
+                    m.d.sync += beat.eq(beat + 1)
+                    with m.If(beat == wbeats - 1):
+                        m.next = "B"
+            with m.State("B"):
+                m.d.comb += axi.bready.eq(1)
+                with m.If(axi.bvalid):
+                    m.d.comb += [
+                        pi_wr.data.eq(pi + 1),
+                        pi_wr.en.eq(1),
+                        self.cqe_done.eq(1),
+                        self.dma_error.eq(error | (axi.bresp != AXI_RESP_OKAY)),
+                    ]
+                    m.next = "IDLE"
+        return m

@@ -1,0 +1,822 @@
+"""The per-QP reliability state machine: one event (sent packet, ACK/NAK, probe answer,
+timer expiry, controller command, probe round) at a time, on a working copy of the QP's
+record. See ``ReliabilityCore``."""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from hw.headers import Opcode
+from hw.rx.parser import ParsedHeader
+
+from .completion import CompletionRequest
+from .layouts import (
+    AETH_ACK,
+    NAK_TRIMMED,
+    AckUpdate,
+    CqeStatus,
+    CwndUpdate,
+    EvState,
+    EvUpdate,
+    QpState,
+    QpStateUpdate,
+    RetxReason,
+    RetxRequest,
+    SentRecord,
+)
+from .probe import ProbeRequest
+from .registers import COUNTER_NAMES
+from .timer import DEADLINE_BITS
+
+__all__ = [
+    "Command",
+    "EvEvent",
+    "GlobalParams",
+    "RelConfig",
+    "ReliabilityCore",
+    "RTT_SHIFT",
+    "qp_record",
+]
+
+RTT_SHIFT = 4  # RTT timestamps count 16-cycle units, 16 bits wide
+EXP_FOREVER = 25
+GEN_BITS = 4
+CORE_COUNTERS = tuple(n for n in COUNTER_NAMES if n not in ("cmds_lost", "cqes", "dma_errors"))
+
+RelConfig = data.StructLayout(
+    {"t": 5, "linear_cnt": 3, "exp_cnt": 5, "_r": 3, "ev_min_active": 8, "sack_threshold": 8}
+)
+GlobalParams = data.StructLayout(
+    {
+        "ev_loss_threshold": 4,
+        "cwnd_min": 16,
+        "cwnd_max": 16,
+        "cwnd_init": 16,
+        "cwnd_ai": 16,
+        "cwnd_ai_fast": 16,
+        "cwnd_md_shift": 4,
+        "cwnd_trim_dec": 16,
+        "target_rtt": 16,
+    }
+)
+
+
+def Command(num_qps, evs_per_qp):
+    # ev = 0: set the QP's state; ev = 1: set EV ev_index's state (GOOD or DENIED)
+    return data.StructLayout(
+        {"ev": 1, "qpn": range(num_qps), "ev_index": range(evs_per_qp), "state": 3}
+    )
+
+
+EvEvent = data.StructLayout({"qpn": 24, "ev_index": 8, "old": 2, "new": 2, "drops": 16})
+
+
+def qp_record(window, evs):
+    return data.StructLayout(
+        {
+            "state": 3,
+            "fresh": 1,  # RTS and nothing sent yet: the first sent PSN sets una/nxt
+            "armed": 1,
+            "timer_gen": GEN_BITS,
+            "retries": 5,
+            "md_active": 1,
+            "delay_high": 1,
+            "una": 24,
+            "nxt": 24,
+            "md_recover": 24,
+            "wqe_cpl": 16,
+            "wqe_sent": 16,
+            "cwnd": 16,
+            "cwnd_acc": 24,
+            "sacked": window,
+            "fast_done": window,
+            "ev_state": data.ArrayLayout(2, evs),
+            "ev_loss": data.ArrayLayout(4, evs),
+            "ev_drops": data.ArrayLayout(16, evs),
+        }
+    )
+
+
+def _lowest(m, mask, width, name):
+    """Index of the lowest set bit of ``mask`` (0 if none)."""
+    idx = Signal(range(max(width, 2)), name=name)
+    value = Const(0, len(idx))
+    for i in reversed(range(width)):
+        value = Mux(mask[i], i, value)
+    m.d.comb += idx.eq(value)
+    return idx
+
+
+def _below(n, width):
+    """Bits 0 .. n-1 set."""
+    return Cat(*[n > i for i in range(width)])
+
+
+class ReliabilityCore(wiring.Component):
+    """Per-QP ACK/SACK/NAK processing, retransmit decisions, EV health and window.
+
+    One event is processed at a time: the QP's record is read from a memory into a
+    working copy (2 cycles), updated over one or more cycles, and written back (1 cycle).
+    Per-PSN work walks the PSNs concerned at 2 cycles per PSN (read the per-PSN entry,
+    act); see docs/reliability.md for the cycle counts of each event.
+
+    Interface (every output stream is a FIFO; the core waits for room, never drops, except
+    the EV event queue, which counts what it cannot hold in ``events_lost``):
+
+    ``sent``          In: TX's record of each data packet on the wire.
+    ``peer_ack``      In: parsed ACK / NAK / probe response frames from RX.
+    ``expired``       In: timer reports ``{qpn, gen}`` (``RetransmitTimers.expired``).
+    ``cmd``           In: controller commands (QP state, EV state) from the CSR block.
+    ``probe_tick``    In(1): start a probe round over all QPs.
+    ``timer_arm``     Out: writes to ``RetransmitTimers.arm``.
+    ``retx``, ``ack_update``, ``ev_update``, ``cwnd_update``, ``qp_state_update``: to TX.
+    ``cpl``           Out: completion requests for ``CompletionWriter``.
+    ``probe_req``     Out: probe requests for ``ProbeBuilder``.
+    ``event``         Out: EV transitions for the controller's event queue.
+    ``rel_addr``/``rel_data``, ``evv_addr``/``evv_data``: synchronous read ports on the
+                      per-QP ``RelConfig`` and the EV values.
+    ``rec_addr``/``rec_data``: a read port on the QP records for the CSR block.
+    ``params``        In(GlobalParams); ``now``: the timer's cycle counter.
+    ``counters``      Out: saturating 32-bit event counters (``CORE_COUNTERS``).
+    """
+
+    def __init__(self, *, num_qps, evs_per_qp, sack_bits, window, timeout_unit):
+        self.num_qps, self.evs, self.sack_bits = num_qps, evs_per_qp, sack_bits
+        self.window, self.timeout_unit = window, timeout_unit
+        self.rec_layout = qp_record(window, evs_per_qp)
+        super().__init__(
+            {
+                "sent": In(stream.Signature(SentRecord)),
+                "peer_ack": In(stream.Signature(ParsedHeader(sack_bits))),
+                "expired": In(stream.Signature(data.StructLayout(
+                    {"qpn": range(num_qps), "gen": GEN_BITS}))),
+                "cmd": In(stream.Signature(Command(num_qps, evs_per_qp))),
+                "probe_tick": In(1),
+                "timer_arm": Out(stream.Signature(data.StructLayout(
+                    {"qpn": range(num_qps), "armed": 1, "gen": GEN_BITS,
+                     "deadline": DEADLINE_BITS}))),
+                "retx": Out(stream.Signature(RetxRequest)),
+                "ack_update": Out(stream.Signature(AckUpdate)),
+                "ev_update": Out(stream.Signature(EvUpdate)),
+                "cwnd_update": Out(stream.Signature(CwndUpdate)),
+                "qp_state_update": Out(stream.Signature(QpStateUpdate)),
+                "cpl": Out(stream.Signature(CompletionRequest(num_qps))),
+                "probe_req": Out(stream.Signature(ProbeRequest(num_qps, evs_per_qp))),
+                "event": Out(stream.Signature(EvEvent)),
+                "event_count": Out(range(33)),
+                "rel_addr": Out(range(num_qps)),
+                "rel_data": In(RelConfig),
+                "evv_addr": Out(range(num_qps * evs_per_qp)),
+                "evv_data": In(16),
+                "rec_addr": In(range(num_qps)),
+                "rec_data": Out(self.rec_layout),
+                "params": In(GlobalParams),
+                "now": In(DEADLINE_BITS),
+                "counters": Out(data.StructLayout({n: 32 for n in CORE_COUNTERS})),
+            }
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        W, E, nq = self.window, self.evs, self.num_qps
+        wbits = (W - 1).bit_length()
+        ebits = (E - 1).bit_length()
+        P = self.params
+        Rec = self.rec_layout
+
+        # --- output FIFOs -------------------------------------------------------
+        def out_fifo(name, port, depth):
+            fifo = SyncFIFOBuffered(width=len(port.payload.as_value()), depth=depth)
+            m.submodules[name] = fifo
+            m.d.comb += [
+                port.payload.eq(fifo.r_data),
+                port.valid.eq(fifo.r_rdy),
+                fifo.r_en.eq(port.ready),
+            ]
+            return fifo
+
+        f_retx = out_fifo("retx_fifo", self.retx, 16)
+        f_ack = out_fifo("ack_fifo", self.ack_update, 4)
+        f_evu = out_fifo("ev_update_fifo", self.ev_update, 8)
+        f_cwnd = out_fifo("cwnd_fifo", self.cwnd_update, 4)
+        f_qps = out_fifo("qp_state_fifo", self.qp_state_update, 4)
+        f_cpl = out_fifo("cpl_fifo", self.cpl, 16)
+        f_probe = out_fifo("probe_fifo", self.probe_req, 8)
+        f_evq = out_fifo("event_fifo", self.event, 32)
+
+        # --- counters -------------------------------------------------------------
+        pulse = {n: Signal(name=f"cnt_{n}") for n in CORE_COUNTERS}
+        for n in CORE_COUNTERS:
+            c = self.counters[n]
+            with m.If(pulse[n] & (c != 0xFFFFFFFF)):
+                m.d.sync += c.eq(c + 1)
+
+        def count(name):
+            m.d.comb += pulse[name].eq(1)
+
+        # --- memories ---------------------------------------------------------------
+        m.submodules.rec_mem = rec_mem = Memory(shape=Rec, depth=nq, init=[])
+        rec_rd = rec_mem.read_port()
+        rec_csr = rec_mem.read_port()
+        rec_wr = rec_mem.write_port()
+        m.d.comb += [rec_csr.addr.eq(self.rec_addr), self.rec_data.eq(rec_csr.data)]
+
+        # per-PSN entry: [6:0] EV index, [7] retransmitted, [8] last of its WQE, [31:16] time
+        m.submodules.psn_mem = psn_mem = Memory(shape=32, depth=nq * W, init=[])
+        psn_rd = psn_mem.read_port()
+        psn_wr = psn_mem.write_port(granularity=8)
+
+        # --- working state ------------------------------------------------------------
+        cur = Signal(Rec)
+        cfg = Signal(RelConfig)
+        q = Signal(range(nq))
+        una0 = Signal(24)
+        cwnd0 = Signal(16)
+        state0 = Signal(3)
+
+        K_SENT, K_ACK, K_PROBE, K_TMO, K_CMD, K_SWEEP = range(6)
+        kind = Signal(3)
+        s = Signal(SentRecord)
+        a_syndrome = Signal(8)
+        a_psn = Signal(24)
+        a_cum = Signal(24)
+        a_base = Signal(24)
+        a_ece = Signal()
+        a_bitmap = Signal(self.sack_bits)
+        a_probe_id = Signal(32)
+        a_probe_ev = Signal(16)
+        t_gen = Signal(GEN_BITS)
+        cmd = Signal(Command(nq, E))
+
+        W_ADV, W_SACK, W_LOSS, W_TMO = range(4)
+        walk_kind = Signal(2)
+        walk_mask = Signal(W)
+        walk_off = Signal(range(W))
+        blamed = Signal(E)
+        adv = Signal(range(W + 1))
+        newly = Signal(range(W + 1))
+        rtt_ts = Signal(16)
+        rtt_valid = Signal()
+        progress = Signal()
+        nak_cut = Signal()
+        want_arm = Signal()
+        want_disarm = Signal()
+        flush_status = Signal(8)
+        pmask = Signal(E)
+        sweep_pending = Signal()
+        sweep_q = Signal(range(nq))
+        probe_seq = Signal(24)
+
+        now = self.now
+        now_ts = now[RTT_SHIFT : RTT_SHIFT + 16]
+
+        # --- derived from the working copy ---------------------------------------------
+        infl = Signal(range(W + 1))
+        m.d.comb += infl.eq((cur.nxt - cur.una)[: wbits + 1])
+        infl_mask = Signal(W)
+        m.d.comb += infl_mask.eq(_below(infl, W))
+        good_count = Signal(range(E + 1))
+        m.d.comb += good_count.eq(sum(cur.ev_state[i] == EvState.GOOD for i in range(E)))
+
+        def slot(off):
+            return (cur.una + off)[:wbits] if wbits else Const(0, 0)
+
+        def psn_addr(slot_value):
+            return Cat(slot_value, q) if wbits else q
+
+        # timeout for the current retry count: unit x 2^min(24, t + max(0, retries - linear))
+        over = Signal(6)
+        m.d.comb += over.eq(Mux(cur.retries > cfg.linear_cnt, cur.retries - cfg.linear_cnt, 0))
+        exp_raw = Signal(7)
+        m.d.comb += exp_raw.eq(cfg.t + over)
+        exp = Signal(5)
+        m.d.comb += exp.eq(Mux(exp_raw > 24, 24, exp_raw))
+        timeout = Signal(DEADLINE_BITS)
+        m.d.comb += timeout.eq(Const(self.timeout_unit, DEADLINE_BITS) << exp)
+
+        # --- pushes -----------------------------------------------------------------------
+        def push_retx(psn, reason):
+            m.d.comb += [
+                f_retx.w_en.eq(1),
+                f_retx.w_data.eq(Cat(Const(0, 24) | q, Value.cast(psn)[:24], Const(reason, 2))),
+            ]
+            count({RetxReason.TIMEOUT: "retx_timeout", RetxReason.SACK_HOLE: "retx_sack",
+                   RetxReason.NAK_TRIMMED: "retx_nak"}[reason])
+
+        def push_cpl(wqe_index, status, clear=0):
+            req = Signal(CompletionRequest(nq))
+            m.d.comb += [
+                req.qpn.eq(q), req.wqe_index.eq(wqe_index), req.status.eq(status),
+                req.clear.eq(clear), f_cpl.w_data.eq(req), f_cpl.w_en.eq(1),
+            ]
+
+        def push_ev(e, old, new, drops):
+            evu = Signal(EvUpdate)
+            evt = Signal(EvEvent)
+            m.d.comb += [
+                evu.qpn.eq(q), evu.ev_index.eq(e), evu.state.eq(new),
+                f_evu.w_data.eq(evu), f_evu.w_en.eq(1),
+                evt.qpn.eq(q), evt.ev_index.eq(e), evt.old.eq(old), evt.new.eq(new),
+                evt.drops.eq(drops), f_evq.w_data.eq(evt), f_evq.w_en.eq(f_evq.w_rdy),
+            ]
+            with m.If(~f_evq.w_rdy):
+                count("events_lost")
+
+        def blame(e):
+            """Loss evidence on EV e: it may become ASSUMED_BAD (never below the floor)."""
+            drops = cur.ev_drops[e]
+            loss = cur.ev_loss[e]
+            drops_new = Signal(16, name="drops_new")
+            loss_new = Signal(4, name="loss_new")
+            m.d.comb += [
+                drops_new.eq(Mux(drops == 0xFFFF, drops, drops + 1)),
+                loss_new.eq(Mux(loss == 15, loss, loss + 1)),
+            ]
+            m.d.sync += [cur.ev_drops[e].eq(drops_new), cur.ev_loss[e].eq(loss_new)]
+            thr = P.ev_loss_threshold
+            with m.If((cur.ev_state[e] == EvState.GOOD) & (thr != 0) & (loss_new >= thr)):
+                with m.If(good_count > cfg.ev_min_active):
+                    m.d.sync += cur.ev_state[e].eq(EvState.ASSUMED_BAD)
+                    push_ev(e, EvState.GOOD, EvState.ASSUMED_BAD, drops_new)
+                    count("ev_to_bad")
+                with m.Else():
+                    count("floor_blocked")
+
+        # --- event intake -----------------------------------------------------------------
+        ack = self.peer_ack.payload
+        sent_ok = self.sent.payload.qpn < nq
+        ack_ok = ack.bth.dqpn < nq
+        is_ack = ack.bth.opcode == Opcode.ACKNOWLEDGE
+        is_probe = ack.bth.opcode == Opcode.PROBE_RESP
+        m.d.comb += [rec_rd.addr.eq(q), self.rel_addr.eq(q)]
+
+        with m.If(self.probe_tick & ~sweep_pending):
+            m.d.sync += [sweep_pending.eq(1), sweep_q.eq(0)]
+
+        room_walk = f_retx.w_rdy & f_cpl.w_rdy & f_evu.w_rdy
+        room_final = f_ack.w_rdy & f_cwnd.w_rdy & f_qps.w_rdy
+
+        def start(k, qpn):
+            m.d.comb += [rec_rd.addr.eq(qpn), self.rel_addr.eq(qpn)]
+            m.d.sync += [kind.eq(k), q.eq(qpn)]
+            m.next = "LOAD"
+
+        adv_raw = Signal(24)
+        m.d.comb += adv_raw.eq(a_cum + 1 - cur.una)
+        # generic per-PSN walk: PICK reads the entry of the lowest PSN left, USE acts
+        lost_cand = Signal(W)
+        m.d.comb += lost_cand.eq(
+            Mux(cfg.sack_threshold != 0, infl_mask & ~cur.sacked & ~cur.fast_done, 0))
+        pick_mask = Mux(walk_kind == W_LOSS, lost_cand, walk_mask)
+        pick_off = _lowest(m, pick_mask, W, "pick_off")
+        entry = psn_rd.data
+        e_ev = entry[:ebits] if ebits else Const(0, 1)
+        e_retx = entry[7]
+        e_last = entry[8]
+        e_ts = entry[16:32]
+
+        above = Cat(*[walk_off < i for i in range(W)])
+        sacked_above = Signal(range(W + 1))
+        m.d.comb += sacked_above.eq(sum((cur.sacked & above)[i] for i in range(W)))
+        off_bit = Signal(W)
+        m.d.comb += off_bit.eq(Const(1, W) << walk_off)
+
+        pe = a_probe_id[:ebits] if ebits else Const(0, 1)
+        bad = Cat(*[cur.ev_state[i] == EvState.ASSUMED_BAD for i in range(E)])
+
+        pe2 = _lowest(m, pmask, E, "probe_ev")
+
+        clear_q = Signal(range(nq))
+
+        with m.FSM(init="CLEAR"):
+            # after reset: every QP record to RESET, every timer disarmed
+            with m.State("CLEAR"):
+                blank = Signal(Rec)
+                m.d.comb += [
+                    blank.fresh.eq(1),
+                    rec_wr.addr.eq(clear_q), rec_wr.data.eq(blank), rec_wr.en.eq(1),
+                    self.timer_arm.valid.eq(1), self.timer_arm.payload.qpn.eq(clear_q),
+                ]
+                m.d.sync += clear_q.eq(clear_q + 1)
+                with m.If(clear_q == nq - 1):
+                    m.next = "IDLE"
+
+            with m.State("IDLE"):
+                m.d.sync += [want_arm.eq(0), want_disarm.eq(0), progress.eq(0), nak_cut.eq(0),
+                             newly.eq(0), rtt_valid.eq(0)]
+                with m.If(self.cmd.valid):
+                    m.d.comb += self.cmd.ready.eq(1)
+                    m.d.sync += cmd.eq(self.cmd.payload)
+                    start(K_CMD, self.cmd.payload.qpn)
+                with m.Elif(self.sent.valid):
+                    m.d.comb += self.sent.ready.eq(1)
+                    with m.If(sent_ok):
+                        m.d.sync += s.eq(self.sent.payload)
+                        start(K_SENT, self.sent.payload.qpn)
+                    with m.Else():
+                        count("sent_dropped")
+                with m.Elif(self.peer_ack.valid):
+                    m.d.comb += self.peer_ack.ready.eq(1)
+                    m.d.sync += [
+                        a_syndrome.eq(ack.aeth.syndrome), a_psn.eq(ack.bth.psn),
+                        a_cum.eq(ack.sack.cum_psn), a_base.eq(ack.sack.sack_base),
+                        a_ece.eq(ack.sack.ece), a_bitmap.eq(ack.sack_bitmap),
+                        a_probe_id.eq(ack.probe.probe_id), a_probe_ev.eq(ack.probe.ev),
+                    ]
+                    known_syndrome = (ack.aeth.syndrome == AETH_ACK) | (
+                        ack.aeth.syndrome == NAK_TRIMMED)
+                    with m.If(ack_ok & is_ack & known_syndrome):
+                        start(K_ACK, ack.bth.dqpn)
+                    with m.Elif(ack_ok & is_probe):
+                        start(K_PROBE, ack.bth.dqpn)
+                    with m.Else():
+                        count("acks_ignored")
+                with m.Elif(self.expired.valid):
+                    m.d.comb += self.expired.ready.eq(1)
+                    m.d.sync += t_gen.eq(self.expired.payload.gen)
+                    start(K_TMO, self.expired.payload.qpn)
+                with m.Elif(sweep_pending):
+                    m.d.sync += [
+                        sweep_q.eq(sweep_q + 1),
+                        sweep_pending.eq(sweep_q != nq - 1),
+                    ]
+                    with m.If(sweep_q == nq - 1):
+                        m.d.sync += probe_seq.eq(probe_seq + 1)
+                    start(K_SWEEP, sweep_q)
+
+            with m.State("LOAD"):
+                m.d.sync += [
+                    cur.eq(rec_rd.data), cfg.eq(self.rel_data), una0.eq(rec_rd.data.una),
+                    cwnd0.eq(rec_rd.data.cwnd), state0.eq(rec_rd.data.state),
+                ]
+                with m.Switch(kind):
+                    with m.Case(K_SENT):
+                        m.next = "SENT"
+                    with m.Case(K_ACK):
+                        m.next = "ACK"
+                    with m.Case(K_PROBE):
+                        m.next = "PROBE_RESP"
+                    with m.Case(K_TMO):
+                        m.next = "TIMEOUT"
+                    with m.Case(K_CMD):
+                        m.next = "CMD"
+                    with m.Case(K_SWEEP):
+                        m.next = "SWEEP"
+
+            # ---- a data packet went on the wire --------------------------------------
+            with m.State("SENT"):
+                m.d.comb += psn_wr.addr.eq(psn_addr(s.psn[:wbits]))
+                base_una = Mux(cur.fresh, s.psn, cur.una)
+                base_nxt = Mux(cur.fresh, s.psn, cur.nxt)
+                span = Signal(24)
+                m.d.comb += span.eq(base_nxt - base_una)
+                d = Signal(24)
+                m.d.comb += d.eq(s.psn - cur.una)
+                with m.If(cur.state != QpState.RTS):
+                    count("sent_dropped")
+                    m.next = "IDLE"
+                with m.Elif(~s.retx):
+                    with m.If((s.psn == base_nxt) & (span < W)):
+                        m.d.comb += [
+                            psn_wr.data.eq(Cat(s.ev_index[:7], Const(0, 1), s.last, Const(0, 7),
+                                               now_ts)),
+                            psn_wr.en.eq(0b1111),
+                        ]
+                        m.d.sync += [
+                            cur.una.eq(base_una),
+                            cur.nxt.eq(s.psn + 1),
+                            cur.fresh.eq(0),
+                            cur.wqe_sent.eq(s.wqe_index + 1),
+                        ]
+                        with m.If(cur.fresh):
+                            m.d.sync += cur.wqe_cpl.eq(s.wqe_index)
+                        with m.If(~cur.armed):
+                            m.d.sync += want_arm.eq(1)
+                        m.next = "FINAL"
+                    with m.Else():
+                        count("sent_dropped")
+                        m.next = "IDLE"
+                with m.Else():
+                    with m.If(~cur.fresh & (d < infl)):
+                        m.d.comb += [
+                            psn_wr.data.eq(Cat(s.ev_index[:7], Const(1, 1))),
+                            psn_wr.en.eq(0b0001),
+                        ]
+                    with m.Else():
+                        count("sent_dropped")
+                    m.next = "IDLE"
+
+            # ---- ACK / NAK ------------------------------------------------------------
+            with m.State("ACK"):
+                with m.If((cur.state != QpState.RTS) | cur.fresh):
+                    count("acks_ignored")
+                    m.next = "IDLE"
+                with m.Elif(~adv_raw[23] & (adv_raw > infl)):
+                    count("acks_unsent")
+                    m.next = "IDLE"
+                with m.Else():
+                    count("acks")
+                    n = Mux(adv_raw[23], 0, adv_raw[: wbits + 1])
+                    m.d.sync += [adv.eq(n), walk_mask.eq(_below(n, W)), walk_kind.eq(W_ADV)]
+                    m.next = "PICK"
+
+            with m.State("PICK"):
+                m.d.comb += psn_rd.addr.eq(psn_addr(slot(pick_off)))
+                with m.If(pick_mask != 0):
+                    m.d.sync += walk_off.eq(pick_off)
+                    m.next = "USE"
+                with m.Else():
+                    with m.Switch(walk_kind):
+                        with m.Case(W_ADV):
+                            m.d.sync += [
+                                cur.una.eq(cur.una + adv),
+                                cur.sacked.eq(cur.sacked >> adv),
+                                cur.fast_done.eq(cur.fast_done >> adv),
+                            ]
+                            with m.If(adv != 0):
+                                m.d.sync += progress.eq(1)
+                            m.next = "SACK"
+                        with m.Case(W_SACK):
+                            m.next = "NAK"
+                        with m.Case(W_LOSS):
+                            m.next = "CC"
+                        with m.Case(W_TMO):
+                            m.next = "FINAL"
+
+            def deliver():
+                m.d.sync += [cur.ev_loss[e_ev].eq(0), newly.eq(newly + 1)]
+                with m.If(~e_retx):
+                    m.d.sync += [rtt_ts.eq(e_ts), rtt_valid.eq(1)]
+
+            with m.State("USE"):
+                m.d.comb += psn_rd.addr.eq(psn_addr(slot(walk_off)))
+                with m.If(room_walk):
+                    m.d.sync += walk_mask.eq(walk_mask & ~off_bit)
+                    m.next = "PICK"
+                    with m.Switch(walk_kind):
+                        with m.Case(W_ADV):
+                            with m.If(~cur.sacked.bit_select(walk_off, 1)):
+                                deliver()
+                            with m.If(e_last):
+                                push_cpl(cur.wqe_cpl, CqeStatus.SUCCESS)
+                                m.d.sync += cur.wqe_cpl.eq(cur.wqe_cpl + 1)
+                        with m.Case(W_SACK):
+                            deliver()
+                            m.d.sync += cur.sacked.eq(cur.sacked | off_bit)
+                        with m.Case(W_LOSS):
+                            with m.If(sacked_above >= cfg.sack_threshold):
+                                push_retx((cur.una + walk_off)[:24], RetxReason.SACK_HOLE)
+                                m.d.sync += cur.fast_done.eq(cur.fast_done | off_bit)
+                                blame(e_ev)
+                            with m.Else():
+                                m.next = "CC"
+                        with m.Case(W_TMO):
+                            push_retx((cur.una + walk_off)[:24], RetxReason.TIMEOUT)
+                            with m.If(~blamed.bit_select(e_ev, 1)):
+                                blame(e_ev)
+                                m.d.sync += blamed.eq(blamed | (Const(1, E) << e_ev))
+
+            with m.State("SACK"):
+                # align the bitmap (bit i = sack_base + i) to the new una
+                dist = Signal(24)
+                m.d.comb += dist.eq(a_base - cur.una)
+                rel = Signal(W)
+                sbits = self.sack_bits
+                with m.If(~dist[23]):
+                    with m.If(dist < W):
+                        m.d.comb += rel.eq(a_bitmap << dist[: wbits + 1])
+                with m.Else():
+                    neg = Signal(24)
+                    m.d.comb += neg.eq(-dist)
+                    with m.If(neg < sbits):
+                        m.d.comb += rel.eq(a_bitmap >> neg[: (sbits - 1).bit_length()])
+                new = rel & infl_mask & ~cur.sacked
+                m.d.sync += [walk_mask.eq(new), walk_kind.eq(W_SACK)]
+                with m.If(new != 0):
+                    m.d.sync += progress.eq(1)
+                m.next = "PICK"
+
+            with m.State("NAK"):
+                d = Signal(24)
+                m.d.comb += d.eq(a_psn - cur.una)
+                nd = d[:wbits] if wbits else Const(0, 1)
+                with m.If(a_syndrome == NAK_TRIMMED):
+                    with m.If(f_retx.w_rdy):
+                        count("naks_trimmed")
+                        with m.If((d < infl) & ~cur.sacked.bit_select(nd, 1)):
+                            push_retx(a_psn, RetxReason.NAK_TRIMMED)
+                            m.d.sync += [
+                                cur.fast_done.eq(cur.fast_done | (Const(1, W) << nd)),
+                                nak_cut.eq(1),
+                            ]
+                        m.d.sync += walk_kind.eq(W_LOSS)
+                        m.next = "PICK"
+                with m.Else():
+                    m.d.sync += walk_kind.eq(W_LOSS)
+                    m.next = "PICK"
+
+            # ---- congestion window ---------------------------------------------------------
+            with m.State("CC"):
+                rtt = Signal(16)
+                m.d.comb += rtt.eq(now_ts - rtt_ts)
+                high = Signal()
+                m.d.comb += high.eq(Mux(rtt_valid, rtt >= P.target_rtt, cur.delay_high))
+                # the window of the last decrease is over once una has passed md_recover
+                past = Signal(24)
+                m.d.comb += past.eq(cur.una - cur.md_recover)
+                recovered = ~past[23] & (past != 0)
+                md_open = ~cur.md_active | recovered
+                c0 = Signal(17)
+                m.d.comb += c0.eq(Mux(nak_cut,
+                                      Mux(cur.cwnd > P.cwnd_trim_dec,
+                                          cur.cwnd - P.cwnd_trim_dec, 0),
+                                      cur.cwnd))
+                dec = Signal(16)
+                m.d.comb += dec.eq(c0 >> P.cwnd_md_shift)
+                inc_rate = Mux(high, P.cwnd_ai, P.cwnd_ai_fast)
+                acc = Signal(25)
+                m.d.comb += acc.eq(cur.cwnd_acc + newly * inc_rate)
+                c1 = Signal(17)
+                acc1 = Signal(24)
+                m.d.comb += [c1.eq(c0), acc1.eq(cur.cwnd_acc)]
+                with m.If(a_ece):
+                    with m.If(high & md_open):
+                        m.d.comb += c1.eq(c0 - Mux(dec == 0, 1, dec))
+                        m.d.sync += [cur.md_active.eq(1), cur.md_recover.eq(cur.nxt)]
+                with m.Else():
+                    with m.If(cur.md_active & recovered):
+                        m.d.sync += cur.md_active.eq(0)
+                    with m.If(newly != 0):
+                        with m.If(acc >= (c0 << 8)):
+                            m.d.comb += [c1.eq(c0 + 1), acc1.eq(acc - (c0 << 8))]
+                        with m.Else():
+                            m.d.comb += acc1.eq(Mux(acc[24], 0xFFFFFF, acc))
+                cmax = Mux(P.cwnd_max > W, W, P.cwnd_max)
+                cmin = Mux(P.cwnd_min == 0, 1, P.cwnd_min)
+                m.d.sync += [
+                    cur.cwnd.eq(Mux(c1[16] | (c1 < cmin), cmin, Mux(c1 > cmax, cmax, c1))),
+                    cur.cwnd_acc.eq(acc1),
+                    cur.delay_high.eq(high),
+                ]
+                with m.If(~progress & ~nak_cut & ~a_ece):
+                    count("acks_stale")
+                with m.If(progress):
+                    m.d.sync += cur.retries.eq(0)
+                    with m.If(cur.nxt != cur.una):
+                        m.d.sync += want_arm.eq(1)
+                    with m.Else():
+                        m.d.sync += want_disarm.eq(1)
+                m.next = "FINAL"
+
+            # ---- probe answer ----------------------------------------------------------
+            with m.State("PROBE_RESP"):
+                m.d.comb += self.evv_addr.eq(Cat(pe, q) if ebits else q)
+                m.next = "PROBE_CHECK"
+            with m.State("PROBE_CHECK"):
+                m.d.comb += self.evv_addr.eq(Cat(pe, q) if ebits else q)
+                ok = ((a_probe_id[ebits:8] == 0) & (self.evv_data == a_probe_ev)
+                      & (cur.ev_state[pe] == EvState.ASSUMED_BAD))
+                with m.If(f_evu.w_rdy):
+                    count("probe_resps")
+                    with m.If(ok):
+                        m.d.sync += [cur.ev_state[pe].eq(EvState.GOOD), cur.ev_loss[pe].eq(0)]
+                        push_ev(pe, EvState.ASSUMED_BAD, EvState.GOOD, cur.ev_drops[pe])
+                        count("ev_to_good")
+                    m.next = "FINAL"
+
+            # ---- retransmit timer expired ------------------------------------------------
+            with m.State("TIMEOUT"):
+                retries_new = Signal(5)
+                m.d.comb += retries_new.eq(Mux(cur.retries == 31, 31, cur.retries + 1))
+                limit = cfg.linear_cnt + cfg.exp_cnt
+                with m.If((cur.state != QpState.RTS) | ~cur.armed | (cur.timer_gen != t_gen)):
+                    m.next = "IDLE"  # stale report
+                with m.Else():
+                    count("timeouts")
+                    m.d.sync += cur.retries.eq(retries_new)
+                    with m.If((cfg.exp_cnt != EXP_FOREVER) & (retries_new > limit)):
+                        count("retry_exhausted")
+                        m.d.sync += flush_status.eq(CqeStatus.RETRY_EXCEEDED)
+                        m.next = "FLUSH"
+                    with m.Else():
+                        half = cur.cwnd >> 1
+                        cmin = Mux(P.cwnd_min == 0, 1, P.cwnd_min)
+                        m.d.sync += [
+                            walk_mask.eq(infl_mask & ~cur.sacked),
+                            walk_kind.eq(W_TMO),
+                            blamed.eq(0),
+                            cur.fast_done.eq(0),
+                            cur.cwnd.eq(Mux(half < cmin, cmin, half)),
+                            want_arm.eq(1),
+                        ]
+                        m.next = "PICK"
+
+            # ---- every outstanding WQE completes with an error; QP to ERROR --------------------
+            with m.State("FLUSH"):
+                with m.If(cur.wqe_cpl != cur.wqe_sent):
+                    with m.If(f_cpl.w_rdy):
+                        push_cpl(cur.wqe_cpl, flush_status)
+                        m.d.sync += [cur.wqe_cpl.eq(cur.wqe_cpl + 1),
+                                     flush_status.eq(CqeStatus.FLUSHED)]
+                with m.Else():
+                    m.d.sync += [
+                        cur.state.eq(QpState.ERROR), cur.una.eq(cur.nxt), cur.sacked.eq(0),
+                        cur.fast_done.eq(0), want_disarm.eq(1),
+                    ]
+                    m.next = "FINAL"
+
+            # ---- controller commands ------------------------------------------------------
+            with m.State("CMD"):
+                ce = cmd.ev_index
+                with m.If(cmd.ev):
+                    old = cur.ev_state[ce]
+                    with m.If(f_evu.w_rdy):
+                        m.next = "FINAL"
+                        with m.If((cmd.state == EvState.GOOD) & (old != EvState.GOOD)):
+                            m.d.sync += [cur.ev_state[ce].eq(EvState.GOOD), cur.ev_loss[ce].eq(0)]
+                            push_ev(ce, old, EvState.GOOD, cur.ev_drops[ce])
+                            with m.If(old == EvState.ASSUMED_BAD):
+                                count("ev_to_good")
+                        with m.If((cmd.state == EvState.DENIED) & (old != EvState.DENIED)):
+                            m.d.sync += cur.ev_state[ce].eq(EvState.DENIED)
+                            push_ev(ce, old, EvState.DENIED, cur.ev_drops[ce])
+                with m.Else():
+                    with m.Switch(cmd.state):
+                        with m.Case(QpState.ERROR):
+                            with m.If(cur.state == QpState.RTS):
+                                m.d.sync += flush_status.eq(CqeStatus.FLUSHED)
+                                m.next = "FLUSH"
+                            with m.Else():
+                                m.d.sync += cur.state.eq(QpState.ERROR)
+                                m.next = "FINAL"
+                        with m.Case(QpState.RESET):
+                            with m.If(f_cpl.w_rdy):
+                                push_cpl(0, 0, clear=1)
+                                m.d.sync += [cur.eq(0), cur.fresh.eq(1),
+                                             cur.timer_gen.eq(cur.timer_gen), want_disarm.eq(1)]
+                                m.next = "FINAL"
+                        with m.Case(QpState.RTS):
+                            with m.If(cur.state != QpState.RTS):
+                                init = P.cwnd_init
+                                cmax = Mux(P.cwnd_max > W, W, P.cwnd_max)
+                                cmin = Mux(P.cwnd_min == 0, 1, P.cwnd_min)
+                                m.d.sync += [
+                                    cur.state.eq(QpState.RTS), cur.fresh.eq(1), cur.una.eq(0),
+                                    cur.nxt.eq(0), cur.sacked.eq(0), cur.fast_done.eq(0),
+                                    cur.retries.eq(0), cur.md_active.eq(0), cur.cwnd_acc.eq(0),
+                                    cur.delay_high.eq(0), cur.wqe_cpl.eq(0), cur.wqe_sent.eq(0),
+                                    cur.cwnd.eq(Mux(init < cmin, cmin,
+                                                    Mux(init > cmax, cmax, init))),
+                                    cur.ev_loss.eq(0), want_disarm.eq(cur.armed),
+                                ]
+                            m.next = "FINAL"
+                        with m.Default():
+                            m.d.sync += cur.state.eq(cmd.state)
+                            m.next = "FINAL"
+
+            # ---- probe round: one request per ASSUMED_BAD EV of this QP --------------------
+            with m.State("SWEEP"):
+                m.d.sync += pmask.eq(Mux(cur.state == QpState.RTS, bad, 0))
+                m.next = "SWEEP_EMIT"
+            with m.State("SWEEP_EMIT"):
+                with m.If(pmask == 0):
+                    m.next = "IDLE"
+                with m.Elif(f_probe.w_rdy):
+                    preq = Signal(ProbeRequest(nq, E))
+                    m.d.comb += [
+                        preq.qpn.eq(q), preq.ev_index.eq(pe2),
+                        preq.probe_id.eq(Cat(Const(0, 8) | pe2, probe_seq)),
+                        f_probe.w_data.eq(preq), f_probe.w_en.eq(1),
+                    ]
+                    count("probes_sent")
+                    m.d.sync += pmask.eq(pmask & ~(Const(1, E) << pe2))
+
+            # ---- write back ------------------------------------------------------------------
+            with m.State("FINAL"):
+                out = Signal(Rec)
+                m.d.comb += out.eq(cur)
+                with m.If(want_arm | want_disarm):
+                    m.d.comb += [out.timer_gen.eq(cur.timer_gen + 1), out.armed.eq(want_arm)]
+                with m.If(room_final):
+                    m.d.comb += [rec_wr.addr.eq(q), rec_wr.data.eq(out), rec_wr.en.eq(1)]
+                    arm = self.timer_arm.payload
+                    m.d.comb += [
+                        self.timer_arm.valid.eq(want_arm | want_disarm),
+                        arm.qpn.eq(q), arm.armed.eq(want_arm), arm.gen.eq(out.timer_gen),
+                        arm.deadline.eq(now + timeout),
+                    ]
+                    with m.If(cur.una != una0):
+                        m.d.comb += [f_ack.w_en.eq(1), f_ack.w_data.eq(Cat(Const(0, 24) | q,
+                                                                           cur.una))]
+                    with m.If(cur.cwnd != cwnd0):
+                        m.d.comb += [f_cwnd.w_en.eq(1), f_cwnd.w_data.eq(Cat(Const(0, 24) | q,
+                                                                             cur.cwnd))]
+                    with m.If(cur.state != state0):
+                        m.d.comb += [f_qps.w_en.eq(1), f_qps.w_data.eq(Cat(Const(0, 24) | q,
+                                                                           cur.state))]
+                    m.next = "IDLE"
+
+        m.d.comb += self.event_count.eq(f_evq.level)
+        return m

@@ -1,0 +1,370 @@
+"""``ReliabilityEngine``: the reliability block of the NIC (issue 6), wiring
+
+- ``ReliabilityCore`` (core.py): ACK/SACK/NAK processing, retransmit decisions, EV
+  health, congestion window, per-QP records;
+- ``RetransmitTimers`` (timer.py): one deadline per QP, pipelined scan;
+- ``CompletionWriter`` (completion.py): send CQEs over AXI4;
+- ``ProbeBuilder`` (probe.py): EV probe request frames;
+
+and the CSR block (registers.py) that holds the configuration memories, the EV event
+queue and the counters. docs/reliability.md describes the whole.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from hw.axi import AXI4Signature
+from hw.csr import CSRBusSignature
+from hw.headers import sack_bitmap
+from hw.rx.parser import ParsedHeader
+from hw.stream import AXIStreamSignature, check_data_width
+
+from .completion import CompletionWriter, DmaConfig
+from .core import Command, GlobalParams, RelConfig, ReliabilityCore
+from .layouts import (
+    AckUpdate,
+    CwndUpdate,
+    EvUpdate,
+    QpStateUpdate,
+    RetxRequest,
+    SentRecord,
+)
+from .probe import NetConfig, ProbeBuilder
+from .registers import (
+    COUNTER_BASE,
+    COUNTER_NAMES,
+    EV_BASE,
+    GLOBAL_OFFSETS,
+    QP_BASE,
+    QP_STRIDE,
+    QP_WORDS,
+    TYPE_ID,
+    VERSION,
+    register_map,
+)
+from .timer import RetransmitTimers
+
+__all__ = ["ReliabilityEngine", "timeout_unit_cycles"]
+
+
+def timeout_unit_cycles(clk_freq_hz: int) -> int:
+    """Cycles of 1.024 us at ``clk_freq_hz``, rounded to the nearest (at least 1)."""
+    return max(1, round(1.024e-6 * clk_freq_hz))
+
+
+class ReliabilityEngine(wiring.Component):
+    """The requester side of MRC reliability for ``num_qps`` QPs.
+
+    Parameters
+    ----------
+    num_qps : 1..256 QPs; local QPN q is QP index q (``sent.qpn``, ACK BTH DestQP).
+    evs_per_qp : EVs per QP, a power of two in 2..128 (EV index width of ``sent``).
+    sack_bits : SACK bitmap width of ``peer_ack`` (the RX parser's).
+    clk_freq_hz : clock; the timer unit is round(1.024 us x clk_freq_hz) cycles.
+    data_width : width of ``m_axis_probe`` and ``m_axi``, 64..512.
+    csr_addr_width : width of the CSR bus; the map needs 0x8000 + 4 x num_qps x evs bytes.
+    window : PSNs tracked per QP (a power of two, 2..256): the window (cwnd) reported to
+        TX never exceeds it, so TX never has more PSNs in flight.
+
+    Interface
+    ---------
+    ``peer_ack``   In(stream(ParsedHeader(sack_bits))): ACK / NAK / probe response records
+                   from RX. Opcode ACKNOWLEDGE with syndrome 0x1F (ACK) or 0x70 (NAK
+                   TRIMMED), and MRC_PROBE_RESPONSE are used; anything else is counted in
+                   ``acks_ignored`` and dropped.
+    ``sent``       In(stream(SentRecord)): one record per data packet TX put on the wire.
+    ``retx``       Out(stream(RetxRequest)): PSNs to send again; reason 0 timeout, 1 SACK
+                   hole, 2 NAK TRIMMED.
+    ``ack_update`` Out(stream(AckUpdate)): new oldest unacknowledged PSN of a QP.
+    ``ev_update``  Out(stream(EvUpdate)): EV state changes (0 GOOD, 1 ASSUMED_BAD, 2 DENIED).
+    ``cwnd_update`` Out(stream(CwndUpdate)): new window of a QP, packets.
+    ``qp_state_update`` Out(stream(QpStateUpdate)): QP state changes (ERROR on retry
+                   exhaustion; also the controller's commands).
+    ``m_axis_probe`` Out(AXIStreamSignature(data_width)): EV probe requests.
+    ``m_axi``      Out(AXI4Signature(64, data_width, 4)): WQE reads and CQE writes.
+    ``csr``        In(CSRBusSignature(csr_addr_width)): ``register_map()``.
+    ``irq``        Out(1): the EV event queue is not empty, or a CQE was written since
+                   ``irq_status`` was last read.
+
+    Throughput: one event (sent record, ACK, timer report, command) at a time; a sent
+    record takes 4 cycles, an ACK 9 cycles plus 2 per PSN it acknowledges or reports
+    lost (docs/reliability.md). Every output is a FIFO; the block waits when one is full.
+    """
+
+    def __init__(self, num_qps=16, evs_per_qp=16, sack_bits=64, clk_freq_hz=125_000_000,
+                 data_width=64, csr_addr_width=16, window=64):
+        if not isinstance(num_qps, int) or not 1 <= num_qps <= 256:
+            raise ValueError(f"num_qps must be an integer in 1..256, not {num_qps!r}")
+        if (not isinstance(evs_per_qp, int) or evs_per_qp & (evs_per_qp - 1)
+                or not 2 <= evs_per_qp <= 128):
+            raise ValueError(f"evs_per_qp must be a power of two in 2..128, not {evs_per_qp!r}")
+        sack_bitmap(sack_bits)  # raises for a bad width
+        if not isinstance(clk_freq_hz, int) or not 1_000_000 <= clk_freq_hz <= 1_000_000_000:
+            raise ValueError(f"clk_freq_hz must be an integer in 1 MHz..1 GHz, not {clk_freq_hz!r}")
+        check_data_width(data_width)
+        if not isinstance(window, int) or window & (window - 1) or not 2 <= window <= 256:
+            raise ValueError(f"window must be a power of two in 2..256, not {window!r}")
+        need = EV_BASE + 4 * num_qps * evs_per_qp
+        if not isinstance(csr_addr_width, int) or not 16 <= csr_addr_width <= 32 or (
+                need > 1 << csr_addr_width):
+            raise ValueError(
+                f"csr_addr_width must be 16..32 and cover 0x{need:x} bytes of registers "
+                f"for {num_qps} QPs x {evs_per_qp} EVs, not {csr_addr_width!r}")
+        self.num_qps, self.evs_per_qp, self.sack_bits = num_qps, evs_per_qp, sack_bits
+        self.clk_freq_hz, self.data_width = clk_freq_hz, data_width
+        self.csr_addr_width, self.window = csr_addr_width, window
+        self.timeout_unit = timeout_unit_cycles(clk_freq_hz)
+        self.ns_per_cycle = round(1e9 / clk_freq_hz)
+        self.registers = register_map(num_qps, evs_per_qp, window)
+        super().__init__(
+            {
+                "peer_ack": In(stream.Signature(ParsedHeader(sack_bits))),
+                "sent": In(stream.Signature(SentRecord)),
+                "retx": Out(stream.Signature(RetxRequest)),
+                "ack_update": Out(stream.Signature(AckUpdate)),
+                "ev_update": Out(stream.Signature(EvUpdate)),
+                "cwnd_update": Out(stream.Signature(CwndUpdate)),
+                "qp_state_update": Out(stream.Signature(QpStateUpdate)),
+                "m_axis_probe": Out(AXIStreamSignature(data_width)),
+                "m_axi": Out(AXI4Signature(64, data_width, 4)),
+                "csr": In(CSRBusSignature(csr_addr_width)),
+                "irq": Out(1),
+            }
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        nq, E = self.num_qps, self.evs_per_qp
+        ebits = (E - 1).bit_length()
+
+        m.submodules.core = core = ReliabilityCore(
+            num_qps=nq, evs_per_qp=E, sack_bits=self.sack_bits, window=self.window,
+            timeout_unit=self.timeout_unit)
+        m.submodules.timers = timers = RetransmitTimers(nq)
+        m.submodules.completions = cpl = CompletionWriter(nq, self.data_width)
+        m.submodules.probes = probes = ProbeBuilder(nq, E, self.data_width)
+
+        wiring.connect(m, wiring.flipped(self.peer_ack), core.peer_ack)
+        wiring.connect(m, wiring.flipped(self.sent), core.sent)
+        wiring.connect(m, core.retx, wiring.flipped(self.retx))
+        wiring.connect(m, core.ack_update, wiring.flipped(self.ack_update))
+        wiring.connect(m, core.ev_update, wiring.flipped(self.ev_update))
+        wiring.connect(m, core.cwnd_update, wiring.flipped(self.cwnd_update))
+        wiring.connect(m, core.qp_state_update, wiring.flipped(self.qp_state_update))
+        wiring.connect(m, core.timer_arm, timers.arm)
+        wiring.connect(m, timers.expired, core.expired)
+        wiring.connect(m, core.cpl, cpl.req)
+        wiring.connect(m, core.probe_req, probes.req)
+        wiring.connect(m, probes.m_axis, wiring.flipped(self.m_axis_probe))
+        wiring.connect(m, cpl.m_axi, wiring.flipped(self.m_axi))
+        m.d.comb += core.now.eq(timers.now)
+
+        # --- global registers -----------------------------------------------------------
+        own_mac = Signal(48)
+        own_ip = Signal(32)
+        probe_period = Signal(32)
+        params = Signal(GlobalParams, init={
+            "ev_loss_threshold": 2, "cwnd_min": 1, "cwnd_max": self.window,
+            "cwnd_init": self.window, "cwnd_ai": 256, "cwnd_ai_fast": 1024,
+            "cwnd_md_shift": 1, "cwnd_trim_dec": 1, "target_rtt": 0xFFFF})
+        m.d.comb += [core.params.eq(params), probes.own_mac.eq(own_mac),
+                     probes.own_ip.eq(own_ip)]
+
+        ns = Signal(64)
+        m.d.sync += ns.eq(ns + self.ns_per_cycle)
+        m.d.comb += probes.now_ns.eq(ns)
+
+        probe_count = Signal(32)
+        with m.If((probe_period != 0) & (probe_count >= probe_period - 1)):
+            m.d.sync += probe_count.eq(0)
+            m.d.comb += core.probe_tick.eq(1)
+        with m.Else():
+            m.d.sync += probe_count.eq(probe_count + 1)
+
+        # --- configuration memories -----------------------------------------------------------
+        m.submodules.rel_mem = rel_mem = Memory(shape=RelConfig, depth=nq, init=[])
+        m.submodules.dma_mem = dma_mem = Memory(shape=160, depth=nq, init=[])
+        m.submodules.net_mem = net_mem = Memory(shape=128, depth=nq, init=[])
+        m.submodules.ev_mem = ev_mem = Memory(shape=16, depth=nq * E, init=[])
+        rel_wr, rel_core, rel_csr = rel_mem.write_port(), rel_mem.read_port(), rel_mem.read_port()
+        dma_wr, dma_cpl, dma_csr = (dma_mem.write_port(granularity=32), dma_mem.read_port(),
+                                    dma_mem.read_port())
+        net_wr, net_probe, net_csr = (net_mem.write_port(granularity=32), net_mem.read_port(),
+                                      net_mem.read_port())
+        ev_wr, ev_probe, ev_core, ev_csr = (ev_mem.write_port(), ev_mem.read_port(),
+                                            ev_mem.read_port(), ev_mem.read_port())
+        m.d.comb += [
+            rel_core.addr.eq(core.rel_addr), core.rel_data.eq(rel_core.data),
+            dma_cpl.addr.eq(cpl.cfg_addr), cpl.cfg_data.eq(dma_cpl.data),
+            net_probe.addr.eq(probes.net_addr), probes.net_data.eq(net_probe.data),
+            ev_probe.addr.eq(probes.ev_addr), probes.ev_data.eq(ev_probe.data),
+            ev_core.addr.eq(core.evv_addr), core.evv_data.eq(ev_core.data),
+        ]
+
+        # --- controller commands ------------------------------------------------------------
+        m.submodules.cmd_fifo = cmd_fifo = SyncFIFOBuffered(
+            width=Command(nq, E).size, depth=4)
+        m.d.comb += [core.cmd.payload.eq(cmd_fifo.r_data), core.cmd.valid.eq(cmd_fifo.r_rdy),
+                     cmd_fifo.r_en.eq(core.cmd.ready)]
+        cmds_lost = Signal()
+
+        # --- address decode -------------------------------------------------------------------
+        csr = self.csr
+        addr = csr.addr
+        in_qp = (addr >= QP_BASE) & (addr < QP_BASE + nq * QP_STRIDE)
+        in_ev = (addr >= EV_BASE) & (addr < EV_BASE + 4 * nq * E)
+        qp_off = Signal(self.csr_addr_width)
+        m.d.comb += qp_off.eq(addr - QP_BASE)
+        qp_idx = qp_off[6:][: max(1, (nq - 1).bit_length())]
+        word = qp_off[2:6]
+        ev_off = Signal(self.csr_addr_width)
+        m.d.comb += ev_off.eq(addr - EV_BASE)
+        ev_idx = ev_off[2:][: max(1, (nq * E - 1).bit_length())]
+
+        m.d.comb += [
+            rel_wr.addr.eq(qp_idx), rel_csr.addr.eq(qp_idx),
+            dma_wr.addr.eq(qp_idx), dma_csr.addr.eq(qp_idx),
+            net_wr.addr.eq(qp_idx), net_csr.addr.eq(qp_idx),
+            ev_wr.addr.eq(ev_idx), ev_csr.addr.eq(ev_idx),
+            core.rec_addr.eq(Mux(in_ev, ev_idx >> ebits, qp_idx)),
+            rel_wr.data.eq(csr.w_data),
+            dma_wr.data.eq(Cat(*[csr.w_data] * 5)),
+            net_wr.data.eq(Cat(*[csr.w_data] * 4)),
+            ev_wr.data.eq(csr.w_data[:16]),
+        ]
+
+        G = GLOBAL_OFFSETS
+        param_regs = {
+            "ev_loss_threshold": params.ev_loss_threshold, "cwnd_min": params.cwnd_min,
+            "cwnd_max": params.cwnd_max, "cwnd_init": params.cwnd_init,
+            "cwnd_ai": params.cwnd_ai, "cwnd_ai_fast": params.cwnd_ai_fast,
+            "cwnd_md_shift": params.cwnd_md_shift, "cwnd_trim_dec": params.cwnd_trim_dec,
+            "target_rtt": params.target_rtt,
+        }
+        rw_regs = {"own_mac_lo": own_mac[:32], "own_mac_hi": own_mac[32:], "own_ip": own_ip,
+                   "probe_period": probe_period, **param_regs}
+
+        def push_cmd(value):
+            with m.If(cmd_fifo.w_rdy):
+                m.d.comb += [cmd_fifo.w_data.eq(value), cmd_fifo.w_en.eq(1)]
+            with m.Else():
+                m.d.comb += cmds_lost.eq(1)
+
+        with m.If(csr.w_stb):
+            with m.If(addr < QP_BASE):
+                for name, reg in rw_regs.items():
+                    with m.If(addr == G[name]):
+                        m.d.sync += reg.eq(csr.w_data)
+            with m.Elif(in_qp):
+                with m.Switch(word):
+                    with m.Case(QP_WORDS["qp_ctrl"]):
+                        c = Signal(Command(nq, E))
+                        m.d.comb += [c.ev.eq(0), c.qpn.eq(qp_idx), c.state.eq(csr.w_data[:3])]
+                        push_cmd(c)
+                    with m.Case(QP_WORDS["qp_rel_cfg"]):
+                        m.d.comb += rel_wr.en.eq(1)
+                    for i in range(5):
+                        with m.Case(QP_WORDS["sq_base_lo"] + i):
+                            m.d.comb += dma_wr.en.eq(1 << i)
+                    for i in range(4):
+                        with m.Case(QP_WORDS["peer_mac_lo"] + i):
+                            m.d.comb += net_wr.en.eq(1 << i)
+            with m.Elif(in_ev):
+                m.d.comb += ev_wr.en.eq(1)
+                with m.If(csr.w_data[31]):
+                    c = Signal(Command(nq, E))
+                    m.d.comb += [c.ev.eq(1), c.qpn.eq(ev_idx >> ebits),
+                                 c.ev_index.eq(ev_idx[:ebits]), c.state.eq(csr.w_data[16:18])]
+                    push_cmd(c)
+
+        # --- counters and events ---------------------------------------------------------------
+        top_counts = {"cmds_lost": cmds_lost, "cqes": cpl.cqe_done, "dma_errors": cpl.dma_error}
+        top_counters = {}
+        for name, pulse in top_counts.items():
+            cnt = Signal(32, name=f"cnt_{name}")
+            with m.If(pulse & (cnt != 0xFFFFFFFF)):
+                m.d.sync += cnt.eq(cnt + 1)
+            top_counters[name] = cnt
+
+        def counter(name):
+            return top_counters[name] if name in top_counters else core.counters[name]
+
+        cpl_flag = Signal()
+        event = core.event.payload
+        m.d.comb += self.irq.eq(core.event.valid | cpl_flag)
+        with m.If(cpl.cqe_done):
+            m.d.sync += cpl_flag.eq(1)
+
+        # --- reads: registered decode, data the cycle after r_stb ------------------------
+        r_global = Signal(32)
+        r_kind = Signal(2)  # 0 global, 1 QP word, 2 EV
+        r_word = Signal(4)
+        r_ev = Signal(max(1, ebits))
+        gval = Signal(32)
+        with m.Switch(addr):
+            with m.Case(G["block_id"]):
+                m.d.comb += gval.eq(TYPE_ID | (VERSION << 16))
+            with m.Case(G["params"]):
+                m.d.comb += gval.eq(nq | (E << 12) | (self.window << 20))
+            with m.Case(G["timeout_unit"]):
+                m.d.comb += gval.eq(self.timeout_unit)
+            for name, reg in rw_regs.items():
+                with m.Case(G[name]):
+                    m.d.comb += gval.eq(reg)
+            with m.Case(G["irq_status"]):
+                m.d.comb += gval.eq(Cat(core.event.valid, cpl_flag))
+            with m.Case(G["ev_event_count"]):
+                m.d.comb += gval.eq(core.event_count)
+            with m.Case(G["ev_event_qpn"]):
+                m.d.comb += gval.eq(Cat(event.qpn, Const(0, 7), core.event.valid))
+            with m.Case(G["ev_event"]):
+                m.d.comb += gval.eq(Cat(event.ev_index, event.old, event.new, Const(0, 3),
+                                        core.event.valid, event.drops))
+            for i, name in enumerate(COUNTER_NAMES):
+                with m.Case(COUNTER_BASE + 4 * i):
+                    m.d.comb += gval.eq(counter(name))
+
+        with m.If(csr.r_stb):
+            m.d.sync += [
+                r_global.eq(gval),
+                r_kind.eq(Mux(in_ev, 2, Mux(in_qp, 1, 0))),
+                r_word.eq(word),
+                r_ev.eq(ev_idx[: max(1, ebits)]),
+            ]
+            with m.If(addr == G["ev_event"]):
+                m.d.comb += core.event.ready.eq(1)
+            with m.If(addr == G["irq_status"]):
+                m.d.sync += cpl_flag.eq(cpl.cqe_done)
+
+        rec = core.rec_data
+        qp_read = Signal(32)
+        dma_words = [dma_csr.data[32 * i : 32 * (i + 1)] for i in range(5)]
+        net_words = [net_csr.data[32 * i : 32 * (i + 1)] for i in range(4)]
+        with m.Switch(r_word):
+            with m.Case(QP_WORDS["qp_ctrl"]):
+                m.d.comb += qp_read.eq(rec.state)
+            with m.Case(QP_WORDS["qp_rel_cfg"]):
+                m.d.comb += qp_read.eq(rel_csr.data)
+            for i in range(5):
+                with m.Case(QP_WORDS["sq_base_lo"] + i):
+                    m.d.comb += qp_read.eq(dma_words[i])
+            for i in range(4):
+                with m.Case(QP_WORDS["peer_mac_lo"] + i):
+                    m.d.comb += qp_read.eq(net_words[i])
+            with m.Case(QP_WORDS["una_psn"]):
+                m.d.comb += qp_read.eq(rec.una)
+            with m.Case(QP_WORDS["nxt_psn"]):
+                m.d.comb += qp_read.eq(rec.nxt)
+            with m.Case(QP_WORDS["qp_cc"]):
+                m.d.comb += qp_read.eq(Cat(rec.cwnd, rec.retries))
+        ev_read = Cat(ev_csr.data, rec.ev_state[r_ev] if ebits else rec.ev_state[0])
+        m.d.comb += csr.r_data.eq(
+            Mux(r_kind == 2, ev_read, Mux(r_kind == 1, qp_read, r_global)))
+        return m
+
+
+def _unused():  # keep imports used by type annotations in docs
+    return data, DmaConfig, NetConfig

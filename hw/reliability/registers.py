@@ -1,0 +1,179 @@
+"""Register map of the reliability block (type 0x0004): one description for the
+decode logic in ``engine.py``, the tests and docs/reliability.md."""
+
+from hw.csr import RegisterMap
+
+__all__ = [
+    "COUNTER_NAMES",
+    "EV_BASE",
+    "QP_BASE",
+    "QP_STRIDE",
+    "QP_WORDS",
+    "TYPE_ID",
+    "VERSION",
+    "register_map",
+]
+
+TYPE_ID = 0x0004
+VERSION = 1
+QP_BASE = 0x1000
+QP_STRIDE = 0x40
+EV_BASE = 0x8000
+COUNTER_BASE = 0x100
+
+# Per-QP words (offset / 4 inside a QP's 0x40 block).
+QP_WORDS = {
+    "qp_ctrl": 0,
+    "qp_rel_cfg": 1,
+    "sq_base_lo": 2,
+    "sq_base_hi": 3,
+    "cq_base_lo": 4,
+    "cq_base_hi": 5,
+    "ring_sizes": 6,
+    "peer_mac_lo": 7,
+    "peer_mac_hi": 8,
+    "peer_ip": 9,
+    "dest_qpn": 10,
+    "una_psn": 11,
+    "nxt_psn": 12,
+    "qp_cc": 13,
+}
+
+# 32-bit saturating event counters, in register order from COUNTER_BASE.
+COUNTER_NAMES = (
+    "acks",
+    "acks_stale",
+    "acks_unsent",
+    "acks_ignored",
+    "naks_trimmed",
+    "retx_timeout",
+    "retx_sack",
+    "retx_nak",
+    "timeouts",
+    "retry_exhausted",
+    "ev_to_bad",
+    "ev_to_good",
+    "floor_blocked",
+    "probes_sent",
+    "probe_resps",
+    "sent_dropped",
+    "events_lost",
+    "cmds_lost",
+    "cqes",
+    "dma_errors",
+)
+
+_G = {
+    "block_id": 0x00,
+    "next_ptr": 0x04,
+    "params": 0x08,
+    "timeout_unit": 0x0C,
+    "own_mac_lo": 0x10,
+    "own_mac_hi": 0x14,
+    "own_ip": 0x18,
+    "probe_period": 0x1C,
+    "ev_loss_threshold": 0x20,
+    "cwnd_min": 0x24,
+    "cwnd_max": 0x28,
+    "cwnd_init": 0x2C,
+    "cwnd_ai": 0x30,
+    "cwnd_ai_fast": 0x34,
+    "cwnd_md_shift": 0x38,
+    "cwnd_trim_dec": 0x3C,
+    "target_rtt": 0x40,
+    "irq_status": 0x44,
+    "ev_event_count": 0x50,
+    "ev_event_qpn": 0x54,
+    "ev_event": 0x58,
+}
+GLOBAL_OFFSETS = _G
+
+
+def register_map(num_qps: int = 16, evs_per_qp: int = 16, window: int = 64) -> RegisterMap:
+    r = RegisterMap(
+        "reliability",
+        TYPE_ID,
+        VERSION,
+        "ACK/SACK/NAK processing, retransmit timers, EV health, congestion window and "
+        "send completions (docs/reliability.md). Global registers, then one 0x40-byte block "
+        f"per QP at 0x{QP_BASE:04x}, then one word per (QP, EV) at 0x{EV_BASE:04x}.",
+    )
+    r.add("block_id", _G["block_id"], "RO", "block type and version",
+          fields=[("type", 0, 16, f"0x{TYPE_ID:04x}"), ("version", 16, 16, str(VERSION))])
+    r.add("next_ptr", _G["next_ptr"], "RO", "offset of the next register block, 0 = last")
+    r.add("params", _G["params"], "RO", "build parameters",
+          fields=[("num_qps", 0, 12, "QPs"), ("evs_per_qp", 12, 8, "EVs per QP"),
+                  ("window", 20, 12, "PSNs tracked per QP; cwnd never exceeds it")])
+    r.add("timeout_unit", _G["timeout_unit"], "RO",
+          "cycles of 1.024 us (round(1.024e-6 x clk_freq_hz)): timeout = this x 2^t")
+    r.add("own_mac_lo", _G["own_mac_lo"], "RW", "own MAC address bits 31..0 (probe source)")
+    r.add("own_mac_hi", _G["own_mac_hi"], "RW", "own MAC address bits 47..32")
+    r.add("own_ip", _G["own_ip"], "RW", "own IPv4 address (probe source)")
+    r.add("probe_period", _G["probe_period"], "RW",
+          "cycles between probe rounds; each round probes every ASSUMED_BAD EV once. 0 = off")
+    r.add("ev_loss_threshold", _G["ev_loss_threshold"], "RW",
+          "losses on an EV, with no delivery on it in between, that make it ASSUMED_BAD "
+          "(1..15; 0 = never)")
+    r.add("cwnd_min", _G["cwnd_min"], "RW", "smallest window in packets (>= 1)")
+    r.add("cwnd_max", _G["cwnd_max"], "RW", "largest window in packets (capped at `window`)")
+    r.add("cwnd_init", _G["cwnd_init"], "RW", "window of a QP entering RTS, in packets")
+    r.add("cwnd_ai", _G["cwnd_ai"], "RW",
+          "fair increase: 1/256 packets added per packet acknowledged, per packet of window "
+          "(256 = +1 packet per window), when the RTT is at or above target_rtt")
+    r.add("cwnd_ai_fast", _G["cwnd_ai_fast"], "RW",
+          "proportional increase, same unit, when the RTT sample is below target_rtt")
+    r.add("cwnd_md_shift", _G["cwnd_md_shift"], "RW",
+          "ECN decrease: cwnd -= max(1, cwnd >> shift), at most once per window of PSNs")
+    r.add("cwnd_trim_dec", _G["cwnd_trim_dec"], "RW", "packets removed per NAK TRIMMED")
+    r.add("target_rtt", _G["target_rtt"], "RW",
+          "RTT target in units of 16 cycles; an ECN echo with an RTT at or above it "
+          "decreases the window, below it holds it")
+    r.add("irq_status", _G["irq_status"], "RC", "interrupt causes; reading clears [1]",
+          fields=[("event", 0, 1, "EV event queue not empty"),
+                  ("completion", 1, 1, "a send CQE was written since the last read")])
+    r.add("ev_event_count", _G["ev_event_count"], "RO", "EV events queued")
+    r.add("ev_event_qpn", _G["ev_event_qpn"], "RO", "QPN of the event at the head",
+          fields=[("qpn", 0, 24, "QP"), ("valid", 31, 1, "queue not empty")])
+    r.add("ev_event", _G["ev_event"], "RP", "the event at the head; reading pops it",
+          fields=[("ev_index", 0, 8, "EV index in the QP's table"),
+                  ("old", 8, 2, "old state (0 GOOD, 1 ASSUMED_BAD, 2 DENIED)"),
+                  ("new", 10, 2, "new state"),
+                  ("valid", 15, 1, "an event was popped"),
+                  ("drops", 16, 16, "packets declared lost on the EV so far (saturating)")])
+    for i, name in enumerate(COUNTER_NAMES):
+        r.add(f"cnt_{name}", COUNTER_BASE + 4 * i, "RO", f"counter: {name.replace('_', ' ')}")
+
+    def qp(name, access, doc, fields=()):
+        r.add(name, QP_BASE + 4 * QP_WORDS[name], access, doc, count=num_qps,
+              stride=QP_STRIDE, fields=fields)
+
+    qp("qp_ctrl", "RW", "QP state; a write is a command: RESET clears the QP, RTS (from "
+       "another state) starts it, ERROR flushes every outstanding WQE (status FLUSHED)",
+       [("state", 0, 3, "RESET 0, INIT 1, RTR 2, RTS 3, ERROR 4")])
+    qp("qp_rel_cfg", "RW", "reliability parameters",
+       [("t", 0, 5, "ACK timeout 1.024 us x 2^t, 0..24"),
+        ("linear_cnt", 5, 3, "retries at the base timeout"),
+        ("exp_cnt", 8, 5, "retries doubling the timeout, 25 = forever"),
+        ("ev_min_active", 16, 8, "GOOD EVs that loss evidence never goes below"),
+        ("sack_threshold", 24, 8, "SACKed PSNs past a hole that make it lost (0 = off)")])
+    qp("sq_base_lo", "RW", "send queue ring base, bits 31..0 (64-byte WQEs)")
+    qp("sq_base_hi", "RW", "send queue ring base, bits 63..32")
+    qp("cq_base_lo", "RW", "send completion ring base, bits 31..0 (32-byte CQEs)")
+    qp("cq_base_hi", "RW", "send completion ring base, bits 63..32")
+    qp("ring_sizes", "RW", "ring sizes",
+       [("sq_log2", 0, 5, "log2 of SQ entries"), ("cq_log2", 8, 5, "log2 of CQ entries")])
+    qp("peer_mac_lo", "RW", "peer MAC bits 31..0 (probe destination)")
+    qp("peer_mac_hi", "RW", "peer MAC bits 47..32")
+    qp("peer_ip", "RW", "peer IPv4 address")
+    qp("dest_qpn", "RW", "peer QPN (probe BTH DestQP)")
+    qp("una_psn", "RO", "oldest unacknowledged PSN")
+    qp("nxt_psn", "RO", "next PSN expected from TX")
+    qp("qp_cc", "RO", "window and retries",
+       [("cwnd", 0, 16, "congestion window, packets"), ("retries", 16, 5, "timeouts without "
+                                                                          "progress")])
+    r.add("ev", EV_BASE, "RW", "EV i of QP q is entry q x evs_per_qp + i",
+          count=num_qps * evs_per_qp, stride=4,
+          fields=[("value", 0, 16, "EV value (UDP source port)"),
+                  ("state", 16, 2, "state; written only when [31] is set: 0 GOOD, 2 DENIED"),
+                  ("set_state", 31, 1, "write 1 to apply [17:16]")])
+    return r
