@@ -369,7 +369,8 @@ class ReliabilityCore(wiring.Component):
         lost_cand = Signal(W)
         m.d.comb += lost_cand.eq(
             Mux(cfg.sack_threshold != 0, infl_mask & ~cur.sacked & ~cur.fast_done, 0))
-        pick_mask = Mux(walk_kind == W_LOSS, lost_cand, walk_mask)
+        pick_mask = Signal(W)
+        m.d.comb += pick_mask.eq(Mux(walk_kind == W_LOSS, lost_cand, walk_mask))
         pick_off = _lowest(m, pick_mask, W, "pick_off")
         entry = psn_rd.data
         e_ev = entry[:ebits] if ebits else Const(0, 1)
@@ -377,14 +378,16 @@ class ReliabilityCore(wiring.Component):
         e_last = entry[8]
         e_ts = entry[16:32]
 
-        above = Cat(*[walk_off < i for i in range(W)])
+        above = Signal(W)  # bits above walk_off
+        m.d.comb += above.eq(Cat(Const(0, 1), *[walk_off < i for i in range(1, W)]))
         sacked_above = Signal(range(W + 1))
         m.d.comb += sacked_above.eq(sum((cur.sacked & above)[i] for i in range(W)))
         off_bit = Signal(W)
         m.d.comb += off_bit.eq(Const(1, W) << walk_off)
 
         pe = a_probe_id[:ebits] if ebits else Const(0, 1)
-        bad = Cat(*[cur.ev_state[i] == EvState.ASSUMED_BAD for i in range(E)])
+        bad = Signal(E)
+        m.d.comb += bad.eq(Cat(*[cur.ev_state[i] == EvState.ASSUMED_BAD for i in range(E)]))
 
         pe2 = _lowest(m, pmask, E, "probe_ev")
 
@@ -393,10 +396,9 @@ class ReliabilityCore(wiring.Component):
         with m.FSM(init="CLEAR"):
             # after reset: every QP record to RESET, every timer disarmed
             with m.State("CLEAR"):
-                blank = Signal(Rec)
                 m.d.comb += [
-                    blank.fresh.eq(1),
-                    rec_wr.addr.eq(clear_q), rec_wr.data.eq(blank), rec_wr.en.eq(1),
+                    rec_wr.addr.eq(clear_q), rec_wr.data.eq(Rec.const({"fresh": 1})),
+                    rec_wr.en.eq(1),
                     self.timer_arm.valid.eq(1), self.timer_arm.payload.qpn.eq(clear_q),
                 ]
                 m.d.sync += clear_q.eq(clear_q + 1)
@@ -592,7 +594,8 @@ class ReliabilityCore(wiring.Component):
                     m.d.comb += neg.eq(-dist)
                     with m.If(neg < sbits):
                         m.d.comb += rel.eq(a_bitmap >> neg[: (sbits - 1).bit_length()])
-                new = rel & infl_mask & ~cur.sacked
+                new = Signal(W)
+                m.d.comb += new.eq(rel & infl_mask & ~cur.sacked)
                 m.d.sync += [walk_mask.eq(new), walk_kind.eq(W_SACK)]
                 with m.If(new != 0):
                     m.d.sync += progress.eq(1)

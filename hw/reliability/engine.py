@@ -60,7 +60,7 @@ class ReliabilityEngine(wiring.Component):
 
     Parameters
     ----------
-    num_qps : 1..256 QPs; local QPN q is QP index q (``sent.qpn``, ACK BTH DestQP).
+    num_qps : 2..256 QPs; local QPN q is QP index q (``sent.qpn``, ACK BTH DestQP).
     evs_per_qp : EVs per QP, a power of two in 2..128 (EV index width of ``sent``).
     sack_bits : SACK bitmap width of ``peer_ack`` (the RX parser's).
     clk_freq_hz : clock; the timer unit is round(1.024 us x clk_freq_hz) cycles.
@@ -96,8 +96,8 @@ class ReliabilityEngine(wiring.Component):
 
     def __init__(self, num_qps=16, evs_per_qp=16, sack_bits=64, clk_freq_hz=125_000_000,
                  data_width=64, csr_addr_width=16, window=64):
-        if not isinstance(num_qps, int) or not 1 <= num_qps <= 256:
-            raise ValueError(f"num_qps must be an integer in 1..256, not {num_qps!r}")
+        if not isinstance(num_qps, int) or not 2 <= num_qps <= 256:
+            raise ValueError(f"num_qps must be an integer in 2..256, not {num_qps!r}")
         if (not isinstance(evs_per_qp, int) or evs_per_qp & (evs_per_qp - 1)
                 or not 2 <= evs_per_qp <= 128):
             raise ValueError(f"evs_per_qp must be a power of two in 2..128, not {evs_per_qp!r}")
@@ -261,9 +261,9 @@ class ReliabilityEngine(wiring.Component):
             with m.Elif(in_qp):
                 with m.Switch(word):
                     with m.Case(QP_WORDS["qp_ctrl"]):
-                        c = Signal(Command(nq, E))
-                        m.d.comb += [c.ev.eq(0), c.qpn.eq(qp_idx), c.state.eq(csr.w_data[:3])]
-                        push_cmd(c)
+                        # layout order: ev, qpn, ev_index, state
+                        push_cmd(Cat(Const(0, 1), qp_idx, Const(0, max(1, ebits)),
+                                     csr.w_data[:3]))
                     with m.Case(QP_WORDS["qp_rel_cfg"]):
                         m.d.comb += rel_wr.en.eq(1)
                     for i in range(5):
@@ -275,10 +275,8 @@ class ReliabilityEngine(wiring.Component):
             with m.Elif(in_ev):
                 m.d.comb += ev_wr.en.eq(1)
                 with m.If(csr.w_data[31]):
-                    c = Signal(Command(nq, E))
-                    m.d.comb += [c.ev.eq(1), c.qpn.eq(ev_idx >> ebits),
-                                 c.ev_index.eq(ev_idx[:ebits]), c.state.eq(csr.w_data[16:18])]
-                    push_cmd(c)
+                    push_cmd(Cat(Const(1, 1), (ev_idx >> ebits)[: len(qp_idx)], ev_idx[:ebits],
+                                 csr.w_data[16:19]))
 
         # --- counters and events ---------------------------------------------------------------
         top_counts = {"cmds_lost": cmds_lost, "cqes": cpl.cqe_done, "dma_errors": cpl.dma_error}

@@ -1,0 +1,155 @@
+"""hw/reliability blocks in Amaranth's simulator: parameter checks, the register map,
+the retransmit timer scan and the probe frame builder."""
+
+import pytest
+from amaranth.hdl import Module
+from amaranth.sim import Simulator
+from scapy.layers.inet import IP, UDP
+from scapy.layers.l2 import Ether
+
+from host_driver import layers as L
+from hw.reliability import ReliabilityEngine
+from hw.reliability.engine import timeout_unit_cycles
+from hw.reliability.probe import ProbeBuilder
+from hw.reliability.registers import EV_BASE, QP_BASE, register_map
+from hw.reliability.timer import RetransmitTimers
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(num_qps=0), "num_qps"),
+        (dict(num_qps=300), "num_qps"),
+        (dict(evs_per_qp=12), "evs_per_qp"),
+        (dict(evs_per_qp=256), "evs_per_qp"),
+        (dict(sack_bits=48), "SACK bitmap"),
+        (dict(clk_freq_hz=100), "clk_freq_hz"),
+        (dict(data_width=48), "data_width"),
+        (dict(window=48), "window"),
+        (dict(num_qps=256, evs_per_qp=64), "csr_addr_width"),
+    ],
+)
+def test_parameters_rejected(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ReliabilityEngine(**kwargs)
+
+
+def test_timeout_unit():
+    assert timeout_unit_cycles(125_000_000) == 128  # 1.024 us at 8 ns
+    assert timeout_unit_cycles(250_000_000) == 256
+    assert timeout_unit_cycles(156_250_000) == 160
+    assert timeout_unit_cycles(1_000_000) == 1
+
+
+def test_register_map():
+    r = register_map(16, 16, 64)
+    assert r.type_id == 0x0004
+    assert r["qp_ctrl"].addr(3) == QP_BASE + 3 * 0x40
+    assert r["ev"].addr(17) == EV_BASE + 17 * 4
+    assert r.size == EV_BASE + 16 * 16 * 4
+    text = r.markdown()
+    assert "`ev_event`" in text and "| RP |" in text
+
+
+def _run(dut, bench, cycles_limit=None):
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+
+
+@pytest.mark.parametrize("num_qps", [3, 16])
+def test_timer_scan(num_qps):
+    """Reports come 0..num_qps+1 cycles after the deadline, with the generation; a
+    disarmed entry never reports; an unread report holds the scan."""
+    dut = RetransmitTimers(num_qps)
+    seen = []
+
+    async def bench(ctx):
+        for q, delay, gen in [(1, 5, 3), (num_qps - 1, 40, 7), (0, 2, 1)]:
+            deadline = ctx.get(dut.now) + delay
+            ctx.set(dut.arm.valid, 1)
+            ctx.set(dut.arm.payload, {"qpn": q, "armed": 1, "gen": gen, "deadline": deadline})
+            await ctx.tick()
+            ctx.set(dut.arm.valid, 0)
+            ctx.set(dut.expired.ready, 1)
+            for _ in range(delay + num_qps + 4):
+                await ctx.tick()
+                if ctx.get(dut.expired.valid):
+                    break
+            assert ctx.get(dut.expired.valid)
+            seen.append((ctx.get(dut.expired.payload.qpn), ctx.get(dut.expired.payload.gen),
+                         ctx.get(dut.now) - 1 - deadline))
+            ctx.set(dut.arm.valid, 1)
+            ctx.set(dut.arm.payload, {"qpn": q, "armed": 0, "gen": 0, "deadline": 0})
+            await ctx.tick()
+            ctx.set(dut.arm.valid, 0)
+            await ctx.tick().repeat(3)
+        # disarmed: silent
+        for _ in range(3 * num_qps):
+            await ctx.tick()
+            assert not ctx.get(dut.expired.valid)
+        # held: an expired entry keeps its report until taken
+        ctx.set(dut.expired.ready, 0)
+        ctx.set(dut.arm.valid, 1)
+        ctx.set(dut.arm.payload, {"qpn": 2 % num_qps, "armed": 1, "gen": 5,
+                                  "deadline": ctx.get(dut.now)})
+        await ctx.tick()
+        ctx.set(dut.arm.valid, 0)
+        await ctx.tick().repeat(4 * num_qps)
+        assert ctx.get(dut.expired.valid) and ctx.get(dut.expired.payload.gen) == 5
+
+    _run(dut, bench)
+    assert [(q, g) for q, g, _ in seen] == [(1, 3), (num_qps - 1, 7), (0, 1)]
+    assert all(0 <= err <= num_qps + 1 for _, _, err in seen), seen
+
+
+@pytest.mark.parametrize("data_width", [64, 128])
+def test_probe_frame(data_width):
+    """The probe request is a valid MRC frame: IPv4 checksum and ICRC as scapy computes."""
+    dut = ProbeBuilder(num_qps=4, evs_per_qp=8, data_width=data_width)
+    m = Module()
+    m.submodules.dut = dut
+    lanes = data_width // 8
+    frames = []
+
+    async def bench(ctx):
+        ctx.set(dut.own_mac, 0x0200_0000_0001)
+        ctx.set(dut.own_ip, 0x0A00_0001)
+        ctx.set(dut.now_ns, 123_456_789)
+        ctx.set(dut.net_data, {"peer_mac": 0x0200_0000_0002, "peer_ip": 0x0A00_0002,
+                               "dest_qpn": 0x123})
+        ctx.set(dut.ev_data, 0xC00B)
+        ctx.set(dut.m_axis.tready, 1)
+        ctx.set(dut.req.valid, 1)
+        ctx.set(dut.req.payload, {"qpn": 2, "ev_index": 3, "probe_id": 0x4203})
+        await ctx.tick()
+        ctx.set(dut.req.valid, 0)
+        data = b""
+        for _ in range(60):
+            await ctx.tick()
+            if ctx.get(dut.ev_addr) != 2 * 8 + 3 or ctx.get(dut.net_addr) != 2:
+                raise AssertionError("configuration read from the wrong address")
+            if ctx.get(dut.m_axis.tvalid):
+                keep = ctx.get(dut.m_axis.tkeep)
+                word = ctx.get(dut.m_axis.tdata).to_bytes(lanes, "little")
+                data += bytes(word[i] for i in range(lanes) if keep >> i & 1)
+                if ctx.get(dut.m_axis.tlast):
+                    frames.append(data)
+                    break
+
+    _run(m, bench)
+    (frame,) = frames
+    assert len(frame) == 74
+    assert L.check_frame(frame) == (True, True)
+    pkt = Ether(frame)
+    assert pkt.dst == "02:00:00:00:00:02" and pkt.src == "02:00:00:00:00:01"
+    assert pkt[IP].dst == "10.0.0.2" and pkt[IP].ttl == 64 and pkt[IP].flags == "DF"
+    assert pkt[UDP].sport == 0xC00B and pkt[UDP].dport == 4791 and pkt[UDP].chksum == 0
+    bth = pkt[L.BTH]
+    assert (bth.opcode, bth.dqpn, bth.psn, bth.pkey) == (L.OP_PROBE_REQ, 0x123, 0, 0xFFFF)
+    probe = pkt[L.MRCProbe]
+    assert (probe.probe_id, probe.ev, probe.timestamp) == (0x4203, 0xC00B, 123_456_789)
+    expect = bytes(L.probe_packet(response=False, dqpn=0x123, probe_id=0x4203, ev=0xC00B,
+                                  timestamp=123_456_789))
+    assert frame == expect
