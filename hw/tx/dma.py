@@ -1,0 +1,276 @@
+"""AXI4 reads for the TX path: the shared read channel, payload bursts and
+the realignment of unaligned host bytes."""
+
+from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
+from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..axi import AXI_BURST_INCR, AXI4Signature
+from ..stream import Beat
+from .icrc import count_keep
+from .layouts import PayloadDesc
+
+__all__ = ["ReadRequest", "ReadData", "ReadArbiter", "PayloadReader", "Realigner", "SegmentInfo"]
+
+AXI_MAX_BEATS = 256
+AXI_BOUNDARY = 4096
+
+
+def ReadRequest():
+    """One AXI4 read burst: beat-aligned address and beats - 1."""
+    return data.StructLayout({"addr": unsigned(64), "len": unsigned(8)})
+
+
+def ReadData(data_width):
+    return data.StructLayout({"data": unsigned(data_width), "last": unsigned(1)})
+
+
+def SegmentInfo():
+    """What the realigner needs to know of one packet's payload read."""
+    return data.StructLayout({"lane": unsigned(6), "length": unsigned(13)})
+
+
+class ReadArbiter(wiring.Component):
+    """Two read clients on one AXI4 master, writes tied off.
+
+    Client 0 (``wqe_*``, WQE fetches, ARID 0) and client 1 (``pay_*``,
+    payload, ARID 1) each give bursts on a request stream and take their
+    R beats by RID, so an interconnect may return the two out of order.
+    The AR choice alternates when both wait and is held until ARREADY (an
+    AXI master may not withdraw ARVALID). Latency 0 cycles (AR and R are
+    passed through combinationally); one AR per cycle, one R beat per cycle.
+    """
+
+    def __init__(self, data_width: int = 64, id_width: int = 4):
+        self.data_width = data_width
+        super().__init__(
+            {
+                "m_axi": Out(
+                    AXI4Signature(addr_width=64, data_width=data_width, id_width=id_width)
+                ),
+                "wqe_req": In(stream.Signature(ReadRequest())),
+                "wqe_data": Out(stream.Signature(ReadData(data_width))),
+                "pay_req": In(stream.Signature(ReadRequest())),
+                "pay_data": Out(stream.Signature(ReadData(data_width))),
+            }
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        axi = self.m_axi
+        size = (self.data_width // 8).bit_length() - 1
+        m.d.comb += [
+            axi.awvalid.eq(0),
+            axi.wvalid.eq(0),
+            axi.bready.eq(1),
+            axi.arsize.eq(size),
+            axi.arburst.eq(AXI_BURST_INCR),
+            axi.arcache.eq(0b0011),  # normal non-cacheable bufferable
+            axi.arprot.eq(0b000),
+            axi.arlock.eq(0),
+        ]
+        # the client granted last; held while its request waits for ARREADY
+        owner = Signal()
+        locked = Signal()
+        choose_pay = Mux(
+            locked, owner, Mux(self.wqe_req.valid & self.pay_req.valid, ~owner, self.pay_req.valid)
+        )
+        with m.If(choose_pay):
+            m.d.comb += [
+                axi.arvalid.eq(self.pay_req.valid),
+                axi.araddr.eq(self.pay_req.payload.addr),
+                axi.arlen.eq(self.pay_req.payload.len),
+                axi.arid.eq(1),
+                self.pay_req.ready.eq(axi.arready),
+            ]
+        with m.Else():
+            m.d.comb += [
+                axi.arvalid.eq(self.wqe_req.valid),
+                axi.araddr.eq(self.wqe_req.payload.addr),
+                axi.arlen.eq(self.wqe_req.payload.len),
+                axi.arid.eq(0),
+                self.wqe_req.ready.eq(axi.arready),
+            ]
+        with m.If(axi.arvalid):
+            m.d.sync += [owner.eq(choose_pay), locked.eq(~axi.arready)]
+
+        m.d.comb += [
+            self.wqe_data.payload.data.eq(axi.rdata),
+            self.wqe_data.payload.last.eq(axi.rlast),
+            self.pay_data.payload.data.eq(axi.rdata),
+            self.pay_data.payload.last.eq(axi.rlast),
+        ]
+        with m.If(axi.rid == 1):
+            m.d.comb += [self.pay_data.valid.eq(axi.rvalid), axi.rready.eq(self.pay_data.ready)]
+        with m.Else():
+            m.d.comb += [self.wqe_data.valid.eq(axi.rvalid), axi.rready.eq(self.wqe_data.ready)]
+        return m
+
+
+class PayloadReader(wiring.Component):
+    """AXI4 read bursts for each packet's payload.
+
+    ``desc`` in (host address and length, 0..4096 bytes), ``req`` out (bursts
+    with beat-aligned addresses, none crossing a 4 KiB boundary nor longer
+    than 256 beats), ``info`` out (first byte's lane and length, for the
+    ``Realigner``). Zero-length payloads issue nothing. ``info`` goes through
+    a FIFO of ``max_outstanding`` packets, which bounds how far reads run
+    ahead of the framer. Latency 1 cycle from ``desc`` to the first request;
+    one burst per cycle.
+    """
+
+    def __init__(self, data_width: int = 64, max_outstanding: int = 4):
+        self.data_width = data_width
+        self.max_outstanding = max_outstanding
+        super().__init__(
+            {
+                "desc": In(stream.Signature(PayloadDesc())),
+                "req": Out(stream.Signature(ReadRequest())),
+                "info": Out(stream.Signature(SegmentInfo())),
+            }
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        nbytes = self.data_width // 8
+        lg = nbytes.bit_length() - 1
+        boundary = min(AXI_BOUNDARY, AXI_MAX_BEATS * nbytes)
+        m.submodules.info_fifo = info_fifo = fifo.SyncFIFOBuffered(
+            width=SegmentInfo().size, depth=self.max_outstanding
+        )
+        m.d.comb += [
+            self.info.valid.eq(info_fifo.r_rdy),
+            self.info.payload.eq(info_fifo.r_data),
+            info_fifo.r_en.eq(self.info.ready),
+        ]
+        info_in = Signal(SegmentInfo())
+        m.d.comb += info_fifo.w_data.eq(info_in)
+
+        addr = Signal(64)
+        end = Signal(64)
+        next_boundary = (addr | (boundary - 1)) + 1
+        burst_end = Mux(end < next_boundary, end, next_boundary)[:64]
+
+        with m.FSM():
+            with m.State("IDLE"):
+                d = self.desc.payload
+                m.d.comb += self.desc.ready.eq(info_fifo.w_rdy)
+                with m.If(self.desc.valid & info_fifo.w_rdy & (d.length != 0)):
+                    m.d.comb += [
+                        info_fifo.w_en.eq(1),
+                        info_in.lane.eq(d.laddr[:lg]),
+                        info_in.length.eq(d.length),
+                    ]
+                    m.d.sync += [addr.eq(d.laddr), end.eq(d.laddr + d.length)]
+                    m.next = "ISSUE"
+            with m.State("ISSUE"):
+                m.d.comb += [
+                    self.req.valid.eq(1),
+                    self.req.payload.addr.eq(Cat(Signal(lg), addr[lg:])),
+                    self.req.payload.len.eq(((burst_end - 1) >> lg) - (addr >> lg)),
+                ]
+                with m.If(self.req.ready):
+                    m.d.sync += addr.eq(burst_end)
+                    with m.If(burst_end == end):
+                        m.next = "IDLE"
+        return m
+
+
+class Realigner(wiring.Component):
+    """Unaligned AXI read beats to a packed payload stream.
+
+    ``info`` in (first byte's lane in the first beat, length), ``i`` in (R
+    beats of the packet's bursts, in order; burst boundaries are not
+    visible), ``o`` out (the payload bytes from lane 0, packed, ``last`` on
+    the packet's final beat, lanes above ``keep`` zero). Each output beat is
+    two consecutive input beats shifted down by the start lane; a packet
+    needs at most one extra input beat, and when it needs none a final
+    output beat is flushed without input. Latency 0 cycles (combinational
+    shift from the registered previous beat). Throughput 1 beat/cycle.
+    """
+
+    def __init__(self, data_width: int = 64):
+        self.data_width = data_width
+        super().__init__(
+            {
+                "info": In(stream.Signature(SegmentInfo())),
+                "i": In(stream.Signature(ReadData(data_width))),
+                "o": Out(stream.Signature(Beat(data_width))),
+            }
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        w = self.data_width
+        nbytes = w // 8
+        lg = nbytes.bit_length() - 1
+
+        lane = Signal(range(nbytes))
+        in_left = Signal(13 - lg + 2)  # input beats still to come, minus one
+        out_left = Signal(13 - lg + 2)  # output beats still to send, minus one
+        last_bytes = Signal(range(nbytes + 1))
+        prev = Signal(w)
+        have_prev = Signal()
+
+        cur = self.i.payload.data
+        joined = (Cat(prev, cur) >> (lane * 8))[:w]
+        flush = (Cat(prev, Signal(w)) >> (lane * 8))[:w]
+
+        def emit(value, is_last):
+            keep = Mux(is_last, count_keep(last_bytes, nbytes), count_keep(nbytes, nbytes))
+            keep_bits = Cat(*[keep[i].replicate(8) for i in range(nbytes)])
+            m.d.comb += [
+                self.o.payload.data.eq(value & keep_bits),
+                self.o.payload.keep.eq(keep),
+                self.o.payload.last.eq(is_last),
+            ]
+
+        with m.FSM():
+            with m.State("IDLE"):
+                m.d.comb += self.info.ready.eq(1)
+                with m.If(self.info.valid):
+                    info = self.info.payload
+                    first_lane = info.lane[:lg] if lg else 0
+                    m.d.sync += [
+                        lane.eq(first_lane),
+                        in_left.eq((first_lane + info.length - 1) >> lg),
+                        out_left.eq((info.length - 1) >> lg),
+                        last_bytes.eq(info.length - (((info.length - 1) >> lg) << lg)),
+                        have_prev.eq(0),
+                    ]
+                    m.next = "STREAM"
+            with m.State("STREAM"):
+                out_last = out_left == 0
+                with m.If(lane == 0):
+                    # aligned: beats pass straight through
+                    m.d.comb += [self.o.valid.eq(self.i.valid), self.i.ready.eq(self.o.ready)]
+                    emit(cur, out_last)
+                    with m.If(self.i.valid & self.o.ready):
+                        m.d.sync += [in_left.eq(in_left - 1), out_left.eq(out_left - 1)]
+                        with m.If(out_last):
+                            m.next = "IDLE"
+                with m.Elif(~have_prev):
+                    m.d.comb += self.i.ready.eq(1)
+                    with m.If(self.i.valid):
+                        m.d.sync += [prev.eq(cur), have_prev.eq(1), in_left.eq(in_left - 1)]
+                        with m.If(in_left == 0):
+                            m.next = "FLUSH"
+                with m.Else():
+                    m.d.comb += [self.o.valid.eq(self.i.valid), self.i.ready.eq(self.o.ready)]
+                    emit(joined, out_last)
+                    with m.If(self.i.valid & self.o.ready):
+                        m.d.sync += [
+                            prev.eq(cur),
+                            in_left.eq(in_left - 1),
+                            out_left.eq(out_left - 1),
+                        ]
+                        with m.If(out_last):
+                            m.next = "IDLE"
+                        with m.Elif(in_left == 0):
+                            m.next = "FLUSH"
+            with m.State("FLUSH"):
+                m.d.comb += self.o.valid.eq(1)
+                emit(flush, 1)
+                with m.If(self.o.ready):
+                    m.next = "IDLE"
+        return m

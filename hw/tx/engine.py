@@ -1,0 +1,187 @@
+"""TxEngine: the TX path of the MRC NIC, from doorbells to MAC frames."""
+
+from amaranth.hdl import Module
+from amaranth.lib import fifo, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..axi import AXI4Signature
+from ..csr import CSRBusSignature
+from ..stream import AXIStreamSignature, Beat, check_data_width
+from .dma import PayloadReader, ReadArbiter, Realigner
+from .ev import EvTable
+from .framer import Framer
+from .header_builder import HeaderBuilder
+from .icrc import IcrcInserter
+from .layouts import AckUpdate, EvUpdate, PacketDesc, PayloadDesc, RetxRequest, SentRecord
+from .regs import QP_BASE, QP_STRIDE, tx_register_map
+from .sequencer import Sequencer
+
+__all__ = ["TxEngine", "StreamFifo"]
+
+DESC_FIFO_DEPTH = 2
+SENT_FIFO_DEPTH = 4
+PAY_DESC_FIFO_DEPTH = 4
+
+
+class StreamFifo(wiring.Component):
+    """A ``SyncFIFOBuffered`` between two streams of ``shape`` records.
+    Latency 1 cycle (2 through block RAM), one record per cycle."""
+
+    def __init__(self, shape, depth):
+        self.shape, self.depth = shape, depth
+        super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
+
+    def elaborate(self, platform):
+        m = Module()
+        width = len(self.i.payload.as_value())
+        m.submodules.fifo = f = fifo.SyncFIFOBuffered(width=width, depth=self.depth)
+        m.d.comb += [
+            f.w_data.eq(self.i.payload),
+            f.w_en.eq(self.i.valid),
+            self.i.ready.eq(f.w_rdy),
+            self.o.payload.eq(f.r_data),
+            self.o.valid.eq(f.r_rdy),
+            f.r_en.eq(self.o.ready),
+        ]
+        return m
+
+
+class TxEngine(wiring.Component):
+    """The MRC TX engine (issue 4; docs/tx.md).
+
+    Parameters: ``data_width`` (64..512, bits of the MAC stream and AXI4
+    data), ``num_qps``, ``evs_per_qp`` (1..256), ``max_mtu`` (256..4096, a
+    power of two), ``csr_addr_width``, ``inflight_depth`` (PSNs each QP may
+    have in flight: the in-flight table's entries per QP, a power of two).
+
+    Ports:
+    - ``csr``: the TX register block (``regs.tx_register_map``, type 0x0002).
+    - ``m_axi``: AXI4 master, reads only (WQEs with ARID 0, payload ARID 1).
+    - ``m_axis``: Ethernet frames without FCS, ICRC included.
+    - ``retx``: retransmit requests (QPN, PSN, reason); always taken, and
+      dropped (counted) when the PSN is not in flight.
+    - ``ack_update``: oldest unacknowledged PSN per QP; opens the window.
+    - ``ev_update``: EV state changes from reliability.
+    - ``sent``: one record per data packet when it is committed (at most
+      ``max_picked_ahead`` packets before its first beat is on the wire).
+      It has backpressure through a 4-entry FIFO: a consumer that does not
+      need it ties ``ready`` high; if ``ready`` stays low, TX stops once
+      the FIFO is full rather than lose a record reliability needs.
+
+    Throughput: 1 beat/cycle on ``m_axis`` in steady state for payloads of
+    a few hundred bytes and up (header build, payload reads and the ICRC
+    overlap the previous frame); one packet per ~9 cycles of control.
+    Latency from a doorbell to the first beat: about 15 cycles plus two
+    memory round trips (WQE, then payload).
+    """
+
+    max_picked_ahead = DESC_FIFO_DEPTH + 3
+
+    def __init__(
+        self,
+        data_width: int = 64,
+        num_qps: int = 16,
+        evs_per_qp: int = 16,
+        max_mtu: int = 4096,
+        csr_addr_width: int = 16,
+        inflight_depth: int = 256,
+    ):
+        check_data_width(data_width)
+        if not isinstance(num_qps, int) or num_qps < 1:
+            raise ValueError(f"num_qps must be a positive integer, not {num_qps!r}")
+        if not isinstance(evs_per_qp, int) or not 1 <= evs_per_qp <= 256:
+            raise ValueError(f"evs_per_qp must be in 1..256, not {evs_per_qp!r}")
+        if max_mtu not in (256, 512, 1024, 2048, 4096):
+            raise ValueError(f"max_mtu must be a power of two in 256..4096, not {max_mtu!r}")
+        if (
+            not isinstance(inflight_depth, int)
+            or inflight_depth & (inflight_depth - 1)
+            or not 16 <= inflight_depth <= 32768
+        ):
+            raise ValueError(
+                f"inflight_depth must be a power of two in 16..32768, not {inflight_depth!r}"
+            )
+        need = QP_BASE + num_qps * QP_STRIDE
+        if need > 1 << csr_addr_width:
+            raise ValueError(
+                f"{num_qps} QPs need 0x{need:x} bytes of CSR space; csr_addr_width "
+                f"{csr_addr_width} gives 0x{1 << csr_addr_width:x}"
+            )
+        self.data_width = data_width
+        self.num_qps = num_qps
+        self.evs_per_qp = evs_per_qp
+        self.max_mtu = max_mtu
+        self.csr_addr_width = csr_addr_width
+        self.inflight_depth = inflight_depth
+        self.register_map = tx_register_map(num_qps, evs_per_qp)
+        super().__init__(
+            {
+                "csr": In(CSRBusSignature(csr_addr_width)),
+                "m_axi": Out(AXI4Signature(addr_width=64, data_width=data_width, id_width=4)),
+                "m_axis": Out(AXIStreamSignature(data_width)),
+                "retx": In(stream.Signature(RetxRequest)),
+                "ack_update": In(stream.Signature(AckUpdate)),
+                "ev_update": In(stream.Signature(EvUpdate)),
+                "sent": Out(stream.Signature(SentRecord)),
+            }
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        w = self.data_width
+        m.submodules.sequencer = seq = Sequencer(
+            data_width=w,
+            num_qps=self.num_qps,
+            evs_per_qp=self.evs_per_qp,
+            max_mtu=self.max_mtu,
+            csr_addr_width=self.csr_addr_width,
+            inflight_depth=self.inflight_depth,
+        )
+        m.submodules.ev_table = evt = EvTable(self.num_qps, self.evs_per_qp)
+        m.submodules.read_arbiter = arb = ReadArbiter(w)
+        m.submodules.payload_reader = reader = PayloadReader(w, max_outstanding=PAY_DESC_FIFO_DEPTH)
+        m.submodules.realigner = realign = Realigner(w)
+        m.submodules.payload_fifo = pay_fifo = StreamFifo(Beat(w), max(16, self.max_mtu * 8 // w))
+        m.submodules.hdr_desc_fifo = hdr_fifo = StreamFifo(PacketDesc(), DESC_FIFO_DEPTH)
+        m.submodules.pay_desc_fifo = pd_fifo = StreamFifo(PayloadDesc(), PAY_DESC_FIFO_DEPTH)
+        m.submodules.sent_fifo = sent_fifo = StreamFifo(SentRecord, SENT_FIFO_DEPTH)
+        m.submodules.header_builder = hb = HeaderBuilder()
+        m.submodules.framer = framer = Framer(w)
+        m.submodules.icrc = icrc = IcrcInserter(w)
+
+        wiring.connect(m, wiring.flipped(self.csr), seq.csr)
+        wiring.connect(m, wiring.flipped(self.retx), seq.retx)
+        wiring.connect(m, wiring.flipped(self.ack_update), seq.ack_update)
+        wiring.connect(m, wiring.flipped(self.ev_update), evt.update)
+        wiring.connect(m, seq.ev, evt.bus)
+        wiring.connect(m, seq.sent, sent_fifo.i)
+        wiring.connect(m, sent_fifo.o, wiring.flipped(self.sent))
+
+        wiring.connect(m, seq.wqe_req, arb.wqe_req)
+        wiring.connect(m, arb.wqe_data, seq.wqe_data)
+        wiring.connect(m, arb.m_axi, wiring.flipped(self.m_axi))
+
+        wiring.connect(m, seq.pay_desc, pd_fifo.i)
+        wiring.connect(m, pd_fifo.o, reader.desc)
+        wiring.connect(m, reader.req, arb.pay_req)
+        wiring.connect(m, reader.info, realign.info)
+        wiring.connect(m, arb.pay_data, realign.i)
+        wiring.connect(m, realign.o, pay_fifo.i)
+
+        wiring.connect(m, seq.hdr_desc, hdr_fifo.i)
+        wiring.connect(m, hdr_fifo.o, hb.desc)
+        m.d.comb += [hb.src_mac.eq(seq.src_mac), hb.src_ip.eq(seq.src_ip)]
+        wiring.connect(m, hb.hdr, framer.hdr)
+        wiring.connect(m, pay_fifo.o, framer.payload)
+        wiring.connect(m, framer.o, icrc.i)
+
+        axis = self.m_axis
+        m.d.comb += [
+            axis.tdata.eq(icrc.o.payload.data),
+            axis.tkeep.eq(icrc.o.payload.keep),
+            axis.tlast.eq(icrc.o.payload.last),
+            axis.tuser.eq(0),
+            axis.tvalid.eq(icrc.o.valid),
+            icrc.o.ready.eq(axis.tready),
+        ]
+        return m

@@ -1,0 +1,196 @@
+"""Per-QP entropy-value (EV) table: values, states and the GOOD bitmap."""
+
+from amaranth.hdl import Cat, Module, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from .layouts import EvState, EvUpdate
+
+__all__ = ["EvTable", "EvBusSignature", "default_ev_value"]
+
+
+class EvBusSignature(wiring.Signature):
+    """The EV table's port to the sequencer, drawn from the sequencer's side."""
+
+    def __init__(self, num_qps: int, evs_per_qp: int):
+        self.num_qps, self.evs_per_qp = num_qps, evs_per_qp
+        qp_bits = max(1, (num_qps - 1).bit_length())
+        ev_bits = max(1, (evs_per_qp - 1).bit_length())
+        super().__init__(
+            {
+                "csr_sel": Out(qp_bits + ev_bits),
+                "csr_we": Out(1),
+                "csr_value": Out(16),
+                "csr_state": Out(2),
+                "csr_r_value": In(16),
+                "csr_r_state": In(2),
+                "good_qp": Out(qp_bits),
+                "good": In(evs_per_qp),
+                "val_sel": Out(qp_bits + ev_bits),
+                "value": In(16),
+                "became_good": In(1),
+                "became_good_qp": In(qp_bits),
+                "ready": In(1),
+            }
+        )
+
+    def __eq__(self, other):
+        return isinstance(other, EvBusSignature) and (self.num_qps, self.evs_per_qp) == (
+            other.num_qps,
+            other.evs_per_qp,
+        )
+
+
+def default_ev_value(index: int) -> int:
+    """EV value an entry holds until the controller writes one: distinct
+    UDP source ports 0xC000 + index, inside the dynamic port range."""
+    return 0xC000 + index
+
+
+class EvTable(wiring.Component):
+    """EV values and states of every QP, and each QP's GOOD bitmap.
+
+    Entries are addressed flat as ``Cat(ev_index, qp)``. Storage: values
+    (16 bits) and states (2 bits) per entry, and one row of ``evs_per_qp``
+    GOOD bits per QP, all block or distributed RAM, so 256 QPs x 256 EVs
+    fits in BRAM.
+
+    Ports (``bus``, an ``EvBusSignature``, and ``update``):
+    - ``csr_sel``/``csr_we``/``csr_value``/``csr_state``: the controller's
+      write of one entry; ``csr_r_value``/``csr_r_state`` read ``csr_sel``
+      back, 1 cycle later.
+    - ``update`` (stream of ``EvUpdate`` from reliability): state changes.
+      Out-of-range QPs or indices are consumed and ignored.
+    - ``good_qp`` -> ``good``: a QP's GOOD bitmap, 1 cycle later.
+    - ``val_sel`` -> ``value``: an entry's value, 1 cycle later.
+    - ``became_good``/``became_good_qp``: a one-cycle pulse when an entry
+      of that QP is written GOOD (a QP stalled for want of GOOD EVs retries).
+
+    - ``ready``: low while the table is being set to its defaults after
+      reset (every entry GOOD, value ``default_ev_value``), one entry per
+      cycle: ``num_qps`` x 2^ceil(log2(evs_per_qp)) cycles. CSR writes and
+      updates are not taken meanwhile.
+
+    A state change (CSR or ``update``) is a read-modify-write of the QP's
+    bitmap row: it is visible to ``good`` 3 cycles after it is taken. A CSR
+    write waits in a one-entry buffer and goes before ``update``; CSR writes
+    must be at least 3 cycles apart (AXI4LiteToCSR issues one per 3).
+    Throughput: one state change per 3 cycles.
+    """
+
+    def __init__(self, num_qps: int = 16, evs_per_qp: int = 16):
+        self.num_qps, self.evs_per_qp = num_qps, evs_per_qp
+        self.qp_bits = max(1, (num_qps - 1).bit_length())
+        self.ev_bits = max(1, (evs_per_qp - 1).bit_length())
+        super().__init__(
+            {
+                "bus": In(EvBusSignature(num_qps, evs_per_qp)),
+                "update": In(stream.Signature(EvUpdate)),
+            }
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        nq, ne = self.num_qps, self.evs_per_qp
+        depth = nq << self.ev_bits
+        values = [default_ev_value(i & ((1 << self.ev_bits) - 1)) & 0xFFFF for i in range(depth)]
+        m.submodules.values = values_mem = Memory(shape=16, depth=depth, init=values)
+        m.submodules.states = states_mem = Memory(shape=2, depth=depth, init=[])
+        m.submodules.good_rows = good_mem = Memory(shape=ne, depth=nq, init=[(1 << ne) - 1] * nq)
+
+        vw = values_mem.write_port()
+        v_csr = values_mem.read_port(transparent_for=(vw,))
+        v_seq = values_mem.read_port()
+        m.d.comb += [
+            vw.addr.eq(self.bus.csr_sel),
+            vw.data.eq(self.bus.csr_value),
+            vw.en.eq(self.bus.csr_we),
+            v_csr.addr.eq(self.bus.csr_sel),
+            self.bus.csr_r_value.eq(v_csr.data),
+            v_seq.addr.eq(self.bus.val_sel),
+            self.bus.value.eq(v_seq.data),
+        ]
+
+        sw = states_mem.write_port()
+        s_csr = states_mem.read_port(transparent_for=(sw,))
+        m.d.comb += [s_csr.addr.eq(self.bus.csr_sel), self.bus.csr_r_state.eq(s_csr.data)]
+
+        gw = good_mem.write_port()
+        g_seq = good_mem.read_port(transparent_for=(gw,))
+        g_rmw = good_mem.read_port(transparent_for=(gw,))
+        m.d.comb += [g_seq.addr.eq(self.bus.good_qp), self.bus.good.eq(g_seq.data)]
+
+        pend = Signal()
+        pend_sel = Signal.like(self.bus.csr_sel)
+        pend_state = Signal(2)
+        upd_qp = Signal(self.qp_bits)
+        upd_ev = Signal(self.ev_bits)
+        upd_state = Signal(2)
+        m.d.comb += g_rmw.addr.eq(upd_qp)
+
+        init_index = Signal(range(depth + 1))
+        initialized = Signal()
+        m.d.comb += self.bus.ready.eq(initialized)
+        with m.FSM(init="INIT"):
+            with m.State("INIT"):
+                # a soft reset must not leave the previous run's states behind
+                m.d.comb += [
+                    vw.addr.eq(init_index),
+                    vw.data.eq(0xC000 | init_index[: self.ev_bits]),
+                    vw.en.eq(1),
+                    sw.addr.eq(init_index),
+                    sw.data.eq(EvState.GOOD),
+                    sw.en.eq(1),
+                    gw.addr.eq(init_index),
+                    gw.data.eq((1 << ne) - 1),
+                    gw.en.eq(init_index < nq),
+                ]
+                m.d.sync += init_index.eq(init_index + 1)
+                with m.If(init_index == depth - 1):
+                    m.d.sync += initialized.eq(1)
+                    m.next = "IDLE"
+            with m.State("IDLE"):
+                with m.If(pend):
+                    m.d.sync += [
+                        pend.eq(0),
+                        upd_ev.eq(pend_sel[: self.ev_bits]),
+                        upd_qp.eq(pend_sel[self.ev_bits :]),
+                        upd_state.eq(pend_state),
+                    ]
+                    m.next = "READ"
+                with m.Else():
+                    u = self.update.payload
+                    m.d.comb += self.update.ready.eq(1)
+                    with m.If(self.update.valid & (u.qpn < nq) & (u.ev_index < ne)):
+                        m.d.sync += [
+                            upd_qp.eq(u.qpn),
+                            upd_ev.eq(u.ev_index),
+                            upd_state.eq(u.state),
+                        ]
+                        m.next = "READ"
+            with m.State("READ"):
+                m.next = "WRITE"
+            with m.State("WRITE"):
+                row = Signal(ne)
+                m.d.comb += row.eq(g_rmw.data)
+                m.d.comb += row.bit_select(upd_ev, 1).eq(upd_state == EvState.GOOD)
+                m.d.comb += [
+                    gw.addr.eq(upd_qp),
+                    gw.data.eq(row),
+                    gw.en.eq(1),
+                    sw.addr.eq(Cat(upd_ev, upd_qp)),
+                    sw.data.eq(upd_state),
+                    sw.en.eq(1),
+                    self.bus.became_good.eq(upd_state == EvState.GOOD),
+                    self.bus.became_good_qp.eq(upd_qp),
+                ]
+                m.next = "IDLE"
+
+        with m.If(self.bus.csr_we & initialized):
+            m.d.sync += [
+                pend.eq(1),
+                pend_sel.eq(self.bus.csr_sel),
+                pend_state.eq(self.bus.csr_state),
+            ]
+        return m

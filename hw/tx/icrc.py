@@ -1,0 +1,156 @@
+"""RoCEv2 ICRC appended to a frame at full rate."""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from ..crc import ICRC_INIT, crc32_bytes
+from ..headers import OFF_BTH, OFF_IPV4, OFF_UDP
+from ..stream import Beat
+
+__all__ = ["IcrcInserter", "ICRC_MASKED_BYTES", "keep_count", "count_keep"]
+
+# Frame byte offsets that the ICRC sees as 0xFF (docs/protocol.md): IPv4 TOS,
+# TTL and header checksum, UDP checksum, BTH byte 4 (FECN, BECN, resv6).
+ICRC_MASKED_BYTES = (
+    OFF_IPV4 + 1,
+    OFF_IPV4 + 8,
+    OFF_IPV4 + 10,
+    OFF_IPV4 + 11,
+    OFF_UDP + 6,
+    OFF_UDP + 7,
+    OFF_BTH + 4,
+)
+ICRC_START = OFF_IPV4  # the ICRC covers the frame from the IPv4 header on
+
+
+def keep_count(keep):
+    """Number of bytes of a packed ``keep`` (ones from lane 0 up)."""
+    n = len(keep)
+    count = Const(0, n.bit_length())
+    for i in range(n):
+        count = Mux(keep[i], i + 1, count)
+    return count
+
+
+def count_keep(count, nbytes):
+    """Packed ``keep`` with the low ``count`` lanes set."""
+    if isinstance(count, int):
+        return Const((1 << min(count, nbytes)) - 1, nbytes)
+    return Cat(*[count > i for i in range(nbytes)])
+
+
+class IcrcInserter(wiring.Component):
+    """Append the RoCEv2 ICRC to each frame of a packed byte stream.
+
+    ``i``: frames from the Ethernet header to the last pad byte (IPv4 without
+    options, RoCEv2 headers at the offsets of docs/protocol.md). ``o``: the
+    same frames with the 4-byte ICRC appended, least-significant byte first.
+
+    The CRC register is updated as each beat enters a one-beat holding
+    register, so the final value is ready when the last beat leaves it: the
+    ICRC fills the last beat's free lanes and, when fewer than 4 are free,
+    one extra beat. Latency 1 cycle. Throughput 1 beat/cycle, plus one cycle
+    for frames whose ICRC spills into an extra beat.
+    """
+
+    def __init__(self, data_width: int = 64):
+        self.data_width = data_width
+        super().__init__(
+            {
+                "i": In(stream.Signature(Beat(data_width))),
+                "o": Out(stream.Signature(Beat(data_width))),
+            }
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        nbytes = self.data_width // 8
+        w = self.data_width
+
+        # Masking and the start of the ICRC coverage depend only on the beat's
+        # index in the frame, up to the last beat holding a masked byte.
+        last_special = max(ICRC_MASKED_BYTES) // nbytes
+        beat_index = Signal(range(last_special + 2))
+        start_beat, start_lane = divmod(ICRC_START, nbytes)
+
+        masked = Signal(w)
+        m.d.comb += masked.eq(self.i.payload.data)
+        for b in range(last_special + 1):
+            mask = 0
+            for off in ICRC_MASKED_BYTES:
+                if off // nbytes == b:
+                    mask |= 0xFF << (8 * (off % nbytes))
+            if mask:
+                with m.If(beat_index == b):
+                    m.d.comb += masked.eq(self.i.payload.data | mask)
+
+        n_in = keep_count(self.i.payload.keep)
+        crc_data = Signal(w)
+        crc_count = Signal(range(nbytes + 1))
+        with m.If(beat_index < start_beat):
+            m.d.comb += [crc_data.eq(masked), crc_count.eq(0)]
+        with m.Elif(beat_index == start_beat):
+            m.d.comb += [crc_data.eq(masked >> (8 * start_lane)), crc_count.eq(n_in - start_lane)]
+        with m.Else():
+            m.d.comb += [crc_data.eq(masked), crc_count.eq(n_in)]
+
+        crc = Signal(32, init=ICRC_INIT)
+        crc_before = Mux(beat_index == 0, ICRC_INIT, crc)
+
+        held = Signal(Beat(w))
+        held_valid = Signal()
+        held_count = Signal(range(nbytes + 1))
+        spill = Signal()
+        spill_data = Signal(32)
+        spill_count = Signal(range(5))
+
+        icrc = ~crc
+        fits = held_count + 4 <= nbytes
+        out_data = Signal(w)
+        m.d.comb += out_data.eq(held.data)
+        with m.If(held.last):
+            # lanes above keep are not trusted to be zero
+            keep_bits = Cat(*[held.keep[i].replicate(8) for i in range(nbytes)])
+            m.d.comb += out_data.eq((held.data & keep_bits) | (icrc << (8 * held_count))[:w])
+
+        with m.If(spill):
+            m.d.comb += [
+                self.o.valid.eq(1),
+                self.o.payload.data.eq(spill_data),
+                self.o.payload.keep.eq(count_keep(spill_count, nbytes)),
+                self.o.payload.last.eq(1),
+            ]
+            with m.If(self.o.ready):
+                m.d.sync += spill.eq(0)
+        with m.Elif(held_valid):
+            m.d.comb += [
+                self.o.valid.eq(1),
+                self.o.payload.data.eq(out_data),
+                self.o.payload.keep.eq(
+                    Mux(held.last, count_keep(Mux(fits, held_count + 4, nbytes), nbytes), held.keep)
+                ),
+                self.o.payload.last.eq(held.last & fits),
+            ]
+            with m.If(self.o.ready):
+                m.d.sync += held_valid.eq(0)
+                with m.If(held.last & ~fits):
+                    m.d.sync += [
+                        spill.eq(1),
+                        spill_data.eq(icrc >> (8 * (nbytes - held_count)).as_unsigned()),
+                        spill_count.eq(held_count + 4 - nbytes),
+                    ]
+
+        m.d.comb += self.i.ready.eq(~spill & (~held_valid | self.o.ready))
+        with m.If(self.i.valid & self.i.ready):
+            m.d.sync += [
+                held.eq(self.i.payload),
+                held_valid.eq(1),
+                held_count.eq(n_in),
+                crc.eq(crc32_bytes(crc_before, crc_data, crc_count)),
+            ]
+            with m.If(self.i.payload.last):
+                m.d.sync += beat_index.eq(0)
+            with m.Elif(beat_index <= last_special):
+                m.d.sync += beat_index.eq(beat_index + 1)
+        return m

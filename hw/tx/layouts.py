@@ -1,0 +1,99 @@
+"""Records passed between the TX blocks, and the host-memory WQE format."""
+
+from amaranth.hdl import unsigned
+from amaranth.lib import data
+
+__all__ = [
+    "WQE_BYTES",
+    "WqeOpcode",
+    "wqe_fields",
+    "PacketDesc",
+    "PayloadDesc",
+    "FrameHeader",
+    "RetxRequest",
+    "AckUpdate",
+    "EvUpdate",
+    "SentRecord",
+    "EvState",
+    "MAX_HEADER_BYTES",
+]
+
+WQE_BYTES = 64
+# Eth 14 + IPv4 20 + UDP 8 + BTH 12 + RETH 16 + ImmDt 4
+MAX_HEADER_BYTES = 74
+
+
+class WqeOpcode:
+    WRITE = 0
+    WRITE_WITH_IMM = 1
+
+
+class EvState:
+    GOOD = 0
+    ASSUMED_BAD = 1
+    DENIED = 2
+
+
+# (name, byte offset, bytes) of the 64-byte little-endian WQE in host memory.
+WQE_LAYOUT = [
+    ("opcode", 0x00, 1),
+    ("flags", 0x01, 1),
+    ("imm", 0x04, 4),
+    ("wr_id", 0x08, 8),
+    ("laddr", 0x10, 8),
+    ("raddr", 0x18, 8),
+    ("length", 0x20, 4),
+    ("rkey", 0x24, 4),
+]
+
+
+def wqe_fields(raw):
+    """Fields of a WQE held in ``raw`` (512 bits, byte i of the WQE in lane i)."""
+    return {name: raw[8 * off : 8 * (off + size)] for name, off, size in WQE_LAYOUT}
+
+
+def PacketDesc():
+    """One packet to put on the wire, from the sequencer to the header path."""
+    return data.StructLayout(
+        {
+            "opcode": unsigned(8),
+            "se": unsigned(1),
+            "ackreq": unsigned(1),
+            "dqpn": unsigned(24),
+            "psn": unsigned(24),
+            "va": unsigned(64),
+            "rkey": unsigned(32),
+            "dma_len": unsigned(32),
+            "imm": unsigned(32),
+            "length": unsigned(13),
+            "ev": unsigned(16),
+            "dst_mac": unsigned(48),
+            "dst_ip": unsigned(32),
+            "dscp": unsigned(6),
+        }
+    )
+
+
+def PayloadDesc():
+    """Payload bytes to read from host memory for one packet."""
+    return data.StructLayout({"laddr": unsigned(64), "length": unsigned(13)})
+
+
+def FrameHeader():
+    """Built header bytes (lane order) for the framer."""
+    return data.StructLayout(
+        {
+            "bytes": unsigned(8 * MAX_HEADER_BYTES),
+            "imm": unsigned(1),  # header is 74 bytes (ImmDt) rather than 70
+            "length": unsigned(13),  # payload bytes
+            "pad": unsigned(2),
+        }
+    )
+
+
+RetxRequest = data.StructLayout({"qpn": 24, "psn": 24, "reason": 2})
+AckUpdate = data.StructLayout({"qpn": 24, "una_psn": 24})
+EvUpdate = data.StructLayout({"qpn": 24, "ev_index": 8, "state": 2})
+SentRecord = data.StructLayout(
+    {"qpn": 24, "psn": 24, "ev_index": 8, "retx": 1, "last": 1, "wqe_index": 16}
+)

@@ -1,0 +1,197 @@
+"""The TX register block, described once (hw.csr.RegisterMap) for the decode
+logic, the host driver and docs/tx.md."""
+
+from ..csr import RegisterMap
+
+__all__ = ["TX_TYPE_ID", "TX_VERSION", "QP_BASE", "QP_STRIDE", "tx_register_map", "G", "Q"]
+
+TX_TYPE_ID = 0x0002
+TX_VERSION = 1
+QP_BASE = 0x1000
+QP_STRIDE = 0x80
+
+
+class G:
+    """Offsets of the global registers."""
+
+    ID = 0x000
+    NEXT = 0x004
+    NUM_QPS = 0x008
+    EVS_PER_QP = 0x00C
+    CAPS = 0x010
+    STATUS = 0x014
+    SRC_MAC_LO = 0x020
+    SRC_MAC_HI = 0x024
+    SRC_IP = 0x028
+    EV_SELECT = 0x030
+    EV_ENTRY = 0x034
+    RETX_IGNORED = 0x040
+    RETX_NO_EV = 0x044
+
+
+class Q:
+    """Offsets of the per-QP registers inside a QP's window."""
+
+    CTRL = 0x00
+    MTU = 0x04
+    MPR = 0x08
+    CWND = 0x0C
+    NEXT_PSN = 0x10
+    UNA_PSN = 0x14
+    DEST_QPN = 0x18
+    DST_MAC_LO = 0x1C
+    DST_MAC_HI = 0x20
+    DST_IP = 0x24
+    DSCP = 0x28
+    SQ_BASE_LO = 0x2C
+    SQ_BASE_HI = 0x30
+    SQ_LOG2_SIZE = 0x34
+    DOORBELL = 0x38
+    CONSUMER = 0x3C
+    TX_PACKETS = 0x40
+    RETX_PACKETS = 0x44
+    STATUS = 0x48
+
+
+def tx_register_map(num_qps: int = 16, evs_per_qp: int = 16) -> RegisterMap:
+    rm = RegisterMap(
+        "tx",
+        TX_TYPE_ID,
+        TX_VERSION,
+        "TX engine: send queues, segmentation, PSNs, EV spraying, retransmits. "
+        f"Global registers, then one window of 0x{QP_STRIDE:x} bytes per QP from "
+        f"0x{QP_BASE:04x}. Unlisted offsets read 0 and ignore writes.",
+    )
+    rm.add(
+        "id",
+        G.ID,
+        "RO",
+        "block header",
+        fields=[
+            ("version", 0, 16, "register map version"),
+            ("type", 16, 16, f"block type 0x{TX_TYPE_ID:04x} (tx)"),
+        ],
+    )
+    rm.add("next", G.NEXT, "RO", "offset of the next register block (0: none)")
+    rm.add("num_qps", G.NUM_QPS, "RO", "number of QPs (send queues)")
+    rm.add("evs_per_qp", G.EVS_PER_QP, "RO", "EV table entries per QP")
+    rm.add(
+        "caps",
+        G.CAPS,
+        "RO",
+        "build parameters",
+        fields=[
+            ("data_bytes", 0, 8, "datapath width in bytes"),
+            ("max_mtu_log2", 8, 4, "log2 of the largest MTU"),
+            ("inflight_log2", 12, 4, "log2 of the in-flight table entries per QP"),
+        ],
+    )
+    rm.add(
+        "status",
+        G.STATUS,
+        "RO",
+        "engine state",
+        fields=[
+            (
+                "ready",
+                0,
+                1,
+                "1 once the per-QP and EV tables are back to their defaults after "
+                "reset (num_qps x evs_per_qp cycles); per-QP and EV writes before it are lost",
+            )
+        ],
+    )
+    rm.add("src_mac_lo", G.SRC_MAC_LO, "RW", "own MAC address, bits 31..0")
+    rm.add("src_mac_hi", G.SRC_MAC_HI, "RW", "own MAC address, bits 47..32")
+    rm.add("src_ip", G.SRC_IP, "RW", "own IPv4 address")
+    rm.add(
+        "ev_select",
+        G.EV_SELECT,
+        "RW",
+        "EV table entry that ev_entry reads and writes",
+        fields=[("ev_index", 0, 8, "entry within the QP's table"), ("qpn", 8, 16, "QP")],
+    )
+    rm.add(
+        "ev_entry",
+        G.EV_ENTRY,
+        "RW",
+        "the selected EV entry; a write sets value and state (GOOD bitmap 3 cycles later)",
+        fields=[
+            ("value", 0, 16, "EV: the UDP source port"),
+            ("state", 16, 2, "0 GOOD, 1 ASSUMED_BAD, 2 DENIED"),
+        ],
+    )
+    rm.add(
+        "retx_ignored",
+        G.RETX_IGNORED,
+        "RO",
+        "retransmit requests dropped: QP out of range or disabled, PSN not in flight",
+    )
+    rm.add(
+        "retx_no_ev",
+        G.RETX_NO_EV,
+        "RO",
+        "retransmit requests dropped because the QP had no GOOD EV",
+    )
+
+    def qp(name, off, access, doc, fields=()):
+        rm.add(name, QP_BASE + off, access, doc, count=num_qps, stride=QP_STRIDE, fields=fields)
+
+    qp("qp_ctrl", Q.CTRL, "RW", "QP control", fields=[("enable", 0, 1, "send from this QP")])
+    qp(
+        "qp_mtu",
+        Q.MTU,
+        "RW",
+        "MTU in bytes: 256, 512, 1024, 2048 or 4096 up to the build's maximum; other values "
+        "are ignored. Change only with nothing in flight (retransmits recompute offsets with it)",
+    )
+    qp("qp_mpr", Q.MPR, "RW", "MPR window in units of 128 PSNs (8 bits)")
+    qp(
+        "qp_cwnd",
+        Q.CWND,
+        "RW",
+        "congestion window in packets (constant until reliability drives it)",
+    )
+    qp(
+        "qp_next_psn",
+        Q.NEXT_PSN,
+        "RW",
+        "PSN of the next new packet (24 bits); a write also sets una_psn (nothing in flight). "
+        "Write only while the QP is disabled",
+    )
+    qp("qp_una_psn", Q.UNA_PSN, "RO", "oldest unacknowledged PSN (from ack_update)")
+    qp("qp_dest_qpn", Q.DEST_QPN, "RW", "responder QPN, BTH DestQP (24 bits)")
+    qp("qp_dst_mac_lo", Q.DST_MAC_LO, "RW", "peer (next hop) MAC, bits 31..0")
+    qp("qp_dst_mac_hi", Q.DST_MAC_HI, "RW", "peer (next hop) MAC, bits 47..32")
+    qp("qp_dst_ip", Q.DST_IP, "RW", "peer IPv4 address")
+    qp("qp_dscp", Q.DSCP, "RW", "IPv4 DSCP (6 bits); ECN is always ECT(0)")
+    qp(
+        "qp_sq_base_lo",
+        Q.SQ_BASE_LO,
+        "RW",
+        "send-queue ring base in host memory, bits 31..0 (64-byte aligned)",
+    )
+    qp("qp_sq_base_hi", Q.SQ_BASE_HI, "RW", "send-queue ring base, bits 63..32")
+    qp("qp_sq_log2_size", Q.SQ_LOG2_SIZE, "RW", "log2 of the ring's entries (0..15)")
+    qp(
+        "qp_doorbell",
+        Q.DOORBELL,
+        "RW",
+        "producer index (16-bit free-running); a write rings the doorbell",
+    )
+    qp("qp_consumer", Q.CONSUMER, "RO", "consumer index: WQEs fetched (16-bit free-running)")
+    qp("qp_tx_packets", Q.TX_PACKETS, "RO", "data packets sent, retransmits included")
+    qp("qp_retx_packets", Q.RETX_PACKETS, "RO", "retransmitted packets")
+    qp(
+        "qp_status",
+        Q.STATUS,
+        "RO",
+        "scheduler state",
+        fields=[
+            ("wqe_active", 0, 1, "a WQE is part sent"),
+            ("window_blocked", 1, 1, "waiting for the window (ack_update, cwnd or MPR write)"),
+            ("ev_blocked", 2, 1, "waiting for a GOOD EV"),
+            ("inflight", 8, 24, "PSNs in flight: next_psn - una_psn"),
+        ],
+    )
+    return rm

@@ -1,0 +1,607 @@
+"""Send-queue scheduling, WQE fetch, segmentation, PSNs, window, EV choice,
+in-flight records and retransmit requests: the TX control path."""
+
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+
+from ..csr import CSRBusSignature
+from ..headers import Opcode
+from .arbiter import RoundRobin, round_robin
+from .dma import ReadData, ReadRequest
+from .ev import EvBusSignature
+from .layouts import (
+    WQE_BYTES,
+    AckUpdate,
+    PacketDesc,
+    PayloadDesc,
+    RetxRequest,
+    SentRecord,
+    WqeOpcode,
+    wqe_fields,
+)
+from .regs import QP_BASE, QP_STRIDE, TX_TYPE_ID, TX_VERSION, G, Q
+
+__all__ = ["Sequencer", "CFG_LANES"]
+
+PSN_BITS = 24
+MPR_UNIT = 128
+
+# Per-QP settings held in one RAM row, one 32-bit lane per CSR so that a CSR
+# write is a single lane write (write granularity 32).
+CFG_LANES = [
+    ("mtu_log2", Q.MTU, 4),
+    ("mpr", Q.MPR, 8),
+    ("cwnd", Q.CWND, 16),
+    ("dqpn", Q.DEST_QPN, 24),
+    ("dst_mac_lo", Q.DST_MAC_LO, 32),
+    ("dst_mac_hi", Q.DST_MAC_HI, 16),
+    ("dst_ip", Q.DST_IP, 32),
+    ("dscp", Q.DSCP, 6),
+    ("sq_base_lo", Q.SQ_BASE_LO, 32),
+    ("sq_base_hi", Q.SQ_BASE_HI, 32),
+    ("sq_log2_size", Q.SQ_LOG2_SIZE, 4),
+]
+_LANE = {name: i for i, (name, _, _) in enumerate(CFG_LANES)}
+
+
+def _lane(row, name):
+    i = _LANE[name]
+    width = CFG_LANES[i][2]
+    return row[32 * i : 32 * i + width]
+
+
+def WqeState():
+    """The part-sent WQE of a QP (and the WQE being retransmitted from)."""
+    return data.StructLayout(
+        {
+            "laddr": unsigned(64),
+            "raddr": unsigned(64),
+            "length": unsigned(32),
+            "rkey": unsigned(32),
+            "imm": unsigned(32),
+            "with_imm": unsigned(1),
+            "wqe_index": unsigned(16),
+            "pkt_index": unsigned(24),
+        }
+    )
+
+
+def InflightRecord(ev_bits):
+    return data.StructLayout(
+        {"wqe_index": unsigned(16), "pkt_index": unsigned(24), "ev_index": unsigned(ev_bits)}
+    )
+
+
+class Sequencer(wiring.Component):
+    """The TX control path: one decision per packet, sequential.
+
+    Interface: ``csr`` (the TX register block, ``regs.tx_register_map``),
+    ``wqe_req``/``wqe_data`` (AXI4 read bursts of 64-byte WQEs), ``ev``
+    (the ``EvTable``), ``retx`` and ``ack_update`` from reliability, and per
+    packet one ``hdr_desc`` (header fields), one ``pay_desc`` (payload to
+    read) and one ``sent`` record, all three in the same cycle.
+
+    Per packet: pick a QP round-robin among those enabled, with work, and not
+    parked (window full, no GOOD EV); check the window min(MPR x 128, cwnd,
+    in-flight table size); fetch the WQE if none is part sent (one 64-byte
+    burst); cut the next MTU-sized packet; pick the next GOOD EV after the
+    QP's cursor; record (WQE, packet index, EV) under the PSN; emit. A
+    parked QP costs no cycles until an ack_update, CSR write or EV state
+    change for it unparks it. Retransmit requests go first: check that the
+    PSN is in flight, read its record, re-fetch its WQE and emit the same
+    packet on a GOOD EV other than the one it last used.
+
+    Latency: 9 cycles per packet of a part-sent WQE, plus the WQE burst
+    (about 8 + memory latency) for the first packet of a message or a
+    retransmit. Throughput: one packet per 9 cycles, far above the wire's
+    rate except for payloads under ~64 bytes (see docs/tx.md).
+    """
+
+    def __init__(
+        self,
+        *,
+        data_width=64,
+        num_qps=16,
+        evs_per_qp=16,
+        max_mtu=4096,
+        csr_addr_width=16,
+        inflight_depth=256,
+    ):
+        self.data_width = data_width
+        self.num_qps = num_qps
+        self.evs_per_qp = evs_per_qp
+        self.max_mtu = max_mtu
+        self.inflight_depth = inflight_depth
+        self.qp_bits = max(1, (num_qps - 1).bit_length())
+        self.ev_bits = max(1, (evs_per_qp - 1).bit_length())
+        super().__init__(
+            {
+                "csr": In(CSRBusSignature(csr_addr_width)),
+                "wqe_req": Out(stream.Signature(ReadRequest())),
+                "wqe_data": In(stream.Signature(ReadData(data_width))),
+                "ev": Out(EvBusSignature(num_qps, evs_per_qp)),
+                "retx": In(stream.Signature(RetxRequest)),
+                "ack_update": In(stream.Signature(AckUpdate)),
+                "hdr_desc": Out(stream.Signature(PacketDesc())),
+                "pay_desc": Out(stream.Signature(PayloadDesc())),
+                "sent": Out(stream.Signature(SentRecord)),
+                "src_mac": Out(48),
+                "src_ip": Out(32),
+            }
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        nq, ne = self.num_qps, self.evs_per_qp
+        qb, eb = self.qp_bits, self.ev_bits
+        depth = self.inflight_depth
+        db = depth.bit_length() - 1
+        nbytes = self.data_width // 8
+        wqe_beats = WQE_BYTES // nbytes
+        max_mtu_log2 = self.max_mtu.bit_length() - 1
+
+        # ---- per-QP state in flip-flops: what the scheduler looks at every cycle
+        enable = Signal(nq)
+        wqe_active = Signal(nq)
+        win_blocked = Signal(nq)
+        ev_blocked = Signal(nq)
+        pi = Array(Signal(16, name=f"pi{i}") for i in range(nq))
+        ci = Array(Signal(16, name=f"ci{i}") for i in range(nq))
+        next_psn = Array(Signal(PSN_BITS, name=f"next_psn{i}") for i in range(nq))
+        una_psn = Array(Signal(PSN_BITS, name=f"una_psn{i}") for i in range(nq))
+        ev_cursor = Array(Signal(eb, init=ne - 1, name=f"ev_cursor{i}") for i in range(nq))
+
+        # ---- per-QP settings, WQE progress, counters, in-flight records: RAM
+        cfg_init = [0] * len(CFG_LANES)
+        cfg_init[_LANE["mtu_log2"]] = min(10, max_mtu_log2)
+        cfg_init[_LANE["mpr"]] = max(1, depth // MPR_UNIT)
+        cfg_init[_LANE["cwnd"]] = depth
+        cfg_row_init = sum(v << (32 * i) for i, v in enumerate(cfg_init))
+        m.submodules.cfg = cfg_mem = Memory(
+            shape=32 * len(CFG_LANES), depth=nq, init=[cfg_row_init] * nq
+        )
+        cfg_w = cfg_mem.write_port(granularity=32)
+        cfg_r = cfg_mem.read_port(transparent_for=(cfg_w,))
+        cfg_csr = cfg_mem.read_port()
+        cfg = cfg_r.data
+
+        m.submodules.wqe_state = wqe_mem = Memory(shape=WqeState(), depth=nq, init=[])
+        wqe_w = wqe_mem.write_port()
+        wqe_r = wqe_mem.read_port(transparent_for=(wqe_w,))
+
+        m.submodules.counters = cnt_mem = Memory(shape=64, depth=nq, init=[])
+        cnt_w = cnt_mem.write_port()
+        cnt_r = cnt_mem.read_port(transparent_for=(cnt_w,))
+        cnt_csr = cnt_mem.read_port()
+
+        m.submodules.inflight = inflight_mem = Memory(
+            shape=InflightRecord(eb), depth=nq << db, init=[]
+        )
+        infl_w = inflight_mem.write_port()
+        infl_r = inflight_mem.read_port(transparent_for=(infl_w,))
+
+        # ---- global registers
+        src_mac = Signal(48)
+        src_ip = Signal(32)
+        ev_select = Signal(qb + eb)
+        retx_ignored = Signal(32)
+        retx_no_ev = Signal(32)
+        m.d.comb += [self.src_mac.eq(src_mac), self.src_ip.eq(src_ip)]
+
+        cur_q = Signal(qb)
+        m.d.comb += [
+            cfg_r.addr.eq(cur_q),
+            wqe_r.addr.eq(cur_q),
+            cnt_r.addr.eq(cur_q),
+            self.ev.good_qp.eq(cur_q),
+        ]
+
+        # ---- scheduler
+        has_work = Signal(nq)
+        for i in range(nq):
+            m.d.comb += has_work[i].eq(wqe_active[i] | (pi[i] != ci[i]))
+        m.submodules.rr = rr = RoundRobin(nq)
+        m.d.comb += rr.requests.eq(enable & has_work & ~win_blocked & ~ev_blocked)
+
+        init_q = Signal(range(nq + 1))
+        ready = Signal()
+
+        # ---- the per-packet FSM
+        retx_mode = Signal()
+        retx_psn = Signal(PSN_BITS)
+        retx_qpn_ok = Signal()
+        rec = Signal(InflightRecord(eb))
+        fetch_index = Signal(16)
+        wqe_raw = Signal(8 * WQE_BYTES)
+        fetch_beat = Signal(range(max(wqe_beats, 2)))
+        cur = Signal(WqeState())
+        offset = Signal(32)
+        remaining = Signal(32)
+        seg_last = Signal()
+        seg_first = Signal()
+        seg_len = Signal(13)
+        seg_psn = Signal(PSN_BITS)
+        ev_index = Signal(eb)
+
+        mtu_log2 = _lane(cfg, "mtu_log2")
+        mtu = Signal(13)
+        m.d.comb += mtu.eq(1 << mtu_log2)
+        inflight = (next_psn[cur_q] - una_psn[cur_q])[:PSN_BITS]
+        mpr_psns = _lane(cfg, "mpr") * MPR_UNIT
+        cwnd = _lane(cfg, "cwnd")
+        window = Signal(range(depth + 1))
+        w1 = Mux(mpr_psns < cwnd, mpr_psns, cwnd)
+        m.d.comb += window.eq(Mux(w1 < depth, w1, depth))
+        sq_base = Cat(_lane(cfg, "sq_base_lo"), _lane(cfg, "sq_base_hi"))
+        ring_mask = (Const(1, 17) << _lane(cfg, "sq_log2_size")) - 1
+        psn_out = Mux(retx_mode, retx_psn, next_psn[cur_q])
+
+        # EV choice: next GOOD after the cursor; a retransmit avoids its last EV
+        # unless it is the only GOOD one.
+        good = self.ev.good
+        avoid = Mux(retx_mode, Const(1, ne) << rec.ev_index, 0)[:ne]
+        usable = Mux((good & ~avoid).any(), good & ~avoid, good)
+        ev_found, ev_pick = round_robin(usable, ev_cursor[cur_q])
+
+        m.d.comb += self.ev.val_sel.eq(Cat(ev_index, cur_q))
+
+        with m.FSM(init="INIT"):
+            with m.State("INIT"):
+                # RAM rows back to their defaults after a (soft) reset; CSR
+                # writes to per-QP settings are lost until ``ready``.
+                m.d.comb += [
+                    cfg_w.addr.eq(init_q),
+                    cfg_w.data.eq(cfg_row_init),
+                    cfg_w.en.eq((1 << len(CFG_LANES)) - 1),
+                    cnt_w.addr.eq(init_q),
+                    cnt_w.data.eq(0),
+                    cnt_w.en.eq(1),
+                    wqe_w.addr.eq(init_q),
+                    wqe_w.data.eq(0),
+                    wqe_w.en.eq(1),
+                ]
+                with m.If(init_q < nq):
+                    m.d.sync += init_q.eq(init_q + 1)
+                with m.Elif(self.ev.ready):
+                    m.d.sync += ready.eq(1)
+                    m.next = "IDLE"
+
+            with m.State("IDLE"):
+                with m.If(self.retx.valid):
+                    m.d.comb += self.retx.ready.eq(1)
+                    m.d.sync += [
+                        cur_q.eq(self.retx.payload.qpn[:qb]),
+                        retx_qpn_ok.eq(self.retx.payload.qpn < nq),
+                        retx_psn.eq(self.retx.payload.psn),
+                        retx_mode.eq(1),
+                    ]
+                    m.next = "RETX_CHECK"
+                with m.Elif(rr.valid):
+                    m.d.comb += rr.next.eq(1)
+                    m.d.sync += [cur_q.eq(rr.grant), retx_mode.eq(0)]
+                    m.next = "LOAD"
+
+            with m.State("LOAD"):
+                m.next = "CHECK"
+
+            with m.State("CHECK"):
+                with m.If(~enable.bit_select(cur_q, 1)):
+                    m.next = "IDLE"
+                with m.Elif(inflight >= window):
+                    m.d.sync += win_blocked.bit_select(cur_q, 1).eq(1)
+                    m.next = "IDLE"
+                with m.Elif(~wqe_active.bit_select(cur_q, 1)):
+                    m.d.sync += fetch_index.eq(ci[cur_q])
+                    m.next = "FETCH"
+                with m.Else():
+                    m.d.sync += cur.eq(wqe_r.data)
+                    m.next = "OFFSET"
+
+            with m.State("RETX_CHECK"):
+                # cfg, counters and the in-flight record are read at cur_q now
+                psn_off = (retx_psn - una_psn[cur_q])[:PSN_BITS]
+                in_flight = retx_qpn_ok & enable.bit_select(cur_q, 1) & (psn_off < inflight)
+                m.d.comb += infl_r.addr.eq(Cat(retx_psn[:db], cur_q))
+                with m.If(in_flight):
+                    m.next = "RETX_RECORD"
+                with m.Else():
+                    m.d.sync += retx_ignored.eq(retx_ignored + 1)
+                    m.next = "IDLE"
+
+            with m.State("RETX_RECORD"):
+                m.d.sync += [rec.eq(infl_r.data), fetch_index.eq(infl_r.data.wqe_index)]
+                m.next = "FETCH"
+
+            with m.State("FETCH"):
+                m.d.comb += [
+                    self.wqe_req.valid.eq(1),
+                    self.wqe_req.payload.addr.eq(sq_base + ((fetch_index & ring_mask) << 6)),
+                    self.wqe_req.payload.len.eq(wqe_beats - 1),
+                ]
+                with m.If(self.wqe_req.ready):
+                    m.d.sync += fetch_beat.eq(0)
+                    m.next = "FETCH_DATA"
+
+            with m.State("FETCH_DATA"):
+                m.d.comb += self.wqe_data.ready.eq(1)
+                with m.If(self.wqe_data.valid):
+                    m.d.sync += [
+                        wqe_raw.word_select(fetch_beat, self.data_width).eq(
+                            self.wqe_data.payload.data
+                        ),
+                        fetch_beat.eq(fetch_beat + 1),
+                    ]
+                    with m.If(self.wqe_data.payload.last):
+                        m.next = "PARSE"
+
+            with m.State("PARSE"):
+                f = wqe_fields(wqe_raw)
+                m.d.sync += [
+                    cur.laddr.eq(f["laddr"]),
+                    cur.raddr.eq(f["raddr"]),
+                    cur.length.eq(f["length"]),
+                    cur.rkey.eq(f["rkey"]),
+                    cur.imm.eq(f["imm"]),
+                    cur.with_imm.eq(f["opcode"] == WqeOpcode.WRITE_WITH_IMM),
+                    cur.wqe_index.eq(fetch_index),
+                    cur.pkt_index.eq(Mux(retx_mode, rec.pkt_index, 0)),
+                ]
+                with m.If(~retx_mode):
+                    m.d.sync += [
+                        ci[cur_q].eq(ci[cur_q] + 1),
+                        wqe_active.bit_select(cur_q, 1).eq(1),
+                    ]
+                m.next = "OFFSET"
+
+            with m.State("OFFSET"):
+                # Wait for room downstream *before* choosing the EV, so that a
+                # packet is committed 2 cycles after its EV was chosen and an
+                # EV state change binds every packet chosen after it.
+                m.d.sync += offset.eq(cur.pkt_index << mtu_log2)
+                with m.If(self.hdr_desc.ready & self.pay_desc.ready & self.sent.ready):
+                    m.next = "SEGMENT"
+
+            with m.State("SEGMENT"):
+                rest = (cur.length - offset)[:32]
+                last = rest <= mtu
+                m.d.sync += [
+                    remaining.eq(rest),
+                    seg_last.eq(last),
+                    seg_first.eq(cur.pkt_index == 0),
+                    seg_len.eq(Mux(last, rest, mtu)),
+                    seg_psn.eq(psn_out),
+                    ev_index.eq(ev_pick),
+                ]
+                with m.If(ev_found):
+                    m.next = "EV_VALUE"
+                with m.Elif(retx_mode):
+                    m.d.sync += retx_no_ev.eq(retx_no_ev + 1)
+                    m.next = "IDLE"
+                with m.Else():
+                    # park the QP, keeping its WQE, until one of its EVs is GOOD
+                    m.d.comb += [wqe_w.addr.eq(cur_q), wqe_w.data.eq(cur), wqe_w.en.eq(1)]
+                    m.d.sync += ev_blocked.bit_select(cur_q, 1).eq(1)
+                    m.next = "IDLE"
+
+            with m.State("EV_VALUE"):
+                m.next = "EMIT"
+
+            with m.State("EMIT"):
+                # room was checked before SEGMENT and only our writes take it
+                go = self.hdr_desc.ready & self.pay_desc.ready & self.sent.ready
+                imm_last = cur.with_imm & seg_last
+                opcode = Signal(8)
+                with m.If(seg_first & seg_last):
+                    m.d.comb += opcode.eq(
+                        Mux(cur.with_imm, Opcode.WRITE_ONLY_IMM, Opcode.WRITE_ONLY)
+                    )
+                with m.Elif(seg_first):
+                    m.d.comb += opcode.eq(Opcode.WRITE_FIRST)
+                with m.Elif(seg_last):
+                    m.d.comb += opcode.eq(
+                        Mux(cur.with_imm, Opcode.WRITE_LAST_IMM, Opcode.WRITE_LAST)
+                    )
+                with m.Else():
+                    m.d.comb += opcode.eq(Opcode.WRITE_MIDDLE)
+                h = self.hdr_desc.payload
+                m.d.comb += [
+                    self.hdr_desc.valid.eq(go),
+                    self.pay_desc.valid.eq(go),
+                    self.sent.valid.eq(go),
+                    h.opcode.eq(opcode),
+                    h.se.eq(imm_last),
+                    h.ackreq.eq(seg_last | retx_mode),
+                    h.dqpn.eq(_lane(cfg, "dqpn")),
+                    h.psn.eq(seg_psn),
+                    h.va.eq(cur.raddr + offset),
+                    h.rkey.eq(cur.rkey),
+                    h.dma_len.eq(cur.length),
+                    h.imm.eq(cur.imm),
+                    h.length.eq(seg_len),
+                    h.ev.eq(self.ev.value),
+                    h.dst_mac.eq(Cat(_lane(cfg, "dst_mac_lo"), _lane(cfg, "dst_mac_hi"))),
+                    h.dst_ip.eq(_lane(cfg, "dst_ip")),
+                    h.dscp.eq(_lane(cfg, "dscp")),
+                    self.pay_desc.payload.laddr.eq(cur.laddr + offset),
+                    self.pay_desc.payload.length.eq(seg_len),
+                    self.sent.payload.qpn.eq(cur_q),
+                    self.sent.payload.psn.eq(seg_psn),
+                    self.sent.payload.ev_index.eq(ev_index),
+                    self.sent.payload.retx.eq(retx_mode),
+                    self.sent.payload.last.eq(seg_last),
+                    self.sent.payload.wqe_index.eq(cur.wqe_index),
+                ]
+                with m.If(go):
+                    record = Signal(InflightRecord(eb))
+                    m.d.comb += [
+                        record.wqe_index.eq(cur.wqe_index),
+                        record.pkt_index.eq(cur.pkt_index),
+                        record.ev_index.eq(ev_index),
+                        infl_w.addr.eq(Cat(seg_psn[:db], cur_q)),
+                        infl_w.data.eq(record),
+                        infl_w.en.eq(1),
+                        cnt_w.addr.eq(cur_q),
+                        cnt_w.data.eq(
+                            Cat((cnt_r.data[:32] + 1)[:32], (cnt_r.data[32:] + retx_mode)[:32])
+                        ),
+                        cnt_w.en.eq(1),
+                    ]
+                    m.d.sync += ev_cursor[cur_q].eq(ev_index)
+                    with m.If(~retx_mode):
+                        advanced = Signal(WqeState())
+                        m.d.comb += [
+                            advanced.eq(cur),
+                            advanced.pkt_index.eq(cur.pkt_index + 1),
+                            wqe_w.addr.eq(cur_q),
+                            wqe_w.data.eq(advanced),
+                            wqe_w.en.eq(1),
+                        ]
+                        m.d.sync += [
+                            next_psn[cur_q].eq(seg_psn + 1),
+                            wqe_active.bit_select(cur_q, 1).eq(~seg_last),
+                        ]
+                    m.next = "IDLE"
+
+        # ---- unparking: acks, EV state changes (CSR writes come below)
+        ack = self.ack_update.payload
+        ack_q = ack.qpn[:qb]
+        m.d.comb += self.ack_update.ready.eq(1)
+        with m.If(self.ack_update.valid & (ack.qpn < nq)):
+            advance = (ack.una_psn - una_psn[ack_q])[:PSN_BITS]
+            outstanding = (next_psn[ack_q] - una_psn[ack_q])[:PSN_BITS]
+            with m.If(advance <= outstanding):
+                m.d.sync += [una_psn[ack_q].eq(ack.una_psn), win_blocked.bit_select(ack_q, 1).eq(0)]
+        with m.If(self.ev.became_good):
+            m.d.sync += ev_blocked.bit_select(self.ev.became_good_qp, 1).eq(0)
+
+        # ---- CSR decode
+        csr = self.csr
+        rel = (csr.addr - QP_BASE)[: len(csr.addr)]
+        qsel = (rel >> (QP_STRIDE.bit_length() - 1))[:qb]
+        in_qp = (csr.addr >= QP_BASE) & ((rel >> (QP_STRIDE.bit_length() - 1)) < nq)
+        reg = csr.addr[: QP_STRIDE.bit_length() - 1]
+        m.d.comb += [cfg_csr.addr.eq(qsel), cnt_csr.addr.eq(qsel)]
+        m.d.comb += [self.ev.csr_sel.eq(ev_select)]
+
+        lane_of = {off: name for name, off, _ in CFG_LANES}
+        with m.If(csr.w_stb & in_qp & ready):
+            with m.Switch(reg):
+                for off, name in lane_of.items():
+                    with m.Case(off):
+                        lane_data = csr.w_data
+                        if name == "mtu_log2":
+                            valid_mtu = Signal()
+                            lane_data = Signal(32)
+                            for lg in range(8, max_mtu_log2 + 1):
+                                with m.If(csr.w_data == (1 << lg)):
+                                    m.d.comb += [valid_mtu.eq(1), lane_data.eq(lg)]
+                        else:
+                            valid_mtu = Const(1)
+                        m.d.comb += [
+                            cfg_w.addr.eq(qsel),
+                            cfg_w.data.eq(lane_data << (32 * _LANE[name])),
+                            cfg_w.en.eq(valid_mtu << _LANE[name]),
+                        ]
+                        if name in ("mpr", "cwnd"):
+                            m.d.sync += win_blocked.bit_select(qsel, 1).eq(0)
+                with m.Case(Q.CTRL):
+                    m.d.sync += [
+                        enable.bit_select(qsel, 1).eq(csr.w_data[0]),
+                        win_blocked.bit_select(qsel, 1).eq(0),
+                        ev_blocked.bit_select(qsel, 1).eq(0),
+                    ]
+                with m.Case(Q.NEXT_PSN):
+                    m.d.sync += [
+                        next_psn[qsel].eq(csr.w_data[:PSN_BITS]),
+                        una_psn[qsel].eq(csr.w_data[:PSN_BITS]),
+                        win_blocked.bit_select(qsel, 1).eq(0),
+                    ]
+                with m.Case(Q.DOORBELL):
+                    m.d.sync += pi[qsel].eq(csr.w_data[:16])
+        with m.If(csr.w_stb & (csr.addr < QP_BASE)):
+            with m.Switch(csr.addr):
+                with m.Case(G.SRC_MAC_LO):
+                    m.d.sync += src_mac[:32].eq(csr.w_data)
+                with m.Case(G.SRC_MAC_HI):
+                    m.d.sync += src_mac[32:].eq(csr.w_data[:16])
+                with m.Case(G.SRC_IP):
+                    m.d.sync += src_ip.eq(csr.w_data)
+                with m.Case(G.EV_SELECT):
+                    m.d.sync += ev_select.eq(Cat(csr.w_data[:eb], csr.w_data[8 : 8 + qb]))
+                with m.Case(G.EV_ENTRY):
+                    m.d.comb += [
+                        self.ev.csr_we.eq(1),
+                        self.ev.csr_value.eq(csr.w_data[:16]),
+                        self.ev.csr_state.eq(csr.w_data[16:18]),
+                    ]
+
+        # reads: address registered with r_stb, RAM read ports give data then
+        r_addr = Signal.like(csr.addr)
+        r_q = Signal(qb)
+        r_in_qp = Signal()
+        r_reg = Signal.like(reg)
+        with m.If(csr.r_stb):
+            m.d.sync += [r_addr.eq(csr.addr), r_q.eq(qsel), r_in_qp.eq(in_qp), r_reg.eq(reg)]
+        qp_read = Signal(32)
+        glob_read = Signal(32)
+        cfg_row = cfg_csr.data
+        with m.Switch(r_reg):
+            for off, name in lane_of.items():
+                with m.Case(off):
+                    value = _lane(cfg_row, name)
+                    if name == "mtu_log2":
+                        value = Const(1, 13) << value
+                    m.d.comb += qp_read.eq(value)
+            with m.Case(Q.CTRL):
+                m.d.comb += qp_read.eq(enable.bit_select(r_q, 1))
+            with m.Case(Q.NEXT_PSN):
+                m.d.comb += qp_read.eq(next_psn[r_q])
+            with m.Case(Q.UNA_PSN):
+                m.d.comb += qp_read.eq(una_psn[r_q])
+            with m.Case(Q.DOORBELL):
+                m.d.comb += qp_read.eq(pi[r_q])
+            with m.Case(Q.CONSUMER):
+                m.d.comb += qp_read.eq(ci[r_q])
+            with m.Case(Q.TX_PACKETS):
+                m.d.comb += qp_read.eq(cnt_csr.data[:32])
+            with m.Case(Q.RETX_PACKETS):
+                m.d.comb += qp_read.eq(cnt_csr.data[32:])
+            with m.Case(Q.STATUS):
+                m.d.comb += qp_read.eq(
+                    Cat(
+                        wqe_active.bit_select(r_q, 1),
+                        win_blocked.bit_select(r_q, 1),
+                        ev_blocked.bit_select(r_q, 1),
+                        Const(0, 5),
+                        (next_psn[r_q] - una_psn[r_q])[:PSN_BITS],
+                    )
+                )
+        with m.Switch(r_addr):
+            with m.Case(G.ID):
+                m.d.comb += glob_read.eq((TX_TYPE_ID << 16) | TX_VERSION)
+            with m.Case(G.STATUS):
+                m.d.comb += glob_read.eq(ready)
+            with m.Case(G.NUM_QPS):
+                m.d.comb += glob_read.eq(nq)
+            with m.Case(G.EVS_PER_QP):
+                m.d.comb += glob_read.eq(ne)
+            with m.Case(G.CAPS):
+                m.d.comb += glob_read.eq(nbytes | (max_mtu_log2 << 8) | (db << 12))
+            with m.Case(G.SRC_MAC_LO):
+                m.d.comb += glob_read.eq(src_mac[:32])
+            with m.Case(G.SRC_MAC_HI):
+                m.d.comb += glob_read.eq(src_mac[32:])
+            with m.Case(G.SRC_IP):
+                m.d.comb += glob_read.eq(src_ip)
+            with m.Case(G.EV_SELECT):
+                m.d.comb += glob_read.eq(Cat(ev_select[:eb], Const(0, 8 - eb), ev_select[eb:]))
+            with m.Case(G.EV_ENTRY):
+                m.d.comb += glob_read.eq(Cat(self.ev.csr_r_value, self.ev.csr_r_state))
+            with m.Case(G.RETX_IGNORED):
+                m.d.comb += glob_read.eq(retx_ignored)
+            with m.Case(G.RETX_NO_EV):
+                m.d.comb += glob_read.eq(retx_no_ev)
+        m.d.comb += csr.r_data.eq(Mux(r_in_qp, qp_read, Mux(r_addr < QP_BASE, glob_read, 0)))
+        return m
