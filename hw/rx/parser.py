@@ -44,10 +44,13 @@ its record into a header FIFO, a dropped one rolls the write pointer back.
 The *output stage* pops records and releases the committed payload beats of
 each popped record to ``payload`` through the memory's read register.
 
-Before the first beat of a frame the input waits until the frame FIFO has
-room for a frame of ``max_payload`` and the header FIFO for one more record,
-so nothing is ever dropped or overwritten for lack of space; inside a frame
-``tready`` stays high.
+Backpressure, as in a frame FIFO: ``tready`` is low while the frame FIFO is
+full (it keeps one spare entry for the final payload beat that the verdict
+stage may still write), at any beat, and before the first beat of a frame
+while the header FIFO has no room for one more record. Nothing is ever
+dropped or overwritten for lack of space, and since the FIFO holds at least
+one ``max_payload`` frame plus two beats, a frame being written can always
+complete once the committed frames ahead of it drain.
 
 Latency: the record of a frame is valid on ``hdr`` 3 cycles after its last
 input beat; its first payload beat 2 cycles after the record is taken.
@@ -179,7 +182,7 @@ class RxParser(wiring.Component):
         ``sack_words`` disagrees is dropped as a length mismatch.
     max_payload : the largest payload accepted (the MTU), in bytes.
     fifo_depth : frame FIFO depth in beats, a power of two of at least one
-        ``max_payload`` frame; by default room for two.
+        ``max_payload`` payload plus 2 beats; by default room for two payloads.
 
     A frame is dropped, and counted under the first verdict that applies, when
 
@@ -216,16 +219,17 @@ class RxParser(wiring.Component):
         self.max_payload = max_payload
         self.lanes = data_width // 8
         self.max_payload_beats = -(-max_payload // self.lanes)
+        min_depth = self.max_payload_beats + 2
         if fifo_depth is None:
-            fifo_depth = 1 << (2 * self.max_payload_beats - 1).bit_length()
+            fifo_depth = 1 << (max(2 * self.max_payload_beats, min_depth) - 1).bit_length()
         if (
             not isinstance(fifo_depth, int)
             or fifo_depth & (fifo_depth - 1)
-            or fifo_depth < self.max_payload_beats
+            or fifo_depth < min_depth
         ):
             raise ValueError(
-                f"fifo_depth must be a power of two of at least {self.max_payload_beats} beats "
-                f"(one {max_payload}-byte payload at {data_width} bits), not {fifo_depth!r}"
+                f"fifo_depth must be a power of two of at least {min_depth} beats (one "
+                f"{max_payload}-byte payload at {data_width} bits, plus 2), not {fifo_depth!r}"
             )
         self.fifo_depth = fifo_depth
         self.hdr_fifo_depth = 16
@@ -532,14 +536,14 @@ class RxParser(wiring.Component):
             records.w_en.eq(eof & (verdict == Verdict.ACCEPTED)),
         ]
 
-        # Room for one more frame of max_payload (plus the final beat of the
-        # frame in the verdict stage) and one more record (plus the one the
-        # verdict stage may push now).
+        # A beat is taken only with room for its own payload beat and for the
+        # one the verdict stage may write in the cycle after a last beat; a
+        # frame only with room for its record (and the one being pushed now).
         used = Signal(ptr_bits)
         m.d.comb += used.eq(wr_ptr - rd_ptr)
-        room = (depth - used) >= self.max_payload_beats + (eof & flush)
+        room = used <= depth - 2
         hdr_room = records.level + eof <= self.hdr_fifo_depth - 1
-        m.d.comb += axis.tready.eq((beat != 0) | (room & hdr_room))
+        m.d.comb += axis.tready.eq(room & ((beat != 0) | hdr_room))
 
         # ------------------------------------------------------------------
         # Output stage.

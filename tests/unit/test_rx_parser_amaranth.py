@@ -15,8 +15,9 @@ from hw.rx.parser import COUNTER_NAMES, ParserCounters, RxParser
 from tests.hw.test_rx_parser import decode, expect_frame, malformed_cases, valid_frame
 
 
-def simulate(dut: RxParser, frames: list[tuple[bytes, bool]], stall_every: int = 0):
-    """Send frames back to back; returns (verdicts in order, records, payloads, input rate)."""
+def simulate(dut: RxParser, frames: list[tuple[bytes, bool]], stall=lambda cycle: False):
+    """Send frames back to back, the outputs stalled in the cycles where ``stall``
+    says so; returns (verdicts in order, records, payloads, input rate)."""
     lanes = dut.data_width // 8
     verdicts, records, payloads = [], [], []
     stats = {"beats": 0, "cycles": 0}
@@ -52,17 +53,17 @@ def simulate(dut: RxParser, frames: list[tuple[bytes, bool]], stall_every: int =
         prev = decode(ParserCounters, ctx.get(dut.counters.as_value()))
         idle = 0
         while idle < 200:
-            stall = stall_every and n % stall_every == 0
-            ctx.set(dut.hdr.ready, not stall)
-            ctx.set(dut.payload.ready, not stall)
+            stalled = stall(n)
+            ctx.set(dut.hdr.ready, not stalled)
+            ctx.set(dut.payload.ready, not stalled)
             hdr_valid, pay_valid = ctx.get(dut.hdr.valid), ctx.get(dut.payload.valid)
             hdr = ctx.get(dut.hdr.payload.as_value())
             beat = ctx.get(dut.payload.payload)
             await ctx.tick()
             n += 1
-            if hdr_valid and not stall:
+            if hdr_valid and not stalled:
                 records.append(decode(dut.hdr.payload.shape(), hdr))
-            if pay_valid and not stall:
+            if pay_valid and not stalled:
                 nbytes = beat.keep.bit_length()
                 buf += beat.data.to_bytes(lanes, "little")[:nbytes]
                 if beat.last:
@@ -112,12 +113,32 @@ def test_a_few_frames(data_width):
     assert rate == 1.0, f"{rate} input beats per cycle with no backpressure"
 
 
-def test_backpressure():
-    """Stalled outputs: a small frame FIFO fills, the input waits, nothing is lost."""
-    rng = random.Random(5)
-    frames = [(valid_frame(rng, L.OP_WRITE_MIDDLE, 256), False) for _ in range(5)]
-    dut = RxParser(data_width=64, max_payload=256, fifo_depth=32)
-    verdicts, records, payloads, rate = simulate(dut, frames, stall_every=2)
+@pytest.mark.parametrize(
+    "data_width,max_payload,fifo_depth", [(64, 256, 64), (64, 240, 32), (256, 448, 16)]
+)
+@pytest.mark.parametrize("stall_cycles", [0, 400])
+def test_backpressure(data_width, max_payload, fifo_depth, stall_cycles):
+    """Outputs stalled (at first for ``stall_cycles``, then every other cycle) with
+    a small frame FIFO, down to one payload + 2 beats: the input waits, mid-frame
+    too, and nothing is lost or overwritten."""
+    rng = random.Random(fifo_depth + stall_cycles)
+    lanes = data_width // 8
+    # With the outputs stalled the first frame leaves two free entries; the
+    # second ends with a payload beat for the verdict stage to write after
+    # its last input beat (at 256 bits), into the spare entry.
+    first = min(max_payload, (fifo_depth - 2) * lanes)
+    frames = [
+        (valid_frame(rng, L.OP_WRITE_MIDDLE, first), False),
+        (valid_frame(rng, L.OP_WRITE_LAST, 2 * lanes + 6), False),
+        (valid_frame(rng, L.OP_WRITE_MIDDLE, max_payload), False),
+    ]
+    # every payload length modulo 8, with and without ImmDt
+    for n in range(8):
+        op = rng.choice([L.OP_WRITE_LAST, L.OP_WRITE_LAST_IMM])
+        frames.append((valid_frame(rng, op, max_payload - 8 - n), False))
+    dut = RxParser(data_width=data_width, max_payload=max_payload, fifo_depth=fifo_depth)
+    stall = lambda cycle: cycle < stall_cycles or cycle % 2 == 0  # noqa: E731
+    verdicts, records, payloads, rate = simulate(dut, frames, stall)
     check(frames, verdicts, records, payloads)
     assert rate < 1.0
 
@@ -133,3 +154,5 @@ def test_bad_fifo_depth():
         RxParser(data_width=64, max_payload=4096, fifo_depth=256)
     with pytest.raises(ValueError, match="fifo_depth"):
         RxParser(data_width=64, max_payload=256, fifo_depth=48)
+    with pytest.raises(ValueError, match="fifo_depth"):
+        RxParser(data_width=64, max_payload=256, fifo_depth=32)  # 32 beats + 2 needed
