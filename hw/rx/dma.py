@@ -115,7 +115,7 @@ class RxDmaWriter(wiring.Component):
 
         # B bookkeeping: one entry per AXI-writing or notifying command.
         m.submodules.pending = pending = SyncFIFOBuffered(
-            width=self.tag_width + 2 + ceil_log2(max_bursts + 1), depth=self.max_outstanding
+            width=self.tag_width + 1 + ceil_log2(max_bursts + 1), depth=self.max_outstanding
         )
         m.submodules.done_q = done_q = SyncFIFOBuffered(
             width=self.tag_width + 1, depth=self.max_outstanding
@@ -125,7 +125,6 @@ class RxDmaWriter(wiring.Component):
                 {
                     "tag": unsigned(self.tag_width),
                     "notify": unsigned(1),
-                    "valid": unsigned(1),
                     "bursts": unsigned(ceil_log2(max_bursts + 1)),
                 }
             ),
@@ -211,7 +210,6 @@ class RxDmaWriter(wiring.Component):
                         pending.w_en.eq(1),
                         pend_w.tag.eq(c.tag),
                         pend_w.notify.eq(1),
-                        pend_w.valid.eq(1),
                         pend_w.bursts.eq(0),
                     ]
 
@@ -239,7 +237,6 @@ class RxDmaWriter(wiring.Component):
                     pending.w_en.eq(1),
                     pend_w.tag.eq(cmd.tag),
                     pend_w.notify.eq(cmd.notify),
-                    pend_w.valid.eq(1),
                     pend_w.bursts.eq(bursts + 1),
                 ]
 

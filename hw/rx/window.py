@@ -264,9 +264,9 @@ class RxPsnWindow(wiring.Component):
         # ---- derived values of the loaded state
         d = Signal(24)
         m.d.comb += d.eq(rq.psn - qs.epsn)
-        window = Signal(range(self.mpr_max + 1))
+        window_psns = Signal(range(self.mpr_max + 1))
         mpr_psns = Cat(Const(0, 7), cfg.mpr)
-        m.d.comb += window.eq(
+        m.d.comb += window_psns.eq(
             Mux((cfg.mpr == 0) | (mpr_psns > self.mpr_max), self.mpr_max, mpr_psns)
         )
         bit_set = Signal()
@@ -407,7 +407,7 @@ class RxPsnWindow(wiring.Component):
                             m.d.comb += cnt.duplicate.eq(1)
                             m.d.sync += place_valid.eq(discard)
                             m.next = "ACK0"
-                        with m.Elif(d >= window):
+                        with m.Elif(d >= window_psns):
                             m.d.comb += cnt.out_of_window.eq(1)
                             m.d.sync += place_valid.eq(discard)
                             m.next = "WRITEBACK"

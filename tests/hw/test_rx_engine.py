@@ -216,12 +216,12 @@ def build_engine():
     return RxEngine(data_width=64, num_qps=16, num_mrs=16, sack_bits=64, mpr_max=1024)
 
 
-def run_engine_tests(testcase=None, extra_env=None):
+def run_engine_tests(testcase=None, extra_env=None, test_module="tests.hw.test_rx_engine"):
     from sim.cocotb_runner import run_cocotb
 
     verilator_pch_workaround()
     return run_cocotb(name="rx_engine_w64", elaborate=build_engine, toplevel="rx_engine",
-                      test_module="tests.hw.test_rx_engine", testcase=testcase,
+                      test_module=test_module, testcase=testcase,
                       extra_env=extra_env)
 
 

