@@ -1,0 +1,6 @@
+"""NicCore: TX, RX and reliability joined behind the NIC boundary (DESIGN.md),
+with the self-describing CSR space. See docs/architecture.md and docs/registers.md."""
+
+from .core import NicCore
+
+__all__ = ["NicCore"]

@@ -1,0 +1,317 @@
+"""NicCore: the MRC NIC without its MAC: TX, RX and reliability behind the
+DESIGN.md boundary (AXI4-Stream to the MAC, one AXI4 DMA master, one
+AXI4-Lite CSR slave, one interrupt)."""
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from hw.arbiter import AXIStreamArbiter
+from hw.axi import AXI4LiteSignature, AXI4Signature
+from hw.axi_arbiter import AXI4Arbiter
+from hw.csr import AXI4LiteToCSR
+from hw.reliability.engine import ReliabilityEngine
+from hw.reliability.layouts import CwndUpdate, QpState, QpStateUpdate
+from hw.rx.engine import RxEngine
+from hw.stream import AXIStreamSignature, check_data_width
+from hw.tx.engine import TxEngine
+from hw.tx.regs import QP_BASE as TX_QP_BASE
+from hw.tx.regs import QP_STRIDE as TX_QP_STRIDE
+from hw.tx.regs import Q as TX_Q
+
+from .csr import (
+    NIC_VERSION,
+    BlockWindow,
+    CsrInterconnect,
+    DeviceInfo,
+    device_info_register_map,
+)
+
+__all__ = ["NicCore", "TxControlBridge", "check_nic_params", "BLOCK_ORDER"]
+
+# Register blocks in CSR order; window i starts at i << block_bits.
+BLOCK_ORDER = ("device_info", "tx", "rx", "reliability")
+BLOCK_AXI_ID_WIDTH = 4  # the ID width of each block's own DMA master
+DMA_MASTERS = ("tx", "rx", "reliability")  # AXI4Arbiter port order: ID bits [5:4]
+
+
+def _pow2(value) -> bool:
+    return isinstance(value, int) and value > 0 and not value & (value - 1)
+
+
+def check_nic_params(*, data_width, num_qps, evs_per_qp, sack_bits, max_mtu, mpr_max,
+                     num_mrs, window, inflight_depth, clk_freq_hz, build_id):
+    """Raise a ValueError that says what to fix for a configuration the NIC cannot build.
+
+    The checks are those every block needs together: each block checks its
+    own parameters as well, but a NIC-level message names the NIC parameter.
+    """
+    check_data_width(data_width)
+    if not _pow2(num_qps) or not 2 <= num_qps <= 256:
+        raise ValueError(f"num_qps must be a power of two in 2..256, not {num_qps!r}")
+    if not _pow2(evs_per_qp) or not 2 <= evs_per_qp <= 128:
+        raise ValueError(f"evs_per_qp must be a power of two in 2..128, not {evs_per_qp!r}")
+    if sack_bits not in (32, 64, 128, 256):
+        raise ValueError(f"sack_bits must be 32, 64, 128 or 256, not {sack_bits!r}")
+    if max_mtu not in (256, 512, 1024, 2048, 4096):
+        raise ValueError(f"max_mtu must be a power of two in 256..4096, not {max_mtu!r}")
+    if not isinstance(mpr_max, int) or mpr_max % 128 or not 128 <= mpr_max <= 32640:
+        raise ValueError(f"mpr_max must be a multiple of 128 PSNs in 128..32640 (the MPR "
+                         f"unit is 128 PSNs), not {mpr_max!r}")
+    if not isinstance(num_mrs, int) or not 1 <= num_mrs <= 96:
+        raise ValueError(f"num_mrs must be in 1..96, not {num_mrs!r}")
+    if not _pow2(inflight_depth) or not 16 <= inflight_depth <= 32768:
+        raise ValueError(f"inflight_depth must be a power of two in 16..32768, "
+                         f"not {inflight_depth!r}")
+    if not _pow2(window) or not 2 <= window <= 256:
+        raise ValueError(f"window must be a power of two in 2..256, not {window!r}")
+    if window > inflight_depth:
+        raise ValueError(f"window ({window} PSNs tracked by reliability) must not exceed "
+                         f"inflight_depth ({inflight_depth} PSNs TX can hold in flight)")
+    if window > mpr_max:
+        raise ValueError(f"window ({window} PSNs) must not exceed mpr_max ({mpr_max} PSNs): "
+                         f"the peer would drop PSNs beyond its receive window")
+    if not isinstance(clk_freq_hz, int) or not 1_000_000 <= clk_freq_hz <= 1_000_000_000:
+        raise ValueError(f"clk_freq_hz must be an integer in 1 MHz..1 GHz, not {clk_freq_hz!r}")
+    if not isinstance(build_id, int) or not 0 <= build_id < 1 << 32:
+        raise ValueError(f"build_id must fit 32 bits, not {build_id!r}")
+
+
+TxRegWrite = data.StructLayout({"addr": 32, "data": 32})
+
+
+class TxControlBridge(wiring.Component):
+    """Hands reliability's ``cwnd_update`` and ``qp_state_update`` to TX
+    through TX's own registers, because TX has no ports for them.
+
+    A window update becomes a write of TX ``qp_cwnd``; a QP entering ERROR or
+    RESET becomes a write of 0 to TX ``qp_ctrl`` (stop sending from the QP).
+    Other state changes need nothing from TX (the host enables TX when it
+    brings the QP to RTS) and are taken at once. State changes go first.
+
+    Interface: ``cwnd_update`` and ``qp_state_update`` In (streams from
+    reliability), ``inject`` Out(stream(TxRegWrite)): writes into TX's
+    register block, for ``CsrInterconnect.inject``.
+    Latency: 0 cycles (combinational); throughput one update per write slot.
+    """
+
+    def __init__(self):
+        super().__init__({
+            "cwnd_update": In(stream.Signature(CwndUpdate)),
+            "qp_state_update": In(stream.Signature(QpStateUpdate)),
+            "inject": Out(stream.Signature(TxRegWrite)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        qsu, cwu, out = self.qp_state_update, self.cwnd_update, self.inject
+        stops = (qsu.payload.state == QpState.ERROR) | (qsu.payload.state == QpState.RESET)
+        with m.If(qsu.valid):
+            m.d.comb += [
+                out.valid.eq(stops),
+                out.payload.addr.eq(TX_QP_BASE + TX_Q.CTRL + qsu.payload.qpn * TX_QP_STRIDE),
+                out.payload.data.eq(0),
+                qsu.ready.eq(~stops | out.ready),
+            ]
+        with m.Else():
+            m.d.comb += [
+                out.valid.eq(cwu.valid),
+                out.payload.addr.eq(TX_QP_BASE + TX_Q.CWND + cwu.payload.qpn * TX_QP_STRIDE),
+                out.payload.data.eq(cwu.payload.cwnd),
+                cwu.ready.eq(out.ready),
+            ]
+        return m
+
+
+class NicCore(wiring.Component):
+    """The MRC NIC core (DESIGN.md, "NicCore boundary"; docs/architecture.md).
+
+    Parameters
+    ----------
+    data_width : 64..512, bits of the MAC streams and of the DMA data.
+    num_qps : queue pairs, a power of two in 2..256 (QPN i is entry i everywhere).
+    evs_per_qp : EVs (paths) per QP, a power of two in 2..128.
+    sack_bits : SACK bitmap width, 32/64/128/256.
+    max_mtu : largest MTU in bytes, 256..4096 (also the largest payload RX takes).
+    mpr_max : largest responder MPR window in PSNs, a multiple of 128.
+    num_mrs : memory regions in the RX MR table, 1..96.
+    window : PSNs reliability tracks per QP (the ceiling of cwnd), power of two
+        in 2..256, at most ``inflight_depth`` and ``mpr_max``.
+    inflight_depth : PSNs TX can hold in flight per QP, power of two in 16..32768.
+    clk_freq_hz : core clock (timer unit 1.024 us, reported in device info).
+    build_id : 32-bit build identifier, readable in the device-info block.
+    csr_addr_width : AXI4-Lite address bits; None picks the smallest that fits.
+
+    Interface
+    ---------
+    ``mac_tx``  Out(AXIStreamSignature(data_width)): Ethernet frames without
+                FCS. TX data frames, RX's ACK/NAK/probe-response frames and
+                reliability's probe requests, merged a whole frame at a time
+                by round robin: a source with a frame waiting goes after at
+                most two frames of the others.
+    ``mac_rx``  In(AXIStreamSignature(data_width, user_width=1)): received
+                frames without FCS; ``tuser`` on the last beat = bad frame.
+    ``m_axi``   Out(AXI4Signature(64, data_width, 6)): the one DMA master.
+                ID bits [5:4] name the block (0 TX: WQE and payload reads;
+                1 RX: payload and receive-CQE writes; 2 reliability: WQE
+                reads, send-CQE writes), bits [3:0] are the block's own ID.
+    ``s_axil``  In(AXI4LiteSignature(csr_addr_width, 32)): the CSR space, a
+                chain of self-describing register blocks (docs/registers.md):
+                device info at 0, then TX, RX, reliability, each in a window
+                of ``block_size`` bytes.
+    ``irq``     Out(1): reliability's interrupt (EV event queued, or a send
+                CQE written since ``irq_status`` was read).
+
+    Internal joins: RX ``peer_ack`` -> reliability; TX ``sent`` ->
+    reliability; reliability ``retx``, ``ack_update`` and ``ev_update`` ->
+    TX; reliability ``cwnd_update`` and ``qp_state_update`` -> TX's
+    ``qp_cwnd`` / ``qp_ctrl`` registers through ``TxControlBridge``.
+
+    Latency: NicCore adds none on the data paths (stream and AXI arbiters
+    are combinational); see docs/tx.md, docs/rx.md and docs/reliability.md
+    for the blocks'. A CSR read takes 3 cycles from AR to R valid plus the
+    block's one; a write 2 cycles from AW+W to B. Throughput: 1 beat per
+    cycle on ``mac_tx`` (shared by the three sources), on ``mac_rx`` and
+    on each AXI4 channel; one CSR access per 3 cycles.
+    """
+
+    def __init__(self, *, data_width=64, num_qps=16, evs_per_qp=16, sack_bits=64, max_mtu=4096,
+                 mpr_max=1024, num_mrs=16, window=64, inflight_depth=256,
+                 clk_freq_hz=125_000_000, build_id=0, csr_addr_width=None):
+        check_nic_params(data_width=data_width, num_qps=num_qps, evs_per_qp=evs_per_qp,
+                         sack_bits=sack_bits, max_mtu=max_mtu, mpr_max=mpr_max, num_mrs=num_mrs,
+                         window=window, inflight_depth=inflight_depth,
+                         clk_freq_hz=clk_freq_hz, build_id=build_id)
+        self.data_width, self.num_qps, self.evs_per_qp = data_width, num_qps, evs_per_qp
+        self.sack_bits, self.max_mtu, self.mpr_max = sack_bits, max_mtu, mpr_max
+        self.num_mrs, self.window, self.inflight_depth = num_mrs, window, inflight_depth
+        self.clk_freq_hz, self.build_id = clk_freq_hz, build_id
+
+        from hw.reliability.registers import register_map as rel_register_map
+        from hw.rx.regs import rx_register_map
+        from hw.tx.regs import tx_register_map
+
+        maps = {
+            "device_info": device_info_register_map(),
+            "tx": tx_register_map(num_qps, evs_per_qp),
+            "rx": rx_register_map(num_qps, num_mrs),
+            "reliability": rel_register_map(num_qps, evs_per_qp, window),
+        }
+        # Every block decodes at least 16 address bits (reliability needs them).
+        self.block_bits = max(16, *((m.size - 1).bit_length() for m in maps.values()))
+        self.block_size = 1 << self.block_bits
+        index_bits = (len(BLOCK_ORDER) - 1).bit_length()
+        need = self.block_bits + index_bits
+        if csr_addr_width is None:
+            csr_addr_width = need
+        elif not isinstance(csr_addr_width, int) or not need <= csr_addr_width <= 32:
+            raise ValueError(f"csr_addr_width must be in {need}..32 for {len(BLOCK_ORDER)} blocks "
+                             f"of 0x{self.block_size:x} bytes, not {csr_addr_width!r}")
+        self.csr_addr_width = csr_addr_width
+        self.windows = [
+            BlockWindow(name, i << self.block_bits, maps[name],
+                        (i + 1) << self.block_bits if i + 1 < len(BLOCK_ORDER) else 0)
+            for i, name in enumerate(BLOCK_ORDER)
+        ]
+        self.id_width = BLOCK_AXI_ID_WIDTH + (len(DMA_MASTERS) - 1).bit_length()
+
+        bb = self.block_bits
+        self.tx = TxEngine(data_width=data_width, num_qps=num_qps, evs_per_qp=evs_per_qp,
+                           max_mtu=max_mtu, csr_addr_width=bb, inflight_depth=inflight_depth)
+        self.rx = RxEngine(data_width=data_width, num_qps=num_qps, num_mrs=num_mrs,
+                           sack_bits=sack_bits, mpr_max=mpr_max, csr_addr_width=bb,
+                           max_payload=max_mtu)
+        self.reliability = ReliabilityEngine(num_qps=num_qps, evs_per_qp=evs_per_qp,
+                                             sack_bits=sack_bits, clk_freq_hz=clk_freq_hz,
+                                             data_width=data_width, csr_addr_width=bb,
+                                             window=window)
+        self.device_info = DeviceInfo(self.device_params(), addr_width=bb)
+        super().__init__({
+            "mac_tx": Out(AXIStreamSignature(data_width)),
+            "mac_rx": In(AXIStreamSignature(data_width, user_width=1)),
+            "m_axi": Out(AXI4Signature(64, data_width, self.id_width)),
+            "s_axil": In(AXI4LiteSignature(csr_addr_width, 32)),
+            "irq": Out(1),
+        })
+
+    def device_params(self) -> dict[str, int]:
+        """The values the device-info block reports."""
+        return {
+            "nic_version": NIC_VERSION, "build_id": self.build_id,
+            "data_width": self.data_width, "num_qps": self.num_qps,
+            "evs_per_qp": self.evs_per_qp, "sack_bits": self.sack_bits,
+            "max_mtu": self.max_mtu, "mpr_max": self.mpr_max, "num_mrs": self.num_mrs,
+            "window": self.window, "clk_freq_hz": self.clk_freq_hz,
+            "block_size": 1 << self.block_bits,
+        }
+
+    def block_base(self, name: str) -> int:
+        return BLOCK_ORDER.index(name) << self.block_bits
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.tx = tx = self.tx
+        m.submodules.rx = rx = self.rx
+        m.submodules.reliability = rel = self.reliability
+        m.submodules.device_info = info = self.device_info
+
+        # ---- CSR: AXI4-Lite -> CSR bus -> one window per block --------------------------
+        m.submodules.csr_bridge = bridge = AXI4LiteToCSR(self.csr_addr_width)
+        m.submodules.csr_interconnect = ic = CsrInterconnect(self.windows, self.block_bits)
+        wiring.connect(m, wiring.flipped(self.s_axil), bridge.s_axil)
+        # The bridge's address may be wider than the decoded space: addresses
+        # above it select no block, drop writes and read 0.
+        up = bridge.csr
+        in_space = Signal()
+        was_in_space = Signal()
+        m.d.comb += in_space.eq(up.addr[ic.addr_width:] == 0)
+        with m.If(up.r_stb):
+            m.d.sync += was_in_space.eq(in_space)
+        m.d.comb += [
+            ic.csr.addr.eq(up.addr[: ic.addr_width]),
+            ic.csr.w_data.eq(up.w_data),
+            ic.csr.w_stb.eq(up.w_stb & in_space),
+            ic.csr.r_stb.eq(up.r_stb & in_space),
+            up.r_data.eq(Mux(was_in_space, ic.csr.r_data, 0)),
+        ]
+        blocks = {"device_info": info, "tx": tx, "rx": rx, "reliability": rel}
+        for i, name in enumerate(BLOCK_ORDER):
+            wiring.connect(m, ic.bus(i), blocks[name].csr)
+
+        # ---- DMA: one AXI4 master -----------------------------------------------------------
+        m.submodules.dma_arbiter = dma = AXI4Arbiter(
+            len(DMA_MASTERS), addr_width=64, data_width=self.data_width,
+            id_width=BLOCK_AXI_ID_WIDTH)
+        for i, name in enumerate(DMA_MASTERS):
+            wiring.connect(m, blocks[name].m_axi, dma.slave(i))
+        wiring.connect(m, dma.m_axi, wiring.flipped(self.m_axi))
+
+        # ---- MAC TX: data, ACK/NAK/probe responses, probe requests --------------------------
+        m.submodules.mac_tx_arbiter = txarb = AXIStreamArbiter(self.data_width, num_inputs=3)
+        wiring.connect(m, tx.m_axis, txarb.s_axis0)
+        wiring.connect(m, rx.m_axis_ack, txarb.s_axis1)
+        wiring.connect(m, rel.m_axis_probe, txarb.s_axis2)
+        wiring.connect(m, txarb.m_axis, wiring.flipped(self.mac_tx))
+
+        # ---- MAC RX ---------------------------------------------------------------------------
+        wiring.connect(m, wiring.flipped(self.mac_rx), rx.s_axis)
+
+        # ---- block to block ---------------------------------------------------------------------
+        wiring.connect(m, rx.peer_ack, rel.peer_ack)
+        wiring.connect(m, tx.sent, rel.sent)
+        wiring.connect(m, rel.retx, tx.retx)
+        wiring.connect(m, rel.ack_update, tx.ack_update)
+        wiring.connect(m, rel.ev_update, tx.ev_update)
+        m.submodules.tx_control = txc = TxControlBridge()
+        wiring.connect(m, rel.cwnd_update, txc.cwnd_update)
+        wiring.connect(m, rel.qp_state_update, txc.qp_state_update)
+        m.d.comb += [
+            ic.inject.valid.eq(txc.inject.valid),
+            ic.inject.payload.block.eq(BLOCK_ORDER.index("tx")),
+            ic.inject.payload.addr.eq(txc.inject.payload.addr),
+            ic.inject.payload.data.eq(txc.inject.payload.data),
+            txc.inject.ready.eq(ic.inject.ready),
+        ]
+
+        m.d.comb += self.irq.eq(rel.irq)
+        return m

@@ -1,0 +1,247 @@
+"""The NIC's CSR space: the device-info block and the interconnect that puts
+every block's CSR bus behind one AXI4-Lite port as a chain of self-describing
+register blocks.
+
+Every block owns a window of ``2**block_bits`` bytes; window ``i`` starts at
+``i << block_bits``. The first two words of every window are the uniform block
+header that the host walks to discover the hardware (Corundum style):
+
+    +0x0  header  [31:16] block type, [15:0] version
+    +0x4  next    byte offset of the next block's header from the CSR base, 0 = last
+
+``CsrInterconnect`` answers reads of those two words itself, from the
+``RegisterMap`` of each block, so the header is uniform whatever each block's
+own ID/NEXT registers hold; writes to them are dropped.
+"""
+
+from dataclasses import dataclass
+
+from amaranth.hdl import Module, Mux, Signal
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+
+from hw.csr import CSRBusSignature, RegisterMap
+
+__all__ = [
+    "DEVICE_INFO_TYPE_ID",
+    "DEVICE_INFO_VERSION",
+    "NIC_VERSION",
+    "BlockWindow",
+    "CsrInterconnect",
+    "CsrWrite",
+    "DeviceInfo",
+    "device_info_register_map",
+    "header_word",
+]
+
+DEVICE_INFO_TYPE_ID = 0x0001
+DEVICE_INFO_VERSION = 1
+# NIC gateware version, major << 16 | minor: bumped with any change a driver can see.
+NIC_VERSION = 0x0001_0000
+
+HEADER_OFFSET = 0x0
+NEXT_OFFSET = 0x4
+
+
+def header_word(regmap: RegisterMap) -> int:
+    """The uniform header word of a block: type << 16 | version."""
+    return (regmap.type_id & 0xFFFF) << 16 | (regmap.version & 0xFFFF)
+
+
+@dataclass(frozen=True)
+class BlockWindow:
+    """One block of the CSR space: its register map and where it sits."""
+
+    name: str
+    base: int
+    regmap: RegisterMap
+    next_base: int  # 0 = last block
+
+
+# (register name, offset, doc) of the read-only parameter words of the device-info block.
+DEVICE_INFO_PARAMS = (
+    ("nic_version", 0x08, "NIC gateware version: [31:16] major, [15:0] minor"),
+    ("build_id", 0x0C, "build identifier given at elaboration (e.g. a source revision)"),
+    ("data_width", 0x10, "MAC stream and DMA data width, bits"),
+    ("num_qps", 0x14, "queue pairs"),
+    ("evs_per_qp", 0x18, "entropy values (paths) per QP"),
+    ("sack_bits", 0x1C, "SACK bitmap width, bits"),
+    ("max_mtu", 0x20, "largest MTU, bytes"),
+    ("mpr_max", 0x24, "largest responder MPR window, PSNs"),
+    ("num_mrs", 0x28, "memory regions in the RX MR table"),
+    ("window", 0x2C, "PSNs the reliability block tracks per QP (cwnd ceiling)"),
+    ("clk_freq_hz", 0x30, "core clock frequency, Hz"),
+    ("block_size", 0x34, "bytes of CSR space per register block"),
+)
+SCRATCH_OFFSET = 0x40
+
+
+def device_info_register_map() -> RegisterMap:
+    rm = RegisterMap(
+        "device_info",
+        DEVICE_INFO_TYPE_ID,
+        DEVICE_INFO_VERSION,
+        "Device information: the first block of the CSR space (offset 0), where a "
+        "driver starts walking the block chain. Build parameters, read only.",
+    )
+    rm.add("header", HEADER_OFFSET, "RO", "block header",
+           fields=[("version", 0, 16, f"{DEVICE_INFO_VERSION}"),
+                   ("type", 16, 16, f"0x{DEVICE_INFO_TYPE_ID:04x} (device info)")])
+    rm.add("next", NEXT_OFFSET, "RO", "offset of the next block header from the CSR base, 0 = last")
+    for name, offset, doc in DEVICE_INFO_PARAMS:
+        rm.add(name, offset, "RO", doc)
+    rm.add("scratch", SCRATCH_OFFSET, "RW",
+           "scratch word: holds what is written, for bus and driver checks (reset 0)")
+    return rm
+
+
+class DeviceInfo(wiring.Component):
+    """The device-info register block (``device_info_register_map``).
+
+    ``params`` maps each name of ``DEVICE_INFO_PARAMS`` to its 32-bit value.
+    Interface: ``csr`` (CSR bus slave). Reads answer the cycle after ``r_stb``;
+    no read has a side effect. The header words are answered by the
+    interconnect, so this block reads 0 there.
+    """
+
+    def __init__(self, params: dict[str, int], addr_width: int = 16):
+        missing = {name for name, _, _ in DEVICE_INFO_PARAMS} - set(params)
+        if missing:
+            raise ValueError(f"device info is missing parameters {sorted(missing)}")
+        for name, value in params.items():
+            if not isinstance(value, int) or not 0 <= value < 1 << 32:
+                raise ValueError(f"device info {name} must fit 32 bits, not {value!r}")
+        self.params = dict(params)
+        self.register_map = device_info_register_map()
+        super().__init__({"csr": In(CSRBusSignature(addr_width))})
+
+    def elaborate(self, platform):
+        m = Module()
+        csr = self.csr
+        scratch = Signal(32)
+        value = Signal(32)
+        with m.If(csr.w_stb & (csr.addr == SCRATCH_OFFSET)):
+            m.d.sync += scratch.eq(csr.w_data)
+        with m.Switch(csr.addr):
+            for name, offset, _ in DEVICE_INFO_PARAMS:
+                with m.Case(offset):
+                    m.d.comb += value.eq(self.params[name])
+            with m.Case(SCRATCH_OFFSET):
+                m.d.comb += value.eq(scratch)
+        read = Signal(32)
+        with m.If(csr.r_stb):
+            m.d.sync += read.eq(value)
+        m.d.comb += csr.r_data.eq(read)
+        return m
+
+
+# An internal CSR write, issued by the NIC itself onto one block's bus.
+CsrWrite = data.StructLayout({"block": 4, "addr": 32, "data": 32})
+
+
+class CsrInterconnect(wiring.Component):
+    """One CSR bus master onto ``len(windows)`` block buses, with the headers.
+
+    Parameters: ``windows`` (``BlockWindow`` per block, window ``i`` at
+    ``i << block_bits``), ``block_bits``.
+
+    Interface
+    ---------
+    ``csr``        In(CSRBusSignature(addr_width)): from the AXI4-Lite bridge.
+    ``b{i}``       Out(CSRBusSignature(block_bits)): block ``i``'s bus, the
+                   address relative to its window.
+    ``inject``     In(stream.Signature(CsrWrite)): writes the NIC makes on its
+                   own (block index, address in the block, data). One is taken
+                   in a cycle when the host bus has no strobe and had no read
+                   strobe in the cycle before, so the host's accesses never see
+                   it; the host bridge strobes at most one cycle in three, so an
+                   injected write waits at most two cycles.
+
+    Reads of a window's words 0 and 1 are answered with the uniform header
+    and next pointer and are not passed on; writes to them are dropped. A
+    read outside every window answers 0. Latency: none added (strobes pass
+    through combinationally; read data is muxed by the window registered at
+    ``r_stb``). Throughput: one access per cycle.
+    """
+
+    def __init__(self, windows: list[BlockWindow], block_bits: int):
+        if not windows:
+            raise ValueError("the CSR interconnect needs at least one block")
+        for i, w in enumerate(windows):
+            if w.base != i << block_bits:
+                raise ValueError(f"block {w.name} must sit at 0x{i << block_bits:x}, "
+                                 f"not 0x{w.base:x}")
+            if w.regmap.size > 1 << block_bits:
+                raise ValueError(f"block {w.name} needs 0x{w.regmap.size:x} bytes, more than "
+                                 f"its 0x{1 << block_bits:x}-byte window")
+        self.windows = list(windows)
+        self.block_bits = block_bits
+        self.index_bits = max(1, (len(windows) - 1).bit_length())
+        self.addr_width = block_bits + self.index_bits
+        members = {"csr": In(CSRBusSignature(self.addr_width)),
+                   "inject": In(stream.Signature(CsrWrite))}
+        for i in range(len(windows)):
+            members[f"b{i}"] = Out(CSRBusSignature(block_bits))
+        super().__init__(members)
+
+    def bus(self, i):
+        return getattr(self, f"b{i}")
+
+    def elaborate(self, platform):
+        m = Module()
+        up, bb = self.csr, self.block_bits
+        n = len(self.windows)
+        index = up.addr[bb:]
+        offset = up.addr[:bb]
+        is_header = offset[2:] == HEADER_OFFSET >> 2
+        is_next = offset[2:] == NEXT_OFFSET >> 2
+        intercepted = is_header | is_next
+
+        # Internal writes slip into cycles the host leaves free.
+        read_before = Signal()
+        m.d.sync += read_before.eq(up.r_stb)
+        free = ~up.r_stb & ~up.w_stb & ~read_before
+        inj = self.inject.payload
+        m.d.comb += self.inject.ready.eq(free)
+
+        for i in range(n):
+            bus = self.bus(i)
+            selected = index == i
+            with m.If(self.inject.valid & free):
+                m.d.comb += [
+                    bus.addr.eq(inj.addr[:bb]),
+                    bus.w_data.eq(inj.data),
+                    bus.w_stb.eq(inj.block == i),
+                ]
+            with m.Else():
+                m.d.comb += [
+                    bus.addr.eq(offset),
+                    bus.w_data.eq(up.w_data),
+                    bus.w_stb.eq(up.w_stb & selected & ~intercepted),
+                    bus.r_stb.eq(up.r_stb & selected & ~intercepted),
+                ]
+
+        # Read data: chosen by what the address was at r_stb.
+        r_index = Signal(self.index_bits)
+        r_const = Signal()
+        r_const_value = Signal(32)
+        header = Signal(32)
+        next_ptr = Signal(32)
+        with m.Switch(index):
+            for i, w in enumerate(self.windows):
+                with m.Case(i):
+                    m.d.comb += [header.eq(header_word(w.regmap)), next_ptr.eq(w.next_base)]
+        in_range = index < n
+        with m.If(up.r_stb):
+            m.d.sync += [
+                r_index.eq(index),
+                r_const.eq(intercepted | ~in_range),
+                r_const_value.eq(Mux(in_range, Mux(is_header, header, next_ptr), 0)),
+            ]
+        block_data = Signal(32)
+        with m.Switch(r_index):
+            for i in range(n):
+                with m.Case(i):
+                    m.d.comb += block_data.eq(self.bus(i).r_data)
+        m.d.comb += up.r_data.eq(Mux(r_const, r_const_value, block_data))
+        return m
