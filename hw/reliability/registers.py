@@ -63,6 +63,31 @@ COUNTER_NAMES = (
     "dma_errors",
 )
 
+COUNTER_DOCS = {
+    "acks": "ACK/NAK records processed for a QP in RTS",
+    "acks_stale": "ACKs that brought nothing new (old or duplicate)",
+    "acks_unsent": "ACKs naming PSNs never sent: dropped whole",
+    "acks_ignored": "records not processed: QP not in RTS or out of range, other opcodes "
+                    "or NAK syndromes",
+    "naks_trimmed": "NAK TRIMMED received",
+    "retx_timeout": "retransmit requests, reason timeout",
+    "retx_sack": "retransmit requests, reason SACK hole",
+    "retx_nak": "retransmit requests, reason NAK TRIMMED",
+    "timeouts": "retransmit timer expiries acted on",
+    "retry_exhausted": "QPs put in ERROR by retry exhaustion",
+    "ev_to_bad": "EV transitions GOOD -> ASSUMED_BAD",
+    "ev_to_good": "EV transitions ASSUMED_BAD -> GOOD (probe answer or controller)",
+    "floor_blocked": "ASSUMED_BAD transitions refused by ev_min_active",
+    "probes_sent": "probe requests queued",
+    "probe_resps": "probe responses received",
+    "sent_dropped": "sent records not tracked: QP not in RTS, PSN out of sequence or beyond "
+                    "the window, retransmission of a PSN no longer in flight",
+    "events_lost": "EV events not queued: event queue full",
+    "cmds_lost": "controller commands not queued: command FIFO full",
+    "cqes": "send CQEs written",
+    "dma_errors": "CQE writes or WQE reads answered with an AXI error",
+}
+
 _G = {
     "block_id": 0x00,
     "next_ptr": 0x04,
@@ -141,7 +166,7 @@ def register_map(num_qps: int = 16, evs_per_qp: int = 16, window: int = 64) -> R
                   ("valid", 15, 1, "an event was popped"),
                   ("drops", 16, 16, "packets declared lost on the EV so far (saturating)")])
     for i, name in enumerate(COUNTER_NAMES):
-        r.add(f"cnt_{name}", COUNTER_BASE + 4 * i, "RO", f"counter: {name.replace('_', ' ')}")
+        r.add(f"cnt_{name}", COUNTER_BASE + 4 * i, "RO", f"{COUNTER_DOCS[name]} (saturating)")
 
     def qp(name, access, doc, fields=()):
         r.add(name, QP_BASE + 4 * QP_WORDS[name], access, doc, count=num_qps,

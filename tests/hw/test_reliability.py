@@ -160,6 +160,8 @@ class StreamSource:
         self.queue = deque()
         self.valid.value = 0
         self.accepted = 0
+        self.cycle = 0
+        self.accept_cycles = []
         cocotb.start_soon(self._run())
 
     def send(self, values: dict):
@@ -168,9 +170,11 @@ class StreamSource:
     async def _run(self):
         while True:
             await RisingEdge(self.clk)
+            self.cycle += 1
             if self.valid.value and self.ready.value:
                 self.queue.popleft()
                 self.accepted += 1
+                self.accept_cycles.append(self.cycle)
             if self.queue:
                 self.payload.value = self.queue[0]
                 self.valid.value = 1
@@ -936,6 +940,59 @@ async def test_model_compare(dut):
     assert (await tb.counters())["cqes"] == packets  # one WQE per packet, all SUCCESS
     assert await tb.read("una_psn", 0) == qp.una_psn
     dut._log.info("model compare: %d retransmits, events %s", model_retx, model_events)
+
+
+# ---------------------------------------------------------------------------
+# sim/rel_bench.py: ACK processing rate and timeout error (not part of the regression)
+
+
+@cocotb.test(skip=not os.environ.get("REL_BENCH_OUT"))
+async def bench_ack_rate(dut):
+    import json
+
+    tb = TB(dut)
+    await tb.reset()
+    await tb.setup(qps=(0, 1, 2), t=20, sack_thr=1, ev_thr=0)
+    cases = []
+
+    async def measure(name, q, packets, acks):
+        # 16-packet WQEs, so that the CQE writes (about 12 cycles each against the
+        # AxiRam) do not set the pace
+        for psn in range(packets):
+            tb.send(q, psn, ev=psn % 8, last=int(psn % 16 == 15), wqe=psn // 16)
+        await tb.settle(20)
+        start = len(tb.acks.accept_cycles)
+        for ack in acks:
+            tb.ack(q, *ack)
+        await tb.settle(200)
+        cyc = tb.acks.accept_cycles[start:]
+        # n ACKs: the intervals between n + 1 accepts (the engine takes the next ACK
+        # the cycle after it finishes the previous one)
+        cases.append(dict(name=name, acks=len(cyc) - 1, cycles=cyc[-1] - cyc[0]))
+
+    await measure("cumulative, 1 PSN each", 0, 60, [(p,) for p in range(60)])
+    await measure("cumulative, 4 PSNs each", 1, 60, [(4 * k + 3,) for k in range(15)])
+    # ACK k: cumulative to 4k-1, SACKs 4k+1..4k+3: 4 PSNs acknowledged, 3 SACKed,
+    # the hole at 4k retransmitted
+    await measure("SACK, 3 PSNs past a hole (1 retransmit each)", 2, 60,
+                  [(4 * k - 1, 0b1110) for k in range(15)])
+    assert len(tb.retx.records()) == 15
+    timeouts = []
+    rng = random.Random(3)
+    for t in range(5):
+        got = []
+        for trial in range(6):
+            q = 3
+            await tb.write("qp_rel_cfg", t | 7 << 5 | 25 << 8 | 1 << 16, q)
+            await tb.write("qp_ctrl", 0, q)
+            await tb.write("qp_ctrl", 3, q)
+            await ClockCycles(dut.clk, rng.randint(1, 40))
+            tb.sent.accepted = 0
+            got.append(await _first_timeout(tb, q, t, 100 * trial))
+            await tb.write("qp_ctrl", 0, q)
+        timeouts.append(dict(t=t, nominal=UNIT << t, min=min(got), max=max(got)))
+    with open(os.environ["REL_BENCH_OUT"], "w") as f:
+        json.dump(dict(ack_rate=cases, timeouts=timeouts, unit=UNIT), f)
 
 
 # ---------------------------------------------------------------------------
