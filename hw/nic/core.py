@@ -25,6 +25,7 @@ from .csr import (
     CsrInterconnect,
     DeviceInfo,
     device_info_register_map,
+    host_view,
 )
 
 __all__ = ["NicCore", "TxControlBridge", "check_nic_params", "BLOCK_ORDER"]
@@ -191,12 +192,14 @@ class NicCore(wiring.Component):
         from hw.rx.regs import rx_register_map
         from hw.tx.regs import tx_register_map
 
-        maps = {
-            "device_info": device_info_register_map(),
-            "tx": tx_register_map(num_qps, evs_per_qp),
-            "rx": rx_register_map(num_qps, num_mrs),
-            "reliability": rel_register_map(num_qps, evs_per_qp, window),
-        }
+        # The maps as the host sees them (uniform headers): the decode, the
+        # driver and docs/registers.md all use these.
+        maps = {name: host_view(rm) for name, rm in (
+            ("device_info", device_info_register_map()),
+            ("tx", tx_register_map(num_qps, evs_per_qp)),
+            ("rx", rx_register_map(num_qps, num_mrs)),
+            ("reliability", rel_register_map(num_qps, evs_per_qp, window)),
+        )}
         # Every block decodes at least 16 address bits (reliability needs them).
         self.block_bits = max(16, *((m.size - 1).bit_length() for m in maps.values()))
         self.block_size = 1 << self.block_bits

@@ -32,6 +32,7 @@ __all__ = [
     "DeviceInfo",
     "device_info_register_map",
     "header_word",
+    "host_view",
 ]
 
 DEVICE_INFO_TYPE_ID = 0x0001
@@ -46,6 +47,24 @@ NEXT_OFFSET = 0x4
 def header_word(regmap: RegisterMap) -> int:
     """The uniform header word of a block: type << 16 | version."""
     return (regmap.type_id & 0xFFFF) << 16 | (regmap.version & 0xFFFF)
+
+
+def host_view(regmap: RegisterMap) -> RegisterMap:
+    """``regmap`` as the host sees it behind ``CsrInterconnect``: its first two
+    words are the uniform header and next pointer, whatever the block's own
+    registers there hold; every other register is the block's own (the same
+    ``Register`` objects)."""
+    view = RegisterMap(regmap.name, regmap.type_id, regmap.version, regmap.doc)
+    view.add("header", HEADER_OFFSET, "RO", "block header (answered by the interconnect)",
+             fields=[("version", 0, 16, f"{regmap.version}"),
+                     ("type", 16, 16, f"0x{regmap.type_id:04x} ({regmap.name})")])
+    view.add("next", NEXT_OFFSET, "RO",
+             "offset of the next block header from the CSR base, 0 = last "
+             "(answered by the interconnect)")
+    for reg in regmap.registers:
+        if reg.offset not in (HEADER_OFFSET, NEXT_OFFSET):
+            view.registers.append(reg)
+    return view
 
 
 @dataclass(frozen=True)
