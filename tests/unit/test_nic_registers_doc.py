@@ -26,5 +26,5 @@ def test_every_block_is_documented_at_its_base_with_the_uniform_header():
 
 
 def test_render_follows_the_parameters():
-    small = render(NicCore(num_qps=2, evs_per_qp=8, num_mrs=4, window=64, inflight_depth=64))
+    small = render(NicCore(num_qps=2, evs_per_qp=4, num_mrs=4, window=64, inflight_depth=64))
     assert "(i < 2)" in small and "(i < 16)" not in small
