@@ -1,0 +1,653 @@
+"""Host-driver model of the MRC NIC: async Python that mirrors what a real
+driver does, in the manner of Corundum's ``tb/mqnic.py``.
+
+It finds the hardware by walking the self-describing register blocks from
+offset 0 (docs/registers.md), reads the build parameters from the
+device-info block, and then addresses every register by name through the
+same ``RegisterMap`` objects the gateware decodes (``hw.nic.csr.host_view``).
+
+Objects:
+
+``Device``            discovery, addresses, controller API (EV states, EV
+                      events, probe period, counters)
+``ProtectionDomain``  ``reg_mr`` into RX's MR table (rkey, access rights)
+``CompletionQueue``   a ring of 32-byte CQEs in host memory, polled by phase bit
+``QueuePair``         RESET -> INIT -> RTR -> RTS, ``post_send`` (WRITE,
+                      WRITE_WITH_IMM); a send CQ (reliability's) and a receive
+                      CQ (RX's)
+``EvProfile``         the EVs (UDP source ports) a QP sprays over: an EXPLICIT
+                      list or GENERATED (the golden model's ``generated_evs``)
+
+The driver talks to the hardware only through a transport
+(``host_driver.transport``): ``read32`` / ``write32`` on the CSR space, a
+host memory with an allocator, and ``idle(cycles)`` to let time pass.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+from hw.csr import RegisterMap
+from hw.nic.csr import (
+    DEVICE_INFO_TYPE_ID,
+    DEVICE_INFO_VERSION,
+    device_info_register_map,
+    host_view,
+)
+from hw.reliability.registers import TYPE_ID as REL_TYPE_ID
+from hw.reliability.registers import VERSION as REL_VERSION
+from hw.reliability.registers import register_map as rel_register_map
+from hw.rx.regs import RX_TYPE_ID, RX_VERSION, rx_register_map
+from hw.tx.regs import TX_TYPE_ID, TX_VERSION, tx_register_map
+
+__all__ = [
+    "Completion",
+    "CompletionQueue",
+    "Device",
+    "DriverError",
+    "EvEvent",
+    "EvProfile",
+    "MemoryRegion",
+    "ProtectionDomain",
+    "QpState",
+    "QueuePair",
+    "RegisterBlock",
+    "WrOpcode",
+    "ip_to_int",
+    "mac_to_int",
+]
+
+CQE_BYTES = 32
+WQE_BYTES = 64
+MPR_UNIT = 128  # PSNs
+
+
+class DriverError(Exception):
+    """The hardware is not what the driver expects, or did not respond in time."""
+
+
+class QpState:
+    RESET, INIT, RTR, RTS, ERROR = 0, 1, 2, 3, 4
+    NAMES = {0: "RESET", 1: "INIT", 2: "RTR", 3: "RTS", 4: "ERROR"}
+
+
+class WrOpcode:
+    WRITE = 0
+    WRITE_WITH_IMM = 1
+
+
+class EvState:
+    GOOD, ASSUMED_BAD, DENIED = 0, 1, 2
+
+
+class Access:
+    """Memory-region access rights (RX's MR_ACCESS bits)."""
+
+    VALID = 1 << 0
+    REMOTE_WRITE = 1 << 1
+
+
+def mac_to_int(mac: str) -> int:
+    return int(mac.replace(":", ""), 16)
+
+
+def ip_to_int(ip: str) -> int:
+    return int.from_bytes(bytes(int(x) for x in ip.split(".")), "big")
+
+
+# ---- registers ----------------------------------------------------------------------
+
+
+class RegisterBlock:
+    """One discovered register block: its base and its map, registers by name."""
+
+    def __init__(self, transport, base: int, regmap: RegisterMap):
+        self.transport, self.base, self.map = transport, base, regmap
+
+    @property
+    def name(self) -> str:
+        return self.map.name
+
+    def addr(self, name: str, index: int = 0) -> int:
+        return self.base + self.map[name].addr(index)
+
+    async def read(self, name: str, index: int = 0) -> int:
+        return await self.transport.read32(self.addr(name, index))
+
+    async def write(self, name: str, value: int, index: int = 0) -> None:
+        if not 0 <= value < 1 << 32:
+            raise ValueError(f"{self.name}.{name}: {value!r} is not a 32-bit value")
+        if self.map[name].access == "RO":
+            raise ValueError(f"{self.name}.{name} is read only")
+        await self.transport.write32(self.addr(name, index), value)
+
+    def pack(self, name: str, **values: int) -> int:
+        """The word of register ``name`` with its fields set; unnamed fields are 0."""
+        fields = {f[0]: f for f in self.map[name].fields}
+        word = 0
+        for fname, value in values.items():
+            if fname not in fields:
+                raise ValueError(f"{self.name}.{name} has no field {fname!r} "
+                                 f"(it has {sorted(fields)})")
+            _, lsb, width, _ = fields[fname]
+            if not 0 <= value < 1 << width:
+                raise ValueError(f"{self.name}.{name}.{fname} is {width} bits; {value!r} "
+                                 f"does not fit")
+            word |= value << lsb
+        return word
+
+    def unpack(self, name: str, word: int) -> dict[str, int]:
+        return {f[0]: (word >> f[1]) & ((1 << f[2]) - 1) for f in self.map[name].fields}
+
+    async def write_fields(self, name: str, index: int = 0, **values: int) -> None:
+        await self.write(name, self.pack(name, **values), index)
+
+    async def read_fields(self, name: str, index: int = 0) -> dict[str, int]:
+        return self.unpack(name, await self.read(name, index))
+
+
+@dataclass(frozen=True)
+class BlockHeader:
+    type_id: int
+    version: int
+    base: int
+
+
+async def discover(transport, max_blocks: int = 64) -> list[BlockHeader]:
+    """Walk the block chain from offset 0: header (type << 16 | version), next."""
+    blocks, offset, seen = [], 0, set()
+    while True:
+        if offset in seen or len(blocks) >= max_blocks:
+            raise DriverError(f"the block chain loops or is longer than {max_blocks} blocks "
+                              f"(next pointer 0x{offset:x})")
+        seen.add(offset)
+        header = await transport.read32(offset)
+        blocks.append(BlockHeader(header >> 16, header & 0xFFFF, offset))
+        offset = await transport.read32(offset + 4)
+        if offset == 0:
+            return blocks
+
+
+# ---- completions ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Completion:
+    wr_id: int
+    byte_len: int
+    imm: int
+    qpn: int
+    status: int
+    opcode: int
+
+    SUCCESS, RETRY_EXCEEDED, FLUSHED = 0, 1, 5
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> Completion:
+        wr_id, byte_len, imm, qpn, status, opcode = struct.unpack_from("<QIIIBB", raw)
+        return cls(wr_id, byte_len, imm, qpn, status, opcode)
+
+
+class CompletionQueue:
+    """A ring of ``2**log2_entries`` 32-byte CQEs in host memory.
+
+    The NIC writes entry ``n mod size`` with the phase bit (byte 0x17, bit 7)
+    set to 1 on the first pass and flipped on every wrap; the host polls the
+    entry at its consumer index until the phase matches the pass it expects.
+    A CQ serves one direction of one QP (the hardware keeps one ring per QP
+    and direction): the QP's send completions (reliability) or its receive
+    completions (RX).
+    """
+
+    def __init__(self, device: Device, log2_entries: int):
+        if not 1 <= log2_entries <= 15:
+            raise ValueError(f"log2_entries must be in 1..15, not {log2_entries!r}")
+        self.device = device
+        self.log2_entries = log2_entries
+        self.size = 1 << log2_entries
+        self.addr = device.mem.alloc(self.size * CQE_BYTES, align=4096)
+        device.mem.write(self.addr, bytes(self.size * CQE_BYTES))
+        self.consumer = 0  # free-running
+        self.qp: QueuePair | None = None
+        self.direction: str | None = None
+
+    def _bind(self, qp: QueuePair, direction: str):
+        if self.qp is not None:
+            raise ValueError(f"CQ already serves QP {self.qp.qpn} ({self.direction}); the NIC "
+                             f"keeps one ring per QP and direction")
+        self.qp, self.direction = qp, direction
+
+    def _phase(self, index: int) -> int:
+        return 1 - ((index >> self.log2_entries) & 1)
+
+    async def poll(self, max_entries: int | None = None) -> list[Completion]:
+        """Take the completions that are there, without waiting."""
+        out = []
+        while max_entries is None or len(out) < max_entries:
+            slot = self.addr + (self.consumer % self.size) * CQE_BYTES
+            raw = self.device.mem.read(slot, CQE_BYTES)
+            if raw[0x17] >> 7 != self._phase(self.consumer):
+                break
+            out.append(Completion.unpack(raw))
+            self.consumer += 1
+        if out and self.qp is not None:
+            await self.qp._consumed(self.direction, self.consumer, len(out))
+        return out
+
+    async def wait(self, count: int, *, timeout_cycles: int = 1_000_000,
+                   poll_cycles: int = 200) -> list[Completion]:
+        """Poll until ``count`` completions are taken; DriverError on timeout."""
+        out: list[Completion] = []
+        waited = 0
+        while len(out) < count:
+            out += await self.poll(count - len(out))
+            if len(out) >= count:
+                break
+            if waited >= timeout_cycles:
+                raise DriverError(f"{len(out)} of {count} completions after {waited} cycles")
+            await self.device.transport.idle(poll_cycles)
+            waited += poll_cycles
+        return out
+
+
+# ---- protection domain and memory regions ----------------------------------------------
+
+
+@dataclass
+class MemoryRegion:
+    pd: ProtectionDomain
+    index: int
+    addr: int
+    length: int
+    rkey: int
+    access: int
+
+    async def deregister(self):
+        await self.pd.dereg_mr(self)
+
+
+class ProtectionDomain:
+    """Groups memory regions and QPs. The NIC's MR table is global (any QP
+    may write into any valid region whose rkey it names), so a PD here is the
+    driver's bookkeeping; rkeys carry an 8-bit generation against reuse."""
+
+    def __init__(self, device: Device):
+        self.device = device
+        self.mrs: list[MemoryRegion] = []
+
+    async def reg_mr(self, addr: int, length: int, *, remote_write: bool = True) -> MemoryRegion:
+        dev = self.device
+        if not 0 < length < 1 << 32:
+            raise ValueError(f"length must be in 1..2^32-1, not {length!r}")
+        index = dev._alloc_mr_index()
+        dev._mr_generation[index] = (dev._mr_generation[index] + 1) & 0xFF
+        rkey = (dev._mr_generation[index] << 24) | (index << 8) | 0x4D
+        access = Access.VALID | (Access.REMOTE_WRITE if remote_write else 0)
+        rx = dev.rx
+        # invalid while it is rewritten, valid last
+        await rx.write("MR_ACCESS", 0, index)
+        await rx.write("MR_BASE_LO", addr & 0xFFFFFFFF, index)
+        await rx.write("MR_BASE_HI", addr >> 32, index)
+        await rx.write("MR_LENGTH", length, index)
+        await rx.write("MR_RKEY", rkey, index)
+        await rx.write("MR_ACCESS", access, index)
+        mr = MemoryRegion(self, index, addr, length, rkey, access)
+        self.mrs.append(mr)
+        return mr
+
+    async def dereg_mr(self, mr: MemoryRegion):
+        await self.device.rx.write("MR_ACCESS", 0, mr.index)
+        self.mrs.remove(mr)
+        self.device._mr_used.discard(mr.index)
+
+
+# ---- EV profiles --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EvProfile:
+    """The EV values (UDP source ports) a QP sprays over."""
+
+    values: tuple[int, ...]
+    mode: str = "explicit"
+
+    @classmethod
+    def explicit(cls, values) -> EvProfile:
+        values = tuple(int(v) for v in values)
+        if not values or any(not 0 <= v <= 0xFFFF for v in values):
+            raise ValueError(f"EVs must be 16-bit UDP source ports, at least one: {values!r}")
+        if len(set(values)) != len(values):
+            raise ValueError(f"EVs must be distinct: {values!r}")
+        return cls(values, "explicit")
+
+    @classmethod
+    def generated(cls, *, width=16, init=0, min_ev=0, max_ev=None, mask=None,
+                  count=8) -> EvProfile:
+        """The GENERATED profile, derived exactly as the golden model does."""
+        from sim.model.ev import generated_evs
+
+        evs = generated_evs(width=width, init=init, min_ev=min_ev, max_ev=max_ev, mask=mask,
+                            count=count)
+        return cls(tuple(v for v, _ in evs), "generated")
+
+
+@dataclass(frozen=True)
+class EvEvent:
+    qpn: int
+    ev_index: int
+    old: int
+    new: int
+    drops: int
+
+
+# ---- queue pairs ----------------------------------------------------------------------------
+
+
+@dataclass
+class _Wqe:
+    wr_id: int
+    opcode: int
+
+
+class QueuePair:
+    """One reliable connection: a send queue (ring of 64-byte WQEs), its send
+    CQ (reliability writes it) and its receive CQ (RX writes it)."""
+
+    def __init__(self, device, qpn, pd, send_cq, recv_cq, sq_log2):
+        self.device, self.qpn, self.pd = device, qpn, pd
+        self.send_cq, self.recv_cq = send_cq, recv_cq
+        self.sq_log2 = sq_log2
+        self.sq_size = 1 << sq_log2
+        self.sq_addr = device.mem.alloc(self.sq_size * WQE_BYTES, align=4096)
+        device.mem.write(self.sq_addr, bytes(self.sq_size * WQE_BYTES))
+        self.producer = 0  # free-running, 16 bits on the wire
+        self.outstanding = 0  # WQEs posted and not yet completed
+        self.state = QpState.RESET
+        self.evs: EvProfile | None = None
+        self.next_wr_id = 1
+        send_cq._bind(self, "send")
+        recv_cq._bind(self, "recv")
+
+    async def _consumed(self, direction, consumer, count):
+        if direction == "send":
+            self.outstanding -= count
+        else:
+            await self.device.rx.write("QP_CQ_CONS", consumer & 0xFFFF, self.qpn)
+
+    def _need(self, *states):
+        if self.state not in states:
+            names = " or ".join(QpState.NAMES[s] for s in states)
+            raise DriverError(f"QP {self.qpn} is {QpState.NAMES[self.state]}, needs {names}")
+
+    async def to_init(self):
+        self._need(QpState.RESET)
+        dev = self.device
+        await dev.rel.write_fields("qp_ctrl", self.qpn, state=QpState.RESET)
+        await dev.rx.write_fields("QP_CTRL", self.qpn, state=QpState.INIT)
+        await dev.rel.write_fields("qp_ctrl", self.qpn, state=QpState.INIT)
+        self.state = QpState.INIT
+
+    async def to_rtr(self, *, dest_qpn: int, peer_mac: str, peer_ip: str, rq_psn: int = 0,
+                     mpr: int = 1, ack_n: int = 4, ack_t: int = 256, trim_nack: bool = True):
+        """The responder side: accept data from (peer_ip, dest_qpn)."""
+        self._need(QpState.INIT)
+        dev = self.device
+        self._check_mpr(mpr)
+        rx, q = dev.rx, self.qpn
+        await rx.write("QP_PEER_IP", ip_to_int(peer_ip), q)
+        await rx.write("QP_PEER_QPN", dest_qpn, q)
+        await rx.write("QP_EPSN", rq_psn & 0xFFFFFF, q)
+        await rx.write("QP_CQ_BASE_LO", self.recv_cq.addr & 0xFFFFFFFF, q)
+        await rx.write("QP_CQ_BASE_HI", self.recv_cq.addr >> 32, q)
+        await rx.write("QP_CQ_CONS", self.recv_cq.consumer & 0xFFFF, q)
+        await rx.write_fields("QP_CQ_CTRL", q, log2_entries=self.recv_cq.log2_entries, enable=1)
+        await rx.write_fields("QP_ACK", q, n=ack_n, t=ack_t)
+        await rx.write_fields("QP_CTRL", q, state=QpState.RTR, trim_nack=int(trim_nack), mpr=mpr)
+        self.dest_qpn, self.peer_mac, self.peer_ip = dest_qpn, peer_mac, peer_ip
+        self.mpr, self.trim_nack = mpr, trim_nack
+        await dev.rel.write_fields("qp_ctrl", q, state=QpState.RTR)
+        self.state = QpState.RTR
+
+    async def to_rts(self, *, evs: EvProfile, sq_psn: int = 0, mtu: int = 1024,
+                     timeout: int = 12, linear_cnt: int = 7, exp_cnt: int = 7,
+                     ev_min_active: int = 1, sack_threshold: int = 0, dscp: int = 0):
+        """The requester side: send to the peer given at RTR over ``evs``.
+        The retransmit timeout is 1.024 us x 2^``timeout``; ``linear_cnt``
+        retries at it, then ``exp_cnt`` doubling (25 = forever)."""
+        self._need(QpState.RTR)
+        dev = self.device
+        if mtu not in (256, 512, 1024, 2048, 4096) or mtu > dev.params["max_mtu"]:
+            raise ValueError(f"mtu must be a power of two in 256..{dev.params['max_mtu']}, "
+                             f"not {mtu!r}")
+        if not 0 <= timeout <= 24:
+            raise ValueError(f"timeout (t) must be in 0..24, not {timeout!r}")
+        if len(evs.values) > dev.params["evs_per_qp"]:
+            raise ValueError(f"{len(evs.values)} EVs, the NIC holds {dev.params['evs_per_qp']} "
+                             f"per QP")
+        tx, rel, q = dev.tx, dev.rel, self.qpn
+        peer_mac, peer_ip = mac_to_int(self.peer_mac), ip_to_int(self.peer_ip)
+        # TX: per-QP settings and EV table
+        await tx.write("qp_ctrl", 0, q)
+        for name, value in (("qp_mtu", mtu), ("qp_mpr", self.mpr),
+                            ("qp_cwnd", dev.params["window"]),
+                            ("qp_next_psn", sq_psn & 0xFFFFFF), ("qp_dest_qpn", self.dest_qpn),
+                            ("qp_dst_mac_lo", peer_mac & 0xFFFFFFFF),
+                            ("qp_dst_mac_hi", peer_mac >> 32), ("qp_dst_ip", peer_ip),
+                            ("qp_dscp", dscp), ("qp_sq_base_lo", self.sq_addr & 0xFFFFFFFF),
+                            ("qp_sq_base_hi", self.sq_addr >> 32),
+                            ("qp_sq_log2_size", self.sq_log2)):
+            await tx.write(name, value, q)
+        # reliability: timers, rings, peer (probes), EVs
+        await rel.write_fields("qp_rel_cfg", q, t=timeout, linear_cnt=linear_cnt,
+                               exp_cnt=exp_cnt, ev_min_active=ev_min_active,
+                               sack_threshold=sack_threshold)
+        for name, value in (("sq_base_lo", self.sq_addr & 0xFFFFFFFF),
+                            ("sq_base_hi", self.sq_addr >> 32),
+                            ("cq_base_lo", self.send_cq.addr & 0xFFFFFFFF),
+                            ("cq_base_hi", self.send_cq.addr >> 32),
+                            ("peer_mac_lo", peer_mac & 0xFFFFFFFF),
+                            ("peer_mac_hi", peer_mac >> 32),
+                            ("peer_ip", peer_ip), ("dest_qpn", self.dest_qpn)):
+            await rel.write(name, value, q)
+        await rel.write_fields("ring_sizes", q, sq_log2=self.sq_log2,
+                               cq_log2=self.send_cq.log2_entries)
+        await self._load_evs(evs)
+        await rel.write_fields("qp_ctrl", q, state=QpState.RTS)
+        await dev.rx.write_fields("QP_CTRL", q, state=QpState.RTS, trim_nack=int(self.trim_nack),
+                                  mpr=self.mpr)
+        self.producer = await tx.read("qp_doorbell", q)
+        await tx.write_fields("qp_ctrl", q, enable=1)
+        self.state = QpState.RTS
+
+    async def _load_evs(self, evs: EvProfile):
+        dev, q = self.device, self.qpn
+        per_qp = dev.params["evs_per_qp"]
+        for i in range(per_qp):
+            used = i < len(evs.values)
+            value = evs.values[i] if used else 0
+            state = EvState.GOOD if used else EvState.DENIED
+            await dev.tx.write_fields("ev_select", ev_index=i, qpn=q)
+            await dev.tx.write_fields("ev_entry", value=value, state=state)
+            await dev.rel.write_fields("ev", q * per_qp + i, value=value, state=state,
+                                       set_state=1)
+        self.evs = evs
+
+    def _check_mpr(self, mpr):
+        limit = self.device.params["mpr_max"] // MPR_UNIT
+        if not 1 <= mpr <= limit:
+            raise ValueError(f"mpr must be in 1..{limit} (units of {MPR_UNIT} PSNs), not {mpr!r}")
+
+    async def to_error(self):
+        await self.device.rel.write_fields("qp_ctrl", self.qpn, state=QpState.ERROR)
+        await self.device.tx.write("qp_ctrl", 0, self.qpn)
+        self.state = QpState.ERROR
+
+    async def post_send(self, opcode: int, *, local_addr: int, length: int, remote_addr: int,
+                        rkey: int, imm: int = 0, wr_id: int | None = None,
+                        signaled: bool = True, ring: bool = True) -> int:
+        """Write one WQE and (with ``ring``) the doorbell. Returns the wr_id.
+        The ring slot is reused only after the WQE's send completion was polled."""
+        self._need(QpState.RTS)
+        if opcode not in (WrOpcode.WRITE, WrOpcode.WRITE_WITH_IMM):
+            raise ValueError(f"opcode must be WRITE or WRITE_WITH_IMM, not {opcode!r}")
+        if not 0 <= length < 1 << 31:
+            raise ValueError(f"length must be in 0..2^31-1, not {length!r}")
+        if self.outstanding >= self.sq_size:
+            raise DriverError(f"QP {self.qpn}: send queue full ({self.sq_size} WQEs not "
+                              f"completed); poll the send CQ")
+        if wr_id is None:
+            wr_id, self.next_wr_id = self.next_wr_id, self.next_wr_id + 1
+        wqe = struct.pack("<BBHIQQQII", opcode, int(signaled), 0, imm, wr_id, local_addr,
+                          remote_addr, length, rkey).ljust(WQE_BYTES, b"\0")
+        slot = self.sq_addr + (self.producer % self.sq_size) * WQE_BYTES
+        self.device.mem.write(slot, wqe)
+        self.producer = (self.producer + 1) & 0xFFFF
+        self.outstanding += 1
+        if ring:
+            await self.ring_doorbell()
+        return wr_id
+
+    async def ring_doorbell(self):
+        await self.device.tx.write("qp_doorbell", self.producer, self.qpn)
+
+
+# ---- the device ------------------------------------------------------------------------------
+
+
+@dataclass
+class Device:
+    """One NIC: discovered register blocks, parameters, objects."""
+
+    transport: object
+    blocks: list[BlockHeader] = field(default_factory=list)
+    params: dict[str, int] = field(default_factory=dict)
+
+    KNOWN = {TX_TYPE_ID: ("tx", TX_VERSION), RX_TYPE_ID: ("rx", RX_VERSION),
+             REL_TYPE_ID: ("reliability", REL_VERSION),
+             DEVICE_INFO_TYPE_ID: ("device_info", DEVICE_INFO_VERSION)}
+
+    def __post_init__(self):
+        self.mem = self.transport.mem
+        self.qps: dict[int, QueuePair] = {}
+        self._mr_used: set[int] = set()
+
+    async def init(self, *, ready_timeout_cycles: int = 100_000):
+        self.blocks = await discover(self.transport)
+        by_type = {}
+        for b in self.blocks:
+            if b.type_id in self.KNOWN:
+                name, version = self.KNOWN[b.type_id]
+                if b.version != version:
+                    raise DriverError(f"{name} block version {b.version}, driver knows "
+                                      f"{version}")
+                by_type[b.type_id] = b
+        missing = [self.KNOWN[t][0] for t in self.KNOWN if t not in by_type]
+        if missing:
+            raise DriverError(f"blocks not found: {missing}; found "
+                              f"{[(hex(b.type_id), hex(b.base)) for b in self.blocks]}")
+        info = RegisterBlock(self.transport, by_type[DEVICE_INFO_TYPE_ID].base,
+                             host_view(device_info_register_map()))
+        for reg in info.map.registers:
+            if reg.name not in ("header", "next", "scratch"):
+                self.params[reg.name] = await info.read(reg.name)
+        p = self.params
+        self.info = info
+        self.tx = RegisterBlock(self.transport, by_type[TX_TYPE_ID].base,
+                                host_view(tx_register_map(p["num_qps"], p["evs_per_qp"])))
+        self.rx = RegisterBlock(self.transport, by_type[RX_TYPE_ID].base,
+                                host_view(rx_register_map(p["num_qps"], p["num_mrs"])))
+        self.rel = RegisterBlock(self.transport, by_type[REL_TYPE_ID].base,
+                                 host_view(rel_register_map(p["num_qps"], p["evs_per_qp"],
+                                                            p["window"])))
+        self._mr_generation = [0] * p["num_mrs"]
+        waited = 0
+        while not (await self.tx.read_fields("status"))["ready"]:
+            if waited >= ready_timeout_cycles:
+                raise DriverError("TX tables did not come out of reset")
+            await self.transport.idle(64)
+            waited += 64
+
+    async def set_address(self, mac: str, ip: str):
+        """The NIC's own MAC and IPv4 address, in every block that uses them."""
+        mac_i, ip_i = mac_to_int(mac), ip_to_int(ip)
+        for blk, lo, hi, ip_reg in ((self.tx, "src_mac_lo", "src_mac_hi", "src_ip"),
+                                    (self.rx, "OWN_MAC_LO", "OWN_MAC_HI", "OWN_IP"),
+                                    (self.rel, "own_mac_lo", "own_mac_hi", "own_ip")):
+            await blk.write(lo, mac_i & 0xFFFFFFFF)
+            await blk.write(hi, mac_i >> 32)
+            await blk.write(ip_reg, ip_i)
+        self.mac, self.ip = mac, ip
+
+    def alloc_pd(self) -> ProtectionDomain:
+        return ProtectionDomain(self)
+
+    def _alloc_mr_index(self) -> int:
+        for i in range(self.params["num_mrs"]):
+            if i not in self._mr_used:
+                self._mr_used.add(i)
+                return i
+        raise DriverError(f"MR table full ({self.params['num_mrs']} regions)")
+
+    def create_cq(self, log2_entries: int) -> CompletionQueue:
+        return CompletionQueue(self, log2_entries)
+
+    async def create_qp(self, pd: ProtectionDomain, send_cq: CompletionQueue,
+                        recv_cq: CompletionQueue, sq_log2: int = 6) -> QueuePair:
+        if not 1 <= sq_log2 <= 15:
+            raise ValueError(f"sq_log2 must be in 1..15, not {sq_log2!r}")
+        if send_cq.size < 1 << sq_log2:
+            # reliability writes send CQEs without a consumer index: a send CQ at
+            # least as large as the SQ cannot be overrun, since a WQE slot is
+            # reused only after its completion is polled
+            raise ValueError(f"send CQ ({send_cq.size} entries) must be at least as large as "
+                             f"the SQ ({1 << sq_log2})")
+        qpn = next((q for q in range(self.params["num_qps"]) if q not in self.qps), None)
+        if qpn is None:
+            raise DriverError(f"all {self.params['num_qps']} QPs are in use")
+        qp = QueuePair(self, qpn, pd, send_cq, recv_cq, sq_log2)
+        self.qps[qpn] = qp
+        return qp
+
+    # ---- controller API ----------------------------------------------------------------------
+
+    async def set_ev_state(self, qp: QueuePair, ev_index: int, *, denied: bool):
+        """DENIED takes an EV out of use (TX stops spraying on it at once);
+        GOOD brings it back. Reliability forwards the change to TX."""
+        per_qp = self.params["evs_per_qp"]
+        if not 0 <= ev_index < per_qp:
+            raise ValueError(f"ev_index must be in 0..{per_qp - 1}, not {ev_index!r}")
+        value = qp.evs.values[ev_index] if qp.evs and ev_index < len(qp.evs.values) else 0
+        await self.rel.write_fields("ev", qp.qpn * per_qp + ev_index, value=value,
+                                    state=EvState.DENIED if denied else EvState.GOOD,
+                                    set_state=1)
+
+    async def ev_states(self, qp: QueuePair) -> list[int]:
+        per_qp = self.params["evs_per_qp"]
+        return [(await self.rel.read_fields("ev", qp.qpn * per_qp + i))["state"]
+                for i in range(per_qp)]
+
+    async def read_ev_events(self) -> list[EvEvent]:
+        """Pop every queued EV state change (reliability's event queue)."""
+        events = []
+        for _ in range(await self.rel.read("ev_event_count")):
+            head = await self.rel.read_fields("ev_event_qpn")
+            ev = await self.rel.read_fields("ev_event")
+            if not ev["valid"]:
+                break
+            events.append(EvEvent(head["qpn"], ev["ev_index"], ev["old"], ev["new"], ev["drops"]))
+        return events
+
+    async def set_probe_period(self, cycles: int):
+        """Probe every ASSUMED_BAD EV once per ``cycles`` (0 = no probes)."""
+        await self.rel.write("probe_period", cycles)
+
+    async def counters(self) -> dict[str, int]:
+        out = {}
+        for blk, prefix in ((self.rx, "rx."), (self.rel, "rel.")):
+            for reg in blk.map.registers:
+                if reg.name.lower().startswith("cnt_"):
+                    out[prefix + reg.name.lower()[4:]] = await blk.read(reg.name)
+        for name in ("retx_ignored", "retx_no_ev"):
+            out["tx." + name] = await self.tx.read(name)
+        return out

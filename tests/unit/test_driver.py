@@ -1,0 +1,292 @@
+"""host_driver/driver.py against a register-level fake of the NIC's CSR space
+(the RTL runs the same driver in tests/system)."""
+
+import asyncio
+import struct
+
+import pytest
+
+from host_driver.driver import (
+    Completion,
+    Device,
+    DriverError,
+    EvProfile,
+    QpState,
+    WrOpcode,
+    discover,
+)
+from host_driver.transport import HostMemory
+from hw.nic.csr import NIC_VERSION
+from hw.tx.layouts import WQE_LAYOUT
+
+BLOCK = 0x10000
+PARAMS = {"nic_version": NIC_VERSION, "build_id": 7, "data_width": 64, "num_qps": 2,
+          "evs_per_qp": 8, "sack_bits": 64, "max_mtu": 1024, "mpr_max": 256, "num_mrs": 2,
+          "window": 64, "clk_freq_hz": 15_625_000, "block_size": BLOCK}
+
+
+class Ram:
+    def __init__(self, size):
+        self.data = bytearray(size)
+
+    def read(self, addr, n):
+        return self.data[addr:addr + n]
+
+    def write(self, addr, data):
+        self.data[addr:addr + len(data)] = data
+
+
+class FakeNic:
+    """Headers and device info as NicCore presents them; every other word is
+    a plain register that remembers writes (TX status reads ready)."""
+
+    def __init__(self, chain=((1, 1), (2, 1), (3, 1), (4, 1)), next_override=None):
+        from hw.nic.csr import device_info_register_map
+
+        self.words = {}
+        for i, (type_id, version) in enumerate(chain):
+            self.words[i * BLOCK] = type_id << 16 | version
+            self.words[i * BLOCK + 4] = (i + 1) * BLOCK if i + 1 < len(chain) else 0
+        self.words.update(next_override or {})
+        info = device_info_register_map()
+        for name, value in PARAMS.items():
+            self.words[info[name].offset] = value
+        self.words[BLOCK + 0x14] = 1  # TX status: ready
+        self.writes = []
+        self.mem = HostMemory(Ram(1 << 20), 1 << 20)
+        self.cycles = 0
+
+    async def read32(self, addr):
+        return self.words.get(addr, 0)
+
+    async def write32(self, addr, value):
+        self.writes.append((addr, value))
+        self.words[addr] = value
+
+    async def idle(self, cycles):
+        self.cycles += cycles
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def ready_device(nic=None):
+    nic = nic or FakeNic()
+    dev = Device(nic)
+    await dev.init()
+    return dev, nic
+
+
+def test_discovery_and_parameters():
+    dev, _ = run(ready_device())
+    assert [(b.type_id, b.base) for b in dev.blocks] == [(1, 0), (2, BLOCK), (3, 2 * BLOCK),
+                                                          (4, 3 * BLOCK)]
+    assert dev.params == {k: v for k, v in PARAMS.items()}
+    assert dev.tx.base == BLOCK and dev.rx.base == 2 * BLOCK and dev.rel.base == 3 * BLOCK
+    # maps sized from the discovered parameters
+    assert dev.tx.map["qp_ctrl"].count == 2 and dev.rel.map["ev"].count == 16
+    assert dev.rx.map["MR_RKEY"].count == 2
+
+
+def test_discovery_finds_blocks_in_any_order_and_skips_unknown_ones():
+    nic = FakeNic(chain=((1, 1), (0x77, 3), (4, 1), (3, 1), (2, 1)))
+    nic.words[4 * BLOCK + 0x14] = 1  # TX status ready, where TX now sits
+    dev, _ = run(ready_device(nic))
+    assert dev.tx.base == 4 * BLOCK and dev.rel.base == 2 * BLOCK
+    assert (0x77, 3, BLOCK) in [(b.type_id, b.version, b.base) for b in dev.blocks]
+
+
+def test_discovery_errors():
+    assert len(run(discover(FakeNic(next_override={BLOCK + 4: 0})))) == 2  # chain ends early
+    with pytest.raises(DriverError, match="loops"):
+        run(discover(FakeNic(next_override={2 * BLOCK + 4: BLOCK})))
+    with pytest.raises(DriverError, match=r"blocks not found: \['reliability'\]"):
+        run(ready_device(FakeNic(chain=((1, 1), (2, 1), (3, 1)))))
+    with pytest.raises(DriverError, match="rx block version 9, driver knows 1"):
+        run(ready_device(FakeNic(chain=((1, 1), (2, 1), (3, 9), (4, 1)))))
+    nic = FakeNic()
+    nic.words[BLOCK + 0x14] = 0
+    with pytest.raises(DriverError, match="did not come out of reset"):
+        run(ready_device(nic))
+    assert nic.cycles >= 100_000
+
+
+def test_register_fields():
+    dev, nic = run(ready_device())
+    assert dev.rel.pack("qp_rel_cfg", t=12, linear_cnt=7, exp_cnt=25) == 12 | 7 << 5 | 25 << 8
+    with pytest.raises(ValueError, match="linear_cnt is 3 bits; 8 does not fit"):
+        dev.rel.pack("qp_rel_cfg", linear_cnt=8)
+    with pytest.raises(ValueError, match="has no field 'bogus'"):
+        dev.rx.pack("QP_CTRL", bogus=1)
+    with pytest.raises(ValueError, match="read only"):
+        run(dev.tx.write("qp_consumer", 1, 0))
+    run(dev.rx.write_fields("QP_CTRL", 1, state=QpState.RTR, mpr=2))
+    assert nic.writes[-1] == (2 * BLOCK + 0x1000 + 0x40, QpState.RTR | 2 << 8)
+
+
+def test_host_memory_allocator():
+    mem = HostMemory(Ram(1 << 16), 1 << 16)
+    a = mem.alloc(100, align=64)
+    b = mem.alloc(4096, align=4096)
+    assert a % 64 == 0 and b % 4096 == 0 and b >= a + 100
+    mem.free(a)
+    assert mem.alloc(64, align=64) == a  # first fit reuses the hole
+    with pytest.raises(MemoryError):
+        mem.alloc(1 << 16)
+    with pytest.raises(ValueError):
+        mem.alloc(10, align=3)
+
+
+async def _connected_qp(nic=None):
+    dev, nic = await ready_device(nic)
+    pd = dev.alloc_pd()
+    qp = await dev.create_qp(pd, dev.create_cq(4), dev.create_cq(2), sq_log2=4)
+    mr = await pd.reg_mr(0x80000, 0x1000)
+    await qp.to_init()
+    await qp.to_rtr(dest_qpn=1, peer_mac="02:00:00:00:00:02", peer_ip="10.0.0.2", rq_psn=5)
+    await qp.to_rts(evs=EvProfile.explicit([0xC000, 0xC001, 0xC002]), sq_psn=9)
+    return dev, nic, qp, mr
+
+
+def test_qp_bring_up_programs_every_block():
+    dev, nic, qp, mr = run(_connected_qp())
+    w = dict(nic.writes)
+    rx, tx, rel = dev.rx, dev.tx, dev.rel
+    assert w[rx.addr("MR_RKEY", mr.index)] == mr.rkey
+    assert w[rx.addr("MR_ACCESS", mr.index)] == 0b11  # valid, remote write
+    assert w[rx.addr("QP_EPSN", 0)] == 5 and w[rx.addr("QP_PEER_QPN", 0)] == 1
+    assert w[rx.addr("QP_PEER_IP", 0)] == 0x0A000002
+    assert rx.unpack("QP_CTRL", w[rx.addr("QP_CTRL", 0)])["state"] == QpState.RTS
+    assert w[tx.addr("qp_next_psn", 0)] == 9 and w[tx.addr("qp_mtu", 0)] == 1024
+    assert w[tx.addr("qp_sq_base_lo", 0)] == qp.sq_addr == w[rel.addr("sq_base_lo", 0)]
+    assert w[rel.addr("cq_base_lo", 0)] == qp.send_cq.addr
+    assert w[rx.addr("QP_CQ_BASE_LO", 0)] == qp.recv_cq.addr
+    assert w[tx.addr("qp_ctrl", 0)] == 1  # enabled last
+    assert nic.writes[-1] == (tx.addr("qp_ctrl", 0), 1)
+    # EVs: 3 GOOD with their values, the other 5 DENIED, in TX and reliability
+    ev_entries = [v for a, v in nic.writes if a == tx.addr("ev_entry")]
+    assert [tx.unpack("ev_entry", v) for v in ev_entries] == (
+        [{"value": 0xC000 + i, "state": 0} for i in range(3)] +
+        [{"value": 0, "state": 2} for _ in range(5)])
+    rel_evs = [rel.unpack("ev", w[rel.addr("ev", i)]) for i in range(8)]
+    assert [(e["value"], e["state"], e["set_state"]) for e in rel_evs] == (
+        [(0xC000 + i, 0, 1) for i in range(3)] + [(0, 2, 1)] * 5)
+
+
+def test_post_send_writes_the_wqe_tx_reads_and_rings():
+    dev, nic, qp, mr = run(_connected_qp())
+    wr_id = run(qp.post_send(WrOpcode.WRITE_WITH_IMM, local_addr=0x1234, length=5000,
+                             remote_addr=0xABCD0000, rkey=mr.rkey, imm=0xFEEDF00D, wr_id=77))
+    assert wr_id == 77
+    raw = dev.mem.read(qp.sq_addr, 64)
+    fields = {name: int.from_bytes(raw[off:off + size], "little")
+              for name, off, size in WQE_LAYOUT}
+    assert fields == {"opcode": 1, "flags": 1, "imm": 0xFEEDF00D, "wr_id": 77,
+                      "laddr": 0x1234, "raddr": 0xABCD0000, "length": 5000, "rkey": mr.rkey}
+    assert nic.writes[-1] == (dev.tx.addr("qp_doorbell", 0), 1)
+    for _ in range(15):
+        run(qp.post_send(WrOpcode.WRITE, local_addr=0, length=1, remote_addr=0, rkey=1))
+    with pytest.raises(DriverError, match="send queue full"):
+        run(qp.post_send(WrOpcode.WRITE, local_addr=0, length=1, remote_addr=0, rkey=1))
+
+
+def _cqe(wr_id, phase, status=0):
+    return struct.pack("<QIIIBBBB", wr_id, 10, 0, 0, status, 0, 0, phase << 7).ljust(32, b"\0")
+
+
+def test_completion_queue_phase_polling_across_wraps():
+    dev, nic, qp, _ = run(_connected_qp())
+    cq = qp.recv_cq  # 4 entries
+    assert run(cq.poll()) == []
+    for n in range(6):  # the NIC's producer: pass 1 phase 1, pass 2 phase 0
+        dev.mem.write(cq.addr + (n % 4) * 32, _cqe(100 + n, 1 - (n // 4) % 2))
+        if n == 3:
+            assert [c.wr_id for c in run(cq.poll())] == [100, 101, 102, 103]
+    got = run(cq.poll())
+    assert [c.wr_id for c in got] == [104, 105]
+    assert nic.writes[-1] == (dev.rx.addr("QP_CQ_CONS", 0), 6)  # consumer index reported
+    # an old-phase entry is not taken again
+    assert run(cq.poll()) == []
+    with pytest.raises(DriverError, match="0 of 1 completions"):
+        run(cq.wait(1, timeout_cycles=1000))
+
+
+def test_send_completions_free_send_queue_slots():
+    dev, nic, qp, mr = run(_connected_qp())
+    for _ in range(3):
+        run(qp.post_send(WrOpcode.WRITE, local_addr=0, length=1, remote_addr=0, rkey=1))
+    assert qp.outstanding == 3
+    dev.mem.write(qp.send_cq.addr, _cqe(1, 1, Completion.SUCCESS))
+    assert [c.status for c in run(qp.send_cq.poll())] == [Completion.SUCCESS]
+    assert qp.outstanding == 2
+
+
+def test_qp_state_rules_and_limits():
+    async def body():
+        dev, nic = await ready_device()
+        pd = dev.alloc_pd()
+        with pytest.raises(ValueError, match="send CQ .4 entries. must be at least"):
+            await dev.create_qp(pd, dev.create_cq(2), dev.create_cq(2), sq_log2=3)
+        cq = dev.create_cq(4)
+        qp = await dev.create_qp(pd, cq, dev.create_cq(2), sq_log2=4)
+        with pytest.raises(ValueError, match="already serves QP 0"):
+            await dev.create_qp(pd, cq, dev.create_cq(2), sq_log2=4)
+        with pytest.raises(DriverError, match="QP 0 is RESET, needs RTS"):
+            await qp.post_send(WrOpcode.WRITE, local_addr=0, length=1, remote_addr=0, rkey=1)
+        with pytest.raises(DriverError, match="QP 0 is RESET, needs INIT"):
+            await qp.to_rtr(dest_qpn=0, peer_mac="02:00:00:00:00:02", peer_ip="10.0.0.2")
+        await qp.to_init()
+        with pytest.raises(ValueError, match=r"mpr must be in 1\.\.2"):
+            await qp.to_rtr(dest_qpn=0, peer_mac="02:00:00:00:00:02", peer_ip="10.0.0.2",
+                            mpr=3)
+        await qp.to_rtr(dest_qpn=0, peer_mac="02:00:00:00:00:02", peer_ip="10.0.0.2")
+        with pytest.raises(ValueError, match="9 EVs, the NIC holds 8"):
+            await qp.to_rts(evs=EvProfile.explicit(range(9)))
+        with pytest.raises(ValueError, match=r"mtu must be a power of two in 256\.\.1024"):
+            await qp.to_rts(evs=EvProfile.explicit([1]), mtu=2048)
+        await pd.reg_mr(0, 16)
+        await pd.reg_mr(16, 16)
+        with pytest.raises(DriverError, match="MR table full"):
+            await pd.reg_mr(32, 16)
+
+    run(body())
+
+
+def test_mr_rkeys_change_when_an_index_is_reused():
+    async def body():
+        dev, nic = await ready_device()
+        pd = dev.alloc_pd()
+        mr = await pd.reg_mr(0x1000, 64)
+        await mr.deregister()
+        assert nic.words[dev.rx.addr("MR_ACCESS", mr.index)] == 0
+        again = await pd.reg_mr(0x2000, 64)
+        assert again.index == mr.index and again.rkey != mr.rkey
+
+    run(body())
+
+
+def test_ev_profiles_match_the_golden_model():
+    from sim.model.ev import generated_evs
+
+    prof = EvProfile.generated(init=5, min_ev=0xC000, max_ev=0xC0FF, mask=0xFF, count=8)
+    assert prof.values == tuple(v for v, _ in generated_evs(init=5, min_ev=0xC000,
+                                                            max_ev=0xC0FF, mask=0xFF, count=8))
+    assert prof.mode == "generated" and len(set(prof.values)) == 8
+    with pytest.raises(ValueError, match="distinct"):
+        EvProfile.explicit([1, 1])
+    with pytest.raises(ValueError, match="16-bit"):
+        EvProfile.explicit([0x10000])
+
+
+def test_controller_ev_state_and_events():
+    dev, nic, qp, _ = run(_connected_qp())
+    run(dev.set_ev_state(qp, 2, denied=True))
+    assert dev.rel.unpack("ev", nic.writes[-1][1]) == {"value": 0xC002, "state": 2,
+                                                       "set_state": 1}
+    # one queued event: count 1, head QPN, then the pop
+    nic.words[dev.rel.addr("ev_event_count")] = 1
+    nic.words[dev.rel.addr("ev_event_qpn")] = 1 | 1 << 31
+    nic.words[dev.rel.addr("ev_event")] = 3 | 0 << 8 | 1 << 10 | 1 << 15 | 9 << 16
+    events = run(dev.read_ev_events())
+    assert [(e.qpn, e.ev_index, e.old, e.new, e.drops) for e in events] == [(1, 3, 0, 1, 9)]
