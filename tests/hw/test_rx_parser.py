@@ -609,6 +609,43 @@ async def test_zero_byte_beat(dut):
 
 
 @cocotb.test()
+async def test_trim_dscp_register(dut):
+    """trim_dscp selects which DSCP means trimmed; 0x3F is then an ordinary DSCP."""
+    tb = TB(dut)
+    await tb.reset()
+    dut.trim_dscp.value = 46
+    rng = random.Random(14)
+    full = valid_frame(rng, L.OP_WRITE_ONLY_IMM, 33)
+    sent = [
+        (L.trim(full, 46), False),  # trimmed under the register
+        (L.trim(full, 0x3F), False),  # not trimmed now, so it ends before its ICRC
+        (_set(full, 15, bytes([0x3F << 2 | 2]), ip_fix=True), False),  # TOS is not in the ICRC
+        (_set(full, 15, bytes([46 << 2 | 2]), ip_fix=True), False),  # trimmed, with payload
+    ]
+    expected = [expect_frame(f, u, trim_dscp=46) for f, u in sent]
+    verdicts = [e.verdict for e in expected]
+    assert verdicts == ["accepted", "truncated", "accepted", "length_mismatch"]
+    assert expected[0].fields["trimmed"] and not expected[2].fields["trimmed"]
+    for f, u in sent:
+        await tb.send(f, u)
+    await tb.check(sent, expected)
+
+
+@cocotb.test()
+async def test_giant_frames(dut):
+    """Frames longer than any IPv4 length (the byte count saturates) are dropped
+    and the parser carries on."""
+    rng = random.Random(13)
+    good = valid_frame(rng, L.OP_WRITE_ONLY, 99)
+    giant = good + rng.randbytes(140_000)
+    sent = [(giant, False), (good, False), (giant, True), (good, False)]
+    expected = [expect_frame(f, u) for f, u in sent]
+    verdicts = [e.verdict for e in expected]
+    assert verdicts == ["length_mismatch", "accepted", "bad_frame", "accepted"]
+    await run_frames(dut, sent)
+
+
+@cocotb.test()
 async def test_random_mix(dut):
     """1,000 random frames, valid and malformed, random idle and backpressure."""
     rng = random.Random(int(os.environ.get("RX_PARSER_SEED", "4")))
@@ -720,6 +757,6 @@ def test_rx_parser(data_width):
 
 
 @pytest.mark.long
-@pytest.mark.parametrize("data_width", [64, 128, 256])
+@pytest.mark.parametrize("data_width", [64, 128, 256, 512])
 def test_rx_parser_soak(data_width):
     run(data_width, testcase="test_soak", extra_env={"RX_PARSER_SOAK": "10000"})
