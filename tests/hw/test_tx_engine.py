@@ -33,7 +33,7 @@ import cocotb
 import pytest
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles, RisingEdge
-from cocotb.utils import get_sim_time
+from cocotb.utils import get_sim_time, get_time_from_sim_steps
 from cocotbext.axi import (
     AxiBus,
     AxiLiteBus,
@@ -168,7 +168,7 @@ class TB:
         )
         self.sent = []  # (cycle, record dict)
         self.cycle = 0
-        self.frames = []  # (start ns, bytes)
+        self.frames = []  # (ns of the first beat, frame bytes)
         for name in ("retx", "ack_update", "ev_update"):
             getattr(dut, f"{name}__valid").value = 0
         dut.sent__ready.value = 1
@@ -222,7 +222,8 @@ class TB:
         while True:
             frame = await self.sink.recv()
             assert not any(frame.tuser or []), "tuser set on a TX frame"
-            self.frames.append((frame.sim_time_start, bytes(frame.tdata)))
+            start_ns = get_time_from_sim_steps(frame.sim_time_start, "ns")
+            self.frames.append((start_ns, bytes(frame.tdata)))
 
     async def drive(self, name: str, value: int):
         """One transfer on an Amaranth stream input (payload packed as its layout)."""
