@@ -131,12 +131,11 @@ def run(outdir: Path) -> dict:
     waves = sorted(test_dir.glob("*.fst"), key=lambda p: p.stat().st_mtime)
     if waves:
         shutil.copyfile(waves[-1], outdir / "parser.fst")
+    summary["outdir"] = str(outdir)
     summary["waveform"] = str(outdir / "parser.fst") if waves else None
     summary["pcap"] = str(outdir / "traffic.pcap")
 
     lines = [
-        "# RX header parser demo",
-        "",
         f"{summary['frames']} frames from `traffic.pcap` sent back to back into "
         f"`RxParser(data_width={summary['data_width']})` under Verilator, no idle cycles "
         "and no output backpressure. Every verdict, record and payload matched the "
@@ -155,7 +154,7 @@ def run(outdir: Path) -> dict:
         "",
     ]
     (outdir / "report.md").write_text("\n".join(lines))
-    print("\n".join(lines[4:]))
+    print("\n".join(lines))
     return summary
 
 
