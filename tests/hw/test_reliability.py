@@ -621,6 +621,12 @@ async def test_ev_bad_and_probe(dut):
     await tb.reset()
     period = 400
     await tb.setup(sack_thr=1, ev_thr=2, probe_period=period)
+    # EV 5 DENIED by the controller: never probed
+    await tb.write("ev", (1 << 31) | (2 << 16) | ev_value(0, 5), 5)
+    await tb.settle(20)
+    assert tb.ev_upd.records() == [{"qpn": 0, "ev_index": 5, "state": 2}]
+    assert (await _pop_events(tb)) == [dict(qpn=0, ev=5, old=0, new=2, drops=0)]
+    tb.ev_upd.items.clear()
     psn = 10
     await _lose_on(tb, 0, 3, psn)  # first loss on EV 3
     assert tb.ev_upd.records() == []
