@@ -1,0 +1,317 @@
+"""UART to AXI4-Lite bridge: the host's register access to the board.
+
+``UARTToAXI4Lite`` receives framed requests on a UART (8 data bits, no
+parity, 1 stop bit, LSB first), performs one AXI4-Lite read or write as
+master, and answers every request with one fixed-size response. The framing
+(docs/board.md has the full description, host_driver/uart_transport.py the
+host side)::
+
+    read request    'R' (0x52)  addr[31:24] addr[23:16] addr[15:8] addr[7:0]  csum
+    write request   'W' (0x57)  addr (4 bytes, MSB first)  data (4 bytes, MSB first)  csum
+    response        status  data[31:24] data[23:16] data[15:8] data[7:0]  csum
+
+``csum`` makes the byte sum of the frame 0 modulo 256. ``status`` is the AXI
+response (0 OKAY, 2 SLVERR, 3 DECERR) of a completed access, or one of
+``STATUS_BAD_CHECKSUM``, ``STATUS_BAD_COMMAND``, ``STATUS_FRAMING``,
+``STATUS_TIMEOUT`` when the request was not executed; ``data`` is the read
+data (0 for writes and errors).
+
+Errors and resynchronisation: a bad checksum is answered at once. A byte
+that is not a command, or a UART framing error (stop bit low, a break), puts
+the bridge in a discard state: it swallows bytes until the line has been
+quiet for ``timeout`` bit times, then answers once. A request that stops
+half way is answered with ``STATUS_TIMEOUT`` after the same quiet time. So
+after any error the host waits for one response and both sides are in step.
+One request at a time: bytes that arrive while an access or a response is
+in progress are ignored.
+
+Latency: the response's first start bit leaves 1 cycle after the AXI
+response (B or R handshake) of the access, which starts 2 cycles after the
+request's checksum byte's stop bit is sampled. Throughput: one access per
+request/response pair, 16 (read) or 20 (write) bytes on the line.
+"""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.cdc import FFSynchronizer
+from amaranth.lib.wiring import In, Out
+
+from ..axi import AXI4LiteSignature
+
+__all__ = [
+    "CMD_READ",
+    "CMD_WRITE",
+    "STATUS_BAD_CHECKSUM",
+    "STATUS_BAD_COMMAND",
+    "STATUS_FRAMING",
+    "STATUS_TIMEOUT",
+    "UARTRx",
+    "UARTToAXI4Lite",
+    "UARTTx",
+]
+
+CMD_READ = 0x52  # 'R'
+CMD_WRITE = 0x57  # 'W'
+STATUS_BAD_CHECKSUM = 0x80
+STATUS_BAD_COMMAND = 0x81
+STATUS_FRAMING = 0x82
+STATUS_TIMEOUT = 0x83
+RESPONSE_BYTES = 6
+
+
+class UARTRx(wiring.Component):
+    """UART receiver, 8N1, ``divisor`` clock cycles per bit (at least 4).
+
+    Interface: ``rx`` (the line, synchronised here), ``o`` (stream of bytes;
+    no backpressure: a byte not taken in the cycle it is valid is gone),
+    ``framing_error`` (one cycle when a stop bit is low; the receiver then
+    waits for the line to go high, so a break gives one error), ``active``
+    (high from a start bit to its stop bit, for idle timers).
+    A start bit is a falling edge still low at the middle of the bit; each
+    bit is sampled at its middle.
+    Latency: the byte is valid 1 cycle after the middle of its stop bit.
+    Throughput: one byte per 10 bit times.
+    """
+
+    rx: In(1)
+    o: Out(stream.Signature(8))
+    framing_error: Out(1)
+    active: Out(1)
+
+    def __init__(self, divisor: int):
+        if divisor < 4:
+            raise ValueError(f"UART divisor must be at least 4 clock cycles per bit, not {divisor}")
+        self.divisor = divisor
+        super().__init__()
+
+    def elaborate(self, platform):
+        m = Module()
+        line = Signal(init=1)
+        m.submodules.rx_sync = FFSynchronizer(self.rx, line, init=1)
+        timer = Signal(range(self.divisor))
+        bit = Signal(range(10))
+        shreg = Signal(8)
+
+        m.d.sync += [self.o.valid.eq(0), self.framing_error.eq(0)]
+        with m.FSM():
+            with m.State("IDLE"):
+                with m.If(~line):
+                    m.d.sync += timer.eq(self.divisor // 2 - 1)
+                    m.next = "START"
+            with m.State("START"):
+                m.d.comb += self.active.eq(1)
+                with m.If(timer != 0):
+                    m.d.sync += timer.eq(timer - 1)
+                with m.Elif(line):  # a glitch, not a start bit
+                    m.next = "IDLE"
+                with m.Else():
+                    m.d.sync += [timer.eq(self.divisor - 1), bit.eq(0)]
+                    m.next = "DATA"
+            with m.State("DATA"):
+                m.d.comb += self.active.eq(1)
+                with m.If(timer != 0):
+                    m.d.sync += timer.eq(timer - 1)
+                with m.Else():
+                    m.d.sync += [timer.eq(self.divisor - 1), bit.eq(bit + 1)]
+                    with m.If(bit == 8):  # the stop bit
+                        with m.If(line):
+                            m.d.sync += [self.o.payload.eq(shreg), self.o.valid.eq(1)]
+                            m.next = "IDLE"
+                        with m.Else():
+                            m.d.sync += self.framing_error.eq(1)
+                            m.next = "BREAK"
+                    with m.Else():
+                        m.d.sync += shreg.eq(Cat(shreg[1:], line))
+            with m.State("BREAK"):
+                with m.If(line):
+                    m.next = "IDLE"
+        return m
+
+
+class UARTTx(wiring.Component):
+    """UART transmitter, 8N1, ``divisor`` clock cycles per bit.
+
+    Interface: ``i`` (stream of bytes), ``tx`` (the line, registered).
+    Latency: the start bit begins 1 cycle after the byte is taken.
+    Throughput: one byte per 10 bit times plus 1 cycle, back to back.
+    """
+
+    i: In(stream.Signature(8))
+    tx: Out(1, init=1)
+
+    def __init__(self, divisor: int):
+        self.divisor = divisor
+        super().__init__()
+
+    def elaborate(self, platform):
+        m = Module()
+        timer = Signal(range(self.divisor))
+        frame = Signal(10)  # stop, data[7:0], start; shifted out LSB first
+        bits_left = Signal(range(11))
+
+        with m.If(timer != 0):
+            m.d.sync += timer.eq(timer - 1)
+        with m.Elif(bits_left != 0):
+            m.d.sync += [
+                self.tx.eq(frame[0]),
+                frame.eq(frame >> 1),
+                timer.eq(self.divisor - 1),
+                bits_left.eq(bits_left - 1),
+            ]
+        with m.Else():
+            # The stop bit has had its full time; the line stays high.
+            m.d.comb += self.i.ready.eq(1)
+            with m.If(self.i.valid):
+                m.d.sync += [
+                    frame.eq(Cat(Const(0, 1), self.i.payload, Const(1, 1))),
+                    bits_left.eq(10),
+                ]
+        return m
+
+
+class UARTToAXI4Lite(wiring.Component):
+    """UART request/response bridge, AXI4-Lite master (see the module docstring).
+
+    Interface: ``rx`` (UART line in), ``tx`` (UART line out, idle high),
+    ``m_axil`` (AXI4-Lite master, 32-bit data, ``addr_width`` address bits;
+    the request's address is truncated to them).
+    Parameters: ``divisor`` clock cycles per bit (clock / baud rate, at
+    least 4); ``timeout`` quiet bit times that end a discarded or unfinished
+    request (40, four byte times, by default).
+    AXI: AR or AW and W are raised together and each held until its ready;
+    RREADY/BREADY are high while waiting for the response. ``wstrb`` is
+    0xF, ``awprot``/``arprot`` are 0. There is no timeout on the AXI side: a
+    slave that never answers stalls the bridge.
+    """
+
+    def __init__(self, divisor: int, *, addr_width: int = 32, timeout: int = 40):
+        if not 1 <= addr_width <= 32:
+            raise ValueError(f"addr_width must be 1..32, not {addr_width}")
+        self.divisor, self.addr_width, self.timeout = divisor, addr_width, timeout
+        super().__init__(
+            {
+                "rx": In(1, init=1),
+                "tx": Out(1, init=1),
+                "m_axil": Out(AXI4LiteSignature(addr_width, 32)),
+            }
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.uart_rx = urx = UARTRx(self.divisor)
+        m.submodules.uart_tx = utx = UARTTx(self.divisor)
+        m.d.comb += [urx.rx.eq(self.rx), self.tx.eq(utx.tx)]
+        axil = self.m_axil
+
+        # Quiet-line timer: restarts on every start bit and byte.
+        quiet_cycles = self.timeout * self.divisor
+        quiet = Signal(range(quiet_cycles + 1))
+        timed_out = quiet == quiet_cycles
+        with m.If(urx.active | urx.o.valid | urx.framing_error):
+            m.d.sync += quiet.eq(0)
+        with m.Elif(~timed_out):
+            m.d.sync += quiet.eq(quiet + 1)
+
+        request = Signal(9 * 8)  # the bytes after the command, first byte at the top
+        is_write = Signal()
+        count = Signal(range(11))  # bytes of the request received, command included
+        csum = Signal(8)
+        status = Signal(8)
+        rdata = Signal(32)
+        aw_done = Signal()
+        w_done = Signal()
+        response = Signal(RESPONSE_BYTES * 8)  # first byte at the top
+        resp_left = Signal(range(RESPONSE_BYTES + 1))
+
+        byte = urx.o.payload
+        length = Mux(is_write, 10, 6)
+        # Received bytes shift in at the bottom; a read leaves its 4 address
+        # bytes in [39:8], a write its address in [71:40] and data in [39:8].
+        addr = Mux(is_write, request[40:72], request[8:40])
+        wdata = request[8:40]
+
+        m.d.comb += [
+            axil.araddr.eq(addr),
+            axil.awaddr.eq(addr),
+            axil.wdata.eq(wdata),
+            axil.wstrb.eq(0xF),
+            axil.arprot.eq(0),
+            axil.awprot.eq(0),
+        ]
+
+        def reply(code, data=0):
+            return [status.eq(code), rdata.eq(data)]
+
+        with m.FSM():
+            with m.State("IDLE"):
+                with m.If(urx.framing_error):
+                    m.d.sync += reply(STATUS_FRAMING)
+                    m.next = "DISCARD"
+                with m.Elif(urx.o.valid):
+                    m.d.sync += [is_write.eq(byte == CMD_WRITE), count.eq(1), csum.eq(byte)]
+                    with m.If((byte == CMD_READ) | (byte == CMD_WRITE)):
+                        m.next = "RECEIVE"
+                    with m.Else():
+                        m.d.sync += reply(STATUS_BAD_COMMAND)
+                        m.next = "DISCARD"
+            with m.State("RECEIVE"):
+                with m.If(urx.framing_error):
+                    m.d.sync += reply(STATUS_FRAMING)
+                    m.next = "DISCARD"
+                with m.Elif(urx.o.valid):
+                    m.d.sync += [
+                        request.eq(Cat(byte, request[:-8])),
+                        count.eq(count + 1),
+                        csum.eq(csum + byte),
+                    ]
+                    with m.If(count + 1 == length):
+                        with m.If((csum + byte)[:8] != 0):
+                            m.d.sync += reply(STATUS_BAD_CHECKSUM)
+                            m.next = "RESPOND"
+                        with m.Elif(is_write):
+                            m.d.sync += [aw_done.eq(0), w_done.eq(0)]
+                            m.next = "WRITE"
+                        with m.Else():
+                            m.next = "READ_ADDR"
+                with m.Elif(timed_out):
+                    m.d.sync += reply(STATUS_TIMEOUT)
+                    m.next = "RESPOND"
+            with m.State("DISCARD"):
+                with m.If(timed_out & ~urx.active):
+                    m.next = "RESPOND"
+            with m.State("READ_ADDR"):
+                m.d.comb += axil.arvalid.eq(1)
+                with m.If(axil.arready):
+                    m.next = "READ_DATA"
+            with m.State("READ_DATA"):
+                m.d.comb += axil.rready.eq(1)
+                with m.If(axil.rvalid):
+                    m.d.sync += reply(axil.rresp, axil.rdata)
+                    m.next = "RESPOND"
+            with m.State("WRITE"):
+                m.d.comb += [axil.awvalid.eq(~aw_done), axil.wvalid.eq(~w_done)]
+                aw_now = aw_done | (axil.awvalid & axil.awready)
+                w_now = w_done | (axil.wvalid & axil.wready)
+                m.d.sync += [aw_done.eq(aw_now), w_done.eq(w_now)]
+                with m.If(aw_now & w_now):
+                    m.next = "WRITE_RESP"
+            with m.State("WRITE_RESP"):
+                m.d.comb += axil.bready.eq(1)
+                with m.If(axil.bvalid):
+                    m.d.sync += reply(axil.bresp)
+                    m.next = "RESPOND"
+            with m.State("RESPOND"):
+                body = Cat(rdata, status)  # status is the top (first) byte
+                body_sum = sum(body.word_select(i, 8) for i in range(5))[:8]
+                m.d.sync += [
+                    response.eq(Cat((-body_sum)[:8], body)),
+                    resp_left.eq(RESPONSE_BYTES),
+                ]
+                m.next = "SEND"
+            with m.State("SEND"):
+                m.d.comb += [utx.i.payload.eq(response[-8:]), utx.i.valid.eq(1)]
+                with m.If(utx.i.ready):
+                    m.d.sync += [response.eq(response << 8), resp_left.eq(resp_left - 1)]
+                    with m.If(resp_left == 1):
+                        m.next = "IDLE"
+        return m
