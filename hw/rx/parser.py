@@ -313,20 +313,18 @@ class RxParser(wiring.Component):
 
         # Payload length from the UDP length, and the number of payload beats.
         # Headers from UDP to payload, then pad and ICRC.
-        udp_overhead = Signal(range(hdr_len + 8))
-        m.d.comb += udp_overhead.eq(header_end - OFF_UDP + bth["padcount"] + ICRC_BYTES)
-        payload_len = Signal(signed(18))
-        m.d.comb += payload_len.eq(udp["length"] - udp_overhead)
+        udp_overhead = header_end - OFF_UDP + bth["padcount"] + ICRC_BYTES
+        # negative when the UDP length is short of the headers, pad and ICRC
+        payload_len = (udp["length"] - udp_overhead)[:17].as_signed()
         payload_fits = Signal()
         m.d.comb += payload_fits.eq(
             opcode_known & ~trimmed & (payload_len >= 0) & (payload_len <= self.max_payload)
         )
         payload_beats = Signal(range(self.max_payload_beats + 1))
-        last_keep = Signal(lanes)
         with m.If(payload_fits):
             m.d.comb += payload_beats.eq((payload_len + lanes - 1) >> lane_bits)
         rem = payload_len[:lane_bits]
-        m.d.comb += last_keep.eq(Mux(rem == 0, (1 << lanes) - 1, (Const(1, lanes + 1) << rem) - 1))
+        last_keep = Mux(rem == 0, (1 << lanes) - 1, (Const(1, lanes + 1) << rem) - 1)[:lanes]
 
         # Payload offset: beat index and lane shift, one per header length.
         ends = sorted({OFF_EXT + RETH.size, OFF_IMMDT + IMMDT.size, self.ack_header_end})
@@ -341,9 +339,8 @@ class RxParser(wiring.Component):
         # first_beat + j + 1 arrives, or at the end of the frame.
         out_idx = Signal(signed(len(beat) + 2))
         m.d.comb += out_idx.eq(beat - first_beat - 1)
-        window = Signal(2 * self.data_width)
+        window = Cat(prev, Mux(eof, 0, axis.tdata))
         aligned = Signal(self.data_width)
-        m.d.comb += window.eq(Cat(prev, Mux(eof, 0, axis.tdata)))
         with m.Switch(shift):
             for s in sorted({end % lanes for end in ends}):
                 with m.Case(s):
@@ -355,6 +352,7 @@ class RxParser(wiring.Component):
         m.submodules.frames = frames = Memory(shape=Beat(self.data_width), depth=depth, init=[])
         wr = frames.write_port()
         rd = frames.read_port(domain="sync")
+        addr_bits = ptr_bits - 1
         wr_ptr = Signal(ptr_bits)
         commit_ptr = Signal(ptr_bits)
         rd_ptr = Signal(ptr_bits)
@@ -363,7 +361,7 @@ class RxParser(wiring.Component):
         write_beat = Signal()
         m.d.comb += write_beat.eq(accept & (out_idx >= 0) & (out_idx < payload_beats))
         m.d.comb += [
-            wr.addr.eq(wr_ptr),
+            wr.addr.eq(wr_ptr[:addr_bits]),
             wr.data.data.eq(aligned),
         ]
         with m.If(eof & flush):
@@ -379,8 +377,7 @@ class RxParser(wiring.Component):
                 wr.data.keep.eq(Mux(is_last, last_keep, (1 << lanes) - 1)),
                 wr.data.last.eq(is_last),
             ]
-        wr_ptr_next = Signal(ptr_bits)
-        m.d.comb += wr_ptr_next.eq(wr_ptr + wr.en)
+        wr_ptr_next = (wr_ptr + wr.en)[:ptr_bits]
         m.d.sync += wr_ptr.eq(wr_ptr_next)
 
         # ICRC over the masked bytes from byte 14 to the end, ICRC included.
@@ -433,21 +430,14 @@ class RxParser(wiring.Component):
         # ------------------------------------------------------------------
         # Verdict stage, in the cycle after the last beat: `hdr`, `frame_len`,
         # `crc` and `prev` still hold the frame that ended.
-        ipsum = Signal(20)
-        m.d.comb += ipsum.eq(
-            sum(
-                Cat(_bytes(hdr, OFF_IPV4 + i + 1, 1), _bytes(hdr, OFF_IPV4 + i, 1))
-                for i in range(0, IPV4.size, 2)
-            )
-        )
-        ipsum_fold1 = Signal(17)
-        ipsum_fold2 = Signal(16)
-        m.d.comb += [
-            ipsum_fold1.eq(ipsum[:16] + ipsum[16:]),
-            ipsum_fold2.eq(ipsum_fold1[:16] + ipsum_fold1[16]),
-        ]
-        frame_need = Signal(range(hdr_len + ICRC_BYTES + 1))
-        m.d.comb += frame_need.eq(header_end + Mux(trimmed, 0, ICRC_BYTES))
+        # RFC 1071 sum of the ten 16-bit words (< 2^20), folded twice to 16 bits
+        ipsum = sum(
+            Cat(_bytes(hdr, OFF_IPV4 + i + 1, 1), _bytes(hdr, OFF_IPV4 + i, 1))
+            for i in range(0, IPV4.size, 2)
+        )[:20]
+        ipsum_fold1 = ipsum[:16] + ipsum[16:]
+        ipsum_fold2 = (ipsum_fold1[:16] + ipsum_fold1[16])[:16]
+        frame_need = header_end + Mux(trimmed, 0, ICRC_BYTES)
         fragment = (ip["flags"][0]) | (ip["frag_off"] != 0)
         ack_width_bad = is_ack & (
             SACK.unpack(_bytes(hdr, OFF_SACK, SACK.size))["sack_words"] != self.sack_bits // 32
@@ -539,17 +529,15 @@ class RxParser(wiring.Component):
         # A beat is taken only with room for its own payload beat and for the
         # one the verdict stage may write in the cycle after a last beat; a
         # frame only with room for its record (and the one being pushed now).
-        used = Signal(ptr_bits)
-        m.d.comb += used.eq(wr_ptr - rd_ptr)
+        used = (wr_ptr - rd_ptr)[:ptr_bits]
         room = used <= depth - 2
         hdr_room = records.level + eof <= self.hdr_fifo_depth - 1
         m.d.comb += axis.tready.eq(room & ((beat != 0) | hdr_room))
 
         # ------------------------------------------------------------------
         # Output stage.
-        out_rec = Signal(ParsedHeader(self.sack_bits))
+        out_rec = ParsedHeader(self.sack_bits)(records.r_data)
         m.d.comb += [
-            out_rec.eq(records.r_data),
             self.hdr.payload.eq(out_rec),
             self.hdr.valid.eq(records.r_rdy),
             records.r_en.eq(self.hdr.ready),
@@ -562,7 +550,7 @@ class RxParser(wiring.Component):
         m.d.comb += [
             read.eq(advance & (rd_ptr != rel_ptr)),
             rd.en.eq(advance),
-            rd.addr.eq(rd_ptr),
+            rd.addr.eq(rd_ptr[:addr_bits]),
             self.payload.payload.eq(rd.data),
         ]
         with m.If(advance):

@@ -114,9 +114,9 @@ def test_a_few_frames(data_width):
 
 
 @pytest.mark.parametrize(
-    "data_width,max_payload,fifo_depth", [(64, 256, 64), (64, 240, 32), (256, 448, 16)]
+    "data_width,max_payload,fifo_depth,stall_cycles",
+    [(64, 256, 64, 0), (64, 240, 32, 400), (256, 448, 16, 400)],
 )
-@pytest.mark.parametrize("stall_cycles", [0, 400])
 def test_backpressure(data_width, max_payload, fifo_depth, stall_cycles):
     """Outputs stalled (at first for ``stall_cycles``, then every other cycle) with
     a small frame FIFO, down to one payload + 2 beats: the input waits, mid-frame
