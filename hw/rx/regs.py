@@ -68,7 +68,8 @@ _QP_REGS = (
         ("log2_entries", 0, 5, "ring size 2^n CQEs of 32 bytes, n <= 15"),
         ("enable", 31, 1, "write CQEs (else they are counted as cq_overflow)"),
     ]),
-    ("QP_CQ_CONS", 0x20, "consumer index the host has read up to (16 bits, free-running)", []),
+    ("QP_CQ_CONS", 0x20, "consumer index the host has read up to (16 bits, free-running; "
+                         "write 0 with `QP_EPSN`, which restarts the producer at 0)", []),
 )
 
 
@@ -195,7 +196,7 @@ class RxRegisters(wiring.Component):
                 rp = mem.read_port()
                 m.d.comb += rp.addr.eq(lk.addr)
                 ports.append(rp.data)
-            mems[name] = (csr_rp, ports)
+            mems[name] = (csr_rp, ports, mem.read_port() if name == "QP_EPSN" else None)
 
         for i, lk in enumerate(lookups):
             def word(name, i=i):
@@ -215,16 +216,37 @@ class RxRegisters(wiring.Component):
                 lk.cfg.cq_cons.eq(word("QP_CQ_CONS")[:16]),
             ]
 
+        # QP_EPSN writes: a pending bit per QP, so writes to several QPs in a row
+        # are all delivered however busy the window engine is; the value is read
+        # back from the QP_EPSN memory when the request is presented.
+        init_pending = Signal(self.num_qps)
         init_valid = Signal()
-        m.d.comb += self.init.valid.eq(init_valid)
-        with m.If(self.init.ready):
-            m.d.sync += init_valid.eq(0)
-        with m.If(bus.w_stb & in_qp & (reg_index == rmap["QP_EPSN"].offset % QP_STRIDE // 4)):
-            m.d.sync += [
-                init_valid.eq(1),
-                self.init.payload.qp.eq(qp_index),
-                self.init.payload.epsn.eq(bus.w_data[:24]),
-            ]
+        init_load = Signal()  # the EPSN read of the QP chosen last cycle is due
+        epsn_wr = bus.w_stb & in_qp & (reg_index == rmap["QP_EPSN"].offset % QP_STRIDE // 4)
+        next_qp = Signal(self.qp_bits)
+        for i in reversed(range(self.num_qps)):
+            with m.If(init_pending[i]):
+                m.d.comb += next_qp.eq(i)
+        epsn_rp = mems["QP_EPSN"][2]
+        m.d.comb += [
+            epsn_rp.addr.eq(next_qp),
+            self.init.valid.eq(init_valid),
+        ]
+        set_mask = Signal(self.num_qps)
+        clr_mask = Signal(self.num_qps)
+        with m.If(epsn_wr):
+            m.d.comb += set_mask.eq(1 << qp_index)
+        with m.If(init_valid):
+            with m.If(self.init.ready):
+                m.d.sync += init_valid.eq(0)
+        with m.Elif(init_load):
+            m.d.sync += [init_valid.eq(1), self.init.payload.epsn.eq(epsn_rp.data[:24])]
+            m.d.sync += init_load.eq(0)
+        with m.Elif(init_pending.any() & ~epsn_wr):
+            # Take the lowest pending QP; its EPSN word is read this cycle.
+            m.d.comb += clr_mask.eq(1 << next_qp)
+            m.d.sync += [self.init.payload.qp.eq(next_qp), init_load.eq(1)]
+        m.d.sync += init_pending.eq((init_pending & ~clr_mask) | set_mask)
 
         # ---- flip-flop registers
         own_mac_lo = Signal(32)

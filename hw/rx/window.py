@@ -403,7 +403,10 @@ class RxPsnWindow(wiring.Component):
                     with m.Case(ReqKind.DATA):
                         # Remember where the peer's frames come from, for ACKs.
                         m.d.sync += [qs.ev.eq(rq.ev), qs.mac.eq(rq.mac)]
-                        with m.If(d[23] | bit_set | in_flight_hit):
+                        # The bit is only meaningful inside the window: beyond it the
+                        # ring aliases PSNs of the current window.
+                        inside = d < window_psns
+                        with m.If(d[23] | (inside & (bit_set | in_flight_hit))):
                             m.d.comb += cnt.duplicate.eq(1)
                             m.d.sync += place_valid.eq(discard)
                             m.next = "ACK0"

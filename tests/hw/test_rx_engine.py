@@ -49,6 +49,7 @@ OUTCOMES = ("peer_frames", "probe_requests", "bad_qpn", "not_for_us", "qp_state"
 async def start(dut, *, seed=1, backpressure=0.0):
     tb = RxTB(dut, seed=seed, frames=True)
     await tb.reset()
+    await tb.reset_qps()
     tb.fill_memory()
     tb.set_backpressure(backpressure)
     await tb.set_own()
@@ -187,7 +188,7 @@ async def test_fuzz_frames(dut):
             tb.send_raw(raw, tuser=int(rng.random() < 0.02))
             sent += 1
         if rng.random() < 0.01:
-            await tb.drain(extra=0)
+            await tb.drain(extra=1)
     await tb.drain()
     tb.ack_frames()  # well-formedness of every ACK is checked in test_rx_pipeline
     tb.model.acks.clear()

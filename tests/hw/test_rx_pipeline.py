@@ -470,6 +470,11 @@ class RxTB:
     async def counters(self):
         return {n: await self.csr_read(COUNTER_BASE + 4 * i) for i, n in enumerate(COUNTERS)}
 
+    async def reset_qps(self, num_qps=16):
+        """The QP table is memory, not cleared by reset: put every QP in RESET."""
+        for q in range(num_qps):
+            await self.csr_write(QP_BASE + q * QP_STRIDE, 0)
+
     async def set_own(self, mac=OWN_MAC, ip=OWN_IP):
         await self.csr_write(0x0C, mac2int(mac) & 0xFFFFFFFF)
         await self.csr_write(0x10, mac2int(mac) >> 32)
@@ -538,20 +543,27 @@ class RxTB:
             self.payload.queue.append(beat)
         return outcome
 
-    async def drain(self, extra=200, timeout=500_000):
-        """Wait until the inputs are consumed and the outputs have been quiet
-        for ``extra`` cycles (AXI writes, B responses, ACK frames)."""
+    def _backlog(self):
+        if self.frames:
+            return self.mac.count()
+        return len(self.hdr.queue) + len(self.payload.queue)
+
+    async def drain(self, extra=200, stall=100_000):
+        """Wait until the inputs are consumed and the outputs have been quiet for
+        ``extra`` cycles (AXI writes, B responses, ACK frames). Fails if nothing
+        moves for ``stall`` cycles: the pipeline must never hang."""
         d = self.dut
         busy = (d.m_axi__awvalid, d.m_axi__wvalid, d.m_axi__bvalid, d.m_axis_ack__tvalid)
-        n = quiet = 0
+        idle_for = quiet = 0
+        backlog = self._backlog()
         while quiet < extra:
             await RisingEdge(d.clk)
-            n += 1
-            assert n < timeout, "pipeline hung: input not consumed or outputs never quiet"
-            if not self.inputs_idle() or any(int(s.value) for s in busy):
-                quiet = 0
-            else:
-                quiet += 1
+            now = self._backlog()
+            moving = now < backlog or any(int(s.value) for s in busy)
+            backlog = now
+            idle_for = 0 if moving else idle_for + 1
+            assert idle_for < stall, f"pipeline hung with {now} inputs waiting"
+            quiet = 0 if (moving or not self.inputs_idle()) else quiet + 1
 
     def apply_model_writes(self):
         for addr, payload in self.model.writes:
@@ -633,6 +645,7 @@ MR2 = dict(base=0x50000, length=0x1000, rkey=0x3003)  # registered without REMOT
 async def start(dut, *, seed=1, backpressure=0.0):
     tb = RxTB(dut, seed=seed)
     await tb.reset()
+    await tb.reset_qps()
     tb.fill_memory()
     tb.set_backpressure(backpressure)
     await tb.set_own()
@@ -873,6 +886,24 @@ async def test_dma_error_and_ce(dut):
 
 
 @cocotb.test()
+async def test_back_to_back_init(dut):
+    """QP_EPSN written for six QPs on consecutive cycles: every QP gets its own."""
+    tb = await start(dut, seed=14)
+    qpns = range(1, 7)
+    for q in qpns:  # configure everything but the ePSN first
+        await tb.setup_qp(q, epsn=0xABC000 + q)
+    for q in qpns:
+        await tb.csr_write(QP_BASE + q * QP_STRIDE + 0x10, 1000 * q)
+        tb.model.qps[q] = QpModel(dict(tb.model.qps[q].cfg, epsn=1000 * q))
+    for q in qpns:
+        tb.send(write_packet(opcode=0x0A, dqpn=q, psn=1000 * q, va=MR0["base"] + 64 * q,
+                             rkey=MR0["rkey"], dma_len=8, payload=bytes([q]) * 8,
+                             dst_ip=OWN_IP, dst_mac=OWN_MAC))
+    c = await finish(tb, timer_acks=False)
+    assert c["placed"] == 6 and c["out_of_window"] == 0 and c["duplicate"] == 0
+
+
+@cocotb.test()
 async def test_registers(dut):
     """Identity, parameters and read-back of the RW registers."""
     tb = RxTB(dut)
@@ -932,7 +963,7 @@ async def fuzz(tb, n, seed):
             rec[name] = rec.get(name, 0) ^ (1 << rng.randrange(w))
         tb.send_record(rec, payload)
         if rng.random() < 0.02:
-            await tb.drain(extra=0)
+            await tb.drain(extra=1)
     await tb.drain()
     tb.ack_frames()  # ACK ordering races marks under fuzz; frames are decoded below
     tb.model.acks.clear()
