@@ -34,9 +34,10 @@ Two forms with the same behaviour at this interface:
   mux of a rising-edge and a falling-edge register, exactly as the
   vendor primitives behave at zero delay.
 * ``pads`` given (``platform.request("eth_rgmii", 0, dir="-")`` with
-  subsignals ``rx_clk``, ``rx_ctl``, ``rx_data``, ``tx_clk``, ``tx_ctl``,
-  ``tx_data``): ``amaranth.lib.io.DDRBuffer`` on each pin, which the ECP5
-  platform maps to IDDRX1F / ODDRX1F.
+  subsignals ``rx_clk``, ``rx_ctl`` (or ``rx_ctrl``), ``rx_data``,
+  ``tx_clk``, ``tx_ctl`` (or ``tx_ctrl``), ``tx_data``):
+  ``amaranth.lib.io.DDRBuffer`` on each pin, which the ECP5 platform maps to
+  IDDRX1F / ODDRX1F.
 
 Latency: rx, 1 rx_clk cycle from the falling-edge sample to ``d0``/``d1``
 (the platform primitives may add pipeline stages, see
@@ -136,10 +137,14 @@ class RGMIIDDR(wiring.Component):
             return m
 
         pads = self._pads
+        # amaranth-boards names the control pins rx_ctl/tx_ctl on some boards
+        # and ports, rx_ctrl/tx_ctrl on others (Versa ECP5 port 1).
+        pad_rx_ctl = getattr(pads, "rx_ctl", None) or pads.rx_ctrl
+        pad_tx_ctl = getattr(pads, "tx_ctl", None) or pads.tx_ctrl
         m.submodules.rx_clk_buf = rx_clk_buf = io.Buffer("i", pads.rx_clk)
         m.d.comb += self.rx_clk.eq(rx_clk_buf.i)
         m.submodules.rxd = rxd = io.DDRBuffer("i", pads.rx_data, i_domain="eth_rx")
-        m.submodules.rx_ctl = rx_ctl = io.DDRBuffer("i", pads.rx_ctl, i_domain="eth_rx")
+        m.submodules.rx_ctl = rx_ctl = io.DDRBuffer("i", pad_rx_ctl, i_domain="eth_rx")
         m.d.comb += [
             self.rx.d0.eq(rxd.i[0]),
             self.rx.d1.eq(rxd.i[1]),
@@ -147,7 +152,7 @@ class RGMIIDDR(wiring.Component):
             self.rx.ctl1.eq(rx_ctl.i[1]),
         ]
         m.submodules.txd = txd = io.DDRBuffer("o", pads.tx_data, o_domain="eth_tx")
-        m.submodules.tx_ctl = tx_ctl = io.DDRBuffer("o", pads.tx_ctl, o_domain="eth_tx")
+        m.submodules.tx_ctl = tx_ctl = io.DDRBuffer("o", pad_tx_ctl, o_domain="eth_tx")
         m.submodules.tx_clk = tx_clk = io.DDRBuffer("o", pads.tx_clk, o_domain="eth_tx90")
         m.d.comb += [
             txd.o[0].eq(self.tx.d0),
