@@ -126,7 +126,14 @@ class RxRegisters(wiring.Component):
     ``parser_counters`` In: the parser's own 32-bit counters.
 
     The per-QP registers live in one memory each (``num_qps`` x 32 bits,
-    three read ports), the MR table and the counters in flip-flops.
+    three read ports), the MR table and the counters in flip-flops. A write to
+    ``QP_EPSN`` sets a pending bit for its QP; the lowest pending QP is
+    offered on ``init`` two cycles later, so back-to-back writes to several
+    QPs are all delivered.
+
+    Latency: a CSR read answers the cycle after ``r_stb``; a lookup answers
+    the cycle after its address; a write takes effect at the next cycle.
+    Throughput: one CSR access and one lookup per port per cycle.
     """
 
     def __init__(self, *, num_qps=16, num_mrs=16, sack_bits=64, mpr_max=1024,

@@ -114,7 +114,6 @@ class RxPsnWindow(wiring.Component):
     ``cfg_addr`` / ``cfg``: a 1-cycle lookup into the QP configuration.
     ``init``     In(stream.Signature(...)): (qp, epsn): clear the QP's bitmap
                  and state and set its expected PSN (host writes ``QP_EPSN``).
-    ``own_qpn_base``: unused by the logic, kept for symmetry of the tests.
     ``counters`` Out: a one-cycle strobe per ``WINDOW_COUNTERS`` event.
 
     Window: a PSN ``p`` of QP q with expected PSN ``e`` (= cum_psn + 1) is
