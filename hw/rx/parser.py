@@ -406,7 +406,10 @@ class RxParser(wiring.Component):
             m.d.sync += [
                 beat.eq(Mux(axis.tlast, 0, Mux(beat == max_beat, beat, beat + 1))),
                 prev.eq(axis.tdata),
-                crc.eq(Mux(beat < crc_start_beat, crc_in, crc_next)),
+                # (below 128 bits the first beat ends before byte 14)
+                crc.eq(
+                    Mux(beat < crc_start_beat, crc_in, crc_next) if crc_start_beat else crc_next
+                ),
             ]
             len_in = Mux(beat == 0, 0, frame_len)
             len_sum = Signal(18)

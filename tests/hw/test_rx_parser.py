@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import itertools
+import logging
 import os
 import random
 from collections import deque
@@ -420,6 +421,7 @@ class TB:
         self.source = AxiStreamSource(
             AxiStreamBus.from_prefix(dut, "s_axis", bus_separator="__"), dut.clk, dut.rst
         )
+        self.source.log.setLevel(logging.WARNING)  # it logs every frame in full at INFO
         self.hdr_sink = StreamSink(dut, "hdr", dut.clk)
         self.payload_sink = StreamSink(dut, "payload", dut.clk)
         self.verdicts: list[str] = []
