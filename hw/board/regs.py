@@ -1,0 +1,111 @@
+"""The MAC's register block: identity, control and the frame counters.
+
+Self-describing like every block (``ID`` type/version, ``NEXT`` offset of the
+next block), so the host driver finds it through the UART bridge:
+UARTToAXI4Lite -> hw.csr.AXI4LiteToCSR -> ``MACRegisters.csr``.
+"""
+
+from amaranth.hdl import Module, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from ..csr import CSRBusSignature, RegisterMap
+from .mac import STATS, MACStatsSignature
+
+__all__ = ["MAC_TYPE_ID", "MAC_VERSION", "MACRegisters", "mac_register_map"]
+
+MAC_TYPE_ID = 0x0010  # board blocks from 0x0010 on
+MAC_VERSION = 1
+COUNTER_BASE = 0x10
+
+
+def mac_register_map(data_width=64, max_frame=1518, next_offset=0) -> RegisterMap:
+    rmap = RegisterMap(
+        "mac",
+        MAC_TYPE_ID,
+        MAC_VERSION,
+        "RGMII Ethernet MAC (hw/board/mac.py): speed, bad-frame policy, frame counters.",
+    )
+    rmap.add(
+        "ID",
+        0x00,
+        "RO",
+        "block identity",
+        fields=[("version", 0, 16, f"{MAC_VERSION}"), ("type", 16, 16, f"0x{MAC_TYPE_ID:04x}")],
+    )
+    rmap.add("NEXT", 0x04, "RO", f"offset of the next register block, 0 if last ({next_offset:#x})")
+    rmap.add(
+        "PARAMS",
+        0x08,
+        "RO",
+        "build parameters",
+        fields=[
+            ("data_width", 0, 16, f"AXI-Stream data width in bits ({data_width})"),
+            ("max_frame", 16, 16, f"largest good frame in bytes with FCS ({max_frame})"),
+        ],
+    )
+    rmap.add(
+        "CTRL",
+        0x0C,
+        "RW",
+        "control (reset 0)",
+        fields=[
+            ("mii_select", 0, 1, "0: 1 Gb/s, 1: 100/10 Mb/s; change only while the link is idle"),
+            ("rx_pass_bad", 1, 1, "deliver bad frames with tuser instead of dropping them"),
+        ],
+    )
+    for i, (name, doc) in enumerate(STATS):
+        rmap.add(f"CNT_{name.upper()}", COUNTER_BASE + 4 * i, "RO", f"count (wraps): {doc}")
+    return rmap
+
+
+class MACRegisters(wiring.Component):
+    """CSR slave for one RGMIIMAC.
+
+    Interface: ``csr`` (CSR bus slave), ``stats`` (the MAC's counters),
+    ``mii_select`` and ``rx_pass_bad`` (to the MAC). Latency: ``r_data`` the
+    cycle after ``r_stb`` (registered); a write takes effect the cycle after
+    ``w_stb``. Throughput: one access per cycle.
+    """
+
+    def __init__(self, data_width=64, max_frame=1518, next_offset=0, addr_width=8):
+        self.map = mac_register_map(data_width, max_frame, next_offset)
+        self._id = (MAC_TYPE_ID << 16) | MAC_VERSION
+        self._params = (max_frame << 16) | data_width
+        self._next = next_offset
+        super().__init__(
+            {
+                "csr": In(CSRBusSignature(addr_width)),
+                "stats": In(MACStatsSignature()),
+                "mii_select": Out(1),
+                "rx_pass_bad": Out(1),
+            }
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        bus = self.csr
+        reg = self.map
+        ctrl = Signal(2)
+        m.d.comb += [self.mii_select.eq(ctrl[0]), self.rx_pass_bad.eq(ctrl[1])]
+        with m.If(bus.w_stb & (bus.addr == reg["CTRL"].offset)):
+            m.d.sync += ctrl.eq(bus.w_data[:2])
+
+        rd_value = Signal(32)
+        with m.If(bus.r_stb):
+            with m.Switch(bus.addr):
+                with m.Case(reg["ID"].offset):
+                    m.d.sync += rd_value.eq(self._id)
+                with m.Case(reg["NEXT"].offset):
+                    m.d.sync += rd_value.eq(self._next)
+                with m.Case(reg["PARAMS"].offset):
+                    m.d.sync += rd_value.eq(self._params)
+                with m.Case(reg["CTRL"].offset):
+                    m.d.sync += rd_value.eq(ctrl)
+                for name, _ in STATS:
+                    with m.Case(reg[f"CNT_{name.upper()}"].offset):
+                        m.d.sync += rd_value.eq(getattr(self.stats, name))
+                with m.Default():
+                    m.d.sync += rd_value.eq(0)
+        m.d.comb += bus.r_data.eq(rd_value)
+        return m
