@@ -223,10 +223,19 @@ class ReliabilityCore(wiring.Component):
         rec_wr = rec_mem.write_port()
         m.d.comb += [rec_csr.addr.eq(self.rec_addr), self.rec_data.eq(rec_csr.data)]
 
-        # per-PSN entry: [6:0] EV index, [7] retransmitted, [8] last of its WQE, [31:16] time
-        m.submodules.psn_mem = psn_mem = Memory(shape=32, depth=nq * W, init=[])
-        psn_rd = psn_mem.read_port()
-        psn_wr = psn_mem.write_port(granularity=8)
+        # per PSN: the EV it last went out on and whether that was a retransmission
+        # (rewritten by retransmissions), and, written once, whether it ends its WQE and
+        # its send time (16-cycle units)
+        m.submodules.psn_ev_mem = psn_ev_mem = Memory(shape=ebits + 1, depth=nq * W, init=[])
+        m.submodules.psn_info_mem = psn_info_mem = Memory(shape=17, depth=nq * W, init=[])
+        psn_ev_rd, psn_ev_wr = psn_ev_mem.read_port(), psn_ev_mem.write_port()
+        psn_info_rd, psn_info_wr = psn_info_mem.read_port(), psn_info_mem.write_port()
+        psn_raddr = Signal(range(nq * W))
+        psn_waddr = Signal(range(nq * W))
+        m.d.comb += [
+            psn_ev_rd.addr.eq(psn_raddr), psn_info_rd.addr.eq(psn_raddr),
+            psn_ev_wr.addr.eq(psn_waddr), psn_info_wr.addr.eq(psn_waddr),
+        ]
 
         # --- working state ------------------------------------------------------------
         cur = Signal(Rec)
@@ -372,11 +381,10 @@ class ReliabilityCore(wiring.Component):
         pick_mask = Signal(W)
         m.d.comb += pick_mask.eq(Mux(walk_kind == W_LOSS, lost_cand, walk_mask))
         pick_off = _lowest(m, pick_mask, W, "pick_off")
-        entry = psn_rd.data
-        e_ev = entry[:ebits] if ebits else Const(0, 1)
-        e_retx = entry[7]
-        e_last = entry[8]
-        e_ts = entry[16:32]
+        e_ev = psn_ev_rd.data[:ebits]
+        e_retx = psn_ev_rd.data[ebits]
+        e_last = psn_info_rd.data[0]
+        e_ts = psn_info_rd.data[1:17]
 
         above = Signal(W)  # bits above walk_off
         m.d.comb += above.eq(Cat(Const(0, 1), *[walk_off < i for i in range(1, W)]))
@@ -469,7 +477,7 @@ class ReliabilityCore(wiring.Component):
 
             # ---- a data packet went on the wire --------------------------------------
             with m.State("SENT"):
-                m.d.comb += psn_wr.addr.eq(psn_addr(s.psn[:wbits]))
+                m.d.comb += psn_waddr.eq(psn_addr(s.psn[:wbits]))
                 base_una = Mux(cur.fresh, s.psn, cur.una)
                 base_nxt = Mux(cur.fresh, s.psn, cur.nxt)
                 span = Signal(24)
@@ -482,9 +490,10 @@ class ReliabilityCore(wiring.Component):
                 with m.Elif(~s.retx):
                     with m.If((s.psn == base_nxt) & (span < W)):
                         m.d.comb += [
-                            psn_wr.data.eq(Cat(s.ev_index[:7], Const(0, 1), s.last, Const(0, 7),
-                                               now_ts)),
-                            psn_wr.en.eq(0b1111),
+                            psn_ev_wr.data.eq(Cat(s.ev_index[:ebits], Const(0, 1))),
+                            psn_ev_wr.en.eq(1),
+                            psn_info_wr.data.eq(Cat(s.last, now_ts)),
+                            psn_info_wr.en.eq(1),
                         ]
                         m.d.sync += [
                             cur.una.eq(base_una),
@@ -503,8 +512,8 @@ class ReliabilityCore(wiring.Component):
                 with m.Else():
                     with m.If(~cur.fresh & (d < infl)):
                         m.d.comb += [
-                            psn_wr.data.eq(Cat(s.ev_index[:7], Const(1, 1))),
-                            psn_wr.en.eq(0b0001),
+                            psn_ev_wr.data.eq(Cat(s.ev_index[:ebits], Const(1, 1))),
+                            psn_ev_wr.en.eq(1),
                         ]
                     with m.Else():
                         count("sent_dropped")
@@ -525,7 +534,7 @@ class ReliabilityCore(wiring.Component):
                     m.next = "PICK"
 
             with m.State("PICK"):
-                m.d.comb += psn_rd.addr.eq(psn_addr(slot(pick_off)))
+                m.d.comb += psn_raddr.eq(psn_addr(slot(pick_off)))
                 with m.If(pick_mask != 0):
                     m.d.sync += walk_off.eq(pick_off)
                     m.next = "USE"
@@ -553,7 +562,7 @@ class ReliabilityCore(wiring.Component):
                     m.d.sync += [rtt_ts.eq(e_ts), rtt_valid.eq(1)]
 
             with m.State("USE"):
-                m.d.comb += psn_rd.addr.eq(psn_addr(slot(walk_off)))
+                m.d.comb += psn_raddr.eq(psn_addr(slot(walk_off)))
                 with m.If(room_walk):
                     m.d.sync += walk_mask.eq(walk_mask & ~off_bit)
                     m.next = "PICK"
