@@ -402,8 +402,8 @@ class PacketFIFO(wiring.Component):
     fills the buffer is discarded; without it (RX) ``w.ready`` is always 1 and
     a frame that meets a full buffer is discarded.
     Strobes for one cycle: ``committed`` (with ``committed_user``, the last
-    beat's ``user``), ``dropped`` (on ``drop``),
-    ``overflowed`` (for lack of space).
+    beat's ``user``), ``dropped`` (on ``drop``, whether or not it also lacked
+    space), ``overflowed`` (for lack of space only).
     Latency: 2 cycles from the last beat written to the first beat readable.
     Throughput: one beat per cycle in and out.
     """
@@ -461,10 +461,12 @@ class PacketFIFO(wiring.Component):
             with m.If(beat.last):
                 m.d.sync += overflow.eq(0)
                 with m.If(lost | beat.drop):
+                    # A frame dropped anyway is not also an overflow: each
+                    # frame is counted once.
                     m.d.sync += [
                         wp.eq(wp_commit),
-                        self.overflowed.eq(lost),
-                        self.dropped.eq(~lost),
+                        self.overflowed.eq(~beat.drop),
+                        self.dropped.eq(beat.drop),
                     ]
                 with m.Else():
                     m.d.sync += [

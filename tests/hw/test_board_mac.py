@@ -297,7 +297,8 @@ async def test_rx_bad_frames(dut):
 @cocotb.test()
 async def test_rx_overflow(dut):
     """rx_axis stopped: frames beyond the buffer are dropped whole and
-    counted; every frame delivered afterwards is intact."""
+    counted; every frame delivered afterwards is intact. A bad frame that
+    meets the full buffer counts as bad, not also as an overflow."""
     tb = TB(dut)
     await tb.reset()
     rng = random.Random(4)
@@ -306,6 +307,8 @@ async def test_rx_overflow(dut):
     before = tb.stats()
     for p in payloads:
         await tb.phy.rx.send(GmiiFrame.from_payload(p))
+    bad = make_payload(1514, rng)
+    await tb.phy.rx.send(raw_frame(bad, fcs_bytes=b"\0\0\0\0"))
     await tb.rx_quiet()
     tb.rx_sink.pause = False
     await ClockCycles(dut.clk, 2000)
@@ -317,7 +320,7 @@ async def test_rx_overflow(dut):
     depth = RGMIIMAC(tb.lanes * 8, max_frame=MAX_FRAME).rx_depth
     assert stored == min(len(payloads), depth // -(-1514 // tb.lanes)), stored
     assert got == payloads[:stored]
-    check_delta(tb, before, rx_frames=stored, rx_overflow=len(payloads) - stored)
+    check_delta(tb, before, rx_frames=stored, rx_overflow=len(payloads) - stored, rx_bad_fcs=1)
 
 
 @cocotb.test()
@@ -461,10 +464,10 @@ async def test_tx_tuser_drops(dut):
     check_delta(tb, before, tx_frames=len(keep), tx_dropped=2)
 
 
-@cocotb.test()
-async def test_full_duplex_line_rate(dut):
+async def run_full_duplex(dut, core_period_ns=CORE_PERIOD_NS, backpressure_inserter=None):
     """Both directions at once, back to back, 64- and 1518-byte frames."""
-    tb = TB(dut)
+    tb = TB(dut, core_period_ns=core_period_ns)
+    tb.set_backpressure_generator(backpressure_inserter)
     await tb.reset()
     rng = random.Random(7)
     sizes = [64, 1518, 64, 64, 1518, 64, 300, 64]
@@ -489,6 +492,19 @@ async def test_full_duplex_line_rate(dut):
     # short frame ends (store and forward); every other gap is the minimum.
     assert gaps.count(12) >= len(gaps) - sizes.count(1518), gaps
     check_delta(tb, before, rx_frames=len(sizes), tx_frames=len(sizes))
+
+
+@cocotb.test()
+async def test_full_duplex_line_rate(dut):
+    """Core clock 62.5 MHz."""
+    await run_full_duplex(dut)
+
+
+@cocotb.test()
+async def test_full_duplex_fast_core(dut):
+    """Core clock 156.25 MHz (not a multiple of 125 MHz), rx_axis stalled 3
+    cycles in 4 (still 2.5 Gb/s of drain)."""
+    await run_full_duplex(dut, core_period_ns=6.4, backpressure_inserter=cycle_pause)
 
 
 # ---------------------------------------------------------------------------
