@@ -315,8 +315,5 @@ async def test_blackholed_ev(dut):
 
 def test_rel_tx_joint():
     from sim.cocotb_runner import run_cocotb
-    from tests.hw.test_rx_parser import verilator_make_workaround
-
-    verilator_make_workaround()
     run_cocotb(name="rel_tx_joint", elaborate=JointTop, toplevel="rel_tx_joint",
                test_module="tests.hw.test_rel_tx_joint")
