@@ -50,8 +50,10 @@ def _stat(top, name: str) -> dict:
     ``synth`` and ``abc -lut 4``, BRAM then estimated from memory sizes."""
     from amaranth.back import rtlil
 
-    with tempfile.TemporaryDirectory(dir=Path.cwd()) as tmp:
-        rel = Path(tmp).relative_to(Path.cwd())  # the WASM Yosys sees the cwd only
+    build = Path.cwd() / "sim_build"  # ignored by git; the WASM Yosys sees the cwd only
+    build.mkdir(exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=build, prefix="tx_synth_") as tmp:
+        rel = Path(tmp).relative_to(Path.cwd())
         (rel / f"{name}.il").write_text(rtlil.convert(top, name=name))
         cmd = _yosys_cmd()
         if cmd:

@@ -18,7 +18,7 @@ from .sequencer import Sequencer
 
 __all__ = ["TxEngine", "StreamFifo"]
 
-DESC_FIFO_DEPTH = 2
+DESC_FIFO_DEPTH = 3
 SENT_FIFO_DEPTH = 4
 PAY_DESC_FIFO_DEPTH = 4
 
@@ -86,27 +86,31 @@ class TxEngine(wiring.Component):
         csr_addr_width: int = 16,
         inflight_depth: int = 256,
     ):
-        check_data_width(data_width)
-        if not isinstance(num_qps, int) or num_qps < 1:
-            raise ValueError(f"num_qps must be a positive integer, not {num_qps!r}")
-        if not isinstance(evs_per_qp, int) or not 1 <= evs_per_qp <= 256:
-            raise ValueError(f"evs_per_qp must be in 1..256, not {evs_per_qp!r}")
-        if max_mtu not in (256, 512, 1024, 2048, 4096):
-            raise ValueError(f"max_mtu must be a power of two in 256..4096, not {max_mtu!r}")
-        if (
-            not isinstance(inflight_depth, int)
-            or inflight_depth & (inflight_depth - 1)
-            or not 16 <= inflight_depth <= 32768
-        ):
-            raise ValueError(
-                f"inflight_depth must be a power of two in 16..32768, not {inflight_depth!r}"
-            )
-        need = QP_BASE + num_qps * QP_STRIDE
-        if need > 1 << csr_addr_width:
-            raise ValueError(
-                f"{num_qps} QPs need 0x{need:x} bytes of CSR space; csr_addr_width "
-                f"{csr_addr_width} gives 0x{1 << csr_addr_width:x}"
-            )
+        try:
+            check_data_width(data_width)
+            if not isinstance(num_qps, int) or num_qps < 1:
+                raise ValueError(f"num_qps must be a positive integer, not {num_qps!r}")
+            if not isinstance(evs_per_qp, int) or not 1 <= evs_per_qp <= 256:
+                raise ValueError(f"evs_per_qp must be in 1..256, not {evs_per_qp!r}")
+            if max_mtu not in (256, 512, 1024, 2048, 4096):
+                raise ValueError(f"max_mtu must be a power of two in 256..4096, not {max_mtu!r}")
+            if (
+                not isinstance(inflight_depth, int)
+                or inflight_depth & (inflight_depth - 1)
+                or not 16 <= inflight_depth <= 32768
+            ):
+                raise ValueError(
+                    f"inflight_depth must be a power of two in 16..32768, not {inflight_depth!r}"
+                )
+            need = QP_BASE + num_qps * QP_STRIDE
+            if need > 1 << csr_addr_width:
+                raise ValueError(
+                    f"{num_qps} QPs need 0x{need:x} bytes of CSR space; csr_addr_width "
+                    f"{csr_addr_width} gives 0x{1 << csr_addr_width:x}"
+                )
+        except ValueError:
+            self._MustUse__silence = True  # never elaborated: no "never used" warning
+            raise
         self.data_width = data_width
         self.num_qps = num_qps
         self.evs_per_qp = evs_per_qp

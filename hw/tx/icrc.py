@@ -37,7 +37,8 @@ def count_keep(count, nbytes):
     """Packed ``keep`` with the low ``count`` lanes set."""
     if isinstance(count, int):
         return Const((1 << min(count, nbytes)) - 1, nbytes)
-    return Cat(*[count > i for i in range(nbytes)])
+    top = (1 << len(count)) - 1  # lanes a narrow count cannot reach stay 0
+    return Cat(*[count > i if i < top else Const(0, 1) for i in range(nbytes)])
 
 
 class IcrcInserter(wiring.Component):

@@ -218,7 +218,6 @@ class Sequencer(wiring.Component):
         fetch_beat = Signal(range(max(wqe_beats, 2)))
         cur = Signal(WqeState())
         offset = Signal(32)
-        remaining = Signal(32)
         seg_last = Signal()
         seg_first = Signal()
         seg_len = Signal(13)
@@ -367,7 +366,6 @@ class Sequencer(wiring.Component):
                 rest = (cur.length - offset)[:32]
                 last = rest <= mtu
                 m.d.sync += [
-                    remaining.eq(rest),
                     seg_last.eq(last),
                     seg_first.eq(cur.pkt_index == 0),
                     seg_len.eq(Mux(last, rest, mtu)),

@@ -53,7 +53,6 @@ DATA_WIDTH = int(os.environ.get("TX_DATA_WIDTH", "64"))
 NUM_QPS = int(os.environ.get("TX_NUM_QPS", "16"))
 EVS_PER_QP = int(os.environ.get("TX_EVS_PER_QP", "16"))
 INFLIGHT = int(os.environ.get("TX_INFLIGHT", "256"))
-MAX_PICKED_AHEAD = 5  # TxEngine.max_picked_ahead
 CLK_NS = 4
 
 RING_BASE = 0x10000

@@ -53,7 +53,7 @@ def _beats(data: bytes, nbytes: int):
         yield int.from_bytes(chunk, "little"), (1 << len(chunk)) - 1, i + nbytes >= len(data)
 
 
-@pytest.mark.parametrize("w", [64, 128, 256])
+@pytest.mark.parametrize("w", [64, 128, pytest.param(256, marks=pytest.mark.long)])
 def test_frames_match_scapy(w):
     """Frames of every WRITE opcode and payload lengths 0..70 are byte-exact."""
     rng = random.Random(w)
