@@ -1050,6 +1050,17 @@ async def _bench_case(dut, messages, mtu, qps):
     )
 
 
+@cocotb.test()
+async def test_throughput(dut):
+    """With memory at full speed and no backpressure, 64 KiB messages leave at
+    one beat per cycle (>= 0.95 of the frames' beats), 64-byte writes at one
+    packet per <= 30 cycles."""
+    r = await _bench_case(dut, [65536] * 2, 1024, [0])
+    assert r["cycles"] <= r["beats"] / 0.95, r
+    r = await _bench_case(dut, [64] * 64, 1024, [0, 1, 2, 3])
+    assert r["cycles"] <= 30 * r["packets"], r
+
+
 @cocotb.test(skip=not os.environ.get("TX_BENCH_OUT"))
 async def test_bench(dut):
     import json
