@@ -74,7 +74,7 @@ class TB:
         self.log = dut._log
         self.speed = speed
         self.lanes = len(dut.tx_axis__tdata) // 8
-        self.eth_period = 8.0 if speed == 1000e6 else 40.0
+        self.eth_period = {1000e6: 8.0, 100e6: 40.0, 10e6: 400.0}[speed]
         cocotb.start_soon(Clock(dut.clk, core_period_ns, unit="ns").start())
         cocotb.start_soon(Clock(dut.eth_tx_clk, self.eth_period, unit="ns").start())
         cocotb.start_soon(self._start_tx90())
@@ -388,7 +388,7 @@ async def run_test_tx(dut, sizes, idle_inserter=None, speed=1000e6, back_to_back
     await ClockCycles(dut.clk, 50)
     check_delta(tb, before, tx_frames=len(payloads))
     assert tb.phy.tx.empty()
-    byte_ps = (8 if speed == 1000e6 else 80) * 1000
+    byte_ps = int(8e12 / speed)
     for f, p in zip(frames, payloads, strict=True):
         length = (f.sim_time_end - f.sim_time_start) / byte_ps
         assert length == 8 + max(60, len(p)) + 4, f"frame on the wire for {length} byte times"
@@ -568,6 +568,28 @@ async def test_100m(dut):
     gaps = [(b.sim_time_start - a.sim_time_end) / 80000 for a, b in pairwise(frames)]
     assert gaps == [12] * len(gaps), gaps
     check_delta(tb, before, tx_frames=len(tx))
+
+
+@cocotb.test()
+async def test_10m(dut):
+    """10 Mb/s: the 100 Mb/s path with a 2.5 MHz clock, both directions."""
+    tb = TB(dut, speed=10e6)
+    await tb.reset()
+    rng = random.Random(11)
+    payloads = [make_payload(s - 4, rng) for s in (64, 65)]
+    before = tb.stats()
+    for p in payloads:
+        await tb.phy.rx.send(GmiiFrame.from_payload(p))
+        await tb.tx_source.send(AxiStreamFrame(p))
+    for p in payloads:
+        assert (await tb.recv_rx(timeout_us=2000)).tdata == p
+    frames = [await tb.recv_tx(timeout_us=2000) for _ in payloads]
+    for f, p in zip(frames, payloads, strict=True):
+        check_tx_frame(f, p)
+    gaps = [(b.sim_time_start - a.sim_time_end) / 800000 for a, b in pairwise(frames)]
+    assert gaps == [12], gaps
+    await tb.rx_quiet()
+    check_delta(tb, before, rx_frames=len(payloads), tx_frames=len(payloads))
 
 
 @cocotb.test(skip=not LONG)
