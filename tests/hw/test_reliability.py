@@ -920,7 +920,7 @@ class _StubNic:
 async def test_model_compare(dut):
     """Black-holed EV 2 and random loss elsewhere; retransmits and EV events vs the model."""
     from sim.model.ev import EvTable, explicit_evs
-    from sim.model.packet import ACK, AETH_ACK
+    from sim.model.packet import ACK, AETH_ACK, NAK_TRIMMED
     from sim.model.packet import Packet as MPacket
     from sim.model.qp import INIT, RTR, RTS, MrcQp, QpConfig
 
@@ -945,17 +945,28 @@ async def test_model_compare(dut):
     cum = -1  # last PSN received in order
     model_retx = 0
 
-    def respond():
+    def respond(trimmed=None):
+        """An ACK, or a NAK TRIMMED for ``trimmed``, with the responder's state."""
         nonlocal cum
         while cum + 1 in received:
             cum += 1
         bitmap = sum(1 << i for i in range(64) if cum + 1 + i in received)
+        syndrome = AETH_ACK if trimmed is None else NAK_TRIMMED
+        psn = cum if trimmed is None else trimmed
         pkt = MPacket(ACK, "b", "a", 0, ev_value(0, 0), 0x10)
-        pkt.syndrome, pkt.msn, pkt.psn, pkt.cum_psn = AETH_ACK, 0, cum & 0xFFFFFF, cum & 0xFFFFFF
+        pkt.syndrome, pkt.msn, pkt.psn, pkt.cum_psn = syndrome, 0, psn, cum & 0xFFFFFF
         pkt.sack_base, pkt.sack_bitmap, pkt.ece = (cum + 1) & 0xFFFFFF, bitmap, False
         pkt.ce_count, pkt.sack_bits = 0, 64
         qp.on_ack(pkt)
-        tb.ack(0, cum, bitmap)
+        tb.ack(0, cum, bitmap, syndrome=syndrome, psn=psn)
+
+    async def compare():
+        nonlocal model_retx
+        await tb.settle(40)
+        want = [(p, 1 if why == "sack" else 2) for _, p, _, why in qp.retx_log]
+        got = [(r["psn"], r["reason"]) for r in tb.retx.records()]
+        assert got == want, (got[model_retx:], want[model_retx:])
+        model_retx = len(want)
 
     # ACK after a group of at least 4 packets ending with a new PSN that got through:
     # every packet lost in the group then has a SACKed PSN above it (the block's rule,
@@ -963,6 +974,7 @@ async def test_model_compare(dut):
     # so both see the loss on the same ACK.
     group = 0
     idle = 0
+    trims = 0
     while (qp.has_work() or qp.outstanding()) and idle < 3:
         pkt = None
         if qp.nxt_idx - qp.una_idx < 32:
@@ -973,22 +985,24 @@ async def test_model_compare(dut):
             ev = evs.by_value[pkt.ev]
             tb.send(0, pkt.psn, ev=ev.index, retx=int(pkt.retx), wqe=pkt.psn)
             group += 1
-            lost = (not pkt.retx and pkt.psn < packets - 8
-                    and (ev.index == 2 or (group < 4 and rng.random() < 0.05)))
-            if not lost:
+            fresh = not pkt.retx and pkt.psn < packets - 8 and group < 4
+            lost = fresh and (ev.index == 2 or rng.random() < 0.05)
+            if not lost and fresh and rng.random() < 0.05:
+                # trimmed by a switch: the responder answers NAK TRIMMED at once
+                trims += 1
+                respond(trimmed=pkt.psn)
+                await compare()
+            elif not lost:
                 received.add(pkt.psn)
                 delivered_new = not pkt.retx
         if (group >= 4 and delivered_new) or pkt is None:
             idle = idle + 1 if pkt is None else 0
             group = 0
             respond()
-            await tb.settle(40)
-            want = [(p, 1 if why == "sack" else 2) for _, p, _, why in qp.retx_log]
-            got = [(r["psn"], r["reason"]) for r in tb.retx.records()]
-            assert got == want, (got[model_retx:], want[model_retx:])
-            model_retx = len(want)
+            await compare()
     await tb.settle()
-    assert model_retx > 10
+    assert model_retx > 10 and trims > 5
+    assert sum(r["reason"] == 2 for r in tb.retx.records()) == trims
     model_events = [(e.ev - EV_BASE_VALUE, {"GOOD": 0, "ASSUMED_BAD": 1}[e.old],
                      {"GOOD": 0, "ASSUMED_BAD": 1}[e.new], e.drops) for e in evs.events]
     events = await _pop_events(tb)
@@ -996,7 +1010,8 @@ async def test_model_compare(dut):
     assert (2, 0, 1, ev_thr) in model_events  # the black hole went bad
     assert (await tb.counters())["cqes"] == packets  # one WQE per packet, all SUCCESS
     assert await tb.read("una_psn", 0) == qp.una_psn
-    dut._log.info("model compare: %d retransmits, events %s", model_retx, model_events)
+    dut._log.info("model compare: %d retransmits (%d trims), events %s", model_retx, trims,
+                  model_events)
 
 
 # ---------------------------------------------------------------------------
