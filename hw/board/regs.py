@@ -1,4 +1,5 @@
-"""The MAC's register block: identity, control and the frame counters.
+"""The MAC's register block: identity, control, the frame counters and the
+PHY's MDIO management interface.
 
 Self-describing like every block (``ID`` type/version, ``NEXT`` offset of the
 next block), so the host driver finds it through the UART bridge:
@@ -11,12 +12,14 @@ from amaranth.lib.wiring import In, Out
 
 from ..csr import CSRBusSignature, RegisterMap
 from .mac import STATS, MACStatsSignature
+from .mdio import MDIOMaster
 
 __all__ = ["MAC_TYPE_ID", "MAC_VERSION", "MACRegisters", "mac_register_map"]
 
 MAC_TYPE_ID = 0x0010  # board blocks from 0x0010 on
 MAC_VERSION = 1
 COUNTER_BASE = 0x10
+MDIO_OFFSET = 0x40
 
 
 def mac_register_map(data_width=64, max_frame=1518, next_offset=0) -> RegisterMap:
@@ -56,6 +59,20 @@ def mac_register_map(data_width=64, max_frame=1518, next_offset=0) -> RegisterMa
     )
     for i, (name, doc) in enumerate(STATS):
         rmap.add(f"CNT_{name.upper()}", COUNTER_BASE + 4 * i, "RO", f"count (wraps): {doc}")
+    rmap.add(
+        "MDIO",
+        MDIO_OFFSET,
+        "RW",
+        "clause-22 access to the PHY (hw/board/mdio.py): a write "
+        "starts one (ignored while busy); a read returns the last read data and busy",
+        fields=[
+            ("data", 0, 16, "write data / read data"),
+            ("reg", 16, 5, "register address (write only)"),
+            ("phy", 21, 5, "PHY address (write only)"),
+            ("read", 26, 1, "1: read, 0: write (write only)"),
+            ("busy", 31, 1, "an access is under way (read only)"),
+        ],
+    )
     return rmap
 
 
@@ -63,22 +80,29 @@ class MACRegisters(wiring.Component):
     """CSR slave for one RGMIIMAC.
 
     Interface: ``csr`` (CSR bus slave), ``stats`` (the MAC's counters),
-    ``mii_select`` and ``rx_pass_bad`` (to the MAC). Latency: ``r_data`` the
+    ``mii_select`` and ``rx_pass_bad`` (to the MAC), ``mdc``/``mdio_o``/
+    ``mdio_oe``/``mdio_i`` (the PHY's management pins; MDC is the clock
+    divided by ``2 * mdio_divisor``, at most 2.5 MHz). Latency: ``r_data`` the
     cycle after ``r_stb`` (registered); a write takes effect the cycle after
     ``w_stb``. Throughput: one access per cycle.
     """
 
-    def __init__(self, data_width=64, max_frame=1518, next_offset=0, addr_width=8):
+    def __init__(self, data_width=64, max_frame=1518, next_offset=0, addr_width=8, mdio_divisor=20):
         self.map = mac_register_map(data_width, max_frame, next_offset)
         self._id = (MAC_TYPE_ID << 16) | MAC_VERSION
         self._params = (max_frame << 16) | data_width
         self._next = next_offset
+        self.mdio_divisor = mdio_divisor
         super().__init__(
             {
                 "csr": In(CSRBusSignature(addr_width)),
                 "stats": In(MACStatsSignature()),
                 "mii_select": Out(1),
                 "rx_pass_bad": Out(1),
+                "mdc": Out(1),
+                "mdio_o": Out(1),
+                "mdio_oe": Out(1),
+                "mdio_i": In(1),
             }
         )
 
@@ -91,6 +115,19 @@ class MACRegisters(wiring.Component):
         with m.If(bus.w_stb & (bus.addr == reg["CTRL"].offset)):
             m.d.sync += ctrl.eq(bus.w_data[:2])
 
+        m.submodules.mdio = mdio = MDIOMaster(self.mdio_divisor)
+        m.d.comb += [
+            self.mdc.eq(mdio.mdc),
+            self.mdio_o.eq(mdio.mdio_o),
+            self.mdio_oe.eq(mdio.mdio_oe),
+            mdio.mdio_i.eq(self.mdio_i),
+            mdio.wdata.eq(bus.w_data[0:16]),
+            mdio.reg.eq(bus.w_data[16:21]),
+            mdio.phy.eq(bus.w_data[21:26]),
+            mdio.read.eq(bus.w_data[26]),
+            mdio.start.eq(bus.w_stb & (bus.addr == reg["MDIO"].offset)),
+        ]
+
         rd_value = Signal(32)
         with m.If(bus.r_stb):
             with m.Switch(bus.addr):
@@ -102,6 +139,8 @@ class MACRegisters(wiring.Component):
                     m.d.sync += rd_value.eq(self._params)
                 with m.Case(reg["CTRL"].offset):
                     m.d.sync += rd_value.eq(ctrl)
+                with m.Case(reg["MDIO"].offset):
+                    m.d.sync += rd_value.eq(mdio.rdata | (mdio.busy << 31))
                 for name, _ in STATS:
                     with m.Case(reg[f"CNT_{name.upper()}"].offset):
                         m.d.sync += rd_value.eq(getattr(self.stats, name))
