@@ -44,8 +44,9 @@ test: $(STAMP)
 test-long: $(STAMP)
 	$(VENV_ENV) $(PY) -m pytest -n $(JOBS) --dist loadfile -m long tests
 
-## bench      benchmarks; rewrites docs/benchmarks.md
+## bench      benchmarks; rewrites docs/benchmarks.md (installs the [board] extra for synth_ecp5)
 bench: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[board]'
 	$(VENV_ENV) $(PY) -m sim.bench
 
 ## verilog    every gateware top to build/verilog/
