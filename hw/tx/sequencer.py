@@ -227,7 +227,19 @@ class Sequencer(wiring.Component):
         mtu_log2 = _lane(cfg, "mtu_log2")
         mtu = Signal(13)
         m.d.comb += mtu.eq(1 << mtu_log2)
-        inflight = (next_psn[cur_q] - una_psn[cur_q])[:PSN_BITS]
+        # Array reads go through plain signals first: arithmetic on two
+        # ArrayProxy values would expand to num_qps^2 terms.
+        cur_next = Signal(PSN_BITS)
+        cur_una = Signal(PSN_BITS)
+        cur_ci = Signal(16)
+        cur_cursor = Signal(eb)
+        m.d.comb += [
+            cur_next.eq(next_psn[cur_q]),
+            cur_una.eq(una_psn[cur_q]),
+            cur_ci.eq(ci[cur_q]),
+            cur_cursor.eq(ev_cursor[cur_q]),
+        ]
+        inflight = (cur_next - cur_una)[:PSN_BITS]
         mpr_psns = _lane(cfg, "mpr") * MPR_UNIT
         cwnd = _lane(cfg, "cwnd")
         window = Signal(range(depth + 1))
@@ -235,14 +247,14 @@ class Sequencer(wiring.Component):
         m.d.comb += window.eq(Mux(w1 < depth, w1, depth))
         sq_base = Cat(_lane(cfg, "sq_base_lo"), _lane(cfg, "sq_base_hi"))
         ring_mask = (Const(1, 17) << _lane(cfg, "sq_log2_size")) - 1
-        psn_out = Mux(retx_mode, retx_psn, next_psn[cur_q])
+        psn_out = Mux(retx_mode, retx_psn, cur_next)
 
         # EV choice: next GOOD after the cursor; a retransmit avoids its last EV
         # unless it is the only GOOD one.
         good = self.ev.good
         avoid = Mux(retx_mode, Const(1, ne) << rec.ev_index, 0)[:ne]
         usable = Mux((good & ~avoid).any(), good & ~avoid, good)
-        ev_found, ev_pick = round_robin(usable, ev_cursor[cur_q])
+        ev_found, ev_pick = round_robin(usable, cur_cursor)
 
         m.d.comb += self.ev.val_sel.eq(Cat(ev_index, cur_q))
 
@@ -292,7 +304,7 @@ class Sequencer(wiring.Component):
                     m.d.sync += win_blocked.bit_select(cur_q, 1).eq(1)
                     m.next = "IDLE"
                 with m.Elif(~wqe_active.bit_select(cur_q, 1)):
-                    m.d.sync += fetch_index.eq(ci[cur_q])
+                    m.d.sync += fetch_index.eq(cur_ci)
                     m.next = "FETCH"
                 with m.Else():
                     m.d.sync += cur.eq(wqe_r.data)
@@ -300,7 +312,7 @@ class Sequencer(wiring.Component):
 
             with m.State("RETX_CHECK"):
                 # cfg, counters and the in-flight record are read at cur_q now
-                psn_off = (retx_psn - una_psn[cur_q])[:PSN_BITS]
+                psn_off = (retx_psn - cur_una)[:PSN_BITS]
                 in_flight = retx_qpn_ok & enable.bit_select(cur_q, 1) & (psn_off < inflight)
                 m.d.comb += infl_r.addr.eq(Cat(retx_psn[:db], cur_q))
                 with m.If(in_flight):
@@ -349,7 +361,7 @@ class Sequencer(wiring.Component):
                 ]
                 with m.If(~retx_mode):
                     m.d.sync += [
-                        ci[cur_q].eq(ci[cur_q] + 1),
+                        ci[cur_q].eq(cur_ci + 1),
                         wqe_active.bit_select(cur_q, 1).eq(1),
                     ]
                 m.next = "OFFSET"
@@ -467,8 +479,11 @@ class Sequencer(wiring.Component):
         ack_q = ack.qpn[:qb]
         m.d.comb += self.ack_update.ready.eq(1)
         with m.If(self.ack_update.valid & (ack.qpn < nq)):
-            advance = (ack.una_psn - una_psn[ack_q])[:PSN_BITS]
-            outstanding = (next_psn[ack_q] - una_psn[ack_q])[:PSN_BITS]
+            ack_next = Signal(PSN_BITS)
+            ack_una = Signal(PSN_BITS)
+            m.d.comb += [ack_next.eq(next_psn[ack_q]), ack_una.eq(una_psn[ack_q])]
+            advance = (ack.una_psn - ack_una)[:PSN_BITS]
+            outstanding = (ack_next - ack_una)[:PSN_BITS]
             with m.If(advance <= outstanding):
                 m.d.sync += [una_psn[ack_q].eq(ack.una_psn), win_blocked.bit_select(ack_q, 1).eq(0)]
         with m.If(self.ev.became_good):
@@ -543,6 +558,9 @@ class Sequencer(wiring.Component):
         with m.If(csr.r_stb):
             m.d.sync += [r_addr.eq(csr.addr), r_q.eq(qsel), r_in_qp.eq(in_qp), r_reg.eq(reg)]
         qp_read = Signal(32)
+        r_next = Signal(PSN_BITS)
+        r_una = Signal(PSN_BITS)
+        m.d.comb += [r_next.eq(next_psn[r_q]), r_una.eq(una_psn[r_q])]
         glob_read = Signal(32)
         cfg_row = cfg_csr.data
         with m.Switch(r_reg):
@@ -555,9 +573,9 @@ class Sequencer(wiring.Component):
             with m.Case(Q.CTRL):
                 m.d.comb += qp_read.eq(enable.bit_select(r_q, 1))
             with m.Case(Q.NEXT_PSN):
-                m.d.comb += qp_read.eq(next_psn[r_q])
+                m.d.comb += qp_read.eq(r_next)
             with m.Case(Q.UNA_PSN):
-                m.d.comb += qp_read.eq(una_psn[r_q])
+                m.d.comb += qp_read.eq(r_una)
             with m.Case(Q.DOORBELL):
                 m.d.comb += qp_read.eq(pi[r_q])
             with m.Case(Q.CONSUMER):
@@ -573,7 +591,7 @@ class Sequencer(wiring.Component):
                         win_blocked.bit_select(r_q, 1),
                         ev_blocked.bit_select(r_q, 1),
                         Const(0, 5),
-                        (next_psn[r_q] - una_psn[r_q])[:PSN_BITS],
+                        (r_next - r_una)[:PSN_BITS],
                     )
                 )
         with m.Switch(r_addr):
