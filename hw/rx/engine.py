@@ -104,6 +104,7 @@ class RxPipeline(wiring.Component):
         connect(m, flipped(self.peer_ack), val.peer_ack)
         connect(m, val.req, win.req)
         connect(m, regs.init, win.init)
+        m.d.comb += win.init_busy.eq(regs.init_busy)
         connect(m, flipped(self.payload), dma.data)
         connect(m, dma.done, win.done)
         connect(m, win.ack, ackgen.job)

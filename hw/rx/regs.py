@@ -120,6 +120,9 @@ class RxRegisters(wiring.Component):
     ``lookup_a`` / ``lookup_b``: two QP configuration lookups, ``addr`` In,
                     ``cfg`` Out one cycle later.
     ``init``        Out(stream): (qp, epsn) on every write to ``QP_EPSN``.
+    ``init_busy``   Out: a ``QP_EPSN`` write is not yet delivered; the window
+                    engine checks no frame meanwhile, so a write takes effect
+                    before every frame checked after it.
     ``mrs``         Out: the MR table.
     ``own_mac``, ``own_ip``, ``trim_dscp``: Out.
     ``events``      In: one-cycle strobes of the validator and window counters.
@@ -127,9 +130,9 @@ class RxRegisters(wiring.Component):
 
     The per-QP registers live in one memory each (``num_qps`` x 32 bits,
     three read ports), the MR table and the counters in flip-flops. A write to
-    ``QP_EPSN`` sets a pending bit for its QP; the lowest pending QP is
-    offered on ``init`` two cycles later, so back-to-back writes to several
-    QPs are all delivered.
+    ``QP_EPSN`` sets a pending bit for its QP; a pointer visiting one QP per
+    cycle offers each pending QP on ``init`` (within ``num_qps + 2`` cycles),
+    so back-to-back writes to several QPs are all delivered.
 
     Latency: a CSR read answers the cycle after ``r_stb``; a lookup answers
     the cycle after its address; a write takes effect at the next cycle.
@@ -157,6 +160,7 @@ class RxRegisters(wiring.Component):
                 "lookup_b": In(lookup),
                 "init": Out(stream.Signature(
                     data.StructLayout({"qp": unsigned(self.qp_bits), "epsn": unsigned(24)}))),
+                "init_busy": Out(1),
                 "mrs": Out(data.ArrayLayout(MrEntry(), num_mrs)),
                 "own_mac": Out(48),
                 "own_ip": Out(32),
@@ -230,10 +234,9 @@ class RxRegisters(wiring.Component):
         init_valid = Signal()
         init_load = Signal()  # the EPSN read of the QP chosen last cycle is due
         epsn_wr = bus.w_stb & in_qp & (reg_index == rmap["QP_EPSN"].offset % QP_STRIDE // 4)
+        # A pointer walks the QPs, one per cycle, and stops at a pending one: no
+        # priority encoder across num_qps bits (deep logic at 256 QPs).
         next_qp = Signal(self.qp_bits)
-        for i in reversed(range(self.num_qps)):
-            with m.If(init_pending[i]):
-                m.d.comb += next_qp.eq(i)
         epsn_rp = mems["QP_EPSN"][2]
         m.d.comb += [
             epsn_rp.addr.eq(next_qp),
@@ -249,11 +252,14 @@ class RxRegisters(wiring.Component):
         with m.Elif(init_load):
             m.d.sync += [init_valid.eq(1), self.init.payload.epsn.eq(epsn_rp.data[:24])]
             m.d.sync += init_load.eq(0)
-        with m.Elif(init_pending.any() & ~epsn_wr):
-            # Take the lowest pending QP; its EPSN word is read this cycle.
+        with m.Elif(init_pending.bit_select(next_qp, 1) & ~epsn_wr):
+            # Take this QP; its EPSN word is read this cycle.
             m.d.comb += clr_mask.eq(1 << next_qp)
             m.d.sync += [self.init.payload.qp.eq(next_qp), init_load.eq(1)]
+        with m.Else():
+            m.d.sync += next_qp.eq(next_qp + 1)
         m.d.sync += init_pending.eq((init_pending & ~clr_mask) | set_mask)
+        m.d.comb += self.init_busy.eq(init_pending.any() | init_load | init_valid)
 
         # ---- flip-flop registers
         own_mac_lo = Signal(32)

@@ -113,7 +113,8 @@ class RxPsnWindow(wiring.Component):
     ``cqe``      Out(stream.Signature(CqeJob)): receive completions.
     ``cfg_addr`` / ``cfg``: a 1-cycle lookup into the QP configuration.
     ``init``     In(stream.Signature(...)): (qp, epsn): clear the QP's bitmap
-                 and state and set its expected PSN (host writes ``QP_EPSN``).
+                 and state and set its expected PSN (host writes ``QP_EPSN``);
+                 ``init_busy`` holds frame checks until it has arrived.
     ``counters`` Out: a one-cycle strobe per ``WINDOW_COUNTERS`` event.
 
     Window: a PSN ``p`` of QP q with expected PSN ``e`` (= cum_psn + 1) is
@@ -180,6 +181,7 @@ class RxPsnWindow(wiring.Component):
                         data.StructLayout({"qp": unsigned(self.qp_bits), "epsn": unsigned(24)})
                     )
                 ),
+                "init_busy": In(1),
                 "counters": Out(data.StructLayout({n: unsigned(1) for n in WINDOW_COUNTERS})),
             }
         )
@@ -320,6 +322,7 @@ class RxPsnWindow(wiring.Component):
                 start_check = (
                     self.req.valid
                     & ~place_valid
+                    & ~self.init_busy
                     & ((self.req.payload.kind != ReqKind.DATA) | any_free)
                 )
                 scan_due = ops_since_scan == 3
