@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import os
 import subprocess
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -88,6 +89,10 @@ def run_cocotb(
     from cocotb_tools.runner import get_runner
 
     setup_verilator_env()
+    # cocotb's runner hands the simulator this process's sys.path as PYTHONPATH,
+    # so the repository root must be on it for test modules to import.
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
     build_dir = SIM_BUILD / name
     src = export_verilog(elaborate(), toplevel, build_dir / f"{toplevel}.v")
     runner = get_runner("verilator")
