@@ -125,7 +125,7 @@ def ev_cost(num_qps: int, evs_per_qp: int) -> dict:
             good = self.bus.good
             avoid = Mux(self.retx, Const(1, evs_per_qp) << self.avoid, 0)[:evs_per_qp]
             usable = Mux((good & ~avoid).any(), good & ~avoid, good)
-            found, pick = round_robin(usable, self.cursor)
+            found, pick = round_robin(m, usable, self.cursor)
             m.d.sync += [self.pick.eq(pick), self.found.eq(found)]
             return m
 

@@ -7,28 +7,33 @@ from amaranth.lib.wiring import In, Out
 __all__ = ["lowest_set", "round_robin", "RoundRobin"]
 
 
-def lowest_set(vec):
+def lowest_set(m, vec):
     """(any, index) of the lowest set bit of ``vec``: an isolate-lowest-bit
-    (one carry chain) and an OR tree per index bit, not a priority chain."""
+    (one carry chain) and an OR tree per index bit, not a priority chain.
+    The one-hot vector is a named signal: slicing the expression itself bit
+    by bit would copy it once per bit (n^2 cells)."""
     n = len(vec)
     width = max(1, (n - 1).bit_length())
-    onehot = vec & (~vec + 1)[:n]
+    onehot = Signal(n)
+    m.d.comb += onehot.eq(vec & (~vec + 1)[:n])
     index = Cat(
         *[
             Cat(*[onehot[i] for i in range(n) if (i >> b) & 1] or [Const(0, 1)]).any()
             for b in range(width)
         ]
     )
-    return vec.any(), index
+    return onehot.any(), index
 
 
-def round_robin(vec, last):
+def round_robin(m, vec, last):
     """(any, index) of the first set bit of ``vec`` after position ``last``,
     wrapping around: the bits above ``last`` win, else the lowest bit."""
     n = len(vec)
-    above = (Const((1 << n) - 1, n) << (last + 1))[:n]
-    hi_any, hi_index = lowest_set(vec & above)
-    lo_any, lo_index = lowest_set(vec)
+    requests = Signal(n)
+    above = Signal(n)
+    m.d.comb += [requests.eq(vec), above.eq((Const((1 << n) - 1, n) << (last + 1))[:n])]
+    hi_any, hi_index = lowest_set(m, requests & above)
+    lo_any, lo_index = lowest_set(m, requests)
     return lo_any, Mux(hi_any, hi_index, lo_index)
 
 
@@ -55,7 +60,7 @@ class RoundRobin(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         last = Signal.like(self.grant, init=self.n - 1)
-        valid, grant = round_robin(self.requests, last)
+        valid, grant = round_robin(m, self.requests, last)
         m.d.comb += [self.valid.eq(valid), self.grant.eq(grant)]
         with m.If(self.next & valid):
             m.d.sync += last.eq(grant)

@@ -254,7 +254,7 @@ class Sequencer(wiring.Component):
         good = self.ev.good
         avoid = Mux(retx_mode, Const(1, ne) << rec.ev_index, 0)[:ne]
         usable = Mux((good & ~avoid).any(), good & ~avoid, good)
-        ev_found, ev_pick = round_robin(usable, cur_cursor)
+        ev_found, ev_pick = round_robin(m, usable, cur_cursor)
 
         m.d.comb += self.ev.val_sel.eq(Cat(ev_index, cur_q))
 

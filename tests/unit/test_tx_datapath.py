@@ -220,7 +220,7 @@ def test_round_robin():
     n = 6
     vec, last = Signal(n), Signal(range(n))
     m = Module()
-    found, index = round_robin(vec, last)
+    found, index = round_robin(m, vec, last)
     found_s, index_s = Signal(), Signal(range(n))
     m.d.comb += [found_s.eq(found), index_s.eq(index)]
 
