@@ -17,16 +17,19 @@ ACK = 1  # ACKNOWLEDGE: ACK or NAK, see syndrome
 PROBE_REQ = 2
 PROBE_RESP = 3
 
-# Opcodes (docs/protocol.md)
-OP_WRITE_FIRST = 0x06
-OP_WRITE_MIDDLE = 0x07
-OP_WRITE_LAST = 0x08
-OP_WRITE_LAST_IMM = 0x09
-OP_WRITE_ONLY = 0x0A
-OP_WRITE_ONLY_IMM = 0x0B
-OP_ACKNOWLEDGE = 0x11
-OP_PROBE_REQ = 0xC0
-OP_PROBE_RESP = 0xC1
+# Opcodes: the wire format's own constants (docs/protocol.md, host_driver/layers.py)
+from host_driver.layers import (  # noqa: E402, F401  (re-exported for the model)
+    OP_ACKNOWLEDGE,
+    OP_PROBE_REQ,
+    OP_PROBE_RESP,
+    OP_WRITE_FIRST,
+    OP_WRITE_LAST,
+    OP_WRITE_LAST_IMM,
+    OP_WRITE_MIDDLE,
+    OP_WRITE_ONLY,
+    OP_WRITE_ONLY_IMM,
+)
+
 LAST_OPCODES = frozenset((OP_WRITE_LAST, OP_WRITE_LAST_IMM, OP_WRITE_ONLY, OP_WRITE_ONLY_IMM))
 IMM_OPCODES = frozenset((OP_WRITE_LAST_IMM, OP_WRITE_ONLY_IMM))
 
