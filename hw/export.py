@@ -18,6 +18,7 @@ TOPS = {
     "rx_engine": ("hw.rx.engine", "RxEngine", {}),
     "tx_engine": ("hw.tx.engine", "TxEngine", {}),
     "reliability_engine": ("hw.reliability.engine", "ReliabilityEngine", {}),
+    "nic_core": ("hw.nic", "NicCore", {}),
     "rgmii_mac": ("hw.board.mac", "RGMIIMAC", {}),
     "uart_axil": ("hw.board.uart", "UARTToAXI4Lite", {"divisor": 868}),
     "mac_regs": ("hw.board.regs", "MACRegisters", {}),

