@@ -207,3 +207,15 @@ OFF_EXT = OFF_BTH + BTH.size  # 54: RETH, AETH or PROBE
 OFF_IMMDT = OFF_EXT + RETH.size  # 70
 OFF_SACK = OFF_EXT + AETH.size  # 58
 ICRC_BYTES = 4
+
+# Frame byte offsets that the ICRC sees as 0xFF (docs/protocol.md): IPv4 TOS,
+# TTL and header checksum, UDP checksum, BTH byte 4 (FECN, BECN, resv6).
+ICRC_MASKED_BYTES = (
+    OFF_IPV4 + 1,
+    OFF_IPV4 + 8,
+    OFF_IPV4 + 10,
+    OFF_IPV4 + 11,
+    OFF_UDP + 6,
+    OFF_UDP + 7,
+    OFF_BTH + 4,
+)

@@ -72,6 +72,7 @@ from hw.headers import (
     ETH,
     ETHERTYPE_IPV4,
     ICRC_BYTES,
+    ICRC_MASKED_BYTES,
     IMMDT,
     IP_PROTO_UDP,
     IPV4,
@@ -153,17 +154,6 @@ class ParsedHeader(data.StructLayout):
         )
 
 
-# Bytes the ICRC covers with ones instead of their value (docs/protocol.md):
-# IPv4 TOS, TTL and checksum, UDP checksum, BTH byte 4 (FECN, BECN, resv6).
-_ICRC_MASKED = (
-    OFF_IPV4 + 1,
-    OFF_IPV4 + 8,
-    OFF_IPV4 + 10,
-    OFF_IPV4 + 11,
-    OFF_UDP + 6,
-    OFF_UDP + 7,
-    OFF_BTH + 4,
-)
 _HDR_FIXED = UDP.size + BTH.size  # UDP length covers these before the extension headers
 
 
@@ -384,7 +374,7 @@ class RxParser(wiring.Component):
         crc_start_beat, crc_start_lane = OFF_IPV4 // lanes, OFF_IPV4 % lanes
         masked = Signal(self.data_width)
         m.d.comb += masked.eq(axis.tdata)
-        for pos in _ICRC_MASKED:
+        for pos in ICRC_MASKED_BYTES:
             with m.If(beat == pos // lanes):
                 m.d.comb += masked[8 * (pos % lanes) : 8 * (pos % lanes) + 8].eq(0xFF)
         crc_in = Signal(32)

@@ -5,22 +5,11 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..crc import ICRC_INIT, crc32_bytes
-from ..headers import OFF_BTH, OFF_IPV4, OFF_UDP
+from ..headers import ICRC_MASKED_BYTES, OFF_IPV4
 from ..stream import Beat
 
 __all__ = ["IcrcInserter", "ICRC_MASKED_BYTES", "keep_count", "count_keep"]
 
-# Frame byte offsets that the ICRC sees as 0xFF (docs/protocol.md): IPv4 TOS,
-# TTL and header checksum, UDP checksum, BTH byte 4 (FECN, BECN, resv6).
-ICRC_MASKED_BYTES = (
-    OFF_IPV4 + 1,
-    OFF_IPV4 + 8,
-    OFF_IPV4 + 10,
-    OFF_IPV4 + 11,
-    OFF_UDP + 6,
-    OFF_UDP + 7,
-    OFF_BTH + 4,
-)
 ICRC_START = OFF_IPV4  # the ICRC covers the frame from the IPv4 header on
 
 
