@@ -3,31 +3,59 @@
 Each direction takes the frames one NIC puts on ``mac_tx`` (an
 ``AxiStreamSink``), picks a path from the frame's EV (its UDP source port)
 and hands the frame to the other NIC's ``mac_rx`` (an ``AxiStreamSource``)
-after the path's delay. The semantics follow sim/fabric:
+after the path's delay. The semantics follow sim/fabric (``Link.transit``):
 
 - path selection: ``routing="explicit"``: path = EV mod paths (the EV's low
   bits select the spine); ``routing="hash"``: the same CRC-32 of
   (src, dst, plane 0, EV) as ``sim.fabric.Fabric.path_of``;
-- per path: a delay (ns), a loss probability, a reorder probability with an
-  extra delay, and down/up (a down path drops every frame);
+- per path, in this order: down (drops every frame), loss (probability);
+  then, when the path has a rate (``gbps``), an output queue: a frame that
+  would overflow ``queue_bytes`` is trimmed if it is a data frame and the
+  path trims, else dropped; a data frame that finds more than ``ecn_bytes``
+  queued is marked CE; then ``ecn_prob`` and ``trim_prob`` mark or trim data
+  frames at random (scripted congestion on a fabric that has none);
+  arrival = departure + ``delay_ns``, plus ``reorder_ns`` with probability
+  ``reorder_prob``. Without ``gbps`` a path is a pure delay (no queue);
+- ECN marking sets the IPv4 ECN field to CE (``11b``) on ECN-capable frames
+  only and recomputes the IPv4 checksum; the RoCE ICRC stays valid because it
+  masks the TOS byte (``hw.headers.ICRC_MASKED_BYTES``);
+- trimming is UET-style (docs/protocol.md): ``host_driver.layers.trim``
+  cuts payload, pad and ICRC, rewrites the lengths and the checksum and sets
+  the DSCP to ``trim_dscp`` (0x3F, the NIC's default);
 - frames that are not IPv4/UDP go on path 0.
 
-All random draws come from one ``random.Random(seed)`` per direction, so a run
-is reproducible. Counters per path: frames carried and dropped.
+Interface:
+
+``Fabric(sinks, sources, num_paths=8, delay_ns=400, seed=1, routing="explicit",
+keep_log=False, capture=False)``, ``start()`` (in a cocotb test);
+``set_loss``, ``set_reorder``, ``set_path_up`` (now), ``set_ecn``,
+``set_trim``, ``set_rate`` (queue model), all with an optional direction;
+``schedule_path(path, down_ns, up_ns=None, direction=None)`` and
+``schedule(FaultEvent)``: path down/up at simulated times (``fault_log``
+records when each was applied); ``capture``: every frame of both directions
+as a ``CapturedFrame`` (send time, direction, path, EV, fate
+``delivered|dropped|trimmed``, reason, CE mark, the bytes sent and the bytes
+delivered, arrival time); ``counters()``: per direction and path.
+
+``Direction.forward(frame, now_ns)`` is the whole per-frame decision in pure
+Python (no simulator): tests call it directly. All random draws come from
+one ``random.Random`` per direction, so a run is reproducible.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-import cocotb
-from cocotb.triggers import Timer
-from cocotb.utils import get_sim_time
-from cocotbext.axi import AxiStreamFrame
+from host_driver import layers as L
 
-__all__ = ["Path", "Direction", "Fabric", "frame_ev"]
+__all__ = ["Path", "Direction", "Fabric", "FaultEvent", "CapturedFrame", "Verdict",
+           "frame_ev", "is_data_frame", "mark_ce", "DELIVERED", "DROPPED", "TRIMMED"]
+
+DELIVERED, DROPPED, TRIMMED = "delivered", "dropped", "trimmed"
+_DATA_OPCODES = frozenset(L.WRITE_OPCODES)
 
 
 def frame_ev(frame: bytes) -> int | None:
@@ -38,15 +66,126 @@ def frame_ev(frame: bytes) -> int | None:
     return int.from_bytes(frame[14 + ihl:16 + ihl], "big")
 
 
+def _is_roce(frame: bytes) -> bool:
+    return (len(frame) >= 54 and frame[12:14] == b"\x08\x00" and frame[14] == 0x45
+            and frame[23] == 17 and int.from_bytes(frame[36:38], "big") == L.ROCE_UDP_PORT)
+
+
+def is_data_frame(frame: bytes) -> bool:
+    """An RDMA WRITE data frame (not yet trimmed): the only kind switches trim or mark."""
+    if not _is_roce(frame) or frame[42] not in _DATA_OPCODES:
+        return False
+    return (frame[15] >> 2) != L.TRIM_DSCP_DEFAULT or len(frame) > L.header_len(frame[42])
+
+
+def mark_ce(frame: bytes) -> bytes | None:
+    """The frame with IPv4 ECN = CE and its checksum fixed, or None if the frame
+    is not ECN-capable (Not-ECT frames are never marked, RFC 3168)."""
+    if frame[15] & 0x3 == L.ECN_NOT_ECT:
+        return None
+    out = bytearray(frame)
+    out[15] |= L.ECN_CE
+    out[24:26] = b"\x00\x00"
+    out[24:26] = L.ipv4_checksum(bytes(out[14:34])).to_bytes(2, "big")
+    return bytes(out)
+
+
 @dataclass
 class Path:
+    """One path of one direction: its parameters and counters."""
+
     delay_ns: float = 400.0
     loss: float = 0.0
     reorder_prob: float = 0.0
     reorder_ns: float = 0.0
     up: bool = True
+    gbps: float | None = None  # serialisation rate; None: no queue, a pure delay
+    queue_bytes: int | None = None  # output queue limit (needs gbps)
+    ecn_bytes: int | None = None  # CE-mark data frames finding more than this queued
+    ecn_prob: float = 0.0  # ... and data frames at random with this probability
+    trim: bool = False  # trim data frames that overflow instead of dropping them
+    trim_prob: float = 0.0  # trim data frames at random with this probability
+    trim_dscp: int = L.TRIM_DSCP_DEFAULT
+    busy_until: float = 0.0
     carried: int = 0
     dropped: int = 0
+    trimmed: int = 0
+    marked: int = 0
+    reordered: int = 0
+    max_queue_bytes: float = 0.0
+
+    def check(self) -> None:
+        for name in ("loss", "reorder_prob", "ecn_prob", "trim_prob"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"path {name} is a probability in [0, 1], not {value!r}")
+        if self.delay_ns < 0 or self.reorder_ns < 0:
+            raise ValueError(f"path delays must be >= 0 ns, not {self.delay_ns}, "
+                             f"{self.reorder_ns}")
+        if self.gbps is not None and self.gbps <= 0:
+            raise ValueError(f"path rate gbps must be > 0 (or None for no queue), not "
+                             f"{self.gbps!r}")
+        if (self.queue_bytes is not None or self.ecn_bytes is not None) and self.gbps is None:
+            raise ValueError("queue_bytes and ecn_bytes need a path rate (gbps): without one "
+                             "the path has no queue")
+        if not 0 <= self.trim_dscp < 64:
+            raise ValueError(f"trim_dscp is 6 bits, not {self.trim_dscp!r}")
+
+    def queue_at(self, now: float) -> float:
+        """Bytes waiting in the path's output queue at ``now`` (0 without a rate)."""
+        if self.gbps is None:
+            return 0.0
+        return max(0.0, self.busy_until - now) * self.gbps / 8.0
+
+    def counters(self) -> dict:
+        return {"carried": self.carried, "dropped": self.dropped, "trimmed": self.trimmed,
+                "ecn_marked": self.marked, "reordered": self.reordered,
+                "max_queue_bytes": round(self.max_queue_bytes)}
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What a direction does with one frame (``Direction.forward``)."""
+
+    path: int
+    ev: int | None
+    fate: str  # DELIVERED, DROPPED or TRIMMED
+    reason: str  # "", "down", "loss", "overflow", "trim", "trim_overflow"
+    frame: bytes | None  # the bytes delivered (None when dropped)
+    arrival_ns: float | None
+    ce: bool = False  # marked CE by this fabric
+    reordered: bool = False
+
+
+@dataclass(frozen=True)
+class CapturedFrame:
+    """One frame a NIC sent, as the fabric saw it."""
+
+    time_ns: float  # when the NIC put it on mac_tx (last beat)
+    direction: int  # 0: nic0 -> nic1, 1: nic1 -> nic0
+    path: int
+    ev: int | None
+    fate: str
+    reason: str
+    ce: bool
+    sent: bytes  # as the NIC sent it
+    delivered: bytes | None  # as the peer received it (CE / trimmed), None if dropped
+    arrival_ns: float | None
+
+
+@dataclass(frozen=True)
+class FaultEvent:
+    """A scheduled change: path ``path`` of ``direction`` (None: both) goes
+    down (``up=False``) or up at simulated time ``at_ns``."""
+
+    at_ns: float
+    path: int
+    up: bool
+    direction: int | None = None
+
+    def describe(self) -> str:
+        where = "both directions" if self.direction is None else f"direction {self.direction}"
+        return f"path {self.path} ({where}) {'up' if self.up else 'down'}"
 
 
 @dataclass
@@ -69,67 +208,212 @@ class Direction:
         blob = bytes((self.src_id & 0xFF, self.dst_id & 0xFF, 0, ev >> 8, ev & 0xFF))
         return zlib.crc32(blob) % len(self.paths)
 
+    def forward(self, frame: bytes, now: float) -> Verdict:
+        """Decide one frame's fate at simulated time ``now`` (ns) and count it."""
+        ev = frame_ev(frame)
+        index = self.path_of(ev)
+        path = self.paths[index]
+        if not path.up:
+            path.dropped += 1
+            return Verdict(index, ev, DROPPED, "down", None, None)
+        if path.loss and self.rng.random() < path.loss:
+            path.dropped += 1
+            return Verdict(index, ev, DROPPED, "loss", None, None)
+        data = is_data_frame(frame)
+        fate, reason, ce, out = DELIVERED, "", False, frame
+        depart = now
+        if path.gbps is not None:
+            busy = max(path.busy_until, now)
+            queued = (busy - now) * path.gbps / 8.0
+            if path.queue_bytes is not None and queued + len(out) > path.queue_bytes:
+                if not (path.trim and data):
+                    path.dropped += 1
+                    return Verdict(index, ev, DROPPED, "overflow", None, None)
+                out = L.trim(out, path.trim_dscp)
+                fate, reason = TRIMMED, "trim_overflow"
+            elif path.ecn_bytes is not None and queued > path.ecn_bytes and data:
+                marked = mark_ce(out)
+                if marked is not None:
+                    out, ce = marked, True
+            path.max_queue_bytes = max(path.max_queue_bytes, queued)
+            depart = busy + len(out) * 8.0 / path.gbps
+            path.busy_until = depart
+        if data and fate == DELIVERED:
+            if path.trim_prob and self.rng.random() < path.trim_prob:
+                out = L.trim(out, path.trim_dscp)
+                fate, reason, ce = TRIMMED, "trim", False
+            elif not ce and path.ecn_prob and self.rng.random() < path.ecn_prob:
+                marked = mark_ce(out)
+                if marked is not None:
+                    out, ce = marked, True
+        arrival = depart + path.delay_ns
+        reordered = bool(path.reorder_prob and self.rng.random() < path.reorder_prob)
+        if reordered:
+            arrival += path.reorder_ns
+            path.reordered += 1
+        path.carried += 1
+        path.trimmed += fate == TRIMMED
+        path.marked += ce
+        return Verdict(index, ev, fate, reason, out, arrival, ce, reordered)
+
 
 class Fabric:
     """Joins ``sinks[i]`` (NIC i's mac_tx) to ``sources[1 - i]`` (the other NIC's mac_rx)."""
 
     def __init__(self, sinks, sources, *, num_paths: int = 8, delay_ns: float = 400.0,
-                 seed: int = 1, routing: str = "explicit", keep_log: bool = False):
+                 seed: int = 1, routing: str = "explicit", keep_log: bool = False,
+                 capture: bool = False):
         if routing not in ("explicit", "hash"):
             raise ValueError(f"routing must be 'explicit' or 'hash', not {routing!r}")
+        if num_paths < 1:
+            raise ValueError(f"num_paths must be >= 1, not {num_paths!r}")
         self.sinks, self.sources = sinks, sources
         self.keep_log = keep_log
+        self.capture_enabled = capture
+        self.capture: list[CapturedFrame] = []
         self.directions = [
             Direction(f"nic{i}->nic{1 - i}", i, 1 - i,
                       [Path(delay_ns=delay_ns) for _ in range(num_paths)],
                       random.Random(seed * 2 + i), routing)
             for i in range(2)
         ]
+        self.schedule_events: list[FaultEvent] = []
+        self.fault_log: list[tuple[float, FaultEvent]] = []  # (applied at ns, event)
         self._tasks = []
+        self._started = False
 
-    def start(self):
-        for i, d in enumerate(self.directions):
-            self._tasks.append(cocotb.start_soon(self._run(d, self.sinks[i], self.sources[1 - i])))
+    # ---- configuration -------------------------------------------------------------
+    @property
+    def num_paths(self) -> int:
+        return len(self.directions[0].paths)
+
+    def _dirs(self, direction: int | None) -> list[Direction]:
+        if direction is None:
+            return self.directions
+        if direction not in (0, 1):
+            raise ValueError(f"direction is 0 (nic0 -> nic1), 1 (nic1 -> nic0) or None "
+                             f"(both), not {direction!r}")
+        return [self.directions[direction]]
+
+    def _path_index(self, path: int) -> int:
+        if not 0 <= path < self.num_paths:
+            raise ValueError(f"path must be in 0..{self.num_paths - 1}, not {path!r}")
+        return path
 
     def paths(self, direction: int | None = None):
         """The paths of one direction, or of both."""
-        dirs = self.directions if direction is None else [self.directions[direction]]
-        return [p for d in dirs for p in d.paths]
+        return [p for d in self._dirs(direction) for p in d.paths]
+
+    def _set(self, direction, **values):
+        paths = self.paths(direction)
+        for p in paths:
+            replace(p, **values).check()  # all or nothing
+        for p in paths:
+            for name, value in values.items():
+                setattr(p, name, value)
 
     def set_loss(self, loss: float, direction: int | None = None):
-        for p in self.paths(direction):
-            p.loss = loss
+        self._set(direction, loss=loss)
 
     def set_path_up(self, path: int, up: bool, direction: int | None = None):
-        dirs = self.directions if direction is None else [self.directions[direction]]
-        for d in dirs:
-            d.paths[path].up = up
+        for d in self._dirs(direction):
+            d.paths[self._path_index(path)].up = up
 
     def set_reorder(self, prob: float, extra_ns: float, direction: int | None = None):
-        for p in self.paths(direction):
-            p.reorder_prob, p.reorder_ns = prob, extra_ns
+        self._set(direction, reorder_prob=prob, reorder_ns=extra_ns)
 
-    async def _run(self, d: Direction, sink, source):
+    def set_rate(self, gbps: float | None, *, queue_bytes: int | None = None,
+                 direction: int | None = None):
+        """Give every path a serialisation rate and an output queue of ``queue_bytes``."""
+        self._set(direction, gbps=gbps, queue_bytes=queue_bytes)
+
+    def set_ecn(self, *, threshold_bytes: int | None = None, prob: float = 0.0,
+                direction: int | None = None):
+        """CE-mark data frames above a queue threshold (needs ``set_rate``) and/or at random."""
+        self._set(direction, ecn_bytes=threshold_bytes, ecn_prob=prob)
+
+    def set_trim(self, *, on_overflow: bool = True, prob: float = 0.0,
+                 dscp: int = L.TRIM_DSCP_DEFAULT, direction: int | None = None):
+        """Trim data frames that overflow a queue and/or at random, DSCP ``dscp``."""
+        self._set(direction, trim=on_overflow, trim_prob=prob, trim_dscp=dscp)
+
+    # ---- scheduled faults ----------------------------------------------------------
+    def schedule(self, event: FaultEvent) -> None:
+        """Apply ``event`` at its simulated time (at once if it is past)."""
+        self._path_index(event.path)
+        self._dirs(event.direction)
+        if event.at_ns < 0:
+            raise ValueError(f"fault time must be >= 0 ns, not {event.at_ns!r}")
+        self.schedule_events.append(event)
+        if self._started:
+            self._tasks.append(_start_soon(self._apply_at(event)))
+
+    def schedule_path(self, path: int, down_ns: float, up_ns: float | None = None,
+                      direction: int | None = None) -> None:
+        """Path ``path`` down at ``down_ns`` and, with ``up_ns``, up again then."""
+        if up_ns is not None and up_ns <= down_ns:
+            raise ValueError(f"up_ns ({up_ns}) must be after down_ns ({down_ns})")
+        self.schedule(FaultEvent(down_ns, path, False, direction))
+        if up_ns is not None:
+            self.schedule(FaultEvent(up_ns, path, True, direction))
+
+    def apply(self, event: FaultEvent, now: float) -> None:
+        self.set_path_up(event.path, event.up, event.direction)
+        self.fault_log.append((now, event))
+
+    async def _apply_at(self, event: FaultEvent):
+        from cocotb.triggers import Timer
+        from cocotb.utils import get_sim_time
+
+        wait = event.at_ns - get_sim_time(unit="ns")
+        if wait > 0:
+            await Timer(math.ceil(wait), unit="ns")
+        self.apply(event, get_sim_time(unit="ns"))
+
+    # ---- running -------------------------------------------------------------------
+    def start(self):
+        self._started = True
+        for i, d in enumerate(self.directions):
+            self._tasks.append(_start_soon(self._run(i, d, self.sinks[i], self.sources[1 - i])))
+        for event in self.schedule_events:
+            self._tasks.append(_start_soon(self._apply_at(event)))
+
+    def record(self, direction: int, now: float, sent: bytes, verdict: Verdict) -> None:
+        d = self.directions[direction]
+        if self.keep_log:
+            d.log.append((now, verdict.ev, verdict.path, verdict.fate == DROPPED))
+        if self.capture_enabled:
+            self.capture.append(CapturedFrame(now, direction, verdict.path, verdict.ev,
+                                              verdict.fate, verdict.reason, verdict.ce, sent,
+                                              verdict.frame, verdict.arrival_ns))
+
+    async def _run(self, index: int, d: Direction, sink, source):
+        from cocotb.utils import get_sim_time
+
         while True:
             frame = await sink.recv()
             data = bytes(frame.tdata)
             now = get_sim_time(unit="ns")
-            ev = frame_ev(data)
-            index = d.path_of(ev)
-            path = d.paths[index]
-            dropped = not path.up or (path.loss and d.rng.random() < path.loss)
-            if self.keep_log:
-                d.log.append((now, ev, index, bool(dropped)))
-            if dropped:
-                path.dropped += 1
-                continue
-            path.carried += 1
-            delay = path.delay_ns
-            if path.reorder_prob and d.rng.random() < path.reorder_prob:
-                delay += path.reorder_ns
-            cocotb.start_soon(self._deliver(source, data, delay))
+            verdict = d.forward(data, now)
+            self.record(index, now, data, verdict)
+            if verdict.fate != DROPPED:
+                _start_soon(self._deliver(source, verdict.frame, verdict.arrival_ns - now))
 
     @staticmethod
     async def _deliver(source, data: bytes, delay_ns: float):
-        await Timer(delay_ns, unit="ns")
+        from cocotb.triggers import Timer
+        from cocotbext.axi import AxiStreamFrame
+
+        if delay_ns > 0:
+            await Timer(math.ceil(delay_ns), unit="ns")
         await source.send(AxiStreamFrame(data, tuser=0))
+
+    def counters(self) -> dict:
+        """{direction name: [per-path counters]}."""
+        return {d.name: [p.counters() for p in d.paths] for d in self.directions}
+
+
+def _start_soon(coro):
+    import cocotb
+
+    return cocotb.start_soon(coro)

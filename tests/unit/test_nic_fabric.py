@@ -1,5 +1,7 @@
-"""tests/system/fabric.py outside the simulator: EV extraction from frames and
-path choice, held to sim/fabric's."""
+"""sim/system/fabric.py outside the simulator: EV extraction from frames and
+path choice, held to sim/fabric's; each fault (down, loss, queue, ECN mark,
+trim, reorder) as ``Direction.forward`` decides it; the fault schedule and the
+capture."""
 
 import random
 
@@ -7,7 +9,18 @@ import pytest
 
 from host_driver import layers as L
 from sim.fabric import Engine, Fabric
-from tests.system.fabric import Direction, Path, frame_ev
+from sim.system.fabric import (
+    DELIVERED,
+    DROPPED,
+    TRIMMED,
+    Direction,
+    FaultEvent,
+    Path,
+    frame_ev,
+    is_data_frame,
+    mark_ce,
+)
+from sim.system.fabric import Fabric as SysFabric
 
 
 def test_frame_ev_reads_the_udp_source_port():
@@ -29,3 +42,163 @@ def test_path_choice_matches_sim_fabric(routing):
         for ev in list(range(0xC000, 0xC040)) + [0, 1, 0xFFFF]:
             assert d.path_of(ev) == fab.path_of(hosts[src], hosts[1 - src], 0, ev), (src, ev)
     assert d.path_of(None) == 0
+
+
+# ---- per-frame decisions (Direction.forward), no simulator ---------------------------------
+
+
+def data_frame(ev=0xC003, n=1024, psn=5, opcode=0x07):
+    return bytes(L.write_packet(opcode=opcode, dqpn=1, psn=psn, va=0x1000, rkey=7,
+                                dma_len=4 * n, payload=bytes(range(256)) * (n // 256),
+                                ev=ev))
+
+
+def ack_frame(ev=0xD003):
+    return bytes(L.ack_packet(dqpn=1, cum_psn=3, bitmap=0, ev=ev))
+
+
+def direction(seed=1, **path_kw):
+    return Direction("d", 0, 1, [Path(**path_kw) for _ in range(8)], random.Random(seed))
+
+
+def test_pure_delay_path_delivers_unchanged_after_the_delay():
+    d = direction(delay_ns=400.0)
+    frame = data_frame()
+    v = d.forward(frame, 1000.0)
+    assert (v.fate, v.path, v.ev, v.frame, v.arrival_ns, v.ce) == (
+        DELIVERED, 3, 0xC003, frame, 1400.0, False)
+    assert d.paths[3].carried == 1 and sum(p.carried for p in d.paths) == 1
+
+
+def test_down_path_drops_and_other_paths_carry():
+    d = direction()
+    d.paths[3].up = False
+    assert d.forward(data_frame(ev=0xC003), 0.0).fate == DROPPED
+    assert d.forward(data_frame(ev=0xC003), 0.0).reason == "down"
+    assert d.forward(data_frame(ev=0xC004), 0.0).fate == DELIVERED
+    assert (d.paths[3].dropped, d.paths[3].carried, d.paths[4].carried) == (2, 0, 1)
+
+
+def test_loss_rate_is_the_configured_probability():
+    d = direction(loss=0.25)
+    fates = [d.forward(data_frame(ev=0xC000 + i % 8), 0.0).fate for i in range(4000)]
+    dropped = fates.count(DROPPED)
+    assert 800 < dropped < 1200, dropped  # 1000 expected, > 6 sigma margin
+
+
+def test_ecn_mark_sets_ce_fixes_checksum_and_keeps_icrc_valid():
+    frame = data_frame()
+    assert L.check_frame(frame) == (True, True)
+    assert frame[15] & 3 == L.ECN_ECT0
+    marked = mark_ce(frame)
+    assert marked[15] & 3 == L.ECN_CE and marked[15] >> 2 == frame[15] >> 2
+    assert L.check_frame(marked) == (True, True)
+    assert marked[24:26] != frame[24:26]
+    changed = [i for i in range(len(frame)) if marked[i] != frame[i]]
+    assert 15 in changed and set(changed) <= {15, 24, 25}, changed
+    # a Not-ECT frame is never marked
+    not_ect = bytes(L.write_packet(opcode=0x0A, dqpn=1, psn=1, va=0, rkey=1, dma_len=8,
+                                   payload=bytes(8), ecn=L.ECN_NOT_ECT))
+    assert mark_ce(not_ect) is None
+
+
+def test_ecn_probability_marks_only_data_frames():
+    d = direction(ecn_prob=1.0)
+    v = d.forward(data_frame(), 0.0)
+    assert v.ce and v.fate == DELIVERED and v.frame[15] & 3 == L.ECN_CE
+    assert L.check_frame(v.frame) == (True, True)
+    a = d.forward(ack_frame(), 0.0)
+    assert not a.ce and a.frame == ack_frame()
+    assert d.paths[3].marked == 1
+
+
+def test_ecn_above_queue_threshold_like_sim_fabric():
+    # 8 Gb/s path: a 1098-byte frame takes 1098 ns; threshold 2000 bytes queued
+    d = direction(gbps=8.0, ecn_bytes=2000, delay_ns=100.0)
+    frames = [data_frame(psn=i) for i in range(4)]
+    verdicts = [d.forward(f, 0.0) for f in frames]  # a burst: the queue builds up
+    size = len(frames[0])
+    assert [v.ce for v in verdicts] == [False, False, True, True]  # queued 0, 1098, 2196, ...
+    assert [v.arrival_ns for v in verdicts] == [size * (k + 1) + 100.0 for k in range(4)]
+    # after the queue drained, no mark
+    assert not d.forward(data_frame(psn=9), 10 * size).ce
+
+
+def test_trim_on_overflow_cuts_payload_sets_dscp_and_keeps_headers():
+    d = direction(gbps=8.0, queue_bytes=3000, trim=True)
+    frames = [data_frame(psn=i) for i in range(4)]
+    verdicts = [d.forward(f, 0.0) for f in frames]
+    assert [v.fate for v in verdicts] == [DELIVERED, DELIVERED, TRIMMED, TRIMMED]
+    t = verdicts[2].frame
+    assert t == L.trim(frames[2])
+    assert len(t) == L.header_len(0x07) and t[15] >> 2 == L.TRIM_DSCP_DEFAULT
+    assert L.check_frame(t + bytes(4))[0]  # IPv4 checksum valid (no ICRC on a trimmed frame)
+    assert t[:14] == frames[2][:14] and t[42:54] == frames[2][42:54]  # Eth and BTH kept
+    assert not is_data_frame(t)
+    # the trimmed frame takes only its header's time on the wire
+    assert verdicts[3].arrival_ns == verdicts[2].arrival_ns + len(t)  # 1 byte/ns at 8 Gb/s
+    # without trimming an overflow drops; ACKs are never trimmed
+    d = direction(gbps=8.0, queue_bytes=3000)
+    assert [d.forward(f, 0.0).fate for f in frames] == [DELIVERED, DELIVERED, DROPPED, DROPPED]
+    d = direction(gbps=8.0, queue_bytes=100, trim=True)
+    assert d.forward(ack_frame(), 0.0).fate == DELIVERED  # empty queue: fits
+    assert d.forward(ack_frame(), 0.0).fate == DROPPED
+
+
+def test_trim_probability():
+    d = direction(trim_prob=1.0)
+    v = d.forward(data_frame(), 0.0)
+    assert v.fate == TRIMMED and v.reason == "trim" and len(v.frame) == L.header_len(0x07)
+    assert d.forward(ack_frame(), 0.0).fate == DELIVERED
+    assert d.paths[3].trimmed == 1
+
+
+def test_reorder_adds_the_extra_delay():
+    d = direction(reorder_prob=1.0, reorder_ns=3000.0, delay_ns=400.0)
+    v = d.forward(data_frame(), 0.0)
+    assert v.reordered and v.arrival_ns == 3400.0
+
+
+def test_same_seed_same_decisions():
+    runs = []
+    for _ in range(2):
+        d = direction(seed=5, loss=0.1, ecn_prob=0.1, trim_prob=0.1, reorder_prob=0.1,
+                      reorder_ns=10.0)
+        runs.append([d.forward(data_frame(ev=0xC000 + i % 8), float(i)) for i in range(300)])
+    assert runs[0] == runs[1]
+
+
+def test_bad_configuration_raises_value_error():
+    fab = SysFabric([None, None], [None, None])
+    with pytest.raises(ValueError, match="probability"):
+        fab.set_loss(1.5)
+    assert fab.paths()[0].loss == 0.0  # a rejected setting changes nothing
+    with pytest.raises(ValueError, match="need a path rate"):
+        fab.set_ecn(threshold_bytes=1000)
+    with pytest.raises(ValueError, match="path must be in 0..7"):
+        fab.set_path_up(8, False)
+    with pytest.raises(ValueError, match="direction"):
+        fab.set_path_up(1, False, direction=2)
+    with pytest.raises(ValueError, match="after down_ns"):
+        fab.schedule_path(3, 1000.0, 500.0)
+    with pytest.raises(ValueError, match="routing"):
+        SysFabric([None, None], [None, None], routing="ecmp")
+
+
+def test_fault_schedule_and_capture_records():
+    fab = SysFabric([None, None], [None, None], capture=True, keep_log=True)
+    fab.schedule_path(3, 1000.0, 5000.0, direction=0)
+    assert fab.schedule_events == [FaultEvent(1000.0, 3, False, 0), FaultEvent(5000.0, 3, True, 0)]
+    fab.apply(fab.schedule_events[0], 1000.0)
+    assert not fab.directions[0].paths[3].up and fab.directions[1].paths[3].up
+    frame = data_frame(ev=0xC003)
+    for now, direction_index in ((1200.0, 0), (1300.0, 1)):
+        v = fab.directions[direction_index].forward(frame, now)
+        fab.record(direction_index, now, frame, v)
+    fab.apply(fab.schedule_events[1], 5000.0)
+    assert fab.directions[0].paths[3].up
+    assert [(c.time_ns, c.direction, c.path, c.fate) for c in fab.capture] == [
+        (1200.0, 0, 3, DROPPED), (1300.0, 1, 3, DELIVERED)]
+    assert fab.capture[0].delivered is None and fab.capture[1].delivered == frame
+    assert [t for t, _ in fab.fault_log] == [1000.0, 5000.0]
+    assert fab.counters()["nic0->nic1"][3]["dropped"] == 1
