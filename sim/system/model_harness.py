@@ -1,0 +1,260 @@
+"""Two model NICs (sim/model_nic.py) on one model fabric, driven by the host
+driver: the golden-model counterpart of sim/system/harness.py's ``SystemTB``,
+with the same attributes and methods, so a scenario written against the
+driver API runs unchanged on either backend.
+
+``ModelSystem(params=None, seed=1, delay_ns=400.0, num_paths=8, gbps=None)``
+
+``ends[i]``     ``Endpoint``: ``dev`` (a ``Device`` on a ``ModelTransport``),
+                ``nic`` (the ``ModelNic``), ``qp``, ``mr``, ``recv_buf``,
+                ``send_buf`` after ``connect``
+``fabric``      ``ModelFabricControl``: ``directions[d].paths[k]`` (``carried``,
+                ``dropped``, ``loss``, ``up``, ``delay_ns``, ``reorder_prob``,
+                ``reorder_ns``), ``set_loss``, ``set_path_up``, ``set_reorder``,
+                ``paths``, ``keep_log`` and ``directions[d].log`` of
+                ``[ns, ev, path, dropped]`` per frame; direction d carries
+                every frame NIC d sends (data and ACKs)
+``init()``      discovery and addresses (async)
+``connect(...)``  QP 0 of each NIC to RTS, bound to the other (``SystemTB.connect``);
+                ``connect_qps(n, ...)`` brings ``n`` QP pairs up
+``now_ns``      model time
+
+``params`` are NicCore's (sim/system/top.py ``NIC_PARAMS`` by default),
+``gbps`` the line rate of every link (default: data_width x clk_freq_hz, the
+NIC's datapath rate at its reported clock). Everything is deterministic for
+a seed.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from host_driver.driver import Device, EvProfile, MemoryRegion, QueuePair
+from host_driver.model_transport import ModelTransport
+from sim.model_nic import ModelFabric, ModelNic
+from sim.system import top as _rtl_top
+from sim.system.top import NIC_PARAMS
+
+__all__ = ["BUILD_IDS", "Endpoint", "ModelFabricControl", "ModelSystem", "MACS", "IPS", "EVS"]
+
+# The build IDs the RTL system top gives its two NICs (one shared ID, or one each)
+BUILD_IDS = getattr(_rtl_top, "BUILD_IDS", None) or (_rtl_top.BUILD_ID,) * 2
+RAM_SIZE = 1 << 23  # 8 MiB of host memory per NIC, as the RTL harness
+# The RTL harness's addresses and EV profiles (sim/system/harness.py)
+MACS = ("02:00:00:00:00:01", "02:00:00:00:00:02")
+IPS = ("10.0.0.1", "10.0.0.2")
+EVS = [EvProfile.explicit(range(0xC000, 0xC008)), EvProfile.explicit(range(0xD000, 0xD008))]
+
+
+@dataclass
+class Endpoint:
+    """One NIC and the objects the driver made on it."""
+
+    dev: Device
+    nic: ModelNic
+    qp: QueuePair | None = None
+    mr: MemoryRegion | None = None
+    recv_buf: int = 0
+    send_buf: int = 0
+    qps: list | None = None
+
+
+class PathControl:
+    """One path of one direction: the core link toward the receiver."""
+
+    def __init__(self, link):
+        self.link = link
+
+    @property
+    def carried(self) -> int:
+        return self.link.tx_packets
+
+    @property
+    def dropped(self) -> int:
+        link = self.link
+        return link.drops_down + link.drops_loss + link.drops_overflow
+
+    @property
+    def loss(self) -> float:
+        return self.link.faults.loss if self.link.faults else 0.0
+
+    @loss.setter
+    def loss(self, value: float):
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"loss must be a probability in 0..1, not {value!r}")
+        self.link.fault().loss = value
+
+    @property
+    def up(self) -> bool:
+        return self.link.up
+
+    @up.setter
+    def up(self, value: bool):
+        self.link.up = bool(value)
+        self.link.down_count = 0 if value else 1
+
+    @property
+    def delay_ns(self) -> float:
+        return self.link.prop_ns
+
+    @delay_ns.setter
+    def delay_ns(self, value: float):
+        if value < 0:
+            raise ValueError(f"delay_ns must be >= 0, not {value!r}")
+        self.link.prop_ns = value
+
+    @property
+    def reorder_prob(self) -> float:
+        return self.link.faults.reorder_prob if self.link.faults else 0.0
+
+    @property
+    def reorder_ns(self) -> float:
+        return self.link.faults.reorder_ns if self.link.faults else 0.0
+
+
+@dataclass
+class DirectionControl:
+    name: str
+    src_id: int
+    dst_id: int
+    paths: list[PathControl]
+    log: list
+
+
+class ModelFabricControl:
+    """The RTL harness's fabric controls (sim/system/fabric.py ``Fabric``) on
+    the model fabric: per direction and path, loss, down/up, reordering, and
+    per-path frame counts."""
+
+    def __init__(self, fabric: ModelFabric, nics: list[ModelNic]):
+        self.model = fabric
+        self.nics = nics
+        paths = fabric.paths
+        self.directions = []
+        for i in range(2):
+            dst = nics[1 - i].host
+            links = [paths.core[(0, k, dst.hid)] for k in range(paths.paths_per_plane)]
+            self.directions.append(DirectionControl(f"nic{i}->nic{1 - i}", i, 1 - i,
+                                                    [PathControl(link) for link in links], []))
+        self.keep_log = False
+        self._in_flight: dict[int, list] = {}
+        paths.taps.append(self._tap)
+        paths.delivery_hooks.append(self._delivered)
+
+    def paths(self, direction: int | None = None) -> list[PathControl]:
+        dirs = self.directions if direction is None else [self.directions[direction]]
+        return [p for d in dirs for p in d.paths]
+
+    def set_loss(self, loss: float, direction: int | None = None):
+        for p in self.paths(direction):
+            p.loss = loss
+
+    def set_path_up(self, path: int, up: bool, direction: int | None = None):
+        dirs = self.directions if direction is None else [self.directions[direction]]
+        for d in dirs:
+            d.paths[path].up = up
+
+    def set_reorder(self, prob: float, extra_ns: float, direction: int | None = None):
+        if not 0.0 <= prob <= 1.0 or extra_ns < 0:
+            raise ValueError(f"need prob in 0..1 and extra_ns >= 0, not {prob!r}, {extra_ns!r}")
+        for p in self.paths(direction):
+            faults = p.link.fault()
+            faults.reorder_prob, faults.reorder_ns = prob, extra_ns
+
+    def _tap(self, pkt, now):
+        if not self.keep_log:
+            return
+        src = 0 if pkt.src is self.nics[0].host else 1
+        path = self.model.paths.path_of(pkt.src, pkt.dst, pkt.plane, pkt.ev)
+        entry = [now, pkt.ev, path, True]  # dropped until delivered
+        self.directions[src].log.append(entry)
+        self._in_flight[id(pkt)] = entry
+
+    def _delivered(self, pkt, now):
+        entry = self._in_flight.pop(id(pkt), None)
+        if entry is not None:
+            entry[3] = False
+
+
+class ModelSystem:
+    def __init__(self, params: dict | None = None, *, seed: int = 1, delay_ns: float = 400.0,
+                 num_paths: int = 8, gbps: float | None = None, csr_access_cycles: int = 4):
+        params = dict(NIC_PARAMS if params is None else params)
+        if gbps is None:
+            gbps = params.get("data_width", 64) * params.get("clk_freq_hz", 125_000_000) / 1e9
+        self.model = ModelFabric(num_paths=num_paths, delay_ns=delay_ns, gbps=gbps, seed=seed)
+        self.rng = random.Random(seed)
+        self.ends: list[Endpoint] = []
+        for build_id in BUILD_IDS:
+            nic = ModelNic(params, self.model, build_id=build_id, mem_size=RAM_SIZE,
+                           csr_access_cycles=csr_access_cycles)
+            self.ends.append(Endpoint(Device(ModelTransport(nic)), nic))
+        self.fabric = ModelFabricControl(self.model, [e.nic for e in self.ends])
+
+    @property
+    def now_ns(self) -> float:
+        return self.model.now
+
+    async def reset(self):
+        """The model NICs come out of reset when they are made."""
+
+    async def init(self):
+        await self.reset()
+        for i, end in enumerate(self.ends):
+            await end.dev.init()
+            await end.dev.set_address(MACS[i], IPS[i])
+
+    async def connect(self, *, buf_size: int = 1 << 20, sq_log2: int = 4, mtu: int = 1024,
+                      timeout: int = 10, mpr: int = 2, evs=None, ack_n: int = 4,
+                      ack_t: int = 256, probe_period: int = 0, **rts):
+        """QP 0 of each NIC to RTS, bound to the other; a receive MR and a send
+        buffer of ``buf_size`` bytes on each (as ``SystemTB.connect``; ``rts``
+        passes further keywords to ``QueuePair.to_rts``)."""
+        pairs = await self.connect_qps(1, buf_size=buf_size, sq_log2=sq_log2, mtu=mtu,
+                                       timeout=timeout, mpr=mpr, evs=evs, ack_n=ack_n,
+                                       ack_t=ack_t, probe_period=probe_period, **rts)
+        for end, qp in zip(self.ends, pairs[0], strict=True):
+            end.qp = qp
+
+    async def connect_qps(self, count: int, *, buf_size: int = 1 << 20, sq_log2: int = 4,
+                          mtu: int = 1024, timeout: int = 10, mpr: int = 2, evs=None,
+                          ack_n: int = 4, ack_t: int = 256, probe_period: int = 0,
+                          **rts) -> list[tuple[QueuePair, QueuePair]]:
+        """``count`` QPs on each NIC to RTS, QP j of NIC 0 bound to QP j of NIC 1
+        (PSNs as ``SystemTB.connect``: NIC 1 starts near the wrap). One receive
+        MR and one send buffer per NIC, shared by the QPs."""
+        if not 1 <= count <= self.ends[0].dev.params["num_qps"]:
+            raise ValueError(f"count must be in 1..{self.ends[0].dev.params['num_qps']} "
+                             f"(num_qps), not {count!r}")
+        evs = evs or EVS
+        for end in self.ends:
+            dev = end.dev
+            pd = dev.alloc_pd()
+            end.qps = []
+            for _ in range(count):
+                send_cq = dev.create_cq(sq_log2)
+                recv_cq = dev.create_cq(8)
+                end.qps.append(await dev.create_qp(pd, send_cq, recv_cq, sq_log2=sq_log2))
+            end.recv_buf = dev.mem.alloc(buf_size, align=4096)
+            end.send_buf = dev.mem.alloc(buf_size, align=4096)
+            dev.mem.write(end.recv_buf, bytes(buf_size))
+            end.mr = await pd.reg_mr(end.recv_buf, buf_size)
+            for qp in end.qps:
+                await qp.to_init()
+            await dev.set_probe_period(probe_period)
+        psns = [0x10, 0xFFFFF0]  # nic1 starts near the PSN wrap
+        for j in range(count):
+            for i, end in enumerate(self.ends):
+                peer = self.ends[1 - i]
+                await end.qps[j].to_rtr(dest_qpn=peer.qps[j].qpn, peer_mac=MACS[1 - i],
+                                        peer_ip=IPS[1 - i], rq_psn=psns[1 - i], mpr=mpr,
+                                        ack_n=ack_n, ack_t=ack_t)
+        for j in range(count):
+            for i, end in enumerate(self.ends):
+                await end.qps[j].to_rts(evs=evs[i], sq_psn=psns[i], mtu=mtu, timeout=timeout,
+                                        **rts)
+        return list(zip(self.ends[0].qps, self.ends[1].qps, strict=True))
+
+    def random_bytes(self, n: int) -> bytes:
+        return self.rng.randbytes(n)

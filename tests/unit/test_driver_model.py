@@ -1,0 +1,503 @@
+"""The host driver (host_driver/driver.py) against the model NIC
+(sim/model_nic.py) on the golden model's transport and fabric, through
+sim/system/model_harness.py: the scenarios of tests/system/test_two_nic.py,
+written against the same driver API, plus outage and bad-input cases.
+
+Pure Python: every test runs in well under a second of model work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from host_driver.driver import Completion, DriverError, QpState, WrOpcode
+from hw.nic.csr import DEVICE_INFO_TYPE_ID, NIC_VERSION
+from sim.model_nic import ModelFabric, ModelNic
+from sim.system.model_harness import BUILD_IDS, ModelSystem
+from sim.system.scoreboard import model_completions, normalise_rtl
+from sim.system.top import NIC_PARAMS
+
+RDMA_WRITE_LAST_WITH_IMM, RDMA_WRITE_ONLY_WITH_IMM = 0x09, 0x0B
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+async def transfer(tb, src, sizes, *, opcode=WrOpcode.WRITE, qp=None, peer_qp=None,
+                   base=0, timeout_cycles=2_000_000):
+    """Post WRITEs of ``sizes`` bytes from NIC ``src`` into the peer's MR, back
+    to back, flow-controlled by the send queue (tests/system/test_two_nic.py's
+    helper). Returns (posted, payload, early)."""
+    a, b = tb.ends[src], tb.ends[1 - src]
+    qp = qp or a.qp
+    payload = tb.random_bytes(sum(sizes))
+    a.dev.mem.write(a.send_buf + base, payload)
+    posted, early, offset = [], [], base
+    for n in sizes:
+        if qp.outstanding >= qp.sq_size:
+            early += await qp.send_cq.wait(1, timeout_cycles=timeout_cycles)
+        imm = 0xA5000000 | len(posted)
+        wr_id = await qp.post_send(opcode, local_addr=a.send_buf + offset, length=n,
+                                   remote_addr=b.recv_buf + offset, rkey=b.mr.rkey, imm=imm)
+        posted.append((wr_id, n, imm))
+        offset += n
+    return posted, payload, early
+
+
+async def complete_all(qp, posted, already=(), timeout_cycles=4_000_000):
+    cqes = list(already)
+    cqes += await qp.send_cq.wait(len(posted) - len(cqes), timeout_cycles=timeout_cycles)
+    return cqes
+
+
+def check_memory(tb, dst, payload, base=0):
+    end = tb.ends[dst]
+    got = end.dev.mem.read(end.recv_buf + base, len(payload))
+    if got != payload:
+        first = next(i for i in range(len(payload)) if got[i] != payload[i])
+        raise AssertionError(f"NIC {dst} memory differs from byte {first} of {len(payload)}")
+
+
+async def connected(seed, **kw):
+    tb = ModelSystem(seed=seed)
+    await tb.init()
+    await tb.connect(sq_log2=4, **kw)
+    return tb
+
+
+# ---- discovery -------------------------------------------------------------------------------
+
+
+def test_discovery():
+    """The blocks, their order and the build parameters the RTL test expects."""
+    async def body():
+        tb = ModelSystem()
+        await tb.init()
+        for i, end in enumerate(tb.ends):
+            dev = end.dev
+            assert [(b.type_id, b.version) for b in dev.blocks] == [
+                (DEVICE_INFO_TYPE_ID, 1), (2, 1), (3, 1), (4, 1)]
+            block_size = dev.params["block_size"]
+            assert [b.base for b in dev.blocks] == [k * block_size for k in range(4)]
+            assert dev.params["nic_version"] == NIC_VERSION
+            assert dev.params["build_id"] == BUILD_IDS[i]
+            for name in ("data_width", "num_qps", "evs_per_qp", "sack_bits", "max_mtu",
+                         "mpr_max", "num_mrs", "window", "clk_freq_hz"):
+                assert dev.params[name] == NIC_PARAMS[name], name
+            assert await dev.tx.read("num_qps") == NIC_PARAMS["num_qps"]
+            assert await dev.tx.read("evs_per_qp") == NIC_PARAMS["evs_per_qp"]
+            assert await dev.rel.read_fields("params") == {
+                "num_qps": NIC_PARAMS["num_qps"], "evs_per_qp": NIC_PARAMS["evs_per_qp"],
+                "window": NIC_PARAMS["window"]}
+            assert (await dev.rx.read_fields("PARAMS"))["mrs"] == NIC_PARAMS["num_mrs"]
+            assert await dev.rel.read("timeout_unit") == round(
+                1.024e-6 * NIC_PARAMS["clk_freq_hz"])
+            await dev.info.write("scratch", 0x1234_0000 + i)
+        for i, end in enumerate(tb.ends):
+            assert await end.dev.info.read("scratch") == 0x1234_0000 + i
+        # the addresses set_address wrote are where every block keeps them
+        nic = tb.ends[1].nic
+        assert nic.reg("rx", "OWN_IP") == nic.reg("tx", "src_ip") == 0x0A000002
+    run(body())
+
+
+def test_model_nic_block_layout_is_nic_core():
+    """Window size and block order come from NicCore's own rule."""
+    from hw.nic.core import BLOCK_ORDER, NicCore
+
+    nic = ModelNic(NIC_PARAMS, ModelFabric())
+    core = NicCore(**NIC_PARAMS, build_id=0)
+    assert 1 << nic.block_bits == core.block_size
+    assert [nic.read32(core.block_base(name)) >> 16 for name in BLOCK_ORDER] == [1, 2, 3, 4]
+    assert nic.read32(4 << nic.block_bits) == 0  # outside every window
+
+
+def test_bad_parameters():
+    fabric = ModelFabric()
+    with pytest.raises(ValueError, match="num_qps must be a power of two"):
+        ModelNic({**NIC_PARAMS, "num_qps": 3}, fabric)
+    with pytest.raises(ValueError, match=r"missing \['window'\]"):
+        ModelNic({k: v for k, v in NIC_PARAMS.items() if k != "window"}, fabric)
+    with pytest.raises(ValueError, match=r"unknown \['bogus'\]"):
+        ModelNic({**NIC_PARAMS, "bogus": 1}, fabric)
+    with pytest.raises(ValueError, match="window .* must not exceed mpr_max"):
+        ModelNic({**NIC_PARAMS, "mpr_max": 128, "window": 256, "inflight_depth": 256}, fabric)
+    with pytest.raises(ValueError, match="num_paths"):
+        ModelFabric(num_paths=0)
+    with pytest.raises(ValueError, match="not a 32-bit value"):
+        ModelNic(NIC_PARAMS, fabric).write32(0x40, 1 << 32)
+
+
+def test_peer_must_be_on_the_fabric():
+    async def body():
+        tb = ModelSystem()
+        await tb.init()
+        dev = tb.ends[0].dev
+        qp = await dev.create_qp(dev.alloc_pd(), dev.create_cq(4), dev.create_cq(4), sq_log2=4)
+        await qp.to_init()
+        with pytest.raises(ValueError, match="QP_PEER_IP 0x0a000063 is no NIC"):
+            await qp.to_rtr(dest_qpn=0, peer_mac="02:00:00:00:00:63", peer_ip="10.0.0.99")
+    run(body())
+
+
+# ---- data transfer ---------------------------------------------------------------------------
+
+
+def test_write_lossless_8_paths():
+    """1 MiB of WRITEs (16 x 64 KiB) NIC 0 -> NIC 1 over 8 lossless paths:
+    byte exact, SUCCESS in order, sprayed evenly over all 8 paths, nothing
+    retransmitted, no receive completion for a plain WRITE."""
+    async def body():
+        tb = await connected(11)
+        sizes = [64 * 1024] * 16
+        start = tb.now_ns
+        posted, payload, early = await transfer(tb, 0, sizes)
+        cqes = await complete_all(tb.ends[0].qp, posted, early)
+        elapsed = tb.now_ns - start
+        assert [(c.wr_id, c.status, c.byte_len, c.opcode) for c in cqes] == [
+            (w, Completion.SUCCESS, n, WrOpcode.WRITE) for w, n, _ in posted]
+        assert all(c.qpn == tb.ends[0].qp.qpn for c in cqes)
+        check_memory(tb, 1, payload)
+        packets = sum((n + 1023) // 1024 for n in sizes)
+        carried = [p.carried for p in tb.fabric.directions[0].paths]
+        assert carried == [packets // 8] * 8  # round robin over 8 GOOD EVs
+        c0, c1 = await tb.ends[0].dev.counters(), await tb.ends[1].dev.counters()
+        assert c0["rel.retx_timeout"] == c0["rel.retx_sack"] == c0["rel.retx_nak"] == 0, c0
+        assert c1["rx.placed"] == packets and c1["rx.duplicate"] == 0, c1
+        assert c0["rel.cqes"] == len(sizes)
+        assert await tb.ends[0].dev.tx.read("qp_consumer", 0) == len(sizes)
+        assert await tb.ends[0].dev.tx.read("qp_tx_packets", 0) == packets
+        assert await tb.ends[1].qp.recv_cq.poll() == []
+        # at the line rate of data_width bits per cycle, with per-packet
+        # headers, the transfer takes at least as long as the wire needs
+        wire_bits = packets * (1024 + 70 + 4 + 24) * 8
+        cycles = elapsed / tb.ends[0].nic.clk_period_ns
+        assert wire_bits / 64 <= cycles < 1.1 * wire_bits / 64
+    run(body())
+
+
+def test_write_with_imm_both_directions():
+    """WRITE_WITH_IMM both ways at once (NIC 1 starts at the PSN wrap): one
+    receive CQE per message (MSN, length, immediate, QPN, opcode), one SUCCESS
+    send CQE per WQE, both memories byte exact."""
+    async def body():
+        tb = await connected(12)
+        sizes = [[1, 100, 1024, 1025, 3000, 4096 + 7, 20000, 64],
+                 [8, 2048, 513, 9999, 1023, 1, 4096, 300]]
+        runs = [await transfer(tb, src, sizes[src], opcode=WrOpcode.WRITE_WITH_IMM)
+                for src in (0, 1)]
+        for src in (0, 1):
+            posted, payload, early = runs[src]
+            sender, receiver = tb.ends[src], tb.ends[1 - src]
+            cqes = await complete_all(sender.qp, posted, early)
+            assert [(c.wr_id, c.status, c.byte_len, c.imm, c.opcode) for c in cqes] == [
+                (w, Completion.SUCCESS, n, imm, WrOpcode.WRITE_WITH_IMM)
+                for w, n, imm in posted]
+            recv = await receiver.qp.recv_cq.wait(len(posted), timeout_cycles=200_000)
+            assert [(c.wr_id, c.byte_len, c.imm, c.qpn, c.status) for c in recv] == [
+                (msn, n, imm, receiver.qp.qpn, 0) for msn, (_, n, imm) in enumerate(posted, 1)]
+            assert [c.opcode for c in recv] == [
+                RDMA_WRITE_ONLY_WITH_IMM if n <= 1024 else RDMA_WRITE_LAST_WITH_IMM
+                for _, n, _ in posted]
+            check_memory(tb, 1 - src, payload)
+        # the driver wrote its receive consumer index back for RX's full check
+        assert tb.ends[1].nic.rx_reg("QP_CQ_CONS", 0) == len(sizes[0])
+    run(body())
+
+
+def test_receive_msn_counts_every_message():
+    """A receive CQE's wr_id is the MSN: plain WRITEs between WRITE_WITH_IMMs
+    count as messages (RX's rule, not the golden model's receive-WR count)."""
+    async def body():
+        tb = await connected(18)
+        a, b = tb.ends
+        ops = [WrOpcode.WRITE, WrOpcode.WRITE_WITH_IMM, WrOpcode.WRITE, WrOpcode.WRITE,
+               WrOpcode.WRITE_WITH_IMM]
+        for i, op in enumerate(ops):
+            await a.qp.post_send(op, local_addr=a.send_buf, length=2000,
+                                 remote_addr=b.recv_buf + 2000 * i, rkey=b.mr.rkey, imm=i)
+        await a.qp.send_cq.wait(len(ops))
+        recv = await b.qp.recv_cq.wait(2)
+        assert [(c.wr_id, c.imm) for c in recv] == [(2, 1), (5, 4)]
+        assert await b.qp.recv_cq.poll() == []
+    run(body())
+
+
+def test_write_one_percent_loss():
+    """512 KiB each way with 1 % loss on every path of both directions (data
+    and ACKs): timeouts repair it (SACK detection is off: sack_threshold 0),
+    memory is exact, retransmissions are counted."""
+    async def body():
+        tb = await connected(13, timeout=9)
+        tb.fabric.set_loss(0.01)
+        runs = [await transfer(tb, src, [32 * 1024] * 16) for src in (0, 1)]
+        for src in (0, 1):
+            posted, payload, early = runs[src]
+            cqes = await complete_all(tb.ends[src].qp, posted, early)
+            assert [(c.wr_id, c.status) for c in cqes] == [(w, 0) for w, _, _ in posted]
+            check_memory(tb, 1 - src, payload)
+        dropped = sum(p.dropped for p in tb.fabric.paths())
+        assert dropped > 0
+        counters = [await end.dev.counters() for end in tb.ends]
+        for c in counters:
+            assert c["rel.retx_timeout"] >= 1 and c["rel.timeouts"] >= 1, c
+            assert c["rel.retx_sack"] == 0
+        # every lost data frame was placed once, in the end
+        assert counters[1]["rx.placed"] == counters[0]["rx.placed"] == 512
+        # a PSN declared lost is sent again unless an ACK covers it first
+        for end, c in zip(tb.ends, counters, strict=True):
+            retx = await end.dev.tx.read("qp_retx_packets", 0)
+            assert 1 <= retx <= c["rel.retx_timeout"], (retx, c)
+    run(body())
+
+
+def test_sack_threshold_retransmits_holes_without_timeout():
+    """With sack_threshold 3 a lost data packet is resent on SACK evidence
+    (reliability's dup-ACK count), on another EV, before any timeout."""
+    async def body():
+        tb = await connected(19, timeout=14, sack_threshold=3)
+        drops = []
+
+        def drop_psn_once(pkt, now):
+            if pkt.kind == 0 and pkt.psn == 0x10 + 40 and not drops:
+                drops.append(pkt.ev)
+                return True
+            return False
+        for p in tb.fabric.paths(0):
+            p.link.fault().drop_fn = drop_psn_once
+        tb.fabric.keep_log = True
+        model_qp = tb.ends[0].nic.qps[0]
+        model_qp.tx_log = []  # (time, psn, ev, retransmission)
+        posted, payload, early = await transfer(tb, 0, [64 * 1024])
+        cqes = await complete_all(tb.ends[0].qp, posted, early)
+        assert [c.status for c in cqes] == [0]
+        check_memory(tb, 1, payload)
+        c = await tb.ends[0].dev.counters()
+        assert (c["rel.retx_sack"], c["rel.retx_timeout"], c["rel.timeouts"]) == (1, 0, 0), c
+        assert await tb.ends[0].dev.tx.read("qp_retx_packets", 0) == 1
+        log = tb.fabric.directions[0].log
+        assert len(log) == 65 and [e[1] for e in log if e[3]] == drops
+        resent = [ev for _, psn, ev, retx in model_qp.tx_log if retx]
+        assert len(resent) == 1 and resent[0] != drops[0]  # on another EV
+    run(body())
+
+
+def test_write_with_imm_matches_golden_model():
+    """12 x 5000-byte WRITE_WITH_IMM (wr_id i, immediate i) over 8 lossless
+    paths: send and receive completions equal the golden model's
+    (sim/system/scoreboard.py) field for field and in order."""
+    async def body():
+        tb = await connected(14)
+        messages, size = 12, 5000
+        a, b = tb.ends
+        payload = tb.random_bytes(messages * size)
+        a.dev.mem.write(a.send_buf, payload)
+        for i in range(messages):
+            await a.qp.post_send(WrOpcode.WRITE_WITH_IMM, local_addr=a.send_buf + i * size,
+                                 length=size, remote_addr=b.recv_buf + i * size,
+                                 rkey=b.mr.rkey, imm=i, wr_id=i)
+        send = await a.qp.send_cq.wait(messages)
+        recv = await b.qp.recv_cq.wait(messages)
+        expected = model_completions(messages=messages, size=size, imm=True)
+        assert len(expected["send"]) == len(expected["recv"]) == messages
+        assert normalise_rtl(send, recv, imm=True) == expected
+        check_memory(tb, 1, payload)
+    run(body())
+
+
+def test_two_qps_share_the_link():
+    """Two QP pairs NIC 0 -> NIC 1 at once: each completes its own WQEs in
+    order into its own region of the peer's buffer; the scheduler alternates
+    between them, so both finish within one message of each other."""
+    async def body():
+        tb = ModelSystem(seed=20)
+        await tb.init()
+        pairs = await tb.connect_qps(2, sq_log2=4)
+        a = tb.ends[0]
+        runs = [await transfer(tb, 0, [16 * 1024] * 8, qp=qa, base=j * (1 << 19))
+                for j, (qa, _) in enumerate(pairs)]
+        finish = []
+        for j, (qa, _) in enumerate(pairs):
+            posted, payload, early = runs[j]
+            cqes = await complete_all(qa, posted, early)
+            assert [(c.wr_id, c.status, c.qpn) for c in cqes] == [
+                (w, 0, qa.qpn) for w, _, _ in posted]
+            check_memory(tb, 1, payload, base=j * (1 << 19))
+            finish.append(await a.dev.tx.read("qp_tx_packets", qa.qpn))
+        assert finish == [128, 128]
+    run(body())
+
+
+# ---- controller, faults, errors ---------------------------------------------------------------
+
+
+def test_ev_denied_by_controller():
+    """EV 5 DENIED by the controller: no data frame of the next 128 KiB uses it
+    (the event queue reports GOOD -> DENIED); set GOOD again, it is used again."""
+    async def body():
+        tb = await connected(15)
+        tb.fabric.keep_log = True
+        a = tb.ends[0]
+        denied_ev = a.qp.evs.values[5]
+        await a.dev.set_ev_state(a.qp, 5, denied=True)
+        assert (await a.dev.ev_states(a.qp))[5] == 2
+        events = await a.dev.read_ev_events()
+        assert [(e.qpn, e.ev_index, e.old, e.new) for e in events] == [(a.qp.qpn, 5, 0, 2)]
+        mark = len(tb.fabric.directions[0].log)
+        posted, payload, early = await transfer(tb, 0, [16 * 1024] * 8)
+        await complete_all(a.qp, posted, early)
+        check_memory(tb, 1, payload)
+        evs_used = [ev for _, ev, _, _ in tb.fabric.directions[0].log[mark:]]
+        assert len(evs_used) == 128 and denied_ev not in evs_used
+        assert len(set(evs_used)) == 7
+        await a.dev.set_ev_state(a.qp, 5, denied=False)
+        mark = len(tb.fabric.directions[0].log)
+        posted, payload, early = await transfer(tb, 0, [16 * 1024] * 8)
+        await complete_all(a.qp, posted, early)
+        assert denied_ev in [ev for _, ev, _, _ in tb.fabric.directions[0].log[mark:]]
+    run(body())
+
+
+def test_path_down_then_up():
+    """Path 3 of NIC 0 -> NIC 1 goes down: timeouts make EV 3 ASSUMED_BAD (an
+    EV event), the transfer completes on the other paths; once the path is
+    up, a probe brings EV 3 back to GOOD."""
+    async def body():
+        tb = await connected(16, timeout=9, probe_period=4000)
+        a = tb.ends[0]
+        tb.fabric.set_path_up(3, False, direction=0)
+        posted, payload, early = await transfer(tb, 0, [32 * 1024] * 8)
+        await complete_all(a.qp, posted, early)
+        check_memory(tb, 1, payload)
+        events = await a.dev.read_ev_events()
+        assert any(e.ev_index == 3 and e.old == 0 and e.new == 1 for e in events), events
+        assert (await a.dev.ev_states(a.qp))[3] == 1
+        assert tb.fabric.directions[0].paths[3].dropped > 0
+        c = await a.dev.counters()
+        assert c["rel.ev_to_bad"] >= 1 and c["rel.probes_sent"] >= 1
+        tb.fabric.set_path_up(3, True, direction=0)
+        for _ in range(100):
+            await a.dev.transport.idle(1000)
+            if (await a.dev.ev_states(a.qp))[3] == 0:
+                break
+        assert (await a.dev.ev_states(a.qp))[3] == 0, "probe did not bring EV 3 back"
+        events = await a.dev.read_ev_events()
+        assert any(e.ev_index == 3 and e.old == 1 and e.new == 0 for e in events), events
+        assert (await a.dev.counters())["rel.ev_to_good"] == 1
+    run(body())
+
+
+def test_total_outage_retry_exceeded_then_flushed():
+    """Every path of NIC 0 -> NIC 1 down with 4 WQEs posted: after
+    linear_cnt + exp_cnt retries the QP goes to ERROR; the oldest WQE completes
+    RETRY_EXCEEDED, the others FLUSHED (byte_len 0); nothing is written to the
+    peer afterwards, even once the paths are back."""
+    async def body():
+        tb = await connected(21, timeout=4, linear_cnt=2, exp_cnt=1)
+        a, b = tb.ends
+        for k in range(8):
+            tb.fabric.set_path_up(k, False, direction=0)
+        posted, payload, early = await transfer(tb, 0, [3000] * 4)
+        assert early == []
+        cqes = await a.qp.send_cq.wait(4, timeout_cycles=1_000_000)
+        assert [(c.wr_id, c.status, c.byte_len) for c in cqes] == [
+            (posted[0][0], Completion.RETRY_EXCEEDED, 0)] + [
+            (w, Completion.FLUSHED, 0) for w, _, _ in posted[1:]]
+        assert (await a.dev.rel.read_fields("qp_ctrl", a.qp.qpn))["state"] == QpState.ERROR
+        assert (await a.dev.tx.read_fields("qp_ctrl", a.qp.qpn))["enable"] == 0
+        c = await a.dev.counters()
+        assert c["rel.retry_exhausted"] == 1 and c["rel.timeouts"] == 3, c
+        # back up: nothing more goes out, nothing is placed, no more CQEs
+        sent = await a.dev.tx.read("qp_tx_packets", a.qp.qpn)
+        for k in range(8):
+            tb.fabric.set_path_up(k, True, direction=0)
+        await a.dev.transport.idle(200_000)
+        assert await a.dev.tx.read("qp_tx_packets", a.qp.qpn) == sent
+        assert (await b.dev.counters())["rx.placed"] == 0
+        assert b.dev.mem.read(b.recv_buf, 12000) == bytes(12000)
+        assert await a.qp.send_cq.poll() == []
+        # the driver refuses to post on a QP it has not brought back
+        a.qp.state = QpState.ERROR
+        with pytest.raises(DriverError, match="is ERROR"):
+            await a.qp.post_send(WrOpcode.WRITE, local_addr=a.send_buf, length=1,
+                                 remote_addr=b.recv_buf, rkey=b.mr.rkey)
+    run(body())
+
+
+def test_controller_error_flushes():
+    """The driver's to_error: every WQE not completed completes FLUSHED."""
+    async def body():
+        tb = await connected(22, timeout=14)
+        a, b = tb.ends
+        tb.fabric.set_path_up(0, False, direction=0)  # keep the first WQE outstanding
+        posted, _, _ = await transfer(tb, 0, [8192] * 3)
+        await a.dev.transport.idle(2000)
+        await a.qp.to_error()
+        cqes = await a.qp.send_cq.wait(3)
+        assert [(c.wr_id, c.status) for c in cqes] == [(w, Completion.FLUSHED)
+                                                       for w, _, _ in posted]
+    run(body())
+
+
+def test_bad_rkey_is_not_written_and_counted():
+    """A WRITE naming an rkey no region has: RX refuses every packet (counted in
+    bad_rkey, NAK 0x62 sent), writes nothing; reliability ignores the NAK
+    (counted) and the WQE ends RETRY_EXCEEDED. A VA outside the region is
+    refused the same way (bad_bounds)."""
+    async def body():
+        tb = await connected(23, timeout=4, linear_cnt=1, exp_cnt=1)
+        a, b = tb.ends
+        a.dev.mem.write(a.send_buf, b"\xAB" * 4096)
+        await a.qp.post_send(WrOpcode.WRITE, local_addr=a.send_buf, length=4096,
+                             remote_addr=b.recv_buf, rkey=b.mr.rkey ^ 0x100)
+        cqes = await a.qp.send_cq.wait(1, timeout_cycles=1_000_000)
+        assert [c.status for c in cqes] == [Completion.RETRY_EXCEEDED]
+        await a.dev.transport.idle(10_000)  # let the frames in flight land
+        cb, ca = await b.dev.counters(), await a.dev.counters()
+        assert cb["rx.bad_rkey"] >= 4 and cb["rx.placed"] == 0, cb
+        assert cb["rx.naks_sent"] == cb["rx.bad_rkey"]
+        assert ca["rel.acks_ignored"] == cb["rx.naks_sent"], ca
+        assert b.dev.mem.read(b.recv_buf, 4096) == bytes(4096)
+
+        tb = await connected(24, timeout=4, linear_cnt=1, exp_cnt=1)
+        a, b = tb.ends
+        a.dev.mem.write(a.send_buf, b"\xCD" * 2048)
+        await a.qp.post_send(WrOpcode.WRITE, local_addr=a.send_buf, length=2048,
+                             remote_addr=b.recv_buf + b.mr.length - 1024, rkey=b.mr.rkey)
+        await a.qp.send_cq.wait(1, timeout_cycles=1_000_000)
+        cb = await b.dev.counters()
+        # the first packet fits the region and is placed; the second crosses its end
+        assert cb["rx.bad_bounds"] >= 1 and cb["rx.placed"] == 1, cb
+        end = b.recv_buf + b.mr.length
+        assert b.dev.mem.read(end - 1024, 1024) == b"\xCD" * 1024
+        assert b.dev.mem.read(end, 1024) == bytes(1024)
+    run(body())
+
+
+def test_receive_ring_full_counts_overflow():
+    """RX writes a receive CQE only while the ring has room (producer -
+    QP_CQ_CONS < size); the rest are counted in cq_overflow."""
+    async def body():
+        tb = ModelSystem(seed=25)
+        await tb.init()
+        a, b = tb.ends
+        await tb.connect(sq_log2=4)
+        await b.dev.rx.write_fields("QP_CQ_CTRL", b.qp.qpn, log2_entries=2, enable=1)
+        for i in range(6):
+            await a.qp.post_send(WrOpcode.WRITE_WITH_IMM, local_addr=a.send_buf, length=64,
+                                 remote_addr=b.recv_buf + 64 * i, rkey=b.mr.rkey, imm=i)
+        await a.qp.send_cq.wait(6)
+        c = await b.dev.counters()
+        assert (c["rx.cqe_written"], c["rx.cq_overflow"]) == (4, 2), c
+    run(body())
+
+
+def test_harness_matches_rtl_harness():
+    """The model harness uses the RTL harness's addresses and EV profiles."""
+    from sim.system import harness, model_harness
+
+    assert model_harness.MACS == harness.MACS and model_harness.IPS == harness.IPS
+    assert model_harness.EVS == harness.EVS
