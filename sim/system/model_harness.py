@@ -8,12 +8,10 @@ driver API runs unchanged on either backend.
 ``ends[i]``     ``Endpoint``: ``dev`` (a ``Device`` on a ``ModelTransport``),
                 ``nic`` (the ``ModelNic``), ``qp``, ``mr``, ``recv_buf``,
                 ``send_buf`` after ``connect``
-``fabric``      ``ModelFabricControl``: ``directions[d].paths[k]`` (``carried``,
-                ``dropped``, ``loss``, ``up``, ``delay_ns``, ``reorder_prob``,
-                ``reorder_ns``), ``set_loss``, ``set_path_up``, ``set_reorder``,
-                ``paths``, ``keep_log`` and ``directions[d].log`` of
-                ``[ns, ev, path, dropped]`` per frame; direction d carries
-                every frame NIC d sends (data and ACKs)
+``fabric``      ``ModelFabricControl``: the controls of sim/system/fabric.py's
+                ``Fabric`` (loss, down/up now or scheduled, reordering, rate and
+                queue, ECN, trimming; per-path counters; ``keep_log``);
+                direction d carries every frame NIC d sends (data and ACKs)
 ``init()``      discovery and addresses (async)
 ``connect(...)``  QP 0 of each NIC to RTS, bound to the other (``SystemTB.connect``);
                 ``connect_qps(n, ...)`` brings ``n`` QP pairs up
@@ -31,15 +29,19 @@ import random
 from dataclasses import dataclass
 
 from host_driver.driver import Device, EvProfile, MemoryRegion, QueuePair
+from host_driver.layers import TRIM_DSCP_DEFAULT
 from host_driver.model_transport import ModelTransport
+from sim.model.packet import DATA
 from sim.model_nic import ModelFabric, ModelNic
 from sim.system import top as _rtl_top
+from sim.system.fabric import FaultEvent
 from sim.system.top import NIC_PARAMS
 
 __all__ = ["BUILD_IDS", "Endpoint", "ModelFabricControl", "ModelSystem", "MACS", "IPS", "EVS"]
 
 # The build IDs the RTL system top gives its two NICs (one shared ID, or one each)
 BUILD_IDS = getattr(_rtl_top, "BUILD_IDS", None) or (_rtl_top.BUILD_ID,) * 2
+UNLIMITED = 1 << 62  # bytes: a queue that never overflows or marks
 RAM_SIZE = 1 << 23  # 8 MiB of host memory per NIC, as the RTL harness
 # The RTL harness's addresses and EV profiles (sim/system/harness.py)
 MACS = ("02:00:00:00:00:01", "02:00:00:00:00:02")
@@ -61,14 +63,45 @@ class Endpoint:
 
 
 class PathControl:
-    """One path of one direction: the core link toward the receiver."""
+    """One path of one direction: the model fabric's core link toward the
+    receiver, with sim/system/fabric.py ``Path``'s controls and counters.
 
-    def __init__(self, link):
+    Scripted drops (``drop_fn``), loss, random trimming and random CE marking
+    are decided here, in that order, from the link's own RNG (sim.fabric
+    seeds one per link from the seed and its name); down, the queue
+    (``set_rate``), overflow trimming and threshold marking are the link's
+    (``sim.fabric.Link.transit``).
+    """
+
+    def __init__(self, link, default_gbps: float):
         self.link = link
+        self.default_gbps = default_gbps
+        self.loss = 0.0
+        self.trim_prob = 0.0
+        self.ecn_prob = 0.0
+        self.random_trims = 0
+        self.random_marks = 0
+        self.drop_fn = None  # scripted loss: drop_fn(model packet, now_ns) -> True to drop
+        link.fault().drop_fn = self._decide
+
+    def _decide(self, pkt, now) -> bool:
+        rng = self.link.rng
+        if self.drop_fn is not None and self.drop_fn(pkt, now):
+            return True
+        if self.loss and rng.random() < self.loss:
+            return True
+        if pkt.kind == DATA and not pkt.trimmed:
+            if self.trim_prob and rng.random() < self.trim_prob:
+                pkt.trim()
+                self.random_trims += 1
+            elif not pkt.ce and self.ecn_prob and rng.random() < self.ecn_prob:
+                pkt.ce = True
+                self.random_marks += 1
+        return False
 
     @property
     def carried(self) -> int:
-        return self.link.tx_packets
+        return self.link.tx_packets + self.link.trims  # a link does not count overflow trims
 
     @property
     def dropped(self) -> int:
@@ -76,14 +109,12 @@ class PathControl:
         return link.drops_down + link.drops_loss + link.drops_overflow
 
     @property
-    def loss(self) -> float:
-        return self.link.faults.loss if self.link.faults else 0.0
+    def trimmed(self) -> int:
+        return self.link.trims + self.random_trims
 
-    @loss.setter
-    def loss(self, value: float):
-        if not 0.0 <= value <= 1.0:
-            raise ValueError(f"loss must be a probability in 0..1, not {value!r}")
-        self.link.fault().loss = value
+    @property
+    def marked(self) -> int:
+        return self.link.ecn_marks + self.random_marks
 
     @property
     def up(self) -> bool:
@@ -106,11 +137,17 @@ class PathControl:
 
     @property
     def reorder_prob(self) -> float:
-        return self.link.faults.reorder_prob if self.link.faults else 0.0
+        return self.link.faults.reorder_prob
 
     @property
     def reorder_ns(self) -> float:
-        return self.link.faults.reorder_ns if self.link.faults else 0.0
+        return self.link.faults.reorder_ns
+
+    def counters(self) -> dict:
+        link = self.link
+        return {"carried": self.carried, "dropped": self.dropped, "trimmed": self.trimmed,
+                "ecn_marked": self.marked, "reordered": link.reorders,
+                "max_queue_bytes": round(link.max_queue_bytes)}
 
 
 @dataclass
@@ -122,12 +159,21 @@ class DirectionControl:
     log: list
 
 
-class ModelFabricControl:
-    """The RTL harness's fabric controls (sim/system/fabric.py ``Fabric``) on
-    the model fabric: per direction and path, loss, down/up, reordering, and
-    per-path frame counts."""
+def _probability(name, value):
+    if not 0.0 <= value <= 1.0:
+        raise ValueError(f"path {name} is a probability in [0, 1], not {value!r}")
 
-    def __init__(self, fabric: ModelFabric, nics: list[ModelNic]):
+
+class ModelFabricControl:
+    """sim/system/fabric.py ``Fabric``'s controls on the model fabric, so one
+    scenario drives either: ``set_loss``, ``set_path_up``, ``set_reorder``,
+    ``set_rate``, ``set_ecn``, ``set_trim`` (each with an optional direction),
+    ``schedule_path`` / ``schedule`` (``FaultEvent``s at model times,
+    ``fault_log``), ``paths``, ``counters()``, ``keep_log`` and
+    ``directions[d].log`` of ``[ns, ev, path, dropped]``. Not available:
+    ``capture`` (the model's frames are objects, not bytes)."""
+
+    def __init__(self, fabric: ModelFabric, nics: list[ModelNic], gbps: float):
         self.model = fabric
         self.nics = nics
         paths = fabric.paths
@@ -135,32 +181,109 @@ class ModelFabricControl:
         for i in range(2):
             dst = nics[1 - i].host
             links = [paths.core[(0, k, dst.hid)] for k in range(paths.paths_per_plane)]
-            self.directions.append(DirectionControl(f"nic{i}->nic{1 - i}", i, 1 - i,
-                                                    [PathControl(link) for link in links], []))
+            self.directions.append(DirectionControl(
+                f"nic{i}->nic{1 - i}", i, 1 - i, [PathControl(link, gbps) for link in links],
+                []))
         self.keep_log = False
+        self.schedule_events: list[FaultEvent] = []
+        self.fault_log: list[tuple[float, FaultEvent]] = []
         self._in_flight: dict[int, list] = {}
         paths.taps.append(self._tap)
         paths.delivery_hooks.append(self._delivered)
 
+    @property
+    def num_paths(self) -> int:
+        return len(self.directions[0].paths)
+
+    def _dirs(self, direction):
+        if direction is None:
+            return self.directions
+        if direction not in (0, 1):
+            raise ValueError(f"direction is 0 (nic0 -> nic1), 1 (nic1 -> nic0) or None "
+                             f"(both), not {direction!r}")
+        return [self.directions[direction]]
+
+    def _path_index(self, path: int) -> int:
+        if not 0 <= path < self.num_paths:
+            raise ValueError(f"path must be in 0..{self.num_paths - 1}, not {path!r}")
+        return path
+
     def paths(self, direction: int | None = None) -> list[PathControl]:
-        dirs = self.directions if direction is None else [self.directions[direction]]
-        return [p for d in dirs for p in d.paths]
+        return [p for d in self._dirs(direction) for p in d.paths]
 
     def set_loss(self, loss: float, direction: int | None = None):
+        _probability("loss", loss)
         for p in self.paths(direction):
             p.loss = loss
 
     def set_path_up(self, path: int, up: bool, direction: int | None = None):
-        dirs = self.directions if direction is None else [self.directions[direction]]
-        for d in dirs:
-            d.paths[path].up = up
+        for d in self._dirs(direction):
+            d.paths[self._path_index(path)].up = up
 
     def set_reorder(self, prob: float, extra_ns: float, direction: int | None = None):
-        if not 0.0 <= prob <= 1.0 or extra_ns < 0:
-            raise ValueError(f"need prob in 0..1 and extra_ns >= 0, not {prob!r}, {extra_ns!r}")
+        _probability("reorder_prob", prob)
+        if extra_ns < 0:
+            raise ValueError(f"path delays must be >= 0 ns, not {extra_ns!r}")
         for p in self.paths(direction):
             faults = p.link.fault()
             faults.reorder_prob, faults.reorder_ns = prob, extra_ns
+
+    def set_rate(self, gbps: float | None, *, queue_bytes: int | None = None,
+                 direction: int | None = None):
+        """Every path's rate and output queue (None: the line rate, no limit)."""
+        if gbps is not None and gbps <= 0:
+            raise ValueError(f"path rate gbps must be > 0 (or None), not {gbps!r}")
+        for p in self.paths(direction):
+            link = p.link
+            link.gbps = gbps or p.default_gbps
+            link.ns_per_byte = 8.0 / link.gbps
+            link.queue_bytes = UNLIMITED if queue_bytes is None else queue_bytes
+
+    def set_ecn(self, *, threshold_bytes: int | None = None, prob: float = 0.0,
+                direction: int | None = None):
+        """CE-mark data frames above a queue threshold and/or at random."""
+        _probability("ecn_prob", prob)
+        for p in self.paths(direction):
+            p.link.ecn_bytes = UNLIMITED if threshold_bytes is None else threshold_bytes
+            p.ecn_prob = prob
+
+    def set_trim(self, *, on_overflow: bool = True, prob: float = 0.0,
+                 dscp: int = TRIM_DSCP_DEFAULT, direction: int | None = None):
+        """Trim data frames that overflow a queue and/or at random. A trimmed
+        model packet is flagged, not re-marked: ``dscp`` must be RX's
+        TRIM_DSCP (0x3F after reset) for the RTL to see the same thing."""
+        _probability("trim_prob", prob)
+        if dscp != TRIM_DSCP_DEFAULT:
+            raise ValueError(f"the model fabric trims with DSCP 0x{TRIM_DSCP_DEFAULT:x} only, "
+                             f"not {dscp!r}")
+        for p in self.paths(direction):
+            p.link.trim = on_overflow
+            p.trim_prob = prob
+
+    def schedule(self, event: FaultEvent) -> None:
+        """Apply ``event`` at its model time (at once if it is past)."""
+        self._path_index(event.path)
+        self._dirs(event.direction)
+        if event.at_ns < 0:
+            raise ValueError(f"fault time must be >= 0 ns, not {event.at_ns!r}")
+        self.schedule_events.append(event)
+        engine = self.model.engine
+        engine.at(max(event.at_ns, engine.now), self._apply, event)
+
+    def schedule_path(self, path: int, down_ns: float, up_ns: float | None = None,
+                      direction: int | None = None) -> None:
+        if up_ns is not None and up_ns <= down_ns:
+            raise ValueError(f"up_ns ({up_ns}) must be after down_ns ({down_ns})")
+        self.schedule(FaultEvent(down_ns, path, False, direction))
+        if up_ns is not None:
+            self.schedule(FaultEvent(up_ns, path, True, direction))
+
+    def _apply(self, event: FaultEvent):
+        self.set_path_up(event.path, event.up, event.direction)
+        self.fault_log.append((self.model.now, event))
+
+    def counters(self) -> dict:
+        return {d.name: [p.counters() for p in d.paths] for d in self.directions}
 
     def _tap(self, pkt, now):
         if not self.keep_log:
@@ -190,7 +313,7 @@ class ModelSystem:
             nic = ModelNic(params, self.model, build_id=build_id, mem_size=RAM_SIZE,
                            csr_access_cycles=csr_access_cycles)
             self.ends.append(Endpoint(Device(ModelTransport(nic)), nic))
-        self.fabric = ModelFabricControl(self.model, [e.nic for e in self.ends])
+        self.fabric = ModelFabricControl(self.model, [e.nic for e in self.ends], gbps)
 
     @property
     def now_ns(self) -> float:

@@ -267,7 +267,7 @@ def test_sack_threshold_retransmits_holes_without_timeout():
                 return True
             return False
         for p in tb.fabric.paths(0):
-            p.link.fault().drop_fn = drop_psn_once
+            p.drop_fn = drop_psn_once
         tb.fabric.keep_log = True
         model_qp = tb.ends[0].nic.qps[0]
         model_qp.tx_log = []  # (time, psn, ev, retransmission)
@@ -282,6 +282,72 @@ def test_sack_threshold_retransmits_holes_without_timeout():
         assert len(log) == 65 and [e[1] for e in log if e[3]] == drops
         resent = [ev for _, psn, ev, retx in model_qp.tx_log if retx]
         assert len(resent) == 1 and resent[0] != drops[0]  # on another EV
+    run(body())
+
+
+def test_trimmed_packets_are_nacked_and_resent():
+    """5 % of the data frames NIC 0 -> NIC 1 trimmed at random: RX counts each
+    and answers NAK TRIMMED (TRIM_NACK on), reliability resends each at once
+    (reason NAK), no timeout, no EV blamed; memory exact."""
+    async def body():
+        tb = await connected(26, timeout=14)
+        tb.fabric.set_trim(prob=0.05, direction=0)
+        posted, payload, early = await transfer(tb, 0, [16 * 1024] * 16)
+        cqes = await complete_all(tb.ends[0].qp, posted, early)
+        assert [c.status for c in cqes] == [0] * 16
+        check_memory(tb, 1, payload)
+        trimmed = sum(p.trimmed for p in tb.fabric.paths(0))
+        c0, c1 = await tb.ends[0].dev.counters(), await tb.ends[1].dev.counters()
+        assert trimmed > 0 and c1["rx.trimmed"] == trimmed == c1["rx.naks_sent"], c1
+        assert c0["rel.naks_trimmed"] == c0["rel.retx_nak"] == trimmed, c0
+        assert c0["rel.timeouts"] == 0 and c0["rel.ev_to_bad"] == 0, c0
+        assert c1["rx.placed"] == 256
+        assert await tb.ends[0].dev.ev_states(tb.ends[0].qp) == [0] * 8
+    run(body())
+
+
+def test_scheduled_path_fault():
+    """schedule_path takes path 2 down and up at model times (fault_log says
+    when); frames on it meanwhile are dropped; the transfer completes exact."""
+    async def body():
+        tb = await connected(27, timeout=9)
+        t0 = tb.now_ns
+        tb.fabric.schedule_path(2, t0 + 20_000, t0 + 400_000, direction=0)
+        posted, payload, early = await transfer(tb, 0, [32 * 1024] * 8)
+        cqes = await complete_all(tb.ends[0].qp, posted, early)
+        assert [c.status for c in cqes] == [0] * 8
+        check_memory(tb, 1, payload)
+        assert [(t, e.up) for t, e in tb.fabric.fault_log] == [
+            (t0 + 20_000, False), (t0 + 400_000, True)]
+        assert tb.fabric.counters()["nic0->nic1"][2]["dropped"] > 0
+        assert tb.fabric.directions[1].paths[2].dropped == 0
+        with pytest.raises(ValueError, match="up_ns"):
+            tb.fabric.schedule_path(1, 10.0, 5.0)
+        with pytest.raises(ValueError, match="path must be in 0..7"):
+            tb.fabric.set_path_up(8, False)
+        with pytest.raises(ValueError, match="probability"):
+            tb.fabric.set_loss(1.5)
+    run(body())
+
+
+def test_queue_overflow_trims():
+    """Paths at 1/16 of the line rate with 4 KiB queues (8 paths carry half
+    of what the NIC sends): the queues overflow and the links trim (UET
+    style); the NAKs bring every packet in, exact."""
+    async def body():
+        tb = await connected(28, timeout=14)
+        line = tb.ends[0].nic.params["data_width"] * tb.ends[0].nic.params["clk_freq_hz"] / 1e9
+        tb.fabric.set_rate(line / 16, queue_bytes=4096, direction=0)
+        tb.fabric.set_trim(on_overflow=True, direction=0)
+        posted, payload, early = await transfer(tb, 0, [64 * 1024] * 4)
+        cqes = await complete_all(tb.ends[0].qp, posted, early)
+        assert [c.status for c in cqes] == [0] * 4
+        check_memory(tb, 1, payload)
+        counters = tb.fabric.counters()["nic0->nic1"]
+        assert sum(p["trimmed"] for p in counters) > 0
+        assert max(p["max_queue_bytes"] for p in counters) <= 4096
+        c1 = await tb.ends[1].dev.counters()
+        assert c1["rx.trimmed"] == sum(p["trimmed"] for p in counters)
     run(body())
 
 
