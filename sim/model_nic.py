@@ -735,6 +735,10 @@ class ModelNic:
         if self.rx_state(q) in (RTR, RTS) and self.qps[q] is None:
             self._create_qp(q)
 
+    def _write_rx_QP_ACK(self, q, value, old):
+        if self.qps[q] is not None:
+            self._apply_ack_cfg(self.qps[q])
+
     def _write_rx_QP_EPSN(self, q, value, old):
         self.recv_cq_pi[q] = 0
         if self.qps[q] is not None:
@@ -776,6 +780,15 @@ class ModelNic:
                 self.core.kick()
         table.reindex()
 
+    def _write_reliability_qp_rel_cfg(self, q, value, old):
+        if self.qps[q] is not None and self.qps[q].state == RTS:
+            self._apply_rel_cfg(self.qps[q])
+
+    def _write_reliability_ev_loss_threshold(self, index, value, old):
+        for qp in self.qps:
+            if qp is not None and qp.state == RTS:
+                self._apply_rel_cfg(qp)
+
     def _write_reliability_probe_period(self, index, value, old):
         for qp in self.qps:
             if qp is not None and qp.state == RTS and value and not old:
@@ -800,12 +813,28 @@ class ModelNic:
         qp.peer = self._peer_host(self.rx_reg("QP_PEER_IP", q), "RX QP_PEER_IP")
         qp.dqpn = self.rx_reg("QP_PEER_QPN", q) & 0xFFFFFF
         qp.reset_responder(self.rx_reg("QP_EPSN", q))
-        ack = self.rx_reg("QP_ACK", q)
-        cfg.ack_every = max(1, ack & 0xFF)
-        cfg.ack_delay_ns = (ack >> 16) * self.clk_period_ns
+        self._apply_ack_cfg(qp)
         self.qps[q] = qp
         self.core.qps[q] = qp
         self.core._qp_list.append(qp)
+
+    def _apply_ack_cfg(self, qp):
+        """RX ``QP_ACK``: ACK after n placed packets (0 means 1) or t cycles."""
+        ack = self.rx_reg("QP_ACK", qp.qpn)
+        qp.cfg.ack_every = max(1, ack & 0xFF)
+        qp.cfg.ack_delay_ns = (ack >> 16) * self.clk_period_ns
+
+    def _apply_rel_cfg(self, qp):
+        """Reliability ``qp_rel_cfg`` and ``ev_loss_threshold``: timer and EV health."""
+        cfg, table = qp.cfg, qp.evs
+        rel_cfg = {f: self.field("reliability", "qp_rel_cfg", qp.qpn, f)
+                   for f in ("t", "linear_cnt", "exp_cnt", "ev_min_active")}
+        cfg.rto_exp = min(rel_cfg["t"], 24)
+        cfg.linear_cnt = rel_cfg["linear_cnt"]
+        cfg.exp_cnt = min(rel_cfg["exp_cnt"], 25)
+        cfg.ev_min_active = table.min_active = rel_cfg["ev_min_active"]
+        threshold = self.reg("reliability", "ev_loss_threshold") & 0xF
+        cfg.ev_bad_threshold = table.bad_threshold = threshold or NEVER
 
     def _destroy_qp(self, q):
         qp = self.qps[q]
@@ -833,18 +862,8 @@ class ModelNic:
         mtu = self.reg("tx", "qp_mtu", q)
         cfg.mtu = mtu if mtu in (256, 512, 1024, 2048, 4096) and mtu <= p["max_mtu"] \
             else p["max_mtu"]
-        rel_cfg = {f: self.field("reliability", "qp_rel_cfg", q, f)
-                   for f in ("t", "linear_cnt", "exp_cnt", "ev_min_active")}
-        cfg.rto_exp = min(rel_cfg["t"], 24)
-        cfg.linear_cnt = rel_cfg["linear_cnt"]
-        cfg.exp_cnt = min(rel_cfg["exp_cnt"], 25)
-        cfg.ev_min_active = rel_cfg["ev_min_active"]
+        self._apply_rel_cfg(qp)
         cfg.trim_nack = bool(self.rx_field("QP_CTRL", q, "trim_nack"))
-        threshold = self.reg("reliability", "ev_loss_threshold") & 0xF
-        table = qp.evs
-        table.min_active = cfg.ev_min_active
-        table.bad_threshold = threshold or NEVER
-        cfg.ev_bad_threshold = table.bad_threshold
         qp._mtu_wire = data_wire_len(cfg.mtu, False)
         mpr = (self.reg("tx", "qp_mpr", q) & 0xFF) or 1
         cwnd = self.reg("tx", "qp_cwnd", q) or p["window"]
