@@ -283,8 +283,12 @@ class _HwQp(MrcQp):
     def _to_error(self, first_status):
         if first_status == RETRY_EXC_ERR:
             self.hw.rel_cnt["retry_exhausted"] += 1
-        self.hw._tx_stop(self.qpn)  # reliability's qp_state_update: TX stops the QP
+        begun = bool(self.wrs)
         super()._to_error(first_status)
+        # every WQE posted (up to the doorbell) completes, fetched by TX or not
+        self.hw._flush_unfetched(self.qpn, CQE_STATUS.get(first_status, CqeStatus.FLUSHED)
+                                 if not begun else CqeStatus.FLUSHED)
+        self.hw._tx_stop(self.qpn)  # reliability's qp_state_update: TX stops the QP
 
     # -- probes ----------------------------------------------------------------------------
     def _maybe_probe(self):
@@ -872,6 +876,16 @@ class ModelNic:
         qp.state = RTS
         self.rel_state[q] = RTS
         self._fetch(q)
+
+    def _flush_unfetched(self, q, first_status):
+        """Complete the WQEs between TX's consumer index and the last doorbell
+        (reliability sees every doorbell: NicCore's DoorbellSnoop). TX's
+        consumer index stays behind, as in the RTL."""
+        producer = self.reg("tx", "qp_doorbell", q) & 0xFFFF
+        index, status = self.tx_consumer[q], first_status
+        while index != producer:
+            self._write_send_cqe(q, index, status)
+            index, status = (index + 1) & 0xFFFF, CqeStatus.FLUSHED
 
     def _tx_stop(self, q):
         addr = self.maps["tx"]["qp_ctrl"].addr(q)

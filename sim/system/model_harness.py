@@ -15,7 +15,7 @@ driver API runs unchanged on either backend.
 ``init()``      discovery and addresses (async)
 ``connect(...)``  QP 0 of each NIC to RTS, bound to the other (``SystemTB.connect``);
                 ``connect_qps(n, ...)`` brings ``n`` QP pairs up
-``now_ns``      model time
+``now_ns``, ``now_cycles``  model time
 
 ``params`` are NicCore's (sim/system/top.py ``NIC_PARAMS`` by default),
 ``gbps`` the line rate of every link (default: data_width x clk_freq_hz, the
@@ -318,6 +318,11 @@ class ModelSystem:
     @property
     def now_ns(self) -> float:
         return self.model.now
+
+    @property
+    def now_cycles(self) -> float:
+        """Model time in NIC clock cycles (``1 / clk_freq_hz`` each)."""
+        return self.model.now / self.ends[0].nic.clk_period_ns
 
     async def reset(self):
         """The model NICs come out of reset when they are made."""
