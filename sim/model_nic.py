@@ -474,6 +474,9 @@ class ModelNic:
         }
         # NicCore's windows: every block decodes at least 16 address bits
         self.block_bits = max(16, *((m.size - 1).bit_length() for m in self.maps.values()))
+        self._by_name = {block: {r.name: r for r in m.registers} for block, m in self.maps.items()}
+        self._fields = {(block, r.name): {f[0]: (f[1], f[2]) for f in r.fields}
+                        for block, m in self.maps.items() for r in m.registers}
         self.decode = {}
         for name, regmap in self.maps.items():
             table = {}
@@ -561,14 +564,15 @@ class ModelNic:
     # ---- register helpers ----------------------------------------------------------------------
 
     def reg(self, block: str, name: str, index: int = 0) -> int:
-        addr = self.maps[block][name].addr(index)
-        return self.store.get((block, addr), 0)
+        """The stored word of register ``name`` (element ``index``) of ``block``."""
+        reg = self._by_name[block][name]
+        if not 0 <= index < reg.count:
+            raise IndexError(f"{block}.{name}[{index}] is out of range 0..{reg.count - 1}")
+        return self.store.get((block, reg.offset + index * reg.stride), 0)
 
     def field(self, block: str, name: str, index: int, fname: str) -> int:
-        for f, lsb, width, _ in self.maps[block][name].fields:
-            if f == fname:
-                return (self.reg(block, name, index) >> lsb) & ((1 << width) - 1)
-        raise KeyError(f"{block}.{name} has no field {fname}")
+        lsb, width = self._fields[block, name][fname]
+        return (self.reg(block, name, index) >> lsb) & ((1 << width) - 1)
 
     def rx_reg(self, name, q):
         return self.reg("rx", name, q)
@@ -725,6 +729,7 @@ class ModelNic:
     def _write_tx_qp_ctrl(self, q, value, old):
         if value & 1 and not old & 1:
             self._fetch(q)
+            self.core.kick()  # retransmissions may be waiting
 
     def _write_tx_qp_doorbell(self, q, value, old):
         self._fetch(q)
