@@ -44,25 +44,111 @@ def _verilator_make_workaround() -> None:
         os.environ["MAKEFLAGS"] = f"{flags} CFG_CXXFLAGS_PCH_I=-include".strip()
 
 
-@functools.cache
-def fst_supported() -> bool:
-    """Verilator's FST writer needs the lz4 and zlib headers (Debian: liblz4-dev,
-    zlib1g-dev), which a bare machine may lack; VCD needs nothing."""
-    probe = "#include <lz4.h>\n#include <zlib.h>\n"
+# Headers Verilator's FST writer needs, and the Debian package that has each
+# (with a static library, so nothing else needs installing).
+FST_DEPS = {"lz4.h": "liblz4-dev", "zlib.h": "zlib1g-dev"}
+LOCAL_DEPS = SIM_BUILD / "_fstdeps"
+
+
+def _has_header(header: str, include_dirs=()) -> bool:
+    cmd = [os.environ.get("CXX", "g++"), "-E", "-x", "c++", "-"]
+    cmd += [f"-I{d}" for d in include_dirs]
     try:
-        result = subprocess.run([os.environ.get("CXX", "g++"), "-E", "-x", "c++", "-"],
-                                input=probe, capture_output=True, text=True, check=False)
+        result = subprocess.run(cmd, input=f"#include <{header}>\n", capture_output=True,
+                                text=True, check=False)
     except OSError:
         return False
     return result.returncode == 0
 
 
+def _fetch_deb(package: str) -> bool:
+    """Unpack Debian's ``package`` into LOCAL_DEPS without installing it
+    (``apt-get download`` needs no root); keep its static library only."""
+    import glob
+    import shutil
+    import tempfile
+
+    if not shutil.which("apt-get") or not shutil.which("dpkg-deb"):
+        return False
+    with tempfile.TemporaryDirectory() as tmp:
+        got = subprocess.run(["apt-get", "download", package], cwd=tmp, capture_output=True,
+                             check=False)
+        debs = glob.glob(os.path.join(tmp, "*.deb"))
+        if got.returncode or not debs:
+            return False
+        LOCAL_DEPS.mkdir(parents=True, exist_ok=True)
+        if subprocess.run(["dpkg-deb", "-x", debs[0], str(LOCAL_DEPS)], check=False).returncode:
+            return False
+    for so in glob.glob(str(LOCAL_DEPS / "usr/lib/*/*.so")):  # link the .a, not a symlink
+        os.unlink(so)
+    return True
+
+
+@functools.cache
+def fst_build_args() -> list[str] | None:
+    """Verilator arguments that make ``--trace-fst`` build here, or None.
+
+    Verilator's FST writer includes lz4.h and zlib.h and links -llz4 -lz. On a
+    machine without those development headers (a bare Debian lacks
+    liblz4-dev), the Debian package is unpacked under sim_build/_fstdeps/
+    (no root, no install) and its headers and static library are used."""
+    import glob
+
+    missing = [h for h in FST_DEPS if not _has_header(h)]
+    if not missing:
+        return []
+    include = LOCAL_DEPS / "usr" / "include"
+    for header in missing:
+        if not (include / header).exists() and not _fetch_deb(FST_DEPS[header]):
+            return None
+    if not all(_has_header(h, [include]) for h in FST_DEPS):
+        return None
+    libdirs = sorted({os.path.dirname(a) for a in glob.glob(str(LOCAL_DEPS / "usr/lib/*/*.a"))})
+    return ["-CFLAGS", f"-I{include}", "-LDFLAGS", " ".join(f"-L{d}" for d in libdirs)]
+
+
+def fst_supported() -> bool:
+    return fst_build_args() is not None
+
+
 def export_verilog(component, toplevel: str, path: Path) -> Path:
-    """Write the component's Verilog to ``path`` unless it is already identical."""
+    """Write the component's Verilog to ``path`` unless it is already identical.
+
+    ``component`` may also be the Verilog text itself, or an object with a
+    ``verilog_text(toplevel)`` method (a top built from several separately
+    converted modules, e.g. sim/system/top.py)."""
     from amaranth.back import verilog
 
-    text = verilog.convert(component, name=toplevel, emit_src=False)
+    if isinstance(component, str):
+        text = component
+    elif hasattr(component, "verilog_text"):
+        text = component.verilog_text(toplevel)
+    else:
+        text = verilog.convert(component, name=toplevel, emit_src=False)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if not path.exists() or path.read_text() != text:
+        path.write_text(text)
+    return path
+
+
+def _drop_public_flat_rw(runner) -> None:
+    build_command = runner._build_command
+
+    def without_public():
+        cmds = build_command()
+        cmds[0] = [arg for arg in cmds[0] if arg != "--public-flat-rw"]
+        return cmds
+
+    runner._build_command = without_public
+
+
+def _top_ports_public(build_dir: Path, toplevel: str) -> Path:
+    """A Verilator configuration file that keeps the top module's signals
+    public (cocotb needs the root handle and the ports) and nothing else."""
+    path = build_dir / "top_public.vlt"
+    text = ("`verilator_config\n"
+            "// only the top-level ports are reached from cocotb\n"
+            f'public_flat_rw -module "{toplevel}" -var "*"\n')
     if not path.exists() or path.read_text() != text:
         path.write_text(text)
     return path
@@ -79,12 +165,22 @@ def run_cocotb(
     waves: bool | str = False,
     seed: int | None = None,
     test_dir: Path | None = None,
+    public: bool = True,
+    extra_build_args: list[str] | None = None,
 ) -> Path:
     """Build (if needed) and run; returns the results XML. Raises on failure under pytest.
 
     ``waves``: False, "vcd", or "fst" (True means "fst"). FST falls back to VCD,
     with a message, on a machine without the lz4/zlib headers FST needs; the
     waveform lands in the test directory as dump.fst or dump.vcd.
+
+    ``public=False`` (or a component with ``cocotb_public = False``) drops
+    the ``--public-flat-rw`` that cocotb's runner gives Verilator and keeps
+    only the top module's signals public (a .vlt file): Python reaches the
+    ports only, and Verilator may optimise everything inside. For a large
+    design (the two-NIC system top) that cuts the generated C++ several-fold,
+    the build time with it, and speeds up the simulation. Waveforms still
+    show every signal.
     """
     from cocotb_tools.runner import get_runner
 
@@ -94,19 +190,27 @@ def run_cocotb(
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     build_dir = SIM_BUILD / name
-    src = export_verilog(elaborate(), toplevel, build_dir / f"{toplevel}.v")
+    component = elaborate()
+    src = export_verilog(component, toplevel, build_dir / f"{toplevel}.v")
     runner = get_runner("verilator")
-    build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC"]
+    # A top whose tests touch only its ports can say so (sim/system/top.py).
+    sources = [src]
+    if not public or not getattr(component, "cocotb_public", True):
+        _drop_public_flat_rw(runner)
+        sources.insert(0, _top_ports_public(build_dir, toplevel))
+    build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", *(extra_build_args or [])]
     if waves is True:
         waves = "fst"
     if waves == "fst" and not fst_supported():
-        print("cocotb_runner: no lz4/zlib headers for Verilator's FST writer "
-              "(Debian: apt-get install liblz4-dev zlib1g-dev); writing VCD instead")
+        print("cocotb_runner: no lz4/zlib headers for Verilator's FST writer, and none "
+              "could be unpacked from Debian's liblz4-dev/zlib1g-dev; writing VCD instead")
         waves = "vcd"
     if waves:
         build_args += ["--trace-fst" if waves == "fst" else "--trace", "--trace-structs"]
+        if waves == "fst":
+            build_args += fst_build_args()
     runner.build(
-        sources=[src],
+        sources=sources,
         hdl_toplevel=toplevel,
         build_dir=build_dir,
         build_args=build_args,

@@ -1,12 +1,20 @@
 """The two-NIC system top: two NicCores, each with its own DMA master (to its
 own host memory) and its own AXI4-Lite CSR port; their MAC ports are joined
-by the cocotb fabric model (tests/system/fabric.py), not in gateware.
+by the cocotb fabric model (sim/system/fabric.py), not in gateware.
 
 Ports: ``n{i}_s_axil``, ``n{i}_m_axi``, ``n{i}_mac_tx``, ``n{i}_mac_rx`` and
 ``n{i}_irq`` for NIC i in 0, 1.
+
+Build cost: NicCore is elaborated once, into a Verilog module ``nic_core``,
+and ``two_nic`` instantiates that module twice (``system_verilog``). Both
+NICs are then the same hardware (the same ``build_id`` too), Amaranth
+elaborates half as much, and Verilator sees one module it can compile once.
+``run_cocotb(elaborate=TwoNicTop, ...)`` picks this up through
+``verilog_text``; its ``cocotb_public = False`` keeps only the top's ports
+visible to Python (tests and demos reach the NICs only through them).
 """
 
-from amaranth.hdl import Module
+from amaranth.hdl import ClockSignal, Instance, Module, ResetSignal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -14,21 +22,35 @@ from hw.axi import AXI4LiteSignature, AXI4Signature
 from hw.nic import NicCore
 from hw.stream import AXIStreamSignature
 
-__all__ = ["NIC_PARAMS", "TwoNicTop", "BUILD_IDS"]
+__all__ = ["NIC_PARAMS", "BUILD_ID", "BUILD_IDS", "NIC_MODULE", "TwoNicTop", "system_verilog"]
 
-# A small NIC that the simulator builds in a few minutes: 2 QPs, 8 EVs (paths).
+# A NIC that the simulator builds in a few minutes: 16 QPs, 8 EVs (paths).
 # The timer unit is 16 cycles (15.625 MHz), so retransmit timeouts are short.
-NIC_PARAMS = dict(data_width=64, num_qps=2, evs_per_qp=8, sack_bits=64, max_mtu=1024,
-                  mpr_max=256, num_mrs=2, window=64, inflight_depth=64,
+NIC_PARAMS = dict(data_width=64, num_qps=16, evs_per_qp=8, sack_bits=64, max_mtu=1024,
+                  mpr_max=256, num_mrs=16, window=64, inflight_depth=64,
                   clk_freq_hz=15_625_000)
-BUILD_IDS = (0x5157_0000, 0x5157_0001)
+BUILD_ID = 0x5157_0000
+BUILD_IDS = (BUILD_ID, BUILD_ID)  # per NIC: one module, so one build id
+NIC_MODULE = "nic_core"
+
+
+def nic_ports(nic: NicCore):
+    """(Verilog port name, direction "i"/"o", signal) of each NicCore port."""
+    for path, member, value in nic.signature.flatten(nic):
+        direction = "i" if member.flow == In else "o"
+        yield "__".join(str(p) for p in path), direction, value
 
 
 class TwoNicTop(wiring.Component):
+    """Two instances of the Verilog module ``nic_core`` (a NicCore built with
+    ``params``); elaborate it with ``system_verilog``, which also emits that
+    module."""
+
     def __init__(self, params=None):
-        params = dict(NIC_PARAMS if params is None else params)
-        self.nics = [NicCore(**params, build_id=build_id) for build_id in BUILD_IDS]
-        nic = self.nics[0]
+        self.params = dict(NIC_PARAMS if params is None else params)
+        # The NicCore that system_verilog converts into the ``nic_core`` module.
+        self.nic = nic = NicCore(**self.params, build_id=BUILD_ID)
+        self.csr_addr_width, self.data_width = nic.csr_addr_width, nic.data_width
         members = {}
         for i in range(2):
             members[f"n{i}_s_axil"] = In(AXI4LiteSignature(nic.csr_addr_width, 32))
@@ -37,14 +59,34 @@ class TwoNicTop(wiring.Component):
             members[f"n{i}_mac_rx"] = In(AXIStreamSignature(nic.data_width, user_width=1))
             members[f"n{i}_irq"] = Out(1)
         super().__init__(members)
+        self._nic_ports = [(name, d) for name, d, _ in nic_ports(nic)]
+
+    # cocotb touches only the top's ports: Verilator need not keep the inside
+    # public (sim/cocotb_runner.py), which makes the build several times smaller.
+    cocotb_public = False
+
+    def verilog_text(self, toplevel: str = "two_nic") -> str:
+        """Verilog of this top: the ``nic_core`` module once, then ``toplevel``."""
+        from amaranth.back import verilog
+
+        nic_text = verilog.convert(self.nic, name=NIC_MODULE, emit_src=False)
+        return nic_text + "\n" + verilog.convert(self, name=toplevel, emit_src=False)
 
     def elaborate(self, platform):
         m = Module()
-        for i, nic in enumerate(self.nics):
-            m.submodules[f"nic{i}"] = nic
-            wiring.connect(m, wiring.flipped(getattr(self, f"n{i}_s_axil")), nic.s_axil)
-            wiring.connect(m, nic.m_axi, wiring.flipped(getattr(self, f"n{i}_m_axi")))
-            wiring.connect(m, nic.mac_tx, wiring.flipped(getattr(self, f"n{i}_mac_tx")))
-            wiring.connect(m, wiring.flipped(getattr(self, f"n{i}_mac_rx")), nic.mac_rx)
-            m.d.comb += getattr(self, f"n{i}_irq").eq(nic.irq)
+        for i in range(2):
+            mine = {}
+            for path, _member, value in self.signature.flatten(self):
+                head = str(path[0])
+                if head.startswith(f"n{i}_"):
+                    mine["__".join([head[len(f"n{i}_"):], *map(str, path[1:])])] = value
+            ports = {"i_clk": ClockSignal(), "i_rst": ResetSignal()}
+            for name, direction in self._nic_ports:
+                ports[f"{direction}_{name}"] = mine[name]
+            m.submodules[f"nic{i}"] = Instance(NIC_MODULE, **ports)
         return m
+
+
+def system_verilog(params=None, toplevel: str = "two_nic") -> str:
+    """Verilog of the two-NIC top with ``params`` (NIC_PARAMS by default)."""
+    return TwoNicTop(params).verilog_text(toplevel)
