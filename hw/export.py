@@ -22,6 +22,7 @@ TOPS = {
     "rgmii_mac": ("hw.board.mac", "RGMIIMAC", {}),
     "uart_axil": ("hw.board.uart", "UARTToAXI4Lite", {"divisor": 868}),
     "mac_regs": ("hw.board.regs", "MACRegisters", {}),
+    "board_soc": ("hw.board.soc", "BoardSoC", {}),
 }
 
 
