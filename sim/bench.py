@@ -2,7 +2,9 @@
 
 Each section is a module with ``run() -> str`` returning markdown; the file is
 rewritten as a whole so it always comes from one run of one commit.
-``python -m sim.bench --only parser`` runs a subset and prints it instead.
+``python -m sim.bench --only parser`` runs a subset and prints it instead;
+``--only system --update`` replaces just those sections (matched by their
+``## `` heading) in the file and keeps the others.
 """
 
 import argparse
@@ -22,6 +24,7 @@ SECTIONS = {
     "rx": "sim.rx_bench",
     "reliability": "sim.rel_bench",
     "model": "sim.model_bench",
+    "system": "sim.system_bench",
 }
 
 
@@ -36,11 +39,44 @@ def _commit() -> str:
         return "unknown"
 
 
+def _split(text: str) -> list[str]:
+    """Text before the first ``## `` heading, then one chunk per ``## `` section."""
+    chunks, current = [], []
+    for line in text.splitlines(keepends=True):
+        if line.startswith("## ") and current:
+            chunks.append("".join(current))
+            current = []
+        current.append(line)
+    chunks.append("".join(current))
+    return chunks
+
+
+def update_sections(text: str, parts: list[str]) -> str:
+    """``text`` with each section of ``parts`` replacing the section of the same
+    ``## `` heading (appended when there is none)."""
+    chunks = _split(text)
+    for part in parts:
+        heading = part.splitlines()[0]
+        body = part.rstrip() + "\n\n"
+        for i, chunk in enumerate(chunks):
+            if chunk.splitlines()[:1] == [heading]:
+                chunks[i] = body
+                break
+        else:
+            chunks[-1] = chunks[-1].rstrip() + "\n\n"
+            chunks.append(body)
+    return "".join(chunks).rstrip() + "\n"
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", choices=sorted(SECTIONS))
     parser.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    parser.add_argument("--update", action="store_true",
+                        help="with --only: replace those sections in --out, keep the others")
     args = parser.parse_args(argv)
+    if args.update and not args.only:
+        parser.error("--update needs --only")
     names = args.only or list(SECTIONS)
     parts = []
     for name in names:
@@ -57,7 +93,10 @@ def main(argv=None):
         "itself.\n\n"
     )
     text = header + "\n".join(parts)
-    if args.only:
+    if args.update:
+        args.out.write_text(update_sections(args.out.read_text(), parts))
+        print(f"[bench] updated {', '.join(names)} in {args.out}")
+    elif args.only:
         sys.stdout.write(text)
     else:
         args.out.write_text(text)
