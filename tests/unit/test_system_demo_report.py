@@ -166,3 +166,20 @@ def test_bench_update_replaces_only_the_named_section():
     out = update_sections(text, ["## Two NICs\n\nnew\n"])
     assert out == "# Benchmarks\n\nintro\n\n## A\n\na\n\n## Two NICs\n\nnew\n\n## C\n\nc\n"
     assert update_sections(text, ["## D\n\nd\n"]).endswith("## C\n\nc\n\n## D\n\nd\n")
+
+
+def test_goodput_recovery_is_measured_from_the_first_dip():
+    import numpy as np
+
+    from sim.system.demo import _recovery
+
+    raw = {"capture": [], "clk_ns": 8}
+    faults = [{"time_ns": 10_000.0, "path": 3, "direction": 0, "up": False}]
+    dipped = [8.0] * 10 + [8.0, 0.0, 0.0, 0.0, 4.0] + [8.0] * 10
+    s = {"t0": 0.0, "bin_ns": 1000.0, "goodput": np.array([dipped, [8.0] * len(dipped)])}
+    r = _recovery(raw, DemoConfig(), s, faults, [])
+    # the 3-bin mean drops below 4 Gb/s at bin 10 and is back at >= 7.2 Gb/s from bin 15
+    assert r["goodput_dipped"] and r["goodput_recovered_after_ns"] == pytest.approx(5000.0)
+    s["goodput"] = np.full((2, 25), 8.0)
+    r = _recovery(raw, DemoConfig(), s, faults, [])
+    assert not r["goodput_dipped"] and r["goodput_recovered_after_ns"] is None
