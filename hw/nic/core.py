@@ -11,7 +11,7 @@ from hw.axi import AXI4LiteSignature, AXI4Signature
 from hw.axi_arbiter import AXI4Arbiter
 from hw.csr import AXI4LiteToCSR
 from hw.reliability.engine import ReliabilityEngine
-from hw.reliability.layouts import CwndUpdate, QpState, QpStateUpdate
+from hw.reliability.layouts import CwndUpdate, QpState, QpStateUpdate, SqProducer
 from hw.rx.engine import RxEngine
 from hw.stream import AXIStreamSignature, check_data_width
 from hw.tx.engine import TxEngine
@@ -28,7 +28,7 @@ from .csr import (
     host_view,
 )
 
-__all__ = ["NicCore", "TxControlBridge", "check_nic_params", "BLOCK_ORDER"]
+__all__ = ["NicCore", "TxControlBridge", "DoorbellSnoop", "check_nic_params", "BLOCK_ORDER"]
 
 # Register blocks in CSR order; window i starts at i << block_bits.
 BLOCK_ORDER = ("device_info", "tx", "rx", "reliability")
@@ -124,6 +124,44 @@ class TxControlBridge(wiring.Component):
         return m
 
 
+class DoorbellSnoop(wiring.Component):
+    """Watches the CSR bus into TX's register block and reports every write of a
+    QP's ``qp_doorbell`` (the send queue's producer index) to reliability, which
+    needs it to complete, on an ERROR, the WQEs TX has not begun.
+
+    Interface: ``addr`` In(addr_width), ``w_stb`` In(1), ``w_data`` In(16):
+    the address, write strobe and low half of the write data of TX's CSR bus
+    (observed, never driven); ``sq_producer`` Out(stream(SqProducer)):
+    ``{qpn, producer}``, valid in the cycle of the write strobe, no
+    backpressure (reliability's input is always ready).
+    Latency: 0 cycles (combinational); throughput one doorbell per cycle.
+    """
+
+    def __init__(self, num_qps: int, addr_width: int):
+        self.num_qps = num_qps
+        super().__init__({
+            "addr": In(addr_width),
+            "w_stb": In(1),
+            "w_data": In(16),
+            "sq_producer": Out(stream.Signature(SqProducer)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        out = self.sq_producer
+        stride_bits = TX_QP_STRIDE.bit_length() - 1
+        rel = Signal(len(self.addr))
+        m.d.comb += rel.eq(self.addr - TX_QP_BASE)
+        qpn = rel >> stride_bits
+        m.d.comb += [
+            out.valid.eq(self.w_stb & (self.addr >= TX_QP_BASE) & (qpn < self.num_qps)
+                         & (rel[:stride_bits] == TX_Q.DOORBELL)),
+            out.payload.qpn.eq(qpn),
+            out.payload.producer.eq(self.w_data),
+        ]
+        return m
+
+
 class NicCore(wiring.Component):
     """The MRC NIC core (DESIGN.md, "NicCore boundary"; docs/architecture.md).
 
@@ -166,7 +204,9 @@ class NicCore(wiring.Component):
     Internal joins: RX ``peer_ack`` -> reliability; TX ``sent`` ->
     reliability; reliability ``retx``, ``ack_update`` and ``ev_update`` ->
     TX; reliability ``cwnd_update`` and ``qp_state_update`` -> TX's
-    ``qp_cwnd`` / ``qp_ctrl`` registers through ``TxControlBridge``.
+    ``qp_cwnd`` / ``qp_ctrl`` registers through ``TxControlBridge``; the
+    host's doorbell writes to TX -> reliability ``sq_producer`` through
+    ``DoorbellSnoop``.
 
     Latency: NicCore adds none on the data paths (stream and AXI arbiters
     are combinational); see docs/tx.md, docs/rx.md and docs/reliability.md
@@ -302,6 +342,10 @@ class NicCore(wiring.Component):
         # ---- block to block ---------------------------------------------------------------------
         wiring.connect(m, rx.peer_ack, rel.peer_ack)
         wiring.connect(m, tx.sent, rel.sent)
+        m.submodules.doorbell_snoop = snoop = DoorbellSnoop(self.num_qps, self.block_bits)
+        m.d.comb += [snoop.addr.eq(tx.csr.addr), snoop.w_stb.eq(tx.csr.w_stb),
+                     snoop.w_data.eq(tx.csr.w_data[:16])]
+        wiring.connect(m, snoop.sq_producer, rel.sq_producer)
         wiring.connect(m, rel.retx, tx.retx)
         wiring.connect(m, rel.ack_update, tx.ack_update)
         wiring.connect(m, rel.ev_update, tx.ev_update)

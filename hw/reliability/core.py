@@ -25,6 +25,7 @@ from .layouts import (
     RetxReason,
     RetxRequest,
     SentRecord,
+    SqProducer,
 )
 from .probe import ProbeRequest
 from .registers import COUNTER_NAMES
@@ -126,6 +127,9 @@ class ReliabilityCore(wiring.Component):
     the EV event queue, which counts what it cannot hold in ``events_lost``):
 
     ``sent``          In: TX's record of each data packet on the wire.
+    ``sq_producer``   In: the send queue's producer index of a QP, from every doorbell
+                      write (``ready`` is always 1; kept in a per-QP memory), so that
+                      an ERROR completes the WQEs TX has not begun too.
     ``peer_ack``      In: parsed ACK / NAK / probe response frames from RX.
     ``expired``       In: timer reports ``{qpn, gen}`` (``RetransmitTimers.expired``).
     ``cmd``           In: controller commands (QP state, EV state) from the CSR block.
@@ -149,6 +153,7 @@ class ReliabilityCore(wiring.Component):
         super().__init__(
             {
                 "sent": In(stream.Signature(SentRecord)),
+                "sq_producer": In(stream.Signature(SqProducer)),
                 "peer_ack": In(stream.Signature(ParsedHeader(sack_bits))),
                 "expired": In(stream.Signature(data.StructLayout(
                     {"qpn": range(num_qps), "gen": GEN_BITS}))),
@@ -237,6 +242,18 @@ class ReliabilityCore(wiring.Component):
             psn_ev_wr.addr.eq(psn_waddr), psn_info_wr.addr.eq(psn_waddr),
         ]
 
+        # per QP: the send queue's producer index (WQEs the host has posted) and
+        # whether a doorbell has set it since reset; read with the record
+        m.submodules.sq_pi_mem = sq_pi_mem = Memory(shape=17, depth=nq, init=[])
+        sq_pi_rd, sq_pi_wr = sq_pi_mem.read_port(), sq_pi_mem.write_port()
+        sqp = self.sq_producer.payload
+        m.d.comb += [
+            self.sq_producer.ready.eq(1),
+            sq_pi_wr.addr.eq(sqp.qpn), sq_pi_wr.data.eq(Cat(sqp.producer, Const(1, 1))),
+            sq_pi_wr.en.eq(self.sq_producer.valid & (sqp.qpn < nq)),
+            sq_pi_rd.addr.eq(rec_rd.addr),
+        ]
+
         # --- working state ------------------------------------------------------------
         cur = Signal(Rec)
         cfg = Signal(RelConfig)
@@ -244,6 +261,9 @@ class ReliabilityCore(wiring.Component):
         una0 = Signal(24)
         cwnd0 = Signal(16)
         state0 = Signal(3)
+        # the end of a flush: the producer index, but never before wqe_sent (also the
+        # first WQE index of a QP entering RTS)
+        sq_end = Signal(16)
 
         K_SENT, K_ACK, K_PROBE, K_TMO, K_CMD, K_SWEEP = range(6)
         kind = Signal(3)
@@ -408,6 +428,7 @@ class ReliabilityCore(wiring.Component):
                     rec_wr.addr.eq(clear_q), rec_wr.data.eq(Rec.const({"fresh": 1})),
                     rec_wr.en.eq(1),
                     self.timer_arm.valid.eq(1), self.timer_arm.payload.qpn.eq(clear_q),
+                    sq_pi_wr.addr.eq(clear_q), sq_pi_wr.data.eq(0), sq_pi_wr.en.eq(1),
                 ]
                 m.d.sync += clear_q.eq(clear_q + 1)
                 with m.If(clear_q == nq - 1):
@@ -457,9 +478,13 @@ class ReliabilityCore(wiring.Component):
                     start(K_SWEEP, sweep_q)
 
             with m.State("LOAD"):
+                pi_ahead = (sq_pi_rd.data[:16] - rec_rd.data.wqe_cpl)[:16]
+                sent_ahead = (rec_rd.data.wqe_sent - rec_rd.data.wqe_cpl)[:16]
                 m.d.sync += [
                     cur.eq(rec_rd.data), cfg.eq(self.rel_data), una0.eq(rec_rd.data.una),
                     cwnd0.eq(rec_rd.data.cwnd), state0.eq(rec_rd.data.state),
+                    sq_end.eq(Mux(sq_pi_rd.data[16] & (pi_ahead >= sent_ahead),
+                                  sq_pi_rd.data[:16], rec_rd.data.wqe_sent)),
                 ]
                 with m.Switch(kind):
                     with m.Case(K_SENT):
@@ -726,16 +751,21 @@ class ReliabilityCore(wiring.Component):
                         m.next = "PICK"
 
             # ---- every outstanding WQE completes with an error; QP to ERROR --------------------
+            # From the oldest uncompleted WQE up to the producer index: the WQEs TX
+            # has begun and those it has not (posted, not yet fetched or sent). The
+            # end is never before wqe_sent (a doorbell cannot lag what TX sent).
+            # una stays: an ack_update would open TX's window before the
+            # qp_state_update has disabled the QP in TX.
             with m.State("FLUSH"):
-                with m.If(cur.wqe_cpl != cur.wqe_sent):
+                with m.If(cur.wqe_cpl != sq_end):
                     with m.If(f_cpl.w_rdy):
                         push_cpl(cur.wqe_cpl, flush_status)
                         m.d.sync += [cur.wqe_cpl.eq(cur.wqe_cpl + 1),
                                      flush_status.eq(CqeStatus.FLUSHED)]
                 with m.Else():
                     m.d.sync += [
-                        cur.state.eq(QpState.ERROR), cur.una.eq(cur.nxt), cur.sacked.eq(0),
-                        cur.fast_done.eq(0), want_disarm.eq(1),
+                        cur.state.eq(QpState.ERROR), cur.wqe_sent.eq(sq_end),
+                        cur.sacked.eq(0), cur.fast_done.eq(0), want_disarm.eq(1),
                     ]
                     m.next = "FINAL"
 
@@ -778,7 +808,8 @@ class ReliabilityCore(wiring.Component):
                                     cur.state.eq(QpState.RTS), cur.fresh.eq(1), cur.una.eq(0),
                                     cur.nxt.eq(0), cur.sacked.eq(0), cur.fast_done.eq(0),
                                     cur.retries.eq(0), cur.md_active.eq(0), cur.cwnd_acc.eq(0),
-                                    cur.delay_high.eq(0), cur.wqe_cpl.eq(0), cur.wqe_sent.eq(0),
+                                    cur.delay_high.eq(0), cur.wqe_cpl.eq(sq_end),
+                                    cur.wqe_sent.eq(sq_end),
                                     cur.cwnd.eq(Mux(init < cmin, cmin,
                                                     Mux(init > cmax, cmax, init))),
                                     cur.ev_loss.eq(0), want_disarm.eq(cur.armed),

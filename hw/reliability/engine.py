@@ -31,6 +31,7 @@ from .layouts import (
     QpStateUpdate,
     RetxRequest,
     SentRecord,
+    SqProducer,
 )
 from .probe import NetConfig, ProbeBuilder
 from .registers import (
@@ -76,6 +77,9 @@ class ReliabilityEngine(wiring.Component):
                    TRIMMED), and MRC_PROBE_RESPONSE are used; anything else is counted in
                    ``acks_ignored`` and dropped.
     ``sent``       In(stream(SentRecord)): one record per data packet TX put on the wire.
+    ``sq_producer`` In(stream(SqProducer)): a QP's send-queue producer index, from each
+                   doorbell write (``ready`` is always 1): retry exhaustion and the
+                   controller's ERROR complete every WQE posted up to it, begun or not.
     ``retx``       Out(stream(RetxRequest)): PSNs to send again; reason 0 timeout, 1 SACK
                    hole, 2 NAK TRIMMED.
     ``ack_update`` Out(stream(AckUpdate)): new oldest unacknowledged PSN of a QP.
@@ -129,6 +133,7 @@ class ReliabilityEngine(wiring.Component):
             {
                 "peer_ack": In(stream.Signature(ParsedHeader(sack_bits))),
                 "sent": In(stream.Signature(SentRecord)),
+                "sq_producer": In(stream.Signature(SqProducer)),
                 "retx": Out(stream.Signature(RetxRequest)),
                 "ack_update": Out(stream.Signature(AckUpdate)),
                 "ev_update": Out(stream.Signature(EvUpdate)),
@@ -155,6 +160,7 @@ class ReliabilityEngine(wiring.Component):
 
         wiring.connect(m, wiring.flipped(self.peer_ack), core.peer_ack)
         wiring.connect(m, wiring.flipped(self.sent), core.sent)
+        wiring.connect(m, wiring.flipped(self.sq_producer), core.sq_producer)
         wiring.connect(m, core.retx, wiring.flipped(self.retx))
         wiring.connect(m, core.ack_update, wiring.flipped(self.ack_update))
         wiring.connect(m, core.ev_update, wiring.flipped(self.ev_update))

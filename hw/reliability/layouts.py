@@ -13,6 +13,7 @@ __all__ = [
     "RetxReason",
     "RetxRequest",
     "SentRecord",
+    "SqProducer",
     "NAK_TRIMMED",
     "AETH_ACK",
     "PSN_BITS",
@@ -43,6 +44,9 @@ class CqeStatus:
 SentRecord = data.StructLayout(
     {"qpn": 24, "psn": 24, "ev_index": 8, "retx": 1, "last": 1, "wqe_index": 16}
 )
+# host -> TX doorbell, seen by reliability: the send queue's producer index (WQEs posted),
+# so that an ERROR completes every posted WQE, begun by TX or not.
+SqProducer = data.StructLayout({"qpn": 24, "producer": 16})
 # reliability -> TX
 RetxRequest = data.StructLayout({"qpn": 24, "psn": 24, "reason": 2})
 AckUpdate = data.StructLayout({"qpn": 24, "una_psn": 24})

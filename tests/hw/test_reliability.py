@@ -52,6 +52,7 @@ from hw.reliability.layouts import (
     QpStateUpdate,
     RetxRequest,
     SentRecord,
+    SqProducer,
 )
 from hw.reliability.registers import register_map
 from hw.rx.parser import ParsedHeader
@@ -86,7 +87,7 @@ class RelTestTop(wiring.Component):
         m.submodules.bridge = bridge = AXI4LiteToCSR(16)
         wiring.connect(m, wiring.flipped(self.s_axil), bridge.s_axil)
         wiring.connect(m, bridge.csr, eng.csr)
-        for name in ("peer_ack", "sent"):
+        for name in ("peer_ack", "sent", "sq_producer"):
             wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(eng, name))
         for name in ("retx", "ack_update", "ev_update", "cwnd_update", "qp_state_update",
                      "m_axis_probe", "m_axi"):
@@ -232,6 +233,7 @@ class TB:
             AxiStreamBus.from_prefix(dut, "m_axis_probe", bus_separator="__"), dut.clk, dut.rst)
         self.sent = StreamSource(dut, "sent", SentRecord)
         self.acks = StreamSource(dut, "peer_ack", ParsedHeader(P["sack_bits"]))
+        self.doorbells = StreamSource(dut, "sq_producer", SqProducer)
 
         def bp():
             return None if backpressure is None else backpressure()
@@ -343,7 +345,12 @@ class TB:
         rec = parsed_header(frame)
         return rec
 
+    def doorbell(self, q, producer):
+        """The host's doorbell write to TX, as NicCore's DoorbellSnoop reports it."""
+        self.doorbells.send(dict(qpn=q, producer=producer & 0xFFFF))
+
     async def settle(self, cycles=200):
+        await self.doorbells.drain()
         await self.sent.drain()
         await self.acks.drain()
         await ClockCycles(self.dut.clk, cycles)
@@ -636,6 +643,55 @@ async def test_backoff_and_exhaustion(dut):
     tb.ack(0, 52)
     await tb.settle()
     assert len(tb.cqes(0)) == 3
+
+
+@cocotb.test(skip=CONFIG != "rel_q4")
+async def test_error_flushes_posted_wqes(dut):
+    """Retry exhaustion completes every WQE the host has posted (the doorbell's
+    producer index), not only those TX has begun: RETRY_EXCEEDED for the oldest,
+    FLUSHED for the rest in ring order, including WQEs TX never fetched. The
+    oldest unacknowledged PSN does not move (no ack_update that would reopen
+    TX's window). The controller's ERROR does the same for a QP that has sent
+    nothing since RTS, from the producer index at RTS."""
+    tb = TB(dut)
+    await tb.reset()
+    q, t, linear, exp = 1, 0, 1, 1
+    await tb.setup(t=t, linear=linear, exp=exp, ev_thr=0, qps=(q,))
+    first = 0xFFFE  # the 16-bit WQE index wraps during the flush
+    tb.doorbell(q, first)  # WQEs posted and completed before this test
+    await tb.write("qp_ctrl", 0, q)
+    await tb.write("qp_ctrl", 3, q)  # RTS again: completions start at producer `first`
+    await tb.settle(20)
+    for w in range(6):
+        tb.post_wqe(q, first + w, wr_id=0x500 + w, length=4096, imm=w, opcode=1)
+    tb.doorbell(q, first + 6)
+    tb.send(q, 900, ev=0, wqe=first, last=0)  # WQE 0 part sent, 1..5 not begun
+    await tb.settle(20)
+    upd_before = len(tb.ack_upd.items)
+    tb.retx.callback = lambda rec: tb.send(q, rec["psn"], ev=1, retx=1, wqe=first)
+    await ClockCycles(dut.clk, (UNIT << t) * (linear + 1 + 2 + 4) + 20 * ERROR_BOUND)
+    assert tb.qps_upd.records()[-1] == {"qpn": q, "state": 4}
+    cqes = tb.cqes(q)
+    assert [(c["wr_id"], c["status"], c["byte_len"], c["imm"], c["qpn"]) for c in cqes] == [
+        (0x500 + w, 1 if w == 0 else 5, 0, w, q) for w in range(6)]
+    assert len(tb.ack_upd.items) == upd_before, tb.ack_upd.items[upd_before:]
+    assert await tb.read("una_psn", q) == 900
+    # a QP that sent nothing since RTS: the controller's ERROR flushes what was posted
+    q2 = 3
+    await tb.setup(qps=(q2,))
+    tb.doorbell(q2, 40)
+    await tb.write("qp_ctrl", 0, q2)
+    await tb.write("qp_ctrl", 3, q2)
+    await tb.settle(20)
+    for w in range(3):
+        tb.post_wqe(q2, 40 + w, wr_id=0x600 + w, length=10)
+    tb.doorbell(q2, 43)
+    await tb.settle(20)
+    await tb.write("qp_ctrl", 4, q2)
+    await tb.settle()
+    assert [(c["wr_id"], c["status"]) for c in tb.cqes(q2)] == [(0x600 + w, 5) for w in range(3)]
+    c = await tb.counters()
+    assert c["cqes"] == 9 and c["retry_exhausted"] == 1
 
 
 async def _lose_on(tb, q, ev, psn, thr=1):

@@ -294,3 +294,38 @@ def test_tx_control_bridge_turns_updates_into_tx_register_writes():
     sim.add_testbench(bench)
     sim.run()
     assert writes == [(QP_BASE + QP_STRIDE + Q.CTRL, 0), (QP_BASE + QP_STRIDE + Q.CWND, 37)]
+
+
+def test_doorbell_snoop_reports_only_doorbell_writes():
+    """Every write of a QP's qp_doorbell in TX's block reaches reliability as
+    {qpn, producer}; other registers, cycles without a write strobe and QPs
+    beyond num_qps do not."""
+    from hw.nic.core import DoorbellSnoop
+    from hw.tx.regs import QP_BASE, QP_STRIDE, Q
+
+    dut = DoorbellSnoop(num_qps=4, addr_width=16)
+    accesses = [  # (addr, w_stb, data)
+        (QP_BASE + 2 * QP_STRIDE + Q.DOORBELL, 1, 0x2345),
+        (QP_BASE + 2 * QP_STRIDE + Q.CTRL, 1, 1),
+        (QP_BASE + 0 * QP_STRIDE + Q.DOORBELL, 0, 7),
+        (QP_BASE + 3 * QP_STRIDE + Q.DOORBELL, 1, 0xFFFF),
+        (QP_BASE + 4 * QP_STRIDE + Q.DOORBELL, 1, 9),
+        (Q.DOORBELL, 1, 5),
+        (QP_BASE + 0 * QP_STRIDE + Q.DOORBELL, 1, 0),
+    ]
+    seen = []
+
+    async def bench(ctx):
+        for addr, w_stb, data in accesses:
+            ctx.set(dut.addr, addr)
+            ctx.set(dut.w_stb, w_stb)
+            ctx.set(dut.w_data, data)
+            if ctx.get(dut.sq_producer.valid):
+                p = ctx.get(dut.sq_producer.payload)
+                seen.append((p.qpn, p.producer))
+            await ctx.delay(1e-8)
+
+    sim = Simulator(dut)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen == [(2, 0x2345), (3, 0xFFFF), (0, 0)]

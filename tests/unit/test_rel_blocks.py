@@ -237,3 +237,78 @@ def test_completion_writer(data_width):
     assert cqe(0) == (0x1122334455660003, 0, 0xABC3, 1, 1, 0x0B, 0x00)
     assert cqe(1) == (0x1122334455660000, 0, 0xABC0, 1, 5, 0x0B, 0x00)
     assert mem[cq + 64 : cq + 96] == bytes(32)  # nothing outside the ring
+
+
+def test_core_error_completes_every_posted_wqe():
+    """ReliabilityCore alone: on the controller's ERROR the QP's completion
+    requests cover every WQE the host has posted (``sq_producer``), begun by TX
+    or not, from the oldest uncompleted one and across the 16-bit index wrap;
+    on retry exhaustion the first is RETRY_EXCEEDED; una does not move (no
+    ack_update that would reopen TX's window)."""
+    from hw.reliability.core import ReliabilityCore
+    from hw.reliability.layouts import CqeStatus, QpState
+
+    dut = ReliabilityCore(num_qps=4, evs_per_qp=4, sack_bits=32, window=16, timeout_unit=4)
+    cpl, acks, arms = [], [], []
+
+    async def sinks(ctx):
+        ctx.set(dut.cpl.ready, 1)
+        ctx.set(dut.ack_update.ready, 1)
+        for port in (dut.retx, dut.ev_update, dut.cwnd_update, dut.qp_state_update,
+                     dut.probe_req, dut.event):
+            ctx.set(port.ready, 1)
+        async for _clk, _rst, c_valid, c, a_valid, a, t_valid, t in ctx.tick().sample(
+                dut.cpl.valid, dut.cpl.payload, dut.ack_update.valid, dut.ack_update.payload,
+                dut.timer_arm.valid, dut.timer_arm.payload):
+            if c_valid and not c.clear:
+                cpl.append((c.qpn, c.wqe_index, c.status))
+            if a_valid:
+                acks.append((a.qpn, a.una_psn))
+            if t_valid and t.armed:
+                arms.append((t.qpn, t.gen))
+
+    async def put(ctx, port, **fields):
+        ctx.set(port.payload, fields)
+        ctx.set(port.valid, 1)
+        await ctx.tick().until(port.ready)
+        ctx.set(port.valid, 0)
+        await ctx.tick().repeat(8)
+
+    async def bench(ctx):
+        # the configuration a host writes: t = 0, 1 linear + 1 doubling retry
+        ctx.set(dut.rel_data, {"t": 0, "linear_cnt": 1, "exp_cnt": 1, "ev_min_active": 1})
+        ctx.set(dut.params, {"cwnd_min": 1, "cwnd_max": 16, "cwnd_init": 16})
+        await ctx.tick().repeat(8)  # the records' clear after reset
+        for q, producer in ((1, 0xFFFD), (2, 7)):
+            await put(ctx, dut.sq_producer, qpn=q, producer=producer)
+            await put(ctx, dut.cmd, qpn=q, state=QpState.RTS)
+        # QP 1: 6 WQEs posted from 0xFFFD (the index wraps); WQE 0xFFFD done, 0xFFFE
+        # part sent, 0xFFFF.. 0x0002 not begun; the controller sets ERROR
+        await put(ctx, dut.sq_producer, qpn=1, producer=0x0003)
+        await put(ctx, dut.sent, qpn=1, psn=100, ev_index=0, last=1, wqe_index=0xFFFD)
+        await put(ctx, dut.sent, qpn=1, psn=101, ev_index=1, last=0, wqe_index=0xFFFE)
+        await put(ctx, dut.peer_ack, bth={"opcode": 0x11, "dqpn": 1, "psn": 100},
+                  aeth={"syndrome": 0x1F}, sack={"cum_psn": 100, "sack_base": 101})
+        await put(ctx, dut.cmd, qpn=1, state=QpState.ERROR)
+        # QP 2: 3 WQEs posted, one begun; its timer runs out (3 reports)
+        await put(ctx, dut.sq_producer, qpn=2, producer=10)
+        await put(ctx, dut.sent, qpn=2, psn=500, ev_index=2, last=0, wqe_index=7)
+        for _ in range(3):
+            q, gen = arms[-1]
+            assert q == 2
+            await put(ctx, dut.expired, qpn=2, gen=gen)
+        await ctx.tick().repeat(20)
+
+    m = Module()
+    m.submodules.dut = dut
+    sim = Simulator(m)
+    sim.add_clock(1e-8)
+    sim.add_process(sinks)
+    sim.add_testbench(bench)
+    sim.run()
+    S, R, F = CqeStatus.SUCCESS, CqeStatus.RETRY_EXCEEDED, CqeStatus.FLUSHED
+    assert [c for c in cpl if c[0] == 1] == [(1, 0xFFFD, S), (1, 0xFFFE, F), (1, 0xFFFF, F),
+                                             (1, 0, F), (1, 1, F), (1, 2, F)]
+    assert [c for c in cpl if c[0] == 2] == [(2, 7, R), (2, 8, F), (2, 9, F)]
+    # the first sent record of each QP and the ACK move una; the ERRORs do not
+    assert acks == [(1, 100), (1, 101), (2, 500)], acks
