@@ -729,15 +729,24 @@ def plot(summary: dict, out: Path) -> list[str]:
     plt.close(fig)
     files.append("goodput.png")
 
-    fig, axes = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    # frames per path as a heat map, in bins of about 1/60 of the run
+    k = max(1, s["pkts"].shape[2] // 60)
+    nb = s["pkts"].shape[2] // k
+    width_us = k * s["bin_ns"] / 1000
+    fig, axes = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True)
     for d, ax in enumerate(axes):
-        for p in range(s["pkts"].shape[1]):
-            ax.plot(t, s["pkts"][d, p], lw=0.8, label=f"path {p}")
-        shade(ax)
-        ax.set_ylabel("data frames / bin")
-        ax.set_title(f"{summary['directions'][d]['name']}: data frames sent per path",
-                     fontsize=9)
-    axes[0].legend(fontsize=6, ncol=5)
+        grid = s["pkts"][d, :, :nb * k].reshape(s["pkts"].shape[1], nb, k).sum(axis=2)
+        im = ax.imshow(grid, aspect="auto", origin="lower", cmap="viridis", interpolation="none",
+                       extent=(s["t0"] / 1000, s["t0"] / 1000 + nb * width_us, -0.5,
+                               grid.shape[0] - 0.5))
+        fig.colorbar(im, ax=ax, label=f"frames / {width_us:g} us")
+        if r["failure_ns"] is not None:
+            for when in (r["failure_ns"], r["return_ns"]):
+                if when is not None:
+                    ax.axvline(when / 1000, color="r", ls="--", lw=1)
+        ax.set_ylabel("path")
+        ax.set_title(f"{summary['directions'][d]['name']}: data frames sent per path "
+                     "(red dashed: path down / up)", fontsize=9)
     axes[1].set_xlabel("simulated time (us)")
     fig.tight_layout()
     fig.savefig(out / "paths.png", dpi=90)
@@ -757,10 +766,13 @@ def plot(summary: dict, out: Path) -> list[str]:
                 ax.broken_barh([(start / 1000, max(when - start, 1) / 1000)], (idx - 0.4, 0.8),
                                color=colors.get(state, "k"))
                 start, state = when, new
-        shade(ax)
+        for when in (r["failure_ns"], r["return_ns"]):
+            if when is not None:
+                ax.axvline(when / 1000, color="k", ls="--", lw=1)
         ax.set_yticks(range(nevs))
         ax.set_ylabel(f"nic{nic} EV")
-    axes[0].set_title("EV states (green GOOD, red ASSUMED_BAD) as the driver reads them")
+    axes[0].set_title("EV states (green GOOD, red ASSUMED_BAD) as the driver reads them; "
+                      "dashed: path down / up", fontsize=9)
     axes[1].set_xlabel("simulated time (us)")
     fig.tight_layout()
     fig.savefig(out / "ev_states.png", dpi=90)
