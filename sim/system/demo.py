@@ -853,6 +853,7 @@ def run(outdir: Path, cfg: DemoConfig | None = None, *, waves: bool | str = "fst
     Raises RuntimeError if the receivers' memory is not byte exact."""
     cfg = (cfg or DemoConfig()).check()
     outdir = Path(outdir).resolve()
+    outdir.mkdir(parents=True, exist_ok=True)
     raw = simulate(outdir, cfg, waves=waves)
     summary = analyse(raw)
     write_report(summary, outdir)

@@ -183,3 +183,26 @@ def test_goodput_recovery_is_measured_from_the_first_dip():
     s["goodput"] = np.full((2, 25), 8.0)
     r = _recovery(raw, DemoConfig(), s, faults, [])
     assert not r["goodput_dipped"] and r["goodput_recovered_after_ns"] is None
+
+
+@pytest.mark.parametrize("verified", [True, False])
+def test_run_writes_everything_and_fails_loudly_on_wrong_memory(tmp_path, monkeypatch, verified):
+    from sim.system import demo
+
+    def fake_simulate(outdir, cfg, *, waves, **_kw):
+        raw = synthetic_raw(verified=verified)
+        raw.update(wall_build_and_run_s=1.0, test_dir=str(tmp_path / "sim"))
+        return raw
+
+    monkeypatch.setattr(demo, "simulate", fake_simulate)
+    (tmp_path / "sim").mkdir()
+    (tmp_path / "sim" / "dump.fst").write_bytes(b"fst")
+    if verified:
+        summary = demo.run(tmp_path / "out", CFG)
+        assert summary["verified"] and summary["pcap_frames"] == len(synthetic_raw()["capture"])
+    else:
+        with pytest.raises(RuntimeError, match="not byte exact"):
+            demo.run(tmp_path / "out", CFG)
+    for name in ("report.md", "report.json", "traffic.pcap", "traffic_fates.csv", "goodput.png",
+                 "paths.png", "ev_states.png", "waves.fst"):
+        assert (tmp_path / "out" / name).exists(), name
