@@ -1,17 +1,23 @@
-"""Two-NIC cocotb harness: TwoNicTop (tests/system/top.py) with, per NIC, an
-AxiLiteMaster on its CSR port, an AxiRam as its host memory and the host
+"""Two-NIC cocotb harness: the two-NIC top (sim/system/top.py) with, per NIC,
+an AxiLiteMaster on its CSR port, an AxiRam as its host memory and the host
 driver (host_driver/driver.py) on a CocotbTransport; the MAC ports are joined
-by the fabric model (tests/system/fabric.py).
+by the fabric model (sim/system/fabric.py).
 
-``SystemTB.connect()`` brings one QP on each NIC to RTS, each the other's
-peer, and registers a receive buffer on each as a memory region.
+``SystemTB.connect(qps=n)`` brings n QPs on each NIC to RTS: QP k of NIC 0
+and QP ``peer_of(k)`` of NIC 1 are each other's peer (a distinct QP on the
+peer, not the same number, so that QPN routing is exercised), and every QP
+has its own receive buffer registered as its own memory region and its own
+send buffer. ``SystemTB.counters()`` reads every NIC's counters through the
+driver, and ``check_counters()`` asserts the equations that tie the sender's
+TX and reliability counters, the fabric's carried and dropped frames and the
+receiver's RX counters together (see its docstring).
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import cocotb
 from cocotb.clock import Clock
@@ -28,31 +34,79 @@ from cocotbext.axi import (
 
 from host_driver.driver import Device, EvProfile, MemoryRegion, QueuePair
 from host_driver.transport import CocotbTransport
-from tests.system.fabric import Fabric
+from sim.system.fabric import Fabric
 
-__all__ = ["SystemTB", "Endpoint", "CLK_NS", "RAM_SIZE"]
+__all__ = ["SystemTB", "Endpoint", "Connection", "CLK_NS", "RAM_SIZE", "ev_owner"]
 
 CLK_NS = 8
 RAM_SIZE = 1 << 23  # 8 MiB of host memory per NIC
 MACS = ("02:00:00:00:00:01", "02:00:00:00:00:02")
 IPS = ("10.0.0.1", "10.0.0.2")
-EVS = [EvProfile.explicit(range(0xC000, 0xC008)), EvProfile.explicit(range(0xD000, 0xD008))]
+EV_BASES = (0xC000, 0xD000)  # NIC i's QP k sprays over EV_BASES[i] + 16 k + (0..7)
+EVS = [EvProfile.explicit(range(base, base + 8)) for base in EV_BASES]
+# The RX drop reasons of a data frame (docs/rx.md), besides placed and duplicate;
+# wimm_full (the pending-completion table was full) is a drop the requester
+# recovers like a loss, every other one is an error in these tests.
+RX_DROP_REASONS = ("bad_qpn", "not_for_us", "qp_state", "bad_source", "bad_rkey", "bad_bounds",
+                   "out_of_window", "dma_error", "trimmed", "wimm_full")
+RX_PARSER_REJECTS = ("parser_bad_frame", "parser_truncated", "parser_not_ipv4",
+                     "parser_ipv4_options", "parser_ipv4_checksum", "parser_not_roce",
+                     "parser_unknown_opcode", "parser_length_mismatch", "parser_bad_icrc")
+
+
+def ev_owner(ev: int | None) -> int | None:
+    """The NIC whose QPs spray over EV ``ev`` (data frames and probe requests
+    carry their sender's EVs; ACKs and probe responses carry the peer's)."""
+    if ev is None:
+        return None
+    for i, base in enumerate(EV_BASES):
+        if base <= ev < base + 0x1000:
+            return i
+    return None
+
+
+@dataclass
+class Connection:
+    """One QP of a NIC and what the driver made for it: the memory region the
+    peer writes into (``recv_buf``) and the buffer it sends from."""
+
+    qp: QueuePair
+    mr: MemoryRegion
+    recv_buf: int
+    send_buf: int
+    buf_size: int
+    peer: int = 0  # index of the peer's connection on the other NIC
 
 
 @dataclass
 class Endpoint:
-    """One NIC and the objects the driver made on it."""
+    """One NIC and the objects the driver made on it. ``qp``, ``mr``,
+    ``recv_buf`` and ``send_buf`` are those of its first connection."""
 
     dev: Device
     ram: AxiRam
-    qp: QueuePair | None = None
-    mr: MemoryRegion | None = None
-    recv_buf: int = 0
-    send_buf: int = 0
+    conns: list[Connection] = field(default_factory=list)
+
+    @property
+    def qp(self) -> QueuePair:
+        return self.conns[0].qp
+
+    @property
+    def mr(self) -> MemoryRegion:
+        return self.conns[0].mr
+
+    @property
+    def recv_buf(self) -> int:
+        return self.conns[0].recv_buf
+
+    @property
+    def send_buf(self) -> int:
+        return self.conns[0].send_buf
 
 
 class SystemTB:
-    def __init__(self, dut, *, seed: int = 1, delay_ns: float = 400.0, num_paths: int = 8):
+    def __init__(self, dut, *, seed: int = 1, delay_ns: float = 400.0, num_paths: int = 8,
+                 keep_log: bool = False):
         self.dut = dut
         for name in ("s_axil", "m_axi", "mac_tx", "mac_rx"):
             for i in range(2):
@@ -74,7 +128,8 @@ class SystemTB:
                 dut.clk, dut.rst))
             transport = CocotbTransport(axil, ram, RAM_SIZE, dut.clk)
             self.ends.append(Endpoint(Device(transport), ram))
-        self.fabric = Fabric(sinks, sources, num_paths=num_paths, delay_ns=delay_ns, seed=seed)
+        self.fabric = Fabric(sinks, sources, num_paths=num_paths, delay_ns=delay_ns, seed=seed,
+                             keep_log=keep_log)
 
     async def reset(self):
         self.dut.rst.value = 1
@@ -89,31 +144,162 @@ class SystemTB:
             await end.dev.init()
             await end.dev.set_address(MACS[i], IPS[i])
 
-    async def connect(self, *, buf_size: int = 1 << 20, sq_log2: int = 4, mtu: int = 1024,
-                      timeout: int = 10, mpr: int = 2, evs=None, ack_n: int = 4,
-                      ack_t: int = 256, probe_period: int = 0):
-        """QP 0 of each NIC to RTS, bound to the other; a receive MR and a send
-        buffer of ``buf_size`` bytes on each."""
-        evs = evs or EVS
+    @staticmethod
+    def peer_of(k: int, qps: int) -> int:
+        """The connection of NIC 1 that connection k of NIC 0 is bound to."""
+        return qps - 1 - k
+
+    async def connect(self, *, qps: int = 1, buf_size: int = 1 << 20, sq_log2: int = 4,
+                      mtu: int = 1024, timeout: int = 10, mpr: int = 2, evs=None,
+                      ack_n: int = 4, ack_t: int = 256, probe_period: int = 0,
+                      linear_cnt: int = 7, exp_cnt: int = 7, sack_threshold: int = 0):
+        """``qps`` QPs on each NIC to RTS, connection k of NIC 0 bound to
+        connection ``peer_of(k)`` of NIC 1; per QP a receive MR and a send
+        buffer of ``buf_size`` bytes. ``evs``: one EvProfile per NIC for every
+        QP (default: QP k of NIC i sprays over EV_BASES[i] + 16 k + 0..7)."""
+        num_qps = self.ends[0].dev.params["num_qps"]
+        if not 1 <= qps <= num_qps:
+            raise ValueError(f"qps must be in 1..{num_qps} (the NICs' num_qps), not {qps!r}")
+        need = qps * (2 * buf_size + (64 << sq_log2) + (32 << max(sq_log2, 8)) + 3 * 4096)
+        if need > RAM_SIZE - 0x1000:
+            raise ValueError(f"{qps} QPs with {buf_size}-byte buffers need about {need} bytes "
+                             f"of host memory per NIC; there are {RAM_SIZE}: use smaller "
+                             f"buffers or fewer QPs")
         for end in self.ends:
             dev = end.dev
             pd = dev.alloc_pd()
-            send_cq = dev.create_cq(sq_log2)
-            recv_cq = dev.create_cq(8)
-            end.qp = await dev.create_qp(pd, send_cq, recv_cq, sq_log2=sq_log2)
-            end.recv_buf = dev.mem.alloc(buf_size, align=4096)
-            end.send_buf = dev.mem.alloc(buf_size, align=4096)
-            dev.mem.write(end.recv_buf, bytes(buf_size))
-            end.mr = await pd.reg_mr(end.recv_buf, buf_size)
-            await end.qp.to_init()
             await dev.set_probe_period(probe_period)
-        psns = [0x10, 0xFFFFF0]  # nic1 starts near the PSN wrap
+            for _ in range(qps):
+                send_cq = dev.create_cq(sq_log2)
+                recv_cq = dev.create_cq(8)
+                qp = await dev.create_qp(pd, send_cq, recv_cq, sq_log2=sq_log2)
+                recv_buf = dev.mem.alloc(buf_size, align=4096)
+                send_buf = dev.mem.alloc(buf_size, align=4096)
+                dev.mem.write(recv_buf, bytes(buf_size))
+                mr = await pd.reg_mr(recv_buf, buf_size)
+                await qp.to_init()
+                end.conns.append(Connection(qp, mr, recv_buf, send_buf, buf_size))
+        for k in range(qps):
+            self.ends[0].conns[k].peer = self.peer_of(k, qps)
+            self.ends[1].conns[self.peer_of(k, qps)].peer = k
+        # per connection a different start PSN; NIC 1's near the PSN wrap
+        psns = [[(0x10 + 0x1000 * k) & 0xFFFFFF for k in range(qps)],
+                [(0xFFFFF0 - 0x100 * k) & 0xFFFFFF for k in range(qps)]]
         for i, end in enumerate(self.ends):
-            peer = self.ends[1 - i]
-            await end.qp.to_rtr(dest_qpn=peer.qp.qpn, peer_mac=MACS[1 - i], peer_ip=IPS[1 - i],
-                                rq_psn=psns[1 - i], mpr=mpr, ack_n=ack_n, ack_t=ack_t)
+            peer_end = self.ends[1 - i]
+            for conn in end.conns:
+                peer = peer_end.conns[conn.peer]
+                await conn.qp.to_rtr(dest_qpn=peer.qp.qpn, peer_mac=MACS[1 - i],
+                                     peer_ip=IPS[1 - i], rq_psn=psns[1 - i][conn.peer], mpr=mpr,
+                                     ack_n=ack_n, ack_t=ack_t)
         for i, end in enumerate(self.ends):
-            await end.qp.to_rts(evs=evs[i], sq_psn=psns[i], mtu=mtu, timeout=timeout)
+            for k, conn in enumerate(end.conns):
+                profile = evs[i] if evs else EvProfile.explicit(
+                    range(EV_BASES[i] + 16 * k, EV_BASES[i] + 16 * k + 8))
+                await conn.qp.to_rts(evs=profile, sq_psn=psns[i][k], mtu=mtu, timeout=timeout,
+                                     linear_cnt=linear_cnt, exp_cnt=exp_cnt,
+                                     sack_threshold=sack_threshold)
 
     def random_bytes(self, n: int) -> bytes:
         return self.rng.randbytes(n)
+
+    # ---- counters --------------------------------------------------------------------------
+
+    async def counters(self, i: int) -> dict[str, int]:
+        """NIC i's counters through the driver: RX, reliability, TX globals,
+        and TX's per-QP data packets summed over its QPs (``tx.packets``,
+        ``tx.retx_packets``)."""
+        dev = self.ends[i].dev
+        c = await dev.counters()
+        c["tx.packets"] = c["tx.retx_packets"] = 0
+        for conn in self.ends[i].conns:
+            c["tx.packets"] += await dev.tx.read("qp_tx_packets", conn.qp.qpn)
+            c["tx.retx_packets"] += await dev.tx.read("qp_retx_packets", conn.qp.qpn)
+        return c
+
+    def fabric_frames(self, direction: int, since_ns: float = 0.0) -> dict[str, int]:
+        """Frames the fabric took from NIC ``direction``'s mac_tx (from its
+        log), by class: ``data`` (the sender's EVs: data frames and probe
+        requests) and ``ack`` (the receiver's EVs: ACK/NAK and probe
+        responses), each ``_carried`` and ``_dropped``."""
+        if not self.fabric.keep_log:
+            raise ValueError("the fabric keeps no log: make the SystemTB with keep_log=True")
+        out = dict.fromkeys(("data_carried", "data_dropped", "ack_carried", "ack_dropped"), 0)
+        for ns, ev, _path, dropped in self.fabric.directions[direction].log:
+            if ns < since_ns:
+                continue
+            kind = "data" if ev_owner(ev) == direction else "ack"
+            out[f"{kind}_{'dropped' if dropped else 'carried'}"] += 1
+        return out
+
+    async def quiesce(self, cycles: int = 2000):
+        """Let ACK coalescing timers, the fabric's delays and the last CQE
+        writes run out before counters are compared."""
+        await ClockCycles(self.dut.clk, cycles)
+
+    async def check_counters(self, src: int, *, packets: int, messages: int,
+                             imm_messages: int = 0) -> dict[str, int]:
+        """Assert the counter equations of one direction, NIC ``src`` -> the
+        other, after a run in which NIC ``src`` sent ``messages`` WQEs of
+        ``packets`` packets in all (every one completed SUCCESS), with probes
+        off, and return the figures. With A the sender, B the receiver, F the
+        fabric's frames from A (log, classed by EV: ``fabric_frames``):
+
+        1. F.data = A.tx.packets: every data frame TX counted went to the fabric
+           (probes are off, so A's EVs carry data frames only).
+        2. F.ack = A.rx.acks_sent + A.rx.naks_sent + A.rx.probes_answered:
+           every other frame A sent was its RX's answer to B's data.
+        3. B.rx.parser_accepted = F.data_carried + F.ack_carried and no
+           parser reject: the fabric delivers frames intact.
+        4. B.rx.peer_frames = F.ack_carried = B.rel.acks + B.rel.acks_ignored
+           + B.rel.probe_resps: every ACK that arrived reached B's reliability.
+        5. F.data_carried = B.rx.placed + B.rx.duplicate + B's drops by reason
+           (RX_DROP_REASONS; all but wimm_full must be 0): every data frame
+           delivered is accounted for once.
+        6. B.rx.placed = ``packets``: each PSN placed exactly once.
+        7. A.tx.retx_packets = F.data_dropped + B.rx.wimm_full + B.rx.duplicate:
+           every retransmission replaced a frame lost in the fabric or dropped
+           by B, or arrived as a duplicate. So retransmissions >= the losses
+           that mattered (here all of them: a lost data frame is always sent
+           again); and A.tx.packets = ``packets`` + A.tx.retx_packets.
+        8. A.rel.retx_timeout + retx_sack + retx_nak = A.tx.retx_packets +
+           A.tx.retx_ignored + A.tx.retx_no_ev: every retransmit request was
+           sent or counted as dropped by TX.
+        9. A.rel.cqes = ``messages``; B.rx.cqe_written = ``imm_messages``; no
+           CQ overflow, no DMA error, no lost event or command.
+        """
+        dst = 1 - src
+        a, b = await self.counters(src), await self.counters(dst)
+        f = self.fabric_frames(src)
+        got = {"packets": packets, **{f"fabric.{k}": v for k, v in f.items()},
+               **{f"A.{k}": v for k, v in a.items()}, **{f"B.{k}": v for k, v in b.items()}}
+
+        def eq(name, left, right):
+            assert left == right, f"counter equation {name}: {left} != {right}; {got}"
+
+        eq("1 data frames", f["data_carried"] + f["data_dropped"], a["tx.packets"])
+        eq("2 ack frames", f["ack_carried"] + f["ack_dropped"],
+           a["rx.acks_sent"] + a["rx.naks_sent"] + a["rx.probes_answered"])
+        eq("3 parser", b["rx.parser_accepted"], f["data_carried"] + f["ack_carried"])
+        for name in RX_PARSER_REJECTS:
+            eq(f"3 {name}", b[f"rx.{name}"], 0)
+        eq("4 peer frames", b["rx.peer_frames"], f["ack_carried"])
+        eq("4 acks processed", b["rel.acks"] + b["rel.acks_ignored"] + b["rel.probe_resps"],
+           f["ack_carried"])
+        drops = sum(b[f"rx.{r}"] for r in RX_DROP_REASONS)
+        eq("5 data delivered", f["data_carried"], b["rx.placed"] + b["rx.duplicate"] + drops)
+        eq("5 drops by reason", drops - b["rx.wimm_full"], 0)
+        eq("6 placed", b["rx.placed"], packets)
+        eq("7 retransmissions", a["tx.retx_packets"],
+           f["data_dropped"] + b["rx.wimm_full"] + b["rx.duplicate"])
+        eq("7 packets", a["tx.packets"], packets + a["tx.retx_packets"])
+        eq("8 retransmit requests",
+           a["rel.retx_timeout"] + a["rel.retx_sack"] + a["rel.retx_nak"],
+           a["tx.retx_packets"] + a["tx.retx_ignored"] + a["tx.retx_no_ev"])
+        eq("9 send CQEs", a["rel.cqes"], messages)
+        eq("9 receive CQEs", b["rx.cqe_written"], imm_messages)
+        for side, c in (("A", a), ("B", b)):
+            for name in ("rx.cq_overflow", "rel.dma_errors", "rel.events_lost",
+                         "rel.cmds_lost", "rel.probes_sent"):
+                eq(f"9 {side}.{name}", c[name], 0)
+        return got

@@ -1,6 +1,10 @@
 """Two NicCores joined by the fabric model, configured and driven only through
 the host driver (host_driver/driver.py): discovery, RDMA WRITEs over 8 paths,
-WRITE_WITH_IMM completions on both sides, loss recovery.
+WRITE_WITH_IMM completions on both sides, loss recovery, a path blackholed
+mid-transfer, ACK loss, 16 QPs both ways, a total outage until the retries run
+out. Completions are held to the golden model (sim/system/scoreboard.py) and
+the counters of both NICs and the fabric to the equations of
+``SystemTB.check_counters``.
 
 One Verilator build (sim_build/system_two_nic) serves every test here.
 """
@@ -9,49 +13,73 @@ from __future__ import annotations
 
 import cocotb
 import pytest
+from cocotb.triggers import ClockCycles
 from cocotb.utils import get_sim_time
 
-from host_driver.driver import Completion, Device, WrOpcode
+from host_driver.driver import Completion, Device, EvState, QpState, WrOpcode
 from hw.nic.csr import DEVICE_INFO_TYPE_ID, NIC_VERSION
-from tests.system.harness import SystemTB
-from tests.system.scoreboard import model_completions, normalise_rtl
-from tests.system.top import BUILD_IDS, NIC_PARAMS, TwoNicTop
+from hw.tx.engine import TxEngine
+from sim.system.harness import CLK_NS, SystemTB
+from sim.system.scoreboard import flow_imm, model_completions, model_flows, normalise_rtl
+from sim.system.top import BUILD_ID, NIC_PARAMS, TwoNicTop
 
 RDMA_WRITE_LAST_WITH_IMM, RDMA_WRITE_ONLY_WITH_IMM = 0x09, 0x0B
 
 
 async def transfer(tb: SystemTB, src: int, sizes: list[int], *, opcode=WrOpcode.WRITE,
-                   timeout_cycles=2_000_000):
-    """Post WRITEs of ``sizes`` bytes from NIC ``src`` into the peer's MR,
-    back to back in the peer's buffer,
-    flow-controlled by the send queue's size. Returns (posted, payload, early)
-    with ``early`` the send completions taken while waiting for a free slot."""
-    a, b = tb.ends[src], tb.ends[1 - src]
+                   timeout_cycles=2_000_000, conn: int = 0, model_ids: int | None = None):
+    """Post WRITEs of ``sizes`` bytes from connection ``conn`` of NIC ``src``
+    into its peer's MR, back to back in the peer's buffer, flow-controlled by
+    the send queue's size. Returns (posted, payload, early) with ``early`` the
+    send completions taken while waiting for a free slot. ``model_ids``: post
+    wr_id i and the golden model's immediate for flow ``model_ids``
+    (``flow_imm``), so the completions compare with the model's."""
+    a = tb.ends[src].conns[conn]
+    b = tb.ends[1 - src].conns[a.peer]
     payload = tb.random_bytes(sum(sizes))
-    a.dev.mem.write(a.send_buf, payload)
+    tb.ends[src].dev.mem.write(a.send_buf, payload)
     posted, early, offset = [], [], 0
     for n in sizes:
         if a.qp.outstanding >= a.qp.sq_size:
             early += await a.qp.send_cq.wait(1, timeout_cycles=timeout_cycles)
-        imm = 0xA5000000 | len(posted)
+        if model_ids is None:
+            wr_id, imm = None, 0xA5000000 | len(posted)
+        else:
+            wr_id = len(posted)
+            imm = flow_imm(model_ids, wr_id) if opcode == WrOpcode.WRITE_WITH_IMM else 0
         wr_id = await a.qp.post_send(opcode, local_addr=a.send_buf + offset, length=n,
-                                     remote_addr=b.recv_buf + offset, rkey=b.mr.rkey, imm=imm)
+                                     remote_addr=b.recv_buf + offset, rkey=b.mr.rkey, imm=imm,
+                                     wr_id=wr_id)
         posted.append((wr_id, n, imm))
         offset += n
     return posted, payload, early
 
 
-async def complete_all(end, posted, already=()):
+async def complete_all(end, posted, already=(), conn: int = 0, timeout_cycles=4_000_000):
+    qp = end.conns[conn].qp
     cqes = list(already)
-    cqes += await end.qp.send_cq.wait(len(posted) - len(cqes), timeout_cycles=4_000_000)
+    cqes += await qp.send_cq.wait(len(posted) - len(cqes), timeout_cycles=timeout_cycles)
     return cqes
 
 
-def check_memory(tb, dst, payload):
-    got = tb.ends[dst].dev.mem.read(tb.ends[dst].recv_buf, len(payload))
+def check_memory(tb, dst, payload, conn: int = 0):
+    end = tb.ends[dst]
+    got = end.dev.mem.read(end.conns[conn].recv_buf, len(payload))
     if got != payload:
         first = next(i for i in range(len(payload)) if got[i] != payload[i])
-        raise AssertionError(f"NIC {dst} memory differs from byte {first} of {len(payload)}")
+        raise AssertionError(f"NIC {dst} connection {conn} memory differs from byte {first} "
+                             f"of {len(payload)}")
+
+
+def packets_of(sizes, mtu=1024):
+    return sum(max(1, -(-n // mtu)) for n in sizes)
+
+
+def log_case(dut, name, start_ns, **figures):
+    """One line per case: simulated time, and what the case measured."""
+    sim_us = (get_sim_time(unit="ns") - start_ns) / 1e3
+    dut._log.info("%s: %.1f us simulated; %s", name, sim_us,
+                  ", ".join(f"{k}={v}" for k, v in figures.items()))
 
 
 @cocotb.test()
@@ -66,7 +94,7 @@ async def test_discovery(dut):
         block_size = dev.params["block_size"]
         assert [b.base for b in dev.blocks] == [k * block_size for k in range(4)]
         assert dev.params["nic_version"] == NIC_VERSION
-        assert dev.params["build_id"] == BUILD_IDS[i]
+        assert dev.params["build_id"] == BUILD_ID
         for name in ("data_width", "num_qps", "evs_per_qp", "sack_bits", "max_mtu", "mpr_max",
                      "num_mrs", "window", "clk_freq_hz"):
             assert dev.params[name] == NIC_PARAMS[name], name
@@ -267,11 +295,291 @@ async def test_path_down_then_up(dut):
     assert any(e.ev_index == 3 and e.old == 1 and e.new == 0 for e in events), events
 
 
+# ---- loss, dead paths, ACK loss, many QPs, outage (issue 7) ------------------------------
+
+
+async def one_percent_loss(dut, *, messages: int, size: int, seed: int):
+    """``messages`` x ``size``-byte WRITEs NIC 0 -> NIC 1 over 8 paths with 1 %
+    loss on every path of both directions (data and ACKs)."""
+    tb = SystemTB(dut, seed=seed, keep_log=True)
+    await tb.init()
+    await tb.connect(sq_log2=4, timeout=7, sack_threshold=3)
+    tb.fabric.set_loss(0.01)
+    start = get_sim_time(unit="ns")
+    sizes = [size] * messages
+    posted, payload, early = await transfer(tb, 0, sizes, model_ids=0)
+    cqes = await complete_all(tb.ends[0], posted, early)
+    check_memory(tb, 1, payload)
+    assert normalise_rtl(cqes, [], imm=False) == model_flows(
+        [{"src": "a", "dst": "b", "messages": messages, "size": size, "imm": False,
+          "depth": 16}], loss=0.01, seed=seed)[0]
+    await tb.quiesce()
+    got = await tb.check_counters(0, packets=packets_of(sizes), messages=messages)
+    await tb.check_counters(1, packets=0, messages=0)
+    assert got["fabric.data_dropped"] > 0 and got["A.tx.retx_packets"] > 0, got
+    log_case(dut, f"1 % loss, {messages} x {size} B", start,
+             data_dropped=got["fabric.data_dropped"], ack_dropped=got["fabric.ack_dropped"],
+             retx=got["A.tx.retx_packets"], retx_sack=got["A.rel.retx_sack"],
+             retx_timeout=got["A.rel.retx_timeout"], duplicates=got["B.rx.duplicate"])
+
+
+@cocotb.test()
+async def test_loss_1pct(dut):
+    """256 KiB (16 x 16 KiB) NIC 0 -> NIC 1 with 1 % loss on every path both
+    ways: memory byte exact, completions equal the golden model's (all SUCCESS,
+    in order), every counter equation holds (retransmissions = frames lost +
+    duplicates)."""
+    await one_percent_loss(dut, messages=16, size=16 * 1024, seed=21)
+
+
+@cocotb.test()
+async def test_loss_1pct_1mib(dut):
+    """The same over 1 MiB (16 x 64 KiB)."""
+    await one_percent_loss(dut, messages=16, size=64 * 1024, seed=22)
+
+
+@cocotb.test()
+async def test_path_blackhole_mid_transfer(dut):
+    """512 KiB NIC 0 -> NIC 1; once the transfer is under way, path 3 of the
+    data direction goes down at a moment a frame is on the wire on it. The
+    transfer completes byte exact, EV 3 goes ASSUMED_BAD, the controller reads
+    the event (GOOD -> ASSUMED_BAD) through the driver, and no data frame uses
+    EV 3 once TX can have seen the change (the event's time plus the packets
+    TX may have picked ahead)."""
+    tb = SystemTB(dut, seed=23, keep_log=True)
+    await tb.init()
+    await tb.connect(sq_log2=4, timeout=7, sack_threshold=3)
+    a = tb.ends[0]
+    ev3 = a.qp.evs.values[3]
+    path = tb.fabric.directions[0].path_of(ev3)
+    delay_ns = tb.fabric.directions[0].paths[path].delay_ns
+    start = get_sim_time(unit="ns")
+    sizes = [16 * 1024] * 32
+    task = cocotb.start_soon(transfer(tb, 0, sizes, model_ids=0))
+    log = tb.fabric.directions[0].log
+    # mid-transfer: after 96 data frames, the next moment a frame is on path 3
+    while not (len(log) >= 96 and log[-1][2] == path
+               and get_sim_time(unit="ns") - log[-1][0] < delay_ns):
+        await ClockCycles(dut.clk, 4)
+    down_ns = get_sim_time(unit="ns")
+    frames_before = len(log)
+    tb.fabric.set_path_up(path, False, direction=0)
+    while not await a.dev.rel.read("ev_event_count"):
+        await ClockCycles(dut.clk, 100)
+    event_ns = get_sim_time(unit="ns")
+    posted, payload, early = await task
+    cqes = await complete_all(a, posted, early)
+    assert frames_before < packets_of(sizes), "the path went down after the last data frame"
+    check_memory(tb, 1, payload)
+    events = await a.dev.read_ev_events()
+    assert [(e.qpn, e.ev_index, e.old, e.new) for e in events] == [
+        (a.qp.qpn, 3, EvState.GOOD, EvState.ASSUMED_BAD)], events
+    assert events[0].drops >= 1
+    assert (await a.dev.ev_states(a.qp))[3] == EvState.ASSUMED_BAD
+    # frames TX had picked before the change may still leave: max_picked_ahead
+    # packets of (1024 + 74 header/ICRC bytes) / 8 bytes per cycle
+    slack_ns = TxEngine.max_picked_ahead * ((1024 + 74) // 8 + 1) * CLK_NS
+    late = [(ns, ev) for ns, ev, _, _ in log if ev == ev3 and ns > event_ns + slack_ns]
+    assert late == [], f"data on EV 0x{ev3:x} after it went ASSUMED_BAD at {event_ns} ns: {late}"
+    on_ev3 = [ns for ns, ev, _, _ in log[frames_before:] if ev == ev3]
+    assert normalise_rtl(cqes, [], imm=False) == model_flows(
+        [{"src": "a", "dst": "b", "messages": len(sizes), "size": sizes[0], "imm": False,
+          "depth": 16}], path_down=(3, "b", 20_000.0))[0]
+    await tb.quiesce()
+    got = await tb.check_counters(0, packets=packets_of(sizes), messages=len(sizes))
+    c = await tb.counters(0)
+    assert c["rel.ev_to_bad"] == 1 and c["rel.ev_to_good"] == 0, c
+    log_case(dut, "blackhole", start, down_at_us=(down_ns - start) / 1e3,
+             event_after_us=(event_ns - down_ns) / 1e3, frames_on_ev3_after_down=len(on_ev3),
+             data_dropped=got["fabric.data_dropped"], retx=got["A.tx.retx_packets"],
+             retx_sack=c["rel.retx_sack"], retx_timeout=c["rel.retx_timeout"])
+
+
+@cocotb.test()
+async def test_ack_loss(dut):
+    """256 KiB NIC 0 -> NIC 1 with 20 % loss on the reverse direction only,
+    which carries the ACKs, and once every data frame is out, that direction
+    down for 20 us, so the final ACKs are lost for certain: every WQE
+    completes SUCCESS (as the golden model's for the 20 % ACK loss), memory
+    byte exact, no data frame is lost or dropped, each PSN placed once; the
+    counters show the recovery: the ACKs dropped, the timeout(s) that followed
+    the lost final ACKs, and retransmissions that all arrived as duplicates
+    (nothing was lost to retransmit), each answered by an ACK at once."""
+    tb = SystemTB(dut, seed=24, keep_log=True)
+    await tb.init()
+    await tb.connect(sq_log2=4, timeout=7, sack_threshold=3)
+    tb.fabric.set_loss(0.2, direction=1)
+    start = get_sim_time(unit="ns")
+    sizes = [16 * 1024] * 16
+
+    async def final_acks_lost():
+        log = tb.fabric.directions[0].log
+        while len(log) < packets_of(sizes):
+            await ClockCycles(dut.clk, 16)
+        for p in range(8):
+            tb.fabric.set_path_up(p, False, direction=1)
+        await ClockCycles(dut.clk, 20_000 // CLK_NS)
+        for p in range(8):
+            tb.fabric.set_path_up(p, True, direction=1)
+
+    blackout = cocotb.start_soon(final_acks_lost())
+    posted, payload, early = await transfer(tb, 0, sizes, model_ids=0)
+    cqes = await complete_all(tb.ends[0], posted, early)
+    await blackout
+    check_memory(tb, 1, payload)
+    assert normalise_rtl(cqes, [], imm=False) == model_flows(
+        [{"src": "a", "dst": "b", "messages": len(sizes), "size": sizes[0], "imm": False,
+          "depth": 16}], loss=0.2, loss_to="a")[0]
+    await tb.quiesce()
+    got = await tb.check_counters(0, packets=packets_of(sizes), messages=len(sizes))
+    back = await tb.check_counters(1, packets=0, messages=0)
+    assert got["fabric.data_dropped"] == 0 and got["B.rx.duplicate"] == got["A.tx.retx_packets"]
+    assert back["fabric.ack_dropped"] > 0
+    # A's reliability saw fewer ACKs than B's RX sent: the difference is the loss
+    assert got["A.rel.acks"] + got["A.rel.acks_ignored"] == (
+        got["B.rx.acks_sent"] + got["B.rx.naks_sent"] - back["fabric.ack_dropped"])
+    assert got["A.rel.timeouts"] >= 1 and got["A.rel.retx_timeout"] >= 1, got
+    assert got["A.tx.retx_packets"] >= 1 and got["B.rx.duplicate"] >= 1, got
+    log_case(dut, "ACK loss", start, acks_sent=got["B.rx.acks_sent"],
+             acks_dropped=back["fabric.ack_dropped"], stale=got["A.rel.acks_stale"],
+             timeouts=got["A.rel.timeouts"], retx=got["A.tx.retx_packets"],
+             duplicates=got["B.rx.duplicate"])
+
+
+@cocotb.test()
+async def test_sixteen_qps_both_directions(dut):
+    """All 16 QPs of both NICs at once, QP k of NIC 0 bound to QP 15 - k of
+    NIC 1, each with its own MR: 4 WRITE_WITH_IMM per QP and direction (sizes
+    differ per QP), all posted before the first doorbell rings. Per QP: the
+    receiver's region is byte exact, the send CQEs come in posting order, the
+    receive CQEs in message order with the QP's own QPN; every QP's completions
+    equal the golden model's for the same 32 flows; the counter equations hold
+    in both directions."""
+    num_qps = NIC_PARAMS["num_qps"]
+    assert num_qps >= 16, f"the system top builds {num_qps} QPs; this case needs 16"
+    tb = SystemTB(dut, seed=25, keep_log=True)
+    await tb.init()
+    await tb.connect(qps=16, buf_size=64 * 1024, sq_log2=2, timeout=9)
+    messages = 4
+    size = [1024 * (1 + k % 4) + 100 * k + 3 for k in range(16)]
+    flows, runs = [], {}
+    start = get_sim_time(unit="ns")
+    for src in (0, 1):
+        end = tb.ends[src]
+        for k, conn in enumerate(end.conns):
+            index = len(flows)
+            flows.append({"src": "ab"[src], "dst": "ab"[1 - src], "messages": messages,
+                          "size": size[k], "imm": True, "depth": messages})
+            peer = tb.ends[1 - src].conns[conn.peer]
+            payload = tb.random_bytes(messages * size[k])
+            end.dev.mem.write(conn.send_buf, payload)
+            for i in range(messages):
+                await conn.qp.post_send(WrOpcode.WRITE_WITH_IMM,
+                                        local_addr=conn.send_buf + i * size[k], length=size[k],
+                                        remote_addr=peer.recv_buf + i * size[k],
+                                        rkey=peer.mr.rkey, imm=flow_imm(index, i), wr_id=i,
+                                        ring=False)
+            runs[src, k] = (index, payload)
+    for src in (0, 1):  # every doorbell at once
+        for conn in tb.ends[src].conns:
+            await conn.qp.ring_doorbell()
+    model = model_flows(flows)
+    for (src, k), (index, payload) in runs.items():
+        conn = tb.ends[src].conns[k]
+        receiver = tb.ends[1 - src].conns[conn.peer]
+        send = await conn.qp.send_cq.wait(messages, timeout_cycles=2_000_000)
+        recv = await receiver.qp.recv_cq.wait(messages, timeout_cycles=200_000)
+        assert [(c.wr_id, c.status, c.byte_len, c.qpn) for c in send] == [
+            (i, Completion.SUCCESS, size[k], conn.qp.qpn) for i in range(messages)], (src, k)
+        assert [(c.wr_id, c.imm, c.qpn) for c in recv] == [
+            (msn, flow_imm(index, msn - 1), receiver.qp.qpn) for msn in range(1, messages + 1)]
+        assert normalise_rtl(send, recv, imm=True) == model[index], (src, k)
+        check_memory(tb, 1 - src, payload, conn=conn.peer)
+    await tb.quiesce()
+    for src in (0, 1):
+        got = await tb.check_counters(src, packets=messages * packets_of(size),
+                                      messages=16 * messages, imm_messages=16 * messages)
+        assert got["A.tx.retx_packets"] == 0
+    busy = [k for k in range(16) if await tb.ends[0].dev.tx.read(
+        "qp_tx_packets", tb.ends[0].conns[k].qp.qpn) == messages * packets_of([size[k]])]
+    assert len(busy) == 16
+    log_case(dut, "16 QPs both ways", start, bytes_each_way=messages * sum(size))
+
+
+@cocotb.test()
+async def test_total_outage_retry_exhausted(dut):
+    """8 x 16 KiB posted NIC 0 -> NIC 1; after the first frames are on the wire
+    and before any WQE completes, every path of both directions goes down. The
+    retries run out (timeout 8 us, 1 linear + 2 doubling retries): the send CQ
+    gets RETRY_EXCEEDED for the oldest WQE and FLUSHED for the 7 others,
+    begun by TX or not (docs/reliability.md), byte_len 0, as the golden model;
+    the QP reads ERROR through the driver and TX has it disabled. After the
+    paths come back nothing more is written to NIC 1's memory (snapshot
+    equal), no frame leaves NIC 0 and no counter of the QP moves."""
+    tb = SystemTB(dut, seed=26, keep_log=True)
+    await tb.init()
+    # t = 6: 1.024 us x 64 = 8 us, above the time to the next ACK at line rate
+    # (ACK_N = 4 packets of 1.1 us), so no timeout fires before the outage
+    t, linear, exp = 6, 1, 2
+    await tb.connect(sq_log2=3, timeout=t, linear_cnt=linear, exp_cnt=exp)
+    a, b = tb.ends
+    sizes = [16 * 1024] * 8
+    start = get_sim_time(unit="ns")
+    posted, payload, early = await transfer(tb, 0, sizes, model_ids=0)
+    assert early == []
+    log = tb.fabric.directions[0].log
+    while len(log) < 8:
+        await ClockCycles(dut.clk, 4)
+    assert await a.qp.send_cq.poll() == [], "a WQE completed before the outage"
+    for direction in (0, 1):
+        for p in range(8):
+            tb.fabric.set_path_up(p, False, direction=direction)
+    down_ns = get_sim_time(unit="ns")
+    cqes = await a.qp.send_cq.wait(len(sizes), timeout_cycles=200_000, poll_cycles=20)
+    error_ns = get_sim_time(unit="ns")
+    frames_at_error = len(log)
+    assert [(c.wr_id, c.status, c.byte_len, c.qpn) for c in cqes] == [
+        (i, Completion.RETRY_EXCEEDED if i == 0 else Completion.FLUSHED, 0, a.qp.qpn)
+        for i in range(len(sizes))]
+    assert normalise_rtl(cqes, [], imm=False) == model_flows(
+        [{"src": "a", "dst": "b", "messages": len(sizes), "size": sizes[0], "imm": False,
+          "depth": len(sizes)}], outage_ns=200.0,
+        qp={"rto_exp": t, "linear_cnt": linear, "exp_cnt": exp})[0]
+    assert (await a.dev.rel.read_fields("qp_ctrl", a.qp.qpn))["state"] == QpState.ERROR
+    assert (await a.dev.tx.read_fields("qp_ctrl", a.qp.qpn))["enable"] == 0
+    c = await tb.counters(0)
+    assert c["rel.retry_exhausted"] == 1 and c["rel.timeouts"] == linear + exp + 1, c
+    assert c["rel.cqes"] == len(sizes)
+    # after the error: nothing leaves NIC 0 (paths still down: the log sees it)
+    await ClockCycles(dut.clk, 500)
+    snapshot = b.dev.mem.read(b.recv_buf, sum(sizes))
+    before = (await tb.counters(0), await tb.counters(1))
+    for direction in (0, 1):
+        for p in range(8):
+            tb.fabric.set_path_up(p, True, direction=direction)
+    up_ns = get_sim_time(unit="ns")
+    await ClockCycles(dut.clk, 4 * (16 << t))  # 4 base timeouts
+    assert len(log) == frames_at_error, f"NIC 0 sent {len(log) - frames_at_error} frames " \
+        f"after its QP went to ERROR: {log[frames_at_error:][:8]}"
+    assert b.dev.mem.read(b.recv_buf, sum(sizes)) == snapshot
+    after = (await tb.counters(0), await tb.counters(1))
+    assert after == before
+    assert await b.qp.recv_cq.poll() == []
+    log_case(dut, "total outage", start, down_at_us=(down_ns - start) / 1e3,
+             error_after_us=(error_ns - down_ns) / 1e3, watched_up_us=(
+                 get_sim_time(unit="ns") - up_ns) / 1e3,
+             frames_sent=c["tx.packets"], placed_before=before[1]["rx.placed"])
+
+
 # ---- pytest entry points: one simulator build; the default tests share one run ------------
 
 DEFAULT_TESTS = ["test_discovery", "test_write_lossless_8_paths",
                  "test_write_with_imm_both_directions", "test_write_with_imm_matches_model",
-                 "test_ev_denied_by_controller"]
+                 "test_ev_denied_by_controller", "test_loss_1pct",
+                 "test_path_blackhole_mid_transfer", "test_ack_loss",
+                 "test_sixteen_qps_both_directions", "test_total_outage_retry_exhausted"]
+FAULT_TESTS = ["test_write_one_percent_loss", "test_loss_1pct_1mib", "test_write_reordered",
+               "test_path_down_then_up"]
 
 
 def run(testcases, tag):
@@ -288,5 +596,4 @@ def test_system():
 
 @pytest.mark.long
 def test_system_faults():
-    run(["test_write_one_percent_loss", "test_write_reordered", "test_path_down_then_up"],
-        "faults")
+    run(FAULT_TESTS, "faults")
