@@ -674,7 +674,7 @@ class BoardSoC(wiring.Component):
     Latency and throughput: NicCore's and the MAC's (docs/architecture.md,
     docs/board.md); DMA to the BRAM runs at one beat per cycle; a register or
     host-memory word over the UART costs one request and one 6-byte response
-    (16 or 20 bytes on the line: about 1.4 ms per write at 115200 baud).
+    (16 or 20 bytes on the line: about 1.7 ms per write at 115200 baud).
     """
 
     def __init__(self, *, clk_freq_hz: int = 125_000_000, baud: int = 115200,
