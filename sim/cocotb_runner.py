@@ -13,6 +13,7 @@ share one simulator build.
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import subprocess
 import sys
@@ -111,6 +112,21 @@ def fst_supported() -> bool:
     return fst_build_args() is not None
 
 
+def source_digest(*roots: Path, extra: object = None) -> str:
+    """A digest of the Python sources under ``roots`` (files or directories)
+    and of ``extra`` (parameters), with the Amaranth version: the input of a
+    ``build_key()``."""
+    import amaranth
+
+    h = hashlib.sha256(repr((extra, amaranth.__version__)).encode())
+    for root in roots:
+        files = [root] if root.is_file() else sorted(root.rglob("*.py"))
+        for f in files:
+            h.update(str(f.relative_to(ROOT)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
 def export_verilog(component, toplevel: str, path: Path) -> Path:
     """Write the component's Verilog to ``path`` unless it is already identical.
 
@@ -190,8 +206,9 @@ def run_cocotb(
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     build_dir = SIM_BUILD / name
+    build_dir.mkdir(parents=True, exist_ok=True)
     component = elaborate()
-    src = export_verilog(component, toplevel, build_dir / f"{toplevel}.v")
+    src = build_dir / f"{toplevel}.v"
     runner = get_runner("verilator")
     # A top whose tests touch only its ports can say so (sim/system/top.py).
     sources = [src]
@@ -209,19 +226,27 @@ def run_cocotb(
         build_args += ["--trace-fst" if waves == "fst" else "--trace", "--trace-structs"]
         if waves == "fst":
             build_args += fst_build_args()
-    runner.build(
-        sources=sources,
-        hdl_toplevel=toplevel,
-        build_dir=build_dir,
-        build_args=build_args,
-        waves=bool(waves),
-        timescale=("1ns", "1ps"),
-        log_file=build_dir / "build.log",
-    )
+    # A component with ``build_key()`` (a digest of everything its Verilog
+    # depends on) skips Amaranth's conversion and Verilator's run when the key
+    # and the options are those of the simulator already built.
+    key = None
+    if hasattr(component, "build_key"):
+        key = hashlib.sha256(repr((component.build_key(), toplevel, build_args, waves,
+                                   [str(p) for p in sources])).encode()).hexdigest()
+    stamp = build_dir / "build_key"
+    if key and stamp.exists() and stamp.read_text() == key and (build_dir / toplevel).exists():
+        print(f"cocotb_runner: {name}: sources unchanged, reusing the simulator in {build_dir}")
+    else:
+        stamp.unlink(missing_ok=True)
+        export_verilog(component, toplevel, src)
+        _build(runner, sources, toplevel, build_dir, build_args, waves)
+        if key:
+            stamp.write_text(key)
     env = {"PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     env.update(extra_env or {})
     return runner.test(
         hdl_toplevel=toplevel,
+        hdl_toplevel_lang="verilog",
         test_module=test_module,
         testcase=testcase,
         build_dir=build_dir,
@@ -230,4 +255,16 @@ def run_cocotb(
         waves=bool(waves),
         seed=seed,
         timescale=("1ns", "1ps"),
+    )
+
+
+def _build(runner, sources, toplevel, build_dir, build_args, waves) -> None:
+    runner.build(
+        sources=sources,
+        hdl_toplevel=toplevel,
+        build_dir=build_dir,
+        build_args=build_args,
+        waves=bool(waves),
+        timescale=("1ns", "1ps"),
+        log_file=build_dir / "build.log",
     )

@@ -65,6 +65,15 @@ class TwoNicTop(wiring.Component):
     # public (sim/cocotb_runner.py), which makes the build several times smaller.
     cocotb_public = False
 
+    def build_key(self) -> str:
+        """What the Verilog depends on: the gateware sources and the parameters
+        (run_cocotb reuses a simulator built from the same key)."""
+        from pathlib import Path
+
+        from sim.cocotb_runner import ROOT, source_digest
+
+        return source_digest(ROOT / "hw", Path(__file__), extra=(self.params, BUILD_ID))
+
     def verilog_text(self, toplevel: str = "two_nic") -> str:
         """Verilog of this top: the ``nic_core`` module once, then ``toplevel``."""
         from amaranth.back import verilog
