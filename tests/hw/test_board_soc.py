@@ -290,6 +290,17 @@ async def test_board_inbound_writes(dut):
     assert await t.mac.read("CNT_RX_FRAMES") == 3
 
 
+class SimBoardSoC(BoardSoC):
+    """BoardSoC with a ``build_key``: run_cocotb reuses the simulator, without
+    converting the design again, while the gateware sources and parameters
+    are unchanged."""
+
+    def build_key(self) -> str:
+        from sim.cocotb_runner import ROOT, source_digest
+
+        return source_digest(ROOT / "hw", extra=SOC_PARAMS)
+
+
 @pytest.mark.long
 def test_board_soc():
     """Build BoardSoC (simulation parameters) into a Verilator model and run the tests.
@@ -301,7 +312,7 @@ def test_board_soc():
 
     started = time.monotonic()
     # Python touches only the ports: Verilator may optimise the inside (public=False).
-    run_cocotb(name="board_soc", elaborate=lambda: BoardSoC(**SOC_PARAMS), toplevel="board_soc",
+    run_cocotb(name="board_soc", elaborate=lambda: SimBoardSoC(**SOC_PARAMS), toplevel="board_soc",
                test_module="tests.hw.test_board_soc", public=False)
     print(f"test_board_soc: {time.monotonic() - started:.0f} s wall")
 
