@@ -257,7 +257,34 @@ class Direction:
         return Verdict(index, ev, fate, reason, out, arrival, ce, reordered)
 
 
-class Fabric:
+class PathSelection:
+    """Direction and path arguments of a fabric's controls, checked the same
+    way for the cocotb fabric and the model harness's (``self.directions``:
+    two objects with a ``paths`` list)."""
+
+    @property
+    def num_paths(self) -> int:
+        return len(self.directions[0].paths)
+
+    def _dirs(self, direction: int | None) -> list:
+        if direction is None:
+            return self.directions
+        if direction not in (0, 1):
+            raise ValueError(f"direction is 0 (nic0 -> nic1), 1 (nic1 -> nic0) or None "
+                             f"(both), not {direction!r}")
+        return [self.directions[direction]]
+
+    def _path_index(self, path: int) -> int:
+        if not 0 <= path < self.num_paths:
+            raise ValueError(f"path must be in 0..{self.num_paths - 1}, not {path!r}")
+        return path
+
+    def paths(self, direction: int | None = None):
+        """The paths of one direction, or of both."""
+        return [p for d in self._dirs(direction) for p in d.paths]
+
+
+class Fabric(PathSelection):
     """Joins ``sinks[i]`` (NIC i's mac_tx) to ``sources[1 - i]`` (the other NIC's mac_rx)."""
 
     def __init__(self, sinks, sources, *, num_paths: int = 8, delay_ns: float = 400.0,
@@ -283,26 +310,6 @@ class Fabric:
         self._started = False
 
     # ---- configuration -------------------------------------------------------------
-    @property
-    def num_paths(self) -> int:
-        return len(self.directions[0].paths)
-
-    def _dirs(self, direction: int | None) -> list[Direction]:
-        if direction is None:
-            return self.directions
-        if direction not in (0, 1):
-            raise ValueError(f"direction is 0 (nic0 -> nic1), 1 (nic1 -> nic0) or None "
-                             f"(both), not {direction!r}")
-        return [self.directions[direction]]
-
-    def _path_index(self, path: int) -> int:
-        if not 0 <= path < self.num_paths:
-            raise ValueError(f"path must be in 0..{self.num_paths - 1}, not {path!r}")
-        return path
-
-    def paths(self, direction: int | None = None):
-        """The paths of one direction, or of both."""
-        return [p for d in self._dirs(direction) for p in d.paths]
 
     def _set(self, direction, **values):
         paths = self.paths(direction)

@@ -34,7 +34,7 @@ from host_driver.model_transport import ModelTransport
 from sim.model.packet import DATA
 from sim.model_nic import ModelFabric, ModelNic
 from sim.system import top as _rtl_top
-from sim.system.fabric import FaultEvent
+from sim.system.fabric import FaultEvent, PathSelection
 from sim.system.top import NIC_PARAMS
 
 __all__ = ["BUILD_IDS", "Endpoint", "ModelFabricControl", "ModelSystem", "MACS", "IPS", "EVS"]
@@ -164,7 +164,7 @@ def _probability(name, value):
         raise ValueError(f"path {name} is a probability in [0, 1], not {value!r}")
 
 
-class ModelFabricControl:
+class ModelFabricControl(PathSelection):
     """sim/system/fabric.py ``Fabric``'s controls on the model fabric, so one
     scenario drives either: ``set_loss``, ``set_path_up``, ``set_reorder``,
     ``set_rate``, ``set_ecn``, ``set_trim`` (each with an optional direction),
@@ -191,25 +191,6 @@ class ModelFabricControl:
         paths.taps.append(self._tap)
         paths.delivery_hooks.append(self._delivered)
 
-    @property
-    def num_paths(self) -> int:
-        return len(self.directions[0].paths)
-
-    def _dirs(self, direction):
-        if direction is None:
-            return self.directions
-        if direction not in (0, 1):
-            raise ValueError(f"direction is 0 (nic0 -> nic1), 1 (nic1 -> nic0) or None "
-                             f"(both), not {direction!r}")
-        return [self.directions[direction]]
-
-    def _path_index(self, path: int) -> int:
-        if not 0 <= path < self.num_paths:
-            raise ValueError(f"path must be in 0..{self.num_paths - 1}, not {path!r}")
-        return path
-
-    def paths(self, direction: int | None = None) -> list[PathControl]:
-        return [p for d in self._dirs(direction) for p in d.paths]
 
     def set_loss(self, loss: float, direction: int | None = None):
         _probability("loss", loss)
