@@ -26,7 +26,8 @@ cell               cost from an input to an output
 ``TRELLIS_DPR16X4`` 1.0 from RAD to DO (LUT RAM read)
 =================  ==========================================================
 
-Flip-flop outputs, block-RAM outputs and the top's input ports start at 0;
+Flip-flop outputs and the top's input ports start at 0, block-RAM (DP16KD)
+outputs at 3.0 (its clock-to-output without the output register is 3-4 ns);
 flip-flop D/CE/LSR inputs, LUT-RAM write ports, block-RAM inputs and the top's
 output ports are endpoints. nextpnr's post-route delays on the LFE5UM-45F
 speed 8 are close to 1 ns per level on routed designs of this size, so paths
@@ -68,8 +69,8 @@ def _cell_arcs(ctype: str, ports: dict[str, str]):
     return []
 
 
-SEQUENTIAL_STARTS = {"TRELLIS_FF": ("Q",), "DP16KD": None, "MULT18X18D": None,
-                     "ALU54B": None}
+# Outputs of hard blocks, in levels after the clock edge.
+BRAM_CLOCK_TO_OUT = {"DP16KD": 3.0}
 
 
 def _bit_names(module: dict) -> dict[int, str]:
@@ -102,9 +103,16 @@ def analyse(netlist: dict, top: str | None = None):
     indeg: Counter = Counter()
     endpoints: list[tuple[str, int]] = []  # (label, bit)
     comb_out: set[int] = set()
+    start: dict[int, float] = {}
     for cname, cell in module["cells"].items():
         ctype, conns = cell["type"], cell["connections"]
         dirs = cell.get("port_directions", {})
+        if ctype in BRAM_CLOCK_TO_OUT:
+            for p, d in dirs.items():
+                if d == "output":
+                    for b in conns.get(p, []):
+                        if not isinstance(b, str):
+                            start[b] = BRAM_CLOCK_TO_OUT[ctype]
         arcs = _cell_arcs(ctype, dirs)
         for in_ports, out_ports, delay in arcs:
             for op in out_ports:
@@ -145,7 +153,7 @@ def analyse(netlist: dict, top: str | None = None):
     pred: dict[int, int] = {}
     ready = [b for b in arcs_by_input if indeg[b] == 0]
     for b in ready:
-        arrival.setdefault(b, 0.0)
+        arrival.setdefault(b, start.get(b, 0.0))
     while ready:
         b = ready.pop()
         t = arrival.get(b, 0.0)
