@@ -52,12 +52,23 @@ class AXI4LiteToCSR(wiring.Component):
     A write needs its AW and W beats; once both are in, one ``w_stb`` cycle is
     issued and B answers OKAY. A write whose ``wstrb`` is not 0xF is not applied
     and answers SLVERR: every register is a whole 32-bit word. A read issues
-    one ``r_stb`` and answers R with ``r_data`` of the next cycle.
-    Latency: write 2 cycles from the later of AW/W to B valid; read 2 cycles
-    from AR to R valid. Throughput: one access per 3 cycles.
+    one ``r_stb`` and answers R with ``r_data`` of the cycle ``read_latency``
+    cycles after it (1 for a slave on the bus itself, more behind a pipelined
+    interconnect such as hw/nic/csr.py's ``CsrInterconnect``).
+
+    ``addr``, ``w_data``, ``w_stb`` and ``r_stb`` come straight from flip-flops,
+    so the slaves' decode starts at a register.
+
+    Latency: write 2 cycles from the later of AW/W to B valid; read 1 +
+    ``read_latency`` cycles from AR to R valid. Throughput: one write per 3
+    cycles, one read per 3 + ``read_latency`` cycles.
     """
 
-    def __init__(self, addr_width: int = 16):
+    def __init__(self, addr_width: int = 16, read_latency: int = 1):
+        if not isinstance(read_latency, int) or read_latency < 1:
+            raise ValueError(f"read_latency must be a whole number of cycles >= 1, "
+                             f"not {read_latency!r}")
+        self.read_latency = read_latency
         self.addr_width = addr_width
         super().__init__(
             {
@@ -72,6 +83,12 @@ class AXI4LiteToCSR(wiring.Component):
         addr = Signal(self.addr_width)
         wdata = Signal(32)
         full_word = Signal()
+        w_stb = Signal()
+        r_stb = Signal()
+        wait = Signal(range(self.read_latency + 1))
+        m.d.comb += [csr.addr.eq(addr), csr.w_data.eq(wdata), csr.w_stb.eq(w_stb),
+                     csr.r_stb.eq(r_stb)]
+        m.d.sync += [w_stb.eq(0), r_stb.eq(0)]
 
         with m.FSM():
             with m.State("IDLE"):
@@ -81,14 +98,15 @@ class AXI4LiteToCSR(wiring.Component):
                         addr.eq(axil.awaddr & ~3),
                         wdata.eq(axil.wdata),
                         full_word.eq(axil.wstrb == 0xF),
+                        w_stb.eq(axil.wstrb == 0xF),
                     ]
                     m.next = "WRITE"
                 with m.Elif(axil.arvalid):
                     m.d.comb += axil.arready.eq(1)
-                    m.d.sync += addr.eq(axil.araddr & ~3)
+                    m.d.sync += [addr.eq(axil.araddr & ~3), r_stb.eq(1)]
                     m.next = "READ"
             with m.State("WRITE"):
-                m.d.comb += [csr.addr.eq(addr), csr.w_data.eq(wdata), csr.w_stb.eq(full_word)]
+                # w_stb is high in this cycle.
                 m.d.sync += axil.bresp.eq(Mux(full_word, AXI_RESP_OKAY, AXI_RESP_SLVERR))
                 m.next = "WRITE_RESP"
             with m.State("WRITE_RESP"):
@@ -96,11 +114,15 @@ class AXI4LiteToCSR(wiring.Component):
                 with m.If(axil.bready):
                     m.next = "IDLE"
             with m.State("READ"):
-                m.d.comb += [csr.addr.eq(addr), csr.r_stb.eq(1)]
+                # r_stb is high in this cycle; the data comes read_latency later.
+                m.d.sync += wait.eq(self.read_latency - 1)
                 m.next = "READ_DATA"
             with m.State("READ_DATA"):
-                m.d.sync += axil.rdata.eq(csr.r_data)
-                m.next = "READ_RESP"
+                with m.If(wait == 0):
+                    m.d.sync += axil.rdata.eq(csr.r_data)
+                    m.next = "READ_RESP"
+                with m.Else():
+                    m.d.sync += wait.eq(wait - 1)
             with m.State("READ_RESP"):
                 m.d.comb += [axil.rvalid.eq(1), axil.rresp.eq(AXI_RESP_OKAY)]
                 with m.If(axil.rready):

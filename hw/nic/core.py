@@ -10,6 +10,7 @@ from hw.arbiter import AXIStreamArbiter
 from hw.axi import AXI4LiteSignature, AXI4Signature
 from hw.axi_arbiter import AXI4Arbiter
 from hw.csr import AXI4LiteToCSR
+from hw.pipeline import AXI4RegisterSlice, AXIStreamRegister
 from hw.reliability.engine import ReliabilityEngine
 from hw.reliability.layouts import CwndUpdate, QpState, QpStateUpdate, SqProducer
 from hw.rx.engine import RxEngine
@@ -208,12 +209,20 @@ class NicCore(wiring.Component):
     host's doorbell writes to TX -> reliability ``sq_producer`` through
     ``DoorbellSnoop``.
 
-    Latency: NicCore adds none on the data paths (stream and AXI arbiters
-    are combinational); see docs/tx.md, docs/rx.md and docs/reliability.md
-    for the blocks'. A CSR read takes 3 cycles from AR to R valid plus the
-    block's one; a write 2 cycles from AW+W to B. Throughput: 1 beat per
-    cycle on ``mac_tx`` (shared by the three sources), on ``mac_rx`` and
-    on each AXI4 channel; one CSR access per 3 cycles.
+    Every output of the boundary comes from a flip-flop: ``mac_tx`` and
+    ``mac_rx`` pass a register stage (hw/pipeline.py ``AXIStreamRegister``),
+    ``m_axi`` an ``AXI4RegisterSlice`` on all five channels, and the CSR path
+    is registered in the bridge and in ``CsrInterconnect``, so the logic
+    around NicCore (MAC, memory, interconnect) times on its own.
+
+    Latency: NicCore adds 1 cycle on ``mac_tx`` and on ``mac_rx`` and 1 cycle
+    per AXI4 channel behind its arbiters; see docs/tx.md, docs/rx.md and
+    docs/reliability.md for the blocks'. A CSR read takes 4 cycles from AR
+    accepted to R valid (bridge 1, interconnect 2, block 1); a write 2
+    cycles from AW+W to B, and reaches the block 1 cycle after the bridge's
+    strobe. Throughput: 1 beat per cycle
+    on ``mac_tx`` (shared by the three sources), on ``mac_rx`` and on each
+    AXI4 channel; one CSR write per 3 cycles, one read per 6.
     """
 
     def __init__(self, *, data_width=64, num_qps=16, evs_per_qp=16, sack_bits=64, max_mtu=4096,
@@ -299,7 +308,8 @@ class NicCore(wiring.Component):
         m.submodules.device_info = info = self.device_info
 
         # ---- CSR: AXI4-Lite -> CSR bus -> one window per block --------------------------
-        m.submodules.csr_bridge = bridge = AXI4LiteToCSR(self.csr_addr_width)
+        m.submodules.csr_bridge = bridge = AXI4LiteToCSR(
+            self.csr_addr_width, read_latency=CsrInterconnect.READ_LATENCY)
         m.submodules.csr_interconnect = ic = CsrInterconnect(self.windows, self.block_bits)
         wiring.connect(m, wiring.flipped(self.s_axil), bridge.s_axil)
         # The bridge's address may be wider than the decoded space: addresses
@@ -327,17 +337,24 @@ class NicCore(wiring.Component):
             id_width=BLOCK_AXI_ID_WIDTH)
         for i, name in enumerate(DMA_MASTERS):
             wiring.connect(m, blocks[name].m_axi, dma.slave(i))
-        wiring.connect(m, dma.m_axi, wiring.flipped(self.m_axi))
+        m.submodules.m_axi_slice = axi_slice = AXI4RegisterSlice(
+            64, self.data_width, self.id_width)
+        wiring.connect(m, dma.m_axi, axi_slice.s_axi)
+        wiring.connect(m, axi_slice.m_axi, wiring.flipped(self.m_axi))
 
         # ---- MAC TX: data, ACK/NAK/probe responses, probe requests --------------------------
         m.submodules.mac_tx_arbiter = txarb = AXIStreamArbiter(self.data_width, num_inputs=3)
         wiring.connect(m, tx.m_axis, txarb.s_axis0)
         wiring.connect(m, rx.m_axis_ack, txarb.s_axis1)
         wiring.connect(m, rel.m_axis_probe, txarb.s_axis2)
-        wiring.connect(m, txarb.m_axis, wiring.flipped(self.mac_tx))
+        m.submodules.mac_tx_stage = tx_stage = AXIStreamRegister(self.data_width)
+        wiring.connect(m, txarb.m_axis, tx_stage.s_axis)
+        wiring.connect(m, tx_stage.m_axis, wiring.flipped(self.mac_tx))
 
         # ---- MAC RX ---------------------------------------------------------------------------
-        wiring.connect(m, wiring.flipped(self.mac_rx), rx.s_axis)
+        m.submodules.mac_rx_stage = rx_stage = AXIStreamRegister(self.data_width)
+        wiring.connect(m, wiring.flipped(self.mac_rx), rx_stage.s_axis)
+        wiring.connect(m, rx_stage.m_axis, rx.s_axis)
 
         # ---- block to block ---------------------------------------------------------------------
         wiring.connect(m, rx.peer_ack, rel.peer_ack)

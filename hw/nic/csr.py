@@ -16,7 +16,7 @@ own ID/NEXT registers hold; writes to them are dropped.
 
 from dataclasses import dataclass
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -178,10 +178,20 @@ class CsrInterconnect(wiring.Component):
 
     Reads of a window's words 0 and 1 are answered with the uniform header
     and next pointer and are not passed on; writes to them are dropped. A
-    read outside every window answers 0. Latency: none added (strobes pass
-    through combinationally; read data is muxed by the window registered at
-    ``r_stb``). Throughput: one access per cycle.
+    read outside every window answers 0.
+
+    Pipelined for timing: every block bus (``addr``, ``w_data``, ``w_stb``,
+    ``r_stb``) comes from flip-flops loaded a cycle after the upstream
+    strobe, and the read data is registered on its way back, so neither the
+    address decode nor the read mux is in series with a block's own logic.
+    Latency: writes reach a block 1 cycle after ``csr.w_stb``; ``csr.r_data``
+    is valid ``READ_LATENCY`` (3) cycles after ``csr.r_stb`` (the bus
+    contract's 1 plus 2): give the AXI4-Lite bridge ``read_latency=3``.
+    Throughput: one write per cycle; one read per 3 cycles (a read must not
+    follow another within 2 cycles; the bridge issues at most one per 6).
     """
+
+    READ_LATENCY = 3
 
     def __init__(self, windows: list[BlockWindow], block_bits: int):
         if not windows:
@@ -216,31 +226,36 @@ class CsrInterconnect(wiring.Component):
         is_next = offset[2:] == NEXT_OFFSET >> 2
         intercepted = is_header | is_next
 
-        # Internal writes slip into cycles the host leaves free.
-        read_before = Signal()
-        m.d.sync += read_before.eq(up.r_stb)
-        free = ~up.r_stb & ~up.w_stb & ~read_before
+        # Internal writes slip into cycles the host leaves free: no strobe
+        # now, and no read strobe in the two cycles before (a block answers
+        # the cycle after its own, registered, r_stb).
+        read_before = Signal(2)
+        m.d.sync += read_before.eq(Cat(up.r_stb, read_before[0]))
+        free = ~up.r_stb & ~up.w_stb & ~read_before.any()
         inj = self.inject.payload
         m.d.comb += self.inject.ready.eq(free)
 
         for i in range(n):
             bus = self.bus(i)
             selected = index == i
+            # The registered stage: the strobes last one cycle.
+            m.d.sync += [bus.w_stb.eq(0), bus.r_stb.eq(0)]
             with m.If(self.inject.valid & free):
-                m.d.comb += [
+                m.d.sync += [
                     bus.addr.eq(inj.addr[:bb]),
                     bus.w_data.eq(inj.data),
                     bus.w_stb.eq(inj.block == i),
                 ]
-            with m.Else():
-                m.d.comb += [
+            with m.Elif(up.w_stb | up.r_stb):
+                m.d.sync += [
                     bus.addr.eq(offset),
                     bus.w_data.eq(up.w_data),
                     bus.w_stb.eq(up.w_stb & selected & ~intercepted),
                     bus.r_stb.eq(up.r_stb & selected & ~intercepted),
                 ]
 
-        # Read data: chosen by what the address was at r_stb.
+        # Read data: chosen by what the address was at r_stb, registered on
+        # the way back (valid READ_LATENCY cycles after r_stb).
         r_index = Signal(self.index_bits)
         r_const = Signal()
         r_const_value = Signal(32)
@@ -262,5 +277,7 @@ class CsrInterconnect(wiring.Component):
             for i in range(n):
                 with m.Case(i):
                     m.d.comb += block_data.eq(self.bus(i).r_data)
-        m.d.comb += up.r_data.eq(Mux(r_const, r_const_value, block_data))
+        r_data = Signal(32)
+        m.d.sync += r_data.eq(Mux(r_const, r_const_value, block_data))
+        m.d.comb += up.r_data.eq(r_data)
         return m

@@ -92,3 +92,10 @@ def test_register_map_checks_and_docs():
         rm["table"].addr(16)
     md = rm.markdown(base=0x1000)
     assert "0x1100 + i x 0x4 (i < 16)" in md and "`[0]` enable: go" in md
+
+
+def test_bridge_read_latency_checked():
+    import pytest
+
+    with pytest.raises(ValueError, match="read_latency"):
+        AXI4LiteToCSR(addr_width=8, read_latency=0)

@@ -73,7 +73,7 @@ class Top:
         self.windows = [BlockWindow(rm.name, i << BB, rm, (i + 1) << BB if i < 2 else 0)
                         for i, rm in enumerate(maps)]
         self.ic = CsrInterconnect(self.windows, BB)
-        self.bridge = AXI4LiteToCSR(self.ic.addr_width)
+        self.bridge = AXI4LiteToCSR(self.ic.addr_width, read_latency=self.ic.READ_LATENCY)
         m = Module()
         m.submodules.ic, m.submodules.bridge, m.submodules.info = self.ic, self.bridge, self.info
         wiring.connect(m, self.bridge.csr, self.ic.csr)
