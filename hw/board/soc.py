@@ -62,6 +62,7 @@ from amaranth.utils import ceil_log2, exact_log2
 from ..axi import AXI_RESP_OKAY, AXI4LiteSignature, AXI4Signature
 from ..csr import AXI4LiteToCSR, CSRBusSignature, RegisterMap
 from ..nic.core import NicCore
+from ..pipeline import AXIRegisterSlice
 from ..reliability.layouts import QpState
 from .mac import RGMIIMAC, MACStatsSignature
 from .regs import MACRegisters
@@ -751,7 +752,12 @@ class BoardSoC(wiring.Component):
         m.submodules.uart = uart = UARTToAXI4Lite(self.uart_divisor)
         m.d.comb += [uart.rx.eq(self.uart_rx), self.uart_tx.eq(uart.tx)]
         m.submodules.decoder = dec = AXI4LiteDecoder(self.windows)
-        wiring.connect(m, uart.m_axil, dec.s_axil)
+        # A register slice between the bridge and the decoder: the decoder
+        # passes handshakes through, so without it the bridge's FSM, the
+        # decoder and NicCore's CSR bridge would form one combinational path.
+        m.submodules.uart_slice = uart_slice = AXIRegisterSlice(uart.m_axil.signature)
+        wiring.connect(m, uart.m_axil, uart_slice.s_axi)
+        wiring.connect(m, uart_slice.m_axi, dec.s_axil)
         wiring.connect(m, dec.nic, nic.s_axil)
         wiring.connect(m, dec.mem, bram.host)
 

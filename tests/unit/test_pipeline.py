@@ -7,7 +7,8 @@ import random
 import pytest
 from amaranth.sim import Simulator
 
-from hw.pipeline import AXI4RegisterSlice, AXIStreamRegister, StreamRegister
+from hw.axi import AXI4LiteSignature
+from hw.pipeline import AXI4RegisterSlice, AXIRegisterSlice, AXIStreamRegister, StreamRegister
 
 
 def _run(dut, bench, *background):
@@ -115,20 +116,31 @@ def test_axis_register_frames():
     assert got == beats
 
 
-def test_axi4_slice_channels():
+AXI4_FORWARD = {
+    "aw": dict(awid=5, awaddr=0x12_3456_7890, awlen=7, awsize=3, awburst=1, awlock=0,
+               awcache=3, awprot=2),
+    "w": dict(wdata=0x1122334455667788, wstrb=0xF0, wlast=1),
+    "ar": dict(arid=6, araddr=0xAB_CDEF_0123, arlen=255, arsize=3, arburst=1, arlock=1,
+               arcache=2, arprot=5),
+}
+AXI4_BACKWARD = {"b": dict(bid=3, bresp=2),
+                 "r": dict(rid=4, rdata=0xDEADBEEF00C0FFEE, rresp=1, rlast=1)}
+LITE_FORWARD = {"aw": dict(awaddr=0x1234, awprot=1), "w": dict(wdata=0xCAFEF00D, wstrb=0xA),
+                "ar": dict(araddr=0x0FF0, arprot=6)}
+LITE_BACKWARD = {"b": dict(bresp=3), "r": dict(rdata=0x89ABCDEF, rresp=2)}
+
+
+@pytest.mark.parametrize("kind", ["axi4", "axi4-lite"])
+def test_axi_slice_channels(kind):
     """Each channel's fields arrive on the other side one cycle later, and
     its ready goes back; B and R run from m_axi to s_axi."""
-    dut = AXI4RegisterSlice(addr_width=40, data_width=64, id_width=3)
+    if kind == "axi4":
+        dut = AXI4RegisterSlice(addr_width=40, data_width=64, id_width=3)
+        forward, backward = AXI4_FORWARD, AXI4_BACKWARD
+    else:
+        dut = AXIRegisterSlice(AXI4LiteSignature(16, 32))
+        forward, backward = LITE_FORWARD, LITE_BACKWARD
     s, m = dut.s_axi, dut.m_axi
-    forward = {
-        "aw": dict(awid=5, awaddr=0x12_3456_7890, awlen=7, awsize=3, awburst=1, awlock=0,
-                   awcache=3, awprot=2),
-        "w": dict(wdata=0x1122334455667788, wstrb=0xF0, wlast=1),
-        "ar": dict(arid=6, araddr=0xAB_CDEF_0123, arlen=255, arsize=3, arburst=1, arlock=1,
-                   arcache=2, arprot=5),
-    }
-    backward = {"b": dict(bid=3, bresp=2), "r": dict(rid=4, rdata=0xDEADBEEF00C0FFEE, rresp=1,
-                                                      rlast=1)}
 
     async def bench(ctx):
         for ch, fields in [*((c, f) for c, f in forward.items()),
