@@ -90,11 +90,38 @@ class _InFlight(data.StructLayout):
 
 
 def _lowest_set(value, width):
-    """(any bit set, index of the lowest set bit) of ``value``."""
-    idx = Const(0, ceil_log2(width) or 1)
-    for i in reversed(range(width)):
-        idx = Mux(value[i], i, idx)
-    return value.any(), idx
+    """(any bit set, index of the lowest set bit) of ``value``, as a tree of
+    2:1 choices (log2(width) levels, not a chain of ``width``)."""
+    nodes = [(value[i], Const(0, 0)) for i in range(width)]
+    while len(nodes) > 1:
+        nxt = []
+        for k in range(0, len(nodes), 2):
+            if k + 1 == len(nodes):
+                a_any, a_idx = nodes[k]
+                nxt.append((a_any, Cat(a_idx, Const(0, 1))))
+                continue
+            (a_any, a_idx), (b_any, b_idx) = nodes[k], nodes[k + 1]
+            nxt.append((a_any | b_any, Cat(Mux(a_any, a_idx, b_idx), ~a_any)))
+        nodes = nxt
+    any_set, idx = nodes[0]
+    if width == 1:
+        idx = Const(0, 1)
+    return any_set, idx
+
+
+def _two_or_more(bits):
+    """Whether at least two of ``bits`` are set (a tree)."""
+    nodes = [(b, Const(0, 1)) for b in bits]
+    while len(nodes) > 1:
+        nxt = []
+        for k in range(0, len(nodes), 2):
+            if k + 1 == len(nodes):
+                nxt.append(nodes[k])
+                continue
+            (a1, a2), (b1, b2) = nodes[k], nodes[k + 1]
+            nxt.append((a1 | b1, a2 | b2 | (a1 & b1)))
+        nodes = nxt
+    return nodes[0][1]
 
 
 class RxPsnWindow(wiring.Component):
@@ -212,7 +239,6 @@ class RxPsnWindow(wiring.Component):
         qs = Signal(QpRxState())
         cfg = Signal(QpConfig())
         bm_word = Signal(lr)  # bitmap word index being read
-        word = Signal(W)  # bitmap word read
         m.d.comb += [
             q_rd.addr.eq(qp),
             self.cfg_addr.eq(qp),
@@ -262,23 +288,41 @@ class RxPsnWindow(wiring.Component):
         with m.If(self.cqe.ready):
             m.d.sync += cqe_valid.eq(0)
 
-        # ---- derived values of the loaded state
-        d = Signal(24)
-        m.d.comb += d.eq(rq.psn - qs.epsn)
+        # ---- the checks of CHECK_X, registered in CHECK from the request, the
+        # QP row and the bitmap word as they are read (the tables do not change
+        # between CHECK and CHECK_X), so CHECK_X only combines flags.
+        d = Signal(24)  # (psn - epsn) mod 2^24
         window_psns = Signal(range(self.mpr_max + 1))
-        mpr_psns = Cat(Const(0, 7), cfg.mpr)
-        m.d.comb += window_psns.eq(
-            Mux((cfg.mpr == 0) | (mpr_psns > self.mpr_max), self.mpr_max, mpr_psns)
-        )
         bit_set = Signal()
-        m.d.comb += bit_set.eq(word.bit_select(rq.psn[:lw], 1))
+        flight_hit = Signal()
         is_last = Signal()
-        m.d.comb += is_last.eq(
-            Cat(*[rq.opcode == op for op in (
-                Opcode.WRITE_LAST, Opcode.WRITE_LAST_IMM, Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM
-            )]).any()
-        )
-        has_imm = (rq.opcode == Opcode.WRITE_LAST_IMM) | (rq.opcode == Opcode.WRITE_ONLY_IMM)
+        has_imm = Signal()
+        discard = Signal()  # a payload to drain if the packet is not placed
+        chk_slot = Signal(self.tag_bits)
+        chk_pend_free = Signal(range(self.max_pending))
+        chk_pend_any_free = Signal()
+        mpr_psns = Cat(Const(0, 7), self.cfg.mpr)
+        chk_values = [
+            d.eq(rq.psn - q_rd.data.epsn),
+            window_psns.eq(
+                Mux((self.cfg.mpr == 0) | (mpr_psns > self.mpr_max), self.mpr_max, mpr_psns)
+            ),
+            bit_set.eq(b_rd.data.bit_select(rq.psn[:lw], 1)),
+            flight_hit.eq(in_flight_hit),
+            is_last.eq(
+                Cat(*[rq.opcode == op for op in (
+                    Opcode.WRITE_LAST, Opcode.WRITE_LAST_IMM, Opcode.WRITE_ONLY,
+                    Opcode.WRITE_ONLY_IMM
+                )]).any()
+            ),
+            has_imm.eq(
+                (rq.opcode == Opcode.WRITE_LAST_IMM) | (rq.opcode == Opcode.WRITE_ONLY_IMM)
+            ),
+            discard.eq(rq.payload_len != 0),
+            chk_slot.eq(free_slot),
+            chk_pend_free.eq(pend_free),
+            chk_pend_any_free.eq(pend_any_free),
+        ]
         ack_every = Mux(cfg.ack_n == 0, 1, cfg.ack_n)
 
         # ACK building: syndrome and BTH PSN of the ACK/NAK to send.
@@ -295,25 +339,72 @@ class RxPsnWindow(wiring.Component):
         scan_qp = Signal(qpb)
         ops_since_scan = Signal(2)
 
-        # Pending-LAST selection for completion: the hit with the smallest offset.
-        adv_len = Signal(24)
-        m.d.comb += adv_len.eq(qs.epsn - adv_from)
-        sel_any = Signal()
-        sel_idx = Signal(range(self.max_pending))
-        best = Const(0xFFFFFF, 24)
-        found = Const(0, 1)
+        # ---- completion: which pending LAST packets the advance passed, and in
+        # which PSN order, all from registers so COMPLETE is shallow.
+        # off_i: the entry's PSN offset from adv_from, in the low bits only (a
+        # passed entry lies within the advance, which is shorter than the ring);
+        # it is valid from ADV on (adv_from is set in MARK, pend is stable).
+        # lt[a, b] (a > b): off_a < off_b, valid from the cycle after ADV on.
+        P = self.max_pending
+        ones = (1 << W) - 1
+        ob = lw + lr + 1
+        offs = [Signal(ob, name=f"pend_off{i}") for i in range(P)]
         for i, e in enumerate(pend):
-            off = Signal(24, name=f"pend_off{i}")
-            m.d.comb += off.eq(e.psn - adv_from)
-            hit = e.valid & (e.qp == qp) & (off < adv_len)
-            better = hit & (~found | (off < best))
-            best = Mux(better, off, best)
-            found = found | hit
-            with m.If(better):
-                m.d.comb += sel_idx.eq(i)
-        m.d.comb += sel_any.eq(found)
+            m.d.sync += offs[i].eq((e.psn - adv_from)[:ob])
+        lt = {}
+        for a in range(P):
+            for b in range(a):
+                lt[a, b] = Signal(name=f"pend_lt{a}_{b}")
+                m.d.sync += lt[a, b].eq(offs[a] < offs[b])
+        # cand_i: the cumulative PSN passed entry i in this advance. ADV sets it
+        # word by word: entry i is passed in the word being advanced over when
+        # it lies in that word at or after epsn (pend_en, registered in ADV_RD)
+        # and no bit of the word from epsn up to it is clear (pend_rng: those
+        # positions, registered in ADV_RD).
+        cand = Signal(P)
+        pend_en = [Signal(name=f"pend_en{i}") for i in range(P)]
+        pend_rng = [Signal(W, name=f"pend_rng{i}") for i in range(P)]
+        mask_ge = Signal(W)  # positions at or after epsn in its word
+        b_now = qs.epsn[:lw]
+        m.d.sync += mask_ge.eq((Const(ones, W) << b_now)[:W])
+        for i, e in enumerate(pend):
+            p = e.psn[:lw]
+            m.d.sync += [
+                pend_en[i].eq(
+                    e.valid & (e.qp == qp) & (e.psn[lw:] == qs.epsn[lw:]) & (p >= b_now)
+                ),
+                pend_rng[i].eq((Const(ones, W) << b_now)[:W] & (Const(ones, W) >> ~p)),
+            ]
+        # The passed entry with the smallest offset (the lowest index among equals).
+        sel_oh = Signal(P)
+        for i in range(P):
+            terms = [cand[i]]
+            for j in range(P):
+                if j < i:
+                    terms.append(~cand[j] | lt[i, j])
+                elif j > i:
+                    terms.append(~cand[j] | ~lt[j, i])
+            m.d.comb += sel_oh[i].eq(Cat(*terms).all())
         sel = Signal(_Pending(qpb))
-        m.d.comb += sel.eq(Cat(*pend).word_select(sel_idx, len(Cat(pend[0]))))
+        sel_bits = Const(0, len(Cat(pend[0])))
+        for i, e in enumerate(pend):
+            sel_bits = sel_bits | Mux(sel_oh[i], Cat(e), 0)
+        m.d.comb += sel.eq(sel_bits)
+        sel_more = _two_or_more([cand[i] for i in range(P)])
+
+        # The CQ slot of the next completion, registered from qs and cfg (valid
+        # two cycles after MARK loads them, and one cycle after cq_prod moves).
+        cq_mask = Signal(16)  # CQ ring entries - 1, in 16 bits
+        cq_full = Signal()
+        cqe_addr = Signal(64)
+        cqe_phase = Signal()
+        m.d.sync += [
+            cq_mask.eq(~(Const(0xFFFF, 16) << cfg.cq_log2)[:16]),
+            cq_full.eq(((qs.cq_prod - cfg.cq_cons)[:16] & ~cq_mask).any()),
+            cqe_addr.eq(cfg.cq_base + Cat(Const(0, exact_log2(CQE_BYTES)), qs.cq_prod & cq_mask)),
+            # 1 on the first pass over the ring, flipping on every wrap.
+            cqe_phase.eq(~(qs.cq_prod >> cfg.cq_log2)[0]),
+        ]
 
         init_word = Signal(lr + 1)
 
@@ -386,18 +477,17 @@ class RxPsnWindow(wiring.Component):
             with m.State("CHECK_RD"):
                 m.next = "CHECK"
             with m.State("CHECK"):
-                m.d.sync += [qs.eq(q_rd.data), cfg.eq(self.cfg), word.eq(b_rd.data)]
+                m.d.sync += [qs.eq(q_rd.data), cfg.eq(self.cfg)]
+                m.d.sync += chk_values
                 m.next = "CHECK_X"
             with m.State("CHECK_X"):
-                discard = Signal()
-                m.d.comb += discard.eq(rq.payload_len != 0)
                 m.d.sync += [
                     place_cmd.addr.eq(rq.va),
                     place_cmd.len.eq(rq.payload_len),
                     place_cmd.discard.eq(1),
                     place_cmd.notify.eq(0),
                     place_cmd.inline.eq(0),
-                    place_cmd.tag.eq(free_slot),
+                    place_cmd.tag.eq(chk_slot),
                     ack_syn.eq(AETH_ACK),
                     ack_psn.eq(rq.psn),
                 ]
@@ -408,22 +498,22 @@ class RxPsnWindow(wiring.Component):
                         # The bit is only meaningful inside the window: beyond it the
                         # ring aliases PSNs of the current window.
                         inside = d < window_psns
-                        with m.If(d[23] | (inside & (bit_set | in_flight_hit))):
+                        with m.If(d[23] | (inside & (bit_set | flight_hit))):
                             m.d.comb += cnt.duplicate.eq(1)
                             m.d.sync += place_valid.eq(discard)
                             m.next = "ACK0"
-                        with m.Elif(d >= window_psns):
+                        with m.Elif(~inside):
                             m.d.comb += cnt.out_of_window.eq(1)
                             m.d.sync += place_valid.eq(discard)
                             m.next = "WRITEBACK"
-                        with m.Elif(is_last & ~pend_any_free):
+                        with m.Elif(is_last & ~chk_pend_any_free):
                             m.d.comb += cnt.wimm_full.eq(1)
                             m.d.sync += place_valid.eq(discard)
                             m.next = "WRITEBACK"
                         with m.Else():
                             # Accepted: in flight until its B response.
                             for i, e in enumerate(inflight):
-                                with m.If(free_slot == i):
+                                with m.If(chk_slot == i):
                                     m.d.sync += [
                                         e.valid.eq(1),
                                         e.qp.eq(rq.qp),
@@ -433,7 +523,7 @@ class RxPsnWindow(wiring.Component):
                                     ]
                             with m.If(is_last):
                                 for i, e in enumerate(pend):
-                                    with m.If(pend_free == i):
+                                    with m.If(chk_pend_free == i):
                                         m.d.sync += [
                                             e.valid.eq(1),
                                             e.qp.eq(rq.qp),
@@ -501,6 +591,7 @@ class RxPsnWindow(wiring.Component):
                     cfg.eq(self.cfg),
                     adv_from.eq(q_rd.data.epsn),
                     bm_word.eq(widx(q_rd.data.epsn)),
+                    cand.eq(0),
                 ]
                 with m.If(rq.psn == q_rd.data.epsn):
                     m.next = "ADV_RD"
@@ -509,48 +600,57 @@ class RxPsnWindow(wiring.Component):
             with m.State("ADV_RD"):
                 m.next = "ADV"
             with m.State("ADV"):
-                b = qs.epsn[:lw]
                 holes = Signal(W)
-                m.d.comb += holes.eq(~b_rd.data & (Const((1 << W) - 1, W) << b))
+                m.d.comb += holes.eq(~b_rd.data & mask_ge)
                 any_hole, first_hole = _lowest_set(holes, W)
+                for i in range(P):
+                    with m.If(pend_en[i] & ~(~b_rd.data & pend_rng[i]).any()):
+                        m.d.sync += cand[i].eq(1)
                 with m.If(any_hole):
-                    m.d.sync += qs.epsn.eq(qs.epsn + (first_hole - b))
+                    # The first hole is in this word: epsn + (first_hole - b).
+                    m.d.sync += qs.epsn.eq(Cat(first_hole, qs.epsn[lw:]))
                     m.next = "COMPLETE"
                 with m.Else():
-                    # Every PSN left in this word is in: retire the word.
+                    # Every PSN left in this word is in: retire the word
+                    # (epsn + (W - b) is the start of the next one).
                     m.d.comb += [b_wr.en.eq(1), b_wr.data.eq(0)]
-                    m.d.sync += [qs.epsn.eq(qs.epsn + (W - b)), bm_word.eq(bm_word + 1)]
+                    m.d.sync += [
+                        qs.epsn.eq(Cat(Const(0, lw), qs.epsn[lw:] + 1)),
+                        bm_word.eq(bm_word + 1),
+                    ]
                     m.next = "ADV_RD"
             with m.State("COMPLETE"):
-                with m.If(~sel_any):
+                with m.If(~cand.any()):
                     m.next = "COALESCE"
                 with m.Elif(~cqe_valid):
                     msn = qs.msn + 1
-                    m.d.sync += qs.msn.eq(msn)
+                    m.d.sync += [qs.msn.eq(msn), cand.eq(cand & ~sel_oh)]
                     for i, e in enumerate(pend):
-                        with m.If(sel_idx == i):
+                        with m.If(sel_oh[i]):
                             m.d.sync += e.valid.eq(0)
+                    # Seen only with cqe_valid, set below.
+                    m.d.sync += [
+                        cqe_job.addr.eq(cqe_addr),
+                        cqe_job.msn.eq(msn),
+                        cqe_job.byte_len.eq(sel.dma_len),
+                        cqe_job.imm.eq(sel.imm),
+                        cqe_job.qpn.eq(qp),
+                        cqe_job.status.eq(CQE_STATUS_SUCCESS),
+                        cqe_job.opcode.eq(sel.opcode),
+                        cqe_job.phase.eq(cqe_phase),
+                    ]
                     with m.If(sel.imm_flag):
-                        ring = Const(1, 17) << cfg.cq_log2
-                        full = (qs.cq_prod - cfg.cq_cons)[:16] >= ring
-                        with m.If(~cfg.cq_enable | full):
+                        with m.If(~cfg.cq_enable | cq_full):
                             m.d.comb += cnt.cq_overflow.eq(1)
                         with m.Else():
                             m.d.comb += cnt.cqe_written.eq(1)
-                            slot_idx = (qs.cq_prod & (ring - 1))[:16]
-                            m.d.sync += [
-                                cqe_valid.eq(1),
-                                cqe_job.addr.eq(cfg.cq_base + slot_idx * CQE_BYTES),
-                                cqe_job.msn.eq(msn),
-                                cqe_job.byte_len.eq(sel.dma_len),
-                                cqe_job.imm.eq(sel.imm),
-                                cqe_job.qpn.eq(qp),
-                                cqe_job.status.eq(CQE_STATUS_SUCCESS),
-                                cqe_job.opcode.eq(sel.opcode),
-                                # 1 on the first pass over the ring, flipping on every wrap.
-                                cqe_job.phase.eq(~(qs.cq_prod >> cfg.cq_log2)[0]),
-                                qs.cq_prod.eq(qs.cq_prod + 1),
-                            ]
+                            m.d.sync += [cqe_valid.eq(1), qs.cq_prod.eq(qs.cq_prod + 1)]
+                    with m.If(sel_more):
+                        m.next = "COMPLETE_GAP"  # let cq_full/cqe_addr follow cq_prod
+                    with m.Else():
+                        m.next = "COALESCE"
+            with m.State("COMPLETE_GAP"):
+                m.next = "COMPLETE"
             with m.State("COALESCE"):
                 # ECN echo covers the packets placed since the last ACK.
                 with m.If(mark_ce):
