@@ -23,7 +23,11 @@ class Framer(wiring.Component):
     The header is 70 or 74 bytes (ImmDt), so it ends ``r`` = 70 or 74 mod the
     beat width into a beat: the header's tail is held in an accumulator and
     each payload beat is shifted up by ``r`` lanes (a two-way choice) with
-    the bytes that do not fit kept for the next beat. Latency 1 cycle from a
+    the bytes that do not fit kept for the next beat. The header register
+    takes the next header as soon as the current one's beats are out
+    (``hdr.ready`` is a flip-flop), and the last payload beat's end test and
+    keep come from lane masks registered at the end of the header, so no
+    payload-dependent path reaches ``hdr.ready``. Latency 1 cycle from a
     valid header to the first beat. Throughput 1 beat/cycle, with no idle
     cycle between frames when the next header is ready.
     """
@@ -45,14 +49,25 @@ class Framer(wiring.Component):
         beats_short, r_short = divmod(BASE_HEADER_BYTES, nbytes)
         beats_long, r_long = divmod(MAX_HEADER_BYTES, nbytes)
 
+        # The header register: loaded whenever it is free (``hdr.ready`` is a
+        # flip-flop), held while its beats go out, freed at the last one.
         hdr = Signal(FrameHeader())
+        hdr_full = Signal()
+        m.d.comb += self.hdr.ready.eq(~hdr_full)
+        with m.If(self.hdr.valid & ~hdr_full):
+            m.d.sync += [hdr.eq(self.hdr.payload), hdr_full.eq(1)]
+        head_beats = Mux(hdr.imm, beats_long, beats_short)
+
         beat = Signal(range(max(beats_long, 2)))
-        head_beats = Signal(range(beats_long + 1))
         acc = Signal(w)
         acc_count = Signal(range(nbytes + 1))
         residue = Signal(range(nbytes))  # header bytes in the last header beat
-        length = Signal(13)
-        pad = Signal(2)
+        # the current frame's residue + pad, as registered lane masks for the
+        # last payload beat: it ends the frame when no keep lane is at or
+        # above nbytes - (residue + pad); its keep then is keep << (residue +
+        # pad) with the low residue + pad lanes set (keep is packed).
+        rp = Signal(range(nbytes + 4))
+        fit_mask = Signal(nbytes)
 
         pay = self.payload.payload
         pay_bytes = keep_count(pay.keep)
@@ -65,31 +80,26 @@ class Framer(wiring.Component):
             pay_data >> (8 * (nbytes - r_short)),
             pay_data >> (8 * (nbytes - r_long)),
         )
-        total = acc_count + pay_bytes + pad
-
-        def take_header():
-            m.d.comb += self.hdr.ready.eq(1)
-            m.d.sync += [
-                hdr.eq(self.hdr.payload),
-                beat.eq(0),
-                length.eq(self.hdr.payload.length),
-                pad.eq(self.hdr.payload.pad),
-                residue.eq(Mux(self.hdr.payload.imm, r_long, r_short)),
-                head_beats.eq(Mux(self.hdr.payload.imm, beats_long, beats_short)),
-            ]
+        total = rp + pay_bytes  # acc_count is the residue throughout PAYLOAD
+        fits = ~(pay.keep & fit_mask).any()
+        last_keep = Signal(nbytes)
+        with m.Switch(rp):
+            for v in range(nbytes):
+                with m.Case(v):
+                    m.d.comb += last_keep.eq(((pay.keep << v) | ((1 << v) - 1))[:nbytes])
 
         def frame_done():
-            # the next header is taken in the cycle the last beat leaves
-            with m.If(self.hdr.valid):
-                take_header()
+            # the next header, if loaded or arriving now, starts at once
+            m.d.sync += beat.eq(0)
+            with m.If(hdr_full | self.hdr.valid):
                 m.next = "HEADER"
             with m.Else():
                 m.next = "IDLE"
 
         with m.FSM():
             with m.State("IDLE"):
-                with m.If(self.hdr.valid):
-                    take_header()
+                m.d.sync += beat.eq(0)
+                with m.If(hdr_full | self.hdr.valid):
                     m.next = "HEADER"
             with m.State("HEADER"):
                 words = [hdr.bytes[i * w : (i + 1) * w] for i in range(beats_long)]
@@ -103,11 +113,18 @@ class Framer(wiring.Component):
                     with m.If(beat == head_beats - 1):
                         short_tail = hdr.bytes[beats_short * w : beats_short * w + 8 * r_short]
                         long_tail = hdr.bytes[beats_long * w : beats_long * w + 8 * r_long]
+                        res = Mux(hdr.imm, r_long, r_short)
                         m.d.sync += [
-                            acc.eq(Mux(residue == r_short, short_tail, long_tail)),
-                            acc_count.eq(residue),
+                            acc.eq(Mux(hdr.imm, long_tail, short_tail)),
+                            acc_count.eq(res),  # pad is 0 without payload
+                            residue.eq(res),
+                            rp.eq(res + hdr.pad),
+                            fit_mask.eq(
+                                Cat(*[res + hdr.pad + i >= nbytes for i in range(nbytes)])
+                            ),
+                            hdr_full.eq(0),
                         ]
-                        with m.If(length == 0):
+                        with m.If(hdr.length == 0):
                             m.next = "TAIL"
                         with m.Else():
                             m.next = "PAYLOAD"
@@ -117,9 +134,9 @@ class Framer(wiring.Component):
                     self.o.payload.data.eq(acc | shifted[:w]),
                     self.payload.ready.eq(self.o.ready),
                 ]
-                with m.If(pay.last & (total <= nbytes)):
+                with m.If(pay.last & fits):
                     m.d.comb += [
-                        self.o.payload.keep.eq(count_keep(total, nbytes)),
+                        self.o.payload.keep.eq(last_keep),
                         self.o.payload.last.eq(1),
                     ]
                     with m.If(self.payload.valid & self.o.ready):

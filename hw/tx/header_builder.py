@@ -30,9 +30,13 @@ class HeaderBuilder(wiring.Component):
     bytes in lane order, of which the first 70 are used without ImmDt, and
     the payload length and pad count). ``src_mac``/``src_ip`` are the NIC's
     own addresses. The IPv4 checksum (eight 16-bit terms) is computed here,
-    so the framer only moves bytes. Latency 1 cycle, one header per cycle:
-    a one-entry pipeline register that refills while the framer streams the
-    previous packet.
+    so the framer only moves bytes. The descriptor is taken when its header
+    is loaded into the output register; the lengths and the checksum come
+    from it through free-running pipeline registers (a tree of two-input
+    adds, then the folds), so no path is deeper than one adder pair.
+    Latency 5 cycles from a valid descriptor to a valid header; one header
+    per 5 cycles (a packet's frame is at least 10 beats at 64 bits, 3 at
+    512), refilling while the framer streams the previous packet.
     """
 
     def __init__(self):
@@ -50,27 +54,46 @@ class HeaderBuilder(wiring.Component):
         d = self.desc.payload
         imm = (d.opcode == 0x09) | (d.opcode == 0x0B)
         pad = (-d.length)[:2]
-        ext = Mux(imm, RETH.size + IMMDT.size, RETH.size)
+        # The descriptor stays on ``desc`` (stable while valid) until the
+        # header is loaded; the lengths and the IPv4 checksum are computed
+        # from it by free-running pipeline registers over CSUM_STAGES cycles.
+        # Lengths: (length + pad) + const = (length + 3 + const) & ~3, as
+        # every const is a multiple of 4.
         udp_len = Signal(16)
         ip_len = Signal(16)
-        m.d.comb += [
-            udp_len.eq(UDP.size + BTH.size + ext + d.length + pad + 4),
-            ip_len.eq(IPV4.size + udp_len),
+        udp_const = UDP.size + BTH.size + 4
+        udp_sum = d.length + Mux(
+            imm, udp_const + RETH.size + IMMDT.size + 3, udp_const + RETH.size + 3
+        )
+        ip_sum = d.length + Mux(
+            imm,
+            IPV4.size + udp_const + RETH.size + IMMDT.size + 3,
+            IPV4.size + udp_const + RETH.size + 3,
+        )
+        m.d.sync += [
+            udp_len.eq(Cat(Const(0, 2), udp_sum[2:])),
+            ip_len.eq(Cat(Const(0, 2), ip_sum[2:])),
         ]
         tos = Cat(Const(ECN_ECT0, 2), d.dscp)
-        ip_words = [
-            Cat(tos, Const(0x45, 8)),
-            ip_len,
-            Const(0, 16),
-            Const(IP_FLAGS_DF << 13, 16),
-            Const((IP_TTL << 8) | IP_PROTO_UDP, 16),
-            self.src_ip[16:],
-            self.src_ip[:16],
-            d.dst_ip[16:],
-            d.dst_ip[:16],
+        # the nine 16-bit checksum terms, added in a tree
+        s0, s1, s2 = Signal(17), Signal(17), Signal(17)
+        t0, t1 = Signal(18), Signal(18)
+        total = Signal(20)
+        folded = Signal(17)
+        const_terms = (IP_FLAGS_DF << 13) + ((IP_TTL << 8) | IP_PROTO_UDP)  # ident is 0
+        m.d.sync += [
+            s0.eq(d.dst_ip[16:] + d.dst_ip[:16]),
+            s1.eq(Cat(tos, Const(0x45, 8)) + self.src_ip[16:]),
+            s2.eq(self.src_ip[:16] + const_terms),
+            t0.eq(s0 + s1),
+            t1.eq(s2 + ip_len),
+            total.eq(t0 + t1),
+            folded.eq(total[:16] + total[16:]),
         ]
         checksum = Signal(16)
-        m.d.comb += checksum.eq(ipv4_checksum(ip_words))
+        m.d.comb += checksum.eq(~(folded[:16] + folded[16:])[:16])
+        CSUM_STAGES = 4  # cycles from a stable descriptor to ``folded``
+        wait = Signal(range(CSUM_STAGES + 1))
 
         eth = ETH.pack({"dst": d.dst_mac, "src": self.src_mac, "ethertype": ETHERTYPE_IPV4})
         ip = IPV4.pack(
@@ -105,14 +128,18 @@ class HeaderBuilder(wiring.Component):
         reth = RETH.pack({"va": d.va, "rkey": d.rkey, "dma_len": d.dma_len})
         immdt = IMMDT.pack({"imm": d.imm})
 
-        with m.If(self.hdr.ready | ~self.hdr.valid):
+        with m.If(self.hdr.ready):
+            m.d.sync += self.hdr.valid.eq(0)
+        with m.If(self.desc.valid & (wait != CSUM_STAGES)):
+            m.d.sync += wait.eq(wait + 1)
+        with m.If(self.desc.valid & (wait == CSUM_STAGES) & (self.hdr.ready | ~self.hdr.valid)):
             m.d.comb += self.desc.ready.eq(1)
-            m.d.sync += self.hdr.valid.eq(self.desc.valid)
-            with m.If(self.desc.valid):
-                m.d.sync += [
-                    self.hdr.payload.bytes.eq(Cat(eth, ip, udp, bth, reth, immdt)),
-                    self.hdr.payload.imm.eq(imm),
-                    self.hdr.payload.length.eq(d.length),
-                    self.hdr.payload.pad.eq(pad),
-                ]
+            m.d.sync += [
+                wait.eq(0),
+                self.hdr.valid.eq(1),
+                self.hdr.payload.bytes.eq(Cat(eth, ip, udp, bth, reth, immdt)),
+                self.hdr.payload.imm.eq(imm),
+                self.hdr.payload.length.eq(d.length),
+                self.hdr.payload.pad.eq(pad),
+            ]
         return m

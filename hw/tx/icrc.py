@@ -6,6 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..crc import ICRC_INIT, crc32_bytes
 from ..headers import ICRC_MASKED_BYTES, OFF_IPV4
+from ..pipeline import skid
 from ..stream import Beat
 
 __all__ = ["IcrcInserter", "ICRC_MASKED_BYTES", "keep_count", "count_keep"]
@@ -40,8 +41,11 @@ class IcrcInserter(wiring.Component):
     The CRC register is updated as each beat enters a one-beat holding
     register, so the final value is ready when the last beat leaves it: the
     ICRC fills the last beat's free lanes and, when fewer than 4 are free,
-    one extra beat. Latency 1 cycle. Throughput 1 beat/cycle, plus one cycle
-    for frames whose ICRC spills into an extra beat.
+    one extra beat. In front of it, a skid-buffer stage registers each beat
+    with its CRC input bytes and byte count (masking, start lane), so the
+    CRC network starts from flip-flops and ``i.ready`` is a flip-flop.
+    Latency 2 cycles. Throughput 1 beat/cycle, plus one cycle for frames
+    whose ICRC spills into an extra beat.
     """
 
     def __init__(self, data_width: int = 64):
@@ -58,8 +62,10 @@ class IcrcInserter(wiring.Component):
         nbytes = self.data_width // 8
         w = self.data_width
 
-        # Masking and the start of the ICRC coverage depend only on the beat's
-        # index in the frame, up to the last beat holding a masked byte.
+        # Input stage (computed from ``i``, registered in a skid buffer with
+        # the beat): the CRC's input bytes and their count. Masking and the
+        # start of the ICRC coverage depend only on the beat's index in the
+        # frame, up to the last beat holding a masked byte.
         last_special = max(ICRC_MASKED_BYTES) // nbytes
         beat_index = Signal(range(last_special + 2))
         start_beat, start_lane = divmod(ICRC_START, nbytes)
@@ -85,8 +91,26 @@ class IcrcInserter(wiring.Component):
         with m.Else():
             m.d.comb += [crc_data.eq(masked), crc_count.eq(n_in)]
 
+        stage_in = Cat(self.i.payload.as_value(), crc_data, crc_count, n_in, beat_index == 0)
+        stage_out = Signal(len(stage_in))
+        stage_valid = Signal()
+        stage_ready = Signal()
+        skid(m, self.i.valid, self.i.ready, stage_in, stage_valid, stage_ready, stage_out, "stage")
+        with m.If(self.i.valid & self.i.ready):
+            with m.If(self.i.payload.last):
+                m.d.sync += beat_index.eq(0)
+            with m.Elif(beat_index <= last_special):
+                m.d.sync += beat_index.eq(beat_index + 1)
+
+        s_beat = Signal(Beat(w))
+        s_crc_data = Signal(w)
+        s_crc_count = Signal(range(nbytes + 1))
+        s_n_in = Signal(range(nbytes + 1))
+        s_first = Signal()
+        m.d.comb += Cat(s_beat.as_value(), s_crc_data, s_crc_count, s_n_in, s_first).eq(stage_out)
+
         crc = Signal(32, init=ICRC_INIT)
-        crc_before = Mux(beat_index == 0, ICRC_INIT, crc)
+        crc_before = Mux(s_first, ICRC_INIT, crc)
 
         held = Signal(Beat(w))
         held_valid = Signal()
@@ -131,16 +155,12 @@ class IcrcInserter(wiring.Component):
                         spill_count.eq(held_count + 4 - nbytes),
                     ]
 
-        m.d.comb += self.i.ready.eq(~spill & (~held_valid | self.o.ready))
-        with m.If(self.i.valid & self.i.ready):
+        m.d.comb += stage_ready.eq(~spill & (~held_valid | self.o.ready))
+        with m.If(stage_valid & stage_ready):
             m.d.sync += [
-                held.eq(self.i.payload),
+                held.eq(s_beat),
                 held_valid.eq(1),
-                held_count.eq(n_in),
-                crc.eq(crc32_bytes(crc_before, crc_data, crc_count)),
+                held_count.eq(s_n_in),
+                crc.eq(crc32_bytes(crc_before, s_crc_data, s_crc_count)),
             ]
-            with m.If(self.i.payload.last):
-                m.d.sync += beat_index.eq(0)
-            with m.Elif(beat_index <= last_special):
-                m.d.sync += beat_index.eq(beat_index + 1)
         return m
