@@ -110,6 +110,15 @@ def _lowest(m, mask, width, name):
     return idx
 
 
+def _popcount(bits):
+    """Number of set bits, as a balanced adder tree (depth log2 of the width)."""
+    bits = list(bits)
+    if len(bits) == 1:
+        return bits[0]
+    half = len(bits) // 2
+    return _popcount(bits[:half]) + _popcount(bits[half:])
+
+
 def _below(n, width):
     """Bits 0 .. n-1 set."""
     return Cat(*[n > i for i in range(width)])
@@ -212,10 +221,14 @@ class ReliabilityCore(wiring.Component):
         f_evq = out_fifo("event_fifo", self.event, 32)
 
         # --- counters -------------------------------------------------------------
+        # the event's strobe is registered first: a counter moves the cycle after its
+        # event (its increment and saturation check then start from flip-flops)
         pulse = {n: Signal(name=f"cnt_{n}") for n in CORE_COUNTERS}
         for n in CORE_COUNTERS:
             c = self.counters[n]
-            with m.If(pulse[n] & (c != 0xFFFFFFFF)):
+            pulse_q = Signal(name=f"cnt_{n}_q")
+            m.d.sync += pulse_q.eq(pulse[n])
+            with m.If(pulse_q & (c != 0xFFFFFFFF)):
                 m.d.sync += c.eq(c + 1)
 
         def count(name):
@@ -268,9 +281,9 @@ class ReliabilityCore(wiring.Component):
         K_SENT, K_ACK, K_PROBE, K_TMO, K_CMD, K_SWEEP = range(6)
         kind = Signal(3)
         s = Signal(SentRecord)
-        a_syndrome = Signal(8)
+        a_trim = Signal()  # syndrome NAK TRIMMED
         a_psn = Signal(24)
-        a_cum = Signal(24)
+        a_cum = Signal(24)  # cum_psn, + 1 from LOAD on
         a_base = Signal(24)
         a_ece = Signal()
         a_bitmap = Signal(self.sack_bits)
@@ -285,6 +298,16 @@ class ReliabilityCore(wiring.Component):
         walk_off = Signal(range(W))
         blamed = Signal(E)
         adv = Signal(range(W + 1))
+        adv_raw = Signal(24)  # cum_psn + 1 - una
+        # the SACK bitmap against the new una: shift left by s_shl (s_pos) or right by
+        # s_shr (s_neg); the NAK's PSN: in flight (nak_in), at offset nak_off
+        s_pos = Signal()
+        s_neg = Signal()
+        s_shl = Signal(wbits + 1)
+        s_shr = Signal((self.sack_bits - 1).bit_length())
+        nak_in = Signal()
+        nak_off = Signal(max(wbits, 1))
+        sacked_above = Signal(range(W + 1))
         newly = Signal(range(W + 1))
         rtt_ts = Signal(16)
         rtt_valid = Signal()
@@ -302,8 +325,8 @@ class ReliabilityCore(wiring.Component):
         now_ts = now[RTT_SHIFT : RTT_SHIFT + 16]
 
         # --- derived from the working copy ---------------------------------------------
+        # nxt - una: set in LOAD, kept up to date when una advances
         infl = Signal(range(W + 1))
-        m.d.comb += infl.eq((cur.nxt - cur.una)[: wbits + 1])
         infl_mask = Signal(W)
         m.d.comb += infl_mask.eq(_below(infl, W))
         good_count = Signal(range(E + 1))
@@ -353,20 +376,30 @@ class ReliabilityCore(wiring.Component):
             with m.If(~f_evq.w_rdy):
                 count("events_lost")
 
+        # What loss evidence would do to each EV, registered from the working copy
+        # every cycle. Read only in USE, whose previous cycle (PICK or LCNT) changes no
+        # EV field, so the values are those of the working copy in USE.
+        loss_inc = Signal(data.ArrayLayout(4, E))
+        drops_inc = Signal(data.ArrayLayout(16, E))
+        to_bad = Signal(E)
+        floor_ok = Signal()
+        for i in range(E):
+            loss_i = Mux(cur.ev_loss[i] == 15, 15, cur.ev_loss[i] + 1)[:4]
+            thr = P.ev_loss_threshold
+            m.d.sync += [
+                loss_inc[i].eq(loss_i),
+                drops_inc[i].eq(Mux(cur.ev_drops[i] == 0xFFFF, 0xFFFF, cur.ev_drops[i] + 1)),
+                to_bad[i].eq((cur.ev_state[i] == EvState.GOOD) & (thr != 0) & (loss_i >= thr)),
+            ]
+        m.d.sync += floor_ok.eq(good_count > cfg.ev_min_active)
+
         def blame(e):
             """Loss evidence on EV e: it may become ASSUMED_BAD (never below the floor)."""
-            drops = cur.ev_drops[e]
-            loss = cur.ev_loss[e]
-            drops_new = Signal(16, name="drops_new")
-            loss_new = Signal(4, name="loss_new")
-            m.d.comb += [
-                drops_new.eq(Mux(drops == 0xFFFF, drops, drops + 1)),
-                loss_new.eq(Mux(loss == 15, loss, loss + 1)),
-            ]
+            drops_new = drops_inc[e]
+            loss_new = loss_inc[e]
             m.d.sync += [cur.ev_drops[e].eq(drops_new), cur.ev_loss[e].eq(loss_new)]
-            thr = P.ev_loss_threshold
-            with m.If((cur.ev_state[e] == EvState.GOOD) & (thr != 0) & (loss_new >= thr)):
-                with m.If(good_count > cfg.ev_min_active):
+            with m.If(to_bad.bit_select(e, 1)):
+                with m.If(floor_ok):
                     m.d.sync += cur.ev_state[e].eq(EvState.ASSUMED_BAD)
                     push_ev(e, EvState.GOOD, EvState.ASSUMED_BAD, drops_new)
                     count("ev_to_bad")
@@ -392,14 +425,12 @@ class ReliabilityCore(wiring.Component):
             m.d.sync += [kind.eq(k), q.eq(qpn)]
             m.next = "LOAD"
 
-        adv_raw = Signal(24)
-        m.d.comb += adv_raw.eq(a_cum + 1 - cur.una)
-        # generic per-PSN walk: PICK reads the entry of the lowest PSN left, USE acts
+        # generic per-PSN walk over walk_mask: PICK reads the entry of the lowest PSN
+        # left, USE acts (the loss walk counts the SACKed PSNs above it in LCNT first)
         lost_cand = Signal(W)
         m.d.comb += lost_cand.eq(
             Mux(cfg.sack_threshold != 0, infl_mask & ~cur.sacked & ~cur.fast_done, 0))
-        pick_mask = Signal(W)
-        m.d.comb += pick_mask.eq(Mux(walk_kind == W_LOSS, lost_cand, walk_mask))
+        pick_mask = walk_mask
         pick_off = _lowest(m, pick_mask, W, "pick_off")
         e_ev = psn_ev_rd.data[:ebits]
         e_retx = psn_ev_rd.data[ebits]
@@ -408,8 +439,6 @@ class ReliabilityCore(wiring.Component):
 
         above = Signal(W)  # bits above walk_off
         m.d.comb += above.eq(Cat(Const(0, 1), *[walk_off < i for i in range(1, W)]))
-        sacked_above = Signal(range(W + 1))
-        m.d.comb += sacked_above.eq(sum((cur.sacked & above)[i] for i in range(W)))
         off_bit = Signal(W)
         m.d.comb += off_bit.eq(Const(1, W) << walk_off)
 
@@ -451,7 +480,7 @@ class ReliabilityCore(wiring.Component):
                 with m.Elif(self.peer_ack.valid):
                     m.d.comb += self.peer_ack.ready.eq(1)
                     m.d.sync += [
-                        a_syndrome.eq(ack.aeth.syndrome), a_psn.eq(ack.bth.psn),
+                        a_trim.eq(ack.aeth.syndrome == NAK_TRIMMED), a_psn.eq(ack.bth.psn),
                         a_cum.eq(ack.sack.cum_psn), a_base.eq(ack.sack.sack_base),
                         a_ece.eq(ack.sack.ece), a_bitmap.eq(ack.sack_bitmap),
                         a_probe_id.eq(ack.probe.probe_id), a_probe_ev.eq(ack.probe.ev),
@@ -481,6 +510,8 @@ class ReliabilityCore(wiring.Component):
                 pi_ahead = (sq_pi_rd.data[:16] - rec_rd.data.wqe_cpl)[:16]
                 sent_ahead = (rec_rd.data.wqe_sent - rec_rd.data.wqe_cpl)[:16]
                 m.d.sync += [
+                    infl.eq((rec_rd.data.nxt - rec_rd.data.una)[: wbits + 1]),
+                    a_cum.eq(a_cum + 1),  # used by ACK only
                     cur.eq(rec_rd.data), cfg.eq(self.rel_data), una0.eq(rec_rd.data.una),
                     cwnd0.eq(rec_rd.data.cwnd), state0.eq(rec_rd.data.state),
                     sq_end.eq(Mux(sq_pi_rd.data[16] & (pi_ahead >= sent_ahead),
@@ -549,7 +580,12 @@ class ReliabilityCore(wiring.Component):
                 with m.If((cur.state != QpState.RTS) | cur.fresh):
                     count("acks_ignored")
                     m.next = "IDLE"
-                with m.Elif(~adv_raw[23] & (adv_raw > infl)):
+                with m.Else():
+                    m.d.sync += adv_raw.eq(a_cum - cur.una)
+                    m.next = "ACK_ADV"
+
+            with m.State("ACK_ADV"):
+                with m.If(~adv_raw[23] & (adv_raw > infl)):
                     count("acks_unsent")
                     m.next = "IDLE"
                 with m.Else():
@@ -562,11 +598,17 @@ class ReliabilityCore(wiring.Component):
                 m.d.comb += psn_raddr.eq(psn_addr(slot(pick_off)))
                 with m.If(pick_mask != 0):
                     m.d.sync += walk_off.eq(pick_off)
-                    m.next = "USE"
+                    with m.If(walk_kind == W_SACK):
+                        m.d.sync += progress.eq(1)  # a new SACK bit
+                    with m.If(walk_kind == W_LOSS):
+                        m.next = "LCNT"
+                    with m.Else():
+                        m.next = "USE"
                 with m.Else():
                     with m.Switch(walk_kind):
                         with m.Case(W_ADV):
                             m.d.sync += [
+                                infl.eq(infl - adv),
                                 cur.una.eq(cur.una + adv),
                                 cur.sacked.eq(cur.sacked >> adv),
                                 cur.fast_done.eq(cur.fast_done >> adv),
@@ -585,6 +627,11 @@ class ReliabilityCore(wiring.Component):
                 m.d.sync += [cur.ev_loss[e_ev].eq(0), newly.eq(newly + 1)]
                 with m.If(~e_retx):
                     m.d.sync += [rtt_ts.eq(e_ts), rtt_valid.eq(1)]
+
+            with m.State("LCNT"):
+                m.d.comb += psn_raddr.eq(psn_addr(slot(walk_off)))
+                m.d.sync += sacked_above.eq(_popcount(cur.sacked & above))
+                m.next = "USE"
 
             with m.State("USE"):
                 m.d.comb += psn_raddr.eq(psn_addr(slot(walk_off)))
@@ -615,43 +662,50 @@ class ReliabilityCore(wiring.Component):
                                 m.d.sync += blamed.eq(blamed | (Const(1, E) << e_ev))
 
             with m.State("SACK"):
-                # align the bitmap (bit i = sack_base + i) to the new una
+                # the SACK bitmap (bit i = sack_base + i) and the NAK's PSN against the
+                # new una
                 dist = Signal(24)
-                m.d.comb += dist.eq(a_base - cur.una)
+                neg = Signal(24)
+                d = Signal(24)
+                m.d.comb += [dist.eq(a_base - cur.una), neg.eq(cur.una - a_base),
+                             d.eq(a_psn - cur.una)]
+                m.d.sync += [
+                    s_pos.eq(~dist[23] & (dist < W)), s_shl.eq(dist[: wbits + 1]),
+                    s_neg.eq(dist[23] & (neg < self.sack_bits)), s_shr.eq(neg[: len(s_shr)]),
+                    nak_in.eq(d < infl), nak_off.eq(d[:wbits] if wbits else 0),
+                ]
+                m.next = "SACK_ALIGN"
+
+            with m.State("SACK_ALIGN"):
                 rel = Signal(W)
-                sbits = self.sack_bits
-                with m.If(~dist[23]):
-                    with m.If(dist < W):
-                        m.d.comb += rel.eq(a_bitmap << dist[: wbits + 1])
-                with m.Else():
-                    neg = Signal(24)
-                    m.d.comb += neg.eq(-dist)
-                    with m.If(neg < sbits):
-                        m.d.comb += rel.eq(a_bitmap >> neg[: (sbits - 1).bit_length()])
-                new = Signal(W)
-                m.d.comb += new.eq(rel & infl_mask & ~cur.sacked)
-                m.d.sync += [walk_mask.eq(new), walk_kind.eq(W_SACK)]
-                with m.If(new != 0):
-                    m.d.sync += progress.eq(1)
+                with m.If(s_pos):
+                    m.d.comb += rel.eq(a_bitmap << s_shl)
+                with m.Elif(s_neg):
+                    m.d.comb += rel.eq(a_bitmap >> s_shr)
+                m.d.sync += [walk_mask.eq(rel & infl_mask & ~cur.sacked), walk_kind.eq(W_SACK)]
                 m.next = "PICK"
 
+            # registered every cycle: valid in NAK, whose previous cycle (PICK) changes
+            # neither sacked nor the NAK's offset
+            nak_hit = Signal()
+            m.d.sync += nak_hit.eq(nak_in & ~cur.sacked.bit_select(nak_off, 1))
+
             with m.State("NAK"):
-                d = Signal(24)
-                m.d.comb += d.eq(a_psn - cur.una)
-                nd = d[:wbits] if wbits else Const(0, 1)
-                with m.If(a_syndrome == NAK_TRIMMED):
+                nd = nak_off
+                # the loss walk's holes: in flight, not SACKed, not yet retransmitted
+                m.d.sync += [walk_kind.eq(W_LOSS), walk_mask.eq(lost_cand)]
+                with m.If(a_trim):
                     with m.If(f_retx.w_rdy):
                         count("naks_trimmed")
-                        with m.If((d < infl) & ~cur.sacked.bit_select(nd, 1)):
+                        with m.If(nak_hit):
                             push_retx(a_psn, RetxReason.NAK_TRIMMED)
                             m.d.sync += [
                                 cur.fast_done.eq(cur.fast_done | (Const(1, W) << nd)),
+                                walk_mask.eq(lost_cand & ~(Const(1, W) << nd)),
                                 nak_cut.eq(1),
                             ]
-                        m.d.sync += walk_kind.eq(W_LOSS)
                         m.next = "PICK"
                 with m.Else():
-                    m.d.sync += walk_kind.eq(W_LOSS)
                     m.next = "PICK"
 
             # ---- congestion window ---------------------------------------------------------
