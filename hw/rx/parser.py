@@ -253,15 +253,19 @@ class RxParser(wiring.Component):
         # Input stage: one beat per cycle.
         max_beat = (0x1FFFF // lanes) + 2
         beat = Signal(range(max_beat + 1))  # index of the next beat; 0 = start of frame
+        # beat_oh[k]: beat == k, for the header beats (registered one-hot, so that
+        # the per-beat selects are one LUT deep)
+        n_oh = hdr_beats + 1
+        beat_oh = Signal(n_oh, init=1)
+        first = beat_oh[0]
         frame_len = Signal(17)  # bytes of the frame so far, saturating
         hdr = Signal(8 * hdr_len)  # captured header bytes, lane order
         prev = Signal(self.data_width)  # the previous beat, for realignment
         crc = Signal(32)
         trim_dscp = Signal(6)
         bad_frame = Signal()
-        eof = Signal()  # verdict stage: the cycle after a frame's last beat
-        flush = Signal()  # ... and the frame's final payload beat is still in `prev`
-        flush_last = Signal()
+        eof = Signal()  # verdict stage 1: the cycle after a frame's last beat
+        v2 = Signal()  # verdict stage 2: the cycle after that
 
         accept = Signal()
         m.d.comb += accept.eq(axis.tvalid & axis.tready)
@@ -275,60 +279,148 @@ class RxParser(wiring.Component):
                 with m.If(axis.tkeep[i]):
                     m.d.comb += nbytes.eq(i + 1)
 
-        # Header fields as captured so far (the payload and the verdict only use
-        # them once their bytes are in).
+        # Header fields as captured (the verdict only uses them once their bytes
+        # are in; see the stages below for when that is).
         eth = ETH.unpack(_bytes(hdr, 0, ETH.size))
         ip = IPV4.unpack(_bytes(hdr, OFF_IPV4, IPV4.size))
         udp = UDP.unpack(_bytes(hdr, OFF_UDP, UDP.size))
         bth = BTH.unpack(_bytes(hdr, OFF_BTH, BTH.size))
-        trimmed = Signal()
-        m.d.comb += trimmed.eq(ip["dscp"] == trim_dscp)
-        opcode = bth["opcode"]
-        is_write = Cat(*[opcode == op for op in Opcode.WRITES]).any()
-        is_imm = Cat(*[opcode == op for op in Opcode.WITH_IMM]).any()
-        is_ack = opcode == Opcode.ACKNOWLEDGE
-        is_probe = Cat(*[opcode == op for op in Opcode.PROBES]).any()
+
+        # ------------------------------------------------------------------
+        # Decode stage A, registered at the beat that holds the BTH's first two
+        # bytes (opcode, padcount, TVer), from that beat's data and the bytes
+        # captured before it.
+        k_bth = (OFF_BTH + 1) // lanes
+        assert OFF_BTH // lanes == k_bth
+
+        def view(offset, size):
+            """Bytes [offset, offset + size) as of the end of beat k_bth (bytes
+            after that beat: stale, not used)."""
+            parts = []
+            for b in range(offset, offset + size):
+                src = axis.tdata if b // lanes == k_bth else hdr
+                lo = 8 * (b % lanes) if b // lanes == k_bth else 8 * b
+                parts.append(src[lo : lo + 8])
+            return Cat(*parts)
+
+        ip_v = IPV4.unpack(view(OFF_IPV4, IPV4.size))
+        bth_v = BTH.unpack(view(OFF_BTH, BTH.size))
+        opcode_v = bth_v["opcode"]
+        is_write_v = Cat(*[opcode_v == op for op in Opcode.WRITES]).any()
+        is_imm_v = Cat(*[opcode_v == op for op in Opcode.WITH_IMM]).any()
+        is_ack_v = opcode_v == Opcode.ACKNOWLEDGE
+        is_probe_v = Cat(*[opcode_v == op for op in Opcode.PROBES]).any()
+        # header end (= the payload offset) per opcode class
+        hend_v = Mux(
+            is_imm_v,
+            OFF_IMMDT + IMMDT.size,
+            Mux(is_ack_v, self.ack_header_end, OFF_EXT + RETH.size),  # RETH or PROBE
+        )
+        cur_trim = Mux(first, self.trim_dscp, trim_dscp) if k_bth == 0 else trim_dscp
+
+        is_write = Signal()
+        is_imm = Signal()
+        is_ack = Signal()
+        is_probe = Signal()
         opcode_known = Signal()
-        header_end = Signal(range(hdr_len + 1))  # = the payload offset
-        m.d.comb += [
-            opcode_known.eq(is_write | is_ack | is_probe),
-            header_end.eq(
-                Mux(
-                    is_imm,
-                    OFF_IMMDT + IMMDT.size,
-                    Mux(is_ack, self.ack_header_end, OFF_EXT + RETH.size),  # RETH or PROBE
-                )
+        tver_bad = Signal()
+        trimmed = Signal()
+        header_end = Signal(range(hdr_len + 1))
+        # headers from UDP to payload, pad and ICRC: payload_len = UDP length - ovh
+        ovh = Signal(8)
+        ovh_max = Signal(17)  # ovh + max_payload
+        ovh_beats = Signal(signed(9))  # ovh - (lanes - 1), for the beat count
+        frame_need = Signal(range(hdr_len + ICRC_BYTES + 1))
+        udp_need = Signal(range(hdr_len + 1))
+        shift = Signal(range(lanes))
+        ends = sorted({OFF_EXT + RETH.size, OFF_IMMDT + IMMDT.size, self.ack_header_end})
+        first_beat = Signal(range(hdr_len // lanes + 1), init=ends[0] // lanes)
+        with m.If(accept & beat_oh[k_bth]):
+            ovh_v = hend_v - OFF_UDP + ICRC_BYTES + bth_v["padcount"]
+            trimmed_v = ip_v["dscp"] == cur_trim
+            m.d.sync += [
+                is_write.eq(is_write_v),
+                is_imm.eq(is_imm_v),
+                is_ack.eq(is_ack_v),
+                is_probe.eq(is_probe_v),
+                opcode_known.eq(is_write_v | is_ack_v | is_probe_v),
+                tver_bad.eq(bth_v["tver"] != 0),
+                trimmed.eq(trimmed_v),
+                header_end.eq(hend_v),
+                ovh.eq(ovh_v),
+                ovh_max.eq(ovh_v + self.max_payload),
+                ovh_beats.eq(ovh_v - (lanes - 1)),
+                frame_need.eq(hend_v + Mux(trimmed_v, 0, ICRC_BYTES)),
+                udp_need.eq(hend_v - OFF_UDP),
+            ]
+            with m.Switch(hend_v):
+                for end in ends:
+                    with m.Case(end):
+                        m.d.sync += [shift.eq(end % lanes), first_beat.eq(end // lanes)]
+
+        # ------------------------------------------------------------------
+        # Length stage B, every cycle, from stage A and the captured UDP and IPv4
+        # lengths: valid from the second cycle after beat k_bth, which is before
+        # the first payload beat is written and before the verdict stage of any
+        # frame whose verdict depends on it.
+        payload_fits = Signal()
+        payload_len = Signal(16)  # 0 unless payload_fits
+        payload_beats = Signal(range(self.max_payload_beats + 1))  # 0 unless payload_fits
+        last_keep = Signal(lanes)
+        udp_need_ne = Signal()
+        udp_total_bad = Signal()
+        total_len_eth = Signal(17)
+        fits = (
+            opcode_known & ~trimmed & (udp["length"] >= ovh) & (udp["length"] <= ovh_max)
+        )
+        plen = (udp["length"] - ovh)[:16]
+        rem = plen[:lane_bits]
+        m.d.sync += [
+            payload_fits.eq(fits),
+            payload_len.eq(Mux(fits, plen, 0)),
+            payload_beats.eq(Mux(fits, (udp["length"] - ovh_beats) >> lane_bits, 0)),
+            last_keep.eq(
+                Mux(rem == 0, (1 << lanes) - 1, (Const(1, lanes + 1) << rem) - 1)[:lanes]
             ),
+            udp_need_ne.eq(udp["length"] != udp_need),
+            udp_total_bad.eq(udp["length"] + IPV4.size != ip["total_len"]),
+            total_len_eth.eq(ip["total_len"] + OFF_IPV4),
         ]
 
-        # Payload length from the UDP length, and the number of payload beats.
-        # Headers from UDP to payload, then pad and ICRC.
-        udp_overhead = header_end - OFF_UDP + bth["padcount"] + ICRC_BYTES
-        # negative when the UDP length is short of the headers, pad and ICRC
-        payload_len = (udp["length"] - udp_overhead)[:17].as_signed()
-        payload_fits = Signal()
-        m.d.comb += payload_fits.eq(
-            opcode_known & ~trimmed & (payload_len >= 0) & (payload_len <= self.max_payload)
-        )
-        payload_beats = Signal(range(self.max_payload_beats + 1))
-        with m.If(payload_fits):
-            m.d.comb += payload_beats.eq((payload_len + lanes - 1) >> lane_bits)
-        rem = payload_len[:lane_bits]
-        last_keep = Mux(rem == 0, (1 << lanes) - 1, (Const(1, lanes + 1) << rem) - 1)[:lanes]
+        # ------------------------------------------------------------------
+        # IPv4 header checksum: the RFC 1071 sum of the ten 16-bit words (< 2^20),
+        # in up to two pipeline stages after the header's last IPv4 byte is
+        # captured, as many as fit before the verdict stage of the shortest frame
+        # that gets to the checksum verdict (one that reaches the end of the BTH).
+        ip_words = [
+            Cat(_bytes(hdr, OFF_IPV4 + i + 1, 1), _bytes(hdr, OFF_IPV4 + i, 1))
+            for i in range(0, IPV4.size, 2)
+        ]
+        ip_stages = min(2, (OFF_BTH + BTH.size - 1) // lanes - (OFF_UDP - 1) // lanes)
+        if ip_stages >= 2:
+            groups = [ip_words[0:4], ip_words[4:8], ip_words[8:10]]
+            partial = [Signal(18, name=f"ipsum_part{i}") for i in range(len(groups))]
+            for p, g in zip(partial, groups, strict=True):
+                m.d.sync += p.eq(sum(g))
+            ipsum_v = sum(partial)[:20]
+        else:
+            ipsum_v = sum(ip_words)[:20]
+        if ip_stages >= 1:
+            ipsum = Signal(20)
+            m.d.sync += ipsum.eq(ipsum_v)
+        else:
+            ipsum = ipsum_v[:20]
+        # The ones-complement sum folds to 0xFFFF iff the sum is a nonzero
+        # multiple of 0xFFFF, i.e. (the sum being < 10 * 0xFFFF) iff its low 16
+        # bits are 0xFFFF minus its high 4 bits.
+        ipsum_ok = (ipsum[4:16] == 0xFFF) & (ipsum[:4] == ~ipsum[16:20])
 
-        # Payload offset: beat index and lane shift, one per header length.
-        ends = sorted({OFF_EXT + RETH.size, OFF_IMMDT + IMMDT.size, self.ack_header_end})
-        shift = Signal(range(lanes))
-        first_beat = Signal(range(hdr_len // lanes + 1))
-        with m.Switch(header_end):
-            for end in ends:
-                with m.Case(end):
-                    m.d.comb += [shift.eq(end % lanes), first_beat.eq(end // lanes)]
-
-        # The output beat index j = beat - first_beat - 1 is complete once beat
-        # first_beat + j + 1 arrives, or at the end of the frame.
+        # ------------------------------------------------------------------
+        # Payload: the output beat index j = beat - first_beat - 1 is complete
+        # once beat first_beat + j + 1 arrives, or at the end of the frame.
         out_idx = Signal(signed(len(beat) + 2))
         m.d.comb += out_idx.eq(beat - first_beat - 1)
+        last_idx = Signal(signed(len(beat) + 2))  # out_idx + 1 at the last beat
         window = Cat(prev, Mux(eof, 0, axis.tdata))
         aligned = Signal(self.data_width)
         with m.Switch(shift):
@@ -336,7 +428,8 @@ class RxParser(wiring.Component):
                 with m.Case(s):
                     m.d.comb += aligned.eq(window[8 * s : 8 * s + self.data_width])
 
-        # Frame FIFO.
+        # Frame FIFO; its write port is registered (the write lands one cycle
+        # after wr_ptr moves, long before the reader may reach it).
         depth = self.fifo_depth
         ptr_bits = (depth - 1).bit_length() + 1
         m.submodules.frames = frames = Memory(shape=Beat(self.data_width), depth=depth, init=[])
@@ -348,134 +441,134 @@ class RxParser(wiring.Component):
         rd_ptr = Signal(ptr_bits)
         rel_ptr = Signal(ptr_bits)  # payload released by popped records
 
+        wr_en = Signal()
+        wr_keep = Signal(lanes)
+        wr_last = Signal()
+        # the frame's final payload beat, still in `prev` in verdict stage 1
+        flush = Signal()
+        flush_last = Signal()
+        m.d.comb += [
+            flush.eq((last_idx >= 0) & (last_idx < payload_beats)),
+            flush_last.eq(last_idx == payload_beats - 1),
+        ]
         write_beat = Signal()
         m.d.comb += write_beat.eq(accept & (out_idx >= 0) & (out_idx < payload_beats))
-        m.d.comb += [
-            wr.addr.eq(wr_ptr[:addr_bits]),
-            wr.data.data.eq(aligned),
-        ]
         with m.If(eof & flush):
             m.d.comb += [
-                wr.en.eq(1),
-                wr.data.keep.eq(Mux(flush_last, last_keep, (1 << lanes) - 1)),
-                wr.data.last.eq(flush_last),
+                wr_en.eq(1),
+                wr_keep.eq(Mux(flush_last, last_keep, (1 << lanes) - 1)),
+                wr_last.eq(flush_last),
             ]
         with m.Elif(write_beat):
             is_last = out_idx == payload_beats - 1
             m.d.comb += [
-                wr.en.eq(1),
-                wr.data.keep.eq(Mux(is_last, last_keep, (1 << lanes) - 1)),
-                wr.data.last.eq(is_last),
+                wr_en.eq(1),
+                wr_keep.eq(Mux(is_last, last_keep, (1 << lanes) - 1)),
+                wr_last.eq(is_last),
             ]
-        wr_ptr_next = (wr_ptr + wr.en)[:ptr_bits]
-        m.d.sync += wr_ptr.eq(wr_ptr_next)
+        m.d.sync += [
+            wr.en.eq(wr_en),
+            wr.addr.eq(wr_ptr[:addr_bits]),
+            wr.data.data.eq(aligned),
+            wr.data.keep.eq(wr_keep),
+            wr.data.last.eq(wr_last),
+        ]
+        m.d.sync += wr_ptr.eq((wr_ptr + wr_en)[:ptr_bits])
 
-        # ICRC over the masked bytes from byte 14 to the end, ICRC included.
+        # ICRC over the masked bytes from byte 14 to the end, ICRC included: the
+        # beat's masked bytes and byte count are registered, the CRC register
+        # takes them in the next cycle (so it holds a frame's CRC in verdict
+        # stage 2).
         crc_start_beat, crc_start_lane = OFF_IPV4 // lanes, OFF_IPV4 % lanes
         masked = Signal(self.data_width)
         m.d.comb += masked.eq(axis.tdata)
         for pos in ICRC_MASKED_BYTES:
-            with m.If(beat == pos // lanes):
+            with m.If(beat_oh[pos // lanes]):
                 m.d.comb += masked[8 * (pos % lanes) : 8 * (pos % lanes) + 8].eq(0xFF)
-        crc_in = Signal(32)
+        crc_valid = Signal()
+        crc_first = Signal()
         crc_data = Signal(self.data_width)
         crc_count = Signal(range(lanes + 1))
-        m.d.comb += [
-            crc_in.eq(Mux(beat == 0, ICRC_INIT, crc)),
+        m.d.sync += [
+            crc_valid.eq(accept),
+            crc_first.eq(first),
             crc_data.eq(masked),
-            crc_count.eq(nbytes),
+            crc_count.eq(Mux(beat_oh[:crc_start_beat].any(), 0, nbytes)),
         ]
-        with m.If(beat == crc_start_beat):
-            m.d.comb += [
+        with m.If(beat_oh[crc_start_beat]):
+            m.d.sync += [
                 crc_data.eq(masked >> (8 * crc_start_lane)),
                 crc_count.eq(Mux(nbytes > crc_start_lane, nbytes - crc_start_lane, 0)),
             ]
-        crc_next = crc32_bytes(crc_in, crc_data, crc_count)
+        with m.If(crc_valid):
+            if crc_start_beat:
+                # the first beat has no CRC bytes: it only starts the CRC
+                with m.If(crc_first):
+                    m.d.sync += crc.eq(ICRC_INIT)
+                with m.Else():
+                    m.d.sync += crc.eq(crc32_bytes(crc, crc_data, crc_count))
+            else:
+                crc_in = Mux(crc_first, ICRC_INIT, crc)
+                m.d.sync += crc.eq(crc32_bytes(crc_in, crc_data, crc_count))
 
         with m.If(accept):
             m.d.sync += [
                 beat.eq(Mux(axis.tlast, 0, Mux(beat == max_beat, beat, beat + 1))),
+                beat_oh.eq(Mux(axis.tlast, 1, beat_oh << 1)),
                 prev.eq(axis.tdata),
-                # (below 128 bits the first beat ends before byte 14)
-                crc.eq(
-                    Mux(beat < crc_start_beat, crc_in, crc_next) if crc_start_beat else crc_next
-                ),
             ]
-            len_in = Mux(beat == 0, 0, frame_len)
+            len_in = Mux(first, 0, frame_len)
             len_sum = Signal(18)
             m.d.comb += len_sum.eq(len_in + nbytes)
             m.d.sync += frame_len.eq(Mux(len_sum[17], 0x1FFFF, len_sum))
-            with m.If(beat == 0):
+            with m.If(first):
                 m.d.sync += trim_dscp.eq(self.trim_dscp)
             for k in range(hdr_beats):
-                with m.If(beat == k):
+                with m.If(beat_oh[k]):
                     lo, hi = 8 * k * lanes, min(8 * (k + 1) * lanes, 8 * hdr_len)
                     m.d.sync += hdr[lo:hi].eq(axis.tdata[: hi - lo])
             with m.If(axis.tlast):
                 m.d.sync += [
                     bad_frame.eq(axis.tuser[0]),
                     # the beat out_idx + 1 would have completed is still in `prev`
-                    flush.eq((out_idx + 1 >= 0) & (out_idx + 1 < payload_beats)),
-                    flush_last.eq(out_idx + 1 == payload_beats - 1),
+                    last_idx.eq(out_idx + 1),
                 ]
-        m.d.sync += eof.eq(accept & axis.tlast)
+        m.d.sync += [eof.eq(accept & axis.tlast), v2.eq(eof)]
 
         # ------------------------------------------------------------------
-        # Verdict stage, in the cycle after the last beat: `hdr`, `frame_len`,
-        # `crc` and `prev` still hold the frame that ended.
-        # RFC 1071 sum of the ten 16-bit words (< 2^20), folded twice to 16 bits
-        ipsum = sum(
-            Cat(_bytes(hdr, OFF_IPV4 + i + 1, 1), _bytes(hdr, OFF_IPV4 + i, 1))
-            for i in range(0, IPV4.size, 2)
-        )[:20]
-        ipsum_fold1 = ipsum[:16] + ipsum[16:]
-        ipsum_fold2 = (ipsum_fold1[:16] + ipsum_fold1[16])[:16]
-        frame_need = header_end + Mux(trimmed, 0, ICRC_BYTES)
-        fragment = (ip["flags"][0]) | (ip["frag_off"] != 0)
+        # Verdict stage 1, in the cycle after the last beat: `hdr`, `frame_len`,
+        # `prev` and stages A and B still hold the frame that ended. The checks
+        # are registered as flags (and the record as it will be pushed).
+        frag = (ip["flags"][0]) | (ip["frag_off"] != 0)
         ack_width_bad = is_ack & (
             SACK.unpack(_bytes(hdr, OFF_SACK, SACK.size))["sack_words"] != self.sack_bits // 32
         )
-        udp_need = header_end - OFF_UDP
-        length_bad = (
-            (frame_len != ip["total_len"] + OFF_IPV4)
-            | (udp["length"] + IPV4.size != ip["total_len"])
-            | Mux(trimmed, udp["length"] != udp_need, ~payload_fits)
-            | ack_width_bad
-        )
-
-        verdict = Signal(Verdict)
-        with m.If(bad_frame):
-            m.d.comb += verdict.eq(Verdict.BAD_FRAME)
-        with m.Elif((frame_len < OFF_BTH + BTH.size) | (opcode_known & (frame_len < frame_need))):
-            m.d.comb += verdict.eq(Verdict.TRUNCATED)
-        with m.Elif((eth["ethertype"] != ETHERTYPE_IPV4) | (ip["version"] != 4) | fragment):
-            m.d.comb += verdict.eq(Verdict.NOT_IPV4)
-        with m.Elif(ip["ihl"] != 5):
-            m.d.comb += verdict.eq(Verdict.IPV4_OPTIONS)
-        with m.Elif(ipsum_fold2 != 0xFFFF):
-            m.d.comb += verdict.eq(Verdict.IPV4_CHECKSUM)
-        with m.Elif((ip["proto"] != IP_PROTO_UDP) | (udp["dport"] != ROCE_UDP_PORT)):
-            m.d.comb += verdict.eq(Verdict.NOT_ROCE)
-        with m.Elif(~opcode_known | (bth["tver"] != 0)):
-            m.d.comb += verdict.eq(Verdict.UNKNOWN_OPCODE)
-        with m.Elif(length_bad):
-            m.d.comb += verdict.eq(Verdict.LENGTH_MISMATCH)
-        with m.Elif(~trimmed & (crc != CRC32_RESIDUE)):
-            m.d.comb += verdict.eq(Verdict.BAD_ICRC)
-        with m.Else():
-            m.d.comb += verdict.eq(Verdict.ACCEPTED)
-
-        counters = Signal(ParserCounters)
-        m.d.comb += self.counters.eq(counters)
-        with m.If(eof):
-            for i, name in enumerate(COUNTER_NAMES):
-                count = counters[name]
-                with m.If((verdict == Verdict(i)) & (count != 0xFFFFFFFF)):
-                    m.d.sync += count.eq(count + 1)
-            with m.If(verdict == Verdict.ACCEPTED):
-                m.d.sync += commit_ptr.eq(wr_ptr_next)
-            with m.Else():
-                m.d.sync += wr_ptr.eq(commit_ptr)
+        checks = [  # (verdict, condition), first match wins
+            (Verdict.BAD_FRAME, bad_frame),
+            (
+                Verdict.TRUNCATED,
+                (frame_len < OFF_BTH + BTH.size) | (opcode_known & (frame_len < frame_need)),
+            ),
+            (
+                Verdict.NOT_IPV4,
+                (eth["ethertype"] != ETHERTYPE_IPV4) | (ip["version"] != 4) | frag,
+            ),
+            (Verdict.IPV4_OPTIONS, ip["ihl"] != 5),
+            (Verdict.IPV4_CHECKSUM, ~ipsum_ok),
+            (Verdict.NOT_ROCE, (ip["proto"] != IP_PROTO_UDP) | (udp["dport"] != ROCE_UDP_PORT)),
+            (Verdict.UNKNOWN_OPCODE, ~opcode_known | tver_bad),
+            (
+                Verdict.LENGTH_MISMATCH,
+                (frame_len != total_len_eth)
+                | udp_total_bad
+                | Mux(trimmed, udp_need_ne, ~payload_fits)
+                | ack_width_bad,
+            ),
+        ]
+        flags = Signal(len(checks))
+        check_icrc = Signal()  # the ICRC decides (not trimmed)
+        m.d.sync += [flags[i].eq(cond) for i, (_, cond) in enumerate(checks)]
+        m.d.sync += check_icrc.eq(~trimmed)
 
         # The record.
         record = Signal(ParsedHeader(self.sack_bits))
@@ -488,7 +581,7 @@ class RxParser(wiring.Component):
             record.ecn.eq(ip["ecn"]),
             record.ev.eq(udp["sport"]),
             record.trimmed.eq(trimmed),
-            record.payload_len.eq(Mux(payload_fits, payload_len, 0)),
+            record.payload_len.eq(payload_len),
         ]
         for name, value in bth.items():
             m.d.comb += record.bth[name].eq(value)
@@ -510,22 +603,58 @@ class RxParser(wiring.Component):
         with m.If(is_probe):
             for name, value in PROBE.unpack(_bytes(hdr, OFF_EXT, PROBE.size)).items():
                 m.d.comb += record.probe[name].eq(value)
+        record_q = Signal(ParsedHeader(self.sack_bits))
+        m.d.sync += record_q.eq(record)
+
+        # ------------------------------------------------------------------
+        # Verdict stage 2: the verdict from the flags and the CRC register. No
+        # payload beat is written in this cycle (the next frame's first payload
+        # beat is its third beat at the earliest, and the final beat of the
+        # frame, if any, was written in stage 1), so an accepted frame commits
+        # wr_ptr and a dropped one rolls it back.
+        verdict_oh = Signal(len(COUNTER_NAMES))
+        earlier = Const(0, 1)
+        for i, (v, _) in enumerate(checks):
+            m.d.comb += verdict_oh[v.value].eq(flags[i] & ~earlier)
+            earlier = earlier | flags[i]
+        icrc_bad = check_icrc & (crc != CRC32_RESIDUE)
+        m.d.comb += [
+            verdict_oh[Verdict.BAD_ICRC.value].eq(~earlier & icrc_bad),
+            verdict_oh[Verdict.ACCEPTED.value].eq(~earlier & ~icrc_bad),
+        ]
+        accepted = verdict_oh[Verdict.ACCEPTED.value]
+        with m.If(v2):
+            with m.If(accepted):
+                m.d.sync += commit_ptr.eq(wr_ptr)
+            with m.Else():
+                m.d.sync += wr_ptr.eq(commit_ptr)
+
+        # The counters move in the cycle after (stage 3).
+        count_inc = Signal(len(COUNTER_NAMES))
+        m.d.sync += count_inc.eq(Mux(v2, verdict_oh, 0))
+        counters = Signal(ParserCounters)
+        m.d.comb += self.counters.eq(counters)
+        for i, name in enumerate(COUNTER_NAMES):
+            count = counters[name]
+            with m.If(count_inc[i] & (count != 0xFFFFFFFF)):
+                m.d.sync += count.eq(count + 1)
 
         m.submodules.records = records = SyncFIFOBuffered(
             width=len(record.as_value()), depth=self.hdr_fifo_depth
         )
         m.d.comb += [
-            records.w_data.eq(record),
-            records.w_en.eq(eof & (verdict == Verdict.ACCEPTED)),
+            records.w_data.eq(record_q),
+            records.w_en.eq(v2 & accepted),
         ]
 
         # A beat is taken only with room for its own payload beat and for the
         # one the verdict stage may write in the cycle after a last beat; a
-        # frame only with room for its record (and the one being pushed now).
+        # frame only with room for its record (and the ones of the two frames
+        # in the verdict stages).
         used = (wr_ptr - rd_ptr)[:ptr_bits]
         room = used <= depth - 2
-        hdr_room = records.level + eof <= self.hdr_fifo_depth - 1
-        m.d.comb += axis.tready.eq(room & ((beat != 0) | hdr_room))
+        hdr_room = records.level + eof + v2 <= self.hdr_fifo_depth - 1
+        m.d.comb += axis.tready.eq(room & (~first | hdr_room))
 
         # ------------------------------------------------------------------
         # Output stage.
