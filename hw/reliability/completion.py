@@ -45,9 +45,11 @@ class CompletionWriter(wiring.Component):
     otherwise), 0x0C imm, 0x10 qpn, 0x14 status, 0x15 WQE opcode, 0x16 0, 0x17 flags
     (bit 7 = phase: 1 on the first pass of the ring, toggling on each pass).
 
-    Latency: 3 cycles from ``req`` to AR, then the memory's read latency, one cycle to
+    Latency: 4 cycles from ``req`` to AR, then the memory's read latency, one cycle to
     AW and ``32 / (data_width / 8)`` W beats (1 at 256 bits and above), then B.
-    Throughput: one CQE per about 12 + read latency + write latency cycles at 64 bits.
+    Throughput: one CQE per about 13 + read latency + write latency cycles at 64 bits.
+    The AXI addresses come from registers (the WQE's computed in ADDR, the CQE's from
+    registers updated every cycle), not from an adder in front of the ports.
     """
 
     def __init__(self, num_qps: int, data_width: int = 64):
@@ -100,16 +102,17 @@ class CompletionWriter(wiring.Component):
             axi.awcache.eq(0b0011),
         ]
 
-        sq_mask = Signal(16)
         cq_mask = Signal(16)
-        m.d.comb += [
-            sq_mask.eq((Const(1, 17) << cfg.sq_log2) - 1),
-            cq_mask.eq((Const(1, 17) << cfg.cq_log2) - 1),
-        ]
-        slot = pi & cq_mask
+        m.d.comb += cq_mask.eq((Const(1, 17) << cfg.cq_log2) - 1)
         phase = ~(pi >> cfg.cq_log2)[0]
+        # the addresses, registered: the WQE's from the SQ offset registered in LATCH (in
+        # ADDR), the CQE's every cycle from pi and cfg (set in LATCH, read in AW, 3 or
+        # more cycles later)
+        sq_off = Signal(22)
+        ar_addr = Signal(64)
+        cq_off = Signal(21)
         cq_addr = Signal(64)
-        m.d.comb += cq_addr.eq(cfg.cq_base + (slot << 5))
+        m.d.sync += [cq_off.eq((pi & cq_mask) << 5), cq_addr.eq(cfg.cq_base + cq_off)]
 
         # CQE fields from the WQE bytes
         def wqe_field(offset, nbytes):
@@ -145,17 +148,19 @@ class CompletionWriter(wiring.Component):
             with m.State("FETCH"):
                 m.next = "LATCH"  # addresses (from req) settle; data next cycle
             with m.State("LATCH"):
-                m.d.sync += [cfg.eq(self.cfg_data), pi.eq(pi_rd.data), error.eq(0)]
+                sq_mask_in = (Const(1, 17) << self.cfg_data.sq_log2) - 1
+                m.d.sync += [cfg.eq(self.cfg_data), pi.eq(pi_rd.data), error.eq(0),
+                             sq_off.eq((req.wqe_index & sq_mask_in) << 6)]
                 with m.If(req.clear):
                     m.d.comb += [pi_wr.data.eq(0), pi_wr.en.eq(1)]
                     m.next = "IDLE"
                 with m.Else():
-                    m.next = "AR"
+                    m.next = "ADDR"
+            with m.State("ADDR"):
+                m.d.sync += ar_addr.eq(cfg.sq_base + sq_off)
+                m.next = "AR"
             with m.State("AR"):
-                m.d.comb += [
-                    axi.arvalid.eq(1),
-                    axi.araddr.eq(cfg.sq_base + ((req.wqe_index & sq_mask) << 6)),
-                ]
+                m.d.comb += [axi.arvalid.eq(1), axi.araddr.eq(ar_addr)]
                 with m.If(axi.arready):
                     m.d.sync += beat.eq(0)
                     m.next = "R"

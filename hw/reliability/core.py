@@ -308,6 +308,10 @@ class ReliabilityCore(wiring.Component):
         nak_in = Signal()
         nak_off = Signal(max(wbits, 1))
         sacked_above = Signal(range(W + 1))
+        # the sent record's checks, from the record as read (LOAD): a new PSN that
+        # continues the window (sent_new), a retransmitted PSN in flight (sent_old)
+        sent_new = Signal()
+        sent_old = Signal()
         newly = Signal(range(W + 1))
         rtt_ts = Signal(16)
         rtt_valid = Signal()
@@ -338,15 +342,43 @@ class ReliabilityCore(wiring.Component):
         def psn_addr(slot_value):
             return Cat(slot_value, q) if wbits else q
 
-        # timeout for the current retry count: unit x 2^min(24, t + max(0, retries - linear))
+        # timer writes (FINAL, CLEAR) go through a 4-stage pipeline that computes the
+        # deadline: now + unit x 2^min(24, t + max(0, retries - linear)), with now, the
+        # retry count and the configuration of the cycle of the request; the write
+        # reaches the timers 4 cycles after it (in order, so a later write still wins)
+        arm_v = Signal()
+        arm_qpn = Signal(range(nq))
+        arm_armed = Signal()
+        arm_gen = Signal(GEN_BITS)
+        arm_pipe = [(Signal(name=f"arm_v{i}"), Signal(range(nq), name=f"arm_qpn{i}"),
+                     Signal(name=f"arm_armed{i}"), Signal(GEN_BITS, name=f"arm_gen{i}"),
+                     Signal(DEADLINE_BITS, name=f"arm_now{i}")) for i in range(3)]
+        m.d.sync += Cat(*arm_pipe[0]).eq(Cat(arm_v, arm_qpn, arm_armed, arm_gen, self.now))
+        for i in range(1, 3):
+            m.d.sync += Cat(*arm_pipe[i]).eq(Cat(*arm_pipe[i - 1]))
         over = Signal(6)
-        m.d.comb += over.eq(Mux(cur.retries > cfg.linear_cnt, cur.retries - cfg.linear_cnt, 0))
-        exp_raw = Signal(7)
-        m.d.comb += exp_raw.eq(cfg.t + over)
+        arm_t = Signal(5)
         exp = Signal(5)
-        m.d.comb += exp.eq(Mux(exp_raw > 24, 24, exp_raw))
         timeout = Signal(DEADLINE_BITS)
-        m.d.comb += timeout.eq(Const(self.timeout_unit, DEADLINE_BITS) << exp)
+        exp_raw = arm_t + over
+        m.d.sync += [
+            over.eq(Mux(cur.retries > cfg.linear_cnt, cur.retries - cfg.linear_cnt, 0)),
+            arm_t.eq(cfg.t),
+            exp.eq(Mux(exp_raw > 24, 24, exp_raw)),
+            timeout.eq(Const(self.timeout_unit, DEADLINE_BITS) << exp),
+        ]
+        arm_out = self.timer_arm.payload
+        v2, qpn2, armed2, gen2, now2 = arm_pipe[2]
+        m.d.sync += [
+            self.timer_arm.valid.eq(v2), arm_out.qpn.eq(qpn2), arm_out.armed.eq(armed2),
+            arm_out.gen.eq(gen2), arm_out.deadline.eq(now2 + timeout),
+        ]
+
+        # window bounds, registered (global parameters)
+        cmin = Signal(16)
+        cmax = Signal(16)
+        m.d.sync += [cmin.eq(Mux(P.cwnd_min == 0, 1, P.cwnd_min)),
+                     cmax.eq(Mux(P.cwnd_max > W, W, P.cwnd_max))]
 
         # --- pushes -----------------------------------------------------------------------
         def push_retx(psn, reason):
@@ -456,7 +488,7 @@ class ReliabilityCore(wiring.Component):
                 m.d.comb += [
                     rec_wr.addr.eq(clear_q), rec_wr.data.eq(Rec.const({"fresh": 1})),
                     rec_wr.en.eq(1),
-                    self.timer_arm.valid.eq(1), self.timer_arm.payload.qpn.eq(clear_q),
+                    arm_v.eq(1), arm_qpn.eq(clear_q),
                     sq_pi_wr.addr.eq(clear_q), sq_pi_wr.data.eq(0), sq_pi_wr.en.eq(1),
                 ]
                 m.d.sync += clear_q.eq(clear_q + 1)
@@ -509,8 +541,14 @@ class ReliabilityCore(wiring.Component):
             with m.State("LOAD"):
                 pi_ahead = (sq_pi_rd.data[:16] - rec_rd.data.wqe_cpl)[:16]
                 sent_ahead = (rec_rd.data.wqe_sent - rec_rd.data.wqe_cpl)[:16]
+                r = rec_rd.data
+                b_una = Mux(r.fresh, s.psn, r.una)
+                b_nxt = Mux(r.fresh, s.psn, r.nxt)
+                r_infl = (r.nxt - r.una)[: wbits + 1]
                 m.d.sync += [
-                    infl.eq((rec_rd.data.nxt - rec_rd.data.una)[: wbits + 1]),
+                    sent_new.eq((s.psn == b_nxt) & ((b_nxt - b_una)[:24] < W)),
+                    sent_old.eq(~r.fresh & ((s.psn - r.una)[:24] < r_infl)),
+                    infl.eq(r_infl),
                     a_cum.eq(a_cum + 1),  # used by ACK only
                     cur.eq(rec_rd.data), cfg.eq(self.rel_data), una0.eq(rec_rd.data.una),
                     cwnd0.eq(rec_rd.data.cwnd), state0.eq(rec_rd.data.state),
@@ -535,16 +573,11 @@ class ReliabilityCore(wiring.Component):
             with m.State("SENT"):
                 m.d.comb += psn_waddr.eq(psn_addr(s.psn[:wbits]))
                 base_una = Mux(cur.fresh, s.psn, cur.una)
-                base_nxt = Mux(cur.fresh, s.psn, cur.nxt)
-                span = Signal(24)
-                m.d.comb += span.eq(base_nxt - base_una)
-                d = Signal(24)
-                m.d.comb += d.eq(s.psn - cur.una)
                 with m.If(cur.state != QpState.RTS):
                     count("sent_dropped")
                     m.next = "IDLE"
                 with m.Elif(~s.retx):
-                    with m.If((s.psn == base_nxt) & (span < W)):
+                    with m.If(sent_new):
                         m.d.comb += [
                             psn_ev_wr.data.eq(Cat(s.ev_index[:ebits], Const(0, 1))),
                             psn_ev_wr.en.eq(1),
@@ -566,7 +599,7 @@ class ReliabilityCore(wiring.Component):
                         count("sent_dropped")
                         m.next = "IDLE"
                 with m.Else():
-                    with m.If(~cur.fresh & (d < infl)):
+                    with m.If(sent_old):
                         m.d.comb += [
                             psn_ev_wr.data.eq(Cat(s.ev_index[:ebits], Const(1, 1))),
                             psn_ev_wr.en.eq(1),
@@ -709,6 +742,18 @@ class ReliabilityCore(wiring.Component):
                     m.next = "PICK"
 
             # ---- congestion window ---------------------------------------------------------
+            # over five cycles: RTT and recovery tests and the trimmed window; the
+            # decrease step and the increase; the sums; the new window; its bounds
+            cc_high = Signal()
+            cc_rec = Signal()
+            cc_open = Signal()
+            cc_c0 = Signal(17)
+            cc_dec = Signal(16)
+            cc_inc = Signal(17)
+            cc_sub = Signal(17)
+            cc_prod = Signal(21)
+            cc_acc = Signal(25)
+            cc_c1 = Signal(17)
             with m.State("CC"):
                 rtt = Signal(16)
                 m.d.comb += rtt.eq(now_ts - rtt_ts)
@@ -718,38 +763,12 @@ class ReliabilityCore(wiring.Component):
                 past = Signal(24)
                 m.d.comb += past.eq(cur.una - cur.md_recover)
                 recovered = ~past[23] & (past != 0)
-                md_open = ~cur.md_active | recovered
-                c0 = Signal(17)
-                m.d.comb += c0.eq(Mux(nak_cut,
-                                      Mux(cur.cwnd > P.cwnd_trim_dec,
-                                          cur.cwnd - P.cwnd_trim_dec, 0),
-                                      cur.cwnd))
-                dec = Signal(16)
-                m.d.comb += dec.eq(c0 >> P.cwnd_md_shift)
-                inc_rate = Mux(high, P.cwnd_ai, P.cwnd_ai_fast)
-                acc = Signal(25)
-                m.d.comb += acc.eq(cur.cwnd_acc + newly * inc_rate)
-                c1 = Signal(17)
-                acc1 = Signal(24)
-                m.d.comb += [c1.eq(c0), acc1.eq(cur.cwnd_acc)]
-                with m.If(a_ece):
-                    with m.If(high & md_open):
-                        m.d.comb += c1.eq(c0 - Mux(dec == 0, 1, dec))
-                        m.d.sync += [cur.md_active.eq(1), cur.md_recover.eq(cur.nxt)]
-                with m.Else():
-                    with m.If(cur.md_active & recovered):
-                        m.d.sync += cur.md_active.eq(0)
-                    with m.If(newly != 0):
-                        with m.If(acc >= (c0 << 8)):
-                            m.d.comb += [c1.eq(c0 + 1), acc1.eq(acc - (c0 << 8))]
-                        with m.Else():
-                            m.d.comb += acc1.eq(Mux(acc[24], 0xFFFFFF, acc))
-                cmax = Mux(P.cwnd_max > W, W, P.cwnd_max)
-                cmin = Mux(P.cwnd_min == 0, 1, P.cwnd_min)
                 m.d.sync += [
-                    cur.cwnd.eq(Mux(c1[16] | (c1 < cmin), cmin, Mux(c1 > cmax, cmax, c1))),
-                    cur.cwnd_acc.eq(acc1),
-                    cur.delay_high.eq(high),
+                    cc_high.eq(high), cur.delay_high.eq(high),
+                    cc_rec.eq(recovered), cc_open.eq(~cur.md_active | recovered),
+                    cc_c0.eq(Mux(nak_cut,
+                                 Mux(cur.cwnd > P.cwnd_trim_dec, cur.cwnd - P.cwnd_trim_dec, 0),
+                                 cur.cwnd)),
                 ]
                 with m.If(~progress & ~nak_cut & ~a_ece):
                     count("acks_stale")
@@ -759,6 +778,44 @@ class ReliabilityCore(wiring.Component):
                         m.d.sync += want_arm.eq(1)
                     with m.Else():
                         m.d.sync += want_disarm.eq(1)
+                m.next = "CC_STEP"
+
+            with m.State("CC_STEP"):
+                dec = Signal(16)
+                m.d.comb += dec.eq(cc_c0 >> P.cwnd_md_shift)
+                m.d.sync += [
+                    cc_dec.eq(Mux(dec == 0, 1, dec)),
+                    cc_prod.eq(newly * Mux(cc_high, P.cwnd_ai, P.cwnd_ai_fast)),
+                    cc_inc.eq(cc_c0 + 1),
+                ]
+                m.next = "CC_SUM"
+
+            with m.State("CC_SUM"):
+                m.d.sync += [cc_acc.eq(cur.cwnd_acc + cc_prod), cc_sub.eq(cc_c0 - cc_dec)]
+                m.next = "CC_NEW"
+
+            with m.State("CC_NEW"):
+                c1 = Signal(17)
+                acc1 = Signal(24)
+                m.d.comb += [c1.eq(cc_c0), acc1.eq(cur.cwnd_acc)]
+                with m.If(a_ece):
+                    with m.If(cc_high & cc_open):
+                        m.d.comb += c1.eq(cc_sub)
+                        m.d.sync += [cur.md_active.eq(1), cur.md_recover.eq(cur.nxt)]
+                with m.Else():
+                    with m.If(cur.md_active & cc_rec):
+                        m.d.sync += cur.md_active.eq(0)
+                    with m.If(newly != 0):
+                        with m.If(cc_acc >= (cc_c0 << 8)):
+                            m.d.comb += [c1.eq(cc_inc), acc1.eq(cc_acc - (cc_c0 << 8))]
+                        with m.Else():
+                            m.d.comb += acc1.eq(Mux(cc_acc[24], 0xFFFFFF, cc_acc))
+                m.d.sync += [cc_c1.eq(c1), cur.cwnd_acc.eq(acc1)]
+                m.next = "CC_CLAMP"
+
+            with m.State("CC_CLAMP"):
+                m.d.sync += cur.cwnd.eq(Mux(cc_c1[16] | (cc_c1 < cmin), cmin,
+                                            Mux(cc_c1 > cmax, cmax, cc_c1)))
                 m.next = "FINAL"
 
             # ---- probe answer ----------------------------------------------------------
@@ -793,7 +850,6 @@ class ReliabilityCore(wiring.Component):
                         m.next = "FLUSH"
                     with m.Else():
                         half = cur.cwnd >> 1
-                        cmin = Mux(P.cwnd_min == 0, 1, P.cwnd_min)
                         m.d.sync += [
                             walk_mask.eq(infl_mask & ~cur.sacked),
                             walk_kind.eq(W_TMO),
@@ -856,8 +912,6 @@ class ReliabilityCore(wiring.Component):
                         with m.Case(QpState.RTS):
                             with m.If(cur.state != QpState.RTS):
                                 init = P.cwnd_init
-                                cmax = Mux(P.cwnd_max > W, W, P.cwnd_max)
-                                cmin = Mux(P.cwnd_min == 0, 1, P.cwnd_min)
                                 m.d.sync += [
                                     cur.state.eq(QpState.RTS), cur.fresh.eq(1), cur.una.eq(0),
                                     cur.nxt.eq(0), cur.sacked.eq(0), cur.fast_done.eq(0),
@@ -898,11 +952,9 @@ class ReliabilityCore(wiring.Component):
                     m.d.comb += [out.timer_gen.eq(cur.timer_gen + 1), out.armed.eq(want_arm)]
                 with m.If(room_final):
                     m.d.comb += [rec_wr.addr.eq(q), rec_wr.data.eq(out), rec_wr.en.eq(1)]
-                    arm = self.timer_arm.payload
                     m.d.comb += [
-                        self.timer_arm.valid.eq(want_arm | want_disarm),
-                        arm.qpn.eq(q), arm.armed.eq(want_arm), arm.gen.eq(out.timer_gen),
-                        arm.deadline.eq(now + timeout),
+                        arm_v.eq(want_arm | want_disarm),
+                        arm_qpn.eq(q), arm_armed.eq(want_arm), arm_gen.eq(out.timer_gen),
                     ]
                     with m.If(cur.una != una0):
                         m.d.comb += [f_ack.w_en.eq(1), f_ack.w_data.eq(Cat(Const(0, 24) | q,

@@ -272,7 +272,8 @@ def test_core_error_completes_every_posted_wqe():
         ctx.set(port.valid, 1)
         await ctx.tick().until(port.ready)
         ctx.set(port.valid, 0)
-        await ctx.tick().repeat(8)
+        # long enough for the event and the timer write it makes (4 cycles after FINAL)
+        await ctx.tick().repeat(16)
 
     async def bench(ctx):
         # the configuration a host writes: t = 0, 1 linear + 1 doubling retry
