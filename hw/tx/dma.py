@@ -1,7 +1,7 @@
 """AXI4 reads for the TX path: the shared read channel, payload bursts and
 the realignment of unaligned host bytes."""
 
-from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -116,7 +116,8 @@ class PayloadReader(wiring.Component):
     ``Realigner``). Zero-length payloads issue nothing. ``info`` goes through
     a FIFO of ``max_outstanding`` packets, which bounds how far reads run
     ahead of the framer. Latency 1 cycle from ``desc`` to the first request;
-    one burst per cycle.
+    one burst per cycle. The burst length comes from narrow registers (the
+    bytes left, the beat index below the boundary), not 64-bit arithmetic.
     """
 
     def __init__(self, data_width: int = 64, max_outstanding: int = 4):
@@ -146,10 +147,17 @@ class PayloadReader(wiring.Component):
         info_in = Signal(SegmentInfo())
         m.d.comb += info_fifo.w_data.eq(info_in)
 
+        # The burst is planned from narrow registers: ``span_m1`` is the
+        # packet's last byte relative to the beat-aligned ``addr``; a burst
+        # that does not end the packet runs to the next boundary, so its
+        # length in beats - 1 is the complement of addr's beat bits below
+        # the boundary. No 64-bit compare or subtract before ``req``.
+        bb = boundary.bit_length() - 1
         addr = Signal(64)
-        end = Signal(64)
-        next_boundary = (addr | (boundary - 1)) + 1
-        burst_end = Mux(end < next_boundary, end, next_boundary)[:64]
+        span_m1 = Signal(range(nbytes + (1 << 13)))
+        to_boundary = Signal(bb - lg)  # beats - 1 up to the boundary
+        m.d.comb += to_boundary.eq(~addr[lg:bb])
+        last = (span_m1 >> lg) <= to_boundary
 
         with m.FSM():
             with m.State("IDLE"):
@@ -161,17 +169,20 @@ class PayloadReader(wiring.Component):
                         info_in.lane.eq(d.laddr[:lg]),
                         info_in.length.eq(d.length),
                     ]
-                    m.d.sync += [addr.eq(d.laddr), end.eq(d.laddr + d.length)]
+                    m.d.sync += [addr.eq(d.laddr), span_m1.eq(d.laddr[:lg] + d.length - 1)]
                     m.next = "ISSUE"
             with m.State("ISSUE"):
                 m.d.comb += [
                     self.req.valid.eq(1),
                     self.req.payload.addr.eq(Cat(Signal(lg), addr[lg:])),
-                    self.req.payload.len.eq(((burst_end - 1) >> lg) - (addr >> lg)),
+                    self.req.payload.len.eq(Mux(last, span_m1 >> lg, to_boundary)),
                 ]
                 with m.If(self.req.ready):
-                    m.d.sync += addr.eq(burst_end)
-                    with m.If(burst_end == end):
+                    m.d.sync += [
+                        addr.eq(Cat(Const(0, bb), addr[bb:] + 1)),
+                        span_m1.eq(span_m1 - Cat(Const(0, lg), to_boundary + 1)),
+                    ]
+                    with m.If(last):
                         m.next = "IDLE"
         return m
 

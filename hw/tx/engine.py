@@ -72,11 +72,12 @@ class TxEngine(wiring.Component):
     Throughput: 1 beat/cycle on ``m_axis`` in steady state for payloads of
     a few hundred bytes and up (header build, payload reads and the ICRC
     overlap the previous frame); one packet per ~9 cycles of control.
-    Latency from a doorbell to the first beat: about 20 cycles plus two
+    Latency from a doorbell to the first beat: about 21 cycles plus two
     memory round trips (WQE, then payload). For timing (125 MHz on an ECP5),
     the payload FIFO's block-RAM read data is registered (``payload_reg``,
-    1 cycle), the header builder pipelines its checksum (5 cycles) and the
-    ICRC inserter registers its input (1 cycle); none costs throughput.
+    1 cycle), the header builder pipelines its checksum (5 cycles), the
+    framer's output is registered (``framer_reg``, 1 cycle) and the ICRC
+    inserter registers its input (1 cycle); none costs throughput.
     """
 
     # descriptor FIFO, header builder 1, framer 2 (a loaded header and one in
@@ -159,6 +160,7 @@ class TxEngine(wiring.Component):
         m.submodules.sent_fifo = sent_fifo = StreamFifo(SentRecord, SENT_FIFO_DEPTH)
         m.submodules.header_builder = hb = HeaderBuilder()
         m.submodules.framer = framer = Framer(w)
+        m.submodules.framer_reg = framer_reg = StreamRegister(Beat(w))
         m.submodules.icrc = icrc = IcrcInserter(w)
 
         wiring.connect(m, wiring.flipped(self.csr), seq.csr)
@@ -186,7 +188,8 @@ class TxEngine(wiring.Component):
         wiring.connect(m, hb.hdr, framer.hdr)
         wiring.connect(m, pay_fifo.o, pay_reg.i)
         wiring.connect(m, pay_reg.o, framer.payload)
-        wiring.connect(m, framer.o, icrc.i)
+        wiring.connect(m, framer.o, framer_reg.i)
+        wiring.connect(m, framer_reg.o, icrc.i)
 
         axis = self.m_axis
         m.d.comb += [

@@ -1,10 +1,10 @@
 """RoCEv2 ICRC appended to a frame at full rate."""
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..crc import ICRC_INIT, crc32_bytes
+from ..crc import ICRC_INIT, _matrix, _xor_of
 from ..headers import ICRC_MASKED_BYTES, OFF_IPV4
 from ..pipeline import skid
 from ..stream import Beat
@@ -42,8 +42,10 @@ class IcrcInserter(wiring.Component):
     register, so the final value is ready when the last beat leaves it: the
     ICRC fills the last beat's free lanes and, when fewer than 4 are free,
     one extra beat. In front of it, a skid-buffer stage registers each beat
-    with its CRC input bytes and byte count (masking, start lane), so the
-    CRC network starts from flip-flops and ``i.ready`` is a flip-flop.
+    with its CRC byte count and, for every count k, the data's part of the
+    CRC after k bytes (masking and start lane applied; the CRC is linear),
+    so the loop through the CRC register is the state's XOR tree and the
+    count's mux, and ``i.ready`` is a flip-flop.
     Latency 2 cycles. Throughput 1 beat/cycle, plus one cycle for frames
     whose ICRC spills into an extra beat.
     """
@@ -91,7 +93,14 @@ class IcrcInserter(wiring.Component):
         with m.Else():
             m.d.comb += [crc_data.eq(masked), crc_count.eq(n_in)]
 
-        stage_in = Cat(self.i.payload.as_value(), crc_data, crc_count, n_in, beat_index == 0)
+        # The CRC after k bytes is A_k * state ^ B_k * data (GF(2)): the data
+        # parts for every k are computed here and registered with the beat,
+        # so the loop through ``crc`` is one XOR tree and the count's mux.
+        masks = {k: _matrix(k) for k in range(1, nbytes + 1)}
+        data_parts = [
+            Cat(*[_xor_of(crc_data, mk >> 32) for mk in masks[k]]) for k in range(1, nbytes + 1)
+        ]
+        stage_in = Cat(self.i.payload.as_value(), *data_parts, crc_count, n_in)
         stage_out = Signal(len(stage_in))
         stage_valid = Signal()
         stage_ready = Signal()
@@ -103,14 +112,22 @@ class IcrcInserter(wiring.Component):
                 m.d.sync += beat_index.eq(beat_index + 1)
 
         s_beat = Signal(Beat(w))
-        s_crc_data = Signal(w)
+        s_parts = [Signal(32, name=f"s_part{k}") for k in range(1, nbytes + 1)]
         s_crc_count = Signal(range(nbytes + 1))
         s_n_in = Signal(range(nbytes + 1))
-        s_first = Signal()
-        m.d.comb += Cat(s_beat.as_value(), s_crc_data, s_crc_count, s_n_in, s_first).eq(stage_out)
+        m.d.comb += Cat(s_beat.as_value(), *s_parts, s_crc_count, s_n_in).eq(stage_out)
 
+        # ``crc`` goes back to the initial value with each frame's last beat
+        # (no select in front of the CRC network); the final value is kept
+        # in ``icrc`` for the output.
         crc = Signal(32, init=ICRC_INIT)
-        crc_before = Mux(s_first, ICRC_INIT, crc)
+        icrc = Signal(32)
+        crc_next = Signal(32)
+        candidates = [crc]
+        for k in range(1, nbytes + 1):
+            state_part = Cat(*[_xor_of(crc, mk & 0xFFFFFFFF) for mk in masks[k]])
+            candidates.append(state_part ^ s_parts[k - 1])
+        m.d.comb += crc_next.eq(Array(candidates)[s_crc_count])
 
         held = Signal(Beat(w))
         held_valid = Signal()
@@ -119,7 +136,6 @@ class IcrcInserter(wiring.Component):
         spill_data = Signal(32)
         spill_count = Signal(range(5))
 
-        icrc = ~crc
         fits = held_count + 4 <= nbytes
         out_data = Signal(w)
         m.d.comb += out_data.eq(held.data)
@@ -161,6 +177,8 @@ class IcrcInserter(wiring.Component):
                 held.eq(s_beat),
                 held_valid.eq(1),
                 held_count.eq(s_n_in),
-                crc.eq(crc32_bytes(crc_before, s_crc_data, s_crc_count)),
+                crc.eq(crc_next),
             ]
+            with m.If(s_beat.last):
+                m.d.sync += [crc.eq(ICRC_INIT), icrc.eq(~crc_next)]
         return m
