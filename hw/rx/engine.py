@@ -124,10 +124,12 @@ class RxPipeline(wiring.Component):
             self.trim_dscp.eq(regs.trim_dscp),
         ]
         connect(m, flipped(self.csr), regs.csr)
+        # Counter strobes are registered: a counter moves one cycle after its
+        # event, and the event logic does not reach into the counters' adders.
         for name in VALIDATOR_COUNTERS:
-            m.d.comb += getattr(regs.events, name).eq(getattr(val.counters, name))
+            m.d.sync += getattr(regs.events, name).eq(getattr(val.counters, name))
         for name in WINDOW_COUNTERS:
-            m.d.comb += getattr(regs.events, name).eq(getattr(win.counters, name))
+            m.d.sync += getattr(regs.events, name).eq(getattr(win.counters, name))
 
         # Write commands: completions first (they are rare and short), then
         # placement. Completions are only issued after the B responses of
