@@ -301,6 +301,7 @@ class RxPsnWindow(wiring.Component):
         chk_slot = Signal(self.tag_bits)
         chk_pend_free = Signal(range(self.max_pending))
         chk_pend_any_free = Signal()
+        accept = Signal()  # CHECK_X accepted the packet: WRITEBACK enters it in the tables
         mpr_psns = Cat(Const(0, 7), self.cfg.mpr)
         chk_values = [
             d.eq(rq.psn - q_rd.data.epsn),
@@ -362,6 +363,8 @@ class RxPsnWindow(wiring.Component):
         # and no bit of the word from epsn up to it is clear (pend_rng: those
         # positions, registered in ADV_RD).
         cand = Signal(P)
+        holes_r = Signal(W)  # the clear bits of the word ADV works on, from epsn on
+        adv_first = Signal()  # ADV is at the word of the PSN just marked
         pend_en = [Signal(name=f"pend_en{i}") for i in range(P)]
         pend_rng = [Signal(W, name=f"pend_rng{i}") for i in range(P)]
         mask_ge = Signal(W)  # positions at or after epsn in its word
@@ -449,9 +452,7 @@ class RxPsnWindow(wiring.Component):
                         m.next = "MARK_RD"
                     with m.Else():
                         m.d.comb += cnt.dma_error.eq(1)
-                        for e in pend:
-                            with m.If((e.qp == slot.qp) & (e.psn == slot.psn)):
-                                m.d.sync += e.valid.eq(0)
+                        m.next = "DMA_ERROR"
                 with m.Elif(start_check & ~scan_due):
                     m.d.comb += self.req.ready.eq(1)
                     m.d.sync += ops_since_scan.eq(ops_since_scan + 1)
@@ -464,6 +465,13 @@ class RxPsnWindow(wiring.Component):
                 with m.Else():
                     m.d.sync += [qp.eq(scan_qp), scan_qp.eq(scan_qp + 1), ops_since_scan.eq(0)]
                     m.next = "SCAN_RD"
+
+            with m.State("DMA_ERROR"):
+                # The packet is lost: forget its completion (from registers).
+                for e in pend:
+                    with m.If((e.qp == qp) & (e.psn == rq.psn)):
+                        m.d.sync += e.valid.eq(0)
+                m.next = "IDLE"
 
             with m.State("INIT"):
                 m.d.comb += [b_wr.en.eq(1), b_wr.data.eq(0)]
@@ -511,28 +519,9 @@ class RxPsnWindow(wiring.Component):
                             m.d.sync += place_valid.eq(discard)
                             m.next = "WRITEBACK"
                         with m.Else():
-                            # Accepted: in flight until its B response.
-                            for i, e in enumerate(inflight):
-                                with m.If(chk_slot == i):
-                                    m.d.sync += [
-                                        e.valid.eq(1),
-                                        e.qp.eq(rq.qp),
-                                        e.psn.eq(rq.psn),
-                                        e.ackreq.eq(rq.ackreq),
-                                        e.ce.eq(rq.ce),
-                                    ]
-                            with m.If(is_last):
-                                for i, e in enumerate(pend):
-                                    with m.If(chk_pend_free == i):
-                                        m.d.sync += [
-                                            e.valid.eq(1),
-                                            e.qp.eq(rq.qp),
-                                            e.psn.eq(rq.psn),
-                                            e.imm_flag.eq(has_imm),
-                                            e.opcode.eq(rq.opcode),
-                                            e.imm.eq(rq.imm),
-                                            e.dma_len.eq(rq.dma_len),
-                                        ]
+                            # Accepted: in flight until its B response (the
+                            # tables are written in WRITEBACK, next).
+                            m.d.sync += accept.eq(1)
                             m.d.sync += [
                                 place_valid.eq(1),
                                 place_cmd.discard.eq(0),
@@ -592,19 +581,31 @@ class RxPsnWindow(wiring.Component):
                     adv_from.eq(q_rd.data.epsn),
                     bm_word.eq(widx(q_rd.data.epsn)),
                     cand.eq(0),
+                    adv_first.eq(1),
+                    # The word ADV looks at first is the one written here.
+                    holes_r.eq(~new_word & (Const(ones, W) << rq.psn[:lw])[:W]),
                 ]
                 with m.If(rq.psn == q_rd.data.epsn):
                     m.next = "ADV_RD"
                 with m.Else():
                     m.next = "COALESCE"
             with m.State("ADV_RD"):
+                # After MARK the word is in holes_r already (this cycle lets
+                # the registered completion values settle); after a retired
+                # word the next one is read.
+                with m.If(adv_first):
+                    m.next = "ADV"
+                with m.Else():
+                    m.next = "ADV_LD"
+            with m.State("ADV_LD"):
+                m.d.sync += holes_r.eq(~b_rd.data & mask_ge)
                 m.next = "ADV"
             with m.State("ADV"):
-                holes = Signal(W)
-                m.d.comb += holes.eq(~b_rd.data & mask_ge)
-                any_hole, first_hole = _lowest_set(holes, W)
+                # holes_r: the clear bits of the word from epsn on.
+                m.d.sync += adv_first.eq(0)
+                any_hole, first_hole = _lowest_set(holes_r, W)
                 for i in range(P):
-                    with m.If(pend_en[i] & ~(~b_rd.data & pend_rng[i]).any()):
+                    with m.If(pend_en[i] & ~(holes_r & pend_rng[i]).any()):
                         m.d.sync += cand[i].eq(1)
                 with m.If(any_hole):
                     # The first hole is in this word: epsn + (first_hole - b).
@@ -670,6 +671,29 @@ class RxPsnWindow(wiring.Component):
 
             with m.State("WRITEBACK"):
                 m.d.comb += q_wr.en.eq(1)
+                m.d.sync += accept.eq(0)
+                with m.If(accept):
+                    for i, e in enumerate(inflight):
+                        with m.If(chk_slot == i):
+                            m.d.sync += [
+                                e.valid.eq(1),
+                                e.qp.eq(rq.qp),
+                                e.psn.eq(rq.psn),
+                                e.ackreq.eq(rq.ackreq),
+                                e.ce.eq(rq.ce),
+                            ]
+                    with m.If(is_last):
+                        for i, e in enumerate(pend):
+                            with m.If(chk_pend_free == i):
+                                m.d.sync += [
+                                    e.valid.eq(1),
+                                    e.qp.eq(rq.qp),
+                                    e.psn.eq(rq.psn),
+                                    e.imm_flag.eq(has_imm),
+                                    e.opcode.eq(rq.opcode),
+                                    e.imm.eq(rq.imm),
+                                    e.dma_len.eq(rq.dma_len),
+                                ]
                 m.next = "IDLE"
 
             # ---- timer scan
