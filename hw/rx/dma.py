@@ -72,10 +72,15 @@ class RxDmaWriter(wiring.Component):
     per beat)`` bytes and never across a boundary of that size, so never
     across a 4 KiB page. Strobes cover exactly the bytes written.
 
-    Latency: AW and the first W beat 1 cycle after a command is taken.
-    Throughput: 1 W beat per cycle while ``data`` and ``wready`` allow; one
-    idle cycle between commands; up to ``max_outstanding`` commands wait for
-    their B responses while later ones are written.
+    Latency: the first W beat 1 cycle and the first AW 2 cycles after a
+    command is taken (the first burst's AWLEN is computed from registers in
+    between), so a W beat may come a cycle before its AW, as AXI allows;
+    later bursts' AWs follow each other every cycle. A zero-length ``notify``
+    command enters the B queue 1 cycle after it is taken. Throughput: 1 W
+    beat per cycle while ``data`` and ``wready`` allow; one idle cycle between
+    commands (two after a command of one W beat or a zero-length ``notify``,
+    whose AW or report then ends it); up to ``max_outstanding`` commands wait
+    for their B responses while later ones are written.
     """
 
     def __init__(self, data_width=64, tag_width=4, id_width=4, max_outstanding=16):
@@ -152,7 +157,18 @@ class RxDmaWriter(wiring.Component):
         inline_buf = Signal(8 * CQE_BYTES)
         inline_left = Signal(range(CQE_BYTES // min(bpb, CQE_BYTES) + 2))
 
-        idle = ~aw_busy & ~w_busy & ~drain
+        # AW runs from registers: a command's burst length, and whether the
+        # burst is its last, are computed the cycle before the burst is offered.
+        lbnd = exact_log2(bnd)
+        aw_prep = Signal()  # this cycle computes the next burst
+        aw_valid = Signal()
+        aw_last = Signal()  # the burst offered is the command's last
+        aw_chunk = Signal(range(bnd + 1))  # its bytes
+        aw_len = Signal(8)  # its AWLEN
+        cmd_end = Signal(lbnd)  # low bits of the address of the command's last byte
+        zero_notify = Signal()  # a zero-length notify command to report next cycle
+
+        idle = ~aw_busy & ~w_busy & ~drain & ~zero_notify
 
         # Input mux: the payload stream or the inline CQE bytes.
         in_valid = Signal()
@@ -182,6 +198,7 @@ class RxDmaWriter(wiring.Component):
         c_shift = c.addr[:lb]
         c_in_beats = (c.len + (bpb - 1)) >> lb
         c_out_beats = (c.len + c_shift + (bpb - 1)) >> lb
+        c_end = (c.addr[:lbnd] + c.len - 1)[:lbnd]
         with m.If(idle & self.cmd.valid & pending.w_rdy):
             m.d.comb += self.cmd.ready.eq(1)
             m.d.sync += [
@@ -195,7 +212,8 @@ class RxDmaWriter(wiring.Component):
                 in_ended.eq(0),
                 first_beat.eq(1),
                 shift.eq(c_shift),
-                end_lane.eq((c.addr + c.len - 1)[:lb]),
+                end_lane.eq(c_end[:lb]),
+                cmd_end.eq(c_end),
                 prev.eq(0),
                 inline_buf.eq(c.inline_data),
                 inline_left.eq((CQE_BYTES + bpb - 1) // bpb),
@@ -203,41 +221,66 @@ class RxDmaWriter(wiring.Component):
             with m.If(c.discard):
                 m.d.sync += drain.eq(c.len != 0)
             with m.Else():
-                m.d.sync += [aw_busy.eq(c.len != 0), w_busy.eq(c.len != 0)]
-                with m.If((c.len == 0) & c.notify):
+                m.d.sync += [
+                    aw_busy.eq(c.len != 0),
+                    aw_prep.eq(c.len != 0),
+                    w_busy.eq(c.len != 0),
                     # Nothing to write: report through the B queue to keep order.
-                    m.d.comb += [
-                        pending.w_en.eq(1),
-                        pend_w.tag.eq(c.tag),
-                        pend_w.notify.eq(1),
-                        pend_w.bursts.eq(0),
-                    ]
+                    zero_notify.eq((c.len == 0) & c.notify),
+                ]
+        with m.If(zero_notify):
+            # The command was taken with room in the queue, and nothing else
+            # writes to it before the next command.
+            m.d.sync += zero_notify.eq(0)
+            m.d.comb += [
+                pending.w_en.eq(1),
+                pend_w.tag.eq(cmd.tag),
+                pend_w.notify.eq(1),
+                pend_w.bursts.eq(0),
+            ]
 
-        # AW: one burst per cycle, split at the burst boundary.
+        # AW: bursts split at the burst boundary; each is computed in an
+        # aw_prep cycle and offered in the next.
         room = Signal(range(bnd + 1))
-        chunk = Signal(17)
-        m.d.comb += [
-            room.eq(bnd - aw_addr[: exact_log2(bnd)]),
-            chunk.eq(Mux(aw_left < room, aw_left, room)),
-        ]
+        last = Signal()
+        m.d.comb += [room.eq(bnd - aw_addr[:lbnd]), last.eq(aw_left <= room)]
+        with m.If(aw_prep):
+            m.d.sync += [
+                aw_prep.eq(0),
+                aw_valid.eq(1),
+                aw_last.eq(last),
+                aw_chunk.eq(Mux(last, aw_left, room)),
+                # Beats - 1: to the command's last byte, or to the boundary.
+                aw_len.eq(Mux(last, cmd_end[lb:] - aw_addr[lb:lbnd], ~aw_addr[lb:lbnd])),
+            ]
         m.d.comb += [
             axi.awaddr.eq(Cat(Const(0, lb), aw_addr[lb:])),
-            axi.awlen.eq(((aw_addr[:lb] + chunk + (bpb - 1)) >> lb) - 1),
-            axi.awvalid.eq(aw_busy),
+            axi.awlen.eq(aw_len),
+            axi.awvalid.eq(aw_valid),
         ]
-        with m.If(aw_busy & axi.awready):
-            m.d.sync += [
-                aw_addr.eq(aw_addr + chunk),
-                aw_left.eq(aw_left - chunk),
-                bursts.eq(bursts + 1),
-            ]
-            with m.If(aw_left == chunk):
+        with m.If(aw_valid & axi.awready):
+            m.d.sync += [aw_valid.eq(0), bursts.eq(bursts + 1)]
+            with m.If(aw_last):
                 m.d.sync += aw_busy.eq(0)
                 m.d.comb += [
                     pending.w_en.eq(1),
                     pend_w.tag.eq(cmd.tag),
                     pend_w.notify.eq(cmd.notify),
                     pend_w.bursts.eq(bursts + 1),
+                ]
+            with m.Else():
+                # The next burst starts at the boundary, so its length needs
+                # no address arithmetic: it is offered in the next cycle.
+                left = Signal.like(aw_left)
+                m.d.comb += left.eq(aw_left - aw_chunk)
+                next_last = left <= bnd
+                m.d.sync += [
+                    aw_addr.eq(Cat(Const(0, lbnd), aw_addr[lbnd:] + 1)),
+                    aw_left.eq(left),
+                    aw_valid.eq(1),
+                    aw_last.eq(next_last),
+                    aw_chunk.eq(Mux(next_last, left, bnd)),
+                    aw_len.eq(Mux(next_last, cmd_end[lb:], (bnd >> lb) - 1)),
                 ]
 
         # W: realign lane-0 input to the target address: each output beat is

@@ -101,6 +101,7 @@ def run_writer(cmds, data_width=64, seed=1, b_error_at=None):
         axi = dut.m_axi
         pending_b = []
         aw_queue = []
+        w_queue = []
         cur = None
         while True:
             ctx.set(axi.awready, rng.random() < 0.7)
@@ -122,6 +123,10 @@ def run_writer(cmds, data_width=64, seed=1, b_error_at=None):
                 aw_queue.append([aw[2], aw[3] + 1, 0])
                 bursts.append((aw[2], aw[3] + 1))
             if w[0] and w[1]:
+                w_queue.append(w)
+            # W beats may come before their AW (AXI allows it): each waits for it.
+            while w_queue and (cur is not None or aw_queue):
+                w = w_queue.pop(0)
                 if cur is None:
                     cur = aw_queue.pop(0)
                 base = cur[0] + cur[2] * bpb
