@@ -242,11 +242,22 @@ class Sequencer(wiring.Component):
         inflight = (cur_next - cur_una)[:PSN_BITS]
         mpr_psns = _lane(cfg, "mpr") * MPR_UNIT
         cwnd = _lane(cfg, "cwnd")
-        window = Signal(range(depth + 1))
-        w1 = Mux(mpr_psns < cwnd, mpr_psns, cwnd)
-        m.d.comb += window.eq(Mux(w1 < depth, w1, depth))
+        # The window check is split for timing: in LOAD the PSNs in flight
+        # are registered, in CHECK (settings read) inflight >= min(MPR x 128,
+        # cwnd, depth) is registered as three compares, and the next state
+        # (FETCH or OFFSET) parks the QP if it is over. An unpark of the QP
+        # (ack_update, CSR write) from LOAD on makes that state go back to
+        # IDLE without parking: the QP is picked again and checked afresh.
+        inflight_r = Signal(PSN_BITS)
+        over_r = Signal()
+        wb_clear = Signal(nq)  # window unparks this cycle
+        wb_hit = Signal()  # the QP was unparked since LOAD
         sq_base = Cat(_lane(cfg, "sq_base_lo"), _lane(cfg, "sq_base_hi"))
-        ring_mask = (Const(1, 17) << _lane(cfg, "sq_log2_size")) - 1
+        sq_log2 = _lane(cfg, "sq_log2_size")
+        ring_mask = Cat(*[sq_log2 > i for i in range(16)])  # (1 << sq_log2_size) - 1
+        # the WQE's ring slot (fetch_index mod size) is registered with
+        # fetch_index, so FETCH's address is one 64-bit add from flip-flops
+        fetch_slot = Signal(16)
         psn_out = Mux(retx_mode, retx_psn, cur_next)
 
         # EV choice: next GOOD after the cursor; a retransmit avoids its last EV
@@ -280,6 +291,7 @@ class Sequencer(wiring.Component):
                     m.next = "IDLE"
 
             with m.State("IDLE"):
+                m.d.sync += over_r.eq(0)
                 with m.If(self.retx.valid):
                     m.d.comb += self.retx.ready.eq(1)
                     m.d.sync += [
@@ -295,16 +307,26 @@ class Sequencer(wiring.Component):
                     m.next = "LOAD"
 
             with m.State("LOAD"):
+                m.d.sync += [inflight_r.eq(inflight), wb_hit.eq(wb_clear.bit_select(cur_q, 1))]
                 m.next = "CHECK"
 
+            def window_park():
+                # the CHECK before found the window full
+                with m.If(~wb_hit):
+                    m.d.sync += win_blocked.bit_select(cur_q, 1).eq(1)
+                m.next = "IDLE"
+
             with m.State("CHECK"):
+                m.d.sync += [
+                    over_r.eq(
+                        (inflight_r >= mpr_psns) | (inflight_r >= cwnd) | (inflight_r >= depth)
+                    ),
+                    wb_hit.eq(wb_hit | wb_clear.bit_select(cur_q, 1)),
+                ]
                 with m.If(~enable.bit_select(cur_q, 1)):
                     m.next = "IDLE"
-                with m.Elif(inflight >= window):
-                    m.d.sync += win_blocked.bit_select(cur_q, 1).eq(1)
-                    m.next = "IDLE"
                 with m.Elif(~wqe_active.bit_select(cur_q, 1)):
-                    m.d.sync += fetch_index.eq(cur_ci)
+                    m.d.sync += [fetch_index.eq(cur_ci), fetch_slot.eq(cur_ci & ring_mask)]
                     m.next = "FETCH"
                 with m.Else():
                     m.d.sync += cur.eq(wqe_r.data)
@@ -322,18 +344,25 @@ class Sequencer(wiring.Component):
                     m.next = "IDLE"
 
             with m.State("RETX_RECORD"):
-                m.d.sync += [rec.eq(infl_r.data), fetch_index.eq(infl_r.data.wqe_index)]
+                m.d.sync += [
+                    rec.eq(infl_r.data),
+                    fetch_index.eq(infl_r.data.wqe_index),
+                    fetch_slot.eq(infl_r.data.wqe_index & ring_mask),
+                ]
                 m.next = "FETCH"
 
             with m.State("FETCH"):
                 m.d.comb += [
-                    self.wqe_req.valid.eq(1),
-                    self.wqe_req.payload.addr.eq(sq_base + ((fetch_index & ring_mask) << 6)),
+                    self.wqe_req.payload.addr.eq(sq_base + (fetch_slot << 6)),
                     self.wqe_req.payload.len.eq(wqe_beats - 1),
                 ]
-                with m.If(self.wqe_req.ready):
-                    m.d.sync += fetch_beat.eq(0)
-                    m.next = "FETCH_DATA"
+                with m.If(over_r):
+                    window_park()
+                with m.Else():
+                    m.d.comb += self.wqe_req.valid.eq(1)
+                    with m.If(self.wqe_req.ready):
+                        m.d.sync += fetch_beat.eq(0)
+                        m.next = "FETCH_DATA"
 
             with m.State("FETCH_DATA"):
                 m.d.comb += self.wqe_data.ready.eq(1)
@@ -371,7 +400,9 @@ class Sequencer(wiring.Component):
                 # packet is committed 2 cycles after its EV was chosen and an
                 # EV state change binds every packet chosen after it.
                 m.d.sync += offset.eq(cur.pkt_index << mtu_log2)
-                with m.If(self.hdr_desc.ready & self.pay_desc.ready & self.sent.ready):
+                with m.If(over_r):
+                    window_park()
+                with m.Elif(self.hdr_desc.ready & self.pay_desc.ready & self.sent.ready):
                     m.next = "SEGMENT"
 
             with m.State("SEGMENT"):
@@ -475,17 +506,45 @@ class Sequencer(wiring.Component):
                     m.next = "IDLE"
 
         # ---- unparking: acks, EV state changes (CSR writes come below)
+        # An ack_update is registered with its two differences (against the
+        # QP's una_psn, and against the una_psn of the ack applied in the same
+        # cycle, if it is for the same QP) and applied the next cycle, so the
+        # compare starts at flip-flops. The result is that of applying it in
+        # the cycle it was taken, one cycle later (a NEXT_PSN write to the QP
+        # in that cycle overrides it, as it would have then).
         ack = self.ack_update.payload
         ack_q = ack.qpn[:qb]
         m.d.comb += self.ack_update.ready.eq(1)
-        with m.If(self.ack_update.valid & (ack.qpn < nq)):
-            ack_next = Signal(PSN_BITS)
-            ack_una = Signal(PSN_BITS)
-            m.d.comb += [ack_next.eq(next_psn[ack_q]), ack_una.eq(una_psn[ack_q])]
-            advance = (ack.una_psn - ack_una)[:PSN_BITS]
-            outstanding = (ack_next - ack_una)[:PSN_BITS]
-            with m.If(advance <= outstanding):
-                m.d.sync += [una_psn[ack_q].eq(ack.una_psn), win_blocked.bit_select(ack_q, 1).eq(0)]
+        ack_next = Signal(PSN_BITS)
+        ack_una = Signal(PSN_BITS)
+        m.d.comb += [ack_next.eq(next_psn[ack_q]), ack_una.eq(una_psn[ack_q])]
+        psn_write = Signal(nq)  # CSR next_psn writes this cycle
+        ak_valid = Signal()
+        ak_q = Signal(qb)
+        ak_una = Signal(PSN_BITS)
+        ak_adv = [Signal(PSN_BITS, name=f"ak_adv{i}") for i in range(2)]
+        ak_out = [Signal(PSN_BITS, name=f"ak_out{i}") for i in range(2)]
+        ak_bypass = Signal()
+        ak_apply = Signal()
+        m.d.comb += ak_apply.eq(
+            ak_valid
+            & (Mux(ak_bypass, ak_adv[1], ak_adv[0]) <= Mux(ak_bypass, ak_out[1], ak_out[0]))
+        )
+        m.d.sync += [
+            ak_valid.eq(
+                self.ack_update.valid & (ack.qpn < nq) & ~psn_write.bit_select(ack_q, 1)
+            ),
+            ak_q.eq(ack_q),
+            ak_una.eq(ack.una_psn),
+            ak_adv[0].eq(ack.una_psn - ack_una),
+            ak_out[0].eq(ack_next - ack_una),
+            ak_adv[1].eq(ack.una_psn - ak_una),
+            ak_out[1].eq(ack_next - ak_una),
+            ak_bypass.eq(ak_apply & (ak_q == ack_q)),
+        ]
+        with m.If(ak_apply):
+            m.d.sync += [una_psn[ak_q].eq(ak_una), win_blocked.bit_select(ak_q, 1).eq(0)]
+            m.d.comb += wb_clear.bit_select(ak_q, 1).eq(1)
         with m.If(self.ev.became_good):
             m.d.sync += ev_blocked.bit_select(self.ev.became_good_qp, 1).eq(0)
 
@@ -519,17 +578,23 @@ class Sequencer(wiring.Component):
                         ]
                         if name in ("mpr", "cwnd"):
                             m.d.sync += win_blocked.bit_select(qsel, 1).eq(0)
+                            m.d.comb += wb_clear.bit_select(qsel, 1).eq(1)
                 with m.Case(Q.CTRL):
                     m.d.sync += [
                         enable.bit_select(qsel, 1).eq(csr.w_data[0]),
                         win_blocked.bit_select(qsel, 1).eq(0),
                         ev_blocked.bit_select(qsel, 1).eq(0),
                     ]
+                    m.d.comb += wb_clear.bit_select(qsel, 1).eq(1)
                 with m.Case(Q.NEXT_PSN):
                     m.d.sync += [
                         next_psn[qsel].eq(csr.w_data[:PSN_BITS]),
                         una_psn[qsel].eq(csr.w_data[:PSN_BITS]),
                         win_blocked.bit_select(qsel, 1).eq(0),
+                    ]
+                    m.d.comb += [
+                        wb_clear.bit_select(qsel, 1).eq(1),
+                        psn_write.bit_select(qsel, 1).eq(1),
                     ]
                 with m.Case(Q.DOORBELL):
                     m.d.sync += pi[qsel].eq(csr.w_data[:16])
