@@ -41,12 +41,14 @@ class IcrcInserter(wiring.Component):
     The CRC register is updated as each beat enters a one-beat holding
     register, so the final value is ready when the last beat leaves it: the
     ICRC fills the last beat's free lanes and, when fewer than 4 are free,
-    one extra beat. In front of it, a skid-buffer stage registers each beat
-    with its CRC byte count and, for every count k, the data's part of the
-    CRC after k bytes (masking and start lane applied; the CRC is linear),
-    so the loop through the CRC register is the state's XOR tree and the
-    count's mux, and ``i.ready`` is a flip-flop.
-    Latency 2 cycles. Throughput 1 beat/cycle, plus one cycle for frames
+    one extra beat. In front of it, two pipeline stages: a skid buffer
+    registers each beat with its CRC input bytes (masking and start lane
+    applied) and byte count (``i.ready`` is a flip-flop), then a register
+    holds, for every count k, the data's part of the CRC after k bytes (the
+    CRC is linear), so the loop through the CRC register is the state's XOR
+    tree and a three-way choice (every beat but the last is full), and the
+    last beat's CRC is registered for every byte count, its mux after the
+    register. Latency 3 cycles. Throughput 1 beat/cycle, plus one cycle for frames
     whose ICRC spills into an extra beat.
     """
 
@@ -93,14 +95,7 @@ class IcrcInserter(wiring.Component):
         with m.Else():
             m.d.comb += [crc_data.eq(masked), crc_count.eq(n_in)]
 
-        # The CRC after k bytes is A_k * state ^ B_k * data (GF(2)): the data
-        # parts for every k are computed here and registered with the beat,
-        # so the loop through ``crc`` is one XOR tree and the count's mux.
-        masks = {k: _matrix(k) for k in range(1, nbytes + 1)}
-        data_parts = [
-            Cat(*[_xor_of(crc_data, mk >> 32) for mk in masks[k]]) for k in range(1, nbytes + 1)
-        ]
-        stage_in = Cat(self.i.payload.as_value(), *data_parts, crc_count, n_in)
+        stage_in = Cat(self.i.payload.as_value(), crc_data, crc_count, n_in)
         stage_out = Signal(len(stage_in))
         stage_valid = Signal()
         stage_ready = Signal()
@@ -110,24 +105,60 @@ class IcrcInserter(wiring.Component):
                 m.d.sync += beat_index.eq(0)
             with m.Elif(beat_index <= last_special):
                 m.d.sync += beat_index.eq(beat_index + 1)
+        t_beat = Signal(Beat(w))
+        t_crc_data = Signal(w)
+        t_crc_count = Signal(range(nbytes + 1))
+        t_n_in = Signal(range(nbytes + 1))
+        m.d.comb += Cat(t_beat.as_value(), t_crc_data, t_crc_count, t_n_in).eq(stage_out)
 
+        # The CRC after k bytes is A_k * state ^ B_k * data (GF(2)): the data
+        # parts for every k are computed from the first stage and registered
+        # in a second (a plain pipeline register), so the loop through
+        # ``crc`` is one XOR tree and the count's mux.
+        masks = {k: _matrix(k) for k in range(1, nbytes + 1)}
+        data_parts = [
+            Cat(*[_xor_of(t_crc_data, mk >> 32) for mk in masks[k]]) for k in range(1, nbytes + 1)
+        ]
+        s_valid = Signal()
+        s_ready = Signal()
         s_beat = Signal(Beat(w))
         s_parts = [Signal(32, name=f"s_part{k}") for k in range(1, nbytes + 1)]
         s_crc_count = Signal(range(nbytes + 1))
         s_n_in = Signal(range(nbytes + 1))
-        m.d.comb += Cat(s_beat.as_value(), *s_parts, s_crc_count, s_n_in).eq(stage_out)
+        m.d.comb += stage_ready.eq(~s_valid | s_ready)
+        with m.If(stage_ready):
+            m.d.sync += s_valid.eq(stage_valid)
+            with m.If(stage_valid):
+                m.d.sync += [
+                    s_beat.eq(t_beat),
+                    Cat(*s_parts).eq(Cat(*data_parts)),
+                    s_crc_count.eq(t_crc_count),
+                    s_n_in.eq(t_n_in),
+                ]
 
-        # ``crc`` goes back to the initial value with each frame's last beat
-        # (no select in front of the CRC network); the final value is kept
-        # in ``icrc`` for the output.
-        crc = Signal(32, init=ICRC_INIT)
-        icrc = Signal(32)
-        crc_next = Signal(32)
-        candidates = [crc]
-        for k in range(1, nbytes + 1):
+        # Within a frame only three byte counts feed the loop through
+        # ``crc``: 0 (before the coverage starts), the start beat's and a full
+        # beat (every beat but the last is full: the framer's frames are
+        # packed). With each frame's last beat ``crc`` goes back to the
+        # initial value and the CRC after each possible count of that beat
+        # is registered in ``fin``; the count's mux comes after them.
+        def after(k):
             state_part = Cat(*[_xor_of(crc, mk & 0xFFFFFFFF) for mk in masks[k]])
-            candidates.append(state_part ^ s_parts[k - 1])
-        m.d.comb += crc_next.eq(Array(candidates)[s_crc_count])
+            return state_part ^ s_parts[k - 1]
+
+        crc = Signal(32, init=ICRC_INIT)
+        start_count = nbytes - start_lane
+        crc_loop = Signal(32)
+        m.d.comb += crc_loop.eq(crc)
+        with m.If(s_crc_count == nbytes):
+            m.d.comb += crc_loop.eq(after(nbytes))
+        if start_count != nbytes:
+            with m.Elif(s_crc_count == start_count):
+                m.d.comb += crc_loop.eq(after(start_count))
+        fin = [Signal(32, name=f"fin{k}") for k in range(nbytes + 1)]
+        fin_count = Signal(range(nbytes + 1))
+        icrc = Signal(32)
+        m.d.comb += icrc.eq(~Array(fin)[fin_count])
 
         held = Signal(Beat(w))
         held_valid = Signal()
@@ -171,14 +202,19 @@ class IcrcInserter(wiring.Component):
                         spill_count.eq(held_count + 4 - nbytes),
                     ]
 
-        m.d.comb += stage_ready.eq(~spill & (~held_valid | self.o.ready))
-        with m.If(stage_valid & stage_ready):
+        m.d.comb += s_ready.eq(~spill & (~held_valid | self.o.ready))
+        with m.If(s_valid & s_ready):
             m.d.sync += [
                 held.eq(s_beat),
                 held_valid.eq(1),
                 held_count.eq(s_n_in),
-                crc.eq(crc_next),
+                crc.eq(crc_loop),
             ]
             with m.If(s_beat.last):
-                m.d.sync += [crc.eq(ICRC_INIT), icrc.eq(~crc_next)]
+                m.d.sync += [
+                    crc.eq(ICRC_INIT),
+                    fin[0].eq(crc),
+                    *[fin[k].eq(after(k)) for k in range(1, nbytes + 1)],
+                    fin_count.eq(s_crc_count),
+                ]
         return m

@@ -199,9 +199,13 @@ class Sequencer(wiring.Component):
         ]
 
         # ---- scheduler
+        # pi != ci is registered: a doorbell is seen one cycle later; ci
+        # only moves in PARSE, several cycles before the FSM is back in IDLE
         has_work = Signal(nq)
+        ring_work = Signal(nq)
         for i in range(nq):
-            m.d.comb += has_work[i].eq(wqe_active[i] | (pi[i] != ci[i]))
+            m.d.sync += ring_work[i].eq(pi[i] != ci[i])
+            m.d.comb += has_work[i].eq(wqe_active[i] | ring_work[i])
         m.submodules.rr = rr = RoundRobin(nq)
         m.d.comb += rr.requests.eq(enable & has_work & ~win_blocked & ~ev_blocked)
 
@@ -558,46 +562,59 @@ class Sequencer(wiring.Component):
         m.d.comb += [self.ev.csr_sel.eq(ev_select)]
 
         lane_of = {off: name for name, off, _ in CFG_LANES}
-        with m.If(csr.w_stb & in_qp & ready):
-            with m.Switch(reg):
+        # per-QP writes: the decoded strobe, QP, register and data are
+        # registered and the write applied one cycle after w_stb (the bridge
+        # issues no read or write in that cycle)
+        qw_stb = Signal()
+        qw_q = Signal(qb)
+        qw_reg = Signal.like(reg)
+        qw_data = Signal(32)
+        m.d.sync += [
+            qw_stb.eq(csr.w_stb & in_qp & ready),
+            qw_q.eq(qsel),
+            qw_reg.eq(reg),
+            qw_data.eq(csr.w_data),
+        ]
+        with m.If(qw_stb):
+            with m.Switch(qw_reg):
                 for off, name in lane_of.items():
                     with m.Case(off):
-                        lane_data = csr.w_data
+                        lane_data = qw_data
                         if name == "mtu_log2":
                             valid_mtu = Signal()
                             lane_data = Signal(32)
                             for lg in range(8, max_mtu_log2 + 1):
-                                with m.If(csr.w_data == (1 << lg)):
+                                with m.If(qw_data == (1 << lg)):
                                     m.d.comb += [valid_mtu.eq(1), lane_data.eq(lg)]
                         else:
                             valid_mtu = Const(1)
                         m.d.comb += [
-                            cfg_w.addr.eq(qsel),
+                            cfg_w.addr.eq(qw_q),
                             cfg_w.data.eq(lane_data << (32 * _LANE[name])),
                             cfg_w.en.eq(valid_mtu << _LANE[name]),
                         ]
                         if name in ("mpr", "cwnd"):
-                            m.d.sync += win_blocked.bit_select(qsel, 1).eq(0)
-                            m.d.comb += wb_clear.bit_select(qsel, 1).eq(1)
+                            m.d.sync += win_blocked.bit_select(qw_q, 1).eq(0)
+                            m.d.comb += wb_clear.bit_select(qw_q, 1).eq(1)
                 with m.Case(Q.CTRL):
                     m.d.sync += [
-                        enable.bit_select(qsel, 1).eq(csr.w_data[0]),
-                        win_blocked.bit_select(qsel, 1).eq(0),
-                        ev_blocked.bit_select(qsel, 1).eq(0),
+                        enable.bit_select(qw_q, 1).eq(qw_data[0]),
+                        win_blocked.bit_select(qw_q, 1).eq(0),
+                        ev_blocked.bit_select(qw_q, 1).eq(0),
                     ]
-                    m.d.comb += wb_clear.bit_select(qsel, 1).eq(1)
+                    m.d.comb += wb_clear.bit_select(qw_q, 1).eq(1)
                 with m.Case(Q.NEXT_PSN):
                     m.d.sync += [
-                        next_psn[qsel].eq(csr.w_data[:PSN_BITS]),
-                        una_psn[qsel].eq(csr.w_data[:PSN_BITS]),
-                        win_blocked.bit_select(qsel, 1).eq(0),
+                        next_psn[qw_q].eq(qw_data[:PSN_BITS]),
+                        una_psn[qw_q].eq(qw_data[:PSN_BITS]),
+                        win_blocked.bit_select(qw_q, 1).eq(0),
                     ]
                     m.d.comb += [
-                        wb_clear.bit_select(qsel, 1).eq(1),
-                        psn_write.bit_select(qsel, 1).eq(1),
+                        wb_clear.bit_select(qw_q, 1).eq(1),
+                        psn_write.bit_select(qw_q, 1).eq(1),
                     ]
                 with m.Case(Q.DOORBELL):
-                    m.d.sync += pi[qsel].eq(csr.w_data[:16])
+                    m.d.sync += pi[qw_q].eq(qw_data[:16])
         with m.If(csr.w_stb & (csr.addr < QP_BASE)):
             with m.Switch(csr.addr):
                 with m.Case(G.SRC_MAC_LO):
