@@ -101,11 +101,21 @@ def qp_record(window, evs):
 
 
 def _lowest(m, mask, width, name):
-    """Index of the lowest set bit of ``mask`` (0 if none)."""
+    """Index of the lowest set bit of ``mask`` (0 if none), as a balanced tree."""
     idx = Signal(range(max(width, 2)), name=name)
-    value = Const(0, len(idx))
-    for i in reversed(range(width)):
-        value = Mux(mask[i], i, value)
+    size = 1
+    while size < width:
+        size *= 2
+
+    def tree(bits):  # (any bit set, index of the lowest)
+        if len(bits) == 1:
+            return bits[0], Const(0, 0)
+        h = len(bits) // 2
+        any_lo, i_lo = tree(bits[:h])
+        any_hi, i_hi = tree(bits[h:])
+        return any_lo | any_hi, Cat(Mux(any_lo, i_lo, i_hi), ~any_lo)
+
+    _, value = tree([mask[i] if i < width else Const(0, 1) for i in range(size)])
     m.d.comb += idx.eq(value)
     return idx
 
@@ -119,6 +129,52 @@ def _popcount(bits):
     return _popcount(bits[:half]) + _popcount(bits[half:])
 
 
+# Variable shifts, bit and word selects as explicit mux trees: synthesis (yosys ``share``)
+# merges shifter cells used in different FSM states into one behind input multiplexers
+# driven by the state, which lengthens every path through them.
+
+
+def _shr(value, amount):
+    """``value >> amount``, same width."""
+    value = Value.cast(value)
+    w = len(value)
+    for k in range(len(Value.cast(amount))):
+        n = 1 << k
+        shifted = Cat(value[n:], Const(0, n))[:w] if n < w else Const(0, w)
+        value = Mux(amount[k], shifted, value)
+    return value
+
+
+def _shl(value, amount, width):
+    """``(value << amount)[:width]``."""
+    value = Value.cast(value)
+    value = Cat(value, Const(0, max(0, width - len(value))))[:width]
+    for k in range(len(Value.cast(amount))):
+        n = 1 << k
+        shifted = Cat(Const(0, n), value)[:width] if n < width else Const(0, width)
+        value = Mux(amount[k], shifted, value)
+    return value
+
+
+def _bit(value, index):
+    """``value.bit_select(index, 1)``."""
+    return _shr(value, index)[0]
+
+
+def _onehot(index, width):
+    """``Const(1, width) << index``."""
+    return Cat(*[Value.cast(index) == i for i in range(width)])
+
+
+def _sel(values, index):
+    """``values[index]`` (a list of values, index within range)."""
+    values = list(values)
+    for bit in Value.cast(index):
+        values = values + values[-1:] * (len(values) % 2)
+        values = [Mux(bit, values[i + 1], values[i]) for i in range(0, len(values), 2)]
+    return values[0]
+
+
 def _below(n, width):
     """Bits 0 .. n-1 set."""
     return Cat(*[n > i for i in range(width)])
@@ -130,7 +186,13 @@ class ReliabilityCore(wiring.Component):
     One event is processed at a time: the QP's record is read from a memory into a
     working copy (2 cycles), updated over one or more cycles, and written back (1 cycle).
     Per-PSN work walks the PSNs concerned at 2 cycles per PSN (read the per-PSN entry,
-    act); see docs/reliability.md for the cycle counts of each event.
+    act; 3 in the SACK loss walk), after 1 cycle to register the first pick; see
+    docs/reliability.md for the cycle counts of each event (an ACK of one PSN: 25).
+    Pipelined for 125 MHz on the ECP5: long computations are split over states or
+    registered a cycle early (see the comments at each), a timer write reaches
+    ``timer_arm`` 4 cycles after the write-back (with the deadline of the write-back
+    cycle), counters move the cycle after their event, and the core waits for 3 free
+    entries in an output FIFO (registered) rather than 1.
 
     Interface (every output stream is a FIFO; the core waits for room, never drops, except
     the EV event queue, which counts what it cannot hold in ``events_lost``):
@@ -282,6 +344,9 @@ class ReliabilityCore(wiring.Component):
         kind = Signal(3)
         s = Signal(SentRecord)
         a_trim = Signal()  # syndrome NAK TRIMMED
+        a_qpn = Signal(range(nq))
+        a_use = Signal()  # an ACK or NAK TRIMMED of a valid QP
+        a_probe = Signal()  # a probe response of a valid QP
         a_psn = Signal(24)
         a_cum = Signal(24)  # cum_psn, + 1 from LOAD on
         a_base = Signal(24)
@@ -308,10 +373,19 @@ class ReliabilityCore(wiring.Component):
         nak_in = Signal()
         nak_off = Signal(max(wbits, 1))
         sacked_above = Signal(range(W + 1))
-        # the sent record's checks, from the record as read (LOAD): a new PSN that
-        # continues the window (sent_new), a retransmitted PSN in flight (sent_old)
-        sent_new = Signal()
-        sent_old = Signal()
+        # the sent record against the record as read (LOAD): psn == nxt (fresh: una =
+        # nxt = psn, the span is 0), nxt - una < window, psn - una
+        # a timer report against the record as read (LOAD): stale (not RTS, disarmed or
+        # another generation), or the retry that exceeds the limit
+        tmo_stale = Signal()
+        tmo_exhaust = Signal()
+        # what FINAL reports to TX, registered every cycle (see FINAL)
+        una_chg = Signal()
+        cwnd_chg = Signal()
+        state_chg = Signal()
+        sent_eq = Signal()
+        sent_span_ok = Signal()
+        sent_d = Signal(24)
         newly = Signal(range(W + 1))
         rtt_ts = Signal(16)
         rtt_valid = Signal()
@@ -427,10 +501,10 @@ class ReliabilityCore(wiring.Component):
 
         def blame(e):
             """Loss evidence on EV e: it may become ASSUMED_BAD (never below the floor)."""
-            drops_new = drops_inc[e]
-            loss_new = loss_inc[e]
+            drops_new = _sel([drops_inc[i] for i in range(E)], e)
+            loss_new = _sel([loss_inc[i] for i in range(E)], e)
             m.d.sync += [cur.ev_drops[e].eq(drops_new), cur.ev_loss[e].eq(loss_new)]
-            with m.If(to_bad.bit_select(e, 1)):
+            with m.If(_bit(to_bad, e)):
                 with m.If(floor_ok):
                     m.d.sync += cur.ev_state[e].eq(EvState.ASSUMED_BAD)
                     push_ev(e, EvState.GOOD, EvState.ASSUMED_BAD, drops_new)
@@ -449,11 +523,25 @@ class ReliabilityCore(wiring.Component):
         with m.If(self.probe_tick & ~sweep_pending):
             m.d.sync += [sweep_pending.eq(1), sweep_q.eq(0)]
 
-        room_walk = f_retx.w_rdy & f_cpl.w_rdy & f_evu.w_rdy
-        room_final = f_ack.w_rdy & f_cwnd.w_rdy & f_qps.w_rdy
+        # room in the output FIFOs, registered: at least 3 free entries a cycle ago leaves
+        # at least 1 now (one write per cycle; the buffered FIFO's output register
+        # counts in its level). The event queue alone keeps its own w_rdy (it drops).
+        def has_room(fifo, name):
+            r = Signal(name=f"room_{name}")
+            m.d.sync += r.eq(fifo.level + 3 <= fifo.depth)
+            return r
 
-        def start(k, qpn):
-            m.d.comb += [rec_rd.addr.eq(qpn), self.rel_addr.eq(qpn)]
+        r_retx, r_cpl, r_evu, r_ack, r_cwnd, r_qps, r_probe = (
+            has_room(f, n) for f, n in ((f_retx, "retx"), (f_cpl, "cpl"), (f_evu, "evu"),
+                                        (f_ack, "ack"), (f_cwnd, "cwnd"), (f_qps, "qps"),
+                                        (f_probe, "probe")))
+        room_walk = Signal()
+        room_final = Signal()
+        m.d.comb += [room_walk.eq(r_retx & r_cpl & r_evu), room_final.eq(r_ack & r_cwnd & r_qps)]
+
+        def start(k, qpn, addr=True):
+            if addr:
+                m.d.comb += [rec_rd.addr.eq(qpn), self.rel_addr.eq(qpn)]
             m.d.sync += [kind.eq(k), q.eq(qpn)]
             m.next = "LOAD"
 
@@ -462,17 +550,26 @@ class ReliabilityCore(wiring.Component):
         lost_cand = Signal(W)
         m.d.comb += lost_cand.eq(
             Mux(cfg.sack_threshold != 0, infl_mask & ~cur.sacked & ~cur.fast_done, 0))
-        pick_mask = walk_mask
-        pick_off = _lowest(m, pick_mask, W, "pick_off")
+        # the walk's next PSN, registered: the lowest bit of walk_mask (in USE, of
+        # walk_mask without the PSN in use). PICK follows USE or WALK, so walk_mask has
+        # not changed since: the values are those of walk_mask in PICK.
+        in_use = Signal()
+        pick_off = Signal(range(max(W, 2)))
+        pick_any = Signal()
+        off_bit = Signal(W)
+        m.d.comb += off_bit.eq(_onehot(walk_off, W))
+        use_mask = Signal(W)
+        m.d.comb += use_mask.eq(walk_mask & ~off_bit)
+        m.d.sync += [
+            pick_off.eq(Mux(in_use, _lowest(m, use_mask, W, "pick_use"),
+                            _lowest(m, walk_mask, W, "pick_first"))),
+            pick_any.eq(Mux(in_use, use_mask != 0, walk_mask != 0)),
+        ]
         e_ev = psn_ev_rd.data[:ebits]
         e_retx = psn_ev_rd.data[ebits]
         e_last = psn_info_rd.data[0]
         e_ts = psn_info_rd.data[1:17]
 
-        above = Signal(W)  # bits above walk_off
-        m.d.comb += above.eq(Cat(Const(0, 1), *[walk_off < i for i in range(1, W)]))
-        off_bit = Signal(W)
-        m.d.comb += off_bit.eq(Const(1, W) << walk_off)
 
         pe = a_probe_id[:ebits] if ebits else Const(0, 1)
         bad = Signal(E)
@@ -496,17 +593,22 @@ class ReliabilityCore(wiring.Component):
                     m.next = "IDLE"
 
             with m.State("IDLE"):
+                # the read address: the QP of the input taken, by priority alone
+                idle_q = Mux(self.cmd.valid, self.cmd.payload.qpn,
+                             Mux(self.sent.valid, self.sent.payload.qpn,
+                                 Mux(self.expired.valid, self.expired.payload.qpn, sweep_q)))
+                m.d.comb += [rec_rd.addr.eq(idle_q), self.rel_addr.eq(idle_q)]
                 m.d.sync += [want_arm.eq(0), want_disarm.eq(0), progress.eq(0), nak_cut.eq(0),
                              newly.eq(0), rtt_valid.eq(0)]
                 with m.If(self.cmd.valid):
                     m.d.comb += self.cmd.ready.eq(1)
                     m.d.sync += cmd.eq(self.cmd.payload)
-                    start(K_CMD, self.cmd.payload.qpn)
+                    start(K_CMD, self.cmd.payload.qpn, addr=False)
                 with m.Elif(self.sent.valid):
                     m.d.comb += self.sent.ready.eq(1)
                     with m.If(sent_ok):
                         m.d.sync += s.eq(self.sent.payload)
-                        start(K_SENT, self.sent.payload.qpn)
+                        start(K_SENT, self.sent.payload.qpn, addr=False)
                     with m.Else():
                         count("sent_dropped")
                 with m.Elif(self.peer_ack.valid):
@@ -519,16 +621,13 @@ class ReliabilityCore(wiring.Component):
                     ]
                     known_syndrome = (ack.aeth.syndrome == AETH_ACK) | (
                         ack.aeth.syndrome == NAK_TRIMMED)
-                    with m.If(ack_ok & is_ack & known_syndrome):
-                        start(K_ACK, ack.bth.dqpn)
-                    with m.Elif(ack_ok & is_probe):
-                        start(K_PROBE, ack.bth.dqpn)
-                    with m.Else():
-                        count("acks_ignored")
+                    m.d.sync += [a_qpn.eq(ack.bth.dqpn), a_use.eq(ack_ok & is_ack & known_syndrome),
+                                 a_probe.eq(ack_ok & is_probe)]
+                    m.next = "ACK_IN"
                 with m.Elif(self.expired.valid):
                     m.d.comb += self.expired.ready.eq(1)
                     m.d.sync += t_gen.eq(self.expired.payload.gen)
-                    start(K_TMO, self.expired.payload.qpn)
+                    start(K_TMO, self.expired.payload.qpn, addr=False)
                 with m.Elif(sweep_pending):
                     m.d.sync += [
                         sweep_q.eq(sweep_q + 1),
@@ -536,18 +635,32 @@ class ReliabilityCore(wiring.Component):
                     ]
                     with m.If(sweep_q == nq - 1):
                         m.d.sync += probe_seq.eq(probe_seq + 1)
-                    start(K_SWEEP, sweep_q)
+                    start(K_SWEEP, sweep_q, addr=False)
+
+            with m.State("ACK_IN"):  # the record's kind, from registers
+                with m.If(a_use):
+                    start(K_ACK, a_qpn)
+                with m.Elif(a_probe):
+                    start(K_PROBE, a_qpn)
+                with m.Else():
+                    count("acks_ignored")
+                    m.next = "IDLE"
 
             with m.State("LOAD"):
                 pi_ahead = (sq_pi_rd.data[:16] - rec_rd.data.wqe_cpl)[:16]
                 sent_ahead = (rec_rd.data.wqe_sent - rec_rd.data.wqe_cpl)[:16]
                 r = rec_rd.data
-                b_una = Mux(r.fresh, s.psn, r.una)
                 b_nxt = Mux(r.fresh, s.psn, r.nxt)
                 r_infl = (r.nxt - r.una)[: wbits + 1]
+                rc = self.rel_data
+                r_retries_new = Mux(r.retries == 31, 31, r.retries + 1)
                 m.d.sync += [
-                    sent_new.eq((s.psn == b_nxt) & ((b_nxt - b_una)[:24] < W)),
-                    sent_old.eq(~r.fresh & ((s.psn - r.una)[:24] < r_infl)),
+                    tmo_stale.eq((r.state != QpState.RTS) | ~r.armed | (r.timer_gen != t_gen)),
+                    tmo_exhaust.eq((rc.exp_cnt != EXP_FOREVER)
+                                   & (r_retries_new > rc.linear_cnt + rc.exp_cnt)),
+                    sent_eq.eq(s.psn == b_nxt),
+                    sent_span_ok.eq((r.nxt - r.una)[:24] < W),
+                    sent_d.eq(s.psn - r.una),
                     infl.eq(r_infl),
                     a_cum.eq(a_cum + 1),  # used by ACK only
                     cur.eq(rec_rd.data), cfg.eq(self.rel_data), una0.eq(rec_rd.data.una),
@@ -577,7 +690,7 @@ class ReliabilityCore(wiring.Component):
                     count("sent_dropped")
                     m.next = "IDLE"
                 with m.Elif(~s.retx):
-                    with m.If(sent_new):
+                    with m.If(sent_eq & (cur.fresh | sent_span_ok)):
                         m.d.comb += [
                             psn_ev_wr.data.eq(Cat(s.ev_index[:ebits], Const(0, 1))),
                             psn_ev_wr.en.eq(1),
@@ -585,7 +698,7 @@ class ReliabilityCore(wiring.Component):
                             psn_info_wr.en.eq(1),
                         ]
                         m.d.sync += [
-                            cur.una.eq(base_una),
+                            cur.una.eq(base_una), una_chg.eq(base_una != una0),
                             cur.nxt.eq(s.psn + 1),
                             cur.fresh.eq(0),
                             cur.wqe_sent.eq(s.wqe_index + 1),
@@ -599,7 +712,7 @@ class ReliabilityCore(wiring.Component):
                         count("sent_dropped")
                         m.next = "IDLE"
                 with m.Else():
-                    with m.If(sent_old):
+                    with m.If(~cur.fresh & (sent_d < infl)):
                         m.d.comb += [
                             psn_ev_wr.data.eq(Cat(s.ev_index[:ebits], Const(1, 1))),
                             psn_ev_wr.en.eq(1),
@@ -618,18 +731,18 @@ class ReliabilityCore(wiring.Component):
                     m.next = "ACK_ADV"
 
             with m.State("ACK_ADV"):
+                n = Mux(adv_raw[23], 0, adv_raw[: wbits + 1])
+                m.d.sync += [adv.eq(n), walk_mask.eq(_below(n, W)), walk_kind.eq(W_ADV)]
                 with m.If(~adv_raw[23] & (adv_raw > infl)):
                     count("acks_unsent")
                     m.next = "IDLE"
                 with m.Else():
                     count("acks")
-                    n = Mux(adv_raw[23], 0, adv_raw[: wbits + 1])
-                    m.d.sync += [adv.eq(n), walk_mask.eq(_below(n, W)), walk_kind.eq(W_ADV)]
-                    m.next = "PICK"
+                    m.next = "WALK"
 
             with m.State("PICK"):
                 m.d.comb += psn_raddr.eq(psn_addr(slot(pick_off)))
-                with m.If(pick_mask != 0):
+                with m.If(pick_any):
                     m.d.sync += walk_off.eq(pick_off)
                     with m.If(walk_kind == W_SACK):
                         m.d.sync += progress.eq(1)  # a new SACK bit
@@ -643,8 +756,8 @@ class ReliabilityCore(wiring.Component):
                             m.d.sync += [
                                 infl.eq(infl - adv),
                                 cur.una.eq(cur.una + adv),
-                                cur.sacked.eq(cur.sacked >> adv),
-                                cur.fast_done.eq(cur.fast_done >> adv),
+                                cur.sacked.eq(_shr(cur.sacked, adv)),
+                                cur.fast_done.eq(_shr(cur.fast_done, adv)),
                             ]
                             with m.If(adv != 0):
                                 m.d.sync += progress.eq(1)
@@ -661,19 +774,25 @@ class ReliabilityCore(wiring.Component):
                 with m.If(~e_retx):
                     m.d.sync += [rtt_ts.eq(e_ts), rtt_valid.eq(1)]
 
+            # registered every cycle: in LCNT, the bits above walk_off (pick_off in PICK)
+            above_pick = Signal(W)
+            m.d.sync += above_pick.eq(Cat(Const(0, 1), *[pick_off < i for i in range(1, W)]))
             with m.State("LCNT"):
                 m.d.comb += psn_raddr.eq(psn_addr(slot(walk_off)))
-                m.d.sync += sacked_above.eq(_popcount(cur.sacked & above))
+                m.d.sync += sacked_above.eq(_popcount(cur.sacked & above_pick))
                 m.next = "USE"
 
+            with m.State("WALK"):  # walk_mask set: the first pick is registered
+                m.next = "PICK"
+
             with m.State("USE"):
-                m.d.comb += psn_raddr.eq(psn_addr(slot(walk_off)))
+                m.d.comb += [psn_raddr.eq(psn_addr(slot(walk_off))), in_use.eq(1)]
                 with m.If(room_walk):
-                    m.d.sync += walk_mask.eq(walk_mask & ~off_bit)
+                    m.d.sync += walk_mask.eq(use_mask)
                     m.next = "PICK"
                     with m.Switch(walk_kind):
                         with m.Case(W_ADV):
-                            with m.If(~cur.sacked.bit_select(walk_off, 1)):
+                            with m.If(~_bit(cur.sacked, walk_off)):
                                 deliver()
                             with m.If(e_last):
                                 push_cpl(cur.wqe_cpl, CqeStatus.SUCCESS)
@@ -690,9 +809,9 @@ class ReliabilityCore(wiring.Component):
                                 m.next = "CC"
                         with m.Case(W_TMO):
                             push_retx((cur.una + walk_off)[:24], RetxReason.TIMEOUT)
-                            with m.If(~blamed.bit_select(e_ev, 1)):
+                            with m.If(~_bit(blamed, e_ev)):
                                 blame(e_ev)
-                                m.d.sync += blamed.eq(blamed | (Const(1, E) << e_ev))
+                                m.d.sync += blamed.eq(blamed | _onehot(e_ev, E))
 
             with m.State("SACK"):
                 # the SACK bitmap (bit i = sack_base + i) and the NAK's PSN against the
@@ -712,34 +831,34 @@ class ReliabilityCore(wiring.Component):
             with m.State("SACK_ALIGN"):
                 rel = Signal(W)
                 with m.If(s_pos):
-                    m.d.comb += rel.eq(a_bitmap << s_shl)
+                    m.d.comb += rel.eq(_shl(a_bitmap, s_shl, W))
                 with m.Elif(s_neg):
-                    m.d.comb += rel.eq(a_bitmap >> s_shr)
+                    m.d.comb += rel.eq(_shr(a_bitmap, s_shr)[:W])
                 m.d.sync += [walk_mask.eq(rel & infl_mask & ~cur.sacked), walk_kind.eq(W_SACK)]
-                m.next = "PICK"
+                m.next = "WALK"
 
             # registered every cycle: valid in NAK, whose previous cycle (PICK) changes
             # neither sacked nor the NAK's offset
             nak_hit = Signal()
-            m.d.sync += nak_hit.eq(nak_in & ~cur.sacked.bit_select(nak_off, 1))
+            m.d.sync += nak_hit.eq(nak_in & ~_bit(cur.sacked, nak_off))
 
             with m.State("NAK"):
                 nd = nak_off
                 # the loss walk's holes: in flight, not SACKed, not yet retransmitted
                 m.d.sync += [walk_kind.eq(W_LOSS), walk_mask.eq(lost_cand)]
                 with m.If(a_trim):
-                    with m.If(f_retx.w_rdy):
+                    with m.If(r_retx):
                         count("naks_trimmed")
                         with m.If(nak_hit):
                             push_retx(a_psn, RetxReason.NAK_TRIMMED)
                             m.d.sync += [
-                                cur.fast_done.eq(cur.fast_done | (Const(1, W) << nd)),
-                                walk_mask.eq(lost_cand & ~(Const(1, W) << nd)),
+                                cur.fast_done.eq(cur.fast_done | _onehot(nd, W)),
+                                walk_mask.eq(lost_cand & ~_onehot(nd, W)),
                                 nak_cut.eq(1),
                             ]
-                        m.next = "PICK"
+                        m.next = "WALK"
                 with m.Else():
-                    m.next = "PICK"
+                    m.next = "WALK"
 
             # ---- congestion window ---------------------------------------------------------
             # over five cycles: RTT and recovery tests and the trimmed window; the
@@ -754,18 +873,29 @@ class ReliabilityCore(wiring.Component):
             cc_prod = Signal(21)
             cc_acc = Signal(25)
             cc_c1 = Signal(17)
+            cc_past = Signal(24)
+            # registered every cycle from cc_c0, cc_high, cc_past (set in CC), newly and
+            # the window state (unchanged until CC_NEW): valid in CC_SUM (cc_dec,
+            # cc_prod, cc_inc, cc_rec, cc_open) and CC_NEW (cc_acc, cc_sub)
+            dec = Signal(16)
+            m.d.comb += dec.eq(_shr(cc_c0, P.cwnd_md_shift)[:16])
+            m.d.sync += [
+                cc_dec.eq(Mux(dec == 0, 1, dec)),
+                cc_prod.eq(newly * Mux(cc_high, P.cwnd_ai, P.cwnd_ai_fast)),
+                cc_inc.eq(cc_c0 + 1),
+                cc_rec.eq(~cc_past[23] & (cc_past != 0)),
+                cc_open.eq(~cur.md_active | (~cc_past[23] & (cc_past != 0))),
+                cc_acc.eq(cur.cwnd_acc + cc_prod), cc_sub.eq(cc_c0 - cc_dec),
+            ]
             with m.State("CC"):
                 rtt = Signal(16)
                 m.d.comb += rtt.eq(now_ts - rtt_ts)
                 high = Signal()
                 m.d.comb += high.eq(Mux(rtt_valid, rtt >= P.target_rtt, cur.delay_high))
                 # the window of the last decrease is over once una has passed md_recover
-                past = Signal(24)
-                m.d.comb += past.eq(cur.una - cur.md_recover)
-                recovered = ~past[23] & (past != 0)
                 m.d.sync += [
                     cc_high.eq(high), cur.delay_high.eq(high),
-                    cc_rec.eq(recovered), cc_open.eq(~cur.md_active | recovered),
+                    cc_past.eq(cur.una - cur.md_recover),
                     cc_c0.eq(Mux(nak_cut,
                                  Mux(cur.cwnd > P.cwnd_trim_dec, cur.cwnd - P.cwnd_trim_dec, 0),
                                  cur.cwnd)),
@@ -781,17 +911,9 @@ class ReliabilityCore(wiring.Component):
                 m.next = "CC_STEP"
 
             with m.State("CC_STEP"):
-                dec = Signal(16)
-                m.d.comb += dec.eq(cc_c0 >> P.cwnd_md_shift)
-                m.d.sync += [
-                    cc_dec.eq(Mux(dec == 0, 1, dec)),
-                    cc_prod.eq(newly * Mux(cc_high, P.cwnd_ai, P.cwnd_ai_fast)),
-                    cc_inc.eq(cc_c0 + 1),
-                ]
                 m.next = "CC_SUM"
 
             with m.State("CC_SUM"):
-                m.d.sync += [cc_acc.eq(cur.cwnd_acc + cc_prod), cc_sub.eq(cc_c0 - cc_dec)]
                 m.next = "CC_NEW"
 
             with m.State("CC_NEW"):
@@ -816,21 +938,25 @@ class ReliabilityCore(wiring.Component):
             with m.State("CC_CLAMP"):
                 m.d.sync += cur.cwnd.eq(Mux(cc_c1[16] | (cc_c1 < cmin), cmin,
                                             Mux(cc_c1 > cmax, cmax, cc_c1)))
-                m.next = "FINAL"
+                m.next = "SETTLE"
 
             # ---- probe answer ----------------------------------------------------------
             with m.State("PROBE_RESP"):
                 m.d.comb += self.evv_addr.eq(Cat(pe, q) if ebits else q)
                 m.next = "PROBE_CHECK"
+            probe_ok = Signal()
             with m.State("PROBE_CHECK"):
-                m.d.comb += self.evv_addr.eq(Cat(pe, q) if ebits else q)
-                ok = ((a_probe_id[ebits:8] == 0) & (self.evv_data == a_probe_ev)
-                      & (cur.ev_state[pe] == EvState.ASSUMED_BAD))
-                with m.If(f_evu.w_rdy):
+                m.d.sync += probe_ok.eq(
+                    (a_probe_id[ebits:8] == 0) & (self.evv_data == a_probe_ev)
+                    & (_sel([cur.ev_state[i] for i in range(E)], pe) == EvState.ASSUMED_BAD))
+                m.next = "PROBE_ACT"
+            with m.State("PROBE_ACT"):
+                with m.If(r_evu):
                     count("probe_resps")
-                    with m.If(ok):
+                    with m.If(probe_ok):
                         m.d.sync += [cur.ev_state[pe].eq(EvState.GOOD), cur.ev_loss[pe].eq(0)]
-                        push_ev(pe, EvState.ASSUMED_BAD, EvState.GOOD, cur.ev_drops[pe])
+                        push_ev(pe, EvState.ASSUMED_BAD, EvState.GOOD,
+                                _sel([cur.ev_drops[i] for i in range(E)], pe))
                         count("ev_to_good")
                     m.next = "FINAL"
 
@@ -838,13 +964,12 @@ class ReliabilityCore(wiring.Component):
             with m.State("TIMEOUT"):
                 retries_new = Signal(5)
                 m.d.comb += retries_new.eq(Mux(cur.retries == 31, 31, cur.retries + 1))
-                limit = cfg.linear_cnt + cfg.exp_cnt
-                with m.If((cur.state != QpState.RTS) | ~cur.armed | (cur.timer_gen != t_gen)):
+                with m.If(tmo_stale):
                     m.next = "IDLE"  # stale report
                 with m.Else():
                     count("timeouts")
                     m.d.sync += cur.retries.eq(retries_new)
-                    with m.If((cfg.exp_cnt != EXP_FOREVER) & (retries_new > limit)):
+                    with m.If(tmo_exhaust):
                         count("retry_exhausted")
                         m.d.sync += flush_status.eq(CqeStatus.RETRY_EXCEEDED)
                         m.next = "FLUSH"
@@ -858,7 +983,7 @@ class ReliabilityCore(wiring.Component):
                             cur.cwnd.eq(Mux(half < cmin, cmin, half)),
                             want_arm.eq(1),
                         ]
-                        m.next = "PICK"
+                        m.next = "WALK"
 
             # ---- every outstanding WQE completes with an error; QP to ERROR --------------------
             # From the oldest uncompleted WQE up to the producer index: the WQEs TX
@@ -866,15 +991,23 @@ class ReliabilityCore(wiring.Component):
             # end is never before wqe_sent (a doorbell cannot lag what TX sent).
             # una stays: an ack_update would open TX's window before the
             # qp_state_update has disabled the QP in TX.
+            # registered every cycle: valid in FLUSH (entered from TIMEOUT or CMD, or
+            # from FLUSH_WAIT after a completion: wqe_cpl unchanged the cycle before)
+            flush_more = Signal()
+            m.d.sync += flush_more.eq(cur.wqe_cpl != sq_end)
+            with m.State("FLUSH_WAIT"):
+                m.next = "FLUSH"
             with m.State("FLUSH"):
-                with m.If(cur.wqe_cpl != sq_end):
-                    with m.If(f_cpl.w_rdy):
+                with m.If(flush_more):
+                    with m.If(r_cpl):
                         push_cpl(cur.wqe_cpl, flush_status)
                         m.d.sync += [cur.wqe_cpl.eq(cur.wqe_cpl + 1),
                                      flush_status.eq(CqeStatus.FLUSHED)]
+                        m.next = "FLUSH_WAIT"
                 with m.Else():
                     m.d.sync += [
                         cur.state.eq(QpState.ERROR), cur.wqe_sent.eq(sq_end),
+                        state_chg.eq(state0 != QpState.ERROR),
                         cur.sacked.eq(0), cur.fast_done.eq(0), want_disarm.eq(1),
                     ]
                     m.next = "FINAL"
@@ -883,17 +1016,18 @@ class ReliabilityCore(wiring.Component):
             with m.State("CMD"):
                 ce = cmd.ev_index
                 with m.If(cmd.ev):
-                    old = cur.ev_state[ce]
-                    with m.If(f_evu.w_rdy):
-                        m.next = "FINAL"
+                    old = _sel([cur.ev_state[i] for i in range(E)], ce)
+                    ce_drops = _sel([cur.ev_drops[i] for i in range(E)], ce)
+                    with m.If(r_evu):
+                        m.next = "SETTLE"
                         with m.If((cmd.state == EvState.GOOD) & (old != EvState.GOOD)):
                             m.d.sync += [cur.ev_state[ce].eq(EvState.GOOD), cur.ev_loss[ce].eq(0)]
-                            push_ev(ce, old, EvState.GOOD, cur.ev_drops[ce])
+                            push_ev(ce, old, EvState.GOOD, ce_drops)
                             with m.If(old == EvState.ASSUMED_BAD):
                                 count("ev_to_good")
                         with m.If((cmd.state == EvState.DENIED) & (old != EvState.DENIED)):
                             m.d.sync += cur.ev_state[ce].eq(EvState.DENIED)
-                            push_ev(ce, old, EvState.DENIED, cur.ev_drops[ce])
+                            push_ev(ce, old, EvState.DENIED, ce_drops)
                 with m.Else():
                     with m.Switch(cmd.state):
                         with m.Case(QpState.ERROR):
@@ -902,13 +1036,13 @@ class ReliabilityCore(wiring.Component):
                                 m.next = "FLUSH"
                             with m.Else():
                                 m.d.sync += cur.state.eq(QpState.ERROR)
-                                m.next = "FINAL"
+                                m.next = "SETTLE"
                         with m.Case(QpState.RESET):
-                            with m.If(f_cpl.w_rdy):
+                            with m.If(r_cpl):
                                 push_cpl(0, 0, clear=1)
                                 m.d.sync += [cur.eq(0), cur.fresh.eq(1),
                                              cur.timer_gen.eq(cur.timer_gen), want_disarm.eq(1)]
-                                m.next = "FINAL"
+                                m.next = "SETTLE"
                         with m.Case(QpState.RTS):
                             with m.If(cur.state != QpState.RTS):
                                 init = P.cwnd_init
@@ -922,10 +1056,10 @@ class ReliabilityCore(wiring.Component):
                                                     Mux(init > cmax, cmax, init))),
                                     cur.ev_loss.eq(0), want_disarm.eq(cur.armed),
                                 ]
-                            m.next = "FINAL"
+                            m.next = "SETTLE"
                         with m.Default():
                             m.d.sync += cur.state.eq(cmd.state)
-                            m.next = "FINAL"
+                            m.next = "SETTLE"
 
             # ---- probe round: one request per ASSUMED_BAD EV of this QP --------------------
             with m.State("SWEEP"):
@@ -934,7 +1068,7 @@ class ReliabilityCore(wiring.Component):
             with m.State("SWEEP_EMIT"):
                 with m.If(pmask == 0):
                     m.next = "IDLE"
-                with m.Elif(f_probe.w_rdy):
+                with m.Elif(r_probe):
                     preq = Signal(ProbeRequest(nq, E))
                     m.d.comb += [
                         preq.qpn.eq(q), preq.ev_index.eq(pe2),
@@ -942,9 +1076,16 @@ class ReliabilityCore(wiring.Component):
                         f_probe.w_data.eq(preq), f_probe.w_en.eq(1),
                     ]
                     count("probes_sent")
-                    m.d.sync += pmask.eq(pmask & ~(Const(1, E) << pe2))
+                    m.d.sync += pmask.eq(pmask & ~_onehot(pe2, E))
 
             # ---- write back ------------------------------------------------------------------
+            # una, cwnd, state against their values at LOAD, registered every cycle: valid
+            # in FINAL when the cycle before changed none of them, else set there (SENT,
+            # FLUSH); CC_CLAMP and CMD go through SETTLE
+            m.d.sync += [una_chg.eq(cur.una != una0), cwnd_chg.eq(cur.cwnd != cwnd0),
+                         state_chg.eq(cur.state != state0)]
+            with m.State("SETTLE"):
+                m.next = "FINAL"
             with m.State("FINAL"):
                 out = Signal(Rec)
                 m.d.comb += out.eq(cur)
@@ -956,13 +1097,13 @@ class ReliabilityCore(wiring.Component):
                         arm_v.eq(want_arm | want_disarm),
                         arm_qpn.eq(q), arm_armed.eq(want_arm), arm_gen.eq(out.timer_gen),
                     ]
-                    with m.If(cur.una != una0):
+                    with m.If(una_chg):
                         m.d.comb += [f_ack.w_en.eq(1), f_ack.w_data.eq(Cat(Const(0, 24) | q,
                                                                            cur.una))]
-                    with m.If(cur.cwnd != cwnd0):
+                    with m.If(cwnd_chg):
                         m.d.comb += [f_cwnd.w_en.eq(1), f_cwnd.w_data.eq(Cat(Const(0, 24) | q,
                                                                              cur.cwnd))]
-                    with m.If(cur.state != state0):
+                    with m.If(state_chg):
                         m.d.comb += [f_qps.w_en.eq(1), f_qps.w_data.eq(Cat(Const(0, 24) | q,
                                                                            cur.state))]
                     m.next = "IDLE"

@@ -93,14 +93,15 @@ class ReliabilityEngine(wiring.Component):
     ``irq``        Out(1): the EV event queue is not empty, or a CQE was written since
                    ``irq_status`` was last read.
 
-    Latency: a retransmit request for a hole or a NAK is on ``retx`` about 9 + 2 x (PSNs
-    the ACK newly acknowledges) cycles after the ACK record is taken; ``ack_update`` and
-    ``cwnd_update`` follow at the end of the ACK's processing; a timeout's requests come
-    at most ``num_qps`` + 6 cycles after the deadline when the core is idle.
+    Latency: a retransmit request for a NAK is on ``retx`` about 12 + 2 x (PSNs the ACK
+    newly acknowledges) cycles after the ACK record is taken, for a hole about 16 + 2 x;
+    ``ack_update`` and ``cwnd_update`` follow at the end of the ACK's processing; a
+    timeout's requests come at most ``num_qps`` + 7 cycles after the deadline when the
+    core is idle.
     Throughput: one event (sent record, ACK, timer report, command) at a time; a sent
-    record takes 4 cycles, an ACK 9 cycles plus 2 per PSN it acknowledges or reports
-    lost (docs/reliability.md; measured 13 cycles for a 1-PSN ACK, 19 for 4 PSNs).
-    Every output is a FIFO; the block waits when one is full. One CQE per ~12 cycles
+    record takes 4 cycles, an ACK 20 cycles plus 2 per PSN it acknowledges and 3 per
+    hole it examines for loss (docs/reliability.md: the steps are pipelined for 125 MHz).
+    Every output is a FIFO; the block waits when one is full. One CQE per ~13 cycles
     plus the memory's latencies.
     """
 
