@@ -74,8 +74,8 @@ class RxDmaWriter(wiring.Component):
 
     Latency: the first W beat 1 cycle and the first AW 2 cycles after a
     command is taken (the first burst's AWLEN is computed from registers in
-    between), so a W beat may come a cycle before its AW, as AXI allows;
-    later bursts' AWs follow each other every cycle. A zero-length ``notify``
+    between; each later burst's in the cycle after the previous AW), so W
+    beats may come before their AW, as AXI allows. A zero-length ``notify``
     command enters the B queue 1 cycle after it is taken. Throughput: 1 W
     beat per cycle while ``data`` and ``wready`` allow; one idle cycle between
     commands (two after a command of one W beat or a zero-length ``notify``,
@@ -120,7 +120,7 @@ class RxDmaWriter(wiring.Component):
 
         # B bookkeeping: one entry per AXI-writing or notifying command.
         m.submodules.pending = pending = SyncFIFOBuffered(
-            width=self.tag_width + 1 + ceil_log2(max_bursts + 1), depth=self.max_outstanding
+            width=self.tag_width + 2 + ceil_log2(max_bursts + 1), depth=self.max_outstanding
         )
         m.submodules.done_q = done_q = SyncFIFOBuffered(
             width=self.tag_width + 1, depth=self.max_outstanding
@@ -130,7 +130,8 @@ class RxDmaWriter(wiring.Component):
                 {
                     "tag": unsigned(self.tag_width),
                     "notify": unsigned(1),
-                    "bursts": unsigned(ceil_log2(max_bursts + 1)),
+                    "none": unsigned(1),  # no burst: report at once
+                    "last": unsigned(ceil_log2(max_bursts + 1)),  # bursts - 1
                 }
             ),
             pending.w_data,
@@ -167,6 +168,10 @@ class RxDmaWriter(wiring.Component):
         aw_len = Signal(8)  # its AWLEN
         cmd_end = Signal(lbnd)  # low bits of the address of the command's last byte
         zero_notify = Signal()  # a zero-length notify command to report next cycle
+        room = Signal(range(bnd + 1))  # bytes from the command's address to the boundary
+        cmd_fits = Signal()  # the command ends before the first boundary
+        aw_first = Signal()  # the next burst is the command's first
+        need_in = Signal()  # (in_left != 0) & ~in_ended, as a register
 
         idle = ~aw_busy & ~w_busy & ~drain & ~zero_notify
 
@@ -198,7 +203,9 @@ class RxDmaWriter(wiring.Component):
         c_shift = c.addr[:lb]
         c_in_beats = (c.len + (bpb - 1)) >> lb
         c_out_beats = (c.len + c_shift + (bpb - 1)) >> lb
-        c_end = (c.addr[:lbnd] + c.len - 1)[:lbnd]
+        c_end_full = Signal(lbnd + 17)
+        m.d.comb += c_end_full.eq(c.addr[:lbnd] + c.len - 1)
+        c_end = c_end_full[:lbnd]
         with m.If(idle & self.cmd.valid & pending.w_rdy):
             m.d.comb += self.cmd.ready.eq(1)
             m.d.sync += [
@@ -214,6 +221,10 @@ class RxDmaWriter(wiring.Component):
                 shift.eq(c_shift),
                 end_lane.eq(c_end[:lb]),
                 cmd_end.eq(c_end),
+                cmd_fits.eq(c_end_full[lbnd:] == 0),
+                aw_first.eq(1),
+                room.eq(bnd - c.addr[:lbnd]),
+                need_in.eq(c.inline | (c.len != 0)),
                 prev.eq(0),
                 inline_buf.eq(c.inline_data),
                 inline_left.eq((CQE_BYTES + bpb - 1) // bpb),
@@ -236,14 +247,13 @@ class RxDmaWriter(wiring.Component):
                 pending.w_en.eq(1),
                 pend_w.tag.eq(cmd.tag),
                 pend_w.notify.eq(1),
-                pend_w.bursts.eq(0),
+                pend_w.none.eq(1),
             ]
 
         # AW: bursts split at the burst boundary; each is computed in an
-        # aw_prep cycle and offered in the next.
-        room = Signal(range(bnd + 1))
+        # aw_prep cycle from registers and offered in the next.
         last = Signal()
-        m.d.comb += [room.eq(bnd - aw_addr[:lbnd]), last.eq(aw_left <= room)]
+        m.d.comb += last.eq(Mux(aw_first, cmd_fits, aw_left <= bnd))
         with m.If(aw_prep):
             m.d.sync += [
                 aw_prep.eq(0),
@@ -266,28 +276,21 @@ class RxDmaWriter(wiring.Component):
                     pending.w_en.eq(1),
                     pend_w.tag.eq(cmd.tag),
                     pend_w.notify.eq(cmd.notify),
-                    pend_w.bursts.eq(bursts + 1),
+                    pend_w.last.eq(bursts),
                 ]
             with m.Else():
-                # The next burst starts at the boundary, so its length needs
-                # no address arithmetic: it is offered in the next cycle.
-                left = Signal.like(aw_left)
-                m.d.comb += left.eq(aw_left - aw_chunk)
-                next_last = left <= bnd
+                # The next burst starts at the boundary.
                 m.d.sync += [
                     aw_addr.eq(Cat(Const(0, lbnd), aw_addr[lbnd:] + 1)),
-                    aw_left.eq(left),
-                    aw_valid.eq(1),
-                    aw_last.eq(next_last),
-                    aw_chunk.eq(Mux(next_last, left, bnd)),
-                    aw_len.eq(Mux(next_last, cmd_end[lb:], (bnd >> lb) - 1)),
+                    aw_left.eq(aw_left - aw_chunk),
+                    room.eq(bnd),
+                    aw_first.eq(0),
+                    aw_prep.eq(1),
                 ]
 
         # W: realign lane-0 input to the target address: each output beat is
         # the current input beat shifted up by `shift` lanes over the top
         # lanes of the previous one.
-        need_in = Signal()
-        m.d.comb += need_in.eq((in_left != 0) & ~in_ended)
         cur = Mux(need_in, in_data, 0)
         window = Cat(prev, cur)
         strb = Signal(bpb)
@@ -319,6 +322,8 @@ class RxDmaWriter(wiring.Component):
                 m.d.sync += in_left.eq(in_left - 1)
                 with m.If(in_last):
                     m.d.sync += in_ended.eq(1)
+                with m.If(in_last | (in_left == 1)):
+                    m.d.sync += need_in.eq(0)
             with m.If(out_left == 1):
                 m.d.sync += w_busy.eq(0)
                 # Input longer than the command says: drain the rest.
@@ -336,7 +341,7 @@ class RxDmaWriter(wiring.Component):
         b_err = Signal()
         m.d.comb += done_q.w_data.eq(Cat(pend_r.tag, ~b_err))
         with m.If(pending.r_rdy):
-            with m.If(pend_r.bursts == 0):
+            with m.If(pend_r.none):
                 with m.If(done_q.w_rdy):
                     m.d.comb += [pending.r_en.eq(1), done_q.w_en.eq(pend_r.notify)]
                     m.d.comb += done_q.w_data.eq(Cat(pend_r.tag, Const(1, 1)))
@@ -344,7 +349,7 @@ class RxDmaWriter(wiring.Component):
                 m.d.comb += axi.bready.eq(1)
                 with m.If(axi.bvalid):
                     err = b_err | (axi.bresp != AXI_RESP_OKAY)
-                    with m.If(b_count + 1 == pend_r.bursts):
+                    with m.If(b_count == pend_r.last):
                         m.d.comb += [
                             pending.r_en.eq(1),
                             done_q.w_en.eq(pend_r.notify),
