@@ -168,10 +168,16 @@ class RxPsnWindow(wiring.Component):
     at once; a NAK is sent at once. Every ACK/NAK resets the coalescing state.
 
     Latency (cycles, from the input being valid with the engine idle): check
-    3 (+1 to issue ``place``); mark 3, plus 2 per bitmap word the cumulative
-    PSN crosses, plus 1 per completion; an ACK adds 4. Throughput: one
-    operation at a time; a packet costs about 10 cycles of engine time, far
-    less than its payload takes on the datapath at any MTU >= 256.
+    3 (+1 to issue ``place``); mark 3, plus 2 for the first bitmap word the
+    cumulative PSN advances over and 3 per further word, plus 1 per
+    completion (1 if there is none, and a gap cycle between two completions
+    of one advance); an ACK adds 4; a DMA error 2. Every decision is made
+    from registered values (the checks are registered in CHECK, the accepted
+    packet enters the tables in WRITEBACK, the passed completions and their
+    order are registered during the advance), for 125 MHz on the ECP5.
+    Throughput: one operation at a time; a packet costs about 10 cycles of
+    engine time, far less than its payload takes on the datapath at any
+    MTU >= 256.
     """
 
     def __init__(self, *, num_qps=16, sack_bits=64, mpr_max=1024, inflight=8, max_pending=8):
@@ -258,10 +264,10 @@ class RxPsnWindow(wiring.Component):
         for i in reversed(range(self.inflight)):
             with m.If(~inflight[i].valid):
                 m.d.comb += [free_slot.eq(i), any_free.eq(1)]
-        in_flight_hit = Signal()
-        m.d.comb += in_flight_hit.eq(
-            Cat(*[(e.valid & (e.qp == rq.qp) & (e.psn == rq.psn)) for e in inflight]).any()
-        )
+        # In-flight entries of the request's PSN, registered in CHECK_RD.
+        flight_m = Signal(self.inflight)
+        for i, e in enumerate(inflight):
+            m.d.sync += flight_m[i].eq(e.valid & (e.qp == rq.qp) & (e.psn == rq.psn))
 
         # ---- pending LAST packets
         pend = [Signal(_Pending(qpb), name=f"pending{i}") for i in range(self.max_pending)]
@@ -301,6 +307,7 @@ class RxPsnWindow(wiring.Component):
         chk_slot = Signal(self.tag_bits)
         chk_pend_free = Signal(range(self.max_pending))
         chk_pend_any_free = Signal()
+        err_hit = Signal(self.max_pending)  # pending entries of a packet lost by the DMA
         accept = Signal()  # CHECK_X accepted the packet: WRITEBACK enters it in the tables
         mpr_psns = Cat(Const(0, 7), self.cfg.mpr)
         chk_values = [
@@ -309,7 +316,7 @@ class RxPsnWindow(wiring.Component):
                 Mux((self.cfg.mpr == 0) | (mpr_psns > self.mpr_max), self.mpr_max, mpr_psns)
             ),
             bit_set.eq(b_rd.data.bit_select(rq.psn[:lw], 1)),
-            flight_hit.eq(in_flight_hit),
+            flight_hit.eq(flight_m.any()),
             is_last.eq(
                 Cat(*[rq.opcode == op for op in (
                     Opcode.WRITE_LAST, Opcode.WRITE_LAST_IMM, Opcode.WRITE_ONLY,
@@ -467,9 +474,14 @@ class RxPsnWindow(wiring.Component):
                     m.next = "SCAN_RD"
 
             with m.State("DMA_ERROR"):
-                # The packet is lost: forget its completion (from registers).
-                for e in pend:
-                    with m.If((e.qp == qp) & (e.psn == rq.psn)):
+                # The packet is lost: forget its completion (the match is
+                # registered here and applied in the next cycle).
+                for i, e in enumerate(pend):
+                    m.d.sync += err_hit[i].eq((e.qp == qp) & (e.psn == rq.psn))
+                m.next = "DMA_ERROR2"
+            with m.State("DMA_ERROR2"):
+                for i, e in enumerate(pend):
+                    with m.If(err_hit[i]):
                         m.d.sync += e.valid.eq(0)
                 m.next = "IDLE"
 
