@@ -72,12 +72,14 @@ class TxEngine(wiring.Component):
     Throughput: 1 beat/cycle on ``m_axis`` in steady state for payloads of
     a few hundred bytes and up (header build, payload reads and the ICRC
     overlap the previous frame); one packet per ~9 cycles of control.
-    Latency from a doorbell to the first beat: about 21 cycles plus two
+    Latency from a doorbell to the first beat: about 24 cycles plus two
     memory round trips (WQE, then payload). For timing (125 MHz on an ECP5),
     the payload FIFO's block-RAM read data is registered (``payload_reg``,
     1 cycle), the header builder pipelines its checksum (5 cycles), the
-    framer's output is registered (``framer_reg``, 1 cycle) and the ICRC
-    inserter registers its input (1 cycle); none costs throughput.
+    framer's output is registered (``framer_reg``, 1 cycle), the ICRC
+    inserter has three more stages (3 cycles) and ``m_axis`` comes from a
+    register slice (``out_reg``, 1 cycle: every output and ``tready``'s
+    load are flip-flops); none costs throughput.
     """
 
     # descriptor FIFO, header builder 1, framer 2 (a loaded header and one in
@@ -162,6 +164,7 @@ class TxEngine(wiring.Component):
         m.submodules.framer = framer = Framer(w)
         m.submodules.framer_reg = framer_reg = StreamRegister(Beat(w))
         m.submodules.icrc = icrc = IcrcInserter(w)
+        m.submodules.out_reg = out_reg = StreamRegister(Beat(w))
 
         wiring.connect(m, wiring.flipped(self.csr), seq.csr)
         wiring.connect(m, wiring.flipped(self.retx), seq.retx)
@@ -191,13 +194,14 @@ class TxEngine(wiring.Component):
         wiring.connect(m, framer.o, framer_reg.i)
         wiring.connect(m, framer_reg.o, icrc.i)
 
+        wiring.connect(m, icrc.o, out_reg.i)
         axis = self.m_axis
         m.d.comb += [
-            axis.tdata.eq(icrc.o.payload.data),
-            axis.tkeep.eq(icrc.o.payload.keep),
-            axis.tlast.eq(icrc.o.payload.last),
+            axis.tdata.eq(out_reg.o.payload.data),
+            axis.tkeep.eq(out_reg.o.payload.keep),
+            axis.tlast.eq(out_reg.o.payload.last),
             axis.tuser.eq(0),
-            axis.tvalid.eq(icrc.o.valid),
-            icrc.o.ready.eq(axis.tready),
+            axis.tvalid.eq(out_reg.o.valid),
+            out_reg.o.ready.eq(axis.tready),
         ]
         return m

@@ -56,6 +56,9 @@ class Framer(wiring.Component):
         m.d.comb += self.hdr.ready.eq(~hdr_full)
         with m.If(self.hdr.valid & ~hdr_full):
             m.d.sync += [hdr.eq(self.hdr.payload), hdr_full.eq(1)]
+        # the header bytes shift down one beat as each header beat leaves, so
+        # the beat out is always the low word (no select by beat number)
+        hdr_bytes = hdr.bytes
         head_beats = Mux(hdr.imm, beats_long, beats_short)
 
         beat = Signal(range(max(beats_long, 2)))
@@ -102,17 +105,17 @@ class Framer(wiring.Component):
                 with m.If(hdr_full | self.hdr.valid):
                     m.next = "HEADER"
             with m.State("HEADER"):
-                words = [hdr.bytes[i * w : (i + 1) * w] for i in range(beats_long)]
                 m.d.comb += [
                     self.o.valid.eq(1),
-                    self.o.payload.data.eq(Cat(*words).word_select(beat, w)),
+                    self.o.payload.data.eq(hdr_bytes[:w]),
                     self.o.payload.keep.eq(count_keep(nbytes, nbytes)),
                 ]
                 with m.If(self.o.ready):
-                    m.d.sync += beat.eq(beat + 1)
+                    m.d.sync += [beat.eq(beat + 1), hdr_bytes.eq(hdr_bytes >> w)]
                     with m.If(beat == head_beats - 1):
-                        short_tail = hdr.bytes[beats_short * w : beats_short * w + 8 * r_short]
-                        long_tail = hdr.bytes[beats_long * w : beats_long * w + 8 * r_long]
+                        # the tail is the next word now
+                        short_tail = hdr_bytes[w : w + 8 * r_short]
+                        long_tail = hdr_bytes[w : w + 8 * r_long]
                         res = Mux(hdr.imm, r_long, r_short)
                         m.d.sync += [
                             acc.eq(Mux(hdr.imm, long_tail, short_tail)),

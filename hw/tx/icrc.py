@@ -47,8 +47,9 @@ class IcrcInserter(wiring.Component):
     holds, for every count k, the data's part of the CRC after k bytes (the
     CRC is linear), so the loop through the CRC register is the state's XOR
     tree and a three-way choice (every beat but the last is full), and the
-    last beat's CRC is registered for every byte count, its mux after the
-    register. Latency 3 cycles. Throughput 1 beat/cycle, plus one cycle for frames
+    last beat's CRC is registered for every byte count, and its mux into the
+    ICRC register as the beat moves on to the output register. Latency 4
+    cycles. Throughput 1 beat/cycle, plus one cycle for frames
     whose ICRC spills into an extra beat.
     """
 
@@ -157,8 +158,13 @@ class IcrcInserter(wiring.Component):
                 m.d.comb += crc_loop.eq(after(start_count))
         fin = [Signal(32, name=f"fin{k}") for k in range(nbytes + 1)]
         fin_count = Signal(range(nbytes + 1))
-        icrc = Signal(32)
-        m.d.comb += icrc.eq(~Array(fin)[fin_count])
+        icrc = Signal(32)  # registered as the last beat moves on to ``held``
+
+        # h1: the beat whose CRC was just taken, before ``held``
+        h1 = Signal(Beat(w))
+        h1_valid = Signal()
+        h1_count = Signal(range(nbytes + 1))
+        held_ready = Signal()
 
         held = Signal(Beat(w))
         held_valid = Signal()
@@ -202,12 +208,23 @@ class IcrcInserter(wiring.Component):
                         spill_count.eq(held_count + 4 - nbytes),
                     ]
 
-        m.d.comb += s_ready.eq(~spill & (~held_valid | self.o.ready))
+        m.d.comb += [
+            held_ready.eq(~spill & (~held_valid | self.o.ready)),
+            s_ready.eq(~h1_valid | held_ready),
+        ]
+        with m.If(h1_valid & held_ready):
+            m.d.sync += [
+                held.eq(h1),
+                held_valid.eq(1),
+                held_count.eq(h1_count),
+                icrc.eq(~Array(fin)[fin_count]),
+            ]
+        with m.If(s_ready):
+            m.d.sync += h1_valid.eq(s_valid)
         with m.If(s_valid & s_ready):
             m.d.sync += [
-                held.eq(s_beat),
-                held_valid.eq(1),
-                held_count.eq(s_n_in),
+                h1.eq(s_beat),
+                h1_count.eq(s_n_in),
                 crc.eq(crc_loop),
             ]
             with m.If(s_beat.last):
