@@ -170,11 +170,12 @@ class RxPsnWindow(wiring.Component):
     Latency (cycles, from the input being valid with the engine idle): check
     3 (+1 to issue ``place``); mark 3, plus 2 for the first bitmap word the
     cumulative PSN advances over and 3 per further word, plus 1 per
-    completion (1 if there is none, and a gap cycle between two completions
-    of one advance); an ACK adds 4; a DMA error 2. Every decision is made
-    from registered values (the checks are registered in CHECK, the accepted
-    packet enters the tables in WRITEBACK, the passed completions and their
-    order are registered during the advance), for 125 MHz on the ECP5.
+    completion (1 if there is none, and 2 gap cycles between two completions
+    of one advance; a CQE is issued the cycle after its completion); an ACK
+    adds 4; a DMA error 2. Every decision is made from registered values
+    (the checks are registered in CHECK, the accepted packet enters the
+    tables in WRITEBACK, the passed completions and their order are
+    registered during the advance), for 125 MHz on the ECP5.
     Throughput: one operation at a time; a packet costs about 10 cycles of
     engine time, far less than its payload takes on the datapath at any
     MTU >= 256.
@@ -408,6 +409,7 @@ class RxPsnWindow(wiring.Component):
         cq_full = Signal()
         cqe_addr = Signal(64)
         cqe_phase = Signal()
+        cqe_issue = Signal()  # COMPLETE passed a WITH_IMMEDIATE message: CQE next cycle
         m.d.sync += [
             cq_mask.eq(~(Const(0xFFFF, 16) << cfg.cq_log2)[:16]),
             cq_full.eq(((qs.cq_prod - cfg.cq_cons)[:16] & ~cq_mask).any()),
@@ -652,17 +654,17 @@ class RxPsnWindow(wiring.Component):
                         cqe_job.opcode.eq(sel.opcode),
                         cqe_job.phase.eq(cqe_phase),
                     ]
-                    with m.If(sel.imm_flag):
-                        with m.If(~cfg.cq_enable | cq_full):
-                            m.d.comb += cnt.cq_overflow.eq(1)
-                        with m.Else():
-                            m.d.comb += cnt.cqe_written.eq(1)
-                            m.d.sync += [cqe_valid.eq(1), qs.cq_prod.eq(qs.cq_prod + 1)]
+                    # The CQE (or the overflow) is decided in the next cycle.
+                    m.d.sync += cqe_issue.eq(sel.imm_flag)
                     with m.If(sel_more):
-                        m.next = "COMPLETE_GAP"  # let cq_full/cqe_addr follow cq_prod
+                        m.next = "COMPLETE_GAP"
                     with m.Else():
                         m.next = "COALESCE"
             with m.State("COMPLETE_GAP"):
+                # cqe_issue moves cq_prod in this cycle; cq_full and cqe_addr
+                # follow it in the next.
+                m.next = "COMPLETE_GAP2"
+            with m.State("COMPLETE_GAP2"):
                 m.next = "COMPLETE"
             with m.State("COALESCE"):
                 # ECN echo covers the packets placed since the last ACK.
@@ -756,4 +758,14 @@ class RxPsnWindow(wiring.Component):
                         qs.armed.eq(0),
                     ]
                     m.next = "WRITEBACK"
+
+        # The cycle after a completion of a WITH_IMMEDIATE message (COALESCE or
+        # COMPLETE_GAP): write its CQE, or count the overflow.
+        with m.If(cqe_issue):
+            m.d.sync += cqe_issue.eq(0)
+            with m.If(~cfg.cq_enable | cq_full):
+                m.d.comb += cnt.cq_overflow.eq(1)
+            with m.Else():
+                m.d.comb += cnt.cqe_written.eq(1)
+                m.d.sync += [cqe_valid.eq(1), qs.cq_prod.eq(qs.cq_prod + 1)]
         return m
