@@ -36,36 +36,59 @@ Store and forward, because the ICRC verdict is known only at the end of the
 frame. The *input stage* captures the first ``header_bytes`` of the frame into
 a register, runs the ICRC over the masked bytes and writes the payload,
 already realigned (a two-beat window shifted by the payload offset of the
-opcode), into a frame FIFO (``amaranth.lib.memory``). In the cycle after the
-last beat the *verdict stage* decides from the captured header, the frame
-length and the CRC register (which the next frame only overwrites at the end
-of that cycle): an accepted frame commits the FIFO write pointer and pushes
-its record into a header FIFO, a dropped one rolls the write pointer back.
-The *output stage* pops records and releases the committed payload beats of
-each popped record to ``payload`` through the memory's read register.
+opcode), into a frame FIFO (``amaranth.lib.memory``, through a registered
+write port). The checks are prepared as the header arrives, so that no
+decision waits on a deep network (125 MHz on the ECP5, ~6 LUT levels):
+
+- *decode stage A*, registered at the beat holding the BTH's first bytes
+  (from that beat's data and the captured bytes): opcode class, TVer,
+  trimming, header length and the length overheads;
+- *length stage B*, the cycle after: payload length and beats, whether it
+  fits, the UDP/IPv4 length checks;
+- the IPv4 checksum, in two stages from the captured header (at 64 bits;
+  one at 128, none at 256/512 bits, where the header's last IPv4 byte may
+  come in the frame's last beat);
+- the ICRC: a beat's masked bytes and byte count are registered and the CRC
+  register takes them in the next cycle (full beats only); the last beat's
+  contribution, selected by its byte count, is registered in parts.
+
+In the cycle after the last beat, *verdict stage 1* registers each check as a
+flag (and the record); *stage 2* registers the ICRC comparison and the first
+failing check; *stage 3* decides from these registered bits: an accepted
+frame commits the FIFO write pointer and pushes its record into a header
+FIFO, a dropped one rolls the write pointer back (the next frame writes no
+payload before then, or, at 512 bits, writes where the rollback puts it). The
+counters move in the cycle after. The *output stage* pops records and
+releases the committed payload beats of each popped record to ``payload``
+through the memory's read register and a register slice (skid buffer).
 
 Backpressure, as in a frame FIFO: ``tready`` is low while the frame FIFO is
 full (it keeps one spare entry for the final payload beat that the verdict
 stage may still write), at any beat, and before the first beat of a frame
-while the header FIFO has no room for one more record. Nothing is ever
-dropped or overwritten for lack of space, and since the FIFO holds at least
-one ``max_payload`` frame plus two beats, a frame being written can always
+while the header FIFO has no room for one more record (counting the frames
+in the verdict stages). Both conditions are registered, from the previous
+cycle's state, on the safe side: after the FIFO drains from full, ``tready``
+may rise one cycle later than the room appears. Nothing is ever dropped or
+overwritten for lack of space, and since the FIFO holds at least one
+``max_payload`` frame plus two beats, a frame being written can always
 complete once the committed frames ahead of it drain.
 
-Latency: the record of a frame is valid on ``hdr`` 3 cycles after its last
-input beat; its first payload beat 2 cycles after the record is taken.
-Throughput: 1 input beat per cycle, no gap between frames, whenever the
-outputs are not backpressured (``tready`` is high); 1 record per cycle and 1
-payload beat per cycle on the outputs.
+Latency: the record of a frame is valid on ``hdr`` 5 cycles after its last
+input beat (3 before the verdict was pipelined), and its counter moves in
+that cycle too (2 before); its first payload beat comes 3 cycles after the
+record is taken (2 before the output register slice). Throughput: 1 input
+beat per cycle, no gap between frames, whenever the outputs are not
+backpressured (``tready`` is high); 1 record per cycle and 1 payload beat per
+cycle on the outputs.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from hw.crc import CRC32_RESIDUE, ICRC_INIT, crc32_bytes
+from hw.crc import CRC32_RESIDUE, ICRC_INIT, _matrix, _xor_of
 from hw.headers import (
     AETH,
     BTH,
@@ -90,6 +113,7 @@ from hw.headers import (
     Opcode,
     sack_bitmap,
 )
+from hw.pipeline import skid
 from hw.stream import AXIStreamSignature, Beat
 
 __all__ = ["COUNTER_NAMES", "ParsedHeader", "ParserCounters", "RxParser", "Verdict"]
@@ -155,6 +179,36 @@ class ParsedHeader(data.StructLayout):
 
 
 _HDR_FIXED = UDP.size + BTH.size  # UDP length covers these before the extension headers
+
+
+def _crc_parts(state, data, nbytes):
+    """The CRC register after the first ``nbytes`` of ``data``, as the XOR of a
+    part from ``state`` alone and a part from ``data`` alone."""
+    masks = _matrix(nbytes)
+    state, data = Value.cast(state), Value.cast(data)
+    state_part = Cat(*[_xor_of(state, mask & 0xFFFFFFFF) for mask in masks])
+    data_part = Cat(*[_xor_of(data, mask >> 32) for mask in masks])
+    return state_part, data_part
+
+
+def _or_all(values):
+    result = values[0]
+    for v in values[1:]:
+        result = result | v
+    return result
+
+
+def _xor_all(values):
+    result = values[0]
+    for v in values[1:]:
+        result = result ^ v
+    return result
+
+
+def _split(items, n):
+    """``items`` in ``n`` consecutive groups of (nearly) equal size."""
+    items = list(items)
+    return [items[len(items) * i // n : len(items) * (i + 1) // n] for i in range(n)]
 
 
 def _bytes(raw, offset, size):
@@ -251,10 +305,8 @@ class RxParser(wiring.Component):
 
         # ------------------------------------------------------------------
         # Input stage: one beat per cycle.
-        max_beat = (0x1FFFF // lanes) + 2
-        beat = Signal(range(max_beat + 1))  # index of the next beat; 0 = start of frame
-        # beat_oh[k]: beat == k, for the header beats (registered one-hot, so that
-        # the per-beat selects are one LUT deep)
+        # beat_oh[k]: the next beat is beat k of its frame, for the header beats
+        # (one-hot, so that the per-beat selects are one LUT deep)
         n_oh = hdr_beats + 1
         beat_oh = Signal(n_oh, init=1)
         first = beat_oh[0]
@@ -264,6 +316,7 @@ class RxParser(wiring.Component):
         crc = Signal(32)
         trim_dscp = Signal(6)
         bad_frame = Signal()
+        one_beat = Signal()  # the frame had one beat (and so is never accepted)
         eof = Signal()  # verdict stage 1: the cycle after a frame's last beat
         v2 = Signal()  # verdict stage 2: the cycle after that
 
@@ -330,11 +383,11 @@ class RxParser(wiring.Component):
         ovh = Signal(8)
         ovh_max = Signal(17)  # ovh + max_payload
         ovh_beats = Signal(signed(9))  # ovh - (lanes - 1), for the beat count
+        ovh_p1 = Signal(9)  # ovh + 1, for the beat count less one
         frame_need = Signal(range(hdr_len + ICRC_BYTES + 1))
         udp_need = Signal(range(hdr_len + 1))
         shift = Signal(range(lanes))
         ends = sorted({OFF_EXT + RETH.size, OFF_IMMDT + IMMDT.size, self.ack_header_end})
-        first_beat = Signal(range(hdr_len // lanes + 1), init=ends[0] // lanes)
         with m.If(accept & beat_oh[k_bth]):
             ovh_v = hend_v - OFF_UDP + ICRC_BYTES + bth_v["padcount"]
             trimmed_v = ip_v["dscp"] == cur_trim
@@ -350,35 +403,41 @@ class RxParser(wiring.Component):
                 ovh.eq(ovh_v),
                 ovh_max.eq(ovh_v + self.max_payload),
                 ovh_beats.eq(ovh_v - (lanes - 1)),
+                ovh_p1.eq(ovh_v + 1),
                 frame_need.eq(hend_v + Mux(trimmed_v, 0, ICRC_BYTES)),
                 udp_need.eq(hend_v - OFF_UDP),
             ]
             with m.Switch(hend_v):
                 for end in ends:
                     with m.Case(end):
-                        m.d.sync += [shift.eq(end % lanes), first_beat.eq(end // lanes)]
+                        m.d.sync += shift.eq(end % lanes)
 
         # ------------------------------------------------------------------
         # Length stage B, every cycle, from stage A and the captured UDP and IPv4
         # lengths: valid from the second cycle after beat k_bth, which is before
         # the first payload beat is written and before the verdict stage of any
         # frame whose verdict depends on it.
+        # payload_len, payload_beats and beats_m1 (payload_beats - 1) are only
+        # meaningful with payload_fits
+        fits_ge = Signal()
+        fits_le = Signal()
         payload_fits = Signal()
-        payload_len = Signal(16)  # 0 unless payload_fits
-        payload_beats = Signal(range(self.max_payload_beats + 1))  # 0 unless payload_fits
+        m.d.comb += payload_fits.eq(opcode_known & ~trimmed & fits_ge & fits_le)
+        payload_len = Signal(16)
+        payload_beats = Signal(range(self.max_payload_beats + 1))
+        beats_m1 = Signal(range(-1, self.max_payload_beats))
         last_keep = Signal(lanes)
         udp_need_ne = Signal()
         udp_total_bad = Signal()
         total_len_eth = Signal(17)
-        fits = (
-            opcode_known & ~trimmed & (udp["length"] >= ovh) & (udp["length"] <= ovh_max)
-        )
         plen = (udp["length"] - ovh)[:16]
         rem = plen[:lane_bits]
         m.d.sync += [
-            payload_fits.eq(fits),
-            payload_len.eq(Mux(fits, plen, 0)),
-            payload_beats.eq(Mux(fits, (udp["length"] - ovh_beats) >> lane_bits, 0)),
+            fits_ge.eq(udp["length"] >= ovh),
+            fits_le.eq(udp["length"] <= ovh_max),
+            payload_len.eq(plen),
+            payload_beats.eq((udp["length"] - ovh_beats) >> lane_bits),
+            beats_m1.eq((udp["length"] - ovh_p1) >> lane_bits),
             last_keep.eq(
                 Mux(rem == 0, (1 << lanes) - 1, (Const(1, lanes + 1) << rem) - 1)[:lanes]
             ),
@@ -416,11 +475,27 @@ class RxParser(wiring.Component):
         ipsum_ok = (ipsum[4:16] == 0xFFF) & (ipsum[:4] == ~ipsum[16:20])
 
         # ------------------------------------------------------------------
-        # Payload: the output beat index j = beat - first_beat - 1 is complete
-        # once beat first_beat + j + 1 arrives, or at the end of the frame.
-        out_idx = Signal(signed(len(beat) + 2))
-        m.d.comb += out_idx.eq(beat - first_beat - 1)
-        last_idx = Signal(signed(len(beat) + 2))  # out_idx + 1 at the last beat
+        # Payload: output beat j is complete once input beat first_beat + j + 1
+        # arrives, or at the end of the frame. out_idx, the j of the next input
+        # beat (beat - first_beat - 1), is counted in a register: before beat
+        # k_bth + 1 it is only known to be negative (first_beat > k_bth), and it
+        # stops at max_payload_beats + 1, past any payload.
+        oi_max = self.max_payload_beats + 1
+        out_idx = Signal(range(-(k_bth + 2), oi_max + 1), init=-(k_bth + 2))
+        last_idx = Signal(range(-(k_bth + 2), oi_max + 2))  # out_idx + 1 at the last beat
+        first_beat_v = Mux(
+            is_imm_v,
+            (OFF_IMMDT + IMMDT.size) // lanes,
+            Mux(is_ack_v, self.ack_header_end // lanes, (OFF_EXT + RETH.size) // lanes),
+        )
+        assert ends[0] // lanes > k_bth
+        with m.If(accept):
+            with m.If(axis.tlast):
+                m.d.sync += out_idx.eq(-(k_bth + 2))
+            with m.Elif(beat_oh[k_bth]):
+                m.d.sync += out_idx.eq(k_bth - first_beat_v)
+            with m.Elif(out_idx != oi_max):
+                m.d.sync += out_idx.eq(out_idx + 1)
         window = Cat(prev, Mux(eof, 0, axis.tdata))
         aligned = Signal(self.data_width)
         with m.Switch(shift):
@@ -448,11 +523,13 @@ class RxParser(wiring.Component):
         flush = Signal()
         flush_last = Signal()
         m.d.comb += [
-            flush.eq((last_idx >= 0) & (last_idx < payload_beats)),
-            flush_last.eq(last_idx == payload_beats - 1),
+            flush.eq(payload_fits & (last_idx >= 0) & (last_idx < payload_beats)),
+            flush_last.eq(last_idx == beats_m1),
         ]
         write_beat = Signal()
-        m.d.comb += write_beat.eq(accept & (out_idx >= 0) & (out_idx < payload_beats))
+        m.d.comb += write_beat.eq(
+            accept & payload_fits & (out_idx >= 0) & (out_idx < payload_beats)
+        )
         with m.If(eof & flush):
             m.d.comb += [
                 wr_en.eq(1),
@@ -460,60 +537,102 @@ class RxParser(wiring.Component):
                 wr_last.eq(flush_last),
             ]
         with m.Elif(write_beat):
-            is_last = out_idx == payload_beats - 1
+            is_last = out_idx == beats_m1
             m.d.comb += [
                 wr_en.eq(1),
                 wr_keep.eq(Mux(is_last, last_keep, (1 << lanes) - 1)),
                 wr_last.eq(is_last),
             ]
+        wr_ptr_eff = Signal(ptr_bits)  # wr_ptr after a rollback (see stage 3)
         m.d.sync += [
             wr.en.eq(wr_en),
-            wr.addr.eq(wr_ptr[:addr_bits]),
+            wr.addr.eq(wr_ptr_eff[:addr_bits]),
             wr.data.data.eq(aligned),
             wr.data.keep.eq(wr_keep),
             wr.data.last.eq(wr_last),
         ]
-        m.d.sync += wr_ptr.eq((wr_ptr + wr_en)[:ptr_bits])
+        m.d.sync += wr_ptr.eq((wr_ptr_eff + wr_en)[:ptr_bits])
 
-        # ICRC over the masked bytes from byte 14 to the end, ICRC included: the
-        # beat's masked bytes and byte count are registered, the CRC register
-        # takes them in the next cycle (so it holds a frame's CRC in verdict
-        # stage 2).
+        # ICRC over the masked bytes from byte 14 to the end, ICRC included. The
+        # beat's masked bytes and its byte count (one-hot) are registered; in
+        # the next cycle the CRC register takes a full beat (or the first beat's
+        # bytes from byte 14), one network each. The last beat, whose byte
+        # count varies, does not go back into the CRC register: its state part
+        # and its data part, each selected by the count, are registered apart
+        # (crc_x, crc_y) and verdict stage 2 compares crc_x ^ crc_y with the
+        # residue.
         crc_start_beat, crc_start_lane = OFF_IPV4 // lanes, OFF_IPV4 % lanes
+        assert crc_start_beat <= 1
+        start_count = lanes - crc_start_lane
         masked = Signal(self.data_width)
         m.d.comb += masked.eq(axis.tdata)
         for pos in ICRC_MASKED_BYTES:
             with m.If(beat_oh[pos // lanes]):
                 m.d.comb += masked[8 * (pos % lanes) : 8 * (pos % lanes) + 8].eq(0xFF)
+        count = Signal(range(lanes + 1))  # CRC bytes in this beat
+        m.d.comb += count.eq(nbytes)
+        if crc_start_beat:
+            with m.If(first):
+                m.d.comb += count.eq(0)
+        with m.If(beat_oh[crc_start_beat]):
+            m.d.comb += count.eq(Mux(nbytes > crc_start_lane, nbytes - crc_start_lane, 0))
         crc_valid = Signal()
+        crc_last = Signal()
         crc_first = Signal()
+        crc_start = Signal()
         crc_data = Signal(self.data_width)
-        crc_count = Signal(range(lanes + 1))
+        crc_sel = Signal(lanes + 1)  # one-hot byte count, of a last beat
+        crc_dpart = Signal(32)  # the data part of a full (or first) beat's CRC
+        data_in = Mux(beat_oh[crc_start_beat], masked >> (8 * crc_start_lane), masked)
+        m.d.sync += crc_dpart.eq(
+            Mux(
+                beat_oh[crc_start_beat],
+                _crc_parts(0, data_in, start_count)[1],
+                _crc_parts(0, data_in, lanes)[1],
+            )
+        )
         m.d.sync += [
             crc_valid.eq(accept),
+            crc_last.eq(axis.tlast),
             crc_first.eq(first),
-            crc_data.eq(masked),
-            crc_count.eq(Mux(beat_oh[:crc_start_beat].any(), 0, nbytes)),
+            crc_start.eq(beat_oh[crc_start_beat]),
+            crc_data.eq(data_in),
+            crc_sel.eq(Cat(*[count == c for c in range(lanes + 1)])),
         ]
-        with m.If(beat_oh[crc_start_beat]):
-            m.d.sync += [
-                crc_data.eq(masked >> (8 * crc_start_lane)),
-                crc_count.eq(Mux(nbytes > crc_start_lane, nbytes - crc_start_lane, 0)),
-            ]
-        with m.If(crc_valid):
+        # state parts for byte counts up to and above half a beat, data parts
+        # for the counts in quarters
+        x_groups = _split(range(lanes + 1), 2)
+        y_groups = _split(range(lanes + 1), 4)
+        crc_x = [Signal(32, name=f"crc_x{i}") for i in range(len(x_groups))]
+        crc_y = [Signal(32, name=f"crc_y{i}") for i in range(len(y_groups))]
+        with m.If(crc_valid & ~crc_last):
             if crc_start_beat:
                 # the first beat has no CRC bytes: it only starts the CRC
                 with m.If(crc_first):
                     m.d.sync += crc.eq(ICRC_INIT)
+                with m.Elif(crc_start):
+                    m.d.sync += crc.eq(_crc_parts(crc, 0, start_count)[0] ^ crc_dpart)
                 with m.Else():
-                    m.d.sync += crc.eq(crc32_bytes(crc, crc_data, crc_count))
+                    m.d.sync += crc.eq(_crc_parts(crc, 0, lanes)[0] ^ crc_dpart)
             else:
-                crc_in = Mux(crc_first, ICRC_INIT, crc)
-                m.d.sync += crc.eq(crc32_bytes(crc_in, crc_data, crc_count))
+                with m.If(crc_start):
+                    init_part = _crc_parts(Const(ICRC_INIT, 32), 0, start_count)[0]
+                    m.d.sync += crc.eq(init_part ^ crc_dpart)
+                with m.Else():
+                    m.d.sync += crc.eq(_crc_parts(crc, 0, lanes)[0] ^ crc_dpart)
+        with m.If(crc_valid & crc_last):
+            # (below 128 bits a first beat that is also the last has no CRC
+            # bytes, and the frame is truncated)
+            crc_in = Mux(crc_first, ICRC_INIT, crc) if crc_start_beat == 0 else crc
+            for reg, counts in zip(crc_x, x_groups, strict=True):
+                terms = [Mux(crc_sel[c], _crc_parts(crc_in, 0, c)[0], 0) for c in counts]
+                m.d.sync += reg.eq(_or_all(terms))
+            for reg, counts in zip(crc_y, y_groups, strict=True):
+                terms = [Mux(crc_sel[c], _crc_parts(0, crc_data, c)[1], 0) for c in counts]
+                m.d.sync += reg.eq(_or_all(terms))
 
         with m.If(accept):
             m.d.sync += [
-                beat.eq(Mux(axis.tlast, 0, Mux(beat == max_beat, beat, beat + 1))),
                 beat_oh.eq(Mux(axis.tlast, 1, beat_oh << 1)),
                 prev.eq(axis.tdata),
             ]
@@ -530,6 +649,7 @@ class RxParser(wiring.Component):
             with m.If(axis.tlast):
                 m.d.sync += [
                     bad_frame.eq(axis.tuser[0]),
+                    one_beat.eq(first),
                     # the beat out_idx + 1 would have completed is still in `prev`
                     last_idx.eq(out_idx + 1),
                 ]
@@ -581,7 +701,7 @@ class RxParser(wiring.Component):
             record.ecn.eq(ip["ecn"]),
             record.ev.eq(udp["sport"]),
             record.trimmed.eq(trimmed),
-            record.payload_len.eq(payload_len),
+            record.payload_len.eq(Mux(payload_fits, payload_len, 0)),
         ]
         for name, value in bth.items():
             m.d.comb += record.bth[name].eq(value)
@@ -603,35 +723,64 @@ class RxParser(wiring.Component):
         with m.If(is_probe):
             for name, value in PROBE.unpack(_bytes(hdr, OFF_EXT, PROBE.size)).items():
                 m.d.comb += record.probe[name].eq(value)
+        # Held until the record is pushed in stage 3: the next frame's stage 1
+        # comes 2 cycles later at the earliest, unless it has one beat.
         record_q = Signal(ParsedHeader(self.sack_bits))
-        m.d.sync += record_q.eq(record)
+        with m.If(eof & ~one_beat):
+            m.d.sync += record_q.eq(record)
 
         # ------------------------------------------------------------------
-        # Verdict stage 2: the verdict from the flags and the CRC register. No
-        # payload beat is written in this cycle (the next frame's first payload
-        # beat is its third beat at the earliest, and the final beat of the
-        # frame, if any, was written in stage 1), so an accepted frame commits
-        # wr_ptr and a dropped one rolls it back.
-        verdict_oh = Signal(len(COUNTER_NAMES))
-        earlier = Const(0, 1)
-        for i, (v, _) in enumerate(checks):
-            m.d.comb += verdict_oh[v.value].eq(flags[i] & ~earlier)
-            earlier = earlier | flags[i]
-        icrc_bad = check_icrc & (crc != CRC32_RESIDUE)
-        m.d.comb += [
-            verdict_oh[Verdict.BAD_ICRC.value].eq(~earlier & icrc_bad),
-            verdict_oh[Verdict.ACCEPTED.value].eq(~earlier & ~icrc_bad),
+        # Verdict stage 2: the ICRC check (per byte) and the first failing check,
+        # registered. No payload beat is written in this cycle (the next
+        # frame's first payload beat is its third beat at the earliest, and the
+        # final beat of the frame, if any, was written in stage 1), so wr_ptr is
+        # where the frame's payload ends.
+        crc_sum = _xor_all(crc_x + crc_y)
+        crc_ok = Signal(4)
+        first_fail = Signal(len(checks))  # the first check that failed, one-hot
+        any_fail = Signal()
+        check_icrc_q = Signal()
+        end_ptr = Signal(ptr_bits)
+        v3 = Signal()
+        m.d.sync += [
+            crc_ok[j].eq(crc_sum[8 * j : 8 * j + 8] == (CRC32_RESIDUE >> 8 * j) & 0xFF)
+            for j in range(4)
         ]
-        accepted = verdict_oh[Verdict.ACCEPTED.value]
-        with m.If(v2):
-            with m.If(accepted):
-                m.d.sync += commit_ptr.eq(wr_ptr)
-            with m.Else():
-                m.d.sync += wr_ptr.eq(commit_ptr)
+        m.d.sync += [
+            first_fail[i].eq(flags[i] & ~flags[:i].any()) for i in range(len(checks))
+        ]
+        m.d.sync += [
+            any_fail.eq(flags.any()),
+            check_icrc_q.eq(check_icrc),
+            end_ptr.eq(wr_ptr),
+            v3.eq(v2),
+        ]
 
-        # The counters move in the cycle after (stage 3).
+        # Verdict stage 3, from registered bits: an accepted frame commits its
+        # payload (commit_ptr = end_ptr) and pushes its record; a dropped one
+        # rolls wr_ptr back to commit_ptr, in this cycle already (wr_ptr_eff),
+        # as the next frame may write its first payload beat now (at 512 bits).
+        icrc_bad = check_icrc_q & ~crc_ok.all()
+        push = Signal()
+        drop = Signal()
+        m.d.comb += [
+            push.eq(v3 & ~any_fail & ~icrc_bad),
+            drop.eq(v3 & ~push),
+            wr_ptr_eff.eq(Mux(drop, commit_ptr, wr_ptr)),
+        ]
+        with m.If(push):
+            m.d.sync += commit_ptr.eq(end_ptr)
+        verdict_oh = Signal(len(COUNTER_NAMES))
+        for i, (v, _) in enumerate(checks):
+            m.d.comb += verdict_oh[v.value].eq(v3 & first_fail[i])
+        m.d.comb += [
+            verdict_oh[Verdict.BAD_ICRC.value].eq(v3 & ~any_fail & icrc_bad),
+            verdict_oh[Verdict.ACCEPTED.value].eq(push),
+        ]
+
+        # The counters move in the cycle after (stage 4).
         count_inc = Signal(len(COUNTER_NAMES))
-        m.d.sync += count_inc.eq(Mux(v2, verdict_oh, 0))
+        m.d.sync += count_inc.eq(verdict_oh)
         counters = Signal(ParserCounters)
         m.d.comb += self.counters.eq(counters)
         for i, name in enumerate(COUNTER_NAMES):
@@ -644,16 +793,26 @@ class RxParser(wiring.Component):
         )
         m.d.comb += [
             records.w_data.eq(record_q),
-            records.w_en.eq(v2 & accepted),
+            records.w_en.eq(push),
         ]
 
         # A beat is taken only with room for its own payload beat and for the
         # one the verdict stage may write in the cycle after a last beat; a
-        # frame only with room for its record (and the ones of the two frames
-        # in the verdict stages).
+        # frame only with room for its record (and the ones of the frames in
+        # the verdict stages). Both are registered, from the previous cycle's
+        # state, on the safe side: the frame FIFO gains at most one beat per
+        # cycle (the registered write port's `en` says whether it did), and the
+        # records in the FIFO or in flight at most one.
         used = (wr_ptr - rd_ptr)[:ptr_bits]
-        room = used <= depth - 2
-        hdr_room = records.level + eof + v2 <= self.hdr_fifo_depth - 1
+        room_2 = Signal(init=1)  # used <= depth - 2 in the previous cycle
+        room_3 = Signal(init=1)  # used <= depth - 3 in the previous cycle
+        hdr_room = Signal(init=1)
+        m.d.sync += [
+            room_2.eq(used <= depth - 2),
+            room_3.eq(used <= depth - 3),
+            hdr_room.eq(records.level + v3 + v2 + eof + 1 <= self.hdr_fifo_depth - 1),
+        ]
+        room = room_3 | (room_2 & ~wr.en)
         m.d.comb += axis.tready.eq(room & (~first | hdr_room))
 
         # ------------------------------------------------------------------
@@ -667,17 +826,31 @@ class RxParser(wiring.Component):
         with m.If(self.hdr.valid & self.hdr.ready):
             m.d.sync += rel_ptr.eq(rel_ptr + ((out_rec.payload_len + lanes - 1) >> lane_bits))
 
+        # The memory's read register, then a register slice (skid buffer), so
+        # that neither the memory's output nor `payload.ready` meets logic on
+        # the other side of the interface.
         read = Signal()
-        advance = ~self.payload.valid | self.payload.ready
+        rd_valid = Signal()
+        rd_ready = Signal()
+        advance = ~rd_valid | rd_ready
         m.d.comb += [
             read.eq(advance & (rd_ptr != rel_ptr)),
             rd.en.eq(advance),
             rd.addr.eq(rd_ptr[:addr_bits]),
-            self.payload.payload.eq(rd.data),
         ]
         with m.If(advance):
-            m.d.sync += self.payload.valid.eq(read)
+            m.d.sync += rd_valid.eq(read)
         with m.If(read):
             m.d.sync += rd_ptr.eq(rd_ptr + 1)
+        skid(
+            m,
+            rd_valid,
+            rd_ready,
+            rd.data.as_value(),
+            self.payload.valid,
+            self.payload.ready,
+            self.payload.payload.as_value(),
+            name="payload_reg",
+        )
 
         return m
