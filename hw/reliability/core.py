@@ -554,6 +554,12 @@ class ReliabilityCore(wiring.Component):
         # walk_mask without the PSN in use). PICK follows USE or WALK, so walk_mask has
         # not changed since: the values are those of walk_mask in PICK.
         in_use = Signal()
+        # registered state flags for SENT and USE, whose actions are gated by them
+        # rather than by the state decode: st_sent in SENT (entered from LOAD alone),
+        # st_use in USE (entered from PICK, LCNT, or USE waiting for room)
+        st_sent = Signal()
+        st_use = Signal()
+        m.d.sync += [st_sent.eq(0), st_use.eq(0)]
         pick_off = Signal(range(max(W, 2)))
         pick_any = Signal()
         off_bit = Signal(W)
@@ -668,6 +674,7 @@ class ReliabilityCore(wiring.Component):
                     sq_end.eq(Mux(sq_pi_rd.data[16] & (pi_ahead >= sent_ahead),
                                   sq_pi_rd.data[:16], rec_rd.data.wqe_sent)),
                 ]
+                m.d.sync += st_sent.eq(kind == K_SENT)
                 with m.Switch(kind):
                     with m.Case(K_SENT):
                         m.next = "SENT"
@@ -678,47 +685,17 @@ class ReliabilityCore(wiring.Component):
                     with m.Case(K_TMO):
                         m.next = "TIMEOUT"
                     with m.Case(K_CMD):
-                        m.next = "CMD"
+                        m.next = "CMD_DEC"
                     with m.Case(K_SWEEP):
                         m.next = "SWEEP"
 
             # ---- a data packet went on the wire --------------------------------------
-            with m.State("SENT"):
-                m.d.comb += psn_waddr.eq(psn_addr(s.psn[:wbits]))
-                base_una = Mux(cur.fresh, s.psn, cur.una)
+            with m.State("SENT"):  # actions below, under st_sent
                 with m.If(cur.state != QpState.RTS):
-                    count("sent_dropped")
                     m.next = "IDLE"
-                with m.Elif(~s.retx):
-                    with m.If(sent_eq & (cur.fresh | sent_span_ok)):
-                        m.d.comb += [
-                            psn_ev_wr.data.eq(Cat(s.ev_index[:ebits], Const(0, 1))),
-                            psn_ev_wr.en.eq(1),
-                            psn_info_wr.data.eq(Cat(s.last, now_ts)),
-                            psn_info_wr.en.eq(1),
-                        ]
-                        m.d.sync += [
-                            cur.una.eq(base_una), una_chg.eq(base_una != una0),
-                            cur.nxt.eq(s.psn + 1),
-                            cur.fresh.eq(0),
-                            cur.wqe_sent.eq(s.wqe_index + 1),
-                        ]
-                        with m.If(cur.fresh):
-                            m.d.sync += cur.wqe_cpl.eq(s.wqe_index)
-                        with m.If(~cur.armed):
-                            m.d.sync += want_arm.eq(1)
-                        m.next = "FINAL"
-                    with m.Else():
-                        count("sent_dropped")
-                        m.next = "IDLE"
+                with m.Elif(~s.retx & sent_eq & (cur.fresh | sent_span_ok)):
+                    m.next = "FINAL"
                 with m.Else():
-                    with m.If(~cur.fresh & (sent_d < infl)):
-                        m.d.comb += [
-                            psn_ev_wr.data.eq(Cat(s.ev_index[:ebits], Const(1, 1))),
-                            psn_ev_wr.en.eq(1),
-                        ]
-                    with m.Else():
-                        count("sent_dropped")
                     m.next = "IDLE"
 
             # ---- ACK / NAK ------------------------------------------------------------
@@ -749,6 +726,7 @@ class ReliabilityCore(wiring.Component):
                     with m.If(walk_kind == W_LOSS):
                         m.next = "LCNT"
                     with m.Else():
+                        m.d.sync += st_use.eq(1)
                         m.next = "USE"
                 with m.Else():
                     with m.Switch(walk_kind):
@@ -779,39 +757,21 @@ class ReliabilityCore(wiring.Component):
             m.d.sync += above_pick.eq(Cat(Const(0, 1), *[pick_off < i for i in range(1, W)]))
             with m.State("LCNT"):
                 m.d.comb += psn_raddr.eq(psn_addr(slot(walk_off)))
-                m.d.sync += sacked_above.eq(_popcount(cur.sacked & above_pick))
+                m.d.sync += [sacked_above.eq(_popcount(cur.sacked & above_pick)), st_use.eq(1)]
                 m.next = "USE"
 
             with m.State("WALK"):  # walk_mask set: the first pick is registered
                 m.next = "PICK"
 
-            with m.State("USE"):
+            with m.State("USE"):  # actions below, under st_use
                 m.d.comb += [psn_raddr.eq(psn_addr(slot(walk_off))), in_use.eq(1)]
                 with m.If(room_walk):
-                    m.d.sync += walk_mask.eq(use_mask)
-                    m.next = "PICK"
-                    with m.Switch(walk_kind):
-                        with m.Case(W_ADV):
-                            with m.If(~_bit(cur.sacked, walk_off)):
-                                deliver()
-                            with m.If(e_last):
-                                push_cpl(cur.wqe_cpl, CqeStatus.SUCCESS)
-                                m.d.sync += cur.wqe_cpl.eq(cur.wqe_cpl + 1)
-                        with m.Case(W_SACK):
-                            deliver()
-                            m.d.sync += cur.sacked.eq(cur.sacked | off_bit)
-                        with m.Case(W_LOSS):
-                            with m.If(sacked_above >= cfg.sack_threshold):
-                                push_retx((cur.una + walk_off)[:24], RetxReason.SACK_HOLE)
-                                m.d.sync += cur.fast_done.eq(cur.fast_done | off_bit)
-                                blame(e_ev)
-                            with m.Else():
-                                m.next = "CC"
-                        with m.Case(W_TMO):
-                            push_retx((cur.una + walk_off)[:24], RetxReason.TIMEOUT)
-                            with m.If(~_bit(blamed, e_ev)):
-                                blame(e_ev)
-                                m.d.sync += blamed.eq(blamed | _onehot(e_ev, E))
+                    with m.If((walk_kind == W_LOSS) & (sacked_above < cfg.sack_threshold)):
+                        m.next = "CC"
+                    with m.Else():
+                        m.next = "PICK"
+                with m.Else():
+                    m.d.sync += st_use.eq(1)
 
             with m.State("SACK"):
                 # the SACK bitmap (bit i = sack_base + i) and the NAK's PSN against the
@@ -1013,25 +973,44 @@ class ReliabilityCore(wiring.Component):
                     m.next = "FINAL"
 
             # ---- controller commands ------------------------------------------------------
+            # the command decoded against the record first (registered in CMD_DEC)
+            c_ev_good = Signal()
+            c_ev_denied = Signal()
+            c_old = Signal(2)
+            c_drops = Signal(16)
+            c_in_rts = Signal()  # the QP is in RTS
+            c_cwnd = Signal(16)
+            with m.State("CMD_DEC"):
+                old = _sel([cur.ev_state[i] for i in range(E)], cmd.ev_index)
+                init = P.cwnd_init
+                m.d.sync += [
+                    c_old.eq(old),
+                    c_drops.eq(_sel([cur.ev_drops[i] for i in range(E)], cmd.ev_index)),
+                    c_ev_good.eq((cmd.state == EvState.GOOD) & (old != EvState.GOOD)),
+                    c_ev_denied.eq((cmd.state == EvState.DENIED) & (old != EvState.DENIED)),
+                    c_in_rts.eq(cur.state == QpState.RTS),
+                    c_cwnd.eq(Mux(init < cmin, cmin, Mux(init > cmax, cmax, init))),
+                ]
+                m.next = "CMD"
             with m.State("CMD"):
                 ce = cmd.ev_index
                 with m.If(cmd.ev):
-                    old = _sel([cur.ev_state[i] for i in range(E)], ce)
-                    ce_drops = _sel([cur.ev_drops[i] for i in range(E)], ce)
+                    old = c_old
+                    ce_drops = c_drops
                     with m.If(r_evu):
                         m.next = "SETTLE"
-                        with m.If((cmd.state == EvState.GOOD) & (old != EvState.GOOD)):
+                        with m.If(c_ev_good):
                             m.d.sync += [cur.ev_state[ce].eq(EvState.GOOD), cur.ev_loss[ce].eq(0)]
                             push_ev(ce, old, EvState.GOOD, ce_drops)
                             with m.If(old == EvState.ASSUMED_BAD):
                                 count("ev_to_good")
-                        with m.If((cmd.state == EvState.DENIED) & (old != EvState.DENIED)):
+                        with m.If(c_ev_denied):
                             m.d.sync += cur.ev_state[ce].eq(EvState.DENIED)
                             push_ev(ce, old, EvState.DENIED, ce_drops)
                 with m.Else():
                     with m.Switch(cmd.state):
                         with m.Case(QpState.ERROR):
-                            with m.If(cur.state == QpState.RTS):
+                            with m.If(c_in_rts):
                                 m.d.sync += flush_status.eq(CqeStatus.FLUSHED)
                                 m.next = "FLUSH"
                             with m.Else():
@@ -1044,16 +1023,14 @@ class ReliabilityCore(wiring.Component):
                                              cur.timer_gen.eq(cur.timer_gen), want_disarm.eq(1)]
                                 m.next = "SETTLE"
                         with m.Case(QpState.RTS):
-                            with m.If(cur.state != QpState.RTS):
-                                init = P.cwnd_init
+                            with m.If(~c_in_rts):
                                 m.d.sync += [
                                     cur.state.eq(QpState.RTS), cur.fresh.eq(1), cur.una.eq(0),
                                     cur.nxt.eq(0), cur.sacked.eq(0), cur.fast_done.eq(0),
                                     cur.retries.eq(0), cur.md_active.eq(0), cur.cwnd_acc.eq(0),
                                     cur.delay_high.eq(0), cur.wqe_cpl.eq(sq_end),
                                     cur.wqe_sent.eq(sq_end),
-                                    cur.cwnd.eq(Mux(init < cmin, cmin,
-                                                    Mux(init > cmax, cmax, init))),
+                                    cur.cwnd.eq(c_cwnd),
                                     cur.ev_loss.eq(0), want_disarm.eq(cur.armed),
                                 ]
                             m.next = "SETTLE"
@@ -1107,6 +1084,64 @@ class ReliabilityCore(wiring.Component):
                         m.d.comb += [f_qps.w_en.eq(1), f_qps.w_data.eq(Cat(Const(0, 24) | q,
                                                                            cur.state))]
                     m.next = "IDLE"
+
+        # ---- SENT's and USE's actions ------------------------------------------------
+        with m.If(st_sent):
+            m.d.comb += psn_waddr.eq(psn_addr(s.psn[:wbits]))
+            base_una = Mux(cur.fresh, s.psn, cur.una)
+            with m.If(cur.state != QpState.RTS):
+                count("sent_dropped")
+            with m.Elif(~s.retx):
+                with m.If(sent_eq & (cur.fresh | sent_span_ok)):
+                    m.d.comb += [
+                        psn_ev_wr.data.eq(Cat(s.ev_index[:ebits], Const(0, 1))),
+                        psn_ev_wr.en.eq(1),
+                        psn_info_wr.data.eq(Cat(s.last, now_ts)),
+                        psn_info_wr.en.eq(1),
+                    ]
+                    m.d.sync += [
+                        cur.una.eq(base_una), una_chg.eq(base_una != una0),
+                        cur.nxt.eq(s.psn + 1),
+                        cur.fresh.eq(0),
+                        cur.wqe_sent.eq(s.wqe_index + 1),
+                    ]
+                    with m.If(cur.fresh):
+                        m.d.sync += cur.wqe_cpl.eq(s.wqe_index)
+                    with m.If(~cur.armed):
+                        m.d.sync += want_arm.eq(1)
+                with m.Else():
+                    count("sent_dropped")
+            with m.Else():
+                with m.If(~cur.fresh & (sent_d < infl)):
+                    m.d.comb += [
+                        psn_ev_wr.data.eq(Cat(s.ev_index[:ebits], Const(1, 1))),
+                        psn_ev_wr.en.eq(1),
+                    ]
+                with m.Else():
+                    count("sent_dropped")
+
+        with m.If(st_use & room_walk):
+            m.d.sync += walk_mask.eq(use_mask)
+            with m.Switch(walk_kind):
+                with m.Case(W_ADV):
+                    with m.If(~_bit(cur.sacked, walk_off)):
+                        deliver()
+                    with m.If(e_last):
+                        push_cpl(cur.wqe_cpl, CqeStatus.SUCCESS)
+                        m.d.sync += cur.wqe_cpl.eq(cur.wqe_cpl + 1)
+                with m.Case(W_SACK):
+                    deliver()
+                    m.d.sync += cur.sacked.eq(cur.sacked | off_bit)
+                with m.Case(W_LOSS):
+                    with m.If(sacked_above >= cfg.sack_threshold):
+                        push_retx((cur.una + walk_off)[:24], RetxReason.SACK_HOLE)
+                        m.d.sync += cur.fast_done.eq(cur.fast_done | off_bit)
+                        blame(e_ev)
+                with m.Case(W_TMO):
+                    push_retx((cur.una + walk_off)[:24], RetxReason.TIMEOUT)
+                    with m.If(~_bit(blamed, e_ev)):
+                        blame(e_ev)
+                        m.d.sync += blamed.eq(blamed | _onehot(e_ev, E))
 
         m.d.comb += self.event_count.eq(f_evq.level)
         return m
