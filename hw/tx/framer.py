@@ -85,11 +85,17 @@ class Framer(wiring.Component):
         )
         total = rp + pay_bytes  # acc_count is the residue throughout PAYLOAD
         fits = ~(pay.keep & fit_mask).any()
-        last_keep = Signal(nbytes)
+        # the keep of a payload beat out: all lanes, except on a last beat
+        # that ends the frame; as keep is packed and every payload beat but
+        # the last is full, that is keep << rp with the low rp lanes set in
+        # every case (no dependence on the fit test)
+        out_keep = Signal(nbytes)
         with m.Switch(rp):
             for v in range(nbytes):
                 with m.Case(v):
-                    m.d.comb += last_keep.eq(((pay.keep << v) | ((1 << v) - 1))[:nbytes])
+                    m.d.comb += out_keep.eq(((pay.keep << v) | ((1 << v) - 1))[:nbytes])
+            with m.Default():
+                m.d.comb += out_keep.eq((1 << nbytes) - 1)
 
         def frame_done():
             # the next header, if loaded or arriving now, starts at once
@@ -135,17 +141,14 @@ class Framer(wiring.Component):
                 m.d.comb += [
                     self.o.valid.eq(self.payload.valid),
                     self.o.payload.data.eq(acc | shifted[:w]),
+                    self.o.payload.keep.eq(out_keep),
                     self.payload.ready.eq(self.o.ready),
                 ]
                 with m.If(pay.last & fits):
-                    m.d.comb += [
-                        self.o.payload.keep.eq(last_keep),
-                        self.o.payload.last.eq(1),
-                    ]
+                    m.d.comb += self.o.payload.last.eq(1)
                     with m.If(self.payload.valid & self.o.ready):
                         frame_done()
                 with m.Else():
-                    m.d.comb += self.o.payload.keep.eq(count_keep(nbytes, nbytes))
                     with m.If(self.payload.valid & self.o.ready):
                         m.d.sync += acc.eq(spill)
                         with m.If(pay.last):

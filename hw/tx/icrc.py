@@ -173,7 +173,8 @@ class IcrcInserter(wiring.Component):
         spill_data = Signal(32)
         spill_count = Signal(range(5))
 
-        fits = held_count + 4 <= nbytes
+        fits = Signal()  # the ICRC fits the held last beat (registered)
+        held_keep = Signal(nbytes)  # the held beat's keep out (registered)
         out_data = Signal(w)
         m.d.comb += out_data.eq(held.data)
         with m.If(held.last):
@@ -194,9 +195,7 @@ class IcrcInserter(wiring.Component):
             m.d.comb += [
                 self.o.valid.eq(1),
                 self.o.payload.data.eq(out_data),
-                self.o.payload.keep.eq(
-                    Mux(held.last, count_keep(Mux(fits, held_count + 4, nbytes), nbytes), held.keep)
-                ),
+                self.o.payload.keep.eq(held_keep),
                 self.o.payload.last.eq(held.last & fits),
             ]
             with m.If(self.o.ready):
@@ -217,6 +216,14 @@ class IcrcInserter(wiring.Component):
                 held.eq(h1),
                 held_valid.eq(1),
                 held_count.eq(h1_count),
+                fits.eq(h1_count + 4 <= nbytes),
+                held_keep.eq(
+                    Mux(
+                        h1.last,
+                        count_keep(Mux(h1_count + 4 <= nbytes, h1_count + 4, nbytes), nbytes),
+                        h1.keep,
+                    )
+                ),
                 icrc.eq(~Array(fin)[fin_count]),
             ]
         with m.If(s_ready):
