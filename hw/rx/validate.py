@@ -1,6 +1,6 @@
 """Validation of parsed frames: QP lookup, peer check, memory-region check."""
 
-from amaranth.hdl import Cat, Module, Signal, unsigned
+from amaranth.hdl import Cat, Const, Module, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
@@ -76,7 +76,8 @@ class RxValidator(wiring.Component):
        ``(VA - base) + payload_len <= length``).
 
     Latency: 4 cycles from ``hdr`` valid to ``req`` valid (the checks are
-    registered in three stages: MR selection, QP checks, bounds). Throughput:
+    registered in three stages: MR selection and header checks, QP checks
+    and bounds arithmetic, decision). Throughput:
     one frame per 4 cycles, the next header being taken once ``req`` is;
     the window engine takes at least 5 cycles per request, so this costs
     no throughput.
@@ -116,9 +117,9 @@ class RxValidator(wiring.Component):
 
         # The checks are spread over the cycles of a frame, each stage from
         # registers: LOOKUP selects the MR and evaluates what depends on the
-        # header alone; CHECK (the QP configuration has arrived) the QP checks,
-        # the outcome of every check but the bounds, and the two halves of the
-        # bounds check; DECIDE the bounds check and the result.
+        # header alone; CHECK (the QP configuration has arrived) the QP checks
+        # and the two halves of the bounds check; DECIDE the bounds check and
+        # the first failing check.
         op = h.bth.opcode
 
         # LOOKUP: the MR, the lowest-numbered valid writable entry with this R_Key.
@@ -148,7 +149,7 @@ class RxValidator(wiring.Component):
             has_payload.eq(h.payload_len != 0),
         ]
 
-        # CHECK: the outcome if the bounds check passes, and whether it decides.
+        # CHECK: the QP checks and the two halves of the bounds check.
         # [VA, VA + len) is inside [base, base + length) when VA - base does
         # not borrow and VA - base <= length - len (which does not borrow).
         offset = Signal(65)  # VA - base
@@ -156,9 +157,14 @@ class RxValidator(wiring.Component):
         pre_kind = Signal(ReqKind)
         pre_cnt = Signal(data.StructLayout({n: unsigned(1) for n in VALIDATOR_COUNTERS}))
         to_bounds = Signal()  # the bounds check decides
+        bad_state = Signal()
+        bad_source = Signal()
+        state = self.cfg.state
         check_values = [
             offset.eq(h.reth.va - mr.base),
             room.eq(mr.length - h.payload_len),
+            bad_state.eq((state != QpState.RTR) & (state != QpState.RTS)),
+            bad_source.eq(h.ip_src != self.cfg.peer_ip),
         ]
 
         def classify():
@@ -166,16 +172,15 @@ class RxValidator(wiring.Component):
             c = Signal.like(pre_cnt)
             reach = Signal()
             m.d.comb += kind.eq(ReqKind.DROP)
-            state = self.cfg.state
             with m.If(is_peer):
                 m.d.comb += c.peer_frames.eq(1)
             with m.Elif(bad_qpn):
                 m.d.comb += c.bad_qpn.eq(1)
             with m.Elif(not_for_us):
                 m.d.comb += c.not_for_us.eq(1)
-            with m.Elif((state != QpState.RTR) & (state != QpState.RTS)):
+            with m.Elif(bad_state):
                 m.d.comb += c.qp_state.eq(1)
-            with m.Elif(h.ip_src != self.cfg.peer_ip):
+            with m.Elif(bad_source):
                 m.d.comb += c.bad_source.eq(1)
             with m.Elif(is_probe):
                 m.d.comb += [c.probe_requests.eq(1), kind.eq(ReqKind.PROBE)]
@@ -189,13 +194,16 @@ class RxValidator(wiring.Component):
                 m.d.comb += [reach.eq(1), kind.eq(ReqKind.DATA)]
             return kind, c, reach
 
+        # DECIDE: the outcome of every check but the bounds, from registers.
         kind_c, cnt_c, reach_c = classify()
-        check_values += [pre_kind.eq(kind_c), pre_cnt.eq(cnt_c), to_bounds.eq(reach_c)]
+        m.d.comb += [pre_kind.eq(kind_c), pre_cnt.eq(cnt_c), to_bounds.eq(reach_c)]
 
         # DECIDE
-        in_bounds = (
-            ~offset[64] & ~room[32] & (offset[32:64] == 0) & (offset[:32] <= room[:32])
-        )
+        # offset <= room as the borrow of room - offset (a carry chain only;
+        # yosys builds "<=" with a zero test over the difference's bits).
+        over = Signal(33)
+        m.d.comb += over.eq(Cat(room[:32], Const(0, 1)) - Cat(offset[:32], Const(0, 1)))
+        in_bounds = ~offset[64] & ~room[32] & (offset[32:64] == 0) & ~over[32]
 
         with m.FSM(name="validate"):
             with m.State("IDLE"):
