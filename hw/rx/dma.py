@@ -339,23 +339,31 @@ class RxDmaWriter(wiring.Component):
         # B: count the bursts of the head entry; report notify commands.
         b_count = Signal(range(max_bursts + 1))
         b_err = Signal()
-        m.d.comb += done_q.w_data.eq(Cat(pend_r.tag, ~b_err))
-        with m.If(pending.r_rdy):
-            with m.If(pend_r.none):
+        # The head entry is copied out of the queue first (a cycle per entry,
+        # while the next B cannot come sooner), so the B handshake does not
+        # reach into the queue's pointers.
+        head = Signal(pend_w.shape())
+        head_valid = Signal()
+        with m.If(~head_valid):
+            m.d.comb += pending.r_en.eq(1)
+            m.d.sync += [head.eq(pend_r), head_valid.eq(pending.r_rdy)]
+        m.d.comb += done_q.w_data.eq(Cat(head.tag, ~b_err))
+        with m.If(head_valid):
+            with m.If(head.none):
                 with m.If(done_q.w_rdy):
-                    m.d.comb += [pending.r_en.eq(1), done_q.w_en.eq(pend_r.notify)]
-                    m.d.comb += done_q.w_data.eq(Cat(pend_r.tag, Const(1, 1)))
+                    m.d.comb += done_q.w_en.eq(head.notify)
+                    m.d.comb += done_q.w_data.eq(Cat(head.tag, Const(1, 1)))
+                    m.d.sync += head_valid.eq(0)
             with m.Elif(done_q.w_rdy):
                 m.d.comb += axi.bready.eq(1)
                 with m.If(axi.bvalid):
                     err = b_err | (axi.bresp != AXI_RESP_OKAY)
-                    with m.If(b_count == pend_r.last):
+                    with m.If(b_count == head.last):
                         m.d.comb += [
-                            pending.r_en.eq(1),
-                            done_q.w_en.eq(pend_r.notify),
-                            done_q.w_data.eq(Cat(pend_r.tag, ~err)),
+                            done_q.w_en.eq(head.notify),
+                            done_q.w_data.eq(Cat(head.tag, ~err)),
                         ]
-                        m.d.sync += [b_count.eq(0), b_err.eq(0)]
+                        m.d.sync += [b_count.eq(0), b_err.eq(0), head_valid.eq(0)]
                     with m.Else():
                         m.d.sync += [b_count.eq(b_count + 1), b_err.eq(err)]
 
