@@ -6,11 +6,12 @@ from amaranth.lib.wiring import In, Out, connect, flipped
 
 from hw.axi import AXI4Signature
 from hw.csr import CSRBusSignature
+from hw.pipeline import StreamRegister
 from hw.stream import AXIStreamSignature, Beat, check_data_width
 
 from .ackgen import RxAckBuilder
 from .cqe import RxCqeFormatter
-from .dma import RxDmaWriter
+from .dma import DmaDone, RxDmaWriter
 from .parser import COUNTER_NAMES as PARSER_COUNTERS
 from .parser import ParsedHeader, RxParser
 from .regs import RxRegisters
@@ -107,7 +108,11 @@ class RxPipeline(wiring.Component):
         connect(m, regs.init, win.init)
         m.d.comb += win.init_busy.eq(regs.init_busy)
         connect(m, flipped(self.payload), dma.data)
-        connect(m, dma.done, win.done)
+        # B verdicts reach the window through a register stage (1 cycle), so
+        # the window's IDLE decision does not reach into the writer's queue.
+        m.submodules.done_reg = done_reg = StreamRegister(DmaDone(win.tag_bits))
+        connect(m, dma.done, done_reg.i)
+        connect(m, done_reg.o, win.done)
         connect(m, win.ack, ackgen.job)
         connect(m, flipped(self.m_axis_ack), ackgen.m_axis)
         connect(m, win.cqe, cqefmt.cqe)

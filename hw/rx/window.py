@@ -332,7 +332,11 @@ class RxPsnWindow(wiring.Component):
             chk_pend_free.eq(pend_free),
             chk_pend_any_free.eq(pend_any_free),
         ]
-        ack_every = Mux(cfg.ack_n == 0, 1, cfg.ack_n)
+        # An ACK is due when unacked + 1 >= ACK_N (0 reads as 1), i.e. when
+        # unacked >= ack_thr; registered from the QP's lookup (the same QP
+        # since IDLE, at least a cycle before COALESCE).
+        ack_thr = Signal(8)
+        m.d.sync += ack_thr.eq(Mux(self.cfg.ack_n == 0, 0, self.cfg.ack_n - 1))
 
         # ACK building: syndrome and BTH PSN of the ACK/NAK to send.
         ack_syn = Signal(8)
@@ -675,7 +679,7 @@ class RxPsnWindow(wiring.Component):
                     ]
                 unacked = qs.unacked + 1
                 m.d.sync += qs.unacked.eq(Mux(qs.unacked == 0xFF, 0xFF, unacked))
-                with m.If(mark_ackreq | (unacked >= ack_every)):
+                with m.If(mark_ackreq | ~(qs.unacked < ack_thr)):
                     m.d.sync += [ack_syn.eq(AETH_ACK), ack_psn.eq(qs.epsn - 1)]
                     m.next = "ACK0"
                 with m.Else():
