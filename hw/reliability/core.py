@@ -547,9 +547,16 @@ class ReliabilityCore(wiring.Component):
 
         # generic per-PSN walk over walk_mask: PICK reads the entry of the lowest PSN
         # left, USE acts (the loss walk counts the SACKed PSNs above it in LCNT first)
+        # registered every cycle: infl_mask_q in SACK_ALIGN (infl set two cycles
+        # before), lost_cand in NAK (its previous cycle, PICK, changes neither sacked,
+        # fast_done nor infl)
+        infl_mask_q = Signal(W)
         lost_cand = Signal(W)
-        m.d.comb += lost_cand.eq(
-            Mux(cfg.sack_threshold != 0, infl_mask & ~cur.sacked & ~cur.fast_done, 0))
+        m.d.sync += [
+            infl_mask_q.eq(infl_mask),
+            lost_cand.eq(Mux(cfg.sack_threshold != 0,
+                             infl_mask & ~cur.sacked & ~cur.fast_done, 0)),
+        ]
         # the walk's next PSN, registered: the lowest bit of walk_mask (in USE, of
         # walk_mask without the PSN in use). PICK follows USE or WALK, so walk_mask has
         # not changed since: the values are those of walk_mask in PICK.
@@ -794,7 +801,8 @@ class ReliabilityCore(wiring.Component):
                     m.d.comb += rel.eq(_shl(a_bitmap, s_shl, W))
                 with m.Elif(s_neg):
                     m.d.comb += rel.eq(_shr(a_bitmap, s_shr)[:W])
-                m.d.sync += [walk_mask.eq(rel & infl_mask & ~cur.sacked), walk_kind.eq(W_SACK)]
+                m.d.sync += [walk_mask.eq(rel & infl_mask_q & ~cur.sacked),
+                             walk_kind.eq(W_SACK)]
                 m.next = "WALK"
 
             # registered every cycle: valid in NAK, whose previous cycle (PICK) changes
