@@ -76,11 +76,14 @@ class RxDmaWriter(wiring.Component):
     command is taken (the first burst's AWLEN is computed from registers in
     between; each later burst's in the cycle after the previous AW), so W
     beats may come before their AW, as AXI allows. A zero-length ``notify``
-    command enters the B queue 1 cycle after it is taken. Throughput: 1 W
-    beat per cycle while ``data`` and ``wready`` allow; one idle cycle between
-    commands (two after a command of one W beat or a zero-length ``notify``,
-    whose AW or report then ends it); up to ``max_outstanding`` commands wait
-    for their B responses while later ones are written.
+    command enters the B queue 1 cycle after it is taken; each queue entry
+    is loaded into registers in a cycle of its own before its B responses
+    are counted, and ``done`` follows the last of them by 1 cycle (its
+    queue). Throughput: 1 W beat per cycle while ``data`` and ``wready``
+    allow; one idle cycle between commands (two after a command of one W
+    beat or a zero-length ``notify``, whose AW or report then ends it); up
+    to ``max_outstanding`` commands wait for their B responses while later
+    ones are written.
     """
 
     def __init__(self, data_width=64, tag_width=4, id_width=4, max_outstanding=16):

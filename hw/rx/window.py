@@ -311,11 +311,19 @@ class RxPsnWindow(wiring.Component):
         err_hit = Signal(self.max_pending)  # pending entries of a packet lost by the DMA
         accept = Signal()  # CHECK_X accepted the packet: WRITEBACK enters it in the tables
         mpr_psns = Cat(Const(0, 7), self.cfg.mpr)
-        chk_values = [
-            d.eq(rq.psn - q_rd.data.epsn),
-            window_psns.eq(
+        d_c = Signal(24)
+        window_psns_c = Signal(range(self.mpr_max + 1))
+        m.d.comb += [
+            d_c.eq(rq.psn - q_rd.data.epsn),
+            window_psns_c.eq(
                 Mux((self.cfg.mpr == 0) | (mpr_psns > self.mpr_max), self.mpr_max, mpr_psns)
             ),
+        ]
+        inside = Signal()  # d < window_psns
+        chk_values = [
+            d.eq(d_c),
+            window_psns.eq(window_psns_c),
+            inside.eq(d_c < window_psns_c),
             bit_set.eq(b_rd.data.bit_select(rq.psn[:lw], 1)),
             flight_hit.eq(flight_m.any()),
             is_last.eq(
@@ -523,7 +531,6 @@ class RxPsnWindow(wiring.Component):
                         m.d.sync += [qs.ev.eq(rq.ev), qs.mac.eq(rq.mac)]
                         # The bit is only meaningful inside the window: beyond it the
                         # ring aliases PSNs of the current window.
-                        inside = d < window_psns
                         with m.If(d[23] | (inside & (bit_set | flight_hit))):
                             m.d.comb += cnt.duplicate.eq(1)
                             m.d.sync += place_valid.eq(discard)
