@@ -15,7 +15,8 @@ from hw.reliability.engine import ReliabilityEngine
 from hw.reliability.layouts import CwndUpdate, QpState, QpStateUpdate, SqProducer
 from hw.rx.engine import RxEngine
 from hw.stream import AXIStreamSignature, check_data_width
-from hw.tx.engine import TxEngine
+from hw.tx.engine import StreamFifo, TxEngine
+from hw.tx.layouts import SentRecord
 from hw.tx.regs import QP_BASE as TX_QP_BASE
 from hw.tx.regs import QP_STRIDE as TX_QP_STRIDE
 from hw.tx.regs import Q as TX_Q
@@ -35,6 +36,14 @@ __all__ = ["NicCore", "TxControlBridge", "DoorbellSnoop", "check_nic_params", "B
 BLOCK_ORDER = ("device_info", "tx", "rx", "reliability")
 BLOCK_AXI_ID_WIDTH = 4  # the ID width of each block's own DMA master
 DMA_MASTERS = ("tx", "rx", "reliability")  # AXI4Arbiter port order: ID bits [5:4]
+# Reliability's retransmit-request FIFO (hw/reliability/core.py, ``retx_fifo``).
+REL_RETX_FIFO_DEPTH = 16
+
+
+def sent_buffer_depth(window: int) -> int:
+    """Entries of the ``sent`` buffer between TX and reliability that rule out
+    the deadlock of the two (see NicCore's docstring, "sent buffer")."""
+    return 2 * window + 2 * REL_RETX_FIFO_DEPTH
 
 
 def _pow2(value) -> bool:
@@ -203,11 +212,26 @@ class NicCore(wiring.Component):
                 CQE written since ``irq_status`` was read).
 
     Internal joins: RX ``peer_ack`` -> reliability; TX ``sent`` ->
-    reliability; reliability ``retx``, ``ack_update`` and ``ev_update`` ->
-    TX; reliability ``cwnd_update`` and ``qp_state_update`` -> TX's
-    ``qp_cwnd`` / ``qp_ctrl`` registers through ``TxControlBridge``; the
-    host's doorbell writes to TX -> reliability ``sq_producer`` through
-    ``DoorbellSnoop``.
+    reliability through the sent buffer (below); reliability ``retx``,
+    ``ack_update`` and ``ev_update`` -> TX; reliability ``cwnd_update``
+    and ``qp_state_update`` -> TX's ``qp_cwnd`` / ``qp_ctrl`` registers
+    through ``TxControlBridge``; the host's doorbell writes to TX ->
+    reliability ``sq_producer`` through ``DoorbellSnoop``.
+
+    Sent buffer: reliability takes a ``sent`` record only between events,
+    and during an event (an ACK or timeout walk) it may wait for room in its
+    16-entry retransmit FIFO, which TX drains only between packets; TX in
+    turn waits for room for its packet's ``sent`` record. Without a buffer
+    the two could wait for each other for good (a timeout walk of more than
+    about 20 PSNs while TX is busy: seen in the total-outage system test).
+    A walk pushes at most ``window`` PSNs; from its first push until it ends
+    the retransmit FIFO is not empty, so TX sends only retransmissions, one
+    per entry taken, and before that at most a packet or two. So TX makes at
+    most ``window`` + 16 + a few records during an event, and between events
+    reliability takes ``sent`` records before ACKs and timer reports: a
+    FIFO of ``sent_buffer_depth(window)`` = 2 x window + 32 records (64 on
+    the board, 160 by default) keeps TX from ever waiting on reliability in
+    a walk. Latency 1 cycle.
 
     Every output of the boundary comes from a flip-flop: ``mac_tx`` and
     ``mac_rx`` pass a register stage (hw/pipeline.py ``AXIStreamRegister``),
@@ -358,7 +382,10 @@ class NicCore(wiring.Component):
 
         # ---- block to block ---------------------------------------------------------------------
         wiring.connect(m, rx.peer_ack, rel.peer_ack)
-        wiring.connect(m, tx.sent, rel.sent)
+        m.submodules.sent_buffer = sent_buffer = StreamFifo(
+            SentRecord, sent_buffer_depth(self.window))
+        wiring.connect(m, tx.sent, sent_buffer.i)
+        wiring.connect(m, sent_buffer.o, rel.sent)
         m.submodules.doorbell_snoop = snoop = DoorbellSnoop(self.num_qps, self.block_bits)
         m.d.comb += [snoop.addr.eq(tx.csr.addr), snoop.w_stb.eq(tx.csr.w_stb),
                      snoop.w_data.eq(tx.csr.w_data[:16])]
