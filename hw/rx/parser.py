@@ -428,7 +428,7 @@ class RxParser(wiring.Component):
         beats_m1 = Signal(range(-1, self.max_payload_beats))
         last_keep = Signal(lanes)
         udp_need_ne = Signal()
-        udp_total_bad = Signal()
+        udp_total = Signal(17)  # UDP length + 20
         total_len_eth = Signal(17)
         plen = (udp["length"] - ovh)[:16]
         rem = plen[:lane_bits]
@@ -442,7 +442,7 @@ class RxParser(wiring.Component):
                 Mux(rem == 0, (1 << lanes) - 1, (Const(1, lanes + 1) << rem) - 1)[:lanes]
             ),
             udp_need_ne.eq(udp["length"] != udp_need),
-            udp_total_bad.eq(udp["length"] + IPV4.size != ip["total_len"]),
+            udp_total.eq(udp["length"] + IPV4.size),
             total_len_eth.eq(ip["total_len"] + OFF_IPV4),
         ]
 
@@ -583,12 +583,15 @@ class RxParser(wiring.Component):
         crc_data = Signal(self.data_width)
         crc_sel = Signal(lanes + 1)  # one-hot byte count, of a last beat
         crc_dpart = Signal(32)  # the data part of a full (or first) beat's CRC
-        data_in = Mux(beat_oh[crc_start_beat], masked >> (8 * crc_start_lane), masked)
+        start_data = masked >> (8 * crc_start_lane)
+        data_in = Mux(beat_oh[crc_start_beat], start_data, masked)
+        # (the first beat's CRC starts from ICRC_INIT: its state part is a constant)
+        init_part = _crc_parts(Const(ICRC_INIT, 32), 0, start_count)[0]
         m.d.sync += crc_dpart.eq(
             Mux(
                 beat_oh[crc_start_beat],
-                _crc_parts(0, data_in, start_count)[1],
-                _crc_parts(0, data_in, lanes)[1],
+                _crc_parts(0, start_data, start_count)[1] ^ init_part,
+                _crc_parts(0, masked, lanes)[1],
             )
         )
         m.d.sync += [
@@ -599,27 +602,26 @@ class RxParser(wiring.Component):
             crc_data.eq(data_in),
             crc_sel.eq(Cat(*[count == c for c in range(lanes + 1)])),
         ]
-        # state parts for byte counts up to and above half a beat, data parts
-        # for the counts in quarters
-        x_groups = _split(range(lanes + 1), 2)
-        y_groups = _split(range(lanes + 1), 4)
+        # state parts and data parts each for a few byte counts (at 64 bits
+        # the larger counts, with the wider XORs, in groups of their own)
+        if lanes == 8:
+            x_groups = [[0, 1, 2], [3, 4], [5, 6], [7, 8]]
+            y_groups = [[0, 1, 2, 3], [4, 5], [6], [7], [8]]
+        else:
+            x_groups = _split(range(lanes + 1), 3)
+            y_groups = _split(range(lanes + 1), 4)
         crc_x = [Signal(32, name=f"crc_x{i}") for i in range(len(x_groups))]
         crc_y = [Signal(32, name=f"crc_y{i}") for i in range(len(y_groups))]
         with m.If(crc_valid & ~crc_last):
+            state_part = Mux(crc_start, 0, _crc_parts(crc, 0, lanes)[0])
             if crc_start_beat:
                 # the first beat has no CRC bytes: it only starts the CRC
                 with m.If(crc_first):
                     m.d.sync += crc.eq(ICRC_INIT)
-                with m.Elif(crc_start):
-                    m.d.sync += crc.eq(_crc_parts(crc, 0, start_count)[0] ^ crc_dpart)
                 with m.Else():
-                    m.d.sync += crc.eq(_crc_parts(crc, 0, lanes)[0] ^ crc_dpart)
+                    m.d.sync += crc.eq(state_part ^ crc_dpart)
             else:
-                with m.If(crc_start):
-                    init_part = _crc_parts(Const(ICRC_INIT, 32), 0, start_count)[0]
-                    m.d.sync += crc.eq(init_part ^ crc_dpart)
-                with m.Else():
-                    m.d.sync += crc.eq(_crc_parts(crc, 0, lanes)[0] ^ crc_dpart)
+                m.d.sync += crc.eq(state_part ^ crc_dpart)
         with m.If(crc_valid & crc_last):
             # (below 128 bits a first beat that is also the last has no CRC
             # bytes, and the frame is truncated)
@@ -680,7 +682,7 @@ class RxParser(wiring.Component):
             (
                 Verdict.LENGTH_MISMATCH,
                 (frame_len != total_len_eth)
-                | udp_total_bad
+                | (udp_total != ip["total_len"])
                 | Mux(trimmed, udp_need_ne, ~payload_fits)
                 | ack_width_bad,
             ),
