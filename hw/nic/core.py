@@ -241,12 +241,12 @@ class NicCore(wiring.Component):
 
     Latency: NicCore adds 1 cycle on ``mac_tx`` and on ``mac_rx`` and 1 cycle
     per AXI4 channel behind its arbiters; see docs/tx.md, docs/rx.md and
-    docs/reliability.md for the blocks'. A CSR read takes 4 cycles from AR
-    accepted to R valid (bridge 1, interconnect 2, block 1); a write 2
+    docs/reliability.md for the blocks'. A CSR read takes 5 cycles from AR
+    accepted to R valid (bridge 1, interconnect 2, block 2); a write 2
     cycles from AW+W to B, and reaches the block 1 cycle after the bridge's
     strobe. Throughput: 1 beat per cycle
     on ``mac_tx`` (shared by the three sources), on ``mac_rx`` and on each
-    AXI4 channel; one CSR write per 3 cycles, one read per 6.
+    AXI4 channel; one CSR write per 3 cycles, one read per 7.
     """
 
     def __init__(self, *, data_width=64, num_qps=16, evs_per_qp=16, sack_bits=64, max_mtu=4096,
@@ -332,9 +332,13 @@ class NicCore(wiring.Component):
         m.submodules.device_info = info = self.device_info
 
         # ---- CSR: AXI4-Lite -> CSR bus -> one window per block --------------------------
+        # TX and reliability answer reads 2 cycles after r_stb (registered read
+        # data); device info and RX 1 cycle, held.
+        m.submodules.csr_interconnect = ic = CsrInterconnect(
+            self.windows, self.block_bits,
+            block_read_latency=max(TxEngine.CSR_READ_LATENCY, ReliabilityEngine.CSR_READ_LATENCY))
         m.submodules.csr_bridge = bridge = AXI4LiteToCSR(
-            self.csr_addr_width, read_latency=CsrInterconnect.READ_LATENCY)
-        m.submodules.csr_interconnect = ic = CsrInterconnect(self.windows, self.block_bits)
+            self.csr_addr_width, read_latency=ic.read_latency)
         wiring.connect(m, wiring.flipped(self.s_axil), bridge.s_axil)
         # The bridge's address may be wider than the decoded space: addresses
         # above it select no block, drop writes and read 0.

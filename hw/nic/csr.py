@@ -184,16 +184,24 @@ class CsrInterconnect(wiring.Component):
     ``r_stb``) comes from flip-flops loaded a cycle after the upstream
     strobe, and the read data is registered on its way back, so neither the
     address decode nor the read mux is in series with a block's own logic.
+    ``block_read_latency`` (1 or 2): cycles from a block's ``r_stb`` to its
+    ``r_data``; 2 lets blocks register their read mux. A block of latency 1
+    must hold ``r_data`` while its ``addr`` holds, which the interconnect
+    keeps still until the data is taken (no injected write in between).
+
     Latency: writes reach a block 1 cycle after ``csr.w_stb``; ``csr.r_data``
-    is valid ``READ_LATENCY`` (3) cycles after ``csr.r_stb`` (the bus
-    contract's 1 plus 2): give the AXI4-Lite bridge ``read_latency=3``.
-    Throughput: one write per cycle; one read per 3 cycles (a read must not
-    follow another within 2 cycles; the bridge issues at most one per 6).
+    is valid ``read_latency`` = 2 + ``block_read_latency`` cycles after
+    ``csr.r_stb``: give the AXI4-Lite bridge that ``read_latency``.
+    Throughput: one write per cycle; one read per ``read_latency`` cycles
+    (the bridge issues at most one per ``read_latency`` + 3).
     """
 
-    READ_LATENCY = 3
-
-    def __init__(self, windows: list[BlockWindow], block_bits: int):
+    def __init__(self, windows: list[BlockWindow], block_bits: int, block_read_latency: int = 1):
+        if block_read_latency not in (1, 2):
+            raise ValueError(f"block_read_latency must be 1 or 2 cycles, not "
+                             f"{block_read_latency!r}")
+        self.block_read_latency = block_read_latency
+        self.read_latency = 2 + block_read_latency
         if not windows:
             raise ValueError("the CSR interconnect needs at least one block")
         for i, w in enumerate(windows):
@@ -227,10 +235,11 @@ class CsrInterconnect(wiring.Component):
         intercepted = is_header | is_next
 
         # Internal writes slip into cycles the host leaves free: no strobe
-        # now, and no read strobe in the two cycles before (a block answers
-        # the cycle after its own, registered, r_stb).
-        read_before = Signal(2)
-        m.d.sync += read_before.eq(Cat(up.r_stb, read_before[0]))
+        # now, and no read strobe in the cycles before whose data is not yet
+        # taken (an injected write moves the block's addr a cycle later).
+        hold = 1 + self.block_read_latency
+        read_before = Signal(hold)
+        m.d.sync += read_before.eq(Cat(up.r_stb, read_before[:-1]))
         free = ~up.r_stb & ~up.w_stb & ~read_before.any()
         inj = self.inject.payload
         m.d.comb += self.inject.ready.eq(free)
@@ -255,7 +264,7 @@ class CsrInterconnect(wiring.Component):
                 ]
 
         # Read data: chosen by what the address was at r_stb, registered on
-        # the way back (valid READ_LATENCY cycles after r_stb).
+        # the way back (valid read_latency cycles after r_stb).
         r_index = Signal(self.index_bits)
         r_const = Signal()
         r_const_value = Signal(32)

@@ -89,7 +89,10 @@ class ReliabilityEngine(wiring.Component):
                    exhaustion; also the controller's commands).
     ``m_axis_probe`` Out(AXIStreamSignature(data_width)): EV probe requests.
     ``m_axi``      Out(AXI4Signature(64, data_width, 4)): WQE reads and CQE writes.
-    ``csr``        In(CSRBusSignature(csr_addr_width)): ``register_map()``.
+    ``csr``        In(CSRBusSignature(csr_addr_width)): ``register_map()``. A
+                   read answers ``CSR_READ_LATENCY`` (2) cycles after
+                   ``r_stb`` (registered read data; a bridge in front takes
+                   ``read_latency=2``).
     ``irq``        Out(1): the EV event queue is not empty, or a CQE was written since
                    ``irq_status`` was last read.
 
@@ -104,6 +107,8 @@ class ReliabilityEngine(wiring.Component):
     Every output is a FIFO; the block waits when one is full. One CQE per ~13 cycles
     plus the memory's latencies.
     """
+
+    CSR_READ_LATENCY = 2
 
     def __init__(self, num_qps=16, evs_per_qp=16, sack_bits=64, clk_freq_hz=125_000_000,
                  data_width=64, csr_addr_width=16, window=64):
@@ -309,7 +314,7 @@ class ReliabilityEngine(wiring.Component):
         with m.If(cpl.cqe_done):
             m.d.sync += cpl_flag.eq(1)
 
-        # --- reads: registered decode, data the cycle after r_stb ------------------------
+        # --- reads: registered decode, data 2 cycles after r_stb (registered) -----------
         r_global = Signal(32)
         r_kind = Signal(2)  # 0 global, 1 QP word, 2 EV
         r_word = Signal(4)
@@ -372,8 +377,10 @@ class ReliabilityEngine(wiring.Component):
             with m.Case(QP_WORDS["qp_cc"]):
                 m.d.comb += qp_read.eq(Cat(rec.cwnd, rec.retries))
         ev_read = Cat(ev_csr.data, rec.ev_state[r_ev] if ebits else rec.ev_state[0])
-        m.d.comb += csr.r_data.eq(
-            Mux(r_kind == 2, ev_read, Mux(r_kind == 1, qp_read, r_global)))
+        # registered: a read answers 2 cycles after r_stb (CSR_READ_LATENCY)
+        r_out = Signal(32)
+        m.d.sync += r_out.eq(Mux(r_kind == 2, ev_read, Mux(r_kind == 1, qp_read, r_global)))
+        m.d.comb += csr.r_data.eq(r_out)
         return m
 
 

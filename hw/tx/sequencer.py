@@ -706,5 +706,8 @@ class Sequencer(wiring.Component):
                 m.d.comb += glob_read.eq(retx_ignored)
             with m.Case(G.RETX_NO_EV):
                 m.d.comb += glob_read.eq(retx_no_ev)
-        m.d.comb += csr.r_data.eq(Mux(r_in_qp, qp_read, Mux(r_addr < QP_BASE, glob_read, 0)))
+        # registered: a read answers 2 cycles after r_stb (CSR_READ_LATENCY)
+        r_word = Signal(32)
+        m.d.sync += r_word.eq(Mux(r_in_qp, qp_read, Mux(r_addr < QP_BASE, glob_read, 0)))
+        m.d.comb += csr.r_data.eq(r_word)
         return m

@@ -80,8 +80,9 @@ class JointTop(wiring.Component):
         m = Module()
         m.submodules.tx = tx = self.tx
         m.submodules.rel = rel = self.rel
-        m.submodules.tx_bridge = txb = AXI4LiteToCSR(16)
-        m.submodules.rel_bridge = relb = AXI4LiteToCSR(16)
+        m.submodules.tx_bridge = txb = AXI4LiteToCSR(16, read_latency=TxEngine.CSR_READ_LATENCY)
+        m.submodules.rel_bridge = relb = AXI4LiteToCSR(
+            16, read_latency=ReliabilityEngine.CSR_READ_LATENCY)
         wiring.connect(m, wiring.flipped(self.s_axil), txb.s_axil)
         wiring.connect(m, txb.csr, tx.csr)
         wiring.connect(m, wiring.flipped(self.rel_axil), relb.s_axil)

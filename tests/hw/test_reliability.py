@@ -84,7 +84,8 @@ class RelTestTop(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.engine = eng = self.engine
-        m.submodules.bridge = bridge = AXI4LiteToCSR(16)
+        m.submodules.bridge = bridge = AXI4LiteToCSR(
+            16, read_latency=ReliabilityEngine.CSR_READ_LATENCY)
         wiring.connect(m, wiring.flipped(self.s_axil), bridge.s_axil)
         wiring.connect(m, bridge.csr, eng.csr)
         for name in ("peer_ack", "sent", "sq_producer"):

@@ -965,7 +965,7 @@ def _top(**params):
 
         def elaborate(self, platform):
             m = Module()
-            m.submodules.bridge = bridge = AXI4LiteToCSR(16)
+            m.submodules.bridge = bridge = AXI4LiteToCSR(16, read_latency=TxEngine.CSR_READ_LATENCY)
             m.submodules.engine = engine = self.engine
             wiring.connect(m, wiring.flipped(self.s_axil), bridge.s_axil)
             wiring.connect(m, bridge.csr, engine.csr)

@@ -28,10 +28,11 @@ pytestmark = pytest.mark.filterwarnings("ignore::amaranth.hdl.UnusedElaboratable
 
 class RegFile(wiring.Component):
     """A block with 8 RW words (word 0 and 1 hold its own, non-uniform ID/NEXT)
-    that counts its read and write strobes."""
+    that counts its read and write strobes; it answers reads ``latency``
+    (1 or 2) cycles after ``r_stb``."""
 
-    def __init__(self, own_id):
-        self.own_id = own_id
+    def __init__(self, own_id, latency=1):
+        self.own_id, self.latency = own_id, latency
         super().__init__({"csr": In(CSRBusSignature(BB))})
         self.reads = Signal(8)
         self.writes = Signal(8)
@@ -46,11 +47,16 @@ class RegFile(wiring.Component):
             for i, w in enumerate(self.words):
                 with m.If(idx == i):
                     m.d.sync += w.eq(csr.w_data)
+        first = Signal(32)
         with m.If(csr.r_stb):
             m.d.sync += self.reads.eq(self.reads + 1)
             for i, w in enumerate(self.words):
                 with m.If(idx == i):
-                    m.d.sync += csr.r_data.eq(w)
+                    m.d.sync += first.eq(w)
+        if self.latency == 1:
+            m.d.comb += csr.r_data.eq(first)
+        else:
+            m.d.sync += csr.r_data.eq(first)
         return m
 
 
@@ -65,15 +71,15 @@ PARAMS = {name: 0x100 + i for i, (name, _, _) in enumerate(DEVICE_INFO_PARAMS)}
 
 
 class Top:
-    def __init__(self):
+    def __init__(self, latency=1):
         self.info = DeviceInfo(PARAMS, addr_width=BB)
         # a block that packs its own ID the other way round, as reliability does
-        self.blocks = [RegFile(0x0001_0007), RegFile(0x0002_0008)]
+        self.blocks = [RegFile(0x0001_0007, latency), RegFile(0x0002_0008, latency)]
         maps = [self.info.register_map, _map("a", 0x0007, 1), _map("b", 0x0008, 2)]
         self.windows = [BlockWindow(rm.name, i << BB, rm, (i + 1) << BB if i < 2 else 0)
                         for i, rm in enumerate(maps)]
-        self.ic = CsrInterconnect(self.windows, BB)
-        self.bridge = AXI4LiteToCSR(self.ic.addr_width, read_latency=self.ic.READ_LATENCY)
+        self.ic = CsrInterconnect(self.windows, BB, block_read_latency=latency)
+        self.bridge = AXI4LiteToCSR(self.ic.addr_width, read_latency=self.ic.read_latency)
         m = Module()
         m.submodules.ic, m.submodules.bridge, m.submodules.info = self.ic, self.bridge, self.info
         wiring.connect(m, self.bridge.csr, self.ic.csr)
@@ -90,8 +96,9 @@ class Top:
         sim.run()
 
 
-def test_header_walk_finds_every_block_with_uniform_headers():
-    top = Top()
+@pytest.mark.parametrize("latency", [1, 2])
+def test_header_walk_finds_every_block_with_uniform_headers(latency):
+    top = Top(latency)
     axil = top.bridge.s_axil
     found = []
 
@@ -113,8 +120,9 @@ def test_header_walk_finds_every_block_with_uniform_headers():
     assert found == [(0, DEVICE_INFO_TYPE_ID, 1), (1 << BB, 0x0007, 1), (2 << BB, 0x0008, 2)]
 
 
-def test_reads_and_writes_reach_only_their_block():
-    top = Top()
+@pytest.mark.parametrize("latency", [1, 2])
+def test_reads_and_writes_reach_only_their_block(latency):
+    top = Top(latency)
     axil = top.bridge.s_axil
 
     async def bench(ctx):
@@ -159,8 +167,9 @@ def test_device_info_reports_parameters_and_scratch():
     top.run(bench)
 
 
-def test_injected_writes_land_between_host_accesses():
-    top = Top()
+@pytest.mark.parametrize("latency", [1, 2])
+def test_injected_writes_land_between_host_accesses(latency):
+    top = Top(latency)
     axil = top.bridge.s_axil
     inject = top.ic.inject
     b = 2 << BB
