@@ -1,11 +1,11 @@
 """Frame builder for the responder's ACK, NAK and probe-response frames."""
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
-from amaranth.utils import ceil_log2, exact_log2
+from amaranth.utils import exact_log2
 
-from hw.crc import ICRC_INIT, crc32_bytes
+from hw.crc import ICRC_INIT, _matrix, _xor_of
 from hw.headers import (
     AETH,
     BTH,
@@ -43,14 +43,22 @@ def ack_frame_len(sack_bits):
 _ICRC_MASKED = (15, 22, 24, 25, 40, 41, 46)
 
 
-def _ipv4_checksum(header):
-    """RFC 791 checksum of a 20-byte header (lane order, checksum field 0)."""
+def _crc_parts(state, data, nbytes):
+    """The CRC register after the first ``nbytes`` of ``data``, as the XOR of a
+    part from ``state`` alone and a part from ``data`` alone."""
+    state, data = Value.cast(state), Value.cast(data)
+    masks = _matrix(nbytes)
+    state_part = Cat(*[_xor_of(state, mask & 0xFFFFFFFF) for mask in masks])
+    data_part = Cat(*[_xor_of(data, mask >> 32) for mask in masks])
+    return state_part, data_part
+
+
+def _ipv4_sum(header):
+    """RFC 1071 sum (< 2^20) of the ten 16-bit words of a 20-byte header (lane
+    order); the checksum is its ones-complement fold, inverted."""
     words = [Cat(header[8 * (2 * i + 1) : 8 * (2 * i + 2)], header[16 * i : 16 * i + 8])
              for i in range(10)]
-    total = sum(words)  # < 2^20
-    folded = total[:16] + total[16:]
-    folded = folded[:16] + folded[16:]
-    return ~folded[:16]
+    return sum(words)[:20]
 
 
 class RxAckBuilder(wiring.Component):
@@ -67,6 +75,12 @@ class RxAckBuilder(wiring.Component):
     0xFFFF) / AETH / MRC SACK / bitmap / ICRC for an ACK or NAK, ``74 +
     sack_bits / 8`` bytes; Eth / IPv4 / UDP / BTH (opcode 0xC1, PSN 0) / MRC
     PROBE / ICRC for a probe response, 74 bytes.
+
+    Pipelined for 125 MHz on the ECP5: each ICRC beat is the running CRC's
+    state part XOR a data part registered in the cycle before (byte counts
+    from a registered last-beat flag), and the IPv4 checksum, which the ICRC
+    does not cover, is summed and folded in two registered steps while the
+    ICRC runs and put into the frame with the ICRC.
 
     Latency: the first beat is valid ``2 + ceil((len - 18) / bytes per beat)``
     cycles after the job is taken (the ICRC is computed first, one beat per
@@ -118,21 +132,25 @@ class RxAckBuilder(wiring.Component):
                 pack(BTH, opcode=opcode, pkey=PKEY_DEFAULT, dqpn=job.dqpn, psn=psn),
             )
 
-        ack_csum = Signal(16)
-        probe_csum = Signal(16)
-        m.d.comb += [
-            ack_csum.eq(_ipv4_checksum(ip_header(self.ack_len, 0))),
-            probe_csum.eq(_ipv4_checksum(ip_header(PROBE_FRAME_LEN, 0))),
-        ]
+        # The IPv4 checksum is not covered by the ICRC (masked): the frame image
+        # is loaded with 0 there, and the checksum, computed in two registered
+        # steps from the job while the ICRC runs, is put in with the ICRC.
+        # RFC 1071 sum of the ten 16-bit words (< 2^20), then folded.
+        ip_sum = Signal(20)
+        ip_csum = Signal(16)
+        hdr_words = Mux(job.probe, ip_header(PROBE_FRAME_LEN, 0), ip_header(self.ack_len, 0))
+        m.d.sync += ip_sum.eq(_ipv4_sum(hdr_words))
+        fold = (ip_sum[:16] + ip_sum[16:])[:17]
+        m.d.sync += ip_csum.eq(~(fold[:16] + fold[16])[:16])
         ack_img = Cat(
-            *l3(self.ack_len, Opcode.ACKNOWLEDGE, job.psn, ack_csum),
+            *l3(self.ack_len, Opcode.ACKNOWLEDGE, job.psn, 0),
             pack(AETH, syndrome=job.syndrome, msn=job.msn),
             pack(SACK, cum_psn=job.cum_psn, sack_base=job.sack_base, ece=job.ece,
                  sack_words=W // 32, ce_count=job.ce_count),
             pack(sack_bitmap(W), bitmap=job.bitmap),
         )
         probe_img = Cat(
-            *l3(PROBE_FRAME_LEN, Opcode.PROBE_RESP, 0, probe_csum),
+            *l3(PROBE_FRAME_LEN, Opcode.PROBE_RESP, 0, 0),
             pack(PROBE, probe_id=job.probe_id, ev=job.probe_ev, timestamp=job.timestamp),
         )
         image = Signal(8 * nbytes)
@@ -144,6 +162,21 @@ class RxAckBuilder(wiring.Component):
         crc = Signal(32)
         crc_src = Signal(8 * nbytes)
         crc_left = Signal(range(nbytes + 1))
+        crc_last = Signal()  # this CRC beat is the last one (crc_left <= bpb)
+        crc_len = Mux(job.probe, PROBE_FRAME_LEN, self.ack_len) - OFF_IPV4 - 4
+        # the byte count of the last CRC beat, per frame type
+        rem_ack = (self.ack_len - OFF_IPV4 - 4 - 1) % bpb + 1
+        rem_probe = (PROBE_FRAME_LEN - OFF_IPV4 - 4 - 1) % bpb + 1
+        crc_dpart = Signal(32)  # the data part of the next CRC beat
+        src = (image | mask) >> (8 * OFF_IPV4)
+
+        def data_part(data, last):
+            return Mux(
+                ~last,
+                _crc_parts(0, data, bpb)[1],
+                Mux(job.probe, _crc_parts(0, data, rem_probe)[1], _crc_parts(0, data, rem_ack)[1]),
+            )
+
         out = Signal(8 * nbytes + 32)
         out_left = Signal(range(nbytes + 5))
         axis = self.m_axis
@@ -156,20 +189,32 @@ class RxAckBuilder(wiring.Component):
             with m.State("LOAD"):
                 m.d.sync += [
                     crc.eq(ICRC_INIT),
-                    crc_src.eq((image | mask) >> (8 * OFF_IPV4)),
-                    crc_left.eq(frame_len - OFF_IPV4 - 4),
+                    crc_src.eq(src),
+                    crc_left.eq(crc_len),
+                    crc_last.eq(crc_len <= bpb),
+                    crc_dpart.eq(data_part(src[:dw], crc_len <= bpb)),
                     out.eq(image),
                     out_left.eq(frame_len),
                 ]
                 m.next = "CRC"
             with m.State("CRC"):
-                count = Mux(crc_left < bpb, crc_left, bpb)
+                # the CRC register: the state part of this beat's byte count,
+                # XOR the data part registered in the cycle before
+                state_part = Mux(
+                    ~crc_last,
+                    _crc_parts(crc, 0, bpb)[0],
+                    Mux(job.probe, _crc_parts(crc, 0, rem_probe)[0],
+                        _crc_parts(crc, 0, rem_ack)[0]),
+                )
+                next_last = crc_left <= 2 * bpb
                 m.d.sync += [
-                    crc.eq(crc32_bytes(crc, crc_src[:dw], count[: ceil_log2(bpb + 1)])),
+                    crc.eq(state_part ^ crc_dpart),
                     crc_src.eq(crc_src >> dw),
-                    crc_left.eq(crc_left - count),
+                    crc_left.eq(crc_left - bpb),
+                    crc_last.eq(next_last),
+                    crc_dpart.eq(data_part(crc_src[dw : 2 * dw], next_last)),
                 ]
-                with m.If(crc_left <= bpb):
+                with m.If(crc_last):
                     m.next = "ICRC"
             with m.State("ICRC"):
                 # The ICRC goes on the wire least-significant byte first.
@@ -180,6 +225,9 @@ class RxAckBuilder(wiring.Component):
                 with m.Else():
                     at = 8 * (self.ack_len - 4)
                     m.d.sync += out[at : at + 32].eq(icrc)
+                # the IPv4 checksum field, big-endian
+                at = 8 * (OFF_IPV4 + 10)
+                m.d.sync += out[at : at + 16].eq(Cat(ip_csum[8:], ip_csum[:8]))
                 m.next = "SEND"
             with m.State("SEND"):
                 m.d.comb += [
