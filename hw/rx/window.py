@@ -384,6 +384,11 @@ class RxPsnWindow(wiring.Component):
         # positions, registered in ADV_RD).
         cand = Signal(P)
         holes_r = Signal(W)  # the clear bits of the word ADV works on, from epsn on
+        any_hole = Signal()  # holes_r.any(), registered with it
+        mark_above = Signal(W)  # the positions above rq.psn's in its word
+        m.d.sync += mark_above.eq((Const(ones, W) << rq.psn[:lw] << 1)[:W])
+        first_hole = Signal(lw)  # the lowest set bit of holes_r, registered from it
+        m.d.sync += first_hole.eq(_lowest_set(holes_r, W)[1])
         adv_first = Signal()  # ADV is at the word of the PSN just marked
         pend_en = [Signal(name=f"pend_en{i}") for i in range(P)]
         pend_rng = [Signal(W, name=f"pend_rng{i}") for i in range(P)]
@@ -600,6 +605,9 @@ class RxPsnWindow(wiring.Component):
                 m.d.comb += cnt.placed.eq(1)
                 new_word = b_rd.data | (Const(1, W) << rq.psn[:lw])
                 m.d.comb += [b_wr.en.eq(1), b_wr.data.eq(new_word)]
+                # ~new_word from the marked bit on: the clear bits above it.
+                mark_holes = Signal(W)
+                m.d.comb += mark_holes.eq(~b_rd.data & mark_above)
                 m.d.sync += [
                     qs.eq(q_rd.data),
                     cfg.eq(self.cfg),
@@ -608,7 +616,8 @@ class RxPsnWindow(wiring.Component):
                     cand.eq(0),
                     adv_first.eq(1),
                     # The word ADV looks at first is the one written here.
-                    holes_r.eq(~new_word & (Const(ones, W) << rq.psn[:lw])[:W]),
+                    holes_r.eq(mark_holes),
+                    any_hole.eq(mark_holes.any()),
                 ]
                 with m.If(rq.psn == q_rd.data.epsn):
                     m.next = "ADV_RD"
@@ -623,18 +632,19 @@ class RxPsnWindow(wiring.Component):
                 with m.Else():
                     m.next = "ADV_LD"
             with m.State("ADV_LD"):
-                m.d.sync += holes_r.eq(~b_rd.data & mask_ge)
+                ld_holes = Signal(W)
+                m.d.comb += ld_holes.eq(~b_rd.data & mask_ge)
+                m.d.sync += [holes_r.eq(ld_holes), any_hole.eq(ld_holes.any())]
                 m.next = "ADV"
             with m.State("ADV"):
                 # holes_r: the clear bits of the word from epsn on.
                 m.d.sync += adv_first.eq(0)
-                any_hole, first_hole = _lowest_set(holes_r, W)
                 for i in range(P):
                     with m.If(pend_en[i] & ~(holes_r & pend_rng[i]).any()):
                         m.d.sync += cand[i].eq(1)
                 with m.If(any_hole):
-                    # The first hole is in this word: epsn + (first_hole - b).
-                    m.d.sync += qs.epsn.eq(Cat(first_hole, qs.epsn[lw:]))
+                    # The first hole is in this word: epsn + (first_hole - b),
+                    # i.e. its low bits become first_hole (set by COMPLETE).
                     m.next = "COMPLETE"
                 with m.Else():
                     # Every PSN left in this word is in: retire the word
@@ -646,6 +656,7 @@ class RxPsnWindow(wiring.Component):
                     ]
                     m.next = "ADV_RD"
             with m.State("COMPLETE"):
+                m.d.sync += qs.epsn[:lw].eq(first_hole)
                 with m.If(~cand.any()):
                     m.next = "COALESCE"
                 with m.Elif(~cqe_valid):
