@@ -113,6 +113,8 @@ def _lowest(m, mask, width, name):
         h = len(bits) // 2
         any_lo, i_lo = tree(bits[:h])
         any_hi, i_hi = tree(bits[h:])
+        if len(i_lo) == 0:  # two single bits: no index below this level
+            return any_lo | any_hi, ~any_lo
         return any_lo | any_hi, Cat(Mux(any_lo, i_lo, i_hi), ~any_lo)
 
     _, value = tree([mask[i] if i < width else Const(0, 1) for i in range(size)])

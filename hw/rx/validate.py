@@ -169,7 +169,9 @@ class RxValidator(wiring.Component):
 
         def classify():
             kind = Signal(ReqKind)
-            c = Signal.like(pre_cnt)
+            # every strobe but bad_bounds, which is decided a stage later
+            c = Signal(data.StructLayout(
+                {n: unsigned(1) for n in VALIDATOR_COUNTERS if n != "bad_bounds"}))
             reach = Signal()
             m.d.comb += kind.eq(ReqKind.DROP)
             with m.If(is_peer):
@@ -196,7 +198,9 @@ class RxValidator(wiring.Component):
 
         # DECIDE: the outcome of every check but the bounds, from registers.
         kind_c, cnt_c, reach_c = classify()
-        m.d.comb += [pre_kind.eq(kind_c), pre_cnt.eq(cnt_c), to_bounds.eq(reach_c)]
+        m.d.comb += [pre_kind.eq(kind_c), to_bounds.eq(reach_c)]
+        m.d.comb += [getattr(pre_cnt, n).eq(getattr(cnt_c, n))
+                     for n in VALIDATOR_COUNTERS if n != "bad_bounds"]
 
         # DECIDE
         # offset <= room as the borrow of room - offset (a carry chain only;

@@ -101,7 +101,10 @@ def _lowest_set(value, width):
                 nxt.append((a_any, Cat(a_idx, Const(0, 1))))
                 continue
             (a_any, a_idx), (b_any, b_idx) = nodes[k], nodes[k + 1]
-            nxt.append((a_any | b_any, Cat(Mux(a_any, a_idx, b_idx), ~a_any)))
+            if len(a_idx) == 0:  # two single bits: no index below this level
+                nxt.append((a_any | b_any, ~a_any))
+            else:
+                nxt.append((a_any | b_any, Cat(Mux(a_any, a_idx, b_idx), ~a_any)))
         nodes = nxt
     any_set, idx = nodes[0]
     if width == 1:

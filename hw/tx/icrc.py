@@ -158,7 +158,7 @@ class IcrcInserter(wiring.Component):
                 m.d.comb += crc_loop.eq(after(start_count))
         fin = [Signal(32, name=f"fin{k}") for k in range(nbytes + 1)]
         fin_count = Signal(range(nbytes + 1))
-        icrc = Signal(32)  # registered as the last beat moves on to ``held``
+        icrc = Signal(32, name="icrc_value")  # registered as the last beat moves on to ``held``
 
         # h1: the beat whose CRC was just taken, before ``held``
         h1 = Signal(Beat(w))

@@ -263,7 +263,8 @@ class Sequencer(wiring.Component):
         wb_hit = Signal()  # the QP was unparked since LOAD
         sq_base = Cat(_lane(cfg, "sq_base_lo"), _lane(cfg, "sq_base_hi"))
         sq_log2 = _lane(cfg, "sq_log2_size")
-        ring_mask = Cat(*[sq_log2 > i for i in range(16)])  # (1 << sq_log2_size) - 1
+        # (1 << sq_log2_size) - 1; sq_log2_size <= 15, so bit 15 is never set
+        ring_mask = Cat(*[sq_log2 > i for i in range(15)], Const(0, 1))
         # the WQE's ring slot (fetch_index mod size) is registered with
         # fetch_index, so FETCH's address is one 64-bit add from flip-flops
         fetch_slot = Signal(16)
