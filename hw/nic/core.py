@@ -10,7 +10,7 @@ from hw.arbiter import AXIStreamArbiter
 from hw.axi import AXI4LiteSignature, AXI4Signature
 from hw.axi_arbiter import AXI4Arbiter
 from hw.csr import AXI4LiteToCSR
-from hw.pipeline import AXI4RegisterSlice, AXIStreamRegister
+from hw.pipeline import AXI4RegisterSlice, AXIStreamRegister, StreamRegister
 from hw.reliability.engine import ReliabilityEngine
 from hw.reliability.layouts import CwndUpdate, QpState, QpStateUpdate, SqProducer
 from hw.rx.engine import RxEngine
@@ -231,7 +231,8 @@ class NicCore(wiring.Component):
     reliability takes ``sent`` records before ACKs and timer reports: a
     FIFO of ``sent_buffer_depth(window)`` = 2 x window + 32 records (64 on
     the board, 160 by default) keeps TX from ever waiting on reliability in
-    a walk. Latency 1 cycle.
+    a walk. Latency 2 cycles (the FIFO, then a register stage: the FIFO is
+    block RAM on the board).
 
     Every output of the boundary comes from a flip-flop: ``mac_tx`` and
     ``mac_rx`` pass a register stage (hw/pipeline.py ``AXIStreamRegister``),
@@ -389,7 +390,11 @@ class NicCore(wiring.Component):
         m.submodules.sent_buffer = sent_buffer = StreamFifo(
             SentRecord, sent_buffer_depth(self.window))
         wiring.connect(m, tx.sent, sent_buffer.i)
-        wiring.connect(m, sent_buffer.o, rel.sent)
+        # the buffer sits in block RAM: a register stage after it keeps the RAM's
+        # clock-to-output out of reliability's input decode
+        m.submodules.sent_stage = sent_stage = StreamRegister(SentRecord)
+        wiring.connect(m, sent_buffer.o, sent_stage.i)
+        wiring.connect(m, sent_stage.o, rel.sent)
         m.submodules.doorbell_snoop = snoop = DoorbellSnoop(self.num_qps, self.block_bits)
         m.d.comb += [snoop.addr.eq(tx.csr.addr), snoop.w_stb.eq(tx.csr.w_stb),
                      snoop.w_data.eq(tx.csr.w_data[:16])]
