@@ -52,7 +52,7 @@ from pathlib import Path
 
 __all__ = ["analyse", "main"]
 
-# (input port pattern, output port) -> delay in levels.
+
 def _cell_arcs(ctype: str, ports: dict[str, str]):
     """The combinational arcs of a cell: a list of (input ports, output ports,
     delay). Sequential cells have none (their pins are start- or endpoints)."""
