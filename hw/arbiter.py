@@ -1,12 +1,12 @@
 """Frame-level round-robin arbiter for AXI4-Stream (ACKs vs data onto the MAC)."""
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal, Value
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.stream import AXIStreamSignature
 
-__all__ = ["AXIStreamArbiter"]
+__all__ = ["AXIStreamArbiter", "one_hot_select"]
 
 
 class AXIStreamArbiter(wiring.Component):
@@ -23,9 +23,17 @@ class AXIStreamArbiter(wiring.Component):
     holds until the beat with ``tlast`` is taken; frames are never
     interleaved.
 
-    Latency: 0 cycles (the selected input is passed through combinationally;
-    ``tready`` of an input depends on ``m_axis.tready``). Throughput: 1 beat
-    per cycle, no idle cycle between frames.
+    The grant is a one-hot register: it is chosen while no beat is offered
+    (and when a frame's last beat is taken), never in the cycle a beat is
+    passed on, so ``m_axis`` is an AND-OR of the inputs with flip-flop
+    selects, with no path from one input's ``tvalid`` to another's data, and
+    a beat once offered on ``m_axis`` stays until taken (AXI4-Stream).
+
+    Latency: 1 cycle from an idle arbiter's input ``tvalid`` to ``m_axis``
+    (the grant); then 0 (inputs are passed through combinationally;
+    ``tready`` of the granted input is ``m_axis.tready``). Throughput: 1 beat
+    per cycle, and no idle cycle between frames while the next frame's first
+    beat is waiting when the last beat of the one before is taken.
     """
 
     def __init__(self, data_width=64, num_inputs=2, user_width=1):
@@ -43,30 +51,46 @@ class AXIStreamArbiter(wiring.Component):
         inputs = [getattr(self, f"s_axis{i}") for i in range(n)]
         out = self.m_axis
 
-        busy = Signal()  # inside a frame
-        owner = Signal(range(n))  # the input granted last / now
-        pick = Signal(range(n))
-        # Round robin: the first valid input after `owner`, wrapping.
+        # One-hot grant; all zero at reset, when input 0 comes first.
+        grant = Signal(n)
+        busy = Signal()  # a frame's first beat has been taken, its last not yet
+        valid = Cat(s.tvalid for s in inputs)
+        # Round robin: the first valid input after the one granted now (or
+        # input n-1 when none is), wrapping round to that one itself last.
+        last = Signal(n)
+        m.d.comb += last.eq(Mux(grant.any(), grant, 1 << (n - 1)))
+        pick = Signal(n)
         for k in reversed(range(1, n + 1)):
             for cur in range(n):
                 cand = (cur + k) % n
-                with m.If((owner == cur) & inputs[cand].tvalid):
-                    m.d.comb += pick.eq(cand)
-        sel = Signal(range(n))
-        m.d.comb += sel.eq(owner)
-        with m.If(~busy):
-            m.d.comb += sel.eq(pick)
+                with m.If(last[cur] & valid[cand]):
+                    m.d.comb += pick.eq(1 << cand)
 
+        for name in ("tdata", "tkeep", "tlast", "tuser", "tvalid"):
+            m.d.comb += getattr(out, name).eq(
+                one_hot_select(grant, [getattr(s, name) for s in inputs]))
         for i, s in enumerate(inputs):
-            with m.If(sel == i):
-                m.d.comb += [
-                    out.tdata.eq(s.tdata),
-                    out.tkeep.eq(s.tkeep),
-                    out.tlast.eq(s.tlast),
-                    out.tuser.eq(s.tuser),
-                    out.tvalid.eq(s.tvalid),
-                    s.tready.eq(out.tready),
-                ]
-        with m.If(out.tvalid & out.tready):
-            m.d.sync += [owner.eq(sel), busy.eq(~out.tlast)]
+            m.d.comb += s.tready.eq(grant[i] & out.tready)
+
+        take = out.tvalid & out.tready
+        with m.If(take):
+            m.d.sync += busy.eq(~out.tlast)
+        # Choose again when nothing is offered (idle, or the granted input has
+        # nothing yet) or when the last beat of a frame goes.
+        with m.If((~busy & ~out.tvalid) | (take & out.tlast)):
+            with m.If(valid.any()):
+                m.d.sync += grant.eq(pick)
         return m
+
+
+
+def one_hot_select(onehot, values):
+    """``values[i]`` where bit i of ``onehot`` is set, as an AND-OR (0 if no
+    bit is set; the OR of several if several are): two LUT levels for up to
+    three inputs, where an index compare and a priority chain make more."""
+    terms = [Value.cast(v) & onehot[i].replicate(len(Value.cast(v)))
+             for i, v in enumerate(values)]
+    result = terms[0]
+    for t in terms[1:]:
+        result = result | t
+    return result

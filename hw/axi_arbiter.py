@@ -17,16 +17,22 @@ grant's index enters a FIFO (``w_fifo_depth`` entries), and W beats are taken
 from the master at the head of that FIFO until ``wlast``, since AXI4 W beats
 carry no ID and must follow AW order. Read path: AR is granted round-robin.
 
-Latency: none added on any channel (AW/AR/W/B/R are combinational muxes).
-Throughput: one AW or AR per cycle; W and R one beat per cycle. A master with
-a request pending waits for at most ``num_masters - 1`` other grants.
+The AW and AR grants are registers (``RoundRobin``): the request of the
+master granted now passes through an AND-OR with flip-flop selects, so no
+master's valid reaches another's address.
+
+Latency: 1 cycle on AW and AR when the master was not the one granted last
+(0 when it was); none on W, B and R (muxes). Throughput: one AW or AR per
+cycle; W and R one beat per cycle. A master with a request pending waits
+for at most ``num_masters - 1`` other grants.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
+from .arbiter import one_hot_select
 from .axi import AXI4Signature
 
 __all__ = ["AXI4Arbiter", "RoundRobin"]
@@ -37,13 +43,21 @@ _W = ("wdata", "wstrb", "wlast")
 
 
 class RoundRobin(wiring.Component):
-    """Round-robin grant among ``count`` requesters.
+    """Round-robin grant among ``count`` requesters, from a register.
 
-    ``grant`` is the first requester after the one granted last; ``advance``
-    says the grant was used this cycle. A grant that is not used stays put on
-    the next cycle (``valid`` stays high as long as its requester holds its
-    request), because AXI forbids changing a presented AW/AR before it is
-    accepted. Combinational grant, no latency.
+    ``grant`` (an index) and ``onehot`` name the requester granted now;
+    ``valid`` is that requester's request; ``advance`` says the grant was
+    used this cycle. The grant is chosen again, for the first requester
+    after the one granted now (itself last), in a cycle where the granted
+    requester has no request or its request is taken (``advance``); it is
+    never changed while its request waits, because AXI forbids changing a
+    presented AW/AR before it is accepted.
+
+    Latency: 1 cycle from a request of an idle arbiter to ``valid`` (0 for
+    the requester granted last). Throughput: one grant per cycle; a
+    requester granted alone keeps the grant, so it can be served every cycle.
+    Everything downstream sees flip-flop selects: no path from one
+    requester's request to another's data.
     """
 
     def __init__(self, count: int):
@@ -53,30 +67,34 @@ class RoundRobin(wiring.Component):
                 "requests": In(count),
                 "advance": In(1),
                 "grant": Out(range(max(count, 2))),
+                "onehot": Out(count),
                 "valid": Out(1),
             }
         )
 
     def elaborate(self, platform):
         m = Module()
-        last = Signal(range(max(self.count, 2)), init=self.count - 1)
-        held = Signal.like(self.grant)
-        holding = Signal()
-        scan = Signal.like(self.grant)
-        # Scan the positions after `last`; the nearest requester wins (assigned last).
-        for offset in reversed(range(1, self.count + 1)):
-            for start in range(self.count):
-                index = (start + offset) % self.count
-                with m.If((last == start) & self.requests[index]):
-                    m.d.comb += scan.eq(index)
+        n = self.count
+        onehot = Signal(n, init=1 << (n - 1))
+        # Scan the positions after the one granted; the nearest requester wins
+        # (assigned last).
+        scan = Signal(n)
+        for offset in reversed(range(1, n + 1)):
+            for start in range(n):
+                index = (start + offset) % n
+                with m.If(onehot[start] & self.requests[index]):
+                    m.d.comb += scan.eq(1 << index)
+        index = Signal.like(self.grant, init=n - 1)
         m.d.comb += [
-            self.grant.eq(Mux(holding, held, scan)),
-            self.valid.eq(self.requests.any()),
+            self.onehot.eq(onehot),
+            self.grant.eq(index),
+            self.valid.eq((onehot & self.requests).any()),
         ]
-        granted_up = self.requests.bit_select(self.grant, 1)
-        m.d.sync += [held.eq(self.grant), holding.eq(granted_up & ~self.advance)]
-        with m.If(self.advance & self.valid):
-            m.d.sync += last.eq(self.grant)
+        with m.If((~self.valid | self.advance) & self.requests.any()):
+            m.d.sync += onehot.eq(scan)
+            for i in range(n):
+                with m.If(scan[i]):
+                    m.d.sync += index.eq(i)
         return m
 
 
@@ -108,14 +126,10 @@ class AXI4Arbiter(wiring.Component):
         m.submodules.aw_rr = aw_rr = RoundRobin(n)
         m.submodules.w_order = w_order = SyncFIFO(width=self.index_bits, depth=self.w_fifo_depth)
         m.d.comb += aw_rr.requests.eq(Cat(s.awvalid for s in slaves))
+        _select(m, aw_rr.onehot, slaves, mst, _AW + ("awid",), self.index_bits)
+        m.d.comb += mst.awvalid.eq(aw_rr.valid & w_order.w_rdy)
         for i, s in enumerate(slaves):
-            with m.If(aw_rr.grant == i):
-                m.d.comb += [getattr(mst, f).eq(getattr(s, f)) for f in _AW]
-                m.d.comb += [
-                    mst.awid.eq(Cat(s.awid, Const(i, self.index_bits))),
-                    mst.awvalid.eq(s.awvalid & w_order.w_rdy),
-                    s.awready.eq(mst.awready & w_order.w_rdy),
-                ]
+            m.d.comb += s.awready.eq(aw_rr.onehot[i] & mst.awready & w_order.w_rdy)
         aw_fire = mst.awvalid & mst.awready
         m.d.comb += [
             aw_rr.advance.eq(aw_fire),
@@ -140,14 +154,10 @@ class AXI4Arbiter(wiring.Component):
         # ---- AR: round-robin grant ------------------------------------------------
         m.submodules.ar_rr = ar_rr = RoundRobin(n)
         m.d.comb += ar_rr.requests.eq(Cat(s.arvalid for s in slaves))
+        _select(m, ar_rr.onehot, slaves, mst, _AR + ("arid",), self.index_bits)
+        m.d.comb += mst.arvalid.eq(ar_rr.valid)
         for i, s in enumerate(slaves):
-            with m.If(ar_rr.grant == i):
-                m.d.comb += [getattr(mst, f).eq(getattr(s, f)) for f in _AR]
-                m.d.comb += [
-                    mst.arid.eq(Cat(s.arid, Const(i, self.index_bits))),
-                    mst.arvalid.eq(s.arvalid),
-                    s.arready.eq(mst.arready),
-                ]
+            m.d.comb += s.arready.eq(ar_rr.onehot[i] & mst.arready)
         m.d.comb += ar_rr.advance.eq(mst.arvalid & mst.arready)
 
         # ---- R: routed by the ID's index bits -------------------------------------
@@ -162,3 +172,14 @@ class AXI4Arbiter(wiring.Component):
             with m.If(r_index == i):
                 m.d.comb += [s.rvalid.eq(mst.rvalid), mst.rready.eq(s.rready)]
         return m
+
+
+
+def _select(m, onehot, slaves, mst, fields, index_bits):
+    """``mst``'s request fields = the granted slave's (``one_hot_select``); the
+    ID gets the slave's index in its top bits."""
+    for f in fields:
+        values = [getattr(s, f) for s in slaves]
+        if f in ("awid", "arid"):
+            values = [Cat(v, Const(i, index_bits)) for i, v in enumerate(values)]
+        m.d.comb += getattr(mst, f).eq(one_hot_select(onehot, values))
