@@ -24,17 +24,27 @@
 ``AXIRegisterSlice(signature)``
     The same for any AXI-style signature whose members are named by channel
     (``aw*``, ``w*``, ``b*``, ``ar*``, ``r*``), e.g. ``AXI4LiteSignature``.
+
+``BlockRamFIFO(width, depth)``
+    ``amaranth.lib.fifo.SyncFIFOBuffered`` (same ports, latency and
+    throughput) whose storage carries ``ram_style = "block"``, so yosys puts
+    it in block RAM (DP16KD on the ECP5) even when it is shallow: a 16-deep
+    FIFO of 700-bit records is 175 LUT-RAM cells (700 LUT positions with
+    their write logic) or 20 block RAMs, and the board has block RAMs to
+    spare and LUTs to none. The read data then comes from the block RAM's
+    output (3-4 ns clock-to-out on the ECP5): keep the logic behind it short.
 """
 
-from amaranth.hdl import Cat, Module, Shape, Signal, Value
+from amaranth.hdl import Cat, Module, Mux, Shape, Signal, Value
 from amaranth.lib import stream, wiring
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hw.axi import AXI4Signature
 from hw.stream import AXIStreamSignature
 
-__all__ = ["AXI4RegisterSlice", "AXIRegisterSlice", "AXIStreamRegister", "StreamRegister",
-           "skid"]
+__all__ = ["AXI4RegisterSlice", "AXIRegisterSlice", "AXIStreamRegister", "BlockRamFIFO",
+           "StreamRegister", "skid"]
 
 
 def skid(m: Module, i_valid, i_ready, i_data, o_valid, o_ready, o_data, name: str):
@@ -120,3 +130,72 @@ class AXI4RegisterSlice(AXIRegisterSlice):
 
     def __init__(self, addr_width=64, data_width=64, id_width=4):
         super().__init__(AXI4Signature(addr_width, data_width, id_width))
+
+
+class BlockRamFIFO(wiring.Component):
+    """See the module docstring: ``SyncFIFOBuffered``'s ports (``w_data``,
+    ``w_en``, ``w_rdy``, ``w_level``, ``r_data``, ``r_en``, ``r_rdy``,
+    ``r_level``, ``level``) and behaviour, ``depth`` >= 2 entries (one is the
+    output register). The storage (``depth`` - 1 entries) has an
+    asynchronous read port followed by the output register, which yosys
+    folds into the block RAM's read port; the memory carries ``ram_style``
+    and ``no_rw_check`` (a read never hits the entry being written: the FIFO
+    reads only entries written in an earlier cycle), so yosys adds no
+    read-during-write bypass, which would cost a flip-flop and a LUT per bit.
+    """
+
+    def __init__(self, *, width: int, depth: int, ram_style: str = "block"):
+        if ram_style not in ("block", "distributed"):
+            raise ValueError(f"ram_style must be 'block' or 'distributed', not {ram_style!r}")
+        if not isinstance(depth, int) or depth < 2:
+            raise ValueError(f"depth must be an integer of at least 2, not {depth!r}")
+        self.width, self.depth, self.ram_style = width, depth, ram_style
+        super().__init__({
+            "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
+            "w_level": Out(range(depth + 1)),
+            "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1),
+            "r_level": Out(range(depth + 1)),
+            "level": Out(range(depth + 1)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        inner_depth = self.depth - 1
+        inner_level = Signal(range(inner_depth + 1))
+        inner_r_rdy = Signal()
+        m.d.comb += [
+            self.w_rdy.eq(inner_level != inner_depth),
+            inner_r_rdy.eq(inner_level != 0),
+            self.level.eq(inner_level + self.r_rdy),
+            self.w_level.eq(self.level),
+            self.r_level.eq(self.level),
+        ]
+        do_write = self.w_rdy & self.w_en
+        do_inner_read = inner_r_rdy & (~self.r_rdy | self.r_en)
+
+        m.submodules.storage = storage = Memory(
+            shape=self.width, depth=inner_depth, init=[],
+            attrs={"ram_style": self.ram_style, "no_rw_check": 1})
+        w_port = storage.write_port()
+        r_port = storage.read_port(domain="comb")
+        produce = Signal(range(inner_depth))
+        consume = Signal(range(inner_depth))
+
+        def incr(ptr):
+            return Mux(ptr == inner_depth - 1, 0, ptr + 1)
+
+        m.d.comb += [
+            w_port.addr.eq(produce), w_port.data.eq(self.w_data), w_port.en.eq(do_write),
+            r_port.addr.eq(consume),
+        ]
+        with m.If(do_write):
+            m.d.sync += produce.eq(incr(produce))
+        with m.If(do_inner_read):
+            m.d.sync += [consume.eq(incr(consume)), self.r_data.eq(r_port.data), self.r_rdy.eq(1)]
+        with m.Elif(self.r_en):
+            m.d.sync += self.r_rdy.eq(0)
+        with m.If(do_write & ~do_inner_read):
+            m.d.sync += inner_level.eq(inner_level + 1)
+        with m.If(do_inner_read & ~do_write):
+            m.d.sync += inner_level.eq(inner_level - 1)
+        return m

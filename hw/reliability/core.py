@@ -4,11 +4,11 @@ record. See ``ReliabilityCore``."""
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hw.headers import Opcode
+from hw.pipeline import BlockRamFIFO
 from hw.rx.parser import ParsedHeader
 
 from .completion import CompletionRequest
@@ -265,8 +265,10 @@ class ReliabilityCore(wiring.Component):
         Rec = self.rec_layout
 
         # --- output FIFOs -------------------------------------------------------
-        def out_fifo(name, port, depth):
-            fifo = SyncFIFOBuffered(width=len(port.payload.as_value()), depth=depth)
+        # The wider or deeper ones in block RAM (hw/pipeline.py BlockRamFIFO).
+        def out_fifo(name, port, depth, ram_style="distributed"):
+            fifo = BlockRamFIFO(width=len(port.payload.as_value()), depth=depth,
+                                ram_style=ram_style)
             m.submodules[name] = fifo
             m.d.comb += [
                 port.payload.eq(fifo.r_data),
@@ -275,14 +277,14 @@ class ReliabilityCore(wiring.Component):
             ]
             return fifo
 
-        f_retx = out_fifo("retx_fifo", self.retx, 16)
-        f_ack = out_fifo("ack_fifo", self.ack_update, 4)
+        f_retx = out_fifo("retx_fifo", self.retx, 16, "block")
+        f_ack = out_fifo("ack_fifo", self.ack_update, 4, "block")
         f_evu = out_fifo("ev_update_fifo", self.ev_update, 8)
         f_cwnd = out_fifo("cwnd_fifo", self.cwnd_update, 4)
         f_qps = out_fifo("qp_state_fifo", self.qp_state_update, 4)
         f_cpl = out_fifo("cpl_fifo", self.cpl, 16)
         f_probe = out_fifo("probe_fifo", self.probe_req, 8)
-        f_evq = out_fifo("event_fifo", self.event, 32)
+        f_evq = out_fifo("event_fifo", self.event, 32, "block")
 
         # --- counters -------------------------------------------------------------
         # the event's strobe is registered first: a counter moves the cycle after its

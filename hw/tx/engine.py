@@ -1,12 +1,12 @@
 """TxEngine: the TX path of the MRC NIC, from doorbells to MAC frames."""
 
 from amaranth.hdl import Module
-from amaranth.lib import fifo, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..axi import AXI4Signature
 from ..csr import CSRBusSignature
-from ..pipeline import StreamRegister
+from ..pipeline import BlockRamFIFO, StreamRegister
 from ..stream import AXIStreamSignature, Beat, check_data_width
 from .dma import PayloadReader, ReadArbiter, Realigner
 from .ev import EvTable
@@ -25,8 +25,11 @@ PAY_DESC_FIFO_DEPTH = 4
 
 
 class StreamFifo(wiring.Component):
-    """A ``SyncFIFOBuffered`` between two streams of ``shape`` records.
-    Latency 1 cycle (2 through block RAM), one record per cycle."""
+    """A FIFO between two streams of ``shape`` records, in block RAM
+    (hw/pipeline.py ``BlockRamFIFO``: on the board, wide shallow FIFOs cost
+    block RAMs, of which there are spare, instead of LUTs, of which there
+    are none). Latency 2 cycles (write, then the block RAM read into the
+    output register), one record per cycle."""
 
     def __init__(self, shape, depth):
         self.shape, self.depth = shape, depth
@@ -35,7 +38,7 @@ class StreamFifo(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         width = len(self.i.payload.as_value())
-        m.submodules.fifo = f = fifo.SyncFIFOBuffered(width=width, depth=self.depth)
+        m.submodules.fifo = f = BlockRamFIFO(width=width, depth=self.depth)
         m.d.comb += [
             f.w_data.eq(self.i.payload),
             f.w_en.eq(self.i.valid),
