@@ -14,9 +14,10 @@ the CRC over the data *and* its CRC leaves ``CRC32_RESIDUE`` in the register.
 
 from functools import cache
 
-from amaranth.hdl import Array, Cat, Const, Value
+from amaranth.hdl import Array, Cat, Const, Mux, Value
 
-__all__ = ["CRC32_INIT", "CRC32_RESIDUE", "ICRC_INIT", "crc32_bytes", "crc32_state_py"]
+__all__ = ["CRC32_INIT", "CRC32_RESIDUE", "ICRC_INIT", "crc32_bytes", "crc32_parts",
+           "crc32_state_py", "crc32_tail", "tail_shift"]
 
 CRC32_POLY_REFLECTED = 0xEDB88320
 CRC32_INIT = 0xFFFFFFFF
@@ -56,6 +57,51 @@ def _xor_of(inputs: Value, mask: int) -> Value:
     if not bits:
         return Const(0, 1)
     return Cat(*bits).xor()
+
+
+def crc32_parts(state, data, nbytes: int) -> tuple[Value, Value]:
+    """The CRC register after the first ``nbytes`` bytes of ``data``, as the
+    XOR of a part from ``state`` alone and a part from ``data`` alone (the
+    CRC is linear), so either part can be computed, and registered, apart."""
+    masks = _matrix(nbytes)
+    state, data = Value.cast(state), Value.cast(data)
+    state_part = Cat(*[_xor_of(state, mask & 0xFFFFFFFF) for mask in masks])
+    data_part = Cat(*[_xor_of(data, mask >> 32) for mask in masks])
+    return state_part, data_part
+
+
+def crc32_tail(state, data, count, nbytes: int) -> tuple[Value, Value]:
+    """The CRC register after the first ``count`` bytes (0..``nbytes``) of an
+    ``nbytes``-byte word ``data``, as a part from ``state`` and ``count`` and
+    a part from ``data`` and ``count`` (XOR them), each one XOR network over
+    the word instead of one network per count (``crc32_parts``).
+
+    Both inputs are moved up by ``nbytes - count`` lanes (``tail_shift``):
+    leading zero bytes leave a zero CRC register at zero, so the full-word
+    network on the moved data is the network of ``count`` bytes. The state's
+    four bytes enter the CRC as if XORed into the first four data bytes, and
+    those that ``count`` bytes do not reach stay in the register, moved down
+    (``state >> 8 * count``). Logic per part: a byte shift (the state's is at
+    most 5 positions per lane), one XOR tree over ``8 * nbytes`` inputs; and
+    a 5-way choice for the state's remainder.
+    """
+    state = Value.cast(state)
+    masks = _matrix(nbytes)
+    state_moved = tail_shift(state, count, nbytes)
+    data_moved = tail_shift(data, count, nbytes)
+    rest = Array([state >> (8 * k) for k in range(4)] + [Const(0, 32)])[Mux(count < 4, count, 4)]
+    state_part = Cat(*[_xor_of(state_moved, mask >> 32) for mask in masks]) ^ rest
+    data_part = Cat(*[_xor_of(data_moved, mask >> 32) for mask in masks])
+    return state_part, data_part
+
+
+def tail_shift(word: Value, count: Value, nbytes: int) -> Value:
+    """``word`` (at most ``nbytes`` bytes) moved up by ``nbytes - count``
+    lanes into an ``nbytes``-byte word: its byte 0 in lane ``nbytes - count``;
+    bytes moved past the top are dropped (those beyond the first ``count``)."""
+    word = Value.cast(word)
+    wide = Cat(word, Const(0, 8 * nbytes - len(word))) if len(word) < 8 * nbytes else word
+    return Array([(wide << (8 * (nbytes - k)))[: 8 * nbytes] for k in range(nbytes + 1)])[count]
 
 
 def crc32_bytes(state: Value, data: Value, count: Value) -> Value:

@@ -1,11 +1,11 @@
 """Frame builder for the responder's ACK, NAK and probe-response frames."""
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from hw.crc import ICRC_INIT, _matrix, _xor_of
+from hw.crc import ICRC_INIT, crc32_parts
 from hw.headers import (
     AETH,
     BTH,
@@ -41,16 +41,6 @@ def ack_frame_len(sack_bits):
 # Bytes masked to ones for the ICRC (docs/protocol.md): IPv4 TOS, TTL and
 # checksum, UDP checksum, BTH byte 4 (FECN, BECN, resv6).
 _ICRC_MASKED = (15, 22, 24, 25, 40, 41, 46)
-
-
-def _crc_parts(state, data, nbytes):
-    """The CRC register after the first ``nbytes`` of ``data``, as the XOR of a
-    part from ``state`` alone and a part from ``data`` alone."""
-    state, data = Value.cast(state), Value.cast(data)
-    masks = _matrix(nbytes)
-    state_part = Cat(*[_xor_of(state, mask & 0xFFFFFFFF) for mask in masks])
-    data_part = Cat(*[_xor_of(data, mask >> 32) for mask in masks])
-    return state_part, data_part
 
 
 def _ipv4_sum(header):
@@ -173,8 +163,9 @@ class RxAckBuilder(wiring.Component):
         def data_part(data, last):
             return Mux(
                 ~last,
-                _crc_parts(0, data, bpb)[1],
-                Mux(job.probe, _crc_parts(0, data, rem_probe)[1], _crc_parts(0, data, rem_ack)[1]),
+                crc32_parts(0, data, bpb)[1],
+                Mux(job.probe, crc32_parts(0, data, rem_probe)[1],
+                    crc32_parts(0, data, rem_ack)[1]),
             )
 
         out = Signal(8 * nbytes + 32)
@@ -202,9 +193,9 @@ class RxAckBuilder(wiring.Component):
                 # XOR the data part registered in the cycle before
                 state_part = Mux(
                     ~crc_last,
-                    _crc_parts(crc, 0, bpb)[0],
-                    Mux(job.probe, _crc_parts(crc, 0, rem_probe)[0],
-                        _crc_parts(crc, 0, rem_ack)[0]),
+                    crc32_parts(crc, 0, bpb)[0],
+                    Mux(job.probe, crc32_parts(crc, 0, rem_probe)[0],
+                        crc32_parts(crc, 0, rem_ack)[0]),
                 )
                 next_last = crc_left <= 2 * bpb
                 m.d.sync += [

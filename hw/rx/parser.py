@@ -50,7 +50,8 @@ decision waits on a deep network (125 MHz on the ECP5, ~6 LUT levels):
   come in the frame's last beat);
 - the ICRC: a beat's masked bytes and byte count are registered and the CRC
   register takes them in the next cycle (full beats only); the last beat's
-  contribution, selected by its byte count, is registered in parts.
+  contribution is registered in two parts (state and data), each one XOR
+  network for every byte count (``hw.crc.crc32_tail``).
 
 In the cycle after the last beat, *verdict stage 1* registers each check as a
 flag (and the record); *stage 2* registers the ICRC comparison and the first
@@ -82,13 +83,12 @@ backpressured (``tready`` is high); 1 record per cycle and 1 payload beat per
 cycle on the outputs.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, enum, stream, wiring
-from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from hw.crc import CRC32_RESIDUE, ICRC_INIT, _matrix, _xor_of
+from hw.crc import CRC32_RESIDUE, ICRC_INIT, crc32_parts, crc32_tail, tail_shift
 from hw.headers import (
     AETH,
     BTH,
@@ -113,7 +113,7 @@ from hw.headers import (
     Opcode,
     sack_bitmap,
 )
-from hw.pipeline import skid
+from hw.pipeline import BlockRamFIFO, skid
 from hw.stream import AXIStreamSignature, Beat
 
 __all__ = ["COUNTER_NAMES", "ParsedHeader", "ParserCounters", "RxParser", "Verdict"]
@@ -179,36 +179,6 @@ class ParsedHeader(data.StructLayout):
 
 
 _HDR_FIXED = UDP.size + BTH.size  # UDP length covers these before the extension headers
-
-
-def _crc_parts(state, data, nbytes):
-    """The CRC register after the first ``nbytes`` of ``data``, as the XOR of a
-    part from ``state`` alone and a part from ``data`` alone."""
-    masks = _matrix(nbytes)
-    state, data = Value.cast(state), Value.cast(data)
-    state_part = Cat(*[_xor_of(state, mask & 0xFFFFFFFF) for mask in masks])
-    data_part = Cat(*[_xor_of(data, mask >> 32) for mask in masks])
-    return state_part, data_part
-
-
-def _or_all(values):
-    result = values[0]
-    for v in values[1:]:
-        result = result | v
-    return result
-
-
-def _xor_all(values):
-    result = values[0]
-    for v in values[1:]:
-        result = result ^ v
-    return result
-
-
-def _split(items, n):
-    """``items`` in ``n`` consecutive groups of (nearly) equal size."""
-    items = list(items)
-    return [items[len(items) * i // n : len(items) * (i + 1) // n] for i in range(n)]
 
 
 def _bytes(raw, offset, size):
@@ -554,13 +524,14 @@ class RxParser(wiring.Component):
         m.d.sync += wr_ptr.eq((wr_ptr_eff + wr_en)[:ptr_bits])
 
         # ICRC over the masked bytes from byte 14 to the end, ICRC included. The
-        # beat's masked bytes and its byte count (one-hot) are registered; in
+        # beat's masked bytes and its byte count are registered (the bytes
+        # moved up by the lanes the count misses: hw/crc.py crc32_tail); in
         # the next cycle the CRC register takes a full beat (or the first beat's
         # bytes from byte 14), one network each. The last beat, whose byte
         # count varies, does not go back into the CRC register: its state part
-        # and its data part, each selected by the count, are registered apart
-        # (crc_x, crc_y) and verdict stage 2 compares crc_x ^ crc_y with the
-        # residue.
+        # and its data part, one network each for every count, are registered
+        # apart (crc_x, crc_y) and verdict stage 2 compares crc_x ^ crc_y with
+        # the residue.
         crc_start_beat, crc_start_lane = OFF_IPV4 // lanes, OFF_IPV4 % lanes
         assert crc_start_beat <= 1
         start_count = lanes - crc_start_lane
@@ -580,18 +551,18 @@ class RxParser(wiring.Component):
         crc_last = Signal()
         crc_first = Signal()
         crc_start = Signal()
-        crc_data = Signal(self.data_width)
-        crc_sel = Signal(lanes + 1)  # one-hot byte count, of a last beat
+        crc_moved = Signal(self.data_width)  # the beat's CRC bytes moved up (crc32_tail)
+        crc_count = Signal(range(lanes + 1))  # CRC bytes in the beat, of a last beat
         crc_dpart = Signal(32)  # the data part of a full (or first) beat's CRC
         start_data = masked >> (8 * crc_start_lane)
         data_in = Mux(beat_oh[crc_start_beat], start_data, masked)
         # (the first beat's CRC starts from ICRC_INIT: its state part is a constant)
-        init_part = _crc_parts(Const(ICRC_INIT, 32), 0, start_count)[0]
+        init_part = crc32_parts(Const(ICRC_INIT, 32), 0, start_count)[0]
         m.d.sync += crc_dpart.eq(
             Mux(
                 beat_oh[crc_start_beat],
-                _crc_parts(0, start_data, start_count)[1] ^ init_part,
-                _crc_parts(0, masked, lanes)[1],
+                crc32_parts(0, start_data, start_count)[1] ^ init_part,
+                crc32_parts(0, masked, lanes)[1],
             )
         )
         m.d.sync += [
@@ -599,21 +570,13 @@ class RxParser(wiring.Component):
             crc_last.eq(axis.tlast),
             crc_first.eq(first),
             crc_start.eq(beat_oh[crc_start_beat]),
-            crc_data.eq(data_in),
-            crc_sel.eq(Cat(*[count == c for c in range(lanes + 1)])),
+            crc_moved.eq(tail_shift(data_in, count, lanes)),
+            crc_count.eq(count),
         ]
-        # state parts and data parts each for a few byte counts (at 64 bits
-        # the larger counts, with the wider XORs, in groups of their own)
-        if lanes == 8:
-            x_groups = [[0, 1, 2], [3, 4], [5, 6], [7, 8]]
-            y_groups = [[0, 1, 2, 3], [4, 5], [6], [7], [8]]
-        else:
-            x_groups = _split(range(lanes + 1), 3)
-            y_groups = _split(range(lanes + 1), 4)
-        crc_x = [Signal(32, name=f"crc_x{i}") for i in range(len(x_groups))]
-        crc_y = [Signal(32, name=f"crc_y{i}") for i in range(len(y_groups))]
+        crc_x = Signal(32)  # the last beat's state part
+        crc_y = Signal(32)  # and data part
         with m.If(crc_valid & ~crc_last):
-            state_part = Mux(crc_start, 0, _crc_parts(crc, 0, lanes)[0])
+            state_part = Mux(crc_start, 0, crc32_parts(crc, 0, lanes)[0])
             if crc_start_beat:
                 # the first beat has no CRC bytes: it only starts the CRC
                 with m.If(crc_first):
@@ -626,12 +589,12 @@ class RxParser(wiring.Component):
             # (below 128 bits a first beat that is also the last has no CRC
             # bytes, and the frame is truncated)
             crc_in = Mux(crc_first, ICRC_INIT, crc) if crc_start_beat == 0 else crc
-            for reg, counts in zip(crc_x, x_groups, strict=True):
-                terms = [Mux(crc_sel[c], _crc_parts(crc_in, 0, c)[0], 0) for c in counts]
-                m.d.sync += reg.eq(_or_all(terms))
-            for reg, counts in zip(crc_y, y_groups, strict=True):
-                terms = [Mux(crc_sel[c], _crc_parts(0, crc_data, c)[1], 0) for c in counts]
-                m.d.sync += reg.eq(_or_all(terms))
+            m.d.sync += [
+                crc_x.eq(crc32_tail(crc_in, 0, crc_count, lanes)[0]),
+                # the moved bytes through the full-beat network: the CRC of
+                # the count's bytes from a zero state
+                crc_y.eq(crc32_parts(0, crc_moved, lanes)[1]),
+            ]
 
         with m.If(accept):
             m.d.sync += [
@@ -737,7 +700,7 @@ class RxParser(wiring.Component):
         # frame's first payload beat is its third beat at the earliest, and the
         # final beat of the frame, if any, was written in stage 1), so wr_ptr is
         # where the frame's payload ends.
-        crc_sum = _xor_all(crc_x + crc_y)
+        crc_sum = crc_x ^ crc_y
         crc_ok = Signal(4)
         first_fail = Signal(len(checks))  # the first check that failed, one-hot
         any_fail = Signal()
@@ -790,7 +753,7 @@ class RxParser(wiring.Component):
             with m.If(count_inc[i] & (count != 0xFFFFFFFF)):
                 m.d.sync += count.eq(count + 1)
 
-        m.submodules.records = records = SyncFIFOBuffered(
+        m.submodules.records = records = BlockRamFIFO(
             width=len(record.as_value()), depth=self.hdr_fifo_depth
         )
         m.d.comb += [

@@ -1,10 +1,10 @@
 """RoCEv2 ICRC appended to a frame at full rate."""
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..crc import ICRC_INIT, _matrix, _xor_of
+from ..crc import ICRC_INIT, crc32_parts, crc32_tail, tail_shift
 from ..headers import ICRC_MASKED_BYTES, OFF_IPV4
 from ..pipeline import skid
 from ..stream import Beat
@@ -44,11 +44,13 @@ class IcrcInserter(wiring.Component):
     one extra beat. In front of it, two pipeline stages: a skid buffer
     registers each beat with its CRC input bytes (masking and start lane
     applied) and byte count (``i.ready`` is a flip-flop), then a register
-    holds, for every count k, the data's part of the CRC after k bytes (the
+    holds the data's part of the CRC for the byte counts a beat can have (the
     CRC is linear), so the loop through the CRC register is the state's XOR
-    tree and a three-way choice (every beat but the last is full), and the
-    last beat's CRC is registered for every byte count, and its mux into the
-    ICRC register as the beat moves on to the output register. Latency 4
+    tree and a three-way choice (every beat but the last is full); the last
+    beat's CRC, whatever its byte count, comes from one full-beat network
+    over the data moved up by the missing bytes (``hw.crc.crc32_tail``), so
+    one network serves every count, and is registered, then inverted into
+    the ICRC register as the beat moves on to the output register. Latency 4
     cycles. Throughput 1 beat/cycle, plus one cycle for frames
     whose ICRC spills into an extra beat.
     """
@@ -96,7 +98,10 @@ class IcrcInserter(wiring.Component):
         with m.Else():
             m.d.comb += [crc_data.eq(masked), crc_count.eq(n_in)]
 
-        stage_in = Cat(self.i.payload.as_value(), crc_data, crc_count, n_in)
+        # The last beat's bytes moved up by the lanes its count misses
+        # (crc32_tail), here, so that the next stage has only the XOR network.
+        crc_moved = tail_shift(crc_data, crc_count, nbytes)
+        stage_in = Cat(self.i.payload.as_value(), crc_data, crc_count, n_in, crc_moved)
         stage_out = Signal(len(stage_in))
         stage_valid = Signal()
         stage_ready = Signal()
@@ -110,20 +115,28 @@ class IcrcInserter(wiring.Component):
         t_crc_data = Signal(w)
         t_crc_count = Signal(range(nbytes + 1))
         t_n_in = Signal(range(nbytes + 1))
-        m.d.comb += Cat(t_beat.as_value(), t_crc_data, t_crc_count, t_n_in).eq(stage_out)
+        t_crc_moved = Signal(w)
+        m.d.comb += Cat(t_beat.as_value(), t_crc_data, t_crc_count, t_n_in,
+                        t_crc_moved).eq(stage_out)
 
         # The CRC after k bytes is A_k * state ^ B_k * data (GF(2)): the data
-        # parts for every k are computed from the first stage and registered
-        # in a second (a plain pipeline register), so the loop through
-        # ``crc`` is one XOR tree and the count's mux.
-        masks = {k: _matrix(k) for k in range(1, nbytes + 1)}
-        data_parts = [
-            Cat(*[_xor_of(t_crc_data, mk >> 32) for mk in masks[k]]) for k in range(1, nbytes + 1)
-        ]
+        # parts are computed from the first stage and registered in a second
+        # (a plain pipeline register), so the loop through ``crc`` is one XOR
+        # tree and the count's mux. Within a frame only three byte counts feed
+        # the loop: 0 (before the coverage starts), the start beat's and a
+        # full beat (every beat but the last is full: the framer's frames are
+        # packed); the last beat's count is any, and its data part comes from
+        # one full-beat network over the data moved up by the missing bytes
+        # (``crc32_tail``).
+        start_count = nbytes - start_lane
+        loop_counts = sorted({nbytes, start_count})
+        t_parts = {k: crc32_parts(0, t_crc_data, k)[1] for k in loop_counts}
+        t_tail = crc32_parts(0, t_crc_moved, nbytes)[1]  # crc32_tail's data part
         s_valid = Signal()
         s_ready = Signal()
         s_beat = Signal(Beat(w))
-        s_parts = [Signal(32, name=f"s_part{k}") for k in range(1, nbytes + 1)]
+        s_parts = {k: Signal(32, name=f"s_part{k}") for k in loop_counts}
+        s_tail = Signal(32)
         s_crc_count = Signal(range(nbytes + 1))
         s_n_in = Signal(range(nbytes + 1))
         m.d.comb += stage_ready.eq(~s_valid | s_ready)
@@ -132,23 +145,16 @@ class IcrcInserter(wiring.Component):
             with m.If(stage_valid):
                 m.d.sync += [
                     s_beat.eq(t_beat),
-                    Cat(*s_parts).eq(Cat(*data_parts)),
+                    *[s_parts[k].eq(t_parts[k]) for k in loop_counts],
+                    s_tail.eq(t_tail),
                     s_crc_count.eq(t_crc_count),
                     s_n_in.eq(t_n_in),
                 ]
 
-        # Within a frame only three byte counts feed the loop through
-        # ``crc``: 0 (before the coverage starts), the start beat's and a full
-        # beat (every beat but the last is full: the framer's frames are
-        # packed). With each frame's last beat ``crc`` goes back to the
-        # initial value and the CRC after each possible count of that beat
-        # is registered in ``fin``; the count's mux comes after them.
         def after(k):
-            state_part = Cat(*[_xor_of(crc, mk & 0xFFFFFFFF) for mk in masks[k]])
-            return state_part ^ s_parts[k - 1]
+            return crc32_parts(crc, 0, k)[0] ^ s_parts[k]
 
         crc = Signal(32, init=ICRC_INIT)
-        start_count = nbytes - start_lane
         crc_loop = Signal(32)
         m.d.comb += crc_loop.eq(crc)
         with m.If(s_crc_count == nbytes):
@@ -156,8 +162,9 @@ class IcrcInserter(wiring.Component):
         if start_count != nbytes:
             with m.Elif(s_crc_count == start_count):
                 m.d.comb += crc_loop.eq(after(start_count))
-        fin = [Signal(32, name=f"fin{k}") for k in range(nbytes + 1)]
-        fin_count = Signal(range(nbytes + 1))
+        # With each frame's last beat ``crc`` goes back to the initial value
+        # and the CRC after that beat is registered in ``fin``.
+        fin = Signal(32)
         icrc = Signal(32, name="icrc_value")  # registered as the last beat moves on to ``held``
 
         # h1: the beat whose CRC was just taken, before ``held``
@@ -224,7 +231,7 @@ class IcrcInserter(wiring.Component):
                         h1.keep,
                     )
                 ),
-                icrc.eq(~Array(fin)[fin_count]),
+                icrc.eq(~fin),
             ]
         with m.If(s_ready):
             m.d.sync += h1_valid.eq(s_valid)
@@ -237,8 +244,6 @@ class IcrcInserter(wiring.Component):
             with m.If(s_beat.last):
                 m.d.sync += [
                     crc.eq(ICRC_INIT),
-                    fin[0].eq(crc),
-                    *[fin[k].eq(after(k)) for k in range(1, nbytes + 1)],
-                    fin_count.eq(s_crc_count),
+                    fin.eq(crc32_tail(crc, 0, s_crc_count, nbytes)[0] ^ s_tail),
                 ]
         return m

@@ -1,4 +1,5 @@
-"""hw/crc.py: the multi-byte CRC-32 against zlib, for every byte count."""
+"""hw/crc.py: the multi-byte CRC-32 against zlib, for every byte count, and
+``crc32_tail`` (one network for every count) against the bit-serial reference."""
 
 import random
 import zlib
@@ -8,7 +9,14 @@ from amaranth.hdl import Module, Signal
 from amaranth.sim import Simulator
 
 from host_driver.layers import OP_WRITE_ONLY, icrc, write_packet
-from hw.crc import CRC32_INIT, CRC32_RESIDUE, ICRC_INIT, crc32_bytes, crc32_state_py
+from hw.crc import (
+    CRC32_INIT,
+    CRC32_RESIDUE,
+    ICRC_INIT,
+    crc32_bytes,
+    crc32_state_py,
+    crc32_tail,
+)
 
 
 def _run_stream(data_width, chunks):
@@ -57,3 +65,28 @@ def test_residue_and_icrc_init():
     masked[32] = 0xFF
     assert ~crc32_state_py(ICRC_INIT, bytes(masked[:-4])) & 0xFFFFFFFF == icrc(frame)
     assert crc32_state_py(ICRC_INIT, bytes(masked)) == CRC32_RESIDUE
+
+
+@pytest.mark.parametrize("nbytes", [8, 16])
+def test_crc32_tail_every_count(nbytes):
+    """crc32_tail's two parts XORed = the CRC register after the first
+    ``count`` bytes of the word, for every count 0..nbytes, random state and
+    data (bytes past ``count`` random too: they must not matter)."""
+    state = Signal(32)
+    data = Signal(8 * nbytes)
+    count = Signal(range(nbytes + 1))
+    state_part, data_part = crc32_tail(state, data, count, nbytes)
+    rng = random.Random(nbytes)
+
+    async def bench(ctx):
+        for k in list(range(nbytes + 1)) * 3:
+            s, word = rng.getrandbits(32), rng.getrandbits(8 * nbytes)
+            ctx.set(state, s)
+            ctx.set(data, word)
+            ctx.set(count, k)
+            expect = crc32_state_py(s, word.to_bytes(nbytes, "little")[:k])
+            assert ctx.get(state_part) ^ ctx.get(data_part) == expect, (nbytes, k)
+
+    sim = Simulator(Module())
+    sim.add_testbench(bench)
+    sim.run()
