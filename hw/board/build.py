@@ -98,6 +98,9 @@ def main(argv=None) -> int:
     parser.add_argument("--router", choices=("router1", "router2"), default="router2",
                         help="nextpnr router (default router2: router1 had not resolved the "
                              "congestion of this design after 20 minutes; docs/board.md)")
+    parser.add_argument("--nextpnr-opts", default="", metavar="OPTS",
+                        help="more nextpnr options, e.g. '--placer static' or "
+                             "'--router2-heatmap heat' (files land in --out)")
     parser.add_argument("--allow-timing-fail", action="store_true",
                         help="exit 0 even if a clock misses its constraint (bench use only)")
     parser.add_argument("--nic", nargs="*", default=[], metavar="NAME=VALUE",
@@ -136,7 +139,7 @@ def main(argv=None) -> int:
             top, name=NAME, build_dir=str(args.out),
             # The WebAssembly tools see the build directory only: relative names.
             nextpnr_opts=(f"--seed {args.seed} --router {args.router} --timing-allow-fail "
-                          f"--report {NAME}.report.json"),
+                          f"--report {NAME}.report.json {args.nextpnr_opts}").strip(),
             script_after_read=synth_prelude(),
         )
     except subprocess.CalledProcessError as e:
