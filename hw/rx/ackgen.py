@@ -1,5 +1,7 @@
 """Frame builder for the responder's ACK, NAK and probe-response frames."""
 
+from itertools import zip_longest
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -66,15 +68,20 @@ class RxAckBuilder(wiring.Component):
     sack_bits / 8`` bytes; Eth / IPv4 / UDP / BTH (opcode 0xC1, PSN 0) / MRC
     PROBE / ICRC for a probe response, 74 bytes.
 
+    The frame is not kept in a shift register: its image is a function of the
+    job register (most of it constant), and a beat index picks each beat of it
+    into a one-beat register, for the ICRC a cycle before its data part and
+    for the output a beat ahead of ``m_axis``.
+
     Pipelined for 125 MHz on the ECP5: each ICRC beat is the running CRC's
     state part XOR a data part registered in the cycle before (byte counts
     from a registered last-beat flag), and the IPv4 checksum, which the ICRC
     does not cover, is summed and folded in two registered steps while the
     ICRC runs and put into the frame with the ICRC.
 
-    Latency: the first beat is valid ``2 + ceil((len - 18) / bytes per beat)``
+    Latency: the first beat is valid ``3 + ceil((len - 18) / bytes per beat)``
     cycles after the job is taken (the ICRC is computed first, one beat per
-    cycle). Throughput: one frame per ``that + beats`` cycles, about 20 cycles
+    cycle). Throughput: one frame per ``that + beats`` cycles, about 21 cycles
     for an 82-byte ACK at 64 bits.
     """
 
@@ -150,7 +157,6 @@ class RxAckBuilder(wiring.Component):
             mask |= 0xFF << (8 * b)
 
         crc = Signal(32)
-        crc_src = Signal(8 * nbytes)
         crc_left = Signal(range(nbytes + 1))
         crc_last = Signal()  # this CRC beat is the last one (crc_left <= bpb)
         crc_len = Mux(job.probe, PROBE_FRAME_LEN, self.ack_len) - OFF_IPV4 - 4
@@ -158,19 +164,51 @@ class RxAckBuilder(wiring.Component):
         rem_ack = (self.ack_len - OFF_IPV4 - 4 - 1) % bpb + 1
         rem_probe = (PROBE_FRAME_LEN - OFF_IPV4 - 4 - 1) % bpb + 1
         crc_dpart = Signal(32)  # the data part of the next CRC beat
-        src = (image | mask) >> (8 * OFF_IPV4)
+        # The frame is never held as a shift register: its image is a function
+        # of ``job`` (mostly constants), and each beat is picked from it by a
+        # beat index into a register, the CRC's input a cycle before its data
+        # part, the output a beat ahead of the stream. The CRC's last beat of
+        # each frame type is moved up by its missing lanes: leading zero bytes
+        # leave a data part unchanged, so one full-beat network serves every
+        # beat (hw/crc.py ``crc32_tail`` does the same with a variable count).
 
-        def data_part(data, last):
-            return Mux(
-                ~last,
-                crc32_parts(0, data, bpb)[1],
-                Mux(job.probe, crc32_parts(0, data, rem_probe)[1],
-                    crc32_parts(0, data, rem_ack)[1]),
-            )
+        def crc_beats(img, length):
+            covered = length - OFF_IPV4 - 4
+            src = (Cat(img, Const(0, 8 * nbytes - len(img))) | mask) >> (8 * OFF_IPV4)
+            beats = [src[i * dw : (i + 1) * dw] for i in range(-(-covered // bpb))]
+            rem = (covered - 1) % bpb + 1
+            beats[-1] = Cat(Const(0, 8 * (bpb - rem)), beats[-1][: 8 * rem])
+            return beats
 
-        out = Signal(8 * nbytes + 32)
+        src_beats = [Mux(job.probe, p, a) for a, p in zip_longest(
+            crc_beats(ack_img, self.ack_len), crc_beats(probe_img, PROBE_FRAME_LEN),
+            fillvalue=Const(0, dw))]
+        src_q = Signal(dw)  # the CRC beat whose data part is computed next
+        src_next = Signal(len(src_beats))  # one-hot
+
+        def data_part(data):
+            return crc32_parts(0, data, bpb)[1]
+
+        # The ICRC goes on the wire least-significant byte first, the IPv4
+        # checksum big-endian; both are zero in the image.
+        icrc = ~crc
+        full = Signal(8 * nbytes)
+        at_csum = 8 * (OFF_IPV4 + 10)
+        m.d.comb += full.eq(
+            image
+            | (Cat(ip_csum[8:], ip_csum[:8]) << at_csum)
+            | Mux(job.probe, icrc << 8 * (PROBE_FRAME_LEN - 4), icrc << 8 * (self.ack_len - 4))
+        )
+        out_beats = [full[i * dw : (i + 1) * dw] for i in range(nbytes // bpb)]
+        out = Signal(dw)
+        out_next = Signal(len(out_beats))  # one-hot
         out_left = Signal(range(nbytes + 5))
         axis = self.m_axis
+
+        def pick(beats, onehot):  # no bit set (past the end): 0
+            return Cat(*[Cat(*[onehot[i] & b[j] for i, b in enumerate(beats)]).any()
+                         for j in range(dw)])
+
         with m.FSM(name="ackgen"):
             with m.State("IDLE"):
                 m.d.comb += self.job.ready.eq(1)
@@ -180,12 +218,17 @@ class RxAckBuilder(wiring.Component):
             with m.State("LOAD"):
                 m.d.sync += [
                     crc.eq(ICRC_INIT),
-                    crc_src.eq(src),
                     crc_left.eq(crc_len),
                     crc_last.eq(crc_len <= bpb),
-                    crc_dpart.eq(data_part(src[:dw], crc_len <= bpb)),
-                    out.eq(image),
-                    out_left.eq(frame_len),
+                    src_q.eq(src_beats[0]),
+                    src_next.eq(0b10),
+                ]
+                m.next = "PREP"
+            with m.State("PREP"):
+                m.d.sync += [
+                    crc_dpart.eq(data_part(src_q)),
+                    src_q.eq(pick(src_beats, src_next)),
+                    src_next.eq(src_next << 1),
                 ]
                 m.next = "CRC"
             with m.State("CRC"):
@@ -200,30 +243,22 @@ class RxAckBuilder(wiring.Component):
                 next_last = crc_left <= 2 * bpb
                 m.d.sync += [
                     crc.eq(state_part ^ crc_dpart),
-                    crc_src.eq(crc_src >> dw),
                     crc_left.eq(crc_left - bpb),
                     crc_last.eq(next_last),
-                    crc_dpart.eq(data_part(crc_src[dw : 2 * dw], next_last)),
+                    crc_dpart.eq(data_part(src_q)),
+                    src_q.eq(pick(src_beats, src_next)),
+                    src_next.eq(src_next << 1),
                 ]
                 with m.If(crc_last):
                     m.next = "ICRC"
             with m.State("ICRC"):
-                # The ICRC goes on the wire least-significant byte first.
-                icrc = ~crc
-                with m.If(job.probe):
-                    at = 8 * (PROBE_FRAME_LEN - 4)
-                    m.d.sync += out[at : at + 32].eq(icrc)
-                with m.Else():
-                    at = 8 * (self.ack_len - 4)
-                    m.d.sync += out[at : at + 32].eq(icrc)
-                # the IPv4 checksum field, big-endian
-                at = 8 * (OFF_IPV4 + 10)
-                m.d.sync += out[at : at + 16].eq(Cat(ip_csum[8:], ip_csum[:8]))
+                # the CRC is final: the first beat, with it and the checksum
+                m.d.sync += [out.eq(out_beats[0]), out_next.eq(0b10), out_left.eq(frame_len)]
                 m.next = "SEND"
             with m.State("SEND"):
                 m.d.comb += [
                     axis.tvalid.eq(1),
-                    axis.tdata.eq(out[:dw]),
+                    axis.tdata.eq(out),
                     axis.tlast.eq(out_left <= bpb),
                     axis.tkeep.eq(
                         Mux(out_left >= bpb, (1 << bpb) - 1,
@@ -232,7 +267,11 @@ class RxAckBuilder(wiring.Component):
                     axis.tuser.eq(0),
                 ]
                 with m.If(axis.tready):
-                    m.d.sync += [out.eq(out >> dw), out_left.eq(out_left - bpb)]
+                    m.d.sync += [
+                        out.eq(pick(out_beats, out_next)),
+                        out_next.eq(out_next << 1),
+                        out_left.eq(out_left - bpb),
+                    ]
                     with m.If(out_left <= bpb):
                         m.next = "IDLE"
         return m
