@@ -48,10 +48,11 @@ decision waits on a deep network (125 MHz on the ECP5, ~6 LUT levels):
 - the IPv4 checksum, in two stages from the captured header (at 64 bits;
   one at 128, none at 256/512 bits, where the header's last IPv4 byte may
   come in the frame's last beat);
-- the ICRC: a beat's masked bytes and byte count are registered and the CRC
-  register takes them in the next cycle (full beats only); the last beat's
-  contribution is registered in two parts (state and data), each one XOR
-  network for every byte count (``hw.crc.crc32_tail``).
+- the ICRC: a beat's masked bytes (those before byte 14, and after the end
+  in the last beat, zeroed) go through one full-beat XOR network, registered,
+  and the CRC register takes them in the next cycle, the last beat included;
+  the register, advanced by the last beat's missing bytes as zeros, is
+  compared with the residue advanced alike (a constant per byte count).
 
 In the cycle after the last beat, *verdict stage 1* registers each check as a
 flag (and the record); *stage 2* registers the ICRC comparison and the first
@@ -59,7 +60,10 @@ failing check; *stage 3* decides from these registered bits: an accepted
 frame commits the FIFO write pointer and pushes its record into a header
 FIFO, a dropped one rolls the write pointer back (the next frame writes no
 payload before then, or, at 512 bits, writes where the rollback puts it). The
-counters move in the cycle after. The *output stage* pops records and
+counters move in the cycle after. The header FIFO holds the extension headers
+(RETH, ImmDt, AETH with SACK, probe), which no opcode has two of, as the raw
+bytes after the BTH and the opcode class. The *output stage* pops records,
+spreads those bytes into the ``ParsedHeader`` fields of their class, and
 releases the committed payload beats of each popped record to ``payload``
 through the memory's read register and a register slice (skid buffer).
 
@@ -83,12 +87,12 @@ backpressured (``tready`` is high); 1 record per cycle and 1 payload beat per
 cycle on the outputs.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
 from amaranth.lib import data, enum, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from hw.crc import CRC32_RESIDUE, ICRC_INIT, crc32_parts, crc32_tail, tail_shift
+from hw.crc import CRC32_RESIDUE, ICRC_INIT, crc32_parts, crc32_state_py
 from hw.headers import (
     AETH,
     BTH,
@@ -184,6 +188,26 @@ _HDR_FIXED = UDP.size + BTH.size  # UDP length covers these before the extension
 def _bytes(raw, offset, size):
     """Bytes [offset, offset + size) of a lane-ordered Value."""
     return raw[8 * offset : 8 * (offset + size)]
+
+
+def _adder_tree(m, terms, name):
+    """The sum of ``terms``, as a balanced tree of two-input adders whose
+    intermediate sums are kept apart (``keep``): yosys would otherwise merge
+    them into one carry-save tree of LUT full adders, about twice the area of
+    the ECP5's carry-chain adders (but shallower)."""
+    level = 0
+    while len(terms) > 2:
+        sums = []
+        for i in range(0, len(terms) - 1, 2):
+            a, b = terms[i], terms[i + 1]
+            s = Signal(
+                max(len(a), len(b)) + 1, name=f"{name}_sum{level}_{i // 2}", attrs={"keep": 1}
+            )
+            m.d.comb += s.eq(a + b)
+            sums.append(s)
+        terms = sums + terms[len(terms) - len(terms) % 2 :]
+        level += 1
+    return sum(terms)
 
 
 class RxParser(wiring.Component):
@@ -348,7 +372,6 @@ class RxParser(wiring.Component):
         opcode_known = Signal()
         tver_bad = Signal()
         trimmed = Signal()
-        header_end = Signal(range(hdr_len + 1))
         # headers from UDP to payload, pad and ICRC: payload_len = UDP length - ovh
         ovh = Signal(8)
         ovh_max = Signal(17)  # ovh + max_payload
@@ -356,8 +379,11 @@ class RxParser(wiring.Component):
         ovh_p1 = Signal(9)  # ovh + 1, for the beat count less one
         frame_need = Signal(range(hdr_len + ICRC_BYTES + 1))
         udp_need = Signal(range(hdr_len + 1))
-        shift = Signal(range(lanes))
         ends = sorted({OFF_EXT + RETH.size, OFF_IMMDT + IMMDT.size, self.ack_header_end})
+        # the payload's lane in its first beat (the realignment shift), as an
+        # index into the few that occur
+        shifts = sorted({end % lanes for end in ends})
+        shift = Signal(range(len(shifts)))
         with m.If(accept & beat_oh[k_bth]):
             ovh_v = hend_v - OFF_UDP + ICRC_BYTES + bth_v["padcount"]
             trimmed_v = ip_v["dscp"] == cur_trim
@@ -369,7 +395,6 @@ class RxParser(wiring.Component):
                 opcode_known.eq(is_write_v | is_ack_v | is_probe_v),
                 tver_bad.eq(bth_v["tver"] != 0),
                 trimmed.eq(trimmed_v),
-                header_end.eq(hend_v),
                 ovh.eq(ovh_v),
                 ovh_max.eq(ovh_v + self.max_payload),
                 ovh_beats.eq(ovh_v - (lanes - 1)),
@@ -380,7 +405,7 @@ class RxParser(wiring.Component):
             with m.Switch(hend_v):
                 for end in ends:
                     with m.Case(end):
-                        m.d.sync += shift.eq(end % lanes)
+                        m.d.sync += shift.eq(shifts.index(end % lanes))
 
         # ------------------------------------------------------------------
         # Length stage B, every cycle, from stage A and the captured UDP and IPv4
@@ -427,11 +452,12 @@ class RxParser(wiring.Component):
         ]
         ip_stages = min(2, (OFF_BTH + BTH.size - 1) // lanes - (OFF_UDP - 1) // lanes)
         if ip_stages >= 2:
+            # (as carry-chain adders: there is time for them in these stages)
             groups = [ip_words[0:4], ip_words[4:8], ip_words[8:10]]
             partial = [Signal(18, name=f"ipsum_part{i}") for i in range(len(groups))]
-            for p, g in zip(partial, groups, strict=True):
-                m.d.sync += p.eq(sum(g))
-            ipsum_v = sum(partial)[:20]
+            for i, (p, g) in enumerate(zip(partial, groups, strict=True)):
+                m.d.sync += p.eq(_adder_tree(m, g, f"ipsum_part{i}"))
+            ipsum_v = _adder_tree(m, partial, "ipsum")[:20]
         else:
             ipsum_v = sum(ip_words)[:20]
         if ip_stages >= 1:
@@ -469,8 +495,8 @@ class RxParser(wiring.Component):
         window = Cat(prev, Mux(eof, 0, axis.tdata))
         aligned = Signal(self.data_width)
         with m.Switch(shift):
-            for s in sorted({end % lanes for end in ends}):
-                with m.Case(s):
+            for i, s in enumerate(shifts):
+                with m.Case(i) if i < len(shifts) - 1 else m.Default():
                     m.d.comb += aligned.eq(window[8 * s : 8 * s + self.data_width])
 
         # Frame FIFO; its write port is registered (the write lands one cycle
@@ -524,77 +550,51 @@ class RxParser(wiring.Component):
         m.d.sync += wr_ptr.eq((wr_ptr_eff + wr_en)[:ptr_bits])
 
         # ICRC over the masked bytes from byte 14 to the end, ICRC included. The
-        # beat's masked bytes and its byte count are registered (the bytes
-        # moved up by the lanes the count misses: hw/crc.py crc32_tail); in
-        # the next cycle the CRC register takes a full beat (or the first beat's
-        # bytes from byte 14), one network each. The last beat, whose byte
-        # count varies, does not go back into the CRC register: its state part
-        # and its data part, one network each for every count, are registered
-        # apart (crc_x, crc_y) and verdict stage 2 compares crc_x ^ crc_y with
-        # the residue.
+        # beat's masked bytes are registered as the data part of their CRC (one
+        # network over the whole beat); in the next cycle the CRC register
+        # takes it, with the state part of the register (or, for the beat that
+        # starts the CRC, of ICRC_INIT: a constant). Bytes that are not CRC
+        # bytes are zeroed: those before byte 14 (leading zeros leave the data
+        # part as if the beat started there) and those after the frame's end
+        # in its last beat, so the last beat goes through the full-beat
+        # network too and the register ends up advanced over the frame and
+        # `lanes - nbytes` zero bytes. Advancing by zero bytes is invertible,
+        # so verdict stage 2 compares the register with the residue advanced
+        # by as many zero bytes (a constant per byte count) instead.
         crc_start_beat, crc_start_lane = OFF_IPV4 // lanes, OFF_IPV4 % lanes
         assert crc_start_beat <= 1
-        start_count = lanes - crc_start_lane
         masked = Signal(self.data_width)
         m.d.comb += masked.eq(axis.tdata)
         for pos in ICRC_MASKED_BYTES:
             with m.If(beat_oh[pos // lanes]):
                 m.d.comb += masked[8 * (pos % lanes) : 8 * (pos % lanes) + 8].eq(0xFF)
-        count = Signal(range(lanes + 1))  # CRC bytes in this beat
-        m.d.comb += count.eq(nbytes)
-        if crc_start_beat:
-            with m.If(first):
-                m.d.comb += count.eq(0)
-        with m.If(beat_oh[crc_start_beat]):
-            m.d.comb += count.eq(Mux(nbytes > crc_start_lane, nbytes - crc_start_lane, 0))
+        for i in range(lanes):
+            before_start = beat_oh[crc_start_beat] if i < crc_start_lane else 0
+            with m.If(before_start | (axis.tlast & ~axis.tkeep[i])):
+                m.d.comb += masked[8 * i : 8 * i + 8].eq(0)
         crc_valid = Signal()
-        crc_last = Signal()
-        crc_first = Signal()
         crc_start = Signal()
-        crc_moved = Signal(self.data_width)  # the beat's CRC bytes moved up (crc32_tail)
-        crc_count = Signal(range(lanes + 1))  # CRC bytes in the beat, of a last beat
-        crc_dpart = Signal(32)  # the data part of a full (or first) beat's CRC
-        start_data = masked >> (8 * crc_start_lane)
-        data_in = Mux(beat_oh[crc_start_beat], start_data, masked)
-        # (the first beat's CRC starts from ICRC_INIT: its state part is a constant)
-        init_part = crc32_parts(Const(ICRC_INIT, 32), 0, start_count)[0]
-        m.d.sync += crc_dpart.eq(
-            Mux(
-                beat_oh[crc_start_beat],
-                crc32_parts(0, start_data, start_count)[1] ^ init_part,
-                crc32_parts(0, masked, lanes)[1],
-            )
-        )
+        crc_dpart = Signal(32)  # the data part of the beat's CRC
+        crc_nbytes = Signal(range(lanes + 1))  # the beat's bytes (of the last one)
+        crc_residue = Signal(32)  # the residue advanced by the last beat's zero bytes
         m.d.sync += [
             crc_valid.eq(accept),
-            crc_last.eq(axis.tlast),
-            crc_first.eq(first),
             crc_start.eq(beat_oh[crc_start_beat]),
-            crc_moved.eq(tail_shift(data_in, count, lanes)),
-            crc_count.eq(count),
+            crc_dpart.eq(crc32_parts(0, masked, lanes)[1]),
+            crc_nbytes.eq(nbytes),
+            crc_residue.eq(
+                Array(
+                    Const(crc32_state_py(CRC32_RESIDUE, bytes(lanes - n)), 32)
+                    for n in range(lanes + 1)
+                )[crc_nbytes]
+            ),
         ]
-        crc_x = Signal(32)  # the last beat's state part
-        crc_y = Signal(32)  # and data part
-        with m.If(crc_valid & ~crc_last):
-            state_part = Mux(crc_start, 0, crc32_parts(crc, 0, lanes)[0])
-            if crc_start_beat:
-                # the first beat has no CRC bytes: it only starts the CRC
-                with m.If(crc_first):
-                    m.d.sync += crc.eq(ICRC_INIT)
-                with m.Else():
-                    m.d.sync += crc.eq(state_part ^ crc_dpart)
-            else:
-                m.d.sync += crc.eq(state_part ^ crc_dpart)
-        with m.If(crc_valid & crc_last):
-            # (below 128 bits a first beat that is also the last has no CRC
-            # bytes, and the frame is truncated)
-            crc_in = Mux(crc_first, ICRC_INIT, crc) if crc_start_beat == 0 else crc
-            m.d.sync += [
-                crc_x.eq(crc32_tail(crc_in, 0, crc_count, lanes)[0]),
-                # the moved bytes through the full-beat network: the CRC of
-                # the count's bytes from a zero state
-                crc_y.eq(crc32_parts(0, crc_moved, lanes)[1]),
-            ]
+        # The CRC starts from ICRC_INIT at byte 14, so the start beat's state
+        # part is a constant: that of ICRC_INIT over the beat's bytes from there.
+        init_part = crc32_parts(Const(ICRC_INIT, 32), 0, lanes - crc_start_lane)[0]
+        with m.If(crc_valid):
+            state_part = Mux(crc_start, init_part, crc32_parts(crc, 0, lanes)[0])
+            m.d.sync += crc.eq(state_part ^ crc_dpart)
 
         with m.If(accept):
             m.d.sync += [
@@ -655,8 +655,23 @@ class RxParser(wiring.Component):
         m.d.sync += [flags[i].eq(cond) for i, (_, cond) in enumerate(checks)]
         m.d.sync += check_icrc.eq(~trimmed)
 
-        # The record.
-        record = Signal(ParsedHeader(self.sack_bits))
+        # The record, as stored (in record_q and the header FIFO): the
+        # extension headers of the opcode classes, which no frame has two of,
+        # share their bytes, kept as the raw bytes after the BTH and the class;
+        # the output stage spreads them into the ParsedHeader's fields.
+        out_layout = ParsedHeader(self.sack_bits)
+        extensions = ("reth", "imm", "aeth", "sack", "sack_bitmap", "probe")
+        stored = data.StructLayout(
+            {
+                **{name: field.shape for name, field in out_layout if name not in extensions},
+                "ext": unsigned(8 * (hdr_len - OFF_EXT)),
+                "is_write": unsigned(1),
+                "is_imm": unsigned(1),
+                "is_ack": unsigned(1),
+                "is_probe": unsigned(1),
+            }
+        )
+        record = Signal(stored)
         m.d.comb += [
             record.eth_src.eq(eth["src"]),
             record.eth_dst.eq(eth["dst"]),
@@ -667,30 +682,17 @@ class RxParser(wiring.Component):
             record.ev.eq(udp["sport"]),
             record.trimmed.eq(trimmed),
             record.payload_len.eq(Mux(payload_fits, payload_len, 0)),
+            record.ext.eq(hdr[8 * OFF_EXT :]),
+            record.is_write.eq(is_write),
+            record.is_imm.eq(is_imm),
+            record.is_ack.eq(is_ack),
+            record.is_probe.eq(is_probe),
         ]
         for name, value in bth.items():
             m.d.comb += record.bth[name].eq(value)
-        with m.If(is_write):
-            for name, value in RETH.unpack(_bytes(hdr, OFF_EXT, RETH.size)).items():
-                m.d.comb += record.reth[name].eq(value)
-        with m.If(is_imm):
-            m.d.comb += record.imm.eq(IMMDT.unpack(_bytes(hdr, OFF_IMMDT, IMMDT.size))["imm"])
-        with m.If(is_ack):
-            for name, value in AETH.unpack(_bytes(hdr, OFF_EXT, AETH.size)).items():
-                m.d.comb += record.aeth[name].eq(value)
-            for name, value in SACK.unpack(_bytes(hdr, OFF_SACK, SACK.size)).items():
-                m.d.comb += record.sack[name].eq(value)
-            bitmap_off = OFF_SACK + SACK.size
-            bitmap = sack_bitmap(self.sack_bits).unpack(
-                _bytes(hdr, bitmap_off, self.sack_bits // 8)
-            )["bitmap"]
-            m.d.comb += record.sack_bitmap.eq(bitmap)
-        with m.If(is_probe):
-            for name, value in PROBE.unpack(_bytes(hdr, OFF_EXT, PROBE.size)).items():
-                m.d.comb += record.probe[name].eq(value)
         # Held until the record is pushed in stage 3: the next frame's stage 1
         # comes 2 cycles later at the earliest, unless it has one beat.
-        record_q = Signal(ParsedHeader(self.sack_bits))
+        record_q = Signal(stored)
         with m.If(eof & ~one_beat):
             m.d.sync += record_q.eq(record)
 
@@ -700,7 +702,6 @@ class RxParser(wiring.Component):
         # frame's first payload beat is its third beat at the earliest, and the
         # final beat of the frame, if any, was written in stage 1), so wr_ptr is
         # where the frame's payload ends.
-        crc_sum = crc_x ^ crc_y
         crc_ok = Signal(4)
         first_fail = Signal(len(checks))  # the first check that failed, one-hot
         any_fail = Signal()
@@ -708,8 +709,7 @@ class RxParser(wiring.Component):
         end_ptr = Signal(ptr_bits)
         v3 = Signal()
         m.d.sync += [
-            crc_ok[j].eq(crc_sum[8 * j : 8 * j + 8] == (CRC32_RESIDUE >> 8 * j) & 0xFF)
-            for j in range(4)
+            crc_ok[j].eq(crc[8 * j : 8 * j + 8] == crc_residue[8 * j : 8 * j + 8]) for j in range(4)
         ]
         m.d.sync += [
             first_fail[i].eq(flags[i] & ~flags[:i].any()) for i in range(len(checks))
@@ -782,9 +782,31 @@ class RxParser(wiring.Component):
 
         # ------------------------------------------------------------------
         # Output stage.
-        out_rec = ParsedHeader(self.sack_bits)(records.r_data)
+        out_rec = stored(records.r_data)
+        ext = out_rec.ext
+        for name, _ in out_layout:
+            if name not in extensions:
+                m.d.comb += self.hdr.payload[name].eq(out_rec[name])
+        with m.If(out_rec.is_write):
+            for name, value in RETH.unpack(_bytes(ext, 0, RETH.size)).items():
+                m.d.comb += self.hdr.payload.reth[name].eq(value)
+        with m.If(out_rec.is_imm):
+            imm = IMMDT.unpack(_bytes(ext, OFF_IMMDT - OFF_EXT, IMMDT.size))["imm"]
+            m.d.comb += self.hdr.payload.imm.eq(imm)
+        with m.If(out_rec.is_ack):
+            for name, value in AETH.unpack(_bytes(ext, 0, AETH.size)).items():
+                m.d.comb += self.hdr.payload.aeth[name].eq(value)
+            for name, value in SACK.unpack(_bytes(ext, OFF_SACK - OFF_EXT, SACK.size)).items():
+                m.d.comb += self.hdr.payload.sack[name].eq(value)
+            bitmap_off = OFF_SACK + SACK.size - OFF_EXT
+            bitmap = sack_bitmap(self.sack_bits).unpack(
+                _bytes(ext, bitmap_off, self.sack_bits // 8)
+            )["bitmap"]
+            m.d.comb += self.hdr.payload.sack_bitmap.eq(bitmap)
+        with m.If(out_rec.is_probe):
+            for name, value in PROBE.unpack(_bytes(ext, 0, PROBE.size)).items():
+                m.d.comb += self.hdr.payload.probe[name].eq(value)
         m.d.comb += [
-            self.hdr.payload.eq(out_rec),
             self.hdr.valid.eq(records.r_rdy),
             records.r_en.eq(self.hdr.ready),
         ]
