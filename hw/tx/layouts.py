@@ -6,7 +6,6 @@ from amaranth.lib import data
 __all__ = [
     "WQE_BYTES",
     "WqeOpcode",
-    "wqe_fields",
     "PacketDesc",
     "PayloadDesc",
     "FrameHeader",
@@ -45,11 +44,6 @@ WQE_LAYOUT = [
     ("length", 0x20, 4),
     ("rkey", 0x24, 4),
 ]
-
-
-def wqe_fields(raw):
-    """Fields of a WQE held in ``raw`` (512 bits, byte i of the WQE in lane i)."""
-    return {name: raw[8 * off : 8 * (off + size)] for name, off, size in WQE_LAYOUT}
 
 
 def PacketDesc():

@@ -13,13 +13,13 @@ from .dma import ReadData, ReadRequest
 from .ev import EvBusSignature
 from .layouts import (
     WQE_BYTES,
+    WQE_LAYOUT,
     AckUpdate,
     PacketDesc,
     PayloadDesc,
     RetxRequest,
     SentRecord,
     WqeOpcode,
-    wqe_fields,
 )
 from .regs import QP_BASE, QP_STRIDE, TX_TYPE_ID, TX_VERSION, G, Q
 
@@ -31,7 +31,7 @@ MPR_UNIT = 128
 # Per-QP settings held in one RAM row, one 32-bit lane per CSR so that a CSR
 # write is a single lane write (write granularity 32).
 CFG_LANES = [
-    ("mtu_log2", Q.MTU, 4),
+    ("mtu_shift", Q.MTU, 3),  # log2(MTU) - 8: the MTU is 256 << mtu_shift
     ("mpr", Q.MPR, 8),
     ("cwnd", Q.CWND, 16),
     ("dqpn", Q.DEST_QPN, 24),
@@ -160,7 +160,7 @@ class Sequencer(wiring.Component):
 
         # ---- per-QP settings, WQE progress, counters, in-flight records: RAM
         cfg_init = [0] * len(CFG_LANES)
-        cfg_init[_LANE["mtu_log2"]] = min(10, max_mtu_log2)
+        cfg_init[_LANE["mtu_shift"]] = min(10, max_mtu_log2) - 8
         cfg_init[_LANE["mpr"]] = max(1, depth // MPR_UNIT)
         cfg_init[_LANE["cwnd"]] = depth
         cfg_row_init = sum(v << (32 * i) for i, v in enumerate(cfg_init))
@@ -169,9 +169,15 @@ class Sequencer(wiring.Component):
         )
         cfg_w = cfg_mem.write_port(granularity=32)
         cfg_r = cfg_mem.read_port(transparent_for=(cfg_w,))
-        cfg_csr = cfg_mem.read_port()
+        # A CSR read never meets a settings write (those are applied one cycle
+        # after w_stb), so transparency changes nothing but lets the read
+        # register hold the address instead of a whole row.
+        cfg_csr = cfg_mem.read_port(transparent_for=(cfg_w,))
         cfg = cfg_r.data
 
+        # A row is read (in CHECK) only while the QP's wqe_active is set: PARSE
+        # sets it and the SEGMENT or EMIT that always follows writes the row,
+        # so INIT leaves these rows alone.
         m.submodules.wqe_state = wqe_mem = Memory(shape=WqeState(), depth=nq, init=[])
         wqe_w = wqe_mem.write_port()
         wqe_r = wqe_mem.read_port(transparent_for=(wqe_w,))
@@ -223,7 +229,6 @@ class Sequencer(wiring.Component):
         retx_qpn_ok = Signal()
         rec = Signal(InflightRecord(eb))
         fetch_index = Signal(16)
-        wqe_raw = Signal(8 * WQE_BYTES)
         fetch_beat = Signal(range(max(wqe_beats, 2)))
         cur = Signal(WqeState())
         offset = Signal(32)
@@ -232,10 +237,15 @@ class Sequencer(wiring.Component):
         seg_len = Signal(13)
         seg_psn = Signal(PSN_BITS)
         ev_index = Signal(eb)
+        psn_advance = Signal()  # EMIT sends a new PSN: next_psn[cur_q] moves on
+        # the row written back is cur (EMIT advances its pkt_index)
+        m.d.comb += [wqe_w.addr.eq(cur_q), wqe_w.data.eq(cur)]
 
-        mtu_log2 = _lane(cfg, "mtu_log2")
+        # only the bits that an MTU up to max_mtu needs
+        mtu_shift_bits = max(1, (max_mtu_log2 - 8).bit_length())
+        mtu_shift = _lane(cfg, "mtu_shift")[:mtu_shift_bits]
         mtu = Signal(13)
-        m.d.comb += mtu.eq(1 << mtu_log2)
+        m.d.comb += mtu.eq(Const(256, 9) << mtu_shift)
         # Array reads go through plain signals first: arithmetic on two
         # ArrayProxy values would expand to num_qps^2 terms.
         cur_next = Signal(PSN_BITS)
@@ -259,6 +269,14 @@ class Sequencer(wiring.Component):
         # IDLE without parking: the QP is picked again and checked afresh.
         inflight_r = Signal(PSN_BITS)
         over_r = Signal()
+
+        # inflight_r >= min(MPR x 128, cwnd, depth): at depth or more it is
+        # over whatever the settings, and below depth only its low db bits can
+        # reach a limit, so the compares are db bits wide.
+        def reaches(limit):
+            return (limit[db:] == 0) & (inflight_r[:db] >= limit[:db])
+
+        window_over = inflight_r[db:].any() | reaches(mpr_psns) | reaches(cwnd)
         wb_clear = Signal(nq)  # window unparks this cycle
         wb_hit = Signal()  # the QP was unparked since LOAD
         sq_base = Cat(_lane(cfg, "sq_base_lo"), _lane(cfg, "sq_base_hi"))
@@ -279,20 +297,71 @@ class Sequencer(wiring.Component):
 
         m.d.comb += self.ev.val_sel.eq(Cat(ev_index, cur_q))
 
+        # The counters' row after this packet, registered ahead of EMIT (the
+        # row at cur_q is only written in EMIT) and zero in INIT, which
+        # writes it to every row.
+        cnt_next = Signal(64)
+        m.d.sync += cnt_next.eq(
+            Mux(ready, Cat((cnt_r.data[:32] + 1)[:32], (cnt_r.data[32:] + retx_mode)[:32]), 0)
+        )
+
+        # The WQE request, the three per-packet outputs and the in-flight
+        # record are driven in every state: their valids (and infl_w.en) say
+        # when they count, so no field needs gating by the FSM state.
+        m.d.comb += [
+            self.wqe_req.payload.addr.eq(sq_base + (fetch_slot << 6)),
+            self.wqe_req.payload.len.eq(wqe_beats - 1),
+        ]
+        imm_last = cur.with_imm & seg_last
+        opcode = Signal(8)
+        with m.If(seg_first & seg_last):
+            m.d.comb += opcode.eq(Mux(cur.with_imm, Opcode.WRITE_ONLY_IMM, Opcode.WRITE_ONLY))
+        with m.Elif(seg_first):
+            m.d.comb += opcode.eq(Opcode.WRITE_FIRST)
+        with m.Elif(seg_last):
+            m.d.comb += opcode.eq(Mux(cur.with_imm, Opcode.WRITE_LAST_IMM, Opcode.WRITE_LAST))
+        with m.Else():
+            m.d.comb += opcode.eq(Opcode.WRITE_MIDDLE)
+        h = self.hdr_desc.payload
+        m.d.comb += [
+            h.opcode.eq(opcode),
+            h.se.eq(imm_last),
+            h.ackreq.eq(seg_last | retx_mode),
+            h.dqpn.eq(_lane(cfg, "dqpn")),
+            h.psn.eq(seg_psn),
+            h.va.eq(cur.raddr + offset),
+            h.rkey.eq(cur.rkey),
+            h.dma_len.eq(cur.length),
+            h.imm.eq(cur.imm),
+            h.length.eq(seg_len),
+            h.ev.eq(self.ev.value),
+            h.dst_mac.eq(Cat(_lane(cfg, "dst_mac_lo"), _lane(cfg, "dst_mac_hi"))),
+            h.dst_ip.eq(_lane(cfg, "dst_ip")),
+            h.dscp.eq(_lane(cfg, "dscp")),
+            self.pay_desc.payload.laddr.eq(cur.laddr + offset),
+            self.pay_desc.payload.length.eq(seg_len),
+            self.sent.payload.qpn.eq(cur_q),
+            self.sent.payload.psn.eq(seg_psn),
+            self.sent.payload.ev_index.eq(ev_index),
+            self.sent.payload.retx.eq(retx_mode),
+            self.sent.payload.last.eq(seg_last),
+            self.sent.payload.wqe_index.eq(cur.wqe_index),
+            infl_w.addr.eq(Cat(seg_psn[:db], cur_q)),
+            cnt_w.data.eq(cnt_next),
+            infl_w.data.wqe_index.eq(cur.wqe_index),
+            infl_w.data.pkt_index.eq(cur.pkt_index),
+            infl_w.data.ev_index.eq(ev_index),
+        ]
+
         with m.FSM(init="INIT"):
             with m.State("INIT"):
-                # RAM rows back to their defaults after a (soft) reset; CSR
-                # writes to per-QP settings are lost until ``ready``.
+                # Settings and counters back to their defaults after a (soft)
+                # reset; CSR writes to per-QP settings are lost until ``ready``.
                 m.d.comb += [
                     cfg_w.addr.eq(init_q),
-                    cfg_w.data.eq(cfg_row_init),
                     cfg_w.en.eq((1 << len(CFG_LANES)) - 1),
                     cnt_w.addr.eq(init_q),
-                    cnt_w.data.eq(0),
                     cnt_w.en.eq(1),
-                    wqe_w.addr.eq(init_q),
-                    wqe_w.data.eq(0),
-                    wqe_w.en.eq(1),
                 ]
                 with m.If(init_q < nq):
                     m.d.sync += init_q.eq(init_q + 1)
@@ -328,9 +397,7 @@ class Sequencer(wiring.Component):
 
             with m.State("CHECK"):
                 m.d.sync += [
-                    over_r.eq(
-                        (inflight_r >= mpr_psns) | (inflight_r >= cwnd) | (inflight_r >= depth)
-                    ),
+                    over_r.eq(window_over),
                     wb_hit.eq(wb_hit | wb_clear.bit_select(cur_q, 1)),
                 ]
                 with m.If(~enable.bit_select(cur_q, 1)):
@@ -362,10 +429,6 @@ class Sequencer(wiring.Component):
                 m.next = "FETCH"
 
             with m.State("FETCH"):
-                m.d.comb += [
-                    self.wqe_req.payload.addr.eq(sq_base + (fetch_slot << 6)),
-                    self.wqe_req.payload.len.eq(wqe_beats - 1),
-                ]
                 with m.If(over_r):
                     window_park()
                 with m.Else():
@@ -377,24 +440,23 @@ class Sequencer(wiring.Component):
             with m.State("FETCH_DATA"):
                 m.d.comb += self.wqe_data.ready.eq(1)
                 with m.If(self.wqe_data.valid):
-                    m.d.sync += [
-                        wqe_raw.word_select(fetch_beat, self.data_width).eq(
-                            self.wqe_data.payload.data
-                        ),
-                        fetch_beat.eq(fetch_beat + 1),
-                    ]
+                    m.d.sync += fetch_beat.eq(fetch_beat + 1)
+                    # each field the sequencer uses lies within one beat (they
+                    # are at most 8 bytes, aligned): it goes straight to cur
+                    beat = self.wqe_data.payload.data
+                    for name, off, size in WQE_LAYOUT:
+                        lsb = 8 * (off % nbytes)
+                        value = beat[lsb : lsb + 8 * size]
+                        with m.If(fetch_beat == off // nbytes):
+                            if name == "opcode":
+                                m.d.sync += cur.with_imm.eq(value == WqeOpcode.WRITE_WITH_IMM)
+                            elif name in WqeState().members:
+                                m.d.sync += cur[name].eq(value)
                     with m.If(self.wqe_data.payload.last):
                         m.next = "PARSE"
 
             with m.State("PARSE"):
-                f = wqe_fields(wqe_raw)
                 m.d.sync += [
-                    cur.laddr.eq(f["laddr"]),
-                    cur.raddr.eq(f["raddr"]),
-                    cur.length.eq(f["length"]),
-                    cur.rkey.eq(f["rkey"]),
-                    cur.imm.eq(f["imm"]),
-                    cur.with_imm.eq(f["opcode"] == WqeOpcode.WRITE_WITH_IMM),
                     cur.wqe_index.eq(fetch_index),
                     cur.pkt_index.eq(Mux(retx_mode, rec.pkt_index, 0)),
                 ]
@@ -409,7 +471,7 @@ class Sequencer(wiring.Component):
                 # Wait for room downstream *before* choosing the EV, so that a
                 # packet is committed 2 cycles after its EV was chosen and an
                 # EV state change binds every packet chosen after it.
-                m.d.sync += offset.eq(cur.pkt_index << mtu_log2)
+                m.d.sync += offset.eq(Cat(Const(0, 8), cur.pkt_index) << mtu_shift)
                 with m.If(over_r):
                     window_park()
                 with m.Elif(self.hdr_desc.ready & self.pay_desc.ready & self.sent.ready):
@@ -417,7 +479,7 @@ class Sequencer(wiring.Component):
 
             with m.State("SEGMENT"):
                 rest = (cur.length - offset)[:32]
-                last = rest <= mtu
+                last = (rest[len(mtu) :] == 0) & (rest[: len(mtu)] <= mtu)
                 m.d.sync += [
                     seg_last.eq(last),
                     seg_first.eq(cur.pkt_index == 0),
@@ -432,7 +494,7 @@ class Sequencer(wiring.Component):
                     m.next = "IDLE"
                 with m.Else():
                     # park the QP, keeping its WQE, until one of its EVs is GOOD
-                    m.d.comb += [wqe_w.addr.eq(cur_q), wqe_w.data.eq(cur), wqe_w.en.eq(1)]
+                    m.d.comb += wqe_w.en.eq(1)
                     m.d.sync += ev_blocked.bit_select(cur_q, 1).eq(1)
                     m.next = "IDLE"
 
@@ -442,77 +504,25 @@ class Sequencer(wiring.Component):
             with m.State("EMIT"):
                 # room was checked before SEGMENT and only our writes take it
                 go = self.hdr_desc.ready & self.pay_desc.ready & self.sent.ready
-                imm_last = cur.with_imm & seg_last
-                opcode = Signal(8)
-                with m.If(seg_first & seg_last):
-                    m.d.comb += opcode.eq(
-                        Mux(cur.with_imm, Opcode.WRITE_ONLY_IMM, Opcode.WRITE_ONLY)
-                    )
-                with m.Elif(seg_first):
-                    m.d.comb += opcode.eq(Opcode.WRITE_FIRST)
-                with m.Elif(seg_last):
-                    m.d.comb += opcode.eq(
-                        Mux(cur.with_imm, Opcode.WRITE_LAST_IMM, Opcode.WRITE_LAST)
-                    )
-                with m.Else():
-                    m.d.comb += opcode.eq(Opcode.WRITE_MIDDLE)
-                h = self.hdr_desc.payload
                 m.d.comb += [
                     self.hdr_desc.valid.eq(go),
                     self.pay_desc.valid.eq(go),
                     self.sent.valid.eq(go),
-                    h.opcode.eq(opcode),
-                    h.se.eq(imm_last),
-                    h.ackreq.eq(seg_last | retx_mode),
-                    h.dqpn.eq(_lane(cfg, "dqpn")),
-                    h.psn.eq(seg_psn),
-                    h.va.eq(cur.raddr + offset),
-                    h.rkey.eq(cur.rkey),
-                    h.dma_len.eq(cur.length),
-                    h.imm.eq(cur.imm),
-                    h.length.eq(seg_len),
-                    h.ev.eq(self.ev.value),
-                    h.dst_mac.eq(Cat(_lane(cfg, "dst_mac_lo"), _lane(cfg, "dst_mac_hi"))),
-                    h.dst_ip.eq(_lane(cfg, "dst_ip")),
-                    h.dscp.eq(_lane(cfg, "dscp")),
-                    self.pay_desc.payload.laddr.eq(cur.laddr + offset),
-                    self.pay_desc.payload.length.eq(seg_len),
-                    self.sent.payload.qpn.eq(cur_q),
-                    self.sent.payload.psn.eq(seg_psn),
-                    self.sent.payload.ev_index.eq(ev_index),
-                    self.sent.payload.retx.eq(retx_mode),
-                    self.sent.payload.last.eq(seg_last),
-                    self.sent.payload.wqe_index.eq(cur.wqe_index),
                 ]
                 with m.If(go):
-                    record = Signal(InflightRecord(eb))
                     m.d.comb += [
-                        record.wqe_index.eq(cur.wqe_index),
-                        record.pkt_index.eq(cur.pkt_index),
-                        record.ev_index.eq(ev_index),
-                        infl_w.addr.eq(Cat(seg_psn[:db], cur_q)),
-                        infl_w.data.eq(record),
                         infl_w.en.eq(1),
                         cnt_w.addr.eq(cur_q),
-                        cnt_w.data.eq(
-                            Cat((cnt_r.data[:32] + 1)[:32], (cnt_r.data[32:] + retx_mode)[:32])
-                        ),
                         cnt_w.en.eq(1),
                     ]
                     m.d.sync += ev_cursor[cur_q].eq(ev_index)
                     with m.If(~retx_mode):
-                        advanced = Signal(WqeState())
                         m.d.comb += [
-                            advanced.eq(cur),
-                            advanced.pkt_index.eq(cur.pkt_index + 1),
-                            wqe_w.addr.eq(cur_q),
-                            wqe_w.data.eq(advanced),
+                            wqe_w.data.pkt_index.eq(cur.pkt_index + 1),
                             wqe_w.en.eq(1),
                         ]
-                        m.d.sync += [
-                            next_psn[cur_q].eq(seg_psn + 1),
-                            wqe_active.bit_select(cur_q, 1).eq(~seg_last),
-                        ]
+                        m.d.comb += psn_advance.eq(1)
+                        m.d.sync += wqe_active.bit_select(cur_q, 1).eq(~seg_last)
                     m.next = "IDLE"
 
         # ---- unparking: acks, EV state changes (CSR writes come below)
@@ -553,7 +563,7 @@ class Sequencer(wiring.Component):
             ak_bypass.eq(ak_apply & (ak_q == ack_q)),
         ]
         with m.If(ak_apply):
-            m.d.sync += [una_psn[ak_q].eq(ak_una), win_blocked.bit_select(ak_q, 1).eq(0)]
+            m.d.sync += win_blocked.bit_select(ak_q, 1).eq(0)
             m.d.comb += wb_clear.bit_select(ak_q, 1).eq(1)
         with m.If(self.ev.became_good):
             m.d.sync += ev_blocked.bit_select(self.ev.became_good_qp, 1).eq(0)
@@ -565,12 +575,16 @@ class Sequencer(wiring.Component):
         in_qp = (csr.addr >= QP_BASE) & ((rel >> (QP_STRIDE.bit_length() - 1)) < nq)
         reg = csr.addr[: QP_STRIDE.bit_length() - 1]
         m.d.comb += [cfg_csr.addr.eq(qsel), cnt_csr.addr.eq(qsel)]
-        m.d.comb += [self.ev.csr_sel.eq(ev_select)]
+        m.d.comb += [
+            self.ev.csr_sel.eq(ev_select),
+            self.ev.csr_value.eq(csr.w_data[:16]),  # taken with csr_we
+            self.ev.csr_state.eq(csr.w_data[16:18]),
+        ]
 
         lane_of = {off: name for name, off, _ in CFG_LANES}
         # per-QP writes: the decoded strobe, QP, register and data are
         # registered and the write applied one cycle after w_stb (the bridge
-        # issues no read or write in that cycle)
+        # issues no read or write in that cycle); qw_data is zero until ready
         qw_stb = Signal()
         qw_q = Signal(qb)
         qw_reg = Signal.like(reg)
@@ -579,25 +593,31 @@ class Sequencer(wiring.Component):
             qw_stb.eq(csr.w_stb & in_qp & ready),
             qw_q.eq(qsel),
             qw_reg.eq(reg),
-            qw_data.eq(csr.w_data),
+            qw_data.eq(Mux(ready, csr.w_data, 0)),
         ]
+        # Every settings lane is given qw_data and the lane enable picks the
+        # one written, so the data needs no decode. INIT writes qw_data too,
+        # zero then, except in the lanes whose default is not zero.
+        valid_mtu = Signal()
+        mtu_shift_w = Signal(3)
+        for lg in range(8, max_mtu_log2 + 1):
+            with m.If(qw_data == (1 << lg)):
+                m.d.comb += [valid_mtu.eq(1), mtu_shift_w.eq(lg - 8)]
+        cfg_lanes_w = []
+        for i, (name, _, _) in enumerate(CFG_LANES):
+            lane_data = Signal(32, name=f"cfg_w_{name}")
+            value = mtu_shift_w if name == "mtu_shift" else qw_data
+            m.d.comb += lane_data.eq(Mux(ready, value, cfg_init[i]) if cfg_init[i] else value)
+            cfg_lanes_w.append(lane_data)
+        m.d.comb += cfg_w.data.eq(Cat(*cfg_lanes_w))
         with m.If(qw_stb):
             with m.Switch(qw_reg):
                 for off, name in lane_of.items():
                     with m.Case(off):
-                        lane_data = qw_data
-                        if name == "mtu_log2":
-                            valid_mtu = Signal()
-                            lane_data = Signal(32)
-                            for lg in range(8, max_mtu_log2 + 1):
-                                with m.If(qw_data == (1 << lg)):
-                                    m.d.comb += [valid_mtu.eq(1), lane_data.eq(lg)]
-                        else:
-                            valid_mtu = Const(1)
+                        valid = valid_mtu if name == "mtu_shift" else Const(1)
                         m.d.comb += [
                             cfg_w.addr.eq(qw_q),
-                            cfg_w.data.eq(lane_data << (32 * _LANE[name])),
-                            cfg_w.en.eq(valid_mtu << _LANE[name]),
+                            cfg_w.en.eq(valid << _LANE[name]),
                         ]
                         if name in ("mpr", "cwnd"):
                             m.d.sync += win_blocked.bit_select(qw_q, 1).eq(0)
@@ -610,11 +630,7 @@ class Sequencer(wiring.Component):
                     ]
                     m.d.comb += wb_clear.bit_select(qw_q, 1).eq(1)
                 with m.Case(Q.NEXT_PSN):
-                    m.d.sync += [
-                        next_psn[qw_q].eq(qw_data[:PSN_BITS]),
-                        una_psn[qw_q].eq(qw_data[:PSN_BITS]),
-                        win_blocked.bit_select(qw_q, 1).eq(0),
-                    ]
+                    m.d.sync += win_blocked.bit_select(qw_q, 1).eq(0)
                     m.d.comb += [
                         wb_clear.bit_select(qw_q, 1).eq(1),
                         psn_write.bit_select(qw_q, 1).eq(1),
@@ -632,11 +648,22 @@ class Sequencer(wiring.Component):
                 with m.Case(G.EV_SELECT):
                     m.d.sync += ev_select.eq(Cat(csr.w_data[:eb], csr.w_data[8 : 8 + qb]))
                 with m.Case(G.EV_ENTRY):
-                    m.d.comb += [
-                        self.ev.csr_we.eq(1),
-                        self.ev.csr_value.eq(csr.w_data[:16]),
-                        self.ev.csr_state.eq(csr.w_data[16:18]),
-                    ]
+                    m.d.comb += self.ev.csr_we.eq(1)
+
+        # The PSN registers, written here per QP so that each is one enable
+        # and a 2-way choice: a NEXT_PSN write sets both and overrides an
+        # EMIT or applied ack_update for the QP in the same cycle.
+        for i in range(nq):
+            with m.If(psn_write[i]):
+                m.d.sync += [
+                    next_psn[i].eq(qw_data[:PSN_BITS]),
+                    una_psn[i].eq(qw_data[:PSN_BITS]),
+                ]
+            with m.Else():
+                with m.If(psn_advance & (cur_q == i)):
+                    m.d.sync += next_psn[i].eq(seg_psn + 1)
+                with m.If(ak_apply & (ak_q == i)):
+                    m.d.sync += una_psn[i].eq(ak_una)
 
         # reads: address registered with r_stb, RAM read ports give data then
         r_addr = Signal.like(csr.addr)
@@ -655,8 +682,8 @@ class Sequencer(wiring.Component):
             for off, name in lane_of.items():
                 with m.Case(off):
                     value = _lane(cfg_row, name)
-                    if name == "mtu_log2":
-                        value = Const(1, 13) << value
+                    if name == "mtu_shift":
+                        value = Const(256, 13) << value[:mtu_shift_bits]
                     m.d.comb += qp_read.eq(value)
             with m.Case(Q.CTRL):
                 m.d.comb += qp_read.eq(enable.bit_select(r_q, 1))
