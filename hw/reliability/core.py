@@ -137,23 +137,13 @@ def _popcount(bits):
 
 
 def _shr(value, amount):
-    """``value >> amount``, same width."""
+    """``value >> amount``, same width. The largest step first: when only the low bits
+    of the result are used, each step needs fewer bits than the one before."""
     value = Value.cast(value)
     w = len(value)
-    for k in range(len(Value.cast(amount))):
+    for k in reversed(range(len(Value.cast(amount)))):
         n = 1 << k
         shifted = Cat(value[n:], Const(0, n))[:w] if n < w else Const(0, w)
-        value = Mux(amount[k], shifted, value)
-    return value
-
-
-def _shl(value, amount, width):
-    """``(value << amount)[:width]``."""
-    value = Value.cast(value)
-    value = Cat(value, Const(0, max(0, width - len(value))))[:width]
-    for k in range(len(Value.cast(amount))):
-        n = 1 << k
-        shifted = Cat(Const(0, n), value)[:width] if n < width else Const(0, width)
         value = Mux(amount[k], shifted, value)
     return value
 
@@ -175,6 +165,13 @@ def _sel(values, index):
         values = values + values[-1:] * (len(values) % 2)
         values = [Mux(bit, values[i + 1], values[i]) for i in range(0, len(values), 2)]
     return values[0]
+
+
+def _lt(value, bound, width):
+    """``value < bound`` for a bound of at most 2**width: a zero test on the bits above
+    ``width`` and a compare of the low bits only (not a full-width subtraction)."""
+    value = Value.cast(value)
+    return (value[width:] == 0) & (value[:width] < bound)
 
 
 def _below(n, width):
@@ -334,7 +331,8 @@ class ReliabilityCore(wiring.Component):
         ]
 
         # --- working state ------------------------------------------------------------
-        cur = Signal(Rec)
+        # reset to the record CLEAR writes, so that the write port always takes ``out``
+        cur = Signal(Rec, init={"fresh": 1})
         cfg = Signal(RelConfig)
         q = Signal(range(nq))
         una0 = Signal(24)
@@ -352,7 +350,9 @@ class ReliabilityCore(wiring.Component):
         a_use = Signal()  # an ACK or NAK TRIMMED of a valid QP
         a_probe = Signal()  # a probe response of a valid QP
         a_psn = Signal(24)
-        a_cum = Signal(24)  # cum_psn, + 1 from LOAD on
+        a_cum = Signal(24)  # cum_psn
+        a_cum1 = Signal(24)  # cum_psn + 1, registered every cycle (valid from ACK_IN on)
+        m.d.sync += a_cum1.eq(a_cum + 1)
         a_base = Signal(24)
         a_ece = Signal()
         a_bitmap = Signal(self.sack_bits)
@@ -368,15 +368,20 @@ class ReliabilityCore(wiring.Component):
         blamed = Signal(E)
         adv = Signal(range(W + 1))
         adv_raw = Signal(24)  # cum_psn + 1 - una
-        # the SACK bitmap against the new una: shift left by s_shl (s_pos) or right by
-        # s_shr (s_neg); the NAK's PSN: in flight (nak_in), at offset nak_off
-        s_pos = Signal()
-        s_neg = Signal()
-        s_shl = Signal(wbits + 1)
-        s_shr = Signal((self.sack_bits - 1).bit_length())
+        # the SACK bitmap against the new una: when it overlaps the window (s_in), the
+        # window is bits s_amt .. s_amt + W - 1 of W zeros below the bitmap (s_amt =
+        # W + una - sack_base); the NAK's PSN: in flight (nak_in), at offset nak_off
+        s_in = Signal()
+        s_amt = Signal(range(W + self.sack_bits))
         nak_in = Signal()
         nak_off = Signal(max(wbits, 1))
-        sacked_above = Signal(range(W + 1))
+        # the loss walk's test (LCNT): at least sack_threshold SACKed PSNs above the
+        # hole, compared on the low bits of the threshold that can hold a count of W (a
+        # threshold with a higher bit set, thr_high, registered every cycle from cfg, is
+        # never met)
+        loss_hole = Signal()
+        thr_high = Signal()
+        m.d.sync += thr_high.eq(cfg.sack_threshold[(W + 1).bit_length():] != 0)
         # the sent record against the record as read (LOAD): psn == nxt (fresh: una =
         # nxt = psn, the span is 0), nxt - una < window, psn - una
         # a timer report against the record as read (LOAD): stale (not RTS, disarmed or
@@ -459,30 +464,40 @@ class ReliabilityCore(wiring.Component):
                      cmax.eq(Mux(P.cwnd_max > W, W, P.cwnd_max))]
 
         # --- pushes -----------------------------------------------------------------------
-        def push_retx(psn, reason):
-            m.d.comb += [
-                f_retx.w_en.eq(1),
-                f_retx.w_data.eq(Cat(Const(0, 24) | q, Value.cast(psn)[:24], Const(reason, 2))),
-            ]
+        # The FIFOs' data hold a default in every cycle (the values of the walks' pushes,
+        # set where those are known); a push sets the enable and what differs from it,
+        # so that the data need no zero leg for the states that do not push.
+        retx_req = Signal(RetxRequest)
+        cpl_req = Signal(CompletionRequest(nq))
+        evu = Signal(EvUpdate)
+        evt = Signal(EvEvent)
+        m.d.comb += [
+            f_retx.w_data.eq(retx_req), f_cpl.w_data.eq(cpl_req),
+            f_evu.w_data.eq(evu), f_evq.w_data.eq(evt),
+            retx_req.qpn.eq(q), cpl_req.qpn.eq(q), evu.qpn.eq(q), evt.qpn.eq(q),
+            cpl_req.wqe_index.eq(cur.wqe_cpl),
+        ]
+
+        def push_retx(reason, psn=None):  # default PSN: the walk's (una + walk_off)
+            m.d.comb += [f_retx.w_en.eq(1), retx_req.reason.eq(reason)]
+            if psn is not None:
+                m.d.comb += retx_req.psn.eq(psn)
             count({RetxReason.TIMEOUT: "retx_timeout", RetxReason.SACK_HOLE: "retx_sack",
                    RetxReason.NAK_TRIMMED: "retx_nak"}[reason])
 
         def push_cpl(wqe_index, status, clear=0):
-            req = Signal(CompletionRequest(nq))
             m.d.comb += [
-                req.qpn.eq(q), req.wqe_index.eq(wqe_index), req.status.eq(status),
-                req.clear.eq(clear), f_cpl.w_data.eq(req), f_cpl.w_en.eq(1),
+                cpl_req.wqe_index.eq(wqe_index), cpl_req.status.eq(status),
+                cpl_req.clear.eq(clear), f_cpl.w_en.eq(1),
             ]
 
-        def push_ev(e, old, new, drops):
-            evu = Signal(EvUpdate)
-            evt = Signal(EvEvent)
-            m.d.comb += [
-                evu.qpn.eq(q), evu.ev_index.eq(e), evu.state.eq(new),
-                f_evu.w_data.eq(evu), f_evu.w_en.eq(1),
-                evt.qpn.eq(q), evt.ev_index.eq(e), evt.old.eq(old), evt.new.eq(new),
-                evt.drops.eq(drops), f_evq.w_data.eq(evt), f_evq.w_en.eq(f_evq.w_rdy),
-            ]
+        def push_ev(e=None, old=None, new=None, drops=None):  # default: blame's event
+            if e is not None:
+                m.d.comb += [
+                    evu.ev_index.eq(e), evu.state.eq(new),
+                    evt.ev_index.eq(e), evt.old.eq(old), evt.new.eq(new), evt.drops.eq(drops),
+                ]
+            m.d.comb += [f_evu.w_en.eq(1), f_evq.w_en.eq(f_evq.w_rdy)]
             with m.If(~f_evq.w_rdy):
                 count("events_lost")
 
@@ -503,26 +518,12 @@ class ReliabilityCore(wiring.Component):
             ]
         m.d.sync += floor_ok.eq(good_count > cfg.ev_min_active)
 
-        def blame(e):
-            """Loss evidence on EV e: it may become ASSUMED_BAD (never below the floor)."""
-            drops_new = _sel([drops_inc[i] for i in range(E)], e)
-            loss_new = _sel([loss_inc[i] for i in range(E)], e)
-            m.d.sync += [cur.ev_drops[e].eq(drops_new), cur.ev_loss[e].eq(loss_new)]
-            with m.If(_bit(to_bad, e)):
-                with m.If(floor_ok):
-                    m.d.sync += cur.ev_state[e].eq(EvState.ASSUMED_BAD)
-                    push_ev(e, EvState.GOOD, EvState.ASSUMED_BAD, drops_new)
-                    count("ev_to_bad")
-                with m.Else():
-                    count("floor_blocked")
-
         # --- event intake -----------------------------------------------------------------
         ack = self.peer_ack.payload
         sent_ok = self.sent.payload.qpn < nq
         ack_ok = ack.bth.dqpn < nq
         is_ack = ack.bth.opcode == Opcode.ACKNOWLEDGE
         is_probe = ack.bth.opcode == Opcode.PROBE_RESP
-        m.d.comb += [rec_rd.addr.eq(q), self.rel_addr.eq(q)]
 
         with m.If(self.probe_tick & ~sweep_pending):
             m.d.sync += [sweep_pending.eq(1), sweep_q.eq(0)]
@@ -543,9 +544,7 @@ class ReliabilityCore(wiring.Component):
         room_final = Signal()
         m.d.comb += [room_walk.eq(r_retx & r_cpl & r_evu), room_final.eq(r_ack & r_cwnd & r_qps)]
 
-        def start(k, qpn, addr=True):
-            if addr:
-                m.d.comb += [rec_rd.addr.eq(qpn), self.rel_addr.eq(qpn)]
+        def start(k, qpn):
             m.d.sync += [kind.eq(k), q.eq(qpn)]
             m.next = "LOAD"
 
@@ -571,6 +570,16 @@ class ReliabilityCore(wiring.Component):
         st_sent = Signal()
         st_use = Signal()
         m.d.sync += [st_sent.eq(0), st_use.eq(0)]
+        # the record, its configuration and the producer index are read for LOAD alone,
+        # in the state before it: at the QP of the input taken in IDLE (by priority
+        # alone), at the ACK's QP in ACK_IN (entered from IDLE alone, flagged by st_ack_in)
+        st_ack_in = Signal()
+        m.d.sync += st_ack_in.eq(0)
+        idle_q = Mux(self.cmd.valid, self.cmd.payload.qpn,
+                     Mux(self.sent.valid, self.sent.payload.qpn,
+                         Mux(self.expired.valid, self.expired.payload.qpn, sweep_q)))
+        rd_q = Mux(st_ack_in, a_qpn, idle_q)
+        m.d.comb += [rec_rd.addr.eq(rd_q), self.rel_addr.eq(rd_q)]
         pick_off = Signal(range(max(W, 2)))
         pick_any = Signal()
         off_bit = Signal(W)
@@ -587,45 +596,84 @@ class ReliabilityCore(wiring.Component):
         e_last = psn_info_rd.data[0]
         e_ts = psn_info_rd.data[1:17]
 
+        # loss evidence on the entry's EV (USE of the loss and timeout walks); the EV
+        # FIFOs' data default to its event (GOOD to ASSUMED_BAD), the retransmit FIFO's
+        # PSN to the entry's
+        blame_drops = Signal(16)
+        m.d.comb += [
+            blame_drops.eq(_sel([drops_inc[i] for i in range(E)], e_ev)),
+            evu.ev_index.eq(e_ev), evu.state.eq(EvState.ASSUMED_BAD),
+            evt.ev_index.eq(e_ev), evt.old.eq(EvState.GOOD), evt.new.eq(EvState.ASSUMED_BAD),
+            evt.drops.eq(blame_drops),
+            retx_req.psn.eq(cur.una + walk_off),
+        ]
 
-        pe = a_probe_id[:ebits] if ebits else Const(0, 1)
+        def blame():
+            """Loss evidence on EV e_ev: it may become ASSUMED_BAD (never below the floor)."""
+            loss_new = _sel([loss_inc[i] for i in range(E)], e_ev)
+            m.d.sync += [cur.ev_drops[e_ev].eq(blame_drops), cur.ev_loss[e_ev].eq(loss_new)]
+            with m.If(_bit(to_bad, e_ev)):
+                with m.If(floor_ok):
+                    m.d.sync += cur.ev_state[e_ev].eq(EvState.ASSUMED_BAD)
+                    push_ev()
+                    count("ev_to_bad")
+                with m.Else():
+                    count("floor_blocked")
+
+        # the EV of a command or probe answer (set in IDLE), its state and drop count,
+        # registered every cycle: valid in CMD and PROBE_ACT (CMD_DEC and PROBE_CHECK
+        # before them change no EV field)
+        ev_idx = Signal(range(E))
+        ev_old = Signal(2)
+        c_old = Signal(2)
+        c_drops = Signal(16)
+        m.d.comb += ev_old.eq(_sel([cur.ev_state[i] for i in range(E)], ev_idx))
+        m.d.sync += [c_old.eq(ev_old),
+                     c_drops.eq(_sel([cur.ev_drops[i] for i in range(E)], ev_idx))]
         bad = Signal(E)
         m.d.comb += bad.eq(Cat(*[cur.ev_state[i] == EvState.ASSUMED_BAD for i in range(E)]))
 
         pe2 = _lowest(m, pmask, E, "probe_ev")
 
-        clear_q = Signal(range(nq))
+        # the record written back (FINAL): the working copy with the timer generation of
+        # the arm or disarm. The write port and the timer write take it, and q, in every
+        # state; only their enables depend on the state.
+        out = Signal(Rec)
+        m.d.comb += out.eq(cur)
+        with m.If(want_arm | want_disarm):
+            m.d.comb += [out.timer_gen.eq(cur.timer_gen + 1), out.armed.eq(want_arm)]
+        m.d.comb += [
+            rec_wr.addr.eq(q), rec_wr.data.eq(out),
+            arm_qpn.eq(q), arm_armed.eq(want_arm), arm_gen.eq(out.timer_gen),
+            f_ack.w_data.eq(Cat(Const(0, 24) | q, cur.una)),
+            f_cwnd.w_data.eq(Cat(Const(0, 24) | q, cur.cwnd)),
+            f_qps.w_data.eq(Cat(Const(0, 24) | q, cur.state)),
+        ]
 
         with m.FSM(init="CLEAR"):
-            # after reset: every QP record to RESET, every timer disarmed
+            # after reset: every QP record to RESET, every timer disarmed; q counts the QPs
+            # and the working copy holds its reset value (the RESET record, timer disarmed)
             with m.State("CLEAR"):
                 m.d.comb += [
-                    rec_wr.addr.eq(clear_q), rec_wr.data.eq(Rec.const({"fresh": 1})),
-                    rec_wr.en.eq(1),
-                    arm_v.eq(1), arm_qpn.eq(clear_q),
-                    sq_pi_wr.addr.eq(clear_q), sq_pi_wr.data.eq(0), sq_pi_wr.en.eq(1),
+                    rec_wr.en.eq(1), arm_v.eq(1),
+                    sq_pi_wr.addr.eq(q), sq_pi_wr.data.eq(0), sq_pi_wr.en.eq(1),
                 ]
-                m.d.sync += clear_q.eq(clear_q + 1)
-                with m.If(clear_q == nq - 1):
+                m.d.sync += q.eq(q + 1)
+                with m.If(q == nq - 1):
                     m.next = "IDLE"
 
             with m.State("IDLE"):
-                # the read address: the QP of the input taken, by priority alone
-                idle_q = Mux(self.cmd.valid, self.cmd.payload.qpn,
-                             Mux(self.sent.valid, self.sent.payload.qpn,
-                                 Mux(self.expired.valid, self.expired.payload.qpn, sweep_q)))
-                m.d.comb += [rec_rd.addr.eq(idle_q), self.rel_addr.eq(idle_q)]
                 m.d.sync += [want_arm.eq(0), want_disarm.eq(0), progress.eq(0), nak_cut.eq(0),
                              newly.eq(0), rtt_valid.eq(0)]
                 with m.If(self.cmd.valid):
                     m.d.comb += self.cmd.ready.eq(1)
-                    m.d.sync += cmd.eq(self.cmd.payload)
-                    start(K_CMD, self.cmd.payload.qpn, addr=False)
+                    m.d.sync += [cmd.eq(self.cmd.payload), ev_idx.eq(self.cmd.payload.ev_index)]
+                    start(K_CMD, self.cmd.payload.qpn)
                 with m.Elif(self.sent.valid):
                     m.d.comb += self.sent.ready.eq(1)
                     with m.If(sent_ok):
                         m.d.sync += s.eq(self.sent.payload)
-                        start(K_SENT, self.sent.payload.qpn, addr=False)
+                        start(K_SENT, self.sent.payload.qpn)
                     with m.Else():
                         count("sent_dropped")
                 with m.Elif(self.peer_ack.valid):
@@ -635,16 +683,17 @@ class ReliabilityCore(wiring.Component):
                         a_cum.eq(ack.sack.cum_psn), a_base.eq(ack.sack.sack_base),
                         a_ece.eq(ack.sack.ece), a_bitmap.eq(ack.sack_bitmap),
                         a_probe_id.eq(ack.probe.probe_id), a_probe_ev.eq(ack.probe.ev),
+                        ev_idx.eq(ack.probe.probe_id[:ebits]),
                     ]
                     known_syndrome = (ack.aeth.syndrome == AETH_ACK) | (
                         ack.aeth.syndrome == NAK_TRIMMED)
                     m.d.sync += [a_qpn.eq(ack.bth.dqpn), a_use.eq(ack_ok & is_ack & known_syndrome),
-                                 a_probe.eq(ack_ok & is_probe)]
+                                 a_probe.eq(ack_ok & is_probe), st_ack_in.eq(1)]
                     m.next = "ACK_IN"
                 with m.Elif(self.expired.valid):
                     m.d.comb += self.expired.ready.eq(1)
                     m.d.sync += t_gen.eq(self.expired.payload.gen)
-                    start(K_TMO, self.expired.payload.qpn, addr=False)
+                    start(K_TMO, self.expired.payload.qpn)
                 with m.Elif(sweep_pending):
                     m.d.sync += [
                         sweep_q.eq(sweep_q + 1),
@@ -652,7 +701,7 @@ class ReliabilityCore(wiring.Component):
                     ]
                     with m.If(sweep_q == nq - 1):
                         m.d.sync += probe_seq.eq(probe_seq + 1)
-                    start(K_SWEEP, sweep_q, addr=False)
+                    start(K_SWEEP, sweep_q)
 
             with m.State("ACK_IN"):  # the record's kind, from registers
                 with m.If(a_use):
@@ -667,19 +716,17 @@ class ReliabilityCore(wiring.Component):
                 pi_ahead = (sq_pi_rd.data[:16] - rec_rd.data.wqe_cpl)[:16]
                 sent_ahead = (rec_rd.data.wqe_sent - rec_rd.data.wqe_cpl)[:16]
                 r = rec_rd.data
-                b_nxt = Mux(r.fresh, s.psn, r.nxt)
-                r_infl = (r.nxt - r.una)[: wbits + 1]
+                r_span = (r.nxt - r.una)[:24]
                 rc = self.rel_data
                 r_retries_new = Mux(r.retries == 31, 31, r.retries + 1)
                 m.d.sync += [
                     tmo_stale.eq((r.state != QpState.RTS) | ~r.armed | (r.timer_gen != t_gen)),
                     tmo_exhaust.eq((rc.exp_cnt != EXP_FOREVER)
                                    & (r_retries_new > rc.linear_cnt + rc.exp_cnt)),
-                    sent_eq.eq(s.psn == b_nxt),
-                    sent_span_ok.eq((r.nxt - r.una)[:24] < W),
+                    sent_eq.eq(r.fresh | (s.psn == r.nxt)),
+                    sent_span_ok.eq(_lt(r_span, W, W.bit_length())),
                     sent_d.eq(s.psn - r.una),
-                    infl.eq(r_infl),
-                    a_cum.eq(a_cum + 1),  # used by ACK only
+                    infl.eq(r_span[: wbits + 1]),
                     cur.eq(rec_rd.data), cfg.eq(self.rel_data), una0.eq(rec_rd.data.una),
                     cwnd0.eq(rec_rd.data.cwnd), state0.eq(rec_rd.data.state),
                     sq_end.eq(Mux(sq_pi_rd.data[16] & (pi_ahead >= sent_ahead),
@@ -715,13 +762,14 @@ class ReliabilityCore(wiring.Component):
                     count("acks_ignored")
                     m.next = "IDLE"
                 with m.Else():
-                    m.d.sync += adv_raw.eq(a_cum - cur.una)
+                    m.d.sync += adv_raw.eq(a_cum1 - cur.una)
                     m.next = "ACK_ADV"
 
             with m.State("ACK_ADV"):
                 n = Mux(adv_raw[23], 0, adv_raw[: wbits + 1])
                 m.d.sync += [adv.eq(n), walk_mask.eq(_below(n, W)), walk_kind.eq(W_ADV)]
-                with m.If(~adv_raw[23] & (adv_raw > infl)):
+                beyond = (adv_raw[len(infl):] != 0) | (adv_raw[: len(infl)] > infl)
+                with m.If(~adv_raw[23] & beyond):
                     count("acks_unsent")
                     m.next = "IDLE"
                 with m.Else():
@@ -744,9 +792,7 @@ class ReliabilityCore(wiring.Component):
                         with m.Case(W_ADV):
                             m.d.sync += [
                                 infl.eq(infl - adv),
-                                cur.una.eq(cur.una + adv),
-                                cur.sacked.eq(_shr(cur.sacked, adv)),
-                                cur.fast_done.eq(_shr(cur.fast_done, adv)),
+                                cur.una.eq(cur.una + adv),  # sacked, fast_done: in USE
                             ]
                             with m.If(adv != 0):
                                 m.d.sync += progress.eq(1)
@@ -768,7 +814,12 @@ class ReliabilityCore(wiring.Component):
             m.d.sync += above_pick.eq(Cat(Const(0, 1), *[pick_off < i for i in range(1, W)]))
             with m.State("LCNT"):
                 m.d.comb += psn_raddr.eq(psn_addr(slot(walk_off)))
-                m.d.sync += [sacked_above.eq(_popcount(cur.sacked & above_pick)), st_use.eq(1)]
+                sacked_above = _popcount(cur.sacked & above_pick)
+                m.d.sync += [
+                    loss_hole.eq(~thr_high & (sacked_above
+                                              >= cfg.sack_threshold[: (W + 1).bit_length()])),
+                    st_use.eq(1),
+                ]
                 m.next = "USE"
 
             with m.State("WALK"):  # walk_mask set: the first pick is registered
@@ -777,7 +828,7 @@ class ReliabilityCore(wiring.Component):
             with m.State("USE"):  # actions below, under st_use
                 m.d.comb += [psn_raddr.eq(psn_addr(slot(walk_off))), in_use.eq(1)]
                 with m.If(room_walk):
-                    with m.If((walk_kind == W_LOSS) & (sacked_above < cfg.sack_threshold)):
+                    with m.If((walk_kind == W_LOSS) & ~loss_hole):
                         m.next = "CC"
                     with m.Else():
                         m.next = "PICK"
@@ -787,24 +838,28 @@ class ReliabilityCore(wiring.Component):
             with m.State("SACK"):
                 # the SACK bitmap (bit i = sack_base + i) and the NAK's PSN against the
                 # new una
+                # the bitmap overlaps the window when sack_base - una (dist) is below W,
+                # or when una - sack_base (-dist) is 1 .. sack_bits - 1: dist is -1 ..
+                # -2**k in its bits above k (all ones, the low bits not all zero) and the
+                # k-bit negation of the low bits is below sack_bits
+                k = (self.sack_bits - 1).bit_length()
                 dist = Signal(24)
-                neg = Signal(24)
+                neg_low = Signal(k)
                 d = Signal(24)
-                m.d.comb += [dist.eq(a_base - cur.una), neg.eq(cur.una - a_base),
+                m.d.comb += [dist.eq(a_base - cur.una), neg_low.eq(-dist[:k]),
                              d.eq(a_psn - cur.una)]
                 m.d.sync += [
-                    s_pos.eq(~dist[23] & (dist < W)), s_shl.eq(dist[: wbits + 1]),
-                    s_neg.eq(dist[23] & (neg < self.sack_bits)), s_shr.eq(neg[: len(s_shr)]),
-                    nak_in.eq(d < infl), nak_off.eq(d[:wbits] if wbits else 0),
+                    s_in.eq(_lt(dist, W, W.bit_length())
+                            | (dist[k:].all() & (dist[:k] != 0) & (neg_low < self.sack_bits))),
+                    s_amt.eq(W - dist[: len(s_amt)]),
+                    nak_in.eq(_lt(d, infl, len(infl))), nak_off.eq(d[:wbits] if wbits else 0),
                 ]
                 m.next = "SACK_ALIGN"
 
             with m.State("SACK_ALIGN"):
                 rel = Signal(W)
-                with m.If(s_pos):
-                    m.d.comb += rel.eq(_shl(a_bitmap, s_shl, W))
-                with m.Elif(s_neg):
-                    m.d.comb += rel.eq(_shr(a_bitmap, s_shr)[:W])
+                with m.If(s_in):
+                    m.d.comb += rel.eq(_shr(Cat(Const(0, W), a_bitmap), s_amt)[:W])
                 m.d.sync += [walk_mask.eq(rel & infl_mask_q & ~cur.sacked),
                              walk_kind.eq(W_SACK)]
                 m.next = "WALK"
@@ -822,7 +877,7 @@ class ReliabilityCore(wiring.Component):
                     with m.If(r_retx):
                         count("naks_trimmed")
                         with m.If(nak_hit):
-                            push_retx(a_psn, RetxReason.NAK_TRIMMED)
+                            push_retx(RetxReason.NAK_TRIMMED, a_psn)
                             m.d.sync += [
                                 cur.fast_done.eq(cur.fast_done | _onehot(nd, W)),
                                 walk_mask.eq(lost_cand & ~_onehot(nd, W)),
@@ -844,7 +899,10 @@ class ReliabilityCore(wiring.Component):
             cc_sub = Signal(17)
             cc_prod = Signal(21)
             cc_acc = Signal(25)
-            cc_c1 = Signal(17)
+            cc_c1 = Signal(17)  # the new window (CC_NEW) or cwnd_init (CMD_DEC), unclamped
+            cc_clamped = Signal(16)
+            m.d.comb += cc_clamped.eq(Mux(cc_c1[16] | (cc_c1 < cmin), cmin,
+                                          Mux(cc_c1 > cmax, cmax, cc_c1)))
             cc_past = Signal(24)
             # registered every cycle from cc_c0, cc_high, cc_past (set in CC), newly and
             # the window state (unchanged until CC_NEW): valid in CC_SUM (cc_dec,
@@ -908,27 +966,26 @@ class ReliabilityCore(wiring.Component):
                 m.next = "CC_CLAMP"
 
             with m.State("CC_CLAMP"):
-                m.d.sync += cur.cwnd.eq(Mux(cc_c1[16] | (cc_c1 < cmin), cmin,
-                                            Mux(cc_c1 > cmax, cmax, cc_c1)))
+                m.d.sync += cur.cwnd.eq(cc_clamped)
                 m.next = "SETTLE"
 
             # ---- probe answer ----------------------------------------------------------
             with m.State("PROBE_RESP"):
-                m.d.comb += self.evv_addr.eq(Cat(pe, q) if ebits else q)
+                m.d.comb += self.evv_addr.eq(Cat(ev_idx, q) if ebits else q)
                 m.next = "PROBE_CHECK"
             probe_ok = Signal()
             with m.State("PROBE_CHECK"):
                 m.d.sync += probe_ok.eq(
                     (a_probe_id[ebits:8] == 0) & (self.evv_data == a_probe_ev)
-                    & (_sel([cur.ev_state[i] for i in range(E)], pe) == EvState.ASSUMED_BAD))
+                    & (ev_old == EvState.ASSUMED_BAD))
                 m.next = "PROBE_ACT"
             with m.State("PROBE_ACT"):
                 with m.If(r_evu):
                     count("probe_resps")
                     with m.If(probe_ok):
-                        m.d.sync += [cur.ev_state[pe].eq(EvState.GOOD), cur.ev_loss[pe].eq(0)]
-                        push_ev(pe, EvState.ASSUMED_BAD, EvState.GOOD,
-                                _sel([cur.ev_drops[i] for i in range(E)], pe))
+                        m.d.sync += [cur.ev_state[ev_idx].eq(EvState.GOOD),
+                                     cur.ev_loss[ev_idx].eq(0)]
+                        push_ev(ev_idx, c_old, EvState.GOOD, c_drops)  # c_old: ASSUMED_BAD
                         count("ev_to_good")
                     m.next = "FINAL"
 
@@ -967,13 +1024,17 @@ class ReliabilityCore(wiring.Component):
             # from FLUSH_WAIT after a completion: wqe_cpl unchanged the cycle before)
             flush_more = Signal()
             m.d.sync += flush_more.eq(cur.wqe_cpl != sq_end)
+            # the next WQE to complete, registered every cycle: valid in FLUSH (as above)
+            # and in USE (PICK, LCNT or USE waiting before it leave wqe_cpl as it is)
+            wqe_cpl_inc = Signal(16)
+            m.d.sync += wqe_cpl_inc.eq(cur.wqe_cpl + 1)
             with m.State("FLUSH_WAIT"):
                 m.next = "FLUSH"
             with m.State("FLUSH"):
                 with m.If(flush_more):
                     with m.If(r_cpl):
                         push_cpl(cur.wqe_cpl, flush_status)
-                        m.d.sync += [cur.wqe_cpl.eq(cur.wqe_cpl + 1),
+                        m.d.sync += [cur.wqe_cpl.eq(wqe_cpl_inc),
                                      flush_status.eq(CqeStatus.FLUSHED)]
                         m.next = "FLUSH_WAIT"
                 with m.Else():
@@ -988,24 +1049,28 @@ class ReliabilityCore(wiring.Component):
             # the command decoded against the record first (registered in CMD_DEC)
             c_ev_good = Signal()
             c_ev_denied = Signal()
-            c_old = Signal(2)
-            c_drops = Signal(16)
-            c_in_rts = Signal()  # the QP is in RTS
-            c_cwnd = Signal(16)
+            # a QP state command, one of: to ERROR from RTS (flush), to RESET, to RTS from
+            # another state, any other (RTS from RTS: unchanged)
+            c_flush = Signal()
+            c_reset = Signal()
+            c_to_rts = Signal()
+            c_other = Signal()
             with m.State("CMD_DEC"):
-                old = _sel([cur.ev_state[i] for i in range(E)], cmd.ev_index)
-                init = P.cwnd_init
+                flush = (cmd.state == QpState.ERROR) & (cur.state == QpState.RTS)
+                reset = cmd.state == QpState.RESET
+                to_rts = (cmd.state == QpState.RTS) & (cur.state != QpState.RTS)
                 m.d.sync += [
-                    c_old.eq(old),
-                    c_drops.eq(_sel([cur.ev_drops[i] for i in range(E)], cmd.ev_index)),
-                    c_ev_good.eq((cmd.state == EvState.GOOD) & (old != EvState.GOOD)),
-                    c_ev_denied.eq((cmd.state == EvState.DENIED) & (old != EvState.DENIED)),
-                    c_in_rts.eq(cur.state == QpState.RTS),
-                    c_cwnd.eq(Mux(init < cmin, cmin, Mux(init > cmax, cmax, init))),
+                    c_ev_good.eq((cmd.state == EvState.GOOD) & (ev_old != EvState.GOOD)),
+                    c_ev_denied.eq((cmd.state == EvState.DENIED) & (ev_old != EvState.DENIED)),
+                    c_flush.eq(~cmd.ev & flush),
+                    c_reset.eq(~cmd.ev & reset),
+                    c_to_rts.eq(~cmd.ev & to_rts),
+                    c_other.eq(~cmd.ev & ~flush & ~reset & ~to_rts),
+                    cc_c1.eq(P.cwnd_init),  # CMD clamps it
                 ]
                 m.next = "CMD"
             with m.State("CMD"):
-                ce = cmd.ev_index
+                ce = ev_idx
                 with m.If(cmd.ev):
                     old = c_old
                     ce_drops = c_drops
@@ -1019,36 +1084,30 @@ class ReliabilityCore(wiring.Component):
                         with m.If(c_ev_denied):
                             m.d.sync += cur.ev_state[ce].eq(EvState.DENIED)
                             push_ev(ce, old, EvState.DENIED, ce_drops)
-                with m.Else():
-                    with m.Switch(cmd.state):
-                        with m.Case(QpState.ERROR):
-                            with m.If(c_in_rts):
-                                m.d.sync += flush_status.eq(CqeStatus.FLUSHED)
-                                m.next = "FLUSH"
-                            with m.Else():
-                                m.d.sync += cur.state.eq(QpState.ERROR)
-                                m.next = "SETTLE"
-                        with m.Case(QpState.RESET):
-                            with m.If(r_cpl):
-                                push_cpl(0, 0, clear=1)
-                                m.d.sync += [cur.eq(0), cur.fresh.eq(1),
-                                             cur.timer_gen.eq(cur.timer_gen), want_disarm.eq(1)]
-                                m.next = "SETTLE"
-                        with m.Case(QpState.RTS):
-                            with m.If(~c_in_rts):
-                                m.d.sync += [
-                                    cur.state.eq(QpState.RTS), cur.fresh.eq(1), cur.una.eq(0),
-                                    cur.nxt.eq(0), cur.sacked.eq(0), cur.fast_done.eq(0),
-                                    cur.retries.eq(0), cur.md_active.eq(0), cur.cwnd_acc.eq(0),
-                                    cur.delay_high.eq(0), cur.wqe_cpl.eq(sq_end),
-                                    cur.wqe_sent.eq(sq_end),
-                                    cur.cwnd.eq(c_cwnd),
-                                    cur.ev_loss.eq(0), want_disarm.eq(cur.armed),
-                                ]
-                            m.next = "SETTLE"
-                        with m.Default():
-                            m.d.sync += cur.state.eq(cmd.state)
-                            m.next = "SETTLE"
+                # the flags exclude each other (and cmd.ev): no priority between them
+                with m.If(c_flush):
+                    m.d.sync += flush_status.eq(CqeStatus.FLUSHED)
+                    m.next = "FLUSH"
+                with m.If(c_reset):
+                    with m.If(r_cpl):
+                        push_cpl(0, 0, clear=1)
+                        m.d.sync += [cur.eq(0), cur.fresh.eq(1),
+                                     cur.timer_gen.eq(cur.timer_gen), want_disarm.eq(1)]
+                        m.next = "SETTLE"
+                with m.If(c_to_rts):
+                    m.d.sync += [
+                        cur.state.eq(QpState.RTS), cur.fresh.eq(1), cur.una.eq(0),
+                        cur.nxt.eq(0), cur.sacked.eq(0), cur.fast_done.eq(0),
+                        cur.retries.eq(0), cur.md_active.eq(0), cur.cwnd_acc.eq(0),
+                        cur.delay_high.eq(0), cur.wqe_cpl.eq(sq_end),
+                        cur.wqe_sent.eq(sq_end),
+                        cur.cwnd.eq(cc_clamped),
+                        cur.ev_loss.eq(0), want_disarm.eq(cur.armed),
+                    ]
+                    m.next = "SETTLE"
+                with m.If(c_other):
+                    m.d.sync += cur.state.eq(cmd.state)
+                    m.next = "SETTLE"
 
             # ---- probe round: one request per ASSUMED_BAD EV of this QP --------------------
             with m.State("SWEEP"):
@@ -1076,59 +1135,43 @@ class ReliabilityCore(wiring.Component):
             with m.State("SETTLE"):
                 m.next = "FINAL"
             with m.State("FINAL"):
-                out = Signal(Rec)
-                m.d.comb += out.eq(cur)
-                with m.If(want_arm | want_disarm):
-                    m.d.comb += [out.timer_gen.eq(cur.timer_gen + 1), out.armed.eq(want_arm)]
                 with m.If(room_final):
-                    m.d.comb += [rec_wr.addr.eq(q), rec_wr.data.eq(out), rec_wr.en.eq(1)]
-                    m.d.comb += [
-                        arm_v.eq(want_arm | want_disarm),
-                        arm_qpn.eq(q), arm_armed.eq(want_arm), arm_gen.eq(out.timer_gen),
-                    ]
-                    with m.If(una_chg):
-                        m.d.comb += [f_ack.w_en.eq(1), f_ack.w_data.eq(Cat(Const(0, 24) | q,
-                                                                           cur.una))]
-                    with m.If(cwnd_chg):
-                        m.d.comb += [f_cwnd.w_en.eq(1), f_cwnd.w_data.eq(Cat(Const(0, 24) | q,
-                                                                             cur.cwnd))]
-                    with m.If(state_chg):
-                        m.d.comb += [f_qps.w_en.eq(1), f_qps.w_data.eq(Cat(Const(0, 24) | q,
-                                                                           cur.state))]
+                    m.d.comb += [rec_wr.en.eq(1), arm_v.eq(want_arm | want_disarm),
+                                 f_ack.w_en.eq(una_chg), f_cwnd.w_en.eq(cwnd_chg),
+                                 f_qps.w_en.eq(state_chg)]
                     m.next = "IDLE"
 
         # ---- SENT's and USE's actions ------------------------------------------------
+        # the per-PSN writes take the sent record in every cycle (retx: the entry's
+        # retransmission flag); SENT sets their enables
+        m.d.comb += [
+            psn_waddr.eq(psn_addr(s.psn[:wbits])),
+            psn_ev_wr.data.eq(Cat(s.ev_index[:ebits], s.retx)),
+            psn_info_wr.data.eq(Cat(s.last, now_ts)),
+        ]
         with m.If(st_sent):
-            m.d.comb += psn_waddr.eq(psn_addr(s.psn[:wbits]))
-            base_una = Mux(cur.fresh, s.psn, cur.una)
             with m.If(cur.state != QpState.RTS):
                 count("sent_dropped")
             with m.Elif(~s.retx):
                 with m.If(sent_eq & (cur.fresh | sent_span_ok)):
-                    m.d.comb += [
-                        psn_ev_wr.data.eq(Cat(s.ev_index[:ebits], Const(0, 1))),
-                        psn_ev_wr.en.eq(1),
-                        psn_info_wr.data.eq(Cat(s.last, now_ts)),
-                        psn_info_wr.en.eq(1),
-                    ]
+                    m.d.comb += [psn_ev_wr.en.eq(1), psn_info_wr.en.eq(1)]
                     m.d.sync += [
-                        cur.una.eq(base_una), una_chg.eq(base_una != una0),
                         cur.nxt.eq(s.psn + 1),
                         cur.fresh.eq(0),
                         cur.wqe_sent.eq(s.wqe_index + 1),
                     ]
+                    # una (= una0 here) moves only for the first PSN (una_chg is set
+                    # here: FINAL follows)
                     with m.If(cur.fresh):
-                        m.d.sync += cur.wqe_cpl.eq(s.wqe_index)
+                        m.d.sync += [cur.una.eq(s.psn), una_chg.eq(s.psn != una0),
+                                     cur.wqe_cpl.eq(s.wqe_index)]
                     with m.If(~cur.armed):
                         m.d.sync += want_arm.eq(1)
                 with m.Else():
                     count("sent_dropped")
             with m.Else():
-                with m.If(~cur.fresh & (sent_d < infl)):
-                    m.d.comb += [
-                        psn_ev_wr.data.eq(Cat(s.ev_index[:ebits], Const(1, 1))),
-                        psn_ev_wr.en.eq(1),
-                    ]
+                with m.If(~cur.fresh & _lt(sent_d, infl, len(infl))):
+                    m.d.comb += psn_ev_wr.en.eq(1)
                 with m.Else():
                     count("sent_dropped")
 
@@ -1136,23 +1179,27 @@ class ReliabilityCore(wiring.Component):
             m.d.sync += walk_mask.eq(use_mask)
             with m.Switch(walk_kind):
                 with m.Case(W_ADV):
-                    with m.If(~_bit(cur.sacked, walk_off)):
+                    # the walk takes the PSNs from una up in order: each step shifts
+                    # sacked and fast_done down by one, so bit 0 is this PSN's
+                    with m.If(~cur.sacked[0]):
                         deliver()
+                    m.d.sync += [cur.sacked.eq(cur.sacked[1:]),
+                                 cur.fast_done.eq(cur.fast_done[1:])]
                     with m.If(e_last):
                         push_cpl(cur.wqe_cpl, CqeStatus.SUCCESS)
-                        m.d.sync += cur.wqe_cpl.eq(cur.wqe_cpl + 1)
+                        m.d.sync += cur.wqe_cpl.eq(wqe_cpl_inc)
                 with m.Case(W_SACK):
                     deliver()
                     m.d.sync += cur.sacked.eq(cur.sacked | off_bit)
                 with m.Case(W_LOSS):
-                    with m.If(sacked_above >= cfg.sack_threshold):
-                        push_retx((cur.una + walk_off)[:24], RetxReason.SACK_HOLE)
+                    with m.If(loss_hole):
+                        push_retx(RetxReason.SACK_HOLE)
                         m.d.sync += cur.fast_done.eq(cur.fast_done | off_bit)
-                        blame(e_ev)
+                        blame()
                 with m.Case(W_TMO):
-                    push_retx((cur.una + walk_off)[:24], RetxReason.TIMEOUT)
+                    push_retx(RetxReason.TIMEOUT)
                     with m.If(~_bit(blamed, e_ev)):
-                        blame(e_ev)
+                        blame()
                         m.d.sync += blamed.eq(blamed | _onehot(e_ev, E))
 
         m.d.comb += self.event_count.eq(f_evq.level)
