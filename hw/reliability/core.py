@@ -8,7 +8,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hw.headers import Opcode
-from hw.pipeline import BlockRamFIFO
+from hw.pipeline import BlockRamFIFO, saturating_increment
 from hw.rx.parser import ParsedHeader
 
 from .completion import CompletionRequest
@@ -291,8 +291,7 @@ class ReliabilityCore(wiring.Component):
             c = self.counters[n]
             pulse_q = Signal(name=f"cnt_{n}_q")
             m.d.sync += pulse_q.eq(pulse[n])
-            with m.If(pulse_q & (c != 0xFFFFFFFF)):
-                m.d.sync += c.eq(c + 1)
+            saturating_increment(m, c, pulse_q)
 
         def count(name):
             m.d.comb += pulse[name].eq(1)

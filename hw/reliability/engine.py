@@ -19,6 +19,7 @@ from amaranth.lib.wiring import In, Out
 from hw.axi import AXI4Signature
 from hw.csr import CSRBusSignature
 from hw.headers import sack_bitmap
+from hw.pipeline import saturating_increment
 from hw.rx.parser import ParsedHeader
 from hw.stream import AXIStreamSignature, check_data_width
 
@@ -301,8 +302,7 @@ class ReliabilityEngine(wiring.Component):
         top_counters = {}
         for name, pulse in top_counts.items():
             cnt = Signal(32, name=f"cnt_{name}")
-            with m.If(pulse & (cnt != 0xFFFFFFFF)):
-                m.d.sync += cnt.eq(cnt + 1)
+            saturating_increment(m, cnt, pulse)
             top_counters[name] = cnt
 
         def counter(name):

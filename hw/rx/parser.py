@@ -117,7 +117,7 @@ from hw.headers import (
     Opcode,
     sack_bitmap,
 )
-from hw.pipeline import BlockRamFIFO, skid
+from hw.pipeline import BlockRamFIFO, saturating_increment, skid
 from hw.stream import AXIStreamSignature, Beat
 
 __all__ = ["COUNTER_NAMES", "ParsedHeader", "ParserCounters", "RxParser", "Verdict"]
@@ -750,8 +750,7 @@ class RxParser(wiring.Component):
         m.d.comb += self.counters.eq(counters)
         for i, name in enumerate(COUNTER_NAMES):
             count = counters[name]
-            with m.If(count_inc[i] & (count != 0xFFFFFFFF)):
-                m.d.sync += count.eq(count + 1)
+            saturating_increment(m, count, count_inc[i])
 
         m.submodules.records = records = BlockRamFIFO(
             width=len(record.as_value()), depth=self.hdr_fifo_depth

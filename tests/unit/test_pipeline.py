@@ -11,7 +11,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from amaranth.hdl import Module
+from amaranth.hdl import Module, Signal
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.sim import Simulator
 
@@ -22,6 +22,7 @@ from hw.pipeline import (
     AXIStreamRegister,
     BlockRamFIFO,
     StreamRegister,
+    saturating_increment,
 )
 
 
@@ -174,6 +175,28 @@ def test_axi_slice_channels(kind):
             assert ctx.get(getattr(dst, f"{ch}valid")) == 0, ch
 
     _run(dut, bench)
+
+
+def test_saturating_increment():
+    """Counts each enabled cycle, holds when not enabled, and stops at all
+    ones (the carry out of the increment) however long it stays enabled."""
+    m = Module()
+    en = Signal()
+    count = Signal(5)
+    saturating_increment(m, count, en)
+    rng = random.Random(5)
+
+    async def bench(ctx):
+        expect = 0
+        for cycle in range(200):
+            e = rng.random() < (0.3 if cycle < 60 else 0.9)
+            ctx.set(en, e)
+            await ctx.tick()
+            expect = min(expect + e, 31)
+            assert ctx.get(count) == expect, cycle
+        assert expect == 31
+
+    _run(m, bench)
 
 
 @pytest.mark.parametrize("depth", [2, 3, 16, 33])
