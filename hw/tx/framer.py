@@ -54,11 +54,18 @@ class Framer(wiring.Component):
         hdr = Signal(FrameHeader())
         hdr_full = Signal()
         m.d.comb += self.hdr.ready.eq(~hdr_full)
-        with m.If(self.hdr.valid & ~hdr_full):
+        hdr_load = self.hdr.valid & ~hdr_full
+        with m.If(hdr_load):
             m.d.sync += [hdr.eq(self.hdr.payload), hdr_full.eq(1)]
         # the header bytes shift down one beat as each header beat leaves, so
-        # the beat out is always the low word (no select by beat number)
+        # the beat out is always the low word (no select by beat number); a
+        # beat leaves only while the register is full, so the bytes' next
+        # value is a two-way choice by ``hdr_full`` under one enable (a
+        # flip-flop's clock enable, not a hold path per bit)
         hdr_bytes = hdr.bytes
+        hdr_shift = Signal()  # a header beat leaves
+        with m.If(hdr_load | hdr_shift):
+            m.d.sync += hdr_bytes.eq(Mux(hdr_full, hdr_bytes >> w, self.hdr.payload.bytes))
         head_beats = Mux(hdr.imm, beats_long, beats_short)
 
         beat = Signal(range(max(beats_long, 2)))
@@ -117,7 +124,8 @@ class Framer(wiring.Component):
                     self.o.payload.keep.eq(count_keep(nbytes, nbytes)),
                 ]
                 with m.If(self.o.ready):
-                    m.d.sync += [beat.eq(beat + 1), hdr_bytes.eq(hdr_bytes >> w)]
+                    m.d.comb += hdr_shift.eq(1)
+                    m.d.sync += beat.eq(beat + 1)
                     with m.If(beat == head_beats - 1):
                         # the tail is the next word now
                         short_tail = hdr_bytes[w : w + 8 * r_short]

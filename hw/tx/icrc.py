@@ -43,14 +43,14 @@ class IcrcInserter(wiring.Component):
     ICRC fills the last beat's free lanes and, when fewer than 4 are free,
     one extra beat. In front of it, two pipeline stages: a skid buffer
     registers each beat with its CRC input bytes (masking and start lane
-    applied) and byte count (``i.ready`` is a flip-flop), then a register
-    holds the data's part of the CRC for the byte counts a beat can have (the
-    CRC is linear), so the loop through the CRC register is the state's XOR
-    tree and a three-way choice (every beat but the last is full); the last
-    beat's CRC, whatever its byte count, comes from one full-beat network
-    over the data moved up by the missing bytes (``hw.crc.crc32_tail``), so
-    one network serves every count, and is registered, then inverted into
-    the ICRC register as the beat moves on to the output register. Latency 4
+    applied, moved up by the lanes its byte count misses) and byte count
+    (``i.ready`` is a flip-flop), then a register holds the data's part of
+    the CRC (the CRC is linear) from one full-beat network over those moved
+    bytes (``hw.crc.crc32_tail``), which serves every byte count; so the loop
+    through the CRC register is the state's XOR tree and a three-way choice
+    (every beat but the last is full), and the last beat's CRC, whatever its
+    byte count, is registered, then inverted into the ICRC register as the
+    beat moves on to the output register. Latency 4
     cycles. Throughput 1 beat/cycle, plus one cycle for frames
     whose ICRC spills into an extra beat.
     """
@@ -101,7 +101,7 @@ class IcrcInserter(wiring.Component):
         # The last beat's bytes moved up by the lanes its count misses
         # (crc32_tail), here, so that the next stage has only the XOR network.
         crc_moved = tail_shift(crc_data, crc_count, nbytes)
-        stage_in = Cat(self.i.payload.as_value(), crc_data, crc_count, n_in, crc_moved)
+        stage_in = Cat(self.i.payload.as_value(), crc_count, n_in, crc_moved)
         stage_out = Signal(len(stage_in))
         stage_valid = Signal()
         stage_ready = Signal()
@@ -112,31 +112,27 @@ class IcrcInserter(wiring.Component):
             with m.Elif(beat_index <= last_special):
                 m.d.sync += beat_index.eq(beat_index + 1)
         t_beat = Signal(Beat(w))
-        t_crc_data = Signal(w)
         t_crc_count = Signal(range(nbytes + 1))
         t_n_in = Signal(range(nbytes + 1))
         t_crc_moved = Signal(w)
-        m.d.comb += Cat(t_beat.as_value(), t_crc_data, t_crc_count, t_n_in,
-                        t_crc_moved).eq(stage_out)
+        m.d.comb += Cat(t_beat.as_value(), t_crc_count, t_n_in, t_crc_moved).eq(stage_out)
 
         # The CRC after k bytes is A_k * state ^ B_k * data (GF(2)): the data
-        # parts are computed from the first stage and registered in a second
+        # part is computed from the first stage and registered in a second
         # (a plain pipeline register), so the loop through ``crc`` is one XOR
         # tree and the count's mux. Within a frame only three byte counts feed
         # the loop: 0 (before the coverage starts), the start beat's and a
         # full beat (every beat but the last is full: the framer's frames are
-        # packed); the last beat's count is any, and its data part comes from
-        # one full-beat network over the data moved up by the missing bytes
-        # (``crc32_tail``).
+        # packed); the last beat's count is any. One full-beat network over
+        # the data moved up by the missing bytes gives B_k * data for every
+        # count k (``crc32_tail``'s data part), so it serves the loop's counts
+        # and the last beat alike.
         start_count = nbytes - start_lane
-        loop_counts = sorted({nbytes, start_count})
-        t_parts = {k: crc32_parts(0, t_crc_data, k)[1] for k in loop_counts}
-        t_tail = crc32_parts(0, t_crc_moved, nbytes)[1]  # crc32_tail's data part
+        t_tail = crc32_parts(0, t_crc_moved, nbytes)[1]
         s_valid = Signal()
         s_ready = Signal()
         s_beat = Signal(Beat(w))
-        s_parts = {k: Signal(32, name=f"s_part{k}") for k in loop_counts}
-        s_tail = Signal(32)
+        s_tail = Signal(32)  # B_k * data for the beat's count k
         s_crc_count = Signal(range(nbytes + 1))
         s_n_in = Signal(range(nbytes + 1))
         m.d.comb += stage_ready.eq(~s_valid | s_ready)
@@ -145,14 +141,13 @@ class IcrcInserter(wiring.Component):
             with m.If(stage_valid):
                 m.d.sync += [
                     s_beat.eq(t_beat),
-                    *[s_parts[k].eq(t_parts[k]) for k in loop_counts],
                     s_tail.eq(t_tail),
                     s_crc_count.eq(t_crc_count),
                     s_n_in.eq(t_n_in),
                 ]
 
         def after(k):
-            return crc32_parts(crc, 0, k)[0] ^ s_parts[k]
+            return crc32_parts(crc, 0, k)[0] ^ s_tail
 
         crc = Signal(32, init=ICRC_INIT)
         crc_loop = Signal(32)
