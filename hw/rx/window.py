@@ -60,13 +60,26 @@ class QpRxState(data.StructLayout):
 
 
 class _Pending(data.StructLayout):
-    # A LAST packet accepted but not yet passed by the cumulative PSN.
-    def __init__(self, qp_bits):
+    # A LAST packet accepted but not yet passed by the cumulative PSN: the
+    # fields matched in every entry at once (registers; what its completion
+    # reports is a _PendingCqe row).
+    def __init__(self, qp_bits, tag_bits):
         super().__init__(
             {
                 "valid": unsigned(1),
                 "qp": unsigned(qp_bits),
                 "psn": unsigned(24),
+                "in_flight": unsigned(1),  # its write has no B verdict yet
+                "tag": unsigned(tag_bits),  # its in-flight slot while in_flight
+            }
+        )
+
+
+class _PendingCqe(data.StructLayout):
+    # What a pending entry's completion reports (a LUT RAM row, read by entry).
+    def __init__(self):
+        super().__init__(
+            {
                 "imm_flag": unsigned(1),
                 "opcode": unsigned(8),
                 "imm": unsigned(32),
@@ -76,11 +89,12 @@ class _Pending(data.StructLayout):
 
 
 class _InFlight(data.StructLayout):
-    # A packet accepted and being written, not yet marked in the bitmap.
+    # A packet accepted and being written, not yet marked in the bitmap (a LUT
+    # RAM row, read by tag; its qp and psn are also kept in registers, with
+    # the slot's valid bit, for the duplicate check).
     def __init__(self, qp_bits):
         super().__init__(
             {
-                "valid": unsigned(1),
                 "qp": unsigned(qp_bits),
                 "psn": unsigned(24),
                 "ackreq": unsigned(1),
@@ -177,8 +191,9 @@ class RxPsnWindow(wiring.Component):
     of one advance; a CQE is issued the cycle after its completion); an ACK
     adds 4; a DMA error 2. Every decision is made from registered values
     (the checks are registered in CHECK, the accepted packet enters the
-    tables in WRITEBACK, the passed completions and their order are
-    registered during the advance), for 125 MHz on the ECP5.
+    tables in WRITEBACK with its PSN order against the pending entries, the
+    passed completions are registered during the advance), for 125 MHz on
+    the ECP5.
     Throughput: one operation at a time; a packet costs about 10 cycles of
     engine time, far less than its payload takes on the datapath at any
     MTU >= 256.
@@ -243,11 +258,13 @@ class RxPsnWindow(wiring.Component):
         now = Signal(24)
         m.d.sync += now.eq(now + 1)
 
-        # ---- the operation being worked on
+        # ---- the operation being worked on. Data registers that are read only
+        # after being loaded (or with their valid) have no reset, which leaves
+        # their flip-flops' LSR pin free to clear fields without a LUT.
         qp = Signal(qpb)
-        rq = Signal(WindowReq(qpb))
+        rq = Signal(WindowReq(qpb), reset_less=True)
         qs = Signal(QpRxState())
-        cfg = Signal(QpConfig())
+        cfg = Signal(QpConfig(), reset_less=True)
         bm_word = Signal(lr)  # bitmap word index being read
         m.d.comb += [
             q_rd.addr.eq(qp),
@@ -262,19 +279,33 @@ class RxPsnWindow(wiring.Component):
             return psn[lw : lw + lr]
 
         # ---- in-flight table: accepted packets between check and mark
-        inflight = [Signal(_InFlight(qpb), name=f"inflight{i}") for i in range(self.inflight)]
+        flight_key = data.StructLayout({"qp": unsigned(qpb), "psn": unsigned(24)})
+        inflight = [Signal(flight_key, name=f"inflight{i}") for i in range(self.inflight)]
+        flight_valid = Signal(self.inflight)
+        m.submodules.flight_mem = fmem = Memory(
+            shape=_InFlight(qpb), depth=self.inflight, init=[]
+        )
+        f_rd = fmem.read_port(domain="comb")
+        f_wr = fmem.write_port()
+        m.d.comb += f_rd.addr.eq(self.done.payload.tag)
         free_slot = Signal(self.tag_bits)
         any_free = Signal()
         for i in reversed(range(self.inflight)):
-            with m.If(~inflight[i].valid):
+            with m.If(~flight_valid[i]):
                 m.d.comb += [free_slot.eq(i), any_free.eq(1)]
         # In-flight entries of the request's PSN, registered in CHECK_RD.
         flight_m = Signal(self.inflight)
         for i, e in enumerate(inflight):
-            m.d.sync += flight_m[i].eq(e.valid & (e.qp == rq.qp) & (e.psn == rq.psn))
+            m.d.sync += flight_m[i].eq(flight_valid[i] & (e.qp == rq.qp) & (e.psn == rq.psn))
 
         # ---- pending LAST packets
-        pend = [Signal(_Pending(qpb), name=f"pending{i}") for i in range(self.max_pending)]
+        pend = [Signal(_Pending(qpb, self.tag_bits), name=f"pending{i}")
+                for i in range(self.max_pending)]
+        m.submodules.pending_cqe = pmem = Memory(
+            shape=_PendingCqe(), depth=self.max_pending, init=[]
+        )
+        p_rd = pmem.read_port(domain="comb")
+        p_wr = pmem.write_port()
         pend_free = Signal(range(self.max_pending))
         pend_any_free = Signal()
         for i in reversed(range(self.max_pending)):
@@ -283,17 +314,17 @@ class RxPsnWindow(wiring.Component):
 
         # ---- outputs are registers, each emptied by its consumer
         place_valid = Signal()
-        place_cmd = Signal(WriteCmd(self.tag_bits))
+        place_cmd = Signal(WriteCmd(self.tag_bits), reset_less=True)
         m.d.comb += [self.place.valid.eq(place_valid), self.place.payload.eq(place_cmd)]
         with m.If(self.place.ready):
             m.d.sync += place_valid.eq(0)
         ack_valid = Signal()
-        ack_job = Signal(AckJob(W))
+        ack_job = Signal(AckJob(W), reset_less=True)
         m.d.comb += [self.ack.valid.eq(ack_valid), self.ack.payload.eq(ack_job)]
         with m.If(self.ack.ready):
             m.d.sync += ack_valid.eq(0)
         cqe_valid = Signal()
-        cqe_job = Signal(CqeJob())
+        cqe_job = Signal(CqeJob(), reset_less=True)
         m.d.comb += [self.cqe.valid.eq(cqe_valid), self.cqe.payload.eq(cqe_job)]
         with m.If(self.cqe.ready):
             m.d.sync += cqe_valid.eq(0)
@@ -311,8 +342,13 @@ class RxPsnWindow(wiring.Component):
         chk_slot = Signal(self.tag_bits)
         chk_pend_free = Signal(range(self.max_pending))
         chk_pend_any_free = Signal()
-        err_hit = Signal(self.max_pending)  # pending entries of a packet lost by the DMA
-        accept = Signal()  # CHECK_X accepted the packet: WRITEBACK enters it in the tables
+        done_tag = Signal(self.tag_bits)  # the in-flight slot of the B verdict being handled
+        err_hit = Signal(self.max_pending)  # the pending entry of a packet lost by the DMA
+        # CHECK_X accepted the packet: WRITEBACK, next, enters it in the tables
+        # at its in-flight slot and (a LAST packet) pending entry, one-hot.
+        accept = Signal()
+        flight_enter = Signal(self.inflight)
+        pend_enter = Signal(self.max_pending)
         mpr_psns = Cat(Const(0, 7), self.cfg.mpr)
         d_c = Signal(24)
         window_psns_c = Signal(range(self.mpr_max + 1))
@@ -343,19 +379,31 @@ class RxPsnWindow(wiring.Component):
             chk_pend_free.eq(pend_free),
             chk_pend_any_free.eq(pend_any_free),
         ]
+        # WRITEBACK enters an accepted packet in the tables' LUT RAM rows.
+        m.d.comb += [
+            f_wr.addr.eq(chk_slot),
+            f_wr.data.qp.eq(rq.qp),
+            f_wr.data.psn.eq(rq.psn),
+            f_wr.data.ackreq.eq(rq.ackreq),
+            f_wr.data.ce.eq(rq.ce),
+            p_wr.addr.eq(chk_pend_free),
+            p_wr.data.imm_flag.eq(has_imm),
+            p_wr.data.opcode.eq(rq.opcode),
+            p_wr.data.imm.eq(rq.imm),
+            p_wr.data.dma_len.eq(rq.dma_len),
+        ]
         # An ACK is due when unacked + 1 >= ACK_N (0 reads as 1), i.e. when
         # unacked >= ack_thr; registered from the QP's lookup (the same QP
         # since IDLE, at least a cycle before COALESCE).
         ack_thr = Signal(8)
         m.d.sync += ack_thr.eq(Mux(self.cfg.ack_n == 0, 0, self.cfg.ack_n - 1))
 
-        # ACK building: syndrome and BTH PSN of the ACK/NAK to send.
+        # ACK building: syndrome of the ACK/NAK to send. An ACK carries
+        # cum_psn; a NAK (only from CHECK_X) the PSN of the request, rq.psn.
         ack_syn = Signal(8)
-        ack_psn = Signal(24)
         w0 = Signal(W)
 
         # Advance bookkeeping
-        adv_from = Signal(24)  # epsn before the advance
         mark_ackreq = Signal()
         mark_ce = Signal()
 
@@ -365,48 +413,51 @@ class RxPsnWindow(wiring.Component):
 
         # ---- completion: which pending LAST packets the advance passed, and in
         # which PSN order, all from registers so COMPLETE is shallow.
-        # off_i: the entry's PSN offset from adv_from, in the low bits only (a
-        # passed entry lies within the advance, which is shorter than the ring);
-        # it is valid from ADV on (adv_from is set in MARK, pend is stable).
-        # lt[a, b] (a > b): off_a < off_b, valid from the cycle after ADV on.
+        # lt[a, b] (a > b): entry a's PSN is before entry b's. Only entries
+        # passed in one advance are compared: they lie within it, which is
+        # shorter than the ring (2^(ob-1) PSNs), so the sign of their ob-bit
+        # PSN difference orders them. It is set in WRITEBACK for the pairs of
+        # the entry entered there, from rq_before (registered from rq.psn and
+        # the entries' PSNs, which do not change from CHECK on).
         P = self.max_pending
         ones = (1 << W) - 1
         ob = lw + lr + 1
-        offs = [Signal(ob, name=f"pend_off{i}") for i in range(P)]
-        for i, e in enumerate(pend):
-            m.d.sync += offs[i].eq((e.psn - adv_from)[:ob])
+        rq_before = Signal(P)  # rq.psn is before entry k's PSN
+        for k, e in enumerate(pend):
+            m.d.sync += rq_before[k].eq((rq.psn - e.psn)[ob - 1])
         lt = {}
         for a in range(P):
             for b in range(a):
                 lt[a, b] = Signal(name=f"pend_lt{a}_{b}")
-                m.d.sync += lt[a, b].eq(offs[a] < offs[b])
         # cand_i: the cumulative PSN passed entry i in this advance. ADV sets it
         # word by word: entry i is passed in the word being advanced over when
         # it lies in that word at or after epsn (pend_en, registered in ADV_RD)
-        # and no bit of the word from epsn up to it is clear (pend_rng: those
-        # positions, registered in ADV_RD).
+        # and no bit of the word from epsn up to it is clear (holes_r holds
+        # only positions from epsn on, so pend_le, the positions at or below
+        # the entry's PSN in its word, set in WRITEBACK, selects them).
         cand = Signal(P)
         holes_r = Signal(W)  # the clear bits of the word ADV works on, from epsn on
         any_hole = Signal()  # holes_r.any(), registered with it
-        mark_above = Signal(W)  # the positions above rq.psn's in its word
-        m.d.sync += mark_above.eq((Const(ones, W) << rq.psn[:lw] << 1)[:W])
+        # Where MARK and ADV_LD look for holes (clear bits) in the word read:
+        # above the PSN being marked (set in MARK_RD), or the whole word after a
+        # retired one (set in ADV; epsn is then at the word's start).
+        hole_mask = Signal(W, reset_less=True)
+        holes = Signal(W)
+        m.d.comb += holes.eq(~b_rd.data & hole_mask)
         first_hole = Signal(lw)  # the lowest set bit of holes_r, registered from it
         m.d.sync += first_hole.eq(_lowest_set(holes_r, W)[1])
         adv_first = Signal()  # ADV is at the word of the PSN just marked
         pend_en = [Signal(name=f"pend_en{i}") for i in range(P)]
-        pend_rng = [Signal(W, name=f"pend_rng{i}") for i in range(P)]
-        mask_ge = Signal(W)  # positions at or after epsn in its word
-        b_now = qs.epsn[:lw]
-        m.d.sync += mask_ge.eq((Const(ones, W) << b_now)[:W])
+        pend_le = [Signal(W, name=f"pend_le{i}") for i in range(P)]
+        # A pending entry of the QP lies from epsn to less than mpr_max PSNs
+        # after it (entered inside the window, completed once the cumulative
+        # PSN passes it, dropped by an init of the QP), and the ring is a word
+        # longer than mpr_max: the entry is in epsn's word at or after epsn
+        # exactly when it is in epsn's ring word.
         for i, e in enumerate(pend):
-            p = e.psn[:lw]
-            m.d.sync += [
-                pend_en[i].eq(
-                    e.valid & (e.qp == qp) & (e.psn[lw:] == qs.epsn[lw:]) & (p >= b_now)
-                ),
-                pend_rng[i].eq((Const(ones, W) << b_now)[:W] & (Const(ones, W) >> ~p)),
-            ]
-        # The passed entry with the smallest offset (the lowest index among equals).
+            m.d.sync += pend_en[i].eq(e.valid & (e.qp == qp) & (widx(e.psn) == widx(qs.epsn)))
+        # The passed entry with the earliest PSN; its completion is read from
+        # its pending_cqe row.
         sel_oh = Signal(P)
         for i in range(P):
             terms = [cand[i]]
@@ -416,11 +467,11 @@ class RxPsnWindow(wiring.Component):
                 elif j > i:
                     terms.append(~cand[j] | ~lt[j, i])
             m.d.comb += sel_oh[i].eq(Cat(*terms).all())
-        sel = Signal(_Pending(qpb))
-        sel_bits = Const(0, len(Cat(pend[0])))
-        for i, e in enumerate(pend):
-            sel_bits = sel_bits | Mux(sel_oh[i], Cat(e), 0)
-        m.d.comb += sel.eq(sel_bits)
+        sel_slot = Const(0, range(P))
+        for i in range(P):
+            sel_slot = sel_slot | Mux(sel_oh[i], i, 0)
+        m.d.comb += p_rd.addr.eq(sel_slot)
+        sel = p_rd.data
         sel_more = _two_or_more([cand[i] for i in range(P)])
 
         # The CQ slot of the next completion, registered from qs and cfg (valid
@@ -440,7 +491,10 @@ class RxPsnWindow(wiring.Component):
 
         init_word = Signal(lr + 1)
 
-        with m.FSM(name="window"):
+        qs_load = Signal()  # CHECK, MARK or SCAN: the QP's row arrives (set a cycle ahead)
+        m.d.sync += qs_load.eq(0)
+
+        with m.FSM(name="window") as fsm:
             with m.State("IDLE"):
                 start_check = (
                     self.req.valid
@@ -464,12 +518,11 @@ class RxPsnWindow(wiring.Component):
                 with m.Elif(self.done.valid & ~scan_due):
                     m.d.comb += self.done.ready.eq(1)
                     m.d.sync += ops_since_scan.eq(ops_since_scan + 1)
-                    slot = Signal(_InFlight(qpb))
-                    m.d.comb += slot.eq(Cat(*inflight).word_select(
-                        self.done.payload.tag, len(Cat(inflight[0]))))
-                    for i, e in enumerate(inflight):
+                    slot = f_rd.data
+                    for i in range(self.inflight):
                         with m.If(self.done.payload.tag == i):
-                            m.d.sync += e.valid.eq(0)
+                            m.d.sync += flight_valid[i].eq(0)
+                    m.d.sync += done_tag.eq(self.done.payload.tag)
                     m.d.sync += [
                         qp.eq(slot.qp),
                         rq.psn.eq(slot.psn),
@@ -496,10 +549,11 @@ class RxPsnWindow(wiring.Component):
                     m.next = "SCAN_RD"
 
             with m.State("DMA_ERROR"):
-                # The packet is lost: forget its completion (the match is
-                # registered here and applied in the next cycle).
+                # The packet is lost: forget its completion (its pending entry
+                # is the one in flight in its slot; the match is registered here
+                # and applied in the next cycle).
                 for i, e in enumerate(pend):
-                    m.d.sync += err_hit[i].eq((e.qp == qp) & (e.psn == rq.psn))
+                    m.d.sync += err_hit[i].eq(e.in_flight & (e.tag == done_tag))
                 m.next = "DMA_ERROR2"
             with m.State("DMA_ERROR2"):
                 for i, e in enumerate(pend):
@@ -517,9 +571,9 @@ class RxPsnWindow(wiring.Component):
 
             # ---- check: duplicate, window, then place or discard
             with m.State("CHECK_RD"):
+                m.d.sync += qs_load.eq(1)
                 m.next = "CHECK"
             with m.State("CHECK"):
-                m.d.sync += [qs.eq(q_rd.data), cfg.eq(self.cfg)]
                 m.d.sync += chk_values
                 m.next = "CHECK_X"
             with m.State("CHECK_X"):
@@ -531,12 +585,9 @@ class RxPsnWindow(wiring.Component):
                     place_cmd.inline.eq(0),
                     place_cmd.tag.eq(chk_slot),
                     ack_syn.eq(AETH_ACK),
-                    ack_psn.eq(rq.psn),
                 ]
                 with m.Switch(rq.kind):
                     with m.Case(ReqKind.DATA):
-                        # Remember where the peer's frames come from, for ACKs.
-                        m.d.sync += [qs.ev.eq(rq.ev), qs.mac.eq(rq.mac)]
                         # The bit is only meaningful inside the window: beyond it the
                         # ring aliases PSNs of the current window.
                         with m.If(d[23] | (inside & (bit_set | flight_hit))):
@@ -554,7 +605,13 @@ class RxPsnWindow(wiring.Component):
                         with m.Else():
                             # Accepted: in flight until its B response (the
                             # tables are written in WRITEBACK, next).
-                            m.d.sync += accept.eq(1)
+                            m.d.sync += [
+                                accept.eq(1),
+                                flight_enter.eq(Cat(chk_slot == i for i in range(self.inflight))),
+                                pend_enter.eq(
+                                    Cat(is_last & (chk_pend_free == i) for i in range(P))
+                                ),
+                            ]
                             m.d.sync += [
                                 place_valid.eq(1),
                                 place_cmd.discard.eq(0),
@@ -563,19 +620,14 @@ class RxPsnWindow(wiring.Component):
                             m.next = "WRITEBACK"
                     with m.Case(ReqKind.TRIM):
                         m.d.comb += cnt.trimmed.eq(1)
-                        m.d.sync += [qs.ev.eq(rq.ev), qs.mac.eq(rq.mac), place_valid.eq(discard)]
+                        m.d.sync += place_valid.eq(discard)
                         with m.If(cfg.trim_nack):
                             m.d.sync += ack_syn.eq(NAK_TRIMMED)
                             m.next = "ACK0"
                         with m.Else():
                             m.next = "WRITEBACK"
                     with m.Case(ReqKind.NAK):
-                        m.d.sync += [
-                            qs.ev.eq(rq.ev),
-                            qs.mac.eq(rq.mac),
-                            place_valid.eq(discard),
-                            ack_syn.eq(rq.syndrome),
-                        ]
+                        m.d.sync += [place_valid.eq(discard), ack_syn.eq(rq.syndrome)]
                         m.next = "ACK0"
                     with m.Case(ReqKind.PROBE):
                         m.d.sync += place_valid.eq(discard)
@@ -592,8 +644,8 @@ class RxPsnWindow(wiring.Component):
                         ack_job.eq(0),
                         ack_job.probe.eq(1),
                         ack_job.dqpn.eq(cfg.peer_qpn),
-                        ack_job.ev.eq(rq.ev),
-                        ack_job.dst_mac.eq(rq.mac),
+                        ack_job.ev.eq(qs.ev),
+                        ack_job.dst_mac.eq(qs.mac),
                         ack_job.dst_ip.eq(cfg.peer_ip),
                         ack_job.probe_id.eq(rq.probe_id),
                         ack_job.probe_ev.eq(rq.probe_ev),
@@ -603,24 +655,26 @@ class RxPsnWindow(wiring.Component):
 
             # ---- mark: set the bit, advance the cumulative PSN, complete
             with m.State("MARK_RD"):
+                m.d.sync += qs_load.eq(1)
+                m.d.sync += hole_mask.eq((Const(ones, W) << rq.psn[:lw] << 1)[:W])
+                # The packet is written: its pending entry, if any, is no
+                # longer in flight (its slot may be reused from now on).
+                for e in pend:
+                    with m.If(e.tag == done_tag):
+                        m.d.sync += e.in_flight.eq(0)
                 m.next = "MARK"
             with m.State("MARK"):
                 m.d.comb += cnt.placed.eq(1)
                 new_word = b_rd.data | (Const(1, W) << rq.psn[:lw])
                 m.d.comb += [b_wr.en.eq(1), b_wr.data.eq(new_word)]
-                # ~new_word from the marked bit on: the clear bits above it.
-                mark_holes = Signal(W)
-                m.d.comb += mark_holes.eq(~b_rd.data & mark_above)
                 m.d.sync += [
-                    qs.eq(q_rd.data),
-                    cfg.eq(self.cfg),
-                    adv_from.eq(q_rd.data.epsn),
                     bm_word.eq(widx(q_rd.data.epsn)),
                     cand.eq(0),
                     adv_first.eq(1),
-                    # The word ADV looks at first is the one written here.
-                    holes_r.eq(mark_holes),
-                    any_hole.eq(mark_holes.any()),
+                    # The word ADV looks at first is the one written here:
+                    # ~new_word from the marked bit on.
+                    holes_r.eq(holes),
+                    any_hole.eq(holes.any()),
                 ]
                 with m.If(rq.psn == q_rd.data.epsn):
                     m.next = "ADV_RD"
@@ -635,15 +689,13 @@ class RxPsnWindow(wiring.Component):
                 with m.Else():
                     m.next = "ADV_LD"
             with m.State("ADV_LD"):
-                ld_holes = Signal(W)
-                m.d.comb += ld_holes.eq(~b_rd.data & mask_ge)
-                m.d.sync += [holes_r.eq(ld_holes), any_hole.eq(ld_holes.any())]
+                m.d.sync += [holes_r.eq(holes), any_hole.eq(holes.any())]
                 m.next = "ADV"
             with m.State("ADV"):
                 # holes_r: the clear bits of the word from epsn on.
                 m.d.sync += adv_first.eq(0)
                 for i in range(P):
-                    with m.If(pend_en[i] & ~(holes_r & pend_rng[i]).any()):
+                    with m.If(pend_en[i] & ~(holes_r & pend_le[i]).any()):
                         m.d.sync += cand[i].eq(1)
                 with m.If(any_hole):
                     # The first hole is in this word: epsn + (first_hole - b),
@@ -656,6 +708,7 @@ class RxPsnWindow(wiring.Component):
                     m.d.sync += [
                         qs.epsn.eq(Cat(Const(0, lw), qs.epsn[lw:] + 1)),
                         bm_word.eq(bm_word + 1),
+                        hole_mask.eq(ones),
                     ]
                     m.next = "ADV_RD"
             with m.State("COMPLETE"):
@@ -701,7 +754,7 @@ class RxPsnWindow(wiring.Component):
                 unacked = qs.unacked + 1
                 m.d.sync += qs.unacked.eq(Mux(qs.unacked == 0xFF, 0xFF, unacked))
                 with m.If(mark_ackreq | ~(qs.unacked < ack_thr)):
-                    m.d.sync += [ack_syn.eq(AETH_ACK), ack_psn.eq(qs.epsn - 1)]
+                    m.d.sync += ack_syn.eq(AETH_ACK)
                     m.next = "ACK0"
                 with m.Else():
                     with m.If(~qs.armed):
@@ -709,40 +762,19 @@ class RxPsnWindow(wiring.Component):
                     m.next = "WRITEBACK"
 
             with m.State("WRITEBACK"):
+                # The QP's row; the tables are written below if CHECK_X
+                # accepted the packet.
                 m.d.comb += q_wr.en.eq(1)
-                m.d.sync += accept.eq(0)
-                with m.If(accept):
-                    for i, e in enumerate(inflight):
-                        with m.If(chk_slot == i):
-                            m.d.sync += [
-                                e.valid.eq(1),
-                                e.qp.eq(rq.qp),
-                                e.psn.eq(rq.psn),
-                                e.ackreq.eq(rq.ackreq),
-                                e.ce.eq(rq.ce),
-                            ]
-                    with m.If(is_last):
-                        for i, e in enumerate(pend):
-                            with m.If(chk_pend_free == i):
-                                m.d.sync += [
-                                    e.valid.eq(1),
-                                    e.qp.eq(rq.qp),
-                                    e.psn.eq(rq.psn),
-                                    e.imm_flag.eq(has_imm),
-                                    e.opcode.eq(rq.opcode),
-                                    e.imm.eq(rq.imm),
-                                    e.dma_len.eq(rq.dma_len),
-                                ]
                 m.next = "IDLE"
 
             # ---- timer scan
             with m.State("SCAN_RD"):
+                m.d.sync += qs_load.eq(1)
                 m.next = "SCAN"
             with m.State("SCAN"):
-                m.d.sync += [qs.eq(q_rd.data), cfg.eq(self.cfg)]
                 expired = ~(now - q_rd.data.deadline)[23]
                 with m.If(q_rd.data.armed & expired & (q_rd.data.unacked != 0)):
-                    m.d.sync += [ack_syn.eq(AETH_ACK), ack_psn.eq(q_rd.data.epsn - 1)]
+                    m.d.sync += ack_syn.eq(AETH_ACK)
                     m.next = "ACK0"
                 with m.Else():
                     m.next = "IDLE"
@@ -761,12 +793,15 @@ class RxPsnWindow(wiring.Component):
                 with m.If(~ack_valid):
                     is_ack = ack_syn == AETH_ACK
                     m.d.comb += [cnt.acks_sent.eq(is_ack), cnt.naks_sent.eq(~is_ack)]
-                    bitmap = Cat(w0, b_rd.data) >> qs.epsn[:lw]
+                    bitmap = Cat(w0, b_rd.data)
+                    for k in reversed(range(lw)):
+                        keep = W + (1 << k) - 1  # the bits later stages still need
+                        bitmap = Mux(qs.epsn[k], bitmap[1 << k:], bitmap)[:keep]
                     m.d.sync += [
                         ack_valid.eq(1),
                         ack_job.eq(0),
                         ack_job.syndrome.eq(ack_syn),
-                        ack_job.psn.eq(Mux(is_ack, qs.epsn - 1, ack_psn)),
+                        ack_job.psn.eq(Mux(is_ack, qs.epsn - 1, rq.psn)),
                         ack_job.dqpn.eq(cfg.peer_qpn),
                         ack_job.msn.eq(qs.msn),
                         ack_job.cum_psn.eq(qs.epsn - 1),
@@ -783,6 +818,41 @@ class RxPsnWindow(wiring.Component):
                         qs.armed.eq(0),
                     ]
                     m.next = "WRITEBACK"
+
+        # CHECK, MARK and SCAN load the QP's row and configuration as they
+        # arrive. CHECK remembers where the peer's frames come from, for ACKs
+        # (and a probe's answer); kept for DATA, TRIM and NAK (written back).
+        with m.If(qs_load):
+            from_req = fsm.ongoing("CHECK")
+            m.d.sync += [
+                qs.eq(q_rd.data),
+                qs.ev.eq(Mux(from_req, rq.ev, q_rd.data.ev)),
+                qs.mac.eq(Mux(from_req, rq.mac, q_rd.data.mac)),
+                cfg.eq(self.cfg),
+            ]
+
+        # WRITEBACK enters an accepted packet in the tables (accept and the
+        # enter vectors are set for that cycle only, so no state decode).
+        with m.If(accept):
+            m.d.sync += [accept.eq(0), flight_enter.eq(0), pend_enter.eq(0)]
+            m.d.comb += [f_wr.en.eq(1), p_wr.en.eq(is_last)]
+        for i, e in enumerate(inflight):
+            with m.If(flight_enter[i]):
+                m.d.sync += [flight_valid[i].eq(1), e.qp.eq(rq.qp), e.psn.eq(rq.psn)]
+        for i, e in enumerate(pend):
+            with m.If(pend_enter[i]):
+                m.d.sync += [
+                    e.valid.eq(1),
+                    e.qp.eq(rq.qp),
+                    e.psn.eq(rq.psn),
+                    e.in_flight.eq(1),
+                    e.tag.eq(chk_slot),
+                    pend_le[i].eq(Const(ones, W) >> ~rq.psn[:lw]),
+                ]
+                for b in range(i):
+                    m.d.sync += lt[i, b].eq(rq_before[b])
+                for a in range(i + 1, P):
+                    m.d.sync += lt[a, i].eq(~rq_before[a])
 
         # The cycle after a completion of a WITH_IMMEDIATE message (COALESCE or
         # COMPLETE_GAP): write its CQE, or count the overflow.
