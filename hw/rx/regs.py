@@ -128,8 +128,10 @@ class RxRegisters(wiring.Component):
     ``events``      In: one-cycle strobes of the validator and window counters.
     ``parser_counters`` In: the parser's own 32-bit counters.
 
-    The per-QP registers live in one memory each (``num_qps`` x 32 bits,
-    three read ports), the MR table and the counters in flip-flops. A write to
+    The per-QP registers live in one memory each (``num_qps`` x 32 bits) read
+    by the two lookups (``QP_EPSN`` also by ``init``), and in one more memory
+    of every QP block (``num_qps`` x 16 words, one read port) that answers the
+    CSR reads; the MR table and the counters are flip-flops. A write to
     ``QP_EPSN`` sets a pending bit for its QP; a pointer visiting one QP per
     cycle offers each pending QP on ``init`` (within ``num_qps + 2`` cycles),
     so back-to-back writes to several QPs are all delivered.
@@ -176,19 +178,33 @@ class RxRegisters(wiring.Component):
         rmap = self.map
         rd_value = Signal(32)  # flip-flop registers: latched on r_stb
         rd_from_mem = Signal()
-        rd_mem_sel = Signal(range(len(_QP_REGS)))
 
         qp_index = Signal(self.qp_bits)
         in_qp = Signal()
         reg_index = Signal(range(64))
-        off = bus.addr - QP_BASE
+        # The QP blocks are whole QP_STRIDE slots: compare the slot number, not
+        # the byte address (no full-width subtract in the read and write decode).
+        slot = bus.addr[exact_log2(QP_STRIDE):]
+        first = QP_BASE // QP_STRIDE
         m.d.comb += [
-            in_qp.eq((bus.addr >= QP_BASE) & (off < self.num_qps * QP_STRIDE)),
-            qp_index.eq(off[exact_log2(QP_STRIDE):]),
-            reg_index.eq(off[2 : exact_log2(QP_STRIDE)]),
+            in_qp.eq((slot >= first) & (slot < first + self.num_qps)),
+            qp_index.eq(slot - first),
+            reg_index.eq(bus.addr[2 : exact_log2(QP_STRIDE)]),
         ]
 
-        # ---- per-QP memories
+        # ---- per-QP memories: one per register for the lookups, and one copy of
+        # every QP block (QP_STRIDE // 4 words per QP) for the CSR reads, so a read
+        # is one memory port, not a port per register and a mux between them.
+        readback = Memory(shape=32, depth=self.num_qps * (QP_STRIDE // 4), init=[])
+        m.submodules.qp_readback = readback
+        readback_wp = readback.write_port()
+        readback_rp = readback.read_port()
+        m.d.comb += [
+            readback_wp.addr.eq(Cat(reg_index, qp_index)),
+            readback_wp.data.eq(bus.w_data),
+            readback_wp.en.eq(bus.w_stb & in_qp),
+            readback_rp.addr.eq(Cat(reg_index, qp_index)),
+        ]
         mems = {}
         lookups = (self.lookup_a, self.lookup_b)
         for name, offset, _, _ in _QP_REGS:
@@ -200,18 +216,16 @@ class RxRegisters(wiring.Component):
                 wp.data.eq(bus.w_data),
                 wp.en.eq(bus.w_stb & in_qp & (reg_index == offset // 4)),
             ]
-            csr_rp = mem.read_port()
-            m.d.comb += csr_rp.addr.eq(qp_index)
             ports = []
             for lk in lookups:
                 rp = mem.read_port()
                 m.d.comb += rp.addr.eq(lk.addr)
                 ports.append(rp.data)
-            mems[name] = (csr_rp, ports, mem.read_port() if name == "QP_EPSN" else None)
+            mems[name] = (ports, mem.read_port() if name == "QP_EPSN" else None)
 
         for i, lk in enumerate(lookups):
             def word(name, i=i):
-                return mems[name][1][i]
+                return mems[name][0][i]
             ctrl, ackr, cqc = word("QP_CTRL"), word("QP_ACK"), word("QP_CQ_CTRL")
             m.d.comb += [
                 lk.cfg.state.eq(ctrl[0:3]),
@@ -237,7 +251,7 @@ class RxRegisters(wiring.Component):
         # A pointer walks the QPs, one per cycle, and stops at a pending one: no
         # priority encoder across num_qps bits (deep logic at 256 QPs).
         next_qp = Signal(self.qp_bits)
-        epsn_rp = mems["QP_EPSN"][2]
+        epsn_rp = mems["QP_EPSN"][1]
         m.d.comb += [
             epsn_rp.addr.eq(next_qp),
             self.init.valid.eq(init_valid),
@@ -311,19 +325,14 @@ class RxRegisters(wiring.Component):
             m.d.sync += [rd_value.eq(0), rd_from_mem.eq(0), qp_hole.eq(0)]  # unmapped: 0
             with m.If(in_qp):
                 m.d.sync += [rd_from_mem.eq(1), qp_hole.eq(1)]
-                for k, (_, offset, _, _) in enumerate(_QP_REGS):
+                for _, offset, _, _ in _QP_REGS:
                     with m.If(reg_index == offset // 4):
-                        m.d.sync += [rd_mem_sel.eq(k), qp_hole.eq(0)]
+                        m.d.sync += qp_hole.eq(0)
             with m.Else():
                 with m.Switch(bus.addr):
                     for key, (value, _) in plain.items():
                         with m.Case(rmap[key].offset if isinstance(key, str) else key):
                             m.d.sync += rd_value.eq(value)
 
-        mem_word = Signal(32)
-        with m.Switch(rd_mem_sel):
-            for k, (name, _, _, _) in enumerate(_QP_REGS):
-                with m.Case(k):
-                    m.d.comb += mem_word.eq(mems[name][0].data)
-        m.d.comb += bus.r_data.eq(Mux(rd_from_mem & ~qp_hole, mem_word, rd_value))
+        m.d.comb += bus.r_data.eq(Mux(rd_from_mem & ~qp_hole, readback_rp.data, rd_value))
         return m
