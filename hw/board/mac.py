@@ -19,6 +19,7 @@ TX, core to PHY::
     tx_axis ->  TxFrameFilter  tuser drops a frame                  sync
     PacketFIFO  store and forward                                   sync
     AsyncFIFO   sync to eth_tx
+    StreamRegister  the FIFO's read data and enable registered       eth_tx
     TxUnpacker  W-bit beats to bytes                                eth_tx
     TxFramer    preamble, SFD, pad, FCS, 12-byte IFG, MII nibbles   eth_tx
     RGMIIDDR    pair per cycle to the pins                          eth_tx/eth_tx90
@@ -59,6 +60,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
 from ..crc import CRC32_INIT, CRC32_RESIDUE, crc32_bytes
+from ..pipeline import StreamRegister
 from ..stream import AXIStreamSignature, check_data_width
 from .rgmii import RGMIIDDR, DDRPairSignature, RGMIIPinSignature
 
@@ -759,10 +761,10 @@ class RGMIIMAC(wiring.Component):
     (about 4 sync cycles) and the PacketFIFO (2 cycles) once the whole frame
     is in (store and forward). TX, from the last beat of a frame to the first
     preamble nibble, 2 sync cycles into the PacketFIFO, the AsyncFIFO (about
-    4 eth_tx cycles) and 1 cycle. Throughput: line rate in both directions
-    (one byte per 125 MHz cycle) with back-to-back frames at the 12-byte
-    minimum inter-frame gap, as long as the core clock meets the bound in the
-    module docstring.
+    4 eth_tx cycles), its register stage (1 cycle) and 1 cycle. Throughput:
+    line rate in both directions (one byte per 125 MHz cycle) with
+    back-to-back frames at the 12-byte minimum inter-frame gap, as long as
+    the core clock meets the bound in the module docstring.
     """
 
     def __init__(
@@ -870,14 +872,20 @@ class RGMIIMAC(wiring.Component):
         tx_mii = Signal()
         m.submodules.tx_mii_sync = FFSynchronizer(self.mii_select, tx_mii, o_domain="eth_tx")
         tx_dom = DomainRenamer("eth_tx")
+        # The clock-crossing FIFO's read data (LUT RAM, read asynchronously)
+        # and its read enable go through a register stage: the unpacker's
+        # byte-lane logic would otherwise sit between the FIFO's read pointer
+        # and its read enable (8 LUT levels at 125 MHz).
+        m.submodules.tx_cdc_reg = tx_reg = tx_dom(StreamRegister(TxWord(W)))
         m.submodules.tx_unpacker = unpacker = tx_dom(TxUnpacker(W))
         m.submodules.tx_framer = framer = tx_dom(TxFramer())
         m.d.comb += [
-            unpacker.i.payload.eq(tx_cdc.r_data),
-            unpacker.i.valid.eq(tx_cdc.r_rdy),
-            tx_cdc.r_en.eq(unpacker.i.ready),
+            tx_reg.i.payload.eq(tx_cdc.r_data),
+            tx_reg.i.valid.eq(tx_cdc.r_rdy),
+            tx_cdc.r_en.eq(tx_reg.i.ready),
             framer.mii.eq(tx_mii),
         ]
+        wiring.connect(m, tx_reg.o, unpacker.i)
         wiring.connect(m, unpacker.o, framer.i)
         wiring.connect(m, framer.tx, ddr.tx)
 
