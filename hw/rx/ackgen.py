@@ -7,6 +7,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
+from hw.arbiter import one_hot_select
 from hw.crc import ICRC_INIT, crc32_parts
 from hw.headers import (
     AETH,
@@ -206,8 +207,7 @@ class RxAckBuilder(wiring.Component):
         axis = self.m_axis
 
         def pick(beats, onehot):  # no bit set (past the end): 0
-            return Cat(*[Cat(*[onehot[i] & b[j] for i, b in enumerate(beats)]).any()
-                         for j in range(dw)])
+            return one_hot_select(onehot, beats)
 
         with m.FSM(name="ackgen"):
             with m.State("IDLE"):
