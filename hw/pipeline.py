@@ -44,8 +44,7 @@ from hw.axi import AXI4Signature
 from hw.stream import AXIStreamSignature
 
 __all__ = ["AXI4RegisterSlice", "AXIRegisterSlice", "AXIStreamRegister", "BlockRamFIFO",
-           "saturating_increment",
-           "StreamRegister", "skid"]
+           "StreamRegister", "saturating_increment", "skid"]
 
 
 def skid(m: Module, i_valid, i_ready, i_data, o_valid, o_ready, o_data, name: str):

@@ -19,7 +19,7 @@ TX, core to PHY::
     tx_axis ->  TxFrameFilter  tuser drops a frame                  sync
     PacketFIFO  store and forward                                   sync
     AsyncFIFO   sync to eth_tx
-    StreamRegister  the FIFO's read data and enable registered       eth_tx
+    StreamRegister  read data and enable registered                 eth_tx
     TxUnpacker  W-bit beats to bytes                                eth_tx
     TxFramer    preamble, SFD, pad, FCS, 12-byte IFG, MII nibbles   eth_tx
     RGMIIDDR    pair per cycle to the pins                          eth_tx/eth_tx90

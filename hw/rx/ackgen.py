@@ -165,13 +165,11 @@ class RxAckBuilder(wiring.Component):
         rem_ack = (self.ack_len - OFF_IPV4 - 4 - 1) % bpb + 1
         rem_probe = (PROBE_FRAME_LEN - OFF_IPV4 - 4 - 1) % bpb + 1
         crc_dpart = Signal(32)  # the data part of the next CRC beat
-        # The frame is never held as a shift register: its image is a function
-        # of ``job`` (mostly constants), and each beat is picked from it by a
-        # beat index into a register, the CRC's input a cycle before its data
-        # part, the output a beat ahead of the stream. The CRC's last beat of
-        # each frame type is moved up by its missing lanes: leading zero bytes
-        # leave a data part unchanged, so one full-beat network serves every
-        # beat (hw/crc.py ``crc32_tail`` does the same with a variable count).
+        # The CRC's beats are picked from the image (see the class docstring).
+        # The last beat of each frame type is moved up by its missing lanes:
+        # leading zero bytes leave a data part unchanged, so one full-beat
+        # network serves every beat (hw/crc.py ``crc32_tail`` does the same
+        # with a variable count).
 
         def crc_beats(img, length):
             covered = length - OFF_IPV4 - 4
