@@ -187,7 +187,9 @@ class CsrInterconnect(wiring.Component):
     ``block_read_latency`` (1 or 2): cycles from a block's ``r_stb`` to its
     ``r_data``; 2 lets blocks register their read mux. A block of latency 1
     must hold ``r_data`` while its ``addr`` holds, which the interconnect
-    keeps still until the data is taken (no injected write in between).
+    keeps still until the data is taken (no injected write in between). A
+    block's ``addr`` and ``w_data`` change only on an access to that block
+    (a strobe to it), so each block has registers of its own.
 
     Latency: writes reach a block 1 cycle after ``csr.w_stb``; ``csr.r_data``
     is valid ``read_latency`` = 2 + ``block_read_latency`` cycles after
@@ -246,21 +248,25 @@ class CsrInterconnect(wiring.Component):
 
         for i in range(n):
             bus = self.bus(i)
-            selected = index == i
-            # The registered stage: the strobes last one cycle.
+            # The registered stage: the strobes last one cycle. A block's
+            # address and data registers load only for an access to that
+            # block, so each block has its own (placed next to it), not one
+            # register fanning out across the chip: registers loaded alike
+            # would be merged into one by synthesis.
             m.d.sync += [bus.w_stb.eq(0), bus.r_stb.eq(0)]
             with m.If(self.inject.valid & free):
-                m.d.sync += [
-                    bus.addr.eq(inj.addr[:bb]),
-                    bus.w_data.eq(inj.data),
-                    bus.w_stb.eq(inj.block == i),
-                ]
-            with m.Elif(up.w_stb | up.r_stb):
+                with m.If(inj.block == i):
+                    m.d.sync += [
+                        bus.addr.eq(inj.addr[:bb]),
+                        bus.w_data.eq(inj.data),
+                        bus.w_stb.eq(1),
+                    ]
+            with m.Elif((up.w_stb | up.r_stb) & (index == i) & ~intercepted):
                 m.d.sync += [
                     bus.addr.eq(offset),
                     bus.w_data.eq(up.w_data),
-                    bus.w_stb.eq(up.w_stb & selected & ~intercepted),
-                    bus.r_stb.eq(up.r_stb & selected & ~intercepted),
+                    bus.w_stb.eq(up.w_stb),
+                    bus.r_stb.eq(up.r_stb),
                 ]
 
         # Read data: chosen by what the address was at r_stb, registered on
