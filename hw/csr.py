@@ -9,20 +9,68 @@ CSR bus (``CSRBusSignature``), drawn from the master's side:
     w_data Out(32)
     r_stb  Out(1)           one-cycle read strobe
     r_data In(32)           the slave presents the read value the cycle after ``r_stb``
+                            (or later: each block documents its read latency)
 
 A slave may give reads side effects (a read-to-clear counter, popping an event
 queue) on ``r_stb``; it never stalls the bus.
 """
 
+import operator
+from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import reduce
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from .axi import AXI_RESP_OKAY, AXI_RESP_SLVERR, AXI4LiteSignature
 
-__all__ = ["AXI4LiteToCSR", "CSRBusSignature", "Register", "RegisterMap"]
+__all__ = ["AXI4LiteToCSR", "CSRBusSignature", "Register", "RegisterMap", "grouped_read"]
+
+# Words per group of ``grouped_read``: an 8:1 mux is one slice level (LUT4s,
+# PFUMX and L6MUX21 on the ECP5) and its 11 inputs bound how deep synthesis
+# can make it.
+READ_GROUP_BITS = 3
+
+
+def grouped_read(m, addr, r_stb, words, *, name="rd"):
+    """The first of two registered read stages for flip-flop registers.
+
+    ``words`` maps a byte offset (32-bit aligned) to the value that a read of
+    it returns (a Value of up to 32 bits). At ``r_stb``, every group of
+    2**READ_GROUP_BITS consecutive words registers its word mux on
+    ``addr[2:5]``, or 0 if ``addr`` is not in the group. Returns the OR of
+    those registers (combinational): the value of the word read, 0 for an
+    offset ``words`` lacks, valid the cycle after ``r_stb`` until the next.
+    The caller registers it (or a mux of it with its memories' read data)
+    for a read latency of 2.
+
+    Depth: about three LUT levels before the group registers (the group's
+    address compare beside an 8:1 mux), an OR of as many terms as there are
+    groups after them. A 40-word register file on the full address instead is
+    a compare per word and a 40-way AND-OR in one cycle, which synthesis
+    builds up to eight LUTs deep. Cost: 32 flip-flops per group.
+    """
+    groups = defaultdict(dict)
+    for offset, value in words.items():
+        if offset % 4:
+            raise ValueError(f"register offset {offset:#x} is not 32-bit aligned")
+        index = offset >> 2
+        groups[index >> READ_GROUP_BITS][index % (1 << READ_GROUP_BITS)] = value
+    group_values = []
+    for group, entries in sorted(groups.items()):
+        word_value = Signal(32, name=f"{name}_word{group}")
+        with m.Switch(addr[2 : 2 + READ_GROUP_BITS]):
+            for word, value in entries.items():
+                with m.Case(word):
+                    m.d.comb += word_value.eq(value)
+        group_value = Signal(32, name=f"{name}_group{group}")
+        with m.If(r_stb):
+            m.d.sync += group_value.eq(
+                Mux(addr[2 + READ_GROUP_BITS :] == group, word_value, 0))
+        group_values.append(group_value)
+    return reduce(operator.or_, group_values, Const(0, 32))
 
 
 class CSRBusSignature(wiring.Signature):

@@ -17,9 +17,9 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hw.axi import AXI4Signature
-from hw.csr import CSRBusSignature
+from hw.csr import CSRBusSignature, grouped_read
 from hw.headers import sack_bitmap
-from hw.pipeline import saturating_increment
+from hw.pipeline import AXIStreamRegister, saturating_increment
 from hw.rx.parser import ParsedHeader
 from hw.stream import AXIStreamSignature, check_data_width
 
@@ -88,7 +88,8 @@ class ReliabilityEngine(wiring.Component):
     ``cwnd_update`` Out(stream(CwndUpdate)): new window of a QP, packets.
     ``qp_state_update`` Out(stream(QpStateUpdate)): QP state changes (ERROR on retry
                    exhaustion; also the controller's commands).
-    ``m_axis_probe`` Out(AXIStreamSignature(data_width)): EV probe requests.
+    ``m_axis_probe`` Out(AXIStreamSignature(data_width)): EV probe requests, from a
+                   register stage (1 cycle after ``ProbeBuilder``).
     ``m_axi``      Out(AXI4Signature(64, data_width, 4)): WQE reads and CQE writes.
     ``csr``        In(CSRBusSignature(csr_addr_width)): ``register_map()``. A
                    read answers ``CSR_READ_LATENCY`` (2) cycles after
@@ -177,7 +178,11 @@ class ReliabilityEngine(wiring.Component):
         wiring.connect(m, timers.expired, core.expired)
         wiring.connect(m, core.cpl, cpl.req)
         wiring.connect(m, core.probe_req, probes.req)
-        wiring.connect(m, probes.m_axis, wiring.flipped(self.m_axis_probe))
+        # A register stage: the builder's beat comes from its FSM through a
+        # lane mux, and the NIC's MAC TX arbiter adds its own mux behind it.
+        m.submodules.probe_stage = probe_stage = AXIStreamRegister(self.data_width)
+        wiring.connect(m, probes.m_axis, probe_stage.s_axis)
+        wiring.connect(m, probe_stage.m_axis, wiring.flipped(self.m_axis_probe))
         wiring.connect(m, cpl.m_axi, wiring.flipped(self.m_axi))
         m.d.comb += core.now.eq(timers.now)
 
@@ -315,37 +320,25 @@ class ReliabilityEngine(wiring.Component):
             m.d.sync += cpl_flag.eq(1)
 
         # --- reads: registered decode, data 2 cycles after r_stb (registered) -----------
-        r_global = Signal(32)
         r_kind = Signal(2)  # 0 global, 1 QP word, 2 EV
         r_word = Signal(4)
         r_ev = Signal(max(1, ebits))
-        gval = Signal(32)
-        with m.Switch(addr):
-            with m.Case(G["block_id"]):
-                m.d.comb += gval.eq(TYPE_ID | (VERSION << 16))
-            with m.Case(G["params"]):
-                m.d.comb += gval.eq(nq | (E << 12) | (self.window << 20))
-            with m.Case(G["timeout_unit"]):
-                m.d.comb += gval.eq(self.timeout_unit)
-            for name, reg in rw_regs.items():
-                with m.Case(G[name]):
-                    m.d.comb += gval.eq(reg)
-            with m.Case(G["irq_status"]):
-                m.d.comb += gval.eq(Cat(core.event.valid, cpl_flag))
-            with m.Case(G["ev_event_count"]):
-                m.d.comb += gval.eq(core.event_count)
-            with m.Case(G["ev_event_qpn"]):
-                m.d.comb += gval.eq(Cat(event.qpn, Const(0, 7), core.event.valid))
-            with m.Case(G["ev_event"]):
-                m.d.comb += gval.eq(Cat(event.ev_index, event.old, event.new, Const(0, 3),
-                                        core.event.valid, event.drops))
-            for i, name in enumerate(COUNTER_NAMES):
-                with m.Case(COUNTER_BASE + 4 * i):
-                    m.d.comb += gval.eq(counter(name))
+        global_words = {
+            G["block_id"]: Const(TYPE_ID | (VERSION << 16), 32),
+            G["params"]: Const(nq | (E << 12) | (self.window << 20), 32),
+            G["timeout_unit"]: Const(self.timeout_unit, 32),
+            **{G[name]: reg for name, reg in rw_regs.items()},
+            G["irq_status"]: Cat(core.event.valid, cpl_flag),
+            G["ev_event_count"]: core.event_count,
+            G["ev_event_qpn"]: Cat(event.qpn, Const(0, 7), core.event.valid),
+            G["ev_event"]: Cat(event.ev_index, event.old, event.new, Const(0, 3),
+                               core.event.valid, event.drops),
+            **{COUNTER_BASE + 4 * i: counter(name) for i, name in enumerate(COUNTER_NAMES)},
+        }
+        r_global = grouped_read(m, addr, csr.r_stb, global_words)
 
         with m.If(csr.r_stb):
             m.d.sync += [
-                r_global.eq(gval),
                 r_kind.eq(Mux(in_ev, 2, Mux(in_qp, 1, 0))),
                 r_word.eq(word),
                 r_ev.eq(ev_idx[: max(1, ebits)]),

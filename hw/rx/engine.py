@@ -61,6 +61,8 @@ class RxPipeline(wiring.Component):
     with payloads of a few beats are limited by those (docs/rx.md).
     """
 
+    CSR_READ_LATENCY = RxRegisters.CSR_READ_LATENCY
+
     def __init__(self, *, data_width=64, num_qps=16, num_mrs=16, sack_bits=64, mpr_max=1024,
                  csr_addr_width=16, inflight=8, max_pending=8):
         check_rx_params(data_width=data_width, num_qps=num_qps, num_mrs=num_mrs,
@@ -172,7 +174,9 @@ class RxEngine(wiring.Component):
     Interface
     ---------
     ``s_axis``      In(AXIStreamSignature(data_width)): frames from the MAC.
-    ``csr``         In(CSRBusSignature(csr_addr_width)): ``register_map``.
+    ``csr``         In(CSRBusSignature(csr_addr_width)): ``register_map``. A
+                    read answers ``CSR_READ_LATENCY`` (2) cycles after
+                    ``r_stb``.
     ``m_axi``       Out(AXI4Signature(64, data_width, 4)): payload and CQE
                     writes; reads tied off.
     ``m_axis_ack``  Out(AXIStreamSignature(data_width)): ACK, NAK and probe
@@ -185,6 +189,8 @@ class RxEngine(wiring.Component):
     record leaves the parser. Throughput: 1 payload beat per cycle while the
     AXI slave keeps up, with a few idle cycles per packet (docs/rx.md).
     """
+
+    CSR_READ_LATENCY = RxRegisters.CSR_READ_LATENCY
 
     def __init__(self, *, data_width=64, num_qps=16, num_mrs=16, sack_bits=64, mpr_max=1024,
                  csr_addr_width=16, max_payload=4096):

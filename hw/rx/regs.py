@@ -1,12 +1,15 @@
 """The receive engine's registers: QP table, MR table, addresses, counters."""
 
+import operator
+from functools import reduce
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from hw.csr import CSRBusSignature, RegisterMap
+from hw.csr import CSRBusSignature, RegisterMap, grouped_read
 
 from .layouts import QpConfig
 from .parser import COUNTER_NAMES as PARSER_COUNTERS
@@ -115,8 +118,9 @@ class RxRegisters(wiring.Component):
 
     Interface
     ---------
-    ``csr``         In(CSRBusSignature): the host side; reads answer the cycle
-                    after ``r_stb``.
+    ``csr``         In(CSRBusSignature): the host side; a read answers
+                    ``CSR_READ_LATENCY`` (2) cycles after ``r_stb`` (read data
+                    registered; a bridge in front takes ``read_latency=2``).
     ``lookup_a`` / ``lookup_b``: two QP configuration lookups, ``addr`` In,
                     ``cfg`` Out one cycle later.
     ``init``        Out(stream): (qp, epsn) on every write to ``QP_EPSN``.
@@ -136,10 +140,12 @@ class RxRegisters(wiring.Component):
     cycle offers each pending QP on ``init`` (within ``num_qps + 2`` cycles),
     so back-to-back writes to several QPs are all delivered.
 
-    Latency: a CSR read answers the cycle after ``r_stb``; a lookup answers
+    Latency: a CSR read answers 2 cycles after ``r_stb``; a lookup answers
     the cycle after its address; a write takes effect at the next cycle.
     Throughput: one CSR access and one lookup per port per cycle.
     """
+
+    CSR_READ_LATENCY = 2
 
     def __init__(self, *, num_qps=16, num_mrs=16, sack_bits=64, mpr_max=1024,
                  csr_addr_width=16, next_offset=0):
@@ -176,8 +182,7 @@ class RxRegisters(wiring.Component):
         m = Module()
         bus = self.csr
         rmap = self.map
-        rd_value = Signal(32)  # flip-flop registers: latched on r_stb
-        rd_from_mem = Signal()
+        rd_value = Signal(32)  # the read data, CSR_READ_LATENCY cycles after r_stb
 
         qp_index = Signal(self.qp_bits)
         in_qp = Signal()
@@ -247,7 +252,14 @@ class RxRegisters(wiring.Component):
         init_pending = Signal(self.num_qps)
         init_valid = Signal()
         init_load = Signal()  # the EPSN read of the QP chosen last cycle is due
-        epsn_wr = bus.w_stb & in_qp & (reg_index == rmap["QP_EPSN"].offset % QP_STRIDE // 4)
+        # The write is registered before it sets the pending bit, so the address
+        # decode is not in series with the pointer logic; init_busy covers it.
+        epsn_wr = Signal()
+        epsn_qp = Signal(self.qp_bits)
+        m.d.sync += [
+            epsn_wr.eq(bus.w_stb & in_qp & (reg_index == rmap["QP_EPSN"].offset % QP_STRIDE // 4)),
+            epsn_qp.eq(qp_index),
+        ]
         # A pointer walks the QPs, one per cycle, and stops at a pending one: no
         # priority encoder across num_qps bits (deep logic at 256 QPs).
         next_qp = Signal(self.qp_bits)
@@ -259,7 +271,7 @@ class RxRegisters(wiring.Component):
         set_mask = Signal(self.num_qps)
         clr_mask = Signal(self.num_qps)
         with m.If(epsn_wr):
-            m.d.comb += set_mask.eq(1 << qp_index)
+            m.d.comb += set_mask.eq(1 << epsn_qp)
         with m.If(init_valid):
             with m.If(self.init.ready):
                 m.d.sync += init_valid.eq(0)
@@ -273,7 +285,7 @@ class RxRegisters(wiring.Component):
         with m.Else():
             m.d.sync += next_qp.eq(next_qp + 1)
         m.d.sync += init_pending.eq((init_pending & ~clr_mask) | set_mask)
-        m.d.comb += self.init_busy.eq(init_pending.any() | init_load | init_valid)
+        m.d.comb += self.init_busy.eq(epsn_wr | init_pending.any() | init_load | init_valid)
 
         # ---- flip-flop registers
         own_mac_lo = Signal(32)
@@ -320,19 +332,17 @@ class RxRegisters(wiring.Component):
                         with m.Case(rmap[key].offset if isinstance(key, str) else key):
                             m.d.sync += target.eq(bus.w_data[: len(target)])
 
-        qp_hole = Signal()
+        # Reads, in two registered stages (CSR_READ_LATENCY): at r_stb the
+        # flip-flop registers' groups (hw.csr.grouped_read) and the QP-block
+        # memory's read; a cycle later, one of the two. The flip-flop
+        # registers lie below QP_BASE, so a QP-block read matches none of them.
+        flops = grouped_read(m, bus.addr, bus.r_stb, {
+            rmap[key].offset if isinstance(key, str) else key: value
+            for key, (value, _) in plain.items()})
+        from_mem = Signal()  # a QP-block register: the read-back memory's word
         with m.If(bus.r_stb):
-            m.d.sync += [rd_value.eq(0), rd_from_mem.eq(0), qp_hole.eq(0)]  # unmapped: 0
-            with m.If(in_qp):
-                m.d.sync += [rd_from_mem.eq(1), qp_hole.eq(1)]
-                for _, offset, _, _ in _QP_REGS:
-                    with m.If(reg_index == offset // 4):
-                        m.d.sync += qp_hole.eq(0)
-            with m.Else():
-                with m.Switch(bus.addr):
-                    for key, (value, _) in plain.items():
-                        with m.Case(rmap[key].offset if isinstance(key, str) else key):
-                            m.d.sync += rd_value.eq(value)
-
-        m.d.comb += bus.r_data.eq(Mux(rd_from_mem & ~qp_hole, readback_rp.data, rd_value))
+            m.d.sync += from_mem.eq(in_qp & reduce(operator.or_, [
+                reg_index == offset // 4 for _, offset, _, _ in _QP_REGS]))
+        m.d.sync += rd_value.eq(Mux(from_mem, readback_rp.data, flops))
+        m.d.comb += bus.r_data.eq(rd_value)
         return m

@@ -49,7 +49,7 @@ from host_driver.layers import (
     write_payload,
 )
 from hw.rx.parser import ParsedHeader
-from hw.rx.regs import COUNTER_BASE, COUNTERS, MR_BASE, MR_STRIDE, QP_BASE, QP_STRIDE
+from hw.rx.regs import COUNTER_BASE, COUNTERS, MR_BASE, MR_STRIDE, QP_BASE, QP_STRIDE, RxRegisters
 
 LAST_OPCODES = (0x08, 0x09, 0x0A, 0x0B)
 AETH_ACK, NAK_REMOTE_ACCESS, NAK_TRIMMED = 0x1F, 0x62, 0x70
@@ -462,6 +462,8 @@ class RxTB:
         d.csr__r_stb.value = 1
         await RisingEdge(d.clk)
         d.csr__r_stb.value = 0
+        for _ in range(RxRegisters.CSR_READ_LATENCY - 1):
+            await RisingEdge(d.clk)
         await ReadOnly()
         value = int(d.csr__r_data.value)
         await RisingEdge(d.clk)
