@@ -22,14 +22,16 @@ master granted now passes through an AND-OR with flip-flop selects, so no
 master's valid reaches another's address.
 
 Latency: 1 cycle on AW and AR when the master was not the one granted last
-(0 when it was); none on W, B and R (muxes). Throughput: one AW or AR per
+(0 when it was); none on B and R (muxes); W beats of a burst pass from the
+second cycle after its AW is taken (the order FIFO's registered head), then
+with none (muxes). Throughput: one AW or AR per
 cycle; W and R one beat per cycle. A master with a request pending waits
 for at most ``num_masters - 1`` other grants.
 """
 
 from amaranth.hdl import Cat, Const, Module, Signal
 from amaranth.lib import wiring
-from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
 from .arbiter import one_hot_select
@@ -124,7 +126,11 @@ class AXI4Arbiter(wiring.Component):
 
         # ---- AW: round-robin grant, index to the W FIFO ------------------------
         m.submodules.aw_rr = aw_rr = RoundRobin(n)
-        m.submodules.w_order = w_order = SyncFIFO(width=self.index_bits, depth=self.w_fifo_depth)
+        # The order FIFO holds each burst's master one-hot, and its head comes
+        # from a register (SyncFIFOBuffered): the W selects and the ready
+        # path back into the masters start at flip-flops, not at a LUT-RAM
+        # read and an index compare.
+        m.submodules.w_order = w_order = SyncFIFOBuffered(width=n, depth=self.w_fifo_depth)
         m.d.comb += aw_rr.requests.eq(Cat(s.awvalid for s in slaves))
         _select(m, aw_rr.onehot, slaves, mst, _AW + ("awid",), self.index_bits)
         m.d.comb += mst.awvalid.eq(aw_rr.valid & w_order.w_rdy)
@@ -134,14 +140,16 @@ class AXI4Arbiter(wiring.Component):
         m.d.comb += [
             aw_rr.advance.eq(aw_fire),
             w_order.w_en.eq(aw_fire),
-            w_order.w_data.eq(aw_rr.grant),
+            w_order.w_data.eq(aw_rr.onehot),
         ]
 
         # ---- W: from the master at the head of the AW order --------------------
+        w_head = Signal(n)
+        m.d.comb += w_head.eq(w_order.r_data & Cat(*[w_order.r_rdy] * n))
+        for f in (*_W, "wvalid"):
+            m.d.comb += getattr(mst, f).eq(one_hot_select(w_head, [getattr(s, f) for s in slaves]))
         for i, s in enumerate(slaves):
-            with m.If(w_order.r_rdy & (w_order.r_data == i)):
-                m.d.comb += [getattr(mst, f).eq(getattr(s, f)) for f in _W]
-                m.d.comb += [mst.wvalid.eq(s.wvalid), s.wready.eq(mst.wready)]
+            m.d.comb += s.wready.eq(w_head[i] & mst.wready)
         m.d.comb += w_order.r_en.eq(mst.wvalid & mst.wready & mst.wlast)
 
         # ---- B: routed by the ID's index bits -------------------------------------
