@@ -61,15 +61,12 @@ class HeaderBuilder(wiring.Component):
         # every const is a multiple of 4.
         udp_len = Signal(16)
         ip_len = Signal(16)
-        udp_const = UDP.size + BTH.size + 4
-        udp_sum = d.length + Mux(
-            imm, udp_const + RETH.size + IMMDT.size + 3, udp_const + RETH.size + 3
-        )
-        ip_sum = d.length + Mux(
-            imm,
-            IPV4.size + udp_const + RETH.size + IMMDT.size + 3,
-            IPV4.size + udp_const + RETH.size + 3,
-        )
+        # Both sums of each length are made and the opcode picks one after
+        # the adders, so its decode is not in front of the carry chains.
+        udp_const = UDP.size + BTH.size + 4 + RETH.size + 3
+        udp_sum = Mux(imm, d.length + (udp_const + IMMDT.size), d.length + udp_const)
+        ip_sum = Mux(imm, d.length + (IPV4.size + udp_const + IMMDT.size),
+                     d.length + (IPV4.size + udp_const))
         m.d.sync += [
             udp_len.eq(Cat(Const(0, 2), udp_sum[2:])),
             ip_len.eq(Cat(Const(0, 2), ip_sum[2:])),
