@@ -124,9 +124,11 @@ class RxRegisters(wiring.Component):
     ``lookup_a`` / ``lookup_b``: two QP configuration lookups, ``addr`` In,
                     ``cfg`` Out one cycle later.
     ``init``        Out(stream): (qp, epsn) on every write to ``QP_EPSN``.
-    ``init_busy``   Out: a ``QP_EPSN`` write is not yet delivered; the window
-                    engine checks no frame meanwhile, so a write takes effect
-                    before every frame checked after it.
+    ``init_busy``   Out (a flip-flop): a ``QP_EPSN`` write is not yet
+                    delivered (high from the cycle after the write until the
+                    cycle after its delivery); the window engine checks no
+                    frame meanwhile, so a write takes effect before every
+                    frame checked after it.
     ``mrs``         Out: the MR table.
     ``own_mac``, ``own_ip``, ``trim_dscp``: Out.
     ``events``      In: one-cycle strobes of the validator and window counters.
@@ -256,10 +258,8 @@ class RxRegisters(wiring.Component):
         # decode is not in series with the pointer logic; init_busy covers it.
         epsn_wr = Signal()
         epsn_qp = Signal(self.qp_bits)
-        m.d.sync += [
-            epsn_wr.eq(bus.w_stb & in_qp & (reg_index == rmap["QP_EPSN"].offset % QP_STRIDE // 4)),
-            epsn_qp.eq(qp_index),
-        ]
+        epsn_strobe = bus.w_stb & in_qp & (reg_index == rmap["QP_EPSN"].offset % QP_STRIDE // 4)
+        m.d.sync += [epsn_wr.eq(epsn_strobe), epsn_qp.eq(qp_index)]
         # A pointer walks the QPs, one per cycle, and stops at a pending one: no
         # priority encoder across num_qps bits (deep logic at 256 QPs).
         next_qp = Signal(self.qp_bits)
@@ -285,7 +285,12 @@ class RxRegisters(wiring.Component):
         with m.Else():
             m.d.sync += next_qp.eq(next_qp + 1)
         m.d.sync += init_pending.eq((init_pending & ~clr_mask) | set_mask)
-        m.d.comb += self.init_busy.eq(epsn_wr | init_pending.any() | init_load | init_valid)
+        # init_busy from a flip-flop: high the cycle after a QP_EPSN write, and
+        # low one cycle after the last pending request is delivered.
+        init_busy = Signal()
+        m.d.sync += init_busy.eq(
+            epsn_strobe | epsn_wr | init_pending.any() | init_load | init_valid)
+        m.d.comb += self.init_busy.eq(init_busy)
 
         # ---- flip-flop registers
         own_mac_lo = Signal(32)
