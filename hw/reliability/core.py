@@ -372,6 +372,9 @@ class ReliabilityCore(wiring.Component):
         # W + una - sack_base); the NAK's PSN: in flight (nak_in), at offset nak_off
         s_in = Signal()
         s_amt = Signal(range(W + self.sack_bits))
+        # the W zeros and the bitmap shifted by the low 2 bits of s_amt (in SACK, from
+        # the low bits of sack_base and una alone): SACK_ALIGN shifts by the rest
+        s_low = Signal(W + self.sack_bits)
         nak_in = Signal()
         nak_off = Signal(max(wbits, 1))
         # the loss walk's test (LCNT): at least sack_threshold SACKed PSNs above the
@@ -559,10 +562,6 @@ class ReliabilityCore(wiring.Component):
             lost_cand.eq(Mux(cfg.sack_threshold != 0,
                              infl_mask & ~cur.sacked & ~cur.fast_done, 0)),
         ]
-        # the walk's next PSN, registered: the lowest bit of walk_mask (in USE, of
-        # walk_mask without the PSN in use). PICK follows USE or WALK, so walk_mask has
-        # not changed since: the values are those of walk_mask in PICK.
-        in_use = Signal()
         # registered state flags for SENT and USE, whose actions are gated by them
         # rather than by the state decode: st_sent in SENT (entered from LOAD alone),
         # st_use in USE (entered from PICK, LCNT, or USE waiting for room)
@@ -579,16 +578,20 @@ class ReliabilityCore(wiring.Component):
                          Mux(self.expired.valid, self.expired.payload.qpn, sweep_q)))
         rd_q = Mux(st_ack_in, a_qpn, idle_q)
         m.d.comb += [rec_rd.addr.eq(rd_q), self.rel_addr.eq(rd_q)]
+        # the walk's next PSN, registered: the lowest bit of walk_mask without the PSN
+        # in use (off_bit). PICK follows USE or WALK, so walk_mask has not changed
+        # since: the values are those of walk_mask in PICK.
         pick_off = Signal(range(max(W, 2)))
         pick_any = Signal()
+        # the PSN in use as one bit, registered with walk_off: its one-hot in LCNT and
+        # USE (set in PICK, kept while they last), 0 in the other states (WALK)
         off_bit = Signal(W)
-        m.d.comb += off_bit.eq(_onehot(walk_off, W))
+        m.d.sync += off_bit.eq(0)
         use_mask = Signal(W)
         m.d.comb += use_mask.eq(walk_mask & ~off_bit)
         m.d.sync += [
-            pick_off.eq(Mux(in_use, _lowest(m, use_mask, W, "pick_use"),
-                            _lowest(m, walk_mask, W, "pick_first"))),
-            pick_any.eq(Mux(in_use, use_mask != 0, walk_mask != 0)),
+            pick_off.eq(_lowest(m, use_mask, W, "pick")),
+            pick_any.eq(use_mask != 0),
         ]
         e_ev = psn_ev_rd.data[:ebits]
         e_retx = psn_ev_rd.data[ebits]
@@ -717,11 +720,13 @@ class ReliabilityCore(wiring.Component):
                 r = rec_rd.data
                 r_span = (r.nxt - r.una)[:24]
                 rc = self.rel_data
-                r_retries_new = Mux(r.retries == 31, 31, r.retries + 1)
+                # the retry count after this timeout, min(retries + 1, 31), above the
+                # limit: the limit at most the count and not 31 (one compare)
+                limit = rc.linear_cnt + rc.exp_cnt
                 m.d.sync += [
                     tmo_stale.eq((r.state != QpState.RTS) | ~r.armed | (r.timer_gen != t_gen)),
-                    tmo_exhaust.eq((rc.exp_cnt != EXP_FOREVER)
-                                   & (r_retries_new > rc.linear_cnt + rc.exp_cnt)),
+                    tmo_exhaust.eq((rc.exp_cnt != EXP_FOREVER) & (limit <= r.retries)
+                                   & (limit != 31)),
                     sent_eq.eq(r.fresh | (s.psn == r.nxt)),
                     sent_span_ok.eq(_lt(r_span, W, W.bit_length())),
                     sent_d.eq(s.psn - r.una),
@@ -778,7 +783,7 @@ class ReliabilityCore(wiring.Component):
             with m.State("PICK"):
                 m.d.comb += psn_raddr.eq(psn_addr(slot(pick_off)))
                 with m.If(pick_any):
-                    m.d.sync += walk_off.eq(pick_off)
+                    m.d.sync += [walk_off.eq(pick_off), off_bit.eq(_onehot(pick_off, W))]
                     with m.If(walk_kind == W_SACK):
                         m.d.sync += progress.eq(1)  # a new SACK bit
                     with m.If(walk_kind == W_LOSS):
@@ -813,6 +818,7 @@ class ReliabilityCore(wiring.Component):
             m.d.sync += above_pick.eq(Cat(Const(0, 1), *[pick_off < i for i in range(1, W)]))
             with m.State("LCNT"):
                 m.d.comb += psn_raddr.eq(psn_addr(slot(walk_off)))
+                m.d.sync += off_bit.eq(off_bit)
                 sacked_above = _popcount(cur.sacked & above_pick)
                 m.d.sync += [
                     loss_hole.eq(~thr_high & (sacked_above
@@ -825,14 +831,14 @@ class ReliabilityCore(wiring.Component):
                 m.next = "PICK"
 
             with m.State("USE"):  # actions below, under st_use
-                m.d.comb += [psn_raddr.eq(psn_addr(slot(walk_off))), in_use.eq(1)]
+                m.d.comb += psn_raddr.eq(psn_addr(slot(walk_off)))
                 with m.If(room_walk):
                     with m.If((walk_kind == W_LOSS) & ~loss_hole):
                         m.next = "CC"
                     with m.Else():
                         m.next = "PICK"
                 with m.Else():
-                    m.d.sync += st_use.eq(1)
+                    m.d.sync += [st_use.eq(1), off_bit.eq(off_bit)]
 
             with m.State("SACK"):
                 # the SACK bitmap (bit i = sack_base + i) and the NAK's PSN against the
@@ -851,6 +857,8 @@ class ReliabilityCore(wiring.Component):
                     s_in.eq(_lt(dist, W, W.bit_length())
                             | (dist[k:].all() & (dist[:k] != 0) & (neg_low < self.sack_bits))),
                     s_amt.eq(W - dist[: len(s_amt)]),
+                    s_low.eq(_shr(Cat(Const(0, W), a_bitmap),
+                                  (W - a_base[:2] + cur.una[:2])[:2])),
                     nak_in.eq(_lt(d, infl, len(infl))), nak_off.eq(d[:wbits] if wbits else 0),
                 ]
                 m.next = "SACK_ALIGN"
@@ -858,7 +866,7 @@ class ReliabilityCore(wiring.Component):
             with m.State("SACK_ALIGN"):
                 rel = Signal(W)
                 with m.If(s_in):
-                    m.d.comb += rel.eq(_shr(Cat(Const(0, W), a_bitmap), s_amt)[:W])
+                    m.d.comb += rel.eq(_shr(s_low, s_amt[2:] << 2)[:W])
                 m.d.sync += [walk_mask.eq(rel & infl_mask_q & ~cur.sacked),
                              walk_kind.eq(W_SACK)]
                 m.next = "WALK"
