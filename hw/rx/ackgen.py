@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from hw.arbiter import one_hot_select
-from hw.crc import ICRC_INIT, crc32_parts
+from hw.crc import CRC32_POLY_REFLECTED, ICRC_INIT, crc32_parts
 from hw.headers import (
     AETH,
     BTH,
@@ -46,6 +46,19 @@ def ack_frame_len(sack_bits):
 _ICRC_MASKED = (15, 22, 24, 25, 40, 41, 46)
 
 
+def _crc_before_zeros(state, count):
+    """The CRC register that ``count`` zero bytes take to ``state`` (the
+    inverse of the zero-byte step, which is a bijection)."""
+    for _ in range(8 * count):
+        # the step shifts right and adds the polynomial (top bit set) if the
+        # bit shifted out was 1: bit 31 of the result tells which
+        if state >> 31:
+            state = (((state ^ CRC32_POLY_REFLECTED) << 1) | 1) & 0xFFFFFFFF
+        else:
+            state = (state << 1) & 0xFFFFFFFF
+    return state
+
+
 def _ipv4_sum(header):
     """RFC 1071 sum (< 2^20) of the ten 16-bit words of a 20-byte header (lane
     order); the checksum is its ones-complement fold, inverted."""
@@ -75,8 +88,10 @@ class RxAckBuilder(wiring.Component):
     for the output a beat ahead of ``m_axis``.
 
     Pipelined for 125 MHz on the ECP5: each ICRC beat is the running CRC's
-    state part XOR a data part registered in the cycle before (byte counts
-    from a registered last-beat flag), and the IPv4 checksum, which the ICRC
+    state part XOR a data part registered in the cycle before, every beat a
+    full one (the bytes the ICRC covers are preceded by zero bytes up to a
+    whole number of beats, and the CRC starts from the register those zero
+    bytes take to the ICRC's initial value), and the IPv4 checksum, which the ICRC
     does not cover, is summed and folded in two registered steps while the
     ICRC runs and put into the frame with the ICRC.
 
@@ -161,23 +176,24 @@ class RxAckBuilder(wiring.Component):
         crc_left = Signal(range(nbytes + 1))
         crc_last = Signal()  # this CRC beat is the last one (crc_left <= bpb)
         crc_len = Mux(job.probe, PROBE_FRAME_LEN, self.ack_len) - OFF_IPV4 - 4
-        # the byte count of the last CRC beat, per frame type
-        rem_ack = (self.ack_len - OFF_IPV4 - 4 - 1) % bpb + 1
-        rem_probe = (PROBE_FRAME_LEN - OFF_IPV4 - 4 - 1) % bpb + 1
         crc_dpart = Signal(32)  # the data part of the next CRC beat
         # The CRC's beats are picked from the image (see the class docstring).
-        # The last beat of each frame type is moved up by its missing lanes:
-        # leading zero bytes leave a data part unchanged, so one full-beat
-        # network serves every beat (hw/crc.py ``crc32_tail`` does the same
-        # with a variable count).
+        # The covered bytes of each frame type are preceded by the zero bytes
+        # that fill its first beat, so one full-beat network serves every
+        # beat; the CRC starts from the register those zero bytes take to
+        # ICRC_INIT (zero bytes leave a data part unchanged).
+
+        def zero_lead(length):
+            return -(length - OFF_IPV4 - 4) % bpb
 
         def crc_beats(img, length):
             covered = length - OFF_IPV4 - 4
             src = (Cat(img, Const(0, 8 * nbytes - len(img))) | mask) >> (8 * OFF_IPV4)
-            beats = [src[i * dw : (i + 1) * dw] for i in range(-(-covered // bpb))]
-            rem = (covered - 1) % bpb + 1
-            beats[-1] = Cat(Const(0, 8 * (bpb - rem)), beats[-1][: 8 * rem])
-            return beats
+            lead = Cat(Const(0, 8 * zero_lead(length)), src[: 8 * covered])
+            return [lead[i * dw : (i + 1) * dw] for i in range(len(lead) // dw)]
+
+        crc_init = Mux(job.probe, _crc_before_zeros(ICRC_INIT, zero_lead(PROBE_FRAME_LEN)),
+                       _crc_before_zeros(ICRC_INIT, zero_lead(self.ack_len)))
 
         src_beats = [Mux(job.probe, p, a) for a, p in zip_longest(
             crc_beats(ack_img, self.ack_len), crc_beats(probe_img, PROBE_FRAME_LEN),
@@ -215,7 +231,7 @@ class RxAckBuilder(wiring.Component):
                     m.next = "LOAD"
             with m.State("LOAD"):
                 m.d.sync += [
-                    crc.eq(ICRC_INIT),
+                    crc.eq(crc_init),
                     crc_left.eq(crc_len),
                     crc_last.eq(crc_len <= bpb),
                     src_q.eq(src_beats[0]),
@@ -230,17 +246,11 @@ class RxAckBuilder(wiring.Component):
                 ]
                 m.next = "CRC"
             with m.State("CRC"):
-                # the CRC register: the state part of this beat's byte count,
-                # XOR the data part registered in the cycle before
-                state_part = Mux(
-                    ~crc_last,
-                    crc32_parts(crc, 0, bpb)[0],
-                    Mux(job.probe, crc32_parts(crc, 0, rem_probe)[0],
-                        crc32_parts(crc, 0, rem_ack)[0]),
-                )
+                # the CRC register: the state part of a full beat XOR the data
+                # part registered in the cycle before
                 next_last = crc_left <= 2 * bpb
                 m.d.sync += [
-                    crc.eq(state_part ^ crc_dpart),
+                    crc.eq(crc32_parts(crc, 0, bpb)[0] ^ crc_dpart),
                     crc_left.eq(crc_left - bpb),
                     crc_last.eq(next_last),
                     crc_dpart.eq(data_part(src_q)),

@@ -340,7 +340,8 @@ class RxDmaWriter(wiring.Component):
                 m.d.sync += drain.eq(0)
 
         # B: count the bursts of the head entry; report notify commands.
-        b_count = Signal(range(max_bursts + 1))
+        b_left = Signal(range(max_bursts + 1))  # bursts of the head entry still to come - 1
+        b_last = Signal()  # b_left == 0, registered with it
         b_err = Signal()
         # The head entry is copied out of the queue first (a cycle per entry,
         # while the next B cannot come sooner), so the B handshake does not
@@ -349,7 +350,12 @@ class RxDmaWriter(wiring.Component):
         head_valid = Signal()
         with m.If(~head_valid):
             m.d.comb += pending.r_en.eq(1)
-            m.d.sync += [head.eq(pend_r), head_valid.eq(pending.r_rdy)]
+            m.d.sync += [
+                head.eq(pend_r),
+                head_valid.eq(pending.r_rdy),
+                b_left.eq(pend_r.last),
+                b_last.eq(pend_r.last == 0),
+            ]
         m.d.comb += done_q.w_data.eq(Cat(head.tag, ~b_err))
         with m.If(head_valid):
             with m.If(head.none):
@@ -361,14 +367,18 @@ class RxDmaWriter(wiring.Component):
                 m.d.comb += axi.bready.eq(1)
                 with m.If(axi.bvalid):
                     err = b_err | (axi.bresp != AXI_RESP_OKAY)
-                    with m.If(b_count == head.last):
+                    with m.If(b_last):
                         m.d.comb += [
                             done_q.w_en.eq(head.notify),
                             done_q.w_data.eq(Cat(head.tag, ~err)),
                         ]
-                        m.d.sync += [b_count.eq(0), b_err.eq(0), head_valid.eq(0)]
+                        m.d.sync += [b_err.eq(0), head_valid.eq(0)]
                     with m.Else():
-                        m.d.sync += [b_count.eq(b_count + 1), b_err.eq(err)]
+                        m.d.sync += [
+                            b_left.eq(b_left - 1),
+                            b_last.eq(b_left == 1),
+                            b_err.eq(err),
+                        ]
 
         done_r = data.View(DmaDone(self.tag_width), done_q.r_data)
         m.d.comb += [

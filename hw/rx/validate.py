@@ -133,11 +133,16 @@ class RxValidator(wiring.Component):
         has_payload = Signal()
         mr_hit_c = Signal()
         mr_c = Signal(MrEntry())
+        # mr is read only when an entry hit, so the last entry needs no match
+        # of its own to be selected (its R_Key compare stays off mr's data).
+        m.d.comb += mr_c.eq(self.mrs[self.num_mrs - 1])
         for i in reversed(range(self.num_mrs)):
             e = self.mrs[i]
             ok = (e.rkey == h.reth.rkey) & e.access[0] & e.access[1]
             with m.If(ok):
-                m.d.comb += [mr_hit_c.eq(1), mr_c.eq(e)]
+                m.d.comb += mr_hit_c.eq(1)
+                if i != self.num_mrs - 1:
+                    m.d.comb += mr_c.eq(e)
         lookup_values = [
             mr_hit.eq(mr_hit_c),
             mr.eq(mr_c),

@@ -2,7 +2,7 @@
 bitmap, the cumulative PSN, message completion and ACK coalescing.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -185,16 +185,18 @@ class RxPsnWindow(wiring.Component):
     at once; a NAK is sent at once. Every ACK/NAK resets the coalescing state.
 
     Latency (cycles, from the input being valid with the engine idle): check
-    3 (+1 to issue ``place``); mark 3, plus 2 for the first bitmap word the
+    3 (+1 to issue ``place``); mark 4, plus 2 for the first bitmap word the
     cumulative PSN advances over and 3 per further word, plus 1 per
     completion (1 if there is none, and 2 gap cycles between two completions
     of one advance; a CQE is issued the cycle after its completion); an ACK
-    adds 4; a DMA error 2. Every decision is made from registered values
-    (the checks are registered in CHECK, the accepted packet enters the
-    tables in WRITEBACK with its PSN order against the pending entries, the
-    passed completions are registered during the advance), for 125 MHz on
-    the ECP5.
-    Throughput: one operation at a time; a packet costs about 10 cycles of
+    adds 4; a DMA error 2; a timer scan of one QP 4. Every decision is made
+    from registered values (the checks are registered in CHECK, whether the
+    marked PSN is the expected one in MARK, the ACK due in the cycle before
+    COALESCE, a timer's expiry in SCAN, the accepted packet enters the tables
+    in WRITEBACK with its PSN order against the pending entries, the passed
+    completions are registered during the advance and the earliest of them
+    in the cycle after), for 125 MHz on the ECP5.
+    Throughput: one operation at a time; a packet costs about 11 cycles of
     engine time, far less than its payload takes on the datapath at any
     MTU >= 256.
     """
@@ -289,10 +291,14 @@ class RxPsnWindow(wiring.Component):
         f_wr = fmem.write_port()
         m.d.comb += f_rd.addr.eq(self.done.payload.tag)
         free_slot = Signal(self.tag_bits)
-        any_free = Signal()
         for i in reversed(range(self.inflight)):
             with m.If(~flight_valid[i]):
-                m.d.comb += [free_slot.eq(i), any_free.eq(1)]
+                m.d.comb += free_slot.eq(i)
+        # A slot is free, registered from the slots after WRITEBACK's entry
+        # (a slot freed by a B verdict counts from the next cycle on).
+        any_free = Signal()
+        flight_enter = Signal(self.inflight)
+        m.d.sync += any_free.eq(~(flight_valid | flight_enter).all())
         # In-flight entries of the request's PSN, registered in CHECK_RD.
         flight_m = Signal(self.inflight)
         for i, e in enumerate(inflight):
@@ -347,7 +353,6 @@ class RxPsnWindow(wiring.Component):
         # CHECK_X accepted the packet: WRITEBACK, next, enters it in the tables
         # at its in-flight slot and (a LAST packet) pending entry, one-hot.
         accept = Signal()
-        flight_enter = Signal(self.inflight)
         pend_enter = Signal(self.max_pending)
         mpr_psns = Cat(Const(0, 7), self.cfg.mpr)
         d_c = Signal(24)
@@ -394,7 +399,8 @@ class RxPsnWindow(wiring.Component):
         ]
         # An ACK is due when unacked + 1 >= ACK_N (0 reads as 1), i.e. when
         # unacked >= ack_thr; registered from the QP's lookup (the same QP
-        # since IDLE, at least a cycle before COALESCE).
+        # since IDLE, valid from ADV_RD on), and ack_due from it and the QP's
+        # row (loaded in MARK) in the cycle before COALESCE.
         ack_thr = Signal(8)
         m.d.sync += ack_thr.eq(Mux(self.cfg.ack_n == 0, 0, self.cfg.ack_n - 1))
 
@@ -405,10 +411,14 @@ class RxPsnWindow(wiring.Component):
 
         # Advance bookkeeping
         mark_ackreq = Signal()
+        ack_due = Signal()  # COALESCE sends an ACK (AckReq or ACK_N reached)
+        m.d.sync += ack_due.eq(mark_ackreq | ~(qs.unacked < ack_thr))
+        at_epsn = Signal()  # the marked PSN is the expected one: ADV_RD advances, from MARK
         mark_ce = Signal()
 
         # Scan
         scan_qp = Signal(qpb)
+        scan_due_ack = Signal()  # SCAN found the QP's ACK timer expired (decided in SCAN_X)
         ops_since_scan = Signal(2)
 
         # ---- completion: which pending LAST packets the advance passed, and in
@@ -444,8 +454,19 @@ class RxPsnWindow(wiring.Component):
         hole_mask = Signal(W, reset_less=True)
         holes = Signal(W)
         m.d.comb += holes.eq(~b_rd.data & hole_mask)
-        first_hole = Signal(lw)  # the lowest set bit of holes_r, registered from it
-        m.d.sync += first_hole.eq(_lowest_set(holes_r, W)[1])
+        # The lowest set bit of holes_r, in two registered steps (the lowest
+        # set bit of each group of bits, then of the groups): COMPLETE comes
+        # at least two cycles after holes_r is loaded (ADV, COMPLETE_GAP2).
+        first_hole = Signal(lw)
+        gb = (lw + 1) // 2  # log2 of the bits per group
+        groups = W >> gb
+        grp_any = Signal(groups)
+        grp_idx = [Signal(gb, name=f"hole_idx{g}") for g in range(groups)]
+        for g in range(groups):
+            g_any, g_idx = _lowest_set(holes_r[g << gb : (g + 1) << gb], 1 << gb)
+            m.d.sync += [grp_any[g].eq(g_any), grp_idx[g].eq(g_idx)]
+        first_grp = _lowest_set(grp_any, groups)[1]
+        m.d.sync += first_hole.eq(Cat(Array(grp_idx)[first_grp], first_grp))
         adv_first = Signal()  # ADV is at the word of the PSN just marked
         pend_en = [Signal(name=f"pend_en{i}") for i in range(P)]
         pend_le = [Signal(W, name=f"pend_le{i}") for i in range(P)]
@@ -457,8 +478,9 @@ class RxPsnWindow(wiring.Component):
         for i, e in enumerate(pend):
             m.d.sync += pend_en[i].eq(e.valid & (e.qp == qp) & (widx(e.psn) == widx(qs.epsn)))
         # The passed entry with the earliest PSN; its completion is read from
-        # its pending_cqe row.
-        sel_oh = Signal(P)
+        # its pending_cqe row. Registered from cand, so COMPLETE comes a cycle
+        # after cand last changed (COMPLETE_GAP2 before it).
+        sel_oh_c = Signal(P)
         for i in range(P):
             terms = [cand[i]]
             for j in range(P):
@@ -466,13 +488,22 @@ class RxPsnWindow(wiring.Component):
                     terms.append(~cand[j] | lt[i, j])
                 elif j > i:
                     terms.append(~cand[j] | ~lt[j, i])
-            m.d.comb += sel_oh[i].eq(Cat(*terms).all())
-        sel_slot = Const(0, range(P))
+            m.d.comb += sel_oh_c[i].eq(Cat(*terms).all())
+        sel_slot_c = Const(0, range(P))
         for i in range(P):
-            sel_slot = sel_slot | Mux(sel_oh[i], i, 0)
+            sel_slot_c = sel_slot_c | Mux(sel_oh_c[i], i, 0)
+        sel_oh = Signal(P)
+        sel_slot = Signal(range(P))
+        sel_any = Signal()  # any of cand
+        sel_more = Signal()  # two or more of cand
+        m.d.sync += [
+            sel_oh.eq(sel_oh_c),
+            sel_slot.eq(sel_slot_c),
+            sel_any.eq(cand.any()),
+            sel_more.eq(_two_or_more([cand[i] for i in range(P)])),
+        ]
         m.d.comb += p_rd.addr.eq(sel_slot)
         sel = p_rd.data
-        sel_more = _two_or_more([cand[i] for i in range(P)])
 
         # The CQ slot of the next completion, registered from qs and cfg (valid
         # two cycles after MARK loads them, and one cycle after cq_prod moves).
@@ -676,15 +707,16 @@ class RxPsnWindow(wiring.Component):
                     holes_r.eq(holes),
                     any_hole.eq(holes.any()),
                 ]
-                with m.If(rq.psn == q_rd.data.epsn):
-                    m.next = "ADV_RD"
-                with m.Else():
-                    m.next = "COALESCE"
+                m.d.sync += at_epsn.eq(rq.psn == q_rd.data.epsn)
+                m.next = "ADV_RD"
             with m.State("ADV_RD"):
                 # After MARK the word is in holes_r already (this cycle lets
-                # the registered completion values settle); after a retired
+                # the registered completion values settle) unless the marked
+                # PSN is not the expected one (no advance); after a retired
                 # word the next one is read.
-                with m.If(adv_first):
+                with m.If(adv_first & ~at_epsn):
+                    m.next = "COALESCE"
+                with m.Elif(adv_first):
                     m.next = "ADV"
                 with m.Else():
                     m.next = "ADV_LD"
@@ -699,8 +731,9 @@ class RxPsnWindow(wiring.Component):
                         m.d.sync += cand[i].eq(1)
                 with m.If(any_hole):
                     # The first hole is in this word: epsn + (first_hole - b),
-                    # i.e. its low bits become first_hole (set by COMPLETE).
-                    m.next = "COMPLETE"
+                    # i.e. its low bits become first_hole (set by COMPLETE,
+                    # after the selection has followed cand).
+                    m.next = "COMPLETE_GAP2"
                 with m.Else():
                     # Every PSN left in this word is in: retire the word
                     # (epsn + (W - b) is the start of the next one).
@@ -713,7 +746,7 @@ class RxPsnWindow(wiring.Component):
                     m.next = "ADV_RD"
             with m.State("COMPLETE"):
                 m.d.sync += qs.epsn[:lw].eq(first_hole)
-                with m.If(~cand.any()):
+                with m.If(~sel_any):
                     m.next = "COALESCE"
                 with m.Elif(~cqe_valid):
                     msn = qs.msn + 1
@@ -743,6 +776,8 @@ class RxPsnWindow(wiring.Component):
                 # follow it in the next.
                 m.next = "COMPLETE_GAP2"
             with m.State("COMPLETE_GAP2"):
+                # After ADV too: the selection, registered from cand, follows
+                # it in this cycle.
                 m.next = "COMPLETE"
             with m.State("COALESCE"):
                 # ECN echo covers the packets placed since the last ACK.
@@ -753,7 +788,7 @@ class RxPsnWindow(wiring.Component):
                     ]
                 unacked = qs.unacked + 1
                 m.d.sync += qs.unacked.eq(Mux(qs.unacked == 0xFF, 0xFF, unacked))
-                with m.If(mark_ackreq | ~(qs.unacked < ack_thr)):
+                with m.If(ack_due):
                     m.d.sync += ack_syn.eq(AETH_ACK)
                     m.next = "ACK0"
                 with m.Else():
@@ -773,8 +808,13 @@ class RxPsnWindow(wiring.Component):
                 m.next = "SCAN"
             with m.State("SCAN"):
                 expired = ~(now - q_rd.data.deadline)[23]
-                with m.If(q_rd.data.armed & expired & (q_rd.data.unacked != 0)):
-                    m.d.sync += ack_syn.eq(AETH_ACK)
+                m.d.sync += [
+                    scan_due_ack.eq(q_rd.data.armed & expired & (q_rd.data.unacked != 0)),
+                    ack_syn.eq(AETH_ACK),  # for the ACK SCAN_X may send
+                ]
+                m.next = "SCAN_X"
+            with m.State("SCAN_X"):
+                with m.If(scan_due_ack):
                     m.next = "ACK0"
                 with m.Else():
                     m.next = "IDLE"
