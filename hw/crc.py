@@ -16,8 +16,8 @@ from functools import cache
 
 from amaranth.hdl import Array, Cat, Const, Mux, Value
 
-__all__ = ["CRC32_INIT", "CRC32_RESIDUE", "ICRC_INIT", "crc32_bytes", "crc32_parts",
-           "crc32_state_py", "crc32_tail", "tail_shift"]
+__all__ = ["CRC32_INIT", "CRC32_RESIDUE", "ICRC_INIT", "crc32_before_zeros", "crc32_bytes",
+           "crc32_parts", "crc32_state_py", "crc32_tail", "tail_shift"]
 
 CRC32_POLY_REFLECTED = 0xEDB88320
 CRC32_INIT = 0xFFFFFFFF
@@ -30,6 +30,21 @@ def crc32_state_py(state: int, data: bytes) -> int:
         state ^= byte
         for _ in range(8):
             state = (state >> 1) ^ (CRC32_POLY_REFLECTED if state & 1 else 0)
+    return state
+
+
+def crc32_before_zeros(state: int, count: int) -> int:
+    """The raw CRC register that ``count`` zero bytes take to ``state``: the
+    inverse of ``crc32_state_py(s, bytes(count))``, which is a bijection. A
+    CRC started from it over ``count`` leading zero bytes and then the data
+    equals the CRC started from ``state`` over the data alone."""
+    for _ in range(8 * count):
+        # A zero-bit step shifts right and adds the polynomial (whose top bit
+        # is set) when the bit shifted out was 1: bit 31 of the result says so.
+        if state >> 31:
+            state = (((state ^ CRC32_POLY_REFLECTED) << 1) | 1) & 0xFFFFFFFF
+        else:
+            state = (state << 1) & 0xFFFFFFFF
     return state
 
 

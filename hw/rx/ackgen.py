@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from hw.arbiter import one_hot_select
-from hw.crc import CRC32_POLY_REFLECTED, ICRC_INIT, crc32_parts
+from hw.crc import ICRC_INIT, crc32_before_zeros, crc32_parts
 from hw.headers import (
     AETH,
     BTH,
@@ -44,19 +44,6 @@ def ack_frame_len(sack_bits):
 # Bytes masked to ones for the ICRC (docs/protocol.md): IPv4 TOS, TTL and
 # checksum, UDP checksum, BTH byte 4 (FECN, BECN, resv6).
 _ICRC_MASKED = (15, 22, 24, 25, 40, 41, 46)
-
-
-def _crc_before_zeros(state, count):
-    """The CRC register that ``count`` zero bytes take to ``state`` (the
-    inverse of the zero-byte step, which is a bijection)."""
-    for _ in range(8 * count):
-        # the step shifts right and adds the polynomial (top bit set) if the
-        # bit shifted out was 1: bit 31 of the result tells which
-        if state >> 31:
-            state = (((state ^ CRC32_POLY_REFLECTED) << 1) | 1) & 0xFFFFFFFF
-        else:
-            state = (state << 1) & 0xFFFFFFFF
-    return state
 
 
 def _ipv4_sum(header):
@@ -192,8 +179,8 @@ class RxAckBuilder(wiring.Component):
             lead = Cat(Const(0, 8 * zero_lead(length)), src[: 8 * covered])
             return [lead[i * dw : (i + 1) * dw] for i in range(len(lead) // dw)]
 
-        crc_init = Mux(job.probe, _crc_before_zeros(ICRC_INIT, zero_lead(PROBE_FRAME_LEN)),
-                       _crc_before_zeros(ICRC_INIT, zero_lead(self.ack_len)))
+        crc_init = Mux(job.probe, crc32_before_zeros(ICRC_INIT, zero_lead(PROBE_FRAME_LEN)),
+                       crc32_before_zeros(ICRC_INIT, zero_lead(self.ack_len)))
 
         src_beats = [Mux(job.probe, p, a) for a, p in zip_longest(
             crc_beats(ack_img, self.ack_len), crc_beats(probe_img, PROBE_FRAME_LEN),

@@ -13,6 +13,7 @@ from hw.crc import (
     CRC32_INIT,
     CRC32_RESIDUE,
     ICRC_INIT,
+    crc32_before_zeros,
     crc32_bytes,
     crc32_state_py,
     crc32_tail,
@@ -90,3 +91,13 @@ def test_crc32_tail_every_count(nbytes):
     sim = Simulator(Module())
     sim.add_testbench(bench)
     sim.run()
+
+
+@pytest.mark.parametrize("count", [0, 1, 3, 8, 61])
+def test_crc32_before_zeros_inverts_zero_bytes(count):
+    """Leading zero bytes from crc32_before_zeros(s, n) give the CRC from s."""
+    for state in (CRC32_INIT, ICRC_INIT, 0, 0x80000001, 0x12345678):
+        start = crc32_before_zeros(state, count)
+        assert crc32_state_py(start, bytes(count)) == state
+        msg = bytes(range(7))
+        assert crc32_state_py(start, bytes(count) + msg) == crc32_state_py(state, msg)
