@@ -17,7 +17,7 @@ from functools import cache
 from amaranth.hdl import Array, Cat, Const, Mux, Value
 
 __all__ = ["CRC32_INIT", "CRC32_RESIDUE", "ICRC_INIT", "crc32_before_zeros", "crc32_bytes",
-           "crc32_parts", "crc32_state_py", "crc32_tail", "tail_shift"]
+           "crc32_parts", "crc32_state_py", "crc32_tail", "tail_rest", "tail_shift"]
 
 CRC32_POLY_REFLECTED = 0xEDB88320
 CRC32_INIT = 0xFFFFFFFF
@@ -104,10 +104,18 @@ def crc32_tail(state, data, count, nbytes: int) -> tuple[Value, Value]:
     masks = _matrix(nbytes)
     state_moved = tail_shift(state, count, nbytes)
     data_moved = tail_shift(data, count, nbytes)
-    rest = Array([state >> (8 * k) for k in range(4)] + [Const(0, 32)])[Mux(count < 4, count, 4)]
-    state_part = Cat(*[_xor_of(state_moved, mask >> 32) for mask in masks]) ^ rest
+    state_net = Cat(*[_xor_of(state_moved, mask >> 32) for mask in masks])
+    state_part = state_net ^ tail_rest(state, count)
     data_part = Cat(*[_xor_of(data_moved, mask >> 32) for mask in masks])
     return state_part, data_part
+
+
+def tail_rest(state: Value, count: Value) -> Value:
+    """The bytes of the CRC register ``state`` that ``count`` bytes do not
+    reach: ``state >> 8 * count`` (zero from 4 bytes on), the part of
+    ``crc32_tail``'s state part that is not the network over the moved state."""
+    state = Value.cast(state)
+    return Array([state >> (8 * k) for k in range(4)] + [Const(0, 32)])[Mux(count < 4, count, 4)]
 
 
 def tail_shift(word: Value, count: Value, nbytes: int) -> Value:

@@ -115,9 +115,12 @@ class PayloadReader(wiring.Component):
     than 256 beats), ``info`` out (first byte's lane and length, for the
     ``Realigner``). Zero-length payloads issue nothing. ``info`` goes through
     a FIFO of ``max_outstanding`` packets, which bounds how far reads run
-    ahead of the framer. Latency 1 cycle from ``desc`` to the first request;
-    one burst per cycle. The burst length comes from narrow registers (the
-    bytes left, the beat index below the boundary), not 64-bit arithmetic.
+    ahead of the framer. ``desc`` is registered first (it comes from a
+    block RAM's read port, late in the cycle), so the length test and the
+    span's adder start from flip-flops. Latency 2 cycles from ``desc`` to
+    the first request; one burst per cycle. The burst length comes from
+    narrow registers (the bytes left, the beat index below the boundary),
+    not 64-bit arithmetic.
     """
 
     def __init__(self, data_width: int = 64, max_outstanding: int = 4):
@@ -151,25 +154,41 @@ class PayloadReader(wiring.Component):
         # packet's last byte relative to the beat-aligned ``addr``; a burst
         # that does not end the packet runs to the next boundary, so its
         # length in beats - 1 is the complement of addr's beat bits below
-        # the boundary. No 64-bit compare or subtract before ``req``.
+        # the boundary. No 64-bit compare or subtract before ``req``. Whether
+        # the burst ends the packet (the last byte is below the next
+        # boundary) is registered with them, so ``req`` is one mux from
+        # flip-flops.
         bb = boundary.bit_length() - 1
         addr = Signal(64)
         span_m1 = Signal(range(nbytes + (1 << 13)))
         to_boundary = Signal(bb - lg)  # beats - 1 up to the boundary
         m.d.comb += to_boundary.eq(~addr[lg:bb])
-        last = (span_m1 >> lg) <= to_boundary
+        last = Signal()
+
+        # the input register: loaded when empty or taken in the same cycle
+        d = Signal(PayloadDesc())
+        d_valid = Signal()
+        d_take = Signal()
+        m.d.comb += self.desc.ready.eq(~d_valid | d_take)
+        with m.If(self.desc.ready):
+            m.d.sync += d_valid.eq(self.desc.valid)
+            with m.If(self.desc.valid):
+                m.d.sync += d.eq(self.desc.payload)
 
         with m.FSM():
             with m.State("IDLE"):
-                d = self.desc.payload
-                m.d.comb += self.desc.ready.eq(info_fifo.w_rdy)
-                with m.If(self.desc.valid & info_fifo.w_rdy & (d.length != 0)):
+                m.d.comb += d_take.eq(d_valid & info_fifo.w_rdy)
+                with m.If(d_take & (d.length != 0)):
                     m.d.comb += [
                         info_fifo.w_en.eq(1),
                         info_in.lane.eq(d.laddr[:lg]),
                         info_in.length.eq(d.length),
                     ]
-                    m.d.sync += [addr.eq(d.laddr), span_m1.eq(d.laddr[:lg] + d.length - 1)]
+                    m.d.sync += [
+                        addr.eq(d.laddr),
+                        span_m1.eq(d.laddr[:lg] + d.length - 1),
+                        last.eq(((d.laddr[:bb] + d.length - 1) >> bb) == 0),
+                    ]
                     m.next = "ISSUE"
             with m.State("ISSUE"):
                 m.d.comb += [
@@ -178,9 +197,12 @@ class PayloadReader(wiring.Component):
                     self.req.payload.len.eq(Mux(last, span_m1 >> lg, to_boundary)),
                 ]
                 with m.If(self.req.ready):
+                    span_next = span_m1 - Cat(Const(0, lg), to_boundary + 1)
                     m.d.sync += [
                         addr.eq(Cat(Const(0, bb), addr[bb:] + 1)),
-                        span_m1.eq(span_m1 - Cat(Const(0, lg), to_boundary + 1)),
+                        span_m1.eq(span_next),
+                        # the next burst starts at a boundary
+                        last.eq((span_next >> bb) == 0),
                     ]
                     with m.If(last):
                         m.next = "IDLE"

@@ -81,10 +81,10 @@ class TxEngine(wiring.Component):
     memory round trips (WQE, then payload). For timing (125 MHz on an ECP5),
     the payload FIFO's block-RAM read data is registered (``payload_reg``,
     1 cycle), the header builder pipelines its checksum (5 cycles), the
-    framer's output is registered (``framer_reg``, 1 cycle), the ICRC
-    inserter has three more stages (3 cycles) and ``m_axis`` comes from a
-    register slice (``out_reg``, 1 cycle: every output and ``tready``'s
-    load are flip-flops); none costs throughput.
+    ICRC inserter registers the framer's output in its skid buffer and has
+    four more stages (5 cycles) and ``m_axis`` comes from a register slice
+    (``out_reg``, 1 cycle: every output and ``tready``'s load are
+    flip-flops); none costs throughput.
     """
 
     # descriptor FIFO, header builder 1, framer 2 (a loaded header and one in
@@ -168,7 +168,6 @@ class TxEngine(wiring.Component):
         m.submodules.sent_fifo = sent_fifo = StreamFifo(SentRecord, SENT_FIFO_DEPTH)
         m.submodules.header_builder = hb = HeaderBuilder()
         m.submodules.framer = framer = Framer(w)
-        m.submodules.framer_reg = framer_reg = StreamRegister(Beat(w))
         m.submodules.icrc = icrc = IcrcInserter(w)
         m.submodules.out_reg = out_reg = StreamRegister(Beat(w))
 
@@ -197,8 +196,7 @@ class TxEngine(wiring.Component):
         wiring.connect(m, hb.hdr, framer.hdr)
         wiring.connect(m, pay_fifo.o, pay_reg.i)
         wiring.connect(m, pay_reg.o, framer.payload)
-        wiring.connect(m, framer.o, framer_reg.i)
-        wiring.connect(m, framer_reg.o, icrc.i)
+        wiring.connect(m, framer.o, icrc.i)
 
         wiring.connect(m, icrc.o, out_reg.i)
         axis = self.m_axis

@@ -1,6 +1,6 @@
 """Header and payload joined into one frame."""
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -95,14 +95,17 @@ class Framer(wiring.Component):
         # the keep of a payload beat out: all lanes, except on a last beat
         # that ends the frame; as keep is packed and every payload beat but
         # the last is full, that is keep << rp with the low rp lanes set in
-        # every case (no dependence on the fit test)
-        out_keep = Signal(nbytes)
-        with m.Switch(rp):
-            for v in range(nbytes):
-                with m.Case(v):
-                    m.d.comb += out_keep.eq(((pay.keep << v) | ((1 << v) - 1))[:nbytes])
-            with m.Default():
-                m.d.comb += out_keep.eq((1 << nbytes) - 1)
+        # every case (no dependence on the fit test): lane j is lane j - rp
+        # of keep with set lanes below lane 0, one mux per lane on rp's low
+        # bits (rp >= nbytes sets every lane)
+        lg = nbytes.bit_length() - 1
+        keep_ext = Cat(Const((1 << nbytes) - 1, nbytes), pay.keep)
+        out_keep = Cat(
+            *[
+                (rp >= nbytes) | Array([keep_ext[nbytes + j - v] for v in range(nbytes)])[rp[:lg]]
+                for j in range(nbytes)
+            ]
+        )
 
         def frame_done():
             # the next header, if loaded or arriving now, starts at once
@@ -152,16 +155,20 @@ class Framer(wiring.Component):
                     self.o.payload.keep.eq(out_keep),
                     self.payload.ready.eq(self.o.ready),
                 ]
+                # ``acc`` and ``acc_count`` are not read again after a last
+                # beat that fits (the next header's end sets them), so they
+                # take the spill whether it fits or not: no fit test in
+                # their enables
+                with m.If(self.payload.valid & self.o.ready):
+                    m.d.sync += acc.eq(spill)
+                    with m.If(pay.last):
+                        m.d.sync += acc_count.eq(total - nbytes)
                 with m.If(pay.last & fits):
                     m.d.comb += self.o.payload.last.eq(1)
                     with m.If(self.payload.valid & self.o.ready):
                         frame_done()
-                with m.Else():
-                    with m.If(self.payload.valid & self.o.ready):
-                        m.d.sync += acc.eq(spill)
-                        with m.If(pay.last):
-                            m.d.sync += acc_count.eq(total - nbytes)
-                            m.next = "TAIL"
+                with m.Elif(pay.last & self.payload.valid & self.o.ready):
+                    m.next = "TAIL"
             with m.State("TAIL"):
                 m.d.comb += [
                     self.o.valid.eq(1),

@@ -4,7 +4,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..crc import ICRC_INIT, crc32_parts, crc32_tail, tail_shift
+from ..crc import ICRC_INIT, crc32_parts, crc32_state_py, tail_rest, tail_shift
 from ..headers import ICRC_MASKED_BYTES, OFF_IPV4
 from ..pipeline import skid
 from ..stream import Beat
@@ -21,6 +21,26 @@ def keep_count(keep):
     for i in range(n):
         count = Mux(keep[i], i + 1, count)
     return count
+
+
+def keep_tail_shift(word, keep):
+    """``word`` moved up by the lanes a packed ``keep`` misses: ``tail_shift(word,
+    keep_count(keep), len(keep))``, each lane a mux tree that bisects the byte
+    count on ``keep``'s lanes (the count is at least k when lane k - 1 is
+    set), so no binary count comes first."""
+    nbytes = len(keep)
+    zero = Const(0, 8)
+
+    def pick(lane, lo, hi):
+        # the byte moved into ``lane`` for a count in lo..hi
+        if hi <= nbytes - lane - 1:
+            return zero  # counts that leave the lane empty
+        if lo == hi:
+            return word.word_select(lane - nbytes + lo, 8)
+        mid = (lo + hi + 1) // 2
+        return Mux(keep[mid - 1], pick(lane, mid, hi), pick(lane, lo, mid - 1))
+
+    return Cat(*[pick(lane, 0, nbytes) for lane in range(nbytes)])
 
 
 def count_keep(count, nbytes):
@@ -41,16 +61,21 @@ class IcrcInserter(wiring.Component):
     The CRC register is updated as each beat enters a one-beat holding
     register, so the final value is ready when the last beat leaves it: the
     ICRC fills the last beat's free lanes and, when fewer than 4 are free,
-    one extra beat. In front of it, two pipeline stages: a skid buffer
-    registers each beat with its CRC input bytes (masking and start lane
-    applied, moved up by the lanes its byte count misses) and byte count
-    (``i.ready`` is a flip-flop), then a register holds the data's part of
-    the CRC (the CRC is linear) from one full-beat network over those moved
-    bytes (``hw.crc.crc32_tail``), which serves every byte count; so the loop
-    through the CRC register is the state's XOR tree and a three-way choice
-    (every beat but the last is full), and the last beat's CRC, whatever its
-    byte count, is registered, then inverted into the ICRC register as the
-    beat moves on to the output register. Latency 4
+    one extra beat. In front of it, three pipeline stages: a skid buffer
+    registers each beat (``i.ready`` is a flip-flop); a register holds it
+    with its CRC input bytes (masked bytes set, bytes before the coverage
+    cleared, moved up by the lanes its byte count misses: a mux tree on
+    ``keep``) and byte count; then a register holds the data's part of the
+    CRC (the CRC is linear) from one full-beat network over those moved
+    bytes (``hw.crc.crc32_tail``), which serves every byte count. The loop
+    through the CRC register is the state's XOR tree for a full beat and a
+    two-way choice (every beat but the last is full, and the state before
+    the start beat is the initial value, so every other next value is
+    registered with the data part). The last beat's CRC, whatever its byte
+    count, is registered in two parts (the state moved up by the lanes the
+    count misses; the rest of the state XOR the data part), then finished
+    and inverted into the ICRC register as the beat moves on to the output
+    register, where a registered one-hot lane places it. Latency 5
     cycles. Throughput 1 beat/cycle, plus one cycle for frames
     whose ICRC spills into an extra beat.
     """
@@ -69,98 +94,140 @@ class IcrcInserter(wiring.Component):
         nbytes = self.data_width // 8
         w = self.data_width
 
-        # Input stage (computed from ``i``, registered in a skid buffer with
-        # the beat): the CRC's input bytes and their count. Masking and the
+        # Input stage: the beat in a skid buffer (``i.ready`` is a flip-flop),
+        # then a plain register ``t`` with the CRC's input bytes and their
+        # count, computed from the skid buffer's flip-flops. Masking and the
         # start of the ICRC coverage depend only on the beat's index in the
         # frame, up to the last beat holding a masked byte.
+        i_flat = self.i.payload.as_value()
+        r_flat = Signal(len(i_flat))
+        r_valid = Signal()
+        r_ready = Signal()
+        skid(m, self.i.valid, self.i.ready, i_flat, r_valid, r_ready, r_flat, "stage")
+        r_beat = Signal(Beat(w))
+        m.d.comb += r_beat.as_value().eq(r_flat)
+
         last_special = max(ICRC_MASKED_BYTES) // nbytes
         beat_index = Signal(range(last_special + 2))
         start_beat, start_lane = divmod(ICRC_START, nbytes)
 
-        masked = Signal(w)
-        m.d.comb += masked.eq(self.i.payload.data)
-        for b in range(last_special + 1):
-            mask = 0
-            for off in ICRC_MASKED_BYTES:
-                if off // nbytes == b:
-                    mask |= 0xFF << (8 * (off % nbytes))
-            if mask:
-                with m.If(beat_index == b):
-                    m.d.comb += masked.eq(self.i.payload.data | mask)
+        # The bytes before the coverage starts are zeroed rather than shifted
+        # out: leading zero bytes leave a CRC from a zero state at zero, so
+        # the data part is that of the covered bytes alone. The lanes to set
+        # (masked) and to clear (not covered) are registered for the next
+        # beat with its index.
+        def lane_masks(b):
+            ones = zeros = 0
+            for lane in range(nbytes):
+                if b * nbytes + lane in ICRC_MASKED_BYTES:
+                    ones |= 1 << lane
+                if b * nbytes + lane < ICRC_START:
+                    zeros |= 1 << lane
+            return ones, zeros
 
-        n_in = keep_count(self.i.payload.keep)
-        crc_data = Signal(w)
+        ones_lanes = Signal(nbytes, init=lane_masks(0)[0])
+        zero_lanes = Signal(nbytes, init=lane_masks(0)[1])
+        ones_bits = Cat(*[ones_lanes[i].replicate(8) for i in range(nbytes)])
+        zero_bits = Cat(*[zero_lanes[i].replicate(8) for i in range(nbytes)])
+        covered = (r_beat.data | ones_bits) & ~zero_bits
+
+        # the byte count the CRC register's state goes through
+        n_in = keep_count(r_beat.keep)
         crc_count = Signal(range(nbytes + 1))
         with m.If(beat_index < start_beat):
-            m.d.comb += [crc_data.eq(masked), crc_count.eq(0)]
+            m.d.comb += crc_count.eq(0)
         with m.Elif(beat_index == start_beat):
-            m.d.comb += [crc_data.eq(masked >> (8 * start_lane)), crc_count.eq(n_in - start_lane)]
+            m.d.comb += crc_count.eq(n_in - start_lane)
         with m.Else():
-            m.d.comb += [crc_data.eq(masked), crc_count.eq(n_in)]
+            m.d.comb += crc_count.eq(n_in)
 
-        # The last beat's bytes moved up by the lanes its count misses
-        # (crc32_tail), here, so that the next stage has only the XOR network.
-        crc_moved = tail_shift(crc_data, crc_count, nbytes)
-        stage_in = Cat(self.i.payload.as_value(), crc_count, n_in, crc_moved)
-        stage_out = Signal(len(stage_in))
-        stage_valid = Signal()
-        stage_ready = Signal()
-        skid(m, self.i.valid, self.i.ready, stage_in, stage_valid, stage_ready, stage_out, "stage")
-        with m.If(self.i.valid & self.i.ready):
-            with m.If(self.i.payload.last):
-                m.d.sync += beat_index.eq(0)
-            with m.Elif(beat_index <= last_special):
-                m.d.sync += beat_index.eq(beat_index + 1)
+        t_valid = Signal()
+        t_ready = Signal()
         t_beat = Signal(Beat(w))
         t_crc_count = Signal(range(nbytes + 1))
+        t_full = Signal()  # t_crc_count == nbytes
+        t_start = Signal()  # the start beat
         t_n_in = Signal(range(nbytes + 1))
         t_crc_moved = Signal(w)
-        m.d.comb += Cat(t_beat.as_value(), t_crc_count, t_n_in, t_crc_moved).eq(stage_out)
+        m.d.comb += r_ready.eq(~t_valid | t_ready)
+        with m.If(r_ready):
+            m.d.sync += t_valid.eq(r_valid)
+        with m.If(r_valid & r_ready):
+            m.d.sync += [
+                t_beat.eq(r_beat),
+                t_crc_count.eq(crc_count),
+                t_full.eq(crc_count == nbytes),
+                t_start.eq(beat_index == start_beat),
+                t_n_in.eq(n_in),
+                # the last beat's bytes moved up by the lanes its count misses
+                # (crc32_tail), here, so that the next stage has only the XOR
+                # network
+                t_crc_moved.eq(keep_tail_shift(covered, r_beat.keep)),
+            ]
+            with m.If(r_beat.last):
+                m.d.sync += [
+                    beat_index.eq(0),
+                    ones_lanes.eq(lane_masks(0)[0]),
+                    zero_lanes.eq(lane_masks(0)[1]),
+                ]
+            with m.Elif(beat_index <= last_special):
+                m.d.sync += beat_index.eq(beat_index + 1)
+                with m.Switch(beat_index):
+                    for b in range(last_special + 1):
+                        with m.Case(b):
+                            ones, zeros = lane_masks(b + 1)
+                            m.d.sync += [ones_lanes.eq(ones), zero_lanes.eq(zeros)]
 
         # The CRC after k bytes is A_k * state ^ B_k * data (GF(2)): the data
-        # part is computed from the first stage and registered in a second
-        # (a plain pipeline register), so the loop through ``crc`` is one XOR
-        # tree and the count's mux. Within a frame only three byte counts feed
-        # the loop: 0 (before the coverage starts), the start beat's and a
-        # full beat (every beat but the last is full: the framer's frames are
-        # packed); the last beat's count is any. One full-beat network over
-        # the data moved up by the missing bytes gives B_k * data for every
-        # count k (``crc32_tail``'s data part), so it serves the loop's counts
-        # and the last beat alike.
+        # part is computed from ``t`` and registered in ``s``, so the loop
+        # through ``crc`` is one XOR tree and a two-way choice. One full-beat
+        # network over the data moved up by the missing bytes gives B_k *
+        # data for every count k (``crc32_tail``'s data part). Within a frame
+        # the state goes through three byte counts: 0 before the coverage
+        # starts, the start beat's, then full beats (every beat but the last
+        # is full: the framer's frames are packed); the last beat's count is
+        # any. Up to the start beat the state is the initial value, so the
+        # CRC after the start beat is a constant's XOR the data part: the
+        # loop takes either a full beat's XOR network or a value registered
+        # in ``s`` (``s_other``).
         start_count = nbytes - start_lane
+        start_state = crc32_state_py(ICRC_INIT, bytes(start_count))
         t_tail = crc32_parts(0, t_crc_moved, nbytes)[1]
         s_valid = Signal()
         s_ready = Signal()
         s_beat = Signal(Beat(w))
         s_tail = Signal(32)  # B_k * data for the beat's count k
         s_crc_count = Signal(range(nbytes + 1))
+        s_run = Signal()  # a full beat that does not end the frame
+        s_other = Signal(32)  # ``crc``'s next value when not ``s_run``
         s_n_in = Signal(range(nbytes + 1))
-        m.d.comb += stage_ready.eq(~s_valid | s_ready)
-        with m.If(stage_ready):
-            m.d.sync += s_valid.eq(stage_valid)
-            with m.If(stage_valid):
+        m.d.comb += t_ready.eq(~s_valid | s_ready)
+        with m.If(t_ready):
+            m.d.sync += s_valid.eq(t_valid)
+            with m.If(t_valid):
                 m.d.sync += [
                     s_beat.eq(t_beat),
                     s_tail.eq(t_tail),
                     s_crc_count.eq(t_crc_count),
+                    s_run.eq(t_full & ~t_beat.last),
+                    # the data part is zero before the coverage starts
+                    s_other.eq(
+                        Mux(t_beat.last, ICRC_INIT, Mux(t_start, start_state, ICRC_INIT) ^ t_tail)
+                    ),
                     s_n_in.eq(t_n_in),
                 ]
 
-        def after(k):
-            return crc32_parts(crc, 0, k)[0] ^ s_tail
-
         crc = Signal(32, init=ICRC_INIT)
-        crc_loop = Signal(32)
-        m.d.comb += crc_loop.eq(crc)
-        with m.If(s_crc_count == nbytes):
-            m.d.comb += crc_loop.eq(after(nbytes))
-        if start_count != nbytes:
-            with m.Elif(s_crc_count == start_count):
-                m.d.comb += crc_loop.eq(after(start_count))
+        crc_loop = Mux(s_run, crc32_parts(crc, 0, nbytes)[0] ^ s_tail, s_other)
         # With each frame's last beat ``crc`` goes back to the initial value
-        # and the CRC after that beat is registered in ``fin``.
-        fin = Signal(32)
-        icrc = Signal(32, name="icrc_value")  # registered as the last beat moves on to ``held``
+        # and the CRC after that beat (``crc32_tail``) is registered in two
+        # parts: the state moved up by the lanes the count misses, and the
+        # state's bytes the count does not reach XOR the data part. The state
+        # part's network over the moved state follows as the beat moves on
+        # to ``held``, into the ICRC register.
+        fin_moved = Signal(w)
+        fin_rest = Signal(32)
+        icrc = Signal(32, name="icrc_value")
 
         # h1: the beat whose CRC was just taken, before ``held``
         h1 = Signal(Beat(w))
@@ -177,12 +244,13 @@ class IcrcInserter(wiring.Component):
 
         fits = Signal()  # the ICRC fits the held last beat (registered)
         held_keep = Signal(nbytes)  # the held beat's keep out (registered)
-        out_data = Signal(w)
-        m.d.comb += out_data.eq(held.data)
-        with m.If(held.last):
-            # lanes above keep are not trusted to be zero
-            keep_bits = Cat(*[held.keep[i].replicate(8) for i in range(nbytes)])
-            m.d.comb += out_data.eq((held.data & keep_bits) | (icrc << (8 * held_count))[:w])
+        # one-hot: the lane where the held last beat's ICRC starts (none on
+        # other beats, nor when all of it spills), so that placing it is an
+        # AND-OR and ``held.data`` (lanes above keep cleared) needs no mux
+        icrc_at = Signal(nbytes)
+        out_data = held.data
+        for k in range(nbytes):
+            out_data = out_data | (icrc_at[k].replicate(w) & (icrc << (8 * k))[:w])
 
         with m.If(spill):
             m.d.comb += [
@@ -214,10 +282,14 @@ class IcrcInserter(wiring.Component):
             s_ready.eq(~h1_valid | held_ready),
         ]
         with m.If(h1_valid & held_ready):
+            # lanes above keep are not trusted to be zero
+            keep_bits = Cat(*[h1.keep[i].replicate(8) for i in range(nbytes)])
             m.d.sync += [
                 held.eq(h1),
+                held.data.eq(h1.data & keep_bits),
                 held_valid.eq(1),
                 held_count.eq(h1_count),
+                icrc_at.eq(Cat(*[h1.last & (h1_count == k) for k in range(nbytes)])),
                 fits.eq(h1_count + 4 <= nbytes),
                 held_keep.eq(
                     Mux(
@@ -226,7 +298,7 @@ class IcrcInserter(wiring.Component):
                         h1.keep,
                     )
                 ),
-                icrc.eq(~fin),
+                icrc.eq(~(crc32_parts(0, fin_moved, nbytes)[1] ^ fin_rest)),
             ]
         with m.If(s_ready):
             m.d.sync += h1_valid.eq(s_valid)
@@ -238,7 +310,7 @@ class IcrcInserter(wiring.Component):
             ]
             with m.If(s_beat.last):
                 m.d.sync += [
-                    crc.eq(ICRC_INIT),
-                    fin.eq(crc32_tail(crc, 0, s_crc_count, nbytes)[0] ^ s_tail),
+                    fin_moved.eq(tail_shift(crc, s_crc_count, nbytes)),
+                    fin_rest.eq(tail_rest(crc, s_crc_count) ^ s_tail),
                 ]
         return m
