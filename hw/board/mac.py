@@ -12,6 +12,7 @@ RX, PHY to core::
     RxPacker    bytes to W-bit beats                                eth_rx
     AsyncFIFO   eth_rx to sync
     RxFrameFilter  drop or tuser, per-reason counts                 sync
+    StreamRegister  the filter's decision registered                sync
     PacketFIFO  store and forward, drops bad frames                 sync  -> rx_axis
 
 TX, core to PHY::
@@ -21,6 +22,7 @@ TX, core to PHY::
     AsyncFIFO   sync to eth_tx
     StreamRegister  read data and enable registered                 eth_tx
     TxUnpacker  W-bit beats to bytes                                eth_tx
+    StreamRegister  bytes registered                                eth_tx
     TxFramer    preamble, SFD, pad, FCS, 12-byte IFG, MII nibbles   eth_tx
     RGMIIDDR    pair per cycle to the pins                          eth_tx/eth_tx90
 
@@ -439,50 +441,74 @@ class PacketFIFO(wiring.Component):
         wp_commit = Signal(abits + 1)
         rp = Signal(abits + 1)
         overflow = Signal()  # the current frame lost a beat: drop it at its end
-
-        full = (wp - rp)[: abits + 1] == self.depth
-        nothing_committed = wp_commit == rp
+        # The fill state is kept in counters and registered flags, so that no
+        # pointer subtraction or compare lies between the registers and
+        # w.ready, the write enable and the strobes: ``used`` = wp - rp,
+        # ``readable`` = wp_commit - rp, ``full`` = (used == depth),
+        # ``nothing_committed`` = (readable == 0).
+        used = Signal(range(self.depth + 1))
+        readable = Signal(range(self.depth + 1))
+        full = Signal()
+        nothing_committed = Signal(init=1)
         if self.backpressure:
             m.d.comb += self.w.ready.eq(~full | nothing_committed)
         else:
             m.d.comb += self.w.ready.eq(1)
 
         beat = self.w.payload
-        m.d.sync += [self.committed.eq(0), self.dropped.eq(0), self.overflowed.eq(0)]
-        with m.If(self.w.valid & self.w.ready):
-            writes = ~full & ~overflow
-            m.d.comb += [
-                wr.addr.eq(wp[:abits]),
-                wr.data.data.eq(beat.data),
-                wr.data.keep.eq(beat.keep),
-                wr.data.last.eq(beat.last),
-                wr.data.user.eq(beat.user),
-                wr.en.eq(writes),
-            ]
-            lost = overflow | full
-            with m.If(beat.last):
-                m.d.sync += overflow.eq(0)
-                with m.If(lost | beat.drop):
-                    # A frame dropped anyway is not also an overflow: each
-                    # frame is counted once.
-                    m.d.sync += [
-                        wp.eq(wp_commit),
-                        self.overflowed.eq(~beat.drop),
-                        self.dropped.eq(beat.drop),
-                    ]
-                with m.Else():
-                    m.d.sync += [
-                        wp.eq(wp + 1),
-                        wp_commit.eq(wp + 1),
-                        self.committed.eq(1),
-                        self.committed_user.eq(beat.user),
-                    ]
-            with m.Else():
-                m.d.sync += overflow.eq(lost)
-                with m.If(writes):
-                    m.d.sync += wp.eq(wp + 1)
+        handshake = self.w.valid & self.w.ready
+        writes = handshake & ~full & ~overflow  # the beat goes into the memory
+        lost = overflow | full
+        commit = handshake & beat.last & ~lost & ~beat.drop
+        drop = handshake & beat.last & (lost | beat.drop)
+        load = ~nothing_committed & (~self.r.valid | self.r.ready)
+        m.d.comb += [
+            wr.addr.eq(wp[:abits]),
+            wr.data.data.eq(beat.data),
+            wr.data.keep.eq(beat.keep),
+            wr.data.last.eq(beat.last),
+            wr.data.user.eq(beat.user),
+            wr.en.eq(writes),
+        ]
+        m.d.sync += [
+            self.committed.eq(commit),
+            # A frame dropped anyway is not also an overflow: each frame is
+            # counted once.
+            self.overflowed.eq(drop & ~beat.drop),
+            self.dropped.eq(drop & beat.drop),
+        ]
+        with m.If(handshake):
+            m.d.sync += overflow.eq(~beat.last & lost)
+        with m.If(commit):
+            m.d.sync += [wp_commit.eq(wp + 1), self.committed_user.eq(beat.user)]
+        with m.If(drop):
+            m.d.sync += wp.eq(wp_commit)
+        with m.Elif(writes):
+            m.d.sync += wp.eq(wp + 1)
 
-        load = (rp != wp_commit) & (~self.r.valid | self.r.ready)
+        # The counters after this cycle's write, read and drop, picked from
+        # candidates computed from the registers alone (the read decision
+        # comes late, through the sink's ready): a drop leaves the readable
+        # beats, a commit makes the whole frame readable (its last beat is
+        # written in this cycle).
+        used_inc, used_dec = Signal.like(used), Signal.like(used)
+        readable_dec = Signal.like(readable)
+        m.d.comb += [used_inc.eq(used + 1), used_dec.eq(used - 1),
+                     readable_dec.eq(readable - 1)]
+        used_written = Mux(load, used, used_inc)
+        used_after = Mux(writes, used_written, Mux(load, used_dec, used))
+        readable_after = Mux(load, readable_dec, readable)
+        m.d.sync += [
+            used.eq(Mux(drop, readable_after, used_after)),
+            readable.eq(Mux(commit, used_written, readable_after)),
+            # Full after a drop only when committed frames fill the buffer
+            # (RX); otherwise it fills with the last free entry written.
+            full.eq(~load & Mux(drop, readable == self.depth,
+                                full | (writes & (used == self.depth - 1)))),
+            # A commit leaves at least its last beat.
+            nothing_committed.eq(~commit & Mux(load, readable == 1, nothing_committed)),
+        ]
+
         m.d.comb += [rd.addr.eq(rp[:abits]), rd.en.eq(load), self.r.payload.eq(rd.data)]
         with m.If(load):
             m.d.sync += [rp.eq(rp + 1), self.r.valid.eq(1)]
@@ -595,7 +621,8 @@ class TxUnpacker(wiring.Component):
 
     Interface: ``i`` (stream of ``TxWord`` from the clock-crossing FIFO),
     ``o`` (stream of data byte with ``last``). A beat's bytes are its lanes up
-    to the highest set ``keep`` bit (``keep`` is contiguous from lane 0).
+    to the highest set ``keep`` bit (``keep`` is contiguous from lane 0; lane
+    0 is sent whatever its ``keep`` bit).
     Latency: 0 (combinational from the FIFO's output). Throughput: one byte
     per cycle.
     """
@@ -612,22 +639,24 @@ class TxUnpacker(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         lanes = self.data_width // 8
-        lane = Signal(range(lanes))
         word = self.i.payload
-        top_lane = Signal(range(lanes))
-        for i in range(lanes):  # highest set keep bit wins
-            with m.If(word.keep[i]):
-                m.d.comb += top_lane.eq(i)
-        final_lane = Mux(word.last, top_lane, lanes - 1)
-        at_end = lane == final_lane
+        # The lane is one-hot and each lane knows whether the beat ends there
+        # (``keep`` is contiguous: the last beat ends before its first clear
+        # keep bit), so ``at_end`` is an AND-OR, not an encoder and a compare.
+        lane = Signal(lanes, init=1)
+        final = Cat(*(word.last & ~word.keep[i + 1] for i in range(lanes - 1)), Const(1, 1))
+        at_end = (lane & final).any()
+        byte = Const(0, 8)
+        for i in range(lanes):
+            byte = byte | (word.data.word_select(i, 8) & lane[i].replicate(8))
         m.d.comb += [
             self.o.valid.eq(self.i.valid),
-            self.o.payload.data.eq(word.data.word_select(lane, 8)),
+            self.o.payload.data.eq(byte),
             self.o.payload.last.eq(word.last & at_end),
             self.i.ready.eq(self.o.ready & at_end),
         ]
         with m.If(self.o.valid & self.o.ready):
-            m.d.sync += lane.eq(Mux(at_end, 0, lane + 1))
+            m.d.sync += lane.eq(Mux(at_end, 1, lane << 1))
         return m
 
 
@@ -758,10 +787,11 @@ class RGMIIMAC(wiring.Component):
 
     Latency (1 Gb/s, W = 64): RX, from the last FCS byte on the pins to the
     first beat on ``rx_axis``, about 9 eth_rx cycles plus the AsyncFIFO
-    (about 4 sync cycles) and the PacketFIFO (2 cycles) once the whole frame
-    is in (store and forward). TX, from the last beat of a frame to the first
-    preamble nibble, 2 sync cycles into the PacketFIFO, the AsyncFIFO (about
-    4 eth_tx cycles), its register stage (1 cycle) and 1 cycle. Throughput:
+    (about 4 sync cycles), the filter's register stage (1 cycle) and the PacketFIFO
+    (2 cycles) once the whole frame is in (store and forward). TX, from the
+    last beat of a frame to the first preamble nibble, 2 sync cycles into the
+    PacketFIFO, the AsyncFIFO (about 4 eth_tx cycles), the register stages
+    after it and after the unpacker (1 cycle each) and 1 cycle. Throughput:
     line rate in both directions (one byte per 125 MHz cycle) with
     back-to-back frames at the 12-byte minimum inter-frame gap, as long as
     the core clock meets the bound in the module docstring.
@@ -831,8 +861,11 @@ class RGMIIMAC(wiring.Component):
             packer.o_ready.eq(rx_cdc.w_rdy),
         ]
 
-        # RX on sync
+        # RX on sync. The filter's output goes through a register stage: the
+        # buffer's commit or drop, and its counters, would otherwise sit
+        # behind the filter's decision and the FIFO's pointer compare (r_rdy).
         m.submodules.rx_filter = rx_filter = RxFrameFilter(W)
+        m.submodules.rx_filter_reg = rx_reg = StreamRegister(BufferedBeat(W))
         m.submodules.rx_buffer = rx_buf = PacketFIFO(W, self.rx_depth, backpressure=False)
         m.d.comb += [
             rx_filter.i.payload.eq(rx_cdc.r_data),
@@ -840,7 +873,8 @@ class RGMIIMAC(wiring.Component):
             rx_cdc.r_en.eq(rx_filter.i.ready),
             rx_filter.pass_bad.eq(self.rx_pass_bad),
         ]
-        wiring.connect(m, rx_filter.o, rx_buf.w)
+        wiring.connect(m, rx_filter.o, rx_reg.i)
+        wiring.connect(m, rx_reg.o, rx_buf.w)
         m.d.comb += [
             self.rx_axis.tdata.eq(rx_buf.r.payload.data),
             self.rx_axis.tkeep.eq(rx_buf.r.payload.keep),
@@ -878,6 +912,10 @@ class RGMIIMAC(wiring.Component):
         # and its read enable (8 LUT levels at 125 MHz).
         m.submodules.tx_cdc_reg = tx_reg = tx_dom(StreamRegister(TxWord(W)))
         m.submodules.tx_unpacker = unpacker = tx_dom(TxUnpacker(W))
+        # And the bytes: the lane select and the framer's CRC update would
+        # otherwise be one path.
+        m.submodules.tx_byte_reg = byte_reg = tx_dom(
+            StreamRegister(data.StructLayout({"data": 8, "last": 1})))
         m.submodules.tx_framer = framer = tx_dom(TxFramer())
         m.d.comb += [
             tx_reg.i.payload.eq(tx_cdc.r_data),
@@ -886,7 +924,8 @@ class RGMIIMAC(wiring.Component):
             framer.mii.eq(tx_mii),
         ]
         wiring.connect(m, tx_reg.o, unpacker.i)
-        wiring.connect(m, unpacker.o, framer.i)
+        wiring.connect(m, unpacker.o, byte_reg.i)
+        wiring.connect(m, byte_reg.o, framer.i)
         wiring.connect(m, framer.tx, ddr.tx)
 
         # Counters
@@ -901,8 +940,12 @@ class RGMIIMAC(wiring.Component):
             "tx_frames": tx_buf.committed,
             "tx_dropped": tx_buf.dropped | tx_buf.overflowed,
         }
+        # Each strobe is registered before it enables its 32 counter bits: the
+        # RX filter's strobes come from the clock-crossing FIFO's read logic.
         for name, strobe in strobes.items():
             counter = getattr(self.stats, name)
-            with m.If(strobe):
+            count = Signal(name=f"count_{name}")
+            m.d.sync += count.eq(strobe)
+            with m.If(count):
                 m.d.sync += counter.eq(counter + 1)
         return m

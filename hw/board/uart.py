@@ -149,23 +149,27 @@ class UARTTx(wiring.Component):
         frame = Signal(10)  # stop, data[7:0], start; shifted out LSB first
         bits_left = Signal(range(11))
 
+        # ``idle``: the stop bit has had its full time (timer and bits_left
+        # are 0), kept in a register so that i.ready comes from a flip-flop.
+        idle = Signal(init=1)
+        m.d.comb += self.i.ready.eq(idle)
         with m.If(timer != 0):
-            m.d.sync += timer.eq(timer - 1)
+            m.d.sync += [timer.eq(timer - 1), idle.eq((timer == 1) & (bits_left == 0))]
         with m.Elif(bits_left != 0):
             m.d.sync += [
                 self.tx.eq(frame[0]),
                 frame.eq(frame >> 1),
                 timer.eq(self.divisor - 1),
                 bits_left.eq(bits_left - 1),
+                idle.eq((bits_left == 1) & (self.divisor == 1)),
             ]
-        with m.Else():
-            # The stop bit has had its full time; the line stays high.
-            m.d.comb += self.i.ready.eq(1)
-            with m.If(self.i.valid):
-                m.d.sync += [
-                    frame.eq(Cat(Const(0, 1), self.i.payload, Const(1, 1))),
-                    bits_left.eq(10),
-                ]
+        with m.Elif(self.i.valid):
+            # Idle: the line stays high until a byte comes.
+            m.d.sync += [
+                frame.eq(Cat(Const(0, 1), self.i.payload, Const(1, 1))),
+                bits_left.eq(10),
+                idle.eq(0),
+            ]
         return m
 
 
@@ -215,11 +219,12 @@ class UARTToAXI4Lite(wiring.Component):
         request = Signal(9 * 8)  # the bytes after the command, first byte at the top
         is_write = Signal()
         count = Signal(range(11))  # bytes of the request received, command included
-        csum = Signal(8)
+        csum_due = Signal(8)  # the checksum byte that makes the frame sum 0 so far
         status = Signal(8)
         rdata = Signal(32)
-        aw_done = Signal()
-        w_done = Signal()
+        # AR, AW and W valid, from flip-flops: raised with the request's last
+        # byte, each dropped with its ready.
+        ar_pending, aw_pending, w_pending = Signal(), Signal(), Signal()
         response = Signal(RESPONSE_BYTES * 8)  # first byte at the top
         resp_left = Signal(range(RESPONSE_BYTES + 1))
 
@@ -237,6 +242,9 @@ class UARTToAXI4Lite(wiring.Component):
             axil.wstrb.eq(0xF),
             axil.arprot.eq(0),
             axil.awprot.eq(0),
+            axil.arvalid.eq(ar_pending),
+            axil.awvalid.eq(aw_pending),
+            axil.wvalid.eq(w_pending),
         ]
 
         def reply(code, data=0):
@@ -248,7 +256,8 @@ class UARTToAXI4Lite(wiring.Component):
                     m.d.sync += reply(STATUS_FRAMING)
                     m.next = "DISCARD"
                 with m.Elif(urx.o.valid):
-                    m.d.sync += [is_write.eq(byte == CMD_WRITE), count.eq(1), csum.eq(byte)]
+                    m.d.sync += [is_write.eq(byte == CMD_WRITE), count.eq(1),
+                                 csum_due.eq(-byte)]
                     with m.If((byte == CMD_READ) | (byte == CMD_WRITE)):
                         m.next = "RECEIVE"
                     with m.Else():
@@ -262,16 +271,17 @@ class UARTToAXI4Lite(wiring.Component):
                     m.d.sync += [
                         request.eq(Cat(byte, request[:-8])),
                         count.eq(count + 1),
-                        csum.eq(csum + byte),
+                        csum_due.eq(csum_due - byte),
                     ]
-                    with m.If(count + 1 == length):
-                        with m.If((csum + byte)[:8] != 0):
+                    with m.If(count == length - 1):
+                        with m.If(byte != csum_due):
                             m.d.sync += reply(STATUS_BAD_CHECKSUM)
                             m.next = "RESPOND"
                         with m.Elif(is_write):
-                            m.d.sync += [aw_done.eq(0), w_done.eq(0)]
+                            m.d.sync += [aw_pending.eq(1), w_pending.eq(1)]
                             m.next = "WRITE"
                         with m.Else():
+                            m.d.sync += ar_pending.eq(1)
                             m.next = "READ_ADDR"
                 with m.Elif(timed_out):
                     m.d.sync += reply(STATUS_TIMEOUT)
@@ -280,8 +290,8 @@ class UARTToAXI4Lite(wiring.Component):
                 with m.If(timed_out & ~urx.active):
                     m.next = "RESPOND"
             with m.State("READ_ADDR"):
-                m.d.comb += axil.arvalid.eq(1)
                 with m.If(axil.arready):
+                    m.d.sync += ar_pending.eq(0)
                     m.next = "READ_DATA"
             with m.State("READ_DATA"):
                 m.d.comb += axil.rready.eq(1)
@@ -289,11 +299,10 @@ class UARTToAXI4Lite(wiring.Component):
                     m.d.sync += reply(axil.rresp, axil.rdata)
                     m.next = "RESPOND"
             with m.State("WRITE"):
-                m.d.comb += [axil.awvalid.eq(~aw_done), axil.wvalid.eq(~w_done)]
-                aw_now = aw_done | (axil.awvalid & axil.awready)
-                w_now = w_done | (axil.wvalid & axil.wready)
-                m.d.sync += [aw_done.eq(aw_now), w_done.eq(w_now)]
-                with m.If(aw_now & w_now):
+                aw_left = aw_pending & ~axil.awready
+                w_left = w_pending & ~axil.wready
+                m.d.sync += [aw_pending.eq(aw_left), w_pending.eq(w_left)]
+                with m.If(~aw_left & ~w_left):
                     m.next = "WRITE_RESP"
             with m.State("WRITE_RESP"):
                 m.d.comb += axil.bready.eq(1)
