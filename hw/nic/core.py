@@ -386,7 +386,11 @@ class NicCore(wiring.Component):
         # ---- MAC TX: data, ACK/NAK/probe responses, probe requests --------------------------
         m.submodules.mac_tx_arbiter = txarb = AXIStreamArbiter(self.data_width, num_inputs=3)
         wiring.connect(m, tx.m_axis, txarb.s_axis0)
-        wiring.connect(m, rx.m_axis_ack, txarb.s_axis1)
+        # ACK frames through a register stage: the ACK builder's beat comes from
+        # its state through a lane pick, and the arbiter's mux follows it.
+        m.submodules.ack_stage = ack_stage = AXIStreamRegister(self.data_width)
+        wiring.connect(m, rx.m_axis_ack, ack_stage.s_axis)
+        wiring.connect(m, ack_stage.m_axis, txarb.s_axis1)
         wiring.connect(m, rel.m_axis_probe, txarb.s_axis2)
         m.submodules.mac_tx_stage = tx_stage = AXIStreamRegister(self.data_width)
         wiring.connect(m, txarb.m_axis, tx_stage.s_axis)
