@@ -1,6 +1,9 @@
 """Send-queue scheduling, WQE fetch, segmentation, PSNs, window, EV choice,
 in-flight records and retransmit requests: the TX control path."""
 
+import operator
+from functools import reduce
+
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
@@ -95,11 +98,12 @@ class Sequencer(wiring.Component):
 
     For timing, the window check is registered over LOAD and CHECK (a QP
     that is over its window parks one state later), ``ack_update`` is
-    applied the cycle after it is taken, and per-QP CSR writes one cycle
-    after ``w_stb``.
+    applied the cycle after it is taken, per-QP CSR writes one cycle
+    after ``w_stb``, and the WQE request is registered in FETCH and
+    presented in FETCH_REQ.
 
     Latency: 9 cycles per packet of a part-sent WQE, plus the WQE burst
-    (about 8 + memory latency) for the first packet of a message or a
+    (about 9 + memory latency) for the first packet of a message or a
     retransmit. Throughput: one packet per 9 cycles, far above the wire's
     rate except for payloads under ~64 bytes (see docs/tx.md).
     """
@@ -227,17 +231,22 @@ class Sequencer(wiring.Component):
         retx_mode = Signal()
         retx_psn = Signal(PSN_BITS)
         retx_qpn_ok = Signal()
+        retx_in_flight = Signal()
         rec = Signal(InflightRecord(eb))
         fetch_index = Signal(16)
         fetch_beat = Signal(range(max(wqe_beats, 2)))
         cur = Signal(WqeState())
         offset = Signal(32)
+        seg_rest = Signal(32)  # bytes of the WQE from this packet on
+        seg_mtu = Signal(13)
         seg_last = Signal()
         seg_first = Signal()
         seg_len = Signal(13)
         seg_psn = Signal(PSN_BITS)
         ev_index = Signal(eb)
         psn_advance = Signal()  # EMIT sends a new PSN: next_psn[cur_q] moves on
+        room = Signal()  # hdr_desc, pay_desc and sent were ready the cycle before
+        m.d.sync += room.eq(self.hdr_desc.ready & self.pay_desc.ready & self.sent.ready)
         # the row written back is cur (EMIT advances its pkt_index)
         m.d.comb += [wqe_w.addr.eq(cur_q), wqe_w.data.eq(cur)]
 
@@ -267,6 +276,9 @@ class Sequencer(wiring.Component):
         # (FETCH or OFFSET) parks the QP if it is over. An unpark of the QP
         # (ack_update, CSR write) from LOAD on makes that state go back to
         # IDLE without parking: the QP is picked again and checked afresh.
+        # Unparks are seen through a register (wb_clear_r), so that the ack's
+        # compare is not in front of the FSM: those of the cycle before LOAD
+        # count too, which costs at most a needless check.
         inflight_r = Signal(PSN_BITS)
         over_r = Signal()
 
@@ -274,11 +286,13 @@ class Sequencer(wiring.Component):
         # over whatever the settings, and below depth only its low db bits can
         # reach a limit, so the compares are db bits wide.
         def reaches(limit):
-            return (limit[db:] == 0) & (inflight_r[:db] >= limit[:db])
+            return (limit[db:] == 0) & ~(inflight_r[:db] < limit[:db])
 
         window_over = inflight_r[db:].any() | reaches(mpr_psns) | reaches(cwnd)
         wb_clear = Signal(nq)  # window unparks this cycle
-        wb_hit = Signal()  # the QP was unparked since LOAD
+        wb_clear_r = Signal(nq)  # window unparks the cycle before
+        wb_hit = Signal()  # the QP was unparked since the cycle before LOAD
+        m.d.sync += wb_clear_r.eq(wb_clear)
         sq_base = Cat(_lane(cfg, "sq_base_lo"), _lane(cfg, "sq_base_hi"))
         sq_log2 = _lane(cfg, "sq_log2_size")
         # (1 << sq_log2_size) - 1; sq_log2_size <= 15, so bit 15 is never set
@@ -305,11 +319,16 @@ class Sequencer(wiring.Component):
             Mux(ready, Cat((cnt_r.data[:32] + 1)[:32], (cnt_r.data[32:] + retx_mode)[:32]), 0)
         )
 
-        # The WQE request, the three per-packet outputs and the in-flight
-        # record are driven in every state: their valids (and infl_w.en) say
-        # when they count, so no field needs gating by the FSM state.
+        # The WQE request comes from flip-flops: FETCH registers the address
+        # (a 64-bit add behind the settings RAM) and FETCH_REQ presents it.
+        # It, the three per-packet outputs and the in-flight record are driven
+        # in every state: their valids (and infl_w.en) say when they count, so
+        # no field needs gating by the FSM state.
+        wqe_valid = Signal()
+        wqe_addr = Signal(64)
         m.d.comb += [
-            self.wqe_req.payload.addr.eq(sq_base + (fetch_slot << 6)),
+            self.wqe_req.valid.eq(wqe_valid),
+            self.wqe_req.payload.addr.eq(wqe_addr),
             self.wqe_req.payload.len.eq(wqe_beats - 1),
         ]
         imm_last = cur.with_imm & seg_last
@@ -357,12 +376,7 @@ class Sequencer(wiring.Component):
             with m.State("INIT"):
                 # Settings and counters back to their defaults after a (soft)
                 # reset; CSR writes to per-QP settings are lost until ``ready``.
-                m.d.comb += [
-                    cfg_w.addr.eq(init_q),
-                    cfg_w.en.eq((1 << len(CFG_LANES)) - 1),
-                    cnt_w.addr.eq(init_q),
-                    cnt_w.en.eq(1),
-                ]
+                m.d.comb += [cnt_w.addr.eq(init_q), cnt_w.en.eq(1)]
                 with m.If(init_q < nq):
                     m.d.sync += init_q.eq(init_q + 1)
                 with m.Elif(self.ev.ready):
@@ -386,19 +400,24 @@ class Sequencer(wiring.Component):
                     m.next = "LOAD"
 
             with m.State("LOAD"):
-                m.d.sync += [inflight_r.eq(inflight), wb_hit.eq(wb_clear.bit_select(cur_q, 1))]
+                m.d.sync += [
+                    inflight_r.eq(inflight),
+                    wb_hit.eq(wb_clear_r.bit_select(cur_q, 1)),
+                ]
                 m.next = "CHECK"
 
             def window_park():
-                # the CHECK before found the window full
-                with m.If(~wb_hit):
+                # The CHECK before found the window full. An unpark from the
+                # cycle before LOAD to CHECK leaves the QP unparked, and one in
+                # this cycle clears win_blocked after this (code below).
+                with m.If(~wb_hit & ~wb_clear_r.bit_select(cur_q, 1)):
                     m.d.sync += win_blocked.bit_select(cur_q, 1).eq(1)
                 m.next = "IDLE"
 
             with m.State("CHECK"):
                 m.d.sync += [
                     over_r.eq(window_over),
-                    wb_hit.eq(wb_hit | wb_clear.bit_select(cur_q, 1)),
+                    wb_hit.eq(wb_hit | wb_clear_r.bit_select(cur_q, 1)),
                 ]
                 with m.If(~enable.bit_select(cur_q, 1)):
                     m.next = "IDLE"
@@ -414,28 +433,35 @@ class Sequencer(wiring.Component):
                 psn_off = (retx_psn - cur_una)[:PSN_BITS]
                 in_flight = retx_qpn_ok & enable.bit_select(cur_q, 1) & (psn_off < inflight)
                 m.d.comb += infl_r.addr.eq(Cat(retx_psn[:db], cur_q))
-                with m.If(in_flight):
-                    m.next = "RETX_RECORD"
+                # registered: the compare (two subtractions deep) is not in
+                # front of the next-state logic
+                m.d.sync += retx_in_flight.eq(in_flight)
+                m.next = "RETX_RECORD"
+
+            with m.State("RETX_RECORD"):
+                with m.If(retx_in_flight):
+                    m.d.sync += [
+                        rec.eq(infl_r.data),
+                        fetch_index.eq(infl_r.data.wqe_index),
+                        fetch_slot.eq(infl_r.data.wqe_index & ring_mask),
+                    ]
+                    m.next = "FETCH"
                 with m.Else():
                     m.d.sync += retx_ignored.eq(retx_ignored + 1)
                     m.next = "IDLE"
 
-            with m.State("RETX_RECORD"):
-                m.d.sync += [
-                    rec.eq(infl_r.data),
-                    fetch_index.eq(infl_r.data.wqe_index),
-                    fetch_slot.eq(infl_r.data.wqe_index & ring_mask),
-                ]
-                m.next = "FETCH"
-
             with m.State("FETCH"):
+                m.d.sync += wqe_addr.eq(sq_base + (fetch_slot << 6))
                 with m.If(over_r):
                     window_park()
                 with m.Else():
-                    m.d.comb += self.wqe_req.valid.eq(1)
-                    with m.If(self.wqe_req.ready):
-                        m.d.sync += fetch_beat.eq(0)
-                        m.next = "FETCH_DATA"
+                    m.d.sync += wqe_valid.eq(1)
+                    m.next = "FETCH_REQ"
+
+            with m.State("FETCH_REQ"):
+                with m.If(self.wqe_req.ready):
+                    m.d.sync += [wqe_valid.eq(0), fetch_beat.eq(0)]
+                    m.next = "FETCH_DATA"
 
             with m.State("FETCH_DATA"):
                 m.d.comb += self.wqe_data.ready.eq(1)
@@ -478,12 +504,13 @@ class Sequencer(wiring.Component):
                     m.next = "SEGMENT"
 
             with m.State("SEGMENT"):
-                rest = (cur.length - offset)[:32]
-                last = (rest[len(mtu) :] == 0) & (rest[: len(mtu)] <= mtu)
+                # the bytes left and the MTU are registered here and the
+                # packet cut in EV_VALUE: a subtraction and a compare in one
+                # cycle each
                 m.d.sync += [
-                    seg_last.eq(last),
+                    seg_rest.eq(cur.length - offset),
+                    seg_mtu.eq(mtu),
                     seg_first.eq(cur.pkt_index == 0),
-                    seg_len.eq(Mux(last, rest, mtu)),
                     seg_psn.eq(psn_out),
                     ev_index.eq(ev_pick),
                 ]
@@ -499,11 +526,15 @@ class Sequencer(wiring.Component):
                     m.next = "IDLE"
 
             with m.State("EV_VALUE"):
+                last = (seg_rest[len(mtu) :] == 0) & ~(seg_mtu < seg_rest[: len(mtu)])
+                m.d.sync += [seg_last.eq(last), seg_len.eq(Mux(last, seg_rest, seg_mtu))]
                 m.next = "EMIT"
 
             with m.State("EMIT"):
-                # room was checked before SEGMENT and only our writes take it
-                go = self.hdr_desc.ready & self.pay_desc.ready & self.sent.ready
+                # Room was checked in OFFSET and only our writes take it, so
+                # the readies of the cycle before (room, a flip-flop for the
+                # enables that follow) are those of this cycle.
+                go = room
                 m.d.comb += [
                     self.hdr_desc.valid.eq(go),
                     self.pay_desc.valid.eq(go),
@@ -538,33 +569,39 @@ class Sequencer(wiring.Component):
         ack_next = Signal(PSN_BITS)
         ack_una = Signal(PSN_BITS)
         m.d.comb += [ack_next.eq(next_psn[ack_q]), ack_una.eq(una_psn[ack_q])]
-        psn_write = Signal(nq)  # CSR next_psn writes this cycle
-        ak_valid = Signal()
-        ak_q = Signal(qb)
+        psn_write = Signal(nq)  # a CSR next_psn write applied this cycle, one-hot
+        ak_qp = Signal(nq)  # the registered ack's QP, one-hot; 0: none to apply
         ak_una = Signal(PSN_BITS)
         ak_adv = [Signal(PSN_BITS, name=f"ak_adv{i}") for i in range(2)]
         ak_out = [Signal(PSN_BITS, name=f"ak_out{i}") for i in range(2)]
         ak_bypass = Signal()
-        ak_apply = Signal()
-        m.d.comb += ak_apply.eq(
-            ak_valid
-            & (Mux(ak_bypass, ak_adv[1], ak_adv[0]) <= Mux(ak_bypass, ak_out[1], ak_out[0]))
-        )
+        ak_fit = Signal()
+        ak_apply = Signal(nq)  # per QP: its una_psn moves to ak_una
+        # Both compares, then the choice, as an AND-OR: yosys turns a Mux of
+        # two compares back into one compare of muxed operands, a LUT level
+        # deeper. Each compare is written as "not less than", one carry chain
+        # (yosys builds a <= b as a < b or an equality tree). The QP is
+        # one-hot, so each QP's enable is one LUT behind.
+        ak_fits = [~(ak_out[i] < ak_adv[i]) for i in range(2)]
+        m.d.comb += [
+            ak_fit.eq((ak_bypass & ak_fits[1]) | (~ak_bypass & ak_fits[0])),
+            ak_apply.eq(ak_qp & ak_fit.replicate(nq)),
+        ]
         m.d.sync += [
-            ak_valid.eq(
-                self.ack_update.valid & (ack.qpn < nq) & ~psn_write.bit_select(ack_q, 1)
+            ak_qp.eq(
+                Cat(*[self.ack_update.valid & (ack.qpn == i) & ~psn_write[i] for i in range(nq)])
             ),
-            ak_q.eq(ack_q),
             ak_una.eq(ack.una_psn),
             ak_adv[0].eq(ack.una_psn - ack_una),
             ak_out[0].eq(ack_next - ack_una),
             ak_adv[1].eq(ack.una_psn - ak_una),
             ak_out[1].eq(ack_next - ak_una),
-            ak_bypass.eq(ak_apply & (ak_q == ack_q)),
+            ak_bypass.eq(ak_apply.bit_select(ack_q, 1)),
         ]
-        with m.If(ak_apply):
-            m.d.sync += win_blocked.bit_select(ak_q, 1).eq(0)
-            m.d.comb += wb_clear.bit_select(ak_q, 1).eq(1)
+        for i in range(nq):
+            with m.If(ak_apply[i]):
+                m.d.sync += win_blocked[i].eq(0)
+                m.d.comb += wb_clear[i].eq(1)
         with m.If(self.ev.became_good):
             m.d.sync += ev_blocked.bit_select(self.ev.became_good_qp, 1).eq(0)
 
@@ -582,61 +619,65 @@ class Sequencer(wiring.Component):
         ]
 
         lane_of = {off: name for name, off, _ in CFG_LANES}
-        # per-QP writes: the decoded strobe, QP, register and data are
-        # registered and the write applied one cycle after w_stb (the bridge
-        # issues no read or write in that cycle); qw_data is zero until ready
-        qw_stb = Signal()
+        # Per-QP writes are decoded with w_stb into one-hot strobes (one per
+        # settings lane, CTRL, NEXT_PSN, DOORBELL), registered with the QP and
+        # the data, and applied one cycle after w_stb (the bridge issues no
+        # read or write in that cycle): every enable is a flip-flop. Until
+        # ``ready`` the same registers carry INIT's writes of the settings'
+        # defaults, all lanes of row init_q, and qw_data is zero.
+        qp_w = csr.w_stb & in_qp & ready
+        valid_mtu = Signal()  # w_data is an MTU the block takes
+        mtu_shift_d = Signal(3)
+        for lg in range(8, max_mtu_log2 + 1):
+            with m.If(csr.w_data == (1 << lg)):
+                m.d.comb += [valid_mtu.eq(1), mtu_shift_d.eq(lg - 8)]
+        qw_lanes = Signal(len(CFG_LANES))
+        qw_init = Signal()
         qw_q = Signal(qb)
-        qw_reg = Signal.like(reg)
         qw_data = Signal(32)
+        mtu_shift_w = Signal(3)
+        qw_ctrl = Signal()
+        qw_doorbell = Signal()
+        qw_unpark = Signal()  # a write that may open the QP's window
+        lane_hit = Cat(
+            *[
+                qp_w & (reg == off) & (valid_mtu | (name != "mtu_shift"))
+                for name, off, _ in CFG_LANES
+            ]
+        )
         m.d.sync += [
-            qw_stb.eq(csr.w_stb & in_qp & ready),
-            qw_q.eq(qsel),
-            qw_reg.eq(reg),
+            qw_lanes.eq(Mux(ready, lane_hit, (1 << len(CFG_LANES)) - 1)),
+            qw_init.eq(~ready),
+            qw_q.eq(Mux(ready, qsel, init_q)),
             qw_data.eq(Mux(ready, csr.w_data, 0)),
+            mtu_shift_w.eq(mtu_shift_d),
+            qw_ctrl.eq(qp_w & (reg == Q.CTRL)),
+            psn_write.eq(Cat(*[qp_w & (reg == Q.NEXT_PSN) & (qsel == i) for i in range(nq)])),
+            qw_doorbell.eq(qp_w & (reg == Q.DOORBELL)),
+            qw_unpark.eq(
+                qp_w & ((reg == Q.MPR) | (reg == Q.CWND) | (reg == Q.CTRL) | (reg == Q.NEXT_PSN))
+            ),
         ]
         # Every settings lane is given qw_data and the lane enable picks the
-        # one written, so the data needs no decode. INIT writes qw_data too,
-        # zero then, except in the lanes whose default is not zero.
-        valid_mtu = Signal()
-        mtu_shift_w = Signal(3)
-        for lg in range(8, max_mtu_log2 + 1):
-            with m.If(qw_data == (1 << lg)):
-                m.d.comb += [valid_mtu.eq(1), mtu_shift_w.eq(lg - 8)]
+        # one written, so the data needs no decode; INIT's zero qw_data is the
+        # default of every lane but those muxed here.
         cfg_lanes_w = []
         for i, (name, _, _) in enumerate(CFG_LANES):
             lane_data = Signal(32, name=f"cfg_w_{name}")
             value = mtu_shift_w if name == "mtu_shift" else qw_data
-            m.d.comb += lane_data.eq(Mux(ready, value, cfg_init[i]) if cfg_init[i] else value)
+            m.d.comb += lane_data.eq(Mux(qw_init, cfg_init[i], value) if cfg_init[i] else value)
             cfg_lanes_w.append(lane_data)
-        m.d.comb += cfg_w.data.eq(Cat(*cfg_lanes_w))
-        with m.If(qw_stb):
-            with m.Switch(qw_reg):
-                for off, name in lane_of.items():
-                    with m.Case(off):
-                        valid = valid_mtu if name == "mtu_shift" else Const(1)
-                        m.d.comb += [
-                            cfg_w.addr.eq(qw_q),
-                            cfg_w.en.eq(valid << _LANE[name]),
-                        ]
-                        if name in ("mpr", "cwnd"):
-                            m.d.sync += win_blocked.bit_select(qw_q, 1).eq(0)
-                            m.d.comb += wb_clear.bit_select(qw_q, 1).eq(1)
-                with m.Case(Q.CTRL):
-                    m.d.sync += [
-                        enable.bit_select(qw_q, 1).eq(qw_data[0]),
-                        win_blocked.bit_select(qw_q, 1).eq(0),
-                        ev_blocked.bit_select(qw_q, 1).eq(0),
-                    ]
-                    m.d.comb += wb_clear.bit_select(qw_q, 1).eq(1)
-                with m.Case(Q.NEXT_PSN):
-                    m.d.sync += win_blocked.bit_select(qw_q, 1).eq(0)
-                    m.d.comb += [
-                        wb_clear.bit_select(qw_q, 1).eq(1),
-                        psn_write.bit_select(qw_q, 1).eq(1),
-                    ]
-                with m.Case(Q.DOORBELL):
-                    m.d.sync += pi[qw_q].eq(qw_data[:16])
+        m.d.comb += [cfg_w.addr.eq(qw_q), cfg_w.en.eq(qw_lanes), cfg_w.data.eq(Cat(*cfg_lanes_w))]
+        with m.If(qw_unpark):
+            m.d.sync += win_blocked.bit_select(qw_q, 1).eq(0)
+            m.d.comb += wb_clear.bit_select(qw_q, 1).eq(1)
+        with m.If(qw_ctrl):
+            m.d.sync += [
+                enable.bit_select(qw_q, 1).eq(qw_data[0]),
+                ev_blocked.bit_select(qw_q, 1).eq(0),
+            ]
+        with m.If(qw_doorbell):
+            m.d.sync += pi[qw_q].eq(qw_data[:16])
         with m.If(csr.w_stb & (csr.addr < QP_BASE)):
             with m.Switch(csr.addr):
                 with m.Case(G.SRC_MAC_LO):
@@ -662,80 +703,71 @@ class Sequencer(wiring.Component):
             with m.Else():
                 with m.If(psn_advance & (cur_q == i)):
                     m.d.sync += next_psn[i].eq(seg_psn + 1)
-                with m.If(ak_apply & (ak_q == i)):
+                with m.If(ak_apply[i]):
                     m.d.sync += una_psn[i].eq(ak_una)
 
-        # reads: address registered with r_stb, RAM read ports give data then
-        r_addr = Signal.like(csr.addr)
+        # Reads: the register is decoded with r_stb into one-hot selects (and a
+        # QP's STATUS word taken then), the RAM read ports give their data the
+        # cycle after, and r_word registers the AND-OR of the selected values:
+        # a read answers 2 cycles after r_stb (CSR_READ_LATENCY).
         r_q = Signal(qb)
-        r_in_qp = Signal()
-        r_reg = Signal.like(reg)
+        r_status = Signal(32)
+        s_next = Signal(PSN_BITS)
+        s_una = Signal(PSN_BITS)
+        m.d.comb += [s_next.eq(next_psn[qsel]), s_una.eq(una_psn[qsel])]
         with m.If(csr.r_stb):
-            m.d.sync += [r_addr.eq(csr.addr), r_q.eq(qsel), r_in_qp.eq(in_qp), r_reg.eq(reg)]
-        qp_read = Signal(32)
-        r_next = Signal(PSN_BITS)
-        r_una = Signal(PSN_BITS)
-        m.d.comb += [r_next.eq(next_psn[r_q]), r_una.eq(una_psn[r_q])]
-        glob_read = Signal(32)
-        cfg_row = cfg_csr.data
-        with m.Switch(r_reg):
-            for off, name in lane_of.items():
-                with m.Case(off):
-                    value = _lane(cfg_row, name)
-                    if name == "mtu_shift":
-                        value = Const(256, 13) << value[:mtu_shift_bits]
-                    m.d.comb += qp_read.eq(value)
-            with m.Case(Q.CTRL):
-                m.d.comb += qp_read.eq(enable.bit_select(r_q, 1))
-            with m.Case(Q.NEXT_PSN):
-                m.d.comb += qp_read.eq(r_next)
-            with m.Case(Q.UNA_PSN):
-                m.d.comb += qp_read.eq(r_una)
-            with m.Case(Q.DOORBELL):
-                m.d.comb += qp_read.eq(pi[r_q])
-            with m.Case(Q.CONSUMER):
-                m.d.comb += qp_read.eq(ci[r_q])
-            with m.Case(Q.TX_PACKETS):
-                m.d.comb += qp_read.eq(cnt_csr.data[:32])
-            with m.Case(Q.RETX_PACKETS):
-                m.d.comb += qp_read.eq(cnt_csr.data[32:])
-            with m.Case(Q.STATUS):
-                m.d.comb += qp_read.eq(
+            m.d.sync += [
+                r_q.eq(qsel),
+                r_status.eq(
                     Cat(
-                        wqe_active.bit_select(r_q, 1),
-                        win_blocked.bit_select(r_q, 1),
-                        ev_blocked.bit_select(r_q, 1),
+                        wqe_active.bit_select(qsel, 1),
+                        win_blocked.bit_select(qsel, 1),
+                        ev_blocked.bit_select(qsel, 1),
                         Const(0, 5),
-                        (r_next - r_una)[:PSN_BITS],
+                        (s_next - s_una)[:PSN_BITS],
                     )
-                )
-        with m.Switch(r_addr):
-            with m.Case(G.ID):
-                m.d.comb += glob_read.eq((TX_TYPE_ID << 16) | TX_VERSION)
-            with m.Case(G.STATUS):
-                m.d.comb += glob_read.eq(ready)
-            with m.Case(G.NUM_QPS):
-                m.d.comb += glob_read.eq(nq)
-            with m.Case(G.EVS_PER_QP):
-                m.d.comb += glob_read.eq(ne)
-            with m.Case(G.CAPS):
-                m.d.comb += glob_read.eq(nbytes | (max_mtu_log2 << 8) | (db << 12))
-            with m.Case(G.SRC_MAC_LO):
-                m.d.comb += glob_read.eq(src_mac[:32])
-            with m.Case(G.SRC_MAC_HI):
-                m.d.comb += glob_read.eq(src_mac[32:])
-            with m.Case(G.SRC_IP):
-                m.d.comb += glob_read.eq(src_ip)
-            with m.Case(G.EV_SELECT):
-                m.d.comb += glob_read.eq(Cat(ev_select[:eb], Const(0, 8 - eb), ev_select[eb:]))
-            with m.Case(G.EV_ENTRY):
-                m.d.comb += glob_read.eq(Cat(self.ev.csr_r_value, self.ev.csr_r_state))
-            with m.Case(G.RETX_IGNORED):
-                m.d.comb += glob_read.eq(retx_ignored)
-            with m.Case(G.RETX_NO_EV):
-                m.d.comb += glob_read.eq(retx_no_ev)
-        # registered: a read answers 2 cycles after r_stb (CSR_READ_LATENCY)
+                ),
+            ]
+        cfg_row = cfg_csr.data
+        reads = []  # (decode of csr.addr at r_stb, value the cycle after)
+        for off, name in lane_of.items():
+            value = _lane(cfg_row, name)
+            if name == "mtu_shift":
+                value = Const(256, 13) << value[:mtu_shift_bits]
+            reads.append((in_qp & (reg == off), value))
+        reads += [
+            (in_qp & (reg == Q.CTRL), enable.bit_select(r_q, 1)),
+            (in_qp & (reg == Q.NEXT_PSN), next_psn[r_q]),
+            (in_qp & (reg == Q.UNA_PSN), una_psn[r_q]),
+            (in_qp & (reg == Q.DOORBELL), pi[r_q]),
+            (in_qp & (reg == Q.CONSUMER), ci[r_q]),
+            (in_qp & (reg == Q.TX_PACKETS), cnt_csr.data[:32]),
+            (in_qp & (reg == Q.RETX_PACKETS), cnt_csr.data[32:]),
+            (in_qp & (reg == Q.STATUS), r_status),
+        ]
+        reads += [
+            (csr.addr == off, value)
+            for off, value in (
+                (G.ID, Const((TX_TYPE_ID << 16) | TX_VERSION, 32)),
+                (G.STATUS, ready),
+                (G.NUM_QPS, Const(nq, 32)),
+                (G.EVS_PER_QP, Const(ne, 32)),
+                (G.CAPS, Const(nbytes | (max_mtu_log2 << 8) | (db << 12), 32)),
+                (G.SRC_MAC_LO, src_mac[:32]),
+                (G.SRC_MAC_HI, src_mac[32:]),
+                (G.SRC_IP, src_ip),
+                (G.EV_SELECT, Cat(ev_select[:eb], Const(0, 8 - eb), ev_select[eb:])),
+                (G.EV_ENTRY, Cat(self.ev.csr_r_value, self.ev.csr_r_state)),
+                (G.RETX_IGNORED, retx_ignored),
+                (G.RETX_NO_EV, retx_no_ev),
+            )
+        ]
+        r_sel = Signal(len(reads))
+        with m.If(csr.r_stb):
+            m.d.sync += r_sel.eq(Cat(*[hit for hit, _ in reads]))
         r_word = Signal(32)
-        m.d.sync += r_word.eq(Mux(r_in_qp, qp_read, Mux(r_addr < QP_BASE, glob_read, 0)))
+        m.d.sync += r_word.eq(
+            reduce(operator.or_, [Mux(r_sel[k], value, 0) for k, (_, value) in enumerate(reads)])
+        )
         m.d.comb += csr.r_data.eq(r_word)
         return m
