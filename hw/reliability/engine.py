@@ -202,7 +202,12 @@ class ReliabilityEngine(wiring.Component):
         m.d.comb += probes.now_ns.eq(ns)
 
         probe_count = Signal(32)
-        with m.If((probe_period != 0) & (probe_count >= probe_period - 1)):
+        # the period less one and its enable, registered (a write applies a cycle
+        # later), so the compare is one carry chain
+        period_m1 = Signal(32)
+        probing = Signal()
+        m.d.sync += [period_m1.eq(probe_period - 1), probing.eq(probe_period != 0)]
+        with m.If(probing & (probe_count >= period_m1)):
             m.d.sync += probe_count.eq(0)
             m.d.comb += core.probe_tick.eq(1)
         with m.Else():

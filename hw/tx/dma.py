@@ -241,6 +241,7 @@ class Realigner(wiring.Component):
         lane = Signal(range(nbytes))
         in_left = Signal(13 - lg + 2)  # input beats still to come, minus one
         out_left = Signal(13 - lg + 2)  # output beats still to send, minus one
+        out_last = Signal()  # out_left == 0, registered with it
         last_bytes = Signal(range(nbytes + 1))
         prev = Signal(w)
         have_prev = Signal()
@@ -268,18 +269,19 @@ class Realigner(wiring.Component):
                         lane.eq(first_lane),
                         in_left.eq((first_lane + info.length - 1) >> lg),
                         out_left.eq((info.length - 1) >> lg),
+                        out_last.eq(((info.length - 1) >> lg) == 0),
                         last_bytes.eq(info.length - (((info.length - 1) >> lg) << lg)),
                         have_prev.eq(0),
                     ]
                     m.next = "STREAM"
             with m.State("STREAM"):
-                out_last = out_left == 0
                 with m.If(lane == 0):
                     # aligned: beats pass straight through
                     m.d.comb += [self.o.valid.eq(self.i.valid), self.i.ready.eq(self.o.ready)]
                     emit(cur, out_last)
                     with m.If(self.i.valid & self.o.ready):
-                        m.d.sync += [in_left.eq(in_left - 1), out_left.eq(out_left - 1)]
+                        m.d.sync += [in_left.eq(in_left - 1), out_left.eq(out_left - 1),
+                                     out_last.eq(out_left == 1)]
                         with m.If(out_last):
                             m.next = "IDLE"
                 with m.Elif(~have_prev):
@@ -296,6 +298,7 @@ class Realigner(wiring.Component):
                             prev.eq(cur),
                             in_left.eq(in_left - 1),
                             out_left.eq(out_left - 1),
+                            out_last.eq(out_left == 1),
                         ]
                         with m.If(out_last):
                             m.next = "IDLE"
