@@ -36,7 +36,6 @@ __all__ = ["NicCore", "TxControlBridge", "DoorbellSnoop", "check_nic_params", "B
 BLOCK_ORDER = ("device_info", "tx", "rx", "reliability")
 BLOCK_AXI_ID_WIDTH = 4  # the ID width of each block's own DMA master
 DMA_MASTERS = ("tx", "rx", "reliability")  # AXI4Arbiter port order: ID bits [5:4]
-WRITE_SLICED = ("rx", "reliability")  # the masters that write: an AXI4RegisterSlice each
 # Reliability's retransmit-request FIFO (hw/reliability/core.py, ``retx_fifo``).
 REL_RETX_FIFO_DEPTH = 16
 
@@ -237,13 +236,13 @@ class NicCore(wiring.Component):
 
     Every output of the boundary comes from a flip-flop: ``mac_tx`` and
     ``mac_rx`` pass a register stage (hw/pipeline.py ``AXIStreamRegister``),
-    ``m_axi`` an ``AXI4RegisterSlice`` on all five channels (RX's and
-    reliability's masters pass one more each before the arbiter), and the
-    CSR path is registered in the bridge and in ``CsrInterconnect``, so the logic
-    around NicCore (MAC, memory, interconnect) times on its own.
+    ``m_axi`` an ``AXI4RegisterSlice`` on all five channels (each block's
+    master passes one more before the arbiter), and the CSR path is
+    registered in the bridge and in ``CsrInterconnect``, so the logic around
+    NicCore (MAC, memory, interconnect) times on its own.
 
     Latency: NicCore adds 1 cycle on ``mac_tx`` and on ``mac_rx`` and 1 cycle
-    per AXI4 channel behind its arbiters (2 on RX's and reliability's); see
+    per AXI4 channel behind its arbiters (2 from a block's master); see
     docs/tx.md, docs/rx.md and docs/reliability.md for the blocks'. A CSR
     read takes 5 cycles from AR accepted to R valid (bridge 1, interconnect
     2, block 2); a write 2 cycles from AW+W to B, and reaches the block 1
@@ -368,16 +367,14 @@ class NicCore(wiring.Component):
             len(DMA_MASTERS), addr_width=64, data_width=self.data_width,
             id_width=BLOCK_AXI_ID_WIDTH)
         for i, name in enumerate(DMA_MASTERS):
-            if name in WRITE_SLICED:
-                # A register slice in front of the arbiter: the W beats come
-                # from the block's write logic, and the arbiter's W mux and
-                # its ready path back into the block would be in series.
-                slice_ = AXI4RegisterSlice(64, self.data_width, BLOCK_AXI_ID_WIDTH)
-                m.submodules[f"{name}_axi_slice"] = slice_
-                wiring.connect(m, blocks[name].m_axi, slice_.s_axi)
-                wiring.connect(m, slice_.m_axi, dma.slave(i))
-            else:
-                wiring.connect(m, blocks[name].m_axi, dma.slave(i))
+            # A register slice in front of the arbiter on every master: the
+            # requests and W beats come from the blocks' own logic (TX's through
+            # its read arbiter), and the arbiter's muxes and its ready paths back
+            # into the blocks would be in series with it.
+            slice_ = AXI4RegisterSlice(64, self.data_width, BLOCK_AXI_ID_WIDTH)
+            m.submodules[f"{name}_axi_slice"] = slice_
+            wiring.connect(m, blocks[name].m_axi, slice_.s_axi)
+            wiring.connect(m, slice_.m_axi, dma.slave(i))
         m.submodules.m_axi_slice = axi_slice = AXI4RegisterSlice(
             64, self.data_width, self.id_width)
         wiring.connect(m, dma.m_axi, axi_slice.s_axi)
