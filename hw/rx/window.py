@@ -460,12 +460,16 @@ class RxPsnWindow(wiring.Component):
         first_hole = Signal(lw)
         gb = (lw + 1) // 2  # log2 of the bits per group
         groups = W >> gb
-        grp_any = Signal(groups)
+        # (the last group's "any" is not needed: the index of the lowest set
+        # bit does not depend on the top bit)
+        grp_any = Signal(groups - 1)
         grp_idx = [Signal(gb, name=f"hole_idx{g}") for g in range(groups)]
         for g in range(groups):
             g_any, g_idx = _lowest_set(holes_r[g << gb : (g + 1) << gb], 1 << gb)
-            m.d.sync += [grp_any[g].eq(g_any), grp_idx[g].eq(g_idx)]
-        first_grp = _lowest_set(grp_any, groups)[1]
+            m.d.sync += grp_idx[g].eq(g_idx)
+            if g < groups - 1:
+                m.d.sync += grp_any[g].eq(g_any)
+        first_grp = _lowest_set(Cat(grp_any, Const(1, 1)), groups)[1]
         m.d.sync += first_hole.eq(Cat(Array(grp_idx)[first_grp], first_grp))
         adv_first = Signal()  # ADV is at the word of the PSN just marked
         pend_en = [Signal(name=f"pend_en{i}") for i in range(P)]
