@@ -150,6 +150,10 @@ class ProbeBuilder(wiring.Component):
         beats = -(-PROBE_FRAME_BYTES // lanes)
         beat = Signal(range(beats + 1))
         padded = Cat(frame, Const(0, beats * dw - len(frame)))
+        # the beat on m_axis, from a register: the next one is selected as one
+        # is taken, so no beat mux sits between the state and the output
+        out_word = Signal(dw)
+        out_last = Signal()
 
         with m.FSM():
             with m.State("IDLE"):
@@ -176,20 +180,27 @@ class ProbeBuilder(wiring.Component):
                 with m.If(step == steps):
                     m.next = "ICRC"
             with m.State("ICRC"):
-                m.d.sync += [frame[len(header) :].eq(~crc), beat.eq(0)]
+                # The first beat is all header (the ICRC is in the last 4 of 74
+                # bytes and a beat is at most 64): loaded here, while the ICRC
+                # goes into the frame.
+                m.d.sync += [frame[len(header) :].eq(~crc), beat.eq(0),
+                             out_word.eq(padded[:dw]), out_last.eq(beats == 1)]
                 m.next = "SEND"
             with m.State("SEND"):
                 axis = self.m_axis
-                last = beat == beats - 1
                 m.d.comb += [
                     axis.tvalid.eq(1),
-                    axis.tdata.eq(padded.word_select(beat, dw)),
-                    axis.tlast.eq(last),
-                    axis.tkeep.eq(Mux(last, (1 << (PROBE_FRAME_BYTES - (beats - 1) * lanes)) - 1,
+                    axis.tdata.eq(out_word),
+                    axis.tlast.eq(out_last),
+                    axis.tkeep.eq(Mux(out_last,
+                                      (1 << (PROBE_FRAME_BYTES - (beats - 1) * lanes)) - 1,
                                       (1 << lanes) - 1)),
                 ]
                 with m.If(axis.tready):
-                    m.d.sync += beat.eq(beat + 1)
-                    with m.If(last):
+                    # the next beat's word into the output register
+                    m.d.sync += [beat.eq(beat + 1),
+                                 out_word.eq(padded.word_select(beat + 1, dw)),
+                                 out_last.eq(beat == beats - 2)]
+                    with m.If(out_last):
                         m.next = "IDLE"
         return m
