@@ -54,7 +54,7 @@ from the PHY's ``rx_clk``.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
-from amaranth.lib import wiring
+from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
@@ -63,7 +63,8 @@ from ..axi import AXI_RESP_OKAY, AXI4LiteSignature, AXI4Signature
 from ..csr import AXI4LiteToCSR, CSRBusSignature, RegisterMap
 from ..nic.core import NicCore
 from ..reliability.layouts import QpState
-from .mac import RGMIIMAC, MACStatsSignature
+from .mac import RGMIIMAC
+from .mac import STATS as MAC_STATS
 from .regs import MACRegisters
 from .rgmii import RGMIIPinSignature
 from .uart import UARTToAXI4Lite
@@ -599,7 +600,8 @@ class BoardStatus(wiring.Component):
 
     Interface (all In but ``qp_error`` and ``leds``): ``qp_state_update``
     (valid, ready, qpn, state: reliability's QP state-change stream, watched,
-    not driven), ``stats`` (the MAC's counters), ``irq``, ``uart_rx`` (the
+    not driven), ``stats_lsb`` (bit 0 of each of the MAC's counters, which
+    step by one: it flips at every count), ``irq``, ``uart_rx`` (the
     line), ``dma_decerr`` (strobe); ``qp_error`` Out(num_qps): bit i set
     while QP i is in ERROR; ``leds`` Out(8).
     Latency: 1 cycle from an event to its LED (2 for the MAC's counters).
@@ -611,7 +613,7 @@ class BoardStatus(wiring.Component):
             "qsu_fire": In(1),
             "qsu_qpn": In(range(num_qps)),
             "qsu_error": In(1),
-            "stats": In(MACStatsSignature()),
+            "stats_lsb": In(data.StructLayout({name: 1 for name, _ in MAC_STATS})),
             "irq": In(1),
             "uart_rx": In(1, init=1),
             "dma_decerr": In(1),
@@ -636,14 +638,14 @@ class BoardStatus(wiring.Component):
                 m.d.sync += count.eq(count - 1)
             return count != 0
 
-        def changed(counter, name):
+        def changed(lsb, name):
             # The MAC's counters step by one, so bit 0 flips at every count:
             # a 1-bit compare instead of a 32-bit one in front of the LEDs.
             last = Signal(name=f"{name}_last")
-            m.d.sync += last.eq(counter[0])
-            return counter[0] != last
+            m.d.sync += last.eq(lsb)
+            return lsb != last
 
-        stats = self.stats
+        stats = self.stats_lsb
         rx_bad = Cat(*(changed(getattr(stats, n), n) for n in (
             "rx_bad_fcs", "rx_runt", "rx_oversize", "rx_odd_nibble", "rx_error",
             "rx_overflow"))).any()
@@ -825,7 +827,8 @@ class BoardSoC(wiring.Component):
         # qp_state_update, which NicCore does not bring out: watched here.
         m.submodules.status = status = self.status
         qsu = nic.reliability.qp_state_update
-        wiring.connect(m, mac.stats, status.stats)
+        for name, _ in MAC_STATS:
+            m.d.comb += getattr(status.stats_lsb, name).eq(getattr(mac.stats, name)[0])
         m.d.comb += [
             status.qsu_fire.eq(qsu.valid & qsu.ready),
             status.qsu_qpn.eq(qsu.payload.qpn),
