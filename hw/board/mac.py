@@ -61,6 +61,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2
 
+from ..arbiter import one_hot_select
 from ..crc import CRC32_INIT, CRC32_RESIDUE, crc32_bytes
 from ..pipeline import StreamRegister
 from ..stream import AXIStreamSignature, check_data_width
@@ -646,9 +647,7 @@ class TxUnpacker(wiring.Component):
         lane = Signal(lanes, init=1)
         final = Cat(*(word.last & ~word.keep[i + 1] for i in range(lanes - 1)), Const(1, 1))
         at_end = (lane & final).any()
-        byte = Const(0, 8)
-        for i in range(lanes):
-            byte = byte | (word.data.word_select(i, 8) & lane[i].replicate(8))
+        byte = one_hot_select(lane, [word.data.word_select(i, 8) for i in range(lanes)])
         m.d.comb += [
             self.o.valid.eq(self.i.valid),
             self.o.payload.data.eq(byte),

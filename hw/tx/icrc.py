@@ -4,6 +4,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..arbiter import one_hot_select
 from ..crc import ICRC_INIT, crc32_parts, crc32_state_py, tail_rest, tail_shift
 from ..headers import ICRC_MASKED_BYTES, OFF_IPV4
 from ..pipeline import skid
@@ -248,9 +249,8 @@ class IcrcInserter(wiring.Component):
         # other beats, nor when all of it spills), so that placing it is an
         # AND-OR and ``held.data`` (lanes above keep cleared) needs no mux
         icrc_at = Signal(nbytes)
-        out_data = held.data
-        for k in range(nbytes):
-            out_data = out_data | (icrc_at[k].replicate(w) & (icrc << (8 * k))[:w])
+        out_data = held.data | one_hot_select(
+            icrc_at, [(icrc << (8 * k))[:w] for k in range(nbytes)])
 
         with m.If(spill):
             m.d.comb += [

@@ -1,14 +1,13 @@
 """Send-queue scheduling, WQE fetch, segmentation, PSNs, window, EV choice,
 in-flight records and retransmit requests: the TX control path."""
 
-import operator
-from functools import reduce
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..arbiter import one_hot_select
 from ..csr import CSRBusSignature
 from ..headers import Opcode
 from .arbiter import RoundRobin, round_robin
@@ -766,8 +765,6 @@ class Sequencer(wiring.Component):
         with m.If(csr.r_stb):
             m.d.sync += r_sel.eq(Cat(*[hit for hit, _ in reads]))
         r_word = Signal(32)
-        m.d.sync += r_word.eq(
-            reduce(operator.or_, [Mux(r_sel[k], value, 0) for k, (_, value) in enumerate(reads)])
-        )
+        m.d.sync += r_word.eq(one_hot_select(r_sel, [value for _, value in reads]))
         m.d.comb += csr.r_data.eq(r_word)
         return m
