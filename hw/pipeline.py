@@ -58,6 +58,11 @@ def skid(m: Module, i_valid, i_ready, i_data, o_valid, o_ready, o_data, name: st
     spare_valid = Signal(name=f"{name}_spare_valid")
     spare_data = Signal(width, name=f"{name}_spare_data")
     m.d.comb += [o_valid.eq(out_valid), o_data.eq(out_data), i_ready.eq(~spare_valid)]
+    # The spare's data register follows the input while the spare is empty,
+    # so its clock enable is one flip-flop (~spare_valid) rather than a
+    # decode of i_valid and o_ready: a wide stage's enables are a wide fan-out.
+    with m.If(~spare_valid):
+        m.d.sync += spare_data.eq(i_data)
     with m.If(o_ready | ~out_valid):
         # The output register takes the spare beat first, else the input.
         with m.If(spare_valid):
@@ -66,7 +71,7 @@ def skid(m: Module, i_valid, i_ready, i_data, o_valid, o_ready, o_data, name: st
             m.d.sync += [out_data.eq(i_data), out_valid.eq(i_valid)]
     with m.Elif(i_valid & ~spare_valid):
         # The sink stalls: the beat accepted this cycle waits in the spare.
-        m.d.sync += [spare_data.eq(i_data), spare_valid.eq(1)]
+        m.d.sync += spare_valid.eq(1)
 
 
 class StreamRegister(wiring.Component):
