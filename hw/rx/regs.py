@@ -131,7 +131,9 @@ class RxRegisters(wiring.Component):
                     frame checked after it.
     ``mrs``         Out: the MR table.
     ``own_mac``, ``own_ip``, ``trim_dscp``: Out.
-    ``events``      In: one-cycle strobes of the validator and window counters.
+    ``events``      In: one-cycle strobes of the validator and window counters,
+                    registered here: a counter counts an event one cycle
+                    after its strobe.
     ``parser_counters`` In: the parser's own 32-bit counters.
 
     The per-QP registers live in one memory each (``num_qps`` x 32 bits) read
@@ -320,13 +322,17 @@ class RxRegisters(wiring.Component):
             plain[base + 0x0C] = (e.rkey, e.rkey)
             plain[base + 0x10] = (e.access, e.access)
 
+        # The strobes come from the validator's and the window's decisions;
+        # registered, they reach the counters' carry chains from a flip-flop.
+        events = Signal.like(self.events)
+        m.d.sync += events.eq(self.events)
         for i, name in enumerate(COUNTERS):
             addr = COUNTER_BASE + 4 * i
             if name.startswith("parser_"):
                 plain[addr] = (self.parser_counters[i], None)
             else:
                 c = Signal(32, name=f"cnt_{name}")
-                with m.If(getattr(self.events, name)):
+                with m.If(getattr(events, name)):
                     m.d.sync += c.eq(c + 1)
                 plain[addr] = (c, None)
 
