@@ -331,7 +331,10 @@ class AXI4BRAM(wiring.Component):
             host_rd_go.eq(host_rd_req & can_load),
             issue.eq(r_active & can_load & ~host_rd_go),
             rd.en.eq(host_rd_go | issue),
-            rd.addr.eq(Mux(host_rd_go, host_addr[lane_bits:], r_addr.word())),
+            # The address follows the request rather than the grant: the two
+            # differ only when nothing reads, and the RAMs' address pins
+            # (every block RAM of the window) then wait on no R handshake.
+            rd.addr.eq(Mux(host_rd_req, host_addr[lane_bits:], r_addr.word())),
         ]
         r_valid = Signal()
         r_last = Signal()
