@@ -7,6 +7,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from hw.arbiter import one_hot_select
 from hw.headers import Opcode
 from hw.pipeline import BlockRamFIFO, saturating_increment
 from hw.rx.parser import ParsedHeader
@@ -174,9 +175,18 @@ def _lt(value, bound, width):
     return (value[width:] == 0) & (value[:width] < bound)
 
 
+def _gt(value, bound):
+    """``value > bound`` for a constant bound, as AND/OR logic from the lowest bit up:
+    synthesis maps a compare cell to a carry chain, deeper than a few LUTs here."""
+    greater = Const(0, 1)
+    for k, bit in enumerate(Value.cast(value)):
+        greater = (bit & greater) if (bound >> k) & 1 else (bit | greater)
+    return greater if bound >> len(Value.cast(value)) == 0 else Const(0, 1)
+
+
 def _below(n, width):
     """Bits 0 .. n-1 set."""
-    return Cat(*[n > i for i in range(width)])
+    return Cat(*[_gt(n, i) for i in range(width)])
 
 
 class ReliabilityCore(wiring.Component):
@@ -187,11 +197,13 @@ class ReliabilityCore(wiring.Component):
     Per-PSN work walks the PSNs concerned at 2 cycles per PSN (read the per-PSN entry,
     act; 3 in the SACK loss walk), after 1 cycle to register the first pick; see
     docs/reliability.md for the cycle counts of each event (an ACK of one PSN: 25).
-    Pipelined for 125 MHz on the ECP5: long computations are split over states or
-    registered a cycle early (see the comments at each), a timer write reaches
-    ``timer_arm`` 4 cycles after the write-back (with the deadline of the write-back
-    cycle), counters move the cycle after their event, and the core waits for 3 free
-    entries in an output FIFO (registered) rather than 1.
+    Pipelined for 125 MHz on the ECP5: the state machine is one-hot, long
+    computations are split over states or registered a cycle early (see the comments
+    at each), a timer write reaches ``timer_arm`` 4 cycles after the write-back (with
+    the deadline of the write-back cycle), an EV update and an EV event reach their
+    FIFOs the cycle after the step that makes them, counters move the cycle after
+    their event, and the core waits for 3 free entries in an output FIFO (registered)
+    rather than 1 (a command or probe answer that pushes waits for it before it acts).
 
     Interface (every output stream is a FIFO; the core waits for room, never drops, except
     the EV event queue, which counts what it cannot hold in ``events_lost``):
@@ -360,8 +372,12 @@ class ReliabilityCore(wiring.Component):
         t_gen = Signal(GEN_BITS)
         cmd = Signal(Command(nq, E))
 
+        # the walk's kind, one-hot (bit W_ADV .. W_TMO)
         W_ADV, W_SACK, W_LOSS, W_TMO = range(4)
-        walk_kind = Signal(2)
+        walk_kind = Signal(4)
+
+        def walk_case(k):
+            return m.Case("".join("1" if i == k else "-" for i in reversed(range(4))))
         walk_mask = Signal(W)
         walk_off = Signal(range(W))
         blamed = Signal(E)
@@ -384,8 +400,11 @@ class ReliabilityCore(wiring.Component):
         loss_hole = Signal()
         thr_high = Signal()
         m.d.sync += thr_high.eq(cfg.sack_threshold[(W + 1).bit_length():] != 0)
-        # the sent record against the record as read (LOAD): psn == nxt (fresh: una =
-        # nxt = psn, the span is 0), nxt - una < window, psn - una
+        # the sent record against the record as read (LOAD): a new PSN to record (RTS,
+        # not a retransmission, fresh or psn == nxt with nxt - una < window; fresh: una
+        # = nxt = psn), psn - una (sent_d) and psn != una (sent_moves: una moves)
+        sent_new = Signal()
+        sent_moves = Signal()
         # a timer report against the record as read (LOAD): stale (not RTS, disarmed or
         # another generation), or the retry that exceeds the limit
         tmo_stale = Signal()
@@ -394,8 +413,6 @@ class ReliabilityCore(wiring.Component):
         una_chg = Signal()
         cwnd_chg = Signal()
         state_chg = Signal()
-        sent_eq = Signal()
-        sent_span_ok = Signal()
         sent_d = Signal(24)
         newly = Signal(range(W + 1))
         rtt_ts = Signal(16)
@@ -473,9 +490,23 @@ class ReliabilityCore(wiring.Component):
         cpl_req = Signal(CompletionRequest(nq))
         evu = Signal(EvUpdate)
         evt = Signal(EvEvent)
+        # the EV FIFOs' writes go through a register (their pushes are decided late in
+        # USE, from the per-PSN entry read): a push reaches them the cycle after, which
+        # the room check (3 free entries a cycle before the push) allows for; the
+        # event queue drops (and counts) an event there when it is full
+        ev_push = Signal()
+        ev_push_q = Signal()
+        evu_q = Signal(EvUpdate)
+        evt_q = Signal(EvEvent)
+        m.d.sync += [ev_push_q.eq(ev_push), evu_q.eq(evu), evt_q.eq(evt)]
+        m.d.comb += [
+            f_evu.w_data.eq(evu_q), f_evq.w_data.eq(evt_q),
+            f_evu.w_en.eq(ev_push_q), f_evq.w_en.eq(ev_push_q),
+        ]
+        with m.If(ev_push_q & ~f_evq.w_rdy):
+            count("events_lost")
         m.d.comb += [
             f_retx.w_data.eq(retx_req), f_cpl.w_data.eq(cpl_req),
-            f_evu.w_data.eq(evu), f_evq.w_data.eq(evt),
             retx_req.qpn.eq(q), cpl_req.qpn.eq(q), evu.qpn.eq(q), evt.qpn.eq(q),
             cpl_req.wqe_index.eq(cur.wqe_cpl),
         ]
@@ -499,9 +530,7 @@ class ReliabilityCore(wiring.Component):
                     evu.ev_index.eq(e), evu.state.eq(new),
                     evt.ev_index.eq(e), evt.old.eq(old), evt.new.eq(new), evt.drops.eq(drops),
                 ]
-            m.d.comb += [f_evu.w_en.eq(1), f_evq.w_en.eq(f_evq.w_rdy)]
-            with m.If(~f_evq.w_rdy):
-                count("events_lost")
+            m.d.comb += ev_push.eq(1)
 
         # What loss evidence would do to each EV, registered from the working copy
         # every cycle. Read only in USE, whose previous cycle (PICK or LCNT) changes no
@@ -533,22 +562,50 @@ class ReliabilityCore(wiring.Component):
         # room in the output FIFOs, registered: at least 3 free entries a cycle ago leaves
         # at least 1 now (one write per cycle; the buffered FIFO's output register
         # counts in its level). The event queue alone keeps its own w_rdy (it drops).
+        def room(fifo):
+            return fifo.level + 3 <= fifo.depth
+
         def has_room(fifo, name):
             r = Signal(name=f"room_{name}")
-            m.d.sync += r.eq(fifo.level + 3 <= fifo.depth)
+            m.d.sync += r.eq(room(fifo))
             return r
 
         r_retx, r_cpl, r_evu, r_ack, r_cwnd, r_qps, r_probe = (
             has_room(f, n) for f, n in ((f_retx, "retx"), (f_cpl, "cpl"), (f_evu, "evu"),
                                         (f_ack, "ack"), (f_cwnd, "cwnd"), (f_qps, "qps"),
                                         (f_probe, "probe")))
-        room_walk = Signal()
+        room_walk = Signal()  # the walks' FIFOs together, registered on its own
         room_final = Signal()
-        m.d.comb += [room_walk.eq(r_retx & r_cpl & r_evu), room_final.eq(r_ack & r_cwnd & r_qps)]
+        m.d.sync += room_walk.eq(room(f_retx) & room(f_cpl) & room(f_evu))
+        m.d.comb += room_final.eq(r_ack & r_cwnd & r_qps)
+
+        # --- the state machine ------------------------------------------------------------
+        # One-hot, one flip-flop per state: a state's actions and transitions are gated
+        # by its flip-flop rather than by a decode of a binary state (two LUT levels in
+        # front of every mux of the working copy). ``state(name)`` opens a state's
+        # actions; ``goto(name)`` in it moves to another state the next cycle (a state
+        # with no ``goto`` taken stays). A state's transitions exclude each other. The
+        # states' blocks are plain ``m.If``s in order: an assignment made in every cycle
+        # comes before the states that also assign its signal.
+        STATES = ("CLEAR", "IDLE", "ACK_IN", "LOAD", "SENT", "ACK", "ACK_ADV", "PICK",
+                  "LCNT", "WALK", "USE", "SACK", "SACK_ALIGN", "NAK", "CC", "CC_STEP",
+                  "CC_SUM", "CC_NEW", "CC_CLAMP", "PROBE_RESP", "PROBE_CHECK", "PROBE_ACT",
+                  "TIMEOUT", "FLUSH_WAIT", "FLUSH", "CMD_DEC", "CMD", "SWEEP", "SWEEP_EMIT",
+                  "SETTLE", "FINAL")
+        st = Signal(data.StructLayout({n: 1 for n in STATES}), init={"CLEAR": 1})
+        in_state = [None]
+
+        def state(name):
+            in_state[0] = name
+            return m.If(st[name])
+
+        def goto(name):
+            if name != in_state[0]:
+                m.d.sync += [st[in_state[0]].eq(0), st[name].eq(1)]
 
         def start(k, qpn):
             m.d.sync += [kind.eq(k), q.eq(qpn)]
-            m.next = "LOAD"
+            goto("LOAD")
 
         # generic per-PSN walk over walk_mask: PICK reads the entry of the lowest PSN
         # left, USE acts (the loss walk counts the SACKed PSNs above it in LCNT first)
@@ -562,21 +619,13 @@ class ReliabilityCore(wiring.Component):
             lost_cand.eq(Mux(cfg.sack_threshold != 0,
                              infl_mask & ~cur.sacked & ~cur.fast_done, 0)),
         ]
-        # registered state flags for SENT and USE, whose actions are gated by them
-        # rather than by the state decode: st_sent in SENT (entered from LOAD alone),
-        # st_use in USE (entered from PICK, LCNT, or USE waiting for room)
-        st_sent = Signal()
-        st_use = Signal()
-        m.d.sync += [st_sent.eq(0), st_use.eq(0)]
         # the record, its configuration and the producer index are read for LOAD alone,
         # in the state before it: at the QP of the input taken in IDLE (by priority
-        # alone), at the ACK's QP in ACK_IN (entered from IDLE alone, flagged by st_ack_in)
-        st_ack_in = Signal()
-        m.d.sync += st_ack_in.eq(0)
+        # alone), at the ACK's QP in ACK_IN
         idle_q = Mux(self.cmd.valid, self.cmd.payload.qpn,
                      Mux(self.sent.valid, self.sent.payload.qpn,
                          Mux(self.expired.valid, self.expired.payload.qpn, sweep_q)))
-        rd_q = Mux(st_ack_in, a_qpn, idle_q)
+        rd_q = Mux(st.ACK_IN, a_qpn, idle_q)
         m.d.comb += [rec_rd.addr.eq(rd_q), self.rel_addr.eq(rd_q)]
         # the walk's next PSN, registered: the lowest bit of walk_mask without the PSN
         # in use (off_bit). PICK follows USE or WALK, so walk_mask has not changed
@@ -652,501 +701,524 @@ class ReliabilityCore(wiring.Component):
             f_qps.w_data.eq(Cat(Const(0, 24) | q, cur.state)),
         ]
 
-        with m.FSM(init="CLEAR"):
-            # after reset: every QP record to RESET, every timer disarmed; q counts the QPs
-            # and the working copy holds its reset value (the RESET record, timer disarmed)
-            with m.State("CLEAR"):
-                m.d.comb += [
-                    rec_wr.en.eq(1), arm_v.eq(1),
-                    sq_pi_wr.addr.eq(q), sq_pi_wr.data.eq(0), sq_pi_wr.en.eq(1),
-                ]
-                m.d.sync += q.eq(q + 1)
-                with m.If(q == nq - 1):
-                    m.next = "IDLE"
+        # una, cwnd, state against their values at LOAD, registered every cycle: valid
+        # in FINAL when the cycle before changed none of them, else set there (SENT,
+        # FLUSH; their assignments come after this one); CC_CLAMP and CMD go through
+        # SETTLE
+        m.d.sync += [una_chg.eq(cur.una != una0), cwnd_chg.eq(cur.cwnd != cwnd0),
+                     state_chg.eq(cur.state != state0)]
 
-            with m.State("IDLE"):
-                m.d.sync += [want_arm.eq(0), want_disarm.eq(0), progress.eq(0), nak_cut.eq(0),
-                             newly.eq(0), rtt_valid.eq(0)]
-                with m.If(self.cmd.valid):
-                    m.d.comb += self.cmd.ready.eq(1)
-                    m.d.sync += [cmd.eq(self.cmd.payload), ev_idx.eq(self.cmd.payload.ev_index)]
-                    start(K_CMD, self.cmd.payload.qpn)
-                with m.Elif(self.sent.valid):
-                    m.d.comb += self.sent.ready.eq(1)
-                    with m.If(sent_ok):
-                        m.d.sync += s.eq(self.sent.payload)
-                        start(K_SENT, self.sent.payload.qpn)
-                    with m.Else():
-                        count("sent_dropped")
-                with m.Elif(self.peer_ack.valid):
-                    m.d.comb += self.peer_ack.ready.eq(1)
-                    m.d.sync += [
-                        a_trim.eq(ack.aeth.syndrome == NAK_TRIMMED), a_psn.eq(ack.bth.psn),
-                        a_cum.eq(ack.sack.cum_psn), a_base.eq(ack.sack.sack_base),
-                        a_ece.eq(ack.sack.ece), a_bitmap.eq(ack.sack_bitmap),
-                        a_probe_id.eq(ack.probe.probe_id), a_probe_ev.eq(ack.probe.ev),
-                        ev_idx.eq(ack.probe.probe_id[:ebits]),
-                    ]
-                    known_syndrome = (ack.aeth.syndrome == AETH_ACK) | (
-                        ack.aeth.syndrome == NAK_TRIMMED)
-                    m.d.sync += [a_qpn.eq(ack.bth.dqpn), a_use.eq(ack_ok & is_ack & known_syndrome),
-                                 a_probe.eq(ack_ok & is_probe), st_ack_in.eq(1)]
-                    m.next = "ACK_IN"
-                with m.Elif(self.expired.valid):
-                    m.d.comb += self.expired.ready.eq(1)
-                    m.d.sync += t_gen.eq(self.expired.payload.gen)
-                    start(K_TMO, self.expired.payload.qpn)
-                with m.Elif(sweep_pending):
-                    m.d.sync += [
-                        sweep_q.eq(sweep_q + 1),
-                        sweep_pending.eq(sweep_q != nq - 1),
-                    ]
-                    with m.If(sweep_q == nq - 1):
-                        m.d.sync += probe_seq.eq(probe_seq + 1)
-                    start(K_SWEEP, sweep_q)
-
-            with m.State("ACK_IN"):  # the record's kind, from registers
-                with m.If(a_use):
-                    start(K_ACK, a_qpn)
-                with m.Elif(a_probe):
-                    start(K_PROBE, a_qpn)
-                with m.Else():
-                    count("acks_ignored")
-                    m.next = "IDLE"
-
-            with m.State("LOAD"):
-                pi_ahead = (sq_pi_rd.data[:16] - rec_rd.data.wqe_cpl)[:16]
-                sent_ahead = (rec_rd.data.wqe_sent - rec_rd.data.wqe_cpl)[:16]
-                r = rec_rd.data
-                r_span = (r.nxt - r.una)[:24]
-                rc = self.rel_data
-                # the retry count after this timeout, min(retries + 1, 31), above the
-                # limit: the limit at most the count and not 31 (one compare)
-                limit = rc.linear_cnt + rc.exp_cnt
-                m.d.sync += [
-                    tmo_stale.eq((r.state != QpState.RTS) | ~r.armed | (r.timer_gen != t_gen)),
-                    tmo_exhaust.eq((rc.exp_cnt != EXP_FOREVER) & (limit <= r.retries)
-                                   & (limit != 31)),
-                    sent_eq.eq(r.fresh | (s.psn == r.nxt)),
-                    sent_span_ok.eq(_lt(r_span, W, W.bit_length())),
-                    sent_d.eq(s.psn - r.una),
-                    infl.eq(r_span[: wbits + 1]),
-                    cur.eq(rec_rd.data), cfg.eq(self.rel_data), una0.eq(rec_rd.data.una),
-                    cwnd0.eq(rec_rd.data.cwnd), state0.eq(rec_rd.data.state),
-                    sq_end.eq(Mux(sq_pi_rd.data[16] & (pi_ahead >= sent_ahead),
-                                  sq_pi_rd.data[:16], rec_rd.data.wqe_sent)),
-                ]
-                m.d.sync += st_sent.eq(kind == K_SENT)
-                with m.Switch(kind):
-                    with m.Case(K_SENT):
-                        m.next = "SENT"
-                    with m.Case(K_ACK):
-                        m.next = "ACK"
-                    with m.Case(K_PROBE):
-                        m.next = "PROBE_RESP"
-                    with m.Case(K_TMO):
-                        m.next = "TIMEOUT"
-                    with m.Case(K_CMD):
-                        m.next = "CMD_DEC"
-                    with m.Case(K_SWEEP):
-                        m.next = "SWEEP"
-
-            # ---- a data packet went on the wire --------------------------------------
-            with m.State("SENT"):  # actions below, under st_sent
-                with m.If(cur.state != QpState.RTS):
-                    m.next = "IDLE"
-                with m.Elif(~s.retx & sent_eq & (cur.fresh | sent_span_ok)):
-                    m.next = "FINAL"
-                with m.Else():
-                    m.next = "IDLE"
-
-            # ---- ACK / NAK ------------------------------------------------------------
-            with m.State("ACK"):
-                with m.If((cur.state != QpState.RTS) | cur.fresh):
-                    count("acks_ignored")
-                    m.next = "IDLE"
-                with m.Else():
-                    m.d.sync += adv_raw.eq(a_cum1 - cur.una)
-                    m.next = "ACK_ADV"
-
-            with m.State("ACK_ADV"):
-                n = Mux(adv_raw[23], 0, adv_raw[: wbits + 1])
-                m.d.sync += [adv.eq(n), walk_mask.eq(_below(n, W)), walk_kind.eq(W_ADV)]
-                beyond = (adv_raw[len(infl):] != 0) | (adv_raw[: len(infl)] > infl)
-                with m.If(~adv_raw[23] & beyond):
-                    count("acks_unsent")
-                    m.next = "IDLE"
-                with m.Else():
-                    count("acks")
-                    m.next = "WALK"
-
-            with m.State("PICK"):
-                m.d.comb += psn_raddr.eq(psn_addr(slot(pick_off)))
-                with m.If(pick_any):
-                    m.d.sync += [walk_off.eq(pick_off), off_bit.eq(_onehot(pick_off, W))]
-                    with m.If(walk_kind == W_SACK):
-                        m.d.sync += progress.eq(1)  # a new SACK bit
-                    with m.If(walk_kind == W_LOSS):
-                        m.next = "LCNT"
-                    with m.Else():
-                        m.d.sync += st_use.eq(1)
-                        m.next = "USE"
-                with m.Else():
-                    with m.Switch(walk_kind):
-                        with m.Case(W_ADV):
-                            m.d.sync += [
-                                infl.eq(infl - adv),
-                                cur.una.eq(cur.una + adv),  # sacked, fast_done: in USE
-                            ]
-                            with m.If(adv != 0):
-                                m.d.sync += progress.eq(1)
-                            m.next = "SACK"
-                        with m.Case(W_SACK):
-                            m.next = "NAK"
-                        with m.Case(W_LOSS):
-                            m.next = "CC"
-                        with m.Case(W_TMO):
-                            m.next = "FINAL"
-
-            def deliver():
-                m.d.sync += [cur.ev_loss[e_ev].eq(0), newly.eq(newly + 1)]
-                with m.If(~e_retx):
-                    m.d.sync += [rtt_ts.eq(e_ts), rtt_valid.eq(1)]
-
-            # registered every cycle: in LCNT, the bits above walk_off (pick_off in PICK)
-            above_pick = Signal(W)
-            m.d.sync += above_pick.eq(Cat(Const(0, 1), *[pick_off < i for i in range(1, W)]))
-            with m.State("LCNT"):
-                m.d.comb += psn_raddr.eq(psn_addr(slot(walk_off)))
-                m.d.sync += off_bit.eq(off_bit)
-                sacked_above = _popcount(cur.sacked & above_pick)
-                m.d.sync += [
-                    loss_hole.eq(~thr_high & (sacked_above
-                                              >= cfg.sack_threshold[: (W + 1).bit_length()])),
-                    st_use.eq(1),
-                ]
-                m.next = "USE"
-
-            with m.State("WALK"):  # walk_mask set: the first pick is registered
-                m.next = "PICK"
-
-            with m.State("USE"):  # actions below, under st_use
-                m.d.comb += psn_raddr.eq(psn_addr(slot(walk_off)))
-                with m.If(room_walk):
-                    with m.If((walk_kind == W_LOSS) & ~loss_hole):
-                        m.next = "CC"
-                    with m.Else():
-                        m.next = "PICK"
-                with m.Else():
-                    m.d.sync += [st_use.eq(1), off_bit.eq(off_bit)]
-
-            with m.State("SACK"):
-                # the SACK bitmap (bit i = sack_base + i) and the NAK's PSN against the
-                # new una
-                # the bitmap overlaps the window when sack_base - una (dist) is below W,
-                # or when una - sack_base (-dist) is 1 .. sack_bits - 1: dist is -1 ..
-                # -2**k in its bits above k (all ones, the low bits not all zero) and the
-                # k-bit negation of the low bits is below sack_bits
-                k = (self.sack_bits - 1).bit_length()
-                dist = Signal(24)
-                neg_low = Signal(k)
-                d = Signal(24)
-                m.d.comb += [dist.eq(a_base - cur.una), neg_low.eq(-dist[:k]),
-                             d.eq(a_psn - cur.una)]
-                m.d.sync += [
-                    s_in.eq(_lt(dist, W, W.bit_length())
-                            | (dist[k:].all() & (dist[:k] != 0) & (neg_low < self.sack_bits))),
-                    s_amt.eq(W - dist[: len(s_amt)]),
-                    s_low.eq(_shr(Cat(Const(0, W), a_bitmap),
-                                  (W - a_base[:2] + cur.una[:2])[:2])),
-                    nak_in.eq(_lt(d, infl, len(infl))), nak_off.eq(d[:wbits] if wbits else 0),
-                ]
-                m.next = "SACK_ALIGN"
-
-            with m.State("SACK_ALIGN"):
-                rel = Signal(W)
-                with m.If(s_in):
-                    m.d.comb += rel.eq(_shr(s_low, s_amt[2:] << 2)[:W])
-                m.d.sync += [walk_mask.eq(rel & infl_mask_q & ~cur.sacked),
-                             walk_kind.eq(W_SACK)]
-                m.next = "WALK"
-
-            # registered every cycle: valid in NAK, whose previous cycle (PICK) changes
-            # neither sacked nor the NAK's offset
-            nak_hit = Signal()
-            m.d.sync += nak_hit.eq(nak_in & ~_bit(cur.sacked, nak_off))
-
-            with m.State("NAK"):
-                nd = nak_off
-                # the loss walk's holes: in flight, not SACKed, not yet retransmitted
-                m.d.sync += [walk_kind.eq(W_LOSS), walk_mask.eq(lost_cand)]
-                with m.If(a_trim):
-                    with m.If(r_retx):
-                        count("naks_trimmed")
-                        with m.If(nak_hit):
-                            push_retx(RetxReason.NAK_TRIMMED, a_psn)
-                            m.d.sync += [
-                                cur.fast_done.eq(cur.fast_done | _onehot(nd, W)),
-                                walk_mask.eq(lost_cand & ~_onehot(nd, W)),
-                                nak_cut.eq(1),
-                            ]
-                        m.next = "WALK"
-                with m.Else():
-                    m.next = "WALK"
-
-            # ---- congestion window ---------------------------------------------------------
-            # over five cycles: RTT and recovery tests and the trimmed window; the
-            # decrease step and the increase; the sums; the new window; its bounds
-            cc_high = Signal()
-            cc_rec = Signal()
-            cc_open = Signal()
-            cc_c0 = Signal(17)
-            cc_dec = Signal(16)
-            cc_inc = Signal(17)
-            cc_sub = Signal(17)
-            cc_prod = Signal(21)
-            cc_acc = Signal(25)
-            cc_c1 = Signal(17)  # the new window (CC_NEW) or cwnd_init (CMD_DEC), unclamped
-            cc_clamped = Signal(16)
-            m.d.comb += cc_clamped.eq(Mux(cc_c1[16] | (cc_c1 < cmin), cmin,
-                                          Mux(cc_c1 > cmax, cmax, cc_c1)))
-            cc_past = Signal(24)
-            # registered every cycle from cc_c0, cc_high, cc_past (set in CC), newly and
-            # the window state (unchanged until CC_NEW): valid in CC_SUM (cc_dec,
-            # cc_prod, cc_inc, cc_rec, cc_open) and CC_NEW (cc_acc, cc_sub)
-            dec = Signal(16)
-            m.d.comb += dec.eq(_shr(cc_c0, P.cwnd_md_shift)[:16])
-            m.d.sync += [
-                cc_dec.eq(Mux(dec == 0, 1, dec)),
-                cc_prod.eq(newly * Mux(cc_high, P.cwnd_ai, P.cwnd_ai_fast)),
-                cc_inc.eq(cc_c0 + 1),
-                cc_rec.eq(~cc_past[23] & (cc_past != 0)),
-                cc_open.eq(~cur.md_active | (~cc_past[23] & (cc_past != 0))),
-                cc_acc.eq(cur.cwnd_acc + cc_prod), cc_sub.eq(cc_c0 - cc_dec),
+        # after reset: every QP record to RESET, every timer disarmed; q counts the QPs
+        # and the working copy holds its reset value (the RESET record, timer disarmed)
+        with state("CLEAR"):
+            m.d.comb += [
+                rec_wr.en.eq(1), arm_v.eq(1),
+                sq_pi_wr.addr.eq(q), sq_pi_wr.data.eq(0), sq_pi_wr.en.eq(1),
             ]
-            with m.State("CC"):
-                rtt = Signal(16)
-                m.d.comb += rtt.eq(now_ts - rtt_ts)
-                high = Signal()
-                m.d.comb += high.eq(Mux(rtt_valid, rtt >= P.target_rtt, cur.delay_high))
-                # the window of the last decrease is over once una has passed md_recover
+            m.d.sync += q.eq(q + 1)
+            with m.If(q == nq - 1):
+                goto("IDLE")
+
+        with state("IDLE"):
+            m.d.sync += [want_arm.eq(0), want_disarm.eq(0), progress.eq(0), nak_cut.eq(0),
+                         newly.eq(0), rtt_valid.eq(0)]
+            with m.If(self.cmd.valid):
+                m.d.comb += self.cmd.ready.eq(1)
+                m.d.sync += [cmd.eq(self.cmd.payload), ev_idx.eq(self.cmd.payload.ev_index)]
+                start(K_CMD, self.cmd.payload.qpn)
+            with m.Elif(self.sent.valid):
+                m.d.comb += self.sent.ready.eq(1)
+                # the record, kind and q are taken whatever the QP (IDLE reads none of
+                # them), so that they do not wait for its range check
+                m.d.sync += [s.eq(self.sent.payload), kind.eq(K_SENT),
+                             q.eq(self.sent.payload.qpn)]
+                with m.If(sent_ok):
+                    goto("LOAD")
+                with m.Else():
+                    count("sent_dropped")
+            with m.Elif(self.peer_ack.valid):
+                m.d.comb += self.peer_ack.ready.eq(1)
                 m.d.sync += [
-                    cc_high.eq(high), cur.delay_high.eq(high),
-                    cc_past.eq(cur.una - cur.md_recover),
-                    cc_c0.eq(Mux(nak_cut,
-                                 Mux(cur.cwnd > P.cwnd_trim_dec, cur.cwnd - P.cwnd_trim_dec, 0),
-                                 cur.cwnd)),
+                    a_trim.eq(ack.aeth.syndrome == NAK_TRIMMED), a_psn.eq(ack.bth.psn),
+                    a_cum.eq(ack.sack.cum_psn), a_base.eq(ack.sack.sack_base),
+                    a_ece.eq(ack.sack.ece), a_bitmap.eq(ack.sack_bitmap),
+                    a_probe_id.eq(ack.probe.probe_id), a_probe_ev.eq(ack.probe.ev),
+                    ev_idx.eq(ack.probe.probe_id[:ebits]),
                 ]
-                with m.If(~progress & ~nak_cut & ~a_ece):
-                    count("acks_stale")
-                with m.If(progress):
-                    m.d.sync += cur.retries.eq(0)
-                    with m.If(cur.nxt != cur.una):
-                        m.d.sync += want_arm.eq(1)
+                known_syndrome = (ack.aeth.syndrome == AETH_ACK) | (
+                    ack.aeth.syndrome == NAK_TRIMMED)
+                m.d.sync += [a_qpn.eq(ack.bth.dqpn), a_use.eq(ack_ok & is_ack & known_syndrome),
+                             a_probe.eq(ack_ok & is_probe)]
+                goto("ACK_IN")
+            with m.Elif(self.expired.valid):
+                m.d.comb += self.expired.ready.eq(1)
+                m.d.sync += t_gen.eq(self.expired.payload.gen)
+                start(K_TMO, self.expired.payload.qpn)
+            with m.Elif(sweep_pending):
+                m.d.sync += [
+                    sweep_q.eq(sweep_q + 1),
+                    sweep_pending.eq(sweep_q != nq - 1),
+                ]
+                with m.If(sweep_q == nq - 1):
+                    m.d.sync += probe_seq.eq(probe_seq + 1)
+                start(K_SWEEP, sweep_q)
+
+        with state("ACK_IN"):  # the record's kind, from registers
+            with m.If(a_use):
+                start(K_ACK, a_qpn)
+            with m.Elif(a_probe):
+                start(K_PROBE, a_qpn)
+            with m.Else():
+                count("acks_ignored")
+                goto("IDLE")
+
+        with state("LOAD"):
+            pi_ahead = (sq_pi_rd.data[:16] - rec_rd.data.wqe_cpl)[:16]
+            sent_ahead = (rec_rd.data.wqe_sent - rec_rd.data.wqe_cpl)[:16]
+            r = rec_rd.data
+            r_span = (r.nxt - r.una)[:24]
+            rc = self.rel_data
+            # the retry count after this timeout, min(retries + 1, 31), above the
+            # limit: the limit at most the count and not 31 (one compare)
+            limit = rc.linear_cnt + rc.exp_cnt
+            m.d.sync += [
+                tmo_stale.eq((r.state != QpState.RTS) | ~r.armed | (r.timer_gen != t_gen)),
+                tmo_exhaust.eq((rc.exp_cnt != EXP_FOREVER) & (limit <= r.retries)
+                               & (limit != 31)),
+                sent_new.eq((r.state == QpState.RTS) & ~s.retx
+                            & (r.fresh | ((s.psn == r.nxt) & _lt(r_span, W, W.bit_length())))),
+                sent_d.eq(s.psn - r.una), sent_moves.eq(s.psn != r.una),
+                infl.eq(r_span[: wbits + 1]),
+                cur.eq(rec_rd.data), cfg.eq(self.rel_data), una0.eq(rec_rd.data.una),
+                cwnd0.eq(rec_rd.data.cwnd), state0.eq(rec_rd.data.state),
+                sq_end.eq(Mux(sq_pi_rd.data[16] & (pi_ahead >= sent_ahead),
+                              sq_pi_rd.data[:16], rec_rd.data.wqe_sent)),
+            ]
+            with m.Switch(kind):
+                with m.Case(K_SENT):
+                    goto("SENT")
+                with m.Case(K_ACK):
+                    goto("ACK")
+                with m.Case(K_PROBE):
+                    goto("PROBE_RESP")
+                with m.Case(K_TMO):
+                    goto("TIMEOUT")
+                with m.Case(K_CMD):
+                    goto("CMD_DEC")
+                with m.Case(K_SWEEP):
+                    goto("SWEEP")
+
+        # ---- a data packet went on the wire --------------------------------------
+        with state("SENT"):  # actions below, under st.SENT
+            with m.If(sent_new):
+                goto("FINAL")
+            with m.Else():
+                goto("IDLE")
+
+        # ---- ACK / NAK ------------------------------------------------------------
+        adv_below = Signal(W)
+        with state("ACK"):
+            with m.If((cur.state != QpState.RTS) | cur.fresh):
+                count("acks_ignored")
+                goto("IDLE")
+            with m.Else():
+                # and the walk's mask from the low bits alone (ACK_ADV applies the sign)
+                low = wbits + 1
+                m.d.sync += [adv_raw.eq(a_cum1 - cur.una),
+                             adv_below.eq(_below((a_cum1[:low] - cur.una[:low])[:low], W))]
+                goto("ACK_ADV")
+
+        adv_n = Mux(adv_raw[23], 0, adv_raw[: wbits + 1])  # PSNs acknowledged (ACK_ADV)
+        # an ACK of PSNs not sent yet: registered in ACK_ADV (0 in other states), it
+        # ends the event in WALK
+        adv_unsent = Signal()
+        beyond = (adv_raw[len(infl):] != 0) | (adv_raw[: len(infl)] > infl)
+        unsent = ~adv_raw[23] & beyond
+        m.d.sync += adv_unsent.eq(st.ACK_ADV & unsent)
+        with state("ACK_ADV"):
+            m.d.sync += [adv.eq(adv_n), walk_kind.eq(1 << W_ADV)]
+            with m.If(~unsent):
+                count("acks")
+            goto("WALK")
+
+        # the walk's per-PSN entry: read in PICK at the PSN it picks, held through LCNT
+        # and USE (the read address is pick_off's in every state)
+        hold = st.LCNT | st.USE
+        m.d.comb += [psn_raddr.eq(psn_addr(slot(pick_off))),
+                     psn_ev_rd.en.eq(~hold), psn_info_rd.en.eq(~hold)]
+        with state("PICK"):
+            with m.If(pick_any):
+                # the room for USE's pushes is awaited here: PICK and LCNT push
+                # nothing, and PICK's values hold while it waits
+                with m.If(room_walk):
+                    m.d.sync += [walk_off.eq(pick_off), off_bit.eq(_onehot(pick_off, W))]
+                    with m.If(walk_kind[W_SACK]):
+                        m.d.sync += progress.eq(1)  # a new SACK bit
+                    with m.If(walk_kind[W_LOSS]):
+                        goto("LCNT")
                     with m.Else():
-                        m.d.sync += want_disarm.eq(1)
-                m.next = "CC_STEP"
-
-            with m.State("CC_STEP"):
-                m.next = "CC_SUM"
-
-            with m.State("CC_SUM"):
-                m.next = "CC_NEW"
-
-            with m.State("CC_NEW"):
-                c1 = Signal(17)
-                acc1 = Signal(24)
-                m.d.comb += [c1.eq(cc_c0), acc1.eq(cur.cwnd_acc)]
-                with m.If(a_ece):
-                    with m.If(cc_high & cc_open):
-                        m.d.comb += c1.eq(cc_sub)
-                        m.d.sync += [cur.md_active.eq(1), cur.md_recover.eq(cur.nxt)]
-                with m.Else():
-                    with m.If(cur.md_active & cc_rec):
-                        m.d.sync += cur.md_active.eq(0)
-                    with m.If(newly != 0):
-                        with m.If(cc_acc >= (cc_c0 << 8)):
-                            m.d.comb += [c1.eq(cc_inc), acc1.eq(cc_acc - (cc_c0 << 8))]
-                        with m.Else():
-                            m.d.comb += acc1.eq(Mux(cc_acc[24], 0xFFFFFF, cc_acc))
-                m.d.sync += [cc_c1.eq(c1), cur.cwnd_acc.eq(acc1)]
-                m.next = "CC_CLAMP"
-
-            with m.State("CC_CLAMP"):
-                m.d.sync += cur.cwnd.eq(cc_clamped)
-                m.next = "SETTLE"
-
-            # ---- probe answer ----------------------------------------------------------
-            with m.State("PROBE_RESP"):
-                m.d.comb += self.evv_addr.eq(Cat(ev_idx, q) if ebits else q)
-                m.next = "PROBE_CHECK"
-            probe_ok = Signal()
-            with m.State("PROBE_CHECK"):
-                m.d.sync += probe_ok.eq(
-                    (a_probe_id[ebits:8] == 0) & (self.evv_data == a_probe_ev)
-                    & (ev_old == EvState.ASSUMED_BAD))
-                m.next = "PROBE_ACT"
-            with m.State("PROBE_ACT"):
-                with m.If(r_evu):
-                    count("probe_resps")
-                    with m.If(probe_ok):
-                        m.d.sync += [cur.ev_state[ev_idx].eq(EvState.GOOD),
-                                     cur.ev_loss[ev_idx].eq(0)]
-                        push_ev(ev_idx, c_old, EvState.GOOD, c_drops)  # c_old: ASSUMED_BAD
-                        count("ev_to_good")
-                    m.next = "FINAL"
-
-            # ---- retransmit timer expired ------------------------------------------------
-            with m.State("TIMEOUT"):
-                retries_new = Signal(5)
-                m.d.comb += retries_new.eq(Mux(cur.retries == 31, 31, cur.retries + 1))
-                with m.If(tmo_stale):
-                    m.next = "IDLE"  # stale report
-                with m.Else():
-                    count("timeouts")
-                    m.d.sync += cur.retries.eq(retries_new)
-                    with m.If(tmo_exhaust):
-                        count("retry_exhausted")
-                        m.d.sync += flush_status.eq(CqeStatus.RETRY_EXCEEDED)
-                        m.next = "FLUSH"
-                    with m.Else():
-                        half = cur.cwnd >> 1
+                        goto("USE")
+            with m.Else():
+                with m.Switch(walk_kind):
+                    with walk_case(W_ADV):
                         m.d.sync += [
-                            walk_mask.eq(infl_mask & ~cur.sacked),
-                            walk_kind.eq(W_TMO),
-                            blamed.eq(0),
-                            cur.fast_done.eq(0),
-                            cur.cwnd.eq(Mux(half < cmin, cmin, half)),
-                            want_arm.eq(1),
+                            infl.eq(infl - adv),
+                            cur.una.eq(cur.una + adv),  # sacked, fast_done: in USE
                         ]
-                        m.next = "WALK"
+                        with m.If(adv != 0):
+                            m.d.sync += progress.eq(1)
+                        goto("SACK")
+                    with walk_case(W_SACK):
+                        goto("NAK")
+                    with walk_case(W_LOSS):
+                        goto("CC")
+                    with walk_case(W_TMO):
+                        goto("FINAL")
 
-            # ---- every outstanding WQE completes with an error; QP to ERROR --------------------
-            # From the oldest uncompleted WQE up to the producer index: the WQEs TX
-            # has begun and those it has not (posted, not yet fetched or sent). The
-            # end is never before wqe_sent (a doorbell cannot lag what TX sent).
-            # una stays: an ack_update would open TX's window before the
-            # qp_state_update has disabled the QP in TX.
-            # registered every cycle: valid in FLUSH (entered from TIMEOUT or CMD, or
-            # from FLUSH_WAIT after a completion: wqe_cpl unchanged the cycle before)
-            flush_more = Signal()
-            m.d.sync += flush_more.eq(cur.wqe_cpl != sq_end)
-            # the next WQE to complete, registered every cycle: valid in FLUSH (as above)
-            # and in USE (PICK, LCNT or USE waiting before it leave wqe_cpl as it is)
-            wqe_cpl_inc = Signal(16)
-            m.d.sync += wqe_cpl_inc.eq(cur.wqe_cpl + 1)
-            with m.State("FLUSH_WAIT"):
-                m.next = "FLUSH"
-            with m.State("FLUSH"):
-                with m.If(flush_more):
-                    with m.If(r_cpl):
-                        push_cpl(cur.wqe_cpl, flush_status)
-                        m.d.sync += [cur.wqe_cpl.eq(wqe_cpl_inc),
-                                     flush_status.eq(CqeStatus.FLUSHED)]
-                        m.next = "FLUSH_WAIT"
+        def deliver():
+            m.d.sync += [cur.ev_loss[e_ev].eq(0), newly.eq(newly + 1)]
+            with m.If(~e_retx):
+                m.d.sync += [rtt_ts.eq(e_ts), rtt_valid.eq(1)]
+
+        # registered every cycle: in LCNT, the SACKed PSNs above walk_off (pick_off in
+        # PICK, which leaves sacked as it is) counted per group of 4 PSNs
+        sacked_above_4 = []
+        for g in range(0, W, 4):
+            # bit i: SACKed and above pick_off (pick_off < i, not pick_off > i - 1)
+            above = Cat(*[cur.sacked[i] & ~_gt(pick_off, i - 1) if i else Const(0, 1)
+                          for i in range(g, min(g + 4, W))])
+            count_4 = Signal(3, name=f"sacked_above_{g}")
+            m.d.sync += count_4.eq(_popcount(above))
+            sacked_above_4.append(count_4)
+        with state("LCNT"):
+            m.d.sync += off_bit.eq(off_bit)
+            m.d.sync += loss_hole.eq(~thr_high & (sum(sacked_above_4)
+                                                  >= cfg.sack_threshold[: (W + 1).bit_length()]))
+            goto("USE")
+
+        with state("WALK"):  # walk_mask set: the first pick is registered
+            with m.If(adv_unsent):
+                count("acks_unsent")
+                goto("IDLE")
+            with m.Else():
+                goto("PICK")
+
+        with state("USE"):  # actions below, under st.USE
+            with m.If(walk_kind[W_LOSS] & ~loss_hole):
+                goto("CC")
+            with m.Else():
+                goto("PICK")
+
+        with state("SACK"):
+            # the SACK bitmap (bit i = sack_base + i) and the NAK's PSN against the
+            # new una
+            # the bitmap overlaps the window when sack_base - una (dist) is below W,
+            # or when una - sack_base (-dist) is 1 .. sack_bits - 1: dist is -1 ..
+            # -2**k in its bits above k (all ones, the low bits not all zero) and the
+            # k-bit negation of the low bits is below sack_bits
+            k = (self.sack_bits - 1).bit_length()
+            dist = Signal(24)
+            neg_low = Signal(k)
+            d = Signal(24)
+            m.d.comb += [dist.eq(a_base - cur.una), neg_low.eq(-dist[:k]),
+                         d.eq(a_psn - cur.una)]
+            m.d.sync += [
+                s_in.eq(_lt(dist, W, W.bit_length())
+                        | (dist[k:].all() & (dist[:k] != 0) & (neg_low < self.sack_bits))),
+                s_amt.eq(W - dist[: len(s_amt)]),
+                s_low.eq(_shr(Cat(Const(0, W), a_bitmap),
+                              (W - a_base[:2] + cur.una[:2])[:2])),
+                nak_in.eq(_lt(d, infl, len(infl))), nak_off.eq(d[:wbits] if wbits else 0),
+            ]
+            goto("SACK_ALIGN")
+
+        # the SACKed PSNs against una (SACK_ALIGN)
+        sack_rel = Signal(W)
+        m.d.comb += sack_rel.eq(Mux(s_in, _shr(s_low, s_amt[2:] << 2)[:W], 0))
+        with state("SACK_ALIGN"):
+            m.d.sync += walk_kind.eq(1 << W_SACK)
+            goto("WALK")
+
+        # registered every cycle: valid in NAK, whose previous cycle (PICK) changes
+        # neither sacked nor the NAK's offset
+        nak_hit = Signal()
+        m.d.sync += nak_hit.eq(nak_in & ~_bit(cur.sacked, nak_off))
+
+        # the loss walk's holes (NAK): in flight, not SACKed, not yet retransmitted,
+        # nor the PSN that the NAK retransmits
+        nak_retx = Signal()
+        m.d.comb += nak_retx.eq(a_trim & r_retx & nak_hit)
+        nak_bit = Signal(W)  # registered every cycle: valid in NAK, as nak_hit
+        m.d.sync += nak_bit.eq(_onehot(nak_off, W))
+        nak_mask = lost_cand & ~Mux(nak_retx, nak_bit, 0)
+        with state("NAK"):
+            m.d.sync += walk_kind.eq(1 << W_LOSS)
+            # the NAK's PSN is marked retransmitted while its request waits for room
+            # too (the walk's holes leave it out either way)
+            with m.If(a_trim & nak_hit):
+                m.d.sync += cur.fast_done.eq(cur.fast_done | nak_bit)
+            with m.If(a_trim):
+                with m.If(r_retx):
+                    count("naks_trimmed")
+                    with m.If(nak_hit):
+                        push_retx(RetxReason.NAK_TRIMMED, a_psn)
+                        m.d.sync += nak_cut.eq(1)
+                    goto("WALK")
+            with m.Else():
+                goto("WALK")
+
+        # ---- congestion window ---------------------------------------------------------
+        # over five cycles: RTT and recovery tests and the trimmed window; the
+        # decrease step and the increase; the sums; the new window; its bounds
+        cc_high = Signal()
+        cc_rec = Signal()
+        cc_open = Signal()
+        cc_c0 = Signal(17)
+        cc_dec = Signal(16)
+        cc_inc = Signal(17)
+        cc_sub = Signal(17)
+        cc_prod = Signal(21)
+        cc_acc = Signal(25)
+        cc_c1 = Signal(17)  # the new window (CC_NEW) or cwnd_init (CMD_DEC), unclamped
+        cc_clamped = Signal(16)
+        m.d.comb += cc_clamped.eq(Mux(cc_c1[16] | (cc_c1 < cmin), cmin,
+                                      Mux(cc_c1 > cmax, cmax, cc_c1)))
+        cc_past = Signal(24)
+        # registered every cycle from cc_c0, cc_high, cc_past (set in CC), newly and
+        # the window state (unchanged until CC_NEW): valid in CC_SUM (cc_dec,
+        # cc_prod, cc_inc, cc_rec, cc_open) and CC_NEW (cc_acc, cc_sub)
+        # the decrease step cc_c0 >> cwnd_md_shift, at least 1: its zero test on the
+        # bits of cc_c0 that the shift keeps (a mask), both from the shift registered
+        md_shift = Signal(4)
+        md_keep = Signal(17)
+        m.d.sync += [md_shift.eq(P.cwnd_md_shift),
+                     md_keep.eq(Cat(*[P.cwnd_md_shift <= i for i in range(16)],
+                                    P.cwnd_md_shift != 0))]
+        dec = Signal(16)
+        m.d.comb += dec.eq(_shr(cc_c0, md_shift)[:16])
+        m.d.sync += [
+            cc_dec.eq(Mux((cc_c0 & md_keep) == 0, 1, dec)),
+            cc_prod.eq(newly * Mux(cc_high, P.cwnd_ai, P.cwnd_ai_fast)),
+            cc_inc.eq(cc_c0 + 1),
+            cc_rec.eq(~cc_past[23] & (cc_past != 0)),
+            cc_open.eq(~cur.md_active | (~cc_past[23] & (cc_past != 0))),
+            cc_acc.eq(cur.cwnd_acc + cc_prod), cc_sub.eq(cc_c0 - cc_dec),
+        ]
+        # registered every cycle: valid in CC (PICK and USE of the loss walk before it
+        # leave una and nxt as they are)
+        unacked = Signal()
+        m.d.sync += unacked.eq(cur.nxt != cur.una)
+        with state("CC"):
+            rtt = Signal(16)
+            m.d.comb += rtt.eq(now_ts - rtt_ts)
+            high = Signal()
+            m.d.comb += high.eq(Mux(rtt_valid, rtt >= P.target_rtt, cur.delay_high))
+            # the window of the last decrease is over once una has passed md_recover
+            m.d.sync += [
+                cc_high.eq(high), cur.delay_high.eq(high),
+                cc_past.eq(cur.una - cur.md_recover),
+                cc_c0.eq(Mux(nak_cut,
+                             Mux(cur.cwnd > P.cwnd_trim_dec, cur.cwnd - P.cwnd_trim_dec, 0),
+                             cur.cwnd)),
+            ]
+            with m.If(~progress & ~nak_cut & ~a_ece):
+                count("acks_stale")
+            with m.If(progress):
+                m.d.sync += cur.retries.eq(0)
+                with m.If(unacked):
+                    m.d.sync += want_arm.eq(1)
                 with m.Else():
-                    m.d.sync += [
-                        cur.state.eq(QpState.ERROR), cur.wqe_sent.eq(sq_end),
-                        state_chg.eq(state0 != QpState.ERROR),
-                        cur.sacked.eq(0), cur.fast_done.eq(0), want_disarm.eq(1),
-                    ]
-                    m.next = "FINAL"
+                    m.d.sync += want_disarm.eq(1)
+            goto("CC_STEP")
 
-            # ---- controller commands ------------------------------------------------------
-            # the command decoded against the record first (registered in CMD_DEC)
-            c_ev_good = Signal()
-            c_ev_denied = Signal()
-            # a QP state command, one of: to ERROR from RTS (flush), to RESET, to RTS from
-            # another state, any other (RTS from RTS: unchanged)
-            c_flush = Signal()
-            c_reset = Signal()
-            c_to_rts = Signal()
-            c_other = Signal()
-            with m.State("CMD_DEC"):
-                flush = (cmd.state == QpState.ERROR) & (cur.state == QpState.RTS)
-                reset = cmd.state == QpState.RESET
-                to_rts = (cmd.state == QpState.RTS) & (cur.state != QpState.RTS)
+        with state("CC_STEP"):
+            goto("CC_SUM")
+
+        with state("CC_SUM"):
+            goto("CC_NEW")
+
+        with state("CC_NEW"):
+            c1 = Signal(17)
+            acc1 = Signal(24)
+            m.d.comb += [c1.eq(cc_c0), acc1.eq(cur.cwnd_acc)]
+            with m.If(a_ece):
+                with m.If(cc_high & cc_open):
+                    m.d.comb += c1.eq(cc_sub)
+                    m.d.sync += [cur.md_active.eq(1), cur.md_recover.eq(cur.nxt)]
+            with m.Else():
+                with m.If(cur.md_active & cc_rec):
+                    m.d.sync += cur.md_active.eq(0)
+                with m.If(newly != 0):
+                    with m.If(cc_acc >= (cc_c0 << 8)):
+                        m.d.comb += [c1.eq(cc_inc), acc1.eq(cc_acc - (cc_c0 << 8))]
+                    with m.Else():
+                        m.d.comb += acc1.eq(Mux(cc_acc[24], 0xFFFFFF, cc_acc))
+            m.d.sync += [cc_c1.eq(c1), cur.cwnd_acc.eq(acc1)]
+            goto("CC_CLAMP")
+
+        with state("CC_CLAMP"):
+            m.d.sync += cur.cwnd.eq(cc_clamped)
+            goto("SETTLE")
+
+        # ---- probe answer ----------------------------------------------------------
+        # the room for PROBE_ACT's push is awaited here: nothing is pushed in between
+        with state("PROBE_RESP"):
+            m.d.comb += self.evv_addr.eq(Cat(ev_idx, q) if ebits else q)
+            with m.If(r_evu):
+                goto("PROBE_CHECK")
+        probe_ok = Signal()
+        with state("PROBE_CHECK"):
+            m.d.sync += probe_ok.eq(
+                (a_probe_id[ebits:8] == 0) & (self.evv_data == a_probe_ev)
+                & (ev_old == EvState.ASSUMED_BAD))
+            goto("PROBE_ACT")
+        with state("PROBE_ACT"):
+            count("probe_resps")
+            with m.If(probe_ok):
+                m.d.sync += [cur.ev_state[ev_idx].eq(EvState.GOOD),
+                             cur.ev_loss[ev_idx].eq(0)]
+                push_ev(ev_idx, c_old, EvState.GOOD, c_drops)  # c_old: ASSUMED_BAD
+                count("ev_to_good")
+            goto("FINAL")
+
+        # ---- retransmit timer expired ------------------------------------------------
+        with state("TIMEOUT"):
+            retries_new = Signal(5)
+            m.d.comb += retries_new.eq(Mux(cur.retries == 31, 31, cur.retries + 1))
+            # the walk's start, whether it follows or not: a stale report writes
+            # nothing back, a flush clears fast_done itself
+            m.d.sync += [walk_kind.eq(1 << W_TMO), blamed.eq(0), cur.fast_done.eq(0)]
+            with m.If(tmo_stale):
+                goto("IDLE")  # stale report
+            with m.Else():
+                count("timeouts")
+                m.d.sync += cur.retries.eq(retries_new)
+                with m.If(tmo_exhaust):
+                    count("retry_exhausted")
+                    m.d.sync += flush_status.eq(CqeStatus.RETRY_EXCEEDED)
+                    goto("FLUSH")
+                with m.Else():
+                    half = cur.cwnd >> 1
+                    m.d.sync += [
+                        cur.cwnd.eq(Mux(half < cmin, cmin, half)),
+                        want_arm.eq(1),
+                    ]
+                    goto("WALK")
+
+        # ---- every outstanding WQE completes with an error; QP to ERROR --------------------
+        # From the oldest uncompleted WQE up to the producer index: the WQEs TX
+        # has begun and those it has not (posted, not yet fetched or sent). The
+        # end is never before wqe_sent (a doorbell cannot lag what TX sent).
+        # una stays: an ack_update would open TX's window before the
+        # qp_state_update has disabled the QP in TX.
+        # registered every cycle: valid in FLUSH (entered from TIMEOUT or CMD, or
+        # from FLUSH_WAIT after a completion: wqe_cpl unchanged the cycle before)
+        flush_more = Signal()
+        m.d.sync += flush_more.eq(cur.wqe_cpl != sq_end)
+        # the next WQE to complete, registered every cycle: valid in FLUSH (as above)
+        # and in USE (PICK or LCNT before it leave wqe_cpl as it is)
+        wqe_cpl_inc = Signal(16)
+        m.d.sync += wqe_cpl_inc.eq(cur.wqe_cpl + 1)
+        with state("FLUSH_WAIT"):
+            goto("FLUSH")
+        with state("FLUSH"):
+            # sacked and fast_done cleared in every cycle of the flush (none reads them)
+            m.d.sync += [cur.sacked.eq(0), cur.fast_done.eq(0)]
+            with m.If(flush_more):
+                with m.If(r_cpl):
+                    push_cpl(cur.wqe_cpl, flush_status)
+                    m.d.sync += [cur.wqe_cpl.eq(wqe_cpl_inc),
+                                 flush_status.eq(CqeStatus.FLUSHED)]
+                    goto("FLUSH_WAIT")
+            with m.Else():
                 m.d.sync += [
-                    c_ev_good.eq((cmd.state == EvState.GOOD) & (ev_old != EvState.GOOD)),
-                    c_ev_denied.eq((cmd.state == EvState.DENIED) & (ev_old != EvState.DENIED)),
-                    c_flush.eq(~cmd.ev & flush),
-                    c_reset.eq(~cmd.ev & reset),
-                    c_to_rts.eq(~cmd.ev & to_rts),
-                    c_other.eq(~cmd.ev & ~flush & ~reset & ~to_rts),
-                    cc_c1.eq(P.cwnd_init),  # CMD clamps it
+                    cur.state.eq(QpState.ERROR), cur.wqe_sent.eq(sq_end),
+                    state_chg.eq(state0 != QpState.ERROR), want_disarm.eq(1),
                 ]
-                m.next = "CMD"
-            with m.State("CMD"):
-                ce = ev_idx
-                with m.If(cmd.ev):
-                    old = c_old
-                    ce_drops = c_drops
-                    with m.If(r_evu):
-                        m.next = "SETTLE"
-                        with m.If(c_ev_good):
-                            m.d.sync += [cur.ev_state[ce].eq(EvState.GOOD), cur.ev_loss[ce].eq(0)]
-                            push_ev(ce, old, EvState.GOOD, ce_drops)
-                            with m.If(old == EvState.ASSUMED_BAD):
-                                count("ev_to_good")
-                        with m.If(c_ev_denied):
-                            m.d.sync += cur.ev_state[ce].eq(EvState.DENIED)
-                            push_ev(ce, old, EvState.DENIED, ce_drops)
-                # the flags exclude each other (and cmd.ev): no priority between them
-                with m.If(c_flush):
-                    m.d.sync += flush_status.eq(CqeStatus.FLUSHED)
-                    m.next = "FLUSH"
-                with m.If(c_reset):
-                    with m.If(r_cpl):
-                        push_cpl(0, 0, clear=1)
-                        m.d.sync += [cur.eq(0), cur.fresh.eq(1),
-                                     cur.timer_gen.eq(cur.timer_gen), want_disarm.eq(1)]
-                        m.next = "SETTLE"
-                with m.If(c_to_rts):
-                    m.d.sync += [
-                        cur.state.eq(QpState.RTS), cur.fresh.eq(1), cur.una.eq(0),
-                        cur.nxt.eq(0), cur.sacked.eq(0), cur.fast_done.eq(0),
-                        cur.retries.eq(0), cur.md_active.eq(0), cur.cwnd_acc.eq(0),
-                        cur.delay_high.eq(0), cur.wqe_cpl.eq(sq_end),
-                        cur.wqe_sent.eq(sq_end),
-                        cur.cwnd.eq(cc_clamped),
-                        cur.ev_loss.eq(0), want_disarm.eq(cur.armed),
-                    ]
-                    m.next = "SETTLE"
-                with m.If(c_other):
-                    m.d.sync += cur.state.eq(cmd.state)
-                    m.next = "SETTLE"
+                goto("FINAL")
 
-            # ---- probe round: one request per ASSUMED_BAD EV of this QP --------------------
-            with m.State("SWEEP"):
-                m.d.sync += pmask.eq(Mux(cur.state == QpState.RTS, bad, 0))
-                m.next = "SWEEP_EMIT"
-            with m.State("SWEEP_EMIT"):
-                with m.If(pmask == 0):
-                    m.next = "IDLE"
-                with m.Elif(r_probe):
-                    preq = Signal(ProbeRequest(nq, E))
-                    m.d.comb += [
-                        preq.qpn.eq(q), preq.ev_index.eq(pe2),
-                        preq.probe_id.eq(Cat(Const(0, 8) | pe2, probe_seq)),
-                        f_probe.w_data.eq(preq), f_probe.w_en.eq(1),
-                    ]
-                    count("probes_sent")
-                    m.d.sync += pmask.eq(pmask & ~_onehot(pe2, E))
+        # ---- controller commands ------------------------------------------------------
+        # the command decoded against the record first (registered in CMD_DEC)
+        c_ev_good = Signal()
+        c_ev_denied = Signal()
+        # a QP state command, one of: to ERROR from RTS (flush), to RESET, to RTS from
+        # another state, any other (RTS from RTS: unchanged)
+        c_flush = Signal()
+        c_reset = Signal()
+        c_to_rts = Signal()
+        c_other = Signal()
+        with state("CMD_DEC"):
+            flush = (cmd.state == QpState.ERROR) & (cur.state == QpState.RTS)
+            reset = cmd.state == QpState.RESET
+            to_rts = (cmd.state == QpState.RTS) & (cur.state != QpState.RTS)
+            m.d.sync += [
+                c_ev_good.eq(cmd.ev & (cmd.state == EvState.GOOD) & (ev_old != EvState.GOOD)),
+                c_ev_denied.eq(cmd.ev & (cmd.state == EvState.DENIED)
+                               & (ev_old != EvState.DENIED)),
+                c_flush.eq(~cmd.ev & flush),
+                c_reset.eq(~cmd.ev & reset),
+                c_to_rts.eq(~cmd.ev & to_rts),
+                c_other.eq(~cmd.ev & ~flush & ~reset & ~to_rts),
+                cc_c1.eq(P.cwnd_init),  # CMD clamps it
+            ]
+            # the room for CMD's push is awaited here: nothing is pushed in between
+            with m.If(Mux(cmd.ev, r_evu, ~reset | r_cpl)):
+                goto("CMD")
+        with state("CMD"):
+            ce = ev_idx
+            old = c_old
+            ce_drops = c_drops
+            with m.If(cmd.ev):
+                goto("SETTLE")
+            # the flags exclude each other: no priority between them
+            with m.If(c_ev_good):
+                m.d.sync += [cur.ev_state[ce].eq(EvState.GOOD), cur.ev_loss[ce].eq(0)]
+                push_ev(ce, old, EvState.GOOD, ce_drops)
+                with m.If(old == EvState.ASSUMED_BAD):
+                    count("ev_to_good")
+            with m.If(c_ev_denied):
+                m.d.sync += cur.ev_state[ce].eq(EvState.DENIED)
+                push_ev(ce, old, EvState.DENIED, ce_drops)
+            with m.If(c_flush):
+                m.d.sync += flush_status.eq(CqeStatus.FLUSHED)
+                goto("FLUSH")
+            with m.If(c_reset):  # the working copy: below
+                push_cpl(0, 0, clear=1)
+                m.d.sync += want_disarm.eq(1)
+                goto("SETTLE")
+            with m.If(c_to_rts):  # the working copy: below
+                m.d.sync += want_disarm.eq(cur.armed)
+                goto("SETTLE")
+            with m.If(c_other):
+                m.d.sync += cur.state.eq(cmd.state)
+                goto("SETTLE")
 
-            # ---- write back ------------------------------------------------------------------
-            # una, cwnd, state against their values at LOAD, registered every cycle: valid
-            # in FINAL when the cycle before changed none of them, else set there (SENT,
-            # FLUSH); CC_CLAMP and CMD go through SETTLE
-            m.d.sync += [una_chg.eq(cur.una != una0), cwnd_chg.eq(cur.cwnd != cwnd0),
-                         state_chg.eq(cur.state != state0)]
-            with m.State("SETTLE"):
-                m.next = "FINAL"
-            with m.State("FINAL"):
-                with m.If(room_final):
-                    m.d.comb += [rec_wr.en.eq(1), arm_v.eq(want_arm | want_disarm),
-                                 f_ack.w_en.eq(una_chg), f_cwnd.w_en.eq(cwnd_chg),
-                                 f_qps.w_en.eq(state_chg)]
-                    m.next = "IDLE"
+        # ---- probe round: one request per ASSUMED_BAD EV of this QP --------------------
+        with state("SWEEP"):
+            m.d.sync += pmask.eq(Mux(cur.state == QpState.RTS, bad, 0))
+            goto("SWEEP_EMIT")
+        with state("SWEEP_EMIT"):
+            with m.If(pmask == 0):
+                goto("IDLE")
+            with m.Elif(r_probe):
+                preq = Signal(ProbeRequest(nq, E))
+                m.d.comb += [
+                    preq.qpn.eq(q), preq.ev_index.eq(pe2),
+                    preq.probe_id.eq(Cat(Const(0, 8) | pe2, probe_seq)),
+                    f_probe.w_data.eq(preq), f_probe.w_en.eq(1),
+                ]
+                count("probes_sent")
+                m.d.sync += pmask.eq(pmask & ~_onehot(pe2, E))
+
+        # ---- write back ------------------------------------------------------------------
+        with state("SETTLE"):
+            goto("FINAL")
+        with state("FINAL"):
+            with m.If(room_final):
+                m.d.comb += [rec_wr.en.eq(1), arm_v.eq(want_arm | want_disarm),
+                             f_ack.w_en.eq(una_chg), f_cwnd.w_en.eq(cwnd_chg),
+                             f_qps.w_en.eq(state_chg)]
+                goto("IDLE")
 
         # ---- SENT's and USE's actions ------------------------------------------------
         # the per-PSN writes take the sent record in every cycle (retx: the entry's
@@ -1156,36 +1228,43 @@ class ReliabilityCore(wiring.Component):
             psn_ev_wr.data.eq(Cat(s.ev_index[:ebits], s.retx)),
             psn_info_wr.data.eq(Cat(s.last, now_ts)),
         ]
-        with m.If(st_sent):
-            with m.If(cur.state != QpState.RTS):
-                count("sent_dropped")
-            with m.Elif(~s.retx):
-                with m.If(sent_eq & (cur.fresh | sent_span_ok)):
-                    m.d.comb += [psn_ev_wr.en.eq(1), psn_info_wr.en.eq(1)]
-                    m.d.sync += [
-                        cur.nxt.eq(s.psn + 1),
-                        cur.fresh.eq(0),
-                        cur.wqe_sent.eq(s.wqe_index + 1),
-                    ]
-                    # una (= una0 here) moves only for the first PSN (una_chg is set
-                    # here: FINAL follows)
-                    with m.If(cur.fresh):
-                        m.d.sync += [cur.una.eq(s.psn), una_chg.eq(s.psn != una0),
-                                     cur.wqe_cpl.eq(s.wqe_index)]
-                    with m.If(~cur.armed):
-                        m.d.sync += want_arm.eq(1)
-                with m.Else():
-                    count("sent_dropped")
+        with m.If(st.SENT):
+            with m.If(sent_new):
+                m.d.comb += [psn_ev_wr.en.eq(1), psn_info_wr.en.eq(1)]
+                m.d.sync += [
+                    cur.nxt.eq(s.psn + 1),
+                    cur.fresh.eq(0),
+                    cur.wqe_sent.eq(s.wqe_index + 1),
+                ]
+                # una (= una0 here) moves only for the first PSN (una_chg is set
+                # here: FINAL follows)
+                with m.If(cur.fresh):
+                    m.d.sync += [cur.una.eq(s.psn), una_chg.eq(sent_moves),
+                                 cur.wqe_cpl.eq(s.wqe_index)]
+                with m.If(~cur.armed):
+                    m.d.sync += want_arm.eq(1)
+            # a retransmission (RTS, in flight) rewrites its PSN's EV
+            with m.Elif((cur.state == QpState.RTS) & s.retx & ~cur.fresh
+                        & _lt(sent_d, infl, len(infl))):
+                m.d.comb += psn_ev_wr.en.eq(1)
             with m.Else():
-                with m.If(~cur.fresh & _lt(sent_d, infl, len(infl))):
-                    m.d.comb += psn_ev_wr.en.eq(1)
-                with m.Else():
-                    count("sent_dropped")
+                count("sent_dropped")
 
-        with m.If(st_use & room_walk):
-            m.d.sync += walk_mask.eq(use_mask)
+        # the walk's PSNs: set by the state that starts a walk, then USE takes one PSN
+        # off at each step; an AND-OR of the (exclusive) states rather than a chain of
+        # muxes. TIMEOUT sets it whether it starts a walk or not (read only in walks).
+        walk_set = [(st.ACK_ADV, Mux(adv_raw[23], 0, adv_below)),
+                    (st.SACK_ALIGN, sack_rel & infl_mask_q & ~cur.sacked),
+                    (st.NAK, nak_mask),
+                    (st.TIMEOUT, infl_mask & ~cur.sacked),
+                    (st.USE, use_mask)]
+        walk_sel = Cat(*[sel for sel, _ in walk_set])
+        with m.If(walk_sel.any()):
+            m.d.sync += walk_mask.eq(one_hot_select(walk_sel, [v for _, v in walk_set]))
+
+        with m.If(st.USE):
             with m.Switch(walk_kind):
-                with m.Case(W_ADV):
+                with walk_case(W_ADV):
                     # the walk takes the PSNs from una up in order: each step shifts
                     # sacked and fast_done down by one, so bit 0 is this PSN's
                     with m.If(~cur.sacked[0]):
@@ -1195,19 +1274,34 @@ class ReliabilityCore(wiring.Component):
                     with m.If(e_last):
                         push_cpl(cur.wqe_cpl, CqeStatus.SUCCESS)
                         m.d.sync += cur.wqe_cpl.eq(wqe_cpl_inc)
-                with m.Case(W_SACK):
+                with walk_case(W_SACK):
                     deliver()
                     m.d.sync += cur.sacked.eq(cur.sacked | off_bit)
-                with m.Case(W_LOSS):
+                with walk_case(W_LOSS):
                     with m.If(loss_hole):
                         push_retx(RetxReason.SACK_HOLE)
                         m.d.sync += cur.fast_done.eq(cur.fast_done | off_bit)
                         blame()
-                with m.Case(W_TMO):
+                with walk_case(W_TMO):
                     push_retx(RetxReason.TIMEOUT)
                     with m.If(~_bit(blamed, e_ev)):
                         blame()
                         m.d.sync += blamed.eq(blamed | _onehot(e_ev, E))
+
+        # ---- CMD's reset and RTS entry of the working copy ---------------------------------
+        # last, as the outermost muxes of the bits they clear (flip-flop resets)
+        with m.If(st.CMD & c_reset):
+            m.d.sync += [cur.eq(0), cur.fresh.eq(1), cur.timer_gen.eq(cur.timer_gen)]
+        with m.If(st.CMD & c_to_rts):
+            m.d.sync += [
+                cur.state.eq(QpState.RTS), cur.fresh.eq(1), cur.una.eq(0),
+                cur.nxt.eq(0), cur.sacked.eq(0), cur.fast_done.eq(0),
+                cur.retries.eq(0), cur.md_active.eq(0), cur.cwnd_acc.eq(0),
+                cur.delay_high.eq(0), cur.wqe_cpl.eq(sq_end),
+                cur.wqe_sent.eq(sq_end),
+                cur.cwnd.eq(cc_clamped),
+                cur.ev_loss.eq(0),
+            ]
 
         m.d.comb += self.event_count.eq(f_evq.level)
         return m
