@@ -16,30 +16,16 @@ is 500 MHz / n for an integer n, so ``core_hz`` must be one of 500/n MHz
 (125, 100, 83.3, 62.5, ...); other values raise a ValueError.
 
 Resets: every domain is held in reset while the PLL is unlocked or the
-board's reset button (``rst``, active low on the Versa) is pressed.
-
-* ``sync`` has no reset net: it is reset by the ECP5's global set/reset
-  (``SGSR``), which sets or clears every flip-flop of the design to its
-  init value over dedicated routing. A synchronous reset of the core would
-  be one net to some 18,000 flip-flop LSR pins across the device, the
-  slowest net of the design after routing (11.6 ns in the b6 build,
-  docs/board.md). Two flip-flops with GSR disabled assert it
-  asynchronously and release it on the second core edge after the request
-  ends, as a ``ResetSynchronizer`` does, and ``SGSR`` releases in step
-  with the core clock. (Amaranth's own default ECP5 domain is reset by
-  SGSR too.)
-* ``eth_tx`` and ``eth_tx90`` keep a ``ResetSynchronizer`` each (asynchronous
-  assertion, release two edges of their clock later). The global reset
-  also sets their synchronisers' stages, so they leave reset after it.
-* ``eth_rx`` is not defined here: the MAC defines it from the PHY's
-  ``rx_clk``; its ``ResetSynchronizer`` (input: ``sync``'s reset, none on
-  the board) is set by the global reset in the same way.
+board's reset button (``rst``, active low on the Versa) is pressed, and
+released through a ``ResetSynchronizer`` in its own clock (asynchronous
+assertion, release two edges later). ``eth_rx`` is not defined here: the
+MAC defines it from the PHY's ``rx_clk`` with its reset synchronised from
+``sync``'s.
 
 Interface: ``clk100`` (Signal, the oscillator, from the platform's
 ``clk100`` buffer), ``rst`` (Signal, 1 = reset request), ``locked`` (Out,
 the PLL's LOCK, for an LED). Latency of a reset release: 2 cycles of each
-domain's clock after LOCK rises and ``rst`` falls (for ``sync``, two core
-edges then the SGSR's release).
+domain's clock after LOCK rises and ``rst`` falls.
 
 The clocks are declared to the toolchain (``platform.add_clock_constraint``,
 a ``FREQUENCY NET`` line in the LPF) on the PLL outputs, so nextpnr times
@@ -150,22 +136,9 @@ class VersaClocks(Elaboratable):
             platform.add_clock_constraint(eth_tx90, ETH_TX_HZ)
             platform.add_clock_constraint(core, VCO_HZ / self.core_div)
 
-        reset_request = ~self.locked | self.rst
-        # sync: reset by the global set/reset. Two flip-flops outside it (GSR
-        # disabled, or the reset they drive would hold them too) clear
-        # asynchronously on a reset request and release it on the second core
-        # edge after; SGSR (active low) then sets or clears every other
-        # flip-flop of the design to its init value.
-        gsr_n0, gsr_n = Signal(), Signal()
-        m.submodules.gsr_sync0 = Instance("FD1S3DX", p_GSR="DISABLED", i_CK=core,
-                                          i_CD=reset_request, i_D=1, o_Q=gsr_n0)
-        m.submodules.gsr_sync1 = Instance("FD1S3DX", p_GSR="DISABLED", i_CK=core,
-                                          i_CD=reset_request, i_D=gsr_n0, o_Q=gsr_n)
-        m.submodules.gsr = Instance("SGSR", i_CLK=core, i_GSR=gsr_n)
-        m.domains += ClockDomain("sync", reset_less=True)
-        m.d.comb += ClockSignal("sync").eq(core)
-        for name, clk in (("eth_tx", eth_tx), ("eth_tx90", eth_tx90)):
+        for name, clk in (("sync", core), ("eth_tx", eth_tx), ("eth_tx90", eth_tx90)):
             m.domains += ClockDomain(name)
             m.d.comb += ClockSignal(name).eq(clk)
-            m.submodules[f"{name}_reset"] = ResetSynchronizer(reset_request, domain=name)
+            m.submodules[f"{name}_reset"] = ResetSynchronizer(
+                ~self.locked | self.rst, domain=name)
         return m

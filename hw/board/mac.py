@@ -831,10 +831,7 @@ class RGMIIMAC(wiring.Component):
         m.submodules.ddr = ddr = RGMIIDDR(self._pads)
         m.domains.eth_rx = ClockDomain()
         m.d.comb += ClockSignal("eth_rx").eq(ddr.rx_clk)
-        # On the board, sync has no reset net: the global set/reset asserts
-        # this synchroniser's stages (hw/board/clocks.py).
-        m.submodules.eth_rx_reset = ResetSynchronizer(
-            ResetSignal("sync", allow_reset_less=True), domain="eth_rx")
+        m.submodules.eth_rx_reset = ResetSynchronizer(ResetSignal("sync"), domain="eth_rx")
         if self._pads is None:
             wiring.connect(m, wiring.flipped(self.rgmii), ddr.pins)
 
