@@ -12,7 +12,7 @@ from hw.axi_arbiter import AXI4Arbiter
 from hw.csr import AXI4LiteToCSR
 from hw.pipeline import AXI4RegisterSlice, AXIStreamRegister, StreamRegister
 from hw.reliability.engine import ReliabilityEngine
-from hw.reliability.layouts import CwndUpdate, QpState, QpStateUpdate, SqProducer
+from hw.reliability.layouts import AckUpdate, CwndUpdate, QpState, QpStateUpdate, SqProducer
 from hw.rx.engine import RxEngine
 from hw.stream import AXIStreamSignature, check_data_width
 from hw.tx.engine import StreamFifo, TxEngine
@@ -216,7 +216,8 @@ class NicCore(wiring.Component):
     ``ack_update`` and ``ev_update`` -> TX; reliability ``cwnd_update``
     and ``qp_state_update`` -> TX's ``qp_cwnd`` / ``qp_ctrl`` registers
     through ``TxControlBridge``; the host's doorbell writes to TX ->
-    reliability ``sq_producer`` through ``DoorbellSnoop``.
+    reliability ``sq_producer`` through ``DoorbellSnoop``. ``ack_update``
+    passes a register stage (1 cycle).
 
     Sent buffer: reliability takes a ``sent`` record only between events,
     and during an event (an ACK or timeout walk) it may wait for room in its
@@ -413,7 +414,11 @@ class NicCore(wiring.Component):
                      snoop.w_data.eq(tx.csr.w_data[:16])]
         wiring.connect(m, snoop.sq_producer, rel.sq_producer)
         wiring.connect(m, rel.retx, tx.retx)
-        wiring.connect(m, rel.ack_update, tx.ack_update)
+        # reliability's ACK FIFO is block RAM on the board: a register stage keeps
+        # its clock-to-output out of TX's ACK compares (b14's critical path)
+        m.submodules.ack_update_stage = ack_update_stage = StreamRegister(AckUpdate)
+        wiring.connect(m, rel.ack_update, ack_update_stage.i)
+        wiring.connect(m, ack_update_stage.o, tx.ack_update)
         wiring.connect(m, rel.ev_update, tx.ev_update)
         m.submodules.tx_control = txc = TxControlBridge()
         wiring.connect(m, rel.cwnd_update, txc.cwnd_update)
