@@ -229,7 +229,7 @@ class AXI4BRAM(wiring.Component):
         # front of the RAM's write enables.
         host_lanes = Signal(self.data_width // 8)
         host_wr = Signal()  # uses the write port this cycle (state WRITE)
-        host_rd_req = Signal()  # wants the read port
+        host_rd_req = Signal()  # wants the read port (state READ), a flip-flop
         host_rd_go = Signal()  # has it this cycle
         words_per_beat = self.data_width // 32
 
@@ -247,7 +247,7 @@ class AXI4BRAM(wiring.Component):
                     m.next = "WRITE"
                 with m.Elif(host.arvalid):
                     m.d.comb += host.arready.eq(1)
-                    m.d.sync += host_addr.eq(host.araddr)
+                    m.d.sync += [host_addr.eq(host.araddr), host_rd_req.eq(1)]
                     m.next = "READ"
             with m.State("WRITE"):
                 m.d.sync += host_wr.eq(0)
@@ -257,8 +257,8 @@ class AXI4BRAM(wiring.Component):
                 with m.If(host.bready):
                     m.next = "IDLE"
             with m.State("READ"):
-                m.d.comb += host_rd_req.eq(1)
                 with m.If(host_rd_go):
+                    m.d.sync += host_rd_req.eq(0)
                     m.next = "READ_DATA"
             with m.State("READ_DATA"):
                 m.d.sync += host.rdata.eq(rd.data.word_select(host_sel, 32))
