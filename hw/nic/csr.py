@@ -119,7 +119,8 @@ class DeviceInfo(wiring.Component):
 
     ``params`` maps each name of ``DEVICE_INFO_PARAMS`` to its 32-bit value.
     Interface: ``csr`` (CSR bus slave). Reads answer the cycle after ``r_stb``;
-    no read has a side effect. The header words are answered by the
+    no read has a side effect. A write to ``scratch`` takes effect 2 cycles
+    after ``w_stb`` (decoded, then applied). The header words are answered by the
     interconnect, so this block reads 0 there.
     """
 
@@ -139,8 +140,15 @@ class DeviceInfo(wiring.Component):
         csr = self.csr
         scratch = Signal(32)
         value = Signal(32)
-        with m.If(csr.w_stb & (csr.addr == SCRATCH_OFFSET)):
-            m.d.sync += scratch.eq(csr.w_data)
+        # A write to SCRATCH is decoded at w_stb and applied the cycle after,
+        # from registers: the address compare does not reach the 32 enables
+        # (b15's critical path, placed across the device).
+        scratch_we = Signal()
+        scratch_wd = Signal(32)
+        m.d.sync += [scratch_we.eq(csr.w_stb & (csr.addr == SCRATCH_OFFSET)),
+                     scratch_wd.eq(csr.w_data)]
+        with m.If(scratch_we):
+            m.d.sync += scratch.eq(scratch_wd)
         with m.Switch(csr.addr):
             for name, offset, _ in DEVICE_INFO_PARAMS:
                 with m.Case(offset):
