@@ -991,8 +991,10 @@ class ReliabilityCore(wiring.Component):
         # bits of cc_c0 that the shift keeps (a mask), both from the shift registered
         md_shift = Signal(4)
         md_keep = Signal(17)
+        # (bit i < 16 is kept when shift <= i: always for bit 15, the 4-bit
+        # shift's largest value; bit 16 lands in the 16-bit step when shift != 0)
         m.d.sync += [md_shift.eq(P.cwnd_md_shift),
-                     md_keep.eq(Cat(*[P.cwnd_md_shift <= i for i in range(16)],
+                     md_keep.eq(Cat(*[P.cwnd_md_shift <= i for i in range(15)], Const(1, 1),
                                     P.cwnd_md_shift != 0))]
         dec = Signal(16)
         m.d.comb += dec.eq(_shr(cc_c0, md_shift)[:16])
