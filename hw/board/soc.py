@@ -193,33 +193,41 @@ class AXI4BRAM(wiring.Component):
         aw = len(axi.awaddr)
 
         class BurstAddress:
-            """A burst's beat address: ``low`` (the byte in the RAM) and the
-            bits above it, with ``inside`` (they are 0) kept in a register,
-            so the RAM address and the range check need no wide adder."""
+            """A burst's beat address: ``low`` (the byte in the RAM) and
+            ``inside`` (the bits above it are 0), both registers, so neither
+            the RAM address nor the range check waits on a wide adder.
+
+            The bits above ``low`` are tested once, when the burst is taken.
+            A burst can leave the RAM through its top only, by a carry out of
+            ``low``, and then stays outside: coming back to 0 would need a
+            wrap past the top of the address space, which crosses a 4 KB
+            boundary (AXI forbids it); such a burst's later beats answer
+            DECERR too."""
 
             def __init__(self, name):
                 self.low = Signal(size_bits, name=f"{name}_addr")
-                self.high = Signal(aw - size_bits, name=f"{name}_addr_high")
-                self.inside = Signal(name=f"{name}_inside") if aw > size_bits else Const(1)
+                # the bytes below the beat's size, all ones, from the burst's
+                # size: the next beat is (low | below) + 1
+                self.below = Signal(size_bits, name=f"{name}_below")
+                self.inside = Signal(name=f"{name}_inside")
 
             def word(self):
                 return self.low[lane_bits:]
 
-            def load(self, addr):
-                m.d.sync += [self.low.eq(addr[:size_bits]), self.high.eq(addr[size_bits:])]
-                if aw > size_bits:
-                    m.d.sync += self.inside.eq(addr[size_bits:] == 0)
+            def load(self, addr, size):
+                m.d.sync += [
+                    self.low.eq(addr[:size_bits]),
+                    self.below.eq((Const(1, size_bits + 1) << size) - 1),
+                    self.inside.eq(addr[size_bits:] == 0 if aw > size_bits else 1),
+                ]
 
-            def advance(self, size):
+            def advance(self):
                 # INCR: the next beat starts at the next multiple of the beat
-                # size (at most the data width, so at most 1 carries into the
-                # high bits).
-                step = Const(1, size_bits + 1) << size
-                low_next = (self.low & ~(step - 1)) + step
+                # size; a carry out of the RAM's bits leaves the RAM.
+                low_next = (self.low | self.below) + 1
                 m.d.sync += self.low.eq(low_next[:size_bits])
-                if aw > size_bits:
-                    with m.If(low_next[size_bits]):
-                        m.d.sync += [self.high.eq(self.high + 1), self.inside.eq(self.high.all())]
+                with m.If(low_next[size_bits]):
+                    m.d.sync += self.inside.eq(0)
 
         # ---- host port: a small FSM; it takes the RAM's ports ahead of AXI ------------
         host_addr = Signal(size_bits)
@@ -271,15 +279,14 @@ class AXI4BRAM(wiring.Component):
         # ---- AXI4 write: AW, then the W beats, then B ---------------------------------
         w_active = Signal()
         w_addr = BurstAddress("w")
-        w_size = Signal(3)
         w_left = Signal(8)  # beats after the current one
         w_bad = Signal()
         b_pending = Signal()
         b_id = Signal(self.id_width)
         m.d.comb += axi.awready.eq(~w_active & ~b_pending)
         with m.If(axi.awvalid & axi.awready):
-            w_addr.load(axi.awaddr)
-            m.d.sync += [w_active.eq(1), w_size.eq(axi.awsize),
+            w_addr.load(axi.awaddr, axi.awsize)
+            m.d.sync += [w_active.eq(1),
                          w_left.eq(axi.awlen), w_bad.eq(0), b_id.eq(axi.awid)]
         m.d.comb += axi.wready.eq(w_active & ~host_wr)
         w_fire = axi.wvalid & axi.wready
@@ -297,7 +304,7 @@ class AXI4BRAM(wiring.Component):
                 wr.en.eq(Mux(w_ok, axi.wstrb, 0)),
             ]
         with m.If(w_fire):
-            w_addr.advance(w_size)
+            w_addr.advance()
             m.d.sync += w_left.eq(w_left - 1)
             with m.If(~w_ok):
                 m.d.sync += w_bad.eq(1)
@@ -314,14 +321,13 @@ class AXI4BRAM(wiring.Component):
         # ---- AXI4 read: AR, then one RAM read per beat into the R register -------------
         r_active = Signal()
         r_addr = BurstAddress("r")
-        r_size = Signal(3)
         r_left = Signal(8)
         r_id = Signal(self.id_width)
         r_bad = Signal()  # the beat on R is outside the RAM
         m.d.comb += axi.arready.eq(~r_active)
         with m.If(axi.arvalid & axi.arready):
-            r_addr.load(axi.araddr)
-            m.d.sync += [r_active.eq(1), r_size.eq(axi.arsize),
+            r_addr.load(axi.araddr, axi.arsize)
+            m.d.sync += [r_active.eq(1),
                          r_left.eq(axi.arlen), r_id.eq(axi.arid)]
         # The RAM's output register is R's data: it may load when R is empty or
         # being taken. The host goes first; its word is taken the cycle after.
@@ -340,7 +346,7 @@ class AXI4BRAM(wiring.Component):
         r_last = Signal()
         r_id_out = Signal(self.id_width)
         with m.If(issue):
-            r_addr.advance(r_size)
+            r_addr.advance()
             m.d.sync += [
                 r_valid.eq(1), r_last.eq(r_left == 0), r_id_out.eq(r_id),
                 r_bad.eq(~r_addr.inside), r_left.eq(r_left - 1),

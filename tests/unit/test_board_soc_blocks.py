@@ -186,6 +186,14 @@ def test_bram_bursts_narrow_and_out_of_window():
         got = await axi_read(ctx, axi, size - 16, 4)
         assert [g[1] for g in got] == [OKAY, OKAY, DECERR, DECERR]
         assert [g[0] for g in got] == [edge[0][0], edge[1][0], 0, 0]
+        # narrow beats off the end: the two 4-byte beats inside land
+        narrow = [(rng.getrandbits(32) << 32 * (i % 2), 0xF << 4 * (i % 2)) for i in range(4)]
+        assert (await axi_write(ctx, axi, size - 8, narrow, size=2))[1] == DECERR
+        for i in range(2):
+            value = narrow[i][0] >> 32 * i
+            model[size - 8 + 4 * i:size - 4 + 4 * i] = value.to_bytes(4, "little")
+        got = await axi_read(ctx, axi, size - 8, 1)
+        assert got[0][:2] == (int.from_bytes(model[size - 8:], "little"), OKAY)
         # far above the window (upper address bits), not aliased onto it
         assert (await axi_write(ctx, axi, (1 << 40) | 0x100, [(0, 0xFF)]))[1] == DECERR
         got = await axi_read(ctx, axi, (1 << 40) | 0x100, 1)
@@ -193,7 +201,7 @@ def test_bram_bursts_narrow_and_out_of_window():
         got = await axi_read(ctx, axi, 0x100, 1)
         assert got[0][0] == data[0]
         await ctx.tick().repeat(2)
-        assert len(decerr) == 2 + 2 + 1 + 1
+        assert len(decerr) == 2 + 2 + 2 + 1 + 1
         # host port sees the same bytes, little-endian words
         for addr in (0x100, 0x104, 0x200, 0x304, 0x308, 0x30C):
             value, resp = await axil_read(ctx, dut.host, addr)
