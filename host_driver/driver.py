@@ -18,6 +18,11 @@ Objects:
 ``EvProfile``         the EVs (UDP source ports) a QP sprays over: an EXPLICIT
                       list or GENERATED (the golden model's ``generated_evs``)
 
+Host addresses: the NIC keeps ``addr_width`` bits of every DMA address
+(device info). ``create_cq``, ``create_qp``, ``reg_mr`` and ``post_send``
+raise a ``ValueError`` for a ring, region or local buffer that does not lie
+below 2^addr_width; the remote address of a WRITE is the peer's, any 64 bits.
+
 The driver talks to the hardware only through a transport
 (``host_driver.transport``): ``read32`` / ``write32`` on the CSR space, a
 host memory with an allocator, and ``idle(cycles)`` to let time pass.
@@ -280,6 +285,7 @@ class ProtectionDomain:
         dev = self.device
         if not 0 < length < 1 << 32:
             raise ValueError(f"length must be in 1..2^32-1, not {length!r}")
+        dev.check_dma_range("memory region", addr, length)
         index = dev._alloc_mr_index()
         dev._mr_generation[index] = (dev._mr_generation[index] + 1) & 0xFF
         rkey = (dev._mr_generation[index] << 24) | (index << 8) | 0x4D
@@ -360,6 +366,7 @@ class QueuePair:
         self.sq_log2 = sq_log2
         self.sq_size = 1 << sq_log2
         self.sq_addr = device.mem.alloc(self.sq_size * WQE_BYTES, align=4096)
+        device.check_allocated_dma_range("send queue", self.sq_addr, self.sq_size * WQE_BYTES)
         device.mem.write(self.sq_addr, bytes(self.sq_size * WQE_BYTES))
         self.producer = 0  # free-running, 16 bits on the wire
         self.outstanding = 0  # WQEs posted and not yet completed
@@ -493,6 +500,7 @@ class QueuePair:
             raise ValueError(f"opcode must be WRITE or WRITE_WITH_IMM, not {opcode!r}")
         if not 0 <= length < 1 << 31:
             raise ValueError(f"length must be in 0..2^31-1, not {length!r}")
+        self.device.check_dma_range("local buffer", local_addr, length)
         if self.outstanding >= self.sq_size:
             raise DriverError(f"QP {self.qpn}: send queue full ({self.sq_size} WQEs not "
                               f"completed); poll the send CQ")
@@ -552,6 +560,10 @@ class Device:
             if reg.name not in ("header", "next", "scratch"):
                 self.params[reg.name] = await info.read(reg.name)
         p = self.params
+        if not 32 <= p["addr_width"] <= 64:
+            raise DriverError(f"device info addr_width is {p['addr_width']}, not a DMA address "
+                              f"width in 32..64: the gateware is older than NIC version 1.1 "
+                              f"(reports {p['nic_version'] >> 16}.{p['nic_version'] & 0xFFFF})")
         self.info = info
         self.tx = RegisterBlock(self.transport, by_type[TX_TYPE_ID].base,
                                 host_view(tx_register_map(p["num_qps"], p["evs_per_qp"])))
@@ -579,6 +591,25 @@ class Device:
             await blk.write(ip_reg, ip_i)
         self.mac, self.ip = mac, ip
 
+    def check_dma_range(self, what: str, addr: int, length: int):
+        """Raise a ValueError unless ``[addr, addr + length)`` lies below
+        2^addr_width, where the NIC's DMA addresses reach (device info
+        ``addr_width``): the NIC keeps only that many address bits."""
+        width = self.params["addr_width"]
+        if addr < 0 or addr + length > 1 << width:
+            raise ValueError(f"{what} [0x{addr:x}, 0x{addr + length:x}) does not fit the NIC's "
+                             f"{width}-bit DMA addresses (device info addr_width): place it "
+                             f"below 0x{1 << width:x}")
+
+    def check_allocated_dma_range(self, what: str, addr: int, length: int):
+        """``check_dma_range`` for host memory the driver allocated: freed if it
+        does not fit."""
+        try:
+            self.check_dma_range(what, addr, length)
+        except ValueError:
+            self.mem.free(addr)
+            raise
+
     def alloc_pd(self) -> ProtectionDomain:
         return ProtectionDomain(self)
 
@@ -590,7 +621,9 @@ class Device:
         raise DriverError(f"MR table full ({self.params['num_mrs']} regions)")
 
     def create_cq(self, log2_entries: int) -> CompletionQueue:
-        return CompletionQueue(self, log2_entries)
+        cq = CompletionQueue(self, log2_entries)
+        self.check_allocated_dma_range("completion queue", cq.addr, cq.size * CQE_BYTES)
+        return cq
 
     async def create_qp(self, pd: ProtectionDomain, send_cq: CompletionQueue,
                         recv_cq: CompletionQueue, sq_log2: int = 6) -> QueuePair:

@@ -15,11 +15,20 @@ __all__ = [
     "AXI_RESP_OKAY",
     "AXI_RESP_SLVERR",
     "AXI_BURST_INCR",
+    "check_dma_addr_width",
 ]
 
 AXI_RESP_OKAY = 0b00
 AXI_RESP_SLVERR = 0b10
 AXI_BURST_INCR = 0b01
+
+
+def check_dma_addr_width(addr_width) -> None:
+    """Raise a ValueError unless ``addr_width``, the bits of a host DMA address
+    the NIC keeps and issues (NicCore's ``addr_width``), is an integer in 32..64."""
+    if not isinstance(addr_width, int) or not 32 <= addr_width <= 64:
+        raise ValueError(f"addr_width (bits of a host DMA address) must be an integer in "
+                         f"32..64, not {addr_width!r}")
 
 
 class AXI4Signature(wiring.Signature):

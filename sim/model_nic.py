@@ -631,6 +631,8 @@ class ModelNic:
             return NIC_VERSION
         if name == "block_size":
             return 1 << self.block_bits
+        if name == "addr_width":
+            return 64  # the model's DMA addresses are whole 64-bit addresses
         if name in self.params:
             return self.params[name]
         return None

@@ -100,9 +100,11 @@ BOARD_TYPE_ID = 0x0011  # board blocks from 0x0010 on; 0x0010 is the MAC
 BOARD_VERSION = 1
 
 # NicCore at board size (LFE5UM-45F: 16 QPs x 16 EVs does not fit). Any key
-# can be overridden through BoardSoC's keyword arguments.
+# can be overridden through BoardSoC's keyword arguments. The host memory is
+# a window at the bottom of a 32-bit map (MEM_DMA_BASE), so 32-bit DMA
+# addresses reach all of it.
 BOARD_NIC_PARAMS = dict(data_width=64, num_qps=4, evs_per_qp=8, sack_bits=64, max_mtu=1024,
-                        mpr_max=256, num_mrs=4, window=64, inflight_depth=64)
+                        mpr_max=256, num_mrs=4, window=64, inflight_depth=64, addr_width=32)
 
 # (bit, name, meaning) of the ``leds`` port.
 LEDS = (
@@ -777,7 +779,7 @@ class BoardSoC(wiring.Component):
                                          uart_divisor=uart_divisor, num_qps=params["num_qps"])
         self.status = BoardStatus(num_qps=params["num_qps"], heartbeat_log2=heartbeat_log2)
         self.bram = AXI4BRAM(mem_size, data_width=params["data_width"],
-                             id_width=self.nic.id_width)
+                             id_width=self.nic.id_width, addr_width=self.nic.addr_width)
         members = {
             "uart_rx": In(1, init=1),
             "uart_tx": Out(1, init=1),

@@ -46,7 +46,8 @@ PHY_RESET_CYCLES = 1 << 21
 # rest of the board, 115 % of the 45F's 43,848; 4 QPs x 4 EVs with SACK 32,
 # window 32 and 2 MRs 45,595 (103 %); this one 42,605 (97 %). Most of NicCore
 # does not scale with these parameters (RX's header and ACK records, TX's ICRC
-# networks, 64-bit DMA addresses, LUT-RAM FIFOs).
+# networks, LUT-RAM FIFOs); the DMA addresses are 32 bits (BOARD_NIC_PARAMS
+# addr_width, docs/board.md "Area work: the DMA address width").
 VERSA_NIC_PARAMS = dict(num_qps=2, evs_per_qp=2, sack_bits=32, max_mtu=512, mpr_max=128,
                         num_mrs=1, window=16, inflight_depth=16)
 

@@ -7,7 +7,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.arbiter import AXIStreamArbiter
-from hw.axi import AXI4LiteSignature, AXI4Signature
+from hw.axi import AXI4LiteSignature, AXI4Signature, check_dma_addr_width
 from hw.axi_arbiter import AXI4Arbiter
 from hw.csr import AXI4LiteToCSR
 from hw.pipeline import AXI4RegisterSlice, AXIStreamRegister, StreamRegister
@@ -51,7 +51,7 @@ def _pow2(value) -> bool:
 
 
 def check_nic_params(*, data_width, num_qps, evs_per_qp, sack_bits, max_mtu, mpr_max,
-                     num_mrs, window, inflight_depth, clk_freq_hz, build_id):
+                     num_mrs, window, inflight_depth, clk_freq_hz, build_id, addr_width=64):
     """Raise a ValueError that says what to fix for a configuration the NIC cannot build.
 
     The checks are those every block needs together: each block checks its
@@ -86,6 +86,7 @@ def check_nic_params(*, data_width, num_qps, evs_per_qp, sack_bits, max_mtu, mpr
         raise ValueError(f"clk_freq_hz must be an integer in 1 MHz..1 GHz, not {clk_freq_hz!r}")
     if not isinstance(build_id, int) or not 0 <= build_id < 1 << 32:
         raise ValueError(f"build_id must fit 32 bits, not {build_id!r}")
+    check_dma_addr_width(addr_width)
 
 
 TxRegWrite = data.StructLayout({"addr": 32, "data": 32})
@@ -190,6 +191,10 @@ class NicCore(wiring.Component):
     clk_freq_hz : core clock (timer unit 1.024 us, reported in device info).
     build_id : 32-bit build identifier, readable in the device-info block.
     csr_addr_width : AXI4-Lite address bits; None picks the smallest that fits.
+    addr_width : bits of every host DMA address the NIC keeps, computes and
+        issues, 32..64 (default 64): ``m_axi``'s AW/AR addresses, the WQE,
+        payload, receive-write and CQE addresses, the MR bases and the SQ/CQ
+        ring bases. See "Host address width" below.
 
     Interface
     ---------
@@ -200,7 +205,7 @@ class NicCore(wiring.Component):
                 most two frames of the others.
     ``mac_rx``  In(AXIStreamSignature(data_width, user_width=1)): received
                 frames without FCS; ``tuser`` on the last beat = bad frame.
-    ``m_axi``   Out(AXI4Signature(64, data_width, 6)): the one DMA master.
+    ``m_axi``   Out(AXI4Signature(addr_width, data_width, 6)): the one DMA master.
                 ID bits [5:4] name the block (0 TX: WQE and payload reads;
                 1 RX: payload and receive-CQE writes; 2 reliability: WQE
                 reads, send-CQE writes), bits [3:0] are the block's own ID.
@@ -235,6 +240,32 @@ class NicCore(wiring.Component):
     a walk. Latency 2 cycles (the FIFO, then a register stage: the FIFO is
     block RAM on the board).
 
+    Host address width: with ``addr_width`` below 64 the NIC addresses only
+    the low 2^addr_width bytes of host memory, and every address it holds is
+    that many bits wide (on the ECP5 board, 32: its host memory is a 64 KiB
+    window in a 32-bit map). Nothing on the wire changes.
+
+    - The address registers (RX ``MR_BASE_*`` and ``QP_CQ_BASE_*``, TX
+      ``qp_sq_base_*``, reliability ``sq_base_*`` and ``cq_base_*``) keep
+      only bits ``addr_width - 1..0``: the ``_HI`` words' bits from
+      ``addr_width - 32`` up are not stored and read back as 0.
+    - A received WRITE's 64-bit RETH VA is parsed whole. A WRITE is in
+      bounds only if ``[VA, VA + payload length)`` also lies below
+      2^addr_width: a VA with any bit set at or above ``addr_width``, or a
+      payload running past 2^addr_width, fails the MR check as an
+      out-of-region VA does (counted ``bad_bounds``, NAK remote access
+      error) and is never written, so it cannot alias into low memory.
+    - The WQE's local address (``laddr``) is taken modulo 2^addr_width; the
+      addresses formed from a base plus an offset (a WQE slot from the SQ
+      base, a CQE slot from a CQ base, a payload segment from ``laddr``, the
+      next burst of a write) wrap within ``addr_width`` bits. The host driver
+      keeps rings, MRs and posted buffers below 2^addr_width (it reads
+      ``addr_width`` from the device-info block).
+    - The WQE's remote address (``raddr``, the RETH VA sent) is the peer's
+      and stays 64 bits.
+
+    No latency or throughput depends on ``addr_width``.
+
     Every output of the boundary comes from a flip-flop: ``mac_tx`` and
     ``mac_rx`` pass a register stage (hw/pipeline.py ``AXIStreamRegister``),
     ``m_axi`` an ``AXI4RegisterSlice`` on all five channels (each block's
@@ -254,15 +285,16 @@ class NicCore(wiring.Component):
 
     def __init__(self, *, data_width=64, num_qps=16, evs_per_qp=16, sack_bits=64, max_mtu=4096,
                  mpr_max=1024, num_mrs=16, window=64, inflight_depth=256,
-                 clk_freq_hz=125_000_000, build_id=0, csr_addr_width=None):
+                 clk_freq_hz=125_000_000, build_id=0, csr_addr_width=None, addr_width=64):
         check_nic_params(data_width=data_width, num_qps=num_qps, evs_per_qp=evs_per_qp,
                          sack_bits=sack_bits, max_mtu=max_mtu, mpr_max=mpr_max, num_mrs=num_mrs,
                          window=window, inflight_depth=inflight_depth,
-                         clk_freq_hz=clk_freq_hz, build_id=build_id)
+                         clk_freq_hz=clk_freq_hz, build_id=build_id, addr_width=addr_width)
         self.data_width, self.num_qps, self.evs_per_qp = data_width, num_qps, evs_per_qp
         self.sack_bits, self.max_mtu, self.mpr_max = sack_bits, max_mtu, mpr_max
         self.num_mrs, self.window, self.inflight_depth = num_mrs, window, inflight_depth
         self.clk_freq_hz, self.build_id = clk_freq_hz, build_id
+        self.addr_width = addr_width
 
         from hw.reliability.registers import register_map as rel_register_map
         from hw.rx.regs import rx_register_map
@@ -296,19 +328,20 @@ class NicCore(wiring.Component):
 
         bb = self.block_bits
         self.tx = TxEngine(data_width=data_width, num_qps=num_qps, evs_per_qp=evs_per_qp,
-                           max_mtu=max_mtu, csr_addr_width=bb, inflight_depth=inflight_depth)
+                           max_mtu=max_mtu, csr_addr_width=bb, inflight_depth=inflight_depth,
+                           addr_width=addr_width)
         self.rx = RxEngine(data_width=data_width, num_qps=num_qps, num_mrs=num_mrs,
                            sack_bits=sack_bits, mpr_max=mpr_max, csr_addr_width=bb,
-                           max_payload=max_mtu)
+                           max_payload=max_mtu, addr_width=addr_width)
         self.reliability = ReliabilityEngine(num_qps=num_qps, evs_per_qp=evs_per_qp,
                                              sack_bits=sack_bits, clk_freq_hz=clk_freq_hz,
                                              data_width=data_width, csr_addr_width=bb,
-                                             window=window)
+                                             window=window, addr_width=addr_width)
         self.device_info = DeviceInfo(self.device_params(), addr_width=bb)
         super().__init__({
             "mac_tx": Out(AXIStreamSignature(data_width)),
             "mac_rx": In(AXIStreamSignature(data_width, user_width=1)),
-            "m_axi": Out(AXI4Signature(64, data_width, self.id_width)),
+            "m_axi": Out(AXI4Signature(addr_width, data_width, self.id_width)),
             "s_axil": In(AXI4LiteSignature(csr_addr_width, 32)),
             "irq": Out(1),
         })
@@ -321,7 +354,7 @@ class NicCore(wiring.Component):
             "evs_per_qp": self.evs_per_qp, "sack_bits": self.sack_bits,
             "max_mtu": self.max_mtu, "mpr_max": self.mpr_max, "num_mrs": self.num_mrs,
             "window": self.window, "clk_freq_hz": self.clk_freq_hz,
-            "block_size": 1 << self.block_bits,
+            "block_size": 1 << self.block_bits, "addr_width": self.addr_width,
         }
 
     def block_base(self, name: str) -> int:
@@ -365,19 +398,19 @@ class NicCore(wiring.Component):
 
         # ---- DMA: one AXI4 master -----------------------------------------------------------
         m.submodules.dma_arbiter = dma = AXI4Arbiter(
-            len(DMA_MASTERS), addr_width=64, data_width=self.data_width,
+            len(DMA_MASTERS), addr_width=self.addr_width, data_width=self.data_width,
             id_width=BLOCK_AXI_ID_WIDTH)
         for i, name in enumerate(DMA_MASTERS):
             # A register slice in front of the arbiter on every master: the
             # requests and W beats come from the blocks' own logic (TX's through
             # its read arbiter), and the arbiter's muxes and its ready paths back
             # into the blocks would be in series with it.
-            slice_ = AXI4RegisterSlice(64, self.data_width, BLOCK_AXI_ID_WIDTH)
+            slice_ = AXI4RegisterSlice(self.addr_width, self.data_width, BLOCK_AXI_ID_WIDTH)
             m.submodules[f"{name}_axi_slice"] = slice_
             wiring.connect(m, blocks[name].m_axi, slice_.s_axi)
             wiring.connect(m, slice_.m_axi, dma.slave(i))
         m.submodules.m_axi_slice = axi_slice = AXI4RegisterSlice(
-            64, self.data_width, self.id_width)
+            self.addr_width, self.data_width, self.id_width)
         wiring.connect(m, dma.m_axi, axi_slice.s_axi)
         wiring.connect(m, axi_slice.m_axi, wiring.flipped(self.m_axi))
 

@@ -38,7 +38,7 @@ __all__ = [
 DEVICE_INFO_TYPE_ID = 0x0001
 DEVICE_INFO_VERSION = 1
 # NIC gateware version, major << 16 | minor: bumped with any change a driver can see.
-NIC_VERSION = 0x0001_0000
+NIC_VERSION = 0x0001_0001
 
 HEADER_OFFSET = 0x0
 NEXT_OFFSET = 0x4
@@ -91,6 +91,9 @@ DEVICE_INFO_PARAMS = (
     ("window", 0x2C, "PSNs the reliability block tracks per QP (cwnd ceiling)"),
     ("clk_freq_hz", 0x30, "core clock frequency, Hz"),
     ("block_size", 0x34, "bytes of CSR space per register block"),
+    ("addr_width", 0x38, "host DMA address width, bits (32..64): the NIC reaches host memory "
+                         "below 2^addr_width only, and its address registers keep that many "
+                         "bits"),
 )
 SCRATCH_OFFSET = 0x40
 

@@ -34,10 +34,12 @@ class CompletionWriter(wiring.Component):
     ``req``       In(stream(CompletionRequest)): complete WQE ``wqe_index`` of ``qpn`` with
                   ``status`` (0 SUCCESS, 1 RETRY_EXCEEDED, 5 FLUSHED), or reset its ring.
     ``cfg_addr``, ``cfg_data``: a synchronous read port on the per-QP ring configuration
-                  (``DmaConfig``), data the cycle after the address.
-    ``m_axi``     Out(AXI4Signature(64, data_width, 4)): reads bytes 0x00..0x27 of the WQE at
-                  SQ base + (wqe_index mod 2^sq_log2) x 64, then writes the 32-byte CQE at
-                  CQ base + (pi mod 2^cq_log2) x 32, pi being the QP's CQE count. IDs are 0.
+                  (``DmaConfig``), data the cycle after the address; only the low
+                  ``addr_width`` bits of its bases are used.
+    ``m_axi``     Out(AXI4Signature(addr_width, data_width, 4)): reads bytes 0x00..0x27 of
+                  the WQE at SQ base + (wqe_index mod 2^sq_log2) x 64, then writes the
+                  32-byte CQE at CQ base + (pi mod 2^cq_log2) x 32, pi being the QP's CQE
+                  count; both sums wrap within ``addr_width`` bits. IDs are 0.
     ``cqe_done``  Out(1): one-cycle pulse per CQE written (B received).
     ``dma_error`` Out(1): pulse when R or B answers other than OKAY (the CQE is still counted).
 
@@ -52,16 +54,17 @@ class CompletionWriter(wiring.Component):
     registers updated every cycle), not from an adder in front of the ports.
     """
 
-    def __init__(self, num_qps: int, data_width: int = 64):
+    def __init__(self, num_qps: int, data_width: int = 64, addr_width: int = 64):
         self.num_qps = num_qps
         self.data_width = data_width
+        self.addr_width = addr_width
         self.lanes = data_width // 8
         super().__init__(
             {
                 "req": In(stream.Signature(CompletionRequest(num_qps))),
                 "cfg_addr": Out(range(num_qps)),
                 "cfg_data": In(DmaConfig),
-                "m_axi": Out(AXI4Signature(64, data_width, 4)),
+                "m_axi": Out(AXI4Signature(addr_width, data_width, 4)),
                 "cqe_done": Out(1),
                 "dma_error": Out(1),
             }
@@ -109,10 +112,11 @@ class CompletionWriter(wiring.Component):
         # ADDR), the CQE's every cycle from pi and cfg (set in LATCH, read in AW, 3 or
         # more cycles later)
         sq_off = Signal(22)
-        ar_addr = Signal(64)
+        aw = self.addr_width
+        ar_addr = Signal(aw)
         cq_off = Signal(21)
-        cq_addr = Signal(64)
-        m.d.sync += [cq_off.eq((pi & cq_mask) << 5), cq_addr.eq(cfg.cq_base + cq_off)]
+        cq_addr = Signal(aw)
+        m.d.sync += [cq_off.eq((pi & cq_mask) << 5), cq_addr.eq(cfg.cq_base[:aw] + cq_off)]
 
         # CQE fields from the WQE bytes
         def wqe_field(offset, nbytes):
@@ -157,7 +161,7 @@ class CompletionWriter(wiring.Component):
                 with m.Else():
                     m.next = "ADDR"
             with m.State("ADDR"):
-                m.d.sync += ar_addr.eq(cfg.sq_base + sq_off)
+                m.d.sync += ar_addr.eq(cfg.sq_base[:aw] + sq_off)
                 m.next = "AR"
             with m.State("AR"):
                 m.d.comb += [axi.arvalid.eq(1), axi.araddr.eq(ar_addr)]

@@ -16,7 +16,7 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from hw.axi import AXI4Signature
+from hw.axi import AXI4Signature, check_dma_addr_width
 from hw.csr import CSRBusSignature, grouped_read
 from hw.headers import sack_bitmap
 from hw.pipeline import AXIStreamRegister, saturating_increment
@@ -70,6 +70,9 @@ class ReliabilityEngine(wiring.Component):
     csr_addr_width : width of the CSR bus; the map needs 0x8000 + 4 x num_qps x evs bytes.
     window : PSNs tracked per QP (a power of two, 2..256): the window (cwnd) reported to
         TX never exceeds it, so TX never has more PSNs in flight.
+    addr_width : bits of the host DMA addresses, 32..64 (default 64): ``sq_base_*`` and
+        ``cq_base_*`` keep that many bits (the upper bits of the ``_hi`` words read 0),
+        and the WQE and CQE addresses wrap within them.
 
     Interface
     ---------
@@ -90,7 +93,7 @@ class ReliabilityEngine(wiring.Component):
                    exhaustion; also the controller's commands).
     ``m_axis_probe`` Out(AXIStreamSignature(data_width)): EV probe requests, from a
                    register stage (1 cycle after ``ProbeBuilder``).
-    ``m_axi``      Out(AXI4Signature(64, data_width, 4)): WQE reads and CQE writes.
+    ``m_axi``      Out(AXI4Signature(addr_width, data_width, 4)): WQE reads and CQE writes.
     ``csr``        In(CSRBusSignature(csr_addr_width)): ``register_map()``. A
                    read answers ``CSR_READ_LATENCY`` (2) cycles after
                    ``r_stb`` (registered read data; a bridge in front takes
@@ -113,7 +116,7 @@ class ReliabilityEngine(wiring.Component):
     CSR_READ_LATENCY = 2
 
     def __init__(self, num_qps=16, evs_per_qp=16, sack_bits=64, clk_freq_hz=125_000_000,
-                 data_width=64, csr_addr_width=16, window=64):
+                 data_width=64, csr_addr_width=16, window=64, addr_width=64):
         if not isinstance(num_qps, int) or not 2 <= num_qps <= 256:
             raise ValueError(f"num_qps must be an integer in 2..256, not {num_qps!r}")
         if (not isinstance(evs_per_qp, int) or evs_per_qp & (evs_per_qp - 1)
@@ -123,6 +126,7 @@ class ReliabilityEngine(wiring.Component):
         if not isinstance(clk_freq_hz, int) or not 1_000_000 <= clk_freq_hz <= 1_000_000_000:
             raise ValueError(f"clk_freq_hz must be an integer in 1 MHz..1 GHz, not {clk_freq_hz!r}")
         check_data_width(data_width)
+        check_dma_addr_width(addr_width)
         if not isinstance(window, int) or window & (window - 1) or not 2 <= window <= 256:
             raise ValueError(f"window must be a power of two in 2..256, not {window!r}")
         need = EV_BASE + 4 * num_qps * evs_per_qp
@@ -134,6 +138,7 @@ class ReliabilityEngine(wiring.Component):
         self.num_qps, self.evs_per_qp, self.sack_bits = num_qps, evs_per_qp, sack_bits
         self.clk_freq_hz, self.data_width = clk_freq_hz, data_width
         self.csr_addr_width, self.window = csr_addr_width, window
+        self.addr_width = addr_width
         self.timeout_unit = timeout_unit_cycles(clk_freq_hz)
         self.ns_per_cycle = round(1e9 / clk_freq_hz)
         self.registers = register_map(num_qps, evs_per_qp, window)
@@ -148,7 +153,7 @@ class ReliabilityEngine(wiring.Component):
                 "cwnd_update": Out(stream.Signature(CwndUpdate)),
                 "qp_state_update": Out(stream.Signature(QpStateUpdate)),
                 "m_axis_probe": Out(AXIStreamSignature(data_width)),
-                "m_axi": Out(AXI4Signature(64, data_width, 4)),
+                "m_axi": Out(AXI4Signature(addr_width, data_width, 4)),
                 "csr": In(CSRBusSignature(csr_addr_width)),
                 "irq": Out(1),
             }
@@ -163,7 +168,7 @@ class ReliabilityEngine(wiring.Component):
             num_qps=nq, evs_per_qp=E, sack_bits=self.sack_bits, window=self.window,
             timeout_unit=self.timeout_unit)
         m.submodules.timers = timers = RetransmitTimers(nq)
-        m.submodules.completions = cpl = CompletionWriter(nq, self.data_width)
+        m.submodules.completions = cpl = CompletionWriter(nq, self.data_width, self.addr_width)
         m.submodules.probes = probes = ProbeBuilder(nq, E, self.data_width)
 
         wiring.connect(m, wiring.flipped(self.peer_ack), core.peer_ack)
@@ -253,6 +258,12 @@ class ReliabilityEngine(wiring.Component):
         m.d.comb += ev_off.eq(addr - EV_BASE)
         ev_idx = ev_off[2:][: max(1, (nq * E - 1).bit_length())]
 
+        # the ring bases keep addr_width bits: the _hi words store (and read back) only
+        # their bits below it
+        base_hi = Signal(32)
+        m.d.comb += base_hi.eq(csr.w_data[: self.addr_width - 32])
+        dma_lanes = range(QP_WORDS["sq_base_lo"], QP_WORDS["sq_base_lo"] + 5)  # dma_mem's words
+        hi_words = (QP_WORDS["sq_base_hi"], QP_WORDS["cq_base_hi"])
         m.d.comb += [
             rel_wr.addr.eq(qp_idx), rel_csr.addr.eq(qp_idx),
             dma_wr.addr.eq(qp_idx), dma_csr.addr.eq(qp_idx),
@@ -260,7 +271,8 @@ class ReliabilityEngine(wiring.Component):
             ev_wr.addr.eq(ev_idx), ev_csr.addr.eq(ev_idx),
             core.rec_addr.eq(Mux(in_ev, ev_idx >> ebits, qp_idx)),
             rel_wr.data.eq(csr.w_data),
-            dma_wr.data.eq(Cat(*[csr.w_data] * 5)),
+            dma_wr.data.eq(Cat(*[base_hi if word in hi_words else csr.w_data
+                                 for word in dma_lanes])),
             net_wr.data.eq(Cat(*[csr.w_data] * 4)),
             ev_wr.data.eq(csr.w_data[:16]),
         ]

@@ -182,9 +182,11 @@ def register_map(num_qps: int = 16, evs_per_qp: int = 16, window: int = 64) -> R
         ("ev_min_active", 16, 8, "GOOD EVs that loss evidence never goes below"),
         ("sack_threshold", 24, 8, "SACKed PSNs past a hole that make it lost (0 = off)")])
     qp("sq_base_lo", "RW", "send queue ring base, bits 31..0 (64-byte WQEs)")
-    qp("sq_base_hi", "RW", "send queue ring base, bits 63..32")
+    qp("sq_base_hi", "RW", "send queue ring base, bits 63..32; bits at and above the "
+       "device's `addr_width` are not kept and read 0")
     qp("cq_base_lo", "RW", "send completion ring base, bits 31..0 (32-byte CQEs)")
-    qp("cq_base_hi", "RW", "send completion ring base, bits 63..32")
+    qp("cq_base_hi", "RW", "send completion ring base, bits 63..32; bits at and above the "
+       "device's `addr_width` are not kept and read 0")
     qp("ring_sizes", "RW", "ring sizes",
        [("sq_log2", 0, 5, "log2 of SQ entries"), ("cq_log2", 8, 5, "log2 of CQ entries")])
     qp("peer_mac_lo", "RW", "peer MAC bits 31..0 (probe destination)")

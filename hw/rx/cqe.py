@@ -36,17 +36,17 @@ def cqe_bytes(job):
 class RxCqeFormatter(wiring.Component):
     """Turns completion records into inline 32-byte writes for ``RxDmaWriter``.
 
-    Interface: ``cqe`` In(stream.Signature(CqeJob)), ``cmd``
-    Out(stream.Signature(WriteCmd)). Combinational: latency 0, one CQE per
-    cycle.
+    Interface: ``cqe`` In(stream.Signature(CqeJob(addr_width))), ``cmd``
+    Out(stream.Signature(WriteCmd(tag_width, addr_width))). Combinational:
+    latency 0, one CQE per cycle.
     """
 
-    def __init__(self, tag_width):
+    def __init__(self, tag_width, addr_width=64):
         self.tag_width = tag_width
         super().__init__(
             {
-                "cqe": In(stream.Signature(CqeJob())),
-                "cmd": Out(stream.Signature(WriteCmd(tag_width))),
+                "cqe": In(stream.Signature(CqeJob(addr_width))),
+                "cmd": Out(stream.Signature(WriteCmd(tag_width, addr_width))),
             }
         )
 

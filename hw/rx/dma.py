@@ -11,7 +11,7 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
-from hw.axi import AXI_BURST_INCR, AXI_RESP_OKAY, AXI4Signature
+from hw.axi import AXI_BURST_INCR, AXI_RESP_OKAY, AXI4Signature, check_dma_addr_width
 from hw.stream import Beat, check_data_width
 
 __all__ = ["CQE_BYTES", "DmaDone", "RxDmaWriter", "WriteCmd"]
@@ -20,17 +20,17 @@ CQE_BYTES = 32
 
 
 class WriteCmd(data.StructLayout):
-    """One write: ``len`` bytes at ``addr``.
+    """One write: ``len`` bytes at ``addr`` (an ``addr_width``-bit DMA address).
 
     ``discard``: write nothing, only drain ``len > 0`` bytes of ``data``.
     ``inline``: the bytes come from ``inline_data`` (a 32-byte CQE, byte 0 in
     bits 7..0), not from ``data``. ``notify``: report on ``done`` with ``tag``.
     """
 
-    def __init__(self, tag_width):
+    def __init__(self, tag_width, addr_width=64):
         super().__init__(
             {
-                "addr": unsigned(64),
+                "addr": unsigned(addr_width),
                 "len": unsigned(16),
                 "discard": unsigned(1),
                 "inline": unsigned(1),
@@ -65,12 +65,15 @@ class RxDmaWriter(wiring.Component):
               reports ``ok`` = 1 without touching the bus. ``done`` is buffered
               ``max_outstanding`` deep and must be drained: the writer stalls B
               while it is full.
-    ``m_axi`` Out(AXI4Signature(64, data_width, id_width)): writes only; reads
-              are tied off. One ID (0), so B responses come in order.
+    ``m_axi`` Out(AXI4Signature(addr_width, data_width, id_width)): writes
+              only; reads are tied off. One ID (0), so B responses come in
+              order.
 
     Bursts: INCR, full-width beats, never longer than ``min(4096, 256 x bytes
     per beat)`` bytes and never across a boundary of that size, so never
-    across a 4 KiB page. Strobes cover exactly the bytes written.
+    across a 4 KiB page. Strobes cover exactly the bytes written. Addresses
+    are ``addr_width`` bits (32..64); a write running past 2^addr_width
+    wraps to address 0 (the RX validator passes none).
 
     Latency: the first W beat 1 cycle and the first AW 2 cycles after a
     command is taken (the first burst's AWLEN is computed from registers in
@@ -86,21 +89,24 @@ class RxDmaWriter(wiring.Component):
     ones are written.
     """
 
-    def __init__(self, data_width=64, tag_width=4, id_width=4, max_outstanding=16):
+    def __init__(self, data_width=64, tag_width=4, id_width=4, max_outstanding=16,
+                 addr_width=64):
         check_data_width(data_width)
+        check_dma_addr_width(addr_width)
         if max_outstanding < 2 or max_outstanding & (max_outstanding - 1):
             raise ValueError(f"max_outstanding must be a power of two >= 2, not {max_outstanding}")
         self.data_width = data_width
         self.tag_width = tag_width
+        self.addr_width = addr_width
         self.max_outstanding = max_outstanding
         self.bpb = data_width // 8
         self.boundary = min(4096, 256 * self.bpb)
         super().__init__(
             {
-                "cmd": In(stream.Signature(WriteCmd(tag_width))),
+                "cmd": In(stream.Signature(WriteCmd(tag_width, addr_width))),
                 "data": In(stream.Signature(Beat(data_width))),
                 "done": Out(stream.Signature(DmaDone(tag_width))),
-                "m_axi": Out(AXI4Signature(64, data_width, id_width)),
+                "m_axi": Out(AXI4Signature(addr_width, data_width, id_width)),
             }
         )
 
@@ -142,15 +148,15 @@ class RxDmaWriter(wiring.Component):
         pend_r = data.View(pend_w.shape(), pending.r_data)
 
         # ---- command stage: AW generation and W generation run side by side
-        cmd = Signal(WriteCmd(self.tag_width))
-        aw_addr = Signal(64)  # next burst start (byte address)
+        cmd = Signal(WriteCmd(self.tag_width, self.addr_width))
+        aw_addr = Signal(self.addr_width)  # next burst start (byte address)
         aw_left = Signal(17)  # bytes not yet covered by an AW
         aw_busy = Signal()
         bursts = Signal(range(max_bursts + 1))
 
         w_busy = Signal()
         drain = Signal()  # consuming input only
-        beat_addr = Signal(64)  # address of the W beat being emitted (aligned)
+        beat_addr = Signal(self.addr_width)  # address of the W beat being emitted (aligned)
         out_left = Signal(range(65536 // bpb + 3))  # W beats still to emit
         in_left = Signal(range(65536 // bpb + 3))  # input beats still expected
         in_ended = Signal()

@@ -4,7 +4,7 @@ from amaranth.hdl import Module
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
-from hw.axi import AXI4Signature
+from hw.axi import AXI4Signature, check_dma_addr_width
 from hw.csr import CSRBusSignature
 from hw.pipeline import StreamRegister
 from hw.stream import AXIStreamSignature, Beat, check_data_width
@@ -23,9 +23,11 @@ __all__ = ["RxEngine", "RxPipeline", "check_rx_params"]
 AXI_ID_WIDTH = 4
 
 
-def check_rx_params(*, data_width, num_qps, num_mrs, sack_bits, mpr_max, csr_addr_width):
+def check_rx_params(*, data_width, num_qps, num_mrs, sack_bits, mpr_max, csr_addr_width,
+                    addr_width=64):
     """Raise a ValueError that says what to fix for an unsupported configuration."""
     check_data_width(data_width)
+    check_dma_addr_width(addr_width)
     if not isinstance(num_qps, int) or num_qps < 2 or num_qps & (num_qps - 1):
         raise ValueError(f"num_qps must be a power of two >= 2, not {num_qps!r}")
     if not isinstance(num_mrs, int) or not 1 <= num_mrs <= 96:
@@ -45,7 +47,7 @@ class RxPipeline(wiring.Component):
 
     Takes the parser's ``hdr`` and ``payload`` streams (see ``RxParser``), so
     it can be tested on records built from scapy packets without the parser.
-    Ports as ``RxEngine``, with ``hdr``/``payload`` in place of ``s_axis``,
+    Parameters and ports as ``RxEngine``, with ``hdr``/``payload`` in place of ``s_axis``,
     plus ``parser_counters`` (In) and ``trim_dscp`` (Out) for the parser.
 
     Blocks, in order: ``RxValidator`` (QP/peer/MR checks) -> ``RxPsnWindow``
@@ -64,21 +66,24 @@ class RxPipeline(wiring.Component):
     CSR_READ_LATENCY = RxRegisters.CSR_READ_LATENCY
 
     def __init__(self, *, data_width=64, num_qps=16, num_mrs=16, sack_bits=64, mpr_max=1024,
-                 csr_addr_width=16, inflight=8, max_pending=8):
+                 csr_addr_width=16, inflight=8, max_pending=8, addr_width=64):
         check_rx_params(data_width=data_width, num_qps=num_qps, num_mrs=num_mrs,
-                        sack_bits=sack_bits, mpr_max=mpr_max, csr_addr_width=csr_addr_width)
+                        sack_bits=sack_bits, mpr_max=mpr_max, csr_addr_width=csr_addr_width,
+                        addr_width=addr_width)
         self.data_width, self.num_qps, self.num_mrs = data_width, num_qps, num_mrs
         self.sack_bits, self.mpr_max, self.csr_addr_width = sack_bits, mpr_max, csr_addr_width
         self.inflight, self.max_pending = inflight, max_pending
+        self.addr_width = addr_width
         # Built here so that an impossible register map fails at construction.
         self.regs = RxRegisters(num_qps=num_qps, num_mrs=num_mrs, sack_bits=sack_bits,
-                                mpr_max=mpr_max, csr_addr_width=csr_addr_width)
+                                mpr_max=mpr_max, csr_addr_width=csr_addr_width,
+                                addr_width=addr_width)
         super().__init__(
             {
                 "hdr": In(stream.Signature(ParsedHeader(sack_bits))),
                 "payload": In(stream.Signature(Beat(data_width))),
                 "csr": In(CSRBusSignature(csr_addr_width)),
-                "m_axi": Out(AXI4Signature(64, data_width, AXI_ID_WIDTH)),
+                "m_axi": Out(AXI4Signature(addr_width, data_width, AXI_ID_WIDTH)),
                 "m_axis_ack": Out(AXIStreamSignature(data_width)),
                 "peer_ack": Out(stream.Signature(ParsedHeader(sack_bits))),
                 "parser_counters": In(data.ArrayLayout(32, len(PARSER_COUNTERS))),
@@ -93,16 +98,17 @@ class RxPipeline(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.regs = regs = self.regs
+        aw = self.addr_width
         m.submodules.validator = val = RxValidator(
-            num_qps=self.num_qps, num_mrs=self.num_mrs, sack_bits=self.sack_bits)
+            num_qps=self.num_qps, num_mrs=self.num_mrs, sack_bits=self.sack_bits, addr_width=aw)
         m.submodules.window = win = RxPsnWindow(
             num_qps=self.num_qps, sack_bits=self.sack_bits, mpr_max=self.mpr_max,
-            inflight=self.inflight, max_pending=self.max_pending)
+            inflight=self.inflight, max_pending=self.max_pending, addr_width=aw)
         m.submodules.dma = dma = RxDmaWriter(
             self.data_width, tag_width=win.tag_bits, id_width=AXI_ID_WIDTH,
-            max_outstanding=max(16, 2 * self.inflight))
+            max_outstanding=max(16, 2 * self.inflight), addr_width=aw)
         m.submodules.ackgen = ackgen = RxAckBuilder(self.data_width, self.sack_bits)
-        m.submodules.cqefmt = cqefmt = RxCqeFormatter(win.tag_bits)
+        m.submodules.cqefmt = cqefmt = RxCqeFormatter(win.tag_bits, aw)
 
         connect(m, flipped(self.hdr), val.hdr)
         connect(m, flipped(self.peer_ack), val.peer_ack)
@@ -170,6 +176,9 @@ class RxEngine(wiring.Component):
         MPR unit); the bitmap ring per QP is the next power of two >=
         ``mpr_max + sack_bits`` bits. Default 1024 (MPR 8).
     csr_addr_width : CSR bus address bits; the register map must fit.
+    addr_width : bits of the host DMA addresses, 32..64 (default 64): MR
+        bases, CQ bases, payload and CQE write addresses. A WRITE that does
+        not lie below 2^addr_width fails the bounds check (``RxValidator``).
 
     Interface
     ---------
@@ -177,8 +186,8 @@ class RxEngine(wiring.Component):
     ``csr``         In(CSRBusSignature(csr_addr_width)): ``register_map``. A
                     read answers ``CSR_READ_LATENCY`` (2) cycles after
                     ``r_stb``.
-    ``m_axi``       Out(AXI4Signature(64, data_width, 4)): payload and CQE
-                    writes; reads tied off.
+    ``m_axi``       Out(AXI4Signature(addr_width, data_width, 4)): payload
+                    and CQE writes; reads tied off.
     ``m_axis_ack``  Out(AXIStreamSignature(data_width)): ACK, NAK and probe
                     response frames, for the TX arbiter.
     ``peer_ack``    Out(stream.Signature(ParsedHeader(sack_bits))): received
@@ -193,18 +202,19 @@ class RxEngine(wiring.Component):
     CSR_READ_LATENCY = RxRegisters.CSR_READ_LATENCY
 
     def __init__(self, *, data_width=64, num_qps=16, num_mrs=16, sack_bits=64, mpr_max=1024,
-                 csr_addr_width=16, max_payload=4096):
+                 csr_addr_width=16, max_payload=4096, addr_width=64):
         check_rx_params(data_width=data_width, num_qps=num_qps, num_mrs=num_mrs,
-                        sack_bits=sack_bits, mpr_max=mpr_max, csr_addr_width=csr_addr_width)
+                        sack_bits=sack_bits, mpr_max=mpr_max, csr_addr_width=csr_addr_width,
+                        addr_width=addr_width)
         self.pipeline = RxPipeline(data_width=data_width, num_qps=num_qps, num_mrs=num_mrs,
                                    sack_bits=sack_bits, mpr_max=mpr_max,
-                                   csr_addr_width=csr_addr_width)
+                                   csr_addr_width=csr_addr_width, addr_width=addr_width)
         self.data_width, self.sack_bits, self.max_payload = data_width, sack_bits, max_payload
         super().__init__(
             {
                 "s_axis": In(AXIStreamSignature(data_width, user_width=1)),
                 "csr": In(CSRBusSignature(csr_addr_width)),
-                "m_axi": Out(AXI4Signature(64, data_width, AXI_ID_WIDTH)),
+                "m_axi": Out(AXI4Signature(addr_width, data_width, AXI_ID_WIDTH)),
                 "m_axis_ack": Out(AXIStreamSignature(data_width)),
                 "peer_ack": Out(stream.Signature(ParsedHeader(sack_bits))),
             }

@@ -39,9 +39,10 @@ class ReqKind(enum.Enum, shape=3):
 
 
 class QpConfig(data.StructLayout):
-    """The host-written attributes of one QP (the ``QP_*`` registers)."""
+    """The host-written attributes of one QP (the ``QP_*`` registers); the CQ
+    base is an ``addr_width``-bit DMA address."""
 
-    def __init__(self):
+    def __init__(self, addr_width=64):
         super().__init__(
             {
                 "state": QpState,
@@ -51,7 +52,7 @@ class QpConfig(data.StructLayout):
                 "ack_t": unsigned(16),
                 "peer_ip": unsigned(32),
                 "peer_qpn": unsigned(24),
-                "cq_base": unsigned(64),
+                "cq_base": unsigned(addr_width),
                 "cq_log2": unsigned(5),
                 "cq_enable": unsigned(1),
                 "cq_cons": unsigned(16),
@@ -60,9 +61,12 @@ class QpConfig(data.StructLayout):
 
 
 class WindowReq(data.StructLayout):
-    """One parsed and validated frame, from the validator to the window engine."""
+    """One parsed and validated frame, from the validator to the window engine.
 
-    def __init__(self, qp_bits):
+    ``va`` is the RETH VA as a DMA address: its low ``addr_width`` bits, all
+    of it for a ``DATA`` request (the validator checked that it fits)."""
+
+    def __init__(self, qp_bits, addr_width=64):
         super().__init__(
             {
                 "kind": ReqKind,
@@ -72,7 +76,7 @@ class WindowReq(data.StructLayout):
                 "opcode": unsigned(8),
                 "ackreq": unsigned(1),
                 "ce": unsigned(1),
-                "va": unsigned(64),
+                "va": unsigned(addr_width),
                 "payload_len": unsigned(16),
                 "dma_len": unsigned(32),
                 "imm": unsigned(32),
@@ -112,12 +116,12 @@ class AckJob(data.StructLayout):
 
 
 class CqeJob(data.StructLayout):
-    """A receive completion and where it goes."""
+    """A receive completion and where it goes (an ``addr_width``-bit DMA address)."""
 
-    def __init__(self):
+    def __init__(self, addr_width=64):
         super().__init__(
             {
-                "addr": unsigned(64),
+                "addr": unsigned(addr_width),
                 "msn": unsigned(24),
                 "byte_len": unsigned(32),
                 "imm": unsigned(32),

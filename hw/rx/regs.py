@@ -66,7 +66,8 @@ _QP_REGS = (
                       "receive bitmap, MSN, completion producer index and ACK state; "
                       "read: the value last written", []),
     ("QP_CQ_BASE_LO", 0x14, "receive completion ring base, bits 31:0 (32-byte aligned)", []),
-    ("QP_CQ_BASE_HI", 0x18, "receive completion ring base, bits 63:32", []),
+    ("QP_CQ_BASE_HI", 0x18, "receive completion ring base, bits 63:32; bits at and above "
+                            "the device's `addr_width` are not kept and read 0", []),
     ("QP_CQ_CTRL", 0x1C, "receive completion ring", [
         ("log2_entries", 0, 5, "ring size 2^n CQEs of 32 bytes, n <= 15"),
         ("enable", 31, 1, "write CQEs (else they are counted as cq_overflow)"),
@@ -101,7 +102,8 @@ def rx_register_map(num_qps=16, num_mrs=16, next_offset=0) -> RegisterMap:
         rmap.add(f"CNT_{name.upper()}", COUNTER_BASE + 4 * i, "RO", f"count: {doc}")
     mr_regs = (
         ("MR_BASE_LO", 0x00, "region base address bits 31:0"),
-        ("MR_BASE_HI", 0x04, "region base address bits 63:32"),
+        ("MR_BASE_HI", 0x04, "region base address bits 63:32; bits at and above the device's "
+                             "`addr_width` are not kept and read 0"),
         ("MR_LENGTH", 0x08, "region length in bytes"),
         ("MR_RKEY", 0x0C, "R_Key of the region"),
         ("MR_ACCESS", 0x10, "bit 0 VALID, bit 1 REMOTE_WRITE; both are needed to write"),
@@ -144,6 +146,10 @@ class RxRegisters(wiring.Component):
     cycle offers each pending QP on ``init`` (within ``num_qps + 2`` cycles),
     so back-to-back writes to several QPs are all delivered.
 
+    Addresses (``MR_BASE_*``, ``QP_CQ_BASE_*``) keep ``addr_width`` bits
+    (32..64): the upper bits of ``MR_BASE_HI`` and ``QP_CQ_BASE_HI`` are not
+    stored and read 0.
+
     Latency: a CSR read answers 2 cycles after ``r_stb``; a lookup answers
     the cycle after its address; a write takes effect at the next cycle.
     Throughput: one CSR access and one lookup per port per cycle.
@@ -152,8 +158,9 @@ class RxRegisters(wiring.Component):
     CSR_READ_LATENCY = 2
 
     def __init__(self, *, num_qps=16, num_mrs=16, sack_bits=64, mpr_max=1024,
-                 csr_addr_width=16, next_offset=0):
+                 csr_addr_width=16, next_offset=0, addr_width=64):
         self.num_qps, self.num_mrs = num_qps, num_mrs
+        self.addr_width = addr_width
         self.sack_bits, self.mpr_max = sack_bits, mpr_max
         self.qp_bits = exact_log2(num_qps)
         self.next_offset = next_offset
@@ -163,7 +170,7 @@ class RxRegisters(wiring.Component):
                 f"the rx register map needs {self.map.size:#x} bytes, more than "
                 f"csr_addr_width={csr_addr_width} addresses; use fewer QPs or a wider bus"
             )
-        lookup = wiring.Signature({"addr": Out(self.qp_bits), "cfg": In(QpConfig())})
+        lookup = wiring.Signature({"addr": Out(self.qp_bits), "cfg": In(QpConfig(addr_width))})
         events = data.StructLayout({n: unsigned(1) for n in VALIDATOR_COUNTERS + WINDOW_COUNTERS})
         super().__init__(
             {
@@ -173,7 +180,7 @@ class RxRegisters(wiring.Component):
                 "init": Out(stream.Signature(
                     data.StructLayout({"qp": unsigned(self.qp_bits), "epsn": unsigned(24)}))),
                 "init_busy": Out(1),
-                "mrs": Out(data.ArrayLayout(MrEntry(), num_mrs)),
+                "mrs": Out(data.ArrayLayout(MrEntry(addr_width), num_mrs)),
                 "own_mac": Out(48),
                 "own_ip": Out(32),
                 "trim_dscp": Out(6, init=0x3F),
@@ -208,9 +215,12 @@ class RxRegisters(wiring.Component):
         m.submodules.qp_readback = readback
         readback_wp = readback.write_port()
         readback_rp = readback.read_port()
+        # QP_CQ_BASE_HI keeps the base's bits below addr_width only (the
+        # lookups' cq_base takes no more): so does its read-back copy.
+        cq_base_hi = reg_index == rmap["QP_CQ_BASE_HI"].offset % QP_STRIDE // 4
         m.d.comb += [
             readback_wp.addr.eq(Cat(reg_index, qp_index)),
-            readback_wp.data.eq(bus.w_data),
+            readback_wp.data.eq(Mux(cq_base_hi, bus.w_data[: self.addr_width - 32], bus.w_data)),
             readback_wp.en.eq(bus.w_stb & in_qp),
             readback_rp.addr.eq(Cat(reg_index, qp_index)),
         ]

@@ -30,12 +30,13 @@ VALIDATOR_COUNTERS = (
 
 
 class MrEntry(data.StructLayout):
-    """One memory region as registered by the host."""
+    """One memory region as registered by the host; ``base`` is an
+    ``addr_width``-bit DMA address."""
 
-    def __init__(self):
+    def __init__(self, addr_width=64):
         super().__init__(
             {
-                "base": unsigned(64),
+                "base": unsigned(addr_width),
                 "length": unsigned(32),
                 "rkey": unsigned(32),
                 "access": unsigned(8),
@@ -55,7 +56,7 @@ class RxValidator(wiring.Component):
                   frames and probe responses (the requester's business),
                   untouched; they take no QP check here.
     ``cfg_addr`` / ``cfg``: 1-cycle lookup into the QP configuration.
-    ``mrs``       In(ArrayLayout(MrEntry, num_mrs)): the region table.
+    ``mrs``       In(ArrayLayout(MrEntry(addr_width), num_mrs)): the region table.
     ``own_ip``    In(32).
     ``counters``  Out: a one-cycle strobe per ``VALIDATOR_COUNTERS`` event.
 
@@ -73,7 +74,12 @@ class RxValidator(wiring.Component):
        R_Key (the lowest-numbered match is used);
     7. ``bad_bounds``: not ``base <= VA`` and ``VA + payload_len <= base + length``
        (computed without overflow: ``VA - base`` must not borrow and
-       ``(VA - base) + payload_len <= length``).
+       ``(VA - base) + payload_len <= length``). With ``addr_width`` < 64 the
+       write must also lie below 2^addr_width: a VA with a bit set at or
+       above ``addr_width`` (it would alias into low memory once cut to a DMA
+       address) or ``VA + payload_len > 2^addr_width`` (it would wrap) fails
+       here too, whatever the region. ``req.va`` is the VA's low
+       ``addr_width`` bits.
 
     Latency: 4 cycles from ``hdr`` valid to ``req`` valid (the checks are
     registered in three stages: MR selection and header checks, QP checks
@@ -83,17 +89,18 @@ class RxValidator(wiring.Component):
     no throughput.
     """
 
-    def __init__(self, *, num_qps=16, num_mrs=16, sack_bits=64):
+    def __init__(self, *, num_qps=16, num_mrs=16, sack_bits=64, addr_width=64):
         self.num_qps, self.num_mrs, self.sack_bits = num_qps, num_mrs, sack_bits
+        self.addr_width = addr_width
         self.qp_bits = exact_log2(num_qps)
         super().__init__(
             {
                 "hdr": In(stream.Signature(ParsedHeader(sack_bits))),
-                "req": Out(stream.Signature(WindowReq(self.qp_bits))),
+                "req": Out(stream.Signature(WindowReq(self.qp_bits, addr_width))),
                 "peer_ack": Out(stream.Signature(ParsedHeader(sack_bits))),
                 "cfg_addr": Out(self.qp_bits),
-                "cfg": In(QpConfig()),
-                "mrs": In(data.ArrayLayout(MrEntry(), num_mrs)),
+                "cfg": In(QpConfig(addr_width)),
+                "mrs": In(data.ArrayLayout(MrEntry(addr_width), num_mrs)),
                 "own_ip": In(32),
                 "counters": Out(data.StructLayout({n: unsigned(1) for n in VALIDATOR_COUNTERS})),
             }
@@ -105,7 +112,8 @@ class RxValidator(wiring.Component):
         h = Signal(ParsedHeader(self.sack_bits))
         m.d.comb += self.cfg_addr.eq(h.bth.dqpn[: self.qp_bits])
 
-        req = Signal(WindowReq(self.qp_bits))
+        aw = self.addr_width
+        req = Signal(WindowReq(self.qp_bits, aw))
         req_valid = Signal()
         m.d.comb += [self.req.valid.eq(req_valid), self.req.payload.eq(req)]
         with m.If(self.req.ready):
@@ -124,15 +132,18 @@ class RxValidator(wiring.Component):
 
         # LOOKUP: the MR, the lowest-numbered valid writable entry with this R_Key.
         mr_hit = Signal()
-        mr = Signal(MrEntry())
+        mr = Signal(MrEntry(aw))
         is_peer = Signal()
         bad_qpn = Signal()
         not_for_us = Signal()
         is_probe = Signal()
         is_write = Signal()
         has_payload = Signal()
+        # the write leaves the addr_width-bit space; below 64 bits only (at 64
+        # the VA is a whole DMA address, as it always was)
+        outside = Signal()
         mr_hit_c = Signal()
-        mr_c = Signal(MrEntry())
+        mr_c = Signal(MrEntry(aw))
         # mr is read only when an entry hit, so the last entry needs no match
         # of its own to be selected (its R_Key compare stays off mr's data).
         m.d.comb += mr_c.eq(self.mrs[self.num_mrs - 1])
@@ -153,11 +164,19 @@ class RxValidator(wiring.Component):
             is_write.eq(Cat(*[op == o for o in Opcode.WRITES]).any()),
             has_payload.eq(h.payload_len != 0),
         ]
+        if aw < 64:
+            # [VA, VA + payload_len) below 2^aw: no VA bit at or above aw, and
+            # VA's low bits plus the length at most 2^aw
+            end = Signal(aw + 1)
+            m.d.comb += end.eq(h.reth.va[:aw] + h.payload_len)
+            lookup_values.append(outside.eq(h.reth.va[aw:].any()
+                                            | (end[aw] & end[:aw].any())))
 
         # CHECK: the QP checks and the two halves of the bounds check.
         # [VA, VA + len) is inside [base, base + length) when VA - base does
         # not borrow and VA - base <= length - len (which does not borrow).
-        offset = Signal(65)  # VA - base
+        # Only VA's low aw bits take part: a VA above them is ``outside``.
+        offset = Signal(aw + 1)  # VA - base
         room = Signal(33)  # length - payload_len
         pre_kind = Signal(ReqKind)
         pre_cnt = Signal(data.StructLayout({n: unsigned(1) for n in VALIDATOR_COUNTERS}))
@@ -166,7 +185,7 @@ class RxValidator(wiring.Component):
         bad_source = Signal()
         state = self.cfg.state
         check_values = [
-            offset.eq(h.reth.va - mr.base),
+            offset.eq(h.reth.va[:aw] - mr.base),
             room.eq(mr.length - h.payload_len),
             bad_state.eq((state != QpState.RTR) & (state != QpState.RTS)),
             bad_source.eq(h.ip_src != self.cfg.peer_ip),
@@ -212,7 +231,7 @@ class RxValidator(wiring.Component):
         # yosys builds "<=" with a zero test over the difference's bits).
         over = Signal(33)
         m.d.comb += over.eq(Cat(room[:32], Const(0, 1)) - Cat(offset[:32], Const(0, 1)))
-        in_bounds = ~offset[64] & ~room[32] & (offset[32:64] == 0) & ~over[32]
+        in_bounds = ~offset[aw] & ~room[32] & (offset[32:aw] == 0) & ~over[32] & ~outside
 
         with m.FSM(name="validate"):
             with m.State("IDLE"):

@@ -161,6 +161,10 @@ class RxPsnWindow(wiring.Component):
                  ``init_busy`` holds frame checks until it has arrived.
     ``counters`` Out: a one-cycle strobe per ``WINDOW_COUNTERS`` event.
 
+    Addresses (``req.va``, ``place.addr``, ``cqe.addr``, the CQ base) are
+    ``addr_width`` bits (32..64); a CQE's address, CQ base + slot x 32,
+    wraps within them.
+
     Window: a PSN ``p`` of QP q with expected PSN ``e`` (= cum_psn + 1) is
     *new* when ``d = (p - e) mod 2^24`` is below the QP's window
     ``min(MPR x 128, mpr_max)`` (MPR = 0 reads as ``mpr_max``) and its bit
@@ -201,7 +205,8 @@ class RxPsnWindow(wiring.Component):
     MTU >= 256.
     """
 
-    def __init__(self, *, num_qps=16, sack_bits=64, mpr_max=1024, inflight=8, max_pending=8):
+    def __init__(self, *, num_qps=16, sack_bits=64, mpr_max=1024, inflight=8, max_pending=8,
+                 addr_width=64):
         if num_qps < 2 or num_qps & (num_qps - 1) or num_qps > 4096:
             raise ValueError(f"num_qps must be a power of two in 2..4096, not {num_qps!r}")
         if sack_bits not in (32, 64, 128, 256):
@@ -218,18 +223,19 @@ class RxPsnWindow(wiring.Component):
         self.mpr_max = mpr_max
         self.inflight = inflight
         self.max_pending = max_pending
+        self.addr_width = addr_width
         self.ring_bits = ring_bits_for(mpr_max, sack_bits)
         self.ring_words = self.ring_bits // sack_bits
         self.tag_bits = exact_log2(inflight)
         super().__init__(
             {
-                "req": In(stream.Signature(WindowReq(self.qp_bits))),
-                "place": Out(stream.Signature(WriteCmd(self.tag_bits))),
+                "req": In(stream.Signature(WindowReq(self.qp_bits, addr_width))),
+                "place": Out(stream.Signature(WriteCmd(self.tag_bits, addr_width))),
                 "done": In(stream.Signature(DmaDone(self.tag_bits))),
                 "ack": Out(stream.Signature(AckJob(sack_bits))),
-                "cqe": Out(stream.Signature(CqeJob())),
+                "cqe": Out(stream.Signature(CqeJob(addr_width))),
                 "cfg_addr": Out(self.qp_bits),
-                "cfg": In(QpConfig()),
+                "cfg": In(QpConfig(addr_width)),
                 "init": In(
                     stream.Signature(
                         data.StructLayout({"qp": unsigned(self.qp_bits), "epsn": unsigned(24)})
@@ -264,9 +270,9 @@ class RxPsnWindow(wiring.Component):
         # after being loaded (or with their valid) have no reset, which leaves
         # their flip-flops' LSR pin free to clear fields without a LUT.
         qp = Signal(qpb)
-        rq = Signal(WindowReq(qpb), reset_less=True)
+        rq = Signal(WindowReq(qpb, self.addr_width), reset_less=True)
         qs = Signal(QpRxState())
-        cfg = Signal(QpConfig(), reset_less=True)
+        cfg = Signal(QpConfig(self.addr_width), reset_less=True)
         bm_word = Signal(lr)  # bitmap word index being read
         m.d.comb += [
             q_rd.addr.eq(qp),
@@ -320,7 +326,7 @@ class RxPsnWindow(wiring.Component):
 
         # ---- outputs are registers, each emptied by its consumer
         place_valid = Signal()
-        place_cmd = Signal(WriteCmd(self.tag_bits), reset_less=True)
+        place_cmd = Signal(WriteCmd(self.tag_bits, self.addr_width), reset_less=True)
         m.d.comb += [self.place.valid.eq(place_valid), self.place.payload.eq(place_cmd)]
         with m.If(self.place.ready):
             m.d.sync += place_valid.eq(0)
@@ -330,7 +336,7 @@ class RxPsnWindow(wiring.Component):
         with m.If(self.ack.ready):
             m.d.sync += ack_valid.eq(0)
         cqe_valid = Signal()
-        cqe_job = Signal(CqeJob(), reset_less=True)
+        cqe_job = Signal(CqeJob(self.addr_width), reset_less=True)
         m.d.comb += [self.cqe.valid.eq(cqe_valid), self.cqe.payload.eq(cqe_job)]
         with m.If(self.cqe.ready):
             m.d.sync += cqe_valid.eq(0)
@@ -513,7 +519,7 @@ class RxPsnWindow(wiring.Component):
         # two cycles after MARK loads them, and one cycle after cq_prod moves).
         cq_mask = Signal(16)  # CQ ring entries - 1, in 16 bits
         cq_full = Signal()
-        cqe_addr = Signal(64)
+        cqe_addr = Signal(self.addr_width)  # wraps within addr_width bits
         cqe_phase = Signal()
         cqe_issue = Signal()  # COMPLETE passed a WITH_IMMEDIATE message: CQE next cycle
         m.d.sync += [

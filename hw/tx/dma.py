@@ -16,9 +16,9 @@ AXI_MAX_BEATS = 256
 AXI_BOUNDARY = 4096
 
 
-def ReadRequest():
-    """One AXI4 read burst: beat-aligned address and beats - 1."""
-    return data.StructLayout({"addr": unsigned(64), "len": unsigned(8)})
+def ReadRequest(addr_width=64):
+    """One AXI4 read burst: beat-aligned ``addr_width``-bit address and beats - 1."""
+    return data.StructLayout({"addr": unsigned(addr_width), "len": unsigned(8)})
 
 
 def ReadData(data_width):
@@ -37,20 +37,22 @@ class ReadArbiter(wiring.Component):
     payload, ARID 1) each give bursts on a request stream and take their
     R beats by RID, so an interconnect may return the two out of order.
     The AR choice alternates when both wait and is held until ARREADY (an
-    AXI master may not withdraw ARVALID). Latency 0 cycles (AR and R are
-    passed through combinationally); one AR per cycle, one R beat per cycle.
+    AXI master may not withdraw ARVALID). ``m_axi`` and the requests carry
+    ``addr_width``-bit addresses. Latency 0 cycles (AR and R are passed
+    through combinationally); one AR per cycle, one R beat per cycle.
     """
 
-    def __init__(self, data_width: int = 64, id_width: int = 4):
+    def __init__(self, data_width: int = 64, id_width: int = 4, addr_width: int = 64):
         self.data_width = data_width
         super().__init__(
             {
                 "m_axi": Out(
-                    AXI4Signature(addr_width=64, data_width=data_width, id_width=id_width)
+                    AXI4Signature(addr_width=addr_width, data_width=data_width,
+                                  id_width=id_width)
                 ),
-                "wqe_req": In(stream.Signature(ReadRequest())),
+                "wqe_req": In(stream.Signature(ReadRequest(addr_width))),
                 "wqe_data": Out(stream.Signature(ReadData(data_width))),
-                "pay_req": In(stream.Signature(ReadRequest())),
+                "pay_req": In(stream.Signature(ReadRequest(addr_width))),
                 "pay_data": Out(stream.Signature(ReadData(data_width))),
             }
         )
@@ -120,16 +122,18 @@ class PayloadReader(wiring.Component):
     span's adder start from flip-flops. Latency 2 cycles from ``desc`` to
     the first request; one burst per cycle. The burst length comes from
     narrow registers (the bytes left, the beat index below the boundary),
-    not 64-bit arithmetic.
+    not address-wide arithmetic. Addresses are ``addr_width`` bits; the
+    next burst's address wraps within them.
     """
 
-    def __init__(self, data_width: int = 64, max_outstanding: int = 4):
+    def __init__(self, data_width: int = 64, max_outstanding: int = 4, addr_width: int = 64):
         self.data_width = data_width
         self.max_outstanding = max_outstanding
+        self.addr_width = addr_width
         super().__init__(
             {
-                "desc": In(stream.Signature(PayloadDesc())),
-                "req": Out(stream.Signature(ReadRequest())),
+                "desc": In(stream.Signature(PayloadDesc(addr_width))),
+                "req": Out(stream.Signature(ReadRequest(addr_width))),
                 "info": Out(stream.Signature(SegmentInfo())),
             }
         )
@@ -154,19 +158,19 @@ class PayloadReader(wiring.Component):
         # packet's last byte relative to the beat-aligned ``addr``; a burst
         # that does not end the packet runs to the next boundary, so its
         # length in beats - 1 is the complement of addr's beat bits below
-        # the boundary. No 64-bit compare or subtract before ``req``. Whether
+        # the boundary. No address-wide compare or subtract before ``req``. Whether
         # the burst ends the packet (the last byte is below the next
         # boundary) is registered with them, so ``req`` is one mux from
         # flip-flops.
         bb = boundary.bit_length() - 1
-        addr = Signal(64)
+        addr = Signal(self.addr_width)
         span_m1 = Signal(range(nbytes + (1 << 13)))
         to_boundary = Signal(bb - lg)  # beats - 1 up to the boundary
         m.d.comb += to_boundary.eq(~addr[lg:bb])
         last = Signal()
 
         # the input register: loaded when empty or taken in the same cycle
-        d = Signal(PayloadDesc())
+        d = Signal(PayloadDesc(self.addr_width))
         d_valid = Signal()
         d_take = Signal()
         m.d.comb += self.desc.ready.eq(~d_valid | d_take)

@@ -4,7 +4,7 @@ from amaranth.hdl import Module
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..axi import AXI4Signature
+from ..axi import AXI4Signature, check_dma_addr_width
 from ..csr import CSRBusSignature
 from ..pipeline import BlockRamFIFO, StreamRegister
 from ..stream import AXIStreamSignature, Beat, check_data_width
@@ -56,13 +56,16 @@ class TxEngine(wiring.Component):
     Parameters: ``data_width`` (64..512, bits of the MAC stream and AXI4
     data), ``num_qps``, ``evs_per_qp`` (1..256), ``max_mtu`` (256..4096, a
     power of two), ``csr_addr_width``, ``inflight_depth`` (PSNs each QP may
-    have in flight: the in-flight table's entries per QP, a power of two).
+    have in flight: the in-flight table's entries per QP, a power of two),
+    ``addr_width`` (32..64, bits of the host DMA addresses: ``m_axi``'s,
+    the SQ bases', WQE ``laddr``s; see ``Sequencer``).
 
     Ports:
     - ``csr``: the TX register block (``regs.tx_register_map``, type 0x0002).
       A read answers ``CSR_READ_LATENCY`` (2) cycles after ``r_stb``: the
       read data is registered (a bridge in front takes ``read_latency=2``).
-    - ``m_axi``: AXI4 master, reads only (WQEs with ARID 0, payload ARID 1).
+    - ``m_axi``: AXI4 master (``addr_width``-bit addresses), reads only (WQEs
+      with ARID 0, payload ARID 1).
     - ``m_axis``: Ethernet frames without FCS, ICRC included.
     - ``retx``: retransmit requests (QPN, PSN, reason); always taken, and
       dropped (counted) when the PSN is not in flight.
@@ -100,9 +103,11 @@ class TxEngine(wiring.Component):
         max_mtu: int = 4096,
         csr_addr_width: int = 16,
         inflight_depth: int = 256,
+        addr_width: int = 64,
     ):
         try:
             check_data_width(data_width)
+            check_dma_addr_width(addr_width)
             if not isinstance(num_qps, int) or num_qps < 1:
                 raise ValueError(f"num_qps must be a positive integer, not {num_qps!r}")
             if not isinstance(evs_per_qp, int) or not 1 <= evs_per_qp <= 256:
@@ -132,11 +137,13 @@ class TxEngine(wiring.Component):
         self.max_mtu = max_mtu
         self.csr_addr_width = csr_addr_width
         self.inflight_depth = inflight_depth
+        self.addr_width = addr_width
         self.register_map = tx_register_map(num_qps, evs_per_qp)
         super().__init__(
             {
                 "csr": In(CSRBusSignature(csr_addr_width)),
-                "m_axi": Out(AXI4Signature(addr_width=64, data_width=data_width, id_width=4)),
+                "m_axi": Out(AXI4Signature(addr_width=addr_width, data_width=data_width,
+                                           id_width=4)),
                 "m_axis": Out(AXIStreamSignature(data_width)),
                 "retx": In(stream.Signature(RetxRequest)),
                 "ack_update": In(stream.Signature(AckUpdate)),
@@ -155,16 +162,19 @@ class TxEngine(wiring.Component):
             max_mtu=self.max_mtu,
             csr_addr_width=self.csr_addr_width,
             inflight_depth=self.inflight_depth,
+            addr_width=self.addr_width,
         )
         m.submodules.ev_table = evt = EvTable(self.num_qps, self.evs_per_qp)
-        m.submodules.read_arbiter = arb = ReadArbiter(w)
-        m.submodules.payload_reader = reader = PayloadReader(w, max_outstanding=PAY_DESC_FIFO_DEPTH)
+        m.submodules.read_arbiter = arb = ReadArbiter(w, addr_width=self.addr_width)
+        m.submodules.payload_reader = reader = PayloadReader(
+            w, max_outstanding=PAY_DESC_FIFO_DEPTH, addr_width=self.addr_width)
         m.submodules.realigner = realign = Realigner(w)
         m.submodules.payload_fifo = pay_fifo = StreamFifo(Beat(w), max(16, self.max_mtu * 8 // w))
         # the FIFO's block-RAM read data is registered before the framer uses it
         m.submodules.payload_reg = pay_reg = StreamRegister(Beat(w))
         m.submodules.hdr_desc_fifo = hdr_fifo = StreamFifo(PacketDesc(), DESC_FIFO_DEPTH)
-        m.submodules.pay_desc_fifo = pd_fifo = StreamFifo(PayloadDesc(), PAY_DESC_FIFO_DEPTH)
+        m.submodules.pay_desc_fifo = pd_fifo = StreamFifo(PayloadDesc(self.addr_width),
+                                                          PAY_DESC_FIFO_DEPTH)
         m.submodules.sent_fifo = sent_fifo = StreamFifo(SentRecord, SENT_FIFO_DEPTH)
         m.submodules.header_builder = hb = HeaderBuilder()
         m.submodules.framer = framer = Framer(w)

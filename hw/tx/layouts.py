@@ -68,9 +68,10 @@ def PacketDesc():
     )
 
 
-def PayloadDesc():
-    """Payload bytes to read from host memory for one packet."""
-    return data.StructLayout({"laddr": unsigned(64), "length": unsigned(13)})
+def PayloadDesc(addr_width=64):
+    """Payload bytes to read from host memory for one packet (``laddr`` an
+    ``addr_width``-bit DMA address)."""
+    return data.StructLayout({"laddr": unsigned(addr_width), "length": unsigned(13)})
 
 
 def FrameHeader():

@@ -171,7 +171,13 @@ def tx_register_map(num_qps: int = 16, evs_per_qp: int = 16) -> RegisterMap:
         "RW",
         "send-queue ring base in host memory, bits 31..0 (64-byte aligned)",
     )
-    qp("qp_sq_base_hi", Q.SQ_BASE_HI, "RW", "send-queue ring base, bits 63..32")
+    qp(
+        "qp_sq_base_hi",
+        Q.SQ_BASE_HI,
+        "RW",
+        "send-queue ring base, bits 63..32; bits at and above the device's `addr_width` are "
+        "not kept and read 0",
+    )
     qp("qp_sq_log2_size", Q.SQ_LOG2_SIZE, "RW", "log2 of the ring's entries (0..15)")
     qp(
         "qp_doorbell",

@@ -48,17 +48,19 @@ CFG_LANES = [
 _LANE = {name: i for i, (name, _, _) in enumerate(CFG_LANES)}
 
 
-def _lane(row, name):
+def _lane(row, name, width=None):
+    """Lane ``name`` of a settings row: its CFG_LANES bits, or its low ``width``."""
     i = _LANE[name]
-    width = CFG_LANES[i][2]
-    return row[32 * i : 32 * i + width]
+    return row[32 * i : 32 * i + (CFG_LANES[i][2] if width is None else width)]
 
 
-def WqeState():
-    """The part-sent WQE of a QP (and the WQE being retransmitted from)."""
+def WqeState(addr_width=64):
+    """The part-sent WQE of a QP (and the WQE being retransmitted from): the
+    local address is an ``addr_width``-bit DMA address, the remote one the
+    peer's 64-bit VA."""
     return data.StructLayout(
         {
-            "laddr": unsigned(64),
+            "laddr": unsigned(addr_width),
             "raddr": unsigned(64),
             "length": unsigned(32),
             "rkey": unsigned(32),
@@ -95,6 +97,12 @@ class Sequencer(wiring.Component):
     PSN is in flight, read its record, re-fetch its WQE and emit the same
     packet on a GOOD EV other than the one it last used.
 
+    Host addresses (the SQ base, WQE addresses, the WQE's ``laddr`` and the
+    payload addresses) are ``addr_width`` bits: ``qp_sq_base_hi`` keeps bits
+    ``addr_width - 33..0`` (the rest read 0), a WQE's ``laddr`` is taken
+    modulo 2^addr_width, and base + slot and ``laddr`` + offset wrap within
+    ``addr_width`` bits. The remote address (``raddr``, the RETH VA) is 64.
+
     For timing, the window check is registered over LOAD and CHECK (a QP
     that is over its window parks one state later), ``ack_update`` is
     applied the cycle after it is taken, per-QP CSR writes one cycle
@@ -116,8 +124,10 @@ class Sequencer(wiring.Component):
         max_mtu=4096,
         csr_addr_width=16,
         inflight_depth=256,
+        addr_width=64,
     ):
         self.data_width = data_width
+        self.addr_width = addr_width
         self.num_qps = num_qps
         self.evs_per_qp = evs_per_qp
         self.max_mtu = max_mtu
@@ -127,13 +137,13 @@ class Sequencer(wiring.Component):
         super().__init__(
             {
                 "csr": In(CSRBusSignature(csr_addr_width)),
-                "wqe_req": Out(stream.Signature(ReadRequest())),
+                "wqe_req": Out(stream.Signature(ReadRequest(addr_width))),
                 "wqe_data": In(stream.Signature(ReadData(data_width))),
                 "ev": Out(EvBusSignature(num_qps, evs_per_qp)),
                 "retx": In(stream.Signature(RetxRequest)),
                 "ack_update": In(stream.Signature(AckUpdate)),
                 "hdr_desc": Out(stream.Signature(PacketDesc())),
-                "pay_desc": Out(stream.Signature(PayloadDesc())),
+                "pay_desc": Out(stream.Signature(PayloadDesc(addr_width))),
                 "sent": Out(stream.Signature(SentRecord)),
                 "src_mac": Out(48),
                 "src_ip": Out(32),
@@ -181,7 +191,8 @@ class Sequencer(wiring.Component):
         # A row is read (in CHECK) only while the QP's wqe_active is set: PARSE
         # sets it and the SEGMENT or EMIT that always follows writes the row,
         # so INIT leaves these rows alone.
-        m.submodules.wqe_state = wqe_mem = Memory(shape=WqeState(), depth=nq, init=[])
+        wqe_state = WqeState(self.addr_width)
+        m.submodules.wqe_state = wqe_mem = Memory(shape=wqe_state, depth=nq, init=[])
         wqe_w = wqe_mem.write_port()
         wqe_r = wqe_mem.read_port(transparent_for=(wqe_w,))
 
@@ -234,7 +245,7 @@ class Sequencer(wiring.Component):
         rec = Signal(InflightRecord(eb))
         fetch_index = Signal(16)
         fetch_beat = Signal(range(max(wqe_beats, 2)))
-        cur = Signal(WqeState())
+        cur = Signal(wqe_state)
         offset = Signal(32)
         seg_rest = Signal(32)  # bytes of the WQE from this packet on
         seg_mtu = Signal(13)
@@ -292,12 +303,14 @@ class Sequencer(wiring.Component):
         wb_clear_r = Signal(nq)  # window unparks the cycle before
         wb_hit = Signal()  # the QP was unparked since the cycle before LOAD
         m.d.sync += wb_clear_r.eq(wb_clear)
-        sq_base = Cat(_lane(cfg, "sq_base_lo"), _lane(cfg, "sq_base_hi"))
+        # the SQ base keeps addr_width bits: sq_base_hi's lane is read that narrow
+        sq_hi_bits = self.addr_width - 32
+        sq_base = Cat(_lane(cfg, "sq_base_lo"), _lane(cfg, "sq_base_hi", sq_hi_bits))
         sq_log2 = _lane(cfg, "sq_log2_size")
         # (1 << sq_log2_size) - 1; sq_log2_size <= 15, so bit 15 is never set
         ring_mask = Cat(*[sq_log2 > i for i in range(15)], Const(0, 1))
         # the WQE's ring slot (fetch_index mod size) is registered with
-        # fetch_index, so FETCH's address is one 64-bit add from flip-flops
+        # fetch_index, so FETCH's address is one addr_width-bit add from flip-flops
         fetch_slot = Signal(16)
         psn_out = Mux(retx_mode, retx_psn, cur_next)
 
@@ -319,12 +332,12 @@ class Sequencer(wiring.Component):
         )
 
         # The WQE request comes from flip-flops: FETCH registers the address
-        # (a 64-bit add behind the settings RAM) and FETCH_REQ presents it.
+        # (an addr_width-bit add behind the settings RAM) and FETCH_REQ presents it.
         # It, the three per-packet outputs and the in-flight record are driven
         # in every state: their valids (and infl_w.en) say when they count, so
         # no field needs gating by the FSM state.
         wqe_valid = Signal()
-        wqe_addr = Signal(64)
+        wqe_addr = Signal(self.addr_width)
         m.d.comb += [
             self.wqe_req.valid.eq(wqe_valid),
             self.wqe_req.payload.addr.eq(wqe_addr),
@@ -475,7 +488,7 @@ class Sequencer(wiring.Component):
                         with m.If(fetch_beat == off // nbytes):
                             if name == "opcode":
                                 m.d.sync += cur.with_imm.eq(value == WqeOpcode.WRITE_WITH_IMM)
-                            elif name in WqeState().members:
+                            elif name in wqe_state.members:
                                 m.d.sync += cur[name].eq(value)
                     with m.If(self.wqe_data.payload.last):
                         m.next = "PARSE"
@@ -731,6 +744,8 @@ class Sequencer(wiring.Component):
         reads = []  # (decode of csr.addr at r_stb, value the cycle after)
         for off, name in lane_of.items():
             value = _lane(cfg_row, name)
+            if name == "sq_base_hi":
+                value = value & ((1 << sq_hi_bits) - 1)  # the bits the SQ base keeps
             if name == "mtu_shift":
                 value = Const(256, 13) << value[:mtu_shift_bits]
             reads.append((in_qp & (reg == off), value))

@@ -54,7 +54,8 @@ class TwoNicTop(wiring.Component):
         members = {}
         for i in range(2):
             members[f"n{i}_s_axil"] = In(AXI4LiteSignature(nic.csr_addr_width, 32))
-            members[f"n{i}_m_axi"] = Out(AXI4Signature(64, nic.data_width, nic.id_width))
+            members[f"n{i}_m_axi"] = Out(AXI4Signature(nic.addr_width, nic.data_width,
+                                                        nic.id_width))
             members[f"n{i}_mac_tx"] = Out(AXIStreamSignature(nic.data_width))
             members[f"n{i}_mac_rx"] = In(AXIStreamSignature(nic.data_width, user_width=1))
             members[f"n{i}_irq"] = Out(1)

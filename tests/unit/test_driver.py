@@ -22,7 +22,7 @@ from hw.tx.layouts import WQE_LAYOUT
 BLOCK = 0x10000
 PARAMS = {"nic_version": NIC_VERSION, "build_id": 7, "data_width": 64, "num_qps": 2,
           "evs_per_qp": 8, "sack_bits": 64, "max_mtu": 1024, "mpr_max": 256, "num_mrs": 2,
-          "window": 64, "clk_freq_hz": 15_625_000, "block_size": BLOCK}
+          "window": 64, "clk_freq_hz": 15_625_000, "block_size": BLOCK, "addr_width": 64}
 
 
 class Ram:
@@ -290,3 +290,75 @@ def test_controller_ev_state_and_events():
     nic.words[dev.rel.addr("ev_event")] = 3 | 0 << 8 | 1 << 10 | 1 << 15 | 9 << 16
     events = run(dev.read_ev_events())
     assert [(e.qpn, e.ev_index, e.old, e.new, e.drops) for e in events] == [(1, 3, 0, 1, 9)]
+
+
+def test_addresses_must_fit_the_devices_dma_address_width():
+    from hw.nic.csr import device_info_register_map
+
+    async def body():
+        nic = FakeNic()
+        nic.words[device_info_register_map()["addr_width"].offset] = 32
+        dev, _ = await ready_device(nic)
+        assert dev.params["addr_width"] == 32
+        pd = dev.alloc_pd()
+        with pytest.raises(ValueError, match=r"memory region \[0x100000000, 0x100001000\) does "
+                                             r"not fit the NIC's 32-bit DMA addresses"):
+            await pd.reg_mr(1 << 32, 0x1000)
+        with pytest.raises(ValueError, match="memory region .* 32-bit"):
+            await pd.reg_mr(0xFFFF_F000, 0x1001)  # its last byte is past 2^32
+        assert not pd.mrs and not dev._mr_used  # nothing was written
+        mr = await pd.reg_mr(0xFFFF_F000, 0x1000)  # up to the last byte below 2^32
+        assert nic.words[dev.rx.addr("MR_BASE_HI", mr.index)] == 0
+        qp = await dev.create_qp(pd, dev.create_cq(4), dev.create_cq(2), sq_log2=4)
+        await qp.to_init()
+        await qp.to_rtr(dest_qpn=1, peer_mac="02:00:00:00:00:02", peer_ip="10.0.0.2", rq_psn=5)
+        await qp.to_rts(evs=EvProfile.explicit([0xC000]), sq_psn=9)
+        with pytest.raises(ValueError, match="local buffer .* 32-bit"):
+            await qp.post_send(WrOpcode.WRITE, local_addr=(1 << 40) | 0x1000, length=16,
+                               remote_addr=1 << 40, rkey=mr.rkey)
+        # the remote address is the peer's: any 64-bit VA
+        await qp.post_send(WrOpcode.WRITE, local_addr=0x1000, length=16,
+                           remote_addr=1 << 40, rkey=mr.rkey)
+
+    run(body())
+
+
+def test_queues_must_fit_the_devices_dma_address_width():
+    from hw.nic.csr import device_info_register_map
+
+    class SparseRam:
+        def __init__(self):
+            self.bytes = {}
+
+        def read(self, addr, n):
+            return bytes(self.bytes.get(addr + i, 0) for i in range(n))
+
+        def write(self, addr, data):
+            self.bytes.update((addr + i, b) for i, b in enumerate(data))
+
+    async def body():
+        nic = FakeNic()
+        nic.words[device_info_register_map()["addr_width"].offset] = 32
+        # host memory from 8 KiB below 2^32 up: two CQs fit below 2^32, an SQ does not
+        nic.mem = HostMemory(SparseRam(), (1 << 32) + (1 << 20), base=(1 << 32) - 0x2000)
+        dev, _ = await ready_device(nic)
+        send_cq, recv_cq = dev.create_cq(2), dev.create_cq(2)
+        with pytest.raises(ValueError, match=r"send queue \[0x100000000, 0x100000100\) does "
+                                             r"not fit the NIC's 32-bit DMA addresses"):
+            await dev.create_qp(dev.alloc_pd(), send_cq, recv_cq, sq_log2=2)
+        assert not dev.qps and send_cq.qp is None and recv_cq.qp is None
+        with pytest.raises(ValueError, match=r"completion queue \[0x100000000, 0x100000080\) "
+                                             r"does not fit the NIC's 32-bit DMA addresses"):
+            dev.create_cq(2)
+        assert dev.mem.alloc(64, align=4096) == 1 << 32  # what did not fit was freed
+
+    run(body())
+
+
+def test_old_gateware_without_addr_width_is_refused():
+    from hw.nic.csr import device_info_register_map
+
+    nic = FakeNic()
+    del nic.words[device_info_register_map()["addr_width"].offset]
+    with pytest.raises(DriverError, match="addr_width is 0"):
+        run(ready_device(nic))

@@ -256,12 +256,31 @@ def test_nic_core_layout():
     (dict(build_id=-1), "build_id must fit 32 bits"),
     (dict(csr_addr_width=17), r"csr_addr_width must be in 18\.\.32 for 4 blocks of "
                               r"0x10000 bytes, not 17"),
+    (dict(addr_width=31), r"addr_width \(bits of a host DMA address\) must be an integer in "
+                          r"32\.\.64, not 31"),
+    (dict(addr_width=65), r"addr_width \(bits of a host DMA address\) must be an integer in "
+                          r"32\.\.64, not 65"),
 ])
 def test_nic_core_parameter_errors(kwargs, message):
     from hw.nic.core import NicCore
 
     with pytest.raises(ValueError, match=message):
         NicCore(**{**SMALL, **kwargs})
+
+
+def test_nic_core_exports_with_32_bit_dma_addresses():
+    import re
+
+    from amaranth.back import verilog
+
+    from hw.nic.core import NicCore
+
+    nic = NicCore(**SMALL, addr_width=32)
+    assert nic.device_params()["addr_width"] == 32
+    assert NicCore(**SMALL).device_params()["addr_width"] == 64
+    text = verilog.convert(nic, name="nic_core", emit_src=False)
+    for port in ("m_axi__awaddr", "m_axi__araddr"):
+        assert re.search(rf"output \[31:0\] {port};", text), port
 
 
 def test_tx_control_bridge_turns_updates_into_tx_register_writes():

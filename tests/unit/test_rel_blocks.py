@@ -27,6 +27,7 @@ from hw.reliability.timer import RetransmitTimers
         (dict(data_width=48), "data_width"),
         (dict(window=48), "window"),
         (dict(num_qps=256, evs_per_qp=64), "csr_addr_width"),
+        (dict(addr_width=65), r"addr_width .* 32\.\.64, not 65"),
     ],
 )
 def test_parameters_rejected(kwargs, match):
@@ -49,6 +50,34 @@ def test_register_map():
     assert r.size == EV_BASE + 16 * 16 * 4
     text = r.markdown()
     assert "`ev_event`" in text and "| RP |" in text
+
+
+def test_ring_bases_keep_addr_width_bits():
+    """At addr_width 40, ``sq_base_hi`` and ``cq_base_hi`` keep 8 bits and read 0 above."""
+    dut = ReliabilityEngine(num_qps=2, evs_per_qp=2, window=16, addr_width=40)
+    rmap = register_map(2, 2, 16)
+    writes = {"sq_base_lo": 0x1000, "sq_base_hi": 0xFFFF_FF12, "cq_base_lo": 0x2000,
+              "cq_base_hi": 0xFFFF_FF34}
+    got = {}
+
+    async def bench(ctx):
+        for name, value in writes.items():
+            ctx.set(dut.csr.addr, rmap[name].addr(1))
+            ctx.set(dut.csr.w_data, value)
+            ctx.set(dut.csr.w_stb, 1)
+            await ctx.tick()
+            ctx.set(dut.csr.w_stb, 0)
+        for name in writes:
+            ctx.set(dut.csr.addr, rmap[name].addr(1))
+            ctx.set(dut.csr.r_stb, 1)
+            await ctx.tick()
+            ctx.set(dut.csr.r_stb, 0)
+            await ctx.tick()
+            got[name] = ctx.get(dut.csr.r_data)
+
+    _run(dut, bench)
+    assert got == {"sq_base_lo": 0x1000, "sq_base_hi": 0x12, "cq_base_lo": 0x2000,
+                   "cq_base_hi": 0x34}
 
 
 def _run(dut, bench, cycles_limit=None):
@@ -155,12 +184,16 @@ def test_probe_frame(data_width):
     assert frame == expect
 
 
-@pytest.mark.parametrize("data_width", [64, 128, 256, 512])
-def test_completion_writer(data_width):
-    """WQE read and CQE write at every data width, against a byte-array memory model."""
+@pytest.mark.parametrize("data_width, addr_width",
+                         [(64, 64), (128, 64), (256, 64), (512, 64), (64, 32)])
+def test_completion_writer(data_width, addr_width):
+    """WQE read and CQE write at every data width, against a byte-array memory
+    model; at 32-bit addresses the ring bases' bits above 32 are not used."""
     from hw.reliability.completion import CompletionWriter
 
-    dut = CompletionWriter(num_qps=2, data_width=data_width)
+    dut = CompletionWriter(num_qps=2, data_width=data_width, addr_width=addr_width)
+    assert len(dut.m_axi.araddr) == len(dut.m_axi.awaddr) == addr_width
+    high = 0xAB << 32 if addr_width == 32 else 0  # dropped by the 32-bit writer
     lanes = data_width // 8
     mem = bytearray(1 << 16)
     sq, cq = 0x1000, 0x8000
@@ -211,7 +244,8 @@ def test_completion_writer(data_width):
                 ctx.set(axi.bvalid, 0)
 
     async def bench(ctx):
-        ctx.set(dut.cfg_data, {"sq_base": sq, "cq_base": cq, "sq_log2": 2, "cq_log2": 1})
+        ctx.set(dut.cfg_data, {"sq_base": high | sq, "cq_base": high | cq, "sq_log2": 2,
+                               "cq_log2": 1})
         await ctx.tick().repeat(4)  # reset sweep of the producer indices
         for wqe_index, status in ((1, 0), (2, 0), (7, 1), (0, 5)):
             ctx.set(dut.req.valid, 1)

@@ -254,3 +254,44 @@ def test_engine_parameters():
         TxEngine(inflight_depth=100)
     with pytest.raises(ValueError, match="CSR space"):
         TxEngine(num_qps=512, csr_addr_width=16)
+    with pytest.raises(ValueError, match=r"addr_width .* 32\.\.64, not 31"):
+        TxEngine(addr_width=31)
+
+
+def test_engine_sq_base_keeps_addr_width_bits():
+    """At addr_width 40, ``qp_sq_base_hi`` keeps 8 bits and reads 0 above, and
+    ``m_axi`` carries 40-bit addresses."""
+    from hw.tx.engine import TxEngine
+    from hw.tx.regs import tx_register_map
+
+    dut = TxEngine(num_qps=2, evs_per_qp=2, max_mtu=256, inflight_depth=16, addr_width=40)
+    assert len(dut.m_axi.araddr) == 40
+    rmap = tx_register_map(2, 2)
+    got = {}
+
+    async def bench(ctx):
+        async def read(addr):
+            ctx.set(dut.csr.addr, addr)
+            ctx.set(dut.csr.r_stb, 1)
+            await ctx.tick()
+            ctx.set(dut.csr.r_stb, 0)
+            await ctx.tick()
+            return ctx.get(dut.csr.r_data)
+
+        while not await read(rmap["status"].addr()) & 1:  # settings initialised
+            pass
+        for name, value in (("qp_sq_base_lo", 0x89AB_C000), ("qp_sq_base_hi", 0xFFFF_FF12)):
+            ctx.set(dut.csr.addr, rmap[name].addr(1))
+            ctx.set(dut.csr.w_data, value)
+            ctx.set(dut.csr.w_stb, 1)
+            await ctx.tick()
+            ctx.set(dut.csr.w_stb, 0)
+            await ctx.tick()
+        got["lo"] = await read(rmap["qp_sq_base_lo"].addr(1))
+        got["hi"] = await read(rmap["qp_sq_base_hi"].addr(1))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert got == {"lo": 0x89AB_C000, "hi": 0x12}
