@@ -15,6 +15,9 @@ Writes under ``--out``:
     versa_top.svf          the same as a JTAG SVF (openocd, openFPGALoader)
     versa_top.tim          nextpnr's log: placement, routing, timing, critical paths
     versa_top.report.json  nextpnr's JSON report (utilisation, fmax per clock)
+    versa_top.sdf          every routed delay (nextpnr --sdf)
+    versa_top.sta.md       the core clock's failing endpoints, grouped, and its worst
+                           paths (hw/board/sta.py over the SDF), if timing is not met
     versa_top.rpt          the yosys log
     summary.md             the table this script prints
 
@@ -139,7 +142,8 @@ def main(argv=None) -> int:
             top, name=NAME, build_dir=str(args.out),
             # The WebAssembly tools see the build directory only: relative names.
             nextpnr_opts=(f"--seed {args.seed} --router {args.router} --timing-allow-fail "
-                          f"--report {NAME}.report.json {args.nextpnr_opts}").strip(),
+                          f"--report {NAME}.report.json --sdf {NAME}.sdf "
+                          f"{args.nextpnr_opts}").strip(),
             script_after_read=synth_prelude(),
         )
     except subprocess.CalledProcessError as e:
@@ -166,6 +170,16 @@ def main(argv=None) -> int:
         print(f"wrote {args.out / f'{NAME}.{ext}'}")
     print(f"nextpnr log with the critical paths: {args.out / f'{NAME}.tim'}")
     if failures:
+        # nextpnr's log shows one path per clock; the analysis of the SDF shows
+        # every failing endpoint of the core clock.
+        from hw.board import sta
+        sdf = sta.read_sdf(args.out / f"{NAME}.sdf")
+        found = sta.clocks(sdf)
+        analysis = sta.analyse(sdf, sta.select_clock(found, None).name, 1e3 / args.core_mhz)
+        sta_path = args.out / f"{NAME}.sta.md"
+        sta_path.write_text(f"# Static timing of {NAME}, the core clock\n\n"
+                            f"{sta.report(analysis, found)}\n")
+        print(f"every failing endpoint of the core clock: {sta_path}")
         msg = "TIMING NOT MET: " + "; ".join(failures)
         print(msg + (" (allowed by --allow-timing-fail)" if args.allow_timing_fail else
                      f"\nsee the critical paths in {args.out / f'{NAME}.tim'}"),
