@@ -84,7 +84,8 @@ class MACRegisters(wiring.Component):
     ``mdio_oe``/``mdio_i`` (the PHY's management pins; MDC is the clock
     divided by ``2 * mdio_divisor``, at most 2.5 MHz). Latency: ``r_data`` the
     cycle after ``r_stb`` (registered); a write takes effect the cycle after
-    ``w_stb``. Throughput: one access per cycle.
+    ``w_stb`` (an MDIO access starts then, and reads busy from the cycle
+    after). Throughput: one access per cycle.
     """
 
     def __init__(self, data_width=64, max_frame=1518, next_offset=0, addr_width=8, mdio_divisor=20):
@@ -116,16 +117,23 @@ class MACRegisters(wiring.Component):
             m.d.sync += ctrl.eq(bus.w_data[:2])
 
         m.submodules.mdio = mdio = MDIOMaster(self.mdio_divisor)
+        # An MDIO write starts the access a cycle later, from registers: the
+        # address decode is not in series with the MDIO master's enables.
+        mdio_cmd = Signal(27)
+        mdio_start = Signal()
+        m.d.sync += mdio_start.eq(bus.w_stb & (bus.addr == reg["MDIO"].offset))
+        with m.If(bus.w_stb):
+            m.d.sync += mdio_cmd.eq(bus.w_data[:27])
         m.d.comb += [
             self.mdc.eq(mdio.mdc),
             self.mdio_o.eq(mdio.mdio_o),
             self.mdio_oe.eq(mdio.mdio_oe),
             mdio.mdio_i.eq(self.mdio_i),
-            mdio.wdata.eq(bus.w_data[0:16]),
-            mdio.reg.eq(bus.w_data[16:21]),
-            mdio.phy.eq(bus.w_data[21:26]),
-            mdio.read.eq(bus.w_data[26]),
-            mdio.start.eq(bus.w_stb & (bus.addr == reg["MDIO"].offset)),
+            mdio.wdata.eq(mdio_cmd[0:16]),
+            mdio.reg.eq(mdio_cmd[16:21]),
+            mdio.phy.eq(mdio_cmd[21:26]),
+            mdio.read.eq(mdio_cmd[26]),
+            mdio.start.eq(mdio_start),
         ]
 
         rd_value = Signal(32)
