@@ -200,7 +200,8 @@ class CsrInterconnect(wiring.Component):
     must hold ``r_data`` while its ``addr`` holds, which the interconnect
     keeps still until the data is taken (no injected write in between). A
     block's ``addr`` and ``w_data`` change only on an access to that block
-    (a strobe to it), so each block has registers of its own.
+    (a strobe to it, or a read or write of its header words, which passes
+    no strobe), so each block has registers of its own.
 
     Latency: writes reach a block 1 cycle after ``csr.w_stb``; ``csr.r_data``
     is valid ``read_latency`` = 2 + ``block_read_latency`` cycles after
@@ -264,6 +265,8 @@ class CsrInterconnect(wiring.Component):
             # block, so each block has its own (placed next to it), not one
             # register fanning out across the chip: registers loaded alike
             # would be merged into one by synthesis.
+            # A header or next-pointer access loads them too, without a strobe:
+            # the header compare stays out of their (32-bit wide) enables.
             m.d.sync += [bus.w_stb.eq(0), bus.r_stb.eq(0)]
             with m.If(self.inject.valid & free):
                 with m.If(inj.block == i):
@@ -272,12 +275,12 @@ class CsrInterconnect(wiring.Component):
                         bus.w_data.eq(inj.data),
                         bus.w_stb.eq(1),
                     ]
-            with m.Elif((up.w_stb | up.r_stb) & (index == i) & ~intercepted):
+            with m.Elif((up.w_stb | up.r_stb) & (index == i)):
                 m.d.sync += [
                     bus.addr.eq(offset),
                     bus.w_data.eq(up.w_data),
-                    bus.w_stb.eq(up.w_stb),
-                    bus.r_stb.eq(up.r_stb),
+                    bus.w_stb.eq(up.w_stb & ~intercepted),
+                    bus.r_stb.eq(up.r_stb & ~intercepted),
                 ]
 
         # Read data: chosen by what the address was at r_stb, registered on
