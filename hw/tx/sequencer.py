@@ -103,16 +103,20 @@ class Sequencer(wiring.Component):
     modulo 2^addr_width, and base + slot and ``laddr`` + offset wrap within
     ``addr_width`` bits. The remote address (``raddr``, the RETH VA) is 64.
 
-    For timing, the window check is registered over LOAD and CHECK (a QP
-    that is over its window parks one state later), ``ack_update`` is
-    applied the cycle after it is taken, per-QP CSR writes one cycle
-    after ``w_stb``, and the WQE request is registered in FETCH and
-    presented in FETCH_REQ.
+    For timing, the state machine is one-hot, the window check is
+    registered over LOAD and CHECK (a QP that is over its window parks one
+    state later), a retransmit's in-flight check over RETX_CHECK and
+    RETX_COMPARE, ``ack_update`` is applied the cycle after it is taken,
+    CSR writes (but EV_ENTRY's, which go to the EV table at ``w_stb``) one
+    cycle after ``w_stb``, an EV_ENTRY read returns the entry as it was
+    the cycle before ``r_stb``, and the WQE request is registered in FETCH
+    and presented in FETCH_REQ.
 
     Latency: 9 cycles per packet of a part-sent WQE, plus the WQE burst
     (about 9 + memory latency) for the first packet of a message or a
-    retransmit. Throughput: one packet per 9 cycles, far above the wire's
-    rate except for payloads under ~64 bytes (see docs/tx.md).
+    retransmit (10 + memory latency). Throughput: one packet per 9 cycles,
+    far above the wire's rate except for payloads under ~64 bytes (see
+    docs/tx.md).
     """
 
     def __init__(
@@ -189,8 +193,8 @@ class Sequencer(wiring.Component):
         cfg = cfg_r.data
 
         # A row is read (in CHECK) only while the QP's wqe_active is set: PARSE
-        # sets it and the SEGMENT or EMIT that always follows writes the row,
-        # so INIT leaves these rows alone.
+        # sets it and the EMIT or the parking SEGMENT that always follows writes
+        # the row (a SEGMENT's the cycle after), so INIT leaves these rows alone.
         wqe_state = WqeState(self.addr_width)
         m.submodules.wqe_state = wqe_mem = Memory(shape=wqe_state, depth=nq, init=[])
         wqe_w = wqe_mem.write_port()
@@ -255,10 +259,23 @@ class Sequencer(wiring.Component):
         seg_psn = Signal(PSN_BITS)
         ev_index = Signal(eb)
         psn_advance = Signal()  # EMIT sends a new PSN: next_psn[cur_q] moves on
-        room = Signal()  # hdr_desc, pay_desc and sent were ready the cycle before
-        m.d.sync += room.eq(self.hdr_desc.ready & self.pay_desc.ready & self.sent.ready)
-        # the row written back is cur (EMIT advances its pkt_index)
-        m.d.comb += [wqe_w.addr.eq(cur_q), wqe_w.data.eq(cur)]
+        readies = self.hdr_desc.ready & self.pay_desc.ready & self.sent.ready
+        # EMIT sends this cycle: the three valids, the in-flight and counter
+        # writes and every per-packet update. A flip-flop, set in the state
+        # before from that cycle's readies (room was checked in OFFSET and
+        # only our writes take it, so they are this cycle's): no decode is in
+        # front of the enables it drives.
+        emit_go = Signal()
+        # the WQE row of cur_q is written (cur, by EMIT with pkt_index + 1, or
+        # the cycle after SEGMENT parks the QP): one flip-flop for the write
+        # enable of the row's distributed RAM, set the cycle before
+        wqe_we = Signal()
+        m.d.comb += [
+            wqe_w.addr.eq(cur_q),
+            wqe_w.data.eq(cur),
+            wqe_w.data.pkt_index.eq(Mux(emit_go, cur.pkt_index + 1, cur.pkt_index)),
+            wqe_w.en.eq(wqe_we),
+        ]
 
         # only the bits that an MTU up to max_mtu needs
         mtu_shift_bits = max(1, (max_mtu_log2 - 8).bit_length())
@@ -288,9 +305,12 @@ class Sequencer(wiring.Component):
         # IDLE without parking: the QP is picked again and checked afresh.
         # Unparks are seen through a register (wb_clear_r), so that the ack's
         # compare is not in front of the FSM: those of the cycle before LOAD
-        # count too, which costs at most a needless check.
+        # count too, which costs at most a needless check. over_r is only
+        # loaded in CHECK (no other value muxed into it); a retransmit, which
+        # has no CHECK, ignores it.
         inflight_r = Signal(PSN_BITS)
         over_r = Signal()
+        window_full = over_r & ~retx_mode
 
         # inflight_r >= min(MPR x 128, cwnd, depth): at depth or more it is
         # over whatever the settings, and below depth only its low db bits can
@@ -384,189 +404,225 @@ class Sequencer(wiring.Component):
             infl_w.data.ev_index.eq(ev_index),
         ]
 
-        with m.FSM(init="INIT"):
-            with m.State("INIT"):
-                # Settings and counters back to their defaults after a (soft)
-                # reset; CSR writes to per-QP settings are lost until ``ready``.
-                m.d.comb += [cnt_w.addr.eq(init_q), cnt_w.en.eq(1)]
-                with m.If(init_q < nq):
-                    m.d.sync += init_q.eq(init_q + 1)
-                with m.Elif(self.ev.ready):
-                    m.d.sync += ready.eq(1)
-                    m.next = "IDLE"
+        # ---- the per-packet state machine, one-hot: one flip-flop per state, so
+        # that a state's enables and selects are a flip-flop rather than a decode
+        # of a binary state. ``state(name)`` opens a state's actions; ``goto(name)``
+        # in it moves to another state the next cycle (a state with no goto taken
+        # stays). The states are plain m.Ifs: assignments made in every cycle come
+        # before them.
+        STATES = ("INIT", "IDLE", "LOAD", "CHECK", "RETX_CHECK", "RETX_COMPARE",
+                  "RETX_RECORD", "FETCH", "FETCH_REQ", "FETCH_DATA", "PARSE", "OFFSET",
+                  "SEGMENT", "EV_VALUE", "EMIT")
+        st = Signal(data.StructLayout({n: 1 for n in STATES}), init={"INIT": 1})
+        in_state = [None]
 
-            with m.State("IDLE"):
-                m.d.sync += over_r.eq(0)
-                with m.If(self.retx.valid):
-                    m.d.comb += self.retx.ready.eq(1)
-                    m.d.sync += [
-                        cur_q.eq(self.retx.payload.qpn[:qb]),
-                        retx_qpn_ok.eq(self.retx.payload.qpn < nq),
-                        retx_psn.eq(self.retx.payload.psn),
-                        retx_mode.eq(1),
-                    ]
-                    m.next = "RETX_CHECK"
-                with m.Elif(rr.valid):
-                    m.d.comb += rr.next.eq(1)
-                    m.d.sync += [cur_q.eq(rr.grant), retx_mode.eq(0)]
-                    m.next = "LOAD"
+        def state(name):
+            in_state[0] = name
+            return m.If(st[name])
 
-            with m.State("LOAD"):
+        def goto(name):
+            if name != in_state[0]:
+                m.d.sync += [st[in_state[0]].eq(0), st[name].eq(1)]
+
+        m.d.sync += [emit_go.eq(0), wqe_we.eq(0)]
+        # INIT writes every counters row, EMIT the row of cur_q
+        m.d.comb += [
+            cnt_w.addr.eq(Mux(st.INIT, init_q, cur_q)),
+            cnt_w.en.eq(st.INIT | emit_go),
+            infl_w.en.eq(emit_go),
+            # read for RETX_RECORD alone; retx_psn and cur_q are set in IDLE
+            infl_r.addr.eq(Cat(retx_psn[:db], cur_q)),
+            self.hdr_desc.valid.eq(emit_go),
+            self.pay_desc.valid.eq(emit_go),
+            self.sent.valid.eq(emit_go),
+        ]
+        psn_off_r = Signal(PSN_BITS)  # retx_psn - una_psn of the QP
+
+        with state("INIT"):
+            # Settings and counters back to their defaults after a (soft)
+            # reset; CSR writes to per-QP settings are lost until ``ready``.
+            with m.If(init_q < nq):
+                m.d.sync += init_q.eq(init_q + 1)
+            with m.Elif(self.ev.ready):
+                m.d.sync += ready.eq(1)
+                goto("IDLE")
+
+        with state("IDLE"):
+            with m.If(self.retx.valid):
+                m.d.comb += self.retx.ready.eq(1)
                 m.d.sync += [
-                    inflight_r.eq(inflight),
-                    wb_hit.eq(wb_clear_r.bit_select(cur_q, 1)),
+                    cur_q.eq(self.retx.payload.qpn[:qb]),
+                    retx_qpn_ok.eq(self.retx.payload.qpn < nq),
+                    retx_psn.eq(self.retx.payload.psn),
+                    retx_mode.eq(1),
                 ]
-                m.next = "CHECK"
+                goto("RETX_CHECK")
+            with m.Elif(rr.valid):
+                m.d.comb += rr.next.eq(1)
+                m.d.sync += [cur_q.eq(rr.grant), retx_mode.eq(0)]
+                goto("LOAD")
 
-            def window_park():
-                # The CHECK before found the window full. An unpark from the
-                # cycle before LOAD to CHECK leaves the QP unparked, and one in
-                # this cycle clears win_blocked after this (code below).
-                with m.If(~wb_hit & ~wb_clear_r.bit_select(cur_q, 1)):
-                    m.d.sync += win_blocked.bit_select(cur_q, 1).eq(1)
-                m.next = "IDLE"
+        with state("LOAD"):
+            m.d.sync += [
+                inflight_r.eq(inflight),
+                wb_hit.eq(wb_clear_r.bit_select(cur_q, 1)),
+            ]
+            goto("CHECK")
 
-            with m.State("CHECK"):
+        def window_park():
+            # The CHECK before found the window full. An unpark from the
+            # cycle before LOAD to CHECK leaves the QP unparked, and one in
+            # this cycle clears win_blocked after this (code below).
+            with m.If(~wb_hit & ~wb_clear_r.bit_select(cur_q, 1)):
+                m.d.sync += win_blocked.bit_select(cur_q, 1).eq(1)
+            goto("IDLE")
+
+        with state("CHECK"):
+            m.d.sync += [
+                over_r.eq(window_over),
+                wb_hit.eq(wb_hit | wb_clear_r.bit_select(cur_q, 1)),
+            ]
+            with m.If(~enable.bit_select(cur_q, 1)):
+                goto("IDLE")
+            with m.Elif(~wqe_active.bit_select(cur_q, 1)):
+                m.d.sync += [fetch_index.eq(cur_ci), fetch_slot.eq(cur_ci & ring_mask)]
+                goto("FETCH")
+            with m.Else():
+                goto("OFFSET")
+
+        with state("RETX_CHECK"):
+            # the PSN's offset from una_psn and the PSNs in flight are registered
+            # here and compared in RETX_COMPARE: two subtractions behind a
+            # per-QP mux, then a compare, is too deep for one cycle
+            m.d.sync += [
+                psn_off_r.eq((retx_psn - cur_una)[:PSN_BITS]),
+                inflight_r.eq(inflight),
+            ]
+            goto("RETX_COMPARE")
+
+        with state("RETX_COMPARE"):
+            # registered: the compare is not in front of the next-state logic
+            m.d.sync += retx_in_flight.eq(
+                retx_qpn_ok & enable.bit_select(cur_q, 1) & (psn_off_r < inflight_r)
+            )
+            goto("RETX_RECORD")
+
+        with state("RETX_RECORD"):
+            with m.If(retx_in_flight):
                 m.d.sync += [
-                    over_r.eq(window_over),
-                    wb_hit.eq(wb_hit | wb_clear_r.bit_select(cur_q, 1)),
+                    rec.eq(infl_r.data),
+                    fetch_index.eq(infl_r.data.wqe_index),
+                    fetch_slot.eq(infl_r.data.wqe_index & ring_mask),
                 ]
-                with m.If(~enable.bit_select(cur_q, 1)):
-                    m.next = "IDLE"
-                with m.Elif(~wqe_active.bit_select(cur_q, 1)):
-                    m.d.sync += [fetch_index.eq(cur_ci), fetch_slot.eq(cur_ci & ring_mask)]
-                    m.next = "FETCH"
-                with m.Else():
-                    m.d.sync += cur.eq(wqe_r.data)
-                    m.next = "OFFSET"
+                goto("FETCH")
+            with m.Else():
+                m.d.sync += retx_ignored.eq(retx_ignored + 1)
+                goto("IDLE")
 
-            with m.State("RETX_CHECK"):
-                # cfg, counters and the in-flight record are read at cur_q now
-                psn_off = (retx_psn - cur_una)[:PSN_BITS]
-                in_flight = retx_qpn_ok & enable.bit_select(cur_q, 1) & (psn_off < inflight)
-                m.d.comb += infl_r.addr.eq(Cat(retx_psn[:db], cur_q))
-                # registered: the compare (two subtractions deep) is not in
-                # front of the next-state logic
-                m.d.sync += retx_in_flight.eq(in_flight)
-                m.next = "RETX_RECORD"
+        with state("FETCH"):
+            m.d.sync += wqe_addr.eq(sq_base + (fetch_slot << 6))
+            with m.If(window_full):
+                window_park()
+            with m.Else():
+                m.d.sync += wqe_valid.eq(1)
+                goto("FETCH_REQ")
 
-            with m.State("RETX_RECORD"):
-                with m.If(retx_in_flight):
-                    m.d.sync += [
-                        rec.eq(infl_r.data),
-                        fetch_index.eq(infl_r.data.wqe_index),
-                        fetch_slot.eq(infl_r.data.wqe_index & ring_mask),
-                    ]
-                    m.next = "FETCH"
-                with m.Else():
-                    m.d.sync += retx_ignored.eq(retx_ignored + 1)
-                    m.next = "IDLE"
+        with state("FETCH_REQ"):
+            with m.If(self.wqe_req.ready):
+                m.d.sync += [wqe_valid.eq(0), fetch_beat.eq(0)]
+                goto("FETCH_DATA")
 
-            with m.State("FETCH"):
-                m.d.sync += wqe_addr.eq(sq_base + (fetch_slot << 6))
-                with m.If(over_r):
-                    window_park()
-                with m.Else():
-                    m.d.sync += wqe_valid.eq(1)
-                    m.next = "FETCH_REQ"
+        # cur, the WQE being sent: the QP's row in CHECK, loaded on every
+        # branch so that its enable is the state's flip-flop (a WQE that is
+        # fetched instead overwrites every field of it in FETCH_DATA and PARSE
+        # before cur is used or written back), or the burst's fields in
+        # FETCH_DATA. Each field the sequencer uses lies within one beat (they
+        # are at most 8 bytes, aligned): it goes straight to cur.
+        with m.If(st.CHECK):
+            m.d.sync += cur.eq(wqe_r.data)
+        with m.Elif(st.FETCH_DATA & self.wqe_data.valid):
+            beat = self.wqe_data.payload.data
+            for name, off, size in WQE_LAYOUT:
+                lsb = 8 * (off % nbytes)
+                value = beat[lsb : lsb + 8 * size]
+                with m.If(fetch_beat == off // nbytes):
+                    if name == "opcode":
+                        m.d.sync += cur.with_imm.eq(value == WqeOpcode.WRITE_WITH_IMM)
+                    elif name in wqe_state.members:
+                        m.d.sync += cur[name].eq(value)
 
-            with m.State("FETCH_REQ"):
-                with m.If(self.wqe_req.ready):
-                    m.d.sync += [wqe_valid.eq(0), fetch_beat.eq(0)]
-                    m.next = "FETCH_DATA"
+        with state("FETCH_DATA"):
+            m.d.comb += self.wqe_data.ready.eq(1)
+            with m.If(self.wqe_data.valid):
+                m.d.sync += fetch_beat.eq(fetch_beat + 1)
+                with m.If(self.wqe_data.payload.last):
+                    goto("PARSE")
 
-            with m.State("FETCH_DATA"):
-                m.d.comb += self.wqe_data.ready.eq(1)
-                with m.If(self.wqe_data.valid):
-                    m.d.sync += fetch_beat.eq(fetch_beat + 1)
-                    # each field the sequencer uses lies within one beat (they
-                    # are at most 8 bytes, aligned): it goes straight to cur
-                    beat = self.wqe_data.payload.data
-                    for name, off, size in WQE_LAYOUT:
-                        lsb = 8 * (off % nbytes)
-                        value = beat[lsb : lsb + 8 * size]
-                        with m.If(fetch_beat == off // nbytes):
-                            if name == "opcode":
-                                m.d.sync += cur.with_imm.eq(value == WqeOpcode.WRITE_WITH_IMM)
-                            elif name in wqe_state.members:
-                                m.d.sync += cur[name].eq(value)
-                    with m.If(self.wqe_data.payload.last):
-                        m.next = "PARSE"
-
-            with m.State("PARSE"):
+        with state("PARSE"):
+            m.d.sync += [
+                cur.wqe_index.eq(fetch_index),
+                cur.pkt_index.eq(Mux(retx_mode, rec.pkt_index, 0)),
+            ]
+            with m.If(~retx_mode):
                 m.d.sync += [
-                    cur.wqe_index.eq(fetch_index),
-                    cur.pkt_index.eq(Mux(retx_mode, rec.pkt_index, 0)),
+                    ci[cur_q].eq(cur_ci + 1),
+                    wqe_active.bit_select(cur_q, 1).eq(1),
                 ]
+            goto("OFFSET")
+
+        with state("OFFSET"):
+            # Wait for room downstream *before* choosing the EV, so that a
+            # packet is committed 2 cycles after its EV was chosen and an
+            # EV state change binds every packet chosen after it.
+            m.d.sync += offset.eq(Cat(Const(0, 8), cur.pkt_index) << mtu_shift)
+            with m.If(window_full):
+                window_park()
+            with m.Elif(readies):
+                goto("SEGMENT")
+
+        with state("SEGMENT"):
+            # the bytes left and the MTU are registered here and the
+            # packet cut in EV_VALUE: a subtraction and a compare in one
+            # cycle each
+            m.d.sync += [
+                seg_rest.eq(cur.length - offset),
+                seg_mtu.eq(mtu),
+                seg_first.eq(cur.pkt_index == 0),
+                seg_psn.eq(psn_out),
+                ev_index.eq(ev_pick),
+            ]
+            with m.If(ev_found):
+                goto("EV_VALUE")
+            with m.Elif(retx_mode):
+                m.d.sync += retx_no_ev.eq(retx_no_ev + 1)
+                goto("IDLE")
+            with m.Else():
+                # park the QP, keeping its WQE (written back the next cycle,
+                # when cur and cur_q are still this QP's), until one of its
+                # EVs is GOOD
+                m.d.sync += [wqe_we.eq(1), ev_blocked.bit_select(cur_q, 1).eq(1)]
+                goto("IDLE")
+
+        with state("EV_VALUE"):
+            last = (seg_rest[len(mtu) :] == 0) & ~(seg_mtu < seg_rest[: len(mtu)])
+            m.d.sync += [
+                seg_last.eq(last),
+                seg_len.eq(Mux(last, seg_rest, seg_mtu)),
+                emit_go.eq(readies),
+                wqe_we.eq(readies & ~retx_mode),
+            ]
+            goto("EMIT")
+
+        with state("EMIT"):
+            with m.If(emit_go):
+                m.d.sync += ev_cursor[cur_q].eq(ev_index)
                 with m.If(~retx_mode):
-                    m.d.sync += [
-                        ci[cur_q].eq(cur_ci + 1),
-                        wqe_active.bit_select(cur_q, 1).eq(1),
-                    ]
-                m.next = "OFFSET"
-
-            with m.State("OFFSET"):
-                # Wait for room downstream *before* choosing the EV, so that a
-                # packet is committed 2 cycles after its EV was chosen and an
-                # EV state change binds every packet chosen after it.
-                m.d.sync += offset.eq(Cat(Const(0, 8), cur.pkt_index) << mtu_shift)
-                with m.If(over_r):
-                    window_park()
-                with m.Elif(self.hdr_desc.ready & self.pay_desc.ready & self.sent.ready):
-                    m.next = "SEGMENT"
-
-            with m.State("SEGMENT"):
-                # the bytes left and the MTU are registered here and the
-                # packet cut in EV_VALUE: a subtraction and a compare in one
-                # cycle each
-                m.d.sync += [
-                    seg_rest.eq(cur.length - offset),
-                    seg_mtu.eq(mtu),
-                    seg_first.eq(cur.pkt_index == 0),
-                    seg_psn.eq(psn_out),
-                    ev_index.eq(ev_pick),
-                ]
-                with m.If(ev_found):
-                    m.next = "EV_VALUE"
-                with m.Elif(retx_mode):
-                    m.d.sync += retx_no_ev.eq(retx_no_ev + 1)
-                    m.next = "IDLE"
-                with m.Else():
-                    # park the QP, keeping its WQE, until one of its EVs is GOOD
-                    m.d.comb += wqe_w.en.eq(1)
-                    m.d.sync += ev_blocked.bit_select(cur_q, 1).eq(1)
-                    m.next = "IDLE"
-
-            with m.State("EV_VALUE"):
-                last = (seg_rest[len(mtu) :] == 0) & ~(seg_mtu < seg_rest[: len(mtu)])
-                m.d.sync += [seg_last.eq(last), seg_len.eq(Mux(last, seg_rest, seg_mtu))]
-                m.next = "EMIT"
-
-            with m.State("EMIT"):
-                # Room was checked in OFFSET and only our writes take it, so
-                # the readies of the cycle before (room, a flip-flop for the
-                # enables that follow) are those of this cycle.
-                go = room
-                m.d.comb += [
-                    self.hdr_desc.valid.eq(go),
-                    self.pay_desc.valid.eq(go),
-                    self.sent.valid.eq(go),
-                ]
-                with m.If(go):
-                    m.d.comb += [
-                        infl_w.en.eq(1),
-                        cnt_w.addr.eq(cur_q),
-                        cnt_w.en.eq(1),
-                    ]
-                    m.d.sync += ev_cursor[cur_q].eq(ev_index)
-                    with m.If(~retx_mode):
-                        m.d.comb += [
-                            wqe_w.data.pkt_index.eq(cur.pkt_index + 1),
-                            wqe_w.en.eq(1),
-                        ]
-                        m.d.comb += psn_advance.eq(1)
-                        m.d.sync += wqe_active.bit_select(cur_q, 1).eq(~seg_last)
-                    m.next = "IDLE"
+                    m.d.comb += psn_advance.eq(1)
+                    m.d.sync += wqe_active.bit_select(cur_q, 1).eq(~seg_last)
+                goto("IDLE")
+            with m.Else():
+                # no room yet: send in the cycle after the readies are seen
+                m.d.sync += [emit_go.eq(readies), wqe_we.eq(readies & ~retx_mode)]
 
         # ---- unparking: acks, EV state changes (CSR writes come below)
         # An ack_update is registered with its two differences (against the
@@ -690,18 +746,31 @@ class Sequencer(wiring.Component):
             ]
         with m.If(qw_doorbell):
             m.d.sync += pi[qw_q].eq(qw_data[:16])
-        with m.If(csr.w_stb & (csr.addr < QP_BASE)):
-            with m.Switch(csr.addr):
-                with m.Case(G.SRC_MAC_LO):
-                    m.d.sync += src_mac[:32].eq(csr.w_data)
-                with m.Case(G.SRC_MAC_HI):
-                    m.d.sync += src_mac[32:].eq(csr.w_data[:16])
-                with m.Case(G.SRC_IP):
-                    m.d.sync += src_ip.eq(csr.w_data)
-                with m.Case(G.EV_SELECT):
-                    m.d.sync += ev_select.eq(Cat(csr.w_data[:eb], csr.w_data[8 : 8 + qb]))
-                with m.Case(G.EV_ENTRY):
-                    m.d.comb += self.ev.csr_we.eq(1)
+        # The global registers are written like the per-QP ones: one-hot strobes
+        # and the data registered at w_stb and applied the cycle after, so that
+        # their enables are flip-flops. EV_ENTRY goes to the EV table at w_stb
+        # (a state change binds the packets chosen after the write).
+        gw_data = Signal(32)
+        gw_mac_lo = Signal()
+        gw_mac_hi = Signal()
+        gw_ip = Signal()
+        gw_ev_select = Signal()
+        m.d.sync += [
+            gw_data.eq(csr.w_data),
+            gw_mac_lo.eq(csr.w_stb & (csr.addr == G.SRC_MAC_LO)),
+            gw_mac_hi.eq(csr.w_stb & (csr.addr == G.SRC_MAC_HI)),
+            gw_ip.eq(csr.w_stb & (csr.addr == G.SRC_IP)),
+            gw_ev_select.eq(csr.w_stb & (csr.addr == G.EV_SELECT)),
+        ]
+        m.d.comb += self.ev.csr_we.eq(csr.w_stb & (csr.addr == G.EV_ENTRY))
+        with m.If(gw_mac_lo):
+            m.d.sync += src_mac[:32].eq(gw_data)
+        with m.If(gw_mac_hi):
+            m.d.sync += src_mac[32:].eq(gw_data[:16])
+        with m.If(gw_ip):
+            m.d.sync += src_ip.eq(gw_data)
+        with m.If(gw_ev_select):
+            m.d.sync += ev_select.eq(Cat(gw_data[:eb], gw_data[8 : 8 + qb]))
 
         # The PSN registers, written here per QP so that each is one enable
         # and a 2-way choice: a NEXT_PSN write sets both and overrides an
@@ -721,7 +790,12 @@ class Sequencer(wiring.Component):
         # Reads: the register is decoded with r_stb into one-hot selects (and a
         # QP's STATUS word taken then), the RAM read ports give their data the
         # cycle after, and r_word registers the AND-OR of the selected values:
-        # a read answers 2 cycles after r_stb (CSR_READ_LATENCY).
+        # a read answers 2 cycles after r_stb (CSR_READ_LATENCY). The EV
+        # table's entry at ev_select (distributed RAM, read without a register
+        # of its own) is registered every cycle before that AND-OR, so a read
+        # of EV_ENTRY sees the entry as it was the cycle before r_stb.
+        ev_entry = Signal(18)
+        m.d.sync += ev_entry.eq(Cat(self.ev.csr_r_value, self.ev.csr_r_state))
         r_q = Signal(qb)
         r_status = Signal(32)
         s_next = Signal(PSN_BITS)
@@ -771,7 +845,7 @@ class Sequencer(wiring.Component):
                 (G.SRC_MAC_HI, src_mac[32:]),
                 (G.SRC_IP, src_ip),
                 (G.EV_SELECT, Cat(ev_select[:eb], Const(0, 8 - eb), ev_select[eb:])),
-                (G.EV_ENTRY, Cat(self.ev.csr_r_value, self.ev.csr_r_state)),
+                (G.EV_ENTRY, ev_entry),
                 (G.RETX_IGNORED, retx_ignored),
                 (G.RETX_NO_EV, retx_no_ev),
             )
