@@ -199,7 +199,10 @@ class RxPsnWindow(wiring.Component):
     COALESCE, a timer's expiry in SCAN, the accepted packet enters the tables
     in WRITEBACK with its PSN order against the pending entries, the passed
     completions are registered during the advance and the earliest of them
-    in the cycle after), for 125 MHz on the ECP5.
+    in the cycle after), for 125 MHz on the ECP5. The state machine is
+    one-hot, and the wide registers load under a state's flip-flop or a
+    valid flag, not a decode: the request in IDLE, the ACK job while ``ack``
+    is not valid (an ACK is built once both bitmap words are registered).
     Throughput: one operation at a time; a packet costs about 11 cycles of
     engine time, far less than its payload takes on the datapath at any
     MTU >= 256.
@@ -266,6 +269,9 @@ class RxPsnWindow(wiring.Component):
         now = Signal(24)
         m.d.sync += now.eq(now + 1)
 
+        def widx(psn):
+            return psn[lw : lw + lr]
+
         # ---- the operation being worked on. Data registers that are read only
         # after being loaded (or with their valid) have no reset, which leaves
         # their flip-flops' LSR pin free to clear fields without a LUT.
@@ -273,18 +279,18 @@ class RxPsnWindow(wiring.Component):
         rq = Signal(WindowReq(qpb, self.addr_width), reset_less=True)
         qs = Signal(QpRxState())
         cfg = Signal(QpConfig(self.addr_width), reset_less=True)
-        bm_word = Signal(lr)  # bitmap word index being read
+        bm_word = Signal(lr)  # bitmap word index being read (written in MARK, ADV)
+        # The cycle after IDLE reads the word of rq.psn, loaded in IDLE (CHECK_RD
+        # and MARK_RD need it; the other states after IDLE read no bitmap word).
+        after_idle = Signal()
         m.d.comb += [
             q_rd.addr.eq(qp),
             self.cfg_addr.eq(qp),
-            b_rd.addr.eq(Cat(bm_word, qp)),
+            b_rd.addr.eq(Cat(Mux(after_idle, widx(rq.psn), bm_word), qp)),
             q_wr.addr.eq(qp),
             q_wr.data.eq(qs),
             b_wr.addr.eq(Cat(bm_word, qp)),
         ]
-
-        def widx(psn):
-            return psn[lw : lw + lr]
 
         # ---- in-flight table: accepted packets between check and mark
         flight_key = data.StructLayout({"qp": unsigned(qpb), "psn": unsigned(24)})
@@ -413,7 +419,10 @@ class RxPsnWindow(wiring.Component):
         # ACK building: syndrome of the ACK/NAK to send. An ACK carries
         # cum_psn; a NAK (only from CHECK_X) the PSN of the request, rq.psn.
         ack_syn = Signal(8)
-        w0 = Signal(W)
+        ack_is_ack = Signal()  # ack_syn is an ACK, registered with it
+        m.d.sync += ack_is_ack.eq(ack_syn == AETH_ACK)
+        w0 = Signal(W)  # the bitmap word of epsn, then the next one
+        w1 = Signal(W)
 
         # Advance bookkeeping
         mark_ackreq = Signal()
@@ -421,6 +430,11 @@ class RxPsnWindow(wiring.Component):
         m.d.sync += ack_due.eq(mark_ackreq | ~(qs.unacked < ack_thr))
         at_epsn = Signal()  # the marked PSN is the expected one: ADV_RD advances, from MARK
         mark_ce = Signal()
+        # COALESCE's saturating counts, registered from the QP's row (loaded in
+        # MARK, unchanged until COALESCE).
+        ce_count_sat = Signal()
+        unacked_sat = Signal()
+        m.d.sync += [ce_count_sat.eq(qs.ce_count == 0xFFFF), unacked_sat.eq(qs.unacked == 0xFF)]
 
         # Scan
         scan_qp = Signal(qpb)
@@ -535,351 +549,392 @@ class RxPsnWindow(wiring.Component):
         qs_load = Signal()  # CHECK, MARK or SCAN: the QP's row arrives (set a cycle ahead)
         m.d.sync += qs_load.eq(0)
 
-        with m.FSM(name="window") as fsm:
-            with m.State("IDLE"):
-                start_check = (
-                    self.req.valid
-                    & ~place_valid
-                    & ~self.init_busy
-                    & ((self.req.payload.kind != ReqKind.DATA) | any_free)
-                )
-                scan_due = ops_since_scan == 3
-                with m.If(self.init.valid):
-                    m.d.comb += self.init.ready.eq(1)
-                    m.d.sync += [
-                        qp.eq(self.init.payload.qp),
-                        qs.eq(0),
-                        qs.epsn.eq(self.init.payload.epsn),
-                        init_word.eq(0),
-                    ]
-                    for e in pend:
-                        with m.If(e.qp == self.init.payload.qp):
-                            m.d.sync += e.valid.eq(0)
-                    m.next = "INIT"
-                with m.Elif(self.done.valid & ~scan_due):
-                    m.d.comb += self.done.ready.eq(1)
-                    m.d.sync += ops_since_scan.eq(ops_since_scan + 1)
-                    slot = f_rd.data
-                    for i in range(self.inflight):
-                        with m.If(self.done.payload.tag == i):
-                            m.d.sync += flight_valid[i].eq(0)
-                    m.d.sync += done_tag.eq(self.done.payload.tag)
-                    m.d.sync += [
-                        qp.eq(slot.qp),
-                        rq.psn.eq(slot.psn),
-                        mark_ackreq.eq(slot.ackreq),
-                        mark_ce.eq(slot.ce),
-                        bm_word.eq(widx(slot.psn)),
-                    ]
-                    with m.If(self.done.payload.ok):
-                        m.next = "MARK_RD"
-                    with m.Else():
-                        m.d.comb += cnt.dma_error.eq(1)
-                        m.next = "DMA_ERROR"
-                with m.Elif(start_check & ~scan_due):
-                    m.d.comb += self.req.ready.eq(1)
-                    m.d.sync += ops_since_scan.eq(ops_since_scan + 1)
-                    m.d.sync += [
-                        rq.eq(self.req.payload),
-                        qp.eq(self.req.payload.qp),
-                        bm_word.eq(widx(self.req.payload.psn)),
-                    ]
-                    m.next = "CHECK_RD"
-                with m.Else():
-                    m.d.sync += [qp.eq(scan_qp), scan_qp.eq(scan_qp + 1), ops_since_scan.eq(0)]
-                    m.next = "SCAN_RD"
+        # The engine's states, one-hot by hand (one flip-flop per state): "in state
+        # X" is a flip-flop, not a decode of an encoded state, so the enables and
+        # mux selects it drives start at a register. ``state(name)`` opens a
+        # state's actions; ``goto(name)`` in it moves to another state the next
+        # cycle (a state with no ``goto`` taken stays). A state's transitions
+        # exclude each other.
+        STATES = ("IDLE", "DMA_ERROR", "DMA_ERROR2", "INIT", "CHECK_RD", "CHECK", "CHECK_X",
+                  "PROBE", "MARK_RD", "MARK", "ADV_RD", "ADV_LD", "ADV", "COMPLETE",
+                  "COMPLETE_GAP", "COMPLETE_GAP2", "COALESCE", "WRITEBACK", "SCAN_RD", "SCAN",
+                  "SCAN_X", "ACK0", "ACK1", "ACK2", "ACK3")
+        st = Signal(data.StructLayout({n: 1 for n in STATES}), init={"IDLE": 1})
+        in_state = [None]
+        m.d.sync += after_idle.eq(st.IDLE)
 
-            with m.State("DMA_ERROR"):
-                # The packet is lost: forget its completion (its pending entry
-                # is the one in flight in its slot; the match is registered here
-                # and applied in the next cycle).
-                for i, e in enumerate(pend):
-                    m.d.sync += err_hit[i].eq(e.in_flight & (e.tag == done_tag))
-                m.next = "DMA_ERROR2"
-            with m.State("DMA_ERROR2"):
-                for i, e in enumerate(pend):
-                    with m.If(err_hit[i]):
-                        m.d.sync += e.valid.eq(0)
-                m.next = "IDLE"
+        def state(name):
+            in_state[0] = name
+            return m.If(st[name])
 
-            with m.State("INIT"):
-                m.d.comb += [b_wr.en.eq(1), b_wr.data.eq(0)]
-                m.d.sync += [bm_word.eq(bm_word + 1), init_word.eq(init_word + 1)]
-                m.d.comb += b_wr.addr.eq(Cat(init_word[:lr], qp))
-                with m.If(init_word == self.ring_words - 1):
-                    m.d.comb += q_wr.en.eq(1)
-                    m.next = "IDLE"
-
-            # ---- check: duplicate, window, then place or discard
-            with m.State("CHECK_RD"):
-                m.d.sync += qs_load.eq(1)
-                m.next = "CHECK"
-            with m.State("CHECK"):
-                m.d.sync += chk_values
-                m.next = "CHECK_X"
-            with m.State("CHECK_X"):
-                m.d.sync += [
-                    place_cmd.addr.eq(rq.va),
-                    place_cmd.len.eq(rq.payload_len),
-                    place_cmd.discard.eq(1),
-                    place_cmd.notify.eq(0),
-                    place_cmd.inline.eq(0),
-                    place_cmd.tag.eq(chk_slot),
-                    ack_syn.eq(AETH_ACK),
-                ]
-                with m.Switch(rq.kind):
-                    with m.Case(ReqKind.DATA):
-                        # The bit is only meaningful inside the window: beyond it the
-                        # ring aliases PSNs of the current window.
-                        with m.If(d[23] | (inside & (bit_set | flight_hit))):
-                            m.d.comb += cnt.duplicate.eq(1)
-                            m.d.sync += place_valid.eq(discard)
-                            m.next = "ACK0"
-                        with m.Elif(~inside):
-                            m.d.comb += cnt.out_of_window.eq(1)
-                            m.d.sync += place_valid.eq(discard)
-                            m.next = "WRITEBACK"
-                        with m.Elif(is_last & ~chk_pend_any_free):
-                            m.d.comb += cnt.wimm_full.eq(1)
-                            m.d.sync += place_valid.eq(discard)
-                            m.next = "WRITEBACK"
-                        with m.Else():
-                            # Accepted: in flight until its B response (the
-                            # tables are written in WRITEBACK, next).
-                            m.d.sync += [
-                                accept.eq(1),
-                                flight_enter.eq(Cat(chk_slot == i for i in range(self.inflight))),
-                                pend_enter.eq(
-                                    Cat(is_last & (chk_pend_free == i) for i in range(P))
-                                ),
-                            ]
-                            m.d.sync += [
-                                place_valid.eq(1),
-                                place_cmd.discard.eq(0),
-                                place_cmd.notify.eq(1),
-                            ]
-                            m.next = "WRITEBACK"
-                    with m.Case(ReqKind.TRIM):
-                        m.d.comb += cnt.trimmed.eq(1)
-                        m.d.sync += place_valid.eq(discard)
-                        with m.If(cfg.trim_nack):
-                            m.d.sync += ack_syn.eq(NAK_TRIMMED)
-                            m.next = "ACK0"
-                        with m.Else():
-                            m.next = "WRITEBACK"
-                    with m.Case(ReqKind.NAK):
-                        m.d.sync += [place_valid.eq(discard), ack_syn.eq(rq.syndrome)]
-                        m.next = "ACK0"
-                    with m.Case(ReqKind.PROBE):
-                        m.d.sync += place_valid.eq(discard)
-                        m.next = "PROBE"
-                    with m.Default():
-                        m.d.sync += place_valid.eq(discard)
-                        m.next = "IDLE"
-
-            with m.State("PROBE"):
-                with m.If(~ack_valid):
-                    m.d.comb += cnt.probes_answered.eq(1)
-                    m.d.sync += [
-                        ack_valid.eq(1),
-                        ack_job.eq(0),
-                        ack_job.probe.eq(1),
-                        ack_job.dqpn.eq(cfg.peer_qpn),
-                        ack_job.ev.eq(qs.ev),
-                        ack_job.dst_mac.eq(qs.mac),
-                        ack_job.dst_ip.eq(cfg.peer_ip),
-                        ack_job.probe_id.eq(rq.probe_id),
-                        ack_job.probe_ev.eq(rq.probe_ev),
-                        ack_job.timestamp.eq(rq.timestamp),
-                    ]
-                    m.next = "IDLE"
-
-            # ---- mark: set the bit, advance the cumulative PSN, complete
-            with m.State("MARK_RD"):
-                m.d.sync += qs_load.eq(1)
-                m.d.sync += hole_mask.eq((Const(ones, W) << rq.psn[:lw] << 1)[:W])
-                # The packet is written: its pending entry, if any, is no
-                # longer in flight (its slot may be reused from now on).
-                for e in pend:
-                    with m.If(e.tag == done_tag):
-                        m.d.sync += e.in_flight.eq(0)
-                m.next = "MARK"
-            with m.State("MARK"):
-                m.d.comb += cnt.placed.eq(1)
-                new_word = b_rd.data | (Const(1, W) << rq.psn[:lw])
-                m.d.comb += [b_wr.en.eq(1), b_wr.data.eq(new_word)]
-                m.d.sync += [
-                    bm_word.eq(widx(q_rd.data.epsn)),
-                    cand.eq(0),
-                    adv_first.eq(1),
-                    # The word ADV looks at first is the one written here:
-                    # ~new_word from the marked bit on.
-                    holes_r.eq(holes),
-                    any_hole.eq(holes.any()),
-                ]
-                m.d.sync += at_epsn.eq(rq.psn == q_rd.data.epsn)
-                m.next = "ADV_RD"
-            with m.State("ADV_RD"):
-                # After MARK the word is in holes_r already (this cycle lets
-                # the registered completion values settle) unless the marked
-                # PSN is not the expected one (no advance); after a retired
-                # word the next one is read.
-                with m.If(adv_first & ~at_epsn):
-                    m.next = "COALESCE"
-                with m.Elif(adv_first):
-                    m.next = "ADV"
-                with m.Else():
-                    m.next = "ADV_LD"
-            with m.State("ADV_LD"):
-                m.d.sync += [holes_r.eq(holes), any_hole.eq(holes.any())]
-                m.next = "ADV"
-            with m.State("ADV"):
-                # holes_r: the clear bits of the word from epsn on.
-                m.d.sync += adv_first.eq(0)
-                for i in range(P):
-                    with m.If(pend_en[i] & ~(holes_r & pend_le[i]).any()):
-                        m.d.sync += cand[i].eq(1)
-                with m.If(any_hole):
-                    # The first hole is in this word: epsn + (first_hole - b),
-                    # i.e. its low bits become first_hole (set by COMPLETE,
-                    # after the selection has followed cand).
-                    m.next = "COMPLETE_GAP2"
-                with m.Else():
-                    # Every PSN left in this word is in: retire the word
-                    # (epsn + (W - b) is the start of the next one).
-                    m.d.comb += [b_wr.en.eq(1), b_wr.data.eq(0)]
-                    m.d.sync += [
-                        qs.epsn.eq(Cat(Const(0, lw), qs.epsn[lw:] + 1)),
-                        bm_word.eq(bm_word + 1),
-                        hole_mask.eq(ones),
-                    ]
-                    m.next = "ADV_RD"
-            with m.State("COMPLETE"):
-                m.d.sync += qs.epsn[:lw].eq(first_hole)
-                with m.If(~sel_any):
-                    m.next = "COALESCE"
-                with m.Elif(~cqe_valid):
-                    msn = qs.msn + 1
-                    m.d.sync += [qs.msn.eq(msn), cand.eq(cand & ~sel_oh)]
-                    for i, e in enumerate(pend):
-                        with m.If(sel_oh[i]):
-                            m.d.sync += e.valid.eq(0)
-                    # Seen only with cqe_valid, set below.
-                    m.d.sync += [
-                        cqe_job.addr.eq(cqe_addr),
-                        cqe_job.msn.eq(msn),
-                        cqe_job.byte_len.eq(sel.dma_len),
-                        cqe_job.imm.eq(sel.imm),
-                        cqe_job.qpn.eq(qp),
-                        cqe_job.status.eq(CQE_STATUS_SUCCESS),
-                        cqe_job.opcode.eq(sel.opcode),
-                        cqe_job.phase.eq(cqe_phase),
-                    ]
-                    # The CQE (or the overflow) is decided in the next cycle.
-                    m.d.sync += cqe_issue.eq(sel.imm_flag)
-                    with m.If(sel_more):
-                        m.next = "COMPLETE_GAP"
-                    with m.Else():
-                        m.next = "COALESCE"
-            with m.State("COMPLETE_GAP"):
-                # cqe_issue moves cq_prod in this cycle; cq_full and cqe_addr
-                # follow it in the next.
-                m.next = "COMPLETE_GAP2"
-            with m.State("COMPLETE_GAP2"):
-                # After ADV too: the selection, registered from cand, follows
-                # it in this cycle.
-                m.next = "COMPLETE"
-            with m.State("COALESCE"):
-                # ECN echo covers the packets placed since the last ACK.
-                with m.If(mark_ce):
-                    m.d.sync += [
-                        qs.ece.eq(1),
-                        qs.ce_count.eq(Mux(qs.ce_count == 0xFFFF, 0xFFFF, qs.ce_count + 1)),
-                    ]
-                unacked = qs.unacked + 1
-                m.d.sync += qs.unacked.eq(Mux(qs.unacked == 0xFF, 0xFF, unacked))
-                with m.If(ack_due):
-                    m.d.sync += ack_syn.eq(AETH_ACK)
-                    m.next = "ACK0"
-                with m.Else():
-                    with m.If(~qs.armed):
-                        m.d.sync += [qs.armed.eq(1), qs.deadline.eq(now + cfg.ack_t)]
-                    m.next = "WRITEBACK"
-
-            with m.State("WRITEBACK"):
-                # The QP's row; the tables are written below if CHECK_X
-                # accepted the packet.
-                m.d.comb += q_wr.en.eq(1)
-                m.next = "IDLE"
-
-            # ---- timer scan
-            with m.State("SCAN_RD"):
-                m.d.sync += qs_load.eq(1)
-                m.next = "SCAN"
-            with m.State("SCAN"):
-                expired = ~(now - q_rd.data.deadline)[23]
-                m.d.sync += [
-                    scan_due_ack.eq(q_rd.data.armed & expired & (q_rd.data.unacked != 0)),
-                    ack_syn.eq(AETH_ACK),  # for the ACK SCAN_X may send
-                ]
-                m.next = "SCAN_X"
-            with m.State("SCAN_X"):
-                with m.If(scan_due_ack):
-                    m.next = "ACK0"
-                with m.Else():
-                    m.next = "IDLE"
-
-            # ---- ACK/NAK: read the two bitmap words from the expected PSN on
-            with m.State("ACK0"):
-                m.d.sync += bm_word.eq(widx(qs.epsn))
-                m.next = "ACK1"
-            with m.State("ACK1"):
-                m.d.sync += bm_word.eq(bm_word + 1)
-                m.next = "ACK2"
-            with m.State("ACK2"):
-                m.d.sync += w0.eq(b_rd.data)
-                m.next = "ACK3"
-            with m.State("ACK3"):
-                with m.If(~ack_valid):
-                    is_ack = ack_syn == AETH_ACK
-                    m.d.comb += [cnt.acks_sent.eq(is_ack), cnt.naks_sent.eq(~is_ack)]
-                    bitmap = Cat(w0, b_rd.data)
-                    for k in reversed(range(lw)):
-                        keep = W + (1 << k) - 1  # the bits later stages still need
-                        bitmap = Mux(qs.epsn[k], bitmap[1 << k:], bitmap)[:keep]
-                    m.d.sync += [
-                        ack_valid.eq(1),
-                        ack_job.eq(0),
-                        ack_job.syndrome.eq(ack_syn),
-                        ack_job.psn.eq(Mux(is_ack, qs.epsn - 1, rq.psn)),
-                        ack_job.dqpn.eq(cfg.peer_qpn),
-                        ack_job.msn.eq(qs.msn),
-                        ack_job.cum_psn.eq(qs.epsn - 1),
-                        ack_job.sack_base.eq(qs.epsn),
-                        ack_job.bitmap.eq(bitmap[:W]),
-                        ack_job.ece.eq(qs.ece),
-                        ack_job.ce_count.eq(qs.ce_count),
-                        ack_job.ev.eq(qs.ev),
-                        ack_job.dst_mac.eq(qs.mac),
-                        ack_job.dst_ip.eq(cfg.peer_ip),
-                        qs.unacked.eq(0),
-                        qs.ece.eq(0),
-                        qs.ce_count.eq(0),
-                        qs.armed.eq(0),
-                    ]
-                    m.next = "WRITEBACK"
+        def goto(name):
+            if name != in_state[0]:
+                m.d.sync += [st[in_state[0]].eq(0), st[name].eq(1)]
 
         # CHECK, MARK and SCAN load the QP's row and configuration as they
         # arrive. CHECK remembers where the peer's frames come from, for ACKs
         # (and a probe's answer); kept for DATA, TRIM and NAK (written back).
+        # No state that writes the row runs while it arrives.
         with m.If(qs_load):
-            from_req = fsm.ongoing("CHECK")
+            from_req = st.CHECK
             m.d.sync += [
                 qs.eq(q_rd.data),
                 qs.ev.eq(Mux(from_req, rq.ev, q_rd.data.ev)),
                 qs.mac.eq(Mux(from_req, rq.mac, q_rd.data.mac)),
                 cfg.eq(self.cfg),
             ]
+
+        with state("IDLE"):
+            # The operation's registers load in IDLE whatever it starts (IDLE lasts
+            # one cycle and each path reads only what it needs of them), so the
+            # flip-flop of IDLE is their enable. A B verdict is taken whenever
+            # done.valid (else a scan is due and nothing reads them), a request
+            # only without it.
+            psn_in = Mux(self.done.valid, f_rd.data.psn, self.req.payload.psn)
+            m.d.sync += [
+                rq.eq(self.req.payload),
+                rq.psn.eq(psn_in),
+                done_tag.eq(self.done.payload.tag),
+                mark_ackreq.eq(f_rd.data.ackreq),
+                mark_ce.eq(f_rd.data.ce),
+            ]
+            start_check = (
+                self.req.valid
+                & ~place_valid
+                & ~self.init_busy
+                & ((self.req.payload.kind != ReqKind.DATA) | any_free)
+            )
+            scan_due = ops_since_scan == 3
+            with m.If(self.init.valid):
+                m.d.comb += self.init.ready.eq(1)
+                m.d.sync += [
+                    qp.eq(self.init.payload.qp),
+                    qs.eq(0),
+                    qs.epsn.eq(self.init.payload.epsn),
+                    init_word.eq(0),
+                ]
+                for e in pend:
+                    with m.If(e.qp == self.init.payload.qp):
+                        m.d.sync += e.valid.eq(0)
+                goto("INIT")
+            with m.Elif(self.done.valid & ~scan_due):
+                m.d.comb += self.done.ready.eq(1)
+                m.d.sync += ops_since_scan.eq(ops_since_scan + 1)
+                for i in range(self.inflight):
+                    with m.If(self.done.payload.tag == i):
+                        m.d.sync += flight_valid[i].eq(0)
+                m.d.sync += qp.eq(f_rd.data.qp)
+                with m.If(self.done.payload.ok):
+                    goto("MARK_RD")
+                with m.Else():
+                    m.d.comb += cnt.dma_error.eq(1)
+                    goto("DMA_ERROR")
+            with m.Elif(start_check & ~scan_due):
+                m.d.comb += self.req.ready.eq(1)
+                m.d.sync += ops_since_scan.eq(ops_since_scan + 1)
+                m.d.sync += qp.eq(self.req.payload.qp)
+                goto("CHECK_RD")
+            with m.Else():
+                m.d.sync += [qp.eq(scan_qp), scan_qp.eq(scan_qp + 1), ops_since_scan.eq(0)]
+                goto("SCAN_RD")
+
+        with state("DMA_ERROR"):
+            # The packet is lost: forget its completion (its pending entry
+            # is the one in flight in its slot; the match is registered here
+            # and applied in the next cycle).
+            for i, e in enumerate(pend):
+                m.d.sync += err_hit[i].eq(e.in_flight & (e.tag == done_tag))
+            goto("DMA_ERROR2")
+        with state("DMA_ERROR2"):
+            for i, e in enumerate(pend):
+                with m.If(err_hit[i]):
+                    m.d.sync += e.valid.eq(0)
+            goto("IDLE")
+
+        with state("INIT"):
+            m.d.comb += [b_wr.en.eq(1), b_wr.data.eq(0)]
+            m.d.sync += init_word.eq(init_word + 1)
+            m.d.comb += b_wr.addr.eq(Cat(init_word[:lr], qp))
+            with m.If(init_word == self.ring_words - 1):
+                m.d.comb += q_wr.en.eq(1)
+                goto("IDLE")
+
+        # ---- check: duplicate, window, then place or discard
+        with state("CHECK_RD"):
+            m.d.sync += qs_load.eq(1)
+            goto("CHECK")
+        with state("CHECK"):
+            m.d.sync += chk_values
+            goto("CHECK_X")
+        with state("CHECK_X"):
+            m.d.sync += [
+                bm_word.eq(widx(qs.epsn)),  # for ACK0
+                place_cmd.addr.eq(rq.va),
+                place_cmd.len.eq(rq.payload_len),
+                place_cmd.discard.eq(1),
+                place_cmd.notify.eq(0),
+                place_cmd.inline.eq(0),
+                place_cmd.tag.eq(chk_slot),
+                ack_syn.eq(AETH_ACK),
+            ]
+            with m.Switch(rq.kind):
+                with m.Case(ReqKind.DATA):
+                    # The bit is only meaningful inside the window: beyond it the
+                    # ring aliases PSNs of the current window.
+                    with m.If(d[23] | (inside & (bit_set | flight_hit))):
+                        m.d.comb += cnt.duplicate.eq(1)
+                        m.d.sync += place_valid.eq(discard)
+                        goto("ACK0")
+                    with m.Elif(~inside):
+                        m.d.comb += cnt.out_of_window.eq(1)
+                        m.d.sync += place_valid.eq(discard)
+                        goto("WRITEBACK")
+                    with m.Elif(is_last & ~chk_pend_any_free):
+                        m.d.comb += cnt.wimm_full.eq(1)
+                        m.d.sync += place_valid.eq(discard)
+                        goto("WRITEBACK")
+                    with m.Else():
+                        # Accepted: in flight until its B response (the
+                        # tables are written in WRITEBACK, next).
+                        m.d.sync += [
+                            accept.eq(1),
+                            flight_enter.eq(Cat(chk_slot == i for i in range(self.inflight))),
+                            pend_enter.eq(
+                                Cat(is_last & (chk_pend_free == i) for i in range(P))
+                            ),
+                        ]
+                        m.d.sync += [
+                            place_valid.eq(1),
+                            place_cmd.discard.eq(0),
+                            place_cmd.notify.eq(1),
+                        ]
+                        goto("WRITEBACK")
+                with m.Case(ReqKind.TRIM):
+                    m.d.comb += cnt.trimmed.eq(1)
+                    m.d.sync += place_valid.eq(discard)
+                    with m.If(cfg.trim_nack):
+                        m.d.sync += ack_syn.eq(NAK_TRIMMED)
+                        goto("ACK0")
+                    with m.Else():
+                        goto("WRITEBACK")
+                with m.Case(ReqKind.NAK):
+                    m.d.sync += [place_valid.eq(discard), ack_syn.eq(rq.syndrome)]
+                    goto("ACK0")
+                with m.Case(ReqKind.PROBE):
+                    m.d.sync += place_valid.eq(discard)
+                    goto("PROBE")
+                with m.Default():
+                    m.d.sync += place_valid.eq(discard)
+                    goto("IDLE")
+
+        with state("PROBE"):
+            with m.If(~ack_valid):
+                # (ack_job follows the probe's answer while ack_valid is clear)
+                m.d.comb += cnt.probes_answered.eq(1)
+                m.d.sync += ack_valid.eq(1)
+                goto("IDLE")
+
+        # ---- mark: set the bit, advance the cumulative PSN, complete
+        with state("MARK_RD"):
+            m.d.sync += [qs_load.eq(1), bm_word.eq(widx(rq.psn))]  # for MARK's write
+            m.d.sync += hole_mask.eq((Const(ones, W) << rq.psn[:lw] << 1)[:W])
+            # The packet is written: its pending entry, if any, is no
+            # longer in flight (its slot may be reused from now on).
+            for e in pend:
+                with m.If(e.tag == done_tag):
+                    m.d.sync += e.in_flight.eq(0)
+            goto("MARK")
+        with state("MARK"):
+            m.d.comb += cnt.placed.eq(1)
+            new_word = b_rd.data | (Const(1, W) << rq.psn[:lw])
+            m.d.comb += [b_wr.en.eq(1), b_wr.data.eq(new_word)]
+            m.d.sync += [
+                bm_word.eq(widx(q_rd.data.epsn)),
+                cand.eq(0),
+                adv_first.eq(1),
+                # The word ADV looks at first is the one written here:
+                # ~new_word from the marked bit on.
+                holes_r.eq(holes),
+                any_hole.eq(holes.any()),
+            ]
+            m.d.sync += at_epsn.eq(rq.psn == q_rd.data.epsn)
+            goto("ADV_RD")
+        with state("ADV_RD"):
+            # After MARK the word is in holes_r already (this cycle lets
+            # the registered completion values settle) unless the marked
+            # PSN is not the expected one (no advance); after a retired
+            # word the next one is read.
+            with m.If(adv_first & ~at_epsn):
+                goto("COALESCE")
+            with m.Elif(adv_first):
+                goto("ADV")
+            with m.Else():
+                goto("ADV_LD")
+        with state("ADV_LD"):
+            m.d.sync += [holes_r.eq(holes), any_hole.eq(holes.any())]
+            goto("ADV")
+        with state("ADV"):
+            # holes_r: the clear bits of the word from epsn on. The next word and
+            # its mask are set whether or not this one is retired (after a hole,
+            # MARK_RD or an ACK's predecessor sets them again before their use).
+            m.d.sync += [adv_first.eq(0), bm_word.eq(bm_word + 1), hole_mask.eq(ones)]
+            for i in range(P):
+                with m.If(pend_en[i] & ~(holes_r & pend_le[i]).any()):
+                    m.d.sync += cand[i].eq(1)
+            with m.If(any_hole):
+                # The first hole is in this word: epsn + (first_hole - b),
+                # i.e. its low bits become first_hole (set by COMPLETE,
+                # after the selection has followed cand).
+                goto("COMPLETE_GAP2")
+            with m.Else():
+                # Every PSN left in this word is in: retire the word
+                # (epsn + (W - b) is the start of the next one).
+                m.d.comb += [b_wr.en.eq(1), b_wr.data.eq(0)]
+                m.d.sync += qs.epsn.eq(Cat(Const(0, lw), qs.epsn[lw:] + 1))
+                goto("ADV_RD")
+        with state("COMPLETE"):
+            # The CQE of the selected completion, loaded whether or not there is
+            # one (the enable is two flip-flops); seen only with cqe_valid, set
+            # the cycle after a completion (never COMPLETE).
+            msn = qs.msn + 1
+            with m.If(~cqe_valid):
+                m.d.sync += [
+                    cqe_job.addr.eq(cqe_addr),
+                    cqe_job.msn.eq(msn),
+                    cqe_job.byte_len.eq(sel.dma_len),
+                    cqe_job.imm.eq(sel.imm),
+                    cqe_job.qpn.eq(qp),
+                    cqe_job.status.eq(CQE_STATUS_SUCCESS),
+                    cqe_job.opcode.eq(sel.opcode),
+                    cqe_job.phase.eq(cqe_phase),
+                ]
+            m.d.sync += qs.epsn[:lw].eq(first_hole)
+            with m.If(~sel_any):
+                goto("COALESCE")
+            with m.Elif(~cqe_valid):
+                m.d.sync += [qs.msn.eq(msn), cand.eq(cand & ~sel_oh)]
+                for i, e in enumerate(pend):
+                    with m.If(sel_oh[i]):
+                        m.d.sync += e.valid.eq(0)
+                # The CQE (or the overflow) is decided in the next cycle.
+                m.d.sync += cqe_issue.eq(sel.imm_flag)
+                with m.If(sel_more):
+                    goto("COMPLETE_GAP")
+                with m.Else():
+                    goto("COALESCE")
+        with state("COMPLETE_GAP"):
+            # cqe_issue moves cq_prod in this cycle; cq_full and cqe_addr
+            # follow it in the next.
+            goto("COMPLETE_GAP2")
+        with state("COMPLETE_GAP2"):
+            # After ADV too: the selection, registered from cand, follows
+            # it in this cycle.
+            goto("COMPLETE")
+        with state("COALESCE"):
+            # ECN echo covers the packets placed since the last ACK.
+            with m.If(mark_ce):
+                m.d.sync += [
+                    qs.ece.eq(1),
+                    qs.ce_count.eq(qs.ce_count + ~ce_count_sat),
+                ]
+            m.d.sync += [
+                qs.unacked.eq(qs.unacked + ~unacked_sat),
+                bm_word.eq(widx(qs.epsn)),  # for ACK0
+                ack_syn.eq(AETH_ACK),
+            ]
+            # The timer starts at the first unacknowledged packet (an ACK sent
+            # now stops it again in ACK3).
+            with m.If(~qs.armed):
+                m.d.sync += [qs.armed.eq(1), qs.deadline.eq(now + cfg.ack_t)]
+            with m.If(ack_due):
+                goto("ACK0")
+            with m.Else():
+                goto("WRITEBACK")
+
+        with state("WRITEBACK"):
+            # The QP's row; the tables are written below if CHECK_X
+            # accepted the packet.
+            m.d.comb += q_wr.en.eq(1)
+            goto("IDLE")
+
+        # ---- timer scan
+        with state("SCAN_RD"):
+            m.d.sync += qs_load.eq(1)
+            goto("SCAN")
+        with state("SCAN"):
+            expired = ~(now - q_rd.data.deadline)[23]
+            m.d.sync += [
+                scan_due_ack.eq(q_rd.data.armed & expired & (q_rd.data.unacked != 0)),
+                ack_syn.eq(AETH_ACK),  # for the ACK SCAN_X may send
+            ]
+            goto("SCAN_X")
+        with state("SCAN_X"):
+            m.d.sync += bm_word.eq(widx(qs.epsn))  # for ACK0
+            with m.If(scan_due_ack):
+                goto("ACK0")
+            with m.Else():
+                goto("IDLE")
+
+        # ---- ACK/NAK: read the two bitmap words from the expected PSN on (the
+        # states that go to ACK0, CHECK_X, COALESCE and SCAN_X, address the first:
+        # they have the QP's final epsn and read no bitmap word), register both, and
+        # build the ACK from registers in ACK3 (no logic after the block RAM).
+        with state("ACK0"):
+            m.d.sync += bm_word.eq(bm_word + 1)
+            goto("ACK1")
+        with state("ACK1"):
+            m.d.sync += w0.eq(b_rd.data)
+            goto("ACK2")
+        with state("ACK2"):
+            m.d.sync += w1.eq(b_rd.data)
+            goto("ACK3")
+        with state("ACK3"):
+            with m.If(~ack_valid):
+                # (ack_job follows the ACK while ack_valid is clear)
+                m.d.comb += [cnt.acks_sent.eq(ack_is_ack), cnt.naks_sent.eq(~ack_is_ack)]
+                m.d.sync += [
+                    ack_valid.eq(1),
+                    qs.unacked.eq(0),
+                    qs.ece.eq(0),
+                    qs.ce_count.eq(0),
+                    qs.armed.eq(0),
+                ]
+                goto("WRITEBACK")
+
+        # The ACK job follows what PROBE or ACK3 would send while ack_valid is
+        # clear and holds from the cycle it is set: the hold flag is its only
+        # enable, and "in PROBE" (a flip-flop) selects its data.
+        ack_next = Signal(AckJob(W))
+        m.d.comb += [
+            ack_next.dqpn.eq(cfg.peer_qpn),
+            ack_next.ev.eq(qs.ev),
+            ack_next.dst_mac.eq(qs.mac),
+            ack_next.dst_ip.eq(cfg.peer_ip),
+        ]
+        with m.If(st.PROBE):
+            m.d.comb += [
+                ack_next.probe.eq(1),
+                ack_next.probe_id.eq(rq.probe_id),
+                ack_next.probe_ev.eq(rq.probe_ev),
+                ack_next.timestamp.eq(rq.timestamp),
+            ]
+        with m.Else():
+            bitmap = Cat(w0, w1)
+            for k in reversed(range(lw)):
+                keep = W + (1 << k) - 1  # the bits later stages still need
+                bitmap = Mux(qs.epsn[k], bitmap[1 << k:], bitmap)[:keep]
+            m.d.comb += [
+                ack_next.syndrome.eq(ack_syn),
+                ack_next.psn.eq(Mux(ack_is_ack, qs.epsn - 1, rq.psn)),
+                ack_next.msn.eq(qs.msn),
+                ack_next.cum_psn.eq(qs.epsn - 1),
+                ack_next.sack_base.eq(qs.epsn),
+                ack_next.bitmap.eq(bitmap[:W]),
+                ack_next.ece.eq(qs.ece),
+                ack_next.ce_count.eq(qs.ce_count),
+            ]
+        with m.If(~ack_valid):
+            m.d.sync += ack_job.eq(ack_next)
 
         # WRITEBACK enters an accepted packet in the tables (accept and the
         # enter vectors are set for that cycle only, so no state decode).
