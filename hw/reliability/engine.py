@@ -97,7 +97,8 @@ class ReliabilityEngine(wiring.Component):
     ``csr``        In(CSRBusSignature(csr_addr_width)): ``register_map()``. A
                    read answers ``CSR_READ_LATENCY`` (2) cycles after
                    ``r_stb`` (registered read data; a bridge in front takes
-                   ``read_latency=2``).
+                   ``read_latency=2``). A write takes effect the cycle after
+                   ``w_stb`` (decoded at ``w_stb``, applied from registers).
     ``irq``        Out(1): the EV event queue is not empty, or a CQE was written since
                    ``irq_status`` was last read.
 
@@ -258,25 +259,6 @@ class ReliabilityEngine(wiring.Component):
         m.d.comb += ev_off.eq(addr - EV_BASE)
         ev_idx = ev_off[2:][: max(1, (nq * E - 1).bit_length())]
 
-        # the ring bases keep addr_width bits: the _hi words store (and read back) only
-        # their bits below it
-        base_hi = Signal(32)
-        m.d.comb += base_hi.eq(csr.w_data[: self.addr_width - 32])
-        dma_lanes = range(QP_WORDS["sq_base_lo"], QP_WORDS["sq_base_lo"] + 5)  # dma_mem's words
-        hi_words = (QP_WORDS["sq_base_hi"], QP_WORDS["cq_base_hi"])
-        m.d.comb += [
-            rel_wr.addr.eq(qp_idx), rel_csr.addr.eq(qp_idx),
-            dma_wr.addr.eq(qp_idx), dma_csr.addr.eq(qp_idx),
-            net_wr.addr.eq(qp_idx), net_csr.addr.eq(qp_idx),
-            ev_wr.addr.eq(ev_idx), ev_csr.addr.eq(ev_idx),
-            core.rec_addr.eq(Mux(in_ev, ev_idx >> ebits, qp_idx)),
-            rel_wr.data.eq(csr.w_data),
-            dma_wr.data.eq(Cat(*[base_hi if word in hi_words else csr.w_data
-                                 for word in dma_lanes])),
-            net_wr.data.eq(Cat(*[csr.w_data] * 4)),
-            ev_wr.data.eq(csr.w_data[:16]),
-        ]
-
         G = GLOBAL_OFFSETS
         param_regs = {
             "ev_loss_threshold": params.ev_loss_threshold, "cwnd_min": params.cwnd_min,
@@ -288,36 +270,69 @@ class ReliabilityEngine(wiring.Component):
         rw_regs = {"own_mac_lo": own_mac[:32], "own_mac_hi": own_mac[32:], "own_ip": own_ip,
                    "probe_period": probe_period, **param_regs}
 
+        # Writes are decoded at w_stb and applied in the next cycle from registers
+        # (the address, the data and one strobe per target), so the address compares
+        # are not in series with the memories' write enables and the registers' clock
+        # enables, each a wide fan-out: every enable is a flip-flop. The host bridge
+        # strobes at most one cycle in three, so no read comes between a write and
+        # the cycle it lands in.
+        w_data = Signal(32)
+        w_qp = Signal(len(qp_idx))
+        w_ev = Signal(len(ev_idx))
+        w_reg = {name: Signal(name=f"w_{name}") for name in rw_regs}
+        w_ctrl, w_rel, w_ev_cfg = Signal(), Signal(), Signal()
+        w_dma = Signal(5)  # sq_base_lo .. the four words after it
+        w_net = Signal(4)  # peer_mac_lo .. the three words after it
+        is_global = addr < QP_BASE
+        qp_hit = csr.w_stb & ~is_global & in_qp
+        with m.If(csr.w_stb):
+            m.d.sync += [w_data.eq(csr.w_data), w_qp.eq(qp_idx), w_ev.eq(ev_idx)]
+        m.d.sync += [
+            *(flag.eq(csr.w_stb & is_global & (addr == G[name]))
+              for name, flag in w_reg.items()),
+            w_ctrl.eq(qp_hit & (word == QP_WORDS["qp_ctrl"])),
+            w_rel.eq(qp_hit & (word == QP_WORDS["qp_rel_cfg"])),
+            w_dma.eq(Cat(qp_hit & (word == QP_WORDS["sq_base_lo"] + i) for i in range(5))),
+            w_net.eq(Cat(qp_hit & (word == QP_WORDS["peer_mac_lo"] + i) for i in range(4))),
+            w_ev_cfg.eq(csr.w_stb & ~is_global & ~in_qp & in_ev),
+        ]
+
+        # the ring bases keep addr_width bits: the _hi words store (and read back) only
+        # their bits below it
+        base_hi = Signal(32)
+        m.d.comb += base_hi.eq(w_data[: self.addr_width - 32])
+        dma_lanes = range(QP_WORDS["sq_base_lo"], QP_WORDS["sq_base_lo"] + 5)  # dma_mem's words
+        hi_words = (QP_WORDS["sq_base_hi"], QP_WORDS["cq_base_hi"])
+        m.d.comb += [
+            rel_wr.addr.eq(w_qp), rel_csr.addr.eq(qp_idx),
+            dma_wr.addr.eq(w_qp), dma_csr.addr.eq(qp_idx),
+            net_wr.addr.eq(w_qp), net_csr.addr.eq(qp_idx),
+            ev_wr.addr.eq(w_ev), ev_csr.addr.eq(ev_idx),
+            core.rec_addr.eq(Mux(in_ev, ev_idx >> ebits, qp_idx)),
+            rel_wr.data.eq(w_data),
+            dma_wr.data.eq(Cat(*[base_hi if word in hi_words else w_data
+                                 for word in dma_lanes])),
+            net_wr.data.eq(Cat(*[w_data] * 4)),
+            ev_wr.data.eq(w_data[:16]),
+        ]
+
         def push_cmd(value):
             with m.If(cmd_fifo.w_rdy):
                 m.d.comb += [cmd_fifo.w_data.eq(value), cmd_fifo.w_en.eq(1)]
             with m.Else():
                 m.d.comb += cmds_lost.eq(1)
 
-        with m.If(csr.w_stb):
-            with m.If(addr < QP_BASE):
-                for name, reg in rw_regs.items():
-                    with m.If(addr == G[name]):
-                        m.d.sync += reg.eq(csr.w_data)
-            with m.Elif(in_qp):
-                with m.Switch(word):
-                    with m.Case(QP_WORDS["qp_ctrl"]):
-                        # layout order: ev, qpn, ev_index, state
-                        push_cmd(Cat(Const(0, 1), qp_idx, Const(0, max(1, ebits)),
-                                     csr.w_data[:3]))
-                    with m.Case(QP_WORDS["qp_rel_cfg"]):
-                        m.d.comb += rel_wr.en.eq(1)
-                    for i in range(5):
-                        with m.Case(QP_WORDS["sq_base_lo"] + i):
-                            m.d.comb += dma_wr.en.eq(1 << i)
-                    for i in range(4):
-                        with m.Case(QP_WORDS["peer_mac_lo"] + i):
-                            m.d.comb += net_wr.en.eq(1 << i)
-            with m.Elif(in_ev):
-                m.d.comb += ev_wr.en.eq(1)
-                with m.If(csr.w_data[31]):
-                    push_cmd(Cat(Const(1, 1), (ev_idx >> ebits)[: len(qp_idx)], ev_idx[:ebits],
-                                 csr.w_data[16:19]))
+        for name, reg in rw_regs.items():
+            with m.If(w_reg[name]):
+                m.d.sync += reg.eq(w_data)
+        with m.If(w_ctrl):
+            # layout order: ev, qpn, ev_index, state
+            push_cmd(Cat(Const(0, 1), w_qp, Const(0, max(1, ebits)), w_data[:3]))
+        m.d.comb += [rel_wr.en.eq(w_rel), dma_wr.en.eq(w_dma), net_wr.en.eq(w_net),
+                     ev_wr.en.eq(w_ev_cfg)]
+        with m.If(w_ev_cfg & w_data[31]):
+            push_cmd(Cat(Const(1, 1), (w_ev >> ebits)[: len(qp_idx)], w_ev[:ebits],
+                         w_data[16:19]))
 
         # --- counters and events ---------------------------------------------------------------
         top_counts = {"cmds_lost": cmds_lost, "cqes": cpl.cqe_done, "dma_errors": cpl.dma_error}
