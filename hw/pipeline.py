@@ -15,6 +15,15 @@
 ``AXIStreamRegister(data_width, user_width)``
     The same stage for ``AXIStreamSignature`` (tdata/tkeep/tlast/tuser).
 
+``forward_register(m, ...)``
+    A stage that registers the forward direction only: ``o.valid`` and the
+    data from flip-flops, each data bit loaded straight from its input (one
+    flip-flop per bit and no multiplexer, so a block RAM's output, 4 ns
+    clock-to-output on the ECP5, reaches one flip-flop and no logic);
+    ``i.ready`` is ``o.ready | ~o.valid`` (combinational, one LUT). Put it
+    behind a block-RAM read whose data leaves its block. Latency: 1 cycle.
+    Throughput: 1 transfer per cycle while ``o.ready`` holds.
+
 ``AXI4RegisterSlice(addr_width, data_width, id_width)``
     A ``StreamRegister`` on each of the five AXI4 channels (AW, W, B, AR, R)
     between ``s_axi`` (towards the master) and ``m_axi`` (towards the
@@ -44,7 +53,7 @@ from hw.axi import AXI4Signature
 from hw.stream import AXIStreamSignature
 
 __all__ = ["AXI4RegisterSlice", "AXIRegisterSlice", "AXIStreamRegister", "BlockRamFIFO",
-           "StreamRegister", "saturating_increment", "skid"]
+           "StreamRegister", "forward_register", "saturating_increment", "skid"]
 
 
 def skid(m: Module, i_valid, i_ready, i_data, o_valid, o_ready, o_data, name: str):
@@ -72,6 +81,19 @@ def skid(m: Module, i_valid, i_ready, i_data, o_valid, o_ready, o_data, name: st
     with m.Elif(i_valid & ~spare_valid):
         # The sink stalls: the beat accepted this cycle waits in the spare.
         m.d.sync += spare_valid.eq(1)
+
+
+def forward_register(m: Module, i_valid, i_ready, i_data, o_valid, o_ready, o_data, name: str):
+    """Builds the stage of the module docstring's ``forward_register`` in ``m``
+    between flat signals: ``i_ready`` (combinational), ``o_valid`` and
+    ``o_data`` (flip-flops) are driven here."""
+    out_valid = Signal(name=f"{name}_valid")
+    out_data = Signal(len(i_data), name=f"{name}_data")
+    load = Signal()
+    m.d.comb += [load.eq(o_ready | ~out_valid), i_ready.eq(load),
+                 o_valid.eq(out_valid), o_data.eq(out_data)]
+    with m.If(load):
+        m.d.sync += [out_valid.eq(i_valid), out_data.eq(i_data)]
 
 
 class StreamRegister(wiring.Component):

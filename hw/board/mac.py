@@ -63,7 +63,7 @@ from amaranth.utils import ceil_log2
 
 from ..arbiter import one_hot_select
 from ..crc import CRC32_INIT, CRC32_RESIDUE, crc32_bytes
-from ..pipeline import StreamRegister
+from ..pipeline import StreamRegister, forward_register
 from ..stream import AXIStreamSignature, check_data_width
 from .rgmii import RGMIIDDR, DDRPairSignature, RGMIIPinSignature
 
@@ -786,8 +786,9 @@ class RGMIIMAC(wiring.Component):
 
     Latency (1 Gb/s, W = 64): RX, from the last FCS byte on the pins to the
     first beat on ``rx_axis``, about 9 eth_rx cycles plus the AsyncFIFO
-    (about 4 sync cycles), the filter's register stage (1 cycle) and the PacketFIFO
-    (2 cycles) once the whole frame is in (store and forward). TX, from the
+    (about 4 sync cycles), the filter's register stage (1 cycle), the PacketFIFO
+    (2 cycles) once the whole frame is in (store and forward) and the output
+    register (1 cycle). TX, from the
     last beat of a frame to the first preamble nibble, 2 sync cycles into the
     PacketFIFO, the AsyncFIFO (about 4 eth_tx cycles), the register stages
     after it and after the unpacker (1 cycle each) and 1 cycle. Throughput:
@@ -874,14 +875,14 @@ class RGMIIMAC(wiring.Component):
         ]
         wiring.connect(m, rx_filter.o, rx_reg.i)
         wiring.connect(m, rx_reg.o, rx_buf.w)
-        m.d.comb += [
-            self.rx_axis.tdata.eq(rx_buf.r.payload.data),
-            self.rx_axis.tkeep.eq(rx_buf.r.payload.keep),
-            self.rx_axis.tlast.eq(rx_buf.r.payload.last),
-            self.rx_axis.tuser.eq(rx_buf.r.payload.user),
-            self.rx_axis.tvalid.eq(rx_buf.r.valid),
-            rx_buf.r.ready.eq(self.rx_axis.tready),
-        ]
+        # The buffer's block RAM output reaches rx_axis through one flip-flop
+        # per bit: its consumer is another block, placed apart.
+        rx = self.rx_axis
+        beat = rx_buf.r.payload
+        forward_register(m, rx_buf.r.valid, rx_buf.r.ready,
+                         Cat(beat.data, beat.keep, beat.last, beat.user),
+                         rx.tvalid, rx.tready, Cat(rx.tdata, rx.tkeep, rx.tlast, rx.tuser),
+                         "rx_out")
 
         # TX on sync
         m.submodules.tx_filter = tx_filter = TxFrameFilter(W)
