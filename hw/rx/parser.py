@@ -49,8 +49,9 @@ decision waits on a deep network (125 MHz on the ECP5, ~6 LUT levels):
   one at 128, none at 256/512 bits, where the header's last IPv4 byte may
   come in the frame's last beat);
 - the ICRC: a beat's masked bytes (those before byte 14, and after the end
-  in the last beat, zeroed) go through one full-beat XOR network, registered,
-  and the CRC register takes them in the next cycle, the last beat included;
+  in the last beat, zeroed) are registered, and the CRC register takes them
+  in the next cycle through one XOR network over itself and the full beat,
+  the last beat included;
   the register, advanced by the last beat's missing bytes as zeros, is
   compared with the residue advanced alike (a constant per byte count).
 
@@ -62,10 +63,11 @@ FIFO, a dropped one rolls the write pointer back (the next frame writes no
 payload before then, or, at 512 bits, writes where the rollback puts it). The
 counters move in the cycle after. The header FIFO holds the extension headers
 (RETH, ImmDt, AETH with SACK, probe), which no opcode has two of, as the raw
-bytes after the BTH and the opcode class. The *output stage* pops records,
-spreads those bytes into the ``ParsedHeader`` fields of their class, and
-releases the committed payload beats of each popped record to ``payload``
-through the memory's read register and a register slice (skid buffer).
+bytes after the BTH and the opcode class (and the payload's beat count). The
+*output stage* pops records, spreads those bytes into the ``ParsedHeader``
+fields of their class, and releases the committed payload beats of each popped
+record to ``payload`` through the memory's read register and a register slice
+(skid buffer).
 
 Backpressure, as in a frame FIFO: ``tready`` is low while the frame FIFO is
 full (it keeps one spare entry for the final payload beat that the verdict
@@ -306,16 +308,31 @@ class RxParser(wiring.Component):
         first = beat_oh[0]
         frame_len = Signal(17)  # bytes of the frame so far, saturating
         hdr = Signal(8 * hdr_len)  # captured header bytes, lane order
-        prev = Signal(self.data_width)  # the previous beat, for realignment
         crc = Signal(32)
         trim_dscp = Signal(6)
         bad_frame = Signal()
-        one_beat = Signal()  # the frame had one beat (and so is never accepted)
+        # verdict stage 1 of a frame with more than one beat (a one-beat frame
+        # is never accepted): the record's load enable, so a flip-flop
+        rec_load = Signal()
         eof = Signal()  # verdict stage 1: the cycle after a frame's last beat
         v2 = Signal()  # verdict stage 2: the cycle after that
 
         accept = Signal()
         m.d.comb += accept.eq(axis.tvalid & axis.tready)
+
+        # The previous beat taken, for realignment: `last_in` is the input of
+        # the previous cycle, loaded in every cycle, and `held` the beat taken
+        # before that, loaded when `took` (the previous cycle took a beat) says
+        # `last_in` is one. So no wide register has `accept` as its clock enable
+        # (a slow net: a LUT of the handshake driving hundreds of sinks).
+        last_in = Signal(self.data_width)
+        held = Signal(self.data_width)
+        took = Signal()
+        prev = Signal(self.data_width)
+        m.d.sync += [last_in.eq(axis.tdata), took.eq(accept)]
+        with m.If(took):
+            m.d.sync += held.eq(last_in)
+        m.d.comb += prev.eq(Mux(took, last_in, held))
 
         # Bytes of this beat: every beat but the last is full (packed stream).
         nbytes = Signal(range(lanes + 1))
@@ -384,7 +401,12 @@ class RxParser(wiring.Component):
         # index into the few that occur
         shifts = sorted({end % lanes for end in ends})
         shift = Signal(range(len(shifts)))
-        with m.If(accept & beat_oh[k_bth]):
+        # Loaded in every cycle while beat k_bth is the next beat (its last load
+        # is the cycle that takes it), so that the enable is one flip-flop; the
+        # stage's outputs are read from the cycle after beat k_bth until the
+        # frame's verdict stage 1, before beat k_bth of the next frame is due
+        # (at 512 bits, where k_bth = 0, they change at the end of stage 1).
+        with m.If(beat_oh[k_bth]):
             ovh_v = hend_v - OFF_UDP + ICRC_BYTES + bth_v["padcount"]
             trimmed_v = ip_v["dscp"] == cur_trim
             m.d.sync += [
@@ -550,17 +572,19 @@ class RxParser(wiring.Component):
         m.d.sync += wr_ptr.eq((wr_ptr_eff + wr_en)[:ptr_bits])
 
         # ICRC over the masked bytes from byte 14 to the end, ICRC included. The
-        # beat's masked bytes are registered as the data part of their CRC (one
-        # network over the whole beat); in the next cycle the CRC register
-        # takes it, with the state part of the register (or, for the beat that
-        # starts the CRC, of ICRC_INIT: a constant). Bytes that are not CRC
-        # bytes are zeroed: those before byte 14 (leading zeros leave the data
-        # part as if the beat started there) and those after the frame's end
-        # in its last beat, so the last beat goes through the full-beat
-        # network too and the register ends up advanced over the frame and
-        # `lanes - nbytes` zero bytes. Advancing by zero bytes is invertible,
-        # so verdict stage 2 compares the register with the residue advanced
-        # by as many zero bytes (a constant per byte count) instead.
+        # beat's masked bytes are registered (the masking, from `beat_oh` and
+        # the input's tlast and tkeep, is too deep to put in front of the CRC
+        # network); in the next cycle the CRC register takes them, through one
+        # network over the register and the whole beat (for the beat that
+        # starts the CRC, the register's part is that of ICRC_INIT: a
+        # constant). Bytes that are not CRC bytes are zeroed: those before
+        # byte 14 (leading zeros leave the data part as if the beat started
+        # there) and those after the frame's end in its last beat, so the last
+        # beat goes through the full-beat network too and the register ends up
+        # advanced over the frame and `lanes - nbytes` zero bytes. Advancing by
+        # zero bytes is invertible, so verdict stage 2 compares the register
+        # with the residue advanced by as many zero bytes (a constant per byte
+        # count) instead.
         crc_start_beat, crc_start_lane = OFF_IPV4 // lanes, OFF_IPV4 % lanes
         assert crc_start_beat <= 1
         masked = Signal(self.data_width)
@@ -572,15 +596,16 @@ class RxParser(wiring.Component):
             before_start = beat_oh[crc_start_beat] if i < crc_start_lane else 0
             with m.If(before_start | (axis.tlast & ~axis.tkeep[i])):
                 m.d.comb += masked[8 * i : 8 * i + 8].eq(0)
-        crc_valid = Signal()
         crc_start = Signal()
-        crc_dpart = Signal(32)  # the data part of the beat's CRC
+        masked_q = Signal(self.data_width)
         crc_nbytes = Signal(range(lanes + 1))  # the beat's bytes (of the last one)
-        crc_residue = Signal(32)  # the residue advanced by the last beat's zero bytes
+        # the residue advanced by the last beat's zero bytes; without a reset, as
+        # synthesis makes its constants partly from the flip-flops' set/reset,
+        # which would then share the (slow, global) reset's net
+        crc_residue = Signal(32, reset_less=True)
         m.d.sync += [
-            crc_valid.eq(accept),
             crc_start.eq(beat_oh[crc_start_beat]),
-            crc_dpart.eq(crc32_parts(0, masked, lanes)[1]),
+            masked_q.eq(masked),
             crc_nbytes.eq(nbytes),
             crc_residue.eq(
                 Array(
@@ -592,33 +617,45 @@ class RxParser(wiring.Component):
         # The CRC starts from ICRC_INIT at byte 14, so the start beat's state
         # part is a constant: that of ICRC_INIT over the beat's bytes from there.
         init_part = crc32_parts(Const(ICRC_INIT, 32), 0, lanes - crc_start_lane)[0]
-        with m.If(crc_valid):
+        with m.If(took):
             state_part = Mux(crc_start, init_part, crc32_parts(crc, 0, lanes)[0])
-            m.d.sync += crc.eq(state_part ^ crc_dpart)
+            m.d.sync += crc.eq(state_part ^ crc32_parts(0, masked_q, lanes)[1])
 
         with m.If(accept):
             m.d.sync += [
                 beat_oh.eq(Mux(axis.tlast, 1, beat_oh << 1)),
-                prev.eq(axis.tdata),
             ]
             len_in = Mux(first, 0, frame_len)
             len_sum = Signal(18)
             m.d.comb += len_sum.eq(len_in + nbytes)
             m.d.sync += frame_len.eq(Mux(len_sum[17], 0x1FFFF, len_sum))
-            with m.If(first):
-                m.d.sync += trim_dscp.eq(self.trim_dscp)
-            for k in range(hdr_beats):
-                with m.If(beat_oh[k]):
-                    lo, hi = 8 * k * lanes, min(8 * (k + 1) * lanes, 8 * hdr_len)
-                    m.d.sync += hdr[lo:hi].eq(axis.tdata[: hi - lo])
             with m.If(axis.tlast):
                 m.d.sync += [
                     bad_frame.eq(axis.tuser[0]),
-                    one_beat.eq(first),
                     # the beat out_idx + 1 would have completed is still in `prev`
                     last_idx.eq(out_idx + 1),
                 ]
-        m.d.sync += [eof.eq(accept & axis.tlast), v2.eq(eof)]
+        m.d.sync += [
+            eof.eq(accept & axis.tlast),
+            rec_load.eq(accept & axis.tlast & ~first),
+            v2.eq(eof),
+        ]
+        # The header chunk of beat k (and the trim DSCP, at beat 0) follows the
+        # input in every cycle while beat k is the next beat, not only when it
+        # is taken: its clock enable is then one flip-flop, not `accept` (whose
+        # net, with these ~600 sinks, was the slowest of the block). The chunk
+        # holds the beat once it is taken, until beat k of the next frame is
+        # due; before that it is stale for this frame anyway. Beat 0's chunk
+        # changes from the cycle after a last beat (verdict stage 1) on, as it
+        # did when the next frame's first beat came at once: stage 1 is the
+        # last to read `hdr` (directly or through the IPv4 checksum and stage
+        # B), and reads it in that cycle, before the change.
+        with m.If(first):
+            m.d.sync += trim_dscp.eq(self.trim_dscp)
+        for k in range(hdr_beats):
+            with m.If(beat_oh[k]):
+                lo, hi = 8 * k * lanes, min(8 * (k + 1) * lanes, 8 * hdr_len)
+                m.d.sync += hdr[lo:hi].eq(axis.tdata[: hi - lo])
 
         # ------------------------------------------------------------------
         # Verdict stage 1, in the cycle after the last beat: `hdr`, `frame_len`,
@@ -669,6 +706,9 @@ class RxParser(wiring.Component):
                 "is_imm": unsigned(1),
                 "is_ack": unsigned(1),
                 "is_probe": unsigned(1),
+                # the payload's beats in the frame FIFO, counted here so that the
+                # output stage adds them to rel_ptr straight from the memory
+                "beats": payload_beats.shape(),
             }
         )
         record = Signal(stored)
@@ -682,6 +722,7 @@ class RxParser(wiring.Component):
             record.ev.eq(udp["sport"]),
             record.trimmed.eq(trimmed),
             record.payload_len.eq(Mux(payload_fits, payload_len, 0)),
+            record.beats.eq(Mux(payload_fits, payload_beats, 0)),
             record.ext.eq(hdr[8 * OFF_EXT :]),
             record.is_write.eq(is_write),
             record.is_imm.eq(is_imm),
@@ -693,7 +734,7 @@ class RxParser(wiring.Component):
         # Held until the record is pushed in stage 3: the next frame's stage 1
         # comes 2 cycles later at the earliest, unless it has one beat.
         record_q = Signal(stored)
-        with m.If(eof & ~one_beat):
+        with m.If(rec_load):
             m.d.sync += record_q.eq(record)
 
         # ------------------------------------------------------------------
@@ -810,7 +851,7 @@ class RxParser(wiring.Component):
             records.r_en.eq(self.hdr.ready),
         ]
         with m.If(self.hdr.valid & self.hdr.ready):
-            m.d.sync += rel_ptr.eq(rel_ptr + ((out_rec.payload_len + lanes - 1) >> lane_bits))
+            m.d.sync += rel_ptr.eq(rel_ptr + out_rec.beats)
 
         # The memory's read register, then a register slice (skid buffer), so
         # that neither the memory's output nor `payload.ready` meets logic on
