@@ -204,6 +204,10 @@ class ReliabilityCore(wiring.Component):
     FIFOs the cycle after the step that makes them, counters move the cycle after
     their event, and the core waits for 3 free entries in an output FIFO (registered)
     rather than 1 (a command or probe answer that pushes waits for it before it acts).
+    The next input to take is chosen by priority a cycle before the core takes it (the
+    record's read address is a register): an input that becomes valid while the core
+    is idle is taken 1 cycle later, one that waits while an event is processed as soon
+    as the core is done (a `sent` record dropped for its QP: 1 idle cycle after it).
 
     Interface (every output stream is a FIFO; the core waits for room, never drops, except
     the EV event queue, which counts what it cannot hold in ``events_lost``):
@@ -357,7 +361,6 @@ class ReliabilityCore(wiring.Component):
         kind = Signal(3)
         s = Signal(SentRecord)
         a_trim = Signal()  # syndrome NAK TRIMMED
-        a_qpn = Signal(range(nq))
         a_use = Signal()  # an ACK or NAK TRIMMED of a valid QP
         a_probe = Signal()  # a probe response of a valid QP
         a_psn = Signal(24)
@@ -591,7 +594,7 @@ class ReliabilityCore(wiring.Component):
                   "LCNT", "WALK", "USE", "SACK", "SACK_ALIGN", "NAK", "CC", "CC_STEP",
                   "CC_SUM", "CC_NEW", "CC_CLAMP", "PROBE_RESP", "PROBE_CHECK", "PROBE_ACT",
                   "TIMEOUT", "FLUSH_WAIT", "FLUSH", "CMD_DEC", "CMD", "SWEEP", "SWEEP_EMIT",
-                  "SETTLE", "FINAL")
+                  "SETTLE", "CC_SET", "FINAL")
         st = Signal(data.StructLayout({n: 1 for n in STATES}), init={"CLEAR": 1})
         in_state = [None]
 
@@ -603,8 +606,8 @@ class ReliabilityCore(wiring.Component):
             if name != in_state[0]:
                 m.d.sync += [st[in_state[0]].eq(0), st[name].eq(1)]
 
-        def start(k, qpn):
-            m.d.sync += [kind.eq(k), q.eq(qpn)]
+        def start(k):  # q set by IDLE
+            m.d.sync += kind.eq(k)
             goto("LOAD")
 
         # generic per-PSN walk over walk_mask: PICK reads the entry of the lowest PSN
@@ -619,13 +622,34 @@ class ReliabilityCore(wiring.Component):
             lost_cand.eq(Mux(cfg.sack_threshold != 0,
                              infl_mask & ~cur.sacked & ~cur.fast_done, 0)),
         ]
-        # the record, its configuration and the producer index are read for LOAD alone,
-        # in the state before it: at the QP of the input taken in IDLE (by priority
-        # alone), at the ACK's QP in ACK_IN
-        idle_q = Mux(self.cmd.valid, self.cmd.payload.qpn,
-                     Mux(self.sent.valid, self.sent.payload.qpn,
-                         Mux(self.expired.valid, self.expired.payload.qpn, sweep_q)))
-        rd_q = Mux(st.ACK_IN, a_qpn, idle_q)
+        # The input IDLE takes is chosen the cycle before, by priority among the inputs
+        # valid then (``take``, one-hot; none: IDLE waits), with the QP to read at
+        # (``rd_q``): the record, its configuration and the producer index are read for
+        # LOAD alone, in the state before it (IDLE, or ACK_IN at the ACK's QP, which
+        # rd_q keeps). The read address is a flip-flop because at few QPs the record
+        # memory is flip-flops and multiplexers whose selects it drives, hundreds of
+        # them. A valid input keeps its payload until taken. No choice is made in a cycle
+        # in which IDLE takes one (IDLE waits a cycle after a dropped record), and rd_q
+        # holds then, for ACK_IN.
+        T_CMD, T_SENT, T_ACK, T_TMO, T_SWEEP = range(5)
+        take = Signal(5)
+        take_any = Signal()
+        rd_q = Signal(range(nq))
+        sent_ok_q = Signal()  # the sent record's QP in range, with the choice
+        inputs = [self.cmd, self.sent, self.peer_ack, self.expired]
+        avail = Cat(*[i.valid for i in inputs], sweep_pending)
+        with m.If(st.IDLE & take_any):
+            m.d.sync += [take.eq(0), take_any.eq(0)]
+        with m.Else():
+            m.d.sync += [
+                take.eq(Cat(*[avail[i] & ~avail[:i].any() if i else avail[0]
+                              for i in range(5)])),
+                take_any.eq(avail.any()), sent_ok_q.eq(sent_ok),
+                rd_q.eq(Mux(avail[T_CMD], self.cmd.payload.qpn,
+                            Mux(avail[T_SENT], self.sent.payload.qpn,
+                                Mux(avail[T_ACK], ack.bth.dqpn,
+                                    Mux(avail[T_TMO], self.expired.payload.qpn, sweep_q))))),
+            ]
         m.d.comb += [rec_rd.addr.eq(rd_q), self.rel_addr.eq(rd_q)]
         # the walk's next PSN, registered: the lowest bit of walk_mask without the PSN
         # in use (off_bit). PICK follows USE or WALK, so walk_mask has not changed
@@ -703,7 +727,7 @@ class ReliabilityCore(wiring.Component):
 
         # una, cwnd, state against their values at LOAD, registered every cycle: valid
         # in FINAL when the cycle before changed none of them, else set there (SENT,
-        # FLUSH; their assignments come after this one); CC_CLAMP and CMD go through
+        # FLUSH, CC_SET; their assignments come after this one); CMD goes through
         # SETTLE
         m.d.sync += [una_chg.eq(cur.una != una0), cwnd_chg.eq(cur.cwnd != cwnd0),
                      state_chg.eq(cur.state != state0)]
@@ -719,55 +743,56 @@ class ReliabilityCore(wiring.Component):
             with m.If(q == nq - 1):
                 goto("IDLE")
 
+        # IDLE takes the input chosen in the cycle before (take); the registers of all
+        # the inputs load in every IDLE cycle (the state flip-flop is their enable), as
+        # nothing reads them in IDLE; q takes the QP read (rd_q), the ACK's too
         with state("IDLE"):
+            m.d.comb += [i.ready.eq(take[k]) for k, i in enumerate(inputs)]
             m.d.sync += [want_arm.eq(0), want_disarm.eq(0), progress.eq(0), nak_cut.eq(0),
-                         newly.eq(0), rtt_valid.eq(0)]
-            with m.If(self.cmd.valid):
-                m.d.comb += self.cmd.ready.eq(1)
-                m.d.sync += [cmd.eq(self.cmd.payload), ev_idx.eq(self.cmd.payload.ev_index)]
-                start(K_CMD, self.cmd.payload.qpn)
-            with m.Elif(self.sent.valid):
-                m.d.comb += self.sent.ready.eq(1)
-                # the record, kind and q are taken whatever the QP (IDLE reads none of
-                # them), so that they do not wait for its range check
-                m.d.sync += [s.eq(self.sent.payload), kind.eq(K_SENT),
-                             q.eq(self.sent.payload.qpn)]
-                with m.If(sent_ok):
+                         newly.eq(0), rtt_valid.eq(0), q.eq(rd_q)]
+            m.d.sync += [
+                cmd.eq(self.cmd.payload), s.eq(self.sent.payload),
+                t_gen.eq(self.expired.payload.gen),
+                ev_idx.eq(Mux(take[T_CMD], self.cmd.payload.ev_index,
+                              ack.probe.probe_id[:ebits])),
+                a_trim.eq(ack.aeth.syndrome == NAK_TRIMMED), a_psn.eq(ack.bth.psn),
+                a_cum.eq(ack.sack.cum_psn), a_base.eq(ack.sack.sack_base),
+                a_ece.eq(ack.sack.ece), a_bitmap.eq(ack.sack_bitmap),
+                a_probe_id.eq(ack.probe.probe_id), a_probe_ev.eq(ack.probe.ev),
+            ]
+            known_syndrome = (ack.aeth.syndrome == AETH_ACK) | (
+                ack.aeth.syndrome == NAK_TRIMMED)
+            m.d.sync += [a_use.eq(ack_ok & is_ack & known_syndrome),
+                         a_probe.eq(ack_ok & is_probe)]
+            # the choices exclude each other
+            with m.If(take[T_CMD]):
+                start(K_CMD)
+            with m.If(take[T_SENT]):
+                # the kind is taken whatever the QP, so that it does not wait for
+                # the range check
+                m.d.sync += kind.eq(K_SENT)
+                with m.If(sent_ok_q):
                     goto("LOAD")
                 with m.Else():
                     count("sent_dropped")
-            with m.Elif(self.peer_ack.valid):
-                m.d.comb += self.peer_ack.ready.eq(1)
-                m.d.sync += [
-                    a_trim.eq(ack.aeth.syndrome == NAK_TRIMMED), a_psn.eq(ack.bth.psn),
-                    a_cum.eq(ack.sack.cum_psn), a_base.eq(ack.sack.sack_base),
-                    a_ece.eq(ack.sack.ece), a_bitmap.eq(ack.sack_bitmap),
-                    a_probe_id.eq(ack.probe.probe_id), a_probe_ev.eq(ack.probe.ev),
-                    ev_idx.eq(ack.probe.probe_id[:ebits]),
-                ]
-                known_syndrome = (ack.aeth.syndrome == AETH_ACK) | (
-                    ack.aeth.syndrome == NAK_TRIMMED)
-                m.d.sync += [a_qpn.eq(ack.bth.dqpn), a_use.eq(ack_ok & is_ack & known_syndrome),
-                             a_probe.eq(ack_ok & is_probe)]
+            with m.If(take[T_ACK]):
                 goto("ACK_IN")
-            with m.Elif(self.expired.valid):
-                m.d.comb += self.expired.ready.eq(1)
-                m.d.sync += t_gen.eq(self.expired.payload.gen)
-                start(K_TMO, self.expired.payload.qpn)
-            with m.Elif(sweep_pending):
+            with m.If(take[T_TMO]):
+                start(K_TMO)
+            with m.If(take[T_SWEEP]):
                 m.d.sync += [
                     sweep_q.eq(sweep_q + 1),
                     sweep_pending.eq(sweep_q != nq - 1),
                 ]
                 with m.If(sweep_q == nq - 1):
                     m.d.sync += probe_seq.eq(probe_seq + 1)
-                start(K_SWEEP, sweep_q)
+                start(K_SWEEP)
 
         with state("ACK_IN"):  # the record's kind, from registers
             with m.If(a_use):
-                start(K_ACK, a_qpn)
+                start(K_ACK)
             with m.Elif(a_probe):
-                start(K_PROBE, a_qpn)
+                start(K_PROBE)
             with m.Else():
                 count("acks_ignored")
                 goto("IDLE")
@@ -968,8 +993,9 @@ class ReliabilityCore(wiring.Component):
                 goto("WALK")
 
         # ---- congestion window ---------------------------------------------------------
-        # over five cycles: RTT and recovery tests and the trimmed window; the
-        # decrease step and the increase; the sums; the new window; its bounds
+        # over six cycles: RTT and recovery tests and the trimmed window; the
+        # decrease step and the increase; the sums; the new window; its bounds; the
+        # write (with the change flag: CC_SET is the path's SETTLE)
         cc_high = Signal()
         cc_rec = Signal()
         cc_open = Signal()
@@ -979,10 +1005,16 @@ class ReliabilityCore(wiring.Component):
         cc_sub = Signal(17)
         cc_prod = Signal(21)
         cc_acc = Signal(25)
-        cc_c1 = Signal(17)  # the new window (CC_NEW) or cwnd_init (CMD_DEC), unclamped
+        cc_c1 = Signal(17)  # the new window (CC_NEW) or cwnd_init (LOAD), unclamped
+
+        # the bounds applied, registered every cycle (their compares are carry chains):
+        # valid in CC_SET (cc_c1 set in CC_NEW, two cycles before) and in CMD (set in
+        # LOAD, before CMD_DEC)
         cc_clamped = Signal(16)
-        m.d.comb += cc_clamped.eq(Mux(cc_c1[16] | (cc_c1 < cmin), cmin,
+        m.d.sync += cc_clamped.eq(Mux(cc_c1[16] | (cc_c1 < cmin), cmin,
                                       Mux(cc_c1 > cmax, cmax, cc_c1)))
+        with m.If(st.LOAD):
+            m.d.sync += cc_c1.eq(P.cwnd_init)  # for a command's RTS entry
         cc_past = Signal(24)
         # registered every cycle from cc_c0, cc_high, cc_past (set in CC), newly and
         # the window state (unchanged until CC_NEW): valid in CC_SUM (cc_dec,
@@ -1058,9 +1090,12 @@ class ReliabilityCore(wiring.Component):
             m.d.sync += [cc_c1.eq(c1), cur.cwnd_acc.eq(acc1)]
             goto("CC_CLAMP")
 
-        with state("CC_CLAMP"):
-            m.d.sync += cur.cwnd.eq(cc_clamped)
-            goto("SETTLE")
+        with state("CC_CLAMP"):  # cc_clamped registered
+            goto("CC_SET")
+
+        with state("CC_SET"):  # SETTLE for the window: its change flag set here
+            m.d.sync += [cur.cwnd.eq(cc_clamped), cwnd_chg.eq(cc_clamped != cwnd0)]
+            goto("FINAL")
 
         # ---- probe answer ----------------------------------------------------------
         # the room for PROBE_ACT's push is awaited here: nothing is pushed in between
@@ -1161,7 +1196,6 @@ class ReliabilityCore(wiring.Component):
                 c_reset.eq(~cmd.ev & reset),
                 c_to_rts.eq(~cmd.ev & to_rts),
                 c_other.eq(~cmd.ev & ~flush & ~reset & ~to_rts),
-                cc_c1.eq(P.cwnd_init),  # CMD clamps it
             ]
             # the room for CMD's push is awaited here: nothing is pushed in between
             with m.If(Mux(cmd.ev, r_evu, ~reset | r_cpl)):
