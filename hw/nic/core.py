@@ -14,6 +14,7 @@ from hw.pipeline import AXI4RegisterSlice, AXIStreamRegister, StreamRegister
 from hw.reliability.engine import ReliabilityEngine
 from hw.reliability.layouts import AckUpdate, CwndUpdate, QpState, QpStateUpdate, SqProducer
 from hw.rx.engine import RxEngine
+from hw.rx.parser import ParsedHeader
 from hw.stream import AXIStreamSignature, check_data_width
 from hw.tx.engine import StreamFifo, TxEngine
 from hw.tx.layouts import SentRecord
@@ -221,8 +222,8 @@ class NicCore(wiring.Component):
     ``ack_update`` and ``ev_update`` -> TX; reliability ``cwnd_update``
     and ``qp_state_update`` -> TX's ``qp_cwnd`` / ``qp_ctrl`` registers
     through ``TxControlBridge``; the host's doorbell writes to TX ->
-    reliability ``sq_producer`` through ``DoorbellSnoop``. ``ack_update``
-    passes a register stage (1 cycle).
+    reliability ``sq_producer`` through ``DoorbellSnoop``. ``peer_ack`` and
+    ``ack_update`` pass a register stage each (1 cycle).
 
     Sent buffer: reliability takes a ``sent`` record only between events,
     and during an event (an ACK or timeout walk) it may wait for room in its
@@ -237,8 +238,8 @@ class NicCore(wiring.Component):
     reliability takes ``sent`` records before ACKs and timer reports: a
     FIFO of ``sent_buffer_depth(window)`` = 2 x window + 32 records (64 on
     the board, 160 by default) keeps TX from ever waiting on reliability in
-    a walk. Latency 2 cycles (the FIFO, then a register stage: the FIFO is
-    block RAM on the board).
+    a walk. Latency 4 cycles (the FIFO with its output register, then a
+    register stage: the FIFO is block RAM on the board).
 
     Host address width: with ``addr_width`` below 64 the NIC addresses only
     the low 2^addr_width bytes of host memory, and every address it holds is
@@ -433,7 +434,13 @@ class NicCore(wiring.Component):
         wiring.connect(m, rx_stage.m_axis, rx.s_axis)
 
         # ---- block to block ---------------------------------------------------------------------
-        wiring.connect(m, rx.peer_ack, rel.peer_ack)
+        # ACK records come from the RX parser's record memory (block RAM on the
+        # board) through the validator without a register: a stage keeps the
+        # RAM's clock-to-output and the route across to reliability apart.
+        m.submodules.peer_ack_stage = peer_ack_stage = StreamRegister(
+            ParsedHeader(self.sack_bits))
+        wiring.connect(m, rx.peer_ack, peer_ack_stage.i)
+        wiring.connect(m, peer_ack_stage.o, rel.peer_ack)
         m.submodules.sent_buffer = sent_buffer = StreamFifo(
             SentRecord, sent_buffer_depth(self.window))
         wiring.connect(m, tx.sent, sent_buffer.i)

@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..axi import AXI4Signature, check_dma_addr_width
 from ..csr import CSRBusSignature
-from ..pipeline import BlockRamFIFO, StreamRegister
+from ..pipeline import BlockRamFIFO, StreamRegister, forward_register
 from ..stream import AXIStreamSignature, Beat, check_data_width
 from .dma import PayloadReader, ReadArbiter, Realigner
 from .ev import EvTable
@@ -28,8 +28,11 @@ class StreamFifo(wiring.Component):
     """A FIFO between two streams of ``shape`` records, in block RAM
     (hw/pipeline.py ``BlockRamFIFO``: on the board, wide shallow FIFOs cost
     block RAMs, of which there are spare, instead of LUTs, of which there
-    are none). Latency 2 cycles (write, then the block RAM read into the
-    output register), one record per cycle."""
+    are none), its output through a ``forward_register``: the block RAM's
+    4 ns clock-to-output reaches one flip-flop per bit, not the consumer's
+    logic, which may sit in another block. Latency 3 cycles (write, the
+    block RAM read, the output register), one record per cycle; it holds
+    ``depth`` + 1 records."""
 
     def __init__(self, shape, depth):
         self.shape, self.depth = shape, depth
@@ -43,10 +46,9 @@ class StreamFifo(wiring.Component):
             f.w_data.eq(self.i.payload),
             f.w_en.eq(self.i.valid),
             self.i.ready.eq(f.w_rdy),
-            self.o.payload.eq(f.r_data),
-            self.o.valid.eq(f.r_rdy),
-            f.r_en.eq(self.o.ready),
         ]
+        forward_register(m, f.r_rdy, f.r_en, f.r_data, self.o.valid, self.o.ready,
+                         self.o.payload.as_value(), "out")
         return m
 
 
@@ -81,9 +83,12 @@ class TxEngine(wiring.Component):
     a few hundred bytes and up (header build, payload reads and the ICRC
     overlap the previous frame); one packet per ~9 cycles of control.
     Latency from a doorbell to the first beat: about 24 cycles plus two
-    memory round trips (WQE, then payload). For timing (125 MHz on an ECP5),
-    the payload FIFO's block-RAM read data is registered (``payload_reg``,
-    1 cycle), the header builder pipelines its checksum (5 cycles), the
+    memory round trips (WQE, then payload), measured before the FIFOs'
+    output registers, which add a cycle each on the way (descriptor and
+    payload FIFOs: about 26). For timing (125 MHz on an ECP5), every FIFO's
+    block-RAM read data is registered (``StreamFifo``, 1 cycle; the payload
+    FIFO's then passes a skid stage, ``payload_reg``, 1 cycle), the header
+    builder pipelines its checksum (5 cycles), the
     ICRC inserter registers the framer's output in its skid buffer and has
     four more stages (5 cycles) and ``m_axis`` comes from a register slice
     (``out_reg``, 1 cycle: every output and ``tready``'s load are
