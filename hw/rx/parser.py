@@ -325,11 +325,18 @@ class RxParser(wiring.Component):
         # before that, loaded when `took` (the previous cycle took a beat) says
         # `last_in` is one. So no wide register has `accept` as its clock enable
         # (a slow net: a LUT of the handshake driving hundreds of sinks).
-        last_in = Signal(self.data_width)
-        held = Signal(self.data_width)
+        # Only the bytes of `prev` from the smallest realignment shift on are
+        # used (below), so only those are kept.
+        ends = sorted({OFF_EXT + RETH.size, OFF_IMMDT + IMMDT.size, self.ack_header_end})
+        # the payload's lane in its first beat (the realignment shift), as an
+        # index into the few that occur
+        shifts = sorted({end % lanes for end in ends})
+        prev_lo = 8 * shifts[0]
+        last_in = Signal(self.data_width - prev_lo)
+        held = Signal(self.data_width - prev_lo)
         took = Signal()
-        prev = Signal(self.data_width)
-        m.d.sync += [last_in.eq(axis.tdata), took.eq(accept)]
+        prev = Signal(self.data_width - prev_lo)  # bytes shifts[0].. of the beat
+        m.d.sync += [last_in.eq(axis.tdata[prev_lo:]), took.eq(accept)]
         with m.If(took):
             m.d.sync += held.eq(last_in)
         m.d.comb += prev.eq(Mux(took, last_in, held))
@@ -396,10 +403,6 @@ class RxParser(wiring.Component):
         ovh_p1 = Signal(9)  # ovh + 1, for the beat count less one
         frame_need = Signal(range(hdr_len + ICRC_BYTES + 1))
         udp_need = Signal(range(hdr_len + 1))
-        ends = sorted({OFF_EXT + RETH.size, OFF_IMMDT + IMMDT.size, self.ack_header_end})
-        # the payload's lane in its first beat (the realignment shift), as an
-        # index into the few that occur
-        shifts = sorted({end % lanes for end in ends})
         shift = Signal(range(len(shifts)))
         # Loaded in every cycle while beat k_bth is the next beat (its last load
         # is the cycle that takes it), so that the enable is one flip-flop; the
@@ -514,12 +517,13 @@ class RxParser(wiring.Component):
                 m.d.sync += out_idx.eq(k_bth - first_beat_v)
             with m.Elif(out_idx != oi_max):
                 m.d.sync += out_idx.eq(out_idx + 1)
-        window = Cat(prev, Mux(eof, 0, axis.tdata))
+        window = Cat(prev, Mux(eof, 0, axis.tdata))  # from byte shifts[0] of `prev`
         aligned = Signal(self.data_width)
         with m.Switch(shift):
             for i, s in enumerate(shifts):
+                lo = 8 * s - prev_lo
                 with m.Case(i) if i < len(shifts) - 1 else m.Default():
-                    m.d.comb += aligned.eq(window[8 * s : 8 * s + self.data_width])
+                    m.d.comb += aligned.eq(window[lo : lo + self.data_width])
 
         # Frame FIFO; its write port is registered (the write lands one cycle
         # after wr_ptr moves, long before the reader may reach it).
