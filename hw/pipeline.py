@@ -34,6 +34,17 @@
     The same for any AXI-style signature whose members are named by channel
     (``aw*``, ``w*``, ``b*``, ``ar*``, ``r*``), e.g. ``AXI4LiteSignature``.
 
+``OneHotFSM(m, states, init)``
+    A state machine with one flip-flop per state (``st``, a record of one
+    bit per name), for control logic that must meet timing: "in state X"
+    is a flip-flop, not a decode of a binary state register, so the clock
+    enables and selects that depend on it have no logic in front.
+    ``state(name)`` opens a state's block (a plain ``m.If`` on its bit);
+    ``goto(name)`` inside it clears that bit and sets ``name``'s the next
+    cycle. A state whose block takes no ``goto`` stays. The caller keeps the
+    transitions of one state exclusive; the blocks are ``m.If``s in order,
+    so an assignment made in every cycle goes before them.
+
 ``BlockRamFIFO(width, depth)``
     ``amaranth.lib.fifo.SyncFIFOBuffered`` (same ports, latency and
     throughput) whose storage carries ``ram_style = "block"``, so yosys puts
@@ -45,7 +56,7 @@
 """
 
 from amaranth.hdl import Cat, Module, Mux, Shape, Signal, Value
-from amaranth.lib import stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -53,7 +64,7 @@ from hw.axi import AXI4Signature
 from hw.stream import AXIStreamSignature
 
 __all__ = ["AXI4RegisterSlice", "AXIRegisterSlice", "AXIStreamRegister", "BlockRamFIFO",
-           "StreamRegister", "forward_register", "saturating_increment", "skid"]
+           "OneHotFSM", "StreamRegister", "forward_register", "saturating_increment", "skid"]
 
 
 def skid(m: Module, i_valid, i_ready, i_data, o_valid, o_ready, o_data, name: str):
@@ -94,6 +105,23 @@ def forward_register(m: Module, i_valid, i_ready, i_data, o_valid, o_ready, o_da
                  o_valid.eq(out_valid), o_data.eq(out_data)]
     with m.If(load):
         m.d.sync += [out_valid.eq(i_valid), out_data.eq(i_data)]
+
+
+class OneHotFSM:
+    """See the module docstring."""
+
+    def __init__(self, m: Module, states, init: str, name: str = "st"):
+        self._m = m
+        self.st = Signal(data.StructLayout({n: 1 for n in states}), init={init: 1}, name=name)
+        self._in = None
+
+    def state(self, name: str):
+        self._in = name
+        return self._m.If(self.st[name])
+
+    def goto(self, name: str):
+        if name != self._in:
+            self._m.d.sync += [self.st[self._in].eq(0), self.st[name].eq(1)]
 
 
 class StreamRegister(wiring.Component):

@@ -9,7 +9,7 @@ from amaranth.lib.wiring import In, Out
 
 from hw.arbiter import one_hot_select
 from hw.headers import Opcode
-from hw.pipeline import BlockRamFIFO, saturating_increment
+from hw.pipeline import BlockRamFIFO, OneHotFSM, saturating_increment
 from hw.rx.parser import ParsedHeader
 
 from .completion import CompletionRequest
@@ -595,16 +595,8 @@ class ReliabilityCore(wiring.Component):
                   "CC_SUM", "CC_NEW", "CC_CLAMP", "PROBE_RESP", "PROBE_CHECK", "PROBE_ACT",
                   "TIMEOUT", "FLUSH_WAIT", "FLUSH", "CMD_DEC", "CMD", "SWEEP", "SWEEP_EMIT",
                   "SETTLE", "CC_SET", "FINAL")
-        st = Signal(data.StructLayout({n: 1 for n in STATES}), init={"CLEAR": 1})
-        in_state = [None]
-
-        def state(name):
-            in_state[0] = name
-            return m.If(st[name])
-
-        def goto(name):
-            if name != in_state[0]:
-                m.d.sync += [st[in_state[0]].eq(0), st[name].eq(1)]
+        fsm = OneHotFSM(m, STATES, "CLEAR")
+        st, state, goto = fsm.st, fsm.state, fsm.goto
 
         def start(k):  # q set by IDLE
             m.d.sync += kind.eq(k)

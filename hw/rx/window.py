@@ -9,6 +9,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
 from hw.headers import Opcode
+from hw.pipeline import OneHotFSM
 
 from .dma import CQE_BYTES, DmaDone, WriteCmd
 from .layouts import CQE_STATUS_SUCCESS, AckJob, CqeJob, QpConfig, ReqKind, WindowReq
@@ -559,17 +560,9 @@ class RxPsnWindow(wiring.Component):
                   "PROBE", "MARK_RD", "MARK", "ADV_RD", "ADV_LD", "ADV", "COMPLETE",
                   "COMPLETE_GAP", "COMPLETE_GAP2", "COALESCE", "WRITEBACK", "SCAN_RD", "SCAN",
                   "SCAN_X", "ACK0", "ACK1", "ACK2", "ACK3")
-        st = Signal(data.StructLayout({n: 1 for n in STATES}), init={"IDLE": 1})
-        in_state = [None]
+        fsm = OneHotFSM(m, STATES, "IDLE")
+        st, state, goto = fsm.st, fsm.state, fsm.goto
         m.d.sync += after_idle.eq(st.IDLE)
-
-        def state(name):
-            in_state[0] = name
-            return m.If(st[name])
-
-        def goto(name):
-            if name != in_state[0]:
-                m.d.sync += [st[in_state[0]].eq(0), st[name].eq(1)]
 
         # CHECK, MARK and SCAN load the QP's row and configuration as they
         # arrive. CHECK remembers where the peer's frames come from, for ACKs

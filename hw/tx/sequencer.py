@@ -10,6 +10,7 @@ from amaranth.lib.wiring import In, Out
 from ..arbiter import one_hot_select
 from ..csr import CSRBusSignature
 from ..headers import Opcode
+from ..pipeline import OneHotFSM
 from .arbiter import RoundRobin, round_robin
 from .dma import ReadData, ReadRequest
 from .ev import EvBusSignature
@@ -413,16 +414,8 @@ class Sequencer(wiring.Component):
         STATES = ("INIT", "IDLE", "LOAD", "CHECK", "RETX_CHECK", "RETX_COMPARE",
                   "RETX_RECORD", "FETCH", "FETCH_REQ", "FETCH_DATA", "PARSE", "OFFSET",
                   "SEGMENT", "EV_VALUE", "EMIT")
-        st = Signal(data.StructLayout({n: 1 for n in STATES}), init={"INIT": 1})
-        in_state = [None]
-
-        def state(name):
-            in_state[0] = name
-            return m.If(st[name])
-
-        def goto(name):
-            if name != in_state[0]:
-                m.d.sync += [st[in_state[0]].eq(0), st[name].eq(1)]
+        fsm = OneHotFSM(m, STATES, "INIT")
+        st, state, goto = fsm.st, fsm.state, fsm.goto
 
         m.d.sync += [emit_go.eq(0), wqe_we.eq(0)]
         # INIT writes every counters row, EMIT the row of cur_q

@@ -14,6 +14,8 @@ from hw.reliability.probe import ProbeBuilder
 from hw.reliability.registers import EV_BASE, QP_BASE, register_map
 from hw.reliability.timer import RetransmitTimers
 
+from .csrbus import csr_read, csr_write
+
 
 @pytest.mark.parametrize(
     "kwargs, match",
@@ -62,18 +64,9 @@ def test_ring_bases_keep_addr_width_bits():
 
     async def bench(ctx):
         for name, value in writes.items():
-            ctx.set(dut.csr.addr, rmap[name].addr(1))
-            ctx.set(dut.csr.w_data, value)
-            ctx.set(dut.csr.w_stb, 1)
-            await ctx.tick()
-            ctx.set(dut.csr.w_stb, 0)
+            await csr_write(ctx, dut.csr, rmap[name].addr(1), value)
         for name in writes:
-            ctx.set(dut.csr.addr, rmap[name].addr(1))
-            ctx.set(dut.csr.r_stb, 1)
-            await ctx.tick()
-            ctx.set(dut.csr.r_stb, 0)
-            await ctx.tick()
-            got[name] = ctx.get(dut.csr.r_data)
+            got[name] = await csr_read(ctx, dut.csr, rmap[name].addr(1))
 
     _run(dut, bench)
     assert got == {"sq_base_lo": 0x1000, "sq_base_hi": 0x12, "cq_base_lo": 0x2000,

@@ -15,6 +15,8 @@ from hw.rx.engine import RxEngine, RxPipeline
 from hw.rx.regs import rx_register_map
 from hw.rx.window import RxPsnWindow, ring_bits_for
 
+from .csrbus import csr_read, csr_write
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -383,19 +385,10 @@ def test_address_registers_keep_addr_width_bits():
 
     async def bench(ctx):
         async def write(addr, value):
-            ctx.set(dut.csr.addr, addr)
-            ctx.set(dut.csr.w_data, value)
-            ctx.set(dut.csr.w_stb, 1)
-            await ctx.tick()
-            ctx.set(dut.csr.w_stb, 0)
+            await csr_write(ctx, dut.csr, addr, value)
 
         async def read(addr):
-            ctx.set(dut.csr.addr, addr)
-            ctx.set(dut.csr.r_stb, 1)
-            await ctx.tick()
-            ctx.set(dut.csr.r_stb, 0)
-            await ctx.tick()
-            return ctx.get(dut.csr.r_data)
+            return await csr_read(ctx, dut.csr, addr)
 
         await write(rmap["MR_BASE_LO"].addr(1), 0x89AB_CDEF)
         await write(rmap["MR_BASE_HI"].addr(1), 0xFFFF_FF12)

@@ -19,6 +19,8 @@ from hw.tx.header_builder import HeaderBuilder
 from hw.tx.icrc import IcrcInserter
 from hw.tx.layouts import PacketDesc
 
+from .csrbus import csr_read, csr_write
+
 
 class Datapath(wiring.Component):
     def __init__(self, w):
@@ -270,25 +272,13 @@ def test_engine_sq_base_keeps_addr_width_bits():
     got = {}
 
     async def bench(ctx):
-        async def read(addr):
-            ctx.set(dut.csr.addr, addr)
-            ctx.set(dut.csr.r_stb, 1)
-            await ctx.tick()
-            ctx.set(dut.csr.r_stb, 0)
-            await ctx.tick()
-            return ctx.get(dut.csr.r_data)
-
-        while not await read(rmap["status"].addr()) & 1:  # settings initialised
+        while not await csr_read(ctx, dut.csr, rmap["status"].addr()) & 1:  # initialised
             pass
         for name, value in (("qp_sq_base_lo", 0x89AB_C000), ("qp_sq_base_hi", 0xFFFF_FF12)):
-            ctx.set(dut.csr.addr, rmap[name].addr(1))
-            ctx.set(dut.csr.w_data, value)
-            ctx.set(dut.csr.w_stb, 1)
+            await csr_write(ctx, dut.csr, rmap[name].addr(1), value)
             await ctx.tick()
-            ctx.set(dut.csr.w_stb, 0)
-            await ctx.tick()
-        got["lo"] = await read(rmap["qp_sq_base_lo"].addr(1))
-        got["hi"] = await read(rmap["qp_sq_base_hi"].addr(1))
+        got["lo"] = await csr_read(ctx, dut.csr, rmap["qp_sq_base_lo"].addr(1))
+        got["hi"] = await csr_read(ctx, dut.csr, rmap["qp_sq_base_hi"].addr(1))
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
