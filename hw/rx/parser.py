@@ -64,7 +64,8 @@ payload before then, or, at 512 bits, writes where the rollback puts it). The
 counters move in the cycle after. The header FIFO holds the extension headers
 (RETH, ImmDt, AETH with SACK, probe), which no opcode has two of, as the raw
 bytes after the BTH and the opcode class (and the payload's beat count). The
-*output stage* pops records, spreads those bytes into the ``ParsedHeader``
+*output stage* pops records (through a register after the FIFO's block
+RAM), spreads those bytes into the ``ParsedHeader``
 fields of their class, and releases the committed payload beats of each popped
 record to ``payload`` through the memory's read register and a register slice
 (skid buffer).
@@ -80,10 +81,11 @@ overwritten for lack of space, and since the FIFO holds at least one
 ``max_payload`` frame plus two beats, a frame being written can always
 complete once the committed frames ahead of it drain.
 
-Latency: the record of a frame is valid on ``hdr`` 5 cycles after its last
-input beat (3 before the verdict was pipelined), and its counter moves in
-that cycle too (2 before); its first payload beat comes 3 cycles after the
-record is taken (2 before the output register slice). Throughput: 1 input
+Latency: the record of a frame is valid on ``hdr`` 6 cycles after its last
+input beat (3 before the verdict was pipelined, 5 before the record FIFO's
+output register), and its counter moves a cycle before; its first payload
+beat comes 3 cycles after the record is taken (2 before the output register
+slice). Throughput: 1 input
 beat per cycle, no gap between frames, whenever the outputs are not
 backpressured (``tready`` is high); 1 record per cycle and 1 payload beat per
 cycle on the outputs.
@@ -119,7 +121,7 @@ from hw.headers import (
     Opcode,
     sack_bitmap,
 )
-from hw.pipeline import BlockRamFIFO, saturating_increment, skid
+from hw.pipeline import BlockRamFIFO, forward_register, saturating_increment, skid
 from hw.stream import AXIStreamSignature, Beat
 
 __all__ = ["COUNTER_NAMES", "ParsedHeader", "ParserCounters", "RxParser", "Verdict"]
@@ -825,8 +827,14 @@ class RxParser(wiring.Component):
         m.d.comb += axis.tready.eq(room & (~first | hdr_room))
 
         # ------------------------------------------------------------------
-        # Output stage.
-        out_rec = stored(records.r_data)
+        # Output stage. The record FIFO's block RAM output passes a forward
+        # register (one flip-flop per bit): the validator, and the ACK records
+        # it passes on to reliability, are other blocks.
+        rec_valid = Signal()
+        rec_data = Signal(len(record.as_value()))
+        forward_register(m, records.r_rdy, records.r_en, records.r_data, rec_valid,
+                         self.hdr.ready, rec_data, "rec_out")
+        out_rec = stored(rec_data)
         ext = out_rec.ext
         for name, _ in out_layout:
             if name not in extensions:
@@ -850,10 +858,7 @@ class RxParser(wiring.Component):
         with m.If(out_rec.is_probe):
             for name, value in PROBE.unpack(_bytes(ext, 0, PROBE.size)).items():
                 m.d.comb += self.hdr.payload.probe[name].eq(value)
-        m.d.comb += [
-            self.hdr.valid.eq(records.r_rdy),
-            records.r_en.eq(self.hdr.ready),
-        ]
+        m.d.comb += self.hdr.valid.eq(rec_valid)
         with m.If(self.hdr.valid & self.hdr.ready):
             m.d.sync += rel_ptr.eq(rel_ptr + out_rec.beats)
 
