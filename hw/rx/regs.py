@@ -151,8 +151,7 @@ class RxRegisters(wiring.Component):
     stored and read 0.
 
     Latency: a CSR read answers 2 cycles after ``r_stb``; a lookup answers
-    the cycle after its address; a write takes effect at the next cycle (a
-    write to a flip-flop register, the MR table's included, a cycle later).
+    the cycle after its address; a write takes effect at the next cycle.
     Throughput: one CSR access and one lookup per port per cycle.
     """
 
@@ -347,20 +346,12 @@ class RxRegisters(wiring.Component):
                     m.d.sync += c.eq(c + 1)
                 plain[addr] = (c, None)
 
-        # Writes to the flip-flop registers (the MR table, own MAC and IP, ...)
-        # are decoded at w_stb into one registered strobe per register and
-        # applied the cycle after from a registered copy of the data: the
-        # address compare is not in front of their clock enables.
-        w_data = Signal(32)
         with m.If(bus.w_stb):
-            m.d.sync += w_data.eq(bus.w_data)
-        for key, (_, target) in plain.items():
-            if target is not None:
-                offset = rmap[key].offset if isinstance(key, str) else key
-                hit = Signal(name=f"w_hit_{offset:x}")
-                m.d.sync += hit.eq(bus.w_stb & (bus.addr == offset))
-                with m.If(hit):
-                    m.d.sync += target.eq(w_data[: len(target)])
+            with m.Switch(bus.addr):
+                for key, (_, target) in plain.items():
+                    if target is not None:
+                        with m.Case(rmap[key].offset if isinstance(key, str) else key):
+                            m.d.sync += target.eq(bus.w_data[: len(target)])
 
         # Reads, in two registered stages (CSR_READ_LATENCY): at r_stb the
         # flip-flop registers' groups (hw.csr.grouped_read) and the QP-block
