@@ -23,6 +23,7 @@ from hw.headers import (
     Opcode,
     sack_bitmap,
 )
+from hw.pipeline import OneHotFSM
 from hw.stream import AXIStreamSignature, check_data_width
 
 from .layouts import AckJob
@@ -80,7 +81,9 @@ class RxAckBuilder(wiring.Component):
     whole number of beats, and the CRC starts from the register those zero
     bytes take to the ICRC's initial value), and the IPv4 checksum, which the ICRC
     does not cover, is summed and folded in two registered steps while the
-    ICRC runs and put into the frame with the ICRC.
+    ICRC runs and put into the frame with the ICRC. The state machine is one
+    flip-flop per state; the job register loads under the IDLE flip-flop and
+    the CRC source beat in every cycle, neither under a handshake.
 
     Latency: the first beat is valid ``3 + ceil((len - 18) / bytes per beat)``
     cycles after the job is taken (the ICRC is computed first, one beat per
@@ -211,63 +214,73 @@ class RxAckBuilder(wiring.Component):
         def pick(beats, onehot):  # no bit set (past the end): 0
             return one_hot_select(onehot, beats)
 
-        with m.FSM(name="ackgen"):
-            with m.State("IDLE"):
-                m.d.comb += self.job.ready.eq(1)
-                with m.If(self.job.valid):
-                    m.d.sync += job.eq(self.job.payload)
-                    m.next = "LOAD"
-            with m.State("LOAD"):
-                m.d.sync += [
-                    crc.eq(crc_init),
-                    crc_left.eq(crc_len),
-                    crc_last.eq(crc_len <= bpb),
-                    src_q.eq(src_beats[0]),
-                    src_next.eq(0b10),
-                ]
-                m.next = "PREP"
-            with m.State("PREP"):
-                m.d.sync += [
-                    crc_dpart.eq(data_part(src_q)),
-                    src_q.eq(pick(src_beats, src_next)),
-                    src_next.eq(src_next << 1),
-                ]
-                m.next = "CRC"
-            with m.State("CRC"):
-                # the CRC register: the state part of a full beat XOR the data
-                # part registered in the cycle before
-                next_last = crc_left <= 2 * bpb
-                m.d.sync += [
-                    crc.eq(crc32_parts(crc, 0, bpb)[0] ^ crc_dpart),
-                    crc_left.eq(crc_left - bpb),
-                    crc_last.eq(next_last),
-                    crc_dpart.eq(data_part(src_q)),
-                    src_q.eq(pick(src_beats, src_next)),
-                    src_next.eq(src_next << 1),
-                ]
-                with m.If(crc_last):
-                    m.next = "ICRC"
-            with m.State("ICRC"):
-                # the CRC is final: the first beat, with it and the checksum
-                m.d.sync += [out.eq(out_beats[0]), out_next.eq(0b10), out_left.eq(frame_len)]
-                m.next = "SEND"
-            with m.State("SEND"):
-                m.d.comb += [
-                    axis.tvalid.eq(1),
-                    axis.tdata.eq(out),
-                    axis.tlast.eq(out_left <= bpb),
-                    axis.tkeep.eq(
-                        Mux(out_left >= bpb, (1 << bpb) - 1,
-                            (Const(1, bpb + 1) << out_left[: exact_log2(bpb) + 1]) - 1)
-                    ),
-                    axis.tuser.eq(0),
-                ]
-                with m.If(axis.tready):
-                    m.d.sync += [
-                        out.eq(pick(out_beats, out_next)),
-                        out_next.eq(out_next << 1),
-                        out_left.eq(out_left - bpb),
-                    ]
-                    with m.If(out_left <= bpb):
-                        m.next = "IDLE"
+        # One flip-flop per state (hw.pipeline.OneHotFSM): the enables and
+        # selects of the job, CRC and beat registers are state flip-flops, not
+        # decodes of a binary state.
+        fsm = OneHotFSM(m, ("IDLE", "LOAD", "PREP", "CRC", "ICRC", "SEND"), "IDLE")
+        st, state, goto = fsm.st, fsm.state, fsm.goto
+
+        # The CRC source beat and its data part are loaded in every cycle,
+        # with no enable: they are read only in PREP and CRC, and the beat
+        # index (reset to beat 0 in IDLE) walks on from LOAD. src_q gets beat
+        # 0 in LOAD, beat 1 in PREP, ...; crc_dpart the data part of the beat
+        # src_q held.
+        m.d.sync += [
+            src_q.eq(pick(src_beats, src_next)),
+            src_next.eq(Mux(st.IDLE, 1, src_next << 1)),
+            crc_dpart.eq(data_part(src_q)),
+        ]
+        with state("IDLE"):
+            m.d.comb += self.job.ready.eq(1)
+            # The job register follows the input while in IDLE (its enable is
+            # the IDLE flip-flop, not the handshake); it holds from LOAD on.
+            m.d.sync += job.eq(self.job.payload)
+            with m.If(self.job.valid):
+                goto("LOAD")
+        with state("LOAD"):
+            m.d.sync += [
+                crc.eq(crc_init),
+                crc_left.eq(crc_len),
+                crc_last.eq(crc_len <= bpb),
+            ]
+            goto("PREP")
+        with state("PREP"):
+            goto("CRC")
+        with state("CRC"):
+            # the CRC register: the state part of a full beat XOR the data
+            # part registered in the cycle before
+            next_last = crc_left <= 2 * bpb
+            m.d.sync += [
+                crc.eq(crc32_parts(crc, 0, bpb)[0] ^ crc_dpart),
+                crc_left.eq(crc_left - bpb),
+                crc_last.eq(next_last),
+            ]
+            with m.If(crc_last):
+                goto("ICRC")
+        # The output beat register is loaded by one network, the beat index
+        # (beat 0 until ICRC) picking from the frame: in ICRC, when the CRC is
+        # final, the first beat, with it and the checksum; in SEND the next
+        # one as each is taken.
+        with m.If(st.ICRC | (st.SEND & axis.tready)):
+            m.d.sync += [out.eq(pick(out_beats, out_next)), out_next.eq(out_next << 1)]
+        with m.Elif(~st.SEND):
+            m.d.sync += out_next.eq(1)
+        with state("ICRC"):
+            m.d.sync += out_left.eq(frame_len)
+            goto("SEND")
+        with state("SEND"):
+            m.d.comb += [
+                axis.tvalid.eq(1),
+                axis.tdata.eq(out),
+                axis.tlast.eq(out_left <= bpb),
+                axis.tkeep.eq(
+                    Mux(out_left >= bpb, (1 << bpb) - 1,
+                        (Const(1, bpb + 1) << out_left[: exact_log2(bpb) + 1]) - 1)
+                ),
+                axis.tuser.eq(0),
+            ]
+            with m.If(axis.tready):
+                m.d.sync += out_left.eq(out_left - bpb)
+                with m.If(out_left <= bpb):
+                    goto("IDLE")
         return m

@@ -160,6 +160,7 @@ class RxDmaWriter(wiring.Component):
         out_left = Signal(range(65536 // bpb + 3))  # W beats still to emit
         in_left = Signal(range(65536 // bpb + 3))  # input beats still expected
         in_ended = Signal()
+        starved = Signal()  # in_ended & (in_left != 0), as a register
         first_beat = Signal()
         shift = Signal(lb)
         end_lane = Signal(lb)  # lane of the last byte written
@@ -202,7 +203,12 @@ class RxDmaWriter(wiring.Component):
                 in_last.eq(self.data.payload.last),
                 self.data.ready.eq(in_take),
             ]
-        with m.If(in_take & cmd.inline):
+        # The inline bytes move on a beat whenever a W beat can go or the
+        # drain runs: for an inline command (its input always valid) that is
+        # when one is taken, or after its last beat, when they are read no
+        # more; other commands never read them. So this 257-bit enable has no
+        # handshake in it but WREADY.
+        with m.If(drain | (w_busy & axi.wready)):
             if 8 * CQE_BYTES > dw:
                 m.d.sync += inline_buf.eq(inline_buf >> dw)
             m.d.sync += inline_left.eq(inline_left - 1)
@@ -215,8 +221,11 @@ class RxDmaWriter(wiring.Component):
         c_end_full = Signal(lbnd + 17)
         m.d.comb += c_end_full.eq(c.addr[:lbnd] + c.len - 1)
         c_end = c_end_full[:lbnd]
-        with m.If(idle & self.cmd.valid & pending.w_rdy):
-            m.d.comb += self.cmd.ready.eq(1)
+        # While the writer is idle its command registers follow the offered
+        # command, taken or not (nothing reads them while idle), so their
+        # enable is the idle decode of four flip-flops and not the handshake
+        # with the queue's level; only the busy flags below wait for it.
+        with m.If(idle):
             m.d.sync += [
                 cmd.eq(c),
                 aw_addr.eq(c.addr),
@@ -226,6 +235,7 @@ class RxDmaWriter(wiring.Component):
                 out_left.eq(c_out_beats),
                 in_left.eq(Mux(c.inline, (CQE_BYTES + bpb - 1) // bpb, c_in_beats)),
                 in_ended.eq(0),
+                starved.eq(0),
                 first_beat.eq(1),
                 shift.eq(c_shift),
                 end_lane.eq(c_end[:lb]),
@@ -238,6 +248,8 @@ class RxDmaWriter(wiring.Component):
                 inline_buf.eq(c.inline_data),
                 inline_left.eq((CQE_BYTES + bpb - 1) // bpb),
             ]
+        with m.If(idle & self.cmd.valid & pending.w_rdy):
+            m.d.comb += self.cmd.ready.eq(1)
             with m.If(c.discard):
                 m.d.sync += drain.eq(c.len != 0)
             with m.Else():
@@ -308,7 +320,7 @@ class RxDmaWriter(wiring.Component):
         lo_mask = Mux(first_beat, lanes << shift, lanes)
         hi_mask = Mux(out_left == 1, lanes >> (~end_lane)[:lb], lanes)
         # Beats whose input never came (stream ended early) write nothing.
-        m.d.comb += strb.eq(Mux(in_ended & (in_left != 0), 0, (lo_mask & hi_mask)[:bpb]))
+        m.d.comb += strb.eq(Mux(starved, 0, (lo_mask & hi_mask)[:bpb]))
         sel = Signal(range(dw + 1))
         m.d.comb += sel.eq(dw - 8 * shift)
         m.d.comb += [
@@ -330,7 +342,8 @@ class RxDmaWriter(wiring.Component):
             with m.If(need_in):
                 m.d.sync += in_left.eq(in_left - 1)
                 with m.If(in_last):
-                    m.d.sync += in_ended.eq(1)
+                    # in_left stops here: the beats still expected are starved.
+                    m.d.sync += [in_ended.eq(1), starved.eq(in_left != 1)]
                 with m.If(in_last | (in_left == 1)):
                     m.d.sync += need_in.eq(0)
             with m.If(out_left == 1):
