@@ -55,7 +55,11 @@ class MDIOMaster(wiring.Component):
         bit = Signal(range(64))  # the bit now on the line, 0 = first preamble bit
         frame = Signal(64)  # shifted out MSB first
         is_read = Signal()
+        tick = Signal()
+        shift = Signal()
 
+        with m.If(~self.busy):  # the start reloads the timer: its first tick is a period away
+            m.d.sync += [tick.eq(self.divisor == 1), shift.eq(0)]
         opcode = Cat(~self.read, self.read)  # 01 write, 10 read (MSB first on the line)
         with m.If(~self.busy & self.start):
             # Bits 63..32 preamble, 31..30 ST, 29..28 OP, 27..23 PHYAD,
@@ -84,15 +88,19 @@ class MDIOMaster(wiring.Component):
                 self.mdio_o.eq(frame[63]),
                 self.mdio_oe.eq(~(is_read & (bit >= 46))),
             ]
-            with m.If(timer != 0):
-                m.d.sync += timer.eq(timer - 1)
+            # ``tick`` (timer at 0: MDC toggles) and ``shift`` (tick with MDC high:
+            # the falling edge, next bit) are registered, computed from the timer a
+            # cycle ahead, so the frame's 64-bit enable is a flip-flop, not a compare.
+            with m.If(~tick):
+                m.d.sync += [timer.eq(timer - 1), tick.eq(timer == 1),
+                             shift.eq((timer == 1) & self.mdc)]
             with m.Else():
-                m.d.sync += [timer.eq(self.divisor - 1), self.mdc.eq(~self.mdc)]
-                with m.If(~self.mdc):  # rising edge now: the PHY samples, we sample
-                    with m.If(bit >= 48):
-                        m.d.sync += self.rdata.eq(Cat(self.mdio_i, self.rdata[:-1]))
-                with m.Else():  # falling edge now: next bit on the line
-                    m.d.sync += [frame.eq(frame << 1), bit.eq(bit + 1)]
-                    with m.If(bit == 63):
-                        m.d.sync += self.busy.eq(0)
+                m.d.sync += [timer.eq(self.divisor - 1), self.mdc.eq(~self.mdc),
+                             tick.eq(self.divisor == 1), shift.eq((self.divisor == 1) & ~self.mdc)]
+                with m.If(~self.mdc & (bit >= 48)):  # rising edge now: the PHY samples, we sample
+                    m.d.sync += self.rdata.eq(Cat(self.mdio_i, self.rdata[:-1]))
+        with m.If(shift):  # falling edge now: next bit on the line (never while idle)
+            m.d.sync += [frame.eq(frame << 1), bit.eq(bit + 1)]
+            with m.If(bit == 63):
+                m.d.sync += self.busy.eq(0)
         return m

@@ -25,10 +25,11 @@ after any error the host waits for one response and both sides are in step.
 One request at a time: bytes that arrive while an access or a response is
 in progress are ignored.
 
-Latency: the response's first start bit leaves 1 cycle after the AXI
-response (B or R handshake) of the access, which starts 2 cycles after the
-request's checksum byte's stop bit is sampled. Throughput: one access per
-request/response pair, 16 (read) or 20 (write) bytes on the line.
+Latency: the response's first start bit leaves 2 cycles after the AXI
+response (B or R handshake) of the access, which starts 3 cycles after the
+request's checksum byte's stop bit is sampled (the checksum test and the
+response's checksum byte each take a registered step). Throughput: one access
+per request/response pair, 16 (read) or 20 (write) bytes on the line.
 """
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
@@ -207,18 +208,19 @@ class UARTToAXI4Lite(wiring.Component):
         m.d.comb += [urx.rx.eq(self.rx), self.tx.eq(utx.tx)]
         axil = self.m_axil
 
-        # Quiet-line timer: restarts on every start bit and byte.
+        # Quiet-line timer: restarts on every start bit and byte. ``timed_out`` is a
+        # flip-flop, set with the count's last step, not a compare in front of the FSM.
         quiet_cycles = self.timeout * self.divisor
         quiet = Signal(range(quiet_cycles + 1))
-        timed_out = quiet == quiet_cycles
+        timed_out = Signal(init=quiet_cycles == 0)
         with m.If(urx.active | urx.o.valid | urx.framing_error):
-            m.d.sync += quiet.eq(0)
+            m.d.sync += [quiet.eq(0), timed_out.eq(quiet_cycles == 0)]
         with m.Elif(~timed_out):
-            m.d.sync += quiet.eq(quiet + 1)
+            m.d.sync += [quiet.eq(quiet + 1), timed_out.eq(quiet == quiet_cycles - 1)]
 
         request = Signal(9 * 8)  # the bytes after the command, first byte at the top
         is_write = Signal()
-        count = Signal(range(11))  # bytes of the request received, command included
+        left = Signal(range(10))  # bytes of the request still to come
         csum_due = Signal(8)  # the checksum byte that makes the frame sum 0 so far
         status = Signal(8)
         rdata = Signal(32)
@@ -229,7 +231,6 @@ class UARTToAXI4Lite(wiring.Component):
         resp_left = Signal(range(RESPONSE_BYTES + 1))
 
         byte = urx.o.payload
-        length = Mux(is_write, 10, 6)
         # Received bytes shift in at the bottom; a read leaves its 4 address
         # bytes in [39:8], a write its address in [71:40] and data in [39:8].
         addr = Mux(is_write, request[40:72], request[8:40])
@@ -247,57 +248,67 @@ class UARTToAXI4Lite(wiring.Component):
             axil.wvalid.eq(w_pending),
         ]
 
-        def reply(code, data=0):
-            return [status.eq(code), rdata.eq(data)]
+        # The response's checksum byte, registered every cycle from status and rdata:
+        # CSUM waits the cycle it takes after they are set, RESPOND loads it.
+        body = Cat(rdata, status)  # status is the top (first) byte
+        resp_csum = Signal(8)
+        m.d.sync += resp_csum.eq(-sum(body.word_select(i, 8) for i in range(5)))
 
+        # rdata: 0 from IDLE on (every error and every write answers 0), the R data
+        # while READ_DATA waits for it; so its enable is two state decodes, no handshake.
         with m.FSM():
             with m.State("IDLE"):
+                m.d.sync += rdata.eq(0)
                 with m.If(urx.framing_error):
-                    m.d.sync += reply(STATUS_FRAMING)
+                    m.d.sync += status.eq(STATUS_FRAMING)
                     m.next = "DISCARD"
                 with m.Elif(urx.o.valid):
-                    m.d.sync += [is_write.eq(byte == CMD_WRITE), count.eq(1),
-                                 csum_due.eq(-byte)]
+                    m.d.sync += [is_write.eq(byte == CMD_WRITE),
+                                 left.eq(Mux(byte == CMD_WRITE, 9, 5)), csum_due.eq(-byte)]
                     with m.If((byte == CMD_READ) | (byte == CMD_WRITE)):
                         m.next = "RECEIVE"
                     with m.Else():
-                        m.d.sync += reply(STATUS_BAD_COMMAND)
+                        m.d.sync += status.eq(STATUS_BAD_COMMAND)
                         m.next = "DISCARD"
             with m.State("RECEIVE"):
                 with m.If(urx.framing_error):
-                    m.d.sync += reply(STATUS_FRAMING)
+                    m.d.sync += status.eq(STATUS_FRAMING)
                     m.next = "DISCARD"
                 with m.Elif(urx.o.valid):
                     m.d.sync += [
                         request.eq(Cat(byte, request[:-8])),
-                        count.eq(count + 1),
+                        left.eq(left - 1),
                         csum_due.eq(csum_due - byte),
                     ]
-                    with m.If(count == length - 1):
-                        with m.If(byte != csum_due):
-                            m.d.sync += reply(STATUS_BAD_CHECKSUM)
-                            m.next = "RESPOND"
-                        with m.Elif(is_write):
-                            m.d.sync += [aw_pending.eq(1), w_pending.eq(1)]
-                            m.next = "WRITE"
-                        with m.Else():
-                            m.d.sync += ar_pending.eq(1)
-                            m.next = "READ_ADDR"
+                    with m.If(left == 1):
+                        m.next = "CHECK"
                 with m.Elif(timed_out):
-                    m.d.sync += reply(STATUS_TIMEOUT)
-                    m.next = "RESPOND"
+                    m.d.sync += status.eq(STATUS_TIMEOUT)
+                    m.next = "CSUM"
+            with m.State("CHECK"):
+                # the checksum byte is subtracted: a good frame leaves csum_due at 0
+                with m.If(csum_due != 0):
+                    m.d.sync += status.eq(STATUS_BAD_CHECKSUM)
+                    m.next = "CSUM"
+                with m.Elif(is_write):
+                    m.d.sync += [aw_pending.eq(1), w_pending.eq(1)]
+                    m.next = "WRITE"
+                with m.Else():
+                    m.d.sync += ar_pending.eq(1)
+                    m.next = "READ_ADDR"
             with m.State("DISCARD"):
                 with m.If(timed_out & ~urx.active):
-                    m.next = "RESPOND"
+                    m.next = "CSUM"
             with m.State("READ_ADDR"):
                 with m.If(axil.arready):
                     m.d.sync += ar_pending.eq(0)
                     m.next = "READ_DATA"
             with m.State("READ_DATA"):
                 m.d.comb += axil.rready.eq(1)
+                m.d.sync += rdata.eq(axil.rdata)
                 with m.If(axil.rvalid):
-                    m.d.sync += reply(axil.rresp, axil.rdata)
-                    m.next = "RESPOND"
+                    m.d.sync += status.eq(axil.rresp)
+                    m.next = "CSUM"
             with m.State("WRITE"):
                 aw_left = aw_pending & ~axil.awready
                 w_left = w_pending & ~axil.wready
@@ -307,15 +318,12 @@ class UARTToAXI4Lite(wiring.Component):
             with m.State("WRITE_RESP"):
                 m.d.comb += axil.bready.eq(1)
                 with m.If(axil.bvalid):
-                    m.d.sync += reply(axil.bresp)
-                    m.next = "RESPOND"
+                    m.d.sync += status.eq(axil.bresp)
+                    m.next = "CSUM"
+            with m.State("CSUM"):
+                m.next = "RESPOND"
             with m.State("RESPOND"):
-                body = Cat(rdata, status)  # status is the top (first) byte
-                body_sum = sum(body.word_select(i, 8) for i in range(5))[:8]
-                m.d.sync += [
-                    response.eq(Cat((-body_sum)[:8], body)),
-                    resp_left.eq(RESPONSE_BYTES),
-                ]
+                m.d.sync += [response.eq(Cat(resp_csum, body)), resp_left.eq(RESPONSE_BYTES)]
                 m.next = "SEND"
             with m.State("SEND"):
                 m.d.comb += [utx.i.payload.eq(response[-8:]), utx.i.valid.eq(1)]

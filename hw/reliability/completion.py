@@ -6,6 +6,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hw.axi import AXI_BURST_INCR, AXI_RESP_OKAY, AXI4Signature
+from hw.pipeline import OneHotFSM
 
 __all__ = ["CompletionRequest", "CompletionWriter", "DmaConfig", "WQE_BYTES", "CQE_BYTES"]
 
@@ -51,7 +52,8 @@ class CompletionWriter(wiring.Component):
     AW and ``32 / (data_width / 8)`` W beats (1 at 256 bits and above), then B.
     Throughput: one CQE per about 13 + read latency + write latency cycles at 64 bits.
     The AXI addresses come from registers (the WQE's computed in ADDR, the CQE's from
-    registers updated every cycle), not from an adder in front of the ports.
+    registers updated every cycle), not from an adder in front of the ports; W data
+    and ``wlast`` come from registers (each beat's word loaded the cycle before).
     """
 
     def __init__(self, num_qps: int, data_width: int = 64, addr_width: int = 64):
@@ -87,7 +89,6 @@ class CompletionWriter(wiring.Component):
         cfg = Signal(DmaConfig)
         pi = Signal(16)
         wqe = Signal(rbeats * dw)
-        beat = Signal(range(max(rbeats, wbeats) + 1))
         cqe = Signal(8 * CQE_BYTES)
         error = Signal()
 
@@ -107,7 +108,11 @@ class CompletionWriter(wiring.Component):
 
         cq_mask = Signal(16)
         m.d.comb += cq_mask.eq((Const(1, 17) << cfg.cq_log2) - 1)
-        phase = ~(pi >> cfg.cq_log2)[0]
+        # registered every cycle, like the addresses: the CQE's phase and status test
+        # (pi, cfg and req set by LATCH, the CQE loaded from AW on)
+        phase = Signal()
+        success = Signal()
+        m.d.sync += [phase.eq(~(pi >> cfg.cq_log2)[0]), success.eq(req.status == 0)]
         # the addresses, registered: the WQE's from the SQ offset registered in LATCH (in
         # ADDR), the CQE's every cycle from pi and cfg (set in LATCH, read in AW, 3 or
         # more cycles later)
@@ -122,7 +127,6 @@ class CompletionWriter(wiring.Component):
         def wqe_field(offset, nbytes):
             return wqe[8 * offset : 8 * (offset + nbytes)]
 
-        success = req.status == 0
         m.d.comb += cqe.eq(
             Cat(
                 wqe_field(0x08, 8),  # wr_id
@@ -137,81 +141,94 @@ class CompletionWriter(wiring.Component):
             )
         )
 
+        # One flip-flop per state: "in state X" drives the clock enables of cfg, pi,
+        # ar_addr and wword and the handshakes (req.ready is the IDLE flop) with no
+        # decode in front.
+        fsm = OneHotFSM(m, ("CLEAR", "IDLE", "FETCH", "LATCH", "ADDR", "AR", "R", "AW", "W",
+                            "B"), "CLEAR")
+        state, goto = fsm.state, fsm.goto
         clear_q = Signal(range(self.num_qps))
-        with m.FSM(init="CLEAR"):
-            with m.State("CLEAR"):  # after reset: every CQ producer index to 0
-                m.d.comb += [pi_wr.addr.eq(clear_q), pi_wr.data.eq(0), pi_wr.en.eq(1)]
-                m.d.sync += clear_q.eq(clear_q + 1)
-                with m.If(clear_q == self.num_qps - 1):
-                    m.next = "IDLE"
-            with m.State("IDLE"):
-                m.d.comb += self.req.ready.eq(1)
-                with m.If(self.req.valid):
-                    m.d.sync += req.eq(self.req.payload)
-                    m.next = "FETCH"
-            with m.State("FETCH"):
-                m.next = "LATCH"  # addresses (from req) settle; data next cycle
-            with m.State("LATCH"):
-                sq_mask_in = (Const(1, 17) << self.cfg_data.sq_log2) - 1
-                m.d.sync += [cfg.eq(self.cfg_data), pi.eq(pi_rd.data), error.eq(0),
-                             sq_off.eq((req.wqe_index & sq_mask_in) << 6)]
-                with m.If(req.clear):
-                    m.d.comb += [pi_wr.data.eq(0), pi_wr.en.eq(1)]
-                    m.next = "IDLE"
-                with m.Else():
-                    m.next = "ADDR"
-            with m.State("ADDR"):
-                m.d.sync += ar_addr.eq(cfg.sq_base[:aw] + sq_off)
-                m.next = "AR"
-            with m.State("AR"):
-                m.d.comb += [axi.arvalid.eq(1), axi.araddr.eq(ar_addr)]
-                with m.If(axi.arready):
-                    m.d.sync += beat.eq(0)
-                    m.next = "R"
-            with m.State("R"):
-                m.d.comb += axi.rready.eq(1)
-                with m.If(axi.rvalid):
-                    for k in range(rbeats):
-                        with m.If(beat == k):
-                            m.d.sync += wqe[k * dw : (k + 1) * dw].eq(axi.rdata)
-                    m.d.sync += beat.eq(beat + 1)
-                    with m.If(axi.rresp != AXI_RESP_OKAY):
-                        m.d.sync += error.eq(1)
-                    with m.If(axi.rlast):
-                        m.next = "AW"
-            with m.State("AW"):
-                m.d.comb += [axi.awvalid.eq(1), axi.awaddr.eq(cq_addr)]
-                with m.If(axi.awready):
-                    m.d.sync += beat.eq(0)
-                    m.next = "W"
-            with m.State("W"):
-                m.d.comb += [axi.wvalid.eq(1), axi.wlast.eq(beat == wbeats - 1)]
-                if dw <= 8 * CQE_BYTES:
-                    for k in range(wbeats):
-                        with m.If(beat == k):
-                            m.d.comb += axi.wdata.eq(cqe[k * dw : (k + 1) * dw])
-                    m.d.comb += axi.wstrb.eq((1 << lanes) - 1)
-                else:
-                    reps = dw // (8 * CQE_BYTES)
-                    m.d.comb += [
-                        axi.wdata.eq(Cat(*[cqe] * reps)),
-                        axi.wstrb.eq(
-                            Const((1 << CQE_BYTES) - 1, lanes)
-                            << (cq_addr[5 : size_log2] * CQE_BYTES)
-                        ),
-                    ]
-                with m.If(axi.wready):
-                    m.d.sync += beat.eq(beat + 1)
-                    with m.If(beat == wbeats - 1):
-                        m.next = "B"
-            with m.State("B"):
-                m.d.comb += axi.bready.eq(1)
-                with m.If(axi.bvalid):
-                    m.d.comb += [
-                        pi_wr.data.eq(pi + 1),
-                        pi_wr.en.eq(1),
-                        self.cqe_done.eq(1),
-                        self.dma_error.eq(error | (axi.bresp != AXI_RESP_OKAY)),
-                    ]
-                    m.next = "IDLE"
+        # R: rsel is one-hot on the beat expected (0 outside R), so beat k's enable is
+        # rvalid & rsel[k], two flip-flops. W: wdata comes from a register (wword), the
+        # CQE's first word loaded in AW, the next one (wsel, one-hot on the beat on the
+        # bus) at each W transfer; wlast is wsel's top bit.
+        rsel = Signal(rbeats)
+        wsel = Signal(wbeats)
+        wword = Signal(dw)
+        if dw <= 8 * CQE_BYTES:
+            cqe_words = [cqe[k * dw : (k + 1) * dw] for k in range(wbeats)]
+        else:
+            cqe_words = [Cat(*[cqe] * (dw // (8 * CQE_BYTES)))]
+        next_word = Const(0, dw)
+        for k in range(wbeats - 1):
+            next_word = next_word | Mux(wsel[k], cqe_words[k + 1], 0)
+        with state("CLEAR"):  # after reset: every CQ producer index to 0
+            m.d.comb += [pi_wr.addr.eq(clear_q), pi_wr.data.eq(0), pi_wr.en.eq(1)]
+            m.d.sync += clear_q.eq(clear_q + 1)
+            with m.If(clear_q == self.num_qps - 1):
+                goto("IDLE")
+        with state("IDLE"):
+            m.d.comb += self.req.ready.eq(1)
+            with m.If(self.req.valid):
+                m.d.sync += req.eq(self.req.payload)
+                goto("FETCH")
+        with state("FETCH"):
+            goto("LATCH")  # addresses (from req) settle; data next cycle
+        with state("LATCH"):
+            sq_mask_in = (Const(1, 17) << self.cfg_data.sq_log2) - 1
+            m.d.sync += [cfg.eq(self.cfg_data), pi.eq(pi_rd.data), error.eq(0),
+                         sq_off.eq((req.wqe_index & sq_mask_in) << 6)]
+            with m.If(req.clear):
+                m.d.comb += [pi_wr.data.eq(0), pi_wr.en.eq(1)]
+                goto("IDLE")
+            with m.Else():
+                goto("ADDR")
+        with state("ADDR"):
+            m.d.sync += ar_addr.eq(cfg.sq_base[:aw] + sq_off)
+            goto("AR")
+        with state("AR"):
+            m.d.comb += [axi.arvalid.eq(1), axi.araddr.eq(ar_addr)]
+            with m.If(axi.arready):
+                m.d.sync += rsel.eq(1)
+                goto("R")
+        with m.If(axi.rvalid):
+            for k in range(rbeats):
+                with m.If(rsel[k]):
+                    m.d.sync += wqe[k * dw : (k + 1) * dw].eq(axi.rdata)
+        with state("R"):
+            m.d.comb += axi.rready.eq(1)
+            with m.If(axi.rvalid):
+                m.d.sync += rsel.eq(rsel << 1)
+                with m.If(axi.rresp != AXI_RESP_OKAY):
+                    m.d.sync += error.eq(1)
+                with m.If(axi.rlast):
+                    m.d.sync += rsel.eq(0)
+                    goto("AW")
+        with state("AW"):
+            m.d.comb += [axi.awvalid.eq(1), axi.awaddr.eq(cq_addr)]
+            # the WQE and the CQE's other inputs are stable from R on
+            m.d.sync += [wword.eq(cqe_words[0]), wsel.eq(1)]
+            with m.If(axi.awready):
+                goto("W")
+        with state("W"):
+            m.d.comb += [axi.wvalid.eq(1), axi.wlast.eq(wsel[-1]), axi.wdata.eq(wword)]
+            if dw <= 8 * CQE_BYTES:
+                m.d.comb += axi.wstrb.eq((1 << lanes) - 1)
+            else:
+                m.d.comb += axi.wstrb.eq(
+                    Const((1 << CQE_BYTES) - 1, lanes) << (cq_addr[5 : size_log2] * CQE_BYTES))
+            with m.If(axi.wready):
+                m.d.sync += [wword.eq(next_word), wsel.eq(wsel << 1)]
+                with m.If(wsel[-1]):
+                    goto("B")
+        with state("B"):
+            m.d.comb += axi.bready.eq(1)
+            with m.If(axi.bvalid):
+                m.d.comb += [
+                    pi_wr.data.eq(pi + 1),
+                    pi_wr.en.eq(1),
+                    self.cqe_done.eq(1),
+                    self.dma_error.eq(error | (axi.bresp != AXI_RESP_OKAY)),
+                ]
+                goto("IDLE")
         return m

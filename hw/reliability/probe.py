@@ -4,7 +4,7 @@ from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.crc import ICRC_INIT, crc32_bytes
+from hw.crc import ICRC_INIT, crc32_parts
 from hw.headers import (
     BTH,
     ETH,
@@ -20,6 +20,7 @@ from hw.headers import (
     UDP,
     Opcode,
 )
+from hw.pipeline import OneHotFSM
 from hw.stream import AXIStreamSignature
 
 __all__ = ["NetConfig", "PROBE_FRAME_BYTES", "ProbeBuilder", "ProbeRequest"]
@@ -55,12 +56,12 @@ class ProbeBuilder(wiring.Component):
                    UDP (sport = the EV, dport 4791, checksum 0) / BTH (0xC0, P_Key 0xFFFF,
                    DestQP = peer QPN, PSN 0) / PROBE (probe_id, ev, 0, timestamp) / ICRC.
 
-    Latency: 4 cycles to read the configuration and sum the IPv4 header, 2 to build the
-    header, ceil(56 / bytes per beat) cycles of ICRC,
+    Latency: 4 cycles to read the configuration and sum the IPv4 header, 3 to build the
+    header and feed the ICRC, ceil(56 / bytes per beat) cycles of ICRC,
     then ceil(74 / bytes per beat) beats (10 at 64 bits) at one per cycle.
-    Throughput: one probe per about 22 cycles at 64 bits; probes are rare (the IPv4
-    checksum's sum and each CRC step's input are registered: 2 cycles more than a
-    single-cycle header and CRC feed).
+    Throughput: one probe per about 23 cycles at 64 bits; probes are rare (the IPv4
+    checksum's sum, each CRC step's input and that input's part of the CRC are
+    registered: 3 cycles more than a single-cycle header and CRC feed).
     """
 
     def __init__(self, num_qps: int, evs_per_qp: int, data_width: int = 64):
@@ -110,6 +111,10 @@ class ProbeBuilder(wiring.Component):
             h = len(values) // 2
             return tree_sum(values[:h]) + tree_sum(values[h:])
 
+        # The header's sum without the peer's address (words 8, 9): constants and
+        # own_ip, a static setting, summed every cycle; SUM adds the peer's words.
+        own_sum = Signal(20)
+        m.d.sync += own_sum.eq(tree_sum(words[:8]))
         ipsum = Signal(20)  # registered in SUM, folded in BUILD
         fold1 = Signal(17)
         fold2 = Signal(16)
@@ -135,72 +140,92 @@ class ProbeBuilder(wiring.Component):
             parts.append(Const(0xFF, 8) if pos in _MASKED else byte)
         m.d.comb += masked.eq(Cat(*parts))
         steps = -(-len(masked) // dw)
-        step = Signal(range(steps + 1))
+        step = Signal(range(steps + 2))
         chunks = Array([masked[k * dw : (k + 1) * dw] for k in range(steps)])
-        counts = Array([Const(min(lanes, len(masked) // 8 - k * lanes), range(lanes + 1))
-                        for k in range(steps)])
         crc = Signal(32)
-        # the chunk of step, registered every cycle: in CRC, step is one ahead of the
-        # chunk (CRC_WAIT starts it at 1 with chunk 0 registered)
+        # The CRC is linear: the register's next value is the XOR of a part from the
+        # register alone and a part from the chunk alone. Both the chunk of step and
+        # its part are registered every cycle, so the loop is one XOR tree of the
+        # register and the registered part: in CRC, step is two ahead of the part
+        # (CRC_WAIT registers chunk 0, CRC_PART its part). Every chunk but the last is
+        # a full beat; the last one's (if partial) parts are chosen beside them.
         chunk = Signal(dw)
-        chunk_count = Signal(range(lanes + 1))
-        m.d.sync += [chunk.eq(chunks[step]), chunk_count.eq(counts[step])]
-        crc_next = crc32_bytes(crc, chunk, chunk_count)
+        part = Signal(32)
+        m.d.sync += chunk.eq(chunks[step])
+        last_count = len(masked) // 8 - (steps - 1) * lanes
+        state_last, data_last = crc32_parts(crc, chunk, last_count)
+        if last_count == lanes or steps == 1:
+            m.d.sync += part.eq(data_last)
+            crc_next = state_last ^ part
+        else:
+            state_full, data_full = crc32_parts(crc, chunk, lanes)
+            chunk_last, part_last = Signal(), Signal()
+            m.d.sync += [chunk_last.eq(step == steps - 1), part_last.eq(chunk_last),
+                         part.eq(Mux(chunk_last, data_last, data_full))]
+            crc_next = Mux(part_last, state_last, state_full) ^ part
 
         beats = -(-PROBE_FRAME_BYTES // lanes)
-        beat = Signal(range(beats + 1))
         padded = Cat(frame, Const(0, beats * dw - len(frame)))
-        # the beat on m_axis, from a register: the next one is selected as one
-        # is taken, so no beat mux sits between the state and the output
+        # the beat on m_axis, from a register: the next one (word ``next_beat``) is
+        # loaded as one is taken, so no beat mux sits between the state and the output
         out_word = Signal(dw)
         out_last = Signal()
+        next_beat = Signal(range(beats + 1))
 
-        with m.FSM():
-            with m.State("IDLE"):
-                m.d.comb += self.req.ready.eq(1)
-                with m.If(self.req.valid):
-                    m.d.sync += req.eq(self.req.payload)
-                    m.next = "FETCH"
-            with m.State("FETCH"):
-                m.next = "LATCH"
-            with m.State("LATCH"):
-                m.d.sync += [net.eq(self.net_data), ev.eq(self.ev_data), stamp.eq(self.now_ns)]
-                m.next = "SUM"
-            with m.State("SUM"):
-                m.d.sync += ipsum.eq(tree_sum(words))
-                m.next = "BUILD"
-            with m.State("BUILD"):
-                m.d.sync += [frame[: len(header)].eq(header), crc.eq(ICRC_INIT), step.eq(0)]
-                m.next = "CRC_WAIT"
-            with m.State("CRC_WAIT"):
-                m.d.sync += step.eq(1)
-                m.next = "CRC"
-            with m.State("CRC"):
-                m.d.sync += [crc.eq(crc_next), step.eq(step + 1)]
-                with m.If(step == steps):
-                    m.next = "ICRC"
-            with m.State("ICRC"):
-                # The first beat is all header (the ICRC is in the last 4 of 74
-                # bytes and a beat is at most 64): loaded here, while the ICRC
-                # goes into the frame.
-                m.d.sync += [frame[len(header) :].eq(~crc), beat.eq(0),
-                             out_word.eq(padded[:dw]), out_last.eq(beats == 1)]
-                m.next = "SEND"
-            with m.State("SEND"):
-                axis = self.m_axis
-                m.d.comb += [
-                    axis.tvalid.eq(1),
-                    axis.tdata.eq(out_word),
-                    axis.tlast.eq(out_last),
-                    axis.tkeep.eq(Mux(out_last,
-                                      (1 << (PROBE_FRAME_BYTES - (beats - 1) * lanes)) - 1,
-                                      (1 << lanes) - 1)),
-                ]
-                with m.If(axis.tready):
-                    # the next beat's word into the output register
-                    m.d.sync += [beat.eq(beat + 1),
-                                 out_word.eq(padded.word_select(beat + 1, dw)),
-                                 out_last.eq(beat == beats - 2)]
-                    with m.If(out_last):
-                        m.next = "IDLE"
+        # One flip-flop per state: the enables of req, net, ipsum, frame and out_word
+        # and req.ready / tvalid are flip-flops, not decodes of a state register.
+        fsm = OneHotFSM(m, ("IDLE", "FETCH", "LATCH", "SUM", "BUILD", "CRC_WAIT", "CRC_PART",
+                            "CRC", "ICRC", "SEND"), "IDLE")
+        state, goto = fsm.state, fsm.goto
+        axis = self.m_axis
+        # tdata, tlast and tkeep straight from the output registers (only tvalid is the
+        # SEND state): their value outside SEND is not looked at
+        m.d.comb += [
+            axis.tdata.eq(out_word),
+            axis.tlast.eq(out_last),
+            axis.tkeep.eq(Mux(out_last, (1 << (PROBE_FRAME_BYTES - (beats - 1) * lanes)) - 1,
+                              (1 << lanes) - 1)),
+        ]
+        with state("IDLE"):
+            m.d.comb += self.req.ready.eq(1)
+            with m.If(self.req.valid):
+                m.d.sync += req.eq(self.req.payload)
+                goto("FETCH")
+        with state("FETCH"):
+            goto("LATCH")
+        with state("LATCH"):
+            m.d.sync += [net.eq(self.net_data), ev.eq(self.ev_data), stamp.eq(self.now_ns)]
+            goto("SUM")
+        with state("SUM"):
+            m.d.sync += ipsum.eq(own_sum + words[8] + words[9])
+            goto("BUILD")
+        with state("BUILD"):
+            m.d.sync += [frame[: len(header)].eq(header), crc.eq(ICRC_INIT), step.eq(0)]
+            goto("CRC_WAIT")
+        with state("CRC_WAIT"):
+            m.d.sync += step.eq(1)
+            goto("CRC_PART")
+        with state("CRC_PART"):
+            m.d.sync += step.eq(2)
+            goto("CRC")
+        with state("CRC"):
+            m.d.sync += [crc.eq(crc_next), step.eq(step + 1)]
+            with m.If(step == steps + 1):
+                goto("ICRC")
+        with state("ICRC"):
+            # The first beat is all header (the ICRC is in the last 4 of 74
+            # bytes and a beat is at most 64): loaded here, while the ICRC
+            # goes into the frame.
+            m.d.sync += [frame[len(header) :].eq(~crc), next_beat.eq(1),
+                         out_word.eq(padded[:dw]), out_last.eq(beats == 1)]
+            goto("SEND")
+        with state("SEND"):
+            m.d.comb += axis.tvalid.eq(1)
+            with m.If(axis.tready):
+                # the next beat's word into the output register
+                m.d.sync += [next_beat.eq(next_beat + 1),
+                             out_word.eq(padded.word_select(next_beat, dw)),
+                             out_last.eq(next_beat == beats - 1)]
+                with m.If(out_last):
+                    goto("IDLE")
         return m
