@@ -53,6 +53,20 @@
     their write logic) or 20 block RAMs, and the board has block RAMs to
     spare and LUTs to none. The read data then comes from the block RAM's
     output (3-4 ns clock-to-out on the ECP5): keep the logic behind it short.
+
+``unchecked_read_port(m, memory)``
+    A synchronous read port (``addr``, ``en``, ``data``: Amaranth's
+    ``read_port(domain="sync")`` with its cycle behaviour) for a memory whose
+    reads never need the data of a write to the same address in the same
+    cycle. The memory must carry the ``no_rw_check`` attribute. Amaranth's
+    synchronous port asks for the old data on such a collision, which a
+    DP16KD's two ports do not give, so yosys delays every write by a cycle
+    and adds a bypass: a flip-flop and a LUT per bit, the LUT behind the
+    block RAM's output. Built as an asynchronous port and a register,
+    yosys folds both into the block RAM and applies ``no_rw_check`` (its
+    ``memory_dff`` pass reads the attribute; a port that is synchronous
+    from the start never passes through it). The data read in a cycle that
+    also writes its address is undefined.
 """
 
 from amaranth.hdl import Cat, Module, Mux, Shape, Signal, Value
@@ -64,7 +78,8 @@ from hw.axi import AXI4Signature
 from hw.stream import AXIStreamSignature
 
 __all__ = ["AXI4RegisterSlice", "AXIRegisterSlice", "AXIStreamRegister", "BlockRamFIFO",
-           "OneHotFSM", "StreamRegister", "forward_register", "saturating_increment", "skid"]
+           "OneHotFSM", "StreamRegister", "forward_register", "saturating_increment", "skid",
+           "unchecked_read_port"]
 
 
 def skid(m: Module, i_valid, i_ready, i_data, o_valid, o_ready, o_data, name: str):
@@ -254,6 +269,25 @@ class BlockRamFIFO(wiring.Component):
         with m.If(do_inner_read & ~do_write):
             m.d.sync += inner_level.eq(inner_level - 1)
         return m
+
+
+class _ReadPort:
+    def __init__(self, addr, en, data):
+        self.addr, self.en, self.data = addr, en, data
+
+
+def unchecked_read_port(m: Module, memory: Memory, *, domain: str = "sync"):
+    """See the module docstring. Returns an object with ``addr``, ``en``
+    (1 by default) and ``data`` (the memory's shape)."""
+    if not memory.attrs.get("no_rw_check"):
+        raise ValueError("unchecked_read_port needs a memory made with attrs={'no_rw_check': 1}; "
+                         "without it yosys keeps the old-data-on-collision bypass")
+    port = memory.read_port(domain="comb")
+    en = Signal(init=1)
+    data = Signal(memory.shape, reset_less=True)
+    with m.If(en):
+        m.d[domain] += data.eq(port.data)
+    return _ReadPort(port.addr, en, data)
 
 
 def saturating_increment(m, counter, enable):

@@ -63,7 +63,7 @@ from amaranth.utils import ceil_log2
 
 from ..arbiter import one_hot_select
 from ..crc import CRC32_INIT, CRC32_RESIDUE, crc32_bytes
-from ..pipeline import StreamRegister, forward_register
+from ..pipeline import StreamRegister, forward_register, unchecked_read_port
 from ..stream import AXIStreamSignature, check_data_width
 from .rgmii import RGMIIDDR, DDRPairSignature, RGMIIPinSignature
 
@@ -434,9 +434,14 @@ class PacketFIFO(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         abits = ceil_log2(self.depth)
-        m.submodules.mem = mem = Memory(shape=self._stored, depth=self.depth, init=[])
+        # A read never meets a write of its entry (only committed beats are
+        # read, and the write pointer reaches the read pointer only when the
+        # buffer is full, when nothing is written), so no read-during-write
+        # bypass (hw/pipeline.py unchecked_read_port).
+        m.submodules.mem = mem = Memory(shape=self._stored, depth=self.depth, init=[],
+                                        attrs={"no_rw_check": 1})
         wr = mem.write_port()
-        rd = mem.read_port()
+        rd = unchecked_read_port(m, mem)
 
         wp = Signal(abits + 1)
         wp_commit = Signal(abits + 1)

@@ -62,6 +62,7 @@ from amaranth.utils import ceil_log2, exact_log2
 from ..axi import AXI_RESP_OKAY, AXI4LiteSignature, AXI4Signature
 from ..csr import AXI4LiteToCSR, CSRBusSignature, RegisterMap
 from ..nic.core import NicCore
+from ..pipeline import unchecked_read_port
 from ..reliability.layouts import QpState
 from .mac import RGMIIMAC
 from .mac import STATS as MAC_STATS
@@ -188,8 +189,14 @@ class AXI4BRAM(wiring.Component):
         m = Module()
         lane_bits = exact_log2(self.data_width // 8)
         size_bits = exact_log2(self.size)
-        m.submodules.mem = mem = Memory(shape=self.data_width, depth=self.depth, init=[])
-        rd = mem.read_port(domain="sync")
+        # A read and a write of the same word in one cycle read undefined data
+        # (``no_rw_check``, the DP16KD's own behaviour): AXI orders no read
+        # against a write, and the read-old-data emulation yosys would add
+        # otherwise (a write delay and a bypass, a LUT behind every RAM output
+        # bit) was on b26's second-worst path.
+        m.submodules.mem = mem = Memory(shape=self.data_width, depth=self.depth, init=[],
+                                        attrs={"no_rw_check": 1})
+        rd = unchecked_read_port(m, mem)
         wr = mem.write_port(granularity=8)
         axi, host = self.s_axi, self.host
         aw = len(axi.awaddr)

