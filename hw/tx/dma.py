@@ -1,13 +1,12 @@
 """AXI4 reads for the TX path: the shared read channel, payload bursts and
 the realignment of unaligned host bytes."""
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..axi import AXI_BURST_INCR, AXI4Signature
 from ..stream import Beat
-from .icrc import count_keep
 from .layouts import PayloadDesc
 
 __all__ = ["ReadRequest", "ReadData", "ReadArbiter", "PayloadReader", "Realigner", "SegmentInfo"]
@@ -242,47 +241,55 @@ class Realigner(wiring.Component):
         nbytes = w // 8
         lg = nbytes.bit_length() - 1
 
-        lane = Signal(range(nbytes))
+        # The output beat is the ``nbytes`` bytes of (prev, cur) from byte
+        # ``sel`` + 1: ``sel`` = first lane - 1 for an unaligned packet, and
+        # nbytes - 1 (all of ``cur``) for an aligned one, so one registered
+        # select serves both, and the flush too (the flushed beat's bytes are
+        # all in ``prev``; its keep clears the lanes from ``cur``).
+        sel = Signal(lg)
+        aligned = Signal()  # first lane 0: beats pass straight through
         in_left = Signal(13 - lg + 2)  # input beats still to come, minus one
         out_left = Signal(13 - lg + 2)  # output beats still to send, minus one
         out_last = Signal()  # out_left == 0, registered with it
-        last_bytes = Signal(range(nbytes + 1))
+        # the last beat's keep, registered: no byte count decoded behind it
+        last_keep = Signal(nbytes)
         prev = Signal(w)
         have_prev = Signal()
 
         cur = self.i.payload.data
-        joined = (Cat(prev, cur) >> (lane * 8))[:w]
-        flush = (Cat(prev, Signal(w)) >> (lane * 8))[:w]
-
-        def emit(value, is_last):
-            keep = Mux(is_last, count_keep(last_bytes, nbytes), count_keep(nbytes, nbytes))
-            keep_bits = Cat(*[keep[i].replicate(8) for i in range(nbytes)])
-            m.d.comb += [
-                self.o.payload.data.eq(value & keep_bits),
-                self.o.payload.keep.eq(keep),
-                self.o.payload.last.eq(is_last),
-            ]
+        pair = Cat(prev, cur)
+        window = Cat(*[Array(pair.word_select(k + 1 + j, 8) for k in range(nbytes))[sel]
+                       for j in range(nbytes)])
+        keep = Signal(nbytes)
+        keep_bits = Cat(*[keep[i].replicate(8) for i in range(nbytes)])
+        m.d.comb += [
+            keep.eq(Mux(out_last, last_keep, -1)),  # every beat but the last is full
+            self.o.payload.data.eq(window & keep_bits),
+            self.o.payload.keep.eq(keep),
+            self.o.payload.last.eq(out_last),
+        ]
 
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += self.info.ready.eq(1)
                 with m.If(self.info.valid):
                     info = self.info.payload
-                    first_lane = info.lane[:lg] if lg else 0
+                    first_lane = info.lane[:lg]
+                    # the last beat has ((length - 1) mod nbytes) + 1 bytes
+                    last_lane = (info.length[:lg] - 1)[:lg]
                     m.d.sync += [
-                        lane.eq(first_lane),
+                        sel.eq(first_lane - 1),
+                        aligned.eq(first_lane == 0),
                         in_left.eq((first_lane + info.length - 1) >> lg),
                         out_left.eq((info.length - 1) >> lg),
                         out_last.eq(((info.length - 1) >> lg) == 0),
-                        last_bytes.eq(info.length - (((info.length - 1) >> lg) << lg)),
+                        last_keep.eq(Cat(1, *[last_lane >= i for i in range(1, nbytes)])),
                         have_prev.eq(0),
                     ]
                     m.next = "STREAM"
             with m.State("STREAM"):
-                with m.If(lane == 0):
-                    # aligned: beats pass straight through
+                with m.If(aligned):
                     m.d.comb += [self.o.valid.eq(self.i.valid), self.i.ready.eq(self.o.ready)]
-                    emit(cur, out_last)
                     with m.If(self.i.valid & self.o.ready):
                         m.d.sync += [in_left.eq(in_left - 1), out_left.eq(out_left - 1),
                                      out_last.eq(out_left == 1)]
@@ -296,7 +303,6 @@ class Realigner(wiring.Component):
                             m.next = "FLUSH"
                 with m.Else():
                     m.d.comb += [self.o.valid.eq(self.i.valid), self.i.ready.eq(self.o.ready)]
-                    emit(joined, out_last)
                     with m.If(self.i.valid & self.o.ready):
                         m.d.sync += [
                             prev.eq(cur),
@@ -309,8 +315,9 @@ class Realigner(wiring.Component):
                         with m.Elif(in_left == 0):
                             m.next = "FLUSH"
             with m.State("FLUSH"):
+                # the packet's last beat (out_last is set): its bytes are in
+                # ``prev``, the lanes above them (``cur``'s) cleared by keep
                 m.d.comb += self.o.valid.eq(1)
-                emit(flush, 1)
                 with m.If(self.o.ready):
                     m.next = "IDLE"
         return m

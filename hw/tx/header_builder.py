@@ -31,9 +31,11 @@ class HeaderBuilder(wiring.Component):
     the payload length and pad count). ``src_mac``/``src_ip`` are the NIC's
     own addresses. The IPv4 checksum (eight 16-bit terms) is computed here,
     so the framer only moves bytes. The descriptor is taken when its header
-    is loaded into the output register; the lengths and the checksum come
-    from it through free-running pipeline registers (a tree of two-input
-    adds, then the folds), so no path is deeper than one adder pair.
+    is loaded into the output register, which must be empty then (the
+    framer takes a header as soon as it is free: its ``hdr.ready`` is a
+    flip-flop); the lengths and the checksum come from it through
+    free-running pipeline registers (a tree of two-input adds, then the
+    folds), so no path is deeper than one adder pair.
     Latency 5 cycles from a valid descriptor to a valid header; one header
     per 5 cycles (a packet's frame is at least 10 beats at 64 bits, 3 at
     512), refilling while the framer streams the previous packet.
@@ -90,7 +92,12 @@ class HeaderBuilder(wiring.Component):
         checksum = Signal(16)
         m.d.comb += checksum.eq(~(folded[:16] + folded[16:])[:16])
         CSUM_STAGES = 4  # cycles from a stable descriptor to ``folded``
-        wait = Signal(range(CSUM_STAGES + 1))
+        wait = Signal(range(CSUM_STAGES))
+        # ``ripe``: ``folded`` is the descriptor's (``wait`` has counted
+        # CSUM_STAGES cycles). A flip-flop, so that it and ``hdr.valid`` are
+        # all of ``desc.ready``, the descriptor FIFO's wide output register's
+        # clock enable.
+        ripe = Signal()
 
         eth = ETH.pack({"dst": d.dst_mac, "src": self.src_mac, "ethertype": ETHERTYPE_IPV4})
         ip = IPV4.pack(
@@ -127,16 +134,20 @@ class HeaderBuilder(wiring.Component):
 
         with m.If(self.hdr.ready):
             m.d.sync += self.hdr.valid.eq(0)
-        with m.If(self.desc.valid & (wait != CSUM_STAGES)):
-            m.d.sync += wait.eq(wait + 1)
-        with m.If(self.desc.valid & (wait == CSUM_STAGES) & (self.hdr.ready | ~self.hdr.valid)):
-            m.d.comb += self.desc.ready.eq(1)
+        with m.If(self.desc.valid & ~ripe):
+            m.d.sync += [wait.eq(wait + 1), ripe.eq(wait == CSUM_STAGES - 1)]
+        # The header register follows the descriptor while it is empty (its
+        # clock enable is ``~hdr.valid``, a flip-flop), and keeps the header
+        # of the cycle the descriptor is taken.
+        with m.If(~self.hdr.valid):
             m.d.sync += [
-                wait.eq(0),
-                self.hdr.valid.eq(1),
                 self.hdr.payload.bytes.eq(Cat(eth, ip, udp, bth, reth, immdt)),
                 self.hdr.payload.imm.eq(imm),
                 self.hdr.payload.length.eq(d.length),
                 self.hdr.payload.pad.eq(pad),
             ]
+        # ``ripe`` is set only while ``desc.valid``, which holds until taken
+        with m.If(ripe & ~self.hdr.valid):
+            m.d.comb += self.desc.ready.eq(1)
+            m.d.sync += [wait.eq(0), ripe.eq(0), self.hdr.valid.eq(1)]
         return m

@@ -76,7 +76,11 @@ class IcrcInserter(wiring.Component):
     count, is registered in two parts (the state moved up by the lanes the
     count misses; the rest of the state XOR the data part), then finished
     and inverted into the ICRC register as the beat moves on to the output
-    register, where a registered one-hot lane places it. Latency 5
+    register, where a registered one-hot lane places it. The stages from the
+    skid buffer's output to the output register move together, on one
+    enable (the output register free), so ``o.ready`` reaches their clock
+    enables through one LUT rather than a chain of per-stage ready terms (a
+    bubble between beats is not squeezed out while ``o`` stalls). Latency 5
     cycles. Throughput 1 beat/cycle, plus one cycle for frames
     whose ICRC spills into an extra beat.
     """
@@ -103,8 +107,16 @@ class IcrcInserter(wiring.Component):
         i_flat = self.i.payload.as_value()
         r_flat = Signal(len(i_flat))
         r_valid = Signal()
-        r_ready = Signal()
-        skid(m, self.i.valid, self.i.ready, i_flat, r_valid, r_ready, r_flat, "stage")
+        # ``adv``: the stages after the skid buffer (t, s, h1, held) move on
+        # together when the output register is free; it is one LUT of
+        # ``spill``, ``held_valid`` and ``o.ready`` (in the TX engine a
+        # flip-flop of its ``out_reg``), and the clock enable of every data
+        # register here: a chain of per-stage ready terms in front of those
+        # wide enables was four LUTs deep. A stage's data registers load on
+        # ``adv`` whether the beat before them is valid or not (its valid bit
+        # says which).
+        adv = Signal()
+        skid(m, self.i.valid, self.i.ready, i_flat, r_valid, adv, r_flat, "stage")
         r_beat = Signal(Beat(w))
         m.d.comb += r_beat.as_value().eq(r_flat)
 
@@ -143,18 +155,15 @@ class IcrcInserter(wiring.Component):
             m.d.comb += crc_count.eq(n_in)
 
         t_valid = Signal()
-        t_ready = Signal()
         t_beat = Signal(Beat(w))
         t_crc_count = Signal(range(nbytes + 1))
         t_full = Signal()  # t_crc_count == nbytes
         t_start = Signal()  # the start beat
         t_n_in = Signal(range(nbytes + 1))
         t_crc_moved = Signal(w)
-        m.d.comb += r_ready.eq(~t_valid | t_ready)
-        with m.If(r_ready):
-            m.d.sync += t_valid.eq(r_valid)
-        with m.If(r_valid & r_ready):
+        with m.If(adv):
             m.d.sync += [
+                t_valid.eq(r_valid),
                 t_beat.eq(r_beat),
                 t_crc_count.eq(crc_count),
                 t_full.eq(crc_count == nbytes),
@@ -165,6 +174,7 @@ class IcrcInserter(wiring.Component):
                 # network
                 t_crc_moved.eq(keep_tail_shift(covered, r_beat.keep)),
             ]
+        with m.If(r_valid & adv):
             with m.If(r_beat.last):
                 m.d.sync += [
                     beat_index.eq(0),
@@ -195,28 +205,25 @@ class IcrcInserter(wiring.Component):
         start_state = crc32_state_py(ICRC_INIT, bytes(start_count))
         t_tail = crc32_parts(0, t_crc_moved, nbytes)[1]
         s_valid = Signal()
-        s_ready = Signal()
         s_beat = Signal(Beat(w))
         s_tail = Signal(32)  # B_k * data for the beat's count k
         s_crc_count = Signal(range(nbytes + 1))
         s_run = Signal()  # a full beat that does not end the frame
         s_other = Signal(32)  # ``crc``'s next value when not ``s_run``
         s_n_in = Signal(range(nbytes + 1))
-        m.d.comb += t_ready.eq(~s_valid | s_ready)
-        with m.If(t_ready):
-            m.d.sync += s_valid.eq(t_valid)
-            with m.If(t_valid):
-                m.d.sync += [
-                    s_beat.eq(t_beat),
-                    s_tail.eq(t_tail),
-                    s_crc_count.eq(t_crc_count),
-                    s_run.eq(t_full & ~t_beat.last),
-                    # the data part is zero before the coverage starts
-                    s_other.eq(
-                        Mux(t_beat.last, ICRC_INIT, Mux(t_start, start_state, ICRC_INIT) ^ t_tail)
-                    ),
-                    s_n_in.eq(t_n_in),
-                ]
+        with m.If(adv):
+            m.d.sync += [
+                s_valid.eq(t_valid),
+                s_beat.eq(t_beat),
+                s_tail.eq(t_tail),
+                s_crc_count.eq(t_crc_count),
+                s_run.eq(t_full & ~t_beat.last),
+                # the data part is zero before the coverage starts
+                s_other.eq(
+                    Mux(t_beat.last, ICRC_INIT, Mux(t_start, start_state, ICRC_INIT) ^ t_tail)
+                ),
+                s_n_in.eq(t_n_in),
+            ]
 
         crc = Signal(32, init=ICRC_INIT)
         crc_loop = Mux(s_run, crc32_parts(crc, 0, nbytes)[0] ^ s_tail, s_other)
@@ -234,7 +241,6 @@ class IcrcInserter(wiring.Component):
         h1 = Signal(Beat(w))
         h1_valid = Signal()
         h1_count = Signal(range(nbytes + 1))
-        held_ready = Signal()
 
         held = Signal(Beat(w))
         held_valid = Signal()
@@ -268,26 +274,22 @@ class IcrcInserter(wiring.Component):
                 self.o.payload.keep.eq(held_keep),
                 self.o.payload.last.eq(held.last & fits),
             ]
-            with m.If(self.o.ready):
-                m.d.sync += held_valid.eq(0)
-                with m.If(held.last & ~fits):
-                    m.d.sync += [
-                        spill.eq(1),
-                        spill_data.eq(icrc >> (8 * (nbytes - held_count)).as_unsigned()),
-                        spill_count.eq(held_count + 4 - nbytes),
-                    ]
+            with m.If(self.o.ready & held.last & ~fits):
+                m.d.sync += [
+                    spill.eq(1),
+                    spill_data.eq(icrc >> (8 * (nbytes - held_count)).as_unsigned()),
+                    spill_count.eq(held_count + 4 - nbytes),
+                ]
 
-        m.d.comb += [
-            held_ready.eq(~spill & (~held_valid | self.o.ready)),
-            s_ready.eq(~h1_valid | held_ready),
-        ]
-        with m.If(h1_valid & held_ready):
+        # ``held`` is free (a spill goes out first); its beat leaves as it loads
+        m.d.comb += adv.eq(~spill & (~held_valid | self.o.ready))
+        with m.If(adv):
             # lanes above keep are not trusted to be zero
             keep_bits = Cat(*[h1.keep[i].replicate(8) for i in range(nbytes)])
             m.d.sync += [
                 held.eq(h1),
                 held.data.eq(h1.data & keep_bits),
-                held_valid.eq(1),
+                held_valid.eq(h1_valid),
                 held_count.eq(h1_count),
                 icrc_at.eq(Cat(*[h1.last & (h1_count == k) for k in range(nbytes)])),
                 fits.eq(h1_count + 4 <= nbytes),
@@ -300,17 +302,16 @@ class IcrcInserter(wiring.Component):
                 ),
                 icrc.eq(~(crc32_parts(0, fin_moved, nbytes)[1] ^ fin_rest)),
             ]
-        with m.If(s_ready):
-            m.d.sync += h1_valid.eq(s_valid)
-        with m.If(s_valid & s_ready):
+        with m.If(adv):
+            # ``fin_*`` are read only with a last beat in h1; taking them with
+            # every beat keeps ``s_beat.last`` out of their enable
             m.d.sync += [
+                h1_valid.eq(s_valid),
                 h1.eq(s_beat),
                 h1_count.eq(s_n_in),
-                crc.eq(crc_loop),
+                fin_moved.eq(tail_shift(crc, s_crc_count, nbytes)),
+                fin_rest.eq(tail_rest(crc, s_crc_count) ^ s_tail),
             ]
-            with m.If(s_beat.last):
-                m.d.sync += [
-                    fin_moved.eq(tail_shift(crc, s_crc_count, nbytes)),
-                    fin_rest.eq(tail_rest(crc, s_crc_count) ^ s_tail),
-                ]
+        with m.If(s_valid & adv):
+            m.d.sync += crc.eq(crc_loop)
         return m
