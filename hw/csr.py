@@ -26,7 +26,8 @@ from amaranth.lib.wiring import In, Out
 
 from .axi import AXI_RESP_OKAY, AXI_RESP_SLVERR, AXI4LiteSignature
 
-__all__ = ["AXI4LiteToCSR", "CSRBusSignature", "Register", "RegisterMap", "grouped_read"]
+__all__ = ["AXI4LiteToCSR", "CSRBusSignature", "Register", "RegisterMap", "RegisteredWrites",
+           "grouped_read"]
 
 # Words per group of ``grouped_read``: an 8:1 mux is one slice level (LUT4s,
 # PFUMX and L6MUX21 on the ECP5) and its 11 inputs bound how deep synthesis
@@ -71,6 +72,92 @@ def grouped_read(m, addr, r_stb, words, *, name="rd"):
                 Mux(addr[2 + READ_GROUP_BITS :] == group, word_value, 0))
         group_values.append(group_value)
     return reduce(operator.or_, group_values, Const(0, 32))
+
+
+class RegisteredWrites:
+    """CSR writes decoded at ``w_stb`` and applied the cycle after from
+    registers, with reads that see them at once.
+
+    ``targets`` maps a key to ``(decode, readback)``: ``decode`` is a 1-bit
+    Value of ``bus.addr``, true at the target's addresses; ``readback`` is an
+    int mask of the bits of the written word that a read of the same address
+    returns at the same positions once the write is applied (``(1 << n) - 1``
+    for an n-bit register read back as written), or None when a read needs
+    no bypass: it does not return the written bits (a command, a start
+    strobe), or it takes the target's value only the cycle after ``r_stb``,
+    when a write strobed the cycle before has landed. ``fields`` maps a key
+    to a Value of ``bus.addr`` that the target's write needs (a QP index, say).
+
+    At ``w_stb`` the helper registers ``data`` (``w_data``), ``fields[key]``
+    and one strobe ``stb[key]`` per target (``w_stb`` and its decode); the
+    caller applies the write in the next cycle under ``stb[key]``, a
+    flip-flop, so no address compare is in series with the targets' clock or
+    write enables (each a wide fan-out).
+
+    Reads stay exact: a read strobed in the cycle after a write, while the
+    write is still pending, would find the target's old value, so the read
+    path takes the pending write's readback bits in its place when the read
+    address is the write's. ``read_at_strobe(value)`` does this for a read
+    stage that samples ``value`` at ``r_stb`` (a read latency of 1, one LUT
+    in front of the read register); ``read_after_strobe(m, value)`` for a
+    stage that samples ``value`` the cycle after ``r_stb`` (the second stage
+    of ``grouped_read``, a read latency of 2): the address compare is
+    registered at ``r_stb``, and a 2:1 mux per bit is all that lies in front
+    of the second stage. The read latency and the bus protocol are unchanged.
+
+    The bypass covers values the read path takes from flip-flops; a target
+    read through a memory port addressed at ``r_stb`` needs its own (or
+    ``None`` and a documented exception).
+
+    Cost: 32 flip-flops for the data, one per target and per field bit; with
+    a readback, ``len(addr)`` more, an address compare and 32 LUTs, and for
+    ``read_after_strobe`` 64 more flip-flops (fewer: constant mask bits).
+    """
+
+    def __init__(self, m, bus, targets, *, fields=None, name="w"):
+        self.data = Signal(32, name=f"{name}_data")
+        self.addr = Signal(len(bus.addr), name=f"{name}_addr")
+        self.stb = {key: Signal(name=f"{name}_stb_{key}") for key in targets}
+        self.fields = {key: Signal.like(value, name=f"{name}_{key}")
+                       for key, value in (fields or {}).items()}
+        self._bus, self._name = bus, name
+        # The data, address and fields load at every w_stb (one flip-flop
+        # enable); they are used only in the cycle a strobe is high.
+        with m.If(bus.w_stb):
+            m.d.sync += [self.data.eq(bus.w_data), self.addr.eq(bus.addr),
+                         *(reg.eq(fields[key]) for key, reg in self.fields.items())]
+        m.d.sync += [stb.eq(bus.w_stb & targets[key][0]) for key, stb in self.stb.items()]
+        # The readback mask of the pending write: per distinct mask, the OR of
+        # the strobes of the targets that have it (few distinct masks).
+        by_mask = defaultdict(list)
+        for key, (_, readback) in targets.items():
+            if readback:
+                by_mask[readback].append(self.stb[key])
+        self._pending = reduce(operator.or_, (s for ss in by_mask.values() for s in ss),
+                               Const(0, 1))  # a write a read returns is pending
+        self._mask = reduce(operator.or_, (
+            Mux(reduce(operator.or_, ss), mask, 0) for mask, ss in by_mask.items()), Const(0, 32))
+
+    def _select(self):
+        """Per bit: the read at this cycle's ``r_stb`` takes the pending write's bit."""
+        hit = self._pending & (self._bus.addr == self.addr)
+        return Mux(hit, self._mask, 0)
+
+    def read_at_strobe(self, value):
+        """``value``, the read value sampled at ``r_stb``, with the pending
+        write's readback bits in place when the read is of its address."""
+        select = self._select()
+        return (value & ~select) | (self.data & select)
+
+    def read_after_strobe(self, m, value):
+        """``value``, the read pipeline's value the cycle after ``r_stb``,
+        with the readback bits of the write that was pending at ``r_stb`` in
+        place when the read was of its address."""
+        select = Signal(32, name=f"{self._name}_rd_select")
+        data = Signal(32, name=f"{self._name}_rd_data")
+        with m.If(self._bus.r_stb):
+            m.d.sync += [select.eq(self._select()), data.eq(self.data)]
+        return (value & ~select) | (data & select)
 
 
 class CSRBusSignature(wiring.Signature):

@@ -10,7 +10,7 @@ from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from ..csr import CSRBusSignature, RegisterMap
+from ..csr import CSRBusSignature, RegisteredWrites, RegisterMap
 from .mac import STATS, MACStatsSignature
 from .mdio import MDIOMaster
 
@@ -84,8 +84,8 @@ class MACRegisters(wiring.Component):
     ``mdio_oe``/``mdio_i`` (the PHY's management pins; MDC is the clock
     divided by ``2 * mdio_divisor``, at most 2.5 MHz). Latency: ``r_data`` the
     cycle after ``r_stb`` (registered); a write takes effect the cycle after
-    ``w_stb`` (an MDIO access starts then, and reads busy from the cycle
-    after). Throughput: one access per cycle.
+    ``w_stb`` (an MDIO access starts then; MDIO reads busy from that cycle
+    on). Throughput: one access per cycle.
     """
 
     def __init__(self, data_width=64, max_frame=1518, next_offset=0, addr_width=8, mdio_divisor=20):
@@ -117,13 +117,13 @@ class MACRegisters(wiring.Component):
             m.d.sync += ctrl.eq(bus.w_data[:2])
 
         m.submodules.mdio = mdio = MDIOMaster(self.mdio_divisor)
-        # An MDIO write starts the access a cycle later, from registers: the
-        # address decode is not in series with the MDIO master's enables.
-        mdio_cmd = Signal(27)
-        mdio_start = Signal()
-        m.d.sync += mdio_start.eq(bus.w_stb & (bus.addr == reg["MDIO"].offset))
-        with m.If(bus.w_stb):
-            m.d.sync += mdio_cmd.eq(bus.w_data[:27])
+        # An MDIO write starts the access a cycle later, from registers
+        # (hw.csr.RegisteredWrites): the address decode is not in series with
+        # the MDIO master's enables. MDIO reads busy while the start is
+        # pending, so a read in between finds the access under way.
+        w = RegisteredWrites(m, bus, {"mdio": (bus.addr == reg["MDIO"].offset, None)})
+        mdio_start = w.stb["mdio"]
+        mdio_cmd = w.data[:27]
         m.d.comb += [
             self.mdc.eq(mdio.mdc),
             self.mdio_o.eq(mdio.mdio_o),
@@ -148,7 +148,7 @@ class MACRegisters(wiring.Component):
                 with m.Case(reg["CTRL"].offset):
                     m.d.sync += rd_value.eq(ctrl)
                 with m.Case(reg["MDIO"].offset):
-                    m.d.sync += rd_value.eq(mdio.rdata | (mdio.busy << 31))
+                    m.d.sync += rd_value.eq(mdio.rdata | ((mdio.busy | mdio_start) << 31))
                 for name, _ in STATS:
                     with m.Case(reg[f"CNT_{name.upper()}"].offset):
                         m.d.sync += rd_value.eq(getattr(self.stats, name))

@@ -20,7 +20,7 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.csr import CSRBusSignature, RegisterMap
+from hw.csr import CSRBusSignature, RegisteredWrites, RegisterMap
 
 __all__ = [
     "DEVICE_INFO_TYPE_ID",
@@ -122,8 +122,9 @@ class DeviceInfo(wiring.Component):
 
     ``params`` maps each name of ``DEVICE_INFO_PARAMS`` to its 32-bit value.
     Interface: ``csr`` (CSR bus slave). Reads answer the cycle after ``r_stb``;
-    no read has a side effect. A write to ``scratch`` takes effect 2 cycles
-    after ``w_stb`` (decoded, then applied). The header words are answered by the
+    no read has a side effect. A write to ``scratch`` is applied the cycle
+    after ``w_stb`` (decoded, then applied from registers); a read strobed
+    meanwhile returns the written word. The header words are answered by the
     interconnect, so this block reads 0 there.
     """
 
@@ -144,14 +145,12 @@ class DeviceInfo(wiring.Component):
         scratch = Signal(32)
         value = Signal(32)
         # A write to SCRATCH is decoded at w_stb and applied the cycle after,
-        # from registers: the address compare does not reach the 32 enables
-        # (b15's critical path, placed across the device).
-        scratch_we = Signal()
-        scratch_wd = Signal(32)
-        m.d.sync += [scratch_we.eq(csr.w_stb & (csr.addr == SCRATCH_OFFSET)),
-                     scratch_wd.eq(csr.w_data)]
-        with m.If(scratch_we):
-            m.d.sync += scratch.eq(scratch_wd)
+        # from registers (hw.csr.RegisteredWrites): the address compare does
+        # not reach the 32 enables (b15's critical path, placed across the
+        # device). A read strobed in between returns the written word.
+        w = RegisteredWrites(m, csr, {"scratch": (csr.addr == SCRATCH_OFFSET, 0xFFFF_FFFF)})
+        with m.If(w.stb["scratch"]):
+            m.d.sync += scratch.eq(w.data)
         with m.Switch(csr.addr):
             for name, offset, _ in DEVICE_INFO_PARAMS:
                 with m.Case(offset):
@@ -160,7 +159,7 @@ class DeviceInfo(wiring.Component):
                 m.d.comb += value.eq(scratch)
         read = Signal(32)
         with m.If(csr.r_stb):
-            m.d.sync += read.eq(value)
+            m.d.sync += read.eq(w.read_at_strobe(value))
         m.d.comb += csr.r_data.eq(read)
         return m
 

@@ -10,14 +10,14 @@ and the CSR block (registers.py) that holds the configuration memories, the EV e
 queue and the counters. docs/reliability.md describes the whole.
 """
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hw.axi import AXI4Signature, check_dma_addr_width
-from hw.csr import CSRBusSignature, grouped_read
+from hw.csr import CSRBusSignature, RegisteredWrites, grouped_read
 from hw.headers import sack_bitmap
 from hw.pipeline import AXIStreamRegister, saturating_increment
 from hw.rx.parser import ParsedHeader
@@ -98,7 +98,10 @@ class ReliabilityEngine(wiring.Component):
                    read answers ``CSR_READ_LATENCY`` (2) cycles after
                    ``r_stb`` (registered read data; a bridge in front takes
                    ``read_latency=2``). A write takes effect the cycle after
-                   ``w_stb`` (decoded at ``w_stb``, applied from registers).
+                   ``w_stb`` (decoded at ``w_stb``, applied from registers); a
+                   read strobed in that cycle returns the written value for a
+                   global register, the old one for a per-QP word or an EV
+                   entry (a bridge leaves 2 cycles between them).
     ``irq``        Out(1): the EV event queue is not empty, or a CQE was written since
                    ``irq_status`` was last read.
 
@@ -271,31 +274,36 @@ class ReliabilityEngine(wiring.Component):
                    "probe_period": probe_period, **param_regs}
 
         # Writes are decoded at w_stb and applied in the next cycle from registers
-        # (the address, the data and one strobe per target), so the address compares
-        # are not in series with the memories' write enables and the registers' clock
-        # enables, each a wide fan-out: every enable is a flip-flop. The host bridge
-        # strobes at most one cycle in three, so no read comes between a write and
-        # the cycle it lands in.
-        w_data = Signal(32)
-        w_qp = Signal(len(qp_idx))
-        w_ev = Signal(len(ev_idx))
-        w_reg = {name: Signal(name=f"w_{name}") for name in rw_regs}
-        w_ctrl, w_rel, w_ev_cfg = Signal(), Signal(), Signal()
-        w_dma = Signal(5)  # sq_base_lo .. the four words after it
-        w_net = Signal(4)  # peer_mac_lo .. the three words after it
+        # (hw.csr.RegisteredWrites: the data, the QP and EV indices and one strobe
+        # per target), so the address compares are not in series with the
+        # memories' write enables and the registers' clock enables, each a wide
+        # fan-out: every enable is a flip-flop. A global register read strobed in
+        # between returns the written value (the read-back masks below, applied
+        # to the flip-flop registers' read groups). The per-QP memories and the EV
+        # table are read through ports addressed at r_stb, which a write landing
+        # in that cycle passes by: a bypass there would put a multiplexer after
+        # their read data or one more level in front of r_out (both already
+        # deep), so a read of such a word strobed the cycle right after its
+        # write returns the old word (the AXI4-Lite bridge leaves at least two
+        # cycles between a write strobe and the next read strobe).
+        def width(value):
+            return min(32, Value.cast(value).shape().width)
+
         is_global = addr < QP_BASE
-        qp_hit = csr.w_stb & ~is_global & in_qp
-        with m.If(csr.w_stb):
-            m.d.sync += [w_data.eq(csr.w_data), w_qp.eq(qp_idx), w_ev.eq(ev_idx)]
-        m.d.sync += [
-            *(flag.eq(csr.w_stb & is_global & (addr == G[name]))
-              for name, flag in w_reg.items()),
-            w_ctrl.eq(qp_hit & (word == QP_WORDS["qp_ctrl"])),
-            w_rel.eq(qp_hit & (word == QP_WORDS["qp_rel_cfg"])),
-            w_dma.eq(Cat(qp_hit & (word == QP_WORDS["sq_base_lo"] + i) for i in range(5))),
-            w_net.eq(Cat(qp_hit & (word == QP_WORDS["peer_mac_lo"] + i) for i in range(4))),
-            w_ev_cfg.eq(csr.w_stb & ~is_global & ~in_qp & in_ev),
-        ]
+        qp_word = ~is_global & in_qp
+        targets = {
+            **{name: (is_global & (addr == G[name]), (1 << width(reg)) - 1)
+               for name, reg in rw_regs.items()},
+            "qp_ctrl": (qp_word & (word == QP_WORDS["qp_ctrl"]), None),  # a command
+            "qp_rel_cfg": (qp_word & (word == QP_WORDS["qp_rel_cfg"]), None),
+            **{f"dma{i}": (qp_word & (word == QP_WORDS["sq_base_lo"] + i), None)
+               for i in range(5)},  # sq_base_lo .. the four words after it
+            **{f"net{i}": (qp_word & (word == QP_WORDS["peer_mac_lo"] + i), None)
+               for i in range(4)},  # peer_mac_lo .. the three words after it
+            "ev_cfg": (~is_global & ~in_qp & in_ev, None),
+        }
+        w = RegisteredWrites(m, csr, targets, fields={"qp": qp_idx, "ev": ev_idx})
+        w_data, w_qp, w_ev = w.data, w.fields["qp"], w.fields["ev"]
 
         # the ring bases keep addr_width bits: the _hi words store (and read back) only
         # their bits below it
@@ -323,14 +331,16 @@ class ReliabilityEngine(wiring.Component):
                 m.d.comb += cmds_lost.eq(1)
 
         for name, reg in rw_regs.items():
-            with m.If(w_reg[name]):
+            with m.If(w.stb[name]):
                 m.d.sync += reg.eq(w_data)
-        with m.If(w_ctrl):
+        with m.If(w.stb["qp_ctrl"]):
             # layout order: ev, qpn, ev_index, state
             push_cmd(Cat(Const(0, 1), w_qp, Const(0, max(1, ebits)), w_data[:3]))
-        m.d.comb += [rel_wr.en.eq(w_rel), dma_wr.en.eq(w_dma), net_wr.en.eq(w_net),
-                     ev_wr.en.eq(w_ev_cfg)]
-        with m.If(w_ev_cfg & w_data[31]):
+        m.d.comb += [rel_wr.en.eq(w.stb["qp_rel_cfg"]),
+                     dma_wr.en.eq(Cat(w.stb[f"dma{i}"] for i in range(5))),
+                     net_wr.en.eq(Cat(w.stb[f"net{i}"] for i in range(4))),
+                     ev_wr.en.eq(w.stb["ev_cfg"])]
+        with m.If(w.stb["ev_cfg"] & w_data[31]):
             push_cmd(Cat(Const(1, 1), (w_ev >> ebits)[: len(qp_idx)], w_ev[:ebits],
                          w_data[16:19]))
 
@@ -367,7 +377,7 @@ class ReliabilityEngine(wiring.Component):
                                core.event.valid, event.drops),
             **{COUNTER_BASE + 4 * i: counter(name) for i, name in enumerate(COUNTER_NAMES)},
         }
-        r_global = grouped_read(m, addr, csr.r_stb, global_words)
+        r_global = w.read_after_strobe(m, grouped_read(m, addr, csr.r_stb, global_words))
 
         with m.If(csr.r_stb):
             m.d.sync += [

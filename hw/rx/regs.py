@@ -9,7 +9,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from hw.csr import CSRBusSignature, RegisterMap, grouped_read
+from hw.csr import CSRBusSignature, RegisteredWrites, RegisterMap, grouped_read
 
 from .layouts import QpConfig
 from .parser import COUNTER_NAMES as PARSER_COUNTERS
@@ -151,7 +151,9 @@ class RxRegisters(wiring.Component):
     stored and read 0.
 
     Latency: a CSR read answers 2 cycles after ``r_stb``; a lookup answers
-    the cycle after its address; a write takes effect at the next cycle.
+    the cycle after its address; a write takes effect at the next cycle (a
+    write to a flip-flop register, the MR table's included, a cycle later;
+    a read strobed meanwhile returns the written value).
     Throughput: one CSR access and one lookup per port per cycle.
     """
 
@@ -346,20 +348,28 @@ class RxRegisters(wiring.Component):
                     m.d.sync += c.eq(c + 1)
                 plain[addr] = (c, None)
 
-        with m.If(bus.w_stb):
-            with m.Switch(bus.addr):
-                for key, (_, target) in plain.items():
-                    if target is not None:
-                        with m.Case(rmap[key].offset if isinstance(key, str) else key):
-                            m.d.sync += target.eq(bus.w_data[: len(target)])
+        # Writes to the flip-flop registers (the MR table, own MAC and IP, ...)
+        # are decoded at w_stb into one registered strobe per register and
+        # applied the cycle after from registered data (hw.csr.RegisteredWrites):
+        # the address compare is not in front of their clock enables. A read
+        # in the cycle after the write returns the new value all the same.
+        def key_offset(key):
+            return rmap[key].offset if isinstance(key, str) else key
+        writable = {key: target for key, (_, target) in plain.items() if target is not None}
+        w = RegisteredWrites(m, bus, {
+            key: (bus.addr == key_offset(key), (1 << len(target)) - 1)
+            for key, target in writable.items()})
+        for key, target in writable.items():
+            with m.If(w.stb[key]):
+                m.d.sync += target.eq(w.data[: len(target)])
 
         # Reads, in two registered stages (CSR_READ_LATENCY): at r_stb the
         # flip-flop registers' groups (hw.csr.grouped_read) and the QP-block
-        # memory's read; a cycle later, one of the two. The flip-flop
-        # registers lie below QP_BASE, so a QP-block read matches none of them.
-        flops = grouped_read(m, bus.addr, bus.r_stb, {
-            rmap[key].offset if isinstance(key, str) else key: value
-            for key, (value, _) in plain.items()})
+        # memory's read; a cycle later, one of the two (the groups' with a
+        # pending write's value in place, see above). The flip-flop registers
+        # lie below QP_BASE, so a QP-block read matches none of them.
+        flops = w.read_after_strobe(m, grouped_read(m, bus.addr, bus.r_stb, {
+            key_offset(key): value for key, (value, _) in plain.items()}))
         from_mem = Signal()  # a QP-block register: the read-back memory's word
         with m.If(bus.r_stb):
             m.d.sync += from_mem.eq(in_qp & reduce(operator.or_, [

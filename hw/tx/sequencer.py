@@ -8,7 +8,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..arbiter import one_hot_select
-from ..csr import CSRBusSignature
+from ..csr import CSRBusSignature, RegisteredWrites
 from ..headers import Opcode
 from ..pipeline import OneHotFSM
 from .arbiter import RoundRobin, round_robin
@@ -740,30 +740,25 @@ class Sequencer(wiring.Component):
         with m.If(qw_doorbell):
             m.d.sync += pi[qw_q].eq(qw_data[:16])
         # The global registers are written like the per-QP ones: one-hot strobes
-        # and the data registered at w_stb and applied the cycle after, so that
-        # their enables are flip-flops. EV_ENTRY goes to the EV table at w_stb
-        # (a state change binds the packets chosen after the write).
-        gw_data = Signal(32)
-        gw_mac_lo = Signal()
-        gw_mac_hi = Signal()
-        gw_ip = Signal()
-        gw_ev_select = Signal()
-        m.d.sync += [
-            gw_data.eq(csr.w_data),
-            gw_mac_lo.eq(csr.w_stb & (csr.addr == G.SRC_MAC_LO)),
-            gw_mac_hi.eq(csr.w_stb & (csr.addr == G.SRC_MAC_HI)),
-            gw_ip.eq(csr.w_stb & (csr.addr == G.SRC_IP)),
-            gw_ev_select.eq(csr.w_stb & (csr.addr == G.EV_SELECT)),
-        ]
+        # and the data registered at w_stb and applied the cycle after
+        # (hw.csr.RegisteredWrites), so that their enables are flip-flops. A
+        # read takes their values the cycle after r_stb (below), when a write
+        # strobed the cycle before r_stb has landed: reads need no bypass.
+        # EV_ENTRY goes to the EV table at w_stb (a state change binds the
+        # packets chosen after the write).
+        gw = RegisteredWrites(m, csr, {
+            key: (csr.addr == offset, None) for key, offset in (
+                ("mac_lo", G.SRC_MAC_LO), ("mac_hi", G.SRC_MAC_HI), ("ip", G.SRC_IP),
+                ("ev_select", G.EV_SELECT))}, name="gw")
         m.d.comb += self.ev.csr_we.eq(csr.w_stb & (csr.addr == G.EV_ENTRY))
-        with m.If(gw_mac_lo):
-            m.d.sync += src_mac[:32].eq(gw_data)
-        with m.If(gw_mac_hi):
-            m.d.sync += src_mac[32:].eq(gw_data[:16])
-        with m.If(gw_ip):
-            m.d.sync += src_ip.eq(gw_data)
-        with m.If(gw_ev_select):
-            m.d.sync += ev_select.eq(Cat(gw_data[:eb], gw_data[8 : 8 + qb]))
+        with m.If(gw.stb["mac_lo"]):
+            m.d.sync += src_mac[:32].eq(gw.data)
+        with m.If(gw.stb["mac_hi"]):
+            m.d.sync += src_mac[32:].eq(gw.data[:16])
+        with m.If(gw.stb["ip"]):
+            m.d.sync += src_ip.eq(gw.data)
+        with m.If(gw.stb["ev_select"]):
+            m.d.sync += ev_select.eq(Cat(gw.data[:eb], gw.data[8 : 8 + qb]))
 
         # The PSN registers, written here per QP so that each is one enable
         # and a 2-way choice: a NEXT_PSN write sets both and overrides an

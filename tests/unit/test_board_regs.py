@@ -40,6 +40,10 @@ def test_mac_registers():
             await access(ctx, reg[f"CNT_{name.upper()}"].offset) for name, _ in STATS
         ]
         results["hole"] = await access(ctx, 0xFC)
+        # An MDIO write starts the access a cycle later; a read strobed in
+        # between already reads busy.
+        await access(ctx, reg["MDIO"].offset, 1 << 26 | 3 << 21)
+        results["mdio_busy"] = await access(ctx, reg["MDIO"].offset) >> 31
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
@@ -52,4 +56,5 @@ def test_mac_registers():
     assert results["pins"] == (1, 1) and results["pins2"] == (0, 1)
     assert results["counters"] == [0x1000 * (i + 1) + i for i in range(len(STATS))]
     assert results["hole"] == 0
+    assert results["mdio_busy"] == 1
     assert "CNT_RX_BAD_FCS" in reg.markdown()
