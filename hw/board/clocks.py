@@ -18,9 +18,11 @@ is 500 MHz / n for an integer n, so ``core_hz`` must be one of 500/n MHz
 Resets: every domain is held in reset while the PLL is unlocked or the
 board's reset button (``rst``, active low on the Versa) is pressed, and
 released through a ``ResetSynchronizer`` in its own clock (asynchronous
-assertion, release two edges later). ``eth_rx`` is not defined here: the
-MAC defines it from the PHY's ``rx_clk`` with its reset synchronised from
-``sync``'s.
+assertion, release two edges later). The core's (``sync``) reset leaves
+its synchroniser through a DCCA onto a global clock network, the fabric's
+one net that reaches every flip-flop of the device without general routing.
+``eth_rx`` is not defined here: the MAC defines it from the PHY's
+``rx_clk`` with its reset synchronised from ``sync``'s.
 
 Interface: ``clk100`` (Signal, the oscillator, from the platform's
 ``clk100`` buffer), ``rst`` (Signal, 1 = reset request), ``locked`` (Out,
@@ -32,8 +34,16 @@ a ``FREQUENCY NET`` line in the LPF) on the PLL outputs, so nextpnr times
 each domain at its own frequency.
 """
 
-from amaranth.hdl import ClockDomain, ClockSignal, Elaboratable, Instance, Module, Signal
-from amaranth.lib.cdc import ResetSynchronizer
+from amaranth.hdl import (
+    ClockDomain,
+    ClockSignal,
+    Elaboratable,
+    Instance,
+    Module,
+    ResetSignal,
+    Signal,
+)
+from amaranth.lib.cdc import AsyncFFSynchronizer, ResetSynchronizer
 
 __all__ = ["VCO_HZ", "ETH_TX_HZ", "VersaClocks", "core_divider"]
 
@@ -43,6 +53,9 @@ ETH_TX_HZ = 125_000_000
 CLKI_DIV = 4
 CLKFB_DIV = 5
 ETH_DIV = VCO_HZ // ETH_TX_HZ  # 4: one VCO cycle = 90 degrees of eth_tx
+# The DCC (global clock buffer) that puts the core's reset on a global network:
+# nextpnr's name for the LFE5UM-45F's second bottom DCC.
+RESET_DCC_BEL = "X40/Y71/BDCC1"
 
 
 def core_divider(core_hz) -> int:
@@ -139,6 +152,25 @@ class VersaClocks(Elaboratable):
         for name, clk in (("sync", core), ("eth_tx", eth_tx), ("eth_tx90", eth_tx90)):
             m.domains += ClockDomain(name)
             m.d.comb += ClockSignal(name).eq(clk)
-            m.submodules[f"{name}_reset"] = ResetSynchronizer(
-                ~self.locked | self.rst, domain=name)
+            if name != "sync":
+                m.submodules[f"{name}_reset"] = ResetSynchronizer(
+                    ~self.locked | self.rst, domain=name)
+        # The core's reset reaches every flip-flop of the design (about 25,000 LSR pins and
+        # some LUT inputs). On general routing that one net took 3-9 ns to its far sinks
+        # and was the start of 400 of b26's 1,149 failing paths; on a global clock
+        # network (a DCCA, as the clocks use) every sink is reached with the clock's own
+        # insertion delay, so what is left of the path is the synchroniser's
+        # clock-to-output and its route into the DCCA.
+        sync_rst = Signal()
+        sync_rst_global = Signal()
+        m.submodules.sync_reset = AsyncFFSynchronizer(
+            ~self.locked | self.rst, sync_rst, o_domain="sync")
+        # The DCCA is placed by hand on a bottom DCC (the clocks take left and
+        # right ones): nextpnr places a free DCCA before the logic, on the
+        # top DCC TDCC0, and router2 then found no route from the
+        # synchroniser into it (b7, b30); the synchroniser's flip-flop is
+        # drawn next to a DCC fixed in advance.
+        m.submodules.sync_reset_global = Instance(
+            "DCCA", a_BEL=RESET_DCC_BEL, i_CLKI=sync_rst, i_CE=1, o_CLKO=sync_rst_global)
+        m.d.comb += ResetSignal("sync").eq(sync_rst_global)
         return m
