@@ -6,6 +6,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from hw.headers import Opcode
+from hw.pipeline import OneHotFSM
 
 from .layouts import QpConfig, QpState, ReqKind, WindowReq
 from .parser import ParsedHeader
@@ -233,50 +234,60 @@ class RxValidator(wiring.Component):
         m.d.comb += over.eq(Cat(room[:32], Const(0, 1)) - Cat(offset[:32], Const(0, 1)))
         in_bounds = ~offset[aw] & ~room[32] & (offset[32:aw] == 0) & ~over[32] & ~outside
 
-        with m.FSM(name="validate"):
-            with m.State("IDLE"):
-                # Wait until both outputs are free, so a frame never waits half-sent.
-                m.d.comb += self.hdr.ready.eq(~req_valid & ~peer_valid)
-                with m.If(self.hdr.valid & ~req_valid & ~peer_valid):
-                    m.d.sync += h.eq(self.hdr.payload)
-                    m.next = "LOOKUP"
-            with m.State("LOOKUP"):
-                m.d.sync += lookup_values
-                m.next = "CHECK"
-            with m.State("CHECK"):
-                m.d.sync += check_values
-                m.next = "DECIDE"
-            with m.State("DECIDE"):
-                m.d.sync += [
-                    req.syndrome.eq(NAK_REMOTE_ACCESS),
-                    req.qp.eq(h.bth.dqpn[: self.qp_bits]),
-                    req.psn.eq(h.bth.psn),
-                    req.opcode.eq(op),
-                    req.ackreq.eq(h.bth.ackreq),
-                    req.ce.eq(h.ecn == ECN_CE),
-                    req.va.eq(h.reth.va),
-                    req.payload_len.eq(h.payload_len),
-                    req.dma_len.eq(h.reth.dma_len),
-                    req.imm.eq(h.imm),
-                    req.ev.eq(h.ev),
-                    req.mac.eq(h.eth_src),
-                    req.probe_id.eq(h.probe.probe_id),
-                    req.probe_ev.eq(h.probe.ev),
-                    req.timestamp.eq(h.probe.timestamp),
-                ]
-                m.d.comb += cnt.eq(pre_cnt)
-                with m.If(to_bounds):
-                    with m.If(in_bounds):
-                        m.d.sync += req.kind.eq(ReqKind.DATA)
-                    with m.Else():
-                        m.d.comb += cnt.bad_bounds.eq(1)
-                        m.d.sync += req.kind.eq(ReqKind.NAK)
+        # One flip-flop per state (hw.pipeline.OneHotFSM). The header register
+        # ``h`` (several hundred bits) follows the input while the validator
+        # waits with both outputs free, so its enable is one LUT of three
+        # flip-flops and not the input's valid (the parser's output logic);
+        # it holds from LOOKUP on, and while a peer frame is offered on
+        # ``peer_ack`` (whose payload it is).
+        fsm = OneHotFSM(m, ("IDLE", "LOOKUP", "CHECK", "DECIDE"), "IDLE", name="validate")
+        state, goto = fsm.state, fsm.goto
+        free = Signal()
+        m.d.comb += free.eq(fsm.st.IDLE & ~req_valid & ~peer_valid)
+        with m.If(free):
+            m.d.sync += h.eq(self.hdr.payload)
+        with state("IDLE"):
+            # Wait until both outputs are free, so a frame never waits half-sent.
+            m.d.comb += self.hdr.ready.eq(free)
+            with m.If(self.hdr.valid & free):
+                goto("LOOKUP")
+        with state("LOOKUP"):
+            m.d.sync += lookup_values
+            goto("CHECK")
+        with state("CHECK"):
+            m.d.sync += check_values
+            goto("DECIDE")
+        with state("DECIDE"):
+            m.d.sync += [
+                req.syndrome.eq(NAK_REMOTE_ACCESS),
+                req.qp.eq(h.bth.dqpn[: self.qp_bits]),
+                req.psn.eq(h.bth.psn),
+                req.opcode.eq(op),
+                req.ackreq.eq(h.bth.ackreq),
+                req.ce.eq(h.ecn == ECN_CE),
+                req.va.eq(h.reth.va),
+                req.payload_len.eq(h.payload_len),
+                req.dma_len.eq(h.reth.dma_len),
+                req.imm.eq(h.imm),
+                req.ev.eq(h.ev),
+                req.mac.eq(h.eth_src),
+                req.probe_id.eq(h.probe.probe_id),
+                req.probe_ev.eq(h.probe.ev),
+                req.timestamp.eq(h.probe.timestamp),
+            ]
+            m.d.comb += cnt.eq(pre_cnt)
+            with m.If(to_bounds):
+                with m.If(in_bounds):
+                    m.d.sync += req.kind.eq(ReqKind.DATA)
                 with m.Else():
-                    m.d.sync += req.kind.eq(pre_kind)
-                with m.If(is_peer):
-                    m.d.sync += peer_valid.eq(1)
-                # A peer frame only needs the window engine to drain its payload.
-                m.d.sync += req_valid.eq(~is_peer | has_payload)
-                m.next = "IDLE"
+                    m.d.comb += cnt.bad_bounds.eq(1)
+                    m.d.sync += req.kind.eq(ReqKind.NAK)
+            with m.Else():
+                m.d.sync += req.kind.eq(pre_kind)
+            with m.If(is_peer):
+                m.d.sync += peer_valid.eq(1)
+            # A peer frame only needs the window engine to drain its payload.
+            m.d.sync += req_valid.eq(~is_peer | has_payload)
+            goto("IDLE")
         return m
 
