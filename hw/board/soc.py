@@ -158,13 +158,15 @@ class AXI4BRAM(wiring.Component):
     ``decerr``  Out(1): one cycle per AXI4 beat outside the RAM.
 
     The RAM has one read port and one byte-enabled write port (simple dual
-    port, one DP16KD column per 36 bits on the ECP5).
+    port, one DP16KD column per 36 bits on the ECP5). The AXI4 port's read
+    beats pass through a 3-beat buffer of flip-flops, which R is driven from.
 
-    Latency: read, R valid 2 cycles after the AR handshake (AR is registered,
-    the RAM read is synchronous); write, B valid 1 cycle after the last W
-    beat. Host: read 3 cycles from AR to R valid, write 2 cycles from AW+W to
-    B valid. Throughput: one beat per cycle on R and on W (R with RREADY
-    held high streams without bubbles), less a cycle for each host access.
+    Latency: read, R valid 3 cycles after the AR handshake (AR is registered,
+    the RAM read is synchronous, and its word is registered again before R);
+    write, B valid 1 cycle after the last W beat. Host: read 3 cycles from
+    AR to R valid, write 2 cycles from AW+W to B valid. Throughput: one beat
+    per cycle on R and on W (R with RREADY held high streams without
+    bubbles), less a cycle for each host access.
     """
 
     def __init__(self, size: int, *, data_width: int = 64, id_width: int = 6,
@@ -246,8 +248,7 @@ class AXI4BRAM(wiring.Component):
         # front of the RAM's write enables.
         host_lanes = Signal(self.data_width // 8)
         host_wr = Signal()  # uses the write port this cycle (state WRITE)
-        host_rd_req = Signal()  # wants the read port (state READ), a flip-flop
-        host_rd_go = Signal()  # has it this cycle
+        host_rd_req = Signal()  # reads the RAM this cycle (state READ), a flip-flop
         words_per_beat = self.data_width // 32
 
         def word_in_beat(addr):  # which 32-bit word of a RAM word
@@ -274,9 +275,8 @@ class AXI4BRAM(wiring.Component):
                 with m.If(host.bready):
                     m.next = "IDLE"
             with m.State("READ"):
-                with m.If(host_rd_go):
-                    m.d.sync += host_rd_req.eq(0)
-                    m.next = "READ_DATA"
+                m.d.sync += host_rd_req.eq(0)
+                m.next = "READ_DATA"
             with m.State("READ_DATA"):
                 m.d.sync += host.rdata.eq(rd.data.word_select(host_sel, 32))
                 m.next = "READ_RESP"
@@ -300,18 +300,14 @@ class AXI4BRAM(wiring.Component):
         m.d.comb += axi.wready.eq(w_active & ~host_wr)
         w_fire = axi.wvalid & axi.wready
         w_ok = w_addr.inside
-        with m.If(host_wr):
-            m.d.comb += [
-                wr.addr.eq(host_addr[lane_bits:]),
-                wr.data.eq(Cat(*([host_wdata] * words_per_beat))),
-                wr.en.eq(host_lanes),
-            ]
-        with m.Elif(w_fire):
-            m.d.comb += [
-                wr.addr.eq(w_addr.word()),
-                wr.data.eq(axi.wdata),
-                wr.en.eq(Mux(w_ok, axi.wstrb, 0)),
-            ]
+        # Only the byte enables wait on the W handshake; the address and data
+        # follow host_wr, a flip-flop (the RAM's address pins fan out to every
+        # block RAM).
+        m.d.comb += [
+            wr.addr.eq(Mux(host_wr, host_addr[lane_bits:], w_addr.word())),
+            wr.data.eq(Mux(host_wr, Cat(*([host_wdata] * words_per_beat)), axi.wdata)),
+            wr.en.eq(Mux(host_wr, host_lanes, Mux(w_fire & w_ok, axi.wstrb, 0))),
+        ]
         with m.If(w_fire):
             w_addr.advance()
             m.d.sync += w_left.eq(w_left - 1)
@@ -327,49 +323,85 @@ class AXI4BRAM(wiring.Component):
         with m.If(axi.bvalid & axi.bready):
             m.d.sync += b_pending.eq(0)
 
-        # ---- AXI4 read: AR, then one RAM read per beat into the R register -------------
+        # ---- AXI4 read: AR, then one RAM read per beat into a slot of the R buffer ----
+        # The RAM reads every cycle (its enable is constant), and a beat's word
+        # is caught in a slot of flip-flops the cycle after its read: a beat is
+        # read only when a slot is sure to be free for it, counted from
+        # flip-flops. So neither the RAM's enable nor the slots' clock enables
+        # wait on RREADY, and the RAM's output (slow out of the block RAM)
+        # reaches only flip-flops. Three slots keep R streaming: a beat read in
+        # cycle t is on R from t + 2, so two are under way while one is on R.
         r_active = Signal()
         r_addr = BurstAddress("r")
         r_left = Signal(8)
         r_id = Signal(self.id_width)
-        r_bad = Signal()  # the beat on R is outside the RAM
         m.d.comb += axi.arready.eq(~r_active)
         with m.If(axi.arvalid & axi.arready):
             r_addr.load(axi.araddr, axi.arsize)
             m.d.sync += [r_active.eq(1),
                          r_left.eq(axi.arlen), r_id.eq(axi.arid)]
-        # The RAM's output register is R's data: it may load when R is empty or
-        # being taken. The host goes first; its word is taken the cycle after.
-        can_load = ~axi.rvalid | axi.rready
+        slots = 3
+        r_used = Signal(range(slots + 1))  # slots holding a beat or being filled
+        r_put = Signal(slots, init=1)  # one-hot: the slot of the next read
+        r_get = Signal(slots, init=1)  # one-hot: the slot on R
+        # one-hot or 0, a flip-flop per slot (its clock enable): the slot that
+        # takes the RAM's output this cycle, with the beat's fields
+        r_fill = Signal(slots)
+        fill_last = Signal()
+        fill_id = Signal(self.id_width)
+        fill_bad = Signal()  # the beat is outside the RAM
+        slot_data = [Signal(self.data_width, name=f"r_slot{i}_data") for i in range(slots)]
+        slot_last = Signal(slots)
+        slot_bad = Signal(slots)
+        slot_id = [Signal(self.id_width, name=f"r_slot{i}_id") for i in range(slots)]
+        # The host goes first: its read takes the port in the cycle it asks.
         issue = Signal()
         m.d.comb += [
-            host_rd_go.eq(host_rd_req & can_load),
-            issue.eq(r_active & can_load & ~host_rd_go),
-            rd.en.eq(host_rd_go | issue),
-            # The address follows the request rather than the grant: the two
-            # differ only when nothing reads, and the RAMs' address pins
-            # (every block RAM of the window) then wait on no R handshake.
+            issue.eq(r_active & (r_used != slots) & ~host_rd_req),
+            rd.en.eq(1),
             rd.addr.eq(Mux(host_rd_req, host_addr[lane_bits:], r_addr.word())),
         ]
-        r_valid = Signal()
-        r_last = Signal()
-        r_id_out = Signal(self.id_width)
+        m.d.sync += r_fill.eq(Mux(issue, r_put, 0))
         with m.If(issue):
             r_addr.advance()
             m.d.sync += [
-                r_valid.eq(1), r_last.eq(r_left == 0), r_id_out.eq(r_id),
-                r_bad.eq(~r_addr.inside), r_left.eq(r_left - 1),
+                r_put.eq(r_put.rotate_left(1)),
+                fill_last.eq(r_left == 0), fill_id.eq(r_id), fill_bad.eq(~r_addr.inside),
+                r_left.eq(r_left - 1),
             ]
             with m.If(r_left == 0):
                 m.d.sync += r_active.eq(0)
-        with m.Elif(axi.rready):
-            m.d.sync += r_valid.eq(0)
+        # R's valid is a flip-flop, from a count of the beats in the slots.
+        r_held = Signal(range(slots + 1))
+        r_valid = Signal()
+        r_take = r_valid & axi.rready
+        r_held_next = r_held + r_fill.any() - r_take
+        m.d.sync += [r_held.eq(r_held_next), r_valid.eq(r_held_next != 0)]
+        # r_get & ~slot_bad a cycle ahead, a flip-flop per slot: the slot whose
+        # data is on R (none for a beat outside the RAM, which shows zero), so
+        # rdata is one AND-OR of flip-flops.
+        r_show = Signal(slots, init=1)
+        r_get_next = Mux(r_take, r_get.rotate_left(1), r_get)
+        slot_bad_next = Cat(Mux(r_fill[i], fill_bad, slot_bad[i]) for i in range(slots))
+        m.d.sync += [r_get.eq(r_get_next), r_show.eq(r_get_next & ~slot_bad_next)]
+        for i in range(slots):
+            with m.If(r_fill[i]):
+                m.d.sync += [slot_data[i].eq(rd.data), slot_last[i].eq(fill_last),
+                             slot_id[i].eq(fill_id), slot_bad[i].eq(fill_bad)]
+        m.d.sync += r_used.eq(r_used + issue - r_take)
+
+        def on_r(values, show):  # the value of the slot on R (an AND-OR)
+            out = 0
+            for i, value in enumerate(values):
+                out = out | Mux(show[i], value, 0)
+            return out
+
         m.d.comb += [
             axi.rvalid.eq(r_valid),
-            axi.rlast.eq(r_last),
-            axi.rid.eq(r_id_out),
-            axi.rdata.eq(Mux(r_bad, 0, rd.data)),
-            axi.rresp.eq(Mux(r_bad, AXI_RESP_DECERR, AXI_RESP_OKAY)),
+            axi.rlast.eq((slot_last & r_get).any()),
+            axi.rid.eq(on_r(slot_id, r_get)),
+            axi.rdata.eq(on_r(slot_data, r_show)),
+            axi.rresp.eq(Mux((slot_bad & r_get).any(), AXI_RESP_DECERR, AXI_RESP_OKAY)),
             self.decerr.eq((issue & ~r_addr.inside) | (w_fire & ~w_ok)),
         ]
         return m
