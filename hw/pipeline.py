@@ -232,10 +232,14 @@ class BlockRamFIFO(wiring.Component):
         m = Module()
         inner_depth = self.depth - 1
         inner_level = Signal(range(inner_depth + 1))
+        # ``inner_level != 0`` and ``!= inner_depth`` as flip-flops of their
+        # own: they are in the read enable (the block RAM's output-register
+        # clock enable) and the write enable, so each is one LUT of
+        # flip-flops and the other side's handshake.
         inner_r_rdy = Signal()
+        inner_w_rdy = Signal(init=1)
         m.d.comb += [
-            self.w_rdy.eq(inner_level != inner_depth),
-            inner_r_rdy.eq(inner_level != 0),
+            self.w_rdy.eq(inner_w_rdy),
             self.level.eq(inner_level + self.r_rdy),
             self.w_level.eq(self.level),
             self.r_level.eq(self.level),
@@ -265,9 +269,11 @@ class BlockRamFIFO(wiring.Component):
         with m.Elif(self.r_en):
             m.d.sync += self.r_rdy.eq(0)
         with m.If(do_write & ~do_inner_read):
-            m.d.sync += inner_level.eq(inner_level + 1)
+            m.d.sync += [inner_level.eq(inner_level + 1), inner_r_rdy.eq(1),
+                         inner_w_rdy.eq(inner_level != inner_depth - 1)]
         with m.If(do_inner_read & ~do_write):
-            m.d.sync += inner_level.eq(inner_level - 1)
+            m.d.sync += [inner_level.eq(inner_level - 1), inner_r_rdy.eq(inner_level != 1),
+                         inner_w_rdy.eq(1)]
         return m
 
 

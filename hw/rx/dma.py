@@ -181,25 +181,28 @@ class RxDmaWriter(wiring.Component):
         room = Signal(range(bnd + 1))  # bytes from the command's address to the boundary
         cmd_fits = Signal()  # the command ends before the first boundary
         aw_first = Signal()  # the next burst is the command's first
-        need_in = Signal()  # (in_left != 0) & ~in_ended, as a register
+        # (in_left != 0) & ~in_ended, as two registers split by the command's
+        # ``inline``: the W handshake is then one LUT of flip-flops and the
+        # stream's valid (``inline`` is not in front of the W beat's clock
+        # enable, nor of the input select in front of the realigning mux).
+        in_stream = Signal()  # the input is due from ``data``
+        in_inline = Signal()  # the input is due from the inline CQE bytes
+        need_in = in_stream | in_inline
 
         idle = ~aw_busy & ~w_busy & ~drain & ~zero_notify
 
         # Input mux: the payload stream or the inline CQE bytes.
         in_valid = Signal()
-        in_data = Signal(dw)
         in_last = Signal()
         in_take = Signal()
         with m.If(cmd.inline):
             m.d.comb += [
                 in_valid.eq(1),
-                in_data.eq(inline_buf[: min(dw, 8 * CQE_BYTES)]),
                 in_last.eq(inline_left == 1),
             ]
         with m.Else():
             m.d.comb += [
                 in_valid.eq(self.data.valid),
-                in_data.eq(self.data.payload.data),
                 in_last.eq(self.data.payload.last),
                 self.data.ready.eq(in_take),
             ]
@@ -243,7 +246,8 @@ class RxDmaWriter(wiring.Component):
                 cmd_fits.eq(c_end_full[lbnd:] == 0),
                 aw_first.eq(1),
                 room.eq(bnd - c.addr[:lbnd]),
-                need_in.eq(c.inline | (c.len != 0)),
+                in_stream.eq(~c.inline & (c.len != 0)),
+                in_inline.eq(c.inline),
                 prev.eq(0),
                 inline_buf.eq(c.inline_data),
                 inline_left.eq((CQE_BYTES + bpb - 1) // bpb),
@@ -312,7 +316,8 @@ class RxDmaWriter(wiring.Component):
         # W: realign lane-0 input to the target address: each output beat is
         # the current input beat shifted up by `shift` lanes over the top
         # lanes of the previous one.
-        cur = Mux(need_in, in_data, 0)
+        cur = (Mux(in_inline, inline_buf[: min(dw, 8 * CQE_BYTES)], 0)
+               | Mux(in_stream, self.data.payload.data, 0))
         window = Cat(prev, cur)
         strb = Signal(bpb)
         lanes = Signal(bpb)
@@ -329,9 +334,9 @@ class RxDmaWriter(wiring.Component):
             axi.wlast.eq(
                 (out_left == 1) | ((beat_addr + bpb)[: exact_log2(bnd)] == 0)
             ),
-            axi.wvalid.eq(w_busy & (in_valid | ~need_in)),
+            axi.wvalid.eq(w_busy & (~in_stream | self.data.valid)),
         ]
-        with m.If(w_busy & axi.wready & (in_valid | ~need_in)):
+        with m.If(w_busy & axi.wready & (~in_stream | self.data.valid)):
             m.d.comb += in_take.eq(need_in)
             m.d.sync += [
                 beat_addr.eq(beat_addr + bpb),
@@ -345,7 +350,7 @@ class RxDmaWriter(wiring.Component):
                     # in_left stops here: the beats still expected are starved.
                     m.d.sync += [in_ended.eq(1), starved.eq(in_left != 1)]
                 with m.If(in_last | (in_left == 1)):
-                    m.d.sync += need_in.eq(0)
+                    m.d.sync += [in_stream.eq(0), in_inline.eq(0)]
             with m.If(out_left == 1):
                 m.d.sync += w_busy.eq(0)
                 # Input longer than the command says: drain the rest.

@@ -765,9 +765,19 @@ class RxParser(wiring.Component):
         check_icrc_q = Signal()
         end_ptr = Signal(ptr_bits)
         v3 = Signal()
+        # ``push`` is the record FIFO's write enable (block-RAM write enable,
+        # pointer and level), so with the FIFO's registered ``w_rdy`` it is one
+        # LUT of these flip-flops: the frame passing its checks, and each half
+        # of its ICRC matching (or the ICRC not deciding). crc_ok, any_fail
+        # and check_icrc_q tell the verdict.
+        pass_part = Signal(3)
         m.d.sync += [
             crc_ok[j].eq(crc[8 * j : 8 * j + 8] == crc_residue[8 * j : 8 * j + 8]) for j in range(4)
         ]
+        m.d.sync += pass_part[0].eq(v2 & ~flags.any())
+        for j in range(2):
+            half_ok = crc[16 * j : 16 * j + 16] == crc_residue[16 * j : 16 * j + 16]
+            m.d.sync += pass_part[1 + j].eq(half_ok | ~check_icrc)
         m.d.sync += [
             first_fail[i].eq(flags[i] & ~flags[:i].any()) for i in range(len(checks))
         ]
@@ -786,7 +796,7 @@ class RxParser(wiring.Component):
         push = Signal()
         drop = Signal()
         m.d.comb += [
-            push.eq(v3 & ~any_fail & ~icrc_bad),
+            push.eq(pass_part.all()),
             drop.eq(v3 & ~push),
             wr_ptr_eff.eq(Mux(drop, commit_ptr, wr_ptr)),
         ]

@@ -1,6 +1,6 @@
 """TxEngine: the TX path of the MRC NIC, from doorbells to MAC frames."""
 
-from amaranth.hdl import Module
+from amaranth.hdl import Module, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -47,8 +47,17 @@ class StreamFifo(wiring.Component):
             f.w_en.eq(self.i.valid),
             self.i.ready.eq(f.w_rdy),
         ]
-        forward_register(m, f.r_rdy, f.r_en, f.r_data, self.o.valid, self.o.ready,
+        load = Signal()  # the output register's clock enable (all its bits)
+        forward_register(m, f.r_rdy, load, f.r_data, self.o.valid, self.o.ready,
                          self.o.payload.as_value(), "out")
+        # The FIFO's read enable (the block RAMs' output-register clock enable)
+        # is one LUT of flip-flops and ``o.ready``, apart from ``load``: built
+        # from ``o.valid`` it shares ``load``'s LUT and routes through its
+        # net of a few hundred sinks. ``out_full`` is a copy of ``o.valid``
+        # (kept, not merged), its next value written without an enable.
+        out_full = Signal(attrs={"keep": 1})
+        m.d.sync += out_full.eq(f.r_rdy | (out_full & ~self.o.ready))
+        m.d.comb += f.r_en.eq(~out_full | self.o.ready)
         return m
 
 

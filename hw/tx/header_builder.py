@@ -94,10 +94,14 @@ class HeaderBuilder(wiring.Component):
         CSUM_STAGES = 4  # cycles from a stable descriptor to ``folded``
         wait = Signal(range(CSUM_STAGES))
         # ``ripe``: ``folded`` is the descriptor's (``wait`` has counted
-        # CSUM_STAGES cycles). A flip-flop, so that it and ``hdr.valid`` are
-        # all of ``desc.ready``, the descriptor FIFO's wide output register's
-        # clock enable.
+        # CSUM_STAGES cycles).
         ripe = Signal()
+        # ``take`` = ``ripe & ~hdr.valid`` (the descriptor is taken), computed
+        # from the next values of both a cycle early and registered: it is
+        # ``desc.ready``, which reaches the descriptor FIFO's wide output
+        # register's clock enable and its block-RAM read enable, so it is a
+        # flip-flop, not a LUT of two.
+        take = Signal()
 
         eth = ETH.pack({"dst": d.dst_mac, "src": self.src_mac, "ethertype": ETHERTYPE_IPV4})
         ip = IPV4.pack(
@@ -147,7 +151,10 @@ class HeaderBuilder(wiring.Component):
                 self.hdr.payload.pad.eq(pad),
             ]
         # ``ripe`` is set only while ``desc.valid``, which holds until taken
-        with m.If(ripe & ~self.hdr.valid):
-            m.d.comb += self.desc.ready.eq(1)
+        m.d.comb += self.desc.ready.eq(take)
+        with m.If(take):
             m.d.sync += [wait.eq(0), ripe.eq(0), self.hdr.valid.eq(1)]
+        ripe_next = ~take & (ripe | (self.desc.valid & (wait == CSUM_STAGES - 1)))
+        hdr_valid_next = take | (self.hdr.valid & ~self.hdr.ready)
+        m.d.sync += take.eq(ripe_next & ~hdr_valid_next)
         return m
