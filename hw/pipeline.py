@@ -206,12 +206,13 @@ class BlockRamFIFO(wiring.Component):
     """See the module docstring: ``SyncFIFOBuffered``'s ports (``w_data``,
     ``w_en``, ``w_rdy``, ``w_level``, ``r_data``, ``r_en``, ``r_rdy``,
     ``r_level``, ``level``) and behaviour, ``depth`` >= 2 entries (one is the
-    output register). The storage (``depth`` - 1 entries) has an
-    asynchronous read port followed by the output register, which yosys
-    folds into the block RAM's read port; the memory carries ``ram_style``
-    and ``no_rw_check`` (a read never hits the entry being written: the FIFO
-    reads only entries written in an earlier cycle), so yosys adds no
-    read-during-write bypass, which would cost a flip-flop and a LUT per bit.
+    output register). The storage (``depth`` - 1 entries) is read through
+    ``unchecked_read_port``, whose register is the output register: the
+    memory carries ``ram_style`` and ``no_rw_check`` (a read never hits the
+    entry being written: the FIFO reads only entries written in an earlier
+    cycle), so yosys adds no read-during-write bypass, which would cost a
+    flip-flop and a LUT per bit. ``r_data`` has no reset (it is read only
+    with ``r_rdy``).
     """
 
     def __init__(self, *, width: int, depth: int, ram_style: str = "block"):
@@ -251,7 +252,7 @@ class BlockRamFIFO(wiring.Component):
             shape=self.width, depth=inner_depth, init=[],
             attrs={"ram_style": self.ram_style, "no_rw_check": 1})
         w_port = storage.write_port()
-        r_port = storage.read_port(domain="comb")
+        r_port = unchecked_read_port(m, storage)
         produce = Signal(range(inner_depth))
         consume = Signal(range(inner_depth))
 
@@ -260,12 +261,13 @@ class BlockRamFIFO(wiring.Component):
 
         m.d.comb += [
             w_port.addr.eq(produce), w_port.data.eq(self.w_data), w_port.en.eq(do_write),
-            r_port.addr.eq(consume),
+            r_port.addr.eq(consume), r_port.en.eq(do_inner_read),
+            self.r_data.eq(r_port.data),
         ]
         with m.If(do_write):
             m.d.sync += produce.eq(incr(produce))
         with m.If(do_inner_read):
-            m.d.sync += [consume.eq(incr(consume)), self.r_data.eq(r_port.data), self.r_rdy.eq(1)]
+            m.d.sync += [consume.eq(incr(consume)), self.r_rdy.eq(1)]
         with m.Elif(self.r_en):
             m.d.sync += self.r_rdy.eq(0)
         with m.If(do_write & ~do_inner_read):
