@@ -59,6 +59,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
+from ..arbiter import one_hot_select
 from ..axi import AXI_RESP_OKAY, AXI4LiteSignature, AXI4Signature
 from ..csr import AXI4LiteToCSR, CSRBusSignature, RegisterMap
 from ..nic.core import NicCore
@@ -390,17 +391,11 @@ class AXI4BRAM(wiring.Component):
                              slot_id[i].eq(fill_id), slot_bad[i].eq(fill_bad)]
         m.d.sync += r_used.eq(r_used + issue - r_take)
 
-        def on_r(values, show):  # the value of the slot on R (an AND-OR)
-            out = 0
-            for i, value in enumerate(values):
-                out = out | Mux(show[i], value, 0)
-            return out
-
         m.d.comb += [
             axi.rvalid.eq(r_valid),
             axi.rlast.eq((slot_last & r_get).any()),
-            axi.rid.eq(on_r(slot_id, r_get)),
-            axi.rdata.eq(on_r(slot_data, r_show)),
+            axi.rid.eq(one_hot_select(r_get, slot_id)),
+            axi.rdata.eq(one_hot_select(r_show, slot_data)),
             axi.rresp.eq(Mux((slot_bad & r_get).any(), AXI_RESP_DECERR, AXI_RESP_OKAY)),
             self.decerr.eq((issue & ~r_addr.inside) | (w_fire & ~w_ok)),
         ]
