@@ -5,7 +5,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..stream import Beat
-from .icrc import count_keep, keep_count
+from .icrc import count_keep
 from .layouts import MAX_HEADER_BYTES, FrameHeader
 
 __all__ = ["Framer"]
@@ -24,10 +24,14 @@ class Framer(wiring.Component):
     beat width into a beat: the header's tail is held in an accumulator and
     each payload beat is shifted up by ``r`` lanes (a two-way choice) with
     the bytes that do not fit kept for the next beat. The header register
-    takes the next header as soon as the current one's beats are out
-    (``hdr.ready`` is a flip-flop), and the last payload beat's end test and
-    keep come from lane masks registered at the end of the header, so no
-    payload-dependent path reaches ``hdr.ready``. Latency 1 cycle from a
+    follows ``hdr`` while empty and keeps the next header as soon as the
+    current one's beats are out (``hdr.ready`` is a flip-flop); its bytes
+    shift down a beat a cycle after each header beat leaves (the beat out is
+    the low word or, with a shift pending, the next), so their clock enable
+    is one flip-flop rather than a LUT of ``o.ready``. The last payload
+    beat's end test and keep come from lane masks registered at the end of
+    the header, so no payload-dependent path reaches ``hdr.ready``, and a
+    TAIL beat's keep is a registered lane mask. Latency 1 cycle from a
     valid header to the first beat. Throughput 1 beat/cycle, with no idle
     cycle between frames when the next header is ready.
     """
@@ -49,28 +53,49 @@ class Framer(wiring.Component):
         beats_short, r_short = divmod(BASE_HEADER_BYTES, nbytes)
         beats_long, r_long = divmod(MAX_HEADER_BYTES, nbytes)
 
-        # The header register: loaded whenever it is free (``hdr.ready`` is a
-        # flip-flop), held while its beats go out, freed at the last one.
+        # The header register: it follows ``hdr.payload`` while empty
+        # (``hdr.ready`` is the flip-flop ``~hdr_full``; a header is taken
+        # when valid then), is held while its beats go out and is freed at
+        # the last one. Nothing reads it while empty: HEADER is entered only
+        # with a header in it or loading at that edge.
         hdr = Signal(FrameHeader())
         hdr_full = Signal()
-        m.d.comb += self.hdr.ready.eq(~hdr_full)
-        hdr_load = self.hdr.valid & ~hdr_full
-        with m.If(hdr_load):
-            m.d.sync += [hdr.eq(self.hdr.payload), hdr_full.eq(1)]
-        # the header bytes shift down one beat as each header beat leaves, so
-        # the beat out is always the low word (no select by beat number); a
-        # beat leaves only while the register is full, so the bytes' next
-        # value is a two-way choice by ``hdr_full`` under one enable (a
-        # flip-flop's clock enable, not a hold path per bit)
+        hdr_full_next = Signal()
+        m.d.comb += [self.hdr.ready.eq(~hdr_full), hdr_full_next.eq(hdr_full)]
+        with m.If(~hdr_full):
+            m.d.comb += hdr_full_next.eq(self.hdr.valid)
+            m.d.sync += [
+                hdr.imm.eq(self.hdr.payload.imm),
+                hdr.length.eq(self.hdr.payload.length),
+                hdr.pad.eq(self.hdr.payload.pad),
+            ]
+        # The header bytes shift down one beat as each header beat leaves, so
+        # the beat out is the low word or the next (no select by beat number).
+        # The shift lags the beat by a cycle: ``skew`` (a beat left in the
+        # previous cycle, a flip-flop) says the bytes are one beat behind, so
+        # the beat out is the second word and the bytes shift now. The
+        # bytes' clock enable is then one flip-flop, ``hdr_en`` (empty, or a
+        # lagging shift), decided a cycle early, rather than a LUT of the
+        # ICRC inserter's ``i.ready`` fanning out to every header bit; their
+        # next value is a two-way choice by the ``hdr_full`` flip-flop.
         hdr_bytes = hdr.bytes
-        hdr_shift = Signal()  # a header beat leaves
-        with m.If(hdr_load | hdr_shift):
+        skew = Signal()
+        skew_next = Signal()
+        hdr_en = Signal(init=1)  # set whenever ``hdr_full`` is clear
+        m.d.sync += [
+            hdr_full.eq(hdr_full_next),
+            skew.eq(skew_next),
+            hdr_en.eq(~hdr_full_next | skew_next),
+        ]
+        with m.If(hdr_en):
             m.d.sync += hdr_bytes.eq(Mux(hdr_full, hdr_bytes >> w, self.hdr.payload.bytes))
+        # the header bytes as they would be with the shift on the beat's edge
+        head_bytes = Mux(skew, hdr_bytes >> w, hdr_bytes)
         head_beats = Mux(hdr.imm, beats_long, beats_short)
 
         beat = Signal(range(max(beats_long, 2)))
         acc = Signal(w)
-        acc_count = Signal(range(nbytes + 1))
+        tail_keep = Signal(nbytes)  # the keep of a TAIL beat
         residue = Signal(range(nbytes))  # header bytes in the last header beat
         # the current frame's residue + pad, as registered lane masks for the
         # last payload beat: it ends the frame when no keep lane is at or
@@ -80,7 +105,6 @@ class Framer(wiring.Component):
         fit_mask = Signal(nbytes)
 
         pay = self.payload.payload
-        pay_bytes = keep_count(pay.keep)
         keep_bits = Cat(*[pay.keep[i].replicate(8) for i in range(nbytes)])
         pay_data = pay.data & keep_bits
         # the payload beat shifted up by the header residue: two choices
@@ -90,7 +114,6 @@ class Framer(wiring.Component):
             pay_data >> (8 * (nbytes - r_short)),
             pay_data >> (8 * (nbytes - r_long)),
         )
-        total = rp + pay_bytes  # acc_count is the residue throughout PAYLOAD
         fits = ~(pay.keep & fit_mask).any()
         # the keep of a payload beat out: all lanes, except on a last beat
         # that ends the frame; as keep is packed and every payload beat but
@@ -103,6 +126,25 @@ class Framer(wiring.Component):
         out_keep = Cat(
             *[
                 (rp >= nbytes) | Array([keep_ext[nbytes + j - v] for v in range(nbytes)])[rp[:lg]]
+                for j in range(nbytes)
+            ]
+        )
+        # the keep of the TAIL beat after a last payload beat that does not
+        # fit: its low rp + n - nbytes lanes (n the beat's bytes), so lane j
+        # is set when the beat's lane j + nbytes - rp is (keep is packed;
+        # lanes below lane 0 set, above the top clear). As rp < 2 * nbytes,
+        # that is one mux per lane on rp's low bits, as for ``out_keep``
+        # (whose inner mux is this lane when rp >= nbytes), and a choice by
+        # rp's top bit; registered for TAIL rather than a count of keep plus
+        # rp decoded there.
+        keep_low = Cat(pay.keep, Const(0, nbytes))
+        spill_keep = Cat(
+            *[
+                Mux(
+                    rp >= nbytes,
+                    Array([keep_ext[nbytes + j - v] for v in range(nbytes)])[rp[:lg]],
+                    Array([keep_low[nbytes + j - v] for v in range(nbytes)])[rp[:lg]],
+                )
                 for j in range(nbytes)
             ]
         )
@@ -121,29 +163,37 @@ class Framer(wiring.Component):
                 with m.If(hdr_full | self.hdr.valid):
                     m.next = "HEADER"
             with m.State("HEADER"):
+                # ``tail_keep`` is read only in TAIL: it takes the header's
+                # residue (a frame without payload; pad is 0 then) in every
+                # HEADER cycle and follows ``spill_keep`` in every PAYLOAD
+                # cycle, so its enable is the state alone
+                m.d.sync += tail_keep.eq(
+                    Mux(hdr.imm, count_keep(r_long, nbytes), count_keep(r_short, nbytes))
+                )
                 m.d.comb += [
                     self.o.valid.eq(1),
-                    self.o.payload.data.eq(hdr_bytes[:w]),
+                    self.o.payload.data.eq(head_bytes[:w]),
                     self.o.payload.keep.eq(count_keep(nbytes, nbytes)),
                 ]
                 with m.If(self.o.ready):
-                    m.d.comb += hdr_shift.eq(1)
                     m.d.sync += beat.eq(beat + 1)
+                    # after the last beat the bytes are not read again (the
+                    # next header replaces them), so they need no shift
+                    m.d.comb += skew_next.eq(beat != head_beats - 1)
                     with m.If(beat == head_beats - 1):
                         # the tail is the next word now
-                        short_tail = hdr_bytes[w : w + 8 * r_short]
-                        long_tail = hdr_bytes[w : w + 8 * r_long]
+                        short_tail = head_bytes[w : w + 8 * r_short]
+                        long_tail = head_bytes[w : w + 8 * r_long]
                         res = Mux(hdr.imm, r_long, r_short)
                         m.d.sync += [
                             acc.eq(Mux(hdr.imm, long_tail, short_tail)),
-                            acc_count.eq(res),  # pad is 0 without payload
                             residue.eq(res),
                             rp.eq(res + hdr.pad),
                             fit_mask.eq(
                                 Cat(*[res + hdr.pad + i >= nbytes for i in range(nbytes)])
                             ),
-                            hdr_full.eq(0),
                         ]
+                        m.d.comb += hdr_full_next.eq(0)
                         with m.If(hdr.length == 0):
                             m.next = "TAIL"
                         with m.Else():
@@ -155,14 +205,12 @@ class Framer(wiring.Component):
                     self.o.payload.keep.eq(out_keep),
                     self.payload.ready.eq(self.o.ready),
                 ]
-                # ``acc`` and ``acc_count`` are not read again after a last
-                # beat that fits (the next header's end sets them), so they
-                # take the spill whether it fits or not: no fit test in
-                # their enables
+                m.d.sync += tail_keep.eq(spill_keep)
+                # ``acc`` is not read again after a last beat that fits (the
+                # next header's end sets it), so it takes the spill whether
+                # it fits or not: no fit test in its enable
                 with m.If(self.payload.valid & self.o.ready):
                     m.d.sync += acc.eq(spill)
-                    with m.If(pay.last):
-                        m.d.sync += acc_count.eq(total - nbytes)
                 with m.If(pay.last & fits):
                     m.d.comb += self.o.payload.last.eq(1)
                     with m.If(self.payload.valid & self.o.ready):
@@ -173,7 +221,7 @@ class Framer(wiring.Component):
                 m.d.comb += [
                     self.o.valid.eq(1),
                     self.o.payload.data.eq(acc),
-                    self.o.payload.keep.eq(count_keep(acc_count, nbytes)),
+                    self.o.payload.keep.eq(tail_keep),
                     self.o.payload.last.eq(1),
                 ]
                 with m.If(self.o.ready):
