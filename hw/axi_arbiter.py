@@ -144,10 +144,16 @@ class AXI4Arbiter(wiring.Component):
         ]
 
         # ---- W: from the master at the head of the AW order --------------------
+        # W's data fields select on the FIFO's head register alone (its value
+        # while the FIFO is empty does not matter: WVALID is low): no LUT of
+        # r_rdy in front of the wide W data select. Only WVALID and WREADY
+        # wait on r_rdy.
         w_head = Signal(n)
         m.d.comb += w_head.eq(w_order.r_data & Cat(*[w_order.r_rdy] * n))
-        for f in (*_W, "wvalid"):
-            m.d.comb += getattr(mst, f).eq(one_hot_select(w_head, [getattr(s, f) for s in slaves]))
+        for f in _W:
+            m.d.comb += getattr(mst, f).eq(
+                one_hot_select(w_order.r_data, [getattr(s, f) for s in slaves]))
+        m.d.comb += mst.wvalid.eq(one_hot_select(w_head, [s.wvalid for s in slaves]))
         for i, s in enumerate(slaves):
             m.d.comb += s.wready.eq(w_head[i] & mst.wready)
         m.d.comb += w_order.r_en.eq(mst.wvalid & mst.wready & mst.wlast)
