@@ -63,7 +63,7 @@ from ..arbiter import one_hot_select
 from ..axi import AXI_RESP_OKAY, AXI4LiteSignature, AXI4Signature
 from ..csr import AXI4LiteToCSR, CSRBusSignature, RegisterMap
 from ..nic.core import NicCore
-from ..pipeline import unchecked_read_port
+from ..pipeline import OneHotFSM, unchecked_read_port
 from ..reliability.layouts import QpState
 from .mac import RGMIIMAC
 from .mac import STATS as MAC_STATS
@@ -159,8 +159,12 @@ class AXI4BRAM(wiring.Component):
     ``decerr``  Out(1): one cycle per AXI4 beat outside the RAM.
 
     The RAM has one read port and one byte-enabled write port (simple dual
-    port, one DP16KD column per 36 bits on the ECP5). The AXI4 port's read
-    beats pass through a 3-beat buffer of flip-flops, which R is driven from.
+    port, one DP16KD column per 36 bits on the ECP5). Both its addresses
+    come straight from registers, loaded with the next cycle's address (the
+    host's or the burst's), and its output reaches flip-flops only. The
+    AXI4 port's read beats pass through a 3-beat buffer of flip-flops, which
+    R is driven from; a host read's RAM word is registered whole and its
+    32-bit word selected on R.
 
     Latency: read, R valid 3 cycles after the AR handshake (AR is registered,
     the RAM read is synchronous, and its word is registered again before R);
@@ -218,17 +222,22 @@ class AXI4BRAM(wiring.Component):
 
             def __init__(self, name):
                 self.low = Signal(size_bits, name=f"{name}_addr")
+                # ``low``'s value in the next cycle: what the RAM's address
+                # register is loaded from
+                self.low_next = Signal(size_bits, name=f"{name}_addr_next")
+                m.d.comb += self.low_next.eq(self.low)
+                m.d.sync += self.low.eq(self.low_next)
                 # the bytes below the beat's size, all ones, from the burst's
                 # size: the next beat is (low | below) + 1
                 self.below = Signal(size_bits, name=f"{name}_below")
                 self.inside = Signal(name=f"{name}_inside")
 
-            def word(self):
-                return self.low[lane_bits:]
+            def word_next(self):
+                return self.low_next[lane_bits:]
 
             def load(self, addr, size):
+                m.d.comb += self.low_next.eq(addr[:size_bits])
                 m.d.sync += [
-                    self.low.eq(addr[:size_bits]),
                     self.below.eq((Const(1, size_bits + 1) << size) - 1),
                     self.inside.eq(addr[size_bits:] == 0 if aw > size_bits else 1),
                 ]
@@ -237,54 +246,65 @@ class AXI4BRAM(wiring.Component):
                 # INCR: the next beat starts at the next multiple of the beat
                 # size; a carry out of the RAM's bits leaves the RAM.
                 low_next = (self.low | self.below) + 1
-                m.d.sync += self.low.eq(low_next[:size_bits])
+                m.d.comb += self.low_next.eq(low_next[:size_bits])
                 with m.If(low_next[size_bits]):
                     m.d.sync += self.inside.eq(0)
 
-        # ---- host port: a small FSM; it takes the RAM's ports ahead of AXI ------------
-        host_addr = Signal(size_bits)
+        # ---- host port: a small one-hot FSM; it takes the RAM's ports ahead of AXI -----
+        # One flip-flop per state: WRITE is the cycle the host writes the RAM,
+        # READ the cycle it reads it, READ_DATA the cycle its word comes out.
+        host_fsm = OneHotFSM(m, ("IDLE", "WRITE", "WRITE_RESP", "READ", "READ_DATA",
+                                 "READ_RESP"), init="IDLE", name="host_state")
+        host_wr = host_fsm.st.WRITE
+        host_rd_req = host_fsm.st.READ
+        # The write's data and byte enables (in its word's lanes), and the
+        # word a read answers with, loaded in every IDLE cycle (the state's
+        # flip-flop is their enable) and so held from the access on: no
+        # handshake decode in front of their enables, nor of the RAM's write
+        # enables.
         host_wdata = Signal(32)
-        # The write's byte enables in its word's lanes, and the cycle it
-        # writes, both registered when the write is taken: no FSM decode in
-        # front of the RAM's write enables.
         host_lanes = Signal(self.data_width // 8)
-        host_wr = Signal()  # uses the write port this cycle (state WRITE)
-        host_rd_req = Signal()  # reads the RAM this cycle (state READ), a flip-flop
+        host_sel = Signal(max(1, lane_bits - 2))
+        # A write (read) is taken this cycle: the RAM's address registers
+        # (below) load the host's address for the next cycle.
+        host_wr_next = Signal()
+        host_rd_next = Signal()
+        # The whole RAM word of a host read, caught in READ_DATA (a flip-flop
+        # enable): the RAM's outputs reach flip-flops only, and the 32-bit
+        # word is selected from them on R.
+        host_rd_line = Signal(self.data_width)
         words_per_beat = self.data_width // 32
 
         def word_in_beat(addr):  # which 32-bit word of a RAM word
             return addr[2:lane_bits] if lane_bits > 2 else Const(0, 1)
 
-        host_sel = word_in_beat(host_addr)
-        with m.FSM(name="host"):
-            with m.State("IDLE"):
-                with m.If(host.awvalid & host.wvalid):
-                    m.d.comb += [host.awready.eq(1), host.wready.eq(1)]
-                    m.d.sync += [host_addr.eq(host.awaddr), host_wdata.eq(host.wdata),
-                                 host_lanes.eq(host.wstrb << 4 * word_in_beat(host.awaddr)),
-                                 host_wr.eq(1)]
-                    m.next = "WRITE"
-                with m.Elif(host.arvalid):
-                    m.d.comb += host.arready.eq(1)
-                    m.d.sync += [host_addr.eq(host.araddr), host_rd_req.eq(1)]
-                    m.next = "READ"
-            with m.State("WRITE"):
-                m.d.sync += host_wr.eq(0)
-                m.next = "WRITE_RESP"
-            with m.State("WRITE_RESP"):
-                m.d.comb += [host.bvalid.eq(1), host.bresp.eq(AXI_RESP_OKAY)]
-                with m.If(host.bready):
-                    m.next = "IDLE"
-            with m.State("READ"):
-                m.d.sync += host_rd_req.eq(0)
-                m.next = "READ_DATA"
-            with m.State("READ_DATA"):
-                m.d.sync += host.rdata.eq(rd.data.word_select(host_sel, 32))
-                m.next = "READ_RESP"
-            with m.State("READ_RESP"):
-                m.d.comb += [host.rvalid.eq(1), host.rresp.eq(AXI_RESP_OKAY)]
-                with m.If(host.rready):
-                    m.next = "IDLE"
+        with m.If(host_fsm.st.READ_DATA):
+            m.d.sync += host_rd_line.eq(rd.data)
+        m.d.comb += host.rdata.eq(host_rd_line.word_select(host_sel, 32))
+        with host_fsm.state("IDLE"):
+            m.d.sync += [host_wdata.eq(host.wdata),
+                         host_lanes.eq(host.wstrb << 4 * word_in_beat(host.awaddr)),
+                         host_sel.eq(word_in_beat(host.araddr))]
+            with m.If(host.awvalid & host.wvalid):
+                m.d.comb += [host.awready.eq(1), host.wready.eq(1), host_wr_next.eq(1)]
+                host_fsm.goto("WRITE")
+            with m.Elif(host.arvalid):
+                m.d.comb += [host.arready.eq(1), host_rd_next.eq(1)]
+                host_fsm.goto("READ")
+        with host_fsm.state("WRITE"):
+            host_fsm.goto("WRITE_RESP")
+        with host_fsm.state("WRITE_RESP"):
+            m.d.comb += [host.bvalid.eq(1), host.bresp.eq(AXI_RESP_OKAY)]
+            with m.If(host.bready):
+                host_fsm.goto("IDLE")
+        with host_fsm.state("READ"):
+            host_fsm.goto("READ_DATA")
+        with host_fsm.state("READ_DATA"):
+            host_fsm.goto("READ_RESP")
+        with host_fsm.state("READ_RESP"):
+            m.d.comb += [host.rvalid.eq(1), host.rresp.eq(AXI_RESP_OKAY)]
+            with m.If(host.rready):
+                host_fsm.goto("IDLE")
 
         # ---- AXI4 write: AW, then the W beats, then B ---------------------------------
         w_active = Signal()
@@ -301,11 +321,15 @@ class AXI4BRAM(wiring.Component):
         m.d.comb += axi.wready.eq(w_active & ~host_wr)
         w_fire = axi.wvalid & axi.wready
         w_ok = w_addr.inside
-        # Only the byte enables wait on the W handshake; the address and data
-        # follow host_wr, a flip-flop (the RAM's address pins fan out to every
-        # block RAM).
+        # The RAM's address pins fan out to every block RAM: the write
+        # address is a register of its own, loaded with the address of the
+        # next cycle (the host's or the burst's), so no mux sits in front of
+        # that net. Only the byte enables wait on the W handshake; the data
+        # follows host_wr, a flip-flop.
+        wr_word = Signal(range(self.depth))
+        m.d.sync += wr_word.eq(Mux(host_wr_next, host.awaddr[lane_bits:], w_addr.word_next()))
         m.d.comb += [
-            wr.addr.eq(Mux(host_wr, host_addr[lane_bits:], w_addr.word())),
+            wr.addr.eq(wr_word),
             wr.data.eq(Mux(host_wr, Cat(*([host_wdata] * words_per_beat)), axi.wdata)),
             wr.en.eq(Mux(host_wr, host_lanes, Mux(w_fire & w_ok, axi.wstrb, 0))),
         ]
@@ -356,11 +380,14 @@ class AXI4BRAM(wiring.Component):
         slot_bad = Signal(slots)
         slot_id = [Signal(self.id_width, name=f"r_slot{i}_id") for i in range(slots)]
         # The host goes first: its read takes the port in the cycle it asks.
+        # The read address is a register of its own, like the write address.
         issue = Signal()
+        rd_word = Signal(range(self.depth))
+        m.d.sync += rd_word.eq(Mux(host_rd_next, host.araddr[lane_bits:], r_addr.word_next()))
         m.d.comb += [
             issue.eq(r_active & (r_used != slots) & ~host_rd_req),
             rd.en.eq(1),
-            rd.addr.eq(Mux(host_rd_req, host_addr[lane_bits:], r_addr.word())),
+            rd.addr.eq(rd_word),
         ]
         m.d.sync += r_fill.eq(Mux(issue, r_put, 0))
         with m.If(issue):
@@ -486,59 +513,60 @@ class AXI4LiteDecoder(wiring.Component):
                 port.bready.eq(sel[i]),
                 port.rready.eq(sel[i]),
             ]
-        with m.FSM(name="decoder"):
-            with m.State("IDLE"):
-                take_write = s.awvalid & s.wvalid
-                with m.If(take_write):
-                    m.d.comb += [s.awready.eq(1), s.wready.eq(1)]
-                    m.d.sync += [sel.eq(decode(s.awaddr)), addr.eq(s.awaddr),
-                                 wdata.eq(s.wdata), wstrb.eq(s.wstrb), prot.eq(s.awprot),
-                                 aw_pending.eq(1), w_pending.eq(1), ar_pending.eq(0)]
-                    m.next = "WRITE"
-                with m.Elif(s.arvalid & ~s.awvalid):
-                    m.d.comb += s.arready.eq(1)
-                    m.d.sync += [sel.eq(decode(s.araddr)), addr.eq(s.araddr),
-                                 prot.eq(s.arprot), ar_pending.eq(1), aw_pending.eq(0),
-                                 w_pending.eq(0)]
-                    m.next = "READ"
-            with m.State("WRITE"):
-                b_seen = Signal()
-                for i, port in enumerate(ports):
-                    with m.If(sel[i]):
-                        with m.If(port.awready):
-                            m.d.sync += aw_pending.eq(0)
-                        with m.If(port.wready):
-                            m.d.sync += w_pending.eq(0)
-                        with m.If(port.bvalid):
-                            m.d.comb += b_seen.eq(1)
-                            m.d.sync += bresp.eq(port.bresp)
-                with m.If(~sel.any()):
-                    m.d.comb += b_seen.eq(1)
-                    m.d.sync += bresp.eq(AXI_RESP_DECERR)
-                with m.If(b_seen):
-                    m.next = "WRITE_RESP"
-            with m.State("WRITE_RESP"):
-                m.d.comb += [s.bvalid.eq(1), s.bresp.eq(bresp)]
-                with m.If(s.bready):
-                    m.next = "IDLE"
-            with m.State("READ"):
-                r_seen = Signal()
-                for i, port in enumerate(ports):
-                    with m.If(sel[i]):
-                        with m.If(port.arready):
-                            m.d.sync += ar_pending.eq(0)
-                        with m.If(port.rvalid):
-                            m.d.comb += r_seen.eq(1)
-                            m.d.sync += [rresp.eq(port.rresp), rdata.eq(port.rdata)]
-                with m.If(~sel.any()):
-                    m.d.comb += r_seen.eq(1)
-                    m.d.sync += [rresp.eq(AXI_RESP_DECERR), rdata.eq(0)]
-                with m.If(r_seen):
-                    m.next = "READ_RESP"
-            with m.State("READ_RESP"):
-                m.d.comb += [s.rvalid.eq(1), s.rresp.eq(rresp), s.rdata.eq(rdata)]
-                with m.If(s.rready):
-                    m.next = "IDLE"
+        # One flip-flop per state. The access's registers load in every IDLE
+        # cycle (the state's flip-flop is their enable) and hold from the
+        # cycle the access is taken: no handshake decode in front of their
+        # enables, a wide fan-out. Likewise the response registers load in
+        # every WRITE (READ) cycle, the last time in the cycle the slave's
+        # B (R) is seen.
+        fsm = OneHotFSM(m, ("IDLE", "WRITE", "WRITE_RESP", "READ", "READ_RESP"), init="IDLE",
+                        name="decoder_state")
+        with fsm.state("IDLE"):
+            take_write = s.awvalid & s.wvalid
+            take_read = s.arvalid & ~s.awvalid
+            address = Mux(s.awvalid, s.awaddr, s.araddr)
+            m.d.sync += [sel.eq(decode(address)), addr.eq(address),
+                         wdata.eq(s.wdata), wstrb.eq(s.wstrb),
+                         prot.eq(Mux(s.awvalid, s.awprot, s.arprot)),
+                         aw_pending.eq(take_write), w_pending.eq(take_write),
+                         ar_pending.eq(take_read)]
+            with m.If(take_write):
+                m.d.comb += [s.awready.eq(1), s.wready.eq(1)]
+                fsm.goto("WRITE")
+            with m.Elif(take_read):
+                m.d.comb += s.arready.eq(1)
+                fsm.goto("READ")
+        with fsm.state("WRITE"):
+            for i, port in enumerate(ports):
+                with m.If(sel[i] & port.awready):
+                    m.d.sync += aw_pending.eq(0)
+                with m.If(sel[i] & port.wready):
+                    m.d.sync += w_pending.eq(0)
+            m.d.sync += bresp.eq(Mux(sel.any(), one_hot_select(sel, [p.bresp for p in ports]),
+                                     AXI_RESP_DECERR))
+            # No window: the decoder answers at once.
+            with m.If((sel & Cat(p.bvalid for p in ports)).any() | ~sel.any()):
+                fsm.goto("WRITE_RESP")
+        with fsm.state("WRITE_RESP"):
+            m.d.comb += [s.bvalid.eq(1), s.bresp.eq(bresp)]
+            with m.If(s.bready):
+                fsm.goto("IDLE")
+        with fsm.state("READ"):
+            for i, port in enumerate(ports):
+                with m.If(sel[i] & port.arready):
+                    m.d.sync += ar_pending.eq(0)
+            # one_hot_select: data 0 when no window is selected
+            m.d.sync += [
+                rresp.eq(Mux(sel.any(), one_hot_select(sel, [p.rresp for p in ports]),
+                             AXI_RESP_DECERR)),
+                rdata.eq(one_hot_select(sel, [p.rdata for p in ports])),
+            ]
+            with m.If((sel & Cat(p.rvalid for p in ports)).any() | ~sel.any()):
+                fsm.goto("READ_RESP")
+        with fsm.state("READ_RESP"):
+            m.d.comb += [s.rvalid.eq(1), s.rresp.eq(rresp), s.rdata.eq(rdata)]
+            with m.If(s.rready):
+                fsm.goto("IDLE")
         return m
 
 
