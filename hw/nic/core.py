@@ -338,7 +338,12 @@ class NicCore(wiring.Component):
                                              sack_bits=sack_bits, clk_freq_hz=clk_freq_hz,
                                              data_width=data_width, csr_addr_width=bb,
                                              window=window, addr_width=addr_width)
-        self.device_info = DeviceInfo(self.device_params(), addr_width=bb)
+        # TX, RX and reliability answer CSR reads 2 cycles after r_stb
+        # (registered read data); device info takes the same latency.
+        self.csr_block_read_latency = max(TxEngine.CSR_READ_LATENCY, RxEngine.CSR_READ_LATENCY,
+                                          ReliabilityEngine.CSR_READ_LATENCY)
+        self.device_info = DeviceInfo(self.device_params(), addr_width=bb,
+                                      read_latency=self.csr_block_read_latency)
         super().__init__({
             "mac_tx": Out(AXIStreamSignature(data_width)),
             "mac_rx": In(AXIStreamSignature(data_width, user_width=1)),
@@ -369,12 +374,8 @@ class NicCore(wiring.Component):
         m.submodules.device_info = info = self.device_info
 
         # ---- CSR: AXI4-Lite -> CSR bus -> one window per block --------------------------
-        # TX, RX and reliability answer reads 2 cycles after r_stb (registered
-        # read data); device info 1 cycle, held.
         m.submodules.csr_interconnect = ic = CsrInterconnect(
-            self.windows, self.block_bits,
-            block_read_latency=max(TxEngine.CSR_READ_LATENCY, RxEngine.CSR_READ_LATENCY,
-                                   ReliabilityEngine.CSR_READ_LATENCY))
+            self.windows, self.block_bits, block_read_latency=self.csr_block_read_latency)
         m.submodules.csr_bridge = bridge = AXI4LiteToCSR(
             self.csr_addr_width, read_latency=ic.read_latency)
         wiring.connect(m, wiring.flipped(self.s_axil), bridge.s_axil)

@@ -20,7 +20,7 @@ from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.csr import CSRBusSignature, RegisteredWrites, RegisterMap
+from hw.csr import CSRBusSignature, RegisteredWrites, RegisterMap, grouped_read
 
 __all__ = [
     "DEVICE_INFO_TYPE_ID",
@@ -121,14 +121,20 @@ class DeviceInfo(wiring.Component):
     """The device-info register block (``device_info_register_map``).
 
     ``params`` maps each name of ``DEVICE_INFO_PARAMS`` to its 32-bit value.
-    Interface: ``csr`` (CSR bus slave). Reads answer the cycle after ``r_stb``;
-    no read has a side effect. A write to ``scratch`` is applied the cycle
-    after ``w_stb`` (decoded, then applied from registers); a read strobed
-    meanwhile returns the written word. The header words are answered by the
-    interconnect, so this block reads 0 there.
+    Interface: ``csr`` (CSR bus slave). Reads answer ``read_latency`` (1 or 2)
+    cycles after ``r_stb`` and hold until the next read; no read has a side
+    effect. With 2 (NicCore's, the interconnect's ``block_read_latency``) the
+    read mux is registered in two stages (``hw.csr.grouped_read``). A write
+    to ``scratch`` is applied the cycle after ``w_stb`` (decoded, then
+    applied from registers); a read strobed meanwhile returns the written
+    word. The header words are answered by the interconnect, so this block
+    reads 0 there.
     """
 
-    def __init__(self, params: dict[str, int], addr_width: int = 16):
+    def __init__(self, params: dict[str, int], addr_width: int = 16, read_latency: int = 1):
+        if read_latency not in (1, 2):
+            raise ValueError(f"read_latency must be 1 or 2 cycles, not {read_latency!r}")
+        self.read_latency = read_latency
         missing = {name for name, _, _ in DEVICE_INFO_PARAMS} - set(params)
         if missing:
             raise ValueError(f"device info is missing parameters {sorted(missing)}")
@@ -143,23 +149,44 @@ class DeviceInfo(wiring.Component):
         m = Module()
         csr = self.csr
         scratch = Signal(32)
-        value = Signal(32)
         # A write to SCRATCH is decoded at w_stb and applied the cycle after,
         # from registers (hw.csr.RegisteredWrites): the address compare does
         # not reach the 32 enables (b15's critical path, placed across the
         # device). A read strobed in between returns the written word.
-        w = RegisteredWrites(m, csr, {"scratch": (csr.addr == SCRATCH_OFFSET, 0xFFFF_FFFF)})
+        # A read of SCRATCH at r_stb takes the value SCRATCH has once a
+        # pending write lands (a 2:1 mux on the strobe, a flip-flop), so it
+        # needs no compare of its address with the write's (no readback
+        # through the helper).
+        w = RegisteredWrites(m, csr, {"scratch": (csr.addr == SCRATCH_OFFSET, None)})
         with m.If(w.stb["scratch"]):
             m.d.sync += scratch.eq(w.data)
-        with m.Switch(csr.addr):
-            for name, offset, _ in DEVICE_INFO_PARAMS:
-                with m.Case(offset):
-                    m.d.comb += value.eq(self.params[name])
-            with m.Case(SCRATCH_OFFSET):
-                m.d.comb += value.eq(scratch)
+        scratch_next = Mux(w.stb["scratch"], w.data, scratch)
+        words = {offset: self.params[name] for name, offset, _ in DEVICE_INFO_PARAMS}
+        words[SCRATCH_OFFSET] = scratch_next
         read = Signal(32)
-        with m.If(csr.r_stb):
-            m.d.sync += read.eq(w.read_at_strobe(value))
+        aligned = csr.addr[:2] == 0
+        if self.read_latency == 2:
+            # grouped_read ignores the address's low two bits: a read of an
+            # unaligned address answers 0, from a flip-flop beside its stages.
+            grouped = grouped_read(m, csr.addr, csr.r_stb, words, name="read")
+            r_aligned = Signal()
+            with m.If(csr.r_stb):
+                m.d.sync += r_aligned.eq(aligned)
+            m.d.sync += read.eq(Mux(r_aligned, grouped, 0))
+        else:
+            # A table indexed by the few word-address bits the registers span,
+            # gated by a check that the other address bits are 0, both in
+            # parallel: fewer LUT levels than a compare of the whole address
+            # per register.
+            index_bits = (max(words) >> 2).bit_length()
+            value = Signal(32)
+            with m.Switch(csr.addr[2 : 2 + index_bits]):
+                for offset, word_value in words.items():
+                    with m.Case(offset >> 2):
+                        m.d.comb += value.eq(word_value)
+            in_table = aligned & (csr.addr[2 + index_bits :] == 0)
+            with m.If(csr.r_stb):
+                m.d.sync += read.eq(Mux(in_table, value, 0))
         m.d.comb += csr.r_data.eq(read)
         return m
 
@@ -200,7 +227,9 @@ class CsrInterconnect(wiring.Component):
     keeps still until the data is taken (no injected write in between). A
     block's ``addr`` and ``w_data`` change only on an access to that block
     (a strobe to it, or a read or write of its header words, which passes
-    no strobe), so each block has registers of its own.
+    no strobe) and, for the block ``inject.block`` names, in the cycles free
+    for an injected write (they load its payload whether or not it is
+    valid), so each block has registers of its own.
 
     Latency: writes reach a block 1 cycle after ``csr.w_stb``; ``csr.r_data``
     is valid ``read_latency`` = 2 + ``block_read_latency`` cycles after
@@ -266,14 +295,18 @@ class CsrInterconnect(wiring.Component):
             # would be merged into one by synthesis.
             # A header or next-pointer access loads them too, without a strobe:
             # the header compare stays out of their (32-bit wide) enables.
+            # The injected write's block loads the write's address and data in
+            # every free cycle, its strobe being the write's valid: the
+            # registers' enables do not wait on ``inject.valid`` (the
+            # injecting block's handshake logic). A free cycle has no read in
+            # flight, so a latency-1 block's read data is taken already.
             m.d.sync += [bus.w_stb.eq(0), bus.r_stb.eq(0)]
-            with m.If(self.inject.valid & free):
-                with m.If(inj.block == i):
-                    m.d.sync += [
-                        bus.addr.eq(inj.addr[:bb]),
-                        bus.w_data.eq(inj.data),
-                        bus.w_stb.eq(1),
-                    ]
+            with m.If(free & (inj.block == i)):
+                m.d.sync += [
+                    bus.addr.eq(inj.addr[:bb]),
+                    bus.w_data.eq(inj.data),
+                    bus.w_stb.eq(self.inject.valid),
+                ]
             with m.Elif((up.w_stb | up.r_stb) & (index == i)):
                 m.d.sync += [
                     bus.addr.eq(offset),
