@@ -110,8 +110,9 @@ class Sequencer(wiring.Component):
     RETX_COMPARE, ``ack_update`` is applied the cycle after it is taken,
     CSR writes (but EV_ENTRY's, which go to the EV table at ``w_stb``) one
     cycle after ``w_stb``, an EV_ENTRY read returns the entry as it was
-    the cycle before ``r_stb``, and the WQE request is registered in FETCH
-    and presented in FETCH_REQ.
+    the cycle before ``r_stb``, the WQE request is registered in FETCH
+    and presented in FETCH_REQ, and ``retx_no_ev`` counts a dropped
+    retransmit the cycle after SEGMENT.
 
     Latency: 9 cycles per packet of a part-sent WQE, plus the WQE burst
     (about 9 + memory latency) for the first packet of a message or a
@@ -218,6 +219,12 @@ class Sequencer(wiring.Component):
         ev_select = Signal(qb + eb)
         retx_ignored = Signal(32)
         retx_no_ev = Signal(32)
+        # a retransmit dropped for want of an EV, registered: the counter moves the
+        # cycle after SEGMENT, its enable a flip-flop and not the EV choice
+        retx_no_ev_inc = Signal()
+        m.d.sync += retx_no_ev_inc.eq(0)
+        with m.If(retx_no_ev_inc):
+            m.d.sync += retx_no_ev.eq(retx_no_ev + 1)
         m.d.comb += [self.src_mac.eq(src_mac), self.src_ip.eq(src_ip)]
 
         cur_q = Signal(qb)
@@ -531,9 +538,19 @@ class Sequencer(wiring.Component):
         # before cur is used or written back), or the burst's fields in
         # FETCH_DATA. Each field the sequencer uses lies within one beat (they
         # are at most 8 bytes, aligned): it goes straight to cur.
-        with m.If(st.CHECK):
-            m.d.sync += cur.eq(wqe_r.data)
-        with m.Elif(st.FETCH_DATA & self.wqe_data.valid):
+        # CHECK's flip-flop would be the select (and in the clock enable) of all
+        # of cur's few hundred bits, a net routed over much of the chip: the row
+        # is loaded under four flags instead, each for about a quarter of the
+        # bits, all set in CHECK (from LOAD, which CHECK always follows and only
+        # from it). So that synthesis does not merge them into one flip-flop,
+        # each but the first is also set in the cycle after one other state
+        # (IDLE, RETX_CHECK, RETX_COMPARE), where a load of the row is harmless:
+        # cur is not read in IDLE (the write-back of a parked QP's row is in
+        # the IDLE after SEGMENT, before any load at its end), LOAD, CHECK or
+        # the retransmit checks, and is loaded again before it is (in CHECK, or
+        # in FETCH_DATA and PARSE). CHECK's load comes after FETCH_DATA's, so
+        # that it is the outer multiplexer: a clock enable and one data select.
+        with m.If(st.FETCH_DATA & self.wqe_data.valid):
             beat = self.wqe_data.payload.data
             for name, off, size in WQE_LAYOUT:
                 lsb = 8 * (off % nbytes)
@@ -543,6 +560,14 @@ class Sequencer(wiring.Component):
                         m.d.sync += cur.with_imm.eq(value == WqeOpcode.WRITE_WITH_IMM)
                     elif name in wqe_state.members:
                         m.d.sync += cur[name].eq(value)
+        for also, fields in ((None, ("raddr",)),
+                             ("IDLE", ("laddr", "with_imm", "wqe_index")),
+                             ("RETX_CHECK", ("length", "rkey")),
+                             ("RETX_COMPARE", ("imm", "pkt_index"))):
+            load_row = Signal(name=f"load_row_{fields[0]}")
+            m.d.sync += load_row.eq(st.LOAD | (st[also] if also else 0))
+            with m.If(load_row):
+                m.d.sync += [cur[name].eq(wqe_r.data[name]) for name in fields]
 
         with state("FETCH_DATA"):
             m.d.comb += self.wqe_data.ready.eq(1)
@@ -587,7 +612,7 @@ class Sequencer(wiring.Component):
             with m.If(ev_found):
                 goto("EV_VALUE")
             with m.Elif(retx_mode):
-                m.d.sync += retx_no_ev.eq(retx_no_ev + 1)
+                m.d.sync += retx_no_ev_inc.eq(1)
                 goto("IDLE")
             with m.Else():
                 # park the QP, keeping its WQE (written back the next cycle,
