@@ -199,7 +199,8 @@ class ReliabilityCore(wiring.Component):
     docs/reliability.md for the cycle counts of each event (an ACK of one PSN: 25).
     Pipelined for 125 MHz on the ECP5: the state machine is one-hot, long
     computations are split over states or registered a cycle early (see the comments
-    at each), a timer write reaches ``timer_arm`` 4 cycles after the write-back (with
+    at each; the RTT sample is measured 2 cycles before the window step), a timer
+    write reaches ``timer_arm`` 4 cycles after the write-back (with
     the deadline of the write-back cycle), an EV update and an EV event reach their
     FIFOs the cycle after the step that makes them, counters move the cycle after
     their event, and the core waits for 3 free entries in an output FIFO (registered)
@@ -219,7 +220,8 @@ class ReliabilityCore(wiring.Component):
     ``peer_ack``      In: parsed ACK / NAK / probe response frames from RX.
     ``expired``       In: timer reports ``{qpn, gen}`` (``RetransmitTimers.expired``).
     ``cmd``           In: controller commands (QP state, EV state) from the CSR block.
-    ``probe_tick``    In(1): start a probe round over all QPs.
+    ``probe_tick``    In(1): start a probe round over all QPs (registered: the round
+                      starts a cycle later).
     ``timer_arm``     Out: writes to ``RetransmitTimers.arm``.
     ``retx``, ``ack_update``, ``ev_update``, ``cwnd_update``, ``qp_state_update``: to TX.
     ``cpl``           Out: completion requests for ``CompletionWriter``.
@@ -382,7 +384,7 @@ class ReliabilityCore(wiring.Component):
         def walk_case(k):
             return m.Case("".join("1" if i == k else "-" for i in reversed(range(4))))
         walk_mask = Signal(W)
-        walk_off = Signal(range(W))
+        walk_psn = Signal(24)  # the PSN in use, una + its offset (set in PICK)
         blamed = Signal(E)
         adv = Signal(range(W + 1))
         adv_raw = Signal(24)  # cum_psn + 1 - una
@@ -514,10 +516,8 @@ class ReliabilityCore(wiring.Component):
             cpl_req.wqe_index.eq(cur.wqe_cpl),
         ]
 
-        def push_retx(reason, psn=None):  # default PSN: the walk's (una + walk_off)
-            m.d.comb += [f_retx.w_en.eq(1), retx_req.reason.eq(reason)]
-            if psn is not None:
-                m.d.comb += retx_req.psn.eq(psn)
+        def push_retx(reason):  # the data: below, by state
+            m.d.comb += f_retx.w_en.eq(1)
             count({RetxReason.TIMEOUT: "retx_timeout", RetxReason.SACK_HOLE: "retx_sack",
                    RetxReason.NAK_TRIMMED: "retx_nak"}[reason])
 
@@ -527,12 +527,7 @@ class ReliabilityCore(wiring.Component):
                 cpl_req.clear.eq(clear), f_cpl.w_en.eq(1),
             ]
 
-        def push_ev(e=None, old=None, new=None, drops=None):  # default: blame's event
-            if e is not None:
-                m.d.comb += [
-                    evu.ev_index.eq(e), evu.state.eq(new),
-                    evt.ev_index.eq(e), evt.old.eq(old), evt.new.eq(new), evt.drops.eq(drops),
-                ]
+        def push_ev():  # the data: below, by state
             m.d.comb += ev_push.eq(1)
 
         # What loss evidence would do to each EV, registered from the working copy
@@ -559,7 +554,11 @@ class ReliabilityCore(wiring.Component):
         is_ack = ack.bth.opcode == Opcode.ACKNOWLEDGE
         is_probe = ack.bth.opcode == Opcode.PROBE_RESP
 
-        with m.If(self.probe_tick & ~sweep_pending):
+        # the tick registered first: it comes from the engine's period counter (a
+        # compare), and the round starts a cycle later
+        probe_tick_q = Signal()
+        m.d.sync += probe_tick_q.eq(self.probe_tick)
+        with m.If(probe_tick_q & ~sweep_pending):
             m.d.sync += [sweep_pending.eq(1), sweep_q.eq(0)]
 
         # room in the output FIFOs, registered: at least 3 free entries a cycle ago leaves
@@ -573,14 +572,14 @@ class ReliabilityCore(wiring.Component):
             m.d.sync += r.eq(room(fifo))
             return r
 
-        r_retx, r_cpl, r_evu, r_ack, r_cwnd, r_qps, r_probe = (
-            has_room(f, n) for f, n in ((f_retx, "retx"), (f_cpl, "cpl"), (f_evu, "evu"),
-                                        (f_ack, "ack"), (f_cwnd, "cwnd"), (f_qps, "qps"),
-                                        (f_probe, "probe")))
+        r_retx, r_cpl, r_evu = (
+            has_room(f, n) for f, n in ((f_retx, "retx"), (f_cpl, "cpl"), (f_evu, "evu")))
         room_walk = Signal()  # the walks' FIFOs together, registered on its own
+        # FINAL's three FIFOs together: with FINAL's flip-flop (and q) the one LUT in
+        # front of the record memory's write enable, hundreds of flip-flops at few QPs
         room_final = Signal()
-        m.d.sync += room_walk.eq(room(f_retx) & room(f_cpl) & room(f_evu))
-        m.d.comb += room_final.eq(r_ack & r_cwnd & r_qps)
+        m.d.sync += [room_walk.eq(room(f_retx) & room(f_cpl) & room(f_evu)),
+                     room_final.eq(room(f_ack) & room(f_cwnd) & room(f_qps))]
 
         # --- the state machine ------------------------------------------------------------
         # One-hot, one flip-flop per state: a state's actions and transitions are gated
@@ -648,7 +647,7 @@ class ReliabilityCore(wiring.Component):
         # since: the values are those of walk_mask in PICK.
         pick_off = Signal(range(max(W, 2)))
         pick_any = Signal()
-        # the PSN in use as one bit, registered with walk_off: its one-hot in LCNT and
+        # the PSN in use as one bit, registered with walk_psn: its one-hot in LCNT and
         # USE (set in PICK, kept while they last), 0 in the other states (WALK)
         off_bit = Signal(W)
         m.d.sync += off_bit.eq(0)
@@ -663,17 +662,9 @@ class ReliabilityCore(wiring.Component):
         e_last = psn_info_rd.data[0]
         e_ts = psn_info_rd.data[1:17]
 
-        # loss evidence on the entry's EV (USE of the loss and timeout walks); the EV
-        # FIFOs' data default to its event (GOOD to ASSUMED_BAD), the retransmit FIFO's
-        # PSN to the entry's
+        # loss evidence on the entry's EV (USE of the loss and timeout walks)
         blame_drops = Signal(16)
-        m.d.comb += [
-            blame_drops.eq(_sel([drops_inc[i] for i in range(E)], e_ev)),
-            evu.ev_index.eq(e_ev), evu.state.eq(EvState.ASSUMED_BAD),
-            evt.ev_index.eq(e_ev), evt.old.eq(EvState.GOOD), evt.new.eq(EvState.ASSUMED_BAD),
-            evt.drops.eq(blame_drops),
-            retx_req.psn.eq(cur.una + walk_off),
-        ]
+        m.d.comb += blame_drops.eq(_sel([drops_inc[i] for i in range(E)], e_ev))
 
         def blame():
             """Loss evidence on EV e_ev: it may become ASSUMED_BAD (never below the floor)."""
@@ -697,6 +688,25 @@ class ReliabilityCore(wiring.Component):
         m.d.comb += ev_old.eq(_sel([cur.ev_state[i] for i in range(E)], ev_idx))
         m.d.sync += [c_old.eq(ev_old),
                      c_drops.eq(_sel([cur.ev_drops[i] for i in range(E)], ev_idx))]
+
+        # The pushes' data, chosen by the state flip-flops alone (the push conditions
+        # set only the enables): the retransmit FIFO's (block RAM, no register in
+        # front) the NAK's PSN in NAK, else the walk's; the EV FIFOs' the event of a
+        # command (CMD: GOOD or DENIED, the command's state) or probe answer
+        # (PROBE_ACT: to GOOD) on ev_idx, else blame's (GOOD to ASSUMED_BAD on e_ev)
+        ev_own = st.CMD | st.PROBE_ACT
+        ev_new = Mux(st.CMD, cmd.state[:2], Mux(st.PROBE_ACT, EvState.GOOD,
+                                                 EvState.ASSUMED_BAD))
+        m.d.comb += [
+            retx_req.psn.eq(Mux(st.NAK, a_psn, walk_psn)),
+            retx_req.reason.eq(Mux(st.NAK, RetxReason.NAK_TRIMMED,
+                                   Mux(walk_kind[W_TMO], RetxReason.TIMEOUT,
+                                       RetxReason.SACK_HOLE))),
+            evu.ev_index.eq(Mux(ev_own, ev_idx, e_ev)), evu.state.eq(ev_new),
+            evt.ev_index.eq(Mux(ev_own, ev_idx, e_ev)), evt.new.eq(ev_new),
+            evt.old.eq(Mux(ev_own, c_old, EvState.GOOD)),
+            evt.drops.eq(Mux(ev_own, c_drops, blame_drops)),
+        ]
         bad = Signal(E)
         m.d.comb += bad.eq(Cat(*[cur.ev_state[i] == EvState.ASSUMED_BAD for i in range(E)]))
 
@@ -835,14 +845,16 @@ class ReliabilityCore(wiring.Component):
         # ---- ACK / NAK ------------------------------------------------------------
         adv_below = Signal(W)
         with state("ACK"):
+            # the advance, and the walk's mask from the low bits alone (ACK_ADV applies
+            # the sign), loaded in ACK whether the ACK is ignored or not (ACK's
+            # flip-flop is their enable): only ACK_ADV and SACK read them
+            low = wbits + 1
+            m.d.sync += [adv_raw.eq(a_cum1 - cur.una),
+                         adv_below.eq(_below((a_cum1[:low] - cur.una[:low])[:low], W))]
             with m.If((cur.state != QpState.RTS) | cur.fresh):
                 count("acks_ignored")
                 goto("IDLE")
             with m.Else():
-                # and the walk's mask from the low bits alone (ACK_ADV applies the sign)
-                low = wbits + 1
-                m.d.sync += [adv_raw.eq(a_cum1 - cur.una),
-                             adv_below.eq(_below((a_cum1[:low] - cur.una[:low])[:low], W))]
                 goto("ACK_ADV")
 
         adv_n = Mux(adv_raw[23], 0, adv_raw[: wbits + 1])  # PSNs acknowledged (ACK_ADV)
@@ -864,11 +876,14 @@ class ReliabilityCore(wiring.Component):
         m.d.comb += [psn_raddr.eq(psn_addr(slot(pick_off))),
                      psn_ev_rd.en.eq(~hold), psn_info_rd.en.eq(~hold)]
         with state("PICK"):
+            # PICK's flip-flop its enable: in the last cycle of PICK before USE or LCNT,
+            # pick_off is the PSN's (una changes in PICK only when no PSN is left)
+            m.d.sync += walk_psn.eq(cur.una + pick_off)
             with m.If(pick_any):
                 # the room for USE's pushes is awaited here: PICK and LCNT push
                 # nothing, and PICK's values hold while it waits
                 with m.If(room_walk):
-                    m.d.sync += [walk_off.eq(pick_off), off_bit.eq(_onehot(pick_off, W))]
+                    m.d.sync += off_bit.eq(_onehot(pick_off, W))
                     with m.If(walk_kind[W_SACK]):
                         m.d.sync += progress.eq(1)  # a new SACK bit
                     with m.If(walk_kind[W_LOSS]):
@@ -897,7 +912,7 @@ class ReliabilityCore(wiring.Component):
             with m.If(~e_retx):
                 m.d.sync += [rtt_ts.eq(e_ts), rtt_valid.eq(1)]
 
-        # registered every cycle: in LCNT, the SACKed PSNs above walk_off (pick_off in
+        # registered every cycle: in LCNT, the SACKed PSNs above the PSN in use (pick_off in
         # PICK, which leaves sacked as it is) counted per group of 4 PSNs
         sacked_above_4 = []
         for g in range(0, W, 4):
@@ -926,26 +941,51 @@ class ReliabilityCore(wiring.Component):
             with m.Else():
                 goto("PICK")
 
-        with state("SACK"):
-            # the SACK bitmap (bit i = sack_base + i) and the NAK's PSN against the
-            # new una
-            # the bitmap overlaps the window when sack_base - una (dist) is below W,
-            # or when una - sack_base (-dist) is 1 .. sack_bits - 1: dist is -1 ..
-            # -2**k in its bits above k (all ones, the low bits not all zero) and the
-            # k-bit negation of the low bits is below sack_bits
-            k = (self.sack_bits - 1).bit_length()
-            dist = Signal(24)
-            neg_low = Signal(k)
-            d = Signal(24)
-            m.d.comb += [dist.eq(a_base - cur.una), neg_low.eq(-dist[:k]),
-                         d.eq(a_psn - cur.una)]
+        # The SACK bitmap (bit i = sack_base + i) and the NAK's PSN against the new una
+        # (SACK). The new una is known before the ADV walk ends it: cum_psn + 1, or the
+        # una of LOAD when the ACK is behind it (adv_back), so the distances from both
+        # are registered every cycle (two stages: the subtractions, then their tests)
+        # and SACK only chooses: the subtractions' carry chains and the tests behind
+        # them do not meet in one cycle. Valid in SACK: a_base, a_psn and a_cum1 are
+        # set from IDLE on, and una changes only at the end of PICK, the cycle before
+        # SACK, while the registers hold the distances from the una before it.
+        # The bitmap overlaps the window when sack_base - una (dist) is below W, or
+        # when una - sack_base (-dist) is 1 .. sack_bits - 1: dist is -1 .. -2**k in its
+        # bits above k (all ones, the low bits not all zero) and the k-bit negation of
+        # the low bits is below sack_bits. The NAK's PSN is in flight when psn - una is
+        # below infl (its bits above infl's width zero, registered with the others).
+        k = (self.sack_bits - 1).bit_length()
+        adv_back = adv_raw[23]  # set in ACK
+        dist = {}
+        s_in_from = {}
+        d = {}
+        d_high_zero = {}
+        for name, una_new in (("una", cur.una), ("cum", a_cum1)):
+            dist[name] = Signal(24, name=f"dist_{name}")
+            s_in_from[name] = Signal(name=f"s_in_{name}")
+            d[name] = Signal(24, name=f"nak_d_{name}")
+            d_high_zero[name] = Signal(name=f"nak_d_high_zero_{name}")
+            neg_low = Signal(k, name=f"neg_low_{name}")
+            m.d.comb += neg_low.eq(-dist[name][:k])
             m.d.sync += [
-                s_in.eq(_lt(dist, W, W.bit_length())
-                        | (dist[k:].all() & (dist[:k] != 0) & (neg_low < self.sack_bits))),
-                s_amt.eq(W - dist[: len(s_amt)]),
+                dist[name].eq(a_base - una_new), d[name].eq(a_psn - una_new),
+                s_in_from[name].eq(
+                    _lt(dist[name], W, W.bit_length())
+                    | (dist[name][k:].all() & (dist[name][:k] != 0)
+                       & (neg_low < self.sack_bits))),
+                d_high_zero[name].eq(d[name][len(infl):] == 0),
+            ]
+        with state("SACK"):
+            dist_new = Mux(adv_back, dist["una"], dist["cum"])
+            d_new = Mux(adv_back, d["una"], d["cum"])
+            m.d.sync += [
+                s_in.eq(Mux(adv_back, s_in_from["una"], s_in_from["cum"])),
+                s_amt.eq(W - dist_new[: len(s_amt)]),
                 s_low.eq(_shr(Cat(Const(0, W), a_bitmap),
                               (W - a_base[:2] + cur.una[:2])[:2])),
-                nak_in.eq(_lt(d, infl, len(infl))), nak_off.eq(d[:wbits] if wbits else 0),
+                nak_in.eq(Mux(adv_back, d_high_zero["una"], d_high_zero["cum"])
+                          & (d_new[: len(infl)] < infl)),
+                nak_off.eq(d_new[:wbits] if wbits else 0),
             ]
             goto("SACK_ALIGN")
 
@@ -978,7 +1018,7 @@ class ReliabilityCore(wiring.Component):
                 with m.If(r_retx):
                     count("naks_trimmed")
                     with m.If(nak_hit):
-                        push_retx(RetxReason.NAK_TRIMMED, a_psn)
+                        push_retx(RetxReason.NAK_TRIMMED)
                         m.d.sync += nak_cut.eq(1)
                     goto("WALK")
             with m.Else():
@@ -995,6 +1035,7 @@ class ReliabilityCore(wiring.Component):
         cc_dec = Signal(16)
         cc_inc = Signal(17)
         cc_sub = Signal(17)
+        cc_ai = Signal(16)  # the increase per PSN, set in CC (a register in front of cc_prod)
         cc_prod = Signal(21)
         cc_acc = Signal(25)
         cc_c1 = Signal(17)  # the new window (CC_NEW) or cwnd_init (LOAD), unclamped
@@ -1008,7 +1049,7 @@ class ReliabilityCore(wiring.Component):
         with m.If(st.LOAD):
             m.d.sync += cc_c1.eq(P.cwnd_init)  # for a command's RTS entry
         cc_past = Signal(24)
-        # registered every cycle from cc_c0, cc_high, cc_past (set in CC), newly and
+        # registered every cycle from cc_c0, cc_ai, cc_high, cc_past (set in CC), newly and
         # the window state (unchanged until CC_NEW): valid in CC_SUM (cc_dec,
         # cc_prod, cc_inc, cc_rec, cc_open) and CC_NEW (cc_acc, cc_sub)
         # the decrease step cc_c0 >> cwnd_md_shift, at least 1: its zero test on the
@@ -1024,7 +1065,7 @@ class ReliabilityCore(wiring.Component):
         m.d.comb += dec.eq(_shr(cc_c0, md_shift)[:16])
         m.d.sync += [
             cc_dec.eq(Mux((cc_c0 & md_keep) == 0, 1, dec)),
-            cc_prod.eq(newly * Mux(cc_high, P.cwnd_ai, P.cwnd_ai_fast)),
+            cc_prod.eq(newly * cc_ai),
             cc_inc.eq(cc_c0 + 1),
             cc_rec.eq(~cc_past[23] & (cc_past != 0)),
             cc_open.eq(~cur.md_active | (~cc_past[23] & (cc_past != 0))),
@@ -1034,14 +1075,20 @@ class ReliabilityCore(wiring.Component):
         # leave una and nxt as they are)
         unacked = Signal()
         m.d.sync += unacked.eq(cur.nxt != cur.una)
+        # the RTT sample against the target, over two registered stages (a subtraction
+        # and a compare, carry chains both): valid in CC, which comes at least 4 cycles
+        # after the last USE of the ADV and SACK walks (rtt_ts); the RTT is measured
+        # to the time 2 cycles before CC
+        rtt = Signal(16)
+        rtt_high = Signal()
+        m.d.sync += [rtt.eq(now_ts - rtt_ts), rtt_high.eq(rtt >= P.target_rtt)]
         with state("CC"):
-            rtt = Signal(16)
-            m.d.comb += rtt.eq(now_ts - rtt_ts)
             high = Signal()
-            m.d.comb += high.eq(Mux(rtt_valid, rtt >= P.target_rtt, cur.delay_high))
+            m.d.comb += high.eq(Mux(rtt_valid, rtt_high, cur.delay_high))
             # the window of the last decrease is over once una has passed md_recover
             m.d.sync += [
                 cc_high.eq(high), cur.delay_high.eq(high),
+                cc_ai.eq(Mux(high, P.cwnd_ai, P.cwnd_ai_fast)),
                 cc_past.eq(cur.una - cur.md_recover),
                 cc_c0.eq(Mux(nak_cut,
                              Mux(cur.cwnd > P.cwnd_trim_dec, cur.cwnd - P.cwnd_trim_dec, 0),
@@ -1106,7 +1153,7 @@ class ReliabilityCore(wiring.Component):
             with m.If(probe_ok):
                 m.d.sync += [cur.ev_state[ev_idx].eq(EvState.GOOD),
                              cur.ev_loss[ev_idx].eq(0)]
-                push_ev(ev_idx, c_old, EvState.GOOD, c_drops)  # c_old: ASSUMED_BAD
+                push_ev()  # c_old: ASSUMED_BAD
                 count("ev_to_good")
             goto("FINAL")
 
@@ -1195,18 +1242,17 @@ class ReliabilityCore(wiring.Component):
         with state("CMD"):
             ce = ev_idx
             old = c_old
-            ce_drops = c_drops
             with m.If(cmd.ev):
                 goto("SETTLE")
             # the flags exclude each other: no priority between them
             with m.If(c_ev_good):
                 m.d.sync += [cur.ev_state[ce].eq(EvState.GOOD), cur.ev_loss[ce].eq(0)]
-                push_ev(ce, old, EvState.GOOD, ce_drops)
+                push_ev()
                 with m.If(old == EvState.ASSUMED_BAD):
                     count("ev_to_good")
             with m.If(c_ev_denied):
                 m.d.sync += cur.ev_state[ce].eq(EvState.DENIED)
-                push_ev(ce, old, EvState.DENIED, ce_drops)
+                push_ev()
             with m.If(c_flush):
                 m.d.sync += flush_status.eq(CqeStatus.FLUSHED)
                 goto("FLUSH")
@@ -1222,21 +1268,32 @@ class ReliabilityCore(wiring.Component):
                 goto("SETTLE")
 
         # ---- probe round: one request per ASSUMED_BAD EV of this QP --------------------
+        # SWEEP_EMIT's push of the lowest EV of pmask, decided the cycle before from
+        # the mask it leaves and the room (3 free entries then, as for the other
+        # FIFOs), so that the FIFO's write enable is a flip-flop (probe_go, 0 outside
+        # SWEEP_EMIT)
+        probe_go = Signal()
+        pmask_next = Signal(E)
+        preq = Signal(ProbeRequest(nq, E))
+        m.d.sync += probe_go.eq(0)
+        m.d.comb += [
+            pmask_next.eq(pmask & ~Mux(probe_go, _onehot(pe2, E), 0)),
+            preq.qpn.eq(q), preq.ev_index.eq(pe2),
+            preq.probe_id.eq(Cat(Const(0, 8) | pe2, probe_seq)),
+            f_probe.w_data.eq(preq), f_probe.w_en.eq(probe_go),
+        ]
+        with m.If(probe_go):
+            count("probes_sent")
         with state("SWEEP"):
-            m.d.sync += pmask.eq(Mux(cur.state == QpState.RTS, bad, 0))
+            sweep_mask = Mux(cur.state == QpState.RTS, bad, 0)
+            m.d.sync += [pmask.eq(sweep_mask),
+                         probe_go.eq((sweep_mask != 0) & room(f_probe))]
             goto("SWEEP_EMIT")
         with state("SWEEP_EMIT"):
+            m.d.sync += [pmask.eq(pmask_next),
+                         probe_go.eq((pmask_next != 0) & room(f_probe))]
             with m.If(pmask == 0):
                 goto("IDLE")
-            with m.Elif(r_probe):
-                preq = Signal(ProbeRequest(nq, E))
-                m.d.comb += [
-                    preq.qpn.eq(q), preq.ev_index.eq(pe2),
-                    preq.probe_id.eq(Cat(Const(0, 8) | pe2, probe_seq)),
-                    f_probe.w_data.eq(preq), f_probe.w_en.eq(1),
-                ]
-                count("probes_sent")
-                m.d.sync += pmask.eq(pmask & ~_onehot(pe2, E))
 
         # ---- write back ------------------------------------------------------------------
         with state("SETTLE"):
