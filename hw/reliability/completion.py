@@ -151,7 +151,9 @@ class CompletionWriter(wiring.Component):
         # R: rsel is one-hot on the beat expected (0 outside R), so beat k's enable is
         # rvalid & rsel[k], two flip-flops. W: wdata comes from a register (wword), the
         # CQE's first word loaded in AW, the next one (wsel, one-hot on the beat on the
-        # bus) at each W transfer; wlast is wsel's top bit.
+        # bus) at each W transfer; wlast is wsel's top bit. wword's load, AW or a W
+        # transfer, is its one clock enable: the transfer (a decode of wready) has
+        # no word mux behind it.
         rsel = Signal(rbeats)
         wsel = Signal(wbeats)
         wword = Signal(dw)
@@ -206,8 +208,7 @@ class CompletionWriter(wiring.Component):
                     goto("AW")
         with state("AW"):
             m.d.comb += [axi.awvalid.eq(1), axi.awaddr.eq(cq_addr)]
-            # the WQE and the CQE's other inputs are stable from R on
-            m.d.sync += [wword.eq(cqe_words[0]), wsel.eq(1)]
+            m.d.sync += wsel.eq(1)
             with m.If(axi.awready):
                 goto("W")
         with state("W"):
@@ -218,9 +219,12 @@ class CompletionWriter(wiring.Component):
                 m.d.comb += axi.wstrb.eq(
                     Const((1 << CQE_BYTES) - 1, lanes) << (cq_addr[5 : size_log2] * CQE_BYTES))
             with m.If(axi.wready):
-                m.d.sync += [wword.eq(next_word), wsel.eq(wsel << 1)]
+                m.d.sync += wsel.eq(wsel << 1)
                 with m.If(wsel[-1]):
                     goto("B")
+        # the WQE and the CQE's other inputs are stable from R on
+        with m.If(fsm.st.AW | (fsm.st.W & axi.wready)):
+            m.d.sync += wword.eq(Mux(fsm.st.AW, cqe_words[0], next_word))
         with state("B"):
             m.d.comb += axi.bready.eq(1)
             with m.If(axi.bvalid):

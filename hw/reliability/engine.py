@@ -16,6 +16,7 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from hw.arbiter import one_hot_select
 from hw.axi import AXI4Signature, check_dma_addr_width
 from hw.csr import CSRBusSignature, RegisteredWrites, grouped_read
 from hw.headers import sack_bitmap
@@ -101,7 +102,9 @@ class ReliabilityEngine(wiring.Component):
                    ``w_stb`` (decoded at ``w_stb``, applied from registers); a
                    read strobed in that cycle returns the written value for a
                    global register, the old one for a per-QP word or an EV
-                   entry (a bridge leaves 2 cycles between them).
+                   entry (a bridge leaves 2 cycles between them). A read of
+                   ``ev_event`` pops the event the cycle after ``r_stb`` (read
+                   strobes come at least 2 cycles apart).
     ``irq``        Out(1): the EV event queue is not empty, or a CQE was written since
                    ``irq_status`` was last read.
 
@@ -210,17 +213,21 @@ class ReliabilityEngine(wiring.Component):
         m.d.sync += ns.eq(ns + self.ns_per_cycle)
         m.d.comb += probes.now_ns.eq(ns)
 
-        probe_count = Signal(32)
-        # the period less one and its enable, registered (a write applies a cycle
-        # later), so the compare is one carry chain
-        period_m1 = Signal(32)
+        # The probe timer counts down to -1: its sign bit, a flip-flop, is the tick
+        # (no compare in front of the counter's reload), and the tick reloads
+        # period - 2, so a tick comes every period cycles. The reload value and
+        # the enable are registered (a write applies a cycle later). While probing
+        # is off the reload is -2: the sign stays set, and the first round comes
+        # as probing starts.
+        probe_count = Signal(33)
+        period_m2 = Signal(33)
         probing = Signal()
-        m.d.sync += [period_m1.eq(probe_period - 1), probing.eq(probe_period != 0)]
-        with m.If(probing & (probe_count >= period_m1)):
-            m.d.sync += probe_count.eq(0)
-            m.d.comb += core.probe_tick.eq(1)
+        m.d.sync += [period_m2.eq(probe_period - 2), probing.eq(probe_period != 0)]
+        m.d.comb += core.probe_tick.eq(probing & probe_count[-1])
+        with m.If(probe_count[-1]):
+            m.d.sync += probe_count.eq(period_m2)
         with m.Else():
-            m.d.sync += probe_count.eq(probe_count + 1)
+            m.d.sync += probe_count.eq(probe_count - 1)
 
         # --- configuration memories -----------------------------------------------------------
         m.submodules.rel_mem = rel_mem = Memory(shape=RelConfig, depth=nq, init=[])
@@ -252,14 +259,15 @@ class ReliabilityEngine(wiring.Component):
         # --- address decode -------------------------------------------------------------------
         csr = self.csr
         addr = csr.addr
-        in_qp = (addr >= QP_BASE) & (addr < QP_BASE + nq * QP_STRIDE)
-        in_ev = (addr >= EV_BASE) & (addr < EV_BASE + 4 * nq * E)
+        in_qp, in_ev = Signal(), Signal()
+        m.d.comb += [in_qp.eq((addr >= QP_BASE) & (addr < QP_BASE + nq * QP_STRIDE)),
+                     in_ev.eq((addr >= EV_BASE) & (addr < EV_BASE + 4 * nq * E))]
         qp_off = Signal(self.csr_addr_width)
-        m.d.comb += qp_off.eq(addr - QP_BASE)
+        m.d.comb += qp_off.eq(_offset(addr, QP_BASE))
         qp_idx = qp_off[6:][: max(1, (nq - 1).bit_length())]
         word = qp_off[2:6]
         ev_off = Signal(self.csr_addr_width)
-        m.d.comb += ev_off.eq(addr - EV_BASE)
+        m.d.comb += ev_off.eq(_offset(addr, EV_BASE))
         ev_idx = ev_off[2:][: max(1, (nq * E - 1).bit_length())]
 
         G = GLOBAL_OFFSETS
@@ -316,7 +324,11 @@ class ReliabilityEngine(wiring.Component):
             dma_wr.addr.eq(w_qp), dma_csr.addr.eq(qp_idx),
             net_wr.addr.eq(w_qp), net_csr.addr.eq(qp_idx),
             ev_wr.addr.eq(w_ev), ev_csr.addr.eq(ev_idx),
-            core.rec_addr.eq(Mux(in_ev, ev_idx >> ebits, qp_idx)),
+            # an EV entry's QP or a QP word's, chosen by addr >= EV_BASE (a power of
+            # two: an OR of the upper address bits, not in_ev's compares): the
+            # record is read only for those words
+            core.rec_addr.eq(Mux(addr[EV_BASE.bit_length() - 1 :].any(), ev_idx >> ebits,
+                                 qp_idx)),
             rel_wr.data.eq(w_data),
             dma_wr.data.eq(Cat(*[base_hi if word in hi_words else w_data
                                  for word in dma_lanes])),
@@ -362,8 +374,12 @@ class ReliabilityEngine(wiring.Component):
             m.d.sync += cpl_flag.eq(1)
 
         # --- reads: registered decode, data 2 cycles after r_stb (registered) -----------
-        r_kind = Signal(2)  # 0 global, 1 QP word, 2 EV
-        r_word = Signal(4)
+        # The kind of word read, registered one-hot at r_stb: r_qp_word[k] for QP word
+        # k, r_ev_entry for an EV entry (a global read has neither: grouped_read's
+        # value is 0 for any other address). Every source of r_out is then ANDed with
+        # a flip-flop, not with a decode of a word index (a wide fan-out).
+        r_qp_word = Signal(len(QP_WORDS))
+        r_ev_entry = Signal()
         r_ev = Signal(max(1, ebits))
         global_words = {
             G["block_id"]: Const(TYPE_ID | (VERSION << 16), 32),
@@ -379,44 +395,51 @@ class ReliabilityEngine(wiring.Component):
         }
         r_global = w.read_after_strobe(m, grouped_read(m, addr, csr.r_stb, global_words))
 
+        # A read of ev_event pops the event the cycle after r_stb, from a flip-flop
+        # (no address compare in front of the event queue's read enable): its read
+        # group registered the head at r_stb, and the next read strobe is later.
+        ev_pop = Signal()
+        m.d.sync += ev_pop.eq(0)
+        m.d.comb += core.event.ready.eq(ev_pop)
+
         with m.If(csr.r_stb):
             m.d.sync += [
-                r_kind.eq(Mux(in_ev, 2, Mux(in_qp, 1, 0))),
-                r_word.eq(word),
+                r_ev_entry.eq(in_ev),
+                r_qp_word.eq(Cat(in_qp & (word == k) for k in range(len(QP_WORDS)))),
                 r_ev.eq(ev_idx[: max(1, ebits)]),
             ]
             with m.If(addr == G["ev_event"]):
-                m.d.comb += core.event.ready.eq(1)
+                m.d.sync += ev_pop.eq(1)
             with m.If(addr == G["irq_status"]):
                 m.d.sync += cpl_flag.eq(cpl.cqe_done)
 
         rec = core.rec_data
-        qp_read = Signal(32)
-        dma_words = [dma_csr.data[32 * i : 32 * (i + 1)] for i in range(5)]
-        net_words = [net_csr.data[32 * i : 32 * (i + 1)] for i in range(4)]
-        with m.Switch(r_word):
-            with m.Case(QP_WORDS["qp_ctrl"]):
-                m.d.comb += qp_read.eq(rec.state)
-            with m.Case(QP_WORDS["qp_rel_cfg"]):
-                m.d.comb += qp_read.eq(rel_csr.data)
-            for i in range(5):
-                with m.Case(QP_WORDS["sq_base_lo"] + i):
-                    m.d.comb += qp_read.eq(dma_words[i])
-            for i in range(4):
-                with m.Case(QP_WORDS["peer_mac_lo"] + i):
-                    m.d.comb += qp_read.eq(net_words[i])
-            with m.Case(QP_WORDS["una_psn"]):
-                m.d.comb += qp_read.eq(rec.una)
-            with m.Case(QP_WORDS["nxt_psn"]):
-                m.d.comb += qp_read.eq(rec.nxt)
-            with m.Case(QP_WORDS["qp_cc"]):
-                m.d.comb += qp_read.eq(Cat(rec.cwnd, rec.retries))
+        qp_words = {
+            QP_WORDS["qp_ctrl"]: rec.state,
+            QP_WORDS["qp_rel_cfg"]: rel_csr.data,
+            **{QP_WORDS["sq_base_lo"] + i: dma_csr.data[32 * i : 32 * (i + 1)]
+               for i in range(5)},
+            **{QP_WORDS["peer_mac_lo"] + i: net_csr.data[32 * i : 32 * (i + 1)]
+               for i in range(4)},
+            QP_WORDS["una_psn"]: rec.una,
+            QP_WORDS["nxt_psn"]: rec.nxt,
+            QP_WORDS["qp_cc"]: Cat(rec.cwnd, rec.retries),
+        }
+        qp_read = one_hot_select(r_qp_word, [qp_words[k] for k in range(len(QP_WORDS))])
         ev_read = Cat(ev_csr.data, rec.ev_state[r_ev] if ebits else rec.ev_state[0])
         # registered: a read answers 2 cycles after r_stb (CSR_READ_LATENCY)
         r_out = Signal(32)
-        m.d.sync += r_out.eq(Mux(r_kind == 2, ev_read, Mux(r_kind == 1, qp_read, r_global)))
+        m.d.sync += r_out.eq(r_global | qp_read | Mux(r_ev_entry, ev_read, 0))
         m.d.comb += csr.r_data.eq(r_out)
         return m
+
+
+def _offset(addr, base):
+    """``addr - base`` with no carry chain below the lowest set bit of ``base``
+    (those bits are ``addr``'s): a register index or word within a block is
+    then address bits, not an adder's outputs."""
+    low = (base & -base).bit_length() - 1
+    return Cat(addr[:low], addr[low:] - (base >> low))
 
 
 def _unused():  # keep imports used by type annotations in docs

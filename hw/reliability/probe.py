@@ -1,9 +1,10 @@
 """EV probe request frames (docs/protocol.md, MRC PROBE, opcode 0xC0)."""
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.arbiter import one_hot_select
 from hw.crc import ICRC_INIT, crc32_parts
 from hw.headers import (
     BTH,
@@ -140,37 +141,51 @@ class ProbeBuilder(wiring.Component):
             parts.append(Const(0xFF, 8) if pos in _MASKED else byte)
         m.d.comb += masked.eq(Cat(*parts))
         steps = -(-len(masked) // dw)
-        step = Signal(range(steps + 2))
-        chunks = Array([masked[k * dw : (k + 1) * dw] for k in range(steps)])
+        # step, one-hot: bit k is set in the cycle that registers chunk k (k < steps)
+        # and in CRC the cycle that takes chunk k - 2's part into the register. Set to
+        # chunk 0 by BUILD, moved up every cycle (to 0 past the top): the chunk mux
+        # is an AND-OR on flip-flops, not a decode of a counter.
+        step = Signal(steps + 2)
+        m.d.sync += step.eq(step << 1)
         crc = Signal(32)
         # The CRC is linear: the register's next value is the XOR of a part from the
-        # register alone and a part from the chunk alone. Both the chunk of step and
-        # its part are registered every cycle, so the loop is one XOR tree of the
-        # register and the registered part: in CRC, step is two ahead of the part
-        # (CRC_WAIT registers chunk 0, CRC_PART its part). Every chunk but the last is
-        # a full beat; the last one's (if partial) parts are chosen beside them.
+        # register alone and a part from the chunk alone, itself the XOR of the parts
+        # of the chunk's low and high halves. The chunk of step and its two half parts
+        # are registered every cycle (each part an XOR tree over half the chunk), so
+        # the loop is one XOR tree of the register and the registered parts: in CRC,
+        # step is two ahead of the parts (CRC_WAIT registers chunk 0, CRC_PART its
+        # parts). Every chunk but the last is a full beat; the last one's (if
+        # partial) parts are chosen beside them.
         chunk = Signal(dw)
-        part = Signal(32)
-        m.d.sync += chunk.eq(chunks[step])
+        m.d.sync += chunk.eq(one_hot_select(step[:steps], [
+            masked[k * dw : (k + 1) * dw] for k in range(steps)]))
         last_count = len(masked) // 8 - (steps - 1) * lanes
-        state_last, data_last = crc32_parts(crc, chunk, last_count)
+        half = dw // 2
+        halves = (Cat(chunk[:half], Const(0, dw - half)), Cat(Const(0, half), chunk[half:]))
+        part_lo, part_hi = Signal(32, name="part_lo"), Signal(32, name="part_hi")
+        state_last = crc32_parts(crc, chunk, last_count)[0]
         if last_count == lanes or steps == 1:
-            m.d.sync += part.eq(data_last)
-            crc_next = state_last ^ part
+            for part, h in ((part_lo, halves[0]), (part_hi, halves[1])):
+                m.d.sync += part.eq(crc32_parts(crc, h, last_count)[1])
+            crc_next = state_last ^ part_lo ^ part_hi
         else:
-            state_full, data_full = crc32_parts(crc, chunk, lanes)
+            state_full = crc32_parts(crc, chunk, lanes)[0]
             chunk_last, part_last = Signal(), Signal()
-            m.d.sync += [chunk_last.eq(step == steps - 1), part_last.eq(chunk_last),
-                         part.eq(Mux(chunk_last, data_last, data_full))]
-            crc_next = Mux(part_last, state_last, state_full) ^ part
+            m.d.sync += [chunk_last.eq(step[steps - 1]), part_last.eq(chunk_last)]
+            for part, h in ((part_lo, halves[0]), (part_hi, halves[1])):
+                m.d.sync += part.eq(Mux(chunk_last, crc32_parts(crc, h, last_count)[1],
+                                        crc32_parts(crc, h, lanes)[1]))
+            crc_next = Mux(part_last, state_last, state_full) ^ part_lo ^ part_hi
 
         beats = -(-PROBE_FRAME_BYTES // lanes)
         padded = Cat(frame, Const(0, beats * dw - len(frame)))
-        # the beat on m_axis, from a register: the next one (word ``next_beat``) is
-        # loaded as one is taken, so no beat mux sits between the state and the output
+        # the beat on m_axis, from a register: the next one is loaded as one is taken,
+        # so no beat mux sits between the state and the output. ``next_beat`` is
+        # one-hot on the word to load (set to word 0 in CRC, moved up at each load):
+        # the word mux is an AND-OR on its flip-flops, not a decode of a beat count.
         out_word = Signal(dw)
         out_last = Signal()
-        next_beat = Signal(range(beats + 1))
+        next_beat = Signal(beats)
 
         # One flip-flop per state: the enables of req, net, ipsum, frame and out_word
         # and req.ready / tvalid are flip-flops, not decodes of a state register.
@@ -200,32 +215,29 @@ class ProbeBuilder(wiring.Component):
             m.d.sync += ipsum.eq(own_sum + words[8] + words[9])
             goto("BUILD")
         with state("BUILD"):
-            m.d.sync += [frame[: len(header)].eq(header), crc.eq(ICRC_INIT), step.eq(0)]
+            m.d.sync += [frame[: len(header)].eq(header), crc.eq(ICRC_INIT), step.eq(1)]
             goto("CRC_WAIT")
         with state("CRC_WAIT"):
-            m.d.sync += step.eq(1)
             goto("CRC_PART")
         with state("CRC_PART"):
-            m.d.sync += step.eq(2)
             goto("CRC")
         with state("CRC"):
-            m.d.sync += [crc.eq(crc_next), step.eq(step + 1)]
-            with m.If(step == steps + 1):
+            m.d.sync += [crc.eq(crc_next), next_beat.eq(1)]
+            with m.If(step[steps + 1]):
                 goto("ICRC")
+        # A word into the output register in ICRC (the first beat is all header: the
+        # ICRC is in the last 4 of 74 bytes and a beat is at most 64, so it is loaded
+        # while the ICRC goes into the frame) and at each beat taken in SEND.
+        with m.If(fsm.st.ICRC | (fsm.st.SEND & axis.tready)):
+            m.d.sync += [next_beat.eq(next_beat << 1),
+                         out_word.eq(one_hot_select(next_beat, [
+                             padded[k * dw : (k + 1) * dw] for k in range(beats)])),
+                         out_last.eq(next_beat[beats - 1])]
         with state("ICRC"):
-            # The first beat is all header (the ICRC is in the last 4 of 74
-            # bytes and a beat is at most 64): loaded here, while the ICRC
-            # goes into the frame.
-            m.d.sync += [frame[len(header) :].eq(~crc), next_beat.eq(1),
-                         out_word.eq(padded[:dw]), out_last.eq(beats == 1)]
+            m.d.sync += frame[len(header) :].eq(~crc)
             goto("SEND")
         with state("SEND"):
             m.d.comb += axis.tvalid.eq(1)
-            with m.If(axis.tready):
-                # the next beat's word into the output register
-                m.d.sync += [next_beat.eq(next_beat + 1),
-                             out_word.eq(padded.word_select(next_beat, dw)),
-                             out_last.eq(next_beat == beats - 1)]
-                with m.If(out_last):
-                    goto("IDLE")
+            with m.If(axis.tready & out_last):
+                goto("IDLE")
         return m
