@@ -128,9 +128,10 @@ class RxRegisters(wiring.Component):
     ``init``        Out(stream): (qp, epsn) on every write to ``QP_EPSN``.
     ``init_busy``   Out (a flip-flop): a ``QP_EPSN`` write is not yet
                     delivered (high from the cycle after the write until the
-                    cycle after its delivery); the window engine checks no
-                    frame meanwhile, so a write takes effect before every
-                    frame checked after it.
+                    cycle after its delivery; also for the cycle after any
+                    other write, whose address is decoded only then); the
+                    window engine checks no frame meanwhile, so a write takes
+                    effect before every frame checked after it.
     ``mrs``         Out: the MR table.
     ``own_mac``, ``own_ip``, ``trim_dscp``: Out.
     ``events``      In: one-cycle strobes of the validator and window counters,
@@ -151,9 +152,10 @@ class RxRegisters(wiring.Component):
     stored and read 0.
 
     Latency: a CSR read answers 2 cycles after ``r_stb``; a lookup answers
-    the cycle after its address; a write takes effect at the next cycle (a
-    write to a flip-flop register, the MR table's included, a cycle later;
-    a read strobed meanwhile returns the written value).
+    the cycle after its address; a write is decoded and registered at
+    ``w_stb`` and takes effect a cycle later, in memory and flip-flop
+    registers alike (a lookup addressed two cycles after ``w_stb`` sees it; a
+    read strobed in the cycle between returns the written value).
     Throughput: one CSR access and one lookup per port per cycle.
     """
 
@@ -199,7 +201,9 @@ class RxRegisters(wiring.Component):
 
         qp_index = Signal(self.qp_bits)
         in_qp = Signal()
-        reg_index = Signal(range(64))
+        # The word in the QP block: exactly its bits wide, as the read-back
+        # memory's address is Cat(reg_index, qp_index).
+        reg_index = Signal(exact_log2(QP_STRIDE) - 2)
         # The QP blocks are whole QP_STRIDE slots: compare the slot number, not
         # the byte address (no full-width subtract in the read and write decode).
         slot = bus.addr[exact_log2(QP_STRIDE):]
@@ -209,102 +213,6 @@ class RxRegisters(wiring.Component):
             qp_index.eq(slot - first),
             reg_index.eq(bus.addr[2 : exact_log2(QP_STRIDE)]),
         ]
-
-        # ---- per-QP memories: one per register for the lookups, and one copy of
-        # every QP block (QP_STRIDE // 4 words per QP) for the CSR reads, so a read
-        # is one memory port, not a port per register and a mux between them.
-        readback = Memory(shape=32, depth=self.num_qps * (QP_STRIDE // 4), init=[])
-        m.submodules.qp_readback = readback
-        readback_wp = readback.write_port()
-        readback_rp = readback.read_port()
-        # QP_CQ_BASE_HI keeps the base's bits below addr_width only (the
-        # lookups' cq_base takes no more): so does its read-back copy.
-        cq_base_hi = reg_index == rmap["QP_CQ_BASE_HI"].offset % QP_STRIDE // 4
-        m.d.comb += [
-            readback_wp.addr.eq(Cat(reg_index, qp_index)),
-            readback_wp.data.eq(Mux(cq_base_hi, bus.w_data[: self.addr_width - 32], bus.w_data)),
-            readback_wp.en.eq(bus.w_stb & in_qp),
-            readback_rp.addr.eq(Cat(reg_index, qp_index)),
-        ]
-        mems = {}
-        lookups = (self.lookup_a, self.lookup_b)
-        for name, offset, _, _ in _QP_REGS:
-            mem = Memory(shape=32, depth=self.num_qps, init=[])
-            m.submodules[name.lower()] = mem
-            wp = mem.write_port()
-            m.d.comb += [
-                wp.addr.eq(qp_index),
-                wp.data.eq(bus.w_data),
-                wp.en.eq(bus.w_stb & in_qp & (reg_index == offset // 4)),
-            ]
-            ports = []
-            for lk in lookups:
-                rp = mem.read_port()
-                m.d.comb += rp.addr.eq(lk.addr)
-                ports.append(rp.data)
-            mems[name] = (ports, mem.read_port() if name == "QP_EPSN" else None)
-
-        for i, lk in enumerate(lookups):
-            def word(name, i=i):
-                return mems[name][0][i]
-            ctrl, ackr, cqc = word("QP_CTRL"), word("QP_ACK"), word("QP_CQ_CTRL")
-            m.d.comb += [
-                lk.cfg.state.eq(ctrl[0:3]),
-                lk.cfg.trim_nack.eq(ctrl[3]),
-                lk.cfg.mpr.eq(ctrl[8:16]),
-                lk.cfg.ack_n.eq(ackr[0:8]),
-                lk.cfg.ack_t.eq(ackr[16:32]),
-                lk.cfg.peer_ip.eq(word("QP_PEER_IP")),
-                lk.cfg.peer_qpn.eq(word("QP_PEER_QPN")[:24]),
-                lk.cfg.cq_base.eq(Cat(word("QP_CQ_BASE_LO"), word("QP_CQ_BASE_HI"))),
-                lk.cfg.cq_log2.eq(cqc[0:5]),
-                lk.cfg.cq_enable.eq(cqc[31]),
-                lk.cfg.cq_cons.eq(word("QP_CQ_CONS")[:16]),
-            ]
-
-        # QP_EPSN writes: a pending bit per QP, so writes to several QPs in a row
-        # are all delivered however busy the window engine is; the value is read
-        # back from the QP_EPSN memory when the request is presented.
-        init_pending = Signal(self.num_qps)
-        init_valid = Signal()
-        init_load = Signal()  # the EPSN read of the QP chosen last cycle is due
-        # The write is registered before it sets the pending bit, so the address
-        # decode is not in series with the pointer logic; init_busy covers it.
-        epsn_wr = Signal()
-        epsn_qp = Signal(self.qp_bits)
-        epsn_strobe = bus.w_stb & in_qp & (reg_index == rmap["QP_EPSN"].offset % QP_STRIDE // 4)
-        m.d.sync += [epsn_wr.eq(epsn_strobe), epsn_qp.eq(qp_index)]
-        # A pointer walks the QPs, one per cycle, and stops at a pending one: no
-        # priority encoder across num_qps bits (deep logic at 256 QPs).
-        next_qp = Signal(self.qp_bits)
-        epsn_rp = mems["QP_EPSN"][1]
-        m.d.comb += [
-            epsn_rp.addr.eq(next_qp),
-            self.init.valid.eq(init_valid),
-        ]
-        set_mask = Signal(self.num_qps)
-        clr_mask = Signal(self.num_qps)
-        with m.If(epsn_wr):
-            m.d.comb += set_mask.eq(1 << epsn_qp)
-        with m.If(init_valid):
-            with m.If(self.init.ready):
-                m.d.sync += init_valid.eq(0)
-        with m.Elif(init_load):
-            m.d.sync += [init_valid.eq(1), self.init.payload.epsn.eq(epsn_rp.data[:24])]
-            m.d.sync += init_load.eq(0)
-        with m.Elif(init_pending.bit_select(next_qp, 1) & ~epsn_wr):
-            # Take this QP; its EPSN word is read this cycle.
-            m.d.comb += clr_mask.eq(1 << next_qp)
-            m.d.sync += [self.init.payload.qp.eq(next_qp), init_load.eq(1)]
-        with m.Else():
-            m.d.sync += next_qp.eq(next_qp + 1)
-        m.d.sync += init_pending.eq((init_pending & ~clr_mask) | set_mask)
-        # init_busy from a flip-flop: high the cycle after a QP_EPSN write, and
-        # low one cycle after the last pending request is delivered.
-        init_busy = Signal()
-        m.d.sync += init_busy.eq(
-            epsn_strobe | epsn_wr | init_pending.any() | init_load | init_valid)
-        m.d.comb += self.init_busy.eq(init_busy)
 
         # ---- flip-flop registers
         own_mac_lo = Signal(32)
@@ -348,32 +256,152 @@ class RxRegisters(wiring.Component):
                     m.d.sync += c.eq(c + 1)
                 plain[addr] = (c, None)
 
-        # Writes to the flip-flop registers (the MR table, own MAC and IP, ...)
-        # are decoded at w_stb into one registered strobe per register and
-        # applied the cycle after from registered data (hw.csr.RegisteredWrites):
-        # the address compare is not in front of their clock enables. A read
-        # in the cycle after the write returns the new value all the same.
+        # Every write, to a flip-flop register (the MR table, own MAC and IP,
+        # ...) or to a per-QP memory, is decoded at w_stb into one registered
+        # strobe per target and applied the cycle after from registered data
+        # and QP index (hw.csr.RegisteredWrites): no address compare (the QP
+        # range is two carry chains) is in series with a clock enable or a
+        # memory's write enable (LUT RAM WRE, or the enables of the words of
+        # a small memory built of flip-flops). A read in the cycle after the
+        # write returns the new value all the same (below).
         def key_offset(key):
             return rmap[key].offset if isinstance(key, str) else key
         writable = {key: target for key, (_, target) in plain.items() if target is not None}
-        w = RegisteredWrites(m, bus, {
-            key: (bus.addr == key_offset(key), (1 << len(target)) - 1)
-            for key, target in writable.items()})
+        targets = {key: (bus.addr == key_offset(key), (1 << len(target)) - 1)
+                   for key, target in writable.items()}
+        # The QP registers' reads come from the read-back memory, which has a
+        # bypass of its own below (None: no bypass in RegisteredWrites).
+        targets["QP_BLOCK"] = (in_qp, None)  # any word of a QP block: the read-back copy
+        targets.update({name: (in_qp & (reg_index == offset // 4), None)
+                        for name, offset, _, _ in _QP_REGS})
+        w = RegisteredWrites(m, bus, targets, fields={"qp": qp_index})
         for key, target in writable.items():
             with m.If(w.stb[key]):
                 m.d.sync += target.eq(w.data[: len(target)])
 
+        # ---- per-QP memories: one per register for the lookups, and one copy of
+        # every QP block (QP_STRIDE // 4 words per QP) for the CSR reads, so a read
+        # is one memory port, not a port per register and a mux between them.
+        readback = Memory(shape=32, depth=self.num_qps * (QP_STRIDE // 4), init=[])
+        m.submodules.qp_readback = readback
+        readback_wp = readback.write_port()
+        readback_rp = readback.read_port()
+        # QP_CQ_BASE_HI keeps the base's bits below addr_width only (the
+        # lookups' cq_base takes no more): so does its read-back copy.
+        m.d.comb += [
+            readback_wp.addr.eq(Cat(w.addr[2 : exact_log2(QP_STRIDE)], w.fields["qp"])),
+            readback_wp.data.eq(Mux(w.stb["QP_CQ_BASE_HI"], w.data[: self.addr_width - 32],
+                                    w.data)),
+            readback_wp.en.eq(w.stb["QP_BLOCK"]),
+            readback_rp.addr.eq(Cat(reg_index, qp_index)),
+        ]
+        mems = {}
+        lookups = (self.lookup_a, self.lookup_b)
+        for name, _, _, _ in _QP_REGS:
+            mem = Memory(shape=32, depth=self.num_qps, init=[])
+            m.submodules[name.lower()] = mem
+            wp = mem.write_port()
+            m.d.comb += [
+                wp.addr.eq(w.fields["qp"]),
+                wp.data.eq(w.data),
+                wp.en.eq(w.stb[name]),
+            ]
+            ports = []
+            for lk in lookups:
+                rp = mem.read_port()
+                m.d.comb += rp.addr.eq(lk.addr)
+                ports.append(rp.data)
+            mems[name] = (ports, mem.read_port() if name == "QP_EPSN" else None)
+
+        for i, lk in enumerate(lookups):
+            def word(name, i=i):
+                return mems[name][0][i]
+            ctrl, ackr, cqc = word("QP_CTRL"), word("QP_ACK"), word("QP_CQ_CTRL")
+            m.d.comb += [
+                lk.cfg.state.eq(ctrl[0:3]),
+                lk.cfg.trim_nack.eq(ctrl[3]),
+                lk.cfg.mpr.eq(ctrl[8:16]),
+                lk.cfg.ack_n.eq(ackr[0:8]),
+                lk.cfg.ack_t.eq(ackr[16:32]),
+                lk.cfg.peer_ip.eq(word("QP_PEER_IP")),
+                lk.cfg.peer_qpn.eq(word("QP_PEER_QPN")[:24]),
+                lk.cfg.cq_base.eq(Cat(word("QP_CQ_BASE_LO"), word("QP_CQ_BASE_HI"))),
+                lk.cfg.cq_log2.eq(cqc[0:5]),
+                lk.cfg.cq_enable.eq(cqc[31]),
+                lk.cfg.cq_cons.eq(word("QP_CQ_CONS")[:16]),
+            ]
+
+        # QP_EPSN writes: a pending bit per QP, so writes to several QPs in a row
+        # are all delivered however busy the window engine is; the value is read
+        # back from the QP_EPSN memory when the request is presented. The write's
+        # registered strobe sets the pending bit as the memory takes the value.
+        init_pending = Signal(self.num_qps)
+        init_valid = Signal()
+        init_load = Signal()  # the EPSN read of the QP chosen last cycle is due
+        epsn_wr = w.stb["QP_EPSN"]
+        epsn_qp = w.fields["qp"]
+        # A pointer walks the QPs, one per cycle, and stops at a pending one: no
+        # priority encoder across num_qps bits (deep logic at 256 QPs).
+        next_qp = Signal(self.qp_bits)
+        epsn_rp = mems["QP_EPSN"][1]
+        m.d.comb += [
+            epsn_rp.addr.eq(next_qp),
+            self.init.valid.eq(init_valid),
+        ]
+        set_mask = Signal(self.num_qps)
+        clr_mask = Signal(self.num_qps)
+        with m.If(epsn_wr):
+            m.d.comb += set_mask.eq(1 << epsn_qp)
+        with m.If(init_valid):
+            with m.If(self.init.ready):
+                m.d.sync += init_valid.eq(0)
+        with m.Elif(init_load):
+            m.d.sync += [init_valid.eq(1), self.init.payload.epsn.eq(epsn_rp.data[:24])]
+            m.d.sync += init_load.eq(0)
+        with m.Elif(init_pending.bit_select(next_qp, 1) & ~epsn_wr):
+            # Take this QP; its EPSN word is read this cycle.
+            m.d.comb += clr_mask.eq(1 << next_qp)
+            m.d.sync += [self.init.payload.qp.eq(next_qp), init_load.eq(1)]
+        with m.Else():
+            m.d.sync += next_qp.eq(next_qp + 1)
+        m.d.sync += init_pending.eq((init_pending & ~clr_mask) | set_mask)
+        # init_busy from a flip-flop: high the cycle after any write (the
+        # write's decode is a cycle away, registered in epsn_wr), and low one
+        # cycle after the last pending request is delivered.
+        init_busy = Signal()
+        m.d.sync += init_busy.eq(
+            bus.w_stb | epsn_wr | init_pending.any() | init_load | init_valid)
+        m.d.comb += self.init_busy.eq(init_busy)
+
         # Reads, in two registered stages (CSR_READ_LATENCY): at r_stb the
         # flip-flop registers' groups (hw.csr.grouped_read) and the QP-block
-        # memory's read; a cycle later, one of the two (the groups' with a
-        # pending write's value in place, see above). The flip-flop registers
-        # lie below QP_BASE, so a QP-block read matches none of them.
+        # memory's read; a cycle later, one of the two, with a pending write's
+        # value in place (see above). The flip-flop registers lie below
+        # QP_BASE, so a QP-block read matches none of them. A read strobed
+        # as the read-back memory takes a write to the same word would find
+        # the old word: it takes the word being written instead, registered
+        # at r_stb with the address match. Two QP-block addresses are equal
+        # when their word and the low qp_bits of their slot are (the slots of
+        # the QP blocks are fewer than 2**qp_bits apart); the written one is
+        # compared as the address of the cycle before, a copy of its own, so
+        # synthesis does not share the compare with RegisteredWrites' one
+        # (shared, the two came out 7 LUTs deep).
         flops = w.read_after_strobe(m, grouped_read(m, bus.addr, bus.r_stb, {
             key_offset(key): value for key, (value, _) in plain.items()}))
+        qp_word = bus.addr[2 : exact_log2(QP_STRIDE) + self.qp_bits]
+        prev_qp_word = Signal.like(qp_word)
+        m.d.sync += prev_qp_word.eq(qp_word)
         from_mem = Signal()  # a QP-block register: the read-back memory's word
+        mem_bypass = Signal()  # ... and the word being written in its place
+        mem_bypass_data = Signal(32)
         with m.If(bus.r_stb):
-            m.d.sync += from_mem.eq(in_qp & reduce(operator.or_, [
-                reg_index == offset // 4 for _, offset, _, _ in _QP_REGS]))
-        m.d.sync += rd_value.eq(Mux(from_mem, readback_rp.data, flops))
+            m.d.sync += [
+                from_mem.eq(in_qp & reduce(operator.or_, [
+                    reg_index == offset // 4 for _, offset, _, _ in _QP_REGS])),
+                mem_bypass.eq(w.stb["QP_BLOCK"] & (qp_word == prev_qp_word)),
+                mem_bypass_data.eq(readback_wp.data),
+            ]
+        mem_word = Mux(mem_bypass, mem_bypass_data, readback_rp.data)
+        m.d.sync += rd_value.eq(Mux(from_mem, mem_word, flops))
         m.d.comb += bus.r_data.eq(rd_value)
         return m
