@@ -47,6 +47,11 @@ def ack_frame_len(sack_bits):
 _ICRC_MASKED = (15, 22, 24, 25, 40, 41, 46)
 
 
+def _addr_sum(addr):
+    """The sum of the two 16-bit words of a 32-bit IPv4 address in a header."""
+    return addr[16:] + addr[:16]
+
+
 def _ipv4_sum(header):
     """RFC 1071 sum (< 2^20) of the ten 16-bit words of a 20-byte header (lane
     order); the checksum is its ones-complement fold, inverted."""
@@ -80,7 +85,7 @@ class RxAckBuilder(wiring.Component):
     full one (the bytes the ICRC covers are preceded by zero bytes up to a
     whole number of beats, and the CRC starts from the register those zero
     bytes take to the ICRC's initial value), and the IPv4 checksum, which the ICRC
-    does not cover, is summed and folded in two registered steps while the
+    does not cover, is summed and folded in three registered steps while the
     ICRC runs and put into the frame with the ICRC. The state machine is one
     flip-flop per state; the job register loads under the IDLE flip-flop and
     the CRC source beat in every cycle, neither under a handshake.
@@ -121,11 +126,11 @@ class RxAckBuilder(wiring.Component):
                 {k: Const(v, widths[k]) if isinstance(v, int) else v for k, v in fields.items()}
             )
 
-        def ip_header(total_len, checksum):
+        def ip_header(total_len, checksum, src=self.own_ip, dst=job.dst_ip):
             return pack(
                 IPV4, version=4, ihl=5, ecn=ECN_ECT0, total_len=total_len - 14,
                 flags=IP_FLAGS_DF, ttl=IP_TTL, proto=IP_PROTO_UDP, checksum=checksum,
-                src=self.own_ip, dst=job.dst_ip,
+                src=src, dst=dst,
             )
 
         def l3(total_len, opcode, psn, checksum):
@@ -137,13 +142,29 @@ class RxAckBuilder(wiring.Component):
             )
 
         # The IPv4 checksum is not covered by the ICRC (masked): the frame image
-        # is loaded with 0 there, and the checksum, computed in two registered
-        # steps from the job while the ICRC runs, is put in with the ICRC.
-        # RFC 1071 sum of the ten 16-bit words (< 2^20), then folded.
+        # is loaded with 0 there, and the checksum, computed in three
+        # registered steps from the job while the ICRC runs, is put in with
+        # the ICRC. RFC 1071 sum of the ten 16-bit words (< 2^20), then
+        # folded. The sum is that of three parts, each a two-word sum
+        # registered first or constant: the destination address's words (from
+        # the job register, whose bits also feed the whole frame image and so
+        # lie far from the adder: nothing else is in front of it), the source
+        # address's, and the other words' (with the addresses 0: a constant
+        # per frame type, chosen by a copy of job.probe registered beside the
+        # adder, not by job.probe, which selects every bit of the image).
+        ip_dst_sum = Signal(17)
+        ip_src_sum = Signal(17)
+        ip_probe = Signal()
+        m.d.sync += [
+            ip_dst_sum.eq(_addr_sum(job.dst_ip)),
+            ip_src_sum.eq(_addr_sum(self.own_ip)),
+            ip_probe.eq(job.probe),
+        ]
         ip_sum = Signal(20)
         ip_csum = Signal(16)
-        hdr_words = Mux(job.probe, ip_header(PROBE_FRAME_LEN, 0), ip_header(self.ack_len, 0))
-        m.d.sync += ip_sum.eq(_ipv4_sum(hdr_words))
+        fixed_sum = Mux(ip_probe, _ipv4_sum(ip_header(PROBE_FRAME_LEN, 0, src=0, dst=0)),
+                        _ipv4_sum(ip_header(self.ack_len, 0, src=0, dst=0)))
+        m.d.sync += ip_sum.eq(ip_dst_sum + ip_src_sum + fixed_sum)
         fold = (ip_sum[:16] + ip_sum[16:])[:17]
         m.d.sync += ip_csum.eq(~(fold[:16] + fold[16])[:16])
         ack_img = Cat(

@@ -158,6 +158,10 @@ class RxDmaWriter(wiring.Component):
         drain = Signal()  # consuming input only
         beat_addr = Signal(self.addr_width)  # address of the W beat being emitted (aligned)
         out_left = Signal(range(65536 // bpb + 3))  # W beats still to emit
+        # The W beat's last-lane mask and WLAST from flip-flops kept with
+        # out_left and beat_addr: out_left == 1, and the beat ends a boundary.
+        out_last = Signal()
+        bnd_last = Signal()
         in_left = Signal(range(65536 // bpb + 3))  # input beats still expected
         in_ended = Signal()
         starved = Signal()  # in_ended & (in_left != 0), as a register
@@ -221,6 +225,8 @@ class RxDmaWriter(wiring.Component):
         c_shift = c.addr[:lb]
         c_in_beats = (c.len + (bpb - 1)) >> lb
         c_out_beats = (c.len + c_shift + (bpb - 1)) >> lb
+        # c_out_beats == 1 without the full-width adder in front of out_last
+        c_one_beat = (c.len != 0) & (c.len[lb + 1 :] == 0) & (c.len[: lb + 1] + c_shift <= bpb)
         c_end_full = Signal(lbnd + 17)
         m.d.comb += c_end_full.eq(c.addr[:lbnd] + c.len - 1)
         c_end = c_end_full[:lbnd]
@@ -236,6 +242,8 @@ class RxDmaWriter(wiring.Component):
                 bursts.eq(0),
                 beat_addr.eq(Cat(Const(0, lb), c.addr[lb:])),
                 out_left.eq(c_out_beats),
+                out_last.eq(c_one_beat),
+                bnd_last.eq(c.addr[lb:lbnd] == (bnd // bpb) - 1),
                 in_left.eq(Mux(c.inline, (CQE_BYTES + bpb - 1) // bpb, c_in_beats)),
                 in_ended.eq(0),
                 starved.eq(0),
@@ -323,17 +331,19 @@ class RxDmaWriter(wiring.Component):
         lanes = Signal(bpb)
         m.d.comb += lanes.eq(Const((1 << bpb) - 1, bpb))
         lo_mask = Mux(first_beat, lanes << shift, lanes)
-        hi_mask = Mux(out_left == 1, lanes >> (~end_lane)[:lb], lanes)
+        hi_mask = Mux(out_last, lanes >> (~end_lane)[:lb], lanes)
         # Beats whose input never came (stream ended early) write nothing.
         m.d.comb += strb.eq(Mux(starved, 0, (lo_mask & hi_mask)[:bpb]))
-        sel = Signal(range(dw + 1))
-        m.d.comb += sel.eq(dw - 8 * shift)
+        # Output lane j is window lane j + bpb - shift: a bpb:1 mux per bit
+        # on the shift register, not a shifter on an offset computed from it.
+        realigned = Cat(
+            Cat(window[dw + 8 * (j - k) : dw + 8 * (j - k + 1)] for k in range(bpb))
+            .word_select(shift, 8)
+            for j in range(bpb))
         m.d.comb += [
-            axi.wdata.eq(window.bit_select(sel, dw)),
+            axi.wdata.eq(realigned),
             axi.wstrb.eq(strb),
-            axi.wlast.eq(
-                (out_left == 1) | ((beat_addr + bpb)[: exact_log2(bnd)] == 0)
-            ),
+            axi.wlast.eq(out_last | bnd_last),
             axi.wvalid.eq(w_busy & (~in_stream | self.data.valid)),
         ]
         with m.If(w_busy & axi.wready & (~in_stream | self.data.valid)):
@@ -341,6 +351,8 @@ class RxDmaWriter(wiring.Component):
             m.d.sync += [
                 beat_addr.eq(beat_addr + bpb),
                 out_left.eq(out_left - 1),
+                out_last.eq(out_left == 2),
+                bnd_last.eq(beat_addr[lb:lbnd] == (bnd // bpb) - 2),
                 first_beat.eq(0),
                 prev.eq(cur),
             ]
@@ -351,7 +363,7 @@ class RxDmaWriter(wiring.Component):
                     m.d.sync += [in_ended.eq(1), starved.eq(in_left != 1)]
                 with m.If(in_last | (in_left == 1)):
                     m.d.sync += [in_stream.eq(0), in_inline.eq(0)]
-            with m.If(out_left == 1):
+            with m.If(out_last):
                 m.d.sync += w_busy.eq(0)
                 # Input longer than the command says: drain the rest.
                 with m.If(~cmd.inline & ~in_ended & ~(need_in & in_last)):

@@ -456,6 +456,12 @@ class RxPsnWindow(wiring.Component):
         rq_before = Signal(P)  # rq.psn is before entry k's PSN
         for k, e in enumerate(pend):
             m.d.sync += rq_before[k].eq((rq.psn - e.psn)[ob - 1])
+        # The positions at or below rq.psn in its word, for the pend_le of the
+        # entry WRITEBACK fills (below), registered like rq_before from rq,
+        # which holds from IDLE to WRITEBACK: the decode of the PSN is not in
+        # front of every entry's pend_le, nor rq's fan-out.
+        rq_le = Signal(W)
+        m.d.sync += rq_le.eq(Const(ones, W) >> ~rq.psn[:lw])
         lt = {}
         for a in range(P):
             for b in range(a):
@@ -945,7 +951,7 @@ class RxPsnWindow(wiring.Component):
                     e.psn.eq(rq.psn),
                     e.in_flight.eq(1),
                     e.tag.eq(chk_slot),
-                    pend_le[i].eq(Const(ones, W) >> ~rq.psn[:lw]),
+                    pend_le[i].eq(rq_le),
                 ]
                 for b in range(i):
                     m.d.sync += lt[i, b].eq(rq_before[b])
