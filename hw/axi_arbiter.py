@@ -13,8 +13,9 @@ Interface
               beats of different masters may interleave.
 
 Write path: AW is granted round-robin among the masters with ``awvalid``; the
-grant's index enters a FIFO (``w_fifo_depth`` entries), and W beats are taken
-from the master at the head of that FIFO until ``wlast``, since AXI4 W beats
+grant's index enters a FIFO (``w_fifo_depth`` entries, kept twice: each
+copy's head selects half of the W beat's bits), and W beats are taken from
+the master at the head of that FIFO until ``wlast``, since AXI4 W beats
 carry no ID and must follow AW order. Read path: AR is granted round-robin.
 
 The AW and AR grants are registers (``RoundRobin``): the request of the
@@ -131,6 +132,13 @@ class AXI4Arbiter(wiring.Component):
         # path back into the masters start at flip-flops, not at a LUT-RAM
         # read and an index compare.
         m.submodules.w_order = w_order = SyncFIFOBuffered(width=n, depth=self.w_fifo_depth)
+        # A second copy of the order, kept inverted: its head selects the upper
+        # half of the W beat's fields, so each head flip-flop drives half of
+        # the W select's LUTs (a W beat is 64 + 8 + 1 bits wide on the board,
+        # spread towards three masters). Stored differently, the two are not
+        # merged by synthesis.
+        m.submodules.w_order_inv = w_order_inv = SyncFIFOBuffered(width=n,
+                                                                   depth=self.w_fifo_depth)
         m.d.comb += aw_rr.requests.eq(Cat(s.awvalid for s in slaves))
         _select(m, aw_rr.onehot, slaves, mst, _AW + ("awid",), self.index_bits)
         m.d.comb += mst.awvalid.eq(aw_rr.valid & w_order.w_rdy)
@@ -141,6 +149,8 @@ class AXI4Arbiter(wiring.Component):
             aw_rr.advance.eq(aw_fire),
             w_order.w_en.eq(aw_fire),
             w_order.w_data.eq(aw_rr.onehot),
+            w_order_inv.w_en.eq(aw_fire),
+            w_order_inv.w_data.eq(~aw_rr.onehot),
         ]
 
         # ---- W: from the master at the head of the AW order --------------------
@@ -150,13 +160,17 @@ class AXI4Arbiter(wiring.Component):
         # wait on r_rdy.
         w_head = Signal(n)
         m.d.comb += w_head.eq(w_order.r_data & Cat(*[w_order.r_rdy] * n))
-        for f in _W:
-            m.d.comb += getattr(mst, f).eq(
-                one_hot_select(w_order.r_data, [getattr(s, f) for s in slaves]))
+        w_fields = Cat(getattr(mst, f) for f in _W)
+        half = len(w_fields) // 2
+        for select, part in ((w_order.r_data, slice(0, half)),
+                             (~w_order_inv.r_data, slice(half, None))):
+            m.d.comb += w_fields[part].eq(one_hot_select(
+                select, [Cat(getattr(s, f) for f in _W)[part] for s in slaves]))
         m.d.comb += mst.wvalid.eq(one_hot_select(w_head, [s.wvalid for s in slaves]))
         for i, s in enumerate(slaves):
             m.d.comb += s.wready.eq(w_head[i] & mst.wready)
-        m.d.comb += w_order.r_en.eq(mst.wvalid & mst.wready & mst.wlast)
+        m.d.comb += [w_order.r_en.eq(mst.wvalid & mst.wready & mst.wlast),
+                     w_order_inv.r_en.eq(w_order.r_en)]
 
         # ---- B: routed by the ID's index bits -------------------------------------
         b_index = mst.bid[self.id_width :]
