@@ -26,8 +26,9 @@ One request at a time: bytes that arrive while an access or a response is
 in progress are ignored.
 
 Latency: the response's first start bit leaves 2 cycles after the AXI
-response (B or R handshake) of the access, which starts 3 cycles after the
-request's checksum byte's stop bit is sampled (the checksum test and the
+response (B or R handshake) of the access, which starts 4 cycles after the
+request's checksum byte's stop bit is sampled (each received byte is
+registered once more, with its command decode, and the checksum test and the
 response's checksum byte each take a registered step). Throughput: one access
 per request/response pair, 16 (read) or 20 (write) bytes on the line.
 """
@@ -230,7 +231,15 @@ class UARTToAXI4Lite(wiring.Component):
         response = Signal(RESPONSE_BYTES * 8)  # first byte at the top
         resp_left = Signal(range(RESPONSE_BYTES + 1))
 
+        # The receiver's byte and framing error a cycle later, with the byte's
+        # command decode registered beside them: the FSM's transitions are then
+        # LUTs of flip-flops without a byte compare in front. The receiver's
+        # payload register holds the byte until the next one (10 bit times).
         byte = urx.o.payload
+        byte_valid, framing_error = Signal(), Signal()
+        cmd_read, cmd_write = Signal(), Signal()
+        m.d.sync += [byte_valid.eq(urx.o.valid), framing_error.eq(urx.framing_error),
+                     cmd_read.eq(byte == CMD_READ), cmd_write.eq(byte == CMD_WRITE)]
         # Received bytes shift in at the bottom; a read leaves its 4 address
         # bytes in [39:8], a write its address in [71:40] and data in [39:8].
         addr = Mux(is_write, request[40:72], request[8:40])
@@ -259,22 +268,22 @@ class UARTToAXI4Lite(wiring.Component):
         with m.FSM():
             with m.State("IDLE"):
                 m.d.sync += rdata.eq(0)
-                with m.If(urx.framing_error):
+                with m.If(framing_error):
                     m.d.sync += status.eq(STATUS_FRAMING)
                     m.next = "DISCARD"
-                with m.Elif(urx.o.valid):
-                    m.d.sync += [is_write.eq(byte == CMD_WRITE),
-                                 left.eq(Mux(byte == CMD_WRITE, 9, 5)), csum_due.eq(-byte)]
-                    with m.If((byte == CMD_READ) | (byte == CMD_WRITE)):
+                with m.Elif(byte_valid):
+                    m.d.sync += [is_write.eq(cmd_write), left.eq(Mux(cmd_write, 9, 5)),
+                                 csum_due.eq(-byte)]
+                    with m.If(cmd_read | cmd_write):
                         m.next = "RECEIVE"
                     with m.Else():
                         m.d.sync += status.eq(STATUS_BAD_COMMAND)
                         m.next = "DISCARD"
             with m.State("RECEIVE"):
-                with m.If(urx.framing_error):
+                with m.If(framing_error):
                     m.d.sync += status.eq(STATUS_FRAMING)
                     m.next = "DISCARD"
-                with m.Elif(urx.o.valid):
+                with m.Elif(byte_valid):
                     m.d.sync += [
                         request.eq(Cat(byte, request[:-8])),
                         left.eq(left - 1),
