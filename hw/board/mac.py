@@ -903,9 +903,19 @@ class RGMIIMAC(wiring.Component):
             tx_word.keep.eq(tx_buf.r.payload.keep),
             tx_word.last.eq(tx_buf.r.payload.last),
             tx_cdc.w_data.eq(tx_word),
-            tx_cdc.w_en.eq(tx_buf.r.valid),
-            tx_buf.r.ready.eq(tx_cdc.w_rdy),
         ]
+        # The buffer's read side takes a flip-flop as its ready, so that its
+        # block RAM's clock enable does not wait on the clock-crossing FIFO's
+        # full compare: ``cdc_room`` says that a write in this cycle fits,
+        # worked out a cycle ahead from the FIFO's w_level, which lags its
+        # write pointer by a cycle, plus the writes of this cycle and the one
+        # before (reads on the other side only make room).
+        cdc_room = Signal(init=1)
+        cdc_wrote = Signal()
+        tx_write = tx_buf.r.valid & cdc_room
+        m.d.comb += [tx_cdc.w_en.eq(tx_write), tx_buf.r.ready.eq(cdc_room)]
+        m.d.sync += [cdc_wrote.eq(tx_write),
+                     cdc_room.eq(tx_cdc.w_level + cdc_wrote + tx_write < self.cdc_depth)]
 
         # TX on eth_tx
         tx_mii = Signal()
