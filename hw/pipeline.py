@@ -53,6 +53,10 @@
     their write logic) or 20 block RAMs, and the board has block RAMs to
     spare and LUTs to none. The read data then comes from the block RAM's
     output (3-4 ns clock-to-out on the ECP5): keep the logic behind it short.
+    One more input, ``r_free`` (0 if unused): set, it promises that the
+    reader takes ``r_data`` in the next cycle whatever ``r_en`` is then (a
+    register of its own behind ``r_data`` that will be empty), so the block
+    RAM's read enable is one LUT of two flip-flops of the FIFO and ``r_en``.
 
 ``unchecked_read_port(m, memory)``
     A synchronous read port (``addr``, ``en``, ``data``: Amaranth's
@@ -206,7 +210,9 @@ class BlockRamFIFO(wiring.Component):
     """See the module docstring: ``SyncFIFOBuffered``'s ports (``w_data``,
     ``w_en``, ``w_rdy``, ``w_level``, ``r_data``, ``r_en``, ``r_rdy``,
     ``r_level``, ``level``) and behaviour, ``depth`` >= 2 entries (one is the
-    output register). The storage (``depth`` - 1 entries) is read through
+    output register), and ``r_free``: ``r_data`` is taken in a cycle with
+    ``r_en`` or ``r_free`` set in the cycle before. The storage (``depth`` -
+    1 entries) is read through
     ``unchecked_read_port``, whose register is the output register: the
     memory carries ``ram_style`` and ``no_rw_check`` (a read never hits the
     entry being written: the FIFO reads only entries written in an earlier
@@ -224,7 +230,7 @@ class BlockRamFIFO(wiring.Component):
         super().__init__({
             "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
             "w_level": Out(range(depth + 1)),
-            "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1),
+            "r_data": Out(width), "r_en": In(1), "r_rdy": Out(1), "r_free": In(1),
             "r_level": Out(range(depth + 1)),
             "level": Out(range(depth + 1)),
         })
@@ -246,7 +252,16 @@ class BlockRamFIFO(wiring.Component):
             self.r_level.eq(self.level),
         ]
         do_write = self.w_rdy & self.w_en
-        do_inner_read = inner_r_rdy & (~self.r_rdy | self.r_en)
+        # The storage is read when it has an entry and the output register is
+        # empty or taken: ``r_en``, or ``r_free`` of the cycle before
+        # (``free_q``). ``out_free`` (the output register empty or promised
+        # free) is registered from the next values, so the block RAM's read
+        # enable is one LUT of two flip-flops and ``r_en``, whatever drives
+        # ``r_free``.
+        free_q = Signal()
+        out_free = Signal(init=1)
+        take = self.r_en | free_q
+        do_inner_read = inner_r_rdy & (out_free | self.r_en)
 
         m.submodules.storage = storage = Memory(
             shape=self.width, depth=inner_depth, init=[],
@@ -266,10 +281,14 @@ class BlockRamFIFO(wiring.Component):
         ]
         with m.If(do_write):
             m.d.sync += produce.eq(incr(produce))
+        r_rdy_next = do_inner_read | (self.r_rdy & ~take)
+        m.d.sync += [
+            self.r_rdy.eq(r_rdy_next),
+            free_q.eq(self.r_free),
+            out_free.eq(~r_rdy_next | self.r_free),
+        ]
         with m.If(do_inner_read):
-            m.d.sync += [consume.eq(incr(consume)), self.r_rdy.eq(1)]
-        with m.Elif(self.r_en):
-            m.d.sync += self.r_rdy.eq(0)
+            m.d.sync += consume.eq(incr(consume))
         with m.If(do_write & ~do_inner_read):
             m.d.sync += [inner_level.eq(inner_level + 1), inner_r_rdy.eq(1),
                          inner_w_rdy.eq(inner_level != inner_depth - 1)]

@@ -1,12 +1,13 @@
 """AXI4 reads for the TX path: the shared read channel, payload bursts and
 the realignment of unaligned host bytes."""
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, fifo, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..axi import AXI_BURST_INCR, AXI4Signature
 from ..stream import Beat
+from .icrc import select_tree
 from .layouts import PayloadDesc
 
 __all__ = ["ReadRequest", "ReadData", "ReadArbiter", "PayloadReader", "Realigner", "SegmentInfo"]
@@ -258,12 +259,15 @@ class Realigner(wiring.Component):
 
         cur = self.i.payload.data
         pair = Cat(prev, cur)
-        window = Cat(*[Array(pair.word_select(k + 1 + j, 8) for k in range(nbytes))[sel]
+        # each output byte a tree of 2:1 muxes on sel's bits (no decode of
+        # sel fanning out to every bit), masked by ``keep``, a register of
+        # its own (every beat but the last is full; it changes with
+        # ``out_last``), so each lane's mask is one flip-flop
+        window = Cat(*[select_tree(sel, [pair.word_select(k + 1 + j, 8) for k in range(nbytes)])
                        for j in range(nbytes)])
         keep = Signal(nbytes)
         keep_bits = Cat(*[keep[i].replicate(8) for i in range(nbytes)])
         m.d.comb += [
-            keep.eq(Mux(out_last, last_keep, -1)),  # every beat but the last is full
             self.o.payload.data.eq(window & keep_bits),
             self.o.payload.keep.eq(keep),
             self.o.payload.last.eq(out_last),
@@ -277,13 +281,15 @@ class Realigner(wiring.Component):
                     first_lane = info.lane[:lg]
                     # the last beat has ((length - 1) mod nbytes) + 1 bytes
                     last_lane = (info.length[:lg] - 1)[:lg]
+                    last_keep_in = Cat(1, *[last_lane >= i for i in range(1, nbytes)])
                     m.d.sync += [
                         sel.eq(first_lane - 1),
                         aligned.eq(first_lane == 0),
                         in_left.eq((first_lane + info.length - 1) >> lg),
                         out_left.eq((info.length - 1) >> lg),
                         out_last.eq(((info.length - 1) >> lg) == 0),
-                        last_keep.eq(Cat(1, *[last_lane >= i for i in range(1, nbytes)])),
+                        keep.eq(Mux(((info.length - 1) >> lg) == 0, last_keep_in, -1)),
+                        last_keep.eq(last_keep_in),
                         have_prev.eq(0),
                     ]
                     m.next = "STREAM"
@@ -292,7 +298,8 @@ class Realigner(wiring.Component):
                     m.d.comb += [self.o.valid.eq(self.i.valid), self.i.ready.eq(self.o.ready)]
                     with m.If(self.i.valid & self.o.ready):
                         m.d.sync += [in_left.eq(in_left - 1), out_left.eq(out_left - 1),
-                                     out_last.eq(out_left == 1)]
+                                     out_last.eq(out_left == 1),
+                                     keep.eq(Mux(out_left == 1, last_keep, -1))]
                         with m.If(out_last):
                             m.next = "IDLE"
                 with m.Elif(~have_prev):
@@ -309,6 +316,7 @@ class Realigner(wiring.Component):
                             in_left.eq(in_left - 1),
                             out_left.eq(out_left - 1),
                             out_last.eq(out_left == 1),
+                            keep.eq(Mux(out_left == 1, last_keep, -1)),
                         ]
                         with m.If(out_last):
                             m.next = "IDLE"

@@ -51,13 +51,16 @@ class StreamFifo(wiring.Component):
         forward_register(m, f.r_rdy, load, f.r_data, self.o.valid, self.o.ready,
                          self.o.payload.as_value(), "out")
         # The FIFO's read enable (the block RAMs' output-register clock enable)
-        # is one LUT of flip-flops and ``o.ready``, apart from ``load``: built
-        # from ``o.valid`` it shares ``load``'s LUT and routes through its
-        # net of a few hundred sinks. ``out_full`` is a copy of ``o.valid``
-        # (kept, not merged), its next value written without an enable.
+        # is one LUT of two of its flip-flops and ``o.ready``: the output
+        # register takes ``r_data`` on ``o.ready`` or when empty, and the
+        # empty case reaches the FIFO as ``r_free``, the next value of
+        # ``~out_full`` (registered there), not as a term of ``r_en``.
+        # ``out_full`` is a copy of ``o.valid`` (kept, not merged), apart
+        # from ``load``, whose LUT drives a net of a few hundred sinks.
         out_full = Signal(attrs={"keep": 1})
-        m.d.sync += out_full.eq(f.r_rdy | (out_full & ~self.o.ready))
-        m.d.comb += f.r_en.eq(~out_full | self.o.ready)
+        out_full_next = f.r_rdy | (out_full & ~self.o.ready)
+        m.d.sync += out_full.eq(out_full_next)
+        m.d.comb += [f.r_en.eq(self.o.ready), f.r_free.eq(~out_full_next)]
         return m
 
 

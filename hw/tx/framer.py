@@ -1,11 +1,11 @@
 """Header and payload joined into one frame."""
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..stream import Beat
-from .icrc import count_keep
+from .icrc import count_keep, select_tree
 from .layouts import MAX_HEADER_BYTES, FrameHeader
 
 __all__ = ["Framer"]
@@ -31,7 +31,10 @@ class Framer(wiring.Component):
     is one flip-flop rather than a LUT of ``o.ready``. The last payload
     beat's end test and keep come from lane masks registered at the end of
     the header, so no payload-dependent path reaches ``hdr.ready``, and a
-    TAIL beat's keep is a registered lane mask. Latency 1 cycle from a
+    TAIL beat's keep is a registered lane mask. The state machine is one-hot
+    (a flip-flop per state, none for IDLE) and the beat out an AND-OR of the
+    states' words: the state that says whether the payload FIFO is read, and
+    which word leaves, is a flip-flop, not a decode. Latency 1 cycle from a
     valid header to the first beat. Throughput 1 beat/cycle, with no idle
     cycle between frames when the next header is ready.
     """
@@ -62,12 +65,16 @@ class Framer(wiring.Component):
         hdr_full = Signal()
         hdr_full_next = Signal()
         m.d.comb += [self.hdr.ready.eq(~hdr_full), hdr_full_next.eq(hdr_full)]
+        # the header's length is kept only as ``no_pay`` (an empty payload,
+        # the choice of the state after the header): a flag registered with
+        # the header rather than a compare of the length at its end
+        no_pay = Signal()
         with m.If(~hdr_full):
             m.d.comb += hdr_full_next.eq(self.hdr.valid)
             m.d.sync += [
                 hdr.imm.eq(self.hdr.payload.imm),
-                hdr.length.eq(self.hdr.payload.length),
                 hdr.pad.eq(self.hdr.payload.pad),
+                no_pay.eq(self.hdr.payload.length == 0),
             ]
         # The header bytes shift down one beat as each header beat leaves, so
         # the beat out is the low word or the next (no select by beat number).
@@ -96,7 +103,10 @@ class Framer(wiring.Component):
         beat = Signal(range(max(beats_long, 2)))
         acc = Signal(w)
         tail_keep = Signal(nbytes)  # the keep of a TAIL beat
-        residue = Signal(range(nbytes))  # header bytes in the last header beat
+        # the header's residue (bytes in its last beat) is r_short: the
+        # header without ImmDt, registered at the header's end as a flag
+        # rather than a residue count compared in every payload beat's shift
+        short = Signal()
         # the current frame's residue + pad, as registered lane masks for the
         # last payload beat: it ends the frame when no keep lane is at or
         # above nbytes - (residue + pad); its keep then is keep << (residue +
@@ -108,9 +118,9 @@ class Framer(wiring.Component):
         keep_bits = Cat(*[pay.keep[i].replicate(8) for i in range(nbytes)])
         pay_data = pay.data & keep_bits
         # the payload beat shifted up by the header residue: two choices
-        shifted = Mux(residue == r_short, pay_data << (8 * r_short), pay_data << (8 * r_long))
+        shifted = Mux(short, pay_data << (8 * r_short), pay_data << (8 * r_long))
         spill = Mux(
-            residue == r_short,
+            short,
             pay_data >> (8 * (nbytes - r_short)),
             pay_data >> (8 * (nbytes - r_long)),
         )
@@ -125,7 +135,8 @@ class Framer(wiring.Component):
         keep_ext = Cat(Const((1 << nbytes) - 1, nbytes), pay.keep)
         out_keep = Cat(
             *[
-                (rp >= nbytes) | Array([keep_ext[nbytes + j - v] for v in range(nbytes)])[rp[:lg]]
+                (rp >= nbytes)
+                | select_tree(rp[:lg], [keep_ext[nbytes + j - v] for v in range(nbytes)])
                 for j in range(nbytes)
             ]
         )
@@ -142,88 +153,89 @@ class Framer(wiring.Component):
             *[
                 Mux(
                     rp >= nbytes,
-                    Array([keep_ext[nbytes + j - v] for v in range(nbytes)])[rp[:lg]],
-                    Array([keep_low[nbytes + j - v] for v in range(nbytes)])[rp[:lg]],
+                    select_tree(rp[:lg], [keep_ext[nbytes + j - v] for v in range(nbytes)]),
+                    select_tree(rp[:lg], [keep_low[nbytes + j - v] for v in range(nbytes)]),
                 )
                 for j in range(nbytes)
             ]
         )
 
-        def frame_done():
-            # the next header, if loaded or arriving now, starts at once
-            m.d.sync += beat.eq(0)
-            with m.If(hdr_full | self.hdr.valid):
-                m.next = "HEADER"
-            with m.Else():
-                m.next = "IDLE"
+        # The state machine, one-hot by hand: a flip-flop per state but IDLE,
+        # each one's next value a sum of products of the transitions into and
+        # out of it (no priority chain of the states' blocks in front of it).
+        # IDLE is none of them set: it is read in HEADER's next value alone,
+        # and a flip-flop of its own would take the end-of-frame test too.
+        header = Signal()
+        payload = Signal()
+        tail = Signal()
+        idle = ~(header | payload | tail)
+        next_hdr = hdr_full | self.hdr.valid  # a header loaded or arriving now
+        last_head = beat == head_beats - 1
+        hdr_end = header & self.o.ready & last_head  # the header's last beat leaves
+        pay_end = payload & self.payload.valid & self.o.ready & pay.last
+        # the frame's last beat leaves: the next header, if any, starts at once
+        done = (pay_end & fits) | (tail & self.o.ready)
+        m.d.sync += [
+            header.eq((header & ~hdr_end) | ((idle | done) & next_hdr)),
+            payload.eq((payload & ~pay_end) | (hdr_end & ~no_pay)),
+            tail.eq((tail & ~self.o.ready) | (hdr_end & no_pay) | (pay_end & ~fits)),
+        ]
 
-        with m.FSM():
-            with m.State("IDLE"):
-                m.d.sync += beat.eq(0)
-                with m.If(hdr_full | self.hdr.valid):
-                    m.next = "HEADER"
-            with m.State("HEADER"):
-                # ``tail_keep`` is read only in TAIL: it takes the header's
-                # residue (a frame without payload; pad is 0 then) in every
-                # HEADER cycle and follows ``spill_keep`` in every PAYLOAD
-                # cycle, so its enable is the state alone
-                m.d.sync += tail_keep.eq(
-                    Mux(hdr.imm, count_keep(r_long, nbytes), count_keep(r_short, nbytes))
-                )
-                m.d.comb += [
-                    self.o.valid.eq(1),
-                    self.o.payload.data.eq(head_bytes[:w]),
-                    self.o.payload.keep.eq(count_keep(nbytes, nbytes)),
-                ]
-                with m.If(self.o.ready):
-                    m.d.sync += beat.eq(beat + 1)
-                    # after the last beat the bytes are not read again (the
-                    # next header replaces them), so they need no shift
-                    m.d.comb += skew_next.eq(beat != head_beats - 1)
-                    with m.If(beat == head_beats - 1):
-                        # the tail is the next word now
-                        short_tail = head_bytes[w : w + 8 * r_short]
-                        long_tail = head_bytes[w : w + 8 * r_long]
-                        res = Mux(hdr.imm, r_long, r_short)
-                        m.d.sync += [
-                            acc.eq(Mux(hdr.imm, long_tail, short_tail)),
-                            residue.eq(res),
-                            rp.eq(res + hdr.pad),
-                            fit_mask.eq(
-                                Cat(*[res + hdr.pad + i >= nbytes for i in range(nbytes)])
-                            ),
-                        ]
-                        m.d.comb += hdr_full_next.eq(0)
-                        with m.If(hdr.length == 0):
-                            m.next = "TAIL"
-                        with m.Else():
-                            m.next = "PAYLOAD"
-            with m.State("PAYLOAD"):
-                m.d.comb += [
-                    self.o.valid.eq(self.payload.valid),
-                    self.o.payload.data.eq(acc | shifted[:w]),
-                    self.o.payload.keep.eq(out_keep),
-                    self.payload.ready.eq(self.o.ready),
-                ]
-                m.d.sync += tail_keep.eq(spill_keep)
-                # ``acc`` is not read again after a last beat that fits (the
-                # next header's end sets it), so it takes the spill whether
-                # it fits or not: no fit test in its enable
-                with m.If(self.payload.valid & self.o.ready):
-                    m.d.sync += acc.eq(spill)
-                with m.If(pay.last & fits):
-                    m.d.comb += self.o.payload.last.eq(1)
-                    with m.If(self.payload.valid & self.o.ready):
-                        frame_done()
-                with m.Elif(pay.last & self.payload.valid & self.o.ready):
-                    m.next = "TAIL"
-            with m.State("TAIL"):
-                m.d.comb += [
-                    self.o.valid.eq(1),
-                    self.o.payload.data.eq(acc),
-                    self.o.payload.keep.eq(tail_keep),
-                    self.o.payload.last.eq(1),
-                ]
-                with m.If(self.o.ready):
-                    frame_done()
+        # The beat out, an AND-OR of the states' words (one state flip-flop
+        # is set): HEADER sends the header bytes, PAYLOAD ``acc`` and the
+        # shifted payload beat, TAIL ``acc``. The payload FIFO is read in
+        # PAYLOAD alone: its ``ready`` is an AND of two flip-flops (the state
+        # and the ICRC inserter's ``i.ready``), in front of the FIFO's
+        # block-RAM read enable.
+        acc_out = payload | tail
+        m.d.comb += [
+            self.o.valid.eq(header | tail | (payload & self.payload.valid)),
+            self.o.payload.data.eq(
+                (head_bytes[:w] & header.replicate(w))
+                | (acc & acc_out.replicate(w))
+                | (shifted[:w] & payload.replicate(w))
+            ),
+            self.o.payload.keep.eq(
+                header.replicate(nbytes)
+                | (out_keep & payload.replicate(nbytes))
+                | (tail_keep & tail.replicate(nbytes))
+            ),
+            self.o.payload.last.eq(tail | (payload & pay.last & fits)),
+            self.payload.ready.eq(payload & self.o.ready),
+        ]
+
+        # ``beat`` counts the header beats out; it restarts at the last one
+        # (it is read in HEADER alone), so no end-of-frame test reaches it
+        with m.If(header & self.o.ready):
+            m.d.sync += beat.eq(Mux(last_head, 0, beat + 1))
+            # after the last beat the bytes are not read again (the next
+            # header replaces them), so they need no shift
+            m.d.comb += skew_next.eq(~last_head)
+        # ``tail_keep`` is read only in TAIL: it takes the header's residue (a
+        # frame without payload; pad is 0 then) in every HEADER cycle and
+        # follows ``spill_keep`` in every PAYLOAD cycle, so its enable is the
+        # state alone
+        with m.If(header):
+            m.d.sync += tail_keep.eq(
+                Mux(hdr.imm, count_keep(r_long, nbytes), count_keep(r_short, nbytes))
+            )
+        with m.If(payload):
+            m.d.sync += tail_keep.eq(spill_keep)
+        with m.If(hdr_end):
+            res = Mux(hdr.imm, r_long, r_short)
+            m.d.sync += [
+                short.eq(~hdr.imm),
+                rp.eq(res + hdr.pad),
+                fit_mask.eq(Cat(*[res + hdr.pad + i >= nbytes for i in range(nbytes)])),
+            ]
+            m.d.comb += hdr_full_next.eq(0)
+        # ``acc`` takes the header's tail (the next word) at the header's last
+        # beat and the spill at each payload beat, a choice by the state
+        # flip-flop. It is not read again after a last beat that fits (the
+        # next header's end sets it), so it takes the spill whether it fits
+        # or not: no fit test in its enable.
+        short_tail = head_bytes[w : w + 8 * r_short]
+        long_tail = head_bytes[w : w + 8 * r_long]
+        with m.If(hdr_end | (payload & self.payload.valid & self.o.ready)):
+            m.d.sync += acc.eq(Mux(header, Mux(hdr.imm, long_tail, short_tail), spill))
         return m

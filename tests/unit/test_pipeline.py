@@ -258,6 +258,38 @@ def test_block_ram_fifo_matches_sync_fifo_buffered(depth):
     _run(m, bench)
 
 
+@pytest.mark.parametrize("depth", [2, 3, 16])
+def test_block_ram_fifo_r_free(depth):
+    """``r_free`` promises a take in the next cycle: the FIFO behaves as
+    ``SyncFIFOBuffered`` read with ``r_en`` or the previous cycle's ``r_free``."""
+    m = Module()
+    m.submodules.dut = dut = BlockRamFIFO(width=12, depth=depth)
+    m.submodules.ref = ref = SyncFIFOBuffered(width=12, depth=depth)
+    rng = random.Random(100 + depth)
+
+    async def bench(ctx):
+        free = False
+        for cycle in range(3000):
+            phase = (cycle // 200) % 3  # fill, drain, mixed
+            w_en = rng.random() < (0.9, 0.1, 0.5)[phase]
+            r_en = rng.random() < (0.1, 0.9, 0.5)[phase]
+            data = rng.getrandbits(12)
+            for f in (dut, ref):
+                ctx.set(f.w_en, w_en)
+                ctx.set(f.w_data, data)
+            ctx.set(dut.r_en, r_en)
+            ctx.set(ref.r_en, r_en or free)
+            free = rng.random() < 0.3
+            ctx.set(dut.r_free, free)
+            for name in ("w_rdy", "r_rdy", "level"):
+                assert ctx.get(getattr(dut, name)) == ctx.get(getattr(ref, name)), (cycle, name)
+            if ctx.get(ref.r_rdy):
+                assert ctx.get(dut.r_data) == ctx.get(ref.r_data), cycle
+            await ctx.tick()
+
+    _run(m, bench)
+
+
 def test_block_ram_fifo_parameters():
     with pytest.raises(ValueError, match="ram_style"):
         BlockRamFIFO(width=8, depth=4, ram_style="ultra")
