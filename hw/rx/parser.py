@@ -56,14 +56,15 @@ decision waits on a deep network (125 MHz on the ECP5, ~6 LUT levels):
   compared with the residue advanced alike (a constant per byte count).
 
 In the cycle after the last beat, *verdict stage 1* registers each check as a
-flag (and the record); *stage 2* registers the ICRC comparison and the first
-failing check; *stage 3* decides from these registered bits: an accepted
-frame commits the FIFO write pointer and pushes its record into a header
-FIFO, a dropped one rolls the write pointer back (the next frame writes no
-payload before then, or, at 512 bits, writes where the rollback puts it). The
-counters move in the cycle after. The header FIFO holds the extension headers
-(RETH, ImmDt, AETH with SACK, probe), which no opcode has two of, as the raw
-bytes after the BTH and the opcode class (and the payload's beat count). The
+flag (and the record); *stage 2* registers the ICRC comparison, the first
+failing check and whether the frame passes; *stage 3* acts on these
+registered bits: an accepted frame commits the FIFO write pointer and pushes
+its record into a header FIFO, a dropped one rolls the write pointer back
+(the next frame writes no payload before then, or, at 512 bits, writes where
+the rollback puts it). The counters move in the cycle after. The header FIFO
+holds the extension headers (RETH, ImmDt, AETH with SACK, probe), which no
+opcode has two of, as the raw bytes after the BTH and the opcode class (and
+the payload's beat count). The
 *output stage* pops records (through a register after the FIFO's block
 RAM), spreads those bytes into the ``ParsedHeader``
 fields of their class, and releases the committed payload beats of each popped
@@ -451,21 +452,29 @@ class RxParser(wiring.Component):
         fits_le = Signal()
         payload_fits = Signal()
         m.d.comb += payload_fits.eq(opcode_known & ~trimmed & fits_ge & fits_le)
+        # payload_fits and payload_len > 0, one flip-flop for the write enable
+        writes_payload = Signal()
         payload_len = Signal(16)
         payload_beats = Signal(range(self.max_payload_beats + 1))
         beats_m1 = Signal(range(-1, self.max_payload_beats))
+        one_beat = Signal()  # payload_beats == 1
         last_keep = Signal(lanes)
         udp_need_ne = Signal()
         udp_total = Signal(17)  # UDP length + 20
         total_len_eth = Signal(17)
         plen = (udp["length"] - ovh)[:16]
-        rem = plen[:lane_bits]
+        # (the low bits alone: a short subtraction, not the tail of the long one)
+        rem = (udp["length"][:lane_bits] - ovh[:lane_bits])[:lane_bits]
         m.d.sync += [
             fits_ge.eq(udp["length"] >= ovh),
+            writes_payload.eq(
+                opcode_known & ~trimmed & (udp["length"] > ovh) & (udp["length"] <= ovh_max)
+            ),
             fits_le.eq(udp["length"] <= ovh_max),
             payload_len.eq(plen),
             payload_beats.eq((udp["length"] - ovh_beats) >> lane_bits),
             beats_m1.eq((udp["length"] - ovh_p1) >> lane_bits),
+            one_beat.eq(((udp["length"] - ovh_p1) >> lane_bits) == 0),
             last_keep.eq(
                 Mux(rem == 0, (1 << lanes) - 1, (Const(1, lanes + 1) << rem) - 1)[:lanes]
             ),
@@ -511,20 +520,55 @@ class RxParser(wiring.Component):
         # stops at max_payload_beats + 1, past any payload.
         oi_max = self.max_payload_beats + 1
         out_idx = Signal(range(-(k_bth + 2), oi_max + 1), init=-(k_bth + 2))
-        last_idx = Signal(range(-(k_bth + 2), oi_max + 2))  # out_idx + 1 at the last beat
         first_beat_v = Mux(
             is_imm_v,
             (OFF_IMMDT + IMMDT.size) // lanes,
             Mux(is_ack_v, self.ack_header_end // lanes, (OFF_EXT + RETH.size) // lanes),
         )
         assert ends[0] // lanes > k_bth
+        incr = Signal()  # out_idx counts this cycle
+        m.d.comb += incr.eq(accept & ~axis.tlast & ~beat_oh[k_bth] & (out_idx != oi_max))
         with m.If(accept):
             with m.If(axis.tlast):
                 m.d.sync += out_idx.eq(-(k_bth + 2))
             with m.Elif(beat_oh[k_bth]):
                 m.d.sync += out_idx.eq(k_bth - first_beat_v)
-            with m.Elif(out_idx != oi_max):
-                m.d.sync += out_idx.eq(out_idx + 1)
+        with m.If(incr):
+            m.d.sync += out_idx.eq(out_idx + 1)
+        # is_last (out_idx = beats_m1, given out_idx >= 0) from flip-flops:
+        # last_ahead is the compare for the next cycle's out_idx, a cycle
+        # ahead. out_idx = 0 may come in the first cycle stage B is valid,
+        # where that compare would have seen stage B before it was: there
+        # (at_zero) stage B's one_beat decides. out_idx >= 1 comes later.
+        is_last = Signal()  # out_idx is the payload's last beat
+        at_zero = Signal()
+        last_ahead = Signal()
+        with m.If(accept):
+            m.d.sync += at_zero.eq(incr & (out_idx == -1))
+        m.d.sync += last_ahead.eq(Mux(incr, out_idx + 1 == beats_m1, out_idx == beats_m1))
+        m.d.comb += is_last.eq(Mux(at_zero, one_beat, last_ahead))
+        # The payload's output beats are those with out_idx in [0,
+        # payload_beats). The upper bound is a flip-flop, past_end (out_idx >
+        # beats_m1), set as out_idx moves on from beats_m1, so that the write
+        # enable (the write port's and wr_ptr's) is one LUT of the handshake
+        # and flip-flops, not a compare of out_idx with payload_beats (b36:
+        # payload_beats -> wr_ptr, 5 LUT levels and two carry chains). out_idx
+        # is at 0 two cycles after beat k_bth at the earliest, when stage B is
+        # valid; before that, out_idx < 0 keeps past_end clear.
+        past_end = Signal()
+        with m.If(accept):
+            with m.If(axis.tlast | beat_oh[k_bth]):
+                m.d.sync += past_end.eq(0)
+            with m.Elif((out_idx >= 0) & is_last):
+                m.d.sync += past_end.eq(1)
+        # Verdict stage 1 writes the beat out_idx + 1 (still in `prev`) when the
+        # last input beat left it in the payload: out_idx + 1 < payload_beats,
+        # i.e. out_idx = -1 (payload_beats >= 1 by writes_payload, known only
+        # then) or 0 <= out_idx < beats_m1. Registered at the last beat.
+        flush_due = Signal()
+        m.d.sync += flush_due.eq(
+            accept & axis.tlast & ((out_idx == -1) | ((out_idx >= 0) & ~past_end & ~is_last))
+        )
         window = Cat(prev, Mux(eof, 0, axis.tdata))  # from byte shifts[0] of `prev`
         aligned = Signal(self.data_width)
         with m.Switch(shift):
@@ -550,39 +594,28 @@ class RxParser(wiring.Component):
         rd_ptr = Signal(ptr_bits)
         rel_ptr = Signal(ptr_bits)  # payload released by popped records
 
+        # A payload beat is written when an input beat completes it
+        # (write_beat), or in verdict stage 1 when the frame's final one is
+        # still in `prev` (flush_due). That one is the payload's last beat, as
+        # is an input-completed beat at out_idx = beats_m1: an accepted
+        # frame's lengths agree, so its payload ends in its last input beat
+        # (a dropped one may write anything: it is rolled back, never read).
+        # keep and last do not wait on which of the two writes: flush_due sets
+        # them, and it is clear when an input beat writes (out_idx < 0 in the
+        # flush cycle); without a write they are not written.
         wr_en = Signal()
-        wr_keep = Signal(lanes)
-        wr_last = Signal()
-        # the frame's final payload beat, still in `prev` in verdict stage 1
-        flush = Signal()
-        flush_last = Signal()
-        m.d.comb += [
-            flush.eq(payload_fits & (last_idx >= 0) & (last_idx < payload_beats)),
-            flush_last.eq(last_idx == beats_m1),
-        ]
         write_beat = Signal()
-        m.d.comb += write_beat.eq(
-            accept & payload_fits & (out_idx >= 0) & (out_idx < payload_beats)
-        )
-        with m.If(eof & flush):
-            m.d.comb += [
-                wr_en.eq(1),
-                wr_keep.eq(Mux(flush_last, last_keep, (1 << lanes) - 1)),
-                wr_last.eq(flush_last),
-            ]
-        with m.Elif(write_beat):
-            is_last = out_idx == beats_m1
-            m.d.comb += [
-                wr_en.eq(1),
-                wr_keep.eq(Mux(is_last, last_keep, (1 << lanes) - 1)),
-                wr_last.eq(is_last),
-            ]
+        m.d.comb += [
+            write_beat.eq(accept & writes_payload & (out_idx >= 0) & ~past_end),
+            wr_en.eq((flush_due & writes_payload) | write_beat),
+        ]
+        wr_last = is_last | flush_due
         wr_ptr_eff = Signal(ptr_bits)  # wr_ptr after a rollback (see stage 3)
         m.d.sync += [
             wr.en.eq(wr_en),
             wr.addr.eq(wr_ptr_eff[:addr_bits]),
             wr.data.data.eq(aligned),
-            wr.data.keep.eq(wr_keep),
+            wr.data.keep.eq(Mux(wr_last, last_keep, (1 << lanes) - 1)),
             wr.data.last.eq(wr_last),
         ]
         m.d.sync += wr_ptr.eq((wr_ptr_eff + wr_en)[:ptr_bits])
@@ -646,11 +679,7 @@ class RxParser(wiring.Component):
             m.d.comb += len_sum.eq(len_in + nbytes)
             m.d.sync += frame_len.eq(Mux(len_sum[17], 0x1FFFF, len_sum))
             with m.If(axis.tlast):
-                m.d.sync += [
-                    bad_frame.eq(axis.tuser[0]),
-                    # the beat out_idx + 1 would have completed is still in `prev`
-                    last_idx.eq(out_idx + 1),
-                ]
+                m.d.sync += bad_frame.eq(axis.tuser[0])
         m.d.sync += [
             eof.eq(accept & axis.tlast),
             rec_load.eq(accept & axis.tlast & ~first),
@@ -765,19 +794,19 @@ class RxParser(wiring.Component):
         check_icrc_q = Signal()
         end_ptr = Signal(ptr_bits)
         v3 = Signal()
-        # ``push`` is the record FIFO's write enable (block-RAM write enable,
-        # pointer and level), so with the FIFO's registered ``w_rdy`` it is one
-        # LUT of these flip-flops: the frame passing its checks, and each half
-        # of its ICRC matching (or the ICRC not deciding). crc_ok, any_fail
+        # ``push`` (stage 3: the frame passes its checks and its ICRC matches,
+        # or the ICRC does not decide) is the record FIFO's write enable: the
+        # block RAMs' write enables, the FIFO's pointer and level, commit_ptr
+        # and the rollback. So it is a flip-flop, registered here from the
+        # flags and the whole CRC compare (a few LUT levels with few sinks),
+        # not a LUT of partial verdicts in front of that wide net (b36:
+        # pass_part -> records' level, -1.36 ns at 7 ns). crc_ok, any_fail
         # and check_icrc_q tell the verdict.
-        pass_part = Signal(3)
+        push = Signal()
         m.d.sync += [
             crc_ok[j].eq(crc[8 * j : 8 * j + 8] == crc_residue[8 * j : 8 * j + 8]) for j in range(4)
         ]
-        m.d.sync += pass_part[0].eq(v2 & ~flags.any())
-        for j in range(2):
-            half_ok = crc[16 * j : 16 * j + 16] == crc_residue[16 * j : 16 * j + 16]
-            m.d.sync += pass_part[1 + j].eq(half_ok | ~check_icrc)
+        m.d.sync += push.eq(v2 & ~flags.any() & ((crc == crc_residue) | ~check_icrc))
         m.d.sync += [
             first_fail[i].eq(flags[i] & ~flags[:i].any()) for i in range(len(checks))
         ]
@@ -793,10 +822,8 @@ class RxParser(wiring.Component):
         # rolls wr_ptr back to commit_ptr, in this cycle already (wr_ptr_eff),
         # as the next frame may write its first payload beat now (at 512 bits).
         icrc_bad = check_icrc_q & ~crc_ok.all()
-        push = Signal()
         drop = Signal()
         m.d.comb += [
-            push.eq(pass_part.all()),
             drop.eq(v3 & ~push),
             wr_ptr_eff.eq(Mux(drop, commit_ptr, wr_ptr)),
         ]
@@ -832,18 +859,17 @@ class RxParser(wiring.Component):
         # frame only with room for its record (and the ones of the frames in
         # the verdict stages). Both are registered, from the previous cycle's
         # state, on the safe side: the frame FIFO gains at most one beat per
-        # cycle (the registered write port's `en` says whether it did), and the
-        # records in the FIFO or in flight at most one.
+        # cycle (`used` counts up to the previous cycle's write, and wr_en says
+        # whether this one writes), and the records in the FIFO or in flight at
+        # most one. `room` is one flip-flop, so that `tready` and the input
+        # handshake are one LUT deep.
         used = (wr_ptr - rd_ptr)[:ptr_bits]
-        room_2 = Signal(init=1)  # used <= depth - 2 in the previous cycle
-        room_3 = Signal(init=1)  # used <= depth - 3 in the previous cycle
+        room = Signal(init=1)
         hdr_room = Signal(init=1)
         m.d.sync += [
-            room_2.eq(used <= depth - 2),
-            room_3.eq(used <= depth - 3),
+            room.eq((used <= depth - 3) | ((used <= depth - 2) & ~wr_en)),
             hdr_room.eq(records.level + v3 + v2 + eof + 1 <= self.hdr_fifo_depth - 1),
         ]
-        room = room_3 | (room_2 & ~wr.en)
         m.d.comb += axis.tready.eq(room & (~first | hdr_room))
 
         # ------------------------------------------------------------------
@@ -855,10 +881,23 @@ class RxParser(wiring.Component):
         # that net). A record taken leaves the register empty for a cycle,
         # which the validator's four cycles per header hide.
         rec_valid = Signal(name="rec_out_valid")
-        rec_data = Signal(len(record.as_value()), name="rec_out_data")
+        rec_bits = len(record.as_value())
+        rec_data = Signal(rec_bits, name="rec_out_data")
         m.d.comb += records.r_en.eq(~rec_valid)
+        # The enable itself is one of several copies of rec_valid (kept, not
+        # merged), each for the 72 bits of two block RAMs' outputs: one net
+        # to all ~560 bits took 7.6 ns of routing (b36).
+        for lo in range(0, rec_bits, 72):
+            full = Signal(name=f"rec_out_full{lo // 72}", attrs={"keep": 1})
+            with m.If(~full):
+                m.d.sync += [
+                    full.eq(records.r_rdy),
+                    rec_data[lo : lo + 72].eq(records.r_data[lo : lo + 72]),
+                ]
+            with m.Elif(self.hdr.ready):
+                m.d.sync += full.eq(0)
         with m.If(~rec_valid):
-            m.d.sync += [rec_valid.eq(records.r_rdy), rec_data.eq(records.r_data)]
+            m.d.sync += rec_valid.eq(records.r_rdy)
         with m.Elif(self.hdr.ready):
             m.d.sync += rec_valid.eq(0)
         out_rec = stored(rec_data)
