@@ -377,12 +377,11 @@ class ReliabilityCore(wiring.Component):
         t_gen = Signal(GEN_BITS)
         cmd = Signal(Command(nq, E))
 
-        # the walk's kind, one-hot (bit W_ADV .. W_TMO)
+        # the walk's kind, one-hot (bit W_ADV .. W_TMO): each kind's actions sit under
+        # their bit alone (an If per bit, not a Switch, whose cases would decode all
+        # four bits by priority), so the selects in front of cur are ANDs of flip-flops
         W_ADV, W_SACK, W_LOSS, W_TMO = range(4)
         walk_kind = Signal(4)
-
-        def walk_case(k):
-            return m.Case("".join("1" if i == k else "-" for i in reversed(range(4))))
         walk_mask = Signal(W)
         walk_psn = Signal(24)  # the PSN in use, una + its offset (set in PICK)
         blamed = Signal(E)
@@ -535,17 +534,23 @@ class ReliabilityCore(wiring.Component):
         # EV field, so the values are those of the working copy in USE.
         loss_inc = Signal(data.ArrayLayout(4, E))
         drops_inc = Signal(data.ArrayLayout(16, E))
+        # to_bad: the EV would turn ASSUMED_BAD; bad_ok: and the floor allows it (the
+        # floor test folded in here, so that loss evidence's ev_state write waits on
+        # one flip-flop of the EV's)
         to_bad = Signal(E)
+        bad_ok = Signal(E)
         floor_ok = Signal()
+        m.d.comb += floor_ok.eq(good_count > cfg.ev_min_active)
         for i in range(E):
             loss_i = Mux(cur.ev_loss[i] == 15, 15, cur.ev_loss[i] + 1)[:4]
             thr = P.ev_loss_threshold
+            to_bad_i = (cur.ev_state[i] == EvState.GOOD) & (thr != 0) & (loss_i >= thr)
             m.d.sync += [
                 loss_inc[i].eq(loss_i),
                 drops_inc[i].eq(Mux(cur.ev_drops[i] == 0xFFFF, 0xFFFF, cur.ev_drops[i] + 1)),
-                to_bad[i].eq((cur.ev_state[i] == EvState.GOOD) & (thr != 0) & (loss_i >= thr)),
+                to_bad[i].eq(to_bad_i),
+                bad_ok[i].eq(to_bad_i & floor_ok),
             ]
-        m.d.sync += floor_ok.eq(good_count > cfg.ev_min_active)
 
         # --- event intake -----------------------------------------------------------------
         ack = self.peer_ack.payload
@@ -662,21 +667,9 @@ class ReliabilityCore(wiring.Component):
         e_last = psn_info_rd.data[0]
         e_ts = psn_info_rd.data[1:17]
 
-        # loss evidence on the entry's EV (USE of the loss and timeout walks)
+        # the entry's EV's drop count after loss evidence (an EV transition's drops, USE)
         blame_drops = Signal(16)
         m.d.comb += blame_drops.eq(_sel([drops_inc[i] for i in range(E)], e_ev))
-
-        def blame():
-            """Loss evidence on EV e_ev: it may become ASSUMED_BAD (never below the floor)."""
-            loss_new = _sel([loss_inc[i] for i in range(E)], e_ev)
-            m.d.sync += [cur.ev_drops[e_ev].eq(blame_drops), cur.ev_loss[e_ev].eq(loss_new)]
-            with m.If(_bit(to_bad, e_ev)):
-                with m.If(floor_ok):
-                    m.d.sync += cur.ev_state[e_ev].eq(EvState.ASSUMED_BAD)
-                    push_ev()
-                    count("ev_to_bad")
-                with m.Else():
-                    count("floor_blocked")
 
         # the EV of a command or probe answer (set in IDLE), its state and drop count,
         # registered every cycle: valid in CMD and PROBE_ACT (CMD_DEC and PROBE_CHECK
@@ -891,21 +884,20 @@ class ReliabilityCore(wiring.Component):
                     with m.Else():
                         goto("USE")
             with m.Else():
-                with m.Switch(walk_kind):
-                    with walk_case(W_ADV):
-                        m.d.sync += [
-                            infl.eq(infl - adv),
-                            cur.una.eq(cur.una + adv),  # sacked, fast_done: in USE
-                        ]
-                        with m.If(adv != 0):
-                            m.d.sync += progress.eq(1)
-                        goto("SACK")
-                    with walk_case(W_SACK):
-                        goto("NAK")
-                    with walk_case(W_LOSS):
-                        goto("CC")
-                    with walk_case(W_TMO):
-                        goto("FINAL")
+                with m.If(walk_kind[W_ADV]):
+                    m.d.sync += [
+                        infl.eq(infl - adv),
+                        cur.una.eq(cur.una + adv),  # sacked, fast_done: in USE
+                    ]
+                    with m.If(adv != 0):
+                        m.d.sync += progress.eq(1)
+                    goto("SACK")
+                with m.If(walk_kind[W_SACK]):
+                    goto("NAK")
+                with m.If(walk_kind[W_LOSS]):
+                    goto("CC")
+                with m.If(walk_kind[W_TMO]):
+                    goto("FINAL")
 
         def deliver():
             m.d.sync += [cur.ev_loss[e_ev].eq(0), newly.eq(newly + 1)]
@@ -1347,31 +1339,45 @@ class ReliabilityCore(wiring.Component):
         with m.If(walk_sel.any()):
             m.d.sync += walk_mask.eq(one_hot_select(walk_sel, [v for _, v in walk_set]))
 
-        with m.If(st.USE):
-            with m.Switch(walk_kind):
-                with walk_case(W_ADV):
-                    # the walk takes the PSNs from una up in order: each step shifts
-                    # sacked and fast_done down by one, so bit 0 is this PSN's
-                    with m.If(~cur.sacked[0]):
-                        deliver()
-                    m.d.sync += [cur.sacked.eq(cur.sacked[1:]),
-                                 cur.fast_done.eq(cur.fast_done[1:])]
-                    with m.If(e_last):
-                        push_cpl(cur.wqe_cpl, CqeStatus.SUCCESS)
-                        m.d.sync += cur.wqe_cpl.eq(wqe_cpl_inc)
-                with walk_case(W_SACK):
-                    deliver()
-                    m.d.sync += cur.sacked.eq(cur.sacked | off_bit)
-                with walk_case(W_LOSS):
-                    with m.If(loss_hole):
-                        push_retx(RetxReason.SACK_HOLE)
-                        m.d.sync += cur.fast_done.eq(cur.fast_done | off_bit)
-                        blame()
-                with walk_case(W_TMO):
-                    push_retx(RetxReason.TIMEOUT)
-                    with m.If(~_bit(blamed, e_ev)):
-                        blame()
-                        m.d.sync += blamed.eq(blamed | _onehot(e_ev, E))
+        with m.If(st.USE & walk_kind[W_ADV]):
+            # the walk takes the PSNs from una up in order: each step shifts
+            # sacked and fast_done down by one, so bit 0 is this PSN's
+            m.d.sync += [cur.sacked.eq(cur.sacked[1:]),
+                         cur.fast_done.eq(cur.fast_done[1:])]
+            with m.If(e_last):
+                push_cpl(cur.wqe_cpl, CqeStatus.SUCCESS)
+                m.d.sync += cur.wqe_cpl.eq(wqe_cpl_inc)
+        with m.If(st.USE & walk_kind[W_SACK]):
+            m.d.sync += cur.sacked.eq(cur.sacked | off_bit)
+        # a PSN delivered: by the ADV walk unless SACKed before, by every SACK walk step
+        with m.If(st.USE & ((walk_kind[W_ADV] & ~cur.sacked[0]) | walk_kind[W_SACK])):
+            deliver()
+        with m.If(st.USE & walk_kind[W_LOSS] & loss_hole):
+            push_retx(RetxReason.SACK_HOLE)
+            m.d.sync += cur.fast_done.eq(cur.fast_done | off_bit)
+        with m.If(st.USE & walk_kind[W_TMO]):
+            push_retx(RetxReason.TIMEOUT)
+            m.d.sync += blamed.eq(blamed | _onehot(e_ev, E))
+        # Loss evidence (USE): each hole of the loss walk, and the timeout walk's first
+        # PSN on each EV (blamed: the EVs blamed in this walk so far); the EV may become
+        # ASSUMED_BAD (never below the floor). Written per EV, an AND of e_ev's decode
+        # and that EV's own flip-flops, rather than through selects on e_ev, which put
+        # a select of the EVs' flags behind the block RAM's output.
+        def blame_on(ev_new):  # ev_new: the EV not yet blamed in this walk
+            return st.USE & ((walk_kind[W_LOSS] & loss_hole) | (walk_kind[W_TMO] & ev_new))
+        for i in range(E):
+            hit = Signal(name=f"blame_{i}")
+            m.d.comb += hit.eq(blame_on(~blamed[i]) & (e_ev == i))
+            with m.If(hit):
+                m.d.sync += [cur.ev_drops[i].eq(drops_inc[i]), cur.ev_loss[i].eq(loss_inc[i])]
+                with m.If(bad_ok[i]):
+                    m.d.sync += cur.ev_state[i].eq(EvState.ASSUMED_BAD)
+        with m.If(blame_on(~_bit(blamed, e_ev))):
+            with m.If(_bit(bad_ok, e_ev)):
+                push_ev()
+                count("ev_to_bad")
+            with m.Elif(_bit(to_bad, e_ev)):
+                count("floor_blocked")
 
         # ---- CMD's reset and RTS entry of the working copy ---------------------------------
         # last, as the outermost muxes of the bits they clear (flip-flop resets)
