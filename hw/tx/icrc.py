@@ -7,7 +7,6 @@ from amaranth.lib.wiring import In, Out
 from ..arbiter import one_hot_select
 from ..crc import ICRC_INIT, crc32_parts, crc32_state_py, tail_rest, tail_shift
 from ..headers import ICRC_MASKED_BYTES, OFF_IPV4
-from ..pipeline import skid
 from ..stream import Beat
 
 __all__ = ["IcrcInserter", "ICRC_MASKED_BYTES", "keep_count", "count_keep", "select_tree"]
@@ -90,11 +89,13 @@ class IcrcInserter(wiring.Component):
     count misses; the rest of the state XOR the data part), then finished
     and inverted into the ICRC register as the beat moves on to the output
     register, where a registered one-hot lane places it. The stages from the
-    skid buffer's output to the output register move together, on one
-    enable (the output register free), so ``o.ready`` reaches their clock
+    skid buffer's output register to the output register move together, on
+    one enable (the output register free), so ``o.ready`` reaches their clock
     enables through one LUT rather than a chain of per-stage ready terms (a
-    bubble between beats is not squeezed out while ``o`` stalls). Latency 5
-    cycles. Throughput 1 beat/cycle, plus one cycle for frames
+    bubble between beats is not squeezed out while ``o`` stalls: the skid
+    buffer's spare takes the beat then); that LUT is built once per ~72
+    flip-flops it enables, from kept copies of its state flip-flops. Latency
+    5 cycles. Throughput 1 beat/cycle, plus one cycle for frames
     whose ICRC spills into an extra beat.
     """
 
@@ -120,16 +121,48 @@ class IcrcInserter(wiring.Component):
         i_flat = self.i.payload.as_value()
         r_flat = Signal(len(i_flat))
         r_valid = Signal()
-        # ``adv``: the stages after the skid buffer (t, s, h1, held) move on
-        # together when the output register is free; it is one LUT of
-        # ``spill``, ``held_valid`` and ``o.ready`` (in the TX engine a
-        # flip-flop of its ``out_reg``), and the clock enable of every data
-        # register here: a chain of per-stage ready terms in front of those
-        # wide enables was four LUTs deep. A stage's data registers load on
-        # ``adv`` whether the beat before them is valid or not (its valid bit
-        # says which).
-        adv = Signal()
-        skid(m, self.i.valid, self.i.ready, i_flat, r_valid, adv, r_flat, "stage")
+        held_valid = Signal()
+        spill = Signal()
+        # ``adv``: the stages from the skid buffer's output register on (r,
+        # t, s, h1, held) move on together when the output register is free;
+        # it is one LUT of ``spill``, ``held_valid`` and ``o.ready`` (in the
+        # TX engine a flip-flop of its ``out_reg``), and the clock enable of
+        # every data register here: a chain of per-stage ready terms in front
+        # of those wide enables was four LUTs deep. A stage's data registers
+        # load on ``adv`` whether the beat before them is valid or not (its
+        # valid bit says which). The LUT is built once per group of about 72
+        # flip-flops it enables, from the group's own copies of ``spill`` and
+        # ``held_valid`` (set below like them): one net to ~600 clock enables
+        # took 4-6 ns of routing (b37). Each copy's next value is a function
+        # of the copy itself, so that synthesis does not merge the copies
+        # (nor their LUTs) back into one.
+        adv_copies = []
+
+        def adv_copy(group):
+            g_spill = Signal(name=f"spill_{group}")
+            g_held_valid = Signal(name=f"held_valid_{group}")
+            en = Signal(name=f"adv_{group}")
+            m.d.comb += en.eq(~g_spill & (~g_held_valid | self.o.ready))
+            adv_copies.append((g_spill, g_held_valid, en))
+            return en
+
+        # The skid buffer (StreamRegister's, ``hw.pipeline.skid``) but its
+        # output register ``r`` loads on ``adv`` alone, a bubble in it left
+        # while the stages stall (the spare takes the beat then): its clock
+        # enable is the stages' one LUT, not a second LUT with ``~r_valid``.
+        spare_valid = Signal(name="stage_spare_valid")
+        spare_flat = Signal(len(i_flat), name="stage_spare_data")
+        m.d.comb += self.i.ready.eq(~spare_valid)
+        with m.If(~spare_valid):
+            m.d.sync += spare_flat.eq(i_flat)
+        adv_r = adv_copy("r")
+        with m.If(adv_r):
+            with m.If(spare_valid):
+                m.d.sync += [r_flat.eq(spare_flat), r_valid.eq(1), spare_valid.eq(0)]
+            with m.Else():
+                m.d.sync += [r_flat.eq(i_flat), r_valid.eq(self.i.valid)]
+        with m.Elif(self.i.valid & ~spare_valid):
+            m.d.sync += spare_valid.eq(1)
         r_beat = Signal(Beat(w))
         m.d.comb += r_beat.as_value().eq(r_flat)
 
@@ -174,10 +207,10 @@ class IcrcInserter(wiring.Component):
         t_start = Signal()  # the start beat
         t_n_in = Signal(range(nbytes + 1))
         t_crc_moved = Signal(w)
-        with m.If(adv):
+        with m.If(adv_copy("t")):
+            m.d.sync += [t_valid.eq(r_valid), t_beat.eq(r_beat)]
+        with m.If(adv_copy("tc")):
             m.d.sync += [
-                t_valid.eq(r_valid),
-                t_beat.eq(r_beat),
                 t_crc_count.eq(crc_count),
                 t_full.eq(crc_count == nbytes),
                 t_start.eq(beat_index == start_beat),
@@ -187,7 +220,7 @@ class IcrcInserter(wiring.Component):
                 # network
                 t_crc_moved.eq(keep_tail_shift(covered, r_beat.keep)),
             ]
-        with m.If(r_valid & adv):
+        with m.If(r_valid & adv_r):
             with m.If(r_beat.last):
                 m.d.sync += [
                     beat_index.eq(0),
@@ -224,10 +257,11 @@ class IcrcInserter(wiring.Component):
         s_run = Signal()  # a full beat that does not end the frame
         s_other = Signal(32)  # ``crc``'s next value when not ``s_run``
         s_n_in = Signal(range(nbytes + 1))
-        with m.If(adv):
+        with m.If(adv_copy("s")):
+            m.d.sync += [s_valid.eq(t_valid), s_beat.eq(t_beat)]
+        adv_sc = adv_copy("sc")
+        with m.If(adv_sc):
             m.d.sync += [
-                s_valid.eq(t_valid),
-                s_beat.eq(t_beat),
                 s_tail.eq(t_tail),
                 s_crc_count.eq(t_crc_count),
                 s_run.eq(t_full & ~t_beat.last),
@@ -256,9 +290,7 @@ class IcrcInserter(wiring.Component):
         h1_count = Signal(range(nbytes + 1))
 
         held = Signal(Beat(w))
-        held_valid = Signal()
         held_count = Signal(range(nbytes + 1))
-        spill = Signal()
         spill_data = Signal(32)
         spill_count = Signal(range(5))
 
@@ -294,9 +326,10 @@ class IcrcInserter(wiring.Component):
                     spill_count.eq(held_count + 4 - nbytes),
                 ]
 
-        # ``held`` is free (a spill goes out first); its beat leaves as it loads
-        m.d.comb += adv.eq(~spill & (~held_valid | self.o.ready))
-        with m.If(adv):
+        # ``adv``: ``held`` is free (a spill goes out first); its beat leaves as
+        # it loads
+        adv_held = adv_copy("held")
+        with m.If(adv_held):
             # lanes above keep are not trusted to be zero
             keep_bits = Cat(*[h1.keep[i].replicate(8) for i in range(nbytes)])
             m.d.sync += [
@@ -304,6 +337,10 @@ class IcrcInserter(wiring.Component):
                 held.data.eq(h1.data & keep_bits),
                 held_valid.eq(h1_valid),
                 held_count.eq(h1_count),
+            ]
+        adv_out = adv_copy("out")
+        with m.If(adv_out):
+            m.d.sync += [
                 icrc_at.eq(Cat(*[h1.last & (h1_count == k) for k in range(nbytes)])),
                 fits.eq(h1_count + 4 <= nbytes),
                 held_keep.eq(
@@ -315,16 +352,25 @@ class IcrcInserter(wiring.Component):
                 ),
                 icrc.eq(~(crc32_parts(0, fin_moved, nbytes)[1] ^ fin_rest)),
             ]
-        with m.If(adv):
-            # ``fin_*`` are read only with a last beat in h1; taking them with
-            # every beat keeps ``s_beat.last`` out of their enable
-            m.d.sync += [
-                h1_valid.eq(s_valid),
-                h1.eq(s_beat),
-                h1_count.eq(s_n_in),
-                fin_moved.eq(tail_shift(crc, s_crc_count, nbytes)),
-                fin_rest.eq(tail_rest(crc, s_crc_count) ^ s_tail),
-            ]
-        with m.If(s_valid & adv):
+        with m.If(adv_copy("h1")):
+            m.d.sync += [h1_valid.eq(s_valid), h1.eq(s_beat), h1_count.eq(s_n_in)]
+        # ``fin_*`` are read only with a last beat in h1; taking them with
+        # every beat keeps ``s_beat.last`` out of their enable (``fin_rest``
+        # on the output group's copy, ~72 flip-flops on each)
+        with m.If(adv_copy("fin")):
+            m.d.sync += fin_moved.eq(tail_shift(crc, s_crc_count, nbytes))
+        with m.If(adv_out):
+            m.d.sync += fin_rest.eq(tail_rest(crc, s_crc_count) ^ s_tail)
+        with m.If(s_valid & adv_sc):
             m.d.sync += crc.eq(crc_loop)
+        # each group's copies of ``held_valid`` and ``spill``, set as those are
+        # (held_valid with ``held``, spill by the output logic above)
+        for g_spill, g_held_valid, en in adv_copies:
+            with m.If(en):
+                m.d.sync += g_held_valid.eq(h1_valid)
+            with m.If(g_spill):
+                with m.If(self.o.ready):
+                    m.d.sync += g_spill.eq(0)
+            with m.Elif(g_held_valid & self.o.ready & held.last & ~fits):
+                m.d.sync += g_spill.eq(1)
         return m
