@@ -35,7 +35,7 @@ __all__ = ["AXI4LiteToCSR", "CSRBusSignature", "Register", "RegisterMap", "Regis
 READ_GROUP_BITS = 3
 
 
-def grouped_read(m, addr, r_stb, words, *, name="rd"):
+def grouped_read(m, addr, r_stb, words, *, name="rd", unaligned_zero=False):
     """The first of two registered read stages for flip-flop registers.
 
     ``words`` maps a byte offset (32-bit aligned) to the value that a read of
@@ -45,7 +45,10 @@ def grouped_read(m, addr, r_stb, words, *, name="rd"):
     those registers (combinational): the value of the word read, 0 for an
     offset ``words`` lacks, valid the cycle after ``r_stb`` until the next.
     The caller registers it (or a mux of it with its memories' read data)
-    for a read latency of 2.
+    for a read latency of 2. The groups ignore ``addr``'s low two bits, so an
+    unaligned address reads its word; with ``unaligned_zero`` it reads 0
+    instead, through a flip-flop registered at ``r_stb`` beside the groups
+    (one more LUT input after them, none before).
 
     Depth: about three LUT levels before the group registers (the group's
     address compare beside an 8:1 mux), an OR of as many terms as there are
@@ -71,7 +74,13 @@ def grouped_read(m, addr, r_stb, words, *, name="rd"):
             m.d.sync += group_value.eq(
                 Mux(addr[2 + READ_GROUP_BITS :] == group, word_value, 0))
         group_values.append(group_value)
-    return reduce(operator.or_, group_values, Const(0, 32))
+    value = reduce(operator.or_, group_values, Const(0, 32))
+    if not unaligned_zero:
+        return value
+    aligned = Signal(name=f"{name}_aligned")
+    with m.If(r_stb):
+        m.d.sync += aligned.eq(addr[:2] == 0)
+    return Mux(aligned, value, 0)
 
 
 class RegisteredWrites:

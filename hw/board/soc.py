@@ -716,14 +716,11 @@ class BoardRegisters(wiring.Component):
             words[reg[name].offset] = sig
         # The read mux registered per group of eight words, each on the low
         # address bits beside its group's compare (hw.csr.grouped_read): fewer
-        # LUT levels than a compare of the 8-bit offset per register. The
-        # groups ignore the address's low two bits: a read of an unaligned
-        # address answers 0, from a flip-flop beside them.
-        own_data = grouped_read(m, bus.addr[:8], bus.r_stb, words, name="own")
-        aligned = Signal()
-        with m.If(bus.r_stb):
-            m.d.sync += aligned.eq(bus.addr[:2] == 0)
-        m.d.comb += bus.r_data.eq(Mux(read_mac, self.mac_csr.r_data, Mux(aligned, own_data, 0)))
+        # LUT levels than a compare of the 8-bit offset per register. A read
+        # of an unaligned address answers 0.
+        own_data = grouped_read(m, bus.addr[:8], bus.r_stb, words, name="own",
+                                unaligned_zero=True)
+        m.d.comb += bus.r_data.eq(Mux(read_mac, self.mac_csr.r_data, own_data))
         return m
 
 

@@ -166,13 +166,9 @@ class DeviceInfo(wiring.Component):
         read = Signal(32)
         aligned = csr.addr[:2] == 0
         if self.read_latency == 2:
-            # grouped_read ignores the address's low two bits: a read of an
-            # unaligned address answers 0, from a flip-flop beside its stages.
-            grouped = grouped_read(m, csr.addr, csr.r_stb, words, name="read")
-            r_aligned = Signal()
-            with m.If(csr.r_stb):
-                m.d.sync += r_aligned.eq(aligned)
-            m.d.sync += read.eq(Mux(r_aligned, grouped, 0))
+            # a read of an unaligned address answers 0
+            m.d.sync += read.eq(grouped_read(m, csr.addr, csr.r_stb, words, name="read",
+                                             unaligned_zero=True))
         else:
             # A table indexed by the few word-address bits the registers span,
             # gated by a check that the other address bits are 0, both in

@@ -136,6 +136,34 @@ def test_grouped_read_answers_every_word_and_zero_elsewhere():
     sim.run()
 
 
+@pytest.mark.parametrize("unaligned_zero", [False, True])
+def test_grouped_read_unaligned_address(unaligned_zero):
+    """An unaligned address reads its word, or 0 with ``unaligned_zero``;
+    aligned ones read their word either way."""
+    addr, r_stb = Signal(8), Signal()
+    regs = {0x00: Signal(32, init=0x1111_1111), 0x24: Signal(32, init=0x2424_2424)}
+    m = Module()
+    value = grouped_read(m, addr, r_stb, regs, unaligned_zero=unaligned_zero)
+    got = {}
+
+    async def bench(ctx):
+        for a in (0x00, 0x02, 0x24, 0x27, 0x25):
+            ctx.set(addr, a)
+            ctx.set(r_stb, 1)
+            await ctx.tick()
+            ctx.set(r_stb, 0)
+            await ctx.tick()
+            got[a] = ctx.get(value)
+
+    sim = Simulator(m)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    word = {a: int(regs[a & ~3].init) for a in got}
+    assert got == {a: 0 if unaligned_zero and a % 4 else word[a] for a in got}
+    assert got[0x00] == 0x1111_1111 and got[0x24] == 0x2424_2424
+
+
 def test_grouped_read_rejects_unaligned_offsets():
     with pytest.raises(ValueError, match="not 32-bit aligned"):
         grouped_read(Module(), Signal(8), Signal(), {0x06: Signal(32)})
