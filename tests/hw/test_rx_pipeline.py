@@ -707,12 +707,19 @@ async def test_many_messages_shuffled(dut):
         pkts += p
         psn += len(p)
         va += length + rng.randrange(0, 9)
-    # Shuffle within groups so no more than 8 completions are ever pending.
+    # Shuffle within groups of 8 packets, and let each group be written before
+    # the next arrives, so no more than 8 completions are ever pending. A LAST
+    # packet holds its pending entry until the cumulative PSN passes it, i.e.
+    # until every earlier PSN's data has its B response; without the wait, how
+    # many entries the next group finds taken depends on the DMA's latency (a
+    # register slice on the writer's AW/W made the table full here: wimm_full),
+    # while the model frees them as the packets arrive.
     for g in range(0, len(pkts), 8):
         group = pkts[g:g + 8]
         rng.shuffle(group)
         for p in group:
             tb.send(p)
+        await tb.drain()
     await finish(tb)
     # 12 messages, 8 with immediates; a ring of 8 CQEs takes all of them.
     assert tb.model.count["cqe_written"] == 8
