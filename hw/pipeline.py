@@ -57,6 +57,9 @@
     reader takes ``r_data`` in the next cycle whatever ``r_en`` is then (a
     register of its own behind ``r_data`` that will be empty), so the block
     RAM's read enable is one LUT of two flip-flops of the FIFO and ``r_en``.
+    ``write_guard=False``: the writer promises ``w_en`` only while ``w_rdy``
+    (it counts the room itself), so ``w_en`` is the block RAMs' write enable
+    as it is, with no LUT of ``w_rdy`` in front of that wide net.
 
 ``unchecked_read_port(m, memory)``
     A synchronous read port (``addr``, ``en``, ``data``: Amaranth's
@@ -218,15 +221,18 @@ class BlockRamFIFO(wiring.Component):
     entry being written: the FIFO reads only entries written in an earlier
     cycle), so yosys adds no read-during-write bypass, which would cost a
     flip-flop and a LUT per bit. ``r_data`` has no reset (it is read only
-    with ``r_rdy``).
+    with ``r_rdy``). ``write_guard=False`` leaves ``w_rdy`` out of the write
+    (see the module docstring).
     """
 
-    def __init__(self, *, width: int, depth: int, ram_style: str = "block"):
+    def __init__(self, *, width: int, depth: int, ram_style: str = "block",
+                 write_guard: bool = True):
         if ram_style not in ("block", "distributed"):
             raise ValueError(f"ram_style must be 'block' or 'distributed', not {ram_style!r}")
         if not isinstance(depth, int) or depth < 2:
             raise ValueError(f"depth must be an integer of at least 2, not {depth!r}")
         self.width, self.depth, self.ram_style = width, depth, ram_style
+        self.write_guard = write_guard
         super().__init__({
             "w_data": In(width), "w_en": In(1), "w_rdy": Out(1),
             "w_level": Out(range(depth + 1)),
@@ -251,7 +257,8 @@ class BlockRamFIFO(wiring.Component):
             self.w_level.eq(self.level),
             self.r_level.eq(self.level),
         ]
-        do_write = self.w_rdy & self.w_en
+        # (without the guard, a write while full is the writer's error)
+        do_write = (self.w_rdy & self.w_en) if self.write_guard else self.w_en
         # The storage is read when it has an entry and the output register is
         # empty or taken: ``r_en``, or ``r_free`` of the cycle before
         # (``free_q``). ``out_free`` (the output register empty or promised

@@ -230,13 +230,14 @@ def test_saturating_increment():
     _run(m, bench)
 
 
-def _compare_with_sync_fifo_buffered(depth, seed, free_rate, outputs):
+def _compare_with_sync_fifo_buffered(depth, seed, free_rate, outputs, write_guard=True):
     """Random writes and reads into a BlockRamFIFO and a SyncFIFOBuffered, the
     same on both (the reference also reads when the previous cycle's random
     ``r_free`` promised a take): ``outputs`` and the data when ready equal in
-    every cycle, through full and empty."""
+    every cycle, through full and empty. Without ``write_guard``, writes only
+    while ``w_rdy``, as such a FIFO's writer promises."""
     m = Module()
-    m.submodules.dut = dut = BlockRamFIFO(width=12, depth=depth)
+    m.submodules.dut = dut = BlockRamFIFO(width=12, depth=depth, write_guard=write_guard)
     m.submodules.ref = ref = SyncFIFOBuffered(width=12, depth=depth)
     rng = random.Random(seed)
 
@@ -245,6 +246,7 @@ def _compare_with_sync_fifo_buffered(depth, seed, free_rate, outputs):
         for cycle in range(3000):
             phase = (cycle // 200) % 3  # fill, drain, mixed
             w_en = rng.random() < (0.9, 0.1, 0.5)[phase]
+            w_en = w_en and (write_guard or ctx.get(dut.w_rdy))
             r_en = rng.random() < (0.1, 0.9, 0.5)[phase]
             data = rng.getrandbits(12)
             for f in (dut, ref):
@@ -276,6 +278,13 @@ def test_block_ram_fifo_r_free(depth):
     """``r_free`` promises a take in the next cycle: the FIFO behaves as
     ``SyncFIFOBuffered`` read with ``r_en`` or the previous cycle's ``r_free``."""
     _compare_with_sync_fifo_buffered(depth, 100 + depth, 0.3, ("w_rdy", "r_rdy", "level"))
+
+
+@pytest.mark.parametrize("depth", [2, 16])
+def test_block_ram_fifo_without_write_guard(depth):
+    """``write_guard=False``, written only while ``w_rdy``: as SyncFIFOBuffered."""
+    _compare_with_sync_fifo_buffered(depth, 200 + depth, 0.3, ("w_rdy", "r_rdy", "level"),
+                                     write_guard=False)
 
 
 def test_block_ram_fifo_parameters():
