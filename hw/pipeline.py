@@ -10,7 +10,10 @@
 
     Latency: 1 cycle. Throughput: 1 transfer per cycle, with or without
     back-pressure (no bubble when ``o.ready`` toggles). Cost: 2 x width + 2
-    flip-flops and a 2:1 mux per bit.
+    flip-flops and a 2:1 mux per bit, two flip-flops for ``i.ready``, and 2
+    flip-flops more per ``SKID_GROUP_BITS`` (36) bits past the first 36: a
+    wide stage keeps its valid flags once per group of bits, so no enable or
+    select net spans it.
 
 ``AXIStreamRegister(data_width, user_width)``
     The same stage for ``AXIStreamSignature`` (tdata/tkeep/tlast/tuser).
@@ -89,31 +92,62 @@ __all__ = ["AXI4RegisterSlice", "AXIRegisterSlice", "AXIStreamRegister", "BlockR
            "unchecked_read_port"]
 
 
+# Bits of a skid stage per copy of its valid flags: each copy selects and
+# enables this many data bits (about 2 x 36 mux and enable sinks), so no single
+# flip-flop or clock enable spans a wide stage.
+SKID_GROUP_BITS = 36
+
+
 def skid(m: Module, i_valid, i_ready, i_data, o_valid, o_ready, o_data, name: str):
     """Builds the skid buffer of ``StreamRegister`` in ``m`` between flat
     signals: ``i_ready``, ``o_valid`` and ``o_data`` are driven here
     (``i_ready`` and ``o_valid`` combinationally from flip-flops, ``o_data``
-    from a flip-flop)."""
+    from a flip-flop).
+
+    A stage wider than ``SKID_GROUP_BITS`` keeps its two valid flags once per
+    group of that many data bits: a group's output enable (``o_ready`` or its
+    output empty), its output mux select and its spare's enable come from its
+    own copies, so each is a net of a few dozen sinks placed by its bits,
+    not one net across the whole stage. ``i_ready`` comes from one more copy
+    of the two flags. Each copy's next value is a function of itself (the
+    output flag's enable is its own value), so synthesis keeps the copies
+    apart; all copies of a flag always hold the same value."""
     width = len(i_data)
-    out_valid = Signal(name=f"{name}_valid")
     out_data = Signal(width, name=f"{name}_data")
-    spare_valid = Signal(name=f"{name}_spare_valid")
     spare_data = Signal(width, name=f"{name}_spare_data")
-    m.d.comb += [o_valid.eq(out_valid), o_data.eq(out_data), i_ready.eq(~spare_valid)]
-    # The spare's data register follows the input while the spare is empty,
-    # so its clock enable is one flip-flop (~spare_valid) rather than a
-    # decode of i_valid and o_ready: a wide stage's enables are a wide fan-out.
-    with m.If(~spare_valid):
-        m.d.sync += spare_data.eq(i_data)
-    with m.If(o_ready | ~out_valid):
-        # The output register takes the spare beat first, else the input.
-        with m.If(spare_valid):
-            m.d.sync += [out_data.eq(spare_data), out_valid.eq(1), spare_valid.eq(0)]
-        with m.Else():
-            m.d.sync += [out_data.eq(i_data), out_valid.eq(i_valid)]
-    with m.Elif(i_valid & ~spare_valid):
-        # The sink stalls: the beat accepted this cycle waits in the spare.
-        m.d.sync += spare_valid.eq(1)
+
+    def flags(suffix):
+        """A copy of the two valid flags (the output's and the spare's), and
+        the output's enable (``o_ready`` or the output empty) from it."""
+        out_valid = Signal(name=f"{name}_valid{suffix}")
+        spare_valid = Signal(name=f"{name}_spare_valid{suffix}")
+        load = Signal(name=f"{name}_load{suffix}")
+        m.d.comb += load.eq(o_ready | ~out_valid)
+        with m.If(load):
+            # The output register takes the spare beat first, else the input.
+            m.d.sync += [out_valid.eq(spare_valid | i_valid), spare_valid.eq(0)]
+        with m.Elif(i_valid):
+            # The sink stalls: the beat accepted this cycle waits in the spare
+            # (a full spare accepts none, and stays full).
+            m.d.sync += spare_valid.eq(1)
+        return out_valid, spare_valid, load
+
+    # i_ready from a copy of the flags of its own, which drives nothing else:
+    # the producer's logic behind it sits in another block, and the copy can
+    # be placed there, away from this stage's data selects.
+    _, ready_spare, _ = flags("_ready")
+    first = flags("")
+    m.d.comb += [o_valid.eq(first[0]), o_data.eq(out_data), i_ready.eq(~ready_spare)]
+    for lo in range(0, width, SKID_GROUP_BITS):
+        hi = min(lo + SKID_GROUP_BITS, width)
+        _, spare_valid, load = flags(f"_{lo // SKID_GROUP_BITS}") if lo else first
+        # The spare's data register follows the input while the spare is empty,
+        # so its clock enable is one flip-flop (~spare_valid) rather than a
+        # decode of i_valid and o_ready: a wide stage's enables are a wide fan-out.
+        with m.If(~spare_valid):
+            m.d.sync += spare_data[lo:hi].eq(i_data[lo:hi])
+        with m.If(load):
+            m.d.sync += out_data[lo:hi].eq(Mux(spare_valid, spare_data[lo:hi], i_data[lo:hi]))
 
 
 def forward_register(m: Module, i_valid, i_ready, i_data, o_valid, o_ready, o_data, name: str):
