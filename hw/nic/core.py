@@ -137,20 +137,31 @@ class TxControlBridge(wiring.Component):
 
 
 class DoorbellSnoop(wiring.Component):
-    """Watches the CSR bus into TX's register block and reports every write of a
-    QP's ``qp_doorbell`` (the send queue's producer index) to reliability, which
-    needs it to complete, on an ERROR, the WQEs TX has not begun.
+    """Watches the host's CSR writes into TX's register block and reports every
+    write of a QP's ``qp_doorbell`` (the send queue's producer index) to
+    reliability, which needs it to complete, on an ERROR, the WQEs TX has not
+    begun.
+
+    Parameters: ``num_qps``; ``addr_width``, the observed bus's address bits;
+    ``base``, where TX's register block starts on that bus (0 for TX's own bus).
 
     Interface: ``addr`` In(addr_width), ``w_stb`` In(1), ``w_data`` In(16):
-    the address, write strobe and low half of the write data of TX's CSR bus
+    the address, write strobe and low half of the write data of a CSR bus
     (observed, never driven); ``sq_producer`` Out(stream(SqProducer)):
-    ``{qpn, producer}``, valid in the cycle of the write strobe, no
-    backpressure (reliability's input is always ready).
-    Latency: 0 cycles (combinational); throughput one doorbell per cycle.
+    ``{qpn, producer}``, no backpressure (reliability's input is always ready).
+    NicCore watches ``CsrInterconnect``'s upstream (host) bus, whose writes
+    reach TX's bus two cycles later, so a doorbell is reported a cycle before
+    it reaches TX (reliability uses it only to complete the posted WQEs of a
+    QP going to ERROR); injected writes, which never write a doorbell, are
+    not seen.
+    Latency: 1 cycle, registered: the address decode (compares and a
+    subtraction) ends at flip-flops, not at reliability's producer-index
+    memory's write enable. Throughput: one doorbell per cycle.
     """
 
-    def __init__(self, num_qps: int, addr_width: int):
+    def __init__(self, num_qps: int, addr_width: int, base: int = 0):
         self.num_qps = num_qps
+        self.base = base
         super().__init__({
             "addr": In(addr_width),
             "w_stb": In(1),
@@ -162,11 +173,13 @@ class DoorbellSnoop(wiring.Component):
         m = Module()
         out = self.sq_producer
         stride_bits = TX_QP_STRIDE.bit_length() - 1
+        start = self.base + TX_QP_BASE
         rel = Signal(len(self.addr))
-        m.d.comb += rel.eq(self.addr - TX_QP_BASE)
+        m.d.comb += rel.eq(self.addr - start)
         qpn = rel >> stride_bits
-        m.d.comb += [
-            out.valid.eq(self.w_stb & (self.addr >= TX_QP_BASE) & (qpn < self.num_qps)
+        m.d.sync += [
+            out.valid.eq(self.w_stb & (self.addr >= start)
+                         & (self.addr < start + self.num_qps * TX_QP_STRIDE)
                          & (rel[:stride_bits] == TX_Q.DOORBELL)),
             out.payload.qpn.eq(qpn),
             out.payload.producer.eq(self.w_data),
@@ -277,11 +290,11 @@ class NicCore(wiring.Component):
     Latency: NicCore adds 1 cycle on ``mac_tx`` and on ``mac_rx`` and 1 cycle
     per AXI4 channel behind its arbiters (2 from a block's master); see
     docs/tx.md, docs/rx.md and docs/reliability.md for the blocks'. A CSR
-    read takes 5 cycles from AR accepted to R valid (bridge 1, interconnect
-    2, block 2); a write 2 cycles from AW+W to B, and reaches the block 1
-    cycle after the bridge's strobe. Throughput: 1 beat per cycle on
+    read takes 6 cycles from AR accepted to R valid (bridge 1, interconnect
+    3, block 2); a write 2 cycles from AW+W to B, and reaches the block 2
+    cycles after the bridge's strobe. Throughput: 1 beat per cycle on
     ``mac_tx`` (shared by the three sources), on ``mac_rx`` and on each AXI4
-    channel; one CSR write per 3 cycles, one read per 7.
+    channel; one CSR write per 3 cycles, one read per 8.
     """
 
     def __init__(self, *, data_width=64, num_qps=16, evs_per_qp=16, sack_bits=64, max_mtu=4096,
@@ -450,9 +463,13 @@ class NicCore(wiring.Component):
         m.submodules.sent_stage = sent_stage = StreamRegister(SentRecord)
         wiring.connect(m, sent_buffer.o, sent_stage.i)
         wiring.connect(m, sent_stage.o, rel.sent)
-        m.submodules.doorbell_snoop = snoop = DoorbellSnoop(self.num_qps, self.block_bits)
-        m.d.comb += [snoop.addr.eq(tx.csr.addr), snoop.w_stb.eq(tx.csr.w_stb),
-                     snoop.w_data.eq(tx.csr.w_data[:16])]
+        # the snoop watches the host's bus into the interconnect and registers its
+        # decode: no address compare in front of reliability's producer-index
+        # memory's write enable
+        m.submodules.doorbell_snoop = snoop = DoorbellSnoop(
+            self.num_qps, ic.addr_width, base=self.block_base("tx"))
+        m.d.comb += [snoop.addr.eq(ic.csr.addr), snoop.w_stb.eq(ic.csr.w_stb),
+                     snoop.w_data.eq(ic.csr.w_data[:16])]
         wiring.connect(m, snoop.sq_producer, rel.sq_producer)
         wiring.connect(m, rel.retx, tx.retx)
         # reliability's ACK FIFO is block RAM on the board: a register stage keeps

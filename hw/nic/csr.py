@@ -214,9 +214,13 @@ class CsrInterconnect(wiring.Component):
     read outside every window answers 0.
 
     Pipelined for timing: every block bus (``addr``, ``w_data``, ``w_stb``,
-    ``r_stb``) comes from flip-flops loaded a cycle after the upstream
+    ``r_stb``) comes from flip-flops loaded two cycles after the upstream
     strobe, and the read data is registered on its way back, so neither the
     address decode nor the read mux is in series with a block's own logic.
+    The first stage decodes the access's block into one flip-flop per block,
+    which is the clock enable of that block's address and data registers (a
+    wide fan-out placed next to the block); the address and data pass that
+    stage in one shared register.
     ``block_read_latency`` (1 or 2): cycles from a block's ``r_stb`` to its
     ``r_data``; 2 lets blocks register their read mux. A block of latency 1
     must hold ``r_data`` while its ``addr`` holds, which the interconnect
@@ -227,8 +231,8 @@ class CsrInterconnect(wiring.Component):
     for an injected write (they load its payload whether or not it is
     valid), so each block has registers of its own.
 
-    Latency: writes reach a block 1 cycle after ``csr.w_stb``; ``csr.r_data``
-    is valid ``read_latency`` = 2 + ``block_read_latency`` cycles after
+    Latency: writes reach a block 2 cycles after ``csr.w_stb``; ``csr.r_data``
+    is valid ``read_latency`` = 3 + ``block_read_latency`` cycles after
     ``csr.r_stb``: give the AXI4-Lite bridge that ``read_latency``.
     Throughput: one write per cycle; one read per ``read_latency`` cycles
     (the bridge issues at most one per ``read_latency`` + 3).
@@ -239,7 +243,7 @@ class CsrInterconnect(wiring.Component):
             raise ValueError(f"block_read_latency must be 1 or 2 cycles, not "
                              f"{block_read_latency!r}")
         self.block_read_latency = block_read_latency
-        self.read_latency = 2 + block_read_latency
+        self.read_latency = 3 + block_read_latency
         if not windows:
             raise ValueError("the CSR interconnect needs at least one block")
         for i, w in enumerate(windows):
@@ -274,7 +278,8 @@ class CsrInterconnect(wiring.Component):
 
         # Internal writes slip into cycles the host leaves free: no strobe
         # now, and no read strobe in the cycles before whose data is not yet
-        # taken (an injected write moves the block's addr a cycle later).
+        # taken (an injected write moves the block's addr two cycles later, as
+        # the host's access does: their order is kept).
         hold = 1 + self.block_read_latency
         read_before = Signal(hold)
         m.d.sync += read_before.eq(Cat(up.r_stb, read_before[:-1]))
@@ -282,37 +287,49 @@ class CsrInterconnect(wiring.Component):
         inj = self.inject.payload
         m.d.comb += self.inject.ready.eq(free)
 
+        # The first registered stage: the access's address and data in one
+        # register (the host's when it strobes, else the injected write's), and
+        # its block decoded into flip-flops, one per block: load[i] says that
+        # block i's registers take the access, w_stb[i] and r_stb[i] are its
+        # strobes. A header or next-pointer access loads a block's registers
+        # too, without a strobe: the header compare stays out of load. The
+        # injected write's block loads the write's address and data in every
+        # free cycle, its strobe being the write's valid: load does not wait
+        # on ``inject.valid`` (the injecting block's handshake logic). A free
+        # cycle has no read in flight, so a latency-1 block's read data is
+        # taken already.
+        host = up.w_stb | up.r_stb
+        a_addr = Signal(bb)
+        a_data = Signal(32)
+        a_load = Signal(n)
+        a_w_stb = Signal(n)
+        a_r_stb = Signal(n)
+        m.d.sync += [a_addr.eq(Mux(host, offset, inj.addr[:bb])),
+                     a_data.eq(Mux(host, up.w_data, inj.data))]
+        for i in range(n):
+            to_block = index == i
+            to_inject = free & (inj.block == i)
+            m.d.sync += [
+                a_load[i].eq(host & to_block | to_inject),
+                a_w_stb[i].eq(up.w_stb & to_block & ~intercepted
+                              | to_inject & self.inject.valid),
+                a_r_stb[i].eq(up.r_stb & to_block & ~intercepted),
+            ]
+
         for i in range(n):
             bus = self.bus(i)
-            # The registered stage: the strobes last one cycle. A block's
-            # address and data registers load only for an access to that
-            # block, so each block has its own (placed next to it), not one
-            # register fanning out across the chip: registers loaded alike
-            # would be merged into one by synthesis.
-            # A header or next-pointer access loads them too, without a strobe:
-            # the header compare stays out of their (32-bit wide) enables.
-            # The injected write's block loads the write's address and data in
-            # every free cycle, its strobe being the write's valid: the
-            # registers' enables do not wait on ``inject.valid`` (the
-            # injecting block's handshake logic). A free cycle has no read in
-            # flight, so a latency-1 block's read data is taken already.
-            m.d.sync += [bus.w_stb.eq(0), bus.r_stb.eq(0)]
-            with m.If(free & (inj.block == i)):
-                m.d.sync += [
-                    bus.addr.eq(inj.addr[:bb]),
-                    bus.w_data.eq(inj.data),
-                    bus.w_stb.eq(self.inject.valid),
-                ]
-            with m.Elif((up.w_stb | up.r_stb) & (index == i)):
-                m.d.sync += [
-                    bus.addr.eq(offset),
-                    bus.w_data.eq(up.w_data),
-                    bus.w_stb.eq(up.w_stb & ~intercepted),
-                    bus.r_stb.eq(up.r_stb & ~intercepted),
-                ]
+            # The second registered stage, the block's bus: its address and
+            # data registers load only for an access to that block (load[i], a
+            # flip-flop), so each block has its own, placed next to it, not
+            # one register fanning out across the chip: registers loaded
+            # alike would be merged into one by synthesis.
+            m.d.sync += [bus.w_stb.eq(a_w_stb[i]), bus.r_stb.eq(a_r_stb[i])]
+            with m.If(a_load[i]):
+                m.d.sync += [bus.addr.eq(a_addr), bus.w_data.eq(a_data)]
 
         # Read data: chosen by what the address was at r_stb, registered on
-        # the way back (valid read_latency cycles after r_stb).
+        # the way back (valid read_latency cycles after r_stb; r_index holds
+        # until the next r_stb, read_latency + 3 cycles later at the soonest).
         r_index = Signal(self.index_bits)
         r_const = Signal()
         r_const_value = Signal(32)

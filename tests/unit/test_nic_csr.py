@@ -351,36 +351,41 @@ def test_tx_control_bridge_turns_updates_into_tx_register_writes():
     assert writes == [(QP_BASE + QP_STRIDE + Q.CTRL, 0), (QP_BASE + QP_STRIDE + Q.CWND, 37)]
 
 
-def test_doorbell_snoop_reports_only_doorbell_writes():
-    """Every write of a QP's qp_doorbell in TX's block reaches reliability as
-    {qpn, producer}; other registers, cycles without a write strobe and QPs
-    beyond num_qps do not."""
+@pytest.mark.parametrize("base", [0, 0x4000])
+def test_doorbell_snoop_reports_only_doorbell_writes(base):
+    """Every write of a QP's qp_doorbell in TX's block (at ``base`` on the
+    observed bus) reaches reliability as {qpn, producer} in the next cycle;
+    other registers, cycles without a write strobe, QPs beyond num_qps and
+    addresses outside the block do not."""
     from hw.nic.core import DoorbellSnoop
     from hw.tx.regs import QP_BASE, QP_STRIDE, Q
 
-    dut = DoorbellSnoop(num_qps=4, addr_width=16)
+    dut = DoorbellSnoop(num_qps=4, addr_width=16, base=base)
     accesses = [  # (addr, w_stb, data)
-        (QP_BASE + 2 * QP_STRIDE + Q.DOORBELL, 1, 0x2345),
-        (QP_BASE + 2 * QP_STRIDE + Q.CTRL, 1, 1),
-        (QP_BASE + 0 * QP_STRIDE + Q.DOORBELL, 0, 7),
-        (QP_BASE + 3 * QP_STRIDE + Q.DOORBELL, 1, 0xFFFF),
-        (QP_BASE + 4 * QP_STRIDE + Q.DOORBELL, 1, 9),
-        (Q.DOORBELL, 1, 5),
-        (QP_BASE + 0 * QP_STRIDE + Q.DOORBELL, 1, 0),
+        (base + QP_BASE + 2 * QP_STRIDE + Q.DOORBELL, 1, 0x2345),
+        (base + QP_BASE + 2 * QP_STRIDE + Q.CTRL, 1, 1),
+        (base + QP_BASE + 0 * QP_STRIDE + Q.DOORBELL, 0, 7),
+        (base + QP_BASE + 3 * QP_STRIDE + Q.DOORBELL, 1, 0xFFFF),
+        (base + QP_BASE + 4 * QP_STRIDE + Q.DOORBELL, 1, 9),
+        (base + Q.DOORBELL, 1, 5),
+        (base + QP_BASE + 1 * QP_STRIDE + Q.DOORBELL - 0x2000, 1, 6),
+        (base + QP_BASE + 0 * QP_STRIDE + Q.DOORBELL, 1, 0),
+        (0, 0, 0),
     ]
     seen = []
 
     async def bench(ctx):
-        for addr, w_stb, data in accesses:
-            ctx.set(dut.addr, addr)
+        for cycle, (addr, w_stb, data) in enumerate(accesses):
+            ctx.set(dut.addr, addr % (1 << 16))
             ctx.set(dut.w_stb, w_stb)
             ctx.set(dut.w_data, data)
+            await ctx.tick()
             if ctx.get(dut.sq_producer.valid):
                 p = ctx.get(dut.sq_producer.payload)
-                seen.append((p.qpn, p.producer))
-            await ctx.delay(1e-8)
+                seen.append((cycle, p.qpn, p.producer))
 
     sim = Simulator(dut)
+    sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
-    assert seen == [(2, 0x2345), (3, 0xFFFF), (0, 0)]
+    assert seen == [(0, 2, 0x2345), (3, 3, 0xFFFF), (7, 0, 0)]
