@@ -107,12 +107,16 @@ class Sequencer(wiring.Component):
     For timing, the state machine is one-hot, the window check is
     registered over LOAD and CHECK (a QP that is over its window parks one
     state later), a retransmit's in-flight check over RETX_CHECK and
-    RETX_COMPARE, ``ack_update`` is applied the cycle after it is taken,
-    CSR writes (but EV_ENTRY's, which go to the EV table at ``w_stb``) one
-    cycle after ``w_stb``, an EV_ENTRY read returns the entry as it was
-    the cycle before ``r_stb``, the WQE request is registered in FETCH
-    and presented in FETCH_REQ, and ``retx_no_ev`` counts a dropped
-    retransmit the cycle after SEGMENT.
+    RETX_COMPARE, ``ack_update`` is applied the cycle after it is taken
+    (and taken at most every other cycle: ``ready`` is low the cycle after
+    a transfer), CSR writes (but EV_ENTRY's, which go to the EV table at
+    ``w_stb``) one cycle after ``w_stb``, a doorbell is seen by the
+    scheduler two cycles after that (``pi != ci`` over two registers), an
+    EV_ENTRY read returns the entry as it was the cycle before ``r_stb``,
+    the WQE request is registered in FETCH and presented in FETCH_REQ, the
+    WQE's beats are registered before their fields load (the last lands in
+    PARSE), and ``retx_no_ev`` counts a dropped retransmit the cycle after
+    SEGMENT.
 
     Latency: 9 cycles per packet of a part-sent WQE, plus the WQE burst
     (about 9 + memory latency) for the first packet of a message or a
@@ -236,12 +240,20 @@ class Sequencer(wiring.Component):
         ]
 
         # ---- scheduler
-        # pi != ci is registered: a doorbell is seen one cycle later; ci
-        # only moves in PARSE, several cycles before the FSM is back in IDLE
+        # pi != ci is registered over two cycles (per nibble, then their OR):
+        # a doorbell is seen two cycles later. ci only moves in PARSE, which
+        # sets wqe_active (work, whatever ring_work says), and that stays set
+        # until the EMIT of the WQE's last packet, at least four cycles later:
+        # ring_work has followed ci by then (three cycles after PARSE).
         has_work = Signal(nq)
         ring_work = Signal(nq)
         for i in range(nq):
-            m.d.sync += ring_work[i].eq(pi[i] != ci[i])
+            ring_ne = Signal(4, name=f"ring_ne{i}")
+            m.d.sync += [
+                ring_ne.eq(Cat(*[pi[i][4 * k : 4 * k + 4] != ci[i][4 * k : 4 * k + 4]
+                                 for k in range(4)])),
+                ring_work[i].eq(ring_ne.any()),
+            ]
             m.d.comb += has_work[i].eq(wqe_active[i] | ring_work[i])
         m.submodules.rr = rr = RoundRobin(nq)
         m.d.comb += rr.requests.eq(enable & has_work & ~win_blocked & ~ev_blocked)
@@ -353,11 +365,19 @@ class Sequencer(wiring.Component):
 
         # The counters' row after this packet, registered ahead of EMIT (the
         # row at cur_q is only written in EMIT) and zero in INIT, which
-        # writes it to every row.
+        # writes it to every row. The row read is registered first (cnt_row),
+        # so that the read's row select, a net to every bit of the row, is not
+        # in front of the adders: the row is read the cycle after IDLE sets
+        # cur_q, and cnt_next is valid from three cycles after IDLE, before
+        # the earliest EMIT.
+        cnt_row = Signal(64)
         cnt_next = Signal(64)
-        m.d.sync += cnt_next.eq(
-            Mux(ready, Cat((cnt_r.data[:32] + 1)[:32], (cnt_r.data[32:] + retx_mode)[:32]), 0)
-        )
+        m.d.sync += [
+            cnt_row.eq(cnt_r.data),
+            cnt_next.eq(
+                Mux(ready, Cat((cnt_row[:32] + 1)[:32], (cnt_row[32:] + retx_mode)[:32]), 0)
+            ),
+        ]
 
         # The WQE request comes from flip-flops: FETCH registers the address
         # (an addr_width-bit add behind the settings RAM) and FETCH_REQ presents it.
@@ -534,10 +554,13 @@ class Sequencer(wiring.Component):
 
         # cur, the WQE being sent: the QP's row in CHECK, loaded on every
         # branch so that its enable is the state's flip-flop (a WQE that is
-        # fetched instead overwrites every field of it in FETCH_DATA and PARSE
-        # before cur is used or written back), or the burst's fields in
-        # FETCH_DATA. Each field the sequencer uses lies within one beat (they
-        # are at most 8 bytes, aligned): it goes straight to cur.
+        # fetched instead overwrites every field of it from its beats and in
+        # PARSE before cur is used or written back), or the burst's fields. Each
+        # field the sequencer uses lies within one beat (they are at most 8
+        # bytes, aligned): it goes to cur the cycle after its beat, from a
+        # register of its bits in the beat, so that the burst's valid (another
+        # block's logic) is not in front of cur's clock enables. The last beat lands
+        # in PARSE, which writes other fields, and is read from OFFSET on.
         # CHECK's flip-flop would be the select (and in the clock enable) of all
         # of cur's few hundred bits, a net routed over much of the chip: the row
         # is loaded under four flags instead, each for about a quarter of the
@@ -548,26 +571,37 @@ class Sequencer(wiring.Component):
         # cur is not read in IDLE (the write-back of a parked QP's row is in
         # the IDLE after SEGMENT, before any load at its end), LOAD, CHECK or
         # the retransmit checks, and is loaded again before it is (in CHECK, or
-        # in FETCH_DATA and PARSE). CHECK's load comes after FETCH_DATA's, so
-        # that it is the outer multiplexer: a clock enable and one data select.
-        with m.If(st.FETCH_DATA & self.wqe_data.valid):
-            beat = self.wqe_data.payload.data
-            for name, off, size in WQE_LAYOUT:
-                lsb = 8 * (off % nbytes)
-                value = beat[lsb : lsb + 8 * size]
-                with m.If(fetch_beat == off // nbytes):
-                    if name == "opcode":
-                        m.d.sync += cur.with_imm.eq(value == WqeOpcode.WRITE_WITH_IMM)
-                    elif name in wqe_state.members:
-                        m.d.sync += cur[name].eq(value)
+        # from the beats and in PARSE). Each field the burst gives loads under
+        # one flip-flop, set for the row load or the field's beat, and the
+        # row's flag selects the row: a clock enable and one data select.
+        beat_of, beat_value = {}, {}  # cur's fields from the burst: beat index, registered value
+        for name, off, size in WQE_LAYOUT:
+            target = "with_imm" if name == "opcode" else name
+            if target not in wqe_state.members:
+                continue
+            lsb = 8 * (off % nbytes)
+            field = Signal(8 * size, name=f"beat_{name}")
+            m.d.sync += field.eq(self.wqe_data.payload.data[lsb : lsb + 8 * size])
+            beat_of[target] = off // nbytes
+            beat_value[target] = field == WqeOpcode.WRITE_WITH_IMM if name == "opcode" else field
         for also, fields in ((None, ("raddr",)),
                              ("IDLE", ("laddr", "with_imm", "wqe_index")),
                              ("RETX_CHECK", ("length", "rkey")),
                              ("RETX_COMPARE", ("imm", "pkt_index"))):
+            row_next = st.LOAD | (st[also] if also else 0)
             load_row = Signal(name=f"load_row_{fields[0]}")
-            m.d.sync += load_row.eq(st.LOAD | (st[also] if also else 0))
-            with m.If(load_row):
-                m.d.sync += [cur[name].eq(wqe_r.data[name]) for name in fields]
+            m.d.sync += load_row.eq(row_next)
+            for name in fields:
+                if name not in beat_of:
+                    with m.If(load_row):
+                        m.d.sync += cur[name].eq(wqe_r.data[name])
+                    continue
+                # the field's enable, one flip-flop: the row's flag or its beat's
+                load = Signal(name=f"load_{name}")
+                m.d.sync += load.eq(row_next | (st.FETCH_DATA & self.wqe_data.valid
+                                                & (fetch_beat == beat_of[name])))
+                with m.If(load):
+                    m.d.sync += cur[name].eq(Mux(load_row, wqe_r.data[name], beat_value[name]))
 
         with state("FETCH_DATA"):
             m.d.comb += self.wqe_data.ready.eq(1)
@@ -643,46 +677,41 @@ class Sequencer(wiring.Component):
                 m.d.sync += [emit_go.eq(readies), wqe_we.eq(readies & ~retx_mode)]
 
         # ---- unparking: acks, EV state changes (CSR writes come below)
-        # An ack_update is registered with its two differences (against the
-        # QP's una_psn, and against the una_psn of the ack applied in the same
-        # cycle, if it is for the same QP) and applied the next cycle, so the
-        # compare starts at flip-flops. The result is that of applying it in
-        # the cycle it was taken, one cycle later (a NEXT_PSN write to the QP
-        # in that cycle overrides it, as it would have then).
+        # An ack_update is registered with its differences against the QP's
+        # una_psn and applied the next cycle, so the compare starts at
+        # flip-flops. The result is that of applying it in the cycle it was
+        # taken, one cycle later (a NEXT_PSN write to the QP in that cycle
+        # overrides it, as it would have then). No ack is taken in the cycle
+        # one is applied (ready is a flip-flop, low the cycle after a
+        # transfer), so the una_psn read at the taking is never one about to
+        # change: the compare needs no second copy for an ack of the same QP
+        # in the cycle before, and its one carry chain is one LUT from the
+        # una_psn enables. Acks come at most one per ACK packet, many cycles
+        # apart.
         ack = self.ack_update.payload
         ack_q = ack.qpn[:qb]
-        m.d.comb += self.ack_update.ready.eq(1)
+        ack_ready = Signal(init=1)
+        ack_taken = self.ack_update.valid & ack_ready
+        m.d.comb += self.ack_update.ready.eq(ack_ready)
+        m.d.sync += ack_ready.eq(~ack_taken)
         ack_next = Signal(PSN_BITS)
         ack_una = Signal(PSN_BITS)
         m.d.comb += [ack_next.eq(next_psn[ack_q]), ack_una.eq(una_psn[ack_q])]
         psn_write = Signal(nq)  # a CSR next_psn write applied this cycle, one-hot
         ak_qp = Signal(nq)  # the registered ack's QP, one-hot; 0: none to apply
         ak_una = Signal(PSN_BITS)
-        ak_adv = [Signal(PSN_BITS, name=f"ak_adv{i}") for i in range(2)]
-        ak_out = [Signal(PSN_BITS, name=f"ak_out{i}") for i in range(2)]
-        ak_bypass = Signal()
-        ak_fit = Signal()
+        ak_adv = Signal(PSN_BITS)
+        ak_out = Signal(PSN_BITS)
         ak_apply = Signal(nq)  # per QP: its una_psn moves to ak_una
-        # Both compares, then the choice, as an AND-OR: yosys turns a Mux of
-        # two compares back into one compare of muxed operands, a LUT level
-        # deeper. Each compare is written as "not less than", one carry chain
-        # (yosys builds a <= b as a < b or an equality tree). The QP is
-        # one-hot, so each QP's enable is one LUT behind.
-        ak_fits = [~(ak_out[i] < ak_adv[i]) for i in range(2)]
-        m.d.comb += [
-            ak_fit.eq((ak_bypass & ak_fits[1]) | (~ak_bypass & ak_fits[0])),
-            ak_apply.eq(ak_qp & ak_fit.replicate(nq)),
-        ]
+        # The compare is written as "not less than", one carry chain (yosys
+        # builds a <= b as a < b or an equality tree). The QP is one-hot, so
+        # each QP's enable is one LUT behind.
+        m.d.comb += ak_apply.eq(ak_qp & (~(ak_out < ak_adv)).replicate(nq))
         m.d.sync += [
-            ak_qp.eq(
-                Cat(*[self.ack_update.valid & (ack.qpn == i) & ~psn_write[i] for i in range(nq)])
-            ),
+            ak_qp.eq(Cat(*[ack_taken & (ack.qpn == i) & ~psn_write[i] for i in range(nq)])),
             ak_una.eq(ack.una_psn),
-            ak_adv[0].eq(ack.una_psn - ack_una),
-            ak_out[0].eq(ack_next - ack_una),
-            ak_adv[1].eq(ack.una_psn - ak_una),
-            ak_out[1].eq(ack_next - ak_una),
-            ak_bypass.eq(ak_apply.bit_select(ack_q, 1)),
+            ak_adv.eq(ack.una_psn - ack_una),
+            ak_out.eq(ack_next - ack_una),
         ]
         for i in range(nq):
             with m.If(ak_apply[i]):
