@@ -1,7 +1,5 @@
 """Frame builder for the responder's ACK, NAK and probe-response frames."""
 
-from itertools import zip_longest
-
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -36,6 +34,11 @@ IP_TTL = 64
 IP_PROTO_UDP = 17
 PKEY_DEFAULT = 0xFFFF
 PROBE_FRAME_LEN = 14 + 20 + 8 + 12 + 16 + 4
+
+
+# Lane groups of the output beat register, each with its own clock enable
+# and beat index (see elaborate).
+OUT_GROUPS = 4
 
 
 def ack_frame_len(sack_bits):
@@ -188,7 +191,12 @@ class RxAckBuilder(wiring.Component):
         crc_left = Signal(range(nbytes + 1))
         crc_last = Signal()  # this CRC beat is the last one (crc_left <= bpb)
         crc_len = Mux(job.probe, PROBE_FRAME_LEN, self.ack_len) - OFF_IPV4 - 4
-        crc_dpart = Signal(32)  # the data part of the next CRC beat
+        # The data part of the next CRC beat, as the parts of the beat's low
+        # and high halves (XOR them): two registered XOR trees of half the
+        # inputs each, one level less in front of these flip-flops than one
+        # tree over the beat; the CRC register XORs both in.
+        crc_dpart_lo = Signal(32)
+        crc_dpart_hi = Signal(32)
         # The CRC's beats are picked from the image (see the class docstring).
         # The covered bytes of each frame type are preceded by the zero bytes
         # that fill its first beat, so one full-beat network serves every
@@ -207,14 +215,22 @@ class RxAckBuilder(wiring.Component):
         crc_init = Mux(job.probe, crc32_before_zeros(ICRC_INIT, zero_lead(PROBE_FRAME_LEN)),
                        crc32_before_zeros(ICRC_INIT, zero_lead(self.ack_len)))
 
-        src_beats = [Mux(job.probe, p, a) for a, p in zip_longest(
-            crc_beats(ack_img, self.ack_len), crc_beats(probe_img, PROBE_FRAME_LEN),
-            fillvalue=Const(0, dw))]
+        ack_beats = crc_beats(ack_img, self.ack_len)
+        probe_beats = crc_beats(probe_img, PROBE_FRAME_LEN)
         src_q = Signal(dw)  # the CRC beat whose data part is computed next
-        src_next = Signal(len(src_beats))  # one-hot
+        # The beat index, one-hot over the ACK's beats and the probe
+        # response's apart: the frame type is in the index (set from the job
+        # as it is taken), so no job.probe select lies between the image and
+        # src_q.
+        src_next_ack = Signal(len(ack_beats))
+        src_next_probe = Signal(len(probe_beats))
 
         def data_part(data):
             return crc32_parts(0, data, bpb)[1]
+
+        def half_parts(data):
+            zeros = Const(0, dw // 2)
+            return data_part(Cat(data[: dw // 2], zeros)), data_part(Cat(zeros, data[dw // 2 :]))
 
         # The ICRC goes on the wire least-significant byte first, the IPv4
         # checksum big-endian; both are zero in the image.
@@ -228,7 +244,6 @@ class RxAckBuilder(wiring.Component):
         )
         out_beats = [full[i * dw : (i + 1) * dw] for i in range(nbytes // bpb)]
         out = Signal(dw)
-        out_next = Signal(len(out_beats))  # one-hot
         out_left = Signal(range(nbytes + 5))
         axis = self.m_axis
 
@@ -243,13 +258,17 @@ class RxAckBuilder(wiring.Component):
 
         # The CRC source beat and its data part are loaded in every cycle,
         # with no enable: they are read only in PREP and CRC, and the beat
-        # index (reset to beat 0 in IDLE) walks on from LOAD. src_q gets beat
-        # 0 in LOAD, beat 1 in PREP, ...; crc_dpart the data part of the beat
-        # src_q held.
+        # index (reset in IDLE to beat 0 of the offered job's frame type,
+        # which the job register takes with it) walks on from LOAD. src_q
+        # gets beat 0 in LOAD, beat 1 in PREP, ...; crc_dpart_lo/hi the data
+        # part of the beat src_q held.
+        dpart_lo, dpart_hi = half_parts(src_q)
         m.d.sync += [
-            src_q.eq(pick(src_beats, src_next)),
-            src_next.eq(Mux(st.IDLE, 1, src_next << 1)),
-            crc_dpart.eq(data_part(src_q)),
+            src_q.eq(pick(ack_beats + probe_beats, Cat(src_next_ack, src_next_probe))),
+            src_next_ack.eq(Mux(st.IDLE, ~self.job.payload.probe, src_next_ack << 1)),
+            src_next_probe.eq(Mux(st.IDLE, self.job.payload.probe, src_next_probe << 1)),
+            crc_dpart_lo.eq(dpart_lo),
+            crc_dpart_hi.eq(dpart_hi),
         ]
         with state("IDLE"):
             m.d.comb += self.job.ready.eq(1)
@@ -272,7 +291,7 @@ class RxAckBuilder(wiring.Component):
             # part registered in the cycle before
             next_last = crc_left <= 2 * bpb
             m.d.sync += [
-                crc.eq(crc32_parts(crc, 0, bpb)[0] ^ crc_dpart),
+                crc.eq(crc32_parts(crc, 0, bpb)[0] ^ crc_dpart_lo ^ crc_dpart_hi),
                 crc_left.eq(crc_left - bpb),
                 crc_last.eq(next_last),
             ]
@@ -281,11 +300,26 @@ class RxAckBuilder(wiring.Component):
         # The output beat register is loaded by one network, the beat index
         # (beat 0 until ICRC) picking from the frame: in ICRC, when the CRC is
         # final, the first beat, with it and the checksum; in SEND the next
-        # one as each is taken.
-        with m.If(st.ICRC | (st.SEND & axis.tready)):
-            m.d.sync += [out.eq(pick(out_beats, out_next)), out_next.eq(out_next << 1)]
-        with m.Elif(~st.SEND):
-            m.d.sync += out_next.eq(1)
+        # one as each is taken. Its clock enable depends on ``m_axis.tready``
+        # from outside, and the beat index selects every bit: both are built
+        # once per group of lanes, from the group's own copy of the SEND
+        # flip-flop and of the beat index (one net to all the output
+        # flip-flops took 4-5 ns of routing in b41). Each copy's next value is a
+        # function of the copy itself, so synthesis keeps the copies apart.
+        last = out_left <= bpb
+        group_bits = dw // OUT_GROUPS
+        for g in range(OUT_GROUPS):
+            send = Signal(name=f"send_{g}")  # = st.SEND
+            out_next = Signal(len(out_beats), name=f"out_next_{g}")  # one-hot
+            m.d.sync += send.eq(Mux(send, ~(axis.tready & last), st.ICRC))
+            lanes = slice(g * group_bits, (g + 1) * group_bits)
+            with m.If(st.ICRC | (send & axis.tready)):
+                m.d.sync += [
+                    out[lanes].eq(pick([b[lanes] for b in out_beats], out_next)),
+                    out_next.eq(out_next << 1),
+                ]
+            with m.Elif(~send):
+                m.d.sync += out_next.eq(1)
         with state("ICRC"):
             m.d.sync += out_left.eq(frame_len)
             goto("SEND")
@@ -293,7 +327,7 @@ class RxAckBuilder(wiring.Component):
             m.d.comb += [
                 axis.tvalid.eq(1),
                 axis.tdata.eq(out),
-                axis.tlast.eq(out_left <= bpb),
+                axis.tlast.eq(last),
                 axis.tkeep.eq(
                     Mux(out_left >= bpb, (1 << bpb) - 1,
                         (Const(1, bpb + 1) << out_left[: exact_log2(bpb) + 1]) - 1)
@@ -302,6 +336,6 @@ class RxAckBuilder(wiring.Component):
             ]
             with m.If(axis.tready):
                 m.d.sync += out_left.eq(out_left - bpb)
-                with m.If(out_left <= bpb):
+                with m.If(last):
                     goto("IDLE")
         return m
