@@ -75,18 +75,22 @@ class RxDmaWriter(wiring.Component):
     are ``addr_width`` bits (32..64); a write running past 2^addr_width
     wraps to address 0 (the RX validator passes none).
 
-    Latency: the first W beat 1 cycle and the first AW 2 cycles after a
-    command is taken (the first burst's AWLEN is computed from registers in
-    between; each later burst's in the cycle after the previous AW), so W
-    beats may come before their AW, as AXI allows. A zero-length ``notify``
-    command enters the B queue 1 cycle after it is taken; each queue entry
-    is loaded into registers in a cycle of its own before its B responses
-    are counted, and ``done`` follows the last of them by 1 cycle (its
-    queue). Throughput: 1 W beat per cycle while ``data`` and ``wready``
-    allow; one idle cycle between commands (two after a command of one W
-    beat or a zero-length ``notify``, whose AW or report then ends it); up
-    to ``max_outstanding`` commands wait for their B responses while later
-    ones are written.
+    Latency: a taken command is copied into registers, and the cycle after
+    it is decoded from them (its beat counts, end and first boundary), so
+    nothing computed from the offered command reaches a counter. The first
+    W beat is then offered 3 cycles and the first AW 3 cycles after a
+    command is taken: W beats leave through an output register (WDATA,
+    WSTRB, WLAST and WVALID are flip-flops), and the first burst's AWLEN is
+    computed from registers in the cycle before its AW; each later burst's
+    in the cycle after the previous AW. W beats may come before their AW,
+    as AXI allows. A zero-length ``notify`` command enters the B queue 2
+    cycles after it is taken; each queue entry is loaded into registers in
+    a cycle of its own before its B responses are counted, and ``done``
+    follows the last of them by 1 cycle (its queue). Throughput: 1 W beat
+    per cycle while ``data`` and ``wready`` allow; two idle cycles between
+    commands (three after a command of one W beat or a zero-length
+    ``notify``, whose AW or report then ends it); up to ``max_outstanding``
+    commands wait for their B responses while later ones are written.
     """
 
     def __init__(self, data_width=64, tag_width=4, id_width=4, max_outstanding=16,
@@ -163,6 +167,7 @@ class RxDmaWriter(wiring.Component):
         out_last = Signal()
         bnd_last = Signal()
         in_left = Signal(range(65536 // bpb + 3))  # input beats still expected
+        in_one = Signal()  # in_left == 1, as a register (no compare behind WREADY)
         in_ended = Signal()
         starved = Signal()  # in_ended & (in_left != 0), as a register
         first_beat = Signal()
@@ -186,14 +191,27 @@ class RxDmaWriter(wiring.Component):
         cmd_fits = Signal()  # the command ends before the first boundary
         aw_first = Signal()  # the next burst is the command's first
         # (in_left != 0) & ~in_ended, as two registers split by the command's
-        # ``inline``: the W handshake is then one LUT of flip-flops and the
-        # stream's valid (``inline`` is not in front of the W beat's clock
-        # enable, nor of the input select in front of the realigning mux).
+        # ``inline``: the W handshake is then a function of flip-flops, WREADY
+        # and the stream's valid only (``inline`` is not in front of the W
+        # beat's clock enable, nor of the input select in front of the
+        # realigning mux).
         in_stream = Signal()  # the input is due from ``data``
         in_inline = Signal()  # the input is due from the inline CQE bytes
         need_in = in_stream | in_inline
 
-        idle = ~aw_busy & ~w_busy & ~drain & ~zero_notify
+        # The cycle after a command is taken: its registered copy is decoded.
+        decode = Signal()
+        idle = ~aw_busy & ~w_busy & ~drain & ~zero_notify & ~decode
+
+        # W output register: the realigned beat, its strobes and WLAST are
+        # computed from the writer's registers and the payload stream, and
+        # reach the bus (an AXI4RegisterSlice in NicCore) from flip-flops.
+        # w_free: the register can take a beat this cycle.
+        wq_valid = Signal()
+        wq_data = Signal(dw)
+        wq_strb = Signal(bpb)
+        wq_last = Signal()
+        w_free = ~wq_valid | axi.wready
 
         # Input mux: the payload stream or the inline CQE bytes.
         in_valid = Signal()
@@ -212,32 +230,27 @@ class RxDmaWriter(wiring.Component):
                 # stream, or the drain runs. Fewer LUTs from in_stream to the
                 # payload register's enable in the parser (b37: 4 levels,
                 # -0.86 ns).
-                self.data.ready.eq((w_busy & axi.wready & in_stream) | drain),
+                self.data.ready.eq((w_busy & w_free & in_stream) | drain),
             ]
         # The inline bytes move on a beat whenever a W beat can go or the
         # drain runs: for an inline command (its input always valid) that is
         # when one is taken, or after its last beat, when they are read no
         # more; other commands never read them. So this 257-bit enable has no
         # handshake in it but WREADY.
-        with m.If(drain | (w_busy & axi.wready)):
+        with m.If(drain | (w_busy & w_free)):
             if 8 * CQE_BYTES > dw:
                 m.d.sync += inline_buf.eq(inline_buf >> dw)
             m.d.sync += inline_left.eq(inline_left - 1)
 
-        # Accept a command.
+        # Accept a command. While the writer is idle its command registers
+        # follow the offered command, taken or not (nothing reads them while
+        # idle), so their enable is the idle decode of flip-flops and not the
+        # handshake with the queue's level; only `decode` waits for it. They
+        # are copies: every sum over the command's address and length is
+        # taken in the decode cycle from these registers, so the command's
+        # source (the engine's completion/placement mux) reaches no adder
+        # (b41: cqe valid -> out_left, -0.97 ns at 7 ns).
         c = self.cmd.payload
-        c_shift = c.addr[:lb]
-        c_in_beats = (c.len + (bpb - 1)) >> lb
-        c_out_beats = (c.len + c_shift + (bpb - 1)) >> lb
-        # c_out_beats == 1 without the full-width adder in front of out_last
-        c_one_beat = (c.len != 0) & (c.len[lb + 1 :] == 0) & (c.len[: lb + 1] + c_shift <= bpb)
-        c_end_full = Signal(lbnd + 17)
-        m.d.comb += c_end_full.eq(c.addr[:lbnd] + c.len - 1)
-        c_end = c_end_full[:lbnd]
-        # While the writer is idle its command registers follow the offered
-        # command, taken or not (nothing reads them while idle), so their
-        # enable is the idle decode of four flip-flops and not the handshake
-        # with the queue's level; only the busy flags below wait for it.
         with m.If(idle):
             m.d.sync += [
                 cmd.eq(c),
@@ -245,36 +258,55 @@ class RxDmaWriter(wiring.Component):
                 aw_left.eq(c.len),
                 bursts.eq(0),
                 beat_addr.eq(Cat(Const(0, lb), c.addr[lb:])),
-                out_left.eq(c_out_beats),
-                out_last.eq(c_one_beat),
-                bnd_last.eq(c.addr[lb:lbnd] == (bnd // bpb) - 1),
-                in_left.eq(Mux(c.inline, (CQE_BYTES + bpb - 1) // bpb, c_in_beats)),
                 in_ended.eq(0),
                 starved.eq(0),
                 first_beat.eq(1),
-                shift.eq(c_shift),
-                end_lane.eq(c_end[:lb]),
-                cmd_end.eq(c_end),
-                cmd_fits.eq(c_end_full[lbnd:] == 0),
+                shift.eq(c.addr[:lb]),
                 aw_first.eq(1),
-                room.eq(bnd - c.addr[:lbnd]),
-                in_stream.eq(~c.inline & (c.len != 0)),
-                in_inline.eq(c.inline),
                 prev.eq(0),
                 inline_buf.eq(c.inline_data),
                 inline_left.eq((CQE_BYTES + bpb - 1) // bpb),
             ]
         with m.If(idle & self.cmd.valid & pending.w_rdy):
             m.d.comb += self.cmd.ready.eq(1)
-            with m.If(c.discard):
-                m.d.sync += drain.eq(c.len != 0)
+            m.d.sync += decode.eq(1)
+
+        # Decode: from the registered copy (aw_addr, aw_left and shift hold
+        # the command's address and length until the first AW or W beat).
+        d_len = aw_left[:16]
+        d_in_beats = (d_len + (bpb - 1)) >> lb
+        d_in_left = Mux(cmd.inline, (CQE_BYTES + bpb - 1) // bpb, d_in_beats)
+        d_out_beats = (d_len + shift + (bpb - 1)) >> lb
+        # d_out_beats == 1 without the full-width adder in front of out_last
+        d_one_beat = ((d_len != 0) & (d_len[lb + 1 :] == 0)
+                      & (d_len[: lb + 1] + shift <= bpb))
+        d_end_full = Signal(lbnd + 17)
+        m.d.comb += d_end_full.eq(aw_addr[:lbnd] + d_len - 1)
+        d_end = d_end_full[:lbnd]
+        with m.If(decode):
+            m.d.sync += [
+                decode.eq(0),
+                out_left.eq(d_out_beats),
+                out_last.eq(d_one_beat),
+                bnd_last.eq(aw_addr[lb:lbnd] == (bnd // bpb) - 1),
+                in_left.eq(d_in_left),
+                in_one.eq(d_in_left == 1),
+                end_lane.eq(d_end[:lb]),
+                cmd_end.eq(d_end),
+                cmd_fits.eq(d_end_full[lbnd:] == 0),
+                room.eq(bnd - aw_addr[:lbnd]),
+                in_stream.eq(~cmd.inline & (d_len != 0)),
+                in_inline.eq(cmd.inline),
+            ]
+            with m.If(cmd.discard):
+                m.d.sync += drain.eq(d_len != 0)
             with m.Else():
                 m.d.sync += [
-                    aw_busy.eq(c.len != 0),
-                    aw_prep.eq(c.len != 0),
-                    w_busy.eq(c.len != 0),
+                    aw_busy.eq(d_len != 0),
+                    aw_prep.eq(d_len != 0),
+                    w_busy.eq(d_len != 0),
                     # Nothing to write: report through the B queue to keep order.
-                    zero_notify.eq((c.len == 0) & c.notify),
+                    zero_notify.eq((d_len == 0) & cmd.notify),
                 ]
         with m.If(zero_notify):
             # The command was taken with room in the queue, and nothing else
@@ -344,13 +376,23 @@ class RxDmaWriter(wiring.Component):
             Cat(window[dw + 8 * (j - k) : dw + 8 * (j - k + 1)] for k in range(bpb))
             .word_select(shift, 8)
             for j in range(bpb))
+        w_go = w_busy & w_free & (~in_stream | self.data.valid)
+        # The output register follows the realigned beat whenever it is free
+        # (its enable is WREADY and its own valid flag, no writer state).
+        with m.If(w_free):
+            m.d.sync += [
+                wq_valid.eq(w_go),
+                wq_data.eq(realigned),
+                wq_strb.eq(strb),
+                wq_last.eq(out_last | bnd_last),
+            ]
         m.d.comb += [
-            axi.wdata.eq(realigned),
-            axi.wstrb.eq(strb),
-            axi.wlast.eq(out_last | bnd_last),
-            axi.wvalid.eq(w_busy & (~in_stream | self.data.valid)),
+            axi.wdata.eq(wq_data),
+            axi.wstrb.eq(wq_strb),
+            axi.wlast.eq(wq_last),
+            axi.wvalid.eq(wq_valid),
         ]
-        with m.If(w_busy & axi.wready & (~in_stream | self.data.valid)):
+        with m.If(w_go):
             m.d.sync += [
                 beat_addr.eq(beat_addr + bpb),
                 out_left.eq(out_left - 1),
@@ -360,12 +402,14 @@ class RxDmaWriter(wiring.Component):
                 prev.eq(cur),
             ]
             with m.If(need_in):
-                m.d.sync += in_left.eq(in_left - 1)
+                m.d.sync += [in_left.eq(in_left - 1), in_one.eq(in_left == 2)]
                 with m.If(in_last):
                     # in_left stops here: the beats still expected are starved.
-                    m.d.sync += [in_ended.eq(1), starved.eq(in_left != 1)]
-                with m.If(in_last | (in_left == 1)):
-                    m.d.sync += [in_stream.eq(0), in_inline.eq(0)]
+                    m.d.sync += [in_ended.eq(1), starved.eq(~in_one)]
+            # Without need_in (both flags are already clear then): one term
+            # fewer between WREADY and these flags.
+            with m.If(in_last | in_one):
+                m.d.sync += [in_stream.eq(0), in_inline.eq(0)]
             with m.If(out_last):
                 m.d.sync += w_busy.eq(0)
                 # Input longer than the command says: drain the rest.

@@ -56,8 +56,8 @@ class RxPipeline(wiring.Component):
     (ACK/NAK/probe-response frames). ``RxRegisters`` holds the tables.
 
     Latency: a header record reaches the window engine 4 cycles after it is
-    taken and its first W beat follows about 5 cycles later (its AW one
-    cycle after that); counters move one cycle after their event. Throughput: one
+    taken and its first W beat follows about 7 cycles later (its AW in the
+    same cycle); counters move one cycle after their event. Throughput: one
     payload beat per cycle into ``m_axi`` while ``wready`` allows; per packet
     the validator needs 4 cycles and the window engine about 10, so packets
     with payloads of a few beats are limited by those (docs/rx.md).
