@@ -47,6 +47,15 @@ CFG_LANES = [
     ("sq_log2_size", Q.SQ_LOG2_SIZE, 4),
 ]
 _LANE = {name: i for i, (name, _, _) in enumerate(CFG_LANES)}
+# The lanes are kept in three RAMs, each read at a registered address of its
+# own, so that no row select drives all of a row's bits (see ``late`` below):
+# the lanes the FSM uses, and two groups of the headers' fields.
+CFG_GROUPS = (
+    ("ctl", ("mtu_shift", "mpr", "cwnd", "sq_base_lo", "sq_base_hi", "sq_log2_size")),
+    ("mac", ("dst_mac_lo", "dst_mac_hi")),
+    ("hdr", ("dqpn", "dst_ip", "dscp")),
+)
+assert sorted(name for _, names in CFG_GROUPS for name in names) == sorted(_LANE)
 
 
 def _lane(row, name, width=None):
@@ -115,8 +124,10 @@ class Sequencer(wiring.Component):
     EV_ENTRY read returns the entry as it was the cycle before ``r_stb``,
     the WQE request is registered in FETCH and presented in FETCH_REQ, the
     WQE's beats are registered before their fields load (the last lands in
-    PARSE), and ``retx_no_ev`` counts a dropped retransmit the cycle after
-    SEGMENT.
+    PARSE), ``retx_no_ev`` counts a dropped retransmit the cycle after
+    SEGMENT, the per-QP RAMs are read at addresses registered once per read
+    port, and the packet's addresses (``raddr``/``laddr`` + offset) are
+    registered before EMIT.
 
     Latency: 9 cycles per packet of a part-sent WQE, plus the WQE burst
     (about 9 + memory latency) for the first packet of a message or a
@@ -182,21 +193,44 @@ class Sequencer(wiring.Component):
         ev_cursor = Array(Signal(eb, init=ne - 1, name=f"ev_cursor{i}") for i in range(nq))
 
         # ---- per-QP settings, WQE progress, counters, in-flight records: RAM
+        # The FSM and the CSR reads read each RAM at an address registered the
+        # cycle before (a transparent read, as a synchronous port's), but from
+        # a register of that port's own: one register for the FSM's four
+        # (yosys moves a read port's register to its address, and merges
+        # equal ones) drove every row select, ~500 sinks on the board (b41),
+        # and the CSR reads' one ~160. Each copy loads only when it differs
+        # from its address, so that its next value depends on itself and
+        # synthesis keeps the copies apart.
+        def late(value, name):
+            reg = Signal(len(value), name=name)
+            with m.If(reg != value):
+                m.d.sync += reg.eq(value)
+            return reg
+
         cfg_init = [0] * len(CFG_LANES)
         cfg_init[_LANE["mtu_shift"]] = min(10, max_mtu_log2) - 8
         cfg_init[_LANE["mpr"]] = max(1, depth // MPR_UNIT)
         cfg_init[_LANE["cwnd"]] = depth
-        cfg_row_init = sum(v << (32 * i) for i, v in enumerate(cfg_init))
-        m.submodules.cfg = cfg_mem = Memory(
-            shape=32 * len(CFG_LANES), depth=nq, init=[cfg_row_init] * nq
-        )
-        cfg_w = cfg_mem.write_port(granularity=32)
-        cfg_r = cfg_mem.read_port(transparent_for=(cfg_w,))
-        # A CSR read never meets a settings write (those are applied one cycle
-        # after w_stb), so transparency changes nothing but lets the read
-        # register hold the address instead of a whole row.
-        cfg_csr = cfg_mem.read_port(transparent_for=(cfg_w,))
-        cfg = cfg_r.data
+        # Per group of lanes: (lane indices, write port, the FSM's read port,
+        # the CSR reads' port). A CSR read never meets a settings write (those
+        # are applied one cycle after w_stb), so its transparency changes nothing.
+        cfg_ports = []
+        cfg_lanes_r = [None] * len(CFG_LANES)
+        cfg_lanes_csr = [None] * len(CFG_LANES)
+        for group, names in CFG_GROUPS:
+            lanes = [_LANE[name] for name in names]
+            row_init = sum(cfg_init[i] << (32 * k) for k, i in enumerate(lanes))
+            m.submodules[f"cfg_{group}"] = mem = Memory(
+                shape=32 * len(lanes), depth=nq, init=[row_init] * nq
+            )
+            cfg_w = mem.write_port(granularity=32)
+            cfg_r = mem.read_port(domain="comb")
+            cfg_csr = mem.read_port(domain="comb")
+            for k, i in enumerate(lanes):
+                cfg_lanes_r[i] = cfg_r.data[32 * k : 32 * (k + 1)]
+                cfg_lanes_csr[i] = cfg_csr.data[32 * k : 32 * (k + 1)]
+            cfg_ports.append((group, lanes, cfg_w, cfg_r, cfg_csr))
+        cfg = Cat(*cfg_lanes_r)  # the settings row of cur_q (registered), in CFG_LANES order
 
         # A row is read (in CHECK) only while the QP's wqe_active is set: PARSE
         # sets it and the EMIT or the parking SEGMENT that always follows writes
@@ -204,18 +238,19 @@ class Sequencer(wiring.Component):
         wqe_state = WqeState(self.addr_width)
         m.submodules.wqe_state = wqe_mem = Memory(shape=wqe_state, depth=nq, init=[])
         wqe_w = wqe_mem.write_port()
-        wqe_r = wqe_mem.read_port(transparent_for=(wqe_w,))
+        wqe_r = wqe_mem.read_port(domain="comb")
 
         m.submodules.counters = cnt_mem = Memory(shape=64, depth=nq, init=[])
         cnt_w = cnt_mem.write_port()
-        cnt_r = cnt_mem.read_port(transparent_for=(cnt_w,))
-        cnt_csr = cnt_mem.read_port()
+        cnt_r = cnt_mem.read_port(domain="comb")
+        # (transparent too: a read sees the counters an EMIT in its r_stb cycle wrote)
+        cnt_csr = cnt_mem.read_port(domain="comb")
 
         m.submodules.inflight = inflight_mem = Memory(
             shape=InflightRecord(eb), depth=nq << db, init=[]
         )
         infl_w = inflight_mem.write_port()
-        infl_r = inflight_mem.read_port(transparent_for=(infl_w,))
+        infl_r = inflight_mem.read_port(domain="comb")
 
         # ---- global registers
         src_mac = Signal(48)
@@ -233,9 +268,10 @@ class Sequencer(wiring.Component):
 
         cur_q = Signal(qb)
         m.d.comb += [
-            cfg_r.addr.eq(cur_q),
-            wqe_r.addr.eq(cur_q),
-            cnt_r.addr.eq(cur_q),
+            *[cfg_r.addr.eq(late(cur_q, f"cfg_{group}_q"))
+              for group, _, _, cfg_r, _ in cfg_ports],
+            wqe_r.addr.eq(late(cur_q, "wqe_q")),
+            cnt_r.addr.eq(late(cur_q, "cnt_q")),
             self.ev.good_qp.eq(cur_q),
         ]
 
@@ -288,10 +324,13 @@ class Sequencer(wiring.Component):
         emit_go = Signal()
         # the WQE row of cur_q is written (cur, by EMIT with pkt_index + 1, or
         # the cycle after SEGMENT parks the QP): one flip-flop for the write
-        # enable of the row's distributed RAM, set the cycle before
+        # enable of the row's distributed RAM, set the cycle before. Its
+        # address is cur_q of the cycle before, a register of its own: cur_q
+        # is set in IDLE and holds from there to the EMIT and to the IDLE
+        # after a parking SEGMENT, so both writes see the two equal.
         wqe_we = Signal()
         m.d.comb += [
-            wqe_w.addr.eq(cur_q),
+            wqe_w.addr.eq(late(cur_q, "wqe_w_q")),
             wqe_w.data.eq(cur),
             wqe_w.data.pkt_index.eq(Mux(emit_go, cur.pkt_index + 1, cur.pkt_index)),
             wqe_w.en.eq(wqe_we),
@@ -391,6 +430,13 @@ class Sequencer(wiring.Component):
             self.wqe_req.payload.addr.eq(wqe_addr),
             self.wqe_req.payload.len.eq(wqe_beats - 1),
         ]
+        # The packet's remote and local addresses, registered every cycle: cur
+        # and offset hold from SEGMENT to EMIT, so these are the packet's in
+        # EMIT, and the wide adds are not in front of the descriptor FIFOs'
+        # block-RAM inputs.
+        pkt_va = Signal(64)
+        pkt_laddr = Signal(self.addr_width)
+        m.d.sync += [pkt_va.eq(cur.raddr + offset), pkt_laddr.eq(cur.laddr + offset)]
         imm_last = cur.with_imm & seg_last
         opcode = Signal(8)
         with m.If(seg_first & seg_last):
@@ -408,7 +454,7 @@ class Sequencer(wiring.Component):
             h.ackreq.eq(seg_last | retx_mode),
             h.dqpn.eq(_lane(cfg, "dqpn")),
             h.psn.eq(seg_psn),
-            h.va.eq(cur.raddr + offset),
+            h.va.eq(pkt_va),
             h.rkey.eq(cur.rkey),
             h.dma_len.eq(cur.length),
             h.imm.eq(cur.imm),
@@ -417,7 +463,7 @@ class Sequencer(wiring.Component):
             h.dst_mac.eq(Cat(_lane(cfg, "dst_mac_lo"), _lane(cfg, "dst_mac_hi"))),
             h.dst_ip.eq(_lane(cfg, "dst_ip")),
             h.dscp.eq(_lane(cfg, "dscp")),
-            self.pay_desc.payload.laddr.eq(cur.laddr + offset),
+            self.pay_desc.payload.laddr.eq(pkt_laddr),
             self.pay_desc.payload.length.eq(seg_len),
             self.sent.payload.qpn.eq(cur_q),
             self.sent.payload.psn.eq(seg_psn),
@@ -451,7 +497,7 @@ class Sequencer(wiring.Component):
             cnt_w.en.eq(st.INIT | emit_go),
             infl_w.en.eq(emit_go),
             # read for RETX_RECORD alone; retx_psn and cur_q are set in IDLE
-            infl_r.addr.eq(Cat(retx_psn[:db], cur_q)),
+            infl_r.addr.eq(late(Cat(retx_psn[:db], cur_q), "infl_addr")),
             self.hdr_desc.valid.eq(emit_go),
             self.pay_desc.valid.eq(emit_go),
             self.sent.valid.eq(emit_go),
@@ -502,10 +548,12 @@ class Sequencer(wiring.Component):
                 over_r.eq(window_over),
                 wb_hit.eq(wb_hit | wb_clear_r.bit_select(cur_q, 1)),
             ]
+            # the WQE to fetch, loaded whatever the branch (the state's flip-flop
+            # is the enable): only FETCH and PARSE, after a fetch, read it
+            m.d.sync += [fetch_index.eq(cur_ci), fetch_slot.eq(cur_ci & ring_mask)]
             with m.If(~enable.bit_select(cur_q, 1)):
                 goto("IDLE")
             with m.Elif(~wqe_active.bit_select(cur_q, 1)):
-                m.d.sync += [fetch_index.eq(cur_ci), fetch_slot.eq(cur_ci & ring_mask)]
                 goto("FETCH")
             with m.Else():
                 goto("OFFSET")
@@ -528,12 +576,14 @@ class Sequencer(wiring.Component):
             goto("RETX_RECORD")
 
         with state("RETX_RECORD"):
+            # loaded whatever the branch, as in CHECK: they are only read after
+            # the FETCH that follows, and a retransmit's fields (rec) only then
+            m.d.sync += [
+                rec.eq(infl_r.data),
+                fetch_index.eq(infl_r.data.wqe_index),
+                fetch_slot.eq(infl_r.data.wqe_index & ring_mask),
+            ]
             with m.If(retx_in_flight):
-                m.d.sync += [
-                    rec.eq(infl_r.data),
-                    fetch_index.eq(infl_r.data.wqe_index),
-                    fetch_slot.eq(infl_r.data.wqe_index & ring_mask),
-                ]
                 goto("FETCH")
             with m.Else():
                 m.d.sync += retx_ignored.eq(retx_ignored + 1)
@@ -726,7 +776,9 @@ class Sequencer(wiring.Component):
         qsel = (rel >> (QP_STRIDE.bit_length() - 1))[:qb]
         in_qp = (csr.addr >= QP_BASE) & ((rel >> (QP_STRIDE.bit_length() - 1)) < nq)
         reg = csr.addr[: QP_STRIDE.bit_length() - 1]
-        m.d.comb += [cfg_csr.addr.eq(qsel), cnt_csr.addr.eq(qsel)]
+        m.d.comb += [cfg_csr.addr.eq(late(qsel, f"cfg_{group}_csr_q"))
+                     for group, _, _, _, cfg_csr in cfg_ports]
+        m.d.comb += cnt_csr.addr.eq(late(qsel, "cnt_csr_q"))
         m.d.comb += [
             self.ev.csr_sel.eq(ev_select),
             self.ev.csr_value.eq(csr.w_data[:16]),  # taken with csr_we
@@ -782,7 +834,12 @@ class Sequencer(wiring.Component):
             value = mtu_shift_w if name == "mtu_shift" else qw_data
             m.d.comb += lane_data.eq(Mux(qw_init, cfg_init[i], value) if cfg_init[i] else value)
             cfg_lanes_w.append(lane_data)
-        m.d.comb += [cfg_w.addr.eq(qw_q), cfg_w.en.eq(qw_lanes), cfg_w.data.eq(Cat(*cfg_lanes_w))]
+        for _, lanes, cfg_w, _, _ in cfg_ports:
+            m.d.comb += [
+                cfg_w.addr.eq(qw_q),
+                cfg_w.en.eq(Cat(*[qw_lanes[i] for i in lanes])),
+                cfg_w.data.eq(Cat(*[cfg_lanes_w[i] for i in lanes])),
+            ]
         with m.If(qw_unpark):
             m.d.sync += win_blocked.bit_select(qw_q, 1).eq(0)
             m.d.comb += wb_clear.bit_select(qw_q, 1).eq(1)
@@ -856,7 +913,7 @@ class Sequencer(wiring.Component):
                     )
                 ),
             ]
-        cfg_row = cfg_csr.data
+        cfg_row = Cat(*cfg_lanes_csr)
         reads = []  # (decode of csr.addr at r_stb, value the cycle after)
         for off, name in lane_of.items():
             value = _lane(cfg_row, name)
