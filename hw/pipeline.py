@@ -48,6 +48,15 @@
     transitions of one state exclusive; the blocks are ``m.If``s in order,
     so an assignment made in every cycle goes before them.
 
+``state_copy(m, enter, leave, name)``, ``load_in_groups(m, pairs, make_copy, bits=64)``
+    Copies of a one-hot state's flip-flop, each the enable of one group of
+    at most ``bits`` bits of a wide register: one state flip-flop as the
+    enable of hundreds of flip-flops is a net that takes 3-5 ns of routing
+    on its own. A copy is set by the transitions into the state and cleared
+    by those out of it, so its next value is a function of itself and
+    synthesis keeps it apart (a copy loaded from the state's own flip-flop
+    would be merged back into it).
+
 ``BlockRamFIFO(width, depth)``
     ``amaranth.lib.fifo.SyncFIFOBuffered`` (same ports, latency and
     throughput) whose storage carries ``ram_style = "block"``, so yosys puts
@@ -88,8 +97,8 @@ from hw.axi import AXI4Signature
 from hw.stream import AXIStreamSignature
 
 __all__ = ["AXI4RegisterSlice", "AXIRegisterSlice", "AXIStreamRegister", "BlockRamFIFO",
-           "OneHotFSM", "StreamRegister", "forward_register", "saturating_increment", "skid",
-           "unchecked_read_port"]
+           "OneHotFSM", "StreamRegister", "forward_register", "load_in_groups",
+           "saturating_increment", "skid", "state_copy", "unchecked_read_port"]
 
 
 # Bits of a skid stage per copy of its valid flags: each copy selects and
@@ -161,6 +170,31 @@ def forward_register(m: Module, i_valid, i_ready, i_data, o_valid, o_ready, o_da
                  o_valid.eq(out_valid), o_data.eq(out_data)]
     with m.If(load):
         m.d.sync += [out_valid.eq(i_valid), out_data.eq(i_data)]
+
+
+def state_copy(m, enter, leave, name):
+    """A copy of a one-hot state's flip-flop (reset value 0): set by ``enter`` (the
+    transitions into the state, looked at outside it) and cleared by ``leave`` (the
+    transitions out of it, looked at in it), so that it equals the state's flip-flop
+    in every cycle. Its next value is a function of itself: a copy whose next value
+    were the state flip-flop's would be merged back into it by synthesis."""
+    copy = Signal(name=name)
+    m.d.sync += copy.eq(Mux(copy, ~Value.cast(leave), enter))
+    return copy
+
+
+def load_in_groups(m, pairs, make_copy, bits=64):
+    """``target.eq(source)`` for each ``(target, source)`` of ``pairs``, in groups of
+    at most ``bits`` bits, each group under its own state copy ``make_copy(k)``."""
+    dst = Cat(*[t for t, _ in pairs])
+    srcs = []
+    for t, s in pairs:  # each source at its target's width, as ``t.eq(s)`` takes it
+        srcs.append(Signal(len(Value.cast(t))))
+        m.d.comb += srcs[-1].eq(s)
+    src = Cat(*srcs)
+    for k, lo in enumerate(range(0, len(dst), bits)):
+        with m.If(make_copy(k)):
+            m.d.sync += dst[lo : lo + bits].eq(src[lo : lo + bits])
 
 
 class OneHotFSM:

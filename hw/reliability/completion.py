@@ -6,7 +6,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hw.axi import AXI_BURST_INCR, AXI_RESP_OKAY, AXI4Signature
-from hw.pipeline import OneHotFSM
+from hw.pipeline import OneHotFSM, load_in_groups, state_copy
 
 __all__ = ["CompletionRequest", "CompletionWriter", "DmaConfig", "WQE_BYTES", "CQE_BYTES"]
 
@@ -141,9 +141,9 @@ class CompletionWriter(wiring.Component):
             )
         )
 
-        # One flip-flop per state: "in state X" drives the clock enables of cfg, pi,
-        # ar_addr and wword and the handshakes (req.ready is the IDLE flop) with no
-        # decode in front.
+        # One flip-flop per state: "in state X" drives the clock enables of cfg (copies
+        # of the flip-flop), pi, ar_addr and wword and the handshakes (req.ready is the
+        # IDLE flop) with no decode in front.
         fsm = OneHotFSM(m, ("CLEAR", "IDLE", "FETCH", "LATCH", "ADDR", "AR", "R", "AW", "W",
                             "B"), "CLEAR")
         state, goto = fsm.state, fsm.goto
@@ -176,9 +176,14 @@ class CompletionWriter(wiring.Component):
                 goto("FETCH")
         with state("FETCH"):
             goto("LATCH")  # addresses (from req) settle; data next cycle
+        # LATCH lasts the one cycle after FETCH: cfg's load in it is split into groups of
+        # at most 64 bits, each under its own copy of LATCH's flip-flop (one net to all
+        # 160 enables)
+        load_in_groups(m, [(cfg, self.cfg_data)],
+                       lambda k: state_copy(m, fsm.st.FETCH, 1, f"st_LATCH_{k}"))
         with state("LATCH"):
             sq_mask_in = (Const(1, 17) << self.cfg_data.sq_log2) - 1
-            m.d.sync += [cfg.eq(self.cfg_data), pi.eq(pi_rd.data), error.eq(0),
+            m.d.sync += [pi.eq(pi_rd.data), error.eq(0),
                          sq_off.eq((req.wqe_index & sq_mask_in) << 6)]
             with m.If(req.clear):
                 m.d.comb += [pi_wr.data.eq(0), pi_wr.en.eq(1)]

@@ -9,7 +9,7 @@ from amaranth.lib.wiring import In, Out
 
 from hw.arbiter import one_hot_select
 from hw.headers import Opcode
-from hw.pipeline import BlockRamFIFO, OneHotFSM, saturating_increment
+from hw.pipeline import BlockRamFIFO, OneHotFSM, load_in_groups, saturating_increment, state_copy
 from hw.rx.parser import ParsedHeader
 
 from .completion import CompletionRequest
@@ -600,7 +600,30 @@ class ReliabilityCore(wiring.Component):
                   "TIMEOUT", "FLUSH_WAIT", "FLUSH", "CMD_DEC", "CMD", "SWEEP", "SWEEP_EMIT",
                   "SETTLE", "CC_SET", "FINAL")
         fsm = OneHotFSM(m, STATES, "CLEAR")
-        st, state, goto = fsm.st, fsm.state, fsm.goto
+        st = fsm.st
+        # IDLE and LOAD are the enables and selects of the wide registers they load (the
+        # inputs', the working copy's): those loads are split into groups of at most 64
+        # bits (40 for LOAD), each under its own copy of the state's flip-flop (state_copy),
+        # which follows the transitions into and out of the state, raised by goto()
+        copied = ("IDLE", "LOAD")
+        enter = {n: Signal(name=f"enter_{n}") for n in copied}
+        leave = {n: Signal(name=f"leave_{n}") for n in copied}
+        in_state = [None]
+
+        def state(name):
+            in_state[0] = name
+            return fsm.state(name)
+
+        def goto(name):
+            if name != in_state[0]:
+                if name in enter:
+                    m.d.comb += enter[name].eq(1)
+                if in_state[0] in leave:
+                    m.d.comb += leave[in_state[0]].eq(1)
+            fsm.goto(name)
+
+        def copy_of(name):
+            return lambda k: state_copy(m, enter[name], leave[name], f"st_{name}_{k}")
 
         def start(k):  # q set by IDLE
             m.d.sync += kind.eq(k)
@@ -739,22 +762,16 @@ class ReliabilityCore(wiring.Component):
                 goto("IDLE")
 
         # IDLE takes the input chosen in the cycle before (take); the registers of all
-        # the inputs load in every IDLE cycle (the state flip-flop is their enable), as
-        # nothing reads them in IDLE; q takes the QP read (rd_q), the ACK's too
+        # the inputs load in every IDLE cycle (copies of the state flip-flop are their
+        # enables, below), as nothing reads them in IDLE; q takes the QP read (rd_q),
+        # the ACK's too. The inputs' readies come from a copy of IDLE's flip-flop of
+        # their own: they are the enables of the input stages' registers, hundreds of
+        # flip-flops outside.
+        ready_idle = copy_of("IDLE")("ready")
+        m.d.comb += [i.ready.eq(ready_idle & take[k]) for k, i in enumerate(inputs)]
         with state("IDLE"):
-            m.d.comb += [i.ready.eq(take[k]) for k, i in enumerate(inputs)]
             m.d.sync += [want_arm.eq(0), want_disarm.eq(0), progress.eq(0), nak_cut.eq(0),
                          newly.eq(0), rtt_valid.eq(0), q.eq(rd_q)]
-            m.d.sync += [
-                cmd.eq(self.cmd.payload), s.eq(self.sent.payload),
-                t_gen.eq(self.expired.payload.gen),
-                ev_idx.eq(Mux(take[T_CMD], self.cmd.payload.ev_index,
-                              ack.probe.probe_id[:ebits])),
-                a_trim.eq(ack.aeth.syndrome == NAK_TRIMMED), a_psn.eq(ack.bth.psn),
-                a_cum.eq(ack.sack.cum_psn), a_base.eq(ack.sack.sack_base),
-                a_ece.eq(ack.sack.ece), a_bitmap.eq(ack.sack_bitmap),
-                a_probe_id.eq(ack.probe.probe_id), a_probe_ev.eq(ack.probe.ev),
-            ]
             known_syndrome = (ack.aeth.syndrome == AETH_ACK) | (
                 ack.aeth.syndrome == NAK_TRIMMED)
             m.d.sync += [a_use.eq(ack_ok & is_ack & known_syndrome),
@@ -783,6 +800,15 @@ class ReliabilityCore(wiring.Component):
                     m.d.sync += probe_seq.eq(probe_seq + 1)
                 start(K_SWEEP)
 
+        load_in_groups(m, [
+            (cmd, self.cmd.payload), (s, self.sent.payload), (t_gen, self.expired.payload.gen),
+            (ev_idx, Mux(take[T_CMD], self.cmd.payload.ev_index, ack.probe.probe_id[:ebits])),
+            (a_trim, ack.aeth.syndrome == NAK_TRIMMED), (a_psn, ack.bth.psn),
+            (a_cum, ack.sack.cum_psn), (a_base, ack.sack.sack_base), (a_ece, ack.sack.ece),
+            (a_bitmap, ack.sack_bitmap), (a_probe_id, ack.probe.probe_id),
+            (a_probe_ev, ack.probe.ev),
+        ], copy_of("IDLE"))
+
         with state("ACK_IN"):  # the record's kind, from registers
             with m.If(a_use):
                 start(K_ACK)
@@ -807,12 +833,7 @@ class ReliabilityCore(wiring.Component):
                                & (limit != 31)),
                 sent_new.eq((r.state == QpState.RTS) & ~s.retx
                             & (r.fresh | ((s.psn == r.nxt) & _lt(r_span, W, W.bit_length())))),
-                sent_d.eq(s.psn - r.una), sent_moves.eq(s.psn != r.una),
-                infl.eq(r_span[: wbits + 1]),
-                cur.eq(rec_rd.data), cfg.eq(self.rel_data), una0.eq(rec_rd.data.una),
-                cwnd0.eq(rec_rd.data.cwnd), state0.eq(rec_rd.data.state),
-                sq_end.eq(Mux(sq_pi_rd.data[16] & (pi_ahead >= sent_ahead),
-                              sq_pi_rd.data[:16], rec_rd.data.wqe_sent)),
+                sent_moves.eq(s.psn != r.una),
             ]
             with m.Switch(kind):
                 with m.Case(K_SENT):
@@ -827,6 +848,14 @@ class ReliabilityCore(wiring.Component):
                     goto("CMD_DEC")
                 with m.Case(K_SWEEP):
                     goto("SWEEP")
+
+        load_in_groups(m, [
+            (cur, rec_rd.data), (cfg, self.rel_data), (una0, rec_rd.data.una),
+            (cwnd0, rec_rd.data.cwnd), (state0, rec_rd.data.state),
+            (sq_end, Mux(sq_pi_rd.data[16] & (pi_ahead >= sent_ahead),
+                         sq_pi_rd.data[:16], rec_rd.data.wqe_sent)),
+            (sent_d, s.psn - rec_rd.data.una), (infl, r_span[: wbits + 1]),
+        ], copy_of("LOAD"), bits=40)  # cur's bits have selects in other states too
 
         # ---- a data packet went on the wire --------------------------------------
         with state("SENT"):  # actions below, under st.SENT

@@ -103,8 +103,9 @@ class ReliabilityEngine(wiring.Component):
                    read strobed in that cycle returns the written value for a
                    global register, the old one for a per-QP word or an EV
                    entry (a bridge leaves 2 cycles between them). A read of
-                   ``ev_event`` pops the event the cycle after ``r_stb`` (read
-                   strobes come at least 2 cycles apart).
+                   ``ev_event`` pops the event the cycle after ``r_stb``; reads of
+                   ``ev_event_qpn`` and ``ev_event`` see the queue's head as of the
+                   cycle before ``r_stb`` (read strobes come at least 3 cycles apart).
     ``irq``        Out(1): the EV event queue is not empty, or a CQE was written since
                    ``irq_status`` was last read.
 
@@ -368,7 +369,12 @@ class ReliabilityEngine(wiring.Component):
             return top_counters[name] if name in top_counters else core.counters[name]
 
         cpl_flag = Signal()
-        event = core.event.payload
+        # The EV event queue's head and valid flag registered every cycle: the head is
+        # a block RAM's output (4.2 ns clock-to-output), too late for the read groups'
+        # multiplexers behind it. A read sees the queue as of the cycle before r_stb.
+        event = Signal.like(core.event.payload)
+        event_valid = Signal()
+        m.d.sync += [event.eq(core.event.payload), event_valid.eq(core.event.valid)]
         m.d.comb += self.irq.eq(core.event.valid | cpl_flag)
         with m.If(cpl.cqe_done):
             m.d.sync += cpl_flag.eq(1)
@@ -388,16 +394,17 @@ class ReliabilityEngine(wiring.Component):
             **{G[name]: reg for name, reg in rw_regs.items()},
             G["irq_status"]: Cat(core.event.valid, cpl_flag),
             G["ev_event_count"]: core.event_count,
-            G["ev_event_qpn"]: Cat(event.qpn, Const(0, 7), core.event.valid),
+            G["ev_event_qpn"]: Cat(event.qpn, Const(0, 7), event_valid),
             G["ev_event"]: Cat(event.ev_index, event.old, event.new, Const(0, 3),
-                               core.event.valid, event.drops),
+                               event_valid, event.drops),
             **{COUNTER_BASE + 4 * i: counter(name) for i, name in enumerate(COUNTER_NAMES)},
         }
         r_global = w.read_after_strobe(m, grouped_read(m, addr, csr.r_stb, global_words))
 
         # A read of ev_event pops the event the cycle after r_stb, from a flip-flop
         # (no address compare in front of the event queue's read enable): its read
-        # group registered the head at r_stb, and the next read strobe is later.
+        # group registered the head at r_stb, and the next read strobe is later. It
+        # pops only the event it returns (none when it returns the valid flag clear).
         ev_pop = Signal()
         m.d.sync += ev_pop.eq(0)
         m.d.comb += core.event.ready.eq(ev_pop)
@@ -409,7 +416,7 @@ class ReliabilityEngine(wiring.Component):
                 r_ev.eq(ev_idx[: max(1, ebits)]),
             ]
             with m.If(addr == G["ev_event"]):
-                m.d.sync += ev_pop.eq(1)
+                m.d.sync += ev_pop.eq(event_valid)
             with m.If(addr == G["irq_status"]):
                 m.d.sync += cpl_flag.eq(cpl.cqe_done)
 

@@ -21,7 +21,7 @@ from hw.headers import (
     UDP,
     Opcode,
 )
-from hw.pipeline import OneHotFSM
+from hw.pipeline import OneHotFSM, load_in_groups, state_copy
 from hw.stream import AXIStreamSignature
 
 __all__ = ["NetConfig", "PROBE_FRAME_BYTES", "ProbeBuilder", "ProbeRequest"]
@@ -208,14 +208,22 @@ class ProbeBuilder(wiring.Component):
                 goto("FETCH")
         with state("FETCH"):
             goto("LATCH")
+        # LATCH and BUILD each last one cycle after FETCH and SUM: the wide loads in them
+        # are split into groups of at most 64 bits, each under its own copy of the
+        # state's flip-flop (one net to all their enables took 3-5 ns of routing)
+        def copy_after(before, name):
+            return lambda k: state_copy(m, fsm.st[before], 1, f"st_{name}_{k}")
+
+        load_in_groups(m, [(net, self.net_data), (ev, self.ev_data), (stamp, self.now_ns)],
+                       copy_after("FETCH", "LATCH"))
         with state("LATCH"):
-            m.d.sync += [net.eq(self.net_data), ev.eq(self.ev_data), stamp.eq(self.now_ns)]
             goto("SUM")
         with state("SUM"):
             m.d.sync += ipsum.eq(own_sum + words[8] + words[9])
             goto("BUILD")
+        load_in_groups(m, [(frame[: len(header)], header)], copy_after("SUM", "BUILD"))
         with state("BUILD"):
-            m.d.sync += [frame[: len(header)].eq(header), crc.eq(ICRC_INIT), step.eq(1)]
+            m.d.sync += [crc.eq(ICRC_INIT), step.eq(1)]
             goto("CRC_WAIT")
         with state("CRC_WAIT"):
             goto("CRC_PART")
