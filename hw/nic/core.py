@@ -35,6 +35,8 @@ __all__ = ["NicCore", "TxControlBridge", "DoorbellSnoop", "check_nic_params", "B
 
 # Register blocks in CSR order; window i starts at i << block_bits.
 BLOCK_ORDER = ("device_info", "tx", "rx", "reliability")
+# device info registers its read mux (grouped_read): 2 cycles from r_stb to r_data
+DEVICE_INFO_READ_LATENCY = 2
 BLOCK_AXI_ID_WIDTH = 4  # the ID width of each block's own DMA master
 DMA_MASTERS = ("tx", "rx", "reliability")  # AXI4Arbiter port order: ID bits [5:4]
 # Reliability's retransmit-request FIFO (hw/reliability/core.py, ``retx_fifo``).
@@ -290,11 +292,12 @@ class NicCore(wiring.Component):
     Latency: NicCore adds 1 cycle on ``mac_tx`` and on ``mac_rx`` and 1 cycle
     per AXI4 channel behind its arbiters (2 from a block's master); see
     docs/tx.md, docs/rx.md and docs/reliability.md for the blocks'. A CSR
-    read takes 6 cycles from AR accepted to R valid (bridge 1, interconnect
-    3, block 2); a write 2 cycles from AW+W to B, and reaches the block 2
-    cycles after the bridge's strobe. Throughput: 1 beat per cycle on
+    read takes 7 cycles from AR accepted to R valid (bridge 1, interconnect
+    3, block 3: TX's; the others' 2 are delayed to it); a write 2 cycles
+    from AW+W to B, and reaches the block 2 cycles after the bridge's
+    strobe. Throughput: 1 beat per cycle on
     ``mac_tx`` (shared by the three sources), on ``mac_rx`` and on each AXI4
-    channel; one CSR write per 3 cycles, one read per 8.
+    channel; one CSR write per 3 cycles, one read per 9.
     """
 
     def __init__(self, *, data_width=64, num_qps=16, evs_per_qp=16, sack_bits=64, max_mtu=4096,
@@ -333,11 +336,19 @@ class NicCore(wiring.Component):
             raise ValueError(f"csr_addr_width must be in {need}..32 for {len(BLOCK_ORDER)} blocks "
                              f"of 0x{self.block_size:x} bytes, not {csr_addr_width!r}")
         self.csr_addr_width = csr_addr_width
+        # Cycles from each block's r_stb to its r_data: TX takes its read mux
+        # in two registered steps (3), the others register theirs (2); the
+        # interconnect answers every block at the slowest's latency.
+        read_latency = {"device_info": DEVICE_INFO_READ_LATENCY,
+                        "tx": TxEngine.CSR_READ_LATENCY, "rx": RxEngine.CSR_READ_LATENCY,
+                        "reliability": ReliabilityEngine.CSR_READ_LATENCY}
         self.windows = [
             BlockWindow(name, i << self.block_bits, maps[name],
-                        (i + 1) << self.block_bits if i + 1 < len(BLOCK_ORDER) else 0)
+                        (i + 1) << self.block_bits if i + 1 < len(BLOCK_ORDER) else 0,
+                        read_latency[name])
             for i, name in enumerate(BLOCK_ORDER)
         ]
+        self.csr_block_read_latency = max(read_latency.values())
         self.id_width = BLOCK_AXI_ID_WIDTH + (len(DMA_MASTERS) - 1).bit_length()
 
         bb = self.block_bits
@@ -351,12 +362,8 @@ class NicCore(wiring.Component):
                                              sack_bits=sack_bits, clk_freq_hz=clk_freq_hz,
                                              data_width=data_width, csr_addr_width=bb,
                                              window=window, addr_width=addr_width)
-        # TX, RX and reliability answer CSR reads 2 cycles after r_stb
-        # (registered read data); device info takes the same latency.
-        self.csr_block_read_latency = max(TxEngine.CSR_READ_LATENCY, RxEngine.CSR_READ_LATENCY,
-                                          ReliabilityEngine.CSR_READ_LATENCY)
         self.device_info = DeviceInfo(self.device_params(), addr_width=bb,
-                                      read_latency=self.csr_block_read_latency)
+                                      read_latency=DEVICE_INFO_READ_LATENCY)
         super().__init__({
             "mac_tx": Out(AXIStreamSignature(data_width)),
             "mac_rx": In(AXIStreamSignature(data_width, user_width=1)),

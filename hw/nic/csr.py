@@ -75,6 +75,10 @@ class BlockWindow:
     base: int
     regmap: RegisterMap
     next_base: int  # 0 = last block
+    # cycles from the block's r_stb to its r_data; 0: the interconnect's
+    # block_read_latency. A block faster than that has its r_data delayed by
+    # registers to it.
+    read_latency: int = 0
 
 
 # (register name, offset, doc) of the read-only parameter words of the device-info block.
@@ -221,8 +225,10 @@ class CsrInterconnect(wiring.Component):
     which is the clock enable of that block's address and data registers (a
     wide fan-out placed next to the block); the address and data pass that
     stage in one shared register.
-    ``block_read_latency`` (1 or 2): cycles from a block's ``r_stb`` to its
-    ``r_data``; 2 lets blocks register their read mux. A block of latency 1
+    ``block_read_latency`` (1 to 3): cycles from a block's ``r_stb`` to its
+    ``r_data``; 2 lets blocks register their read mux, 3 lets them take it in
+    two registered steps. A window whose ``read_latency`` is less answers
+    through as many registers more (so every block answers alike). A block of latency 1
     must hold ``r_data`` while its ``addr`` holds, which the interconnect
     keeps still until the data is taken (no injected write in between). A
     block's ``addr`` and ``w_data`` change only on an access to that block
@@ -239,8 +245,8 @@ class CsrInterconnect(wiring.Component):
     """
 
     def __init__(self, windows: list[BlockWindow], block_bits: int, block_read_latency: int = 1):
-        if block_read_latency not in (1, 2):
-            raise ValueError(f"block_read_latency must be 1 or 2 cycles, not "
+        if block_read_latency not in (1, 2, 3):
+            raise ValueError(f"block_read_latency must be 1, 2 or 3 cycles, not "
                              f"{block_read_latency!r}")
         self.block_read_latency = block_read_latency
         self.read_latency = 3 + block_read_latency
@@ -253,6 +259,10 @@ class CsrInterconnect(wiring.Component):
             if w.regmap.size > 1 << block_bits:
                 raise ValueError(f"block {w.name} needs 0x{w.regmap.size:x} bytes, more than "
                                  f"its 0x{1 << block_bits:x}-byte window")
+            if not 0 <= w.read_latency <= block_read_latency:
+                raise ValueError(f"block {w.name}'s read_latency must be 1..{block_read_latency} "
+                                 f"cycles (the interconnect's block_read_latency) or 0 for "
+                                 f"that, not {w.read_latency!r}")
         self.windows = list(windows)
         self.block_bits = block_bits
         self.index_bits = max(1, (len(windows) - 1).bit_length())
@@ -348,9 +358,16 @@ class CsrInterconnect(wiring.Component):
             ]
         block_data = Signal(32)
         with m.Switch(r_index):
-            for i in range(n):
+            for i, w in enumerate(self.windows):
+                # a faster block's data through registers up to block_read_latency
+                data = self.bus(i).r_data
+                for k in range(self.block_read_latency - (w.read_latency or
+                                                          self.block_read_latency)):
+                    delayed = Signal(32, name=f"b{i}_r_delay{k}")
+                    m.d.sync += delayed.eq(data)
+                    data = delayed
                 with m.Case(i):
-                    m.d.comb += block_data.eq(self.bus(i).r_data)
+                    m.d.comb += block_data.eq(data)
         r_data = Signal(32)
         m.d.sync += r_data.eq(Mux(r_const, r_const_value, block_data))
         m.d.comb += up.r_data.eq(r_data)

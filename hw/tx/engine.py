@@ -93,8 +93,9 @@ class TxEngine(wiring.Component):
 
     Ports:
     - ``csr``: the TX register block (``regs.tx_register_map``, type 0x0002).
-      A read answers ``CSR_READ_LATENCY`` (2) cycles after ``r_stb``: the
-      read data is registered (a bridge in front takes ``read_latency=2``).
+      A read answers ``CSR_READ_LATENCY`` (3) cycles after ``r_stb``: the
+      read mux is taken in two registered steps (a bridge in front takes
+      ``read_latency=3``).
     - ``m_axi``: AXI4 master (``addr_width``-bit addresses), reads only (WQEs
       with ARID 0, payload ARID 1).
     - ``m_axis``: Ethernet frames without FCS, ICRC included.
@@ -129,7 +130,7 @@ class TxEngine(wiring.Component):
     # descriptor FIFO, header builder 1, framer 2 (a loaded header and one in
     # the ICRC stages), sequencer 1
     max_picked_ahead = DESC_FIFO_DEPTH + 4
-    CSR_READ_LATENCY = 2
+    CSR_READ_LATENCY = 3
 
     def __init__(
         self,

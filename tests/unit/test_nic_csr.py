@@ -3,7 +3,7 @@ writes) and the device-info block, in Amaranth's simulator; NicCore's
 parameter checks and block layout."""
 
 import pytest
-from amaranth.hdl import ClockDomain, Module, Signal
+from amaranth.hdl import Cat, ClockDomain, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In
 from amaranth.sim import Simulator
@@ -54,10 +54,17 @@ class RegFile(wiring.Component):
             for i, w in enumerate(self.words):
                 with m.If(idx == i):
                     m.d.sync += first.eq(w)
-        if self.latency == 1:
+        if self.latency == 1:  # held while addr holds, as the interconnect asks
             m.d.comb += csr.r_data.eq(first)
-        else:
-            m.d.sync += csr.r_data.eq(first)
+            return m
+        # latency 2, 3: the word only in the cycle it is due, 0 before and after
+        due = Signal(self.latency)
+        m.d.sync += due.eq(Cat(csr.r_stb, due[:-1]))
+        for k in range(self.latency - 1):
+            later = Signal(32, name=f"later{k}")
+            m.d.sync += later.eq(first)
+            first = later
+        m.d.comb += csr.r_data.eq(Mux(due[-1], first, 0))
         return m
 
 
@@ -73,12 +80,18 @@ SCRATCH = device_info_register_map()["scratch"].offset
 
 
 class Top:
-    def __init__(self, latency=1):
+    """Device info and two register files behind the interconnect and a bridge.
+    ``mixed``: the blocks answer at latencies 1 (device info), 2 and 3 (the
+    windows say so), the interconnect at ``latency`` (3)."""
+
+    def __init__(self, latency=1, mixed=False):
         self.info = DeviceInfo(PARAMS, addr_width=BB)
+        lat = (1, 2, 3) if mixed else (0, latency, latency)
         # a block that packs its own ID the other way round, as reliability does
-        self.blocks = [RegFile(0x0001_0007, latency), RegFile(0x0002_0008, latency)]
+        self.blocks = [RegFile(0x0001_0007, lat[1]), RegFile(0x0002_0008, lat[2])]
         maps = [self.info.register_map, _map("a", 0x0007, 1), _map("b", 0x0008, 2)]
-        self.windows = [BlockWindow(rm.name, i << BB, rm, (i + 1) << BB if i < 2 else 0)
+        self.windows = [BlockWindow(rm.name, i << BB, rm, (i + 1) << BB if i < 2 else 0,
+                                    lat[i])
                         for i, rm in enumerate(maps)]
         self.ic = CsrInterconnect(self.windows, BB, block_read_latency=latency)
         self.bridge = AXI4LiteToCSR(self.ic.addr_width, read_latency=self.ic.read_latency)
@@ -98,7 +111,7 @@ class Top:
         sim.run()
 
 
-@pytest.mark.parametrize("latency", [1, 2])
+@pytest.mark.parametrize("latency", [1, 2, 3])
 def test_header_walk_finds_every_block_with_uniform_headers(latency):
     top = Top(latency)
     axil = top.bridge.s_axil
@@ -122,9 +135,9 @@ def test_header_walk_finds_every_block_with_uniform_headers(latency):
     assert found == [(0, DEVICE_INFO_TYPE_ID, 1), (1 << BB, 0x0007, 1), (2 << BB, 0x0008, 2)]
 
 
-@pytest.mark.parametrize("latency", [1, 2])
-def test_reads_and_writes_reach_only_their_block(latency):
-    top = Top(latency)
+@pytest.mark.parametrize("latency, mixed", [(1, False), (2, False), (3, False), (3, True)])
+def test_reads_and_writes_reach_only_their_block(latency, mixed):
+    top = Top(latency, mixed)
     axil = top.bridge.s_axil
 
     async def bench(ctx):
@@ -194,9 +207,9 @@ def test_device_info_scratch_read_right_after_a_write(latency):
     sim.run()
 
 
-@pytest.mark.parametrize("latency", [1, 2])
-def test_injected_writes_land_between_host_accesses(latency):
-    top = Top(latency)
+@pytest.mark.parametrize("latency, mixed", [(1, False), (2, False), (3, True)])
+def test_injected_writes_land_between_host_accesses(latency, mixed):
+    top = Top(latency, mixed)
     axil = top.bridge.s_axil
     inject = top.ic.inject
     b = 2 << BB
@@ -237,6 +250,11 @@ def test_interconnect_rejects_bad_windows():
         CsrInterconnect([BlockWindow("i", 0, info, 0), BlockWindow("x", 0x200, info, 0)], BB)
     with pytest.raises(ValueError, match="needs 0x44 bytes, more than its 0x40-byte window"):
         CsrInterconnect([BlockWindow("i", 0, info, 0)], 6)
+    with pytest.raises(ValueError, match=r"block i's read_latency must be 1\.\.2 cycles \(the "
+                                         r"interconnect's block_read_latency\) or 0"):
+        CsrInterconnect([BlockWindow("i", 0, info, 0, 3)], BB, block_read_latency=2)
+    with pytest.raises(ValueError, match="block_read_latency must be 1, 2 or 3 cycles, not 4"):
+        CsrInterconnect([BlockWindow("i", 0, info, 0)], BB, block_read_latency=4)
     with pytest.raises(ValueError, match=r"missing parameters \['build_id'\]"):
         DeviceInfo({k: v for k, v in PARAMS.items() if k != "build_id"})
     with pytest.raises(ValueError, match="num_qps must fit 32 bits"):

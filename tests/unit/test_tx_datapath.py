@@ -272,13 +272,14 @@ def test_engine_sq_base_keeps_addr_width_bits():
     got = {}
 
     async def bench(ctx):
-        while not await csr_read(ctx, dut.csr, rmap["status"].addr()) & 1:  # initialised
+        lat = TxEngine.CSR_READ_LATENCY
+        while not await csr_read(ctx, dut.csr, rmap["status"].addr(), lat) & 1:  # initialised
             pass
         for name, value in (("qp_sq_base_lo", 0x89AB_C000), ("qp_sq_base_hi", 0xFFFF_FF12)):
             await csr_write(ctx, dut.csr, rmap[name].addr(1), value)
             await ctx.tick()
-        got["lo"] = await csr_read(ctx, dut.csr, rmap["qp_sq_base_lo"].addr(1))
-        got["hi"] = await csr_read(ctx, dut.csr, rmap["qp_sq_base_hi"].addr(1))
+        got["lo"] = await csr_read(ctx, dut.csr, rmap["qp_sq_base_lo"].addr(1), lat)
+        got["hi"] = await csr_read(ctx, dut.csr, rmap["qp_sq_base_hi"].addr(1), lat)
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
