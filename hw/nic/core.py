@@ -293,8 +293,8 @@ class NicCore(wiring.Component):
     per AXI4 channel behind its arbiters (2 from a block's master); see
     docs/tx.md, docs/rx.md and docs/reliability.md for the blocks'. A CSR
     read takes 7 cycles from AR accepted to R valid (bridge 1, interconnect
-    3, block 3: TX's; the others' 2 are delayed to it); a write 2 cycles
-    from AW+W to B, and reaches the block 2 cycles after the bridge's
+    3, block 3: TX's and RX's; the others' 2 are delayed to it); a write 2
+    cycles from AW+W to B, and reaches the block 2 cycles after the bridge's
     strobe. Throughput: 1 beat per cycle on
     ``mac_tx`` (shared by the three sources), on ``mac_rx`` and on each AXI4
     channel; one CSR write per 3 cycles, one read per 9.
@@ -336,9 +336,9 @@ class NicCore(wiring.Component):
             raise ValueError(f"csr_addr_width must be in {need}..32 for {len(BLOCK_ORDER)} blocks "
                              f"of 0x{self.block_size:x} bytes, not {csr_addr_width!r}")
         self.csr_addr_width = csr_addr_width
-        # Cycles from each block's r_stb to its r_data: TX takes its read mux
-        # in two registered steps (3), the others register theirs (2); the
-        # interconnect answers every block at the slowest's latency.
+        # Cycles from each block's r_stb to its r_data: TX and RX take their
+        # read mux in two registered steps (3), the others register theirs
+        # (2); the interconnect answers every block at the slowest's latency.
         read_latency = {"device_info": DEVICE_INFO_READ_LATENCY,
                         "tx": TxEngine.CSR_READ_LATENCY, "rx": RxEngine.CSR_READ_LATENCY,
                         "reliability": ReliabilityEngine.CSR_READ_LATENCY}

@@ -184,8 +184,9 @@ class RxEngine(wiring.Component):
     ---------
     ``s_axis``      In(AXIStreamSignature(data_width)): frames from the MAC.
     ``csr``         In(CSRBusSignature(csr_addr_width)): ``register_map``. A
-                    read answers ``CSR_READ_LATENCY`` (2) cycles after
-                    ``r_stb``.
+                    read answers ``CSR_READ_LATENCY`` (3) cycles after
+                    ``r_stb`` (``RxRegisters``: the address registered, then
+                    the read mux in two registered steps).
     ``m_axi``       Out(AXI4Signature(addr_width, data_width, 4)): payload
                     and CQE writes; reads tied off.
     ``m_axis_ack``  Out(AXIStreamSignature(data_width)): ACK, NAK and probe

@@ -9,7 +9,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from hw.csr import CSRBusSignature, RegisteredWrites, RegisterMap, grouped_read
+from hw.csr import READ_GROUP_BITS, CSRBusSignature, RegisteredWrites, RegisterMap
 
 from .layouts import QpConfig
 from .parser import COUNTER_NAMES as PARSER_COUNTERS
@@ -77,6 +77,47 @@ _QP_REGS = (
 )
 
 
+def read_in_groups(m, addr, r_stb, words, *, name="rd"):
+    """The flip-flop registers' read mux in two registered steps, behind a
+    register of the address: a read latency of 3 cycles.
+
+    ``words`` maps a byte offset (32-bit aligned) to a Value of up to 32
+    bits. At ``r_stb``, every group of 2**READ_GROUP_BITS consecutive words
+    (as ``hw.csr.grouped_read``'s) registers whether the address is in it
+    (``{name}_hit{g}``) and, if it is, the word in the group (``{name}_sel{g}``,
+    else 0): a copy of the address of its own, distinct from the other
+    groups' (so synthesis keeps it apart), placed with its group, so that
+    the address does not fan out over every group's mux. The cycle after,
+    each group registers its word (an 8:1 mux on its copy, or 0); the
+    returned OR of the groups is the value of the word read (0 for an offset
+    ``words`` lacks), the words as they were one cycle after ``r_stb``,
+    valid two cycles after ``r_stb``; the caller registers it.
+    """
+    groups = {}
+    for offset, value in words.items():
+        if offset % 4:
+            raise ValueError(f"register offset {offset:#x} is not 32-bit aligned")
+        index = offset >> 2
+        groups.setdefault(index >> READ_GROUP_BITS, {})[index % (1 << READ_GROUP_BITS)] = value
+    group_values = []
+    for group, entries in sorted(groups.items()):
+        in_group = addr[2 + READ_GROUP_BITS :] == group
+        hit = Signal(name=f"{name}_hit{group}")
+        sel = Signal(READ_GROUP_BITS, name=f"{name}_sel{group}")
+        with m.If(r_stb):
+            m.d.sync += [hit.eq(in_group),
+                         sel.eq(Mux(in_group, addr[2 : 2 + READ_GROUP_BITS], 0))]
+        word_value = Signal(32, name=f"{name}_word{group}")
+        with m.Switch(sel):
+            for word, value in entries.items():
+                with m.Case(word):
+                    m.d.comb += word_value.eq(value)
+        group_value = Signal(32, name=f"{name}_group{group}")
+        m.d.sync += group_value.eq(Mux(hit, word_value, 0))
+        group_values.append(group_value)
+    return reduce(operator.or_, group_values, Const(0, 32))
+
+
 def rx_register_map(num_qps=16, num_mrs=16, next_offset=0) -> RegisterMap:
     rmap = RegisterMap(
         "rx",
@@ -121,8 +162,9 @@ class RxRegisters(wiring.Component):
     Interface
     ---------
     ``csr``         In(CSRBusSignature): the host side; a read answers
-                    ``CSR_READ_LATENCY`` (2) cycles after ``r_stb`` (read data
-                    registered; a bridge in front takes ``read_latency=2``).
+                    ``CSR_READ_LATENCY`` (3) cycles after ``r_stb`` (the
+                    address registered, then the read mux in two registered
+                    steps; a bridge in front takes ``read_latency=3``).
     ``lookup_a`` / ``lookup_b``: two QP configuration lookups, ``addr`` In,
                     ``cfg`` Out one cycle later.
     ``init``        Out(stream): (qp, epsn) on every write to ``QP_EPSN``.
@@ -151,15 +193,18 @@ class RxRegisters(wiring.Component):
     (32..64): the upper bits of ``MR_BASE_HI`` and ``QP_CQ_BASE_HI`` are not
     stored and read 0.
 
-    Latency: a CSR read answers 2 cycles after ``r_stb``; a lookup answers
+    Latency: a CSR read answers 3 cycles after ``r_stb`` and returns the
+    register as it was the cycle after ``r_stb`` (every write strobed before
+    ``r_stb`` included; a counter's value of that cycle); a lookup answers
     the cycle after its address; a write is decoded and registered at
     ``w_stb`` and takes effect a cycle later, in memory and flip-flop
     registers alike (a lookup addressed two cycles after ``w_stb`` sees it; a
     read strobed in the cycle between returns the written value).
-    Throughput: one CSR access and one lookup per port per cycle.
+    Throughput: one CSR access per cycle (a read's answer comes 3 cycles
+    later) and one lookup per port per cycle.
     """
 
-    CSR_READ_LATENCY = 2
+    CSR_READ_LATENCY = 3
 
     def __init__(self, *, num_qps=16, num_mrs=16, sack_bits=64, mpr_max=1024,
                  csr_addr_width=16, next_offset=0, addr_width=64):
@@ -263,14 +308,14 @@ class RxRegisters(wiring.Component):
         # range is two carry chains) is in series with a clock enable or a
         # memory's write enable (LUT RAM WRE, or the enables of the words of
         # a small memory built of flip-flops). A read in the cycle after the
-        # write returns the new value all the same (below).
+        # write returns the new value all the same: the reads take the
+        # registers and the read-back memory a cycle after r_stb, when such
+        # a write has landed (below), so no target needs a read bypass
+        # (None).
         def key_offset(key):
             return rmap[key].offset if isinstance(key, str) else key
         writable = {key: target for key, (_, target) in plain.items() if target is not None}
-        targets = {key: (bus.addr == key_offset(key), (1 << len(target)) - 1)
-                   for key, target in writable.items()}
-        # The QP registers' reads come from the read-back memory, which has a
-        # bypass of its own below (None: no bypass in RegisteredWrites).
+        targets = {key: (bus.addr == key_offset(key), None) for key in writable}
         targets["QP_BLOCK"] = (in_qp, None)  # any word of a QP block: the read-back copy
         targets.update({name: (in_qp & (reg_index == offset // 4), None)
                         for name, offset, _, _ in _QP_REGS})
@@ -293,7 +338,6 @@ class RxRegisters(wiring.Component):
             readback_wp.data.eq(Mux(w.stb["QP_CQ_BASE_HI"], w.data[: self.addr_width - 32],
                                     w.data)),
             readback_wp.en.eq(w.stb["QP_BLOCK"]),
-            readback_rp.addr.eq(Cat(reg_index, qp_index)),
         ]
         mems = {}
         lookups = (self.lookup_a, self.lookup_b)
@@ -373,35 +417,31 @@ class RxRegisters(wiring.Component):
             bus.w_stb | epsn_wr | init_pending.any() | init_load | init_valid)
         m.d.comb += self.init_busy.eq(init_busy)
 
-        # Reads, in two registered stages (CSR_READ_LATENCY): at r_stb the
-        # flip-flop registers' groups (hw.csr.grouped_read) and the QP-block
-        # memory's read; a cycle later, one of the two, with a pending write's
-        # value in place (see above). The flip-flop registers lie below
-        # QP_BASE, so a QP-block read matches none of them. A read strobed
-        # as the read-back memory takes a write to the same word would find
-        # the old word: it takes the word being written instead, registered
-        # at r_stb with the address match. Two QP-block addresses are equal
-        # when their word and the low qp_bits of their slot are (the slots of
-        # the QP blocks are fewer than 2**qp_bits apart); the written one is
-        # compared as the address of the cycle before, a copy of its own, so
-        # synthesis does not share the compare with RegisteredWrites' one
-        # (shared, the two came out 7 LUTs deep).
-        flops = w.read_after_strobe(m, grouped_read(m, bus.addr, bus.r_stb, {
-            key_offset(key): value for key, (value, _) in plain.items()}))
-        qp_word = bus.addr[2 : exact_log2(QP_STRIDE) + self.qp_bits]
-        prev_qp_word = Signal.like(qp_word)
-        m.d.sync += prev_qp_word.eq(qp_word)
+        # Reads, in three registered stages (CSR_READ_LATENCY): at r_stb the
+        # address is registered, per group of flip-flop registers a copy of
+        # its own (read_in_groups) and, for the QP blocks, the read-back
+        # memory's word address; the cycle after, the groups register their
+        # word and the memory reads its word; a cycle later, one of the two.
+        # The address thus drives only flip-flops' inputs (a few LUTs each),
+        # not every group's mux: at 2 cycles (the groups registered at r_stb)
+        # the interconnect's RX address into the read groups was b43's worst
+        # path (-1.31 ns) and among b44's (-1.18). Both the registers and the
+        # memory are read the cycle after r_stb, when a write strobed before
+        # r_stb has landed (RegisteredWrites applies it the cycle after
+        # w_stb), so a read returns it with no bypass. The flip-flop
+        # registers lie below QP_BASE, so a QP-block read matches none of
+        # their groups (their OR is 0).
+        flops = read_in_groups(m, bus.addr, bus.r_stb, {
+            key_offset(key): value for key, (value, _) in plain.items()})
         from_mem = Signal()  # a QP-block register: the read-back memory's word
-        mem_bypass = Signal()  # ... and the word being written in its place
-        mem_bypass_data = Signal(32)
+        rb_addr = Signal(len(readback_rp.addr))
         with m.If(bus.r_stb):
             m.d.sync += [
                 from_mem.eq(in_qp & reduce(operator.or_, [
                     reg_index == offset // 4 for _, offset, _, _ in _QP_REGS])),
-                mem_bypass.eq(w.stb["QP_BLOCK"] & (qp_word == prev_qp_word)),
-                mem_bypass_data.eq(readback_wp.data),
+                rb_addr.eq(Cat(reg_index, qp_index)),
             ]
-        mem_word = Mux(mem_bypass, mem_bypass_data, readback_rp.data)
-        m.d.sync += rd_value.eq(Mux(from_mem, mem_word, flops))
+        m.d.comb += readback_rp.addr.eq(rb_addr)
+        m.d.sync += rd_value.eq(Mux(from_mem, readback_rp.data, flops))
         m.d.comb += bus.r_data.eq(rd_value)
         return m

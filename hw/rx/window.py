@@ -9,7 +9,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
 from hw.headers import Opcode
-from hw.pipeline import OneHotFSM
+from hw.pipeline import OneHotFSM, load_in_groups, state_copy
 
 from .dma import CQE_BYTES, DmaDone, WriteCmd
 from .layouts import CQE_STATUS_SUCCESS, AckJob, CqeJob, QpConfig, ReqKind, WindowReq
@@ -552,6 +552,7 @@ class RxPsnWindow(wiring.Component):
         ]
 
         init_word = Signal(lr + 1)
+        init_epsn = Signal(24, reset_less=True)  # the init's EPSN, loaded in IDLE
 
         qs_load = Signal()  # CHECK, MARK or SCAN: the QP's row arrives (set a cycle ahead)
         m.d.sync += qs_load.eq(0)
@@ -593,6 +594,7 @@ class RxPsnWindow(wiring.Component):
             m.d.sync += [
                 rq.eq(self.req.payload),
                 rq.psn.eq(psn_in),
+                init_epsn.eq(self.init.payload.epsn),
                 done_tag.eq(self.done.payload.tag),
                 mark_ackreq.eq(f_rd.data.ackreq),
                 mark_ce.eq(f_rd.data.ce),
@@ -606,12 +608,7 @@ class RxPsnWindow(wiring.Component):
             scan_due = ops_since_scan == 3
             with m.If(self.init.valid):
                 m.d.comb += self.init.ready.eq(1)
-                m.d.sync += [
-                    qp.eq(self.init.payload.qp),
-                    qs.eq(0),
-                    qs.epsn.eq(self.init.payload.epsn),
-                    init_word.eq(0),
-                ]
+                m.d.sync += [qp.eq(self.init.payload.qp), init_word.eq(0)]
                 for e in pend:
                     with m.If(e.qp == self.init.payload.qp):
                         m.d.sync += e.valid.eq(0)
@@ -650,13 +647,26 @@ class RxPsnWindow(wiring.Component):
                     m.d.sync += e.valid.eq(0)
             goto("IDLE")
 
+        init_last = init_word == self.ring_words - 1
         with state("INIT"):
             m.d.comb += [b_wr.en.eq(1), b_wr.data.eq(0)]
             m.d.sync += init_word.eq(init_word + 1)
             m.d.comb += b_wr.addr.eq(Cat(init_word[:lr], qp))
-            with m.If(init_word == self.ring_words - 1):
+            with m.If(init_last):
                 m.d.comb += q_wr.en.eq(1)
                 goto("IDLE")
+        # INIT sets the QP's row (written in its last cycle) to zero but the
+        # EPSN, in every one of its cycles (ring_words >= 2 of them, as the
+        # ring holds the window and one word more): the row's flip-flops
+        # load under copies of INIT's flip-flop, each the enable of at most
+        # 64 bits (no cycle added). Loaded in IDLE as the init was taken, they
+        # had one LUT of the RX registers' init valid as the enable of all 178
+        # bits (b44s4's and b45s4's worst path, 9.3 ns: -2.32 ns at 7 ns).
+        init_copies = [state_copy(m, st.IDLE & self.init.valid, init_last, f"init_copy{k}")
+                       for k in range((len(qs.as_value()) + 63) // 64)]
+        init_row = Signal(QpRxState())
+        m.d.comb += init_row.epsn.eq(init_epsn)
+        load_in_groups(m, [(qs, init_row)], lambda k: init_copies[k])
 
         # ---- check: duplicate, window, then place or discard
         with state("CHECK_RD"):

@@ -275,6 +275,11 @@ def test_nic_core_layout():
     assert [w.name for w in nic.windows] == list(BLOCK_ORDER)
     assert [w.regmap.type_id for w in nic.windows] == [1, 2, 3, 4]
     assert [w.next_base for w in nic.windows] == [0x10000, 0x20000, 0x30000, 0]
+    # TX and RX take their read mux in two registered steps (3 cycles), device
+    # info and reliability answer after 2 and pass one delay register; a read
+    # is 7 cycles AR -> R (bridge 1, interconnect 3, block 3)
+    assert [w.read_latency for w in nic.windows] == [2, 3, 3, 2]
+    assert nic.csr_block_read_latency == 3
     assert nic.device_params()["nic_version"] == NIC_VERSION
     # a large reliability map (QPs x EVs) widens every window
     big = NicCore(num_qps=256, evs_per_qp=128, window=64, inflight_depth=64)

@@ -388,7 +388,7 @@ def test_address_registers_keep_addr_width_bits():
             await csr_write(ctx, dut.csr, addr, value)
 
         async def read(addr):
-            return await csr_read(ctx, dut.csr, addr)
+            return await csr_read(ctx, dut.csr, addr, dut.CSR_READ_LATENCY)
 
         await write(rmap["MR_BASE_LO"].addr(1), 0x89AB_CDEF)
         await write(rmap["MR_BASE_HI"].addr(1), 0xFFFF_FF12)
@@ -418,16 +418,17 @@ def test_qp_registers_read_back_per_qp():
 
     dut = RxRegisters(num_qps=4, num_mrs=1, addr_width=32)
     rmap = dut.map
+    lat = dut.CSR_READ_LATENCY
     got = {}
 
     async def bench(ctx):
         for qp in range(4):
             await csr_write(ctx, dut.csr, rmap["QP_CQ_BASE_LO"].addr(qp), 0x1000 * (qp + 1))
-            got[("now", qp)] = await csr_read(ctx, dut.csr, rmap["QP_CQ_BASE_LO"].addr(qp))
+            got[("now", qp)] = await csr_read(ctx, dut.csr, rmap["QP_CQ_BASE_LO"].addr(qp), lat)
             await csr_write(ctx, dut.csr, rmap["QP_PEER_QPN"].addr(qp), 0x10 + qp)
         for qp in range(4):
-            got[("cq", qp)] = await csr_read(ctx, dut.csr, rmap["QP_CQ_BASE_LO"].addr(qp))
-            got[("qpn", qp)] = await csr_read(ctx, dut.csr, rmap["QP_PEER_QPN"].addr(qp))
+            got[("cq", qp)] = await csr_read(ctx, dut.csr, rmap["QP_CQ_BASE_LO"].addr(qp), lat)
+            got[("qpn", qp)] = await csr_read(ctx, dut.csr, rmap["QP_PEER_QPN"].addr(qp), lat)
             ctx.set(dut.lookup_a.addr, qp)
             await ctx.tick()
             got[("lookup", qp)] = ctx.get(dut.lookup_a.cfg.cq_base)
@@ -439,3 +440,94 @@ def test_qp_registers_read_back_per_qp():
     for qp in range(4):
         assert got[("now", qp)] == got[("cq", qp)] == got[("lookup", qp)] == 0x1000 * (qp + 1)
         assert got[("qpn", qp)] == 0x10 + qp
+
+
+def test_register_reads_answer_after_csr_read_latency():
+    """A read answers CSR_READ_LATENCY (3) cycles after r_stb, not before,
+    from a flip-flop register and from a QP's read-back word alike; it sees
+    a write strobed the cycle before r_stb and not one strobed the cycle
+    after (its address is registered at r_stb)."""
+    from hw.rx.regs import RxRegisters
+
+    dut = RxRegisters(num_qps=2, num_mrs=2, addr_width=32)
+    rmap = dut.map
+    lat = dut.CSR_READ_LATENCY
+    assert lat == 3
+    seen = {}
+
+    async def bench(ctx):
+        bus = dut.csr
+
+        async def strobe(kind, addr, value=0):
+            ctx.set(bus.addr, addr)
+            ctx.set(bus.w_data, value)
+            ctx.set(getattr(bus, kind), 1)
+            await ctx.tick()
+            ctx.set(getattr(bus, kind), 0)
+            return ctx.get(bus.r_data)
+
+        for key, addr in (("own_ip", rmap["OWN_IP"].addr()),
+                          ("peer_ip", rmap["QP_PEER_IP"].addr(1))):
+            # a flip-flop register's new value reaches r_data lat cycles after
+            # r_stb, the previous read's value staying until then
+            await strobe("w_stb", addr, 0x1111_0000)
+            assert await csr_read(ctx, bus, rmap["TRIM_DSCP"].addr(), lat) == 0x3F
+            await strobe("w_stb", addr, 0x2222_0000)
+            data = [await strobe("r_stb", addr)]
+            data.append(await strobe("w_stb", addr, 0x3333_0000))  # the cycle after r_stb
+            for _ in range(lat - 2):
+                await ctx.tick()
+                data.append(ctx.get(bus.r_data))
+            seen[key] = data
+            seen[key + "_later"] = await csr_read(ctx, bus, addr, lat)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen["own_ip"] == [0x3F] * (lat - 1) + [0x2222_0000]
+    for key in ("own_ip", "peer_ip"):
+        assert 0x2222_0000 not in seen[key][:-1] and seen[key][-1] == 0x2222_0000, key
+        assert seen[key + "_later"] == 0x3333_0000, key
+
+
+def test_read_in_groups_answers_every_word_and_zero_elsewhere():
+    """read_in_groups over a sparse register file spread across several groups
+    (and with groups 1 and 9 of equal word offsets, whose address copies
+    must not be merged): the OR of the group registers is the word at the
+    address of the r_stb as it was the cycle after r_stb, two cycles after
+    r_stb, 0 for offsets without a register and for a group's address with
+    another group's low bits; the address may move on after r_stb."""
+    from amaranth.hdl import Module, Signal
+
+    from hw.rx.regs import read_in_groups
+
+    addr, r_stb = Signal(12), Signal()
+    offsets = [0x00, 0x08, 0x1C, 0x20, 0x28, 0x104, 0x118, 0x120, 0x128, 0x7FC]
+    regs = {off: Signal(32, name=f"r{off:x}", init=0x1000_0000 + off * 3) for off in offsets}
+    regs[0x08] = Signal(5, name="narrow", init=0x15)  # zero-extended
+    m = Module()
+    value = read_in_groups(m, addr, r_stb, regs)
+    bump = Signal()
+    with m.If(bump):
+        m.d.sync += [reg.eq(reg + 1) for reg in regs.values()]
+
+    async def bench(ctx):
+        for off in [*offsets, 0x04, 0x24, 0x100, 0x400, 0x7F8, 0x820 & 0x7FF, 0x108,
+                    *reversed(offsets)]:
+            ctx.set(addr, off)
+            ctx.set(r_stb, 1)
+            await ctx.tick()
+            ctx.set(r_stb, 0)
+            expect = ctx.get(regs[off]) if off in regs else 0  # read in this cycle ...
+            ctx.set(addr, (off + 0x44) % 0x800)  # the address moves on
+            ctx.set(bump, 1)  # ... and changed at its end
+            await ctx.tick()
+            ctx.set(bump, 0)
+            assert ctx.get(value) == expect, hex(off)
+            await ctx.tick()
+
+    sim = Simulator(m)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
