@@ -112,17 +112,18 @@ class TxEngine(wiring.Component):
     Throughput: 1 beat/cycle on ``m_axis`` in steady state for payloads of
     a few hundred bytes and up (header build, payload reads and the ICRC
     overlap the previous frame); one packet per ~9 cycles of control.
-    Latency from a doorbell to the first beat: about 25 cycles plus two
+    Latency from a doorbell to the first beat: about 26 cycles plus two
     memory round trips (WQE, then payload), measured before the FIFOs'
     output registers, which add a cycle each on the way (descriptor and
-    payload FIFOs: about 27). For timing (125 MHz on an ECP5), every FIFO's
-    block-RAM read data is registered (``StreamFifo``, 1 cycle), the WQE
-    beats are registered before the sequencer (``wqe_data_reg``, 1 cycle), the
-    realigner's output is registered before the payload FIFO's block RAM
-    (``realign_reg``, a skid stage, 1 cycle), the header
-    builder pipelines its checksum (5 cycles), the
-    ICRC inserter registers the framer's output in its skid buffer and has
-    four more stages (5 cycles) and ``m_axis`` comes from a register slice
+    payload FIFOs: about 28; the ICRC's network in two steps added one).
+    For timing (125 MHz on an ECP5), every FIFO's block-RAM read data is
+    registered (``StreamFifo``, 1 cycle), the WQE beats are registered
+    before the sequencer (``wqe_data_reg``, 1 cycle), the realigner's output
+    is registered before the payload FIFO's block RAM (``realign_reg``, a
+    skid stage, 1 cycle), the header builder pipelines its checksum (5
+    cycles), the ICRC inserter registers the framer's output in its skid buffer and has
+    five more stages (6 cycles: the last beat's ICRC network is taken in
+    two registered steps) and ``m_axis`` comes from a register slice
     (``out_reg``, 1 cycle: every output and ``tready``'s load are
     flip-flops); none costs throughput.
     """

@@ -61,6 +61,10 @@ CFG_GROUPS = (
     ("hdr", ("dqpn", "dst_ip", "dscp")),
 )
 assert sorted(name for _, names in CFG_GROUPS for name in names) == sorted(_LANE)
+# Up to this many QPs the settings are flip-flop rows (what synthesis makes of
+# so small a memory anyway), each lane of each row written under a flip-flop
+# strobe of its own, decoded with w_stb; above it, RAMs with a write address.
+CFG_FLOP_QPS = 2
 
 
 def _lane(row, name, width=None):
@@ -131,8 +135,10 @@ class Sequencer(wiring.Component):
     WQE's beats are registered before their fields load (the last lands in
     PARSE), ``retx_no_ev`` counts a dropped retransmit the cycle after
     SEGMENT, the per-QP RAMs are read at addresses registered once per read
-    port, and the packet's addresses (``raddr``/``laddr`` + offset) are
-    registered before EMIT.
+    port (at up to ``CFG_FLOP_QPS`` QPs the settings are flip-flop rows, each
+    lane of each row written under a flip-flop strobe decoded with ``w_stb``,
+    in the same cycle as a RAM's write), and the packet's addresses
+    (``raddr``/``laddr`` + offset) are registered before EMIT.
 
     Latency: 9 cycles per packet of a part-sent WQE, plus the WQE burst
     (about 9 + memory latency) for the first packet of a message or a
@@ -219,22 +225,34 @@ class Sequencer(wiring.Component):
         # Per group of lanes: (lane indices, write port, the FSM's read port,
         # the CSR reads' port). A CSR read never meets a settings write (those
         # are applied one cycle after w_stb), so its transparency changes nothing.
+        # At up to CFG_FLOP_QPS QPs a group is flip-flop rows (``cfg_w`` the
+        # list of rows) read through a mux at the same registered addresses.
+        cfg_flops = nq <= CFG_FLOP_QPS
         cfg_ports = []
         cfg_lanes_r = [None] * len(CFG_LANES)
         cfg_lanes_csr = [None] * len(CFG_LANES)
         for group, names in CFG_GROUPS:
             lanes = [_LANE[name] for name in names]
             row_init = sum(cfg_init[i] << (32 * k) for k, i in enumerate(lanes))
-            m.submodules[f"cfg_{group}"] = mem = Memory(
-                shape=32 * len(lanes), depth=nq, init=[row_init] * nq
-            )
-            cfg_w = mem.write_port(granularity=32)
-            cfg_r = mem.read_port(domain="comb")
-            cfg_csr = mem.read_port(domain="comb")
+            if cfg_flops:
+                cfg_w = [Signal(32 * len(lanes), init=row_init, name=f"cfg_{group}_row{r}")
+                         for r in range(nq)]
+                r_addr = Signal(qb, name=f"cfg_{group}_r_addr")
+                csr_addr = Signal(qb, name=f"cfg_{group}_csr_addr")
+                r_data, csr_data = Array(cfg_w)[r_addr], Array(cfg_w)[csr_addr]
+            else:
+                m.submodules[f"cfg_{group}"] = mem = Memory(
+                    shape=32 * len(lanes), depth=nq, init=[row_init] * nq
+                )
+                cfg_w = mem.write_port(granularity=32)
+                cfg_r = mem.read_port(domain="comb")
+                cfg_csr = mem.read_port(domain="comb")
+                r_addr, r_data = cfg_r.addr, cfg_r.data
+                csr_addr, csr_data = cfg_csr.addr, cfg_csr.data
             for k, i in enumerate(lanes):
-                cfg_lanes_r[i] = cfg_r.data[32 * k : 32 * (k + 1)]
-                cfg_lanes_csr[i] = cfg_csr.data[32 * k : 32 * (k + 1)]
-            cfg_ports.append((group, lanes, cfg_w, cfg_r, cfg_csr))
+                cfg_lanes_r[i] = r_data[32 * k : 32 * (k + 1)]
+                cfg_lanes_csr[i] = csr_data[32 * k : 32 * (k + 1)]
+            cfg_ports.append((group, lanes, cfg_w, r_addr, csr_addr))
         cfg = Cat(*cfg_lanes_r)  # the settings row of cur_q (registered), in CFG_LANES order
 
         # A row is read (in CHECK) only while the QP's wqe_active is set: PARSE
@@ -273,8 +291,8 @@ class Sequencer(wiring.Component):
 
         cur_q = Signal(qb)
         m.d.comb += [
-            *[cfg_r.addr.eq(late(cur_q, f"cfg_{group}_q"))
-              for group, _, _, cfg_r, _ in cfg_ports],
+            *[r_addr.eq(late(cur_q, f"cfg_{group}_q"))
+              for group, _, _, r_addr, _ in cfg_ports],
             wqe_r.addr.eq(late(cur_q, "wqe_q")),
             cnt_r.addr.eq(late(cur_q, "cnt_q")),
             self.ev.good_qp.eq(cur_q),
@@ -781,8 +799,8 @@ class Sequencer(wiring.Component):
         qsel = (rel >> (QP_STRIDE.bit_length() - 1))[:qb]
         in_qp = (csr.addr >= QP_BASE) & ((rel >> (QP_STRIDE.bit_length() - 1)) < nq)
         reg = csr.addr[: QP_STRIDE.bit_length() - 1]
-        m.d.comb += [cfg_csr.addr.eq(late(qsel, f"cfg_{group}_csr_q"))
-                     for group, _, _, _, cfg_csr in cfg_ports]
+        m.d.comb += [csr_addr.eq(late(qsel, f"cfg_{group}_csr_q"))
+                     for group, _, _, _, csr_addr in cfg_ports]
         m.d.comb += cnt_csr.addr.eq(late(qsel, "cnt_csr_q"))
         m.d.comb += [
             self.ev.csr_sel.eq(ev_select),
@@ -804,6 +822,12 @@ class Sequencer(wiring.Component):
             with m.If(csr.w_data == (1 << lg)):
                 m.d.comb += [valid_mtu.eq(1), mtu_shift_d.eq(lg - 8)]
         qw_lanes = Signal(len(CFG_LANES))
+        # with flip-flop rows: per row, its lanes' write strobes (lane_hit and
+        # the QP's compare, or INIT's row), registered like qw_lanes, so that
+        # each lane of each row loads under a flip-flop and not a LUT of qw_q
+        # and qw_lanes (b41: qw_q into QP 1's row enables, 9.8 ns)
+        qw_rows = [Signal(len(CFG_LANES), name=f"qw_row{r}")
+                   for r in range(nq if cfg_flops else 0)]
         qw_init = Signal()
         qw_q = Signal(qb)
         qw_data = Signal(32)
@@ -821,6 +845,9 @@ class Sequencer(wiring.Component):
             qw_lanes.eq(Mux(ready, lane_hit, (1 << len(CFG_LANES)) - 1)),
             qw_init.eq(~ready),
             qw_q.eq(Mux(ready, qsel, init_q)),
+            *[qw_row.eq(Mux(ready, lane_hit & (qsel == r).replicate(len(CFG_LANES)),
+                            (init_q == r).replicate(len(CFG_LANES))))
+              for r, qw_row in enumerate(qw_rows)],
             qw_data.eq(Mux(ready, csr.w_data, 0)),
             mtu_shift_w.eq(mtu_shift_d),
             qw_ctrl.eq(qp_w & (reg == Q.CTRL)),
@@ -840,11 +867,17 @@ class Sequencer(wiring.Component):
             m.d.comb += lane_data.eq(Mux(qw_init, cfg_init[i], value) if cfg_init[i] else value)
             cfg_lanes_w.append(lane_data)
         for _, lanes, cfg_w, _, _ in cfg_ports:
-            m.d.comb += [
-                cfg_w.addr.eq(qw_q),
-                cfg_w.en.eq(Cat(*[qw_lanes[i] for i in lanes])),
-                cfg_w.data.eq(Cat(*[cfg_lanes_w[i] for i in lanes])),
-            ]
+            if cfg_flops:
+                for row, qw_row in zip(cfg_w, qw_rows, strict=True):
+                    for k, i in enumerate(lanes):
+                        with m.If(qw_row[i]):
+                            m.d.sync += row[32 * k : 32 * (k + 1)].eq(cfg_lanes_w[i])
+            else:
+                m.d.comb += [
+                    cfg_w.addr.eq(qw_q),
+                    cfg_w.en.eq(Cat(*[qw_lanes[i] for i in lanes])),
+                    cfg_w.data.eq(Cat(*[cfg_lanes_w[i] for i in lanes])),
+                ]
         with m.If(qw_unpark):
             m.d.sync += win_blocked.bit_select(qw_q, 1).eq(0)
             m.d.comb += wb_clear.bit_select(qw_q, 1).eq(1)

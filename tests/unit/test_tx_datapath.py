@@ -286,3 +286,56 @@ def test_engine_sq_base_keeps_addr_width_bits():
     sim.add_testbench(bench)
     sim.run()
     assert got == {"lo": 0x89AB_C000, "hi": 0x12}
+
+
+@pytest.mark.parametrize("num_qps", [2, 4])
+def test_engine_qp_settings_rows(num_qps):
+    """Every per-QP settings register reads back the value just written (the
+    read strobed in the cycle after the write's application) and leaves the
+    other QP's row alone: at 2 QPs the settings are flip-flop rows written
+    under per-row lane strobes (``CFG_FLOP_QPS``), at 4 RAMs."""
+    from hw.tx.engine import TxEngine
+    from hw.tx.regs import tx_register_map
+    from hw.tx.sequencer import CFG_FLOP_QPS
+
+    assert (num_qps <= CFG_FLOP_QPS) == (num_qps == 2)
+    dut = TxEngine(num_qps=num_qps, evs_per_qp=2, max_mtu=1024, inflight_depth=16)
+    rmap = tx_register_map(num_qps, 2)
+    defaults = {"qp_mtu": 1024, "qp_mpr": 1, "qp_cwnd": 16, "qp_dest_qpn": 0,
+                "qp_dst_mac_lo": 0, "qp_dst_mac_hi": 0, "qp_dst_ip": 0, "qp_dscp": 0,
+                "qp_sq_base_lo": 0, "qp_sq_base_hi": 0, "qp_sq_log2_size": 0}
+
+    def values(q):
+        return {"qp_mtu": 256 << q, "qp_mpr": 0x5A + q, "qp_cwnd": 0x1234 + q,
+                "qp_dest_qpn": 0xABCDE0 + q, "qp_dst_mac_lo": 0x89ABCDE0 + q,
+                "qp_dst_mac_hi": 0x4560 + q, "qp_dst_ip": 0x0A000100 + q, "qp_dscp": 0x20 + q,
+                "qp_sq_base_lo": 0x12345000 + (q << 8), "qp_sq_base_hi": 0xFEDC0000 + q,
+                "qp_sq_log2_size": 9 + q}
+
+    got = {}
+
+    async def bench(ctx):
+        lat = TxEngine.CSR_READ_LATENCY
+
+        async def row(q):
+            return {name: await csr_read(ctx, dut.csr, rmap[name].addr(q), lat)
+                    for name in defaults}
+
+        while not await csr_read(ctx, dut.csr, rmap["status"].addr(), lat) & 1:
+            pass
+        got["init"] = [await row(q) for q in range(2)]
+        for q in (1, 0):
+            got[f"after {q}"] = {}
+            for name, value in values(q).items():
+                await csr_write(ctx, dut.csr, rmap[name].addr(q), value)
+                await ctx.tick()
+                got[f"after {q}"][name] = await csr_read(ctx, dut.csr, rmap[name].addr(q), lat)
+            got[f"other {q}"] = await row(1 - q)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert got["init"] == [defaults, defaults]
+    assert got["after 1"] == values(1) and got["other 1"] == defaults
+    assert got["after 0"] == values(0) and got["other 0"] == values(1)
