@@ -2,7 +2,7 @@
 timer expiry, controller command, probe round) at a time, on a working copy of the QP's
 record. See ``ReliabilityCore``."""
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -199,7 +199,9 @@ class ReliabilityCore(wiring.Component):
     docs/reliability.md for the cycle counts of each event (an ACK of one PSN: 25).
     Pipelined for 125 MHz on the ECP5: the state machine is one-hot, long
     computations are split over states or registered a cycle early (see the comments
-    at each; the RTT sample is measured 2 cycles before the window step), a timer
+    at each; the RTT sample is measured 2 cycles before the window step; the record's
+    write enables and USE's actions by walk kind are flip-flops set the cycle before,
+    at no cycle's cost), a timer
     write reaches ``timer_arm`` 4 cycles after the write-back (with
     the deadline of the write-back cycle), an EV update and an EV event reach their
     FIFOs the cycle after the step that makes them, counters move the cycle after
@@ -315,11 +317,21 @@ class ReliabilityCore(wiring.Component):
             m.d.comb += pulse[name].eq(1)
 
         # --- memories ---------------------------------------------------------------
-        m.submodules.rec_mem = rec_mem = Memory(shape=Rec, depth=nq, init=[])
+        # The record memory's write enable per column group of at most 64 bits
+        # (granularity; the row padded to a multiple of it), each group's enable a
+        # flip-flop of its own (rec_wen, below): at few QPs the memory is flip-flops,
+        # whose row enables are those bits ANDed with the row's address decode.
+        rec_groups = -(-Rec.size // 64)
+        rec_gran = -(-Rec.size // rec_groups)
+        m.submodules.rec_mem = rec_mem = Memory(
+            shape=rec_groups * rec_gran, depth=nq, init=[])
         rec_rd = rec_mem.read_port()
         rec_csr = rec_mem.read_port()
-        rec_wr = rec_mem.write_port()
-        m.d.comb += [rec_csr.addr.eq(self.rec_addr), self.rec_data.eq(rec_csr.data)]
+        rec_wr = rec_mem.write_port(granularity=rec_gran)
+        rec_rd_data = Signal(Rec)
+        m.d.comb += [rec_csr.addr.eq(self.rec_addr),
+                     self.rec_data.eq(rec_csr.data[: Rec.size]),
+                     rec_rd_data.eq(rec_rd.data[: Rec.size])]
 
         # per PSN: the EV it last went out on and whether that was a retransmission
         # (rewritten by retransmissions), and, written once, whether it ends its WQE and
@@ -406,7 +418,12 @@ class ReliabilityCore(wiring.Component):
         m.d.sync += thr_high.eq(cfg.sack_threshold[(W + 1).bit_length():] != 0)
         # the sent record against the record as read (LOAD): a new PSN to record (RTS,
         # not a retransmission, fresh or psn == nxt with nxt - una < window; fresh: una
-        # = nxt = psn), psn - una (sent_d) and psn != una (sent_moves: una moves)
+        # = nxt = psn), psn - una (sent_d) and psn != una (sent_moves: una moves).
+        # nxt - una is tested on its low bits, those infl takes (a subtraction of that
+        # width, no zero test of the bits above): in RTS, not fresh, it is at most the
+        # window (una never passes nxt, an ACK beyond nxt is dropped; nxt moves only
+        # from below una + window; RTS is entered with una = nxt), so the bits above
+        # are 0.
         sent_new = Signal()
         sent_moves = Signal()
         # a timer report against the record as read (LOAD): stale (not RTS, disarmed or
@@ -443,7 +460,10 @@ class ReliabilityCore(wiring.Component):
         m.d.comb += good_count.eq(sum(cur.ev_state[i] == EvState.GOOD for i in range(E)))
 
         def slot(off):
-            return (cur.una + off)[:wbits] if wbits else Const(0, 0)
+            # an adder of wbits bits of its own (the sum's low bits; not the low bits of
+            # walk_psn's una + pick_off, which synthesis would share), placed for the
+            # per-PSN memories' read address
+            return (cur.una[:wbits] + off)[:wbits] if wbits else Const(0, 0)
 
         def psn_addr(slot_value):
             return Cat(slot_value, q) if wbits else q
@@ -580,11 +600,13 @@ class ReliabilityCore(wiring.Component):
         r_retx, r_cpl, r_evu = (
             has_room(f, n) for f, n in ((f_retx, "retx"), (f_cpl, "cpl"), (f_evu, "evu")))
         room_walk = Signal()  # the walks' FIFOs together, registered on its own
-        # FINAL's three FIFOs together: with FINAL's flip-flop (and q) the one LUT in
-        # front of the record memory's write enable, hundreds of flip-flops at few QPs
+        # FINAL's three FIFOs together (FINAL's write waits for it; the record memory's
+        # write enables, flip-flops, are set from what it registers: rec_wen below)
         room_final = Signal()
+        room_final_d = Signal()  # what room_final registers
+        m.d.comb += room_final_d.eq(room(f_ack) & room(f_cwnd) & room(f_qps))
         m.d.sync += [room_walk.eq(room(f_retx) & room(f_cpl) & room(f_evu)),
-                     room_final.eq(room(f_ack) & room(f_cwnd) & room(f_qps))]
+                     room_final.eq(room_final_d)]
 
         # --- the state machine ------------------------------------------------------------
         # One-hot, one flip-flop per state: a state's actions and transitions are gated
@@ -605,7 +627,9 @@ class ReliabilityCore(wiring.Component):
         # inputs', the working copy's): those loads are split into groups of at most 64
         # bits (40 for LOAD), each under its own copy of the state's flip-flop (state_copy),
         # which follows the transitions into and out of the state, raised by goto()
-        copied = ("IDLE", "LOAD")
+        # (FINAL's and USE's transitions are tracked too: the record's write enables
+        # and the walk's strobes below are decided from them a cycle early)
+        copied = ("IDLE", "LOAD", "FINAL", "USE")
         enter = {n: Signal(name=f"enter_{n}") for n in copied}
         leave = {n: Signal(name=f"leave_{n}") for n in copied}
         in_state = [None]
@@ -624,6 +648,34 @@ class ReliabilityCore(wiring.Component):
 
         def copy_of(name):
             return lambda k: state_copy(m, enter[name], leave[name], f"st_{name}_{k}")
+
+        # The record memory's write enables (rec_wen_k, one per column group): 1 in
+        # every cycle of CLEAR and in the cycle of FINAL that writes (FINAL with
+        # room_final), registered from the transitions into FINAL (or FINAL waiting)
+        # and the room that room_final registers. Each its own flip-flop, whose next
+        # value is a function of itself (0 after a write: FINAL leaves), so that
+        # synthesis keeps them apart (as state_copy).
+        will_write = (enter["FINAL"] | (st.FINAL & ~room_final)) & room_final_d
+        stay_clear = st.CLEAR & (q != nq - 1)
+        rec_wen = [Signal(init=1, name=f"rec_wen_{k}") for k in range(rec_groups)]
+        for wen in rec_wen:
+            m.d.sync += wen.eq(Mux(wen, stay_clear, will_write))
+        m.d.comb += rec_wr.en.eq(Cat(*rec_wen))
+
+        # The walk's step (USE) by kind, one-hot strobes registered from the
+        # transitions into USE and walk_kind (unchanged from PICK or LCNT to USE):
+        # use_of(kind, tag) is 1 exactly in USE of a walk of that kind. A copy per
+        # tag (the working copy's fields, the pushes, a delivery, the EVs' loss
+        # evidence), each a function of itself (0 after USE: USE never follows
+        # itself), so that synthesis keeps them apart.
+        use_strobes = {}
+
+        def use_of(kind, tag):
+            if (kind, tag) not in use_strobes:
+                u = Signal(name=f"use_{('adv', 'sack', 'loss', 'tmo')[kind]}_{tag}")
+                m.d.sync += u.eq(Mux(u, 0, enter["USE"] & walk_kind[kind]))
+                use_strobes[kind, tag] = u
+            return use_strobes[kind, tag]
 
         def start(k):  # q set by IDLE
             m.d.sync += kind.eq(k)
@@ -685,6 +737,13 @@ class ReliabilityCore(wiring.Component):
             pick_off.eq(_lowest(m, use_mask, W, "pick")),
             pick_any.eq(use_mask != 0),
         ]
+        # pick_off's copy for the per-PSN memories' read address (pick_off has sinks
+        # all over the walk's logic), loaded in every state but LCNT: equal to pick_off
+        # in PICK, the one state whose read is used (PICK follows USE, WALK or PICK);
+        # the enable keeps synthesis from merging it with pick_off
+        pick_off_rd = Signal.like(pick_off)
+        with m.If(~st.LCNT):
+            m.d.sync += pick_off_rd.eq(_lowest(m, use_mask, W, "pick_rd"))
         e_ev = psn_ev_rd.data[:ebits]
         e_retx = psn_ev_rd.data[ebits]
         e_last = psn_info_rd.data[0]
@@ -754,7 +813,7 @@ class ReliabilityCore(wiring.Component):
         # and the working copy holds its reset value (the RESET record, timer disarmed)
         with state("CLEAR"):
             m.d.comb += [
-                rec_wr.en.eq(1), arm_v.eq(1),
+                arm_v.eq(1),
                 sq_pi_wr.addr.eq(q), sq_pi_wr.data.eq(0), sq_pi_wr.en.eq(1),
             ]
             m.d.sync += q.eq(q + 1)
@@ -819,9 +878,9 @@ class ReliabilityCore(wiring.Component):
                 goto("IDLE")
 
         with state("LOAD"):
-            pi_ahead = (sq_pi_rd.data[:16] - rec_rd.data.wqe_cpl)[:16]
-            sent_ahead = (rec_rd.data.wqe_sent - rec_rd.data.wqe_cpl)[:16]
-            r = rec_rd.data
+            pi_ahead = (sq_pi_rd.data[:16] - rec_rd_data.wqe_cpl)[:16]
+            sent_ahead = (rec_rd_data.wqe_sent - rec_rd_data.wqe_cpl)[:16]
+            r = rec_rd_data
             r_span = (r.nxt - r.una)[:24]
             rc = self.rel_data
             # the retry count after this timeout, min(retries + 1, 31), above the
@@ -832,7 +891,7 @@ class ReliabilityCore(wiring.Component):
                 tmo_exhaust.eq((rc.exp_cnt != EXP_FOREVER) & (limit <= r.retries)
                                & (limit != 31)),
                 sent_new.eq((r.state == QpState.RTS) & ~s.retx
-                            & (r.fresh | ((s.psn == r.nxt) & _lt(r_span, W, W.bit_length())))),
+                            & (r.fresh | ((s.psn == r.nxt) & (r_span[: len(infl)] < W)))),
                 sent_moves.eq(s.psn != r.una),
             ]
             with m.Switch(kind):
@@ -850,11 +909,11 @@ class ReliabilityCore(wiring.Component):
                     goto("SWEEP")
 
         load_in_groups(m, [
-            (cur, rec_rd.data), (cfg, self.rel_data), (una0, rec_rd.data.una),
-            (cwnd0, rec_rd.data.cwnd), (state0, rec_rd.data.state),
+            (cur, rec_rd_data), (cfg, self.rel_data), (una0, rec_rd_data.una),
+            (cwnd0, rec_rd_data.cwnd), (state0, rec_rd_data.state),
             (sq_end, Mux(sq_pi_rd.data[16] & (pi_ahead >= sent_ahead),
-                         sq_pi_rd.data[:16], rec_rd.data.wqe_sent)),
-            (sent_d, s.psn - rec_rd.data.una), (infl, r_span[: wbits + 1]),
+                         sq_pi_rd.data[:16], rec_rd_data.wqe_sent)),
+            (sent_d, s.psn - rec_rd_data.una), (infl, r_span[: wbits + 1]),
         ], copy_of("LOAD"), bits=40)  # cur's bits have selects in other states too
 
         # ---- a data packet went on the wire --------------------------------------
@@ -893,9 +952,9 @@ class ReliabilityCore(wiring.Component):
             goto("WALK")
 
         # the walk's per-PSN entry: read in PICK at the PSN it picks, held through LCNT
-        # and USE (the read address is pick_off's in every state)
+        # and USE (the read address is pick_off_rd's, pick_off's in PICK)
         hold = st.LCNT | st.USE
-        m.d.comb += [psn_raddr.eq(psn_addr(slot(pick_off))),
+        m.d.comb += [psn_raddr.eq(psn_addr(slot(pick_off_rd))),
                      psn_ev_rd.en.eq(~hold), psn_info_rd.en.eq(~hold)]
         with state("PICK"):
             # PICK's flip-flop its enable: in the last cycle of PICK before USE or LCNT,
@@ -1092,6 +1151,18 @@ class ReliabilityCore(wiring.Component):
             cc_open.eq(~cur.md_active | (~cc_past[23] & (cc_past != 0))),
             cc_acc.eq(cur.cwnd_acc + cc_prod), cc_sub.eq(cc_c0 - cc_dec),
         ]
+        # the increase's test cc_acc >= cc_c0 << 8 and its remainder, as two registered
+        # subtractions rather than a compare behind cc_acc: cc_rem = (cc_c0 << 8) -
+        # cwnd_acc (valid in CC_SUM: cc_c0 set in CC), then cc_diff = cc_prod - cc_rem
+        # = cc_acc - (cc_c0 << 8) (valid in CC_NEW, with cc_acc), whose sign is the test
+        cc_rem = Signal(signed(26))
+        cc_diff = Signal(signed(27))
+        m.d.sync += [cc_rem.eq((cc_c0 << 8) - cur.cwnd_acc), cc_diff.eq(cc_prod - cc_rem)]
+        # CC_NEW's other selects, registered every cycle: valid in CC_NEW (cc_high set
+        # in CC, cc_open valid from CC_SUM on, newly unchanged since the walks)
+        cc_cut = Signal()
+        cc_some = Signal()
+        m.d.sync += [cc_cut.eq(cc_high & cc_open), cc_some.eq(newly != 0)]
         # registered every cycle: valid in CC (PICK and USE of the loss walk before it
         # leave una and nxt as they are)
         unacked = Signal()
@@ -1136,15 +1207,15 @@ class ReliabilityCore(wiring.Component):
             acc1 = Signal(24)
             m.d.comb += [c1.eq(cc_c0), acc1.eq(cur.cwnd_acc)]
             with m.If(a_ece):
-                with m.If(cc_high & cc_open):
+                with m.If(cc_cut):
                     m.d.comb += c1.eq(cc_sub)
                     m.d.sync += [cur.md_active.eq(1), cur.md_recover.eq(cur.nxt)]
             with m.Else():
                 with m.If(cur.md_active & cc_rec):
                     m.d.sync += cur.md_active.eq(0)
-                with m.If(newly != 0):
-                    with m.If(cc_acc >= (cc_c0 << 8)):
-                        m.d.comb += [c1.eq(cc_inc), acc1.eq(cc_acc - (cc_c0 << 8))]
+                with m.If(cc_some):
+                    with m.If(~cc_diff[-1]):  # cc_acc >= cc_c0 << 8
+                        m.d.comb += [c1.eq(cc_inc), acc1.eq(cc_diff[:24])]
                     with m.Else():
                         m.d.comb += acc1.eq(Mux(cc_acc[24], 0xFFFFFF, cc_acc))
             m.d.sync += [cc_c1.eq(c1), cur.cwnd_acc.eq(acc1)]
@@ -1321,7 +1392,7 @@ class ReliabilityCore(wiring.Component):
             goto("FINAL")
         with state("FINAL"):
             with m.If(room_final):
-                m.d.comb += [rec_wr.en.eq(1), arm_v.eq(want_arm | want_disarm),
+                m.d.comb += [arm_v.eq(want_arm | want_disarm),
                              f_ack.w_en.eq(una_chg), f_cwnd.w_en.eq(cwnd_chg),
                              f_qps.w_en.eq(state_chg)]
                 goto("IDLE")
@@ -1368,23 +1439,28 @@ class ReliabilityCore(wiring.Component):
         with m.If(walk_sel.any()):
             m.d.sync += walk_mask.eq(one_hot_select(walk_sel, [v for _, v in walk_set]))
 
-        with m.If(st.USE & walk_kind[W_ADV]):
+        # USE's actions by walk kind, each under its strobe (use_of: the kind's
+        # step, a flip-flop), one copy for the working copy's fields (cur), one for
+        # the pushes (push), one for a delivery (dlv), one for the EVs' loss evidence
+        with m.If(use_of(W_ADV, "cur")):
             # the walk takes the PSNs from una up in order: each step shifts
             # sacked and fast_done down by one, so bit 0 is this PSN's
             m.d.sync += [cur.sacked.eq(cur.sacked[1:]),
                          cur.fast_done.eq(cur.fast_done[1:])]
             with m.If(e_last):
-                push_cpl(cur.wqe_cpl, CqeStatus.SUCCESS)
                 m.d.sync += cur.wqe_cpl.eq(wqe_cpl_inc)
-        with m.If(st.USE & walk_kind[W_SACK]):
+        with m.If(use_of(W_ADV, "push") & e_last):
+            push_cpl(cur.wqe_cpl, CqeStatus.SUCCESS)
+        with m.If(use_of(W_SACK, "cur")):
             m.d.sync += cur.sacked.eq(cur.sacked | off_bit)
         # a PSN delivered: by the ADV walk unless SACKed before, by every SACK walk step
-        with m.If(st.USE & ((walk_kind[W_ADV] & ~cur.sacked[0]) | walk_kind[W_SACK])):
+        with m.If((use_of(W_ADV, "dlv") & ~cur.sacked[0]) | use_of(W_SACK, "dlv")):
             deliver()
-        with m.If(st.USE & walk_kind[W_LOSS] & loss_hole):
+        with m.If(use_of(W_LOSS, "push") & loss_hole):
             push_retx(RetxReason.SACK_HOLE)
+        with m.If(use_of(W_LOSS, "cur") & loss_hole):
             m.d.sync += cur.fast_done.eq(cur.fast_done | off_bit)
-        with m.If(st.USE & walk_kind[W_TMO]):
+        with m.If(use_of(W_TMO, "push")):
             push_retx(RetxReason.TIMEOUT)
             m.d.sync += blamed.eq(blamed | _onehot(e_ev, E))
         # Loss evidence (USE): each hole of the loss walk, and the timeout walk's first
@@ -1392,16 +1468,16 @@ class ReliabilityCore(wiring.Component):
         # ASSUMED_BAD (never below the floor). Written per EV, an AND of e_ev's decode
         # and that EV's own flip-flops, rather than through selects on e_ev, which put
         # a select of the EVs' flags behind the block RAM's output.
-        def blame_on(ev_new):  # ev_new: the EV not yet blamed in this walk
-            return st.USE & ((walk_kind[W_LOSS] & loss_hole) | (walk_kind[W_TMO] & ev_new))
+        def blame_on(ev_new, tag):  # ev_new: the EV not yet blamed in this walk
+            return (use_of(W_LOSS, tag) & loss_hole) | (use_of(W_TMO, tag) & ev_new)
         for i in range(E):
             hit = Signal(name=f"blame_{i}")
-            m.d.comb += hit.eq(blame_on(~blamed[i]) & (e_ev == i))
+            m.d.comb += hit.eq(blame_on(~blamed[i], "ev") & (e_ev == i))
             with m.If(hit):
                 m.d.sync += [cur.ev_drops[i].eq(drops_inc[i]), cur.ev_loss[i].eq(loss_inc[i])]
                 with m.If(bad_ok[i]):
                     m.d.sync += cur.ev_state[i].eq(EvState.ASSUMED_BAD)
-        with m.If(blame_on(~_bit(blamed, e_ev))):
+        with m.If(blame_on(~_bit(blamed, e_ev), "push")):
             with m.If(_bit(bad_ok, e_ev)):
                 push_ev()
                 count("ev_to_bad")

@@ -340,3 +340,63 @@ def test_core_error_completes_every_posted_wqe():
     assert [c for c in cpl if c[0] == 2] == [(2, 7, R), (2, 8, F), (2, 9, F)]
     # the first sent record of each QP and the ACK move una; the ERRORs do not
     assert acks == [(1, 100), (1, 101), (2, 500)], acks
+
+
+def test_core_sent_window_edge():
+    """ReliabilityCore alone: a QP in RTS records new PSNs while nxt - una is below the
+    window; the one that would make it exceed the window is dropped (``sent_dropped``,
+    nxt unchanged) until an ACK moves una; the record written back (FINAL) is the one
+    read for the next event of the QP, whose records arrive back to back."""
+    from hw.reliability.core import ReliabilityCore
+    from hw.reliability.layouts import QpState
+
+    W = 16
+    dut = ReliabilityCore(num_qps=2, evs_per_qp=2, sack_bits=32, window=W, timeout_unit=4)
+
+    async def sinks(ctx):
+        for port in (dut.cpl, dut.ack_update, dut.retx, dut.ev_update, dut.cwnd_update,
+                     dut.qp_state_update, dut.probe_req, dut.event):
+            ctx.set(port.ready, 1)
+
+    async def put(ctx, port, wait=16, **fields):
+        ctx.set(port.payload, fields)
+        ctx.set(port.valid, 1)
+        await ctx.tick().until(port.ready)
+        ctx.set(port.valid, 0)
+        if wait:
+            await ctx.tick().repeat(wait)
+
+    async def record(ctx, q):
+        ctx.set(dut.rec_addr, q)
+        await ctx.tick()
+        return ctx.get(dut.rec_data.una), ctx.get(dut.rec_data.nxt)
+
+    async def bench(ctx):
+        ctx.set(dut.rel_data, {"t": 4, "linear_cnt": 1, "exp_cnt": 1, "ev_min_active": 1})
+        ctx.set(dut.params, {"cwnd_min": 1, "cwnd_max": W, "cwnd_init": W})
+        await ctx.tick().repeat(8)  # the records' clear after reset
+        await put(ctx, dut.cmd, qpn=1, state=QpState.RTS)
+        for k in range(W):  # back to back: each the cycle the core takes it
+            await put(ctx, dut.sent, wait=0, qpn=1, psn=100 + k, ev_index=0, last=1,
+                      wqe_index=k)
+        await ctx.tick().repeat(16)
+        assert await record(ctx, 1) == (100, 100 + W)
+        assert ctx.get(dut.counters.sent_dropped) == 0
+        await put(ctx, dut.sent, qpn=1, psn=100 + W, ev_index=0, last=1, wqe_index=W)
+        assert ctx.get(dut.counters.sent_dropped) == 1  # nxt - una = W: full
+        assert await record(ctx, 1) == (100, 100 + W)
+        await put(ctx, dut.peer_ack, wait=60, bth={"opcode": 0x11, "dqpn": 1, "psn": 100},
+                  aeth={"syndrome": 0x1F}, sack={"cum_psn": 100, "sack_base": 101})
+        assert await record(ctx, 1) == (101, 100 + W)
+        await put(ctx, dut.sent, qpn=1, psn=100 + W, ev_index=0, last=1, wqe_index=W)
+        assert ctx.get(dut.counters.sent_dropped) == 1
+        assert await record(ctx, 1) == (101, 101 + W)
+        assert await record(ctx, 0) == (0, 0)  # the other QP untouched
+
+    m = Module()
+    m.submodules.dut = dut
+    sim = Simulator(m)
+    sim.add_clock(1e-8)
+    sim.add_process(sinks)
+    sim.add_testbench(bench)
+    sim.run()
