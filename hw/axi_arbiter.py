@@ -13,8 +13,9 @@ Interface
               beats of different masters may interleave.
 
 Write path: AW is granted round-robin among the masters with ``awvalid``; the
-grant's index enters a FIFO (``w_fifo_depth`` entries, kept twice: each
-copy's head selects half of the W beat's bits), and W beats are taken from
+grant's index enters a FIFO (``w_fifo_depth`` >= 2 entries, kept twice: each
+copy's head selects half of the W beat's bits; an AW is taken while the FIFO
+had two entries free in the previous cycle, a flip-flop), and W beats are taken from
 the master at the head of that FIFO until ``wlast``, since AXI4 W beats
 carry no ID and must follow AW order. Read path: AR is granted round-robin.
 
@@ -106,6 +107,8 @@ class AXI4Arbiter(wiring.Component):
                  id_width: int = 4, w_fifo_depth: int = 4):
         if num_masters < 1:
             raise ValueError(f"num_masters must be at least 1, not {num_masters}")
+        if w_fifo_depth < 2:
+            raise ValueError(f"w_fifo_depth must be at least 2, not {w_fifo_depth}")
         self.num_masters = num_masters
         self.index_bits = max(1, (num_masters - 1).bit_length())
         self.id_width = id_width
@@ -141,9 +144,18 @@ class AXI4Arbiter(wiring.Component):
                                                                    depth=self.w_fifo_depth)
         m.d.comb += aw_rr.requests.eq(Cat(s.awvalid for s in slaves))
         _select(m, aw_rr.onehot, slaves, mst, _AW + ("awid",), self.index_bits)
-        m.d.comb += mst.awvalid.eq(aw_rr.valid & w_order.w_rdy)
+        # Room in the order FIFO, as a flip-flop: at least two entries free in
+        # the previous cycle leave at least one now (one AW per cycle), so
+        # the AW handshake does not start at the FIFO's level through its
+        # w_rdy compare (b45 at 7 ns: w_order's level -> the masters' AW
+        # ready -> a port register's enable, -0.59 ns). The FIFO still fills
+        # up: from depth - 2 entries an AW in this cycle leaves room set for
+        # the next one.
+        aw_room = Signal(init=1)
+        m.d.sync += aw_room.eq(w_order.level < self.w_fifo_depth - 1)
+        m.d.comb += mst.awvalid.eq(aw_rr.valid & aw_room)
         for i, s in enumerate(slaves):
-            m.d.comb += s.awready.eq(aw_rr.onehot[i] & mst.awready & w_order.w_rdy)
+            m.d.comb += s.awready.eq(aw_rr.onehot[i] & mst.awready & aw_room)
         aw_fire = mst.awvalid & mst.awready
         m.d.comb += [
             aw_rr.advance.eq(aw_fire),
