@@ -81,7 +81,8 @@ class RxAckBuilder(wiring.Component):
     The frame is not kept in a shift register: its image is a function of the
     job register (most of it constant), and a beat index picks each beat of it
     into a one-beat register, for the ICRC a cycle before its data part and
-    for the output a beat ahead of ``m_axis``.
+    for the output a beat ahead of ``m_axis``'s register, which loads it
+    through a 2:1 mux (beat 0, with the checksum, straight from the image).
 
     Pipelined for 125 MHz on the ECP5: each ICRC beat is the running CRC's
     state part XOR a data part registered in the cycle before, every beat a
@@ -297,25 +298,36 @@ class RxAckBuilder(wiring.Component):
             ]
             with m.If(crc_last):
                 goto("ICRC")
-        # The output beat register is loaded by one network, the beat index
-        # (beat 0 until ICRC) picking from the frame: in ICRC, when the CRC is
-        # final, the first beat, with it and the checksum; in SEND the next
-        # one as each is taken. Its clock enable depends on ``m_axis.tready``
-        # from outside, and the beat index selects every bit: both are built
-        # once per group of lanes, from the group's own copy of the SEND
-        # flip-flop and of the beat index (one net to all the output
-        # flip-flops took 4-5 ns of routing in b41). Each copy's next value is a
-        # function of the copy itself, so synthesis keeps the copies apart.
+        # The output beat register ``out`` loads, as it takes a beat (in ICRC,
+        # when the CRC is final, the first; in SEND the next as each is taken),
+        # beat 0 of the frame in ICRC, else ``out_pre``, the next beat, through
+        # a 2:1 mux (a placement near the output's sinks does not stretch the
+        # beat network); ``out_pre`` loads with ``out``, the beat index
+        # (one-hot, beat 1 until ICRC) picking the beat after the one ``out``
+        # takes from the frame. Both registers' clock enable depends on
+        # ``m_axis.tready`` from outside, and the beat index selects every
+        # bit: they are built once per group of lanes, from the group's own
+        # copy of the ICRC and SEND flip-flops and of the beat index (one net
+        # to all the output flip-flops took 4-5 ns of routing in b41). Each
+        # copy's next value is a function of the copy itself, so synthesis
+        # keeps the copies apart.
         last = out_left <= bpb
         group_bits = dw // OUT_GROUPS
         for g in range(OUT_GROUPS):
+            icrc_g = Signal(name=f"icrc_{g}")  # = st.ICRC (entered from CRC, left at once)
             send = Signal(name=f"send_{g}")  # = st.SEND
-            out_next = Signal(len(out_beats), name=f"out_next_{g}")  # one-hot
-            m.d.sync += send.eq(Mux(send, ~(axis.tready & last), st.ICRC))
-            lanes = slice(g * group_bits, (g + 1) * group_bits)
-            with m.If(st.ICRC | (send & axis.tready)):
+            # one-hot, bit i: out_pre's next beat is beat i + 1
+            out_next = Signal(len(out_beats) - 1, name=f"out_next_{g}")
+            lo, hi = g * group_bits, (g + 1) * group_bits
+            pre = Signal(group_bits, name=f"out_pre_{g}")
+            m.d.sync += [
+                icrc_g.eq(Mux(icrc_g, 0, st.CRC & crc_last)),
+                send.eq(Mux(send, ~(axis.tready & last), icrc_g)),
+            ]
+            with m.If(icrc_g | (send & axis.tready)):
                 m.d.sync += [
-                    out[lanes].eq(pick([b[lanes] for b in out_beats], out_next)),
+                    out[lo:hi].eq(Mux(icrc_g, out_beats[0][lo:hi], pre)),
+                    pre.eq(pick([b[lo:hi] for b in out_beats[1:]], out_next)),
                     out_next.eq(out_next << 1),
                 ]
             with m.Elif(~send):

@@ -194,7 +194,8 @@ class RxPsnWindow(wiring.Component):
     cumulative PSN advances over and 3 per further word, plus 1 per
     completion (1 if there is none, and 2 gap cycles between two completions
     of one advance; a CQE is issued the cycle after its completion); an ACK
-    adds 4; a DMA error 2; a timer scan of one QP 4. Every decision is made
+    adds 5 (4 before the bitmap's selection took two registered steps); a
+    DMA error 2; a timer scan of one QP 4. Every decision is made
     from registered values (the checks are registered in CHECK, whether the
     marked PSN is the expected one in MARK, the ACK due in the cycle before
     COALESCE, a timer's expiry in SCAN, the accepted packet enters the tables
@@ -203,7 +204,8 @@ class RxPsnWindow(wiring.Component):
     in the cycle after), for 125 MHz on the ECP5. The state machine is
     one-hot, and the wide registers load under a state's flip-flop or a
     valid flag, not a decode: the request in IDLE, the ACK job while ``ack``
-    is not valid (an ACK is built once both bitmap words are registered).
+    is not valid (an ACK is built once both bitmap words are registered and
+    shifted by whole bytes towards the expected PSN).
     Throughput: one operation at a time; a packet costs about 11 cycles of
     engine time, far less than its payload takes on the datapath at any
     MTU >= 256.
@@ -312,10 +314,25 @@ class RxPsnWindow(wiring.Component):
         any_free = Signal()
         flight_enter = Signal(self.inflight)
         m.d.sync += any_free.eq(~(flight_valid | flight_enter).all())
-        # In-flight entries of the request's PSN, registered in CHECK_RD.
-        flight_m = Signal(self.inflight)
+        # In-flight entries of the request's PSN, registered in CHECK_RD in four
+        # parts of the key (QP and PSN, cut in parts of within a bit of each
+        # other's width; the slot's valid in the last), each at most 2-3 LUT
+        # levels from rq and the entries; CHECK ANDs the parts per entry and
+        # ORs the entries into flight_hit.
+        FLIGHT_PARTS = 4
+        key_bits = qpb + PSN_BITS
+        cuts = [key_bits * k // FLIGHT_PARTS for k in range(FLIGHT_PARTS + 1)]
+        flight_m = [Signal(self.inflight, name=f"flight_m{k}") for k in range(FLIGHT_PARTS)]
         for i, e in enumerate(inflight):
-            m.d.sync += flight_m[i].eq(flight_valid[i] & (e.qp == rq.qp) & (e.psn == rq.psn))
+            key_e, key_rq = Cat(e.qp, e.psn), Cat(rq.qp, rq.psn)
+            for k in range(FLIGHT_PARTS):
+                eq = key_e[cuts[k] : cuts[k + 1]] == key_rq[cuts[k] : cuts[k + 1]]
+                if k == FLIGHT_PARTS - 1:
+                    eq = eq & flight_valid[i]
+                m.d.sync += flight_m[k][i].eq(eq)
+        flight_any = Const(0, 1)
+        for i in range(self.inflight):
+            flight_any = flight_any | Cat(f[i] for f in flight_m).all()
 
         # ---- pending LAST packets
         pend = [Signal(_Pending(qpb, self.tag_bits), name=f"pending{i}")
@@ -361,6 +378,15 @@ class RxPsnWindow(wiring.Component):
         chk_slot = Signal(self.tag_bits)
         chk_pend_free = Signal(range(self.max_pending))
         chk_pend_any_free = Signal()
+        # CHECK_X's decisions from flip-flops, registered in CHECK: the request's
+        # kind, one flag each (DROP and unknown kinds: none), and the free in-flight
+        # slot and pending entry one-hot (the enter vectors, set in CHECK_X, need
+        # no decode of chk_slot or chk_pend_free)
+        chk_kind = {k: Signal(name=f"chk_kind_{k.name.lower()}")
+                    for k in (ReqKind.DATA, ReqKind.TRIM, ReqKind.NAK, ReqKind.PROBE)}
+        chk_kind_other = Signal()
+        chk_slot_oh = Signal(self.inflight)
+        chk_pend_oh = Signal(self.max_pending)
         done_tag = Signal(self.tag_bits)  # the in-flight slot of the B verdict being handled
         err_hit = Signal(self.max_pending)  # the pending entry of a packet lost by the DMA
         # CHECK_X accepted the packet: WRITEBACK, next, enters it in the tables
@@ -382,7 +408,7 @@ class RxPsnWindow(wiring.Component):
             window_psns.eq(window_psns_c),
             inside.eq(d_c < window_psns_c),
             bit_set.eq(b_rd.data.bit_select(rq.psn[:lw], 1)),
-            flight_hit.eq(flight_m.any()),
+            flight_hit.eq(flight_any),
             is_last.eq(
                 Cat(*[rq.opcode == op for op in (
                     Opcode.WRITE_LAST, Opcode.WRITE_LAST_IMM, Opcode.WRITE_ONLY,
@@ -396,7 +422,12 @@ class RxPsnWindow(wiring.Component):
             chk_slot.eq(free_slot),
             chk_pend_free.eq(pend_free),
             chk_pend_any_free.eq(pend_any_free),
-        ]
+            chk_kind_other.eq(~Cat(rq.kind == k for k in chk_kind).any()),
+            chk_slot_oh.eq(Cat(~flight_valid[i] & flight_valid[:i].all() if i else ~flight_valid[0]
+                               for i in range(self.inflight))),
+            chk_pend_oh.eq(Cat(~pend[i].valid & Cat(e.valid for e in pend[:i]).all() if i
+                               else ~pend[0].valid for i in range(self.max_pending))),
+        ] + [chk_kind[k].eq(rq.kind == k) for k in chk_kind]
         # WRITEBACK enters an accepted packet in the tables' LUT RAM rows.
         m.d.comb += [
             f_wr.addr.eq(chk_slot),
@@ -459,7 +490,8 @@ class RxPsnWindow(wiring.Component):
         # The positions at or below rq.psn in its word, for the pend_le of the
         # entry WRITEBACK fills (below), registered like rq_before from rq,
         # which holds from IDLE to WRITEBACK: the decode of the PSN is not in
-        # front of every entry's pend_le, nor rq's fan-out.
+        # front of every entry's pend_le, nor rq's fan-out. MARK, after MARK_RD,
+        # also takes the marked bit and the hole mask from it.
         rq_le = Signal(W)
         m.d.sync += rq_le.eq(Const(ones, W) >> ~rq.psn[:lw])
         lt = {}
@@ -476,11 +508,11 @@ class RxPsnWindow(wiring.Component):
         holes_r = Signal(W)  # the clear bits of the word ADV works on, from epsn on
         any_hole = Signal()  # holes_r.any(), registered with it
         # Where MARK and ADV_LD look for holes (clear bits) in the word read:
-        # above the PSN being marked (set in MARK_RD), or the whole word after a
-        # retired one (set in ADV; epsn is then at the word's start).
-        hole_mask = Signal(W, reset_less=True)
+        # above the PSN being marked (in MARK: the positions rq_le leaves out;
+        # rq_le is registered from rq in MARK_RD), or the whole word after a
+        # retired one (ADV_LD; epsn is then at the word's start). The mask is
+        # the MARK flip-flop and rq_le, no decode of the PSN in front of it.
         holes = Signal(W)
-        m.d.comb += holes.eq(~b_rd.data & hole_mask)
         # The lowest set bit of holes_r, in two registered steps (the lowest
         # set bit of each group of bits, then of the groups): COMPLETE comes
         # at least two cycles after holes_r is loaded (ADV, COMPLETE_GAP2).
@@ -553,6 +585,9 @@ class RxPsnWindow(wiring.Component):
 
         init_word = Signal(lr + 1)
         init_epsn = Signal(24, reset_less=True)  # the init's EPSN, loaded in IDLE
+        # INIT is at its last word (a flip-flop, so the QP row's write enable is
+        # one from flip-flops, no compare of init_word in front of it)
+        init_last = Signal()
 
         qs_load = Signal()  # CHECK, MARK or SCAN: the QP's row arrives (set a cycle ahead)
         m.d.sync += qs_load.eq(0)
@@ -566,10 +601,11 @@ class RxPsnWindow(wiring.Component):
         STATES = ("IDLE", "DMA_ERROR", "DMA_ERROR2", "INIT", "CHECK_RD", "CHECK", "CHECK_X",
                   "PROBE", "MARK_RD", "MARK", "ADV_RD", "ADV_LD", "ADV", "COMPLETE",
                   "COMPLETE_GAP", "COMPLETE_GAP2", "COALESCE", "WRITEBACK", "SCAN_RD", "SCAN",
-                  "SCAN_X", "ACK0", "ACK1", "ACK2", "ACK3")
+                  "SCAN_X", "ACK0", "ACK1", "ACK2", "ACK_SH", "ACK3")
         fsm = OneHotFSM(m, STATES, "IDLE")
         st, state, goto = fsm.st, fsm.state, fsm.goto
         m.d.sync += after_idle.eq(st.IDLE)
+        m.d.comb += holes.eq(~b_rd.data & ~(rq_le & st.MARK.replicate(W)))
 
         # CHECK, MARK and SCAN load the QP's row and configuration as they
         # arrive. CHECK remembers where the peer's frames come from, for ACKs
@@ -608,10 +644,12 @@ class RxPsnWindow(wiring.Component):
             scan_due = ops_since_scan == 3
             with m.If(self.init.valid):
                 m.d.comb += self.init.ready.eq(1)
-                m.d.sync += [qp.eq(self.init.payload.qp), init_word.eq(0)]
-                for e in pend:
-                    with m.If(e.qp == self.init.payload.qp):
-                        m.d.sync += e.valid.eq(0)
+                # (the QP's pending entries are dropped in INIT)
+                m.d.sync += [
+                    qp.eq(self.init.payload.qp),
+                    init_word.eq(0),
+                    init_last.eq(self.ring_words == 1),
+                ]
                 goto("INIT")
             with m.Elif(self.done.valid & ~scan_due):
                 m.d.comb += self.done.ready.eq(1)
@@ -647,10 +685,17 @@ class RxPsnWindow(wiring.Component):
                     m.d.sync += e.valid.eq(0)
             goto("IDLE")
 
-        init_last = init_word == self.ring_words - 1
         with state("INIT"):
+            # The QP's pending entries are dropped (in every cycle of INIT: no
+            # entry is entered or read meanwhile).
+            for e in pend:
+                with m.If(e.qp == qp):
+                    m.d.sync += e.valid.eq(0)
             m.d.comb += [b_wr.en.eq(1), b_wr.data.eq(0)]
-            m.d.sync += init_word.eq(init_word + 1)
+            m.d.sync += [
+                init_word.eq(init_word + 1),
+                init_last.eq(init_word == self.ring_words - 2),
+            ]
             m.d.comb += b_wr.addr.eq(Cat(init_word[:lr], qp))
             with m.If(init_last):
                 m.d.comb += q_wr.en.eq(1)
@@ -686,55 +731,53 @@ class RxPsnWindow(wiring.Component):
                 place_cmd.tag.eq(chk_slot),
                 ack_syn.eq(AETH_ACK),
             ]
-            with m.Switch(rq.kind):
-                with m.Case(ReqKind.DATA):
-                    # The bit is only meaningful inside the window: beyond it the
-                    # ring aliases PSNs of the current window.
-                    with m.If(d[23] | (inside & (bit_set | flight_hit))):
-                        m.d.comb += cnt.duplicate.eq(1)
-                        m.d.sync += place_valid.eq(discard)
-                        goto("ACK0")
-                    with m.Elif(~inside):
-                        m.d.comb += cnt.out_of_window.eq(1)
-                        m.d.sync += place_valid.eq(discard)
-                        goto("WRITEBACK")
-                    with m.Elif(is_last & ~chk_pend_any_free):
-                        m.d.comb += cnt.wimm_full.eq(1)
-                        m.d.sync += place_valid.eq(discard)
-                        goto("WRITEBACK")
-                    with m.Else():
-                        # Accepted: in flight until its B response (the
-                        # tables are written in WRITEBACK, next).
-                        m.d.sync += [
-                            accept.eq(1),
-                            flight_enter.eq(Cat(chk_slot == i for i in range(self.inflight))),
-                            pend_enter.eq(
-                                Cat(is_last & (chk_pend_free == i) for i in range(P))
-                            ),
-                        ]
-                        m.d.sync += [
-                            place_valid.eq(1),
-                            place_cmd.discard.eq(0),
-                            place_cmd.notify.eq(1),
-                        ]
-                        goto("WRITEBACK")
-                with m.Case(ReqKind.TRIM):
-                    m.d.comb += cnt.trimmed.eq(1)
+            # (the kinds' flags exclude each other)
+            with m.If(chk_kind[ReqKind.DATA]):
+                # The bit is only meaningful inside the window: beyond it the
+                # ring aliases PSNs of the current window.
+                with m.If(d[23] | (inside & (bit_set | flight_hit))):
+                    m.d.comb += cnt.duplicate.eq(1)
                     m.d.sync += place_valid.eq(discard)
-                    with m.If(cfg.trim_nack):
-                        m.d.sync += ack_syn.eq(NAK_TRIMMED)
-                        goto("ACK0")
-                    with m.Else():
-                        goto("WRITEBACK")
-                with m.Case(ReqKind.NAK):
-                    m.d.sync += [place_valid.eq(discard), ack_syn.eq(rq.syndrome)]
                     goto("ACK0")
-                with m.Case(ReqKind.PROBE):
+                with m.Elif(~inside):
+                    m.d.comb += cnt.out_of_window.eq(1)
                     m.d.sync += place_valid.eq(discard)
-                    goto("PROBE")
-                with m.Default():
+                    goto("WRITEBACK")
+                with m.Elif(is_last & ~chk_pend_any_free):
+                    m.d.comb += cnt.wimm_full.eq(1)
                     m.d.sync += place_valid.eq(discard)
-                    goto("IDLE")
+                    goto("WRITEBACK")
+                with m.Else():
+                    # Accepted: in flight until its B response (the
+                    # tables are written in WRITEBACK, next).
+                    m.d.sync += [
+                        accept.eq(1),
+                        flight_enter.eq(chk_slot_oh),
+                        pend_enter.eq(chk_pend_oh & is_last.replicate(P)),
+                    ]
+                    m.d.sync += [
+                        place_valid.eq(1),
+                        place_cmd.discard.eq(0),
+                        place_cmd.notify.eq(1),
+                    ]
+                    goto("WRITEBACK")
+            with m.If(chk_kind[ReqKind.TRIM]):
+                m.d.comb += cnt.trimmed.eq(1)
+                m.d.sync += place_valid.eq(discard)
+                with m.If(cfg.trim_nack):
+                    m.d.sync += ack_syn.eq(NAK_TRIMMED)
+                    goto("ACK0")
+                with m.Else():
+                    goto("WRITEBACK")
+            with m.If(chk_kind[ReqKind.NAK]):
+                m.d.sync += [place_valid.eq(discard), ack_syn.eq(rq.syndrome)]
+                goto("ACK0")
+            with m.If(chk_kind[ReqKind.PROBE]):
+                m.d.sync += place_valid.eq(discard)
+                goto("PROBE")
+            with m.If(chk_kind_other):
+                m.d.sync += place_valid.eq(discard)
+                goto("IDLE")
 
         with state("PROBE"):
             with m.If(~ack_valid):
@@ -746,7 +789,6 @@ class RxPsnWindow(wiring.Component):
         # ---- mark: set the bit, advance the cumulative PSN, complete
         with state("MARK_RD"):
             m.d.sync += [qs_load.eq(1), bm_word.eq(widx(rq.psn))]  # for MARK's write
-            m.d.sync += hole_mask.eq((Const(ones, W) << rq.psn[:lw] << 1)[:W])
             # The packet is written: its pending entry, if any, is no
             # longer in flight (its slot may be reused from now on).
             for e in pend:
@@ -755,7 +797,9 @@ class RxPsnWindow(wiring.Component):
             goto("MARK")
         with state("MARK"):
             m.d.comb += cnt.placed.eq(1)
-            new_word = b_rd.data | (Const(1, W) << rq.psn[:lw])
+            # the marked PSN's bit: the top one of rq_le (registered in MARK_RD),
+            # no decode of the PSN in front of the bitmap's write data
+            new_word = b_rd.data | (rq_le & ~(rq_le >> 1))
             m.d.comb += [b_wr.en.eq(1), b_wr.data.eq(new_word)]
             m.d.sync += [
                 bm_word.eq(widx(q_rd.data.epsn)),
@@ -783,10 +827,10 @@ class RxPsnWindow(wiring.Component):
             m.d.sync += [holes_r.eq(holes), any_hole.eq(holes.any())]
             goto("ADV")
         with state("ADV"):
-            # holes_r: the clear bits of the word from epsn on. The next word and
-            # its mask are set whether or not this one is retired (after a hole,
-            # MARK_RD or an ACK's predecessor sets them again before their use).
-            m.d.sync += [adv_first.eq(0), bm_word.eq(bm_word + 1), hole_mask.eq(ones)]
+            # holes_r: the clear bits of the word from epsn on. The next word is
+            # set whether or not this one is retired (after a hole, MARK_RD or an
+            # ACK's predecessor sets it again before its use).
+            m.d.sync += [adv_first.eq(0), bm_word.eq(bm_word + 1)]
             for i in range(P):
                 with m.If(pend_en[i] & ~(holes_r & pend_le[i]).any()):
                     m.d.sync += cand[i].eq(1)
@@ -886,8 +930,10 @@ class RxPsnWindow(wiring.Component):
 
         # ---- ACK/NAK: read the two bitmap words from the expected PSN on (the
         # states that go to ACK0, CHECK_X, COALESCE and SCAN_X, address the first:
-        # they have the QP's final epsn and read no bitmap word), register both, and
-        # build the ACK from registers in ACK3 (no logic after the block RAM).
+        # they have the QP's final epsn and read no bitmap word), register both,
+        # shift them by whole bytes towards epsn in ACK_SH (registered in bm_sh),
+        # and build the ACK from registers in ACK3 (no logic after the block RAM,
+        # and the 64:1 selection of each bitmap bit in two registered steps).
         with state("ACK0"):
             m.d.sync += bm_word.eq(bm_word + 1)
             goto("ACK1")
@@ -896,6 +942,8 @@ class RxPsnWindow(wiring.Component):
             goto("ACK2")
         with state("ACK2"):
             m.d.sync += w1.eq(b_rd.data)
+            goto("ACK_SH")
+        with state("ACK_SH"):
             goto("ACK3")
         with state("ACK3"):
             with m.If(~ack_valid):
@@ -914,6 +962,15 @@ class RxPsnWindow(wiring.Component):
         # clear and holds from the cycle it is set: the hold flag is its only
         # enable, and "in PROBE" (a flip-flop) selects its data.
         ack_next = Signal(AckJob(W))
+        # The two bitmap words from epsn's byte on (registered in every cycle:
+        # w0, w1 and epsn hold from ACK_SH until the ACK is sent); ACK3 takes
+        # the bitmap from epsn's bit on from it.
+        bm_sh = Signal(W + 7)
+        bm_c = Cat(w0, w1)
+        for k in reversed(range(3, lw)):
+            keep = W + (1 << k) - 1  # the bits later stages still need
+            bm_c = Mux(qs.epsn[k], bm_c[1 << k:], bm_c)[:keep]
+        m.d.sync += bm_sh.eq(bm_c)
         m.d.comb += [
             ack_next.dqpn.eq(cfg.peer_qpn),
             ack_next.ev.eq(qs.ev),
@@ -928,8 +985,8 @@ class RxPsnWindow(wiring.Component):
                 ack_next.timestamp.eq(rq.timestamp),
             ]
         with m.Else():
-            bitmap = Cat(w0, w1)
-            for k in reversed(range(lw)):
+            bitmap = bm_sh
+            for k in reversed(range(3)):
                 keep = W + (1 << k) - 1  # the bits later stages still need
                 bitmap = Mux(qs.epsn[k], bitmap[1 << k:], bitmap)[:keep]
             m.d.comb += [
