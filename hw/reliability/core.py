@@ -201,11 +201,13 @@ class ReliabilityCore(wiring.Component):
     computations are split over states or registered a cycle early (see the comments
     at each; the RTT sample is measured 2 cycles before the window step; the record's
     write enables and USE's actions by walk kind are flip-flops set the cycle before,
-    at no cycle's cost), a timer
+    at no cycle's cost; a sent record's per-PSN entries are written the cycle after
+    SENT, from registers), a timer
     write reaches ``timer_arm`` 4 cycles after the write-back (with
     the deadline of the write-back cycle), an EV update and an EV event reach their
     FIFOs the cycle after the step that makes them, counters move the cycle after
-    their event, and the core waits for 3 free entries in an output FIFO (registered)
+    their event (the ACK count the cycle after WALK, a sent record's dropped in SENT 2 cycles
+    after SENT), and the core waits for 3 free entries in an output FIFO (registered)
     rather than 1 (a command or probe answer that pushes waits for it before it acts).
     The next input to take is chosen by priority a cycle before the core takes it (the
     record's read address is a register): an input that becomes valid while the core
@@ -368,8 +370,16 @@ class ReliabilityCore(wiring.Component):
         cwnd0 = Signal(16)
         state0 = Signal(3)
         # the end of a flush: the producer index, but never before wqe_sent (also the
-        # first WQE index of a QP entering RTS)
+        # first WQE index of a QP entering RTS). Over two cycles: LOAD registers the
+        # producer index (sq_pi) and the distances of it and of wqe_sent from wqe_cpl
+        # (pi_ahead, sent_ahead: subtractions behind the read registers), the cycle
+        # after it registers their compare and the choice (sq_end, then registered
+        # every cycle from them and wqe_sent): valid from the second cycle after LOAD
+        # on, which its readers (FLUSH, CMD) are
         sq_end = Signal(16)
+        sq_pi = Signal(17)
+        pi_ahead = Signal(16)
+        sent_ahead = Signal(16)
 
         K_SENT, K_ACK, K_PROBE, K_TMO, K_CMD, K_SWEEP = range(6)
         kind = Signal(3)
@@ -878,8 +888,6 @@ class ReliabilityCore(wiring.Component):
                 goto("IDLE")
 
         with state("LOAD"):
-            pi_ahead = (sq_pi_rd.data[:16] - rec_rd_data.wqe_cpl)[:16]
-            sent_ahead = (rec_rd_data.wqe_sent - rec_rd_data.wqe_cpl)[:16]
             r = rec_rd_data
             r_span = (r.nxt - r.una)[:24]
             rc = self.rel_data
@@ -911,8 +919,9 @@ class ReliabilityCore(wiring.Component):
         load_in_groups(m, [
             (cur, rec_rd_data), (cfg, self.rel_data), (una0, rec_rd_data.una),
             (cwnd0, rec_rd_data.cwnd), (state0, rec_rd_data.state),
-            (sq_end, Mux(sq_pi_rd.data[16] & (pi_ahead >= sent_ahead),
-                         sq_pi_rd.data[:16], rec_rd_data.wqe_sent)),
+            (sq_pi, sq_pi_rd.data),
+            (pi_ahead, sq_pi_rd.data[:16] - rec_rd_data.wqe_cpl),
+            (sent_ahead, rec_rd_data.wqe_sent - rec_rd_data.wqe_cpl),
             (sent_d, s.psn - rec_rd_data.una), (infl, r_span[: wbits + 1]),
         ], copy_of("LOAD"), bits=40)  # cur's bits have selects in other states too
 
@@ -940,15 +949,14 @@ class ReliabilityCore(wiring.Component):
 
         adv_n = Mux(adv_raw[23], 0, adv_raw[: wbits + 1])  # PSNs acknowledged (ACK_ADV)
         # an ACK of PSNs not sent yet: registered in ACK_ADV (0 in other states), it
-        # ends the event in WALK
+        # ends the event in WALK (which counts the other ACKs: the count is not in
+        # ACK_ADV, behind the window test)
         adv_unsent = Signal()
         beyond = (adv_raw[len(infl):] != 0) | (adv_raw[: len(infl)] > infl)
         unsent = ~adv_raw[23] & beyond
         m.d.sync += adv_unsent.eq(st.ACK_ADV & unsent)
-        with state("ACK_ADV"):
+        with state("ACK_ADV"):  # the ACK counted in WALK, from adv_unsent
             m.d.sync += [adv.eq(adv_n), walk_kind.eq(1 << W_ADV)]
-            with m.If(~unsent):
-                count("acks")
             goto("WALK")
 
         # the walk's per-PSN entry: read in PICK at the PSN it picks, held through LCNT
@@ -1013,6 +1021,9 @@ class ReliabilityCore(wiring.Component):
                 count("acks_unsent")
                 goto("IDLE")
             with m.Else():
+                # the ADV walk's WALK follows ACK_ADV (the other walks set walk_kind)
+                with m.If(walk_kind[W_ADV]):
+                    count("acks")
                 goto("PICK")
 
         with state("USE"):  # actions below, under st.USE
@@ -1281,8 +1292,16 @@ class ReliabilityCore(wiring.Component):
         # qp_state_update has disabled the QP in TX.
         # registered every cycle: valid in FLUSH (entered from TIMEOUT or CMD, or
         # from FLUSH_WAIT after a completion: wqe_cpl unchanged the cycle before)
+        # (TIMEOUT, LOAD's next cycle, precedes sq_end: there wqe_cpl is LOAD's, and
+        # wqe_cpl != sq_end is the zero test of the distance that sq_end chooses)
         flush_more = Signal()
-        m.d.sync += flush_more.eq(cur.wqe_cpl != sq_end)
+        sq_use_pi = Signal()  # sq_end's choice: the producer index (valid after LOAD)
+        m.d.comb += sq_use_pi.eq(sq_pi[16] & (pi_ahead >= sent_ahead))
+        m.d.sync += [
+            sq_end.eq(Mux(sq_use_pi, sq_pi[:16], cur.wqe_sent)),
+            flush_more.eq(Mux(st.TIMEOUT, Mux(sq_use_pi, pi_ahead != 0, sent_ahead != 0),
+                              cur.wqe_cpl != sq_end)),
+        ]
         # the next WQE to complete, registered every cycle: valid in FLUSH (as above)
         # and in USE (PICK or LCNT before it leave wqe_cpl as it is)
         wqe_cpl_inc = Signal(16)
@@ -1398,16 +1417,31 @@ class ReliabilityCore(wiring.Component):
                 goto("IDLE")
 
         # ---- SENT's and USE's actions ------------------------------------------------
-        # the per-PSN writes take the sent record in every cycle (retx: the entry's
-        # retransmission flag); SENT sets their enables
-        m.d.comb += [
+        # The per-PSN writes are SENT's, made the cycle after it (FINAL or IDLE) from
+        # flip-flops: the write enables (psn_ev_we, psn_info_we: set in SENT, 0 in
+        # every other cycle), the address and the data (the sent record, retx: the
+        # entry's retransmission flag, and the time, registered every cycle, so the
+        # values of SENT). The write enables are then a flip-flop and the address's
+        # decode, not the retransmission's window test (a carry chain) in front of the
+        # LUT RAM's write enables. The next read of the entries is PICK's, at least 5
+        # cycles later (after LOAD of another event).
+        psn_ev_we = Signal()
+        psn_info_we = Signal()
+        psn_ev_wdata = Signal.like(psn_ev_wr.data)
+        psn_info_wdata = Signal.like(psn_info_wr.data)
+        m.d.sync += [
+            psn_ev_we.eq(0), psn_info_we.eq(0),
             psn_waddr.eq(psn_addr(s.psn[:wbits])),
-            psn_ev_wr.data.eq(Cat(s.ev_index[:ebits], s.retx)),
-            psn_info_wr.data.eq(Cat(s.last, now_ts)),
+            psn_ev_wdata.eq(Cat(s.ev_index[:ebits], s.retx)),
+            psn_info_wdata.eq(Cat(s.last, now_ts)),
+        ]
+        m.d.comb += [
+            psn_ev_wr.data.eq(psn_ev_wdata), psn_info_wr.data.eq(psn_info_wdata),
+            psn_ev_wr.en.eq(psn_ev_we), psn_info_wr.en.eq(psn_info_we),
         ]
         with m.If(st.SENT):
             with m.If(sent_new):
-                m.d.comb += [psn_ev_wr.en.eq(1), psn_info_wr.en.eq(1)]
+                m.d.sync += [psn_ev_we.eq(1), psn_info_we.eq(1)]
                 m.d.sync += [
                     cur.nxt.eq(s.psn + 1),
                     cur.fresh.eq(0),
@@ -1423,9 +1457,13 @@ class ReliabilityCore(wiring.Component):
             # a retransmission (RTS, in flight) rewrites its PSN's EV
             with m.Elif((cur.state == QpState.RTS) & s.retx & ~cur.fresh
                         & _lt(sent_d, infl, len(infl))):
-                m.d.comb += psn_ev_wr.en.eq(1)
-            with m.Else():
-                count("sent_dropped")
+                m.d.sync += psn_ev_we.eq(1)
+        # a sent record neither tracked nor a retransmission in flight: counted the
+        # cycle after SENT, from flip-flops (SENT's, registered, and no per-PSN write)
+        after_sent = Signal()
+        m.d.sync += after_sent.eq(st.SENT)
+        with m.If(after_sent & ~psn_ev_we):
+            count("sent_dropped")
 
         # the walk's PSNs: set by the state that starts a walk, then USE takes one PSN
         # off at each step; an AND-OR of the (exclusive) states rather than a chain of
