@@ -1,5 +1,8 @@
 """Frame builder for the responder's ACK, NAK and probe-response frames."""
 
+import operator
+from functools import reduce
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -39,6 +42,9 @@ PROBE_FRAME_LEN = 14 + 20 + 8 + 12 + 16 + 4
 # Lane groups of the output beat register, each with its own clock enable
 # and beat index (see elaborate).
 OUT_GROUPS = 4
+
+# Beats per group of the CRC source beat's first pick step (see elaborate).
+SRC_GROUP = 8
 
 
 def ack_frame_len(sack_bits):
@@ -80,9 +86,11 @@ class RxAckBuilder(wiring.Component):
 
     The frame is not kept in a shift register: its image is a function of the
     job register (most of it constant), and a beat index picks each beat of it
-    into a one-beat register, for the ICRC a cycle before its data part and
-    for the output a beat ahead of ``m_axis``'s register, which loads it
-    through a 2:1 mux (beat 0, with the checksum, straight from the image).
+    into a one-beat register, for the ICRC a cycle before its data part (in
+    two registered steps: beats 1.. per group into part registers a cycle
+    earlier, beat 0 directly) and for the output a beat ahead of ``m_axis``'s
+    register, which loads it through a 2:1 mux (beat 0, with the checksum,
+    straight from the image).
 
     Pipelined for 125 MHz on the ECP5: each ICRC beat is the running CRC's
     state part XOR a data part registered in the cycle before, every beat a
@@ -220,11 +228,22 @@ class RxAckBuilder(wiring.Component):
         probe_beats = crc_beats(probe_img, PROBE_FRAME_LEN)
         src_q = Signal(dw)  # the CRC beat whose data part is computed next
         # The beat index, one-hot over the ACK's beats and the probe
-        # response's apart: the frame type is in the index (set from the job
-        # as it is taken), so no job.probe select lies between the image and
-        # src_q.
-        src_next_ack = Signal(len(ack_beats))
-        src_next_probe = Signal(len(probe_beats))
+        # response's apart, beat 0 excluded (bit i: beat i + 1): the frame
+        # type is in the index (set from the job as it is taken), so no
+        # job.probe select lies between the image and src_q. src_first_ack
+        # and src_first_probe select beat 0 (set in IDLE, so 1 in LOAD).
+        src_next_ack = Signal(len(ack_beats) - 1)
+        src_next_probe = Signal(len(probe_beats) - 1)
+        src_first_ack = Signal()
+        src_first_probe = Signal()
+        # The pick of beats 1.. is in two registered steps: ``src_part``
+        # holds the one-hot pick within each group of SRC_GROUP beats, a beat
+        # ahead of src_q, which ORs the groups' parts and beat 0's pick (from
+        # the job register, which loads as the job is taken, in LOAD).
+        src_rest = ack_beats[1:] + probe_beats[1:]
+        src_groups = [list(range(i, min(i + SRC_GROUP, len(src_rest))))
+                      for i in range(0, len(src_rest), SRC_GROUP)]
+        src_part = [Signal(dw, name=f"src_part_{k}") for k in range(len(src_groups))]
 
         def data_part(data):
             return crc32_parts(0, data, bpb)[1]
@@ -258,16 +277,27 @@ class RxAckBuilder(wiring.Component):
         st, state, goto = fsm.st, fsm.state, fsm.goto
 
         # The CRC source beat and its data part are loaded in every cycle,
-        # with no enable: they are read only in PREP and CRC, and the beat
-        # index (reset in IDLE to beat 0 of the offered job's frame type,
-        # which the job register takes with it) walks on from LOAD. src_q
-        # gets beat 0 in LOAD, beat 1 in PREP, ...; crc_dpart_lo/hi the data
-        # part of the beat src_q held.
+        # with no enable: they are read only in PREP and CRC. src_q gets beat
+        # 0 in LOAD (src_first_*, set in IDLE from the offered job's frame
+        # type, which the job register takes with it), beat 1 in PREP, ...;
+        # the beat index is set in IDLE to beat 1 of the type of the job
+        # taken (zero when none is: src_part must be zero in LOAD) and walks
+        # on from LOAD, src_part taking beat i in the cycle before src_q does;
+        # crc_dpart_lo/hi get the data part of the beat src_q held.
         dpart_lo, dpart_hi = half_parts(src_q)
+        src_index = Cat(src_next_ack, src_next_probe)
+        for part, group in zip(src_part, src_groups, strict=True):
+            m.d.sync += part.eq(pick([src_rest[i] for i in group],
+                                     Cat(*(src_index[i] for i in group))))
         m.d.sync += [
-            src_q.eq(pick(ack_beats + probe_beats, Cat(src_next_ack, src_next_probe))),
-            src_next_ack.eq(Mux(st.IDLE, ~self.job.payload.probe, src_next_ack << 1)),
-            src_next_probe.eq(Mux(st.IDLE, self.job.payload.probe, src_next_probe << 1)),
+            src_q.eq(reduce(operator.or_, [pick([ack_beats[0], probe_beats[0]],
+                                   Cat(src_first_ack, src_first_probe)), *src_part])),
+            src_first_ack.eq(st.IDLE & ~self.job.payload.probe),
+            src_first_probe.eq(st.IDLE & self.job.payload.probe),
+            src_next_ack.eq(Mux(st.IDLE, self.job.valid & ~self.job.payload.probe,
+                                src_next_ack << 1)),
+            src_next_probe.eq(Mux(st.IDLE, self.job.valid & self.job.payload.probe,
+                                  src_next_probe << 1)),
             crc_dpart_lo.eq(dpart_lo),
             crc_dpart_hi.eq(dpart_hi),
         ]
