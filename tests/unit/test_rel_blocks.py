@@ -73,9 +73,13 @@ def test_ring_bases_keep_addr_width_bits():
                    "cq_base_hi": 0x34}
 
 
-def _run(dut, bench, cycles_limit=None):
+def _run(dut, bench, *processes):
+    """Simulate ``dut`` at 100 MHz with the testbench ``bench`` and any
+    free-running ``processes`` (output sinks)."""
     sim = Simulator(dut)
     sim.add_clock(1e-8)
+    for process in processes:
+        sim.add_process(process)
     sim.add_testbench(bench)
     sim.run()
 
@@ -327,13 +331,7 @@ def test_core_error_completes_every_posted_wqe():
             await put(ctx, dut.expired, qpn=2, gen=gen)
         await ctx.tick().repeat(20)
 
-    m = Module()
-    m.submodules.dut = dut
-    sim = Simulator(m)
-    sim.add_clock(1e-8)
-    sim.add_process(sinks)
-    sim.add_testbench(bench)
-    sim.run()
+    _run(dut, bench, sinks)
     S, R, F = CqeStatus.SUCCESS, CqeStatus.RETRY_EXCEEDED, CqeStatus.FLUSHED
     assert [c for c in cpl if c[0] == 1] == [(1, 0xFFFD, S), (1, 0xFFFE, F), (1, 0xFFFF, F),
                                              (1, 0, F), (1, 1, F), (1, 2, F)]
@@ -393,10 +391,4 @@ def test_core_sent_window_edge():
         assert await record(ctx, 1) == (101, 101 + W)
         assert await record(ctx, 0) == (0, 0)  # the other QP untouched
 
-    m = Module()
-    m.submodules.dut = dut
-    sim = Simulator(m)
-    sim.add_clock(1e-8)
-    sim.add_process(sinks)
-    sim.add_testbench(bench)
-    sim.run()
+    _run(dut, bench, sinks)
