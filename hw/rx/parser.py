@@ -65,7 +65,7 @@ the rollback puts it). The counters move in the cycle after. The header FIFO
 holds the extension headers (RETH, ImmDt, AETH with SACK, probe), which no
 opcode has two of, as the raw bytes after the BTH and the opcode class (and
 the payload's beat count). The
-*output stage* pops records (through a register after the FIFO's block
+*output stage* pops records (through two registers after the FIFO's block
 RAM), spreads those bytes into the ``ParsedHeader``
 fields of their class, and releases the committed payload beats of each popped
 record to ``payload`` through the memory's read register and a register slice
@@ -82,14 +82,15 @@ overwritten for lack of space, and since the FIFO holds at least one
 ``max_payload`` frame plus two beats, a frame being written can always
 complete once the committed frames ahead of it drain.
 
-Latency: the record of a frame is valid on ``hdr`` 6 cycles after its last
+Latency: the record of a frame is valid on ``hdr`` 7 cycles after its last
 input beat (3 before the verdict was pipelined, 5 before the record FIFO's
-output register), and its counter moves a cycle before; its first payload
+output register, 6 before its second output register), and its counter
+moves two cycles before; its first payload
 beat comes 3 cycles after the record is taken (2 before the output register
 slice). Throughput: 1 input
 beat per cycle, no gap between frames, whenever the outputs are not
 backpressured (``tready`` is high); 1 record per 2 cycles (the output
-register loads only while empty; the validator takes one per 4) and 1
+registers load only while empty; the validator takes one per 4) and 1
 payload beat per cycle on the outputs.
 """
 
@@ -946,31 +947,53 @@ class RxParser(wiring.Component):
         m.d.comb += axis.tready.eq(room & (~first | hdr_room))
 
         # ------------------------------------------------------------------
-        # Output stage. The record FIFO's block RAM output passes a register
-        # (one flip-flop per bit): the validator, and the ACK records it passes
-        # on to reliability, are other blocks. The register loads only while
-        # empty, so its enable (several hundred bits) is ``rec_valid``, a
+        # Output stage. The record FIFO's block RAM output passes two registers
+        # (one flip-flop per bit each): the validator, and the ACK records it
+        # passes on to reliability, are other blocks. The first (``rec_mid``)
+        # drives only the second (``rec_out``), one sink per bit, so the
+        # placer can keep it by the block RAMs (b47s4 at 7 ns: records.storage
+        # -> rec_out_data, 54 endpoints at -1.63 ns, 3.6-4.5 ns of routing
+        # after the block RAM's 4.1-4.4 ns clock-to-output, 0 LUTs, as
+        # rec_out_data's outputs fan out over the block). Each register loads
+        # only while empty, so its enable (several hundred bits) is a
         # flip-flop, and not the validator's ready (b33: 8.8 ns of routing on
-        # that net). A record taken leaves the register empty for a cycle,
-        # which the validator's four cycles per header hide.
+        # that net): ``rec_mid`` empties when ``rec_out`` is empty (it moves
+        # there), ``rec_out`` when the validator takes it. A record taken
+        # leaves ``rec_out`` empty for a cycle, so a record every 2 cycles at
+        # most, which the validator's four cycles per header hide; the second
+        # register adds a cycle of latency, not a bubble.
+        mid_valid = Signal(name="rec_mid_valid")
         rec_valid = Signal(name="rec_out_valid")
         rec_bits = len(record.as_value())
+        mid_data = Signal(rec_bits, name="rec_mid_data")
         rec_data = Signal(rec_bits, name="rec_out_data")
-        m.d.comb += records.r_en.eq(~rec_valid)
-        # The enable itself is one of several copies of rec_valid (kept, not
-        # merged), each for the 72 bits of two block RAMs' outputs: one net
-        # to all ~560 bits took 7.6 ns of routing (b36).
+        m.d.comb += records.r_en.eq(~mid_valid)
+        # The enables themselves are copies of mid_valid and rec_valid (kept,
+        # not merged), each for the 72 bits of two block RAMs' outputs: one
+        # net to all ~560 bits took 7.6 ns of routing (b36).
         for lo in range(0, rec_bits, 72):
+            mid_full = Signal(name=f"rec_mid_full{lo // 72}", attrs={"keep": 1})
             full = Signal(name=f"rec_out_full{lo // 72}", attrs={"keep": 1})
+            with m.If(~mid_full):
+                m.d.sync += [
+                    mid_full.eq(records.r_rdy),
+                    mid_data[lo : lo + 72].eq(records.r_data[lo : lo + 72]),
+                ]
+            with m.Elif(~full):
+                m.d.sync += mid_full.eq(0)
             with m.If(~full):
                 m.d.sync += [
-                    full.eq(records.r_rdy),
-                    rec_data[lo : lo + 72].eq(records.r_data[lo : lo + 72]),
+                    full.eq(mid_full),
+                    rec_data[lo : lo + 72].eq(mid_data[lo : lo + 72]),
                 ]
             with m.Elif(self.hdr.ready):
                 m.d.sync += full.eq(0)
+        with m.If(~mid_valid):
+            m.d.sync += mid_valid.eq(records.r_rdy)
+        with m.Elif(~rec_valid):
+            m.d.sync += mid_valid.eq(0)
         with m.If(~rec_valid):
-            m.d.sync += rec_valid.eq(records.r_rdy)
+            m.d.sync += rec_valid.eq(mid_valid)
         with m.Elif(self.hdr.ready):
             m.d.sync += rec_valid.eq(0)
         out_rec = stored(rec_data)

@@ -1,6 +1,6 @@
 """TxEngine: the TX path of the MRC NIC, from doorbells to MAC frames."""
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Module, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -34,15 +34,26 @@ class StreamFifo(wiring.Component):
     4 ns clock-to-output reaches one flip-flop per bit, not the consumer's
     logic, which may sit in another block. Latency 3 cycles (write, the
     block RAM read, the output register), one record per cycle; it holds
-    ``depth`` + 1 records."""
+    ``depth`` + 1 records.
 
-    def __init__(self, shape, depth):
-        self.shape, self.depth = shape, depth
+    ``out_stages=2`` puts a second ``forward_register`` stage after the
+    first: the register loaded from the block RAM then drives only the
+    next register (one sink per bit), so the placer can keep it by the
+    block RAM, and the second drives the consumer. Latency 4 cycles, still
+    one record per cycle under continuous flow (no bubble); it holds
+    ``depth`` + 2 records. ``o.ready`` reaches the block RAM's read enable
+    through the same one LUT as with one stage (``r_en`` is ``o.ready`` or
+    the second stage empty, a flip-flop)."""
+
+    def __init__(self, shape, depth, *, out_stages=1):
+        if out_stages not in (1, 2):
+            raise ValueError(f"out_stages must be 1 or 2, not {out_stages!r}")
+        self.shape, self.depth, self.out_stages = shape, depth, out_stages
         super().__init__({"i": In(stream.Signature(shape)), "o": Out(stream.Signature(shape))})
 
     def elaborate(self, platform):
         m = Module()
-        width = len(self.i.payload.as_value())
+        width = len(Value.cast(self.i.payload))
         m.submodules.fifo = f = BlockRamFIFO(width=width, depth=self.depth)
         m.d.comb += [
             f.w_data.eq(self.i.payload),
@@ -63,21 +74,51 @@ class StreamFifo(wiring.Component):
         # register takes ``r_data`` on ``o.ready`` or when empty, and the
         # empty case reaches the FIFO as ``r_free``, the next value of
         # ``~out_full`` (registered there), not as a term of ``r_en``.
+        #
+        # With ``out_stages=2`` the register above becomes the first stage
+        # (``mid``), which loads when empty or when the output stage loads
+        # (``o.ready`` or the output empty); the output stage loads ``mid``.
+        # Both keep their full flags per group; ``r_en`` is ``o.ready`` or
+        # the output stage empty (group 0's copy), ``r_free`` the next value
+        # of ``~mid_full`` (group 0's copy).
         out_valid = Signal()
         out_data = Signal(width)
-        m.d.comb += [self.o.valid.eq(out_valid), self.o.payload.as_value().eq(out_data)]
-        with m.If(self.o.ready | ~out_valid):
-            m.d.sync += out_valid.eq(f.r_rdy)
+        m.d.comb += [self.o.valid.eq(out_valid), Value.cast(self.o.payload).eq(out_data)]
         size = -(-width // -(-width // OUT_GROUP))  # groups of equal size
+        if self.out_stages == 1:
+            with m.If(self.o.ready | ~out_valid):
+                m.d.sync += out_valid.eq(f.r_rdy)
+            for g, lo in enumerate(range(0, width, size)):
+                full = Signal(name=f"out_full_{g}", attrs={"keep": 1})
+                full_next = f.r_rdy | (full & ~self.o.ready)
+                m.d.sync += full.eq(full_next)
+                with m.If(self.o.ready | ~full):
+                    m.d.sync += out_data[lo:lo + size].eq(f.r_data[lo:lo + size])
+                if g == 0:
+                    m.d.comb += f.r_free.eq(~full_next)
+            m.d.comb += f.r_en.eq(self.o.ready)
+            return m
+
+        mid_valid = Signal()
+        mid_data = Signal(width)
+        out_load = self.o.ready | ~out_valid
+        with m.If(out_load):
+            m.d.sync += out_valid.eq(mid_valid)
+        with m.If(out_load | ~mid_valid):
+            m.d.sync += mid_valid.eq(f.r_rdy)
         for g, lo in enumerate(range(0, width, size)):
             full = Signal(name=f"out_full_{g}", attrs={"keep": 1})
-            full_next = f.r_rdy | (full & ~self.o.ready)
-            m.d.sync += full.eq(full_next)
-            with m.If(self.o.ready | ~full):
-                m.d.sync += out_data[lo:lo + size].eq(f.r_data[lo:lo + size])
+            mid_full = Signal(name=f"mid_full_{g}", attrs={"keep": 1})
+            out_load_g = self.o.ready | ~full
+            mid_load_g = out_load_g | ~mid_full
+            mid_full_next = f.r_rdy | (mid_full & ~mid_load_g)
+            m.d.sync += [full.eq(mid_full | (full & ~self.o.ready)), mid_full.eq(mid_full_next)]
+            with m.If(out_load_g):
+                m.d.sync += out_data[lo:lo + size].eq(mid_data[lo:lo + size])
+            with m.If(mid_load_g):
+                m.d.sync += mid_data[lo:lo + size].eq(f.r_data[lo:lo + size])
             if g == 0:
-                m.d.comb += f.r_free.eq(~full_next)
-        m.d.comb += f.r_en.eq(self.o.ready)
+                m.d.comb += [f.r_free.eq(~mid_full_next), f.r_en.eq(out_load_g)]
         return m
 
 
@@ -117,7 +158,9 @@ class TxEngine(wiring.Component):
     output registers, which add a cycle each on the way (descriptor and
     payload FIFOs: about 28; the ICRC's network in two steps added one).
     For timing (125 MHz on an ECP5), every FIFO's block-RAM read data is
-    registered (``StreamFifo``, 1 cycle), the WQE beats are registered
+    registered (``StreamFifo``, 1 cycle; the header-descriptor FIFO's twice,
+    ``out_stages=2``, 2 cycles, so its first register sits by the block RAM),
+    the WQE beats are registered
     before the sequencer (``wqe_data_reg``, 1 cycle), the realigner's output
     is registered before the payload FIFO's block RAM (``realign_reg``, a
     skid stage, 1 cycle), the header builder pipelines its checksum (5
@@ -128,9 +171,10 @@ class TxEngine(wiring.Component):
     flip-flops); none costs throughput.
     """
 
-    # descriptor FIFO, header builder 1, framer 2 (a loaded header and one in
-    # the ICRC stages), sequencer 1
-    max_picked_ahead = DESC_FIFO_DEPTH + 4
+    # descriptor FIFO (DESC_FIFO_DEPTH, +1 for its second output stage),
+    # header builder 1, framer 2 (a loaded header and one in the ICRC
+    # stages), sequencer 1
+    max_picked_ahead = DESC_FIFO_DEPTH + 5
     CSR_READ_LATENCY = 3
 
     def __init__(
@@ -218,7 +262,7 @@ class TxEngine(wiring.Component):
         # the framer's ready into the data enable was 3 LUT levels with it
         # (the skid's output register), 2 without.
         m.submodules.payload_fifo = pay_fifo = StreamFifo(Beat(w), max(16, self.max_mtu * 8 // w))
-        m.submodules.hdr_desc_fifo = hdr_fifo = StreamFifo(PacketDesc(), DESC_FIFO_DEPTH)
+        m.submodules.hdr_desc_fifo = hdr_fifo = StreamFifo(PacketDesc(), DESC_FIFO_DEPTH, out_stages=2)
         m.submodules.pay_desc_fifo = pd_fifo = StreamFifo(PayloadDesc(self.addr_width),
                                                           PAY_DESC_FIFO_DEPTH)
         m.submodules.sent_fifo = sent_fifo = StreamFifo(SentRecord, SENT_FIFO_DEPTH)

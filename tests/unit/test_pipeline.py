@@ -382,3 +382,99 @@ def test_unchecked_read_port_maps_without_bypass(tmp_path):
     assert unchecked.get("TRELLIS_FF", 0) == 0, unchecked
     checked = _ecp5_cells(tmp_path, _TwoPortRam(unchecked=False), "ram_c")
     assert checked.get("TRELLIS_FF", 0) >= 36, checked
+
+
+def _stream_fifo_transfers(out_stages, p_valid, p_ready, seed, width=200, depth=3):
+    """300 random ``width``-bit words through ``StreamFifo(width, depth, out_stages=...)``
+    (at 200 bits, three groups of output-register enables) with random valid and ready:
+    every word once, in order, an output held while the sink stalls. Returns the cycle
+    (counted from the first word's offer) of each word's transfer on ``o``."""
+    from hw.tx.engine import StreamFifo
+
+    dut = StreamFifo(width, depth, out_stages=out_stages)
+    rng = random.Random(seed)
+    sent = [rng.getrandbits(width) for _ in range(300)]
+    got, when = [], []
+
+    async def source(ctx):
+        for word in sent:
+            ctx.set(dut.i.payload, word)
+            ctx.set(dut.i.valid, 0)
+            while rng.random() > p_valid:
+                await ctx.tick()
+            ctx.set(dut.i.valid, 1)
+            await ctx.tick().until(dut.i.ready)
+        ctx.set(dut.i.valid, 0)
+
+    async def sink(ctx):
+        held = None
+        cycle = 0
+        while len(got) < len(sent):
+            ready = rng.random() < p_ready
+            ctx.set(dut.o.ready, ready)
+            _, _, valid, payload = await ctx.tick().sample(dut.o.valid, dut.o.payload)
+            if held is not None:
+                assert valid and payload == held, "a stalled output changed"
+            held = payload if valid and not ready else None
+            if ready and valid:
+                got.append(payload)
+                when.append(cycle)
+            cycle += 1
+
+    _run(dut, sink, source)
+    assert got == sent
+    return when
+
+
+@pytest.mark.parametrize("out_stages", [1, 2])
+@pytest.mark.parametrize("p_valid, p_ready", [(0.7, 0.5), (0.3, 0.9), (1.0, 0.2), (0.9, 0.95)])
+def test_stream_fifo_out_stages_random(out_stages, p_valid, p_ready):
+    _stream_fifo_transfers(out_stages, p_valid, p_ready, f"sf{out_stages}{p_valid}{p_ready}")
+
+
+@pytest.mark.parametrize("out_stages", [1, 2])
+def test_stream_fifo_out_stages_throughput_and_latency(out_stages):
+    """Continuous flow: one word per cycle on ``o`` with no bubble; the first word
+    leaves 3 cycles after it is offered with one output stage, 4 with two."""
+    when = _stream_fifo_transfers(out_stages, 1.0, 1.0, "sfthr")
+    assert when[0] == 2 + out_stages
+    assert when == list(range(when[0], when[0] + len(when)))
+
+
+@pytest.mark.parametrize("out_stages", [1, 2])
+def test_stream_fifo_out_stages_capacity(out_stages):
+    """With ``o.ready`` low the FIFO takes ``depth`` + ``out_stages`` words and then
+    holds ``i.ready`` low; released, it gives them back in order, one per cycle."""
+    from hw.tx.engine import StreamFifo
+
+    depth = 3
+    dut = StreamFifo(24, depth, out_stages=out_stages)
+    got = []
+
+    async def bench(ctx):
+        ctx.set(dut.o.ready, 0)
+        ctx.set(dut.i.valid, 1)
+        taken = 0
+        for _ in range(20):
+            ctx.set(dut.i.payload, 100 + taken)
+            _, _, ready = await ctx.tick().sample(dut.i.ready)
+            taken += ready
+        assert taken == depth + out_stages
+        ctx.set(dut.i.valid, 0)
+        ctx.set(dut.o.ready, 1)
+        for _ in range(taken):
+            _, _, valid, payload = await ctx.tick().sample(dut.o.valid, dut.o.payload)
+            assert valid, "a bubble while draining"
+            got.append(payload)
+        _, _, valid = await ctx.tick().sample(dut.o.valid)
+        assert not valid
+
+    _run(dut, bench)
+    assert got == [100 + k for k in range(depth + out_stages)]
+
+
+def test_stream_fifo_out_stages_parameter():
+    from hw.tx.engine import StreamFifo
+
+    with pytest.raises(ValueError, match="out_stages"):
+        StreamFifo(8, 3, out_stages=3)
