@@ -310,7 +310,8 @@ class RxPsnWindow(wiring.Component):
             with m.If(~flight_valid[i]):
                 m.d.comb += free_slot.eq(i)
         # A slot is free, registered from the slots after WRITEBACK's entry
-        # (a slot freed by a B verdict counts from the next cycle on).
+        # (a slot freed by a B verdict, in the state after IDLE, counts from the
+        # cycle after that).
         any_free = Signal()
         flight_enter = Signal(self.inflight)
         m.d.sync += any_free.eq(~(flight_valid | flight_enter).all())
@@ -654,9 +655,8 @@ class RxPsnWindow(wiring.Component):
             with m.Elif(self.done.valid & ~scan_due):
                 m.d.comb += self.done.ready.eq(1)
                 m.d.sync += ops_since_scan.eq(ops_since_scan + 1)
-                for i in range(self.inflight):
-                    with m.If(self.done.payload.tag == i):
-                        m.d.sync += flight_valid[i].eq(0)
+                # (its in-flight slot is freed in the next state, MARK_RD or
+                # DMA_ERROR, from done_tag)
                 m.d.sync += qp.eq(f_rd.data.qp)
                 with m.If(self.done.payload.ok):
                     goto("MARK_RD")
@@ -671,6 +671,18 @@ class RxPsnWindow(wiring.Component):
             with m.Else():
                 m.d.sync += [qp.eq(scan_qp), scan_qp.eq(scan_qp + 1), ops_since_scan.eq(0)]
                 goto("SCAN_RD")
+
+        # The B verdict's in-flight slot is freed the cycle after IDLE takes
+        # it, in MARK_RD or DMA_ERROR (one-hot flip-flops, the only states
+        # IDLE's verdict branch goes to) from done_tag (registered in IDLE):
+        # done.ready (a LUT of done.valid far from the slots) is no longer in
+        # the slots' clock enables (b47: done_reg -> flight_valid CE, 3 LUT
+        # levels). any_free, registered from the slots, sees the free slot
+        # by the next IDLE as before (neither path returns to IDLE in fewer
+        # than three cycles).
+        for i in range(self.inflight):
+            with m.If((st.MARK_RD | st.DMA_ERROR) & (done_tag == i)):
+                m.d.sync += flight_valid[i].eq(0)
 
         with state("DMA_ERROR"):
             # The packet is lost: forget its completion (its pending entry
@@ -960,7 +972,14 @@ class RxPsnWindow(wiring.Component):
 
         # The ACK job follows what PROBE or ACK3 would send while ack_valid is
         # clear and holds from the cycle it is set: the hold flag is its only
-        # enable, and "in PROBE" (a flip-flop) selects its data.
+        # enable. Every field loads the same value whatever the job: "in PROBE"
+        # (a flip-flop) is only the job's ``probe`` bit, not a select of its
+        # data. The builder (RxAckBuilder) reads the probe fields (probe_id,
+        # probe_ev, timestamp) only for a probe and the ACK fields only for an
+        # ACK or NAK (its frame image, length, CRC and checksum are all picked
+        # by job.probe), so the fields of the other kind are don't-care. A
+        # select by "in PROBE" made yosys give the ~300 job bits synchronous
+        # resets driven by one LUT of that flip-flop (a 5.3 ns routed net).
         ack_next = Signal(AckJob(W))
         # The two bitmap words from epsn's byte on (registered in every cycle:
         # w0, w1 and epsn hold from ACK_SH until the ACK is sent); ACK3 takes
@@ -971,34 +990,28 @@ class RxPsnWindow(wiring.Component):
             keep = W + (1 << k) - 1  # the bits later stages still need
             bm_c = Mux(qs.epsn[k], bm_c[1 << k:], bm_c)[:keep]
         m.d.sync += bm_sh.eq(bm_c)
+        bitmap = bm_sh
+        for k in reversed(range(3)):
+            keep = W + (1 << k) - 1  # the bits later stages still need
+            bitmap = Mux(qs.epsn[k], bitmap[1 << k:], bitmap)[:keep]
         m.d.comb += [
             ack_next.dqpn.eq(cfg.peer_qpn),
             ack_next.ev.eq(qs.ev),
             ack_next.dst_mac.eq(qs.mac),
             ack_next.dst_ip.eq(cfg.peer_ip),
+            ack_next.probe.eq(st.PROBE),
+            ack_next.probe_id.eq(rq.probe_id),
+            ack_next.probe_ev.eq(rq.probe_ev),
+            ack_next.timestamp.eq(rq.timestamp),
+            ack_next.syndrome.eq(ack_syn),
+            ack_next.psn.eq(Mux(ack_is_ack, qs.epsn - 1, rq.psn)),
+            ack_next.msn.eq(qs.msn),
+            ack_next.cum_psn.eq(qs.epsn - 1),
+            ack_next.sack_base.eq(qs.epsn),
+            ack_next.bitmap.eq(bitmap[:W]),
+            ack_next.ece.eq(qs.ece),
+            ack_next.ce_count.eq(qs.ce_count),
         ]
-        with m.If(st.PROBE):
-            m.d.comb += [
-                ack_next.probe.eq(1),
-                ack_next.probe_id.eq(rq.probe_id),
-                ack_next.probe_ev.eq(rq.probe_ev),
-                ack_next.timestamp.eq(rq.timestamp),
-            ]
-        with m.Else():
-            bitmap = bm_sh
-            for k in reversed(range(3)):
-                keep = W + (1 << k) - 1  # the bits later stages still need
-                bitmap = Mux(qs.epsn[k], bitmap[1 << k:], bitmap)[:keep]
-            m.d.comb += [
-                ack_next.syndrome.eq(ack_syn),
-                ack_next.psn.eq(Mux(ack_is_ack, qs.epsn - 1, rq.psn)),
-                ack_next.msn.eq(qs.msn),
-                ack_next.cum_psn.eq(qs.epsn - 1),
-                ack_next.sack_base.eq(qs.epsn),
-                ack_next.bitmap.eq(bitmap[:W]),
-                ack_next.ece.eq(qs.ece),
-                ack_next.ce_count.eq(qs.ce_count),
-            ]
         with m.If(~ack_valid):
             m.d.sync += ack_job.eq(ack_next)
 

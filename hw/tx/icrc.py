@@ -321,11 +321,18 @@ class IcrcInserter(wiring.Component):
         h2_count = Signal(range(nbytes + 1))
 
         held = Signal(Beat(w))
-        held_count = Signal(range(nbytes + 1))
         spill_data = Signal(32)
         spill_count = Signal(range(5))
 
         fits = Signal()  # the ICRC fits the held last beat (registered)
+        # If it does not: how many ICRC bytes spill (registered, 1..4) and,
+        # one-hot, by how many bytes the ICRC shifts down for the spill beat
+        # (bit j: the held beat has nbytes - j bytes), both from h2_count as
+        # ``fits`` is, so no compare or subtraction of the held beat's count
+        # lies in front of ``spill_data`` (b47: held_count -> spill_data, a
+        # carry chain and 3 LUTs)
+        spill_n = Signal(range(5))
+        spill_at = Signal(min(4, nbytes))
         held_keep = Signal(nbytes)  # the held beat's keep out (registered)
         # one-hot: the lane where the held last beat's ICRC starts (none on
         # other beats, nor when all of it spills), so that placing it is an
@@ -356,8 +363,9 @@ class IcrcInserter(wiring.Component):
             with m.If(held_valid & self.o.ready & held.last & ~fits):
                 m.d.sync += [
                     spill.eq(1),
-                    spill_data.eq(icrc >> (8 * (nbytes - held_count)).as_unsigned()),
-                    spill_count.eq(held_count + 4 - nbytes),
+                    spill_data.eq(one_hot_select(
+                        spill_at, [(icrc >> (8 * j))[:32] for j in range(len(spill_at))])),
+                    spill_count.eq(spill_n),
                 ]
 
         # ``adv``: ``held`` is free (a spill goes out first); its beat leaves as
@@ -370,13 +378,14 @@ class IcrcInserter(wiring.Component):
                 held.eq(h2),
                 held.data.eq(h2.data & keep_bits),
                 held_valid.eq(h2_valid),
-                held_count.eq(h2_count),
             ]
         adv_out = adv_copy("out")
         with m.If(adv_out):
             m.d.sync += [
                 icrc_at.eq(Cat(*[h2.last & (h2_count == k) for k in range(nbytes)])),
                 fits.eq(h2_count + 4 <= nbytes),
+                spill_n.eq((h2_count + 4 - nbytes)[:3]),
+                spill_at.eq(Cat(*[h2_count == nbytes - j for j in range(len(spill_at))])),
                 held_keep.eq(
                     Mux(
                         h2.last,
