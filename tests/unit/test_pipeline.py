@@ -41,6 +41,19 @@ def _run(dut, bench, *background):
     sim.run()
 
 
+async def _offer_words(ctx, port, words, rng, p_valid):
+    """Offer ``words`` in order on the stream ``port``, each after random idle
+    cycles (valid with probability ``p_valid`` per cycle), until taken."""
+    for word in words:
+        ctx.set(port.payload, word)
+        ctx.set(port.valid, 0)
+        while rng.random() > p_valid:
+            await ctx.tick()
+        ctx.set(port.valid, 1)
+        await ctx.tick().until(port.ready)
+    ctx.set(port.valid, 0)
+
+
 def _random_transfers(dut, p_valid, p_ready, seed):
     """400 random words through ``dut`` (stream ports ``i``/``o`` of 24 bits) with random
     valid and ready: every word once, in order, and an output held while the sink stalls;
@@ -51,14 +64,7 @@ def _random_transfers(dut, p_valid, p_ready, seed):
     cycles = {"n": 0}
 
     async def source(ctx):
-        for word in sent:
-            ctx.set(dut.i.payload, word)
-            ctx.set(dut.i.valid, 0)
-            while rng.random() > p_valid:
-                await ctx.tick()
-            ctx.set(dut.i.valid, 1)
-            await ctx.tick().until(dut.i.ready)
-        ctx.set(dut.i.valid, 0)
+        await _offer_words(ctx, dut.i, sent, rng, p_valid)
 
     async def sink(ctx):
         held = None
@@ -397,14 +403,7 @@ def _stream_fifo_transfers(out_stages, p_valid, p_ready, seed, width=200, depth=
     got, when = [], []
 
     async def source(ctx):
-        for word in sent:
-            ctx.set(dut.i.payload, word)
-            ctx.set(dut.i.valid, 0)
-            while rng.random() > p_valid:
-                await ctx.tick()
-            ctx.set(dut.i.valid, 1)
-            await ctx.tick().until(dut.i.ready)
-        ctx.set(dut.i.valid, 0)
+        await _offer_words(ctx, dut.i, sent, rng, p_valid)
 
     async def sink(ctx):
         held = None
