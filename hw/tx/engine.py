@@ -262,7 +262,8 @@ class TxEngine(wiring.Component):
         # the framer's ready into the data enable was 3 LUT levels with it
         # (the skid's output register), 2 without.
         m.submodules.payload_fifo = pay_fifo = StreamFifo(Beat(w), max(16, self.max_mtu * 8 // w))
-        m.submodules.hdr_desc_fifo = hdr_fifo = StreamFifo(PacketDesc(), DESC_FIFO_DEPTH, out_stages=2)
+        m.submodules.hdr_desc_fifo = hdr_fifo = StreamFifo(PacketDesc(), DESC_FIFO_DEPTH,
+                                                           out_stages=2)
         m.submodules.pay_desc_fifo = pd_fifo = StreamFifo(PayloadDesc(self.addr_width),
                                                           PAY_DESC_FIFO_DEPTH)
         m.submodules.sent_fifo = sent_fifo = StreamFifo(SentRecord, SENT_FIFO_DEPTH)
