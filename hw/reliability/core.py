@@ -1166,9 +1166,13 @@ class ReliabilityCore(wiring.Component):
         # subtractions rather than a compare behind cc_acc: cc_rem = (cc_c0 << 8) -
         # cwnd_acc (valid in CC_SUM: cc_c0 set in CC), then cc_diff = cc_prod - cc_rem
         # = cc_acc - (cc_c0 << 8) (valid in CC_NEW, with cc_acc), whose sign is the test
+        # (registered as its sign and the low 24 bits, the remainder's width)
         cc_rem = Signal(signed(26))
-        cc_diff = Signal(signed(27))
-        m.d.sync += [cc_rem.eq((cc_c0 << 8) - cur.cwnd_acc), cc_diff.eq(cc_prod - cc_rem)]
+        cc_diff_neg = Signal()
+        cc_diff = Signal(24)
+        diff = cc_prod - cc_rem
+        m.d.sync += [cc_rem.eq((cc_c0 << 8) - cur.cwnd_acc),
+                     cc_diff_neg.eq(diff[-1]), cc_diff.eq(diff[:24])]
         # CC_NEW's other selects, registered every cycle: valid in CC_NEW (cc_high set
         # in CC, cc_open valid from CC_SUM on, newly unchanged since the walks)
         cc_cut = Signal()
@@ -1225,8 +1229,8 @@ class ReliabilityCore(wiring.Component):
                 with m.If(cur.md_active & cc_rec):
                     m.d.sync += cur.md_active.eq(0)
                 with m.If(cc_some):
-                    with m.If(~cc_diff[-1]):  # cc_acc >= cc_c0 << 8
-                        m.d.comb += [c1.eq(cc_inc), acc1.eq(cc_diff[:24])]
+                    with m.If(~cc_diff_neg):  # cc_acc >= cc_c0 << 8
+                        m.d.comb += [c1.eq(cc_inc), acc1.eq(cc_diff)]
                     with m.Else():
                         m.d.comb += acc1.eq(Mux(cc_acc[24], 0xFFFFFF, cc_acc))
             m.d.sync += [cc_c1.eq(c1), cur.cwnd_acc.eq(acc1)]
