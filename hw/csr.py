@@ -27,12 +27,25 @@ from amaranth.lib.wiring import In, Out
 from .axi import AXI_RESP_OKAY, AXI_RESP_SLVERR, AXI4LiteSignature
 
 __all__ = ["AXI4LiteToCSR", "CSRBusSignature", "Register", "RegisterMap", "RegisteredWrites",
-           "grouped_read"]
+           "grouped_read", "read_groups"]
 
 # Words per group of ``grouped_read``: an 8:1 mux is one slice level (LUT4s,
 # PFUMX and L6MUX21 on the ECP5) and its 11 inputs bound how deep synthesis
 # can make it.
 READ_GROUP_BITS = 3
+
+
+def read_groups(words):
+    """``words`` (byte offset, 32-bit aligned -> value) in groups of
+    2**READ_GROUP_BITS consecutive words: (group number, {word in the group:
+    value}) pairs, by group number. Raises ValueError on an unaligned offset."""
+    groups = defaultdict(dict)
+    for offset, value in words.items():
+        if offset % 4:
+            raise ValueError(f"register offset {offset:#x} is not 32-bit aligned")
+        index = offset >> 2
+        groups[index >> READ_GROUP_BITS][index % (1 << READ_GROUP_BITS)] = value
+    return sorted(groups.items())
 
 
 def grouped_read(m, addr, r_stb, words, *, name="rd", unaligned_zero=False):
@@ -56,14 +69,8 @@ def grouped_read(m, addr, r_stb, words, *, name="rd", unaligned_zero=False):
     a compare per word and a 40-way AND-OR in one cycle, which synthesis
     builds up to eight LUTs deep. Cost: 32 flip-flops per group.
     """
-    groups = defaultdict(dict)
-    for offset, value in words.items():
-        if offset % 4:
-            raise ValueError(f"register offset {offset:#x} is not 32-bit aligned")
-        index = offset >> 2
-        groups[index >> READ_GROUP_BITS][index % (1 << READ_GROUP_BITS)] = value
     group_values = []
-    for group, entries in sorted(groups.items()):
+    for group, entries in read_groups(words):
         word_value = Signal(32, name=f"{name}_word{group}")
         with m.Switch(addr[2 : 2 + READ_GROUP_BITS]):
             for word, value in entries.items():

@@ -9,7 +9,13 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from hw.csr import READ_GROUP_BITS, CSRBusSignature, RegisteredWrites, RegisterMap
+from hw.csr import (
+    READ_GROUP_BITS,
+    CSRBusSignature,
+    RegisteredWrites,
+    RegisterMap,
+    read_groups,
+)
 
 from .layouts import QpConfig
 from .parser import COUNTER_NAMES as PARSER_COUNTERS
@@ -93,14 +99,8 @@ def read_in_groups(m, addr, r_stb, words, *, name="rd"):
     ``words`` lacks), the words as they were one cycle after ``r_stb``,
     valid two cycles after ``r_stb``; the caller registers it.
     """
-    groups = {}
-    for offset, value in words.items():
-        if offset % 4:
-            raise ValueError(f"register offset {offset:#x} is not 32-bit aligned")
-        index = offset >> 2
-        groups.setdefault(index >> READ_GROUP_BITS, {})[index % (1 << READ_GROUP_BITS)] = value
     group_values = []
-    for group, entries in sorted(groups.items()):
+    for group, entries in read_groups(words):
         in_group = addr[2 + READ_GROUP_BITS :] == group
         hit = Signal(name=f"{name}_hit{group}")
         sel = Signal(READ_GROUP_BITS, name=f"{name}_sel{group}")
