@@ -71,17 +71,21 @@ def test_register_map_layout():
 # ---- RxDmaWriter in Amaranth's simulator ------------------------------------------------
 
 def run_writer(cmds, data_width=64, seed=1, b_error_at=None):
-    """Drive ``cmds`` (addr, len, bytes) through the writer; returns (memory writes, dones,
-    burst list)."""
+    """Drive ``cmds`` (addr, len, bytes[, inline]) through the writer; returns (memory
+    writes, dones, burst list). An inline command's bytes (a CQE) come with the
+    command (``inline_data``), not on ``data``."""
     dut = RxDmaWriter(data_width, tag_width=4)
     bpb = data_width // 8
     writes, dones, bursts = {}, [], []
     rng = random.Random(seed)
 
     async def feed(ctx):
-        for i, (addr, length, _) in enumerate(cmds):
+        for i, (addr, length, payload, *inline) in enumerate(cmds):
             ctx.set(dut.cmd.payload.addr, addr)
             ctx.set(dut.cmd.payload.len, length)
+            ctx.set(dut.cmd.payload.inline, bool(inline and inline[0]))
+            ctx.set(dut.cmd.payload.inline_data,
+                    int.from_bytes(payload, "little") if inline and inline[0] else 0)
             ctx.set(dut.cmd.payload.notify, 1)
             ctx.set(dut.cmd.payload.tag, i % 16)
             ctx.set(dut.cmd.valid, 1)
@@ -89,7 +93,9 @@ def run_writer(cmds, data_width=64, seed=1, b_error_at=None):
             ctx.set(dut.cmd.valid, 0)
 
     async def data(ctx):
-        for _, _, payload in cmds:
+        for _, _, payload, *inline in cmds:
+            if inline and inline[0]:
+                continue
             for k in range(0, len(payload), bpb):
                 while rng.random() < 0.3:
                     ctx.set(dut.data.valid, 0)
@@ -184,6 +190,25 @@ def test_writer_strobes_and_boundaries():
         assert addr % 8 == 0 and 1 <= beats <= 256
         end = addr + beats * 8
         assert addr // 2048 == (end - 1) // 2048, f"burst {addr:#x}+{beats} crosses 2 KiB"
+
+
+@pytest.mark.parametrize("data_width", [64, 256])
+def test_writer_inline_cqes_between_streamed_writes(data_width):
+    # CQEs (32 bytes from the command) right after, and right before, payload
+    # writes, at aligned and unaligned addresses: each lands whole, once, and the
+    # bytes a streamed write brings are not taken for a CQE's or the reverse.
+    rng = random.Random(9)
+
+    def some(n):
+        return bytes(rng.getrandbits(8) for _ in range(n))
+
+    cmds = [(0x1000, 100, some(100)), (0x8000, 32, some(32), True),
+            (0x8023, 32, some(32), True), (0x2005, 77, some(77)),
+            (0x8047, 32, some(32), True), (0x3000, 8, some(8)), (0x9000, 32, some(32), True)]
+    writes, dones, _ = run_writer(cmds, data_width=data_width)
+    want = {addr + i: [byte] for addr, _, payload, *_ in cmds for i, byte in enumerate(payload)}
+    assert writes == want
+    assert dones == [(i, 1) for i in range(len(cmds))]
 
 
 def test_writer_reports_slverr():
