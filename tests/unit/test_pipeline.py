@@ -54,10 +54,11 @@ async def _offer_words(ctx, port, words, rng, p_valid):
     ctx.set(port.valid, 0)
 
 
-def _random_transfers(dut, p_valid, p_ready, seed):
+def _random_transfers(dut, p_valid, p_ready, seed, cycles_per_word=1):
     """400 random words through ``dut`` (stream ports ``i``/``o`` of 24 bits) with random
     valid and ready: every word once, in order, and an output held while the sink stalls;
-    one transfer per cycle after one cycle of latency when both are always ready."""
+    one transfer per ``cycles_per_word`` cycles after one cycle of latency when both are
+    always ready."""
     rng = random.Random(seed)
     sent = [rng.getrandbits(24) for _ in range(400)]
     got = []
@@ -82,12 +83,42 @@ def _random_transfers(dut, p_valid, p_ready, seed):
     _run(dut, sink, source)
     assert got == sent
     if p_valid == p_ready == 1.0:
-        assert cycles["n"] == len(sent) + 1
+        assert cycles["n"] == cycles_per_word * (len(sent) - 1) + 2
 
 
 @pytest.mark.parametrize("p_valid, p_ready", [(1.0, 1.0), (0.7, 0.5), (0.3, 0.9), (1.0, 0.2)])
 def test_stream_register_random(p_valid, p_ready):
     _random_transfers(StreamRegister(24), p_valid, p_ready, f"{p_valid}{p_ready}")
+
+
+@pytest.mark.parametrize("p_valid, p_ready", [(1.0, 1.0), (0.7, 0.5), (0.3, 0.9), (1.0, 0.2)])
+def test_hold_register_random(p_valid, p_ready):
+    _random_transfers(StreamRegister(24, hold=True), p_valid, p_ready,
+                      f"hold{p_valid}{p_ready}", cycles_per_word=2)
+
+
+def test_hold_register_ready_and_enables_are_flip_flops():
+    """i.ready is the empty flag; o.ready changes nothing until the clock edge;
+    the data groups (72 bits) load only while empty."""
+    dut = StreamRegister(150, hold=True)
+
+    async def bench(ctx):
+        ctx.set(dut.i.valid, 1)
+        ctx.set(dut.i.payload, 5)
+        assert ctx.get(dut.i.ready) == 1 and ctx.get(dut.o.valid) == 0
+        await ctx.tick()
+        assert ctx.get(dut.o.valid) == 1 and ctx.get(dut.o.payload) == 5
+        assert ctx.get(dut.i.ready) == 0
+        ctx.set(dut.i.payload, (1 << 149) | 6)  # offered while full: not taken
+        ctx.set(dut.o.ready, 1)
+        assert ctx.get(dut.i.ready) == 0 and ctx.get(dut.o.payload) == 5
+        await ctx.tick()  # 5 taken
+        ctx.set(dut.o.ready, 0)
+        assert ctx.get(dut.o.valid) == 0 and ctx.get(dut.i.ready) == 1
+        await ctx.tick()
+        assert ctx.get(dut.o.payload) == (1 << 149) | 6
+
+    _run(dut, bench)
 
 
 class _ForwardStage(wiring.Component):
