@@ -134,6 +134,10 @@ def absorb_output_registers(netlist: dict) -> dict:
                     why = why or f"RST{s} is connected"
                 if params.get(f"CLK{s}MUX", f"CLK{s}") not in (f"CLK{s}", "CLK"):
                     why = why or f"CLK{s}MUX inverted"
+            if len(sides) == 2 and conns["CLKA"] != conns["CLKB"]:
+                # the pseudo-dual-port mode's port A data pins: their output
+                # register may be port A's, so both ports on the one clock
+                why = why or "CLKA and CLKB differ"
             for p in used:
                 if why:
                     break
