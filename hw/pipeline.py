@@ -35,7 +35,9 @@
     flip-flop per bit and no multiplexer, so a block RAM's output, 4 ns
     clock-to-output on the ECP5, reaches one flip-flop and no logic);
     ``i.ready`` is ``o.ready | ~o.valid`` (combinational, one LUT). Put it
-    behind a block-RAM read whose data leaves its block. Latency: 1 cycle.
+    behind a block-RAM read whose data leaves its block: its data has no
+    reset and one enable, so on the board hw/board/outreg.py makes it the
+    block RAM's own output register. Latency: 1 cycle.
     Throughput: 1 transfer per cycle while ``o.ready`` holds.
 
 ``AXI4RegisterSlice(addr_width, data_width, id_width)``
@@ -175,7 +177,9 @@ def forward_register(m: Module, i_valid, i_ready, i_data, o_valid, o_ready, o_da
     between flat signals: ``i_ready`` (combinational), ``o_valid`` and
     ``o_data`` (flip-flops) are driven here."""
     out_valid = Signal(name=f"{name}_valid")
-    out_data = Signal(len(i_data), name=f"{name}_data")
+    # no reset: behind a block RAM on the board, hw/board/outreg.py makes this
+    # register the RAM's output register (one enable, no reset)
+    out_data = Signal(len(i_data), name=f"{name}_data", reset_less=True)
     load = Signal()
     m.d.comb += [load.eq(o_ready | ~out_valid), i_ready.eq(load),
                  o_valid.eq(out_valid), o_data.eq(out_data)]
