@@ -117,7 +117,10 @@ class RxPipeline(wiring.Component):
         m.d.comb += win.init_busy.eq(regs.init_busy)
         connect(m, flipped(self.payload), dma.data)
         # B verdicts reach the window through a register stage (1 cycle), so
-        # the window's IDLE decision does not reach into the writer's queue.
+        # the window's IDLE decision does not reach into the writer's queue;
+        # the window's done.ready is a flip-flop (it acknowledges a verdict
+        # the cycle after IDLE took it), so none of that decision reaches
+        # the stage's flags either.
         m.submodules.done_reg = done_reg = StreamRegister(DmaDone(win.tag_bits))
         connect(m, dma.done, done_reg.i)
         connect(m, done_reg.o, win.done)
