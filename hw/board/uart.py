@@ -25,11 +25,12 @@ after any error the host waits for one response and both sides are in step.
 One request at a time: bytes that arrive while an access or a response is
 in progress are ignored.
 
-Latency: the response's first start bit leaves 2 cycles after the AXI
+Latency: the response's first start bit leaves 3 cycles after the AXI
 response (B or R handshake) of the access, which starts 4 cycles after the
 request's checksum byte's stop bit is sampled (each received byte is
-registered once more, with its command decode, and the checksum test and the
-response's checksum byte each take a registered step). Throughput: one access
+registered once more, with its command decode, and the checksum test, the
+response code and the response's checksum byte each take a registered
+step). Throughput: one access
 per request/response pair, 16 (read) or 20 (write) bytes on the line.
 """
 
@@ -263,6 +264,11 @@ class UARTToAXI4Lite(wiring.Component):
         resp_csum = Signal(8)
         m.d.sync += resp_csum.eq(-sum(body.word_select(i, 8) for i in range(5)))
 
+        # the interconnect's response code, every cycle (read in RESP, after
+        # READ_DATA or WRITE_RESP took the response)
+        resp_q = Signal(2)
+        m.d.sync += resp_q.eq(Mux(is_write, axil.bresp, axil.rresp))
+
         # rdata: 0 from IDLE on (every error and every write answers 0), the R data
         # while READ_DATA waits for it; so its enable is two state decodes, no handshake.
         with m.FSM():
@@ -316,8 +322,7 @@ class UARTToAXI4Lite(wiring.Component):
                 m.d.comb += axil.rready.eq(1)
                 m.d.sync += rdata.eq(axil.rdata)
                 with m.If(axil.rvalid):
-                    m.d.sync += status.eq(axil.rresp)
-                    m.next = "CSUM"
+                    m.next = "RESP"
             with m.State("WRITE"):
                 aw_left = aw_pending & ~axil.awready
                 w_left = w_pending & ~axil.wready
@@ -327,8 +332,13 @@ class UARTToAXI4Lite(wiring.Component):
             with m.State("WRITE_RESP"):
                 m.d.comb += axil.bready.eq(1)
                 with m.If(axil.bvalid):
-                    m.d.sync += status.eq(axil.bresp)
-                    m.next = "CSUM"
+                    m.next = "RESP"
+            with m.State("RESP"):
+                # the R or B response, registered in the cycle it came: status's
+                # enable is a state decode, not the interconnect's handshake
+                # (b51s5: uart state -> decoder -> status enable, 6 LUT levels)
+                m.d.sync += status.eq(resp_q)
+                m.next = "CSUM"
             with m.State("CSUM"):
                 m.next = "RESPOND"
             with m.State("RESPOND"):
