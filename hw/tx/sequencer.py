@@ -65,6 +65,10 @@ assert sorted(name for _, names in CFG_GROUPS for name in names) == sorted(_LANE
 # so small a memory anyway), each lane of each row written under a flip-flop
 # strobe of its own, decoded with w_stb; above it, RAMs with a write address.
 CFG_FLOP_QPS = 2
+# Up to this many QPs an ack_update's compares are made for every QP at once,
+# from each QP's own PSN registers (two subtractions and a compare per QP);
+# above it, once, behind a mux of the ack's QP.
+ACK_PER_QP_QPS = 4
 
 
 def _lane(row, name, width=None):
@@ -125,10 +129,14 @@ class Sequencer(wiring.Component):
     For timing, the state machine is one-hot, the window check is
     registered over LOAD and CHECK (a QP that is over its window parks one
     state later), a retransmit's in-flight check over RETX_CHECK and
-    RETX_COMPARE, ``ack_update`` is applied the cycle after it is taken
-    (and taken at most every other cycle: ``ready`` is low the cycle after
-    a transfer), CSR writes (but EV_ENTRY's, which go to the EV table at
-    ``w_stb``) one cycle after ``w_stb``, a doorbell is seen by the
+    RETX_COMPARE (its in-flight record registered in RETX_COMPARE, its
+    WQE's slot computed from that in RETX_RECORD), ``ack_update`` is
+    applied the cycle after it is taken (and taken at most every other
+    cycle: ``ready`` is low the cycle after a transfer; at up to
+    ``ACK_PER_QP_QPS`` QPs its differences are registered for every QP and
+    compared per QP, with no QP mux in front), CSR writes (but
+    EV_ENTRY's, which go to the EV table at ``w_stb``) one cycle after
+    ``w_stb``, a doorbell is seen by the
     scheduler two cycles after that (``pi != ci`` over two registers), an
     EV_ENTRY read returns the entry as it was the cycle before ``r_stb``,
     the WQE request is registered in FETCH and presented in FETCH_REQ, the
@@ -596,15 +604,23 @@ class Sequencer(wiring.Component):
             m.d.sync += retx_in_flight.eq(
                 retx_qpn_ok & enable.bit_select(cur_q, 1) & (psn_off_r < inflight_r)
             )
+            # The PSN's record, read at the address registered in RETX_CHECK
+            # (no EMIT, the in-flight table's only writer, until the next
+            # IDLE), is registered here and its WQE's slot computed from the
+            # register in RETX_RECORD: the LUT-RAM read (its address net to
+            # every RAM slice) is not in front of fetch_slot's mask and mux
+            # (b49s4: infl_r.addr -> fetch_slot, 7.6 ns). Loaded whatever
+            # the branch, as in CHECK: a retransmit's fields are only read
+            # after the FETCH that follows.
+            m.d.sync += rec.eq(infl_r.data)
             goto("RETX_RECORD")
 
         with state("RETX_RECORD"):
             # loaded whatever the branch, as in CHECK: they are only read after
-            # the FETCH that follows, and a retransmit's fields (rec) only then
+            # the FETCH that follows
             m.d.sync += [
-                rec.eq(infl_r.data),
-                fetch_index.eq(infl_r.data.wqe_index),
-                fetch_slot.eq(infl_r.data.wqe_index & ring_mask),
+                fetch_index.eq(rec.wqe_index),
+                fetch_slot.eq(rec.wqe_index & ring_mask),
             ]
             with m.If(retx_in_flight):
                 goto("FETCH")
@@ -767,25 +783,45 @@ class Sequencer(wiring.Component):
         ack_taken = self.ack_update.valid & ack_ready
         m.d.comb += self.ack_update.ready.eq(ack_ready)
         m.d.sync += ack_ready.eq(~ack_taken)
-        ack_next = Signal(PSN_BITS)
-        ack_una = Signal(PSN_BITS)
-        m.d.comb += [ack_next.eq(next_psn[ack_q]), ack_una.eq(una_psn[ack_q])]
         psn_write = Signal(nq)  # a CSR next_psn write applied this cycle, one-hot
         ak_qp = Signal(nq)  # the registered ack's QP, one-hot; 0: none to apply
         ak_una = Signal(PSN_BITS)
-        ak_adv = Signal(PSN_BITS)
-        ak_out = Signal(PSN_BITS)
         ak_apply = Signal(nq)  # per QP: its una_psn moves to ak_una
-        # The compare is written as "not less than", one carry chain (yosys
-        # builds a <= b as a < b or an equality tree). The QP is one-hot, so
-        # each QP's enable is one LUT behind.
-        m.d.comb += ak_apply.eq(ak_qp & (~(ak_out < ak_adv)).replicate(nq))
         m.d.sync += [
             ak_qp.eq(Cat(*[ack_taken & (ack.qpn == i) & ~psn_write[i] for i in range(nq)])),
             ak_una.eq(ack.una_psn),
-            ak_adv.eq(ack.una_psn - ack_una),
-            ak_out.eq(ack_next - ack_una),
         ]
+        # The compare is written as "not less than", one carry chain (yosys
+        # builds a <= b as a < b or an equality tree). The QP is one-hot, so
+        # each QP's enable is one LUT behind.
+        if nq <= ACK_PER_QP_QPS:
+            # Per QP, every cycle: the ack's advance over its una_psn and its
+            # PSNs in flight, registered (the ack's, the cycle after it is
+            # taken, are those of its QP), and the compare: no QP mux in
+            # front of the subtractions (b47s4 at 7 ns: una_psn1 -> 4.2 ns
+            # -> the mux LUT -> ak_adv's carry chain, -0.55 ns, 37
+            # endpoints), each QP's chains next to its PSN registers.
+            aks = []
+            for i in range(nq):
+                adv = Signal(PSN_BITS, name=f"ak_adv{i}")
+                out = Signal(PSN_BITS, name=f"ak_out{i}")
+                m.d.sync += [
+                    adv.eq(ack.una_psn - una_psn[i]),
+                    out.eq(next_psn[i] - una_psn[i]),
+                ]
+                aks.append(ak_qp[i] & ~(out < adv))
+            m.d.comb += ak_apply.eq(Cat(*aks))
+        else:
+            ack_next = Signal(PSN_BITS)
+            ack_una = Signal(PSN_BITS)
+            m.d.comb += [ack_next.eq(next_psn[ack_q]), ack_una.eq(una_psn[ack_q])]
+            ak_adv = Signal(PSN_BITS)
+            ak_out = Signal(PSN_BITS)
+            m.d.comb += ak_apply.eq(ak_qp & (~(ak_out < ak_adv)).replicate(nq))
+            m.d.sync += [
+                ak_adv.eq(ack.una_psn - ack_una),
+                ak_out.eq(ack_next - ack_una),
+            ]
         for i in range(nq):
             with m.If(ak_apply[i]):
                 m.d.sync += win_blocked[i].eq(0)

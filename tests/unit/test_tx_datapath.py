@@ -339,3 +339,94 @@ def test_engine_qp_settings_rows(num_qps):
     assert got["init"] == [defaults, defaults]
     assert got["after 1"] == values(1) and got["other 1"] == defaults
     assert got["after 0"] == values(0) and got["other 0"] == values(1)
+
+
+@pytest.mark.parametrize("num_qps", [2, 8])
+def test_sequencer_ack_update(num_qps):
+    """ack_update moves a QP's una_psn only to a PSN within [una_psn, next_psn]
+    (across the PSN wrap), leaves the other QPs alone, and a second ack right
+    behind the first is judged against the first's result: at 2 QPs the
+    compares are per QP (``ACK_PER_QP_QPS``), at 8 behind a mux of the ack's QP."""
+    from hw.tx.regs import tx_register_map
+    from hw.tx.sequencer import ACK_PER_QP_QPS, Sequencer
+
+    assert (num_qps <= ACK_PER_QP_QPS) == (num_qps == 2)
+    dut = Sequencer(num_qps=num_qps, evs_per_qp=2, max_mtu=256, inflight_depth=16)
+    rmap = tx_register_map(num_qps, 2)
+    lat = 3  # the sequencer's CSR read latency
+    q, other, p0, packets = 1, 0, 0xFFFFFE, 5
+    # one WQE: a 5-packet WRITE (MTU 256), its 64 bytes as 8 little-endian words
+    wqe = bytearray(64)
+    wqe[0x20:0x24] = (packets * 256).to_bytes(4, "little")
+    words = [int.from_bytes(wqe[i : i + 8], "little") for i in range(0, 64, 8)]
+    got = {}
+
+    async def memory(ctx):  # answers every WQE read burst with the WQE
+        while True:
+            while not ctx.get(dut.wqe_req.valid):
+                await ctx.tick()
+            ctx.set(dut.wqe_req.ready, 1)
+            await ctx.tick()
+            ctx.set(dut.wqe_req.ready, 0)
+            for i, word in enumerate(words):
+                ctx.set(dut.wqe_data.payload.data, word)
+                ctx.set(dut.wqe_data.payload.last, i == len(words) - 1)
+                ctx.set(dut.wqe_data.valid, 1)
+                taken = False
+                while not taken:
+                    taken = ctx.get(dut.wqe_data.ready)
+                    await ctx.tick()
+            ctx.set(dut.wqe_data.valid, 0)
+
+    async def bench(ctx):
+        ctx.set(dut.ev.good, 0b11)
+        ctx.set(dut.ev.ready, 1)
+        for port in (dut.hdr_desc, dut.pay_desc, dut.sent):
+            ctx.set(port.ready, 1)
+
+        async def una(qp):
+            return await csr_read(ctx, dut.csr, rmap["qp_una_psn"].addr(qp), lat)
+
+        async def acks(*items):  # back to back: each as soon as ready
+            for qp, psn in items:
+                ctx.set(dut.ack_update.payload, {"qpn": qp, "una_psn": psn})
+                ctx.set(dut.ack_update.valid, 1)
+                await ctx.tick().until(dut.ack_update.ready)
+            ctx.set(dut.ack_update.valid, 0)
+            for _ in range(3):
+                await ctx.tick()
+
+        while not await csr_read(ctx, dut.csr, rmap["status"].addr(), lat) & 1:
+            pass
+        for name, value in (("qp_sq_log2_size", 4), ("qp_next_psn", p0), ("qp_ctrl", 1),
+                            ("qp_doorbell", 1)):
+            await csr_write(ctx, dut.csr, rmap[name].addr(q), value)
+            await ctx.tick()
+        sent = []
+        for _ in range(400):
+            await ctx.tick()
+            if ctx.get(dut.sent.valid):
+                sent.append(ctx.get(dut.sent.payload.psn))
+        got["sent"] = sent
+        got["start"] = await una(q)
+        steps = [
+            ((q, p0 - 1),),  # behind una_psn: stale
+            ((q, (p0 + packets + 1) & 0xFFFFFF),),  # beyond next_psn
+            ((other, 3),),  # the other QP, nothing in flight there
+            ((q, (p0 + 2) & 0xFFFFFF),),  # across the wrap
+            ((q, (p0 + 4) & 0xFFFFFF), (q, (p0 + 3) & 0xFFFFFF)),  # the second stale then
+            ((q, (p0 + 3) & 0xFFFFFF), (q, (p0 + packets) & 0xFFFFFF)),  # up to next_psn
+        ]
+        got["steps"] = []
+        for items in steps:
+            await acks(*items)
+            got["steps"].append((await una(q), await una(other)))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(memory, background=True)
+    sim.add_testbench(bench)
+    sim.run()
+    assert got["sent"] == [(p0 + i) & 0xFFFFFF for i in range(packets)]
+    assert got["start"] == p0
+    assert got["steps"] == [(p0, 0), (p0, 0), (p0, 0), (0, 0), (2, 0), (3, 0)]
