@@ -86,7 +86,7 @@ class RxDmaWriter(wiring.Component):
     as AXI allows. A zero-length ``notify`` command enters the B queue 2
     cycles after it is taken; each queue entry is loaded into registers in
     a cycle of its own before its B responses are counted, and ``done``
-    follows the last of them by 1 cycle (its queue). Throughput: 1 W beat
+    follows the last of them by 2 cycles (a register, then its queue). Throughput: 1 W beat
     per cycle while ``data`` and ``wready`` allow; two idle cycles between
     commands (three after a command of one W beat or a zero-length
     ``notify``, whose AW or report then ends it); up to ``max_outstanding``
@@ -441,23 +441,34 @@ class RxDmaWriter(wiring.Component):
                 b_left.eq(pend_r.last),
                 b_last.eq(pend_r.last == 0),
             ]
-        m.d.comb += done_q.w_data.eq(Cat(head.tag, ~b_err))
+        # The report goes into done_q the cycle after it is decided, from
+        # flip-flops (dq_en, dq_data), so the decision (head_valid, the B
+        # handshake, b_last, notify: 4 LUT levels) does not reach into done_q's
+        # level and pointers (b51s5: head_valid -> done_q.inner_level, -0.35
+        # ns). A decision clears head_valid, and the next head is loaded a
+        # cycle later, so the next decision comes after the write has landed
+        # and sees done_q.w_rdy with it.
+        dq_en = Signal()
+        dq_data = Signal(len(done_q.w_data))
+        m.d.comb += [done_q.w_en.eq(dq_en), done_q.w_data.eq(dq_data)]
+        m.d.sync += dq_en.eq(0)
         with m.If(head_valid):
             with m.If(head.none):
                 with m.If(done_q.w_rdy):
-                    m.d.comb += done_q.w_en.eq(head.notify)
-                    m.d.comb += done_q.w_data.eq(Cat(head.tag, Const(1, 1)))
-                    m.d.sync += head_valid.eq(0)
+                    m.d.sync += [dq_en.eq(head.notify),
+                                 dq_data.eq(Cat(head.tag, Const(1, 1))),
+                                 head_valid.eq(0)]
             with m.Elif(done_q.w_rdy):
                 m.d.comb += axi.bready.eq(1)
                 with m.If(axi.bvalid):
                     err = b_err | (axi.bresp != AXI_RESP_OKAY)
                     with m.If(b_last):
-                        m.d.comb += [
-                            done_q.w_en.eq(head.notify),
-                            done_q.w_data.eq(Cat(head.tag, ~err)),
+                        m.d.sync += [
+                            dq_en.eq(head.notify),
+                            dq_data.eq(Cat(head.tag, ~err)),
+                            b_err.eq(0),
+                            head_valid.eq(0),
                         ]
-                        m.d.sync += [b_err.eq(0), head_valid.eq(0)]
                     with m.Else():
                         m.d.sync += [
                             b_left.eq(b_left - 1),
