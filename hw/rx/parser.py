@@ -126,6 +126,7 @@ from hw.headers import (
 )
 from hw.pipeline import (
     BlockRamFIFO,
+    forward_register,
     saturating_increment,
     skid,
     unchecked_read_port,
@@ -1046,19 +1047,21 @@ class RxParser(wiring.Component):
             m.d.sync += rel_ptr.eq(rel_ptr + out_rec.beats)
 
         # The memory's read register, a plain register of the read data
-        # (``frame_q``: no reset, one enable, so on the board
-        # hw/board/outreg.py makes it the block RAMs' output register, and the
-        # block RAM's 4.1-4.4 ns clock-to-output no longer meets the skid's
-        # mux: b49s4 -0.11 ns, b47s4 -0.07), then a register slice (skid
-        # buffer), so that neither the memory's output nor `payload.ready`
-        # meets logic on the other side of the interface.
+        # (``frame_q``, a ``forward_register``: no reset, one enable, so on
+        # the board hw/board/outreg.py makes it the block RAMs' output
+        # register, and the block RAM's 4.1-4.4 ns clock-to-output no longer
+        # meets the skid's mux: b49s4 -0.11 ns, b47s4 -0.07), then a register
+        # slice (skid buffer), so that neither the memory's output nor
+        # `payload.ready` meets logic on the other side of the interface.
         read = Signal()
         rd_valid = Signal()
+        rd_taken = Signal()
         q_valid = Signal()
-        q_data = Signal(len(rd.data.as_value()), name="frame_q", reset_less=True)
+        q_data = Signal(len(rd.data.as_value()))
         q_ready = Signal()
-        q_load = ~q_valid | q_ready
-        advance = ~rd_valid | q_load
+        forward_register(m, rd_valid, rd_taken, rd.data.as_value(), q_valid, q_ready, q_data,
+                         "frame_q")
+        advance = ~rd_valid | rd_taken
         m.d.comb += [
             read.eq(advance & (rd_ptr != rel_ptr)),
             rd.en.eq(advance),
@@ -1068,8 +1071,6 @@ class RxParser(wiring.Component):
             m.d.sync += rd_valid.eq(read)
         with m.If(read):
             m.d.sync += rd_ptr.eq(rd_ptr + 1)
-        with m.If(q_load):
-            m.d.sync += [q_valid.eq(rd_valid), q_data.eq(rd.data.as_value())]
         skid(
             m,
             q_valid,
