@@ -262,8 +262,7 @@ class RxDmaWriter(wiring.Component):
         c = self.cmd.payload
         m.d.sync += cmd.inline_data.eq(c.inline_data)
         with m.If(idle):
-            m.d.sync += [getattr(cmd, f).eq(getattr(c, f))
-                         for f in ("addr", "len", "discard", "inline", "notify", "tag")]
+            m.d.sync += [cmd[f].eq(c[f]) for f, _ in cmd.shape() if f != "inline_data"]
         with m.If(idle & self.cmd.valid & pending.w_rdy):
             m.d.comb += self.cmd.ready.eq(1)
             m.d.sync += decode.eq(1)
