@@ -193,10 +193,12 @@ def hold_register(m: Module, i_valid, i_ready, i_data, o_valid, o_ready, o_data,
     hold=True)`` in ``m`` between flat signals: ``i_ready`` (``~o_valid``),
     ``o_valid`` and ``o_data`` are flip-flops. The data loads only while the
     stage is empty, each group of at most ``group`` bits under its own copy
-    of the empty flag; ``o_ready`` reaches the flags' next values only."""
+    of the empty flag; ``o_ready`` reaches the flags' next values only. The
+    data has no reset (it is read only with ``o_valid``): behind a block RAM
+    on the board, hw/board/outreg.py makes it the RAM's output register."""
     width = len(i_data)
     out_valid = Signal(name=f"{name}_valid")
-    out_data = Signal(width, name=f"{name}_data")
+    out_data = Signal(width, name=f"{name}_data", reset_less=True)
     m.d.comb += [i_ready.eq(~out_valid), o_valid.eq(out_valid), o_data.eq(out_data)]
     m.d.sync += out_valid.eq(Mux(out_valid, ~o_ready, i_valid))
     for lo in range(0, width, group):

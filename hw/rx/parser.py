@@ -127,6 +127,7 @@ from hw.headers import (
 from hw.pipeline import (
     BlockRamFIFO,
     forward_register,
+    hold_register,
     saturating_increment,
     skid,
     unchecked_read_port,
@@ -981,43 +982,19 @@ class RxParser(wiring.Component):
         # leaves ``rec_out`` empty for a cycle, so a record every 2 cycles at
         # most, which the validator's four cycles per header hide; the second
         # register adds a cycle of latency, not a bubble.
-        mid_valid = Signal(name="rec_mid_valid")
-        rec_valid = Signal(name="rec_out_valid")
+        # Two hw/pipeline.py ``hold_register``s: data without reset, the
+        # enables copies of each register's "full" flag, one per 72 bits (two
+        # block RAMs' outputs: one net to all ~560 bits took 7.6 ns of routing,
+        # b36), so rec_mid's groups are whole 36-bit block-RAM columns and on
+        # the board hw/board/outreg.py moves it into the block RAMs' output
+        # registers.
         rec_bits = len(record.as_value())
-        # rec_mid_data has no reset, and its enable groups are whole 36-bit
-        # block-RAM columns: on the board hw/board/outreg.py moves it into the
-        # block RAMs' output registers.
-        mid_data = Signal(rec_bits, name="rec_mid_data", reset_less=True)
-        rec_data = Signal(rec_bits, name="rec_out_data")
-        m.d.comb += records.r_en.eq(~mid_valid)
-        # The enables themselves are copies of mid_valid and rec_valid (kept,
-        # not merged), each for the 72 bits of two block RAMs' outputs: one
-        # net to all ~560 bits took 7.6 ns of routing (b36).
-        for lo in range(0, rec_bits, 72):
-            mid_full = Signal(name=f"rec_mid_full{lo // 72}", attrs={"keep": 1})
-            full = Signal(name=f"rec_out_full{lo // 72}", attrs={"keep": 1})
-            with m.If(~mid_full):
-                m.d.sync += [
-                    mid_full.eq(records.r_rdy),
-                    mid_data[lo : lo + 72].eq(records.r_data[lo : lo + 72]),
-                ]
-            with m.Elif(~full):
-                m.d.sync += mid_full.eq(0)
-            with m.If(~full):
-                m.d.sync += [
-                    full.eq(mid_full),
-                    rec_data[lo : lo + 72].eq(mid_data[lo : lo + 72]),
-                ]
-            with m.Elif(self.hdr.ready):
-                m.d.sync += full.eq(0)
-        with m.If(~mid_valid):
-            m.d.sync += mid_valid.eq(records.r_rdy)
-        with m.Elif(~rec_valid):
-            m.d.sync += mid_valid.eq(0)
-        with m.If(~rec_valid):
-            m.d.sync += rec_valid.eq(mid_valid)
-        with m.Elif(self.hdr.ready):
-            m.d.sync += rec_valid.eq(0)
+        mid_valid, mid_ready, rec_valid = Signal(), Signal(), Signal()
+        mid_data, rec_data = Signal(rec_bits), Signal(rec_bits)
+        hold_register(m, records.r_rdy, records.r_en, records.r_data,
+                      mid_valid, mid_ready, mid_data, "rec_mid")
+        hold_register(m, mid_valid, mid_ready, mid_data,
+                      rec_valid, self.hdr.ready, rec_data, "rec_out")
         out_rec = stored(rec_data)
         ext = out_rec.ext
         for name, _ in out_layout:
