@@ -111,10 +111,12 @@ def test_register_map_layout():
 
 # ---- RxDmaWriter in Amaranth's simulator ------------------------------------------------
 
-def run_writer(cmds, data_width=64, seed=1, b_error_at=None):
+def run_writer(cmds, data_width=64, seed=1, b_error_at=None, aw_ready_p=0.7, b_hold=0):
     """Drive ``cmds`` (addr, len, bytes[, inline]) through the writer; returns (memory
     writes, dones, burst list). An inline command's bytes (a CQE) come with the
-    command (``inline_data``), not on ``data``."""
+    command (``inline_data``), not on ``data``. ``aw_ready_p``: the chance of AWREADY
+    in a cycle; ``b_hold``: B responses are withheld until this many are due (or no
+    AW or W beat came for 100 cycles). AWADDR and AWLEN must hold while AWVALID waits."""
     dut = RxDmaWriter(data_width, tag_width=4)
     bpb = data_width // 8
     writes, dones, bursts = {}, [], []
@@ -155,10 +157,16 @@ def run_writer(cmds, data_width=64, seed=1, b_error_at=None):
         aw_queue = []
         w_queue = []
         cur = None
+        offered = None  # the AW waiting for AWREADY
+        quiet = 0  # cycles since the last AW or W beat
+        b_open = False
         while True:
-            ctx.set(axi.awready, rng.random() < 0.7)
+            ctx.set(axi.awready, rng.random() < aw_ready_p)
             ctx.set(axi.wready, rng.random() < 0.7)
-            ctx.set(axi.bvalid, bool(pending_b))
+            quiet += 1
+            b_open = b_open or len(pending_b) >= b_hold or quiet > 100
+            b_open = b_open and bool(pending_b)
+            ctx.set(axi.bvalid, b_open)
             if pending_b:
                 ctx.set(axi.bresp, pending_b[0])
             ctx.set(dut.done.ready, 1)
@@ -171,10 +179,15 @@ def run_writer(cmds, data_width=64, seed=1, b_error_at=None):
             done = (ctx.get(dut.done.valid), ctx.get(dut.done.payload.tag),
                     ctx.get(dut.done.payload.ok))
             await ctx.tick()
+            if offered is not None:
+                assert aw[0] and aw[2:] == offered, "AW changed while waiting for AWREADY"
+            offered = aw[2:] if aw[0] and not aw[1] else None
             if aw[0] and aw[1]:
+                quiet = 0
                 aw_queue.append([aw[2], aw[3] + 1, 0])
                 bursts.append((aw[2], aw[3] + 1))
             if w[0] and w[1]:
+                quiet = 0
                 w_queue.append(w)
             # W beats may come before their AW (AXI allows it): each waits for it.
             while w_queue and (cur is not None or aw_queue):
@@ -250,6 +263,27 @@ def test_writer_inline_cqes_between_streamed_writes(data_width):
     want = {addr + i: [byte] for addr, _, payload, *_ in cmds for i, byte in enumerate(payload)}
     assert writes == want
     assert dones == [(i, 1) for i in range(len(cmds))]
+
+
+@pytest.mark.parametrize("aw_ready_p,b_hold", [(0.1, 0), (0.5, 30), (0.9, 60)])
+def test_writer_aw_stalls_and_full_b_queue(aw_ready_p, b_hold):
+    # Multi-burst and one-burst writes with AWREADY rarely given, and B
+    # responses held back until the writer's B queue (16 commands) is full: the
+    # offered AW holds still, each command reports once and in order, and no
+    # queue entry is lost (the entry of a command is written before its last
+    # AW is taken).
+    rng = random.Random(int(aw_ready_p * 10) + b_hold)
+    cmds = []
+    for i in range(40):
+        length = rng.choice([1, 8, 40, 2100, 0, 0])
+        addr = 0x10000 * (i + 1) + rng.randrange(4096)
+        cmds.append((addr, length, bytes(rng.getrandbits(8) for _ in range(length))))
+    writes, dones, bursts = run_writer(cmds, seed=3, aw_ready_p=aw_ready_p, b_hold=b_hold)
+    want = {addr + i: [byte] for addr, _, payload in cmds for i, byte in enumerate(payload)}
+    assert writes == want
+    assert dones == [(i % 16, 1) for i in range(len(cmds))]
+    assert sum(beats for _, beats in bursts) == sum(
+        (addr % 8 + n + 7) // 8 if n else 0 for addr, n, _ in cmds)
 
 
 def test_writer_reports_slverr():
