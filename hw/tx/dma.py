@@ -2,15 +2,17 @@
 the realignment of unaligned host bytes."""
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
-from amaranth.lib import data, fifo, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..axi import AXI_BURST_INCR, AXI4Signature
+from ..pipeline import BlockRamFIFO
 from ..stream import Beat
 from .icrc import select_tree
 from .layouts import PayloadDesc
 
-__all__ = ["ReadRequest", "ReadData", "ReadArbiter", "PayloadReader", "Realigner", "SegmentInfo"]
+__all__ = ["ReadRequest", "ReadData", "ReadArbiter", "PayloadReader", "Realigner", "SegmentInfo",
+           "one_and_two_beats"]
 
 AXI_MAX_BEATS = 256
 AXI_BOUNDARY = 4096
@@ -26,8 +28,25 @@ def ReadData(data_width):
 
 
 def SegmentInfo():
-    """What the realigner needs to know of one packet's payload read."""
-    return data.StructLayout({"lane": unsigned(6), "length": unsigned(13)})
+    """What the realigner needs to know of one packet's payload read: the
+    first byte's lane, the length (1 or more) and whether it is 1..nbytes
+    (``one_beat``) or nbytes + 1..2 * nbytes (``two_beats``) bytes at the
+    realigner's width, decided by the writer (``one_and_two_beats``) from
+    registers of its own, so that no compare of the length lies between
+    the FIFO holding it and the realigner's registers."""
+    return data.StructLayout({"lane": unsigned(6), "length": unsigned(13),
+                              "one_beat": unsigned(1), "two_beats": unsigned(1)})
+
+
+def one_and_two_beats(length, nbytes: int):
+    """(``one_beat``, ``two_beats``) of ``SegmentInfo`` for a ``length`` of 1
+    or more at ``nbytes`` bytes per beat, from the length's bits (no
+    decrement): the bits above the lane 0, or nbytes; the bits above the
+    lane 1 and a lane not 0, or 2 * nbytes."""
+    lg = nbytes.bit_length() - 1
+    one = (length[lg:] == 0) | (length == nbytes)
+    two = ((length[lg:] == 1) & (length[:lg] != 0)) | (length == 2 * nbytes)
+    return one, two
 
 
 class ReadArbiter(wiring.Component):
@@ -116,13 +135,18 @@ class PayloadReader(wiring.Component):
     with beat-aligned addresses, none crossing a 4 KiB boundary nor longer
     than 256 beats), ``info`` out (first byte's lane and length, for the
     ``Realigner``). Zero-length payloads issue nothing. ``info`` goes through
-    a FIFO of ``max_outstanding`` packets, which bounds how far reads run
-    ahead of the framer. ``desc`` is registered first (it comes from a
-    block RAM's read port, late in the cycle), so the length test and the
-    span's adder start from flip-flops. Latency 2 cycles from ``desc`` to
-    the first request; one burst per cycle. The burst length comes from
-    narrow registers (the bytes left, the beat index below the boundary),
-    not address-wide arithmetic. Addresses are ``addr_width`` bits; the
+    a FIFO of ``max_outstanding`` (at least 2) packets, which bounds how far
+    reads run ahead of the framer; its ``w_rdy`` is a flip-flop
+    (``BlockRamFIFO`` in LUT RAM). ``desc`` is registered first (it comes
+    from a block RAM's read port, late in the cycle) with its length - 1
+    and whether it is not zero, so the length test and the span's adder
+    start from flip-flops. Latency 2 cycles from ``desc`` to the first
+    request; one burst per cycle. The burst length comes from narrow
+    registers (the bytes left, the beat index below the boundary), not
+    address-wide arithmetic, and taking a burst needs no subtraction (the
+    boundaries still to cross count down). The burst registers load in
+    every IDLE cycle, so their clock enable is the state or ``req.ready``,
+    not the descriptor's handshake. Addresses are ``addr_width`` bits; the
     next burst's address wraps within them.
     """
 
@@ -143,56 +167,93 @@ class PayloadReader(wiring.Component):
         nbytes = self.data_width // 8
         lg = nbytes.bit_length() - 1
         boundary = min(AXI_BOUNDARY, AXI_MAX_BEATS * nbytes)
-        m.submodules.info_fifo = info_fifo = fifo.SyncFIFOBuffered(
-            width=SegmentInfo().size, depth=self.max_outstanding
+        # SyncFIFOBuffered's ports and cycles, with ``w_rdy`` (and ``r_rdy``)
+        # flip-flops: SyncFIFOBuffered's ``w_rdy`` is a compare of its level,
+        # which was in front of ``desc.ready`` and so of the descriptor FIFO's
+        # enables and read (5 levels into its ``out_free``).
+        m.submodules.info_fifo = info_fifo = BlockRamFIFO(
+            width=SegmentInfo().size, depth=self.max_outstanding, ram_style="distributed"
         )
         m.d.comb += [
             self.info.valid.eq(info_fifo.r_rdy),
             self.info.payload.eq(info_fifo.r_data),
             info_fifo.r_en.eq(self.info.ready),
         ]
-        info_in = Signal(SegmentInfo())
-        m.d.comb += info_fifo.w_data.eq(info_in)
 
         # The burst is planned from narrow registers: ``span_m1`` is the
-        # packet's last byte relative to the beat-aligned ``addr``; a burst
-        # that does not end the packet runs to the next boundary, so its
-        # length in beats - 1 is the complement of addr's beat bits below
-        # the boundary. No address-wide compare or subtract before ``req``. Whether
-        # the burst ends the packet (the last byte is below the next
-        # boundary) is registered with them, so ``req`` is one mux from
-        # flip-flops.
+        # packet's last byte relative to the beat-aligned ``addr`` (read
+        # only for the burst that ends the packet); a burst that does not
+        # end the packet runs to the next boundary, so its length in beats
+        # - 1 is the complement of addr's beat bits below the boundary. The
+        # packet's last byte relative to the boundary below its first byte
+        # is split at the boundary into ``cross`` (the boundaries the packet
+        # still crosses) and ``end_low`` (the last byte's offset below the
+        # last boundary, the span of the burst that ends the packet when it
+        # does not start it). Each burst after the first starts at a
+        # boundary, so taking a burst needs no subtraction: ``cross`` counts
+        # down, ``last`` is ``cross == 1`` and ``span_m1`` becomes
+        # ``end_low``. No address-wide compare or subtract before ``req``,
+        # which is one mux from flip-flops.
         bb = boundary.bit_length() - 1
         addr = Signal(self.addr_width)
         span_m1 = Signal(range(nbytes + (1 << 13)))
         to_boundary = Signal(bb - lg)  # beats - 1 up to the boundary
         m.d.comb += to_boundary.eq(~addr[lg:bb])
         last = Signal()
+        cross = Signal(range((((1 << bb) - 1 + (1 << 13) - 2) >> bb) + 1))
+        end_low = Signal(bb)
 
-        # the input register: loaded when empty or taken in the same cycle
+        # the input register: loaded when empty or taken in the same cycle,
+        # with the length - 1 and whether it is not 0, so that neither the
+        # length test nor a decrement lies behind it
         d = Signal(PayloadDesc(self.addr_width))
+        d_len_m1 = Signal(13)
+        d_nonzero = Signal()
+        d_one_beat = Signal()
+        d_two_beats = Signal()
         d_valid = Signal()
         d_take = Signal()
         m.d.comb += self.desc.ready.eq(~d_valid | d_take)
         with m.If(self.desc.ready):
             m.d.sync += d_valid.eq(self.desc.valid)
             with m.If(self.desc.valid):
-                m.d.sync += d.eq(self.desc.payload)
+                m.d.sync += [
+                    d.eq(self.desc.payload),
+                    d_len_m1.eq(self.desc.payload.length - 1),
+                    d_nonzero.eq(self.desc.payload.length != 0),
+                    Cat(d_one_beat, d_two_beats).eq(
+                        Cat(*one_and_two_beats(self.desc.payload.length, nbytes))),
+                ]
+
+        # the info entry is the descriptor's, written when it is taken
+        info_in = Signal(SegmentInfo())
+        m.d.comb += [
+            info_in.lane.eq(d.laddr[:lg]),
+            info_in.length.eq(d.length),
+            info_in.one_beat.eq(d_one_beat),
+            info_in.two_beats.eq(d_two_beats),
+            info_fifo.w_data.eq(info_in),
+        ]
+        # the last byte relative to the boundary below the first
+        end = d.laddr[:bb] + d_len_m1
 
         with m.FSM():
             with m.State("IDLE"):
-                m.d.comb += d_take.eq(d_valid & info_fifo.w_rdy)
-                with m.If(d_take & (d.length != 0)):
-                    m.d.comb += [
-                        info_fifo.w_en.eq(1),
-                        info_in.lane.eq(d.laddr[:lg]),
-                        info_in.length.eq(d.length),
-                    ]
-                    m.d.sync += [
-                        addr.eq(d.laddr),
-                        span_m1.eq(d.laddr[:lg] + d.length - 1),
-                        last.eq(((d.laddr[:bb] + d.length - 1) >> bb) == 0),
-                    ]
+                m.d.comb += [
+                    d_take.eq(d_valid & info_fifo.w_rdy),
+                    info_fifo.w_en.eq(d_valid & d_nonzero),
+                ]
+                # the burst registers follow the descriptor in every IDLE
+                # cycle (their clock enable is the state, not the
+                # handshake); the cycle that takes it loads its values
+                m.d.sync += [
+                    addr.eq(d.laddr),
+                    span_m1.eq(d.laddr[:lg] + d_len_m1),
+                    last.eq((end >> bb) == 0),
+                    cross.eq(end >> bb),
+                    end_low.eq(end[:bb]),
+                ]
+                with m.If(d_take & d_nonzero):
                     m.next = "ISSUE"
             with m.State("ISSUE"):
                 m.d.comb += [
@@ -201,12 +262,12 @@ class PayloadReader(wiring.Component):
                     self.req.payload.len.eq(Mux(last, span_m1 >> lg, to_boundary)),
                 ]
                 with m.If(self.req.ready):
-                    span_next = span_m1 - Cat(Const(0, lg), to_boundary + 1)
                     m.d.sync += [
-                        addr.eq(Cat(Const(0, bb), addr[bb:] + 1)),
-                        span_m1.eq(span_next),
                         # the next burst starts at a boundary
-                        last.eq((span_next >> bb) == 0),
+                        addr.eq(Cat(Const(0, bb), addr[bb:] + 1)),
+                        span_m1.eq(end_low),
+                        cross.eq(cross - 1),
+                        last.eq(cross == 1),
                     ]
                     with m.If(last):
                         m.next = "IDLE"
@@ -216,14 +277,21 @@ class PayloadReader(wiring.Component):
 class Realigner(wiring.Component):
     """Unaligned AXI read beats to a packed payload stream.
 
-    ``info`` in (first byte's lane in the first beat, length), ``i`` in (R
+    ``info`` in (first byte's lane in the first beat, length 1 or more, its
+    one- and two-beat flags: ``SegmentInfo``), ``i`` in (R
     beats of the packet's bursts, in order; burst boundaries are not
     visible), ``o`` out (the payload bytes from lane 0, packed, ``last`` on
     the packet's final beat, lanes above ``keep`` zero). Each output beat is
     two consecutive input beats shifted down by the start lane; a packet
     needs at most one extra input beat, and when it needs none a final
     output beat is flushed without input. Latency 0 cycles (combinational
-    shift from the registered previous beat). Throughput 1 beat/cycle.
+    shift from the registered previous beat). Throughput 1 beat/cycle. The
+    packet's registers follow ``info`` in every IDLE cycle (their enable is
+    the state), and whether it is one or two beats comes with ``info``
+    (``SegmentInfo``: no compare of the length in front of ``keep`` and
+    ``out_last``); whether the
+    next beat is the last is a flip-flop too (``out_next_last``, registered
+    with ``out_left``), so ``keep`` and ``out_last`` load from flip-flops.
     """
 
     def __init__(self, data_width: int = 64):
@@ -252,6 +320,7 @@ class Realigner(wiring.Component):
         in_left = Signal(13 - lg + 2)  # input beats still to come, minus one
         out_left = Signal(13 - lg + 2)  # output beats still to send, minus one
         out_last = Signal()  # out_left == 0, registered with it
+        out_next_last = Signal()  # out_left == 1, registered with it
         # the last beat's keep, registered: no byte count decoded behind it
         last_keep = Signal(nbytes)
         prev = Signal(w)
@@ -276,30 +345,37 @@ class Realigner(wiring.Component):
         with m.FSM():
             with m.State("IDLE"):
                 m.d.comb += self.info.ready.eq(1)
+                # the packet's registers follow ``info`` in every IDLE cycle
+                # (read only in STREAM and FLUSH, and ``o.valid`` is low
+                # here): their enable is the state, not ``info.valid``
+                info = self.info.payload
+                first_lane = info.lane[:lg]
+                # the last beat has ((length - 1) mod nbytes) + 1 bytes
+                last_lane = (info.length[:lg] - 1)[:lg]
+                last_keep_in = Cat(1, *[last_lane >= i for i in range(1, nbytes)])
+                # one or two beats: flags in ``info`` (flip-flops)
+                one_beat, two_beats = info.one_beat, info.two_beats
+                m.d.sync += [
+                    sel.eq(first_lane - 1),
+                    aligned.eq(first_lane == 0),
+                    in_left.eq((first_lane + info.length - 1) >> lg),
+                    out_left.eq((info.length - 1) >> lg),
+                    out_last.eq(one_beat),
+                    out_next_last.eq(two_beats),
+                    keep.eq(Mux(one_beat, last_keep_in, -1)),
+                    last_keep.eq(last_keep_in),
+                    have_prev.eq(0),
+                ]
                 with m.If(self.info.valid):
-                    info = self.info.payload
-                    first_lane = info.lane[:lg]
-                    # the last beat has ((length - 1) mod nbytes) + 1 bytes
-                    last_lane = (info.length[:lg] - 1)[:lg]
-                    last_keep_in = Cat(1, *[last_lane >= i for i in range(1, nbytes)])
-                    m.d.sync += [
-                        sel.eq(first_lane - 1),
-                        aligned.eq(first_lane == 0),
-                        in_left.eq((first_lane + info.length - 1) >> lg),
-                        out_left.eq((info.length - 1) >> lg),
-                        out_last.eq(((info.length - 1) >> lg) == 0),
-                        keep.eq(Mux(((info.length - 1) >> lg) == 0, last_keep_in, -1)),
-                        last_keep.eq(last_keep_in),
-                        have_prev.eq(0),
-                    ]
                     m.next = "STREAM"
             with m.State("STREAM"):
                 with m.If(aligned):
                     m.d.comb += [self.o.valid.eq(self.i.valid), self.i.ready.eq(self.o.ready)]
                     with m.If(self.i.valid & self.o.ready):
                         m.d.sync += [in_left.eq(in_left - 1), out_left.eq(out_left - 1),
-                                     out_last.eq(out_left == 1),
-                                     keep.eq(Mux(out_left == 1, last_keep, -1))]
+                                     out_last.eq(out_next_last),
+                                     out_next_last.eq(out_left == 2),
+                                     keep.eq(Mux(out_next_last, last_keep, -1))]
                         with m.If(out_last):
                             m.next = "IDLE"
                 with m.Elif(~have_prev):
@@ -315,8 +391,9 @@ class Realigner(wiring.Component):
                             prev.eq(cur),
                             in_left.eq(in_left - 1),
                             out_left.eq(out_left - 1),
-                            out_last.eq(out_left == 1),
-                            keep.eq(Mux(out_left == 1, last_keep, -1)),
+                            out_last.eq(out_next_last),
+                            out_next_last.eq(out_left == 2),
+                            keep.eq(Mux(out_next_last, last_keep, -1)),
                         ]
                         with m.If(out_last):
                             m.next = "IDLE"

@@ -162,7 +162,7 @@ def test_realigner(w):
     cases = [
         (lane, n)
         for lane in range(nbytes)
-        for n in (1, nbytes - lane, nbytes, nbytes + 1, 3 * nbytes - 1, 100)
+        for n in (1, nbytes - lane, nbytes, nbytes + 1, 2 * nbytes, 3 * nbytes - 1, 100)
     ]
     memory = rng.randbytes(64 * len(cases) + 256)
     got = []
@@ -171,6 +171,8 @@ def test_realigner(w):
         for lane, n in cases:
             ctx.set(dut.info.payload.lane, lane)
             ctx.set(dut.info.payload.length, n)
+            ctx.set(dut.info.payload.one_beat, n <= nbytes)
+            ctx.set(dut.info.payload.two_beats, nbytes < n <= 2 * nbytes)
             ctx.set(dut.info.valid, 1)
             await ctx.tick().until(dut.info.ready)
             ctx.set(dut.info.valid, 0)
@@ -430,3 +432,86 @@ def test_sequencer_ack_update(num_qps):
     assert got["sent"] == [(p0 + i) & 0xFFFFFF for i in range(packets)]
     assert got["start"] == p0
     assert got["steps"] == [(p0, 0), (p0, 0), (p0, 0), (0, 0), (2, 0), (3, 0)]
+
+
+@pytest.mark.parametrize("num_qps", [2, 8])
+def test_sequencer_retx_in_flight(num_qps):
+    """A retransmit is sent only for a PSN in flight on its own QP: within
+    [una_psn, next_psn) of that QP (across the PSN wrap), with another QP's
+    PSNs elsewhere. At 2 QPs the subtractions are made per QP and cur_q picks
+    the result (``ACK_PER_QP_QPS``), at 8 behind a mux of cur_q."""
+    from hw.tx.regs import tx_register_map
+    from hw.tx.sequencer import ACK_PER_QP_QPS, Sequencer
+
+    assert (num_qps <= ACK_PER_QP_QPS) == (num_qps == 2)
+    dut = Sequencer(num_qps=num_qps, evs_per_qp=2, max_mtu=256, inflight_depth=16)
+    rmap = tx_register_map(num_qps, 2)
+    lat = 3  # the sequencer's CSR read latency
+    q, other, p0, p_other, packets = 1, 0, 0xFFFFFE, 0x100, 5
+    wqe = bytearray(64)
+    wqe[0x20:0x24] = (packets * 256).to_bytes(4, "little")
+    words = [int.from_bytes(wqe[i : i + 8], "little") for i in range(0, 64, 8)]
+    got = {}
+
+    async def memory(ctx):  # answers every WQE read burst with the WQE
+        while True:
+            while not ctx.get(dut.wqe_req.valid):
+                await ctx.tick()
+            ctx.set(dut.wqe_req.ready, 1)
+            await ctx.tick()
+            ctx.set(dut.wqe_req.ready, 0)
+            for i, word in enumerate(words):
+                ctx.set(dut.wqe_data.payload.data, word)
+                ctx.set(dut.wqe_data.payload.last, i == len(words) - 1)
+                ctx.set(dut.wqe_data.valid, 1)
+                taken = False
+                while not taken:
+                    taken = ctx.get(dut.wqe_data.ready)
+                    await ctx.tick()
+            ctx.set(dut.wqe_data.valid, 0)
+
+    async def bench(ctx):
+        ctx.set(dut.ev.good, 0b11)
+        ctx.set(dut.ev.ready, 1)
+        for port in (dut.hdr_desc, dut.pay_desc, dut.sent):
+            ctx.set(port.ready, 1)
+
+        async def run(cycles):
+            sent = []
+            for _ in range(cycles):
+                await ctx.tick()
+                if ctx.get(dut.sent.valid):
+                    sent.append((ctx.get(dut.sent.payload.qpn), ctx.get(dut.sent.payload.psn),
+                                 ctx.get(dut.sent.payload.retx)))
+            return sent
+
+        while not await csr_read(ctx, dut.csr, rmap["status"].addr(), lat) & 1:
+            pass
+        for qp, name, value in ((other, "qp_next_psn", p_other), (other, "qp_ctrl", 1),
+                                (q, "qp_sq_log2_size", 4), (q, "qp_next_psn", p0),
+                                (q, "qp_ctrl", 1), (q, "qp_doorbell", 1)):
+            await csr_write(ctx, dut.csr, rmap[name].addr(qp), value)
+            await ctx.tick()
+        got["sent"] = await run(400)
+        got["retx"] = []
+        for qp, psn in ((q, (p0 + 2) & 0xFFFFFF),  # in flight, across the wrap
+                        (q, p0 - 1),  # behind una_psn
+                        (q, (p0 + packets) & 0xFFFFFF),  # next_psn: not yet sent
+                        (other, (p0 + 2) & 0xFFFFFF),  # the other QP: nothing in flight
+                        (other, p_other),
+                        (q, p0)):  # the oldest in flight
+            ctx.set(dut.retx.payload, {"qpn": qp, "psn": psn, "reason": 0})
+            ctx.set(dut.retx.valid, 1)
+            await ctx.tick().until(dut.retx.ready)
+            ctx.set(dut.retx.valid, 0)
+            got["retx"].append(await run(150))
+        got["ignored"] = await csr_read(ctx, dut.csr, rmap["retx_ignored"].addr(), lat)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(memory, background=True)
+    sim.add_testbench(bench)
+    sim.run()
+    assert got["sent"] == [(q, (p0 + i) & 0xFFFFFF, 0) for i in range(packets)]
+    assert got["retx"] == [[(q, (p0 + 2) & 0xFFFFFF, 1)], [], [], [], [], [(q, p0, 1)]]
+    assert got["ignored"] == 4
