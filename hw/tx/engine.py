@@ -24,8 +24,6 @@ SENT_FIFO_DEPTH = 4
 PAY_DESC_FIFO_DEPTH = 4
 # bits of a StreamFifo's output register per copy of its clock enable
 OUT_GROUP = 72
-# bits of one block-RAM column (a DP16KD as 512 x 36), for the enable groups
-RAM_COLUMN = 36
 
 
 class StreamFifo(wiring.Component):
@@ -63,49 +61,44 @@ class StreamFifo(wiring.Component):
             self.i.ready.eq(f.w_rdy),
         ]
         # The output register (a ``forward_register``: it loads on ``o.ready``
-        # or when empty). Its clock enable is built once per group of at most
-        # OUT_GROUP bits (groups of equal size), each group from its own copy
-        # of the register's "full" flag: one LUT of ``o.ready`` and a
-        # flip-flop per ~72 enables, not one LUT net to every bit (b41: the
-        # header builder's take -> 334 enables of the descriptor FIFO's
-        # output, -0.21 ns at 7 ns). Each copy's next value is a function of
-        # itself, so synthesis keeps them apart.
+        # or when empty) has no reset and one clock enable: on the board,
+        # hw/board/outreg.py moves it into the block RAMs' output registers
+        # (clock-to-output under 1 ns instead of 4.1-4.4), which it does for a
+        # register without a reset and with one enable per block RAM, and the
+        # enable net then reaches a few OCE pins, not one flip-flop per bit.
+        # (Enable groups on 36-bit columns did not serve: synthesis leaves out
+        # the RAM bits that carry constants or unused fields, so columns and
+        # groups need not line up; b56s5 left 5 such read sides.)
         #
         # The FIFO's read enable (the block RAMs' output-register clock enable)
         # is one LUT of two of its flip-flops and ``o.ready``: the output
         # register takes ``r_data`` on ``o.ready`` or when empty, and the
         # empty case reaches the FIFO as ``r_free``, the next value of
-        # ``~out_full`` (registered there), not as a term of ``r_en``.
+        # ``~out_valid`` (registered there), not as a term of ``r_en``.
         #
         # With ``out_stages=2`` the register above becomes the first stage
-        # (``mid``), which loads when empty or when the output stage loads
-        # (``o.ready`` or the output empty); the output stage loads ``mid``.
-        # Both keep their full flags per group; ``r_en`` is ``o.ready`` or
-        # the output stage empty (group 0's copy), ``r_free`` the next value
-        # of ``~mid_full`` (group 0's copy).
-        # The register loaded from the block RAM (``out_data``, or ``mid_data``
-        # with two stages) has no reset, and each of its enable groups covers
-        # whole 36-bit block-RAM columns: on the board, hw/board/outreg.py
-        # moves it into the block RAMs' output registers (clock-to-output
-        # under 1 ns instead of 4.1-4.4), which it does for a register without
-        # a reset and with one clock enable per block RAM.
+        # (``mid``, one enable as above), which loads when empty or when the
+        # output stage loads (``o.ready`` or the output empty); the output
+        # stage, away from the block RAMs, loads ``mid`` under a clock enable
+        # built once per group of at most OUT_GROUP bits, each from its own
+        # copy of the full flags: one LUT of ``o.ready`` and a flip-flop per
+        # ~72 enables, not one LUT net to every bit (b41: the header
+        # builder's take -> 334 enables, -0.21 ns at 7 ns). Each copy's next
+        # value is a function of itself, so synthesis keeps them apart.
+        # ``r_en`` is ``o.ready`` or the output stage empty (group 0's copy),
+        # ``r_free`` the next value of ``~mid_full`` (group 0's copy).
         out_data = Signal(width, reset_less=self.out_stages == 1)
         out_valid = Signal()
         m.d.comb += [self.o.valid.eq(out_valid), Value.cast(self.o.payload).eq(out_data)]
         groups = -(-width // OUT_GROUP)
-        size = RAM_COLUMN * -(-width // (groups * RAM_COLUMN))  # whole columns per group
+        size = -(-width // groups)
         if self.out_stages == 1:
+            # (one enable for the whole register: see ``mid`` below)
+            out_valid_next = f.r_rdy | (out_valid & ~self.o.ready)
+            m.d.sync += out_valid.eq(out_valid_next)
             with m.If(self.o.ready | ~out_valid):
-                m.d.sync += out_valid.eq(f.r_rdy)
-            for g, lo in enumerate(range(0, width, size)):
-                full = Signal(name=f"out_full_{g}", attrs={"keep": 1})
-                full_next = f.r_rdy | (full & ~self.o.ready)
-                m.d.sync += full.eq(full_next)
-                with m.If(self.o.ready | ~full):
-                    m.d.sync += out_data[lo:lo + size].eq(f.r_data[lo:lo + size])
-                if g == 0:
-                    m.d.comb += f.r_free.eq(~full_next)
-            m.d.comb += f.r_en.eq(self.o.ready)
+                m.d.sync += out_data.eq(f.r_data)
+            m.d.comb += [f.r_free.eq(~out_valid_next), f.r_en.eq(self.o.ready)]
             return m
 
         mid_valid = Signal()
@@ -124,10 +117,17 @@ class StreamFifo(wiring.Component):
             m.d.sync += [full.eq(mid_full | (full & ~self.o.ready)), mid_full.eq(mid_full_next)]
             with m.If(out_load_g):
                 m.d.sync += out_data[lo:lo + size].eq(mid_data[lo:lo + size])
-            with m.If(mid_load_g):
-                m.d.sync += mid_data[lo:lo + size].eq(f.r_data[lo:lo + size])
             if g == 0:
                 m.d.comb += [f.r_free.eq(~mid_full_next), f.r_en.eq(out_load_g)]
+                mid_load = mid_load_g
+        # ``mid`` loads as a whole under group 0's enable (every group's is
+        # the same value): synthesis leaves out the block RAM's bits that
+        # carry constants or unused fields, so the RAM columns need not line
+        # up with the groups, and the output-register pass takes a column
+        # only if all its bits share one enable. On the board the enable
+        # then reaches the block RAMs' OCE pins, a few sinks.
+        with m.If(mid_load):
+            m.d.sync += mid_data.eq(f.r_data)
         return m
 
 
