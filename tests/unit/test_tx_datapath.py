@@ -363,22 +363,7 @@ def test_sequencer_ack_update(num_qps):
     words = [int.from_bytes(wqe[i : i + 8], "little") for i in range(0, 64, 8)]
     got = {}
 
-    async def memory(ctx):  # answers every WQE read burst with the WQE
-        while True:
-            while not ctx.get(dut.wqe_req.valid):
-                await ctx.tick()
-            ctx.set(dut.wqe_req.ready, 1)
-            await ctx.tick()
-            ctx.set(dut.wqe_req.ready, 0)
-            for i, word in enumerate(words):
-                ctx.set(dut.wqe_data.payload.data, word)
-                ctx.set(dut.wqe_data.payload.last, i == len(words) - 1)
-                ctx.set(dut.wqe_data.valid, 1)
-                taken = False
-                while not taken:
-                    taken = ctx.get(dut.wqe_data.ready)
-                    await ctx.tick()
-            ctx.set(dut.wqe_data.valid, 0)
+    memory = wqe_memory(dut, words)
 
     async def bench(ctx):
         ctx.set(dut.ev.good, 0b11)
@@ -453,22 +438,7 @@ def test_sequencer_retx_in_flight(num_qps):
     words = [int.from_bytes(wqe[i : i + 8], "little") for i in range(0, 64, 8)]
     got = {}
 
-    async def memory(ctx):  # answers every WQE read burst with the WQE
-        while True:
-            while not ctx.get(dut.wqe_req.valid):
-                await ctx.tick()
-            ctx.set(dut.wqe_req.ready, 1)
-            await ctx.tick()
-            ctx.set(dut.wqe_req.ready, 0)
-            for i, word in enumerate(words):
-                ctx.set(dut.wqe_data.payload.data, word)
-                ctx.set(dut.wqe_data.payload.last, i == len(words) - 1)
-                ctx.set(dut.wqe_data.valid, 1)
-                taken = False
-                while not taken:
-                    taken = ctx.get(dut.wqe_data.ready)
-                    await ctx.tick()
-            ctx.set(dut.wqe_data.valid, 0)
+    memory = wqe_memory(dut, words)
 
     async def bench(ctx):
         ctx.set(dut.ev.good, 0b11)
@@ -515,3 +485,25 @@ def test_sequencer_retx_in_flight(num_qps):
     assert got["sent"] == [(q, (p0 + i) & 0xFFFFFF, 0) for i in range(packets)]
     assert got["retx"] == [[(q, (p0 + 2) & 0xFFFFFF, 1)], [], [], [], [], [(q, p0, 1)]]
     assert got["ignored"] == 4
+
+
+def wqe_memory(dut, words):
+    """A simulator process for a Sequencer's WQE reads: answers every read burst
+    with ``words`` (64-bit, the last with ``last``), one per cycle it is taken."""
+    async def memory(ctx):
+        while True:
+            while not ctx.get(dut.wqe_req.valid):
+                await ctx.tick()
+            ctx.set(dut.wqe_req.ready, 1)
+            await ctx.tick()
+            ctx.set(dut.wqe_req.ready, 0)
+            for i, word in enumerate(words):
+                ctx.set(dut.wqe_data.payload.data, word)
+                ctx.set(dut.wqe_data.payload.last, i == len(words) - 1)
+                ctx.set(dut.wqe_data.valid, 1)
+                taken = False
+                while not taken:
+                    taken = ctx.get(dut.wqe_data.ready)
+                    await ctx.tick()
+            ctx.set(dut.wqe_data.valid, 0)
+    return memory
