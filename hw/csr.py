@@ -27,12 +27,43 @@ from amaranth.lib.wiring import In, Out
 from .axi import AXI_RESP_OKAY, AXI_RESP_SLVERR, AXI4LiteSignature
 
 __all__ = ["AXI4LiteToCSR", "CSRBusSignature", "Register", "RegisterMap", "RegisteredWrites",
-           "grouped_read", "read_groups"]
+           "block_decode", "grouped_read", "read_groups"]
 
 # Words per group of ``grouped_read``: an 8:1 mux is one slice level (LUT4s,
 # PFUMX and L6MUX21 on the ECP5) and its 11 inputs bound how deep synthesis
 # can make it.
 READ_GROUP_BITS = 3
+
+
+def block_decode(addr, base: int, stride: int, count: int):
+    """``(inside, index)`` for ``count`` blocks of ``stride`` bytes (a power of
+    two) from ``base`` (a multiple of it): whether ``addr`` lies in one, and
+    which (``max(1, ceil(log2(count)))`` bits, meaningful with ``inside``).
+
+    When the blocks' span, rounded up to a power of two, is aligned in the
+    address space (``base`` a multiple of it), ``inside`` is an equality of
+    the high address bits (a LUT tree) and ``index`` the address bits
+    between: no subtraction or magnitude compare of the address (a carry
+    chain) lies in the decode. Otherwise the block number is compared and
+    subtracted."""
+    if stride <= 0 or stride & (stride - 1):
+        raise ValueError(f"stride must be a power of two, not {stride!r}")
+    if base % stride:
+        raise ValueError(f"base {base:#x} must be a multiple of the stride {stride:#x}")
+    if count < 1:
+        raise ValueError(f"count must be at least 1, not {count!r}")
+    shift = stride.bit_length() - 1
+    ib = max(1, (count - 1).bit_length())
+    slot = addr[shift:]
+    first = base >> shift
+    if first % (1 << ib) == 0 and len(slot) >= ib:
+        index = slot[:ib]
+        inside = slot[ib:] == first >> ib
+        if count < 1 << ib:
+            inside = inside & (index < count)
+        return inside, index
+    inside = (slot >= first) & (slot < first + count)
+    return inside, (slot - first)[:ib]
 
 
 def read_groups(words):

@@ -4,7 +4,14 @@ import pytest
 from amaranth.hdl import Cat, Const, Module, Signal
 from amaranth.sim import Simulator
 
-from hw.csr import AXI4LiteToCSR, CSRBusSignature, RegisteredWrites, RegisterMap, grouped_read
+from hw.csr import (
+    AXI4LiteToCSR,
+    CSRBusSignature,
+    RegisteredWrites,
+    RegisterMap,
+    block_decode,
+    grouped_read,
+)
 from tests.unit.csrbus import csr_write
 
 
@@ -272,3 +279,45 @@ def test_registered_writes_apply_a_cycle_later_and_reads_are_exact():
     sim.add_clock(1e-6)
     sim.add_testbench(bench)
     sim.run()
+
+
+@pytest.mark.parametrize(("base", "stride", "count", "aligned"), [
+    (0x1000, 0x80, 2, True),     # the TX sequencer at the board's 2 QPs
+    (0x1000, 0x80, 5, True),     # not a power of two: the index is compared too
+    (0x1000, 0x80, 32, True),    # the largest aligned span at this base
+    (0x1000, 0x80, 33, False),   # past it: compare and subtract
+    (0x1040, 0x40, 3, False),    # a base not aligned to the span
+    (0x0, 0x40, 1, True),
+])
+def test_block_decode_matches_the_address_ranges(base, stride, count, aligned):
+    """Every 16-bit word address: inside exactly in [base, base + count *
+    stride), and the block's number there, whichever form the decode takes."""
+    addr = Signal(16)
+    inside, index = block_decode(addr, base, stride, count)
+    # the aligned form has no subtraction or magnitude compare of the block number
+    assert ("(- " not in repr(index) and "(>= " not in repr(inside)) == aligned
+    m = Module()
+    got_in, got_idx = Signal(), Signal(len(index))
+    m.d.comb += [got_in.eq(inside), got_idx.eq(index)]
+    sim = Simulator(m)
+
+    async def bench(ctx):
+        for a in range(0, 1 << 16, 4):
+            ctx.set(addr, a)
+            want_in = base <= a < base + count * stride
+            assert ctx.get(got_in) == want_in, hex(a)
+            if want_in:
+                assert ctx.get(got_idx) == (a - base) // stride, hex(a)
+
+    sim.add_testbench(bench)
+    sim.run()
+
+
+@pytest.mark.parametrize(("kwargs", "match"), [
+    (dict(base=0x1000, stride=0x60, count=2), "power of two"),
+    (dict(base=0x1020, stride=0x40, count=2), "multiple of the stride"),
+    (dict(base=0x1000, stride=0x40, count=0), "at least 1"),
+])
+def test_block_decode_rejects_bad_blocks(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        block_decode(Signal(16), **kwargs)
