@@ -30,9 +30,7 @@ written; this script then exits with status 1 and names the failing clocks
 if any clock misses its constraint (the core at ``--core-mhz``, at least 125
 MHz by default, and the RGMII domains at 125 MHz), so ``make bitstream``
 fails clearly. ``--allow-timing-fail`` turns that into a warning, for
-bench experiments only. ``--timing-mhz`` times the core clock against a
-tighter constraint than ``--core-mhz`` (up to 1.25 times it) for margin in
-placement and routing; the core then passes at ``--core-mhz``.
+bench experiments only.
 """
 
 from __future__ import annotations
@@ -45,8 +43,7 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["BOARDS", "main", "summarise", "timing_failures", "timing_preferences", "tool_env",
-           "with_outreg"]
+__all__ = ["BOARDS", "main", "summarise", "timing_failures", "tool_env", "with_outreg"]
 
 NAME = "versa_top"
 BOARDS = {
@@ -74,59 +71,25 @@ def tool_env(environ=None) -> dict[str, str]:
     return env
 
 
-# nextpnr's name for the core (``sync``) clock net of VersaTop: the PLL output that
-# drives ClockSignal("sync") at the top level ("Derived frequency constraint of
-# 125.0 MHz for net clk" in the log). The FREQUENCY lines VersaClocks declares on
-# the PLL outputs name nets that synthesis renames, so nextpnr derives every PLL
-# output's constraint from clk100's through the PLL's dividers; a constraint
-# given for the net by name replaces the derived one.
-CORE_CLOCK_NET = "clk"
-
-
-def timing_preferences(core_mhz: float, timing_mhz: float | None) -> str:
-    """The LPF line that times the core clock at ``timing_mhz`` (``--timing-mhz``),
-    or "" for None; ValueError unless core_mhz <= timing_mhz <= 1.25 core_mhz."""
-    if timing_mhz is None:
-        return ""
-    if not core_mhz <= timing_mhz <= 1.25 * core_mhz:
-        raise ValueError(f"--timing-mhz must be from the core clock, {core_mhz:g} MHz, to "
-                         f"1.25 times it ({1.25 * core_mhz:g} MHz), not {timing_mhz:g}")
-    return f'FREQUENCY NET "{CORE_CLOCK_NET}" {timing_mhz * 1e6:.1f} HZ;'
-
-
-def required_mhz(constraint: float, relaxed: tuple[float, float] | None = None) -> float:
-    """The fmax a clock must reach: its constraint, or for the clock timed at
-    ``relaxed[0]`` MHz (a constraint tighter than the clock, ``--timing-mhz``)
-    the clock's own frequency ``relaxed[1]``."""
-    if relaxed is not None and abs(constraint - relaxed[0]) < 0.05:
-        return relaxed[1]
-    return constraint
-
-
-def timing_failures(report: dict, relaxed: tuple[float, float] | None = None) -> list[str]:
-    """The clocks of a nextpnr JSON report that miss their constraint (``relaxed``:
-    ``required_mhz``)."""
-    return [f"{clk}: {v['achieved']:.1f} MHz < {required_mhz(v['constraint'], relaxed):.1f} MHz"
+def timing_failures(report: dict) -> list[str]:
+    """The clocks of a nextpnr JSON report that miss their constraint."""
+    return [f"{clk}: {v['achieved']:.1f} MHz < {v['constraint']:.1f} MHz"
             for clk, v in sorted(report.get("fmax", {}).items())
-            if v["achieved"] < required_mhz(v["constraint"], relaxed)]
+            if v["achieved"] < v["constraint"]]
 
 
-def summarise(report: dict, relaxed: tuple[float, float] | None = None) -> str:
-    """Utilisation and fmax per clock from a nextpnr JSON report, as Markdown
-    (``relaxed``: ``required_mhz``)."""
+def summarise(report: dict) -> str:
+    """Utilisation and fmax per clock from a nextpnr JSON report, as Markdown."""
     util = report.get("utilization", {})
     lines = ["| resource | used | available | % |", "|---|---|---|---|"]
     for label, cell in UTIL_CELLS:
         u = util.get(cell, {"used": 0, "available": 0})
         pct = f"{100 * u['used'] / u['available']:.1f}" if u["available"] else "-"
         lines.append(f"| {label} ({cell}) | {u['used']} | {u['available']} | {pct} |")
-    lines += ["", "| clock | fmax (MHz) | constraint (MHz) | required (MHz) | slack |",
-              "|---|---|---|---|---|"]
+    lines += ["", "| clock | fmax (MHz) | constraint (MHz) | slack |", "|---|---|---|---|"]
     for clk, v in sorted(report.get("fmax", {}).items()):
-        need = required_mhz(v["constraint"], relaxed)
-        ok = "met" if v["achieved"] >= need else "**FAIL**"
-        lines.append(f"| {clk} | {v['achieved']:.1f} | {v['constraint']:.1f} | {need:.1f} "
-                     f"| {ok} |")
+        ok = "met" if v["achieved"] >= v["constraint"] else "**FAIL**"
+        lines.append(f"| {clk} | {v['achieved']:.1f} | {v['constraint']:.1f} | {ok} |")
     return "\n".join(lines)
 
 
@@ -152,11 +115,6 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=Path("build/versa_ecp5"))
     parser.add_argument("--core-mhz", type=float, default=125.0,
                         help="core (sync) clock; 500 MHz / n (default 125)")
-    parser.add_argument("--timing-mhz", type=float, default=None, metavar="MHZ",
-                        help="the constraint nextpnr times the core clock against, from "
-                             "--core-mhz (the default) to 1.25 times it: a tighter target "
-                             "for placement and routing; the build passes if the core reaches "
-                             "--core-mhz")
     parser.add_argument("--seed", type=int, default=1, help="nextpnr placement seed")
     parser.add_argument("--router", choices=("router1", "router2"), default="router2",
                         help="nextpnr router (default router2: router1 had not resolved the "
@@ -194,18 +152,11 @@ def main(argv=None) -> int:
     env = tool_env()
     os.environ.update({k: env[k] for k in TOOLS})
     top = VersaTop(core_hz=round(args.core_mhz * 1e6), **nic)
-    core_mhz = top.core_hz / 1e6
-    try:
-        preferences = timing_preferences(core_mhz, args.timing_mhz)
-    except ValueError as e:
-        parser.error(str(e))
-    relaxed = (args.timing_mhz or core_mhz, core_mhz)
     args.out.mkdir(parents=True, exist_ok=True)
     report_path = args.out / f"{NAME}.report.json"
     report_path.unlink(missing_ok=True)
-    timed = f" (timed at {args.timing_mhz:g} MHz)" if preferences else ""
     print(f"building {NAME} for {args.board} ({platform.device}-{platform.package}, speed "
-          f"{platform.speed}) in {args.out}: {top.describe()}{timed}", flush=True)
+          f"{platform.speed}) in {args.out}: {top.describe()}", flush=True)
     start = time.monotonic()
     try:
         plan = platform.build(
@@ -215,7 +166,6 @@ def main(argv=None) -> int:
                           f"--report {NAME}.report.json --sdf {NAME}.sdf "
                           f"{args.nextpnr_opts}").strip(),
             script_after_read=synth_prelude(),
-            **({"add_preferences": preferences} if preferences else {}),
         )
         plan.extract(str(args.out))
         if args.bram_outreg:
@@ -237,13 +187,9 @@ def main(argv=None) -> int:
         return 1
     seconds = time.monotonic() - start
     report = json.loads(report_path.read_text())
-    if preferences and not any(abs(v["constraint"] - args.timing_mhz) < 0.05
-                               for v in report.get("fmax", {}).values()):
-        print(f"warning: no clock of the report is timed at {args.timing_mhz:g} MHz: nextpnr "
-              f"did not take the preference {preferences!r} (see {NAME}.tim)", file=sys.stderr)
-    summary = summarise(report, relaxed)
-    failures = timing_failures(report, relaxed)
-    text = (f"# {NAME} on {args.board}\n\n{top.describe()}{timed}\n\n{summary}\n\n"
+    summary = summarise(report)
+    failures = timing_failures(report)
+    text = (f"# {NAME} on {args.board}\n\n{top.describe()}\n\n{summary}\n\n"
             f"yosys + nextpnr + ecppack: {seconds / 60:.1f} min wall\n")
     (args.out / "summary.md").write_text(text)
     print(text)
