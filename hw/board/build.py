@@ -109,6 +109,19 @@ def with_outreg(script: Path, netlist: str) -> None:
     script.write_text("".join(lines))
 
 
+def nextpnr_options(seed: int, router: str, tmg_ripup: bool, extra: str = "") -> str:
+    """nextpnr-ecp5's options beyond the device's: the placement seed, the
+    router, timing-driven rip-up (router2 re-routes the nets of failing
+    paths until none fails or it gives up), and the report and SDF the
+    summary and ``hw/board/sta.py`` read. ``--timing-allow-fail``: the
+    report and bitstream are written either way; this script decides."""
+    opts = [f"--seed {seed}", f"--router {router}", "--timing-allow-fail"]
+    if tmg_ripup:
+        opts.append("--tmg-ripup")
+    opts += [f"--report {NAME}.report.json", f"--sdf {NAME}.sdf", extra]
+    return " ".join(filter(None, opts))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--board", default="versa_ecp5", choices=sorted(BOARDS))
@@ -119,6 +132,10 @@ def main(argv=None) -> int:
     parser.add_argument("--router", choices=("router1", "router2"), default="router2",
                         help="nextpnr router (default router2: router1 had not resolved the "
                              "congestion of this design after 20 minutes; docs/board.md)")
+    parser.add_argument("--no-tmg-ripup", dest="tmg_ripup", action="store_false",
+                        help="route without nextpnr's timing-driven rip-up (--tmg-ripup, on by "
+                             "default: router2 alone left single routes of 4.5-8.6 ns on "
+                             "critical nets; docs/board.md)")
     parser.add_argument("--nextpnr-opts", default="", metavar="OPTS",
                         help="more nextpnr options, e.g. '--placer static' or "
                              "'--router2-heatmap heat' (files land in --out)")
@@ -162,9 +179,8 @@ def main(argv=None) -> int:
         plan = platform.build(
             top, name=NAME, build_dir=str(args.out), do_build=False,
             # The WebAssembly tools see the build directory only: relative names.
-            nextpnr_opts=(f"--seed {args.seed} --router {args.router} --timing-allow-fail "
-                          f"--report {NAME}.report.json --sdf {NAME}.sdf "
-                          f"{args.nextpnr_opts}").strip(),
+            nextpnr_opts=nextpnr_options(args.seed, args.router, args.tmg_ripup,
+                                         args.nextpnr_opts),
             script_after_read=synth_prelude(),
         )
         plan.extract(str(args.out))

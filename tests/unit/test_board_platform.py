@@ -97,7 +97,7 @@ def test_versa_clocks_core_frequency():
 
 # ---- make bitstream's report reading (hw/board/build.py) ----------------------------------------
 
-from hw.board.build import summarise, timing_failures, tool_env  # noqa: E402
+from hw.board.build import nextpnr_options, summarise, timing_failures, tool_env  # noqa: E402
 
 _REPORT = {  # the shape of nextpnr's --report JSON
     "fmax": {
@@ -121,6 +121,18 @@ def test_build_timing_check():
     assert "| LUT4 (TRELLIS_COMB) | 40000 | 43848 | 91.2 |" in text
     assert "| $glbnet$clocks.eth_tx | 118.4 | 125.0 | **FAIL** |" in text
     assert "| $glbnet$clocks.core | 131.2 | 125.0 | met |" in text
+
+
+def test_build_nextpnr_options():
+    """Timing-driven rip-up is on unless turned off; the report and SDF are
+    always asked for (the summary and sta.py read them); extra options last."""
+    opts = nextpnr_options(5, "router2", True).split()
+    assert opts[:5] == ["--seed", "5", "--router", "router2", "--timing-allow-fail"]
+    assert "--tmg-ripup" in opts
+    assert opts[opts.index("--report") + 1] == "versa_top.report.json"
+    assert opts[opts.index("--sdf") + 1] == "versa_top.sdf"
+    plain = nextpnr_options(1, "router1", False, "--placer sa")
+    assert "--tmg-ripup" not in plain.split() and plain.endswith("--placer sa")
 
 
 def test_build_tool_env():
