@@ -138,7 +138,8 @@ class Sequencer(wiring.Component):
     ``ACK_PER_QP_QPS`` QPs its differences are registered for every QP and
     compared per QP, with no QP mux in front), CSR writes (but
     EV_ENTRY's, which go to the EV table at ``w_stb``) one cycle after
-    ``w_stb``, a doorbell is seen by the
+    ``w_stb`` (a QP's: two, the address decoded in two registered steps),
+    a doorbell is seen by the
     scheduler two cycles after that (``pi != ci`` over two registers), an
     EV_ENTRY read returns the entry as it was the cycle before ``r_stb``,
     the WQE request is registered in FETCH and presented in FETCH_REQ, the
@@ -234,7 +235,7 @@ class Sequencer(wiring.Component):
         cfg_init[_LANE["cwnd"]] = depth
         # Per group of lanes: (lane indices, write port, the FSM's read port,
         # the CSR reads' port). A CSR read never meets a settings write (those
-        # are applied one cycle after w_stb), so its transparency changes nothing.
+        # are applied two cycles after w_stb), so its transparency changes nothing.
         # At up to CFG_FLOP_QPS QPs a group is flip-flop rows (``cfg_w`` the
         # list of rows) read through a mux at the same registered addresses.
         cfg_flops = nq <= CFG_FLOP_QPS
@@ -873,21 +874,48 @@ class Sequencer(wiring.Component):
         ]
 
         lane_of = {off: name for name, off, _ in CFG_LANES}
-        # Per-QP writes are decoded with w_stb into one-hot strobes (one per
-        # settings lane, CTRL, NEXT_PSN, DOORBELL), registered with the QP and
-        # the data, and applied one cycle after w_stb (the bridge issues no
-        # read or write in that cycle): every enable is a flip-flop. Until
+        # Per-QP writes are decoded in two registered steps and applied two
+        # cycles after w_stb (the bridge's next read or write strobe comes 3
+        # cycles after it at the earliest): at w_stb the address's pieces are
+        # registered (a QP write, which register, which QP, the data), the
+        # cycle after they become one-hot strobes (one per settings lane and
+        # row, CTRL, NEXT_PSN, DOORBELL), so every enable is a flip-flop and
+        # no decode of the address lies in front of a strobe (r2rip5: the
+        # one-step decode -> qw_row0, 5 LUT levels, -0.07 ns). Until
         # ``ready`` the same registers carry INIT's writes of the settings'
         # defaults, all lanes of row init_q, and qw_data is zero.
-        qp_w = csr.w_stb & in_qp & ready
         valid_mtu = Signal()  # w_data is an MTU the block takes
         mtu_shift_d = Signal(3)
         for lg in range(8, max_mtu_log2 + 1):
             with m.If(csr.w_data == (1 << lg)):
                 m.d.comb += [valid_mtu.eq(1), mtu_shift_d.eq(lg - 8)]
+        # step 1, at w_stb
+        d_qp_w = Signal()  # a write to a QP's block, after INIT
+        d_lane = Signal(len(CFG_LANES))  # the register is this settings lane
+        d_ctrl, d_next_psn, d_doorbell, d_unpark = Signal(), Signal(), Signal(), Signal()
+        d_q = Signal(qb)
+        d_ready = Signal()
+        d_init_q = Signal.like(init_q)
+        d_data = Signal(32)
+        d_mtu_shift = Signal(3)
+        m.d.sync += [
+            d_qp_w.eq(csr.w_stb & in_qp & ready),
+            d_lane.eq(Cat(*[(reg == off) & (valid_mtu | (name != "mtu_shift"))
+                            for name, off, _ in CFG_LANES])),
+            d_ctrl.eq(reg == Q.CTRL),
+            d_next_psn.eq(reg == Q.NEXT_PSN),
+            d_doorbell.eq(reg == Q.DOORBELL),
+            d_unpark.eq((reg == Q.MPR) | (reg == Q.CWND) | (reg == Q.CTRL) | (reg == Q.NEXT_PSN)),
+            d_q.eq(qsel),
+            d_ready.eq(ready),
+            d_init_q.eq(init_q),
+            d_data.eq(csr.w_data),
+            d_mtu_shift.eq(mtu_shift_d),
+        ]
+        # step 2: the strobes
         qw_lanes = Signal(len(CFG_LANES))
-        # with flip-flop rows: per row, its lanes' write strobes (lane_hit and
-        # the QP's compare, or INIT's row), registered like qw_lanes, so that
+        # with flip-flop rows: per row, its lanes' write strobes (the lane's
+        # and the QP's, or INIT's row), registered like qw_lanes, so that
         # each lane of each row loads under a flip-flop and not a LUT of qw_q
         # and qw_lanes (b41: qw_q into QP 1's row enables, 9.8 ns)
         qw_rows = [Signal(len(CFG_LANES), name=f"qw_row{r}")
@@ -899,27 +927,20 @@ class Sequencer(wiring.Component):
         qw_ctrl = Signal()
         qw_doorbell = Signal()
         qw_unpark = Signal()  # a write that may open the QP's window
-        lane_hit = Cat(
-            *[
-                qp_w & (reg == off) & (valid_mtu | (name != "mtu_shift"))
-                for name, off, _ in CFG_LANES
-            ]
-        )
+        lane_hit = d_lane & d_qp_w.replicate(len(CFG_LANES))
         m.d.sync += [
-            qw_lanes.eq(Mux(ready, lane_hit, (1 << len(CFG_LANES)) - 1)),
-            qw_init.eq(~ready),
-            qw_q.eq(Mux(ready, qsel, init_q)),
-            *[qw_row.eq(Mux(ready, lane_hit & (qsel == r).replicate(len(CFG_LANES)),
-                            (init_q == r).replicate(len(CFG_LANES))))
+            qw_lanes.eq(Mux(d_ready, lane_hit, (1 << len(CFG_LANES)) - 1)),
+            qw_init.eq(~d_ready),
+            qw_q.eq(Mux(d_ready, d_q, d_init_q)),
+            *[qw_row.eq(Mux(d_ready, lane_hit & (d_q == r).replicate(len(CFG_LANES)),
+                            (d_init_q == r).replicate(len(CFG_LANES))))
               for r, qw_row in enumerate(qw_rows)],
-            qw_data.eq(Mux(ready, csr.w_data, 0)),
-            mtu_shift_w.eq(mtu_shift_d),
-            qw_ctrl.eq(qp_w & (reg == Q.CTRL)),
-            psn_write.eq(Cat(*[qp_w & (reg == Q.NEXT_PSN) & (qsel == i) for i in range(nq)])),
-            qw_doorbell.eq(qp_w & (reg == Q.DOORBELL)),
-            qw_unpark.eq(
-                qp_w & ((reg == Q.MPR) | (reg == Q.CWND) | (reg == Q.CTRL) | (reg == Q.NEXT_PSN))
-            ),
+            qw_data.eq(Mux(d_ready, d_data, 0)),
+            mtu_shift_w.eq(d_mtu_shift),
+            qw_ctrl.eq(d_qp_w & d_ctrl),
+            psn_write.eq(Cat(*[d_qp_w & d_next_psn & (d_q == i) for i in range(nq)])),
+            qw_doorbell.eq(d_qp_w & d_doorbell),
+            qw_unpark.eq(d_qp_w & d_unpark),
         ]
         # Every settings lane is given qw_data and the lane enable picks the
         # one written, so the data needs no decode; INIT's zero qw_data is the
