@@ -30,7 +30,9 @@ written; this script then exits with status 1 and names the failing clocks
 if any clock misses its constraint (the core at ``--core-mhz``, at least 125
 MHz by default, and the RGMII domains at 125 MHz), so ``make bitstream``
 fails clearly. ``--allow-timing-fail`` turns that into a warning, for
-bench experiments only.
+bench experiments only. A routing that will not converge (router2 has no
+iteration limit; ``router_diverging``) is stopped with status 1 and a hint
+(another ``--seed``).
 """
 
 from __future__ import annotations
@@ -38,12 +40,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-__all__ = ["BOARDS", "main", "summarise", "timing_failures", "tool_env", "with_outreg"]
+__all__ = ["BOARDS", "main", "router_diverging", "summarise", "timing_failures", "tool_env",
+           "with_outreg"]
 
 NAME = "versa_top"
 BOARDS = {
@@ -107,6 +112,55 @@ def with_outreg(script: Path, netlist: str) -> None:
     log = netlist.removesuffix(".json") + ".outreg.txt"
     lines.insert(at[0] + 1, f'"{sys.executable}" -m hw.board.outreg {netlist} > {log}\n')
     script.write_text("".join(lines))
+
+
+# router2 gives up on a placement it cannot route: past DIVERGE_FROM
+# iterations, more than DIVERGE_OVERUSED overused wires (the builds that
+# converged had at most 149 after iteration 30; the ones that diverged passed
+# 1,000 and kept rising), or still any at ROUTER_MAX_ITER.
+DIVERGE_FROM = 40
+DIVERGE_OVERUSED = 1000
+ROUTER_MAX_ITER = 300
+_ROUTER_ITER = re.compile(r"iter=(\d+) wires=\d+ overused=(\d+)")
+
+
+def router_diverging(log: str) -> str | None:
+    """Why router2's log (nextpnr's ``--log``, as far as it is written) shows
+    routing that will not converge, or None: the build stops then rather
+    than run for hours (router2 has no iteration limit)."""
+    last = None
+    for match in _ROUTER_ITER.finditer(log):
+        last = int(match[1]), int(match[2])
+    if last is None:
+        return None
+    it, overused = last
+    if it >= DIVERGE_FROM and overused > DIVERGE_OVERUSED:
+        return f"{overused} overused wires at router iteration {it}"
+    if it >= ROUTER_MAX_ITER and overused:
+        return f"still {overused} overused wires at router iteration {it}"
+    return None
+
+
+def run_watched(script: str, cwd: Path, env: dict, log: Path, poll: float = 10.0) -> str | None:
+    """Runs the build script; stops it (its whole process group) if
+    ``router_diverging`` finds the routing in ``log`` will not converge, and
+    returns why. Raises CalledProcessError if the script fails."""
+    log.unlink(missing_ok=True)
+    proc = subprocess.Popen(["sh", script], cwd=cwd, env=env, start_new_session=True)
+    try:
+        while proc.poll() is None:
+            time.sleep(poll)
+            why = router_diverging(log.read_text(errors="replace")) if log.exists() else None
+            if why:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait()
+                return why
+    except BaseException:
+        os.killpg(proc.pid, signal.SIGTERM)
+        raise
+    if proc.returncode:
+        raise subprocess.CalledProcessError(proc.returncode, ["sh", script])
+    return None
 
 
 def nextpnr_options(seed: int, router: str, tmg_ripup: bool, extra: str = "") -> str:
@@ -186,9 +240,16 @@ def main(argv=None) -> int:
         plan.extract(str(args.out))
         if args.bram_outreg:
             with_outreg(args.out / f"{plan.script}.sh", f"{NAME}.json")
-        subprocess.check_call(["sh", f"{plan.script}.sh"], cwd=args.out, env={
+        diverged = run_watched(f"{plan.script}.sh", args.out, {
             **os.environ, "PYTHONPATH": os.pathsep.join(
-                filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")]))})
+                filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")]))},
+            args.out / f"{NAME}.tim")
+        if diverged:
+            print(f"BUILD STOPPED: router2 is not converging ({diverged}; "
+                  f"{args.out / f'{NAME}.tim'}). The placement decides it: try another "
+                  f"--seed{'' if not args.tmg_ripup else ', or --no-tmg-ripup'}.",
+                  file=sys.stderr)
+            return 1
     except subprocess.CalledProcessError as e:
         print(f"BUILD FAILED ({e}); logs: {args.out / f'{NAME}.rpt'} (yosys), "
               f"{args.out / f'{NAME}.tim'} (nextpnr)", file=sys.stderr)

@@ -1,6 +1,10 @@
 """The MAC's platform form elaborates for the Versa ECP5 with the vendor DDR
 cells on the RGMII pins. Needs the [board] extra; skipped without it."""
 
+import os
+import subprocess
+import time
+
 import pytest
 
 pytest.importorskip("amaranth_boards")
@@ -97,7 +101,14 @@ def test_versa_clocks_core_frequency():
 
 # ---- make bitstream's report reading (hw/board/build.py) ----------------------------------------
 
-from hw.board.build import nextpnr_options, summarise, timing_failures, tool_env  # noqa: E402
+from hw.board.build import (  # noqa: E402
+    nextpnr_options,
+    router_diverging,
+    run_watched,
+    summarise,
+    timing_failures,
+    tool_env,
+)
 
 _REPORT = {  # the shape of nextpnr's --report JSON
     "fmax": {
@@ -133,6 +144,47 @@ def test_build_nextpnr_options():
     assert opts[opts.index("--sdf") + 1] == "versa_top.sdf"
     plain = nextpnr_options(1, "router1", False, "--placer sa")
     assert "--tmg-ripup" not in plain.split() and plain.endswith("--placer sa")
+
+
+def _router_log(counts, start=1):
+    """router2's iteration lines (nextpnr-ecp5 0.x with --tmg-ripup)."""
+    return "".join(f"Info:     iter={i} wires={700000 + i} overused={n} overuse={n} "
+                   f"tmgfail=0 archfail=NA\n" for i, n in enumerate(counts, start))
+
+
+def test_router_diverging():
+    """The routings that converged (r1rip5, r4rip6: at most 149 overused wires
+    after iteration 30) pass; r2rip1's (1,735 at iteration 40 and rising) and
+    one still unrouted at iteration 300 stop; a log before routing passes."""
+    assert router_diverging("Info: Running main router loop...\n") is None
+    converged = _router_log([16000, 5000, 900] + [149] * 40 + [2, 1, 0])
+    assert router_diverging(converged) is None
+    early = _router_log([16000, 8000, 3000])  # the first iterations are always crowded
+    assert router_diverging(early) is None
+    diverging = _router_log([5000] * 5 + [700] * 30 + [1735] * 5)
+    assert router_diverging(diverging) == "1735 overused wires at router iteration 40"
+    slow = _router_log([300] * 299 + [2])
+    assert router_diverging(slow) == "still 2 overused wires at router iteration 300"
+    assert router_diverging(_router_log([300] * 299 + [0])) is None
+
+
+def test_run_watched_stops_a_diverging_router(tmp_path):
+    """The build script is stopped, process group and all, once its log shows
+    routing that will not converge; a script that ends is waited for, and a
+    failing one raises."""
+    log = tmp_path / "versa_top.tim"
+    lines = _router_log([5000] * 45).splitlines()
+    (tmp_path / "diverge.sh").write_text(
+        "".join(f"echo '{line}' >> versa_top.tim\n" for line in lines) + "sleep 60 &\nwait\n")
+    t0 = time.monotonic()
+    assert run_watched("diverge.sh", tmp_path, dict(os.environ), log, poll=0.1) == (
+        "5000 overused wires at router iteration 45")
+    assert time.monotonic() - t0 < 30  # not the script's minute: it was stopped
+    (tmp_path / "ok.sh").write_text("echo 'Info: done' > versa_top.tim\n")
+    assert run_watched("ok.sh", tmp_path, dict(os.environ), log, poll=0.1) is None
+    (tmp_path / "fail.sh").write_text("exit 3\n")
+    with pytest.raises(subprocess.CalledProcessError):
+        run_watched("fail.sh", tmp_path, dict(os.environ), log, poll=0.1)
 
 
 def test_build_tool_env():
