@@ -114,6 +114,14 @@ def with_outreg(script: Path, netlist: str) -> None:
     script.write_text("".join(lines))
 
 
+# The placement seed of the default build. Placement decides whether router2
+# converges and how long the core's longest routes are: on 1f684ae's netlist
+# seed 6 routes in 81 iterations and the core reaches 131.9 MHz, seed 5 does
+# not converge (the eleventh round in docs/board.md lists every seed tried).
+# A change to the RTL or the tools is a new draw: rebuild, and if the core
+# misses 125 MHz or the routing stops, try other seeds (--seed).
+DEFAULT_SEED = 6
+
 # router2 gives up on a placement it cannot route: past DIVERGE_FROM
 # iterations, more than DIVERGE_OVERUSED overused wires (the builds that
 # converged had at most 149 after iteration 30; the ones that diverged passed
@@ -182,7 +190,10 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, default=Path("build/versa_ecp5"))
     parser.add_argument("--core-mhz", type=float, default=125.0,
                         help="core (sync) clock; 500 MHz / n (default 125)")
-    parser.add_argument("--seed", type=int, default=1, help="nextpnr placement seed")
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED,
+                        help=f"nextpnr placement seed (default {DEFAULT_SEED}: the one whose "
+                             "placement routes and meets timing for the default build; "
+                             "docs/board.md)")
     parser.add_argument("--router", choices=("router1", "router2"), default="router2",
                         help="nextpnr router (default router2: router1 had not resolved the "
                              "congestion of this design after 20 minutes; docs/board.md)")
