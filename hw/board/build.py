@@ -155,16 +155,23 @@ def run_watched(script: str, cwd: Path, env: dict, log: Path, poll: float = 10.0
     returns why. Raises CalledProcessError if the script fails."""
     log.unlink(missing_ok=True)
     proc = subprocess.Popen(["sh", script], cwd=cwd, env=env, start_new_session=True)
+
+    def stop():
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:  # the group has ended already
+            pass
+        proc.wait()
+
     try:
         while proc.poll() is None:
             time.sleep(poll)
             why = router_diverging(log.read_text(errors="replace")) if log.exists() else None
             if why:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait()
+                stop()
                 return why
     except BaseException:
-        os.killpg(proc.pid, signal.SIGTERM)
+        stop()
         raise
     if proc.returncode:
         raise subprocess.CalledProcessError(proc.returncode, ["sh", script])
