@@ -421,7 +421,8 @@ class QueuePair:
                      ev_min_active: int = 1, sack_threshold: int = 0, dscp: int = 0):
         """The requester side: send to the peer given at RTR over ``evs``.
         The retransmit timeout is 1.024 us x 2^``timeout``; ``linear_cnt``
-        retries at it, then ``exp_cnt`` doubling (25 = forever)."""
+        retries at it, then ``exp_cnt`` doubling (25 = forever): exactly
+        ``linear_cnt + exp_cnt`` retries, then the QP goes to ERROR."""
         self._need(QpState.RTR)
         dev = self.device
         if mtu not in (256, 512, 1024, 2048, 4096) or mtu > dev.params["max_mtu"]:
@@ -429,6 +430,11 @@ class QueuePair:
                              f"not {mtu!r}")
         if not 0 <= timeout <= 24:
             raise ValueError(f"timeout (t) must be in 0..24, not {timeout!r}")
+        if not 0 <= linear_cnt <= 7:
+            raise ValueError(f"linear_cnt must be in 0..7, not {linear_cnt!r}")
+        if not 0 <= exp_cnt <= 25:
+            raise ValueError(f"exp_cnt must be in 0..24 retries, or 25 = forever, "
+                             f"not {exp_cnt!r}")
         if len(evs.values) > dev.params["evs_per_qp"]:
             raise ValueError(f"{len(evs.values)} EVs, the NIC holds {dev.params['evs_per_qp']} "
                              f"per QP")

@@ -891,13 +891,13 @@ class ReliabilityCore(wiring.Component):
             r = rec_rd_data
             r_span = (r.nxt - r.una)[:24]
             rc = self.rel_data
-            # the retry count after this timeout, min(retries + 1, 31), above the
-            # limit: the limit at most the count and not 31 (one compare)
+            # this timeout exceeds the limit when the retries already taken (at most
+            # linear_cnt + exp_cnt <= 31, the count's saturation) reach it; exp_cnt
+            # 25..31 retries forever
             limit = rc.linear_cnt + rc.exp_cnt
             m.d.sync += [
                 tmo_stale.eq((r.state != QpState.RTS) | ~r.armed | (r.timer_gen != t_gen)),
-                tmo_exhaust.eq((rc.exp_cnt != EXP_FOREVER) & (limit <= r.retries)
-                               & (limit != 31)),
+                tmo_exhaust.eq((rc.exp_cnt < EXP_FOREVER) & (limit <= r.retries)),
                 sent_new.eq((r.state == QpState.RTS) & ~s.retx
                             & (r.fresh | ((s.psn == r.nxt) & (r_span[: len(infl)] < W)))),
                 sent_moves.eq(s.psn != r.una),

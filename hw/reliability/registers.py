@@ -178,7 +178,7 @@ def register_map(num_qps: int = 16, evs_per_qp: int = 16, window: int = 64) -> R
     qp("qp_rel_cfg", "RW", "reliability parameters",
        [("t", 0, 5, "ACK timeout 1.024 us x 2^t, 0..24"),
         ("linear_cnt", 5, 3, "retries at the base timeout"),
-        ("exp_cnt", 8, 5, "retries doubling the timeout, 25 = forever"),
+        ("exp_cnt", 8, 5, "retries doubling the timeout, 0..24; 25 (and above) = forever"),
         ("ev_min_active", 16, 8, "GOOD EVs that loss evidence never goes below"),
         ("sack_threshold", 24, 8, "SACKed PSNs past a hole that make it lost (0 = off)")])
     qp("sq_base_lo", "RW", "send queue ring base, bits 31..0 (64-byte WQEs)")

@@ -253,6 +253,31 @@ def test_qp_state_rules_and_limits():
     run(body())
 
 
+def test_to_rts_refuses_retry_counts_out_of_range():
+    """linear_cnt 0..7, exp_cnt 0..25 (docs/protocol.md): the error names the field
+    and the QP stays in RTR with nothing written; the bounds themselves are taken."""
+    async def body():
+        dev, nic = await ready_device()
+        pd = dev.alloc_pd()
+        qp = await dev.create_qp(pd, dev.create_cq(4), dev.create_cq(2), sq_log2=4)
+        await qp.to_init()
+        await qp.to_rtr(dest_qpn=0, peer_mac="02:00:00:00:00:02", peer_ip="10.0.0.2")
+        before = len(nic.writes)
+        for kw, match in ((dict(linear_cnt=8), r"linear_cnt must be in 0\.\.7, not 8"),
+                          (dict(linear_cnt=-1), "linear_cnt must be in"),
+                          (dict(exp_cnt=26), r"exp_cnt must be in 0\.\.24 .* 25 = forever"),
+                          (dict(exp_cnt=31), "exp_cnt must be in"),
+                          (dict(exp_cnt=-1), "exp_cnt must be in")):
+            with pytest.raises(ValueError, match=match):
+                await qp.to_rts(evs=EvProfile.explicit([1]), **kw)
+            assert qp.state == QpState.RTR and len(nic.writes) == before
+        await qp.to_rts(evs=EvProfile.explicit([1]), linear_cnt=7, exp_cnt=25)
+        assert await dev.rel.read_fields("qp_rel_cfg", qp.qpn) == {
+            "t": 12, "linear_cnt": 7, "exp_cnt": 25, "ev_min_active": 1, "sack_threshold": 0}
+
+    run(body())
+
+
 def test_mr_rkeys_change_when_an_index_is_reused():
     async def body():
         dev, nic = await ready_device()
