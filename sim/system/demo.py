@@ -6,8 +6,8 @@ by the cocotb multipath fabric (``sim.system.fabric``), and are configured and
 driven only through the host driver (``host_driver.driver`` on a
 ``CocotbTransport``, ``sim.system.harness.SystemTB``).
 
-Workload (``ring_workload``), training style: a ring of the two NICs. In each
-of ``rounds`` rounds every NIC writes its shard (``shard_bytes``, as
+Workload (``ring_workload``, sim/system/workload.py), training style: a
+ring of the two NICs. In each of ``rounds`` rounds every NIC writes its shard (``shard_bytes``, as
 ``messages`` RDMA WRITE_WITH_IMM of equal size, immediate ``round << 8 |
 message``) into the next NIC's receive buffer, slot ``round``, both
 directions at once. A NIC's shard of round r > 0 is its own fresh data XOR
@@ -20,6 +20,13 @@ Faults (``DemoConfig``): path ``fail_path`` of direction ``fail_direction``
 (nic0 -> nic1: nic0's data and nic0's ACKs) is blackholed at
 ``fail_at_frac`` of the ideal run time and comes back at ``up_at_frac``;
 random loss, ECN CE marks and UET trims on every path of both directions.
+
+``make sim`` runs the scenario file ``sim/system/scenarios/demo.toml`` (the
+same settings, the window as a ``[[faults.down]]``); any scenario file
+(sim/system/scenario.py, docs/scenarios.md) is a ``DemoConfig`` too, with
+the workload (``ring`` or ``stream``), the QP count, rates per direction and
+path, and further path down/up events and flaps: the workloads and the fault
+schedule are sim/system/workload.py's, for the RTL and the golden model.
 
 Outputs (``run(outdir)``): ``report.md``, ``report.json``, ``traffic.pcap``
 (every frame of both directions, Ethernet link type, timestamps = simulated
@@ -43,13 +50,25 @@ import csv
 import json
 import os
 import pickle
-import random
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import cocotb
+
+from sim.system.workload import (
+    DIRECTION_NAMES,
+    Recorder,
+    apply_rates,
+    connect,
+    describe_faults,
+    describe_workload,
+    final_check,
+    ring_workload,
+    schedule_faults,
+    senders,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_NAME = "system_demo"
@@ -60,7 +79,6 @@ CLK_NS = 8  # sim.system.harness.CLK_NS: 125 MHz
 DATA_WIDTH = 64
 LINE_RATE_GBPS = DATA_WIDTH / CLK_NS  # 64 bit x 125 MHz = 8 Gb/s
 EV_STATE_NAMES = {0: "GOOD", 1: "ASSUMED_BAD", 2: "DENIED"}
-EV_STATE_CHAR = {0: "G", 1: "B", 2: "D"}
 
 __all__ = ["DemoConfig", "ring_workload", "run", "analyse", "write_report", "write_pcap",
            "plot", "data_frame_info", "LINE_RATE_GBPS"]
@@ -91,6 +109,15 @@ class DemoConfig:
     sample_cycles: int = 250  # EV event polling
     progress_us: float = 250.0
     capture: bool = True
+    # sim/system/scenario.py: a scenario file sets these too (sim/system/workload.py)
+    name: str = "demo"
+    description: str = ""
+    workload: str = "ring"  # or "stream": nic0 -> nic1 only
+    qps: int = 1  # per NIC; message k of a shard on QP k mod qps
+    reorder_prob: float = 0.0  # every path, both directions
+    reorder_ns: float = 0.0
+    rates: list = field(default_factory=list)  # per direction and path: loss, ce, trim, ...
+    events: list = field(default_factory=list)  # path down/up (flaps) besides ``fail``
 
     def check(self) -> DemoConfig:
         if self.rounds < 1 or self.messages < 1:
@@ -99,6 +126,11 @@ class DemoConfig:
         if self.shard_bytes % self.messages or self.shard_bytes // self.messages < 1:
             raise ValueError(f"shard_bytes ({self.shard_bytes}) must be a multiple of "
                              f"messages ({self.messages})")
+        if self.workload not in ("ring", "stream"):
+            raise ValueError(f"workload must be 'ring' or 'stream', not {self.workload!r}")
+        if self.qps < 1 or self.messages % self.qps:
+            raise ValueError(f"messages ({self.messages}) must be a multiple of qps "
+                             f"({self.qps}), and qps >= 1")
         if self.rounds * self.shard_bytes > 3 << 20:
             raise ValueError(f"rounds x shard_bytes = {self.rounds * self.shard_bytes} B: the "
                              f"harness' 8 MiB host memory per NIC holds at most 3 MiB of "
@@ -106,7 +138,7 @@ class DemoConfig:
         if not 0 <= self.fail_path < self.paths or self.fail_direction not in (0, 1):
             raise ValueError(f"fail_path must be in 0..{self.paths - 1} and fail_direction 0 "
                              f"or 1, not {self.fail_path}, {self.fail_direction}")
-        if not 0 < self.fail_at_frac < self.up_at_frac:
+        if self.fail and not 0 < self.fail_at_frac < self.up_at_frac:
             raise ValueError(f"need 0 < fail_at_frac < up_at_frac, not {self.fail_at_frac}, "
                              f"{self.up_at_frac}")
         if self.mtu not in (256, 512, 1024):
@@ -148,213 +180,35 @@ class DemoConfig:
 # ---- cocotb side ---------------------------------------------------------------------------
 
 
-def _xor(a: bytes, b: bytes) -> bytes:
-    return (int.from_bytes(a, "little") ^ int.from_bytes(b, "little")).to_bytes(len(a), "little")
-
-
-@dataclass
-class Recorder:
-    """What the workload and the monitors saw, in simulated ns."""
-
-    start_ns: float = 0.0
-    end_ns: float = 0.0
-    rounds: list = field(default_factory=list)  # (nic, round, ns its peer's shard was in)
-    rounds_posted: list = field(default_factory=list)  # (nic, round, ns posted)
-    send_cqes: list = field(default_factory=list)  # (nic, ns, wr_id, status, byte_len)
-    recv_cqes: list = field(default_factory=list)  # (nic, ns, msn, byte_len, imm, status)
-    ev_events: list = field(default_factory=list)  # (ns, nic, qpn, ev_index, ev, old, new, drops)
-    progress: list = field(default_factory=list)  # (ns, [recv bytes], [round], [ev states])
-    received: list = field(default_factory=lambda: [0, 0])
-    round_done: list = field(default_factory=lambda: [0, 0])
-    ev_state: list = field(default_factory=list)
-    errors: list = field(default_factory=list)
-    done: bool = False
-
-
-async def ring_workload(ends, cfg: DemoConfig, rec: Recorder, now_ns, log=print,
-                        poll_cycles: int = 100, limit_ns: float | None = None):
-    """The ring of WRITE_WITH_IMM rounds over ``ends`` (two endpoints with
-    ``dev``, ``qp``, ``mr``, ``recv_buf``, ``send_buf``, as ``SystemTB.connect``
-    and ``ModelSystem.connect`` make them), driven only through the host
-    driver; ``now_ns()`` gives the simulated time. One polling loop serves
-    both NICs (so it runs the same on cocotb and on a synchronous model
-    transport): each ``poll_cycles`` it takes the send and receive
-    completions, sends a NIC's next round as soon as the peer's current one is
-    in, pops EV events every ``sample_cycles`` and prints progress every
-    ``progress_us``. Fills ``rec``; returns {(dst, round): bytes expected in
-    dst's slot}."""
-    from host_driver.driver import Completion, WrOpcode
-
-    rng = random.Random(cfg.seed)
-    own = [[rng.randbytes(cfg.shard_bytes) for _ in range(cfg.rounds)] for _ in range(2)]
-    expected: dict[tuple[int, int], bytes] = {}
-    m, size = cfg.messages, cfg.message_bytes
-    per_qp = ends[0].dev.params["evs_per_qp"]
-    rec.ev_state = [[0] * per_qp for _ in ends]
-    sent = [0, 0]  # rounds posted by NIC i
-    got = [0, 0]  # messages of the current round received by NIC i
-    inbound = [0, 0]  # the round NIC i is receiving
-    received: list[bytes | None] = [None, None]
-    limit = limit_ns if limit_ns is not None else 40 * cfg.ideal_ns() + 10_000_000
-    t_start = now_ns()
-
-    async def post_round(i):
-        me, peer = ends[i], ends[1 - i]
-        r = sent[i]
-        shard = own[i][r] if received[i] is None else _xor(own[i][r], received[i])
-        expected[(1 - i, r)] = shard
-        base = r * cfg.shard_bytes
-        me.dev.mem.write(me.send_buf + base, shard)
-        for k in range(m):
-            while me.qp.outstanding >= me.qp.sq_size:
-                await take_send_cqes(i, wait=True)
-            await me.qp.post_send(WrOpcode.WRITE_WITH_IMM, local_addr=me.send_buf + base
-                                  + k * size, length=size,
-                                  remote_addr=peer.recv_buf + base + k * size,
-                                  rkey=peer.mr.rkey, imm=(r << 8) | k)
-        rec.rounds_posted.append((i, r, now_ns()))
-        sent[i] += 1
-
-    async def take_send_cqes(i, wait=False):
-        qp = ends[i].qp
-        cqes = await (qp.send_cq.wait(1, timeout_cycles=4_000_000) if wait
-                      else qp.send_cq.poll())
-        for c in cqes:
-            rec.send_cqes.append((i, now_ns(), c.wr_id, c.status, c.byte_len))
-            if c.status != Completion.SUCCESS:
-                rec.errors.append(f"nic{i}: send completion wr_id {c.wr_id} status {c.status}")
-
-    async def take_recv_cqes(i):
-        me = ends[i]
-        for c in await me.qp.recv_cq.poll():
-            r = inbound[i]
-            rec.recv_cqes.append((i, now_ns(), c.wr_id, c.byte_len, c.imm, c.status))
-            if (c.imm, c.byte_len, c.status) != ((r << 8) | got[i], size, 0):
-                rec.errors.append(f"nic{i} round {r}: receive completion {c} is not message "
-                                  f"{got[i]} (imm {(r << 8) | got[i]:#x}, {size} B)")
-            rec.received[i] += c.byte_len
-            got[i] += 1
-            if got[i] < m:
-                continue
-            base = r * cfg.shard_bytes
-            slot = me.dev.mem.read(me.recv_buf + base, cfg.shard_bytes)
-            peer_shard = expected.get((i, r), b"")
-            if slot != peer_shard:
-                first = next((j for j in range(len(slot)) if slot[j:j + 1] != peer_shard[j:j + 1]),
-                             0)
-                rec.errors.append(f"nic{i} round {r}: receive buffer differs from the peer's "
-                                  f"shard from byte {first} of {cfg.shard_bytes}")
-            received[i] = slot
-            rec.rounds.append((i, r, now_ns()))
-            rec.round_done[i] = r + 1
-            inbound[i], got[i] = r + 1, 0
-            log(f"[{now_ns() / 1000:9.1f} us] nic{i} round {r + 1}/{cfg.rounds}: shard of "
-                f"nic{1 - i} in and checked, {rec.received[i] / 2**20:.2f} MiB received; "
-                f"EVs nic0 {_ev_str(rec, 0)} nic1 {_ev_str(rec, 1)}")
-            if sent[i] < cfg.rounds:
-                await post_round(i)
-
-    async def take_ev_events():
-        for i, end in enumerate(ends):
-            for e in await end.dev.read_ev_events():
-                values = end.qp.evs.values
-                value = values[e.ev_index] if e.ev_index < len(values) else None
-                rec.ev_events.append((now_ns(), i, e.qpn, e.ev_index, value, e.old, e.new,
-                                      e.drops))
-                if e.qpn == end.qp.qpn and e.ev_index < per_qp:
-                    rec.ev_state[i][e.ev_index] = e.new
-
-    for i in (0, 1):
-        await post_round(i)
-    next_ev = next_progress = now_ns()
-    while min(rec.round_done) < cfg.rounds or any(e.qp.outstanding for e in ends):
-        for i in (0, 1):
-            await take_send_cqes(i)
-            await take_recv_cqes(i)
-        t = now_ns()
-        if t >= next_ev:
-            await take_ev_events()
-            next_ev = t + cfg.sample_cycles * CLK_NS
-        if t >= next_progress:
-            rec.progress.append((t, list(rec.received), list(rec.round_done),
-                                 [list(x) for x in rec.ev_state]))
-            log(f"[{t / 1000:9.1f} us] received nic0 {rec.received[0] / 2**20:.2f} MiB, "
-                f"nic1 {rec.received[1] / 2**20:.2f} MiB; rounds {rec.round_done[0]}/"
-                f"{cfg.rounds}, {rec.round_done[1]}/{cfg.rounds}; EVs nic0 {_ev_str(rec, 0)} "
-                f"nic1 {_ev_str(rec, 1)}")
-            next_progress = t + cfg.progress_us * 1000
-        if t - t_start > limit:
-            rec.errors.append(f"the workload did not finish in {limit / 1000:.0f} us: rounds "
-                              f"{rec.round_done}, outstanding "
-                              f"{[e.qp.outstanding for e in ends]}")
-            break
-        await ends[0].dev.transport.idle(poll_cycles)
-    await take_ev_events()
-    return expected
-
-
-def _ev_str(rec: Recorder, i: int) -> str:
-    if not rec.ev_state:
-        return "-"
-    return "".join(EV_STATE_CHAR.get(s, "?") for s in rec.ev_state[i])
-
-
 async def run_scenario(system, cfg: DemoConfig, now_ns, log=print, *,
                        timeout: int | None = None) -> dict:
     """Configure ``system``'s fabric (a ``SystemTB`` or a ``ModelSystem``: the
-    same fabric controls), bring both NICs up through the driver, run the ring
-    and check every receive slot; returns the raw record. ``timeout``
-    overrides ``cfg.timeout`` (the model's timer unit differs, see
-    sim/system_bench.py)."""
+    same fabric controls), bring both NICs up through the driver, run the
+    workload (sim/system/workload.py) and check every receive slot; returns
+    the raw record. ``timeout`` overrides ``cfg.timeout`` (the model's timer
+    unit differs, see sim/system_bench.py)."""
     wall0 = time.monotonic()
     fab = system.fabric
     if hasattr(fab, "capture_enabled"):
         fab.capture_enabled = cfg.capture
-    fab.set_loss(cfg.loss)
-    if cfg.ecn_prob:
-        fab.set_ecn(prob=cfg.ecn_prob)
-    if cfg.trim_prob:
-        fab.set_trim(on_overflow=False, prob=cfg.trim_prob)
+    apply_rates(fab, cfg)
     await system.init()
-    await system.connect(buf_size=cfg.rounds * cfg.shard_bytes, sq_log2=4, mtu=cfg.mtu,
-                         timeout=cfg.timeout if timeout is None else timeout,
-                         probe_period=cfg.probe_period)
-    for end in system.ends:  # as to_rts wrote it, with SACK loss detection on
-        await end.dev.rel.write_fields("qp_rel_cfg", end.qp.qpn,
-                                       t=cfg.timeout if timeout is None else timeout,
-                                       linear_cnt=7, exp_cnt=7, ev_min_active=1,
-                                       sack_threshold=cfg.sack_threshold)
+    conns = await connect(system, cfg, cfg.timeout if timeout is None else timeout)
     rec = Recorder()
     rec.start_ns = now_ns()
-    ideal = cfg.ideal_ns()
-    fault = "no path failure"
-    if cfg.fail:
-        fab.schedule_path(cfg.fail_path, rec.start_ns + cfg.fail_at_frac * ideal,
-                          rec.start_ns + cfg.up_at_frac * ideal, direction=cfg.fail_direction)
-        fault = (f"path {cfg.fail_path} (direction {cfg.fail_direction}) down at "
-                 f"{(rec.start_ns + cfg.fail_at_frac * ideal) / 1000:.1f} us, up at "
-                 f"{(rec.start_ns + cfg.up_at_frac * ideal) / 1000:.1f} us")
-    log(f"[{rec.start_ns / 1000:9.1f} us] ring of {cfg.rounds} rounds x "
-        f"{cfg.shard_bytes // 1024} KiB per NIC, both directions; {fault}")
+    schedule_faults(fab, cfg, rec.start_ns)
+    log(f"[{rec.start_ns / 1000:9.1f} us] {describe_workload(cfg)} Faults: "
+        f"{describe_faults(cfg)}")
     wall_work = time.monotonic()
     try:
-        expected = await ring_workload(system.ends, cfg, rec, now_ns, log)
+        expected = await ring_workload(system, conns, cfg, rec, now_ns, log)
     except Exception as exc:  # keep what was recorded for the report
         rec.errors.append(f"workload stopped: {exc!r}")
         expected = {}
     rec.end_ns = now_ns()
     wall_work = time.monotonic() - wall_work
     rec.done = True
-    # final byte-exact check of every slot
-    for i, end in enumerate(system.ends):
-        if len(expected) < 2 * cfg.rounds:
-            break
-        want = b"".join(expected[(i, r)] for r in range(cfg.rounds))
-        got = end.dev.mem.read(end.recv_buf, len(want))
-        if got != want:
-            first = next(j for j in range(len(want)) if got[j] != want[j])
-            rec.errors.append(f"nic{i}: receive memory differs from byte {first} of "
-                              f"{len(want)} at the end")
+    all_sent = final_check(system, conns, cfg, expected, rec)
     return {
         "config": asdict(cfg),
         "clk_ns": CLK_NS,
@@ -372,7 +226,7 @@ async def run_scenario(system, cfg: DemoConfig, now_ns, log=print, *,
         "sim_end_ns": now_ns(),
         "wall_workload_s": wall_work,
         "wall_test_s": time.monotonic() - wall0,
-        "verified": not rec.errors and len(expected) == 2 * cfg.rounds,
+        "verified": not rec.errors and all_sent,
     }
 
 
@@ -448,12 +302,13 @@ def analyse(raw: dict) -> dict:
     t0, t1 = rec["start_ns"], rec["end_ns"]
     elapsed = max(t1 - t0, 1.0)
     line = raw["line_rate_gbps"]
-    payload = cfg.rounds * cfg.shard_bytes
+    active = senders(cfg)
     bin_ns = max(2000.0, round(elapsed / 150 / 1000) * 1000)
     s = _series(raw, bin_ns)
     sends = {i: [t for (n, t, *_r) in rec["send_cqes"] if n == i] for i in (0, 1)}
     directions = []
     for i in (0, 1):
+        payload = cfg.rounds * cfg.shard_bytes if i in active else 0
         done = [t for (n, _r, t) in rec["rounds"] if n == 1 - i]
         last = max(done + sends[i]) if (done or sends[i]) else t1
         t = max(last - t0, 1.0)
@@ -483,6 +338,7 @@ def analyse(raw: dict) -> dict:
     sim_cycles = raw["sim_end_ns"] / raw["clk_ns"]
     return {
         "config": asdict(cfg),
+        "backend": raw.get("backend", "rtl"),
         "verified": raw["verified"],
         "errors": rec["errors"],
         "line_rate_gbps": line,
@@ -491,7 +347,7 @@ def analyse(raw: dict) -> dict:
         "elapsed_ns": elapsed,
         "directions": directions,
         "goodput_of_line_rate": sum(d["payload_bytes"] for d in directions) * 8
-        / max(d["completion_ns"] for d in directions) / (2 * line),
+        / max(d["completion_ns"] for d in directions) / (len(active) * line),
         "retransmissions": retx,
         "faults": faults,
         "ev_events": events,
@@ -567,27 +423,32 @@ def _us(ns) -> str:
 def report_markdown(summary: dict) -> str:
     cfg = summary["config"]
     r = summary["recovery"]
+    model = summary.get("backend") == "model"
     lines = [
         "Two RTL NicCores (`sim/system/top.py`, 64-bit datapath at 125 MHz: line rate "
         f"64 bit x 125 MHz = **{summary['line_rate_gbps']:g} Gb/s** per port) under Verilator, "
         f"joined by the cocotb fabric (`sim/system/fabric.py`: {cfg['paths']} paths, "
-        f"{cfg['delay_ns']:g} ns each), configured and driven only through the host driver.",
+        f"{cfg['delay_ns']:g} ns each), configured and driven only through the host driver."
+        if not model else
+        "The golden model: two ModelNics (`sim/model_nic.py`, links at "
+        f"**{summary['line_rate_gbps']:g} Gb/s**, the RTL's line rate) on the model fabric "
+        f"(`sim/system/model_harness.py`: {cfg['paths']} paths, {cfg['delay_ns']:g} ns each), "
+        "configured and driven by the same host driver and workload as the RTL (on a "
+        "ModelTransport; the retransmit timer's t lowered by 3 for the model's 1.024 us unit, "
+        "see sim/system_bench.py).",
         "",
-        f"Workload: a ring of {cfg['rounds']} rounds; in each, both NICs write their "
-        f"{cfg['shard_bytes'] // 1024} KiB shard to the other as {cfg['messages']} "
-        f"WRITE_WITH_IMM of {cfg['shard_bytes'] // cfg['messages'] // 1024} KiB (MTU "
-        f"{cfg['mtu']}); the receiver consumes the immediates from its receive CQ before it "
-        "sends its next shard (its own data XOR the shard it received). NICs: SACK loss "
-        f"detection at {cfg['sack_threshold']} SACKed PSNs past a hole, retransmit timer "
+        f"Scenario `{cfg['name']}`" + (f": {cfg['description']}" if cfg["description"]
+                                        else "."),
+        "",
+        f"Workload: {describe_workload(DemoConfig(**cfg))} NICs: SACK loss detection at "
+        f"{cfg['sack_threshold']} SACKed PSNs past a hole, retransmit timer "
         f"t = {cfg['timeout']} ({16 * CLK_NS * 2 ** cfg['timeout'] / 1000:.1f} us: the "
         "system top's timer unit is 16 cycles), a probe of each ASSUMED_BAD EV every "
         f"{cfg['probe_period']} cycles.",
         "",
-        f"Faults: path {cfg['fail_path']} of direction {cfg['fail_direction']} "
-        f"(nic{cfg['fail_direction']} -> nic{1 - cfg['fail_direction']}) blackholed from "
-        f"{_us(r['failure_ns'])} to {_us(r['return_ns'])}; on every path of both directions "
-        f"{cfg['loss']:.2%} random loss, {cfg['ecn_prob']:.1%} of data frames CE-marked, "
-        f"{cfg['trim_prob']:.2%} trimmed.",
+        f"Faults: {describe_faults(DemoConfig(**cfg))} Path events as applied: "
+        + ("; ".join(f"{_us(f['time_ns'])} path {f['path']} {'UP' if f['up'] else 'DOWN'}"
+                     for f in summary["faults"][:12]) or "none") + ".",
         "",
         "**Receiver memory: " + ("byte exact on both NICs, every round.**" if summary["verified"]
                                  else "WRONG.** " + "; ".join(summary["errors"])),
@@ -617,7 +478,7 @@ def report_markdown(summary: dict) -> str:
     lines += ["", "Fault schedule and EV events (EV events polled every "
               f"{_us(r['poll_resolution_ns'])}; times are the poll's):", "",
               "| time | what |", "|---:|---|"]
-    rows = [(f["time_ns"], f"fabric: path {f['path']} direction {f['direction']} "
+    rows = [(f["time_ns"], f"fabric: path {f['path']} {DIRECTION_NAMES[f['direction']]} "
              f"{'UP' if f['up'] else 'DOWN'}") for f in summary["faults"]]
     rows += [(e["time_ns"], f"nic{e['nic']} QP {e['qpn']} EV {e['ev_index']} "
               f"({e['ev']:#06x}): {e['old']} -> {e['new']} (drops {e['drops']})"
@@ -653,12 +514,14 @@ def report_markdown(summary: dict) -> str:
         "",
         f"Simulation: {summary['sim_cycles']:.0f} cycles of 8 ns; the workload ran at "
         f"{summary['cycles_per_s']:.0f} simulated cycles per second of wall time "
-        "(Verilator + cocotb + the Python fabric and driver).",
+        + ("(the event-driven model)." if model else
+           "(Verilator + cocotb + the Python fabric and driver)."),
         "",
         "Files: `traffic.pcap` (every frame of both directions at its simulated send time; "
-        "CE marks and trims as delivered; Wireshark dissects UDP 4791 as RoCE), "
-        "`traffic_fates.csv` (fate of each pcap record), `goodput.png`, `paths.png`, "
-        "`ev_states.png`, the waveform.",
+        "CE marks and trims as delivered; Wireshark dissects UDP 4791 as RoCE"
+        + ("; the model's frames are built from its packets by `host_driver.layers`" if model
+           else "") + "), `traffic_fates.csv` (fate of each pcap record), `goodput.png`, "
+        "`paths.png`, `ev_states.png`" + ("." if model else ", the waveform."),
         "",
     ]
     return "\n".join(lines)
@@ -707,11 +570,13 @@ def plot(summary: dict, out: Path) -> list[str]:
     t = (s["t0"] + np.arange(s["goodput"].shape[1]) * s["bin_ns"]) / 1000
     files = []
 
+    first_down = next((f for f in summary["faults"] if not f["up"]), None)
+
     def shade(ax):
         if r["failure_ns"] is not None:
             end = r["return_ns"] if r["return_ns"] is not None else t[-1] * 1000
             ax.axvspan(r["failure_ns"] / 1000, end / 1000, color="r", alpha=0.12,
-                       label=f"path {summary['config']['fail_path']} down")
+                       label=f"path {first_down['path']} down")
 
     fig, ax = plt.subplots(figsize=(9, 4))
     for d in (0, 1):
@@ -722,7 +587,8 @@ def plot(summary: dict, out: Path) -> list[str]:
     shade(ax)
     ax.set_xlabel("simulated time (us)")
     ax.set_ylabel(f"goodput (Gb/s, {s['bin_ns'] / 1000:g} us bins)")
-    ax.set_title("Two RTL NICs: goodput per direction")
+    ax.set_title(("The golden model" if summary.get("backend") == "model" else "Two RTL NICs")
+                 + ": goodput per direction")
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(out / "goodput.png", dpi=90)
@@ -793,7 +659,7 @@ def print_summary(summary: dict) -> None:
         print(f"nic{x['nic']} retransmissions: SACK {x['retx_sack']}, NAK (trim) "
               f"{x['retx_nak']}, timeout {x['retx_timeout']} ({x['timeouts']} timer firings)")
     for f in summary["faults"]:
-        print(f"{_us(f['time_ns'])}: fabric path {f['path']} direction {f['direction']} "
+        print(f"{_us(f['time_ns'])}: fabric path {f['path']} {DIRECTION_NAMES[f['direction']]} "
               f"{'UP' if f['up'] else 'DOWN'}")
     for e in summary["ev_events"]:
         print(f"{_us(e['time_ns'])}: nic{e['nic']} EV {e['ev_index']} {e['old']} -> {e['new']}")
