@@ -34,9 +34,12 @@ $(STAMP): pyproject.toml
 	touch $@
 
 ## sim        the main demo: two RTL NICs over a faulty fabric, then the golden model; outputs
-##            under build/sim/ (MODEL=1: golden-model scenario only; PARSER=1: add the RX parser demo)
+##            under build/sim/ (MODEL=1: golden-model scenario only; PARSER=1: add the RX parser demo;
+##            SCENARIO=<name or file>: that scenario on the RTL and the model, side by side, see
+##            python -m sim --list and docs/scenarios.md; SEED=n: its seed)
 sim: $(STAMP)
-	$(VENV_ENV) $(PY) -m sim $(if $(MODEL),--model-only,) $(if $(PARSER),--parser,)
+	$(VENV_ENV) $(PY) -m sim $(if $(MODEL),--model-only,) $(if $(PARSER),--parser,) \
+	  $(if $(SCENARIO),--scenario $(SCENARIO),) $(if $(SEED),--seed $(SEED),)
 
 ## test       the whole regression: pure Python and cocotb under Verilator
 test: $(STAMP)

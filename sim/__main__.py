@@ -18,6 +18,13 @@ of its own, so it is not in the default run, which must stay within
 5 minutes on 2 cores. ``--model-only`` (``make sim MODEL=1``) runs just the
 model scenario.
 
+``--scenario FILE`` (``make sim SCENARIO=<name>``) runs one scenario file
+(sim/system/scenario.py, docs/scenarios.md) instead: on the two RTL NICs and
+on the golden model side by side (``sim.system.scenario_run``), into
+``build/sim/scenario-<name>/``; ``--seed N`` overrides its seed (or the
+demo's); ``--list`` lists the shipped scenarios. The demo of step 1 is itself
+the scenario file ``sim/system/scenarios/demo.toml``.
+
 Then it writes ``build/sim/report.md`` and ``report.json`` (every step's
 summary) and ``build/sim/traffic.pcap``: the two-NIC run's frames (both
 directions, simulated timestamps; ``traffic_fates.csv`` gives each frame's
@@ -33,10 +40,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _system_step(out: Path) -> dict:
+def _system_step(out: Path, cfg=None) -> dict:
     from sim.system import demo
+    from sim.system.scenario import load
 
-    return demo.run(out / "system")
+    return demo.run(out / "system", cfg or load("demo"))
 
 
 def _parser_step(out: Path) -> dict:
@@ -57,10 +65,38 @@ PARSER_STEPS = [("parser", "RX header parser on Verilator", _parser_step)]
 MODEL_STEPS = [("model", "MRC golden model: one of 8 paths blackholed", _model_step)]
 
 
-def steps_for(*, model_only: bool = False, parser: bool = False) -> list:
+def steps_for(*, model_only: bool = False, parser: bool = False, scenario=None,
+              demo_cfg=None) -> list:
+    """The steps to run; ``scenario`` (a checked DemoConfig from a scenario
+    file) replaces the default steps with that scenario on the RTL and the
+    golden model side by side (only the model with ``model_only``);
+    ``demo_cfg`` replaces the system step's scenario file (demo.toml)."""
+    if scenario is not None:
+        from sim.system.scenario_run import run
+
+        side = "the golden model" if model_only else "two RTL NICs and the golden model"
+        return [("scenario", f"Scenario {scenario.name} on {side}",
+                 lambda out: run(scenario, out / f"scenario-{scenario.name}",
+                                 rtl=not model_only))]
     if model_only:
         return list(MODEL_STEPS)
-    return SYSTEM_STEPS + (PARSER_STEPS if parser else []) + MODEL_STEPS
+    system = SYSTEM_STEPS
+    if demo_cfg is not None:
+        system = [(key, title, lambda out: _system_step(out, demo_cfg))
+                  for key, title, _f in SYSTEM_STEPS]
+    return system + (PARSER_STEPS if parser else []) + MODEL_STEPS
+
+
+def list_text() -> str:
+    """``--list``: every shipped scenario with its one-line description."""
+    from sim.system.scenario import SCENARIO_DIR, list_scenarios
+
+    rows = list_scenarios()
+    width = max(len(name) for name, _ in rows)
+    lines = [f"Scenarios in {SCENARIO_DIR.relative_to(ROOT)}/ (make sim SCENARIO=<name>, "
+             "python -m sim --scenario <name or file>; format: docs/scenarios.md):"]
+    lines += [f"  {name:<{width}}  {desc}" for name, desc in rows]
+    return "\n".join(lines)
 
 
 def _merge_pcaps(out: Path, dirs: list[Path]) -> int:
@@ -83,12 +119,35 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, default=ROOT / "build" / "sim")
     parser.add_argument("--model-only", action="store_true", help="only the model scenario")
     parser.add_argument("--parser", action="store_true", help="add the RX parser demo")
+    parser.add_argument("--scenario", metavar="FILE",
+                        help="a scenario file (or a name from --list): run it on the two RTL "
+                        "NICs and on the golden model, side by side")
+    parser.add_argument("--seed", type=int, help="the scenario's seed instead of the file's")
+    parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
     args = parser.parse_args(argv)
+    if args.list:
+        print(list_text())
+        return
+    from sim.system.scenario import ScenarioError, load
+
+    scenario = demo_cfg = None
+    if args.scenario is not None:
+        if args.parser:
+            parser.error("--parser runs with the default steps only, not with --scenario")
+        try:
+            scenario = load(args.scenario, seed=args.seed)
+        except ScenarioError as exc:
+            parser.error(str(exc))
+    elif args.seed is not None:
+        if args.model_only:
+            parser.error("--seed needs --scenario, or the default (RTL) demo")
+        demo_cfg = load("demo", seed=args.seed)
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     t_start = time.monotonic()
     summaries, dirs, sections = {}, [], []
-    for key, title, func in steps_for(model_only=args.model_only, parser=args.parser):
+    for key, title, func in steps_for(model_only=args.model_only, parser=args.parser,
+                                      scenario=scenario, demo_cfg=demo_cfg):
         print(f"\n=== {title} ===", flush=True)
         t0 = time.monotonic()
         summary = func(out)
@@ -100,12 +159,15 @@ def main(argv=None):
         rel = d.relative_to(out)
         sections.append(f"## {title}\n\nFiles in `{rel}/`; step took "
                         f"{time.monotonic() - t0:.0f} s of wall time.\n\n{body}")
-    if "system" in summaries:
-        system_dir = Path(summaries["system"]["outdir"])
+    two_nic = next((k for k in ("system", "scenario") if k in summaries), None)
+    if two_nic is not None:
+        system_dir = Path(summaries[two_nic]["outdir"])
         for name in ("traffic.pcap", "traffic_fates.csv"):
             shutil.copyfile(system_dir / name, out / name)
-        frames = summaries["system"]["pcap_frames"]
-        pcap_note = "the two-NIC run's frames, both directions"
+        frames = summaries[two_nic]["pcap_frames"]
+        pcap_note = ("the two-NIC run's frames, both directions" if
+                     summaries[two_nic].get("pcap_of", "rtl") == "rtl" else
+                     "the golden model's frames, both directions")
     else:
         frames = _merge_pcaps(out, dirs)
         (out / "traffic_fates.csv").unlink(missing_ok=True)

@@ -746,16 +746,34 @@ def _mark_failures(ax, results) -> None:
         break
 
 
+def model_frame(d: dict, addr: dict, payload: bytes | None = None):
+    """The frame (scapy, built by host_driver.layers) of a model packet's
+    snapshot ``d`` (``_snapshot``) between the hosts of ``addr``; a data
+    frame carries ``payload``, or zeros of its length."""
+    from host_driver import layers as L
+
+    if d["kind"] == DATA:
+        return L.write_packet(opcode=d["opcode"], dqpn=d["dqpn"], psn=d["psn"], va=d["va"],
+                              rkey=d["rkey"], dma_len=d["dma_len"],
+                              payload=bytes(d["payload_len"]) if payload is None else payload,
+                              imm=d["imm"] if d["opcode"] in IMM_OPCODES else None,
+                              ev=d["ev"], ackreq=int(d["ackreq"]), **addr)
+    if d["kind"] == ACK:
+        return L.ack_packet(dqpn=d["dqpn"], cum_psn=d["cum_psn"], sack_base=d["sack_base"],
+                            bitmap=d["bitmap"], sack_bits=d["sack_bits"],
+                            syndrome=d["syndrome"], msn=d["msn"], psn=d["psn"], ece=d["ece"],
+                            ce_count=d["ce_count"], ev=d["ev"], **addr)
+    return L.probe_packet(response=d["kind"] != PROBE_REQ, dqpn=d["dqpn"],
+                          probe_id=d["probe_id"], ev=d["ev"], timestamp=d["timestamp"],
+                          **addr)
+
+
 def _pcap(sample: list, path: Path, setup: Setup) -> int:
     """Write the traffic sample as real frames built by host_driver.layers."""
     if not sample:
         return 0
     from scapy.utils import PcapWriter
 
-    try:
-        from host_driver import layers as L
-    except ImportError:  # pragma: no cover - the layers are part of the project
-        return 0
     macs = lambda hid: f"02:00:00:00:{hid >> 8:02x}:{hid & 0xFF:02x}"  # noqa: E731
     ips = lambda hid: f"10.0.{hid >> 8}.{(hid & 0xFF) + 1}"  # noqa: E731
     writer = PcapWriter(str(path), linktype=1, sync=False)
@@ -763,21 +781,7 @@ def _pcap(sample: list, path: Path, setup: Setup) -> int:
     for d in sorted(sample, key=lambda d: d["t"]):
         addr = dict(src_mac=macs(d["src"]), dst_mac=macs(d["dst"]), src_ip=ips(d["src"]),
                     dst_ip=ips(d["dst"]))
-        if d["kind"] == DATA:
-            pkt = L.write_packet(opcode=d["opcode"], dqpn=d["dqpn"], psn=d["psn"], va=d["va"],
-                                 rkey=d["rkey"], dma_len=d["dma_len"],
-                                 payload=bytes(d["payload_len"]),
-                                 imm=d["imm"] if d["opcode"] in IMM_OPCODES else None,
-                                 ev=d["ev"], ackreq=int(d["ackreq"]), **addr)
-        elif d["kind"] == ACK:
-            pkt = L.ack_packet(dqpn=d["dqpn"], cum_psn=d["cum_psn"], sack_base=d["sack_base"],
-                               bitmap=d["bitmap"], sack_bits=d["sack_bits"],
-                               syndrome=d["syndrome"], msn=d["msn"], psn=d["psn"],
-                               ece=d["ece"], ce_count=d["ce_count"], ev=d["ev"], **addr)
-        else:
-            pkt = L.probe_packet(response=d["kind"] != PROBE_REQ, dqpn=d["dqpn"],
-                                 probe_id=d["probe_id"], ev=d["ev"],
-                                 timestamp=d["timestamp"], **addr)
+        pkt = model_frame(d, addr)
         pkt.time = d["t"] * 1e-9
         writer.write(pkt)
         n += 1

@@ -594,6 +594,36 @@ def test_system():
     run(DEFAULT_TESTS, "default")
 
 
+def test_scenario_small_on_rtl(tmp_path):
+    """A scenario file on the two RTL NICs: sim/system/scenarios/small.toml (a
+    ring over 2 QPs per NIC, MTU 512, loss, CE marks, trims, a path down and
+    up), through the demo's cocotb test on test_system's build (same
+    top, same options, so no second Verilator build), and on the golden
+    model: both byte exact, the path events at the file's times on both, and
+    the RTL's capture holds every frame the fabric counted, with its fate."""
+    from sim.system import demo
+    from sim.system.scenario import load
+    from sim.system.scenario_run import model_raw
+    from sim.system.workload import fault_events
+
+    cfg = load("small")
+    rtl = demo.simulate(tmp_path / "rtl", cfg, waves=False, name="system_two_nic",
+                        tag="scenario")
+    for raw in (rtl, model_raw(cfg)):
+        s = demo.analyse(raw)
+        assert s["verified"] and not s["errors"], s["errors"]
+        assert [d["payload_bytes"] for d in s["directions"]] == [32 * 1024] * 2
+        start = s["_series"]["t0"]
+        assert [(round(f["time_ns"] - start), f["path"], f["up"]) for f in s["faults"]] == [
+            (round(t), p, up) for t, p, up, _d in fault_events(cfg)]
+        for d, name in enumerate(("nic0->nic1", "nic1->nic0")):
+            rows = [r for r in s["fabric"] if r["direction"] == name]
+            fates = [c[4] for c in raw["capture"] if c[1] == d]
+            assert sum(r["carried"] for r in rows) == sum(f != "dropped" for f in fates)
+            assert sum(r["dropped"] for r in rows) == fates.count("dropped")
+            assert sum(r["trimmed"] for r in rows) == fates.count("trimmed")
+
+
 @pytest.mark.long
 def test_system_faults():
     run(FAULT_TESTS, "faults")
