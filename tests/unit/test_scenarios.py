@@ -244,3 +244,15 @@ def test_ack_loss_scenario_loses_acks_only():
                for d in ("nic0->nic1", "nic1->nic0")}
     assert dropped["nic0->nic1"] == 0 and dropped["nic1->nic0"] > 0
     assert s["retransmissions"][0]["rx.placed"] == 0  # nic0 received no data
+
+
+def test_make_sim_steps():
+    """Without a scenario ``python -m sim`` runs what it did (the demo, from
+    demo.toml, then the model's blackhole); with one, that scenario only."""
+    from sim.__main__ import steps_for
+
+    assert [k for k, *_ in steps_for()] == ["system", "model"]
+    assert [k for k, *_ in steps_for(parser=True)] == ["system", "parser", "model"]
+    assert [k for k, *_ in steps_for(model_only=True)] == ["model"]
+    assert [k for k, *_ in steps_for(scenario=load("small"))] == ["scenario"]
+    assert [k for k, *_ in steps_for(demo_cfg=load("demo", seed=5))] == ["system", "model"]
