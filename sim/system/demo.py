@@ -215,6 +215,7 @@ async def run_scenario(system, cfg: DemoConfig, now_ns, log=print, *,
         "line_rate_gbps": LINE_RATE_GBPS,
         "nic_params": dict(system.ends[0].dev.params),
         "evs": [list(end.qp.evs.values) for end in system.ends],
+        "first_qpns": [end.qp.qpn for end in system.ends],  # the QPs of the EV states
         "recorder": asdict(rec),
         "faults": [(t, e.path, e.direction, e.up) for t, e in fab.fault_log],
         "counters": [await end.dev.counters() for end in system.ends],
@@ -351,6 +352,7 @@ def analyse(raw: dict) -> dict:
         "retransmissions": retx,
         "faults": faults,
         "ev_events": events,
+        "first_qpns": raw.get("first_qpns"),
         "ev_states_final": [[EV_STATE_NAMES.get(x, x) for x in st]
                             for st in raw["ev_states_final"]],
         "recovery": recovery,
@@ -499,7 +501,7 @@ def report_markdown(summary: dict) -> str:
            else "no dip while the path was down"),
         f"- path return -> EV GOOD again (probe): **{_us(r['good_after_return_ns'])}**",
         "",
-        f"Final EV states: nic0 {summary['ev_states_final'][0]}, nic1 "
+        f"Final EV states (of each NIC's first QP): nic0 {summary['ev_states_final'][0]}, nic1 "
         f"{summary['ev_states_final'][1]}.",
         "",
         "Fabric (frames per path; dropped includes the blackhole):",
@@ -623,10 +625,12 @@ def plot(summary: dict, out: Path) -> list[str]:
     nevs = max(len(x) for x in summary["ev_states_final"])
     t_end = summary["elapsed_ns"] + s["t0"]
     colors = {"GOOD": "tab:green", "ASSUMED_BAD": "tab:red", "DENIED": "tab:gray"}
+    qpns = summary.get("first_qpns")  # with several QPs per NIC: the first one's EVs
     for nic, ax in enumerate(axes):
         for idx in range(nevs):
             changes = sorted((e["time_ns"], e["new"]) for e in summary["ev_events"]
-                             if e["nic"] == nic and e["ev_index"] == idx)
+                             if e["nic"] == nic and e["ev_index"] == idx
+                             and (qpns is None or e["qpn"] == qpns[nic]))
             start, state = s["t0"], "GOOD"
             for when, new in changes + [(t_end, None)]:
                 ax.broken_barh([(start / 1000, max(when - start, 1) / 1000)], (idx - 0.4, 0.8),
