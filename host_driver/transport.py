@@ -64,10 +64,13 @@ class HostMemory:
 
 class CocotbTransport:
     """A NicCore in a cocotb testbench: ``axil`` is an ``AxiLiteMaster`` on its
-    ``s_axil``, ``ram`` an ``AxiRam`` of ``ram_size`` bytes on its ``m_axi``."""
+    ``s_axil``, ``ram`` an ``AxiRam`` of ``ram_size`` bytes on its ``m_axi``
+    (or anything with the same ``read``/``write``). ``clock_ns``: the clock's
+    period, to let ``idle`` pass as one timer instead of counting edges
+    (Python then wakes once per poll, not once per cycle)."""
 
-    def __init__(self, axil, ram, ram_size: int, clock):
-        self.axil, self.clock = axil, clock
+    def __init__(self, axil, ram, ram_size: int, clock, clock_ns: float | None = None):
+        self.axil, self.clock, self.clock_ns = axil, clock, clock_ns
         self.mem = HostMemory(ram, ram_size)
 
     async def read32(self, addr: int) -> int:
@@ -77,6 +80,9 @@ class CocotbTransport:
         await self.axil.write_dword(addr, value)
 
     async def idle(self, cycles: int) -> None:
-        from cocotb.triggers import ClockCycles
+        from cocotb.triggers import ClockCycles, Timer
 
-        await ClockCycles(self.clock, cycles)
+        if self.clock_ns is not None and cycles > 0:
+            await Timer(cycles * self.clock_ns, unit="ns")
+        else:
+            await ClockCycles(self.clock, cycles)

@@ -216,6 +216,10 @@ def run_cocotb(
         _drop_public_flat_rw(runner)
         sources.insert(0, _top_ports_public(build_dir, toplevel))
     build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", *(extra_build_args or [])]
+    # A component with C++ beside its Verilog (DPI, sim/system/simhw.py)
+    # builds it here, before every run, and says how to link it.
+    if hasattr(component, "prepare_build"):
+        build_args += component.prepare_build()
     if waves is True:
         waves = "fst"
     if waves == "fst" and not fst_supported():

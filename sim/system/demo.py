@@ -679,12 +679,24 @@ def print_summary(summary: dict) -> None:
 # ---- driver: build, run, report --------------------------------------------------------------
 
 
-def elaborate():
-    """The two-NIC top for run_cocotb (only its ports public: the demo reaches
-    the NICs through them)."""
-    from sim.system.top import TwoNicTop
+# The simulator builds: "sim" (the default) has the host memories and MAC
+# streams in the simulator (sim.system.simhw); "cocotb" is the two-NIC top
+# alone, with cocotbext-axi's Python models on its ports (for sim/speed_bench.py).
+HARNESSES = ("sim", "cocotb")
 
-    return TwoNicTop()
+
+def top(harness: str = "sim"):
+    """(elaborate, toplevel) of ``harness``'s two-NIC top for run_cocotb (only
+    its ports public: the demo reaches the NICs through them)."""
+    if harness == "sim":
+        from sim.system.simhw import SIM_TOPLEVEL, SimTwoNicTop
+
+        return SimTwoNicTop, SIM_TOPLEVEL
+    if harness == "cocotb":
+        from sim.system.top import TwoNicTop
+
+        return TwoNicTop, "two_nic"
+    raise ValueError(f"harness must be one of {HARNESSES}, not {harness!r}")
 
 
 # Trace only the system top's own signals (the NICs' ports), not the NICs'
@@ -693,17 +705,18 @@ TRACE_ARGS = ["--trace-depth", "1"]
 
 
 def simulate(outdir: Path, cfg: DemoConfig, *, waves: bool | str = "fst",
-             name: str = RUN_NAME, tag: str = "demo") -> dict:
-    """Build (if needed) and run the cocotb test in ``sim_build/<name>/<tag>``;
-    returns the raw record."""
+             name: str = RUN_NAME, tag: str = "demo", harness: str = "sim") -> dict:
+    """Build (if needed) and run the cocotb test in ``sim_build/<name>/<tag>``
+    on ``harness``'s top; returns the raw record."""
     from sim.cocotb_runner import SIM_BUILD, run_cocotb
 
+    elaborate, toplevel = top(harness)
     outdir = Path(outdir).resolve()
     outdir.mkdir(parents=True, exist_ok=True)
     (outdir / RAW).unlink(missing_ok=True)
     test_dir = SIM_BUILD / name / tag
     t0 = time.monotonic()
-    results = run_cocotb(name=name, elaborate=elaborate, toplevel="two_nic",
+    results = run_cocotb(name=name, elaborate=elaborate, toplevel=toplevel,
                          test_module="sim.system.demo", testcase="system_demo",
                          extra_env={ENV_OUT: str(outdir), ENV_CFG: json.dumps(asdict(cfg))},
                          waves=waves, test_dir=test_dir,

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import cocotb
 from cocotb.clock import Clock
-from cocotb.triggers import ClockCycles
+from cocotb.triggers import ClockCycles, Timer
 from cocotbext.axi import (
     AxiBus,
     AxiLiteBus,
@@ -35,6 +35,7 @@ from cocotbext.axi import (
 from host_driver.driver import Device, EvProfile, MemoryRegion, QueuePair
 from host_driver.transport import CocotbTransport
 from sim.system.fabric import Fabric
+from sim.system.simhw import SimHw
 
 __all__ = ["SystemTB", "Endpoint", "Connection", "CLK_NS", "RAM_SIZE", "ev_owner"]
 
@@ -84,7 +85,7 @@ class Endpoint:
     ``recv_buf`` and ``send_buf`` are those of its first connection."""
 
     dev: Device
-    ram: AxiRam
+    ram: object  # AxiRam, or sim.system.simhw.HostRam: read(addr, n), write(addr, data)
     conns: list[Connection] = field(default_factory=list)
 
     @property
@@ -105,9 +106,19 @@ class Endpoint:
 
 
 class SystemTB:
+    """The two NICs, their host memories, CSR masters, drivers and the fabric.
+
+    ``dut`` is either ``two_nic_sim`` (``sim.system.simhw.SimTwoNicTop``: host
+    memories and MAC streams in the simulator, Python woken per frame and per
+    driver poll; what the tests build) or the bare ``two_nic``
+    (``sim.system.top.TwoNicTop``: cocotbext-axi's AxiRam and stream models in
+    Python, every cycle; kept for the speed comparison, sim/speed_bench.py).
+    The API and every check are the same on both."""
+
     def __init__(self, dut, *, seed: int = 1, delay_ns: float = 400.0, num_paths: int = 8,
                  keep_log: bool = False):
         self.dut = dut
+        self.simhw = SimHw(dut, RAM_SIZE) if SimHw.present(dut) else None
         for name in ("s_axil", "m_axi", "mac_tx", "mac_rx"):
             for i in range(2):
                 logging.getLogger(f"cocotb.{dut._name}.n{i}_{name}").setLevel(logging.WARNING)
@@ -118,18 +129,32 @@ class SystemTB:
         for i in range(2):
             axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, f"n{i}_s_axil", bus_separator="__"),
                                  dut.clk, dut.rst)
-            ram = AxiRam(AxiBus.from_prefix(dut, f"n{i}_m_axi", bus_separator="__"), dut.clk,
-                         dut.rst, size=RAM_SIZE)
-            sinks.append(AxiStreamSink(
-                AxiStreamBus.from_prefix(dut, f"n{i}_mac_tx", bus_separator="__"),
-                dut.clk, dut.rst))
-            sources.append(AxiStreamSource(
-                AxiStreamBus.from_prefix(dut, f"n{i}_mac_rx", bus_separator="__"),
-                dut.clk, dut.rst))
-            transport = CocotbTransport(axil, ram, RAM_SIZE, dut.clk)
+            if self.simhw:
+                ram = self.simhw.ram(i)
+                sinks.append(self.simhw.sink(i))
+                sources.append(self.simhw.source(i))
+                cocotb.start_soon(self.simhw.watch(i))
+                transport = CocotbTransport(axil, ram, RAM_SIZE, dut.clk, clock_ns=CLK_NS)
+            else:
+                ram = AxiRam(AxiBus.from_prefix(dut, f"n{i}_m_axi", bus_separator="__"),
+                             dut.clk, dut.rst, size=RAM_SIZE)
+                sinks.append(AxiStreamSink(
+                    AxiStreamBus.from_prefix(dut, f"n{i}_mac_tx", bus_separator="__"),
+                    dut.clk, dut.rst))
+                sources.append(AxiStreamSource(
+                    AxiStreamBus.from_prefix(dut, f"n{i}_mac_rx", bus_separator="__"),
+                    dut.clk, dut.rst))
+                transport = CocotbTransport(axil, ram, RAM_SIZE, dut.clk)
             self.ends.append(Endpoint(Device(transport), ram))
         self.fabric = Fabric(sinks, sources, num_paths=num_paths, delay_ns=delay_ns, seed=seed,
                              keep_log=keep_log)
+
+    async def cycles(self, n: int):
+        """Let ``n`` clock cycles pass (one timer, not n clock edges, on two_nic_sim)."""
+        if self.simhw:
+            await Timer(n * CLK_NS, unit="ns")
+        else:
+            await ClockCycles(self.dut.clk, n)
 
     async def reset(self):
         self.dut.rst.value = 1
@@ -235,7 +260,7 @@ class SystemTB:
     async def quiesce(self, cycles: int = 2000):
         """Let ACK coalescing timers, the fabric's delays and the last CQE
         writes run out before counters are compared."""
-        await ClockCycles(self.dut.clk, cycles)
+        await self.cycles(cycles)
 
     async def check_counters(self, src: int, *, packets: int, messages: int,
                              imm_messages: int = 0) -> dict[str, int]:

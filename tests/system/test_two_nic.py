@@ -6,14 +6,15 @@ out. Completions are held to the golden model (sim/system/scoreboard.py) and
 the counters of both NICs and the fabric to the equations of
 ``SystemTB.check_counters``.
 
-One Verilator build (sim_build/system_two_nic) serves every test here.
+One Verilator build (sim_build/system_two_nic_sim: the top inside
+sim/system/simhw.py's wrapper, host memories and MAC streams in the
+simulator) serves every test here.
 """
 
 from __future__ import annotations
 
 import cocotb
 import pytest
-from cocotb.triggers import ClockCycles
 from cocotb.utils import get_sim_time
 
 from host_driver.driver import Completion, Device, EvState, QpState, WrOpcode
@@ -21,7 +22,8 @@ from hw.nic.csr import DEVICE_INFO_TYPE_ID, NIC_VERSION
 from hw.tx.engine import TxEngine
 from sim.system.harness import CLK_NS, SystemTB
 from sim.system.scoreboard import flow_imm, model_completions, model_flows, normalise_rtl
-from sim.system.top import BUILD_ID, NIC_PARAMS, TwoNicTop
+from sim.system.simhw import SIM_TOPLEVEL, SimTwoNicTop
+from sim.system.top import BUILD_ID, NIC_PARAMS
 
 RDMA_WRITE_LAST_WITH_IMM, RDMA_WRITE_ONLY_WITH_IMM = 0x09, 0x0B
 
@@ -360,12 +362,12 @@ async def test_path_blackhole_mid_transfer(dut):
     # mid-transfer: after 96 data frames, the next moment a frame is on path 3
     while not (len(log) >= 96 and log[-1][2] == path
                and get_sim_time(unit="ns") - log[-1][0] < delay_ns):
-        await ClockCycles(dut.clk, 4)
+        await tb.cycles(4)
     down_ns = get_sim_time(unit="ns")
     frames_before = len(log)
     tb.fabric.set_path_up(path, False, direction=0)
     while not await a.dev.rel.read("ev_event_count"):
-        await ClockCycles(dut.clk, 100)
+        await tb.cycles(100)
     event_ns = get_sim_time(unit="ns")
     posted, payload, early = await task
     cqes = await complete_all(a, posted, early)
@@ -415,10 +417,10 @@ async def test_ack_loss(dut):
     async def final_acks_lost():
         log = tb.fabric.directions[0].log
         while len(log) < packets_of(sizes):
-            await ClockCycles(dut.clk, 16)
+            await tb.cycles(16)
         for p in range(8):
             tb.fabric.set_path_up(p, False, direction=1)
-        await ClockCycles(dut.clk, 20_000 // CLK_NS)
+        await tb.cycles(20_000 // CLK_NS)
         for p in range(8):
             tb.fabric.set_path_up(p, True, direction=1)
 
@@ -529,7 +531,7 @@ async def test_total_outage_retry_exhausted(dut):
     assert early == []
     log = tb.fabric.directions[0].log
     while len(log) < 8:
-        await ClockCycles(dut.clk, 4)
+        await tb.cycles(4)
     assert await a.qp.send_cq.poll() == [], "a WQE completed before the outage"
     for direction in (0, 1):
         for p in range(8):
@@ -551,14 +553,14 @@ async def test_total_outage_retry_exhausted(dut):
     assert c["rel.retry_exhausted"] == 1 and c["rel.timeouts"] == linear + exp + 1, c
     assert c["rel.cqes"] == len(sizes)
     # after the error: nothing leaves NIC 0 (paths still down: the log sees it)
-    await ClockCycles(dut.clk, 500)
+    await tb.cycles(500)
     snapshot = b.dev.mem.read(b.recv_buf, sum(sizes))
     before = (await tb.counters(0), await tb.counters(1))
     for direction in (0, 1):
         for p in range(8):
             tb.fabric.set_path_up(p, True, direction=direction)
     up_ns = get_sim_time(unit="ns")
-    await ClockCycles(dut.clk, 4 * (16 << t))  # 4 base timeouts
+    await tb.cycles(4 * (16 << t))  # 4 base timeouts
     assert len(log) == frames_at_error, f"NIC 0 sent {len(log) - frames_at_error} frames " \
         f"after its QP went to ERROR: {log[frames_at_error:][:8]}"
     assert b.dev.mem.read(b.recv_buf, sum(sizes)) == snapshot
@@ -585,9 +587,9 @@ FAULT_TESTS = ["test_write_one_percent_loss", "test_loss_1pct_1mib", "test_write
 def run(testcases, tag):
     from sim.cocotb_runner import SIM_BUILD, run_cocotb
 
-    run_cocotb(name="system_two_nic", elaborate=TwoNicTop, toplevel="two_nic",
+    run_cocotb(name="system_two_nic_sim", elaborate=SimTwoNicTop, toplevel=SIM_TOPLEVEL,
                test_module="tests.system.test_two_nic", testcase=testcases,
-               test_dir=SIM_BUILD / "system_two_nic" / tag)
+               test_dir=SIM_BUILD / "system_two_nic_sim" / tag)
 
 
 def test_system():

@@ -1,0 +1,157 @@
+// Simulation-only hardware of the fast two-NIC harness (sim/system/simhw.py):
+// per NIC a host memory behind an AXI4 slave, and per direction the MAC
+// streams between the NICs and the Python fabric, at frame granularity.
+//
+// Two sides, one shared library (libmrcsimhw.so):
+// - DPI-C functions, called by the Verilog of sim/system/simhw.py every clock
+//   cycle in which a beat moves (mrc_mem_read/write, mrc_tx_beat, mrc_rx_beat);
+// - a C API that Python reaches with ctypes (the same library, loaded once by
+//   the simulator): backdoor access to the memories, whole frames out of
+//   mac_tx and into mac_rx, and the error counts the harness checks.
+// Nothing here decides a frame's fate: the fabric stays in Python.
+
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <vector>
+
+namespace {
+
+constexpr int NICS = 2;
+
+struct Memory {
+    std::vector<uint8_t> bytes;
+    uint64_t errors = 0;       // accesses outside the memory, or a burst type other than INCR
+    uint64_t first_error = 0;  // the address of the first (for the message)
+};
+
+struct TxStream {  // a NIC's mac_tx: beats in, whole frames out to Python
+    std::vector<uint8_t> partial;
+    std::deque<std::vector<uint8_t>> frames;
+};
+
+struct RxStream {  // a NIC's mac_rx: whole frames in from Python, beats out
+    std::deque<std::vector<uint8_t>> frames;
+    size_t offset = 0;  // bytes of frames.front() already on the stream
+};
+
+Memory mem[NICS];
+TxStream tx[NICS];
+RxStream rx[NICS];
+
+bool in_range(const Memory& m, uint64_t addr, uint64_t n) {
+    return addr < m.bytes.size() && n <= m.bytes.size() - addr;
+}
+
+void mem_error(Memory& m, uint64_t addr) {
+    if (m.errors++ == 0) m.first_error = addr;
+}
+
+}  // namespace
+
+extern "C" {
+
+// ---- C API for Python (ctypes) ----------------------------------------------------------
+
+// Size (and clear) every memory and drop every queued frame: a fresh system.
+int mrc_sim_reset(uint64_t mem_bytes) {
+    for (int i = 0; i < NICS; i++) {
+        mem[i].bytes.assign(mem_bytes, 0);
+        mem[i].errors = mem[i].first_error = 0;
+        tx[i] = TxStream();
+        rx[i] = RxStream();
+    }
+    return NICS;
+}
+
+uint8_t* mrc_mem_ptr(int nic) { return mem[nic].bytes.data(); }
+uint64_t mrc_mem_errors(int nic) { return mem[nic].errors; }
+uint64_t mrc_mem_first_error(int nic) { return mem[nic].first_error; }
+
+// Length of the oldest whole frame NIC ``nic`` sent, or -1 if there is none.
+int mrc_tx_peek(int nic) { return tx[nic].frames.empty() ? -1 : (int)tx[nic].frames.front().size(); }
+
+// Copy the oldest frame into ``buf`` (mrc_tx_peek bytes) and drop it.
+int mrc_tx_pop(int nic, uint8_t* buf) {
+    if (tx[nic].frames.empty()) return -1;
+    auto& f = tx[nic].frames.front();
+    int n = (int)f.size();
+    std::memcpy(buf, f.data(), f.size());
+    tx[nic].frames.pop_front();
+    return n;
+}
+
+// Queue a frame for NIC ``nic``'s mac_rx; it goes on the stream after those before it.
+void mrc_rx_push(int nic, const uint8_t* buf, int len) {
+    rx[nic].frames.emplace_back(buf, buf + len);
+}
+
+int mrc_rx_queued(int nic) { return (int)rx[nic].frames.size(); }
+
+// ---- DPI-C, called from the Verilog -----------------------------------------------------
+
+// The aligned 64-bit word holding ``addr`` (little endian); 0 outside the memory.
+int64_t mrc_mem_read(int nic, int64_t addr) {
+    Memory& m = mem[nic];
+    uint64_t base = (uint64_t)addr & ~uint64_t(7);
+    if (!in_range(m, base, 8)) {
+        mem_error(m, (uint64_t)addr);
+        return 0;
+    }
+    uint64_t v;
+    std::memcpy(&v, &m.bytes[base], 8);
+    return (int64_t)v;
+}
+
+// Write the byte lanes of ``strb`` of the aligned word holding ``addr``.
+void mrc_mem_write(int nic, int64_t addr, int64_t data, int strb) {
+    Memory& m = mem[nic];
+    uint64_t base = (uint64_t)addr & ~uint64_t(7);
+    if (!in_range(m, base, 8)) {
+        mem_error(m, (uint64_t)addr);
+        return;
+    }
+    for (int b = 0; b < 8; b++)
+        if (strb >> b & 1) m.bytes[base + b] = (uint8_t)((uint64_t)data >> (8 * b));
+}
+
+// A burst the memory does not serve as asked (not INCR, or WLAST on the
+// wrong beat); the Verilog raises the NIC's mem_error port too.
+void mrc_mem_protocol_error(int nic, int64_t addr) { mem_error(mem[nic], (uint64_t)addr); }
+
+// The memory's error count, for the Verilog's sticky mem_error port.
+int mrc_mem_failed(int nic) { return mem[nic].errors != 0; }
+
+// One beat NIC ``nic`` put on mac_tx; ``last`` ends the frame.
+void mrc_tx_beat(int nic, int64_t data, int keep, int last) {
+    TxStream& s = tx[nic];
+    for (int b = 0; b < 8; b++)
+        if (keep >> b & 1) s.partial.push_back((uint8_t)((uint64_t)data >> (8 * b)));
+    if (last) {
+        s.frames.emplace_back(std::move(s.partial));
+        s.partial.clear();
+    }
+}
+
+// The next beat for NIC ``nic``'s mac_rx: returns 1 and fills ``data`` and
+// ``keep_last`` (tkeep in bits 7..0, tlast in bit 8), or 0 when no frame waits.
+int mrc_rx_beat(int nic, int64_t* data, int* keep_last) {
+    RxStream& s = rx[nic];
+    if (s.frames.empty()) return 0;
+    const auto& f = s.frames.front();
+    size_t n = f.size() - s.offset;
+    if (n > 8) n = 8;
+    uint64_t v = 0;
+    for (size_t b = 0; b < n; b++) v |= (uint64_t)f[s.offset + b] << (8 * b);
+    s.offset += n;
+    bool last = s.offset >= f.size();
+    *data = (int64_t)v;
+    *keep_last = (int)((1u << n) - 1) | (last ? 0x100 : 0);
+    if (last) {
+        s.frames.pop_front();
+        s.offset = 0;
+    }
+    return 1;
+}
+
+}  // extern "C"

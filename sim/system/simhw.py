@@ -1,0 +1,366 @@
+"""Simulation-only hardware for the fast two-NIC harness: per-cycle work in
+the Verilator model, per-transaction work in Python.
+
+``SimTwoNicTop`` is the two-NIC top (sim/system/top.py) inside a Verilog
+wrapper ``two_nic_sim`` that adds, per NIC i:
+
+- ``mrc_sim_axi_mem``: an AXI4 slave on ``n{i}_m_axi`` whose bytes live in C++
+  (sim/system/simhw.cpp, the shared library ``libmrcsimhw.so``). One write
+  burst and one read burst at a time, INCR bursts of any size up to the bus
+  width; one beat per cycle; a write burst's AW is taken when no burst or B
+  is pending, W beats from the next cycle, B in the cycle after the burst's
+  last beat; a read burst's first beat is on R in the cycle after its AR.
+  An access outside the memory, a burst that is not INCR, or WLAST on the
+  wrong beat is counted and raises ``n{i}_mem_error`` (sticky until reset),
+  which fails the test (``SimHw.watch``).
+- ``mrc_sim_mac_tx`` on ``n{i}_mac_tx``: TREADY high outside reset; the bytes
+  of each beat's TKEEP go to C++, and a frame is whole at TLAST, when the
+  port ``n{i}_tx_frames`` (a count) changes: Python wakes once per frame.
+- ``mrc_sim_mac_rx`` on ``n{i}_mac_rx``: frames Python queued go out back to
+  back, one beat per cycle while TREADY allows, TUSER 0.
+
+The AXI4-Lite CSR ports (``n{i}_s_axil``) and ``n{i}_irq`` are the top's own.
+
+Python side (``SimHw``, one per simulator process, reached with ctypes in
+the library the simulator loaded): ``ram(i)`` (``read``/``write`` backdoor,
+the interface of cocotbext-axi's ``AxiRam`` that ``HostMemory`` uses),
+``sink(i)`` (``await recv()`` -> a frame with ``tdata``) and ``source(i)``
+(``await send(frame)``), the interface of the cocotbext-axi stream sink and
+source the fabric (sim/system/fabric.py) takes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from sim.system.top import TwoNicTop
+
+__all__ = ["SimTwoNicTop", "SimHw", "library_path", "build_library", "SIM_TOPLEVEL"]
+
+HERE = Path(__file__).resolve().parent
+CPP = HERE / "simhw.cpp"
+SIM_TOPLEVEL = "two_nic_sim"
+LIB_NAME = "libmrcsimhw.so"
+
+
+def library_path() -> Path:
+    from sim.cocotb_runner import SIM_BUILD
+
+    return SIM_BUILD / "_simhw" / LIB_NAME
+
+
+def build_library() -> Path:
+    """Compile simhw.cpp into ``library_path()`` unless it is current (a
+    digest of the source beside it). The file is replaced by a rename, so a
+    simulator that has the old one loaded keeps it."""
+    path = library_path()
+    digest = hashlib.sha256(CPP.read_bytes()).hexdigest()
+    stamp = path.with_suffix(".digest")
+    if path.exists() and stamp.exists() and stamp.read_text() == digest:
+        return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{LIB_NAME}.{os.getpid()}")
+    cxx = os.environ.get("CXX", "g++")
+    subprocess.run([cxx, "-O2", "-std=c++17", "-shared", "-fPIC", "-o", str(tmp), str(CPP)],
+                   check=True)
+    os.replace(tmp, path)
+    stamp.write_text(digest)
+    return path
+
+
+# ---- Verilog ------------------------------------------------------------------------------
+
+_DPI = """\
+import "DPI-C" function longint mrc_mem_read(input int nic, input longint addr);
+import "DPI-C" function void mrc_mem_write(input int nic, input longint addr,
+                                           input longint data, input int strb);
+import "DPI-C" function void mrc_mem_protocol_error(input int nic, input longint addr);
+import "DPI-C" function int mrc_mem_failed(input int nic);
+import "DPI-C" function void mrc_tx_beat(input int nic, input longint data, input int keep,
+                                         input int last);
+import "DPI-C" function int mrc_rx_beat(input int nic, output longint data,
+                                        output int keep_last);
+"""
+
+_MEM = """\
+// Host memory of NIC ``NIC``: an AXI4 slave whose bytes are in simhw.cpp.
+module mrc_sim_axi_mem #(parameter int NIC = 0, parameter int IW = 1) (
+    input clk, input rst,
+    input [IW-1:0] awid, input [63:0] awaddr, input [7:0] awlen, input [2:0] awsize,
+    input [1:0] awburst, input awvalid, output awready,
+    input [63:0] wdata, input [7:0] wstrb, input wlast, input wvalid, output wready,
+    output reg [IW-1:0] bid, output [1:0] bresp, output reg bvalid, input bready,
+    input [IW-1:0] arid, input [63:0] araddr, input [7:0] arlen, input [2:0] arsize,
+    input [1:0] arburst, input arvalid, output arready,
+    output reg [IW-1:0] rid, output reg [63:0] rdata, output [1:0] rresp, output reg rlast,
+    output reg rvalid, input rready,
+    output reg mem_error);
+  function automatic [63:0] next_addr(input [63:0] a, input [2:0] size);
+    next_addr = (a & ~((64'd1 << size) - 64'd1)) + (64'd1 << size);
+  endfunction
+  reg w_active, r_active;
+  reg [63:0] w_addr, r_addr;
+  reg [2:0] w_size, r_size;
+  reg [7:0] w_left, r_left;
+  reg [IW-1:0] w_id;
+  assign awready = !w_active && !bvalid;
+  assign wready = w_active;
+  assign bresp = 2'b00;
+  assign arready = !r_active;
+  assign rresp = 2'b00;
+  always @(posedge clk) begin
+    if (rst) begin
+      w_active <= 1'b0; bvalid <= 1'b0; r_active <= 1'b0; rvalid <= 1'b0; mem_error <= 1'b0;
+    end else begin
+      if (awvalid && awready) begin
+        w_active <= 1'b1; w_addr <= awaddr; w_size <= awsize; w_left <= awlen; w_id <= awid;
+        if (awburst != 2'b01) mrc_mem_protocol_error(NIC, awaddr);
+      end
+      if (wvalid && wready) begin
+        mrc_mem_write(NIC, w_addr, wdata, {24'd0, wstrb});
+        if (wlast != (w_left == 8'd0)) mrc_mem_protocol_error(NIC, w_addr);
+        w_addr <= next_addr(w_addr, w_size);
+        w_left <= w_left - 8'd1;
+        if (w_left == 8'd0) begin
+          w_active <= 1'b0; bvalid <= 1'b1; bid <= w_id;
+        end
+      end
+      if (bvalid && bready) bvalid <= 1'b0;
+      if (arvalid && arready) begin
+        if (arburst != 2'b01) mrc_mem_protocol_error(NIC, araddr);
+        r_active <= 1'b1; rid <= arid; r_size <= arsize; r_left <= arlen;
+        r_addr <= next_addr(araddr, arsize);
+        rdata <= mrc_mem_read(NIC, araddr); rvalid <= 1'b1; rlast <= arlen == 8'd0;
+      end else if (rvalid && rready) begin
+        if (rlast) begin
+          r_active <= 1'b0; rvalid <= 1'b0;
+        end else begin
+          rdata <= mrc_mem_read(NIC, r_addr); r_addr <= next_addr(r_addr, r_size);
+          r_left <= r_left - 8'd1; rlast <= r_left == 8'd1;
+        end
+      end
+      if (mrc_mem_failed(NIC) != 0) mem_error <= 1'b1;
+    end
+  end
+endmodule
+
+// NIC ``NIC``'s mac_tx into simhw.cpp; ``frames`` counts the frames taken.
+module mrc_sim_mac_tx #(parameter int NIC = 0) (
+    input clk, input rst, input [63:0] tdata, input [7:0] tkeep, input tlast, input tvalid,
+    output tready, output reg [31:0] frames);
+  assign tready = !rst;
+  always @(posedge clk) begin
+    if (rst) frames <= 32'd0;
+    else if (tvalid) begin
+      mrc_tx_beat(NIC, tdata, {24'd0, tkeep}, {31'd0, tlast});
+      if (tlast) frames <= frames + 32'd1;
+    end
+  end
+endmodule
+
+// NIC ``NIC``'s mac_rx: the frames queued in simhw.cpp, back to back.
+module mrc_sim_mac_rx #(parameter int NIC = 0) (
+    input clk, input rst, output reg [63:0] tdata, output reg [7:0] tkeep, output reg tlast,
+    output tuser, output reg tvalid, input tready);
+  assign tuser = 1'b0;
+  always @(posedge clk) begin : beat
+    longint data;
+    int keep_last;
+    if (rst) tvalid <= 1'b0;
+    else if (!tvalid || tready) begin
+      if (mrc_rx_beat(NIC, data, keep_last) != 0) begin
+        tvalid <= 1'b1; tdata <= data; tkeep <= keep_last[7:0]; tlast <= keep_last[8];
+      end else tvalid <= 1'b0;
+    end
+  end
+endmodule
+"""
+
+_MEM_PORTS = ("awid awaddr awlen awsize awburst awvalid awready wdata wstrb wlast wvalid wready "
+              "bid bresp bvalid bready arid araddr arlen arsize arburst arvalid arready rid rdata "
+              "rresp rlast rvalid rready").split()
+_STREAM_PORTS = ("tdata", "tkeep", "tlast", "tvalid", "tready")
+
+
+def wrapper_verilog(top: TwoNicTop, toplevel: str = SIM_TOPLEVEL, core: str = "two_nic") -> str:
+    """The Verilog of the wrapper module ``toplevel`` around ``core`` (the
+    two-NIC top's module) and of the simulation-only modules it uses."""
+    if top.data_width != 64:
+        raise ValueError(f"the simulation memory and MAC streams are 64 bits wide; the NICs' "
+                         f"data_width is {top.data_width}")
+    ports = [(("__".join(map(str, path))), member.flow.name, len(value))
+             for path, member, value in top.signature.flatten(top)]
+    width = {name: w for name, _, w in ports}
+    io = ["input clk", "input rst"]
+    body, conns = [], [".clk(clk)", ".rst(rst)"]
+    for name, flow, w in ports:
+        rng = f"[{w - 1}:0] " if w > 1 else ""
+        if "_s_axil__" in name or name.endswith("_irq"):
+            io.append(f"{'input' if flow == 'In' else 'output'} {rng}{name}")
+        else:
+            body.append(f"  wire {rng}{name};")
+        conns.append(f".{name}({name})")
+    for i in range(2):
+        io += [f"output [31:0] n{i}_tx_frames", f"output n{i}_mem_error"]
+    body.append(f"  {core} core ({', '.join(conns)});")
+    for i in range(2):
+        p = f"n{i}_m_axi__"
+        mem = ", ".join(f".{s}({p}{s})" for s in _MEM_PORTS)
+        body.append(f"  mrc_sim_axi_mem #(.NIC({i}), .IW({width[p + 'awid']})) mem{i} "
+                    f"(.clk(clk), .rst(rst), {mem}, .mem_error(n{i}_mem_error));")
+        tx = ", ".join(f".{s}(n{i}_mac_tx__{s})" for s in _STREAM_PORTS)
+        body.append(f"  mrc_sim_mac_tx #(.NIC({i})) tx{i} (.clk(clk), .rst(rst), {tx}, "
+                    f".frames(n{i}_tx_frames));")
+        rx = ", ".join(f".{s}(n{i}_mac_rx__{s})" for s in (*_STREAM_PORTS, "tuser"))
+        body.append(f"  mrc_sim_mac_rx #(.NIC({i})) rx{i} (.clk(clk), .rst(rst), {rx});")
+    head = f"module {toplevel} (\n    " + ",\n    ".join(io) + ");\n"
+    return _DPI + "\n" + _MEM + "\n" + head + "\n".join(body) + "\nendmodule\n"
+
+
+class SimTwoNicTop(TwoNicTop):
+    """The two-NIC top inside ``two_nic_sim`` (host memories and MAC streams
+    in the simulator, see the module docstring). For ``run_cocotb``."""
+
+    def build_key(self) -> str:
+        from sim.cocotb_runner import source_digest
+
+        return source_digest(Path(__file__), extra=(super().build_key(),))
+
+    def prepare_build(self) -> list[str]:
+        """Build the C++ library (if needed); Verilator's arguments to link it."""
+        lib = build_library()
+        return ["-LDFLAGS", f"{lib} -Wl,-rpath,{lib.parent}"]
+
+    def verilog_text(self, toplevel: str = SIM_TOPLEVEL) -> str:
+        return super().verilog_text("two_nic") + "\n" + wrapper_verilog(self, toplevel)
+
+
+# ---- Python side --------------------------------------------------------------------------
+
+def _load() -> ctypes.CDLL:
+    """The library the simulator loaded (the same copy: dlopen of the path it
+    was loaded from returns it)."""
+    loaded = None
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                if line.rstrip().endswith(LIB_NAME):
+                    loaded = line.split(None, 5)[5].strip()
+                    break
+    except OSError:
+        pass
+    lib = ctypes.CDLL(loaded or str(library_path()))
+    u8p, u64 = ctypes.POINTER(ctypes.c_uint8), ctypes.c_uint64
+    lib.mrc_sim_reset.argtypes, lib.mrc_sim_reset.restype = [u64], ctypes.c_int
+    lib.mrc_mem_ptr.argtypes, lib.mrc_mem_ptr.restype = [ctypes.c_int], ctypes.c_void_p
+    for name in ("mrc_mem_errors", "mrc_mem_first_error"):
+        getattr(lib, name).argtypes, getattr(lib, name).restype = [ctypes.c_int], u64
+    lib.mrc_tx_peek.argtypes, lib.mrc_tx_peek.restype = [ctypes.c_int], ctypes.c_int
+    lib.mrc_tx_pop.argtypes, lib.mrc_tx_pop.restype = [ctypes.c_int, u8p], ctypes.c_int
+    lib.mrc_rx_push.argtypes, lib.mrc_rx_push.restype = [ctypes.c_int, ctypes.c_char_p,
+                                                          ctypes.c_int], None
+    lib.mrc_rx_queued.argtypes, lib.mrc_rx_queued.restype = [ctypes.c_int], ctypes.c_int
+    return lib
+
+
+class HostRam:
+    """NIC ``nic``'s host memory, backdoor: ``read(addr, n)``, ``write(addr, data)``."""
+
+    def __init__(self, lib, nic: int, size: int):
+        self.lib, self.nic, self.size = lib, nic, size
+        self.base = lib.mrc_mem_ptr(nic)
+
+    def _check(self, addr: int, n: int) -> None:
+        if addr < 0 or n < 0 or addr + n > self.size:
+            raise ValueError(f"host memory of NIC {self.nic}: [0x{addr:x}, +{n}) is outside "
+                             f"its {self.size} bytes")
+
+    def read(self, addr: int, n: int) -> bytes:
+        self._check(addr, n)
+        return ctypes.string_at(self.base + addr, n)
+
+    def write(self, addr: int, data) -> None:
+        data = bytes(data)
+        self._check(addr, len(data))
+        ctypes.memmove(self.base + addr, data, len(data))
+
+    def errors(self) -> tuple[int, int]:
+        """(count, first address) of the NIC's bad DMA accesses."""
+        return self.lib.mrc_mem_errors(self.nic), self.lib.mrc_mem_first_error(self.nic)
+
+
+@dataclass
+class Frame:
+    """A frame as the stream sink returns it (cocotbext-axi's has ``tdata`` too)."""
+
+    tdata: bytes
+
+
+class FrameSink:
+    """NIC ``nic``'s mac_tx, a frame at a time: ``await recv()``."""
+
+    def __init__(self, lib, nic: int, count_signal):
+        self.lib, self.nic, self.count = lib, nic, count_signal
+
+    async def recv(self) -> Frame:
+        from cocotb.triggers import ValueChange
+
+        while (n := self.lib.mrc_tx_peek(self.nic)) < 0:
+            await ValueChange(self.count)
+        buf = (ctypes.c_uint8 * max(n, 1))()
+        self.lib.mrc_tx_pop(self.nic, buf)
+        return Frame(bytes(buf[:n]))
+
+
+class FrameSource:
+    """NIC ``nic``'s mac_rx: ``await send(frame)`` queues the frame's ``tdata``."""
+
+    def __init__(self, lib, nic: int):
+        self.lib, self.nic = lib, nic
+
+    async def send(self, frame) -> None:
+        data = bytes(frame.tdata)
+        self.lib.mrc_rx_push(self.nic, data, len(data))
+
+    def queued(self) -> int:
+        return self.lib.mrc_rx_queued(self.nic)
+
+
+class SimHw:
+    """The simulation-only hardware of a ``two_nic_sim`` dut, from Python.
+    Making one clears both memories and every queued frame."""
+
+    def __init__(self, dut, ram_size: int):
+        self.dut = dut
+        self.lib = _load()
+        self.lib.mrc_sim_reset(ram_size)
+        self.rams = [HostRam(self.lib, i, ram_size) for i in range(2)]
+
+    @staticmethod
+    def present(dut) -> bool:
+        """Whether ``dut`` is a ``two_nic_sim`` (else the bare two-NIC top)."""
+        return hasattr(dut, "n0_tx_frames")
+
+    def ram(self, i: int) -> HostRam:
+        return self.rams[i]
+
+    def sink(self, i: int) -> FrameSink:
+        return FrameSink(self.lib, i, getattr(self.dut, f"n{i}_tx_frames"))
+
+    def source(self, i: int) -> FrameSource:
+        return FrameSource(self.lib, i)
+
+    async def watch(self, i: int) -> None:
+        """Raise (failing the test) when NIC i's memory reports a bad access."""
+        from cocotb.triggers import RisingEdge
+
+        await RisingEdge(getattr(self.dut, f"n{i}_mem_error"))
+        count, first = self.rams[i].errors()
+        raise AssertionError(f"NIC {i}'s DMA made {count} bad host-memory access(es) (outside "
+                             f"the {self.rams[i].size} bytes, not an INCR burst, or WLAST on "
+                             f"the wrong beat); the first at 0x{first:x}")
