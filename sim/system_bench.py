@@ -6,7 +6,8 @@ blackhole window with random loss, without the demo's random CE marks and
 trims) the driver-level script ``sim.system.demo.run_scenario`` (fabric
 setup, driver bring-up, the ring workload, byte-exact checks) runs
 
-- on the RTL: two NicCores under Verilator, the cocotb fabric, the host
+- on the RTL: two NicCores under Verilator with their host memories and MAC
+  streams in the simulator (sim/system/simhw.py), the cocotb fabric, the host
   driver on CocotbTransport (``sim.system.demo.simulate``, the demo's build,
   with its ports-only waveform);
 - on the golden model: ``sim.system.model_harness.ModelSystem``, the same
@@ -128,7 +129,8 @@ def render(rows, speed, notes, wall) -> str:
         f"{cfg.mtu}, and sends its next round once its receive CQ holds the peer's; 8 paths "
         f"of {cfg.delay_ns:g} ns; both directions at once. The same driver-level script "
         "(`sim.system.demo.run_scenario`) runs on both backends. RTL: two NicCores under "
-        "Verilator, the cocotb fabric, the host driver on CocotbTransport; line rate 64 bit "
+        "Verilator (host memories and MAC streams in the simulator, sim/system/simhw.py), "
+        "the cocotb fabric, the host driver on CocotbTransport; line rate 64 bit "
         "x 125 MHz = 8 Gb/s per port. Model: `sim.system.model_harness.ModelSystem`, the "
         "host driver on a ModelTransport over the golden model, links at 8 Gb/s, the NIC "
         "clock at the RTL's real 125 MHz (so ACK delay, probe period and polling, given "
@@ -160,8 +162,10 @@ def render(rows, speed, notes, wall) -> str:
             f"{_fmt(r['rtl_bad'], 1e-3, 1)} / {_fmt(r['model_bad'], 1e-3, 1)} |")
     lines += [
         "",
-        "Simulation speed (Verilator + cocotb, with the Python fabric, AXI models and "
-        "host driver, and the demo's waveform of the NICs' ports; "
+        "Simulation speed (Verilator + cocotb: the host memories and MAC streams in the "
+        "simulator, `sim/system/simhw.py`; the Python fabric and host driver; the demo's "
+        "waveform of the NICs' ports; the old harness against the new one: the section "
+        "Simulation speed (two NICs); "
         f"{platform.machine()}, one process on a 2-core machine shared with other jobs):",
         "",
         "| scenario | simulated cycles | wall s | cycles per second |",

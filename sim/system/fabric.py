@@ -37,6 +37,11 @@ as a ``CapturedFrame`` (send time, direction, path, EV, fate
 ``delivered|dropped|trimmed``, reason, CE mark, the bytes sent and the bytes
 delivered, arrival time); ``counters()``: per direction and path.
 
+A source with ``send_at(data, arrival_ns)`` (sim/system/simhw.py's, which
+streams the frame from that simulated time on) is handed each frame with its
+arrival time at once; any other source gets it from a task that waits until
+the arrival time and then calls ``send``.
+
 ``Direction.forward(frame, now_ns)`` is the whole per-frame decision in pure
 Python (no simulator): tests call it directly. All random draws come from
 one ``random.Random`` per direction, so a run is reproducible.
@@ -403,7 +408,11 @@ class Fabric(PathSelection):
             now = get_sim_time(unit="ns")
             verdict = d.forward(data, now)
             self.record(index, now, data, verdict)
-            if verdict.fate != DROPPED:
+            if verdict.fate == DROPPED:
+                continue
+            if hasattr(source, "send_at"):  # the simulator delivers it at its time
+                source.send_at(verdict.frame, verdict.arrival_ns)
+            else:
                 _start_soon(self._deliver(source, verdict.frame, verdict.arrival_ns - now))
 
     @staticmethod

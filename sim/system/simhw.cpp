@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <cstring>
 #include <deque>
+#include <functional>
+#include <queue>
 #include <vector>
 
 namespace {
@@ -30,8 +32,16 @@ struct TxStream {  // a NIC's mac_tx: beats in, whole frames out to Python
     std::deque<std::vector<uint8_t>> frames;
 };
 
+struct Pending {  // a frame on its way: due at ``at`` ns, ties in the order queued
+    uint64_t at, seq;
+    std::vector<uint8_t> bytes;
+    bool operator>(const Pending& o) const { return at != o.at ? at > o.at : seq > o.seq; }
+};
+
 struct RxStream {  // a NIC's mac_rx: whole frames in from Python, beats out
-    std::deque<std::vector<uint8_t>> frames;
+    std::priority_queue<Pending, std::vector<Pending>, std::greater<Pending>> pending;
+    uint64_t seq = 0;
+    std::deque<std::vector<uint8_t>> frames;  // due: on the stream in this order
     size_t offset = 0;  // bytes of frames.front() already on the stream
 };
 
@@ -81,12 +91,15 @@ int mrc_tx_pop(int nic, uint8_t* buf) {
     return n;
 }
 
-// Queue a frame for NIC ``nic``'s mac_rx; it goes on the stream after those before it.
-void mrc_rx_push(int nic, const uint8_t* buf, int len) {
-    rx[nic].frames.emplace_back(buf, buf + len);
+// Queue a frame for NIC ``nic``'s mac_rx, due at simulated time ``at_ns``: it
+// goes on the stream at the first clock edge at or after then, behind the
+// frames due before it (and those due at the same time but queued before it).
+void mrc_rx_push(int nic, const uint8_t* buf, int len, uint64_t at_ns) {
+    RxStream& s = rx[nic];
+    s.pending.push(Pending{at_ns, s.seq++, std::vector<uint8_t>(buf, buf + len)});
 }
 
-int mrc_rx_queued(int nic) { return (int)rx[nic].frames.size(); }
+int mrc_rx_queued(int nic) { return (int)(rx[nic].frames.size() + rx[nic].pending.size()); }
 
 // ---- DPI-C, called from the Verilog -----------------------------------------------------
 
@@ -133,10 +146,15 @@ void mrc_tx_beat(int nic, int64_t data, int keep, int last) {
     }
 }
 
-// The next beat for NIC ``nic``'s mac_rx: returns 1 and fills ``data`` and
-// ``keep_last`` (tkeep in bits 7..0, tlast in bit 8), or 0 when no frame waits.
-int mrc_rx_beat(int nic, int64_t* data, int* keep_last) {
+// The next beat for NIC ``nic``'s mac_rx at simulated time ``now_ns``: returns
+// 1 and fills ``data`` and ``keep_last`` (tkeep in bits 7..0, tlast in bit 8),
+// or 0 when no frame is due.
+int mrc_rx_beat(int nic, int64_t now_ns, int64_t* data, int* keep_last) {
     RxStream& s = rx[nic];
+    while (!s.pending.empty() && s.pending.top().at <= (uint64_t)now_ns) {
+        s.frames.push_back(std::move(const_cast<Pending&>(s.pending.top()).bytes));
+        s.pending.pop();
+    }
     if (s.frames.empty()) return 0;
     const auto& f = s.frames.front();
     size_t n = f.size() - s.offset;

@@ -16,8 +16,11 @@ wrapper ``two_nic_sim`` that adds, per NIC i:
 - ``mrc_sim_mac_tx`` on ``n{i}_mac_tx``: TREADY high outside reset; the bytes
   of each beat's TKEEP go to C++, and a frame is whole at TLAST, when the
   port ``n{i}_tx_frames`` (a count) changes: Python wakes once per frame.
-- ``mrc_sim_mac_rx`` on ``n{i}_mac_rx``: frames Python queued go out back to
-  back, one beat per cycle while TREADY allows, TUSER 0.
+- ``mrc_sim_mac_rx`` on ``n{i}_mac_rx``: frames Python queued, each with the
+  simulated time it is due (the fabric's arrival time), go out in the order
+  they fall due, from the first clock edge at or after it, back to back, one
+  beat per cycle while TREADY allows, TUSER 0. Python is not woken to
+  deliver a frame.
 
 The AXI4-Lite CSR ports (``n{i}_s_axil``) and ``n{i}_irq`` are the top's own.
 
@@ -25,14 +28,16 @@ Python side (``SimHw``, one per simulator process, reached with ctypes in
 the library the simulator loaded): ``ram(i)`` (``read``/``write`` backdoor,
 the interface of cocotbext-axi's ``AxiRam`` that ``HostMemory`` uses),
 ``sink(i)`` (``await recv()`` -> a frame with ``tdata``) and ``source(i)``
-(``await send(frame)``), the interface of the cocotbext-axi stream sink and
-source the fabric (sim/system/fabric.py) takes.
+(``await send(frame)`` now, or ``send_at(data, arrival_ns)``), the interface
+of the cocotbext-axi stream sink and source the fabric (sim/system/fabric.py)
+takes.
 """
 
 from __future__ import annotations
 
 import ctypes
 import hashlib
+import math
 import os
 import subprocess
 from dataclasses import dataclass
@@ -83,8 +88,8 @@ import "DPI-C" function void mrc_mem_protocol_error(input int nic, input longint
 import "DPI-C" function int mrc_mem_failed(input int nic);
 import "DPI-C" function void mrc_tx_beat(input int nic, input longint data, input int keep,
                                          input int last);
-import "DPI-C" function int mrc_rx_beat(input int nic, output longint data,
-                                        output int keep_last);
+import "DPI-C" function int mrc_rx_beat(input int nic, input longint now_ns,
+                                        output longint data, output int keep_last);
 """
 
 _MEM = """\
@@ -163,7 +168,8 @@ module mrc_sim_mac_tx #(parameter int NIC = 0) (
   end
 endmodule
 
-// NIC ``NIC``'s mac_rx: the frames queued in simhw.cpp, back to back.
+// NIC ``NIC``'s mac_rx: the frames queued in simhw.cpp, back to back once due
+// ($time in ns: run_cocotb's timescale is 1ns/1ps).
 module mrc_sim_mac_rx #(parameter int NIC = 0) (
     input clk, input rst, output reg [63:0] tdata, output reg [7:0] tkeep, output reg tlast,
     output tuser, output reg tvalid, input tready);
@@ -173,7 +179,7 @@ module mrc_sim_mac_rx #(parameter int NIC = 0) (
     int keep_last;
     if (rst) tvalid <= 1'b0;
     else if (!tvalid || tready) begin
-      if (mrc_rx_beat(NIC, data, keep_last) != 0) begin
+      if (mrc_rx_beat(NIC, $time, data, keep_last) != 0) begin
         tvalid <= 1'b1; tdata <= data; tkeep <= keep_last[7:0]; tlast <= keep_last[8];
       end else tvalid <= 1'b0;
     end
@@ -262,8 +268,8 @@ def _load() -> ctypes.CDLL:
         getattr(lib, name).argtypes, getattr(lib, name).restype = [ctypes.c_int], u64
     lib.mrc_tx_peek.argtypes, lib.mrc_tx_peek.restype = [ctypes.c_int], ctypes.c_int
     lib.mrc_tx_pop.argtypes, lib.mrc_tx_pop.restype = [ctypes.c_int, u8p], ctypes.c_int
-    lib.mrc_rx_push.argtypes, lib.mrc_rx_push.restype = [ctypes.c_int, ctypes.c_char_p,
-                                                          ctypes.c_int], None
+    lib.mrc_rx_push.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, u64]
+    lib.mrc_rx_push.restype = None
     lib.mrc_rx_queued.argtypes, lib.mrc_rx_queued.restype = [ctypes.c_int], ctypes.c_int
     return lib
 
@@ -318,14 +324,21 @@ class FrameSink:
 
 
 class FrameSource:
-    """NIC ``nic``'s mac_rx: ``await send(frame)`` queues the frame's ``tdata``."""
+    """NIC ``nic``'s mac_rx: ``await send(frame)`` queues the frame's ``tdata``
+    now; ``send_at(data, arrival_ns)`` queues bytes due at a later simulated
+    time (ns, rounded up), without waking Python then."""
 
     def __init__(self, lib, nic: int):
         self.lib, self.nic = lib, nic
 
     async def send(self, frame) -> None:
-        data = bytes(frame.tdata)
-        self.lib.mrc_rx_push(self.nic, data, len(data))
+        from cocotb.utils import get_sim_time
+
+        self.send_at(frame.tdata, get_sim_time(unit="ns"))
+
+    def send_at(self, data, arrival_ns: float) -> None:
+        data = bytes(data)
+        self.lib.mrc_rx_push(self.nic, data, len(data), math.ceil(arrival_ns))
 
     def queued(self) -> int:
         return self.lib.mrc_rx_queued(self.nic)
