@@ -609,7 +609,7 @@ def test_scenario_small_on_rtl(tmp_path):
     from sim.system.workload import fault_events
 
     cfg = load("small")
-    rtl = demo.simulate(tmp_path / "rtl", cfg, waves=False, name="system_two_nic",
+    rtl = demo.simulate(tmp_path / "rtl", cfg, waves=False, name="system_two_nic_sim",
                         tag="scenario")
     for raw in (rtl, model_raw(cfg)):
         s = demo.analyse(raw)
