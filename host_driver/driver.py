@@ -40,6 +40,12 @@ from hw.nic.csr import (
     device_info_register_map,
     host_view,
 )
+from hw.reliability.cc_defaults import (
+    DEFAULT_BASE_RTT_NS,
+    line_rate_bps,
+    start_cwnd_packets,
+    target_rtt_units,
+)
 from hw.reliability.registers import TYPE_ID as REL_TYPE_ID
 from hw.reliability.registers import VERSION as REL_VERSION
 from hw.reliability.registers import register_map as rel_register_map
@@ -676,6 +682,31 @@ class Device:
                 break
             events.append(EvEvent(head["qpn"], ev["ev_index"], ev["old"], ev["new"], ev["drops"]))
         return events
+
+    def congestion_defaults(self, *, base_rtt_ns: float = DEFAULT_BASE_RTT_NS,
+                            link_gbps: float | None = None) -> dict[str, int]:
+        """NSCC's ``target_rtt`` and ``cwnd_init`` for a fabric whose unloaded RTT is
+        ``base_rtt_ns`` and whose line rate is ``link_gbps`` (default: the NIC's data
+        path, ``data_width`` bits per cycle): the target at 1.75 x the base RTT, the
+        start window at 1.5 x BDP in ``max_mtu`` packets (hw/reliability/cc_defaults.py).
+        With the defaults they are the NIC's reset values."""
+        p = self.params
+        if link_gbps is not None and not link_gbps > 0:
+            raise ValueError(f"link_gbps must be > 0, not {link_gbps!r}")
+        rate = line_rate_bps(p["data_width"], p["clk_freq_hz"]) if link_gbps is None \
+            else link_gbps * 1e9
+        return {"target_rtt": target_rtt_units(base_rtt_ns, p["clk_freq_hz"]),
+                "cwnd_init": start_cwnd_packets(base_rtt_ns, rate, p["max_mtu"],
+                                                p["window"])}
+
+    async def set_congestion(self, *, base_rtt_ns: float = DEFAULT_BASE_RTT_NS,
+                             link_gbps: float | None = None) -> dict[str, int]:
+        """Write ``congestion_defaults(...)`` for QPs brought to RTS from now on (the
+        start window) and for every ECN echo (the target); returns what it wrote."""
+        values = self.congestion_defaults(base_rtt_ns=base_rtt_ns, link_gbps=link_gbps)
+        for name, value in values.items():
+            await self.rel.write(name, value)
+        return values
 
     async def set_probe_period(self, cycles: int):
         """Probe every ASSUMED_BAD EV once per ``cycles`` (0 = no probes)."""

@@ -40,6 +40,12 @@ import heapq
 from host_driver.transport import HostMemory
 from hw.nic.core import BLOCK_ORDER, check_nic_params
 from hw.nic.csr import device_info_register_map, header_word, host_view
+from hw.reliability.cc_defaults import (
+    DEFAULT_BASE_RTT_NS,
+    line_rate_bps,
+    start_cwnd_packets,
+    target_rtt_units,
+)
 from hw.reliability.completion import CQE_BYTES, WQE_USED_BYTES
 from hw.reliability.layouts import CqeStatus
 from hw.reliability.registers import register_map as rel_register_map
@@ -444,7 +450,6 @@ class ModelNic:
         ("reliability", "ev_loss_threshold"): 2, ("reliability", "cwnd_min"): 1,
         ("reliability", "cwnd_ai"): 256, ("reliability", "cwnd_ai_fast"): 1024,
         ("reliability", "cwnd_md_shift"): 1, ("reliability", "cwnd_trim_dec"): 1,
-        ("reliability", "target_rtt"): 0xFFFF,
     }
 
     def __init__(self, params: dict, fabric: ModelFabric, *, build_id: int = 0,
@@ -487,8 +492,14 @@ class ModelNic:
         self.store: dict[tuple[str, int], int] = {}
         for (block, reg), value in self.RESET_VALUES.items():
             self.store[(block, self.maps[block][reg].addr())] = value
-        for reg in ("cwnd_max", "cwnd_init"):
-            self.store[("reliability", self.maps["reliability"][reg].addr())] = params["window"]
+        # the window's bounds, NSCC's start window and target (hw/reliability/cc_defaults.py)
+        rel_map = self.maps["reliability"]
+        self.store[("reliability", rel_map["cwnd_max"].addr())] = params["window"]
+        self.store[("reliability", rel_map["cwnd_init"].addr())] = start_cwnd_packets(
+            DEFAULT_BASE_RTT_NS, line_rate_bps(params["data_width"], params["clk_freq_hz"]),
+            params["max_mtu"], params["window"])
+        self.store[("reliability", rel_map["target_rtt"].addr())] = target_rtt_units(
+            DEFAULT_BASE_RTT_NS, params["clk_freq_hz"])
         self.mem = HostMemory(_Ram(mem_size), mem_size)
         self.host = fabric.attach(self)
         self.core = _HwNicCore(self, self.host, fabric.engine, fabric.paths)

@@ -361,7 +361,8 @@ class NicCore(wiring.Component):
         self.reliability = ReliabilityEngine(num_qps=num_qps, evs_per_qp=evs_per_qp,
                                              sack_bits=sack_bits, clk_freq_hz=clk_freq_hz,
                                              data_width=data_width, csr_addr_width=bb,
-                                             window=window, addr_width=addr_width)
+                                             window=window, addr_width=addr_width,
+                                             max_mtu=max_mtu)
         self.device_info = DeviceInfo(self.device_params(), addr_width=bb,
                                       read_latency=DEVICE_INFO_READ_LATENCY)
         super().__init__({

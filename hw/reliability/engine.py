@@ -24,6 +24,12 @@ from hw.pipeline import AXIStreamRegister, saturating_increment
 from hw.rx.parser import ParsedHeader
 from hw.stream import AXIStreamSignature, check_data_width
 
+from .cc_defaults import (
+    DEFAULT_BASE_RTT_NS,
+    line_rate_bps,
+    start_cwnd_packets,
+    target_rtt_units,
+)
 from .completion import CompletionWriter, DmaConfig
 from .core import Command, GlobalParams, RelConfig, ReliabilityCore
 from .layouts import (
@@ -74,6 +80,10 @@ class ReliabilityEngine(wiring.Component):
     addr_width : bits of the host DMA addresses, 32..64 (default 64): ``sq_base_*`` and
         ``cq_base_*`` keep that many bits (the upper bits of the ``_hi`` words read 0),
         and the WQE and CQE addresses wrap within them.
+    max_mtu : the largest payload (256..4096); with ``data_width`` x ``clk_freq_hz`` as
+        the line rate it sets the reset values of ``cwnd_init`` and ``target_rtt``:
+        NSCC's starting window and target at the default base RTT
+        (hw/reliability/cc_defaults.py).
 
     Interface
     ---------
@@ -124,7 +134,7 @@ class ReliabilityEngine(wiring.Component):
     CSR_READ_LATENCY = 2
 
     def __init__(self, num_qps=16, evs_per_qp=16, sack_bits=64, clk_freq_hz=125_000_000,
-                 data_width=64, csr_addr_width=16, window=64, addr_width=64):
+                 data_width=64, csr_addr_width=16, window=64, addr_width=64, max_mtu=4096):
         if not isinstance(num_qps, int) or not 2 <= num_qps <= 256:
             raise ValueError(f"num_qps must be an integer in 2..256, not {num_qps!r}")
         if (not isinstance(evs_per_qp, int) or evs_per_qp & (evs_per_qp - 1)
@@ -135,6 +145,8 @@ class ReliabilityEngine(wiring.Component):
             raise ValueError(f"clk_freq_hz must be an integer in 1 MHz..1 GHz, not {clk_freq_hz!r}")
         check_data_width(data_width)
         check_dma_addr_width(addr_width)
+        if max_mtu not in (256, 512, 1024, 2048, 4096):
+            raise ValueError(f"max_mtu must be a power of two in 256..4096, not {max_mtu!r}")
         if not isinstance(window, int) or window & (window - 1) or not 2 <= window <= 256:
             raise ValueError(f"window must be a power of two in 2..256, not {window!r}")
         need = EV_BASE + 4 * num_qps * evs_per_qp
@@ -147,6 +159,10 @@ class ReliabilityEngine(wiring.Component):
         self.clk_freq_hz, self.data_width = clk_freq_hz, data_width
         self.csr_addr_width, self.window = csr_addr_width, window
         self.addr_width = addr_width
+        # NSCC's defaults at the default base RTT (hw/reliability/cc_defaults.py)
+        self.target_rtt_reset = target_rtt_units(DEFAULT_BASE_RTT_NS, clk_freq_hz)
+        self.cwnd_init_reset = start_cwnd_packets(
+            DEFAULT_BASE_RTT_NS, line_rate_bps(data_width, clk_freq_hz), max_mtu, window)
         self.timeout_unit = timeout_unit_cycles(clk_freq_hz)
         self.ns_per_cycle = round(1e9 / clk_freq_hz)
         self.registers = register_map(num_qps, evs_per_qp, window)
@@ -205,8 +221,8 @@ class ReliabilityEngine(wiring.Component):
         probe_period = Signal(32)
         params = Signal(GlobalParams, init={
             "ev_loss_threshold": 2, "cwnd_min": 1, "cwnd_max": self.window,
-            "cwnd_init": self.window, "cwnd_ai": 256, "cwnd_ai_fast": 1024,
-            "cwnd_md_shift": 1, "cwnd_trim_dec": 1, "target_rtt": 0xFFFF})
+            "cwnd_init": self.cwnd_init_reset, "cwnd_ai": 256, "cwnd_ai_fast": 1024,
+            "cwnd_md_shift": 1, "cwnd_trim_dec": 1, "target_rtt": self.target_rtt_reset})
         m.d.comb += [core.params.eq(params), probes.own_mac.eq(own_mac),
                      probes.own_ip.eq(own_ip)]
 

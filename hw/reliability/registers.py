@@ -141,7 +141,9 @@ def register_map(num_qps: int = 16, evs_per_qp: int = 16, window: int = 64) -> R
           "(1..15; 0 = never)")
     r.add("cwnd_min", _G["cwnd_min"], "RW", "smallest window in packets (>= 1)")
     r.add("cwnd_max", _G["cwnd_max"], "RW", "largest window in packets (capped at `window`)")
-    r.add("cwnd_init", _G["cwnd_init"], "RW", "window of a QP entering RTS, in packets")
+    r.add("cwnd_init", _G["cwnd_init"], "RW",
+          "window of a QP entering RTS, in packets; reset: NSCC's start, 1.5 x BDP at the "
+          "default base RTT (docs/reliability.md)")
     r.add("cwnd_ai", _G["cwnd_ai"], "RW",
           "fair increase: 1/256 packets added per packet acknowledged, per packet of window "
           "(256 = +1 packet per window), when the RTT is at or above target_rtt")
@@ -152,7 +154,7 @@ def register_map(num_qps: int = 16, evs_per_qp: int = 16, window: int = 64) -> R
     r.add("cwnd_trim_dec", _G["cwnd_trim_dec"], "RW", "packets removed per NAK TRIMMED")
     r.add("target_rtt", _G["target_rtt"], "RW",
           "RTT target in units of 16 cycles; an ECN echo with an RTT at or above it "
-          "decreases the window, below it holds it")
+          "decreases the window, below it holds it; reset: 1.75 x the default base RTT")
     r.add("irq_status", _G["irq_status"], "RC", "interrupt causes; reading clears [1]",
           fields=[("event", 0, 1, "EV event queue not empty"),
                   ("completion", 1, 1, "a send CQE was written since the last read")])

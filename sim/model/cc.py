@@ -32,18 +32,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hw.reliability.cc_defaults import DEFAULT_BASE_RTT_NS, START_CWND_BDP, TARGET_DELAY_FRACTION
+
 
 @dataclass
 class NsccParams:
-    base_rtt_ns: float = 5000.0
-    target_delay_ns: float = 0.0  # 0: 0.75 * base_rtt
+    base_rtt_ns: float = DEFAULT_BASE_RTT_NS
+    target_delay_ns: float = 0.0  # 0: TARGET_DELAY_FRACTION (0.75) * base_rtt
     eta: float = 0.5
     fi: float = 1.0  # MTUs per RTT
     gamma: float = 0.8
     max_md_jump: float = 0.5
     qa_gate: float = 0.5
     qa_threshold: float = 4.0
-    max_cwnd: float = 0.0  # 0: 1.5 x BDP (set by the runner)
+    max_cwnd: float = 0.0  # 0: START_CWND_BDP (1.5) x BDP, also the first window
     min_cwnd: float = 0.0  # 0: one MTU packet
     ewma: float = 0.125
     enabled: bool = True
@@ -51,9 +53,9 @@ class NsccParams:
     def resolved(self, bdp_bytes: float, mtu_wire: int) -> NsccParams:
         p = NsccParams(**self.__dict__)
         if not p.target_delay_ns:
-            p.target_delay_ns = 0.75 * p.base_rtt_ns
+            p.target_delay_ns = TARGET_DELAY_FRACTION * p.base_rtt_ns
         if not p.max_cwnd:
-            p.max_cwnd = 1.5 * bdp_bytes
+            p.max_cwnd = START_CWND_BDP * bdp_bytes
         if not p.min_cwnd:
             p.min_cwnd = float(mtu_wire)
         return p

@@ -44,6 +44,7 @@ from scapy.layers.l2 import Ether
 from host_driver import layers as L
 from hw.axi import AXI4LiteSignature
 from hw.csr import AXI4LiteToCSR
+from hw.reliability.cc_defaults import DEFAULT_BASE_RTT_NS, start_cwnd_packets, target_rtt_units
 from hw.reliability.engine import ReliabilityEngine, timeout_unit_cycles
 from hw.reliability.layouts import (
     AckUpdate,
@@ -382,7 +383,11 @@ async def test_registers(dut):
     assert await tb.read("peer_mac_hi", 3) == 0x0200
     assert await tb.read("ev", 3 * 8 + 5) == ev_value(3, 5)  # GOOD in [17:16]
     assert await tb.read("qp_ctrl", 1) == 0  # never started
-    assert (await tb.read("qp_cc", 0)) & 0xFFFF == P["window"]  # cwnd_init default
+    # NSCC's start and target at the default base RTT (hw/reliability/cc_defaults.py)
+    assert (await tb.read("qp_cc", 0)) & 0xFFFF == start_cwnd_packets(
+        DEFAULT_BASE_RTT_NS, 64 * P["clk_freq_hz"], 4096, P["window"])
+    assert await tb.read("target_rtt") == target_rtt_units(
+        DEFAULT_BASE_RTT_NS, P["clk_freq_hz"]) < 0xFFFF
     await tb.write("cwnd_ai", 300)
     assert await tb.read("cwnd_ai") == 300
 
@@ -849,6 +854,29 @@ async def test_cwnd_ecn(dut):
     assert updates[3:] == list(range(9, cwnds[-1] + 1))  # +1 packet at a time
     c = await tb.counters()
     assert c["retx_timeout"] == c["retx_sack"] == 0
+
+
+@cocotb.test(skip=CONFIG != "rel_q4")
+async def test_cwnd_ecn_reset_target(dut):
+    """With ``target_rtt`` as reset, an ECN echo reacts: its RTT sample below NSCC's
+    target at the default base RTT holds the window, one at or above it cuts it."""
+    tb = TB(dut)
+    await tb.reset()
+    await tb.setup(cwnd_init=32)  # room to cut; every other CC register as reset
+    target = await tb.read("target_rtt")
+    assert target < 0xFFFF
+
+    async def marked_round_trip(first, rtt_units):
+        for k in range(4):
+            tb.send(0, first + k, ev=k, wqe=first + k)
+        await tb.sent.drain()
+        await ClockCycles(dut.clk, rtt_units * 16)
+        tb.ack(0, first + 3, ece=1)
+        await tb.settle(60)
+        return (await tb.read("qp_cc", 0)) & 0xFFFF
+
+    assert await marked_round_trip(0, target // 2) == 32  # below the target: hold
+    assert await marked_round_trip(4, target + 2) == 16  # at/above it: cut in half
 
 
 async def lossless_run(dut, packets, seed=1):

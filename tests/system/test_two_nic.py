@@ -17,7 +17,7 @@ import cocotb
 import pytest
 from cocotb.utils import get_sim_time
 
-from host_driver.driver import Completion, Device, EvState, QpState, WrOpcode
+from host_driver.driver import Completion, Device, EvProfile, EvState, QpState, WrOpcode
 from hw.nic.csr import DEVICE_INFO_TYPE_ID, NIC_VERSION
 from hw.tx.engine import TxEngine
 from sim.system.harness import CLK_NS, SystemTB
@@ -573,13 +573,64 @@ async def test_total_outage_retry_exhausted(dut):
              frames_sent=c["tx.packets"], placed_before=before[1]["rx.placed"])
 
 
+@cocotb.test()
+async def test_ecn_bottleneck_cuts_and_regrows_window(dut):
+    """Congestion control with the driver's defaults (no CC register written): NIC
+    0's window starts at NSCC's start window (cwnd_init), a bottleneck that CE-marks
+    data frames queued behind more than 2 KiB cuts it, and with the marking off it
+    grows again past where it was cut. Every byte lands, every WQE completes."""
+    tb = SystemTB(dut, seed=5)
+    await tb.init()
+    # two EVs per QP: two fabric paths, 2 Gb/s each, against NIC 0's 8 Gb/s
+    evs = [EvProfile.explicit(range(base, base + 2)) for base in (0xC000, 0xD000)]
+    await tb.connect(evs=evs, timeout=12)  # queueing delay stays well below the RTO
+    dev, q = tb.ends[0].dev, tb.ends[0].qp.qpn
+    defaults = dev.congestion_defaults()
+    assert {n: await dev.rel.read(n) for n in defaults} == defaults
+    assert defaults["target_rtt"] < 0xFFFF and defaults["cwnd_init"] < NIC_PARAMS["window"]
+    tb.fabric.set_rate(2.0, queue_bytes=1 << 20, direction=0)
+    tb.fabric.set_ecn(threshold_bytes=2048, direction=0)
+    samples: list[tuple[int, int]] = []  # (phase, cwnd)
+    phase = 1
+    done = False
+
+    async def watch():
+        while not done:
+            samples.append((phase, (await dev.rel.read("qp_cc", q)) & 0xFFFF))
+            await ClockCycles(dut.clk, 200)
+
+    watcher = cocotb.start_soon(watch())
+    start = get_sim_time(unit="ns")
+    for size in (192 * 1024, 192 * 1024):
+        posted, payload, early = await transfer(tb, 0, [size // 4] * 4)
+        cqes = await complete_all(tb.ends[0], posted, early)
+        assert [c.status for c in cqes] == [Completion.SUCCESS] * len(posted)
+        check_memory(tb, 1, payload)
+        if phase == 1:
+            marked = sum(p.marked for p in tb.fabric.directions[0].paths)
+            tb.fabric.set_ecn(threshold_bytes=None, direction=0)  # the congestion clears
+            phase = 2
+    done = True
+    await watcher
+    first = [c for ph, c in samples if ph == 1]
+    second = [c for ph, c in samples if ph == 2]
+    assert first[0] == defaults["cwnd_init"], first[:8]
+    peak = first.index(max(first))
+    low = min(first[peak:])
+    assert marked and low < max(first), f"never cut ({marked} frames marked): {first}"
+    assert max(second) > max(first), f"no regrowth after the cut: {first} then {second}"
+    log_case(dut, "ECN bottleneck", start, marked=marked, cwnd_start=first[0],
+             cwnd_peak=max(first), cwnd_cut_to=low, cwnd_end=second[-1])
+
+
 # ---- pytest entry points: one simulator build; the default tests share one run ------------
 
 DEFAULT_TESTS = ["test_discovery", "test_write_lossless_8_paths",
                  "test_write_with_imm_both_directions", "test_write_with_imm_matches_model",
                  "test_ev_denied_by_controller", "test_loss_1pct",
                  "test_path_blackhole_mid_transfer", "test_ack_loss",
-                 "test_sixteen_qps_both_directions", "test_total_outage_retry_exhausted"]
+                 "test_sixteen_qps_both_directions", "test_total_outage_retry_exhausted",
+                 "test_ecn_bottleneck_cuts_and_regrows_window"]
 FAULT_TESTS = ["test_write_one_percent_loss", "test_loss_1pct_1mib", "test_write_reordered",
                "test_path_down_then_up"]
 
