@@ -598,7 +598,7 @@ async def test_ecn_bottleneck_cuts_and_regrows_window(dut):
     async def watch():
         while not done:
             samples.append((phase, (await dev.rel.read("qp_cc", q)) & 0xFFFF))
-            await ClockCycles(dut.clk, 200)
+            await tb.cycles(200)
 
     watcher = cocotb.start_soon(watch())
     start = get_sim_time(unit="ns")
@@ -635,7 +635,7 @@ async def test_csr_sweep_changes_nothing(dut):
     await tb.init()
     await tb.connect(qps=2)
     dev = tb.ends[0].dev
-    targets = sweep_targets(dev, TwoNicTop().csr_addr_width)
+    targets = sweep_targets(dev, SimTwoNicTop().csr_addr_width)
     await tb.quiesce()
     before = [await snapshot(end.dev) for end in tb.ends]
     frames = [len(d.log) for d in tb.fabric.directions]
