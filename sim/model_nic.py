@@ -356,6 +356,9 @@ class _HwQp(MrcQp):
             cnt["wimm_full"] += 1
             st["rx_wimm_full"] += 1
             return
+        if pkt.opcode in IMM_OPCODES and not hw.recv_cq_room(q, self._held_imm()):
+            cnt["cq_full"] += 1  # not acknowledged: resent once the host frees a slot
+            return
         if pkt.payload_len:
             hw.mem.write(pkt.va, bytes(pkt.data))
         cnt["placed"] += 1
@@ -375,6 +378,10 @@ class _HwQp(MrcQp):
             while heap and heap[0] < self.rcv_idx:
                 self._recv_complete(self.pending_last.pop(heapq.heappop(heap)))
         self._coalesce(pkt)
+
+    def _held_imm(self) -> int:
+        """WITH_IMMEDIATE LAST packets accepted whose message is not complete yet."""
+        return sum(1 for p in self.pending_last.values() if p.opcode in IMM_OPCODES)
 
     def _recv_complete(self, pkt):
         # RX's CQE: wr_id is the message's MSN (every message counts, with or
@@ -956,8 +963,19 @@ class ModelNic:
         self.rel_cnt["cqes"] += 1
         self.irq_completion = True
 
+    def recv_cq_room(self, q, held: int) -> bool:
+        """RX's CQ check for a WITH_IMMEDIATE LAST packet: the ring is enabled and
+        the CQEs written and not consumed plus ``held`` (completions accepted,
+        not yet written) leave a slot for it."""
+        ctrl = self.rx_reg("QP_CQ_CTRL", q)
+        log2, enable = ctrl & 0x1F, ctrl >> 31
+        used = (self.recv_cq_pi[q] + held - self.rx_reg("QP_CQ_CONS", q)) & 0xFFFF
+        return bool(enable) and used < 1 << log2
+
     def _write_recv_cqe(self, q, msn, byte_len, imm, opcode):
-        """RX's CQE (hw/rx/cqe.py), unless the ring is disabled or full."""
+        """RX's CQE (hw/rx/cqe.py); its slot was checked when the LAST packet was
+        accepted (``recv_cq_room``), so only a host that took the slot back since
+        (ring disabled or shrunk, ``QP_CQ_CONS`` moved past it) sees an overflow."""
         ctrl = self.rx_reg("QP_CQ_CTRL", q)
         log2, enable = ctrl & 0x1F, ctrl >> 31
         pi, cons = self.recv_cq_pi[q], self.rx_reg("QP_CQ_CONS", q) & 0xFFFF

@@ -43,10 +43,13 @@ _COUNTER_DOC = {
     "dma_error": "dropped after a write answered other than OKAY",
     "trimmed": "trimmed packets (NAK 0x70 sent if TRIM_NACK)",
     "cqe_written": "receive completions written",
-    "cq_overflow": "receive completions lost: ring disabled or full",
+    "cq_overflow": "receive completions lost: the host took back a held CQE's slot "
+                   "(ring disabled or shrunk, or QP_CQ_CONS moved past it)",
     "acks_sent": "ACK frames sent",
     "naks_sent": "NAK frames sent",
     "probes_answered": "probe responses sent",
+    "cq_full": "dropped, not acknowledged: WITH_IMMEDIATE LAST packet with no free slot in "
+               "its QP's receive CQ (or the ring disabled)",
 }
 
 QP_BASE = 0x1000
@@ -76,7 +79,8 @@ _QP_REGS = (
                             "the device's `addr_width` are not kept and read 0", []),
     ("QP_CQ_CTRL", 0x1C, "receive completion ring", [
         ("log2_entries", 0, 5, "ring size 2^n CQEs of 32 bytes, n <= 15"),
-        ("enable", 31, 1, "write CQEs (else they are counted as cq_overflow)"),
+        ("enable", 31, 1, "write CQEs (else WITH_IMMEDIATE messages are held back: "
+                             "cq_full)"),
     ]),
     ("QP_CQ_CONS", 0x20, "consumer index the host has read up to (16 bits, free-running; "
                          "write 0 with `QP_EPSN`, which restarts the producer at 0)", []),

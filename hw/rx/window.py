@@ -32,6 +32,7 @@ WINDOW_COUNTERS = (
     "acks_sent",
     "naks_sent",
     "probes_answered",
+    "cq_full",
 )
 
 
@@ -71,6 +72,7 @@ class _Pending(data.StructLayout):
                 "qp": unsigned(qp_bits),
                 "psn": unsigned(24),
                 "in_flight": unsigned(1),  # its write has no B verdict yet
+                "imm": unsigned(1),  # WITH_IMMEDIATE: holds a slot of its QP's CQ
                 "tag": unsigned(tag_bits),  # its in-flight slot while in_flight
             }
         )
@@ -125,6 +127,15 @@ def _lowest_set(value, width):
     if width == 1:
         idx = Const(0, 1)
     return any_set, idx
+
+
+def _count_set(bits):
+    """How many of ``bits`` are set (a tree of adders)."""
+    nodes = list(bits)
+    while len(nodes) > 1:
+        nodes = [nodes[k] + nodes[k + 1] if k + 1 < len(nodes) else nodes[k]
+                 for k in range(0, len(nodes), 2)]
+    return nodes[0]
 
 
 def _two_or_more(bits):
@@ -185,8 +196,17 @@ class RxPsnWindow(wiring.Component):
     a table of ``max_pending`` entries from acceptance until the cumulative
     PSN passes it; then MSN advances and, for a WITH_IMMEDIATE message, a CQE
     is issued. Passing several at once completes them in PSN order. A LAST
-    packet finding the table full is dropped (counted ``wimm_full``) and
-    recovered by the sender like a loss.
+    packet is dropped (counted ``wimm_full``) when no entry is free, or when
+    fewer than two are and it is not at the expected PSN: one entry stays for
+    the LAST packet at the expected PSN, so the table never fills with
+    messages that wait for a hole which is itself a LAST packet. A
+    WITH_IMMEDIATE LAST packet is dropped (counted ``cq_full``) when its QP's
+    CQ has no slot left for it: the CQEs written and not yet consumed
+    (``cq_prod - cq_cons``) plus the QP's WITH_IMMEDIATE entries in the table
+    fill the ring, or the ring is disabled. Neither drop is acknowledged, so
+    the sender resends the packet like a loss; a message accepted has its
+    CQE's slot, and ``cq_overflow`` counts only a CQE whose slot the host took
+    back meanwhile (ring disabled, shrunk, or ``cq_cons`` moved past it).
 
     ACK coalescing: after a placed packet, an ACK goes out when AckReq is set
     or ``unacked`` reaches ``ACK_N`` (0 reads as 1); otherwise a timer of
@@ -393,6 +413,15 @@ class RxPsnWindow(wiring.Component):
         chk_slot = Signal(self.tag_bits)
         chk_pend_free = Signal(range(self.max_pending))
         chk_pend_any_free = Signal()
+        # CHECK's verdicts on room for a LAST packet: no pending entry for it
+        # (an out-of-order one needs two free, so one stays for the LAST
+        # packet at the expected PSN), and no free slot in its QP's CQ.
+        chk_pend_no_room = Signal()
+        chk_cq_no_room = Signal()
+        # The QP's WITH_IMMEDIATE entries in the pending table, registered in
+        # CHECK_RD from rq.qp (loaded in IDLE) and the entries (unchanged from
+        # IDLE to WRITEBACK).
+        pend_imm_q = Signal(range(self.max_pending + 1))
         # CHECK_X's decisions from flip-flops, registered in CHECK: the request's
         # kind, one flag each (DROP and unknown kinds: none), and the free in-flight
         # slot and pending entry one-hot (the enter vectors, set in CHECK_X, need
@@ -452,6 +481,14 @@ class RxPsnWindow(wiring.Component):
             chk_slot.eq(free_slot),
             chk_pend_free.eq(pend_free),
             chk_pend_any_free.eq(pend_any_free),
+            chk_pend_no_room.eq(
+                ~pend_any_free
+                | ((rq.psn != q_rd.data.epsn) & ~_two_or_more([~e.valid for e in pend]))
+            ),
+            chk_cq_no_room.eq(~self.cfg.cq_enable | (
+                (q_rd.data.cq_prod - self.cfg.cq_cons + pend_imm_q)[:16]
+                & (Const(0xFFFF, 16) << self.cfg.cq_log2)[:16]
+            ).any()),
             chk_kind_other.eq(~Cat(rq.kind == k for k in chk_kind).any()),
             chk_slot_oh.eq(Cat(~flight_valid[i] & flight_valid[:i].all() if i else ~flight_valid[0]
                                for i in range(self.inflight))),
@@ -772,7 +809,10 @@ class RxPsnWindow(wiring.Component):
 
         # ---- check: duplicate, window, then place or discard
         with state("CHECK_RD"):
-            m.d.sync += qs_load.eq(1)
+            m.d.sync += [
+                qs_load.eq(1),
+                pend_imm_q.eq(_count_set([e.valid & e.imm & (e.qp == rq.qp) for e in pend])),
+            ]
             goto("CHECK")
         with state("CHECK"):
             m.d.sync += chk_values
@@ -800,8 +840,14 @@ class RxPsnWindow(wiring.Component):
                     m.d.comb += cnt.out_of_window.eq(1)
                     m.d.sync += place_valid.eq(discard)
                     goto("WRITEBACK")
-                with m.Elif(is_last & ~chk_pend_any_free):
+                with m.Elif(is_last & chk_pend_no_room):
                     m.d.comb += cnt.wimm_full.eq(1)
+                    m.d.sync += place_valid.eq(discard)
+                    goto("WRITEBACK")
+                with m.Elif(has_imm & chk_cq_no_room):
+                    # Not acknowledged until its CQE has a slot: the sender
+                    # resends it (a completion is never lost once acknowledged).
+                    m.d.comb += cnt.cq_full.eq(1)
                     m.d.sync += place_valid.eq(discard)
                     goto("WRITEBACK")
                 with m.Else():
@@ -1079,6 +1125,7 @@ class RxPsnWindow(wiring.Component):
                     e.qp.eq(rq.qp),
                     e.psn.eq(rq.psn),
                     e.in_flight.eq(1),
+                    e.imm.eq(has_imm),
                     e.tag.eq(chk_slot),
                     pend_le[i].eq(rq_le),
                 ]

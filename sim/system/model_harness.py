@@ -316,20 +316,21 @@ class ModelSystem:
 
     async def connect(self, *, buf_size: int = 1 << 20, sq_log2: int = 4, mtu: int = 1024,
                       timeout: int = 10, mpr: int = 2, evs=None, ack_n: int = 4,
-                      ack_t: int = 256, probe_period: int = 0, **rts):
+                      ack_t: int = 256, probe_period: int = 0, recv_cq_log2: int = 8, **rts):
         """QP 0 of each NIC to RTS, bound to the other; a receive MR and a send
         buffer of ``buf_size`` bytes on each (as ``SystemTB.connect``; ``rts``
         passes further keywords to ``QueuePair.to_rts``)."""
         pairs = await self.connect_qps(1, buf_size=buf_size, sq_log2=sq_log2, mtu=mtu,
                                        timeout=timeout, mpr=mpr, evs=evs, ack_n=ack_n,
-                                       ack_t=ack_t, probe_period=probe_period, **rts)
+                                       ack_t=ack_t, probe_period=probe_period,
+                                       recv_cq_log2=recv_cq_log2, **rts)
         for end, qp in zip(self.ends, pairs[0], strict=True):
             end.qp = qp
 
     async def connect_qps(self, count: int, *, buf_size: int = 1 << 20, sq_log2: int = 4,
                           mtu: int = 1024, timeout: int = 10, mpr: int = 2, evs=None,
                           ack_n: int = 4, ack_t: int = 256, probe_period: int = 0,
-                          **rts) -> list[tuple[QueuePair, QueuePair]]:
+                          recv_cq_log2: int = 8, **rts) -> list[tuple[QueuePair, QueuePair]]:
         """``count`` QPs on each NIC to RTS, QP j of NIC 0 bound to QP j of NIC 1
         (PSNs as ``SystemTB.connect``: NIC 1 starts near the wrap). One receive
         MR and one send buffer per NIC, shared by the QPs."""
@@ -343,7 +344,7 @@ class ModelSystem:
             end.qps = []
             for _ in range(count):
                 send_cq = dev.create_cq(sq_log2)
-                recv_cq = dev.create_cq(8)
+                recv_cq = dev.create_cq(recv_cq_log2)
                 end.qps.append(await dev.create_qp(pd, send_cq, recv_cq, sq_log2=sq_log2))
             end.recv_buf = dev.mem.alloc(buf_size, align=4096)
             end.send_buf = dev.mem.alloc(buf_size, align=4096)

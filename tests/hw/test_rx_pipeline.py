@@ -325,9 +325,13 @@ class RxModel:
         if d >= self.window(q):
             self.count["out_of_window"] += 1
             return "oow"
-        if op in LAST_OPCODES and self.pending_total() >= self.max_pending:
+        # (one pending entry stays for the LAST packet at the expected PSN)
+        if op in LAST_OPCODES and self.pending_total() >= self.max_pending - (d != 0):
             self.count["wimm_full"] += 1
             return "wimm_full"
+        if op in IMM_OPCODES and not self.cq_room(q):
+            self.count["cq_full"] += 1
+            return "cq_full"
         if get("ecn") == 3:
             q.ece = 1
             q.ce_count = min(q.ce_count + 1, 0xFFFF)
@@ -354,6 +358,15 @@ class RxModel:
         if get("bth.ackreq", 0) or q.unacked >= n:
             self._ack(qpn, q, AETH_ACK)
         return "placed"
+
+    @staticmethod
+    def cq_room(q):
+        """A CQ slot is free for one more completion: the CQEs written and those
+        held (accepted WITH_IMMEDIATE LAST packets not yet completed) leave one."""
+        cfg = q.cfg
+        held = sum(1 for opc, _, _ in q.pending.values() if opc in IMM_OPCODES)
+        used = (q.cq_prod + held - cfg.get("cq_cons", 0)) & 0xFFFF
+        return bool(cfg["cq_enable"]) and used < 1 << cfg["cq_log2"]
 
     def _cqe(self, qpn, q, opcode, imm, dma_len):
         cfg = q.cfg
@@ -514,6 +527,27 @@ class RxTB:
         self.model.qps[qpn] = QpModel(cfg)
         if cq_enable:
             self.allowed.append((cq_base, cq_base + 32 * (1 << cq_log2)))
+            # the host zeroes the ring before it polls it
+            self.ram.write(cq_base, bytes(32 << cq_log2))
+            self.shadow[cq_base:cq_base + (32 << cq_log2)] = bytes(32 << cq_log2)
+
+    async def set_cq_cons(self, qpn, cons):
+        """The host reports the receive CQEs it has read (``QP_CQ_CONS``)."""
+        await self.csr_write(QP_BASE + qpn * QP_STRIDE + 0x20, cons & 0xFFFF)
+        self.model.qps[qpn].cfg["cq_cons"] = cons & 0xFFFF
+
+    async def poll_cq(self, qpn):
+        """The host takes the CQEs the engine has written (their phase bit says
+        so) and reports them (``QP_CQ_CONS``)."""
+        cfg = self.model.qps[qpn].cfg
+        log2, cons = cfg["cq_log2"], cfg.get("cq_cons", 0)
+        while True:
+            flags = self.ram.read(cfg["cq_base"] + 32 * (cons % (1 << log2)) + 0x17, 1)[0]
+            if flags >> 7 != 1 - (cons >> log2 & 1):
+                break
+            cons += 1
+        await self.set_cq_cons(qpn, cons)
+        return cons
 
     # -- traffic
     def send(self, pkt, *, trimmed=False):
@@ -614,6 +648,8 @@ class RxTB:
         return out
 
     def check_acks(self):
+        """Every ACK frame decoded (checksum and ICRC checked) and compared with
+        the model's, in order; returns the decoded frames."""
         got = [self.decode_ack(f) for f in self.ack_frames()]
         want = self.model.acks
         self.model.acks = []
@@ -622,6 +658,7 @@ class RxTB:
             assert g == w, f"ACK {i}: got {g}, want {w}; all got {brief}"
         wbrief = [(a.get("syndrome"), a.get("psn"), a.get("bitmap")) for a in want]
         assert len(got) == len(want), f"{len(got)} ACK frames, want {len(want)}: {brief} {wbrief}"
+        return got
 
     async def check_counters(self):
         c = await self.counters()
@@ -657,7 +694,7 @@ async def start(dut, *, seed=1, backpressure=0.0):
     return tb
 
 
-async def finish(tb, *, timer_acks=True):
+async def finish(tb, *, timer_acks=True, acks_out=None):
     await tb.drain()
     if timer_acks:
         tb.model.flush_timer_acks()
@@ -665,7 +702,9 @@ async def finish(tb, *, timer_acks=True):
             await RisingEdge(tb.dut.clk)
     tb.check_memory()
     counters = await tb.check_counters()
-    tb.check_acks()
+    got = tb.check_acks()
+    if acks_out is not None:
+        acks_out += got
     return counters
 
 
@@ -707,15 +746,16 @@ async def test_many_messages_shuffled(dut):
         pkts += p
         psn += len(p)
         va += length + rng.randrange(0, 9)
-    # Shuffle within groups of 8 packets, and let each group be written before
-    # the next arrives, so no more than 8 completions are ever pending. A LAST
+    # Shuffle within groups of 7 packets, and let each group be written before
+    # the next arrives, so no more than 7 completions are ever pending (an
+    # out-of-order LAST packet needs two of the 8 entries free). A LAST
     # packet holds its pending entry until the cumulative PSN passes it, i.e.
     # until every earlier PSN's data has its B response; without the wait, how
     # many entries the next group finds taken depends on the DMA's latency (a
     # register slice on the writer's AW/W made the table full here: wimm_full),
     # while the model frees them as the packets arrive.
-    for g in range(0, len(pkts), 8):
-        group = pkts[g:g + 8]
+    for g in range(0, len(pkts), 7):
+        group = pkts[g:g + 7]
         rng.shuffle(group)
         for p in group:
             tb.send(p)
@@ -865,6 +905,121 @@ async def test_trim_probe_peer(dut):
     assert c["bad_source"] == 1 and c["peer_frames"] == 2
     want = [tb.codec.pack(header_record(p)[0]) for p in peer]
     assert tb.peer.items == want
+
+
+def imm_only(qpn, psn, imm, va=None):
+    """A one-packet WRITE_WITH_IMM (WRITE_ONLY_WITH_IMMEDIATE) of 16 bytes."""
+    return write_packet(opcode=0x0B, dqpn=qpn, psn=psn, rkey=MR0["rkey"], dma_len=16,
+                        va=MR0["base"] + 0x100 * psn if va is None else va,
+                        payload=bytes([imm & 0xFF]) * 16, imm=imm, dst_ip=OWN_IP,
+                        dst_mac=OWN_MAC)
+
+
+def acked_psns(acks, first_psn, sack=True):
+    """The PSNs the ACKs name as received: up to each ACK's cum_psn and (``sack``)
+    its SACK bits."""
+    got = set()
+    for a in acks:
+        if a.get("syndrome") != AETH_ACK:
+            continue
+        got.update(range(first_psn, first_psn + ((a["cum_psn"] - first_psn + 1) & PSN_MASK)))
+        if sack:
+            got.update(a["sack_base"] + i for i in range(64) if a["bitmap"] >> i & 1)
+    return got
+
+
+def ring_imms(tb, qpn, log2):
+    """The immediates of the CQEs in a QP's receive ring (phase bit set or clear)."""
+    cfg = tb.model.qps[qpn].cfg
+    raw = tb.ram.read(cfg["cq_base"], 32 << log2)
+    return {int.from_bytes(raw[32 * i + 12:32 * i + 16], "little") for i in range(1 << log2)}
+
+
+@cocotb.test()
+async def test_cq_full_holds_completion(dut):
+    """A WITH_IMMEDIATE LAST packet that finds no free slot in its QP's receive CQ
+    (the CQEs written plus the completions already held for the QP fill it) is
+    dropped (``cq_full``) and not acknowledged; once the host frees a slot the
+    retransmission completes. Every PSN an ACK names as received (cumulatively:
+    at once; SACKed: once the holes before it are filled) has its CQE."""
+    tb = await start(dut, seed=21)
+    q, log2 = 6, 1  # a ring of 2 CQEs
+    await tb.setup_qp(q, epsn=0, ack_n=1, ack_t=ACK_T, cq_log2=log2)
+    acks, cqes = [], set()
+
+    async def stage(*psns):
+        for p in psns:
+            tb.send(imm_only(q, p, 0x100 + p))
+        c = await finish(tb, timer_acks=False, acks_out=acks)
+        cqes.update(ring_imms(tb, q, log2))
+        for p in acked_psns(acks, 0, sack=False):
+            assert 0x100 + p in cqes, f"PSN {p} acknowledged, its CQE never written"
+        return c
+
+    c = await stage(0, 1, 2)  # two fill the ring, the third finds it full
+    assert (c["cqe_written"], c["cq_full"], c["cq_overflow"]) == (2, 1, 0), c
+    assert acks[-1]["cum_psn"] == 1
+    await tb.set_cq_cons(q, 1)
+    # PSN 3 takes the free slot (held until PSN 2 is in); PSN 2 finds none.
+    c = await stage(3, 2)
+    assert (c["cqe_written"], c["cq_full"]) == (2, 2), c
+    assert acks[-1]["cum_psn"] == 1 and acks[-1]["bitmap"] == 0b10
+    await tb.set_cq_cons(q, 2)
+    c = await stage(2)  # the retransmission completes PSN 2, then 3
+    assert (c["cqe_written"], c["cq_full"], c["cq_overflow"]) == (4, 2, 0), c
+    assert acks[-1]["cum_psn"] == 3 and {0x102, 0x103} <= cqes
+    assert {0x100 + p for p in acked_psns(acks, 0)} <= cqes
+    # A disabled ring holds every completion back the same way.
+    await tb.csr_write(QP_BASE + q * QP_STRIDE + 0x1C, log2)
+    tb.model.qps[q].cfg["cq_enable"] = 0
+    await tb.set_cq_cons(q, 4)
+    c = await stage(4)
+    assert (c["cq_full"], c["cq_overflow"]) == (3, 0) and acks[-1]["cum_psn"] == 3, c
+
+
+@cocotb.test()
+async def test_pending_full_loses_nothing(dut):
+    """The pending-completion table (shared by all QPs) full: the LAST packet that
+    finds it full is dropped and not acknowledged, nothing acknowledged is lost,
+    and an in-order LAST packet always finds an entry (no deadlock)."""
+    tb = await start(dut, seed=22)
+    qa, qb = 7, 8
+    for qpn in (qa, qb):  # PEER_QPN tells their ACKs apart
+        await tb.setup_qp(qpn, peer_qpn=0x70 + qpn, epsn=0, ack_n=1, ack_t=ACK_T, cq_log2=4)
+    acks = {qa: [], qb: []}
+    sent = {qa: set(), qb: set()}
+
+    async def stage(pkts):
+        for qpn, p in pkts:
+            tb.send(imm_only(qpn, p, qpn << 8 | p, va=MR0["base"] + qpn * 0x1000 + 0x40 * p))
+            sent[qpn].add(p)
+        await tb.drain()
+        for a in [tb.decode_ack(f) for f in tb.ack_frames()]:
+            acks[a["dqpn"] - 0x70].append(a)
+        return await tb.check_counters()
+
+    # Out of order (PSN 0 missing on both QPs): the table fills up.
+    order = [(qa, 1), (qb, 1), (qa, 2), (qb, 2), (qa, 3), (qb, 3), (qa, 4), (qb, 4), (qa, 5)]
+    c = await stage(order)
+    held = 8 - 1  # one entry stays for an in-order LAST packet
+    assert c["wimm_full"] == len(order) - held, c
+    # The holes, in order: each PSN 0 completes its QP's held messages.
+    c = await stage([(qa, 0)])
+    c = await stage([(qb, 0)])
+    assert c["wimm_full"] == len(order) - held and c["cqe_written"] == held + 2, c
+    # Retransmit what was dropped, until every message is complete.
+    for _ in range(3):
+        missing = [(qpn, p) for qpn in (qa, qb) for p in sorted(sent[qpn])
+                   if p >= tb.model.qps[qpn].epsn]
+        c = await stage(missing)
+    tb.model.acks.clear()
+    tb.check_memory()
+    for qpn in (qa, qb):
+        assert tb.model.qps[qpn].epsn == max(sent[qpn]) + 1
+        imms = ring_imms(tb, qpn, 4)
+        for p in acked_psns(acks[qpn], 0):
+            assert qpn << 8 | p in imms, f"QP {qpn} PSN {p} acknowledged, no CQE"
+    assert c["cqe_written"] == sum(len(v) for v in sent.values())
 
 
 @cocotb.test()

@@ -2,9 +2,9 @@
 the host driver (host_driver/driver.py): discovery, RDMA WRITEs over 8 paths,
 WRITE_WITH_IMM completions on both sides, loss recovery, a path blackholed
 mid-transfer, ACK loss, 16 QPs both ways, a total outage until the retries run
-out. Completions are held to the golden model (sim/system/scoreboard.py) and
-the counters of both NICs and the fabric to the equations of
-``SystemTB.check_counters``.
+out, a receive CQ left full during WRITE_WITH_IMM traffic. Completions are
+held to the golden model (sim/system/scoreboard.py) and the counters of both
+NICs and the fabric to the equations of ``SystemTB.check_counters``.
 
 One Verilator build (sim_build/system_two_nic_sim: the top inside
 sim/system/simhw.py's wrapper, host memories and MAC streams in the
@@ -299,6 +299,38 @@ async def test_path_down_then_up(dut):
 
 
 # ---- loss, dead paths, ACK loss, many QPs, outage (issue 7) ------------------------------
+
+
+@cocotb.test()
+async def test_full_receive_cq_loses_nothing(dut):
+    """WRITE_WITH_IMM into a receive CQ of 4 entries that the receiving host does
+    not poll: four messages complete; the LAST packets of the rest are not
+    acknowledged (``cq_full``), so their WQEs stay outstanding at the sender and
+    no completion is lost (``cq_overflow`` 0). Once the host polls, every
+    message completes on both sides with its immediate, in order, byte exact."""
+    tb = SystemTB(dut, seed=31, keep_log=True)
+    await tb.init()
+    await tb.connect(sq_log2=4, recv_cq_log2=2, timeout=4)
+    start = get_sim_time(unit="ns")
+    sizes = [100, 3000, 64, 2048, 1, 5000, 700, 1024, 4097, 10]
+    posted, payload, early = await transfer(tb, 0, sizes, opcode=WrOpcode.WRITE_WITH_IMM)
+    sender, receiver = tb.ends[0], tb.ends[1]
+    first = await sender.qp.send_cq.wait(4, timeout_cycles=400_000)
+    await tb.cycles(30_000)  # several retransmit timeouts (16 us each at first)
+    assert await sender.qp.send_cq.poll() == [], "a WQE completed with no receive CQ slot"
+    c = await tb.counters(1)
+    assert c["rx.cqe_written"] == 4 and c["rx.cq_full"] > 0 and c["rx.cq_overflow"] == 0, c
+    recv = await receiver.qp.recv_cq.wait(len(posted), timeout_cycles=2_000_000)
+    assert [(r.wr_id, r.byte_len, r.imm, r.status) for r in recv] == [
+        (msn, n, imm, 0) for msn, (_, n, imm) in enumerate(posted, 1)]
+    cqes = await complete_all(sender, posted, early + first)
+    assert [(x.wr_id, x.status, x.imm) for x in cqes] == [
+        (w, Completion.SUCCESS, imm) for w, _, imm in posted]
+    check_memory(tb, 1, payload)
+    got = await tb.check_counters(0, packets=packets_of(sizes), messages=len(sizes),
+                                  imm_messages=len(sizes))
+    log_case(dut, "full_receive_cq", start, cq_full=got["B.rx.cq_full"],
+             retx=got["A.tx.retx_packets"])
 
 
 async def one_percent_loss(dut, *, messages: int, size: int, seed: int):
@@ -662,7 +694,8 @@ DEFAULT_TESTS = ["test_discovery", "test_write_lossless_8_paths",
                  "test_ev_denied_by_controller", "test_loss_1pct",
                  "test_path_blackhole_mid_transfer", "test_ack_loss",
                  "test_sixteen_qps_both_directions", "test_total_outage_retry_exhausted",
-                 "test_csr_sweep_changes_nothing", "test_ecn_bottleneck_cuts_and_regrows_window"]
+                 "test_csr_sweep_changes_nothing", "test_ecn_bottleneck_cuts_and_regrows_window",
+                 "test_full_receive_cq_loses_nothing"]
 FAULT_TESTS = ["test_write_one_percent_loss", "test_loss_1pct_1mib", "test_write_reordered",
                "test_path_down_then_up"]
 

@@ -564,21 +564,29 @@ def test_bad_rkey_is_not_written_and_counted():
     run(body())
 
 
-def test_receive_ring_full_counts_overflow():
-    """RX writes a receive CQE only while the ring has room (producer -
-    QP_CQ_CONS < size); the rest are counted in cq_overflow."""
+def test_receive_ring_full_holds_completions():
+    """A WRITE_WITH_IMM whose receive CQE has no slot (producer + held -
+    QP_CQ_CONS >= size) is not acknowledged (``cq_full``) and so not completed at
+    the requester; once the host polls the ring, the retransmission completes
+    it. No completion is lost (``cq_overflow`` stays 0)."""
     async def body():
         tb = ModelSystem(seed=25)
         await tb.init()
         a, b = tb.ends
-        await tb.connect(sq_log2=4)
-        await b.dev.rx.write_fields("QP_CQ_CTRL", b.qp.qpn, log2_entries=2, enable=1)
+        await tb.connect(sq_log2=4, recv_cq_log2=2, timeout=4)
         for i in range(6):
             await a.qp.post_send(WrOpcode.WRITE_WITH_IMM, local_addr=a.send_buf, length=64,
                                  remote_addr=b.recv_buf + 64 * i, rkey=b.mr.rkey, imm=i)
-        await a.qp.send_cq.wait(6)
+        assert len(await a.qp.send_cq.wait(4)) == 4
+        await a.dev.transport.idle(10_000)  # several retransmit timeouts
+        assert await a.qp.send_cq.poll() == []  # messages 5 and 6 wait for a CQ slot
         c = await b.dev.counters()
-        assert (c["rx.cqe_written"], c["rx.cq_overflow"]) == (4, 2), c
+        assert (c["rx.cqe_written"], c["rx.cq_overflow"]) == (4, 0) and c["rx.cq_full"] > 0, c
+        got = await b.qp.recv_cq.wait(6)
+        assert [x.imm for x in got] == list(range(6))
+        assert all(x.status == 0 for x in await a.qp.send_cq.wait(2))
+        c = await b.dev.counters()
+        assert (c["rx.cqe_written"], c["rx.cq_overflow"]) == (6, 0), c
     run(body())
 
 
