@@ -53,10 +53,9 @@ if cocotb is not None:
 
     @cocotb.test()
     async def bench_rx(dut):
-        from tests.hw.test_rx_engine import start
-        from tests.hw.test_rx_pipeline import MR0, message_packets
+        from tests.hw.rx_tb import MR0, message_packets, start
 
-        tb = await start(dut, seed=1)
+        tb = await start(dut, seed=1, frames=True)
         results = {}
         cycle = 0
 

@@ -27,37 +27,29 @@ from host_driver.layers import (
     write_packet,
 )
 from hw.rx.regs import COUNTERS
-from tests.hw.rx_ack_stream import AckStream, biased_psn
-from tests.hw.test_rx_pipeline import (
+from tests.hw.rx_tb import (
     ACK_T,
     MR0,
     MR1,
-    MR2,
     OWN_IP,
     OWN_MAC,
     PSN_MASK,
     SETTLE,
-    RxTB,
+    AckStream,
+    biased_psn,
     message_packets,
 )
+from tests.hw.rx_tb import start as start_bench
 
 PARSER = [n for n in COUNTERS if n.startswith("parser_")]
 OUTCOMES = ("peer_frames", "probe_requests", "bad_qpn", "not_for_us", "qp_state", "bad_source",
             "bad_rkey", "bad_bounds", "placed", "duplicate", "out_of_window", "wimm_full",
-            "dma_error", "trimmed")
+            "cq_full", "dma_error", "trimmed")
 
 
 async def start(dut, *, seed=1, backpressure=0.0):
-    tb = RxTB(dut, seed=seed, frames=True)
-    await tb.reset()
-    await tb.reset_qps()
-    tb.fill_memory()
-    tb.set_backpressure(backpressure)
-    await tb.set_own()
-    await tb.add_mr(0, **MR0)
-    await tb.add_mr(1, **MR1)
-    await tb.add_mr(2, **MR2, access=1)
-    return tb
+    """The RxEngine bench: MAC frames through the parser."""
+    return await start_bench(dut, seed=seed, backpressure=backpressure, frames=True)
 
 
 def check_totals(c, frames):
@@ -172,7 +164,7 @@ async def test_fuzz_frames(dut):
     they happen), and so are the counters the other frames cannot touch. The
     mutants are of frames whose PSN is beyond the window, and the fuzz() output
     is for QPs not set up, so neither can place anything. Every ACK/NAK frame is
-    decoded, ICRC-checked and held to tests/hw/rx_ack_stream.py's rules.
+    decoded, ICRC-checked and held to the rules of tests/hw/rx_tb.py's AckStream.
     """
     n = int(os.environ.get("RX_FUZZ_PACKETS", "1000"))
     tb = await start(dut, seed=4, backpressure=0.1)
