@@ -25,6 +25,7 @@ SECTIONS = {
     "reliability": "sim.rel_bench",
     "model": "sim.model_bench",
     "system": "sim.system_bench",
+    "speed": "sim.speed_bench",
 }
 
 

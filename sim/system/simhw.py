@@ -260,7 +260,11 @@ def _load() -> ctypes.CDLL:
                     break
     except OSError:
         pass
-    lib = ctypes.CDLL(loaded or str(library_path()))
+    return _load_from(ctypes.CDLL(loaded or str(library_path())))
+
+
+def _load_from(lib: ctypes.CDLL) -> ctypes.CDLL:
+    """``lib`` with the argument and result types of its C API set."""
     u8p, u64 = ctypes.POINTER(ctypes.c_uint8), ctypes.c_uint64
     lib.mrc_sim_reset.argtypes, lib.mrc_sim_reset.restype = [u64], ctypes.c_int
     lib.mrc_mem_ptr.argtypes, lib.mrc_mem_ptr.restype = [ctypes.c_int], ctypes.c_void_p

@@ -1,0 +1,112 @@
+"""sim/system/simhw.cpp without a simulator: the DPI functions the Verilog
+calls, driven from ctypes, against what the Python side expects (byte lanes,
+errors, frames out of mac_tx, frames into mac_rx in the order they fall due)."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+
+from sim.system import simhw
+
+RAM = 1 << 16
+
+
+@pytest.fixture(scope="module")
+def lib():
+    path = simhw.build_library()
+    lib = ctypes.CDLL(str(path))
+    i64, ci = ctypes.c_int64, ctypes.c_int
+    lib.mrc_mem_read.argtypes, lib.mrc_mem_read.restype = [ci, i64], i64
+    lib.mrc_mem_write.argtypes, lib.mrc_mem_write.restype = [ci, i64, i64, ci], None
+    lib.mrc_mem_failed.argtypes, lib.mrc_mem_failed.restype = [ci], ci
+    lib.mrc_mem_protocol_error.argtypes, lib.mrc_mem_protocol_error.restype = [ci, i64], None
+    lib.mrc_tx_beat.argtypes, lib.mrc_tx_beat.restype = [ci, i64, ci, ci], None
+    lib.mrc_rx_beat.argtypes = [ci, i64, ctypes.POINTER(i64), ctypes.POINTER(ci)]
+    lib.mrc_rx_beat.restype = ci
+    return lib
+
+
+@pytest.fixture
+def hw(lib):
+    py = simhw._load_from(lib)
+    py.mrc_sim_reset(RAM)
+    return py
+
+
+def _word(data: bytes) -> int:
+    return int.from_bytes(data, "little", signed=True)
+
+
+def test_memory_lanes_and_backdoor(hw):
+    ram = simhw.HostRam(hw, 0, RAM)
+    ram.write(0x100, bytes(range(16)))
+    assert hw.mrc_mem_read(0, 0x100) == _word(bytes(range(8)))
+    assert hw.mrc_mem_read(0, 0x10D) == _word(bytes(range(8, 16)))  # the aligned word
+    hw.mrc_mem_write(0, 0x108, _word(b"\xAA" * 8), 0b1000_0001)  # lanes 0 and 7 only
+    assert ram.read(0x108, 8) == b"\xAA" + bytes(range(9, 15)) + b"\xAA"
+    assert simhw.HostRam(hw, 1, RAM).read(0x100, 16) == bytes(16)  # the other NIC's
+    assert hw.mrc_mem_failed(0) == 0 and ram.errors() == (0, 0)
+
+
+def test_memory_errors(hw):
+    ram = simhw.HostRam(hw, 1, RAM)
+    assert hw.mrc_mem_read(1, RAM) == 0
+    hw.mrc_mem_write(1, RAM + 8, 1, 0xFF)
+    hw.mrc_mem_protocol_error(1, 0x40)
+    assert hw.mrc_mem_failed(1) == 1 and hw.mrc_mem_failed(0) == 0
+    assert ram.errors() == (3, RAM)
+    with pytest.raises(ValueError, match="outside"):
+        ram.read(RAM - 4, 8)
+    with pytest.raises(ValueError, match="outside"):
+        ram.write(-1, b"x")
+
+
+def test_tx_beats_make_frames(hw):
+    frame = bytes(range(1, 20))  # 19 bytes: 3 beats, the last with 3 lanes
+    for k in range(0, len(frame), 8):
+        chunk = frame[k:k + 8]
+        hw.mrc_tx_beat(0, _word(chunk.ljust(8, b"\0")), (1 << len(chunk)) - 1,
+                       int(k + 8 >= len(frame)))
+    hw.mrc_tx_beat(0, _word(b"\x55" * 8), 0xFF, 0)  # the start of the next frame
+    assert hw.mrc_tx_peek(0) == 19 and hw.mrc_tx_peek(1) == -1
+    buf = (ctypes.c_uint8 * 19)()
+    assert hw.mrc_tx_pop(0, buf) == 19 and bytes(buf) == frame
+    assert hw.mrc_tx_peek(0) == -1  # the partial frame stays until its last beat
+
+
+def _beats(hw, nic, now):
+    data, keep_last = ctypes.c_int64(), ctypes.c_int()
+    out = []
+    while hw.mrc_rx_beat(nic, now, ctypes.byref(data), ctypes.byref(keep_last)):
+        keep = keep_last.value & 0xFF
+        n = keep.bit_length()
+        assert keep == (1 << n) - 1
+        out.append((data.value.to_bytes(8, "little", signed=True)[:n],
+                    bool(keep_last.value & 0x100)))
+    return out
+
+
+def _frames(beats):
+    frames, cur = [], b""
+    for chunk, last in beats:
+        cur += chunk
+        if last:
+            frames.append(cur)
+            cur = b""
+    assert cur == b""
+    return frames
+
+
+def test_rx_frames_in_the_order_they_fall_due(hw):
+    source = simhw.FrameSource(hw, 1)
+    source.send_at(b"late" * 5, 1000.0)
+    source.send_at(b"early" * 3, 500.2)  # due at 501 ns
+    source.send_at(b"tie", 1000)  # same time as "late", queued after it
+    assert source.queued() == 3
+    assert _beats(hw, 1, 500) == []
+    assert _frames(_beats(hw, 1, 501)) == [b"early" * 3]
+    assert _beats(hw, 1, 999) == []
+    assert _frames(_beats(hw, 1, 1000)) == [b"late" * 5, b"tie"]
+    assert source.queued() == 0 and _beats(hw, 0, 10**9) == []
