@@ -46,6 +46,7 @@ from hw.reliability.cc_defaults import (
     start_cwnd_packets,
     target_rtt_units,
 )
+from hw.reliability.layouts import CqeStatus, WqeFlags, WqeOpcode
 from hw.reliability.registers import TYPE_ID as REL_TYPE_ID
 from hw.reliability.registers import VERSION as REL_VERSION
 from hw.reliability.registers import register_map as rel_register_map
@@ -84,8 +85,8 @@ class QpState:
 
 
 class WrOpcode:
-    WRITE = 0
-    WRITE_WITH_IMM = 1
+    WRITE = WqeOpcode.WRITE
+    WRITE_WITH_IMM = WqeOpcode.WRITE_WITH_IMM
 
 
 class EvState:
@@ -185,19 +186,26 @@ async def discover(transport, max_blocks: int = 64) -> list[BlockHeader]:
 
 @dataclass(frozen=True)
 class Completion:
+    """One CQE. ``wqe_index``: the send WQE's ring index (0 in receive CQEs)."""
+
     wr_id: int
     byte_len: int
     imm: int
     qpn: int
     status: int
     opcode: int
+    wqe_index: int = 0
 
-    SUCCESS, RETRY_EXCEEDED, FLUSHED = 0, 1, 5
+    SUCCESS = CqeStatus.SUCCESS
+    RETRY_EXCEEDED = CqeStatus.RETRY_EXCEEDED
+    LOC_QP_OP_ERR = CqeStatus.LOC_QP_OP_ERR  # the WQE's opcode is unknown
+    FLUSHED = CqeStatus.FLUSHED
 
     @classmethod
     def unpack(cls, raw: bytes) -> Completion:
-        wr_id, byte_len, imm, qpn, status, opcode = struct.unpack_from("<QIIIBB", raw)
-        return cls(wr_id, byte_len, imm, qpn, status, opcode)
+        wr_id, byte_len, imm, qpn, status, opcode, wqe_index = struct.unpack_from(
+            "<QIIIBBxxH", raw)
+        return cls(wr_id, byte_len, imm, qpn, status, opcode, wqe_index)
 
 
 class CompletionQueue:
@@ -223,6 +231,11 @@ class CompletionQueue:
         self.qp: QueuePair | None = None
         self.direction: str | None = None
 
+    def _reset(self):
+        """Empty, as the NIC's producer index restarts at 0 (its QP's RESET)."""
+        self.device.mem.write(self.addr, bytes(self.size * CQE_BYTES))
+        self.consumer = 0
+
     def _bind(self, qp: QueuePair, direction: str):
         if self.qp is not None:
             raise ValueError(f"CQ already serves QP {self.qp.qpn} ({self.direction}); the NIC "
@@ -243,7 +256,7 @@ class CompletionQueue:
             out.append(Completion.unpack(raw))
             self.consumer += 1
         if out and self.qp is not None:
-            await self.qp._consumed(self.direction, self.consumer, len(out))
+            await self.qp._consumed(self.direction, self.consumer, out)
         return out
 
     async def wait(self, count: int, *, timeout_cycles: int = 1_000_000,
@@ -364,9 +377,16 @@ class _Wqe:
 
 class QueuePair:
     """One reliable connection: a send queue (ring of 64-byte WQEs), its send
-    CQ (reliability writes it) and its receive CQ (RX writes it)."""
+    CQ (reliability writes it) and its receive CQ (RX writes it).
 
-    def __init__(self, device, qpn, pd, send_cq, recv_cq, sq_log2):
+    Send completions follow verbs: a WQE posted with ``signaled`` (or on a QP
+    created with ``sq_sig_all``) gets a CQE when it succeeds, an unsignaled
+    one does not (its ring slot is free once a later WQE's CQE arrives: CQEs
+    carry the WQE's ring index), and every WQE that ends in an error gets
+    one. A WQE posted while the QP is in ERROR completes FLUSHED. ``to_reset``
+    (from any state) makes the QP reusable: to_init .. to_rts bring it back."""
+
+    def __init__(self, device, qpn, pd, send_cq, recv_cq, sq_log2, sq_sig_all=False):
         self.device, self.qpn, self.pd = device, qpn, pd
         self.send_cq, self.recv_cq = send_cq, recv_cq
         self.sq_log2 = sq_log2
@@ -375,16 +395,26 @@ class QueuePair:
         device.check_allocated_dma_range("send queue", self.sq_addr, self.sq_size * WQE_BYTES)
         device.mem.write(self.sq_addr, bytes(self.sq_size * WQE_BYTES))
         self.producer = 0  # free-running, 16 bits on the wire
+        self.sq_done = 0  # ring index of the oldest WQE not known to be completed
         self.outstanding = 0  # WQEs posted and not yet completed
+        self.sq_sig_all = bool(sq_sig_all)
         self.state = QpState.RESET
         self.evs: EvProfile | None = None
         self.next_wr_id = 1
         send_cq._bind(self, "send")
         recv_cq._bind(self, "recv")
 
-    async def _consumed(self, direction, consumer, count):
+    async def _consumed(self, direction, consumer, cqes):
         if direction == "send":
-            self.outstanding -= count
+            # a CQE completes its WQE and every (unsignaled) WQE before it
+            for c in cqes:
+                done = (c.wqe_index - self.sq_done + 1) & 0xFFFF
+                if done > self.outstanding:
+                    raise DriverError(f"QP {self.qpn}: send CQE for WQE {c.wqe_index}, but "
+                                      f"only {self.outstanding} WQEs from {self.sq_done} "
+                                      f"are outstanding")
+                self.outstanding -= done
+                self.sq_done = (c.wqe_index + 1) & 0xFFFF
         else:
             await self.device.rx.write("QP_CQ_CONS", consumer & 0xFFFF, self.qpn)
 
@@ -475,7 +505,8 @@ class QueuePair:
         await rel.write_fields("qp_ctrl", q, state=QpState.RTS)
         await dev.rx.write_fields("QP_CTRL", q, state=QpState.RTS, trim_nack=int(self.trim_nack),
                                   mpr=self.mpr)
-        self.producer = await tx.read("qp_doorbell", q)
+        self.producer = self.sq_done = await tx.read("qp_doorbell", q)
+        self.outstanding = 0
         await tx.write_fields("qp_ctrl", q, enable=1)
         self.state = QpState.RTS
 
@@ -502,12 +533,27 @@ class QueuePair:
         await self.device.tx.write("qp_ctrl", 0, self.qpn)
         self.state = QpState.ERROR
 
+    async def to_reset(self):
+        """Any state -> RESET: the WQEs not completed are dropped (their CQEs are
+        not delivered), reliability's record and TX's ring position are reset
+        (reliability tells TX: qp_ctrl.reset), RX stops taking data, and both
+        CQs start empty (the NIC restarts their producer indices at 0)."""
+        dev = self.device
+        await dev.rel.write_fields("qp_ctrl", self.qpn, state=QpState.RESET)
+        await dev.rx.write_fields("QP_CTRL", self.qpn, state=QpState.RESET)
+        self.send_cq._reset()
+        self.recv_cq._reset()
+        self.outstanding = 0
+        self.state = QpState.RESET
+
     async def post_send(self, opcode: int, *, local_addr: int, length: int, remote_addr: int,
                         rkey: int, imm: int = 0, wr_id: int | None = None,
                         signaled: bool = True, ring: bool = True) -> int:
         """Write one WQE and (with ``ring``) the doorbell. Returns the wr_id.
-        The ring slot is reused only after the WQE's send completion was polled."""
-        self._need(QpState.RTS)
+        The ring slot is reused only after the WQE's send completion (or a later
+        WQE's) was polled. Unsignaled (``signaled=False`` on a QP without
+        ``sq_sig_all``): no CQE on success. In ERROR the WQE completes FLUSHED."""
+        self._need(QpState.RTS, QpState.ERROR)
         if opcode not in (WrOpcode.WRITE, WrOpcode.WRITE_WITH_IMM):
             raise ValueError(f"opcode must be WRITE or WRITE_WITH_IMM, not {opcode!r}")
         if not 0 <= length < 1 << 31:
@@ -518,7 +564,8 @@ class QueuePair:
                               f"completed); poll the send CQ")
         if wr_id is None:
             wr_id, self.next_wr_id = self.next_wr_id, self.next_wr_id + 1
-        wqe = struct.pack("<BBHIQQQII", opcode, int(signaled), 0, imm, wr_id, local_addr,
+        flags = WqeFlags.SIGNALED if signaled or self.sq_sig_all else 0
+        wqe = struct.pack("<BBHIQQQII", opcode, flags, 0, imm, wr_id, local_addr,
                           remote_addr, length, rkey).ljust(WQE_BYTES, b"\0")
         slot = self.sq_addr + (self.producer % self.sq_size) * WQE_BYTES
         self.device.mem.write(slot, wqe)
@@ -638,7 +685,10 @@ class Device:
         return cq
 
     async def create_qp(self, pd: ProtectionDomain, send_cq: CompletionQueue,
-                        recv_cq: CompletionQueue, sq_log2: int = 6) -> QueuePair:
+                        recv_cq: CompletionQueue, sq_log2: int = 6,
+                        sq_sig_all: bool = False) -> QueuePair:
+        """``sq_sig_all``: every WQE is signaled, whatever ``post_send``'s
+        ``signaled`` says (verbs' sq_sig_all)."""
         if not 1 <= sq_log2 <= 15:
             raise ValueError(f"sq_log2 must be in 1..15, not {sq_log2!r}")
         if send_cq.size < 1 << sq_log2:
@@ -650,7 +700,7 @@ class Device:
         qpn = next((q for q in range(self.params["num_qps"]) if q not in self.qps), None)
         if qpn is None:
             raise DriverError(f"all {self.params['num_qps']} QPs are in use")
-        qp = QueuePair(self, qpn, pd, send_cq, recv_cq, sq_log2)
+        qp = QueuePair(self, qpn, pd, send_cq, recv_cq, sq_log2, sq_sig_all)
         self.qps[qpn] = qp
         return qp
 

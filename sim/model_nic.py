@@ -51,7 +51,8 @@ from hw.reliability.layouts import CqeStatus
 from hw.reliability.registers import register_map as rel_register_map
 from hw.rx.regs import COUNTERS as RX_COUNTERS
 from hw.rx.regs import rx_register_map
-from hw.tx.layouts import WQE_BYTES, WQE_LAYOUT, WqeOpcode
+from hw.tx.layouts import WQE_BYTES, WQE_LAYOUT, WqeFlags, WqeOpcode
+from hw.tx.regs import CTRL_RESET_BIT as TX_CTRL_RESET_BIT
 from hw.tx.regs import tx_register_map
 from sim.fabric import Engine
 from sim.fabric import Fabric as PathFabric
@@ -74,6 +75,7 @@ from sim.model.packet import (
 from sim.model.qp import (
     ERROR,
     INIT,
+    LOC_QP_OP_ERR,
     OUTSTANDING,
     RESET,
     RETRY_EXC_ERR,
@@ -84,6 +86,7 @@ from sim.model.qp import (
     Completion,
     MrcQp,
     QpConfig,
+    WorkRequest,
 )
 
 __all__ = ["ModelFabric", "ModelNic", "NIC_PARAM_NAMES"]
@@ -93,7 +96,8 @@ NIC_PARAM_NAMES = ("data_width", "num_qps", "evs_per_qp", "sack_bits", "max_mtu"
 STATE_CODES = {RESET: 0, INIT: 1, RTR: 2, RTS: 3, ERROR: 4}
 EV_CODES = {GOOD: 0, ASSUMED_BAD: 1, DENIED: 2}
 EV_NAMES = {v: k for k, v in EV_CODES.items()}
-CQE_STATUS = {SUCCESS: CqeStatus.SUCCESS, RETRY_EXC_ERR: CqeStatus.RETRY_EXCEEDED}
+CQE_STATUS = {SUCCESS: CqeStatus.SUCCESS, RETRY_EXC_ERR: CqeStatus.RETRY_EXCEEDED,
+              LOC_QP_OP_ERR: CqeStatus.LOC_QP_OP_ERR}
 MR_VALID, MR_REMOTE_WRITE = 1, 2
 EV_EVENT_DEPTH = 32
 NEVER = 1 << 30  # an EV loss threshold of 0 means never
@@ -215,6 +219,13 @@ class _HwEvTable(EvTable):
         self.nic._ev_event(self.qpn, ev, old, new)
 
 
+class _RefusedWr(WorkRequest):
+    """A WQE TX fetched and refused (unknown opcode): no packet; it completes
+    LOC_QP_OP_ERR once every WQE before it has completed."""
+
+    __slots__ = ()
+
+
 class _HwQp(MrcQp):
     """``MrcQp`` where the hardware differs: register-driven enables and
     windows, RX's validation order and MR table, SACK loss detection by a
@@ -285,6 +296,20 @@ class _HwQp(MrcQp):
         self.hw.rel_cnt[{"timeout": "retx_timeout", "sack": "retx_sack",
                          "trim": "retx_nak"}[why]] += 1
         super()._declare_lost(rec, why, blame_ev, front)
+
+    def refuse(self, wqe_index):
+        """TX refused WQE ``wqe_index`` and sends nothing more from the QP."""
+        self.wrs.append(_RefusedWr(wqe_index, 0, 0, 0, None, None, self.cfg.mtu,
+                                   self.engine.now))
+        self._check_refused()
+
+    def _check_refused(self):
+        if self.state == RTS and self.wrs and isinstance(self.wrs[0], _RefusedWr):
+            self._to_error(LOC_QP_OP_ERR)
+
+    def _complete_sends(self):
+        super()._complete_sends()
+        self._check_refused()
 
     def _to_error(self, first_status):
         if first_status == RETRY_EXC_ERR:
@@ -518,6 +543,8 @@ class ModelNic:
         self.qps: list[_HwQp | None] = [None] * nq
         self.rel_state = [RESET] * nq
         self.tx_consumer = [0] * nq
+        self.tx_halt = [False] * nq  # TX refused a WQE of the QP: no new work
+        self.sq_flushed = [0] * nq  # reliability: WQEs completed up to (a flush's end)
         self.send_cq_pi = [0] * nq
         self.recv_cq_pi = [0] * nq
         self.tx_ev = [[(0, 0)] * ne for _ in range(nq)]  # TX's own table (value, state)
@@ -747,12 +774,20 @@ class ModelNic:
     # ---- writes with behaviour -------------------------------------------------------------------
 
     def _write_tx_qp_ctrl(self, q, value, old):
+        self.tx_halt[q] = False
+        if value >> TX_CTRL_RESET_BIT & 1:
+            self._tx_reset(q)
+            value &= ~(1 << TX_CTRL_RESET_BIT)  # reads 0
+            self.store[("tx", self.maps["tx"]["qp_ctrl"].addr(q))] = value
         if value & 1 and not old & 1:
             self._fetch(q)
             self.core.kick()  # retransmissions may be waiting
 
     def _write_tx_qp_doorbell(self, q, value, old):
         self._fetch(q)
+        if self._rel_qp_state(q) == ERROR:
+            # reliability sees the doorbell: what was posted since the flush, FLUSHED
+            self._flush_unfetched(q, CqeStatus.FLUSHED, start=self.sq_flushed[q])
 
     def _write_tx_ev_entry(self, q_unused, value, old):
         sel = self.reg("tx", "ev_select")
@@ -779,6 +814,9 @@ class ModelNic:
             return
         qp = self.qps[q]
         if state == RESET:
+            if self._rel_qp_state(q) != RESET:  # qp_state_update: TX empties its ring
+                self._tx_reset(q)
+            self.sq_flushed[q] = self.reg("tx", "qp_doorbell", q) & 0xFFFF
             self._destroy_qp(q)
             self.send_cq_pi[q] = 0
             self.rel_state[q] = RESET
@@ -902,24 +940,37 @@ class ModelNic:
         self.rel_state[q] = RTS
         self._fetch(q)
 
-    def _flush_unfetched(self, q, first_status):
-        """Complete the WQEs between TX's consumer index and the last doorbell
-        (reliability sees every doorbell: NicCore's DoorbellSnoop). TX's
-        consumer index stays behind, as in the RTL."""
+    def _flush_unfetched(self, q, first_status, start=None):
+        """Complete the WQEs between TX's consumer index (or ``start``) and the
+        last doorbell (reliability sees every doorbell: NicCore's
+        DoorbellSnoop). TX's consumer index stays behind, as in the RTL."""
         producer = self.reg("tx", "qp_doorbell", q) & 0xFFFF
-        index, status = self.tx_consumer[q], first_status
+        index = self.tx_consumer[q] if start is None else start
+        status = first_status
         while index != producer:
             self._write_send_cqe(q, index, status)
             index, status = (index + 1) & 0xFFFF, CqeStatus.FLUSHED
+        self.sq_flushed[q] = producer
+
+    def _rel_qp_state(self, q):
+        """Reliability's state of QP q (its qp_ctrl)."""
+        qp = self.qps[q]
+        return qp.state if qp is not None and qp.state in (RTS, ERROR) else self.rel_state[q]
 
     def _tx_stop(self, q):
         addr = self.maps["tx"]["qp_ctrl"].addr(q)
         self.store[("tx", addr)] = self.store.get(("tx", addr), 0) & ~1
 
+    def _tx_reset(self, q):
+        """TX qp_ctrl.reset: stopped, ring empty from the doorbell on."""
+        self._tx_stop(q)
+        self.tx_consumer[q] = self.reg("tx", "qp_doorbell", q) & 0xFFFF
+        self.tx_halt[q] = False
+
     def _fetch(self, q):
         """TX: take the WQEs between the consumer index and the doorbell."""
         qp = self.qps[q]
-        if qp is None or qp.state != RTS or not self.tx_enabled(q):
+        if qp is None or qp.state != RTS or not self.tx_enabled(q) or self.tx_halt[q]:
             return
         producer = self.reg("tx", "qp_doorbell", q) & 0xFFFF
         base = self.reg("tx", "qp_sq_base_lo", q) | self.reg("tx", "qp_sq_base_hi", q) << 32
@@ -929,6 +980,12 @@ class ModelNic:
             raw = self.mem.read(base + (index % size) * WQE_BYTES, WQE_BYTES)
             wqe = {name: int.from_bytes(raw[off:off + n], "little")
                    for name, off, n in WQE_LAYOUT}
+            if wqe["opcode"] not in WqeOpcode.KNOWN:
+                # refused: consumed, nothing more taken until qp_ctrl is written
+                self.tx_consumer[q] = (index + 1) & 0xFFFF
+                self.tx_halt[q] = True
+                qp.refuse(index)
+                return
             imm = wqe["imm"] if wqe["opcode"] == WqeOpcode.WRITE_WITH_IMM else None
             length = wqe["length"] & 0x7FFFFFFF
             qp.post_write(index, wqe["raddr"], wqe["rkey"], length, imm,
@@ -953,11 +1010,13 @@ class ModelNic:
         cq_log2 = self.field(rel, "ring_sizes", q, "cq_log2")
         raw = self.mem.read(sq_base + (wqe_index & ((1 << sq_log2) - 1)) * WQE_BYTES,
                             WQE_USED_BYTES)
+        if status == CqeStatus.SUCCESS and not raw[0x01] & WqeFlags.SIGNALED:
+            return  # unsignaled: no CQE on success
         pi = self.send_cq_pi[q]
         byte_len = int.from_bytes(raw[0x20:0x24], "little") if status == 0 else 0
         cqe = (raw[0x08:0x10] + byte_len.to_bytes(4, "little") + raw[0x04:0x08]
                + q.to_bytes(4, "little") + bytes((status, raw[0x00], 0, _phase(pi, cq_log2)))
-               + bytes(8))
+               + (wqe_index & 0xFFFF).to_bytes(2, "little") + bytes(6))
         self.mem.write(cq_base + (pi & ((1 << cq_log2) - 1)) * CQE_BYTES, cqe)
         self.send_cq_pi[q] = (pi + 1) & 0xFFFF
         self.rel_cnt["cqes"] += 1

@@ -18,6 +18,7 @@ from hw.rx.parser import ParsedHeader
 from hw.stream import AXIStreamSignature, check_data_width
 from hw.tx.engine import StreamFifo, TxEngine
 from hw.tx.layouts import SentRecord
+from hw.tx.regs import CTRL_RESET_BIT as TX_CTRL_RESET_BIT
 from hw.tx.regs import QP_BASE as TX_QP_BASE
 from hw.tx.regs import QP_STRIDE as TX_QP_STRIDE
 from hw.tx.regs import Q as TX_Q
@@ -93,14 +94,17 @@ def check_nic_params(*, data_width, num_qps, evs_per_qp, sack_bits, max_mtu, mpr
 
 
 TxRegWrite = data.StructLayout({"addr": 32, "data": 32})
+TX_CTRL_RESET = 1 << TX_CTRL_RESET_BIT  # TX qp_ctrl: reset = 1, enable = 0
 
 
 class TxControlBridge(wiring.Component):
     """Hands reliability's ``cwnd_update`` and ``qp_state_update`` to TX
     through TX's own registers, because TX has no ports for them.
 
-    A window update becomes a write of TX ``qp_cwnd``; a QP entering ERROR or
-    RESET becomes a write of 0 to TX ``qp_ctrl`` (stop sending from the QP).
+    A window update becomes a write of TX ``qp_cwnd``; a QP entering ERROR
+    becomes a write of 0 to TX ``qp_ctrl`` (stop sending from the QP), one
+    entering RESET a write of ``reset`` = 1, ``enable`` = 0 (stop, and empty
+    TX's ring from the doorbell on, so that the QP is reusable).
     Other state changes need nothing from TX (the host enables TX when it
     brings the QP to RTS) and are taken at once. State changes go first.
 
@@ -125,7 +129,8 @@ class TxControlBridge(wiring.Component):
             m.d.comb += [
                 out.valid.eq(stops),
                 out.payload.addr.eq(TX_QP_BASE + TX_Q.CTRL + qsu.payload.qpn * TX_QP_STRIDE),
-                out.payload.data.eq(0),
+                out.payload.data.eq(Mux(qsu.payload.state == QpState.RESET,
+                                        TX_CTRL_RESET, 0)),
                 qsu.ready.eq(~stops | out.ready),
             ]
         with m.Else():

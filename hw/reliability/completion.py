@@ -8,11 +8,14 @@ from amaranth.lib.wiring import In, Out
 from hw.axi import AXI_BURST_INCR, AXI_RESP_OKAY, AXI4Signature
 from hw.pipeline import OneHotFSM, load_in_groups, state_copy
 
+from .layouts import WqeFlags
+
 __all__ = ["CompletionRequest", "CompletionWriter", "DmaConfig", "WQE_BYTES", "CQE_BYTES"]
 
 WQE_BYTES = 64
 CQE_BYTES = 32
 WQE_USED_BYTES = 0x28  # opcode .. length: what a CQE needs
+WqeFlags_SIGNALED_BIT = WqeFlags.SIGNALED.bit_length() - 1
 
 
 def CompletionRequest(num_qps):
@@ -28,12 +31,14 @@ DmaConfig = data.StructLayout(
 
 
 class CompletionWriter(wiring.Component):
-    """One send CQE per request, in request order.
+    """One send CQE per request, in request order, but none for a SUCCESS of a WQE
+    that is not signaled (its flags byte 0x01, bit 0 clear), as verbs does.
 
     Interface
     ---------
     ``req``       In(stream(CompletionRequest)): complete WQE ``wqe_index`` of ``qpn`` with
-                  ``status`` (0 SUCCESS, 1 RETRY_EXCEEDED, 5 FLUSHED), or reset its ring.
+                  ``status`` (``CqeStatus``: 0 SUCCESS, 1 RETRY_EXCEEDED, 2 LOC_QP_OP_ERR,
+                  5 FLUSHED), or reset its ring.
     ``cfg_addr``, ``cfg_data``: a synchronous read port on the per-QP ring configuration
                   (``DmaConfig``), data the cycle after the address; only the low
                   ``addr_width`` bits of its bases are used.
@@ -46,7 +51,10 @@ class CompletionWriter(wiring.Component):
 
     CQE (32 bytes, little-endian): 0x00 wr_id, 0x08 byte_len (WQE length on SUCCESS, 0
     otherwise), 0x0C imm, 0x10 qpn, 0x14 status, 0x15 WQE opcode, 0x16 0, 0x17 flags
-    (bit 7 = phase: 1 on the first pass of the ring, toggling on each pass).
+    (bit 7 = phase: 1 on the first pass of the ring, toggling on each pass), 0x18 u16
+    the WQE's ring index (so the host knows the unsignaled WQEs before it are done),
+    0x1A..0x1F 0. An unsignaled SUCCESS writes nothing and takes no ring entry: the
+    request ends after the WQE read (its flags byte, from the first R beat, registered).
 
     Latency: 4 cycles from ``req`` to AR, then the memory's read latency, one cycle to
     AW and ``32 / (data_width / 8)`` W beats (1 at 256 bits and above), then B.
@@ -138,8 +146,12 @@ class CompletionWriter(wiring.Component):
                 Const(0, 8),
                 Const(0, 7),
                 phase,
+                req.wqe_index,
             )
         )
+        # no CQE for an unsignaled SUCCESS: registered from the first R beat (the WQE's
+        # flags byte; success is set from ADDR on), so AW's valid is a flip-flop's AND
+        skip = Signal()
 
         # One flip-flop per state: "in state X" drives the clock enables of cfg (copies
         # of the flip-flop), pi, ar_addr and wword and the handshakes (req.ready is the
@@ -205,6 +217,8 @@ class CompletionWriter(wiring.Component):
         with state("R"):
             m.d.comb += axi.rready.eq(1)
             with m.If(axi.rvalid):
+                with m.If(rsel[0]):
+                    m.d.sync += skip.eq(success & ~axi.rdata[8 + WqeFlags_SIGNALED_BIT])
                 m.d.sync += rsel.eq(rsel << 1)
                 with m.If(axi.rresp != AXI_RESP_OKAY):
                     m.d.sync += error.eq(1)
@@ -212,9 +226,11 @@ class CompletionWriter(wiring.Component):
                     m.d.sync += rsel.eq(0)
                     goto("AW")
         with state("AW"):
-            m.d.comb += [axi.awvalid.eq(1), axi.awaddr.eq(cq_addr)]
+            m.d.comb += [axi.awvalid.eq(~skip), axi.awaddr.eq(cq_addr)]
             m.d.sync += wsel.eq(1)
-            with m.If(axi.awready):
+            with m.If(skip):
+                goto("IDLE")
+            with m.Elif(axi.awready):
                 goto("W")
         with state("W"):
             m.d.comb += [axi.wvalid.eq(1), axi.wlast.eq(wsel[-1]), axi.wdata.eq(wword)]

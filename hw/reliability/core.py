@@ -90,6 +90,9 @@ def qp_record(window, evs):
             "md_recover": 24,
             "wqe_cpl": 16,
             "wqe_sent": 16,
+            # TX refused WQE wqe_sent - 1 (unknown opcode): once nothing is in flight it
+            # completes LOC_QP_OP_ERR, the rest FLUSHED, and the QP goes to ERROR
+            "op_err": 1,
             "cwnd": 16,
             "cwnd_acc": 24,
             "sacked": window,
@@ -220,7 +223,9 @@ class ReliabilityCore(wiring.Component):
     ``sent``          In: TX's record of each data packet on the wire.
     ``sq_producer``   In: the send queue's producer index of a QP, from every doorbell
                       write (``ready`` is always 1; kept in a per-QP memory), so that
-                      an ERROR completes the WQEs TX has not begun too.
+                      an ERROR completes the WQEs TX has not begun too; a doorbell also
+                      marks its QP (one pending bit per QP, taken last by priority), and
+                      a QP in ERROR then completes the WQEs posted since FLUSHED.
     ``peer_ack``      In: parsed ACK / NAK / probe response frames from RX.
     ``expired``       In: timer reports ``{qpn, gen}`` (``RetransmitTimers.expired``).
     ``cmd``           In: controller commands (QP state, EV state) from the CSR block.
@@ -381,7 +386,7 @@ class ReliabilityCore(wiring.Component):
         pi_ahead = Signal(16)
         sent_ahead = Signal(16)
 
-        K_SENT, K_ACK, K_PROBE, K_TMO, K_CMD, K_SWEEP = range(6)
+        K_SENT, K_ACK, K_PROBE, K_TMO, K_CMD, K_SWEEP, K_DB = range(7)
         kind = Signal(3)
         s = Signal(SentRecord)
         a_trim = Signal()  # syndrome NAK TRIMMED
@@ -436,6 +441,7 @@ class ReliabilityCore(wiring.Component):
         # are 0.
         sent_new = Signal()
         sent_moves = Signal()
+        sent_operr = Signal()  # a record of a WQE TX refused, for a QP in RTS
         # a timer report against the record as read (LOAD): stale (not RTS, disarmed or
         # another generation), or the retry that exceeds the limit
         tmo_stale = Signal()
@@ -630,7 +636,7 @@ class ReliabilityCore(wiring.Component):
                   "LCNT", "WALK", "USE", "SACK", "SACK_ALIGN", "NAK", "CC", "CC_STEP",
                   "CC_SUM", "CC_NEW", "CC_CLAMP", "PROBE_RESP", "PROBE_CHECK", "PROBE_ACT",
                   "TIMEOUT", "FLUSH_WAIT", "FLUSH", "CMD_DEC", "CMD", "SWEEP", "SWEEP_EMIT",
-                  "SETTLE", "CC_SET", "FINAL")
+                  "SETTLE", "CC_SET", "FINAL", "DOORBELL", "OP_ERR")
         fsm = OneHotFSM(m, STATES, "CLEAR")
         st = fsm.st
         # IDLE and LOAD are the enables and selects of the wide registers they load (the
@@ -712,24 +718,37 @@ class ReliabilityCore(wiring.Component):
         # them. A valid input keeps its payload until taken. No choice is made in a cycle
         # in which IDLE takes one (IDLE waits a cycle after a dropped record), and rd_q
         # holds then, for ACK_IN.
-        T_CMD, T_SENT, T_ACK, T_TMO, T_SWEEP = range(5)
-        take = Signal(5)
+        T_CMD, T_SENT, T_ACK, T_TMO, T_SWEEP, T_DB = range(6)
+        take = Signal(6)
         take_any = Signal()
         rd_q = Signal(range(nq))
         sent_ok_q = Signal()  # the sent record's QP in range, with the choice
         inputs = [self.cmd, self.sent, self.peer_ack, self.expired]
-        avail = Cat(*[i.valid for i in inputs], sweep_pending)
+        # doorbells: a pending bit per QP (set by every doorbell, cleared when IDLE takes
+        # the QP's event), the lowest pending QP registered every cycle (a priority tree
+        # over num_qps bits ends at flip-flops); the event is taken last by priority
+        db_pend = Signal(nq)
+        db_q = Signal(range(nq))
+        db_any = Signal()
+        db_take = Signal()
+        m.d.sync += [db_q.eq(_lowest(m, db_pend, nq, "db_pick")), db_any.eq(db_pend != 0)]
+        with m.If(db_take):
+            m.d.sync += db_pend.bit_select(db_q, 1).eq(0)
+        with m.If(self.sq_producer.valid & (sqp.qpn < nq)):
+            m.d.sync += db_pend.bit_select(sqp.qpn[: len(db_q)], 1).eq(1)
+        avail = Cat(*[i.valid for i in inputs], sweep_pending, db_any)
         with m.If(st.IDLE & take_any):
             m.d.sync += [take.eq(0), take_any.eq(0)]
         with m.Else():
             m.d.sync += [
                 take.eq(Cat(*[avail[i] & ~avail[:i].any() if i else avail[0]
-                              for i in range(5)])),
+                              for i in range(6)])),
                 take_any.eq(avail.any()), sent_ok_q.eq(sent_ok),
                 rd_q.eq(Mux(avail[T_CMD], self.cmd.payload.qpn,
                             Mux(avail[T_SENT], self.sent.payload.qpn,
                                 Mux(avail[T_ACK], ack.bth.dqpn,
-                                    Mux(avail[T_TMO], self.expired.payload.qpn, sweep_q))))),
+                                    Mux(avail[T_TMO], self.expired.payload.qpn,
+                                        Mux(avail[T_SWEEP], sweep_q, db_q)))))),
             ]
         m.d.comb += [rec_rd.addr.eq(rd_q), self.rel_addr.eq(rd_q)]
         # the walk's next PSN, registered: the lowest bit of walk_mask without the PSN
@@ -868,6 +887,9 @@ class ReliabilityCore(wiring.Component):
                 with m.If(sweep_q == nq - 1):
                     m.d.sync += probe_seq.eq(probe_seq + 1)
                 start(K_SWEEP)
+            with m.If(take[T_DB]):
+                m.d.comb += db_take.eq(1)
+                start(K_DB)
 
         load_in_groups(m, [
             (cmd, self.cmd.payload), (s, self.sent.payload), (t_gen, self.expired.payload.gen),
@@ -898,8 +920,9 @@ class ReliabilityCore(wiring.Component):
             m.d.sync += [
                 tmo_stale.eq((r.state != QpState.RTS) | ~r.armed | (r.timer_gen != t_gen)),
                 tmo_exhaust.eq((rc.exp_cnt < EXP_FOREVER) & (limit <= r.retries)),
-                sent_new.eq((r.state == QpState.RTS) & ~s.retx
+                sent_new.eq((r.state == QpState.RTS) & ~s.retx & ~s.op_err
                             & (r.fresh | ((s.psn == r.nxt) & (r_span[: len(infl)] < W)))),
+                sent_operr.eq((r.state == QpState.RTS) & s.op_err),
                 sent_moves.eq(s.psn != r.una),
             ]
             with m.Switch(kind):
@@ -915,6 +938,8 @@ class ReliabilityCore(wiring.Component):
                     goto("CMD_DEC")
                 with m.Case(K_SWEEP):
                     goto("SWEEP")
+                with m.Case(K_DB):
+                    goto("DOORBELL")
 
         load_in_groups(m, [
             (cur, rec_rd_data), (cfg, self.rel_data), (una0, rec_rd_data.una),
@@ -927,7 +952,21 @@ class ReliabilityCore(wiring.Component):
 
         # ---- a data packet went on the wire --------------------------------------
         with state("SENT"):  # actions below, under st.SENT
-            with m.If(sent_new):
+            with m.If(sent_operr):
+                # TX refused WQE wqe_index (it sends nothing more from the QP): it is
+                # TX's last WQE begun; with nothing in flight every WQE before it has
+                # completed, so it completes now, else once the last PSN is ACKed
+                # (CC_SET)
+                m.d.sync += cur.wqe_sent.eq(s.wqe_index + 1)
+                with m.If(cur.fresh):
+                    m.d.sync += cur.wqe_cpl.eq(s.wqe_index)
+                with m.If(cur.fresh | (infl == 0)):
+                    m.d.sync += flush_status.eq(CqeStatus.LOC_QP_OP_ERR)
+                    goto("OP_ERR")
+                with m.Else():
+                    m.d.sync += cur.op_err.eq(1)
+                    goto("FINAL")
+            with m.Elif(sent_new):
                 goto("FINAL")
             with m.Else():
                 goto("IDLE")
@@ -1241,7 +1280,12 @@ class ReliabilityCore(wiring.Component):
 
         with state("CC_SET"):  # SETTLE for the window: its change flag set here
             m.d.sync += [cur.cwnd.eq(cc_clamped), cwnd_chg.eq(cc_clamped != cwnd0)]
-            goto("FINAL")
+            # a refused WQE waiting for the PSNs before it: none left in flight now
+            with m.If(cur.op_err & ~unacked):
+                m.d.sync += flush_status.eq(CqeStatus.LOC_QP_OP_ERR)
+                goto("OP_ERR")
+            with m.Else():
+                goto("FINAL")
 
         # ---- probe answer ----------------------------------------------------------
         # the room for PROBE_ACT's push is awaited here: nothing is pushed in between
@@ -1312,6 +1356,20 @@ class ReliabilityCore(wiring.Component):
         m.d.sync += wqe_cpl_inc.eq(cur.wqe_cpl + 1)
         with state("FLUSH_WAIT"):
             goto("FLUSH")
+        # a refused WQE's flush (from SENT or CC_SET, which set wqe_sent or leave it):
+        # a cycle more before FLUSH_WAIT, so that sq_end (registered every cycle from
+        # wqe_sent) and flush_more after it hold the wqe_sent SENT set
+        with state("OP_ERR"):
+            goto("FLUSH_WAIT")
+        # a doorbell (LOAD reads the producer index): a QP in ERROR completes what was
+        # posted since its flush FLUSHED (FLUSH two cycles later, when sq_end and
+        # flush_more hold LOAD's producer index, as after CMD)
+        with state("DOORBELL"):
+            with m.If(cur.state == QpState.ERROR):
+                m.d.sync += flush_status.eq(CqeStatus.FLUSHED)
+                goto("FLUSH_WAIT")
+            with m.Else():
+                goto("IDLE")
         with state("FLUSH"):
             # sacked and fast_done cleared in every cycle of the flush (none reads them)
             m.d.sync += [cur.sacked.eq(0), cur.fast_done.eq(0)]
@@ -1477,8 +1535,9 @@ class ReliabilityCore(wiring.Component):
         # a sent record neither tracked nor a retransmission in flight: counted the
         # cycle after SENT, from flip-flops (SENT's, registered, and no per-PSN write)
         after_sent = Signal()
-        m.d.sync += after_sent.eq(st.SENT)
-        with m.If(after_sent & ~psn_ev_we):
+        after_operr = Signal()
+        m.d.sync += [after_sent.eq(st.SENT), after_operr.eq(sent_operr)]
+        with m.If(after_sent & ~psn_ev_we & ~after_operr):
             count("sent_dropped")
 
         # the walk's PSNs: set by the state that starts a walk, then USE takes one PSN
@@ -1544,13 +1603,16 @@ class ReliabilityCore(wiring.Component):
         # clears the record but timer_gen (kept) and fresh (set), an RTS entry
         # clears the fields both clear and sets its own.
         both = ("una", "nxt", "sacked", "fast_done", "retries", "md_active", "cwnd_acc",
-                "delay_high", "ev_loss")
+                "delay_high", "ev_loss", "op_err")
         with m.If(clear_go):
             m.d.sync += [cur[f].eq(0) for f in both]
             m.d.sync += cur.fresh.eq(1)
         with m.If(reset_go):
             m.d.sync += [cur[f].eq(0) for f, _ in Rec if f not in both + ("fresh", "timer_gen")]
-            m.d.sync += cur.timer_gen.eq(cur.timer_gen)
+            # every WQE posted so far is done with: a doorbell in ERROR after this
+            # flushes from the producer index of the reset on
+            m.d.sync += [cur.timer_gen.eq(cur.timer_gen), cur.wqe_cpl.eq(sq_end),
+                         cur.wqe_sent.eq(sq_end)]
         with m.If(rts_go):
             m.d.sync += [
                 cur.state.eq(QpState.RTS), cur.wqe_cpl.eq(sq_end), cur.wqe_sent.eq(sq_end),

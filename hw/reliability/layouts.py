@@ -14,6 +14,8 @@ __all__ = [
     "RetxRequest",
     "SentRecord",
     "SqProducer",
+    "WqeFlags",
+    "WqeOpcode",
     "NAK_TRIMMED",
     "AETH_ACK",
     "PSN_BITS",
@@ -32,17 +34,38 @@ class EvState:
     GOOD, ASSUMED_BAD, DENIED = 0, 1, 2
 
 
+class WqeOpcode:
+    """WQE byte 0x00 (the WQE format: hw/tx/layouts.py ``WQE_LAYOUT``). Any other value
+    is refused: the WQE completes with LOC_QP_OP_ERR and the QP goes to ERROR."""
+
+    WRITE = 0
+    WRITE_WITH_IMM = 1
+    KNOWN = (WRITE, WRITE_WITH_IMM)
+
+
+class WqeFlags:
+    """WQE byte 0x01: SIGNALED asks for a send CQE on success (errors always get one)."""
+
+    SIGNALED = 1 << 0
+
+
 class RetxReason:
     TIMEOUT, SACK_HOLE, NAK_TRIMMED = 0, 1, 2
 
 
 class CqeStatus:
-    SUCCESS, RETRY_EXCEEDED, FLUSHED = 0, 1, 5
+    """Send-CQE status (byte 0x14). LOC_QP_OP_ERR (verbs' IBV_WC_LOC_QP_OP_ERR, the same
+    value) is a WQE the requester cannot execute: an unknown opcode."""
+
+    SUCCESS, RETRY_EXCEEDED, LOC_QP_OP_ERR, FLUSHED = 0, 1, 2, 5
 
 
-# TX -> reliability: one record per data packet put on the wire.
+# TX -> reliability: one record per data packet put on the wire, or (op_err = 1) for
+# a WQE that TX fetched and refused (unknown opcode): no packet, psn and ev_index
+# carry nothing, and TX sends nothing more from the QP until its qp_ctrl is written.
 SentRecord = data.StructLayout(
-    {"qpn": 24, "psn": 24, "ev_index": 8, "retx": 1, "last": 1, "wqe_index": 16}
+    {"qpn": 24, "psn": 24, "ev_index": 8, "retx": 1, "last": 1, "wqe_index": 16,
+     "op_err": 1}
 )
 # host -> TX doorbell, seen by reliability: the send queue's producer index (WQEs posted),
 # so that an ERROR completes every posted WQE, begun by TX or not.

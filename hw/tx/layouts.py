@@ -3,9 +3,22 @@
 from amaranth.hdl import unsigned
 from amaranth.lib import data
 
+# The records TX exchanges with reliability and the WQE's codes: one definition each,
+# in reliability's layouts (which imports nothing of TX).
+from hw.reliability.layouts import (
+    AckUpdate,
+    EvState,
+    EvUpdate,
+    RetxRequest,
+    SentRecord,
+    WqeFlags,
+    WqeOpcode,
+)
+
 __all__ = [
     "WQE_BYTES",
     "WqeOpcode",
+    "WqeFlags",
     "PacketDesc",
     "PayloadDesc",
     "FrameHeader",
@@ -20,17 +33,6 @@ __all__ = [
 WQE_BYTES = 64
 # Eth 14 + IPv4 20 + UDP 8 + BTH 12 + RETH 16 + ImmDt 4
 MAX_HEADER_BYTES = 74
-
-
-class WqeOpcode:
-    WRITE = 0
-    WRITE_WITH_IMM = 1
-
-
-class EvState:
-    GOOD = 0
-    ASSUMED_BAD = 1
-    DENIED = 2
 
 
 # (name, byte offset, bytes) of the 64-byte little-endian WQE in host memory.
@@ -86,9 +88,3 @@ def FrameHeader():
     )
 
 
-RetxRequest = data.StructLayout({"qpn": 24, "psn": 24, "reason": 2})
-AckUpdate = data.StructLayout({"qpn": 24, "una_psn": 24})
-EvUpdate = data.StructLayout({"qpn": 24, "ev_index": 8, "state": 2})
-SentRecord = data.StructLayout(
-    {"qpn": 24, "psn": 24, "ev_index": 8, "retx": 1, "last": 1, "wqe_index": 16}
-)

@@ -29,6 +29,11 @@ class G:
     RETX_NO_EV = 0x044
 
 
+# qp_ctrl's fields (bit positions)
+CTRL_ENABLE_BIT = 0
+CTRL_RESET_BIT = 1
+
+
 class Q:
     """Offsets of the per-QP registers inside a QP's window."""
 
@@ -137,7 +142,12 @@ def tx_register_map(num_qps: int = 16, evs_per_qp: int = 16) -> RegisterMap:
     def qp(name, off, access, doc, fields=()):
         rm.add(name, QP_BASE + off, access, doc, count=num_qps, stride=QP_STRIDE, fields=fields)
 
-    qp("qp_ctrl", Q.CTRL, "RW", "QP control", fields=[("enable", 0, 1, "send from this QP")])
+    qp("qp_ctrl", Q.CTRL, "RW", "QP control; any write also lets a QP stopped by an "
+       "unknown WQE opcode take work again",
+       fields=[("enable", CTRL_ENABLE_BIT, 1, "send from this QP"),
+               ("reset", CTRL_RESET_BIT, 1, "write 1 (with enable 0: the QP's RESET): the "
+                "ring is empty from the doorbell on (consumer = producer), a part-sent WQE "
+                "is dropped; reads 0")])
     qp(
         "qp_mtu",
         Q.MTU,

@@ -26,7 +26,16 @@ from .layouts import (
     SentRecord,
     WqeOpcode,
 )
-from .regs import QP_BASE, QP_STRIDE, TX_TYPE_ID, TX_VERSION, G, Q
+from .regs import (
+    CTRL_ENABLE_BIT,
+    CTRL_RESET_BIT,
+    QP_BASE,
+    QP_STRIDE,
+    TX_TYPE_ID,
+    TX_VERSION,
+    G,
+    Q,
+)
 
 __all__ = ["Sequencer", "CFG_LANES"]
 
@@ -208,6 +217,9 @@ class Sequencer(wiring.Component):
         wqe_active = Signal(nq)
         win_blocked = Signal(nq)
         ev_blocked = Signal(nq)
+        # a QP that met a WQE it cannot execute (an unknown opcode): no new work until
+        # its qp_ctrl is written (retransmissions of its PSNs in flight still go)
+        op_halt = Signal(nq)
         pi = Array(Signal(16, name=f"pi{i}") for i in range(nq))
         ci = Array(Signal(16, name=f"ci{i}") for i in range(nq))
         next_psn = Array(Signal(PSN_BITS, name=f"next_psn{i}") for i in range(nq))
@@ -326,7 +338,7 @@ class Sequencer(wiring.Component):
             ]
             m.d.comb += has_work[i].eq(wqe_active[i] | ring_work[i])
         m.submodules.rr = rr = RoundRobin(nq)
-        m.d.comb += rr.requests.eq(enable & has_work & ~win_blocked & ~ev_blocked)
+        m.d.comb += rr.requests.eq(enable & has_work & ~win_blocked & ~ev_blocked & ~op_halt)
 
         init_q = Signal(range(nq + 1))
         ready = Signal()
@@ -545,7 +557,7 @@ class Sequencer(wiring.Component):
         # before them.
         STATES = ("INIT", "IDLE", "LOAD", "CHECK", "RETX_CHECK", "RETX_COMPARE",
                   "RETX_RECORD", "FETCH", "FETCH_REQ", "FETCH_DATA", "PARSE", "OFFSET",
-                  "SEGMENT", "EV_VALUE", "EMIT")
+                  "SEGMENT", "EV_VALUE", "EMIT", "OP_ERR")
         fsm = OneHotFSM(m, STATES, "INIT")
         st, state, goto = fsm.st, fsm.state, fsm.goto
 
@@ -559,7 +571,8 @@ class Sequencer(wiring.Component):
             infl_r.addr.eq(late(Cat(retx_psn[:db], cur_q), "infl_addr")),
             self.hdr_desc.valid.eq(emit_go),
             self.pay_desc.valid.eq(emit_go),
-            self.sent.valid.eq(emit_go),
+            self.sent.valid.eq(emit_go | st.OP_ERR),
+            self.sent.payload.op_err.eq(st.OP_ERR),
         ]
         psn_off_r = Signal(PSN_BITS)  # retx_psn - una_psn of the QP
 
@@ -702,6 +715,21 @@ class Sequencer(wiring.Component):
             m.d.sync += field.eq(self.wqe_data.payload.data[lsb : lsb + 8 * size])
             beat_of[target] = off // nbytes
             beat_value[target] = field == WqeOpcode.WRITE_WITH_IMM if name == "opcode" else field
+            if name == "opcode":
+                beat_opcode = field
+        # A fetched WQE's opcode is not one TX executes: registered from its beat
+        # (op_bad_ld, like the fields' loads: a flip-flop enable), 0 from IDLE on, so
+        # that OFFSET, the earliest reader, sees the fetch of this packet only. A
+        # retransmission's re-fetch never sets it.
+        op_bad = Signal()
+        op_bad_ld = Signal()
+        m.d.sync += op_bad_ld.eq(st.FETCH_DATA & self.wqe_data.valid & ~retx_mode
+                                 & (fetch_beat == beat_of["with_imm"]))
+        with m.If(st.IDLE):
+            m.d.sync += op_bad.eq(0)
+        with m.If(op_bad_ld):
+            m.d.sync += op_bad.eq(~reduce(operator.or_,
+                                          [beat_opcode == k for k in WqeOpcode.KNOWN]))
         for also, fields in ((None, ("raddr",)),
                              ("IDLE", ("laddr", "with_imm", "wqe_index")),
                              ("RETX_CHECK", ("length", "rkey")),
@@ -747,8 +775,22 @@ class Sequencer(wiring.Component):
             m.d.sync += offset.eq(Cat(Const(0, 8), cur.pkt_index) << mtu_shift)
             with m.If(window_full):
                 window_park()
+            with m.Elif(op_bad):
+                goto("OP_ERR")
             with m.Elif(readies):
                 goto("SEGMENT")
+
+        with state("OP_ERR"):
+            # a WQE with an unknown opcode (fetched, consumed in PARSE): no packet, one
+            # sent record with op_err = 1 (reliability completes it LOC_QP_OP_ERR once
+            # the QP's PSNs in flight are done, and puts the QP in ERROR); the QP takes
+            # no new work until its qp_ctrl is written
+            with m.If(self.sent.ready):
+                m.d.sync += [
+                    wqe_active.bit_select(cur_q, 1).eq(0),
+                    op_halt.bit_select(cur_q, 1).eq(1),
+                ]
+                goto("IDLE")
 
         with state("SEGMENT"):
             # the bytes left and the MTU are registered here and the
@@ -927,6 +969,7 @@ class Sequencer(wiring.Component):
         qw_ctrl = Signal()
         qw_doorbell = Signal()
         qw_unpark = Signal()  # a write that may open the QP's window
+        qw_reset = Signal(nq)  # a qp_ctrl write with reset = 1, one-hot by QP
         lane_hit = d_lane & d_qp_w.replicate(len(CFG_LANES))
         m.d.sync += [
             qw_lanes.eq(Mux(d_ready, lane_hit, (1 << len(CFG_LANES)) - 1)),
@@ -939,6 +982,8 @@ class Sequencer(wiring.Component):
             mtu_shift_w.eq(d_mtu_shift),
             qw_ctrl.eq(d_qp_w & d_ctrl),
             psn_write.eq(Cat(*[d_qp_w & d_next_psn & (d_q == i) for i in range(nq)])),
+            qw_reset.eq(Cat(*[d_qp_w & d_ctrl & d_data[CTRL_RESET_BIT] & (d_q == i)
+                              for i in range(nq)])),
             qw_doorbell.eq(d_qp_w & d_doorbell),
             qw_unpark.eq(d_qp_w & d_unpark),
         ]
@@ -968,9 +1013,17 @@ class Sequencer(wiring.Component):
             m.d.comb += wb_clear.bit_select(qw_q, 1).eq(1)
         with m.If(qw_ctrl):
             m.d.sync += [
-                enable.bit_select(qw_q, 1).eq(qw_data[0]),
+                enable.bit_select(qw_q, 1).eq(qw_data[CTRL_ENABLE_BIT]),
                 ev_blocked.bit_select(qw_q, 1).eq(0),
+                op_halt.bit_select(qw_q, 1).eq(0),
             ]
+        # qp_ctrl.reset (the QP's RESET, written with enable 0): the ring is empty from
+        # the doorbell on (consumer = producer) and the part-sent WQE is dropped, so the
+        # QP restarts where the host's next WQE goes. After the FSM's writes of ci and
+        # wqe_active (PARSE, EMIT, OP_ERR), which it overrides in the same cycle.
+        for i in range(nq):
+            with m.If(qw_reset[i]):
+                m.d.sync += [ci[i].eq(pi[i]), wqe_active[i].eq(0), win_blocked[i].eq(0)]
         with m.If(qw_doorbell):
             m.d.sync += pi[qw_q].eq(qw_data[:16])
         # The global registers are written like the per-QP ones: one-hot strobes

@@ -49,6 +49,7 @@ _NEXT_STATE = {RESET: (INIT,), INIT: (RTR,), RTR: (RTS,), RTS: (), ERROR: (RESET
 # Completion status (verbs names)
 SUCCESS = "SUCCESS"
 RETRY_EXC_ERR = "RETRY_EXC_ERR"
+LOC_QP_OP_ERR = "LOC_QP_OP_ERR"  # a WR the requester cannot execute (unknown opcode)
 WR_FLUSH_ERR = "WR_FLUSH_ERR"
 REM_ACCESS_ERR = "REM_ACCESS_ERR"
 

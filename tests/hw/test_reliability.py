@@ -54,6 +54,7 @@ from hw.reliability.layouts import (
     RetxRequest,
     SentRecord,
     SqProducer,
+    WqeFlags,
 )
 from hw.reliability.registers import register_map
 from hw.rx.parser import ParsedHeader
@@ -297,10 +298,11 @@ class TB:
         await ClockCycles(self.dut.clk, 10)
 
     # --- host memory: WQEs and CQEs -------------------------------------------
-    def post_wqe(self, q, index, wr_id, length, imm=0, opcode=0x0A):
+    def post_wqe(self, q, index, wr_id, length, imm=0, opcode=0x0A, signaled=True):
         addr = SQ_BASE + q * QP_MEM + (index % (1 << RING_LOG2)) * 64
         wqe = bytearray(64)
         wqe[0] = opcode
+        wqe[1] = WqeFlags.SIGNALED if signaled else 0
         wqe[4:8] = imm.to_bytes(4, "little")
         wqe[8:16] = wr_id.to_bytes(8, "little")
         wqe[0x20:0x24] = length.to_bytes(4, "little")
@@ -318,13 +320,18 @@ class TB:
                 byte_len=int.from_bytes(raw[8:12], "little"),
                 imm=int.from_bytes(raw[12:16], "little"),
                 qpn=int.from_bytes(raw[16:20], "little"),
-                status=raw[0x14], opcode=raw[0x15]))
+                status=raw[0x14], opcode=raw[0x15],
+                wqe_index=int.from_bytes(raw[0x18:0x1A], "little")))
         return out
 
     # --- the scripted requester (TX stand-in) ---------------------------------
     def send(self, q, psn, ev, *, last=1, wqe=0, retx=0):
         self.sent.send(dict(qpn=q, psn=psn & 0xFFFFFF, ev_index=ev, retx=retx, last=last,
                             wqe_index=wqe))
+
+    def refuse(self, q, wqe):
+        """TX's record of a WQE it refused (unknown opcode): no packet."""
+        self.sent.send(dict(qpn=q, psn=0x123456, ev_index=0, wqe_index=wqe, op_err=1))
 
     # --- the scripted responder ------------------------------------------------
     def ack(self, q, cum_psn, bitmap=0, *, sack_base=None, syndrome=L.AETH_ACK, psn=None,
@@ -698,6 +705,80 @@ async def test_error_flushes_posted_wqes(dut):
     assert [(c["wr_id"], c["status"]) for c in tb.cqes(q2)] == [(0x600 + w, 5) for w in range(3)]
     c = await tb.counters()
     assert c["cqes"] == 9 and c["retry_exhausted"] == 1
+
+
+@cocotb.test(skip=CONFIG != "rel_q4")
+async def test_requester_corner_cases(dut):
+    """Send completions as verbs: a CQE on success only for a signaled WQE (its
+    ring index at 0x18); a WQE TX refused (a sent record with op_err) completes
+    LOC_QP_OP_ERR once the WQEs before it have (at once when nothing is in
+    flight), every later posted WQE FLUSHED, and the QP goes to ERROR; a
+    doorbell while in ERROR completes the WQEs posted since FLUSHED; after
+    RESET such a flush starts at the producer index of the reset."""
+    tb = TB(dut)
+    await tb.reset()
+    q, q2 = 2, 3
+    await tb.setup(qps=(q, q2), sack_thr=0)
+    S, E, F = 0, 2, 5  # SUCCESS, LOC_QP_OP_ERR, FLUSHED
+    # signaled: WQE 0 no (1 packet), 1 yes (2 packets), 2 no
+    for w, (n, sig) in enumerate([(100, False), (2000, True), (100, False)]):
+        tb.post_wqe(q, w, wr_id=0x700 + w, length=n, signaled=sig)
+    tb.doorbell(q, 3)
+    for psn, wqe, last in ((100, 0, 1), (101, 1, 0), (102, 1, 1), (103, 2, 1)):
+        tb.send(q, psn, ev=psn % 8, last=last, wqe=wqe)
+    await tb.settle(50)
+    tb.ack(q, 103)
+    await tb.settle()
+
+    def got(qq, start=0):
+        return [(c["wr_id"], c["status"], c["byte_len"], c["wqe_index"])
+                for c in tb.cqes(qq)[start:]]
+
+    assert got(q) == [(0x701, S, 2000, 1)]
+    assert (await tb.counters())["cqes"] == 1
+    # WQE 3 in flight, WQE 4 refused, WQE 5 posted: 4 waits for 3's ACK
+    tb.post_wqe(q, 3, wr_id=0x703, length=100)
+    tb.post_wqe(q, 4, wr_id=0x704, length=100, opcode=0x07, signaled=False)
+    tb.post_wqe(q, 5, wr_id=0x705, length=100)
+    tb.doorbell(q, 6)
+    tb.send(q, 104, ev=0, wqe=3)
+    tb.refuse(q, 4)
+    await tb.settle()
+    assert got(q) == [(0x701, S, 2000, 1)]
+    assert await tb.read("qp_ctrl", q) == 3
+    tb.ack(q, 104)
+    await tb.settle()
+    assert got(q) == [(0x701, S, 2000, 1), (0x703, S, 100, 3), (0x704, E, 0, 4),
+                      (0x705, F, 0, 5)]
+    assert await tb.read("qp_ctrl", q) == 4
+    assert tb.qps_upd.records()[-1] == {"qpn": q, "state": 4}
+    # posted while in ERROR: FLUSHED on the doorbell
+    for w in (6, 7):
+        tb.post_wqe(q, w, wr_id=0x700 + w, length=10)
+    tb.doorbell(q, 8)
+    await tb.settle()
+    assert got(q, 4) == [(0x706, F, 0, 6), (0x707, F, 0, 7)]
+    # RESET (the CQ ring restarts at 0), INIT, ERROR from INIT (no flush), then a
+    # doorbell: the WQEs posted since the reset's producer index (8) are flushed
+    await tb.write("qp_ctrl", 0, q)
+    await tb.settle(20)
+    for w in (8, 9):
+        tb.post_wqe(q, w, wr_id=0x700 + w, length=10)
+    await tb.write("qp_ctrl", 1, q)
+    await tb.write("qp_ctrl", 4, q)
+    tb.doorbell(q, 10)
+    await tb.settle()
+    assert got(q)[:2] == [(0x708, F, 0, 8), (0x709, F, 0, 9)]
+    # a refused WQE with nothing in flight (the QP's first since RTS) completes at once
+    tb.post_wqe(q2, 0, wr_id=0x800, length=10, opcode=0x07)
+    tb.post_wqe(q2, 1, wr_id=0x801, length=10)
+    tb.doorbell(q2, 2)
+    tb.refuse(q2, 0)
+    await tb.settle()
+    assert got(q2) == [(0x800, E, 0, 0), (0x801, F, 0, 1)]
+    assert await tb.read("qp_ctrl", q2) == 4
+    c = await tb.counters()
+    assert c["cqes"] == 1 + 3 + 2 + 2 + 2 and c["sent_dropped"] == 0, c
 
 
 async def _lose_on(tb, q, ev, psn, thr=1):

@@ -166,6 +166,7 @@ class TB:
             AxiStreamBus.from_prefix(dut, "m_axis", bus_separator="__"), dut.clk, dut.rst
         )
         self.sent = []  # (cycle, record dict)
+        self.refused = []  # sent records with op_err: WQEs TX refused, no frame
         self.cycle = 0
         self.frames = []  # (ns of the first beat, frame bytes)
         for name in ("retx", "ack_update", "ev_update"):
@@ -203,19 +204,18 @@ class TB:
             self.cycle += 1
             if dut.sent__valid.value and dut.sent__ready.value:
                 v = int(dut.sent__payload.value)
-                self.sent.append(
-                    (
-                        get_sim_time("ns"),
-                        dict(
-                            qpn=v & 0xFFFFFF,
-                            psn=(v >> 24) & 0xFFFFFF,
-                            ev_index=(v >> 48) & 0xFF,
-                            retx=(v >> 56) & 1,
-                            last=(v >> 57) & 1,
-                            wqe_index=(v >> 58) & 0xFFFF,
-                        ),
-                    )
+                rec = dict(
+                    qpn=v & 0xFFFFFF,
+                    psn=(v >> 24) & 0xFFFFFF,
+                    ev_index=(v >> 48) & 0xFF,
+                    retx=(v >> 56) & 1,
+                    last=(v >> 57) & 1,
+                    wqe_index=(v >> 58) & 0xFFFF,
                 )
+                if (v >> 74) & 1:  # op_err
+                    self.refused.append(dict(qpn=rec["qpn"], wqe_index=rec["wqe_index"]))
+                else:
+                    self.sent.append((get_sim_time("ns"), rec))
 
     async def _collect_frames(self):
         while True:
@@ -349,6 +349,18 @@ class Host:
         if doorbell:
             await self.ring_doorbell(q)
         return pkts
+
+    async def post_unsent(self, q, length, rng, opcode=None):
+        """Write a WQE that must not be sent (no packets expected), without the
+        doorbell; ``opcode``: its opcode byte instead of WRITE's."""
+        psn = self.next_psn[q]
+        await self.post(q, length, rng, doorbell=False)
+        npkts = max(1, -(-length // self.cfg[q].mtu))
+        del self.sb.pending[q][-npkts:]
+        self.next_psn[q] = psn
+        if opcode is not None:
+            slot = (self.pi[q] - 1) % (1 << RING_LOG2)
+            self.tb.ram.write(self.ring(q) + slot * 64, bytes([opcode]))
 
     async def ring_doorbell(self, q):
         await self.tb.write(self.tb.qreg(q, Q.DOORBELL), self.pi[q])
@@ -667,6 +679,58 @@ async def test_psn_wrap(dut):
     await host.sb.wait_all(tb)
     psns = [r["psn"] for _, r in tb.sent]
     assert psns[15:18] == [0xFFFFFF, 0x000000, 0x000001], psns[14:19]
+    await check_counters(tb, host)
+
+
+@cocotb.test()
+async def test_unknown_opcode_and_reset(dut):
+    """A WQE whose opcode TX does not know becomes no packet: one sent record
+    with op_err and its ring index, the consumer index past it, and no new work
+    from the QP (the WQE after it is not sent) while a retransmission of its
+    PSNs in flight still goes; qp_ctrl.reset empties the ring (consumer =
+    doorbell) and drops a part-sent WQE (another QP, parked on its window),
+    after which each QP sends exactly the host's next WQE."""
+    tb, host = await make_tb(dut, seed=71)
+    rng = random.Random(72)
+    q, q2 = 2, 5
+    await host.open_qp(QpConfig(q, mtu=256, next_psn=0x500))
+    await host.open_qp(QpConfig(q2, mtu=256, next_psn=0x700, cwnd=2))
+    await host.post(q, 600, rng)  # 3 packets, WQE 0
+    await host.post(q2, 5 * 256, rng)  # 5 packets, 2 go out (cwnd 2)
+    await ClockCycles(tb.dut.clk, 3000)
+    bad = host.pi[q]
+    await host.post_unsent(q, 100, rng, opcode=0x07)
+    await host.post_unsent(q, 100, rng)
+    await host.ring_doorbell(q)
+    await ClockCycles(tb.dut.clk, 3000)
+    host.sb.check(tb)
+    assert tb.refused == [{"qpn": q, "wqe_index": bad}], tb.refused
+    assert await tb.read(tb.qreg(q, Q.CONSUMER)) == bad + 1
+    assert await tb.read(tb.qreg(q, Q.STATUS)) & 1 == 0  # no part-sent WQE
+    assert len(host.sb.pending[q]) == 0 and host.sb.checked_frames == len(tb.frames) == 5
+    st2 = await tb.read(tb.qreg(q2, Q.STATUS))
+    assert st2 & 3 == 3 and st2 >> 8 == 2, hex(st2)  # part sent, parked, 2 in flight
+    # the halted QP still retransmits its PSNs in flight
+    host.sb.expect_retx(q, 0x501)
+    await tb.retx(q, 0x501)
+    await ClockCycles(tb.dut.clk, 2000)
+    host.sb.check(tb)
+    assert host.sb.retx_expected == [] and len(tb.refused) == 1
+    # reset: consumer = doorbell, the part-sent WQE of q2 dropped
+    for qq in (q, q2):
+        await tb.write(tb.qreg(qq, Q.CTRL), 2)
+        assert await tb.read(tb.qreg(qq, Q.CONSUMER)) == host.pi[qq]
+        assert await tb.read(tb.qreg(qq, Q.STATUS)) & 3 == 0
+        assert await tb.read(tb.qreg(qq, Q.CTRL)) == 0
+    del host.sb.pending[q2][:]  # the 3 packets of q2's WQE not sent
+    for qq, psn in ((q, 0x900), (q2, 0xA00)):
+        await tb.write(tb.qreg(qq, Q.NEXT_PSN), psn)
+        host.next_psn[qq] = psn
+        await tb.write(tb.qreg(qq, Q.CWND), 256)
+        await host.post(qq, 300, rng)
+        await tb.write(tb.qreg(qq, Q.CTRL), 1)
+    await host.sb.wait_all(tb)
+    assert len(tb.refused) == 1
     await check_counters(tb, host)
 
 

@@ -687,6 +687,35 @@ async def test_csr_sweep_changes_nothing(dut):
     log_case(dut, "CSR sweep", start, addresses=len(targets))
 
 
+@cocotb.test()
+async def test_requester_corner_cases(dut):
+    """sim/system/requester_cases.py on two RTL NICs, as on two model NICs
+    (tests/unit/test_driver_model.py): unsignaled WQEs get no CQE on success;
+    a WQE with an unknown opcode completes LOC_QP_OP_ERR after the WQE before
+    it, the next FLUSHED, nothing of it reaches the peer and the QP goes to
+    ERROR; WQEs posted in ERROR complete FLUSHED; ERROR -> RESET -> INIT ->
+    RTR -> RTS on both ends leaves the QPs reusable (WRITE_WITH_IMMs both ways,
+    byte-exact, send and receive CQEs from the rings' start)."""
+    from types import SimpleNamespace
+
+    from sim.system import requester_cases as rc
+
+    tb = SystemTB(dut, seed=41)
+    await tb.init()
+    await tb.connect(sq_log2=4)
+    start = get_sim_time(unit="ns")
+    a, b = (SimpleNamespace(dev=end.dev, qp=end.conns[0].qp, mr=end.conns[0].mr,
+                            recv_buf=end.conns[0].recv_buf, send_buf=end.conns[0].send_buf)
+            for end in tb.ends)
+    await rc.unsignaled(a, b)
+    await rc.unknown_opcode(a, b, base=16384)
+    await rc.post_in_error(a, b)
+    c = await tb.counters(0)
+    assert c["rel.cqes"] == 2 + 3 + 2 and c["rel.retry_exhausted"] == 0, c
+    await rc.reset_and_reuse(a, b)
+    log_case(dut, "requester corner cases", start)
+
+
 # ---- pytest entry points: one simulator build; the default tests share one run ------------
 
 DEFAULT_TESTS = ["test_discovery", "test_write_lossless_8_paths",
@@ -695,7 +724,7 @@ DEFAULT_TESTS = ["test_discovery", "test_write_lossless_8_paths",
                  "test_path_blackhole_mid_transfer", "test_ack_loss",
                  "test_sixteen_qps_both_directions", "test_total_outage_retry_exhausted",
                  "test_csr_sweep_changes_nothing", "test_ecn_bottleneck_cuts_and_regrows_window",
-                 "test_full_receive_cq_loses_nothing"]
+                 "test_full_receive_cq_loses_nothing", "test_requester_corner_cases"]
 FAULT_TESTS = ["test_write_one_percent_loss", "test_loss_1pct_1mib", "test_write_reordered",
                "test_path_down_then_up"]
 

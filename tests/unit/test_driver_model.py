@@ -15,6 +15,7 @@ import pytest
 from host_driver.driver import Completion, DriverError, QpState, WrOpcode
 from hw.nic.csr import DEVICE_INFO_TYPE_ID, NIC_VERSION
 from sim.model_nic import ModelFabric, ModelNic
+from sim.system import requester_cases
 from sim.system.model_harness import BUILD_IDS, ModelSystem
 from sim.system.scoreboard import model_completions, normalise_rtl
 from sim.system.top import NIC_PARAMS
@@ -484,11 +485,91 @@ def test_total_outage_retry_exceeded_then_flushed():
         assert (await b.dev.counters())["rx.placed"] == 0
         assert b.dev.mem.read(b.recv_buf, 12000) == bytes(12000)
         assert await a.qp.send_cq.poll() == []
-        # the driver refuses to post on a QP it has not brought back
+        # a WQE posted to the QP in ERROR completes FLUSHED (verbs) and is not sent
         a.qp.state = QpState.ERROR
-        with pytest.raises(DriverError, match="is ERROR"):
+        w = await a.qp.post_send(WrOpcode.WRITE, local_addr=a.send_buf, length=1,
+                                 remote_addr=b.recv_buf, rkey=b.mr.rkey)
+        cqes = await a.qp.send_cq.wait(1)
+        assert [(c.wr_id, c.status) for c in cqes] == [(w, Completion.FLUSHED)]
+        assert await a.dev.tx.read("qp_tx_packets", a.qp.qpn) == sent
+        # the driver refuses to post on a QP it has reset and not brought back
+        await a.qp.to_reset()
+        with pytest.raises(DriverError, match="is RESET"):
             await a.qp.post_send(WrOpcode.WRITE, local_addr=a.send_buf, length=1,
                                  remote_addr=b.recv_buf, rkey=b.mr.rkey)
+    run(body())
+
+
+# ---- requester corner cases (sim/system/requester_cases.py; the RTL runs them too) -------
+
+
+def test_unsignaled_wqes_get_no_cqe():
+    """A send CQE only for signaled WQEs on success; it frees the ring slots of
+    the unsignaled WQEs before it (the CQE carries its WQE's ring index); a QP
+    with sq_sig_all signals every WQE."""
+    async def body():
+        tb = await connected(41)
+        a, b = tb.ends
+        await requester_cases.unsignaled(a, b)
+        a.qp.sq_sig_all = True
+        w = await a.qp.post_send(WrOpcode.WRITE, local_addr=a.send_buf, length=10,
+                                 remote_addr=b.recv_buf, rkey=b.mr.rkey, signaled=False)
+        assert [c.wr_id for c in await a.qp.send_cq.wait(1)] == [w]
+    run(body())
+
+
+def test_unknown_opcode_then_post_in_error_then_reuse():
+    """An unknown WQE opcode completes LOC_QP_OP_ERR after the WQE before it
+    (SUCCESS), the next FLUSHED, and the QP goes to ERROR without sending it;
+    WQEs posted in ERROR complete FLUSHED; ERROR -> RESET -> INIT -> RTR ->
+    RTS on both ends leaves the QPs reusable (byte-exact WRITE_WITH_IMMs both
+    ways, send and receive CQEs from the rings' start)."""
+    async def body():
+        tb = await connected(42)
+        a, b = tb.ends
+        await requester_cases.unknown_opcode(a, b)
+        await requester_cases.post_in_error(a, b)
+        c = await a.dev.counters()
+        assert c["rel.cqes"] == 5 and c["rel.retry_exhausted"] == 0, c
+        await requester_cases.reset_and_reuse(a, b)
+    run(body())
+
+
+def test_reset_after_error_reuses_qp():
+    """WQEs TX never fetched when the QP went to ERROR (FLUSHED) are not sent
+    after ERROR -> RESET -> ... -> RTS: the reset empties TX's ring, and the
+    QPs carry new traffic byte-exact with the right completions."""
+    async def body():
+        tb = await connected(44)
+        a, b = tb.ends
+        await a.dev.tx.write("qp_ctrl", 0, a.qp.qpn)  # TX holds the WQEs back
+        posted = [await a.qp.post_send(WrOpcode.WRITE, local_addr=a.send_buf, length=4000,
+                                       remote_addr=b.recv_buf, rkey=b.mr.rkey)
+                  for _ in range(3)]
+        await a.qp.to_error()
+        cqes = await a.qp.send_cq.wait(3)
+        assert [(c.wr_id, c.status) for c in cqes] == [(w, Completion.FLUSHED) for w in posted]
+        await requester_cases.reset_and_reuse(a, b)
+        assert (await b.dev.counters())["rx.placed"] == 5 + 1 + 2 + 1  # 1 KiB MTU
+    run(body())
+
+
+def test_unknown_opcode_first_wqe():
+    """The refused WQE is the QP's first: it completes at once, the next FLUSHED."""
+    async def body():
+        tb = await connected(43)
+        a, b = tb.ends
+        slot = a.qp.sq_addr + (a.qp.producer % a.qp.sq_size) * 64
+        w0 = await a.qp.post_send(WrOpcode.WRITE, local_addr=a.send_buf, length=8,
+                                  remote_addr=b.recv_buf, rkey=b.mr.rkey, ring=False)
+        a.dev.mem.write(slot, bytes([requester_cases.BAD_OPCODE]))
+        w1 = await a.qp.post_send(WrOpcode.WRITE, local_addr=a.send_buf, length=8,
+                                  remote_addr=b.recv_buf, rkey=b.mr.rkey)
+        cqes = await a.qp.send_cq.wait(2)
+        assert [(c.wr_id, c.status) for c in cqes] == [
+            (w0, Completion.LOC_QP_OP_ERR), (w1, Completion.FLUSHED)]
+        assert (await a.dev.counters())["rx.placed"] == 0
+        assert (await b.dev.counters())["rx.placed"] == 0
     run(body())
 
 
