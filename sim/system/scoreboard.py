@@ -21,13 +21,16 @@ import json
 import tempfile
 from pathlib import Path
 
+from hw.reliability.layouts import CqeStatus
 from sim.mrcsim import load_scenario, scoreboard_run
 
 __all__ = ["flow_imm", "model_completions", "model_flows", "normalise_model", "normalise_rtl"]
 
 # the model's verbs names (and the CQE status names of docs/reliability.md) -> CQE status
-STATUS = {"SUCCESS": 0, "RETRY_EXCEEDED": 1, "RETRY_EXC_ERR": 1, "FLUSHED": 5,
-          "WR_FLUSH_ERR": 5}
+# send-CQE status codes by the model's (verbs) and the CQE's names (hw CqeStatus)
+STATUS = {"SUCCESS": CqeStatus.SUCCESS, "RETRY_EXCEEDED": CqeStatus.RETRY_EXCEEDED,
+          "RETRY_EXC_ERR": CqeStatus.RETRY_EXCEEDED, "LOC_QP_OP_ERR": CqeStatus.LOC_QP_OP_ERR,
+          "FLUSHED": CqeStatus.FLUSHED, "WR_FLUSH_ERR": CqeStatus.FLUSHED}
 HOSTS = ("a", "b")
 
 
