@@ -185,8 +185,11 @@ def test_probe_frame(data_width):
                          [(64, 64), (128, 64), (256, 64), (512, 64), (64, 32)])
 def test_completion_writer(data_width, addr_width):
     """WQE read and CQE write at every data width, against a byte-array memory
-    model; at 32-bit addresses the ring bases' bits above 32 are not used."""
+    model; at 32-bit addresses the ring bases' bits above 32 are not used. A
+    SUCCESS of an unsignaled WQE (WQE 2) writes no CQE and takes no ring entry;
+    its error does; the CQE carries the WQE's ring index at 0x18."""
     from hw.reliability.completion import CompletionWriter
+    from hw.reliability.layouts import WqeFlags
 
     dut = CompletionWriter(num_qps=2, data_width=data_width, addr_width=addr_width)
     assert len(dut.m_axi.araddr) == len(dut.m_axi.awaddr) == addr_width
@@ -197,6 +200,7 @@ def test_completion_writer(data_width, addr_width):
     for i in range(4):
         wqe = bytearray(64)
         wqe[0] = 0x0B
+        wqe[1] = 0 if i == 2 else WqeFlags.SIGNALED
         wqe[4:8] = (0xABC0 + i).to_bytes(4, "little")
         wqe[8:16] = (0x1122334455660000 + i).to_bytes(8, "little")
         wqe[0x20:0x24] = (100 * (i + 1)).to_bytes(4, "little")
@@ -244,12 +248,17 @@ def test_completion_writer(data_width, addr_width):
         ctx.set(dut.cfg_data, {"sq_base": high | sq, "cq_base": high | cq, "sq_log2": 2,
                                "cq_log2": 1})
         await ctx.tick().repeat(4)  # reset sweep of the producer indices
-        for wqe_index, status in ((1, 0), (2, 0), (7, 1), (0, 5)):
+        for wqe_index, status in ((1, 0), (2, 0), (7, 1), (0, 5), (6, 5)):
             ctx.set(dut.req.valid, 1)
             ctx.set(dut.req.payload, {"qpn": 1, "wqe_index": wqe_index, "status": status})
             await ctx.tick().until(dut.req.ready)
             ctx.set(dut.req.valid, 0)
-            await ctx.tick().until(dut.cqe_done)
+            if (wqe_index, status) == (2, 0):  # unsignaled SUCCESS: back to IDLE, no CQE
+                await ctx.tick()
+                await ctx.tick().until(dut.req.ready)
+                assert len(writes) == 1
+            else:
+                await ctx.tick().until(dut.cqe_done)
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
@@ -261,12 +270,14 @@ def test_completion_writer(data_width, addr_width):
         raw = mem[cq + 32 * slot : cq + 32 * slot + 32]
         return (int.from_bytes(raw[0:8], "little"), int.from_bytes(raw[8:12], "little"),
                 int.from_bytes(raw[12:16], "little"), int.from_bytes(raw[16:20], "little"),
-                raw[0x14], raw[0x15], raw[0x17])
+                raw[0x14], raw[0x15], raw[0x17], int.from_bytes(raw[0x18:0x20], "little"))
 
     assert [a for a, _ in writes] == [cq, cq + 32, cq, cq + 32]  # 2-entry ring
-    # ring pass 2 (phase 0) overwrote pass 1: WQE 3 (7 mod 4) RETRY_EXCEEDED, WQE 0 FLUSHED
-    assert cqe(0) == (0x1122334455660003, 0, 0xABC3, 1, 1, 0x0B, 0x00)
-    assert cqe(1) == (0x1122334455660000, 0, 0xABC0, 1, 5, 0x0B, 0x00)
+    # ring pass 2 (phase 0) overwrote pass 1: WQE 0 FLUSHED, WQE 2 (6 mod 4) FLUSHED
+    # (unsignaled, but an error); pass 1 had WQE 1 SUCCESS, WQE 3 (7 mod 4)
+    # RETRY_EXCEEDED, and nothing for WQE 2's SUCCESS
+    assert cqe(0) == (0x1122334455660000, 0, 0xABC0, 1, 5, 0x0B, 0x00, 0)
+    assert cqe(1) == (0x1122334455660002, 0, 0xABC2, 1, 5, 0x0B, 0x00, 6)
     assert mem[cq + 64 : cq + 96] == bytes(32)  # nothing outside the ring
 
 
