@@ -129,7 +129,12 @@ class Sequencer(wiring.Component):
     parked QP costs no cycles until an ack_update, CSR write or EV state
     change for it unparks it. Retransmit requests go first: check that the
     PSN is in flight, read its record, re-fetch its WQE and emit the same
-    packet on a GOOD EV other than the one it last used.
+    packet on a GOOD EV other than the one it last used. A fetched WQE with an
+    opcode not in ``WqeOpcode.KNOWN`` becomes no packet: OP_ERR issues a
+    ``sent`` record with ``op_err`` for it and halts the QP's new work until
+    its ``qp_ctrl`` is written; ``qp_ctrl.reset`` sets the consumer index to
+    the doorbell and drops a part-sent WQE (docs/tx.md, "Refused WQEs", "QP
+    reset").
 
     Host addresses (the SQ base, WQE addresses, the WQE's ``laddr`` and the
     payload addresses) are ``addr_width`` bits: ``qp_sq_base_hi`` keeps bits
