@@ -1094,6 +1094,8 @@ async def test_model_compare(dut):
     await tb.reset()
     ev_thr, min_active = 2, 4
     await tb.setup(t=20, sack_thr=1, ev_thr=ev_thr, min_active=min_active)
+    for w in range(1 << RING_LOG2):  # signaled WQEs: one CQE per WQE (wqe = PSN)
+        tb.post_wqe(0, w, wr_id=w, length=64)
     cfg = QpConfig(mtu=1024, rto_exp=24, reo_wnd_ns=0.0, ev_bad_threshold=ev_thr,
                    ev_min_active=min_active, start_psn=0)
     nic = _StubNic()
