@@ -337,6 +337,11 @@ class _HwQp(MrcQp):
         self.hw.rel_cnt["probes_sent"] += self.stats["probes_tx"] - before
 
     def on_probe_resp(self, pkt):
+        # ProbeReplyCheck: only the answer to the outstanding probe, while probing
+        if not self.hw.probe_period_ns() or not self.probe_outstanding(pkt):
+            self.hw.rel_cnt["probes_stale"] += 1
+            self.stats["probe_resps_stale"] += 1
+            return
         self.hw.rel_cnt["probe_resps"] += 1
         if self.state == RTS:
             super().on_probe_resp(pkt)
@@ -352,7 +357,7 @@ class _HwQp(MrcQp):
         if hw.rx_state(q) not in (RTR, RTS):
             cnt["qp_state"] += 1
             return
-        if hw.fabric_src_ip(pkt.src) != hw.rx_reg("QP_PEER_IP", q):
+        if hw.frame_addresses(pkt)[0] != hw.rx_reg("QP_PEER_IP", q):
             cnt["bad_source"] += 1
             return
         if pkt.trimmed:
@@ -441,29 +446,37 @@ class _HwNicCore(Nic):
     def receive(self, pkt):
         hw, cnt = self.hw, self.hw.rx_cnt
         cnt["parser_accepted"] += 1
-        if pkt.dqpn >= hw.params["num_qps"]:
-            cnt["bad_qpn"] += 1
-            return
-        qp = self.qps.get(pkt.dqpn)
         kind = pkt.kind
-        if kind == DATA:
-            if qp is None:
-                cnt["qp_state"] += 1
-            else:
-                qp.on_data(pkt)
-        elif kind in (ACK, PROBE_RESP):
+        if kind in (ACK, PROBE_RESP):  # the validator passes them to RxPeerFilter
             cnt["peer_frames"] += 1
-            if qp is None:
+            drop = hw.peer_frame_check(pkt)
+            qp = self.qps.get(pkt.dqpn)
+            if drop is not None:
+                cnt[drop] += 1
+            elif qp is None:
                 hw.rel_cnt["acks_ignored"] += 1
             elif kind == ACK:
                 qp.on_ack(pkt)
             else:
                 qp.on_probe_resp(pkt)
+            return
+        if pkt.dqpn >= hw.params["num_qps"]:
+            cnt["bad_qpn"] += 1
+            return
+        if hw.frame_addresses(pkt)[1] != hw.own_ip:
+            cnt["not_for_us"] += 1
+            return
+        qp = self.qps.get(pkt.dqpn)
+        if kind == DATA:
+            if qp is None:
+                cnt["qp_state"] += 1
+            else:
+                qp.on_data(pkt)
         elif kind == PROBE_REQ:
             q = pkt.dqpn
             if qp is None or hw.rx_state(q) not in (RTR, RTS):
                 cnt["qp_state"] += 1
-            elif hw.fabric_src_ip(pkt.src) != hw.rx_reg("QP_PEER_IP", q):
+            elif hw.frame_addresses(pkt)[0] != hw.rx_reg("QP_PEER_IP", q):
                 cnt["bad_source"] += 1
             else:
                 cnt["probe_requests"] += 1
@@ -650,6 +663,38 @@ class ModelNic:
     def fabric_src_ip(self, host) -> int | None:
         nic = host.nic.hw if host.nic is not None else None
         return nic.reg("tx", "src_ip") if nic is not None else None
+
+    @property
+    def own_mac(self) -> int:
+        return self.reg("rx", "OWN_MAC_HI") << 32 | self.reg("rx", "OWN_MAC_LO")
+
+    def frame_addresses(self, pkt) -> tuple[int | None, int, int]:
+        """(IPv4 source, IPv4 destination, Ethernet destination) of a received
+        frame: the sending NIC's and ours, or what a forged frame claims."""
+        f = pkt.forged
+        src = self.fabric_src_ip(pkt.src) if f is None or f.src_ip is None else f.src_ip
+        dst = self.own_ip if f is None or f.dst_ip is None else f.dst_ip
+        mac = self.own_mac if f is None or f.dst_mac is None else f.dst_mac
+        return src, dst, mac
+
+    def peer_frame_check(self, pkt) -> str | None:
+        """RxPeerFilter's checks of an ACK/NAK or probe response, in its order:
+        the counter of the first that fails, None if all pass."""
+        q = pkt.dqpn
+        src, dst, mac = self.frame_addresses(pkt)
+        if q >= self.params["num_qps"]:
+            return "peer_bad_qpn"
+        if dst != self.own_ip:
+            return "peer_not_for_us"
+        if mac != self.own_mac:
+            return "peer_bad_mac"
+        if self.rx_state(q) != RTS:
+            return "peer_qp_state"
+        if src != self.rx_reg("QP_PEER_IP", q):
+            return "peer_bad_source"
+        if pkt.kind == ACK and pkt.sack_base != (pkt.cum_psn + 1) & PSN_MASK:
+            return "peer_bad_sack"
+        return None
 
     def mr_check(self, rkey: int, va: int, length: int) -> str | None:
         """None if [va, va + length) is inside a valid, writable region named

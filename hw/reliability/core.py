@@ -45,7 +45,8 @@ __all__ = [
 RTT_SHIFT = 4  # RTT timestamps count 16-cycle units, 16 bits wide
 EXP_FOREVER = 25
 GEN_BITS = 4
-CORE_COUNTERS = tuple(n for n in COUNTER_NAMES if n not in ("cmds_lost", "cqes", "dma_errors"))
+CORE_COUNTERS = tuple(n for n in COUNTER_NAMES
+                      if n not in ("cmds_lost", "cqes", "dma_errors", "probes_stale"))
 
 RelConfig = data.StructLayout(
     {"t": 5, "linear_cnt": 3, "exp_cnt": 5, "_r": 3, "ev_min_active": 8, "sack_threshold": 8}
@@ -241,6 +242,8 @@ class ReliabilityCore(wiring.Component):
     ``rec_addr``/``rec_data``: a read port on the QP records for the CSR block.
     ``params``        In(GlobalParams); ``now``: the timer's cycle counter.
     ``counters``      Out: saturating 32-bit event counters (``CORE_COUNTERS``).
+    ``probe_round``   Out(24): the probe round number (a probe's ``probe_id`` >> 8),
+                      for ``ProbeReplyCheck``.
     """
 
     def __init__(self, *, num_qps, evs_per_qp, sack_bits, window, timeout_unit):
@@ -277,6 +280,7 @@ class ReliabilityCore(wiring.Component):
                 "params": In(GlobalParams),
                 "now": In(DEADLINE_BITS),
                 "counters": Out(data.StructLayout({n: 32 for n in CORE_COUNTERS})),
+                "probe_round": Out(24),
             }
         )
 
@@ -463,6 +467,7 @@ class ReliabilityCore(wiring.Component):
         sweep_pending = Signal()
         sweep_q = Signal(range(nq))
         probe_seq = Signal(24)
+        m.d.comb += self.probe_round.eq(probe_seq)
 
         now = self.now
         now_ts = now[RTT_SHIFT : RTT_SHIFT + 16]

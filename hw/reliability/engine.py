@@ -41,7 +41,7 @@ from .layouts import (
     SentRecord,
     SqProducer,
 )
-from .probe import NetConfig, ProbeBuilder
+from .probe import NetConfig, ProbeBuilder, ProbeReplyCheck
 from .registers import (
     COUNTER_BASE,
     COUNTER_NAMES,
@@ -195,7 +195,10 @@ class ReliabilityEngine(wiring.Component):
         m.submodules.completions = cpl = CompletionWriter(nq, self.data_width, self.addr_width)
         m.submodules.probes = probes = ProbeBuilder(nq, E, self.data_width)
 
-        wiring.connect(m, wiring.flipped(self.peer_ack), core.peer_ack)
+        # probe responses are checked against the outstanding probes first
+        m.submodules.probe_check = pcheck = ProbeReplyCheck(self.sack_bits)
+        wiring.connect(m, wiring.flipped(self.peer_ack), pcheck.i)
+        wiring.connect(m, pcheck.o, core.peer_ack)
         wiring.connect(m, wiring.flipped(self.sent), core.sent)
         wiring.connect(m, wiring.flipped(self.sq_producer), core.sq_producer)
         wiring.connect(m, core.retx, wiring.flipped(self.retx))
@@ -241,6 +244,8 @@ class ReliabilityEngine(wiring.Component):
         probing = Signal()
         m.d.sync += [period_m2.eq(probe_period - 2), probing.eq(probe_period != 0)]
         m.d.comb += core.probe_tick.eq(probing & probe_count[-1])
+        m.d.comb += [pcheck.round.eq(core.probe_round), pcheck.probing.eq(probing),
+                     pcheck.tick.eq(probing & probe_count[-1]), pcheck.now_ns.eq(ns)]
         with m.If(probe_count[-1]):
             m.d.sync += probe_count.eq(period_m2)
         with m.Else():
@@ -374,7 +379,8 @@ class ReliabilityEngine(wiring.Component):
                          w_data[16:19]))
 
         # --- counters and events ---------------------------------------------------------------
-        top_counts = {"cmds_lost": cmds_lost, "cqes": cpl.cqe_done, "dma_errors": cpl.dma_error}
+        top_counts = {"cmds_lost": cmds_lost, "cqes": cpl.cqe_done, "dma_errors": cpl.dma_error,
+                      "probes_stale": pcheck.stale}
         top_counters = {}
         for name, pulse in top_counts.items():
             cnt = Signal(32, name=f"cnt_{name}")

@@ -22,9 +22,10 @@ from hw.headers import (
     Opcode,
 )
 from hw.pipeline import OneHotFSM, load_in_groups, state_copy
+from hw.rx.parser import ParsedHeader
 from hw.stream import AXIStreamSignature
 
-__all__ = ["NetConfig", "PROBE_FRAME_BYTES", "ProbeBuilder", "ProbeRequest"]
+__all__ = ["NetConfig", "PROBE_FRAME_BYTES", "ProbeBuilder", "ProbeReplyCheck", "ProbeRequest"]
 
 PROBE_FRAME_BYTES = OFF_EXT + PROBE.size + 4  # 74
 _CRC_START = OFF_IPV4
@@ -247,5 +248,92 @@ class ProbeBuilder(wiring.Component):
         with state("SEND"):
             m.d.comb += axis.tvalid.eq(1)
             with m.If(axis.tready & out_last):
+                goto("IDLE")
+        return m
+
+
+class ProbeReplyCheck(wiring.Component):
+    """Passes the peer records for reliability, dropping the probe responses
+    that do not answer an outstanding probe (a replay, or one nobody asked for).
+
+    A probe request of round ``r`` carries ``probe_id = r << 8 | EV index``
+    and the send time (``now_ns``) as its timestamp (``ProbeBuilder``). A
+    PROBE_RESPONSE is passed on only when all of these hold, else dropped and
+    counted by ``stale`` (no EV state changes):
+
+    - probing is on (``probing``: ``probe_period`` != 0);
+    - its round (``probe_id[8:32]``) is the core's current round or the one
+      before (``round``, ``ReliabilityCore.probe_round``; a round is numbered
+      as it is sent, so the probe outstanding on an EV is of one of these);
+    - its timestamp lies between the start of the previous probe round
+      (``tick``, the round's start strobe, at ``now_ns``) and now: an answer
+      older than two probe periods, or from the future, matches no probe.
+
+    Other records (ACK/NAK) pass unchanged. The EV index and value are checked
+    by the core (the EV must be ASSUMED_BAD and its value the echoed EV).
+
+    Interface: ``i`` In / ``o`` Out (stream.Signature(ParsedHeader(sack_bits)));
+    ``round`` In(24), ``probing`` In(1), ``tick`` In(1), ``now_ns`` In(64);
+    ``stale`` Out(1), a one-cycle strobe per dropped response.
+    Latency: 3 cycles from a record taken to ``o`` valid (the record and the
+    round and time differences registered, then the decision). Throughput:
+    one record per 4 cycles (the core takes at most one per 8).
+    """
+
+    def __init__(self, sack_bits=64):
+        self.sack_bits = sack_bits
+        super().__init__({
+            "i": In(stream.Signature(ParsedHeader(sack_bits))),
+            "o": Out(stream.Signature(ParsedHeader(sack_bits))),
+            "round": In(24),
+            "probing": In(1),
+            "tick": In(1),
+            "now_ns": In(64),
+            "stale": Out(1),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        h = Signal(ParsedHeader(self.sack_bits))
+        m.d.comb += self.o.payload.eq(h)
+        # the start times of the current and the previous round
+        start_cur, start_prev = Signal(64), Signal(64)
+        with m.If(self.tick):
+            m.d.sync += [start_cur.eq(self.now_ns), start_prev.eq(start_cur)]
+        is_probe = Signal()
+        round_now = Signal()
+        round_prev = Signal()
+        age = Signal(65)  # now - timestamp: bit 64 set if the timestamp is in the future
+        since = Signal(65)  # timestamp - start of the previous round: bit 64 set if before
+        probing = Signal()
+        ok = Signal()
+        rnd = h.probe.probe_id[8:32]
+        fsm = OneHotFSM(m, ("IDLE", "DIFF", "DECIDE", "SEND"), "IDLE", name="probe_check")
+        state, goto = fsm.state, fsm.goto
+        m.d.comb += self.o.valid.eq(fsm.st.SEND)
+        with state("IDLE"):
+            m.d.comb += self.i.ready.eq(1)
+            with m.If(self.i.valid):
+                m.d.sync += h.eq(self.i.payload)
+                goto("DIFF")
+        with state("DIFF"):
+            m.d.sync += [
+                is_probe.eq(h.bth.opcode == Opcode.PROBE_RESP),
+                round_now.eq(rnd == self.round),
+                round_prev.eq(rnd == (self.round - 1)[:24]),
+                age.eq(Cat(self.now_ns, Const(0, 1)) - Cat(h.probe.timestamp, Const(0, 1))),
+                since.eq(Cat(h.probe.timestamp, Const(0, 1)) - Cat(start_prev, Const(0, 1))),
+                probing.eq(self.probing),
+            ]
+            goto("DECIDE")
+        with state("DECIDE"):
+            m.d.comb += ok.eq(probing & (round_now | round_prev) & ~age[64] & ~since[64])
+            with m.If(~is_probe | ok):
+                goto("SEND")
+            with m.Else():
+                m.d.comb += self.stale.eq(1)
+                goto("IDLE")
+        with state("SEND"):
+            with m.If(self.o.ready):
                 goto("IDLE")
         return m

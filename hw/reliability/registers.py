@@ -61,6 +61,7 @@ COUNTER_NAMES = (
     "cmds_lost",
     "cqes",
     "dma_errors",
+    "probes_stale",
 )
 
 COUNTER_DOCS = {
@@ -86,6 +87,8 @@ COUNTER_DOCS = {
     "cmds_lost": "controller commands not queued: command FIFO full",
     "cqes": "send CQEs written",
     "dma_errors": "CQE writes or WQE reads answered with an AXI error",
+    "probes_stale": "probe responses dropped: no outstanding probe of their round and time "
+                    "(replayed or unsolicited)",
 }
 
 _G = {

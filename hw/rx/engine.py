@@ -14,6 +14,7 @@ from .cqe import RxCqeFormatter
 from .dma import DmaDone, RxDmaWriter
 from .parser import COUNTER_NAMES as PARSER_COUNTERS
 from .parser import ParsedHeader, RxParser
+from .peer_filter import PEER_FILTER_COUNTERS, RxPeerFilter
 from .regs import RxRegisters
 from .validate import VALIDATOR_COUNTERS, RxValidator
 from .window import WINDOW_COUNTERS, RxPsnWindow
@@ -50,7 +51,8 @@ class RxPipeline(wiring.Component):
     Parameters and ports as ``RxEngine``, with ``hdr``/``payload`` in place of ``s_axis``,
     plus ``parser_counters`` (In) and ``trim_dscp`` (Out) for the parser.
 
-    Blocks, in order: ``RxValidator`` (QP/peer/MR checks) -> ``RxPsnWindow``
+    Blocks, in order: ``RxValidator`` (QP/peer/MR checks; peer frames go on
+    through ``RxPeerFilter`` to ``peer_ack``) -> ``RxPsnWindow``
     (window, bitmap, completions, coalescing) -> ``RxDmaWriter`` (payload and
     CQE writes; B responses come back to the window) and ``RxAckBuilder``
     (ACK/NAK/probe-response frames). ``RxRegisters`` holds the tables.
@@ -109,9 +111,12 @@ class RxPipeline(wiring.Component):
             max_outstanding=max(16, 2 * self.inflight), addr_width=aw)
         m.submodules.ackgen = ackgen = RxAckBuilder(self.data_width, self.sack_bits)
         m.submodules.cqefmt = cqefmt = RxCqeFormatter(win.tag_bits, aw)
+        m.submodules.peer_filter = pf = RxPeerFilter(
+            num_qps=self.num_qps, sack_bits=self.sack_bits, addr_width=aw)
 
         connect(m, flipped(self.hdr), val.hdr)
-        connect(m, flipped(self.peer_ack), val.peer_ack)
+        connect(m, val.peer_ack, pf.i)
+        connect(m, flipped(self.peer_ack), pf.o)
         connect(m, val.req, win.req)
         connect(m, regs.init, win.init)
         m.d.comb += win.init_busy.eq(regs.init_busy)
@@ -133,6 +138,10 @@ class RxPipeline(wiring.Component):
             val.cfg.eq(regs.lookup_a.cfg),
             regs.lookup_b.addr.eq(win.cfg_addr),
             win.cfg.eq(regs.lookup_b.cfg),
+            regs.lookup_c.addr.eq(pf.cfg_addr),
+            pf.cfg.eq(regs.lookup_c.cfg),
+            pf.own_ip.eq(regs.own_ip),
+            pf.own_mac.eq(regs.own_mac),
             val.mrs.eq(regs.mrs),
             val.own_ip.eq(regs.own_ip),
             ackgen.own_ip.eq(regs.own_ip),
@@ -147,6 +156,8 @@ class RxPipeline(wiring.Component):
             m.d.sync += getattr(regs.events, name).eq(getattr(val.counters, name))
         for name in WINDOW_COUNTERS:
             m.d.sync += getattr(regs.events, name).eq(getattr(win.counters, name))
+        for name in PEER_FILTER_COUNTERS:
+            m.d.sync += getattr(regs.events, name).eq(getattr(pf.counters, name))
 
         # Write commands: completions first (they are rare and short), then
         # placement. Completions are only issued after the B responses of

@@ -19,6 +19,7 @@ from hw.csr import (
 
 from .layouts import QpConfig
 from .parser import COUNTER_NAMES as PARSER_COUNTERS
+from .peer_filter import PEER_FILTER_COUNTERS
 from .validate import VALIDATOR_COUNTERS, MrEntry
 from .window import WINDOW_COUNTERS
 
@@ -26,7 +27,8 @@ __all__ = ["COUNTERS", "RX_TYPE_ID", "RX_VERSION", "RxRegisters", "rx_register_m
 
 RX_TYPE_ID = 0x0003
 RX_VERSION = 1
-COUNTERS = tuple(f"parser_{n}" for n in PARSER_COUNTERS) + VALIDATOR_COUNTERS + WINDOW_COUNTERS
+COUNTERS = (tuple(f"parser_{n}" for n in PARSER_COUNTERS) + VALIDATOR_COUNTERS + WINDOW_COUNTERS
+            + PEER_FILTER_COUNTERS)
 _COUNTER_DOC = {
     "peer_frames": "ACK/NAK/probe-response frames passed to `peer_ack`",
     "probe_requests": "probe requests from a bound peer (answered)",
@@ -50,6 +52,12 @@ _COUNTER_DOC = {
     "probes_answered": "probe responses sent",
     "cq_full": "dropped, not acknowledged: WITH_IMMEDIATE LAST packet with no free slot in "
                "its QP's receive CQ (or the ring disabled)",
+    "peer_bad_qpn": "peer frame dropped: BTH DestQP >= number of QPs",
+    "peer_not_for_us": "peer frame dropped: IPv4 destination is not `OWN_IP`",
+    "peer_bad_mac": "peer frame dropped: Ethernet destination is not `OWN_MAC`",
+    "peer_qp_state": "peer frame dropped: QP not in RTS",
+    "peer_bad_source": "peer frame dropped: IPv4 source is not the QP's `PEER_IP`",
+    "peer_bad_sack": "ACK/NAK dropped: SACK `sack_base` is not `cum_psn + 1`",
 }
 
 QP_BASE = 0x1000
@@ -171,6 +179,8 @@ class RxRegisters(wiring.Component):
                     steps; a bridge in front takes ``read_latency=3``).
     ``lookup_a`` / ``lookup_b``: two QP configuration lookups, ``addr`` In,
                     ``cfg`` Out one cycle later.
+    ``lookup_c``    a third, for the peer-frame filter: only ``cfg.state`` and
+                    ``cfg.peer_ip`` are read (the other fields are 0).
     ``init``        Out(stream): (qp, epsn) on every write to ``QP_EPSN``.
     ``init_busy``   Out (a flip-flop): a ``QP_EPSN`` write is not yet
                     delivered (high from the cycle after the write until the
@@ -224,12 +234,14 @@ class RxRegisters(wiring.Component):
                 f"csr_addr_width={csr_addr_width} addresses; use fewer QPs or a wider bus"
             )
         lookup = wiring.Signature({"addr": Out(self.qp_bits), "cfg": In(QpConfig(addr_width))})
-        events = data.StructLayout({n: unsigned(1) for n in VALIDATOR_COUNTERS + WINDOW_COUNTERS})
+        events = data.StructLayout({n: unsigned(1) for n in VALIDATOR_COUNTERS + WINDOW_COUNTERS
+                                    + PEER_FILTER_COUNTERS})
         super().__init__(
             {
                 "csr": In(CSRBusSignature(csr_addr_width)),
                 "lookup_a": In(lookup),
                 "lookup_b": In(lookup),
+                "lookup_c": In(lookup),
                 "init": Out(stream.Signature(
                     data.StructLayout({"qp": unsigned(self.qp_bits), "epsn": unsigned(24)}))),
                 "init_busy": Out(1),
@@ -344,7 +356,9 @@ class RxRegisters(wiring.Component):
             readback_wp.en.eq(w.stb["QP_BLOCK"]),
         ]
         mems = {}
-        lookups = (self.lookup_a, self.lookup_b)
+        # the registers each lookup reads (None: all)
+        lookups = ((self.lookup_a, None), (self.lookup_b, None),
+                   (self.lookup_c, ("QP_CTRL", "QP_PEER_IP")))
         for name, _, _, _ in _QP_REGS:
             mem = Memory(shape=32, depth=self.num_qps, init=[])
             m.submodules[name.lower()] = mem
@@ -355,13 +369,16 @@ class RxRegisters(wiring.Component):
                 wp.en.eq(w.stb[name]),
             ]
             ports = []
-            for lk in lookups:
+            for lk, names in lookups:
+                if names is not None and name not in names:
+                    ports.append(Const(0, 32))
+                    continue
                 rp = mem.read_port()
                 m.d.comb += rp.addr.eq(lk.addr)
                 ports.append(rp.data)
             mems[name] = (ports, mem.read_port() if name == "QP_EPSN" else None)
 
-        for i, lk in enumerate(lookups):
+        for i, (lk, _) in enumerate(lookups):
             def word(name, i=i):
                 return mems[name][0][i]
             ctrl, ackr, cqc = word("QP_CTRL"), word("QP_ACK"), word("QP_CQ_CTRL")

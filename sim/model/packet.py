@@ -64,6 +64,16 @@ def ack_wire_len(sack_bits: int) -> int:
 PROBE_WIRE_LEN = HDR_ETH + HDR_IPV4 + HDR_UDP + HDR_BTH + HDR_PROBE + ICRC + L2_WIRE_EXTRA
 
 
+class Forged:
+    """The addresses a frame injected by an attacker claims (any of them None:
+    the real host's). ``Packet.forged`` holds one."""
+
+    __slots__ = ("src_ip", "dst_ip", "dst_mac")
+
+    def __init__(self, *, src_ip=None, dst_ip=None, dst_mac=None):
+        self.src_ip, self.dst_ip, self.dst_mac = src_ip, dst_ip, dst_mac
+
+
 def psn_add(psn: int, n: int) -> int:
     return (psn + n) & PSN_MASK
 
@@ -84,7 +94,7 @@ class Packet:
         "dqpn", "psn", "opcode", "ackreq", "va", "rkey", "dma_len", "imm", "payload_len",
         "data", "ce", "trimmed", "send_time", "retx",
         "syndrome", "msn", "cum_psn", "sack_base", "sack_bitmap", "sack_bits", "ece",
-        "ce_count", "probe_id", "timestamp",
+        "ce_count", "probe_id", "timestamp", "forged",
     )
 
     def __init__(self, kind: int, src, dst, plane: int, ev: int, dqpn: int) -> None:
@@ -105,6 +115,9 @@ class Packet:
         self.retx = False
         self.send_time = 0.0
         self.data = None
+        # the addresses a forged frame claims (``Forged``), None for a real one:
+        # its addresses are then those of ``src`` and ``dst``
+        self.forged = None
 
     @classmethod
     def data_packet(cls, src, dst, plane, ev, dqpn, psn, opcode, va, rkey, dma_len,

@@ -234,7 +234,7 @@ class QpBase:
             naks_seq_rx=0, invalid_acks=0, timeouts=0, losses_detected=0,
             rx_data=0, rx_bytes=0, rx_dup=0, rx_out_of_window=0, rx_trimmed=0,
             rx_access_err=0, rx_ooo_dropped=0, acks_tx=0, naks_tx=0,
-            probes_tx=0, probes_rx=0, go_back=0, rx_wimm_full=0,
+            probes_tx=0, probes_rx=0, probe_resps_stale=0, go_back=0, rx_wimm_full=0,
         )
         self.retx_log: list[tuple[float, int, int, str]] = []  # (time, psn, ev, why)
         self.tx_log: list[tuple[float, int, int, bool]] | None = None  # (time, psn, ev, retx)
@@ -727,10 +727,20 @@ class MrcQp(QpBase):
             self._probe_pending = True
             self.engine.after(self.cfg.probe_interval_ns, self._probe_tick)
 
-    def on_probe_resp(self, pkt: Packet) -> None:
+    def probe_outstanding(self, pkt: Packet) -> bool:
+        """Whether a probe response answers the latest probe of its EV: its
+        probe_id, and a timestamp neither in the future nor older than two
+        probe periods (a replay or an unsolicited answer does not)."""
         ev = self.evs.by_value.get(pkt.ev)
-        if ev is None or ev.probe_id != pkt.probe_id:
+        age = self.engine.now - pkt.timestamp
+        return (ev is not None and ev.probe_id == pkt.probe_id
+                and 0 <= age <= 2 * self.cfg.probe_interval_ns)
+
+    def on_probe_resp(self, pkt: Packet) -> None:
+        if not self.probe_outstanding(pkt):
+            self.stats["probe_resps_stale"] += 1
             return  # stale or unknown: only the latest probe of an EV counts
+        ev = self.evs.by_value.get(pkt.ev)
         ev.probe_rtt_ns = self.engine.now - pkt.timestamp
         if self.evs.probe_response(ev):
             self.nic.kick()

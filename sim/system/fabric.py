@@ -30,6 +30,8 @@ Interface:
 keep_log=False, capture=False)``, ``start()`` (in a cocotb test);
 ``set_loss``, ``set_reorder``, ``set_path_up`` (now), ``set_ecn``,
 ``set_trim``, ``set_rate`` (queue model), all with an optional direction;
+``inject(to_nic, frame, delay_ns=0)``: an attacker's frame, handed to NIC
+``to_nic``'s mac_rx past every path (``injected`` lists them);
 ``schedule_path(path, down_ns, up_ns=None, direction=None)`` and
 ``schedule(FaultEvent)``: path down/up at simulated times (``fault_log``
 records when each was applied); ``capture``: every frame of both directions
@@ -311,6 +313,7 @@ class Fabric(PathSelection):
         ]
         self.schedule_events: list[FaultEvent] = []
         self.fault_log: list[tuple[float, FaultEvent]] = []  # (applied at ns, event)
+        self.injected: list[tuple[int, bytes]] = []  # (to NIC, frame) of inject()
         self._tasks = []
         self._started = False
 
@@ -414,6 +417,18 @@ class Fabric(PathSelection):
                 source.send_at(verdict.frame, verdict.arrival_ns)
             else:
                 _start_soon(self._deliver(source, verdict.frame, verdict.arrival_ns - now))
+
+    def inject(self, to_nic: int, frame: bytes, delay_ns: float = 0.0) -> None:
+        """An attacker on the fabric: ``frame`` (bytes as they arrive, FCS
+        excluded) is handed to NIC ``to_nic``'s mac_rx after ``delay_ns``,
+        whatever the paths' state (the attacker sits next to the NIC), and
+        listed in ``injected``. Needs ``start()``."""
+        if to_nic not in (0, 1):
+            raise ValueError(f"to_nic is 0 or 1, not {to_nic!r}")
+        if not self._started:
+            raise RuntimeError("inject() needs a started fabric (start())")
+        self.injected.append((to_nic, bytes(frame)))
+        _start_soon(self._deliver(self.sources[to_nic], bytes(frame), delay_ns))
 
     @staticmethod
     async def _deliver(source, data: bytes, delay_ns: float):

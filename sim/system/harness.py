@@ -32,6 +32,7 @@ from cocotbext.axi import (
     AxiStreamSource,
 )
 
+from host_driver import layers as L
 from host_driver.driver import Device, EvProfile, MemoryRegion, QueuePair
 from host_driver.transport import CocotbTransport
 from sim.system.fabric import Fabric
@@ -52,6 +53,9 @@ EVS = [EvProfile.explicit(range(base, base + 8)) for base in EV_BASES]
 RECOVERED_DROPS = ("wimm_full", "cq_full")
 RX_DROP_REASONS = ("bad_qpn", "not_for_us", "qp_state", "bad_source", "bad_rkey", "bad_bounds",
                    "out_of_window", "dma_error", "trimmed") + RECOVERED_DROPS
+# Why RX's peer-frame filter drops an ACK/NAK or probe response (docs/security.md).
+RX_PEER_DROP_REASONS = ("peer_bad_qpn", "peer_not_for_us", "peer_bad_mac", "peer_qp_state",
+                        "peer_bad_source", "peer_bad_sack")
 RX_PARSER_REJECTS = ("parser_bad_frame", "parser_truncated", "parser_not_ipv4",
                      "parser_ipv4_options", "parser_ipv4_checksum", "parser_not_roce",
                      "parser_unknown_opcode", "parser_length_mismatch", "parser_bad_icrc")
@@ -261,6 +265,16 @@ class SystemTB:
             out[f"{kind}_{'dropped' if dropped else 'carried'}"] += 1
         return out
 
+    def injected_frames(self, to_nic: int) -> dict[str, int]:
+        """The attacker's frames handed to NIC ``to_nic`` (``Fabric.inject``),
+        by kind: ``peer`` (ACK/NAK, probe response) and ``data`` (WRITEs,
+        trimmed or not)."""
+        out = {"peer": 0, "data": 0}
+        for nic, frame in self.fabric.injected:
+            if nic == to_nic:
+                out["peer" if frame[42] in (L.OP_ACKNOWLEDGE, L.OP_PROBE_RESP) else "data"] += 1
+        return out
+
     async def quiesce(self, cycles: int = 2000):
         """Let ACK coalescing timers, the fabric's delays and the last CQE
         writes run out before counters are compared."""
@@ -285,6 +299,19 @@ class SystemTB:
         5. F.data_carried = B.rx.placed + B.rx.duplicate + B's drops by reason
            (RX_DROP_REASONS; all but RECOVERED_DROPS must be 0): every data frame
            delivered is accounted for once.
+        (``Fabric.inject``), ACK/NAK or probe responses and data frames; each
+        must be dropped and counted, none may change state (7 and 9 hold).
+
+        3. B.rx.parser_accepted = F.data_carried + F.ack_carried + I.peer +
+           I.data and no parser reject: the fabric delivers frames intact.
+        4. B.rx.peer_frames = F.ack_carried + I.peer = B.rel.acks +
+           B.rel.acks_unsent + B.rel.acks_ignored + B.rel.probe_resps +
+           B.rel.probes_stale + B's peer-frame drops (RX_PEER_DROP_REASONS):
+           every ACK that arrived reached B's reliability or was dropped for
+           one reason; without injection none is dropped.
+        5. F.data_carried + I.data = B.rx.placed + B.rx.duplicate + B's drops
+           by reason (RX_DROP_REASONS; all but wimm_full must be I.data):
+           every data frame delivered is accounted for once.
         6. B.rx.placed = ``packets``: each PSN placed exactly once.
         7. A.tx.retx_packets = F.data_dropped + B's RECOVERED_DROPS + B.rx.duplicate:
            every retransmission replaced a frame lost in the fabric or dropped
@@ -300,6 +327,7 @@ class SystemTB:
         dst = 1 - src
         a, b = await self.counters(src), await self.counters(dst)
         f = self.fabric_frames(src)
+        inj = self.injected_frames(dst)
         got = {"packets": packets, **{f"fabric.{k}": v for k, v in f.items()},
                **{f"A.{k}": v for k, v in a.items()}, **{f"B.{k}": v for k, v in b.items()}}
 
@@ -309,16 +337,21 @@ class SystemTB:
         eq("1 data frames", f["data_carried"] + f["data_dropped"], a["tx.packets"])
         eq("2 ack frames", f["ack_carried"] + f["ack_dropped"],
            a["rx.acks_sent"] + a["rx.naks_sent"] + a["rx.probes_answered"])
-        eq("3 parser", b["rx.parser_accepted"], f["data_carried"] + f["ack_carried"])
+        eq("3 parser", b["rx.parser_accepted"],
+           f["data_carried"] + f["ack_carried"] + inj["peer"] + inj["data"])
         for name in RX_PARSER_REJECTS:
             eq(f"3 {name}", b[f"rx.{name}"], 0)
-        eq("4 peer frames", b["rx.peer_frames"], f["ack_carried"])
-        eq("4 acks processed", b["rel.acks"] + b["rel.acks_ignored"] + b["rel.probe_resps"],
-           f["ack_carried"])
+        eq("4 peer frames", b["rx.peer_frames"], f["ack_carried"] + inj["peer"])
+        peer_drops = sum(b[f"rx.{r}"] for r in RX_PEER_DROP_REASONS)
+        eq("4 acks processed", b["rel.acks"] + b["rel.acks_unsent"] + b["rel.acks_ignored"]
+           + b["rel.probe_resps"] + b["rel.probes_stale"] + peer_drops, b["rx.peer_frames"])
+        if not inj["peer"]:
+            eq("4 peer drops", peer_drops, 0)
         drops = sum(b[f"rx.{r}"] for r in RX_DROP_REASONS)
-        eq("5 data delivered", f["data_carried"], b["rx.placed"] + b["rx.duplicate"] + drops)
+        eq("5 data delivered", f["data_carried"] + inj["data"],
+           b["rx.placed"] + b["rx.duplicate"] + drops)
         recovered = sum(b[f"rx.{r}"] for r in RECOVERED_DROPS)
-        eq("5 drops by reason", drops - recovered, 0)
+        eq("5 drops by reason", drops - recovered, inj["data"])
         eq("6 placed", b["rx.placed"], packets)
         eq("7 retransmissions", a["tx.retx_packets"],
            f["data_dropped"] + recovered + b["rx.duplicate"])

@@ -170,8 +170,11 @@ class ModelFabricControl(PathSelection):
     ``set_rate``, ``set_ecn``, ``set_trim`` (each with an optional direction),
     ``schedule_path`` / ``schedule`` (``FaultEvent``s at model times,
     ``fault_log``), ``paths``, ``counters()``, ``keep_log`` and
-    ``directions[d].log`` of ``[ns, ev, path, dropped]``. Not available:
-    ``capture`` (the model's frames are objects, not bytes)."""
+    ``directions[d].log`` of ``[ns, ev, path, dropped]``, ``inject(to_nic,
+    pkt, delay_ns=0)`` (an attacker's ``Packet``, its claimed addresses in
+    ``pkt.forged``, handed to NIC ``to_nic`` past every path; ``injected``
+    lists them). Not available: ``capture`` (the model's frames are objects,
+    not bytes)."""
 
     def __init__(self, fabric: ModelFabric, nics: list[ModelNic], gbps: float):
         self.model = fabric
@@ -188,6 +191,7 @@ class ModelFabricControl(PathSelection):
         self.schedule_events: list[FaultEvent] = []
         self.fault_log: list[tuple[float, FaultEvent]] = []
         self._in_flight: dict[int, list] = {}
+        self.injected: list[tuple[int, object]] = []
         paths.taps.append(self._tap)
         paths.delivery_hooks.append(self._delivered)
 
@@ -265,6 +269,12 @@ class ModelFabricControl(PathSelection):
 
     def counters(self) -> dict:
         return {d.name: [p.counters() for p in d.paths] for d in self.directions}
+
+    def inject(self, to_nic: int, pkt, delay_ns: float = 0.0) -> None:
+        if to_nic not in (0, 1):
+            raise ValueError(f"to_nic is 0 or 1, not {to_nic!r}")
+        self.injected.append((to_nic, pkt))
+        self.model.engine.after(delay_ns, self.nics[to_nic].core.receive, pkt)
 
     def _tap(self, pkt, now):
         if not self.keep_log:

@@ -261,6 +261,7 @@ class RxModel:
         self.cqes: list[tuple[int, bytes]] = []
         self.writes: list[tuple[int, bytes]] = []
         self.own_ip = ip2int(OWN_IP)
+        self.own_mac = mac2int(OWN_MAC)
 
     def window(self, q):
         mpr = q.cfg["mpr"] * 128
@@ -282,12 +283,31 @@ class RxModel:
     def pending_total(self):
         return sum(len(q.pending) for q in self.qps.values())
 
+    def peer_frame(self, rec):
+        """RxPeerFilter's checks (docs/security.md, "Peer frames")."""
+        get = rec.get
+        q = self.qps.get(get("bth.dqpn", 0))
+        checks = (
+            ("peer_bad_qpn", get("bth.dqpn", 0) >= self.num_qps),
+            ("peer_not_for_us", get("ip_dst") != self.own_ip),
+            ("peer_bad_mac", get("eth_dst") != self.own_mac),
+            ("peer_qp_state", q is None or q.cfg["state"] != RTS),
+            ("peer_bad_source", q is None or get("ip_src") != q.cfg["peer_ip"]),
+            ("peer_bad_sack", get("bth.opcode") == 0x11
+             and get("sack.sack_base", 0) != (get("sack.cum_psn", 0) + 1) & PSN_MASK),
+        )
+        for name, failed in checks:
+            if failed:
+                self.count[name] += 1
+                return "drop"
+        return "peer"
+
     def frame(self, rec, payload):
         get = rec.get
         op = get("bth.opcode", 0)
         if op in (0x11, 0xC1):
             self.count["peer_frames"] += 1
-            return "peer"
+            return self.peer_frame(rec)
         qpn = get("bth.dqpn", 0)
         if qpn >= self.num_qps:
             self.count["bad_qpn"] += 1

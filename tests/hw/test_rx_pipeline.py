@@ -227,9 +227,14 @@ async def test_trim_probe_peer(dut):
                          dst_ip=OWN_IP)]
     for p in peer:
         tb.send(p)
+    # forged or misaddressed peer frames: dropped by RxPeerFilter, counted
+    tb.send(ack_packet(dqpn=8, cum_psn=78, src_ip="10.0.0.66", dst_ip=OWN_IP))
+    tb.send(ack_packet(dqpn=8, cum_psn=78, dst_ip=OWN_IP, dst_mac="02:00:00:00:00:09"))
+    tb.send(ack_packet(dqpn=8, cum_psn=78, sack_base=90, dst_ip=OWN_IP))
     c = await finish(tb)
     assert c["trimmed"] == 2 and c["naks_sent"] == 1 and c["probes_answered"] == 1
-    assert c["bad_source"] == 1 and c["peer_frames"] == 2
+    assert c["bad_source"] == 1 and c["peer_frames"] == 5
+    assert (c["peer_bad_source"], c["peer_bad_mac"], c["peer_bad_sack"]) == (1, 1, 1)
     want = [tb.codec.pack(header_record(p)[0]) for p in peer]
     assert tb.peer.items == want
 

@@ -1,0 +1,136 @@
+"""The peer-frame filter: ACK/NAK and probe-response records reach reliability
+only when they are addressed to us and come from the QP's bound peer."""
+
+from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
+from amaranth.lib import data, stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
+
+from hw.headers import Opcode
+from hw.pipeline import OneHotFSM, load_in_groups
+
+from .layouts import QpConfig, QpState
+from .parser import ParsedHeader
+
+__all__ = ["PEER_FILTER_COUNTERS", "RxPeerFilter"]
+
+# In check order: a record fails the first check that is true of it.
+PEER_FILTER_COUNTERS = (
+    "peer_bad_qpn",  # BTH DestQP >= num_qps
+    "peer_not_for_us",  # IPv4 destination is not OWN_IP
+    "peer_bad_mac",  # Ethernet destination is not OWN_MAC
+    "peer_qp_state",  # the QP is not in RTS
+    "peer_bad_source",  # IPv4 source is not the QP's PEER_IP
+    "peer_bad_sack",  # an ACK/NAK whose sack_base is not cum_psn + 1
+)
+
+
+class RxPeerFilter(wiring.Component):
+    """Drops the peer frames (ACKNOWLEDGE, PROBE_RESPONSE) that are not from
+    the bound peer of a QP in RTS, and counts each reason.
+
+    Interface
+    ---------
+    ``i``        In(stream.Signature(ParsedHeader(sack_bits))): the validator's
+                 ``peer_ack`` (peer frames only, untouched).
+    ``o``        Out(stream.Signature(ParsedHeader(sack_bits))): the records
+                 that pass, unchanged, for reliability.
+    ``cfg_addr`` / ``cfg``: a 1-cycle lookup into the QP configuration (only
+                 ``state`` and ``peer_ip`` are read).
+    ``own_ip``, ``own_mac``: In, the NIC's addresses (RX ``OWN_IP``, ``OWN_MAC``).
+    ``counters`` Out: a one-cycle strobe per ``PEER_FILTER_COUNTERS`` drop.
+
+    Checks, in order (the first failure decides; every failure is a silent
+    drop counted by its own strobe):
+
+    1. ``peer_bad_qpn``: BTH DestQP >= ``num_qps``.
+    2. ``peer_not_for_us``: IPv4 destination != ``own_ip``.
+    3. ``peer_bad_mac``: Ethernet destination != ``own_mac``.
+    4. ``peer_qp_state``: the QP's ``state`` is not RTS (only a requester
+       takes ACKs and probe answers).
+    5. ``peer_bad_source``: IPv4 source != the QP's ``peer_ip``. No header of
+       these frames names the sender's QPN, so the peer is bound by its IP
+       address, as for data frames.
+    6. ``peer_bad_sack``: an ACKNOWLEDGE whose SACK ``sack_base`` is not
+       ``cum_psn + 1`` (mod 2^24; docs/protocol.md: such an ACK is ignored).
+
+    Latency: 3 cycles from a record taken to ``o`` valid (LOOKUP: the
+    header-only checks registered, the configuration read; CHECK: the QP
+    checks registered; DECIDE: the first failure). Throughput: one record per
+    4 cycles, the next taken once ``o`` has been (the validator needs 4
+    cycles per frame too). Every check is one compare from registers.
+    """
+
+    def __init__(self, *, num_qps=16, sack_bits=64, addr_width=64):
+        self.num_qps, self.sack_bits = num_qps, sack_bits
+        self.qp_bits = exact_log2(num_qps)
+        super().__init__(
+            {
+                "i": In(stream.Signature(ParsedHeader(sack_bits))),
+                "o": Out(stream.Signature(ParsedHeader(sack_bits))),
+                "cfg_addr": Out(self.qp_bits),
+                "cfg": In(QpConfig(addr_width)),
+                "own_ip": In(32),
+                "own_mac": In(48),
+                "counters": Out(data.StructLayout(
+                    {n: unsigned(1) for n in PEER_FILTER_COUNTERS})),
+            }
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        h = Signal(ParsedHeader(self.sack_bits))
+        m.d.comb += [self.cfg_addr.eq(h.bth.dqpn[: self.qp_bits]), self.o.payload.eq(h)]
+        fail = {n: Signal(name=f"fail_{n}") for n in PEER_FILTER_COUNTERS}
+        is_ack = h.bth.opcode == Opcode.ACKNOWLEDGE
+        header_checks = [
+            fail["peer_bad_qpn"].eq(h.bth.dqpn >= self.num_qps),
+            fail["peer_not_for_us"].eq(h.ip_dst != self.own_ip),
+            fail["peer_bad_mac"].eq(h.eth_dst != self.own_mac),
+            fail["peer_bad_sack"].eq(is_ack & (h.sack.sack_base != (h.sack.cum_psn + 1)[:24])),
+        ]
+        qp_checks = [
+            fail["peer_qp_state"].eq(self.cfg.state != QpState.RTS),
+            fail["peer_bad_source"].eq(h.ip_src != self.cfg.peer_ip),
+        ]
+
+        fsm = OneHotFSM(m, ("IDLE", "LOOKUP", "CHECK", "DECIDE", "SEND"), "IDLE",
+                        name="peer_filter")
+        state, goto = fsm.state, fsm.goto
+        m.d.comb += self.o.valid.eq(fsm.st.SEND)
+        # The header register follows the input in every IDLE cycle and holds
+        # from LOOKUP on; its enables are copies of IDLE's flip-flop, each on at
+        # most 64 bits (as the validator's), not one net over all its bits.
+        take = Signal()
+        failed = Signal()
+        m.d.comb += failed.eq(Cat(*fail.values()).any())
+        to_idle = (fsm.st.DECIDE & failed) | (fsm.st.SEND & self.o.ready)
+
+        def idle_copy(k):
+            copy = Signal(init=1, name=f"h_load{k}")
+            m.d.sync += copy.eq(Mux(copy, ~take, to_idle))
+            return copy
+
+        load_in_groups(m, [(h, self.i.payload)], idle_copy)
+        with state("IDLE"):
+            m.d.comb += [self.i.ready.eq(1), take.eq(self.i.valid)]
+            with m.If(take):
+                goto("LOOKUP")
+        with state("LOOKUP"):  # cfg_addr from h: the configuration arrives in CHECK
+            m.d.sync += header_checks
+            goto("CHECK")
+        with state("CHECK"):
+            m.d.sync += qp_checks
+            goto("DECIDE")
+        with state("DECIDE"):
+            for k, name in enumerate(PEER_FILTER_COUNTERS):
+                earlier = Cat(*(fail[n] for n in PEER_FILTER_COUNTERS[:k]))
+                m.d.comb += getattr(self.counters, name).eq(fail[name] & ~earlier.any())
+            with m.If(failed):
+                goto("IDLE")
+            with m.Else():
+                goto("SEND")
+        with state("SEND"):
+            with m.If(self.o.ready):
+                goto("IDLE")
+        return m

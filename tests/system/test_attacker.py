@@ -1,0 +1,177 @@
+"""An attacker on the fabric between two NicCores (docs/security.md): forged
+ACKs, NAKs, probe answers and trimmed frames, with valid ICRCs, injected next
+to the NICs (``Fabric.inject``). No forged frame may complete work or change
+state; each is dropped and counted, and the counter equations of
+``SystemTB.check_counters`` hold with the injected frames in them.
+
+Built as tests/system/test_two_nic.py's top (the same sim_build/system_two_nic
+build when the design is unchanged).
+"""
+
+from __future__ import annotations
+
+import random
+
+import cocotb
+from cocotb.triggers import ClockCycles
+
+from host_driver import layers as L
+from host_driver.driver import Completion, WrOpcode
+from sim.system.harness import IPS, MACS, SystemTB
+from sim.system.top import NIC_PARAMS, TwoNicTop
+
+FORGER_IP, FORGER_MAC = "10.0.0.66", "02:00:00:00:00:66"
+OTHER_IP, OTHER_MAC = "10.0.0.9", "02:00:00:00:00:09"
+SACK_BITS = NIC_PARAMS["sack_bits"]
+
+
+def to_nic(i: int, **claims) -> dict:
+    """The addresses of a frame that the peer of NIC ``i`` would send it,
+    overridden by ``claims``."""
+    return {"src_mac": MACS[1 - i], "dst_mac": MACS[i], "src_ip": IPS[1 - i],
+            "dst_ip": IPS[i], **claims}
+
+
+def forged_ack(i, qpn, cum_psn, **kw):
+    addr = {k: kw.pop(k) for k in ("src_mac", "dst_mac", "src_ip", "dst_ip") if k in kw}
+    return bytes(L.ack_packet(dqpn=qpn, cum_psn=cum_psn, sack_bits=SACK_BITS, ev=0xD000,
+                              **kw, **to_nic(i, **addr)))
+
+
+@cocotb.test()
+async def test_forged_ack_with_every_path_down(dut):
+    """Issue 26's reproduction: every path NIC 0 -> NIC 1 down, a 4 KiB WRITE
+    posted on NIC 0. One ACK from 10.0.0.66 with a valid ICRC naming all its
+    PSNs, and one from the peer's address sent to another IP and MAC, complete
+    nothing (they did, SUCCESS, before the peer-frame filter); they are
+    counted (``peer_bad_source``, ``peer_not_for_us``). Once the paths are up
+    the WRITE completes SUCCESS and NIC 1 holds its bytes."""
+    tb = SystemTB(dut, seed=41, keep_log=True)
+    await tb.init()
+    await tb.connect(sq_log2=4, timeout=9)
+    a, b = tb.ends
+    for p in range(tb.fabric.num_paths):
+        tb.fabric.set_path_up(p, False, direction=0)
+    una = await a.dev.rel.read("una_psn", a.qp.qpn)
+    payload = tb.random_bytes(4096)
+    a.dev.mem.write(a.send_buf, payload)
+    await a.qp.post_send(WrOpcode.WRITE, local_addr=a.send_buf, length=4096,
+                         remote_addr=b.recv_buf, rkey=b.mr.rkey)
+    while len(tb.fabric.directions[0].log) < 4:  # all four packets sent (and lost)
+        await ClockCycles(dut.clk, 16)
+    last = (una + 3) & 0xFFFFFF
+    tb.fabric.inject(0, forged_ack(0, a.qp.qpn, last, src_ip=FORGER_IP, src_mac=FORGER_MAC))
+    tb.fabric.inject(0, forged_ack(0, a.qp.qpn, last, dst_ip=OTHER_IP, dst_mac=OTHER_MAC))
+    await ClockCycles(dut.clk, 2000)
+    assert await a.qp.send_cq.poll() == [], "a forged ACK completed the WRITE"
+    c = await tb.counters(0)
+    assert (c["rx.peer_bad_source"], c["rx.peer_not_for_us"], c["rel.acks"]) == (1, 1, 0), c
+    assert await a.dev.rel.read("una_psn", a.qp.qpn) == una
+    for p in range(tb.fabric.num_paths):
+        tb.fabric.set_path_up(p, True, direction=0)
+    cqes = await a.qp.send_cq.wait(1, timeout_cycles=2_000_000)
+    assert [(c.status, c.byte_len) for c in cqes] == [(Completion.SUCCESS, 4096)]
+    assert b.dev.mem.read(b.recv_buf, 4096) == payload
+    await tb.quiesce()
+    await tb.check_counters(0, packets=4, messages=1)
+    await tb.check_counters(1, packets=0, messages=0)
+
+
+@cocotb.test()
+async def test_attacker_during_transfer(dut):
+    """16 x 8 KiB WRITEs NIC 0 -> NIC 1 over 8 lossless paths while an attacker
+    injects, every 1 to 3 us, one of: ACKs and NAK TRIMMED naming in-flight
+    PSNs from 10.0.0.66; ACKs from the peer's address to another IP, to
+    another MAC, to a QP not in RTS, with a sack_base other than cum_psn + 1;
+    probe answers from 10.0.0.66 and from the peer's address answering no
+    probe (probing is off); trimmed WRITEs to NIC 1 from 10.0.0.66 and to a
+    QP not in RTS. The transfer completes byte-exact with 16 SUCCESS
+    completions in order, each forged frame is counted under its reason, and
+    the counter equations hold with the injected frames."""
+    tb = SystemTB(dut, seed=42, keep_log=True)
+    await tb.init()
+    await tb.connect(sq_log2=4, timeout=9)
+    a, b = tb.ends
+    qa, qb = a.qp.qpn, b.qp.qpn
+    idle_a = (qa + 1) % NIC_PARAMS["num_qps"]  # QPs never brought up: RESET
+    idle_b = (qb + 1) % NIC_PARAMS["num_qps"]
+    una = await a.dev.rel.read("una_psn", qa)
+    sizes = [8192] * 16
+    total = sum(sizes) // 1024
+    rng = random.Random(7)
+    psn = [0]  # the attacker's guess of the PSN in flight
+
+    def guess():
+        return (una + min(psn[0], total - 1)) & 0xFFFFFF
+
+    write = dict(opcode=L.OP_WRITE_ONLY, va=b.recv_buf, rkey=b.mr.rkey, dma_len=1024,
+                 payload=bytes(1024), ev=0xC000)
+    attacks = [  # (to NIC, frame maker, the counter that drops it)
+        (0, lambda: forged_ack(0, qa, guess(), src_ip=FORGER_IP), "rx.peer_bad_source"),
+        (0, lambda: forged_ack(0, qa, guess(), psn=guess(), syndrome=L.NAK_TRIMMED,
+                               src_ip=FORGER_IP), "rx.peer_bad_source"),
+        (0, lambda: forged_ack(0, qa, guess(), dst_ip=OTHER_IP), "rx.peer_not_for_us"),
+        (0, lambda: forged_ack(0, qa, guess(), dst_mac=OTHER_MAC), "rx.peer_bad_mac"),
+        (0, lambda: forged_ack(0, idle_a, guess()), "rx.peer_qp_state"),
+        (0, lambda: forged_ack(0, qa, guess(), sack_base=(guess() + 5) & 0xFFFFFF),
+         "rx.peer_bad_sack"),
+        (0, lambda: bytes(L.probe_packet(response=True, dqpn=qa, probe_id=1, ev=0xC003,
+                                         timestamp=0, **to_nic(0, src_ip=FORGER_IP))),
+         "rx.peer_bad_source"),
+        (0, lambda: bytes(L.probe_packet(response=True, dqpn=qa, probe_id=1, ev=0xC003,
+                                         timestamp=0, **to_nic(0))), "rel.probes_stale"),
+        (1, lambda: L.trim(bytes(L.write_packet(dqpn=qb, psn=guess(), **write,
+                                                **to_nic(1, src_ip=FORGER_IP)))),
+         "rx.bad_source"),
+        (1, lambda: L.trim(bytes(L.write_packet(dqpn=idle_b, psn=guess(), **write,
+                                                **to_nic(1)))), "rx.qp_state"),
+    ]
+    sent = {}
+    done = [False]
+
+    async def attacker():
+        k = 0
+        while not done[0]:
+            nic, make, reason = attacks[k % len(attacks)]
+            tb.fabric.inject(nic, make())
+            sent[reason] = sent.get(reason, 0) + 1
+            k += 1
+            psn[0] = len(tb.fabric.directions[0].log)  # data frames NIC 0 has sent
+            await ClockCycles(dut.clk, rng.randrange(125, 375))  # 1..3 us
+
+    task = cocotb.start_soon(attacker())
+    payload = tb.random_bytes(sum(sizes))
+    a.dev.mem.write(a.send_buf, payload)
+    posted, early, offset = [], [], 0
+    for n in sizes:
+        if a.qp.outstanding >= a.qp.sq_size:
+            early += await a.qp.send_cq.wait(1, timeout_cycles=2_000_000)
+        wr_id = await a.qp.post_send(WrOpcode.WRITE, local_addr=a.send_buf + offset, length=n,
+                                     remote_addr=b.recv_buf + offset, rkey=b.mr.rkey)
+        posted.append(wr_id)
+        offset += n
+    cqes = early + await a.qp.send_cq.wait(len(posted) - len(early), timeout_cycles=4_000_000)
+    done[0] = True
+    await task
+    assert [(c.wr_id, c.status, c.byte_len) for c in cqes] == [
+        (w, Completion.SUCCESS, n) for w, n in zip(posted, sizes, strict=True)]
+    assert b.dev.mem.read(b.recv_buf, len(payload)) == payload
+    assert len(tb.fabric.injected) >= 2 * len(attacks), "the transfer outran the attacker"
+    await tb.quiesce()
+    ca, cb = await tb.counters(0), await tb.counters(1)
+    got = {reason: (ca if nic == 0 else cb)[reason] for nic, _, reason in attacks}
+    assert got == sent, (got, sent)
+    assert ca["rel.acks_unsent"] == 0 and ca["rel.naks_trimmed"] == 0
+    assert ca["rel.retx_nak"] == 0 and cb["rx.naks_sent"] == 0 and cb["rx.trimmed"] == 0
+    await tb.check_counters(0, packets=total, messages=len(sizes))
+    await tb.check_counters(1, packets=0, messages=0)
+
+
+def test_attacker():
+    from sim.cocotb_runner import SIM_BUILD, run_cocotb
+
+    run_cocotb(name="system_two_nic", elaborate=TwoNicTop, toplevel="two_nic",
+               test_module="tests.system.test_attacker",
+               testcase=["test_forged_ack_with_every_path_down",
+                         "test_attacker_during_transfer"],
+               test_dir=SIM_BUILD / "system_two_nic" / "attacker")

@@ -1,0 +1,173 @@
+"""Probe responses must answer the probe outstanding on their EV (docs/security.md,
+"Probe responses"): ``ProbeReplyCheck`` on its own, and ``ReliabilityEngine``
+with an ASSUMED_BAD EV that a replayed or unsolicited answer must not revive,
+in Amaranth's simulator."""
+
+from amaranth.sim import Simulator
+from scapy.layers.l2 import Ether
+
+from host_driver import layers as L
+from hw.headers import Opcode
+from hw.reliability import ReliabilityEngine
+from hw.reliability.layouts import QpState
+from hw.reliability.probe import ProbeReplyCheck
+from hw.reliability.registers import register_map
+
+from .csrbus import csr_read, csr_write
+
+# (opcode, round, timestamp) records, with the check's inputs round 10, the
+# previous round started at 1000 ns, now 5000 ns; and whether each passes
+ROUND, PREV_START, NOW = 10, 1000, 5000
+CASES = [
+    ((Opcode.PROBE_RESP, 10, 4000), True),
+    ((Opcode.PROBE_RESP, 9, 1000), True),  # the previous round, at its start
+    ((Opcode.PROBE_RESP, 8, 4000), False),  # two rounds back: replayed
+    ((Opcode.PROBE_RESP, 11, 4000), False),  # a round not sent yet
+    ((Opcode.PROBE_RESP, 10, 999), False),  # sent before the previous round began
+    ((Opcode.PROBE_RESP, 10, NOW + 100), False),  # from the future
+    ((Opcode.PROBE_RESP, 0x2345, 4000), False),
+    ((Opcode.ACKNOWLEDGE, 3, 0), True),  # not a probe response: not checked
+]
+
+
+def test_probe_reply_check_block():
+    dut = ProbeReplyCheck(sack_bits=32)
+    out, stale = [], []
+
+    async def bench(ctx):
+        ctx.set(dut.probing, 1)
+        ctx.set(dut.round, ROUND)
+        for start in (PREV_START, 3000):  # two round starts: the previous, the current
+            ctx.set(dut.now_ns, start)
+            ctx.set(dut.tick, 1)
+            await ctx.tick()
+        ctx.set(dut.tick, 0)
+        ctx.set(dut.now_ns, NOW)
+        for (opcode, rnd, ts), _ in CASES:
+            ctx.set(dut.i.payload.bth.opcode, opcode)
+            ctx.set(dut.i.payload.probe.probe_id, rnd << 8 | 1)
+            ctx.set(dut.i.payload.probe.timestamp, ts)
+            ctx.set(dut.i.valid, 1)
+            await ctx.tick().until(dut.i.ready)
+            ctx.set(dut.i.valid, 0)
+            await ctx.tick().repeat(4)
+        # probing off: no probe is outstanding, the best answer is refused
+        ctx.set(dut.probing, 0)
+        ctx.set(dut.i.payload.bth.opcode, Opcode.PROBE_RESP)
+        ctx.set(dut.i.payload.probe.probe_id, ROUND << 8 | 1)
+        ctx.set(dut.i.payload.probe.timestamp, 4000)
+        ctx.set(dut.i.valid, 1)
+        await ctx.tick().until(dut.i.ready)
+        ctx.set(dut.i.valid, 0)
+        await ctx.tick().repeat(4)
+
+    async def sink(ctx):
+        ctx.set(dut.o.ready, 1)
+        async for clk, _rst, valid, payload, s in ctx.tick().sample(
+                dut.o.valid, dut.o.payload, dut.stale):
+            if clk and valid:
+                out.append((payload.bth.opcode, payload.probe.probe_id >> 8,
+                            payload.probe.timestamp))
+            if clk:
+                stale.append(s)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.add_process(sink)
+    sim.run()
+    assert out == [rec for rec, ok in CASES if ok]
+    assert sum(stale) == sum(not ok for _, ok in CASES) + 1
+
+
+def test_replayed_probe_response_does_not_revive_an_ev():
+    """ReliabilityEngine, QP 1 in RTS with EVs 0xC000/0xC001: a PSN sent on EV 1
+    times out until EV 1 is ASSUMED_BAD; probes go out every period. A copy of
+    the first probe's answer replayed after three more rounds, and an answer
+    to a probe never sent (a later round), are dropped (``probes_stale``) and
+    leave EV 1 ASSUMED_BAD; the answer to the latest probe brings it back."""
+    E, q = 2, 1
+    dut = ReliabilityEngine(num_qps=2, evs_per_qp=E, sack_bits=32, window=16,
+                            clk_freq_hz=1_000_000, data_width=64)
+    rmap = register_map(2, E, 16)
+    probes = []  # (probe_id, timestamp) of every probe request sent
+    period = 400
+
+    async def probe_sink(ctx):
+        ctx.set(dut.m_axis_probe.tready, 1)
+        for port in (dut.retx, dut.ack_update, dut.ev_update, dut.cwnd_update,
+                     dut.qp_state_update):
+            ctx.set(port.ready, 1)
+        ctx.set(dut.m_axi.awready, 0)
+        frame = b""
+        async for clk, _rst, valid, data, keep, last in ctx.tick().sample(
+                dut.m_axis_probe.tvalid, dut.m_axis_probe.tdata, dut.m_axis_probe.tkeep,
+                dut.m_axis_probe.tlast):
+            if clk and valid:
+                frame += bytes((data >> 8 * i) & 0xFF for i in range(8) if keep >> i & 1)
+                if last:
+                    p = Ether(frame)[L.MRCProbe]
+                    probes.append((p.probe_id, p.timestamp))
+                    frame = b""
+
+    async def answer(ctx, probe_id, timestamp):
+        p = dut.peer_ack.payload
+        ctx.set(p.bth.opcode, Opcode.PROBE_RESP)
+        ctx.set(p.bth.dqpn, q)
+        ctx.set(p.probe.probe_id, probe_id)
+        ctx.set(p.probe.ev, 0xC001)
+        ctx.set(p.probe.timestamp, timestamp)
+        ctx.set(dut.peer_ack.valid, 1)
+        await ctx.tick().until(dut.peer_ack.ready)
+        ctx.set(dut.peer_ack.valid, 0)
+        await ctx.tick().repeat(40)
+
+    async def ev_state(ctx):
+        word = await csr_read(ctx, dut.csr, rmap["ev"].addr(q * E + 1),
+                              latency=ReliabilityEngine.CSR_READ_LATENCY)
+        return word >> 16 & 3
+
+    async def bench(ctx):
+        await ctx.tick().repeat(40)  # the records' clear after reset
+        w = [("ev_loss_threshold", 0, 1),
+             ("qp_rel_cfg", q, 0 | 7 << 5 | 25 << 8),  # t = 0, retry forever
+             ("ev", q * E, 0xC000), ("ev", q * E + 1, 0xC001),
+             ("qp_ctrl", q, QpState.RTS)]
+        for name, index, value in w:
+            await csr_write(ctx, dut.csr, rmap[name].addr(index), value)
+            await ctx.tick().repeat(4)
+        await ctx.tick().repeat(20)
+        s = dut.sent.payload
+        ctx.set(s.qpn, q)
+        ctx.set(s.psn, 100)
+        ctx.set(s.ev_index, 1)
+        ctx.set(s.last, 1)
+        ctx.set(dut.sent.valid, 1)
+        await ctx.tick().until(dut.sent.ready)
+        ctx.set(dut.sent.valid, 0)
+        for _ in range(200):
+            await ctx.tick().repeat(10)
+            if await ev_state(ctx) == 1:
+                break
+        assert await ev_state(ctx) == 1, "EV 1 did not become ASSUMED_BAD"
+        await csr_write(ctx, dut.csr, rmap["probe_period"].addr(), period)
+        while len(probes) < 4:
+            await ctx.tick().repeat(20)
+        first_id, first_ts = probes[0]
+        await answer(ctx, first_id, first_ts)  # replayed: three rounds old
+        assert await ev_state(ctx) == 1, "a replayed probe answer revived EV 1"
+        last_id, last_ts = probes[-1]
+        await answer(ctx, last_id + (5 << 8), last_ts)  # a round never sent
+        assert await ev_state(ctx) == 1, "an unsolicited probe answer revived EV 1"
+        stale = await csr_read(ctx, dut.csr, rmap["cnt_probes_stale"].addr(),
+                               latency=ReliabilityEngine.CSR_READ_LATENCY)
+        assert stale == 2
+        last_id, last_ts = probes[-1]
+        await answer(ctx, last_id, last_ts)  # the answer to the latest probe
+        assert await ev_state(ctx) == 0, "the answer to the outstanding probe was refused"
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_process(probe_sink)
+    sim.add_testbench(bench)
+    sim.run()

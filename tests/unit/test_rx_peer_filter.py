@@ -1,0 +1,167 @@
+"""Peer frames (ACK/NAK, probe responses) from forged or misaddressed senders
+never reach reliability (docs/security.md, "Peer frames"): ``RxPeerFilter``
+on its own and inside ``RxPipeline`` (records as the parser gives them, the
+QP table written through the CSR bus), in Amaranth's simulator."""
+
+import pytest
+from amaranth.sim import Simulator
+
+from hw.headers import Opcode
+from hw.rx.engine import RxPipeline
+from hw.rx.layouts import QpState
+from hw.rx.peer_filter import PEER_FILTER_COUNTERS, RxPeerFilter
+
+from .csrbus import csr_read, csr_write
+
+OWN_IP, OWN_MAC = 0x0A000002, 0x02_00_00_00_00_02
+PEER_IP, PEER_MAC = 0x0A000001, 0x02_00_00_00_00_01
+FORGER_IP = 0x0A000042  # 10.0.0.66, the address of issue 26's forged ACK
+QP = 1  # in RTS; QP 0 is in RTR (a responder only)
+NUM_QPS = 2
+
+
+def frame(**over):
+    """A peer frame's header record: by default a genuine ACK to QP 1."""
+    f = dict(opcode=Opcode.ACKNOWLEDGE, ip_src=PEER_IP, ip_dst=OWN_IP, eth_dst=OWN_MAC,
+             dqpn=QP, psn=9, cum_psn=9, sack_base=10, probe_id=0)
+    f.update(over)
+    return f
+
+
+# (the frame, the counter that drops it or None when it passes)
+CASES = [
+    (frame(), None),
+    (frame(ip_src=FORGER_IP), "peer_bad_source"),
+    (frame(ip_dst=0x0A000009), "peer_not_for_us"),
+    (frame(ip_dst=0x0A000009, eth_dst=0x02_00_00_00_00_09), "peer_not_for_us"),
+    (frame(eth_dst=0x02_00_00_00_00_09), "peer_bad_mac"),
+    (frame(dqpn=0), "peer_qp_state"),  # RTR: not a requester
+    (frame(dqpn=NUM_QPS), "peer_bad_qpn"),
+    (frame(dqpn=0x10000 | QP), "peer_bad_qpn"),  # high DestQP bits are not ignored
+    (frame(sack_base=12), "peer_bad_sack"),
+    (frame(cum_psn=0xFFFFFF, sack_base=0), None),  # cum_psn + 1 wraps
+    (frame(opcode=Opcode.PROBE_RESP, cum_psn=0, sack_base=0, probe_id=0x101), None),
+    (frame(opcode=Opcode.PROBE_RESP, ip_src=FORGER_IP, cum_psn=0, sack_base=0),
+     "peer_bad_source"),
+    (frame(ip_src=FORGER_IP, sack_base=3), "peer_bad_source"),  # the first failure counts
+]
+
+
+def set_header(ctx, hdr, f):
+    ctx.set(hdr.bth.opcode, f["opcode"])
+    ctx.set(hdr.bth.dqpn, f["dqpn"])
+    ctx.set(hdr.bth.psn, f["psn"])
+    ctx.set(hdr.ip_src, f["ip_src"])
+    ctx.set(hdr.ip_dst, f["ip_dst"])
+    ctx.set(hdr.eth_src, PEER_MAC)
+    ctx.set(hdr.eth_dst, f["eth_dst"])
+    ctx.set(hdr.sack.cum_psn, f["cum_psn"])
+    ctx.set(hdr.sack.sack_base, f["sack_base"])
+    ctx.set(hdr.probe.probe_id, f["probe_id"])
+    ctx.set(hdr.payload_len, 0)
+
+
+def expected_counts():
+    counts = dict.fromkeys(PEER_FILTER_COUNTERS, 0)
+    for _, reason in CASES:
+        if reason:
+            counts[reason] += 1
+    return counts
+
+
+def simulate(dut, bench, process):
+    """``bench`` and the free-running ``process`` on ``dut`` at 100 MHz."""
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.add_process(process)
+    sim.run()
+
+
+def passed_frames():
+    return [(f["ip_src"], f["dqpn"], f["sack_base"]) for f, reason in CASES if reason is None]
+
+
+def test_peer_filter_block():
+    """Each check of ``RxPeerFilter`` drops its frames and strobes its counter
+    once; the frames that pass come out unchanged, in order."""
+    dut = RxPeerFilter(num_qps=NUM_QPS, sack_bits=64)
+    out, strobes = [], dict.fromkeys(PEER_FILTER_COUNTERS, 0)
+    cfg = {0: (QpState.RTR, PEER_IP), 1: (QpState.RTS, PEER_IP)}
+
+    async def bench(ctx):
+        ctx.set(dut.own_ip, OWN_IP)
+        ctx.set(dut.own_mac, OWN_MAC)
+        for f, _ in CASES:
+            set_header(ctx, dut.i.payload, f)
+            ctx.set(dut.i.valid, 1)
+            await ctx.tick().until(dut.i.ready)
+            ctx.set(dut.i.valid, 0)
+            await ctx.delay(1e-9)
+            for _ in range(4):  # whatever happens to a record happens by then
+                await ctx.tick()
+
+    async def model_and_sink(ctx):
+        ctx.set(dut.o.ready, 1)
+        async for clk_edge, _rst, *vals in ctx.tick().sample(
+                dut.cfg_addr, dut.o.valid, dut.o.payload, *(
+                    getattr(dut.counters, n) for n in PEER_FILTER_COUNTERS)):
+            if not clk_edge:
+                continue
+            a, valid, payload, *counts = vals
+            if valid:
+                out.append((payload.ip_src, payload.bth.dqpn, payload.sack.sack_base))
+            for n, c in zip(PEER_FILTER_COUNTERS, counts, strict=True):
+                strobes[n] += c
+            # the 1-cycle lookup: after the edge, the configuration of the
+            # address registered at it
+            state, peer = cfg[a]
+            ctx.set(dut.cfg.state, state)
+            ctx.set(dut.cfg.peer_ip, peer)
+
+    simulate(dut, bench, model_and_sink)
+    assert out == passed_frames()
+    assert strobes == expected_counts()
+
+
+@pytest.mark.parametrize("backpressure", [False, True])
+def test_rx_pipeline_drops_forged_peer_frames(backpressure):
+    """Through ``RxPipeline``: only the genuine peer frames reach ``peer_ack``
+    and each dropped one is counted in its ``CNT_PEER_*`` register;
+    ``CNT_PEER_FRAMES`` counts them all (forged ACKs went through before)."""
+    dut = RxPipeline(num_qps=NUM_QPS, num_mrs=1, sack_bits=64)
+    rmap = dut.register_map
+    out, counts = [], {}
+
+    async def bench(ctx):
+        for name, value in (("OWN_IP", OWN_IP), ("OWN_MAC_LO", OWN_MAC & 0xFFFFFFFF),
+                            ("OWN_MAC_HI", OWN_MAC >> 32)):
+            await csr_write(ctx, dut.csr, rmap[name].addr(), value)
+        for q, state in ((0, QpState.RTR), (1, QpState.RTS)):
+            await csr_write(ctx, dut.csr, rmap["QP_PEER_IP"].addr(q), PEER_IP)
+            await csr_write(ctx, dut.csr, rmap["QP_CTRL"].addr(q), state.value)
+        for _ in range(4):
+            await ctx.tick()
+        for f, _ in CASES:
+            set_header(ctx, dut.hdr.payload, f)
+            ctx.set(dut.hdr.valid, 1)
+            await ctx.tick().until(dut.hdr.ready)
+            ctx.set(dut.hdr.valid, 0)
+        for _ in range(60):
+            await ctx.tick()
+        for name in ("peer_frames",) + PEER_FILTER_COUNTERS:
+            counts[name] = await csr_read(ctx, dut.csr, rmap[f"CNT_{name.upper()}"].addr(),
+                                          latency=RxPipeline.CSR_READ_LATENCY)
+
+    async def sink(ctx):
+        k = 0
+        async for clk_edge, _rst, valid, ready, payload in ctx.tick().sample(
+                dut.peer_ack.valid, dut.peer_ack.ready, dut.peer_ack.payload):
+            if clk_edge and valid and ready:
+                out.append((payload.ip_src, payload.bth.dqpn, payload.sack.sack_base))
+            k += 1
+            ctx.set(dut.peer_ack.ready, 0 if backpressure and k % 3 else 1)
+
+    simulate(dut, bench, sink)
+    assert out == passed_frames()
+    assert counts == {"peer_frames": len(CASES), **expected_counts()}
