@@ -361,6 +361,10 @@ class _HwQp(MrcQp):
             cnt["bad_source"] += 1
             return
         if pkt.trimmed:
+            d = psn_diff(pkt.psn, self.rcv_psn)
+            if d < 0 or d >= hw.rx_window(q) or (self.rcv_bitmap >> d) & 1:
+                cnt["trim_stale"] += 1  # not a PSN still awaited: no NAK
+                return
             cnt["trimmed"] += 1
             st["rx_trimmed"] += 1
             if hw.rx_field("QP_CTRL", q, "trim_nack"):

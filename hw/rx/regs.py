@@ -43,7 +43,9 @@ _COUNTER_DOC = {
     "out_of_window": "dropped: PSN beyond the QP's window",
     "wimm_full": "dropped: LAST packet with the pending-completion table full",
     "dma_error": "dropped after a write answered other than OKAY",
-    "trimmed": "trimmed packets (NAK 0x70 sent if TRIM_NACK)",
+    "trimmed": "trimmed packets of a PSN still awaited (NAK 0x70 sent if TRIM_NACK)",
+    "trim_stale": "trimmed packets dropped: PSN already received, in flight or outside "
+                  "the window (no NAK)",
     "cqe_written": "receive completions written",
     "cq_overflow": "receive completions lost: the host took back a held CQE's slot "
                    "(ring disabled or shrunk, or QP_CQ_CONS moved past it)",

@@ -33,6 +33,7 @@ WINDOW_COUNTERS = (
     "naks_sent",
     "probes_answered",
     "cq_full",
+    "trim_stale",
 )
 
 
@@ -865,12 +866,19 @@ class RxPsnWindow(wiring.Component):
                     ]
                     goto("WRITEBACK")
             with m.If(chk_kind[ReqKind.TRIM]):
-                m.d.comb += cnt.trimmed.eq(1)
                 m.d.sync += place_valid.eq(discard)
-                with m.If(cfg.trim_nack):
+                # Only a trim of a PSN still awaited (inside the window, not
+                # received, not being written) is answered; any other is
+                # stale (late or forged) and changes nothing.
+                with m.If(d[23] | ~inside | bit_set | flight_hit):
+                    m.d.comb += cnt.trim_stale.eq(1)
+                    goto("WRITEBACK")
+                with m.Elif(cfg.trim_nack):
+                    m.d.comb += cnt.trimmed.eq(1)
                     m.d.sync += ack_syn.eq(NAK_TRIMMED)
                     goto("ACK0")
                 with m.Else():
+                    m.d.comb += cnt.trimmed.eq(1)
                     goto("WRITEBACK")
             with m.If(chk_kind[ReqKind.NAK]):
                 m.d.sync += [place_valid.eq(discard), ack_syn.eq(rq.syndrome)]

@@ -52,7 +52,7 @@ EVS = [EvProfile.explicit(range(base, base + 8)) for base in EV_BASES]
 # (RECOVERED_DROPS), every other one is an error in these tests.
 RECOVERED_DROPS = ("wimm_full", "cq_full")
 RX_DROP_REASONS = ("bad_qpn", "not_for_us", "qp_state", "bad_source", "bad_rkey", "bad_bounds",
-                   "out_of_window", "dma_error", "trimmed") + RECOVERED_DROPS
+                   "out_of_window", "dma_error", "trimmed", "trim_stale") + RECOVERED_DROPS
 # Why RX's peer-frame filter drops an ACK/NAK or probe response (docs/security.md).
 RX_PEER_DROP_REASONS = ("peer_bad_qpn", "peer_not_for_us", "peer_bad_mac", "peer_qp_state",
                         "peer_bad_source", "peer_bad_sack")

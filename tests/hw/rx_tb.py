@@ -336,6 +336,10 @@ class RxModel:
         psn = get("bth.psn", 0)
         q.ev, q.mac = get("ev"), get("eth_src")
         if get("trimmed"):
+            d = (psn - q.epsn) & PSN_MASK
+            if d >= 1 << 23 or d >= self.window(q) or psn in q.recv:
+                self.count["trim_stale"] += 1  # not a PSN still awaited: no NAK
+                return "drop"
             self.count["trimmed"] += 1
             if q.cfg["trim_nack"]:
                 self._ack(qpn, q, NAK_TRIMMED, psn)

@@ -44,7 +44,7 @@ from tests.hw.rx_tb import start as start_bench
 PARSER = [n for n in COUNTERS if n.startswith("parser_")]
 OUTCOMES = ("peer_frames", "probe_requests", "bad_qpn", "not_for_us", "qp_state", "bad_source",
             "bad_rkey", "bad_bounds", "placed", "duplicate", "out_of_window", "wimm_full",
-            "cq_full", "dma_error", "trimmed")
+            "cq_full", "dma_error", "trimmed", "trim_stale")
 
 
 async def start(dut, *, seed=1, backpressure=0.0):

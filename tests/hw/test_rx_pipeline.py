@@ -217,6 +217,11 @@ async def test_trim_probe_peer(dut):
                            dma_len=4096, payload=bytes(1024), ev=0xC123, dst_ip=OWN_IP,
                            dst_mac=OWN_MAC)
         tb.send(pkt, trimmed=True)
+    # trims of PSNs not awaited (already received, beyond the window): no NAK
+    for psn in (9, 10 + 8 * 128):
+        tb.send(write_packet(opcode=0x06, dqpn=8, psn=psn, va=MR0["base"], rkey=MR0["rkey"],
+                             dma_len=4096, payload=bytes(1024), ev=0xC123, dst_ip=OWN_IP,
+                             dst_mac=OWN_MAC), trimmed=True)
     from host_driver.layers import ack_packet, probe_packet
     tb.send(probe_packet(response=False, dqpn=8, probe_id=0x5555AAAA, ev=0xD001,
                          timestamp=0x0123456789ABCDEF, dst_ip=OWN_IP, dst_mac=OWN_MAC))
@@ -233,6 +238,7 @@ async def test_trim_probe_peer(dut):
     tb.send(ack_packet(dqpn=8, cum_psn=78, sack_base=90, dst_ip=OWN_IP))
     c = await finish(tb)
     assert c["trimmed"] == 2 and c["naks_sent"] == 1 and c["probes_answered"] == 1
+    assert c["trim_stale"] == 2
     assert c["bad_source"] == 1 and c["peer_frames"] == 5
     assert (c["peer_bad_source"], c["peer_bad_mac"], c["peer_bad_sack"]) == (1, 1, 1)
     want = [tb.codec.pack(header_record(p)[0]) for p in peer]
@@ -489,7 +495,7 @@ async def test_fuzz(dut):
     c = await tb.counters()
     outcomes = ("peer_frames", "probe_requests", "bad_qpn", "not_for_us", "qp_state",
                 "bad_source", "bad_rkey", "bad_bounds", "placed", "duplicate",
-                "out_of_window", "wimm_full", "cq_full", "dma_error", "trimmed")
+                "out_of_window", "wimm_full", "cq_full", "dma_error", "trimmed", "trim_stale")
     assert sum(c[k] for k in outcomes) == n, {k: c[k] for k in outcomes}
     for name in COUNTERS:
         if not name.startswith("parser_") and name != "acks_sent":  # (ACK timers)
