@@ -62,10 +62,17 @@ async def test_forged_ack_with_every_path_down(dut):
     last = (una + 3) & 0xFFFFFF
     tb.fabric.inject(0, forged_ack(0, a.qp.qpn, last, src_ip=FORGER_IP, src_mac=FORGER_MAC))
     tb.fabric.inject(0, forged_ack(0, a.qp.qpn, last, dst_ip=OTHER_IP, dst_mac=OTHER_MAC))
+    # from the peer's own address (what the NIC cannot tell from the peer),
+    # naming PSNs never sent: docs/protocol.md's rules ignore the first whole
+    # (acks_unsent) and clip the second's SACK bits beyond nxt (nothing left)
+    tb.fabric.inject(0, forged_ack(0, a.qp.qpn, (last + 5) & 0xFFFFFF))
+    tb.fabric.inject(0, forged_ack(0, a.qp.qpn, (una - 1) & 0xFFFFFF,
+                                   sack_base=una, bitmap=0xF0))
     await ClockCycles(dut.clk, 2000)
     assert await a.qp.send_cq.poll() == [], "a forged ACK completed the WRITE"
     c = await tb.counters(0)
-    assert (c["rx.peer_bad_source"], c["rx.peer_not_for_us"], c["rel.acks"]) == (1, 1, 0), c
+    assert (c["rx.peer_bad_source"], c["rx.peer_not_for_us"]) == (1, 1), c
+    assert (c["rel.acks_unsent"], c["rel.acks"], c["rel.acks_stale"]) == (1, 1, 1), c
     assert await a.dev.rel.read("una_psn", a.qp.qpn) == una
     for p in range(tb.fabric.num_paths):
         tb.fabric.set_path_up(p, True, direction=0)

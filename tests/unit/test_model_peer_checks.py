@@ -75,6 +75,18 @@ def test_forged_ack_completes_nothing():
         for name in ("acks", "acks_ignored", "acks_unsent", "naks_trimmed", "retx_nak"):
             assert after[f"rel.{name}"] == before[f"rel.{name}"], name
         assert await a.dev.rel.read("una_psn", q) == una
+        # from the peer's own address, naming PSNs never sent (docs/protocol.md):
+        # a cumulative PSN beyond nxt is ignored whole, SACK bits beyond nxt clipped
+        tb.fabric.inject(0, forged_ack(tb, 0, q, (last + 5) & 0xFFFFFF))
+        ack = forged_ack(tb, 0, q, (una - 1) & 0xFFFFFF)
+        ack.sack_bitmap = 0xF0  # PSNs una + 4 .. una + 7: never sent
+        tb.fabric.inject(0, ack)
+        await a.dev.transport.idle(200)
+        assert await a.qp.send_cq.poll() == [], "an ACK of unsent PSNs completed the WRITE"
+        c = await a.dev.counters()
+        assert (c["rel.acks_unsent"], c["rel.acks"], c["rel.acks_stale"]) == (
+            after["rel.acks_unsent"] + 1, after["rel.acks"] + 1, after["rel.acks_stale"] + 1)
+        assert await a.dev.rel.read("una_psn", q) == una
         for p in range(tb.fabric.num_paths):
             tb.fabric.set_path_up(p, True, direction=0)
         cqes = await a.qp.send_cq.wait(1, timeout_cycles=2_000_000)
