@@ -90,7 +90,9 @@ class ReliabilityEngine(wiring.Component):
     ``peer_ack``   In(stream(ParsedHeader(sack_bits))): ACK / NAK / probe response records
                    from RX. Opcode ACKNOWLEDGE with syndrome 0x1F (ACK) or 0x70 (NAK
                    TRIMMED), and MRC_PROBE_RESPONSE are used; anything else is counted in
-                   ``acks_ignored`` and dropped.
+                   ``acks_ignored`` and dropped. Records pass ``ProbeReplyCheck`` (3
+                   cycles; a probe response that answers no outstanding probe is
+                   dropped, ``probes_stale``) before the core.
     ``sent``       In(stream(SentRecord)): one record per data packet TX put on the wire.
     ``sq_producer`` In(stream(SqProducer)): a QP's send-queue producer index, from each
                    doorbell write (``ready`` is always 1): retry exhaustion and the
