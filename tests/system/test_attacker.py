@@ -52,14 +52,16 @@ async def test_forged_ack_with_every_path_down(dut):
     a, b = tb.ends
     for p in range(tb.fabric.num_paths):
         tb.fabric.set_path_up(p, False, direction=0)
-    una = await a.dev.rel.read("una_psn", a.qp.qpn)
     payload = tb.random_bytes(4096)
     a.dev.mem.write(a.send_buf, payload)
     await a.qp.post_send(WrOpcode.WRITE, local_addr=a.send_buf, length=4096,
                          remote_addr=b.recv_buf, rkey=b.mr.rkey)
     while len(tb.fabric.directions[0].log) < 4:  # all four packets sent (and lost)
         await ClockCycles(dut.clk, 16)
+    una = await a.dev.rel.read("una_psn", a.qp.qpn)  # the WRITE's first PSN
+    assert await a.dev.rel.read("nxt_psn", a.qp.qpn) == (una + 4) & 0xFFFFFF
     last = (una + 3) & 0xFFFFFF
+    # the forged ACK of issue 26: from 10.0.0.66, naming every PSN of the WRITE
     tb.fabric.inject(0, forged_ack(0, a.qp.qpn, last, src_ip=FORGER_IP, src_mac=FORGER_MAC))
     tb.fabric.inject(0, forged_ack(0, a.qp.qpn, last, dst_ip=OTHER_IP, dst_mac=OTHER_MAC))
     # from the peer's own address (what the NIC cannot tell from the peer),
@@ -102,7 +104,6 @@ async def test_attacker_during_transfer(dut):
     qa, qb = a.qp.qpn, b.qp.qpn
     idle_a = (qa + 1) % NIC_PARAMS["num_qps"]  # QPs never brought up: RESET
     idle_b = (qb + 1) % NIC_PARAMS["num_qps"]
-    una = await a.dev.rel.read("una_psn", qa)
     sizes = [8192] * 16
     total = sum(sizes) // 1024
     rng = random.Random(7)
@@ -146,11 +147,17 @@ async def test_attacker_during_transfer(dut):
             psn[0] = len(tb.fabric.directions[0].log)  # data frames NIC 0 has sent
             await ClockCycles(dut.clk, rng.randrange(125, 375))  # 1..3 us
 
-    task = cocotb.start_soon(attacker())
     payload = tb.random_bytes(sum(sizes))
     a.dev.mem.write(a.send_buf, payload)
     posted, early, offset = [], [], 0
+    task = None
     for n in sizes:
+        if task is None and posted:
+            # the first WQE is on the wire: the attacker learns its first PSN
+            while not tb.fabric.directions[0].log:
+                await ClockCycles(dut.clk, 4)
+            una = await a.dev.rel.read("una_psn", qa)
+            task = cocotb.start_soon(attacker())
         if a.qp.outstanding >= a.qp.sq_size:
             early += await a.qp.send_cq.wait(1, timeout_cycles=2_000_000)
         wr_id = await a.qp.post_send(WrOpcode.WRITE, local_addr=a.send_buf + offset, length=n,

@@ -45,10 +45,14 @@ def test_forged_ack_completes_nothing():
             tb.fabric.set_path_up(p, False, direction=0)
         payload = tb.random_bytes(4096)
         a.dev.mem.write(a.send_buf, payload)
-        una = await a.dev.rel.read("una_psn", a.qp.qpn)
         await a.qp.post_send(WrOpcode.WRITE, local_addr=a.send_buf, length=4096,
                              remote_addr=b.recv_buf, rkey=b.mr.rkey)
-        await a.dev.transport.idle(200)
+        una = await a.dev.rel.read("una_psn", a.qp.qpn)  # the WRITE's first PSN
+        for _ in range(100):  # until all four packets are sent (and lost)
+            await a.dev.transport.idle(100)
+            if await a.dev.rel.read("nxt_psn", a.qp.qpn) == (una + 4) & 0xFFFFFF:
+                break
+        assert await a.dev.rel.read("nxt_psn", a.qp.qpn) == (una + 4) & 0xFFFFFF
         last = (una + 3) & 0xFFFFFF
         q = a.qp.qpn
         peer = ip(b.dev.ip)
