@@ -427,8 +427,14 @@ class Fabric(PathSelection):
             raise ValueError(f"to_nic is 0 or 1, not {to_nic!r}")
         if not self._started:
             raise RuntimeError("inject() needs a started fabric (start())")
+        from cocotb.utils import get_sim_time
+
         self.injected.append((to_nic, bytes(frame)))
-        _start_soon(self._deliver(self.sources[to_nic], bytes(frame), delay_ns))
+        source = self.sources[to_nic]
+        if hasattr(source, "send_at"):  # the simulator delivers it at its time
+            source.send_at(bytes(frame), get_sim_time(unit="ns") + delay_ns)
+        else:
+            _start_soon(self._deliver(source, bytes(frame), delay_ns))
 
     @staticmethod
     async def _deliver(source, data: bytes, delay_ns: float):

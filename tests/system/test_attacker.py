@@ -4,8 +4,8 @@ to the NICs (``Fabric.inject``). No forged frame may complete work or change
 state; each is dropped and counted, and the counter equations of
 ``SystemTB.check_counters`` hold with the injected frames in them.
 
-Built as tests/system/test_two_nic.py's top (the same sim_build/system_two_nic
-build when the design is unchanged).
+On tests/system/test_two_nic.py's build (sim_build/system_two_nic_sim: the
+same top and options, so no second Verilator build).
 """
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from __future__ import annotations
 import random
 
 import cocotb
-from cocotb.triggers import ClockCycles
 
 from host_driver import layers as L
 from host_driver.driver import Completion, WrOpcode
 from sim.system.harness import IPS, MACS, SystemTB
-from sim.system.top import NIC_PARAMS, TwoNicTop
+from sim.system.simhw import SIM_TOPLEVEL, SimTwoNicTop
+from sim.system.top import NIC_PARAMS
 
 FORGER_IP, FORGER_MAC = "10.0.0.66", "02:00:00:00:00:66"
 OTHER_IP, OTHER_MAC = "10.0.0.9", "02:00:00:00:00:09"
@@ -57,7 +57,7 @@ async def test_forged_ack_with_every_path_down(dut):
     await a.qp.post_send(WrOpcode.WRITE, local_addr=a.send_buf, length=4096,
                          remote_addr=b.recv_buf, rkey=b.mr.rkey)
     while len(tb.fabric.directions[0].log) < 4:  # all four packets sent (and lost)
-        await ClockCycles(dut.clk, 16)
+        await tb.cycles(16)
     una = await a.dev.rel.read("una_psn", a.qp.qpn)  # the WRITE's first PSN
     assert await a.dev.rel.read("nxt_psn", a.qp.qpn) == (una + 4) & 0xFFFFFF
     last = (una + 3) & 0xFFFFFF
@@ -70,7 +70,7 @@ async def test_forged_ack_with_every_path_down(dut):
     tb.fabric.inject(0, forged_ack(0, a.qp.qpn, (last + 5) & 0xFFFFFF))
     tb.fabric.inject(0, forged_ack(0, a.qp.qpn, (una - 1) & 0xFFFFFF,
                                    sack_base=una, bitmap=0xF0))
-    await ClockCycles(dut.clk, 2000)
+    await tb.cycles(2000)
     assert await a.qp.send_cq.poll() == [], "a forged ACK completed the WRITE"
     c = await tb.counters(0)
     assert (c["rx.peer_bad_source"], c["rx.peer_not_for_us"]) == (1, 1), c
@@ -145,7 +145,7 @@ async def test_attacker_during_transfer(dut):
             sent[reason] = sent.get(reason, 0) + 1
             k += 1
             psn[0] = len(tb.fabric.directions[0].log)  # data frames NIC 0 has sent
-            await ClockCycles(dut.clk, rng.randrange(125, 375))  # 1..3 us
+            await tb.cycles(rng.randrange(125, 375))  # 1..3 us
 
     payload = tb.random_bytes(sum(sizes))
     a.dev.mem.write(a.send_buf, payload)
@@ -155,7 +155,7 @@ async def test_attacker_during_transfer(dut):
         if task is None and posted:
             # the first WQE is on the wire: the attacker learns its first PSN
             while not tb.fabric.directions[0].log:
-                await ClockCycles(dut.clk, 4)
+                await tb.cycles(4)
             una = await a.dev.rel.read("una_psn", qa)
             task = cocotb.start_soon(attacker())
         if a.qp.outstanding >= a.qp.sq_size:
@@ -184,8 +184,8 @@ async def test_attacker_during_transfer(dut):
 def test_attacker():
     from sim.cocotb_runner import SIM_BUILD, run_cocotb
 
-    run_cocotb(name="system_two_nic", elaborate=TwoNicTop, toplevel="two_nic",
+    run_cocotb(name="system_two_nic_sim", elaborate=SimTwoNicTop, toplevel=SIM_TOPLEVEL,
                test_module="tests.system.test_attacker",
                testcase=["test_forged_ack_with_every_path_down",
                          "test_attacker_during_transfer"],
-               test_dir=SIM_BUILD / "system_two_nic" / "attacker")
+               test_dir=SIM_BUILD / "system_two_nic_sim" / "attacker")
