@@ -59,6 +59,10 @@ async def test_forged_ack_with_every_path_down(dut):
     while len(tb.fabric.directions[0].log) < 4:  # all four packets sent (and lost)
         await tb.cycles(16)
     una = await a.dev.rel.read("una_psn", a.qp.qpn)  # the WRITE's first PSN
+    for _ in range(100):  # until reliability has taken TX's four sent records
+        if await a.dev.rel.read("nxt_psn", a.qp.qpn) == (una + 4) & 0xFFFFFF:
+            break
+        await tb.cycles(16)
     assert await a.dev.rel.read("nxt_psn", a.qp.qpn) == (una + 4) & 0xFFFFFF
     last = (una + 3) & 0xFFFFFF
     # the forged ACK of issue 26: from 10.0.0.66, naming every PSN of the WRITE
