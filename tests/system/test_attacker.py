@@ -48,6 +48,8 @@ async def test_forged_ack_with_every_path_down(dut):
     the WRITE completes SUCCESS and NIC 1 holds its bytes."""
     tb = SystemTB(dut, seed=41, keep_log=True)
     await tb.init()
+    # a start window that holds the whole WRITE, as in the issue's run
+    await tb.ends[0].dev.rel.write("cwnd_init", NIC_PARAMS["window"])
     await tb.connect(sq_log2=4, timeout=9)
     a, b = tb.ends
     for p in range(tb.fabric.num_paths):
