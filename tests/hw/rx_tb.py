@@ -750,7 +750,7 @@ async def finish(tb, *, timer_acks=True, acks_out=None):
     return counters
 
 
-SETTLE = 40  # quiet cycles after which the engine has finished a packet's mark
+SETTLE = 200  # quiet cycles after which the engine has finished a packet's mark
 
 
 # ---- the ACK stream under fuzzed traffic ----------------------------------------------------
