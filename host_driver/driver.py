@@ -34,6 +34,7 @@ import struct
 from dataclasses import dataclass, field
 
 from hw.csr import RegisterMap
+from hw.headers import PATH_MTU, mtu_code
 from hw.nic.csr import (
     DEVICE_INFO_TYPE_ID,
     DEVICE_INFO_VERSION,
@@ -200,6 +201,8 @@ class Completion:
     RETRY_EXCEEDED = CqeStatus.RETRY_EXCEEDED
     LOC_QP_OP_ERR = CqeStatus.LOC_QP_OP_ERR  # the WQE's opcode is unknown
     FLUSHED = CqeStatus.FLUSHED
+    REM_INV_REQ = CqeStatus.REM_INV_REQ  # NAK 0x61
+    REM_ACCESS = CqeStatus.REM_ACCESS  # NAK 0x62
 
     @classmethod
     def unpack(cls, raw: bytes) -> Completion:
@@ -292,19 +295,30 @@ class MemoryRegion:
 
 
 class ProtectionDomain:
-    """Groups memory regions and QPs. The NIC's MR table is global (any QP
-    may write into any valid region whose rkey it names), so a PD here is the
-    driver's bookkeeping; rkeys carry an 8-bit generation against reuse."""
+    """Groups memory regions and QPs: the NIC lets a QP write only the
+    regions of its own PD (RX's ``QP_CTRL.pd`` and ``MR_ACCESS.pd``; another
+    PD's region is NAK 0x62, counted ``bad_pd``). ``pdn`` is its 8-bit number.
+    An rkey carries a key byte (bits 31:24) that changes every time its MR
+    table entry is registered again, so a deregistered region's rkey no longer
+    names the entry's next region (256 registrations of one entry bring a key
+    back)."""
 
-    def __init__(self, device: Device):
-        self.device = device
+    def __init__(self, device: Device, pdn: int):
+        self.device, self.pdn = device, pdn
         self.mrs: list[MemoryRegion] = []
 
     async def reg_mr(self, addr: int, length: int, *, remote_write: bool = True) -> MemoryRegion:
+        """Register ``[addr, addr + length)``; a region that would pass the top
+        of the NIC's address space (2^addr_width) is refused, so no region
+        wraps to address 0."""
         dev = self.device
         if not 0 < length < 1 << 32:
             raise ValueError(f"length must be in 1..2^32-1, not {length!r}")
-        dev.check_dma_range("memory region", addr, length)
+        width = dev.params["addr_width"]
+        if addr < 0 or addr + length > 1 << width:
+            raise ValueError(f"memory region addr 0x{addr:x} + length 0x{length:x} passes the "
+                             f"top of the NIC's {width}-bit DMA addresses (device info "
+                             f"addr_width): the region must end at or below 0x{1 << width:x}")
         index = dev._alloc_mr_index()
         dev._mr_generation[index] = (dev._mr_generation[index] + 1) & 0xFF
         rkey = (dev._mr_generation[index] << 24) | (index << 8) | 0x4D
@@ -316,7 +330,7 @@ class ProtectionDomain:
         await rx.write("MR_BASE_HI", addr >> 32, index)
         await rx.write("MR_LENGTH", length, index)
         await rx.write("MR_RKEY", rkey, index)
-        await rx.write("MR_ACCESS", access, index)
+        await rx.write("MR_ACCESS", access | self.pdn << 8, index)
         mr = MemoryRegion(self, index, addr, length, rkey, access)
         self.mrs.append(mr)
         return mr
@@ -325,6 +339,13 @@ class ProtectionDomain:
         await self.device.rx.write("MR_ACCESS", 0, mr.index)
         self.mrs.remove(mr)
         self.device._mr_used.discard(mr.index)
+
+    def dealloc(self):
+        """Free the PD's number; it must hold no region and no QP."""
+        dev = self.device
+        if self.mrs or any(qp.pd is self for qp in dev.qps.values()):
+            raise DriverError(f"PD {self.pdn} still has regions or QPs")
+        dev._pd_used.discard(self.pdn)
 
 
 # ---- EV profiles --------------------------------------------------------------------------
@@ -400,6 +421,7 @@ class QueuePair:
         self.sq_sig_all = bool(sq_sig_all)
         self.state = QpState.RESET
         self.evs: EvProfile | None = None
+        self.mpr, self.trim_nack, self.mtu = 1, True, 1024  # set at RTR
         self.next_wr_id = 1
         send_cq._bind(self, "send")
         recv_cq._bind(self, "recv")
@@ -423,20 +445,30 @@ class QueuePair:
             names = " or ".join(QpState.NAMES[s] for s in states)
             raise DriverError(f"QP {self.qpn} is {QpState.NAMES[self.state]}, needs {names}")
 
+    async def _rx_ctrl(self, state):
+        """RX's QP_CTRL: the state with the QP's PD, path MTU, MPR and TRIM_NACK."""
+        await self.device.rx.write_fields(
+            "QP_CTRL", self.qpn, state=state, trim_nack=int(self.trim_nack), mpr=self.mpr,
+            mtu=mtu_code(self.mtu), pd=self.pd.pdn)
+
     async def to_init(self):
         self._need(QpState.RESET)
         dev = self.device
         await dev.rel.write_fields("qp_ctrl", self.qpn, state=QpState.RESET)
-        await dev.rx.write_fields("QP_CTRL", self.qpn, state=QpState.INIT)
+        await self._rx_ctrl(QpState.INIT)
         await dev.rel.write_fields("qp_ctrl", self.qpn, state=QpState.INIT)
         self.state = QpState.INIT
 
     async def to_rtr(self, *, dest_qpn: int, peer_mac: str, peer_ip: str, rq_psn: int = 0,
-                     mpr: int = 1, ack_n: int = 4, ack_t: int = 256, trim_nack: bool = True):
-        """The responder side: accept data from (peer_ip, dest_qpn)."""
+                     mpr: int = 1, ack_n: int = 4, ack_t: int = 256, trim_nack: bool = True,
+                     mtu: int = 1024):
+        """The responder side: accept data from (peer_ip, dest_qpn) in packets
+        of path MTU ``mtu`` (as verbs, an RTR attribute: FIRST and MIDDLE
+        packets must carry exactly it)."""
         self._need(QpState.INIT)
         dev = self.device
         self._check_mpr(mpr)
+        self._check_mtu(mtu)
         rx, q = dev.rx, self.qpn
         await rx.write("QP_PEER_IP", ip_to_int(peer_ip), q)
         await rx.write("QP_PEER_QPN", dest_qpn, q)
@@ -446,24 +478,29 @@ class QueuePair:
         await rx.write("QP_CQ_CONS", self.recv_cq.consumer & 0xFFFF, q)
         await rx.write_fields("QP_CQ_CTRL", q, log2_entries=self.recv_cq.log2_entries, enable=1)
         await rx.write_fields("QP_ACK", q, n=ack_n, t=ack_t)
-        await rx.write_fields("QP_CTRL", q, state=QpState.RTR, trim_nack=int(trim_nack), mpr=mpr)
+        self.mpr, self.trim_nack, self.mtu = mpr, trim_nack, mtu
+        await self._rx_ctrl(QpState.RTR)
         self.dest_qpn, self.peer_mac, self.peer_ip = dest_qpn, peer_mac, peer_ip
-        self.mpr, self.trim_nack = mpr, trim_nack
         await dev.rel.write_fields("qp_ctrl", q, state=QpState.RTR)
         self.state = QpState.RTR
 
-    async def to_rts(self, *, evs: EvProfile, sq_psn: int = 0, mtu: int = 1024,
+    async def to_rts(self, *, evs: EvProfile, sq_psn: int = 0, mtu: int | None = None,
                      timeout: int = 12, linear_cnt: int = 7, exp_cnt: int = 7,
                      ev_min_active: int = 1, sack_threshold: int = 0, dscp: int = 0):
         """The requester side: send to the peer given at RTR over ``evs``.
         The retransmit timeout is 1.024 us x 2^``timeout``; ``linear_cnt``
         retries at it, then ``exp_cnt`` doubling (25 = forever): exactly
-        ``linear_cnt + exp_cnt`` retries, then the QP goes to ERROR."""
+        ``linear_cnt + exp_cnt`` retries, then the QP goes to ERROR. ``mtu``
+        is the path MTU given at RTR (both directions use it); given here, it
+        must be that one."""
         self._need(QpState.RTR)
         dev = self.device
-        if mtu not in (256, 512, 1024, 2048, 4096) or mtu > dev.params["max_mtu"]:
-            raise ValueError(f"mtu must be a power of two in 256..{dev.params['max_mtu']}, "
-                             f"not {mtu!r}")
+        if mtu is None:
+            mtu = self.mtu
+        self._check_mtu(mtu)
+        if mtu != self.mtu:
+            raise ValueError(f"mtu {mtu} is not the path MTU {self.mtu} given at RTR (to_rtr's "
+                             f"mtu): both directions of a QP use one")
         if not 0 <= timeout <= 24:
             raise ValueError(f"timeout (t) must be in 0..24, not {timeout!r}")
         if not 0 <= linear_cnt <= 7:
@@ -503,8 +540,7 @@ class QueuePair:
                                cq_log2=self.send_cq.log2_entries)
         await self._load_evs(evs)
         await rel.write_fields("qp_ctrl", q, state=QpState.RTS)
-        await dev.rx.write_fields("QP_CTRL", q, state=QpState.RTS, trim_nack=int(self.trim_nack),
-                                  mpr=self.mpr)
+        await self._rx_ctrl(QpState.RTS)
         self.producer = self.sq_done = await tx.read("qp_doorbell", q)
         self.outstanding = 0
         await tx.write_fields("qp_ctrl", q, enable=1)
@@ -522,6 +558,11 @@ class QueuePair:
             await dev.rel.write_fields("ev", q * per_qp + i, value=value, state=state,
                                        set_state=1)
         self.evs = evs
+
+    def _check_mtu(self, mtu):
+        largest = self.device.params["max_mtu"]
+        if mtu not in PATH_MTU.values() or mtu > largest:
+            raise ValueError(f"mtu must be a power of two in 256..{largest}, not {mtu!r}")
 
     def _check_mpr(self, mpr):
         limit = self.device.params["mpr_max"] // MPR_UNIT
@@ -598,6 +639,7 @@ class Device:
         self.mem = self.transport.mem
         self.qps: dict[int, QueuePair] = {}
         self._mr_used: set[int] = set()
+        self._pd_used: set[int] = set()
 
     async def init(self, *, ready_timeout_cycles: int = 100_000):
         self.blocks = await discover(self.transport)
@@ -670,7 +712,13 @@ class Device:
             raise
 
     def alloc_pd(self) -> ProtectionDomain:
-        return ProtectionDomain(self)
+        """A PD with the lowest free number (1..255; RX's registers reset to PD
+        0, which the driver never hands out)."""
+        pdn = next((n for n in range(1, 256) if n not in self._pd_used), None)
+        if pdn is None:
+            raise DriverError("all 255 protection domains are in use")
+        self._pd_used.add(pdn)
+        return ProtectionDomain(self, pdn)
 
     def _alloc_mr_index(self) -> int:
         for i in range(self.params["num_mrs"]):

@@ -34,6 +34,8 @@ __all__ = [
     "Opcode",
     "ETHERTYPE_IPV4",
     "ROCE_UDP_PORT",
+    "PATH_MTU",
+    "mtu_code",
 ]
 
 ETHERTYPE_IPV4 = 0x0800
@@ -58,6 +60,18 @@ class Opcode:
     WITH_IMM = (WRITE_LAST_IMM, WRITE_ONLY_IMM)
     PROBES = (PROBE_REQ, PROBE_RESP)
     ALL = WRITES + (ACKNOWLEDGE,) + PROBES
+
+
+# Path MTU: IBTA's 3-bit code (as QP_CTRL.mtu holds it) and its bytes.
+PATH_MTU = {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}
+
+
+def mtu_code(mtu: int) -> int:
+    """The IBTA path-MTU code of ``mtu`` bytes; a ValueError names the field."""
+    for code, size in PATH_MTU.items():
+        if size == mtu:
+            return code
+    raise ValueError(f"mtu must be one of {sorted(PATH_MTU.values())}, not {mtu!r}")
 
 
 class Header:

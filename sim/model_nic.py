@@ -38,6 +38,7 @@ from __future__ import annotations
 import heapq
 
 from host_driver.transport import HostMemory
+from hw.headers import PATH_MTU
 from hw.nic.core import BLOCK_ORDER, check_nic_params
 from hw.nic.csr import device_info_register_map, header_word, host_view
 from hw.reliability.cc_defaults import (
@@ -64,12 +65,15 @@ from sim.model.packet import (
     DATA,
     IMM_OPCODES,
     LAST_OPCODES,
+    NAK_INVALID_REQUEST,
     NAK_REMOTE_ACCESS,
     NAK_TRIMMED,
     PROBE_REQ,
     PROBE_RESP,
     PSN_MASK,
     data_wire_len,
+    length_check,
+    message_extent,
     psn_diff,
 )
 from sim.model.qp import (
@@ -77,6 +81,8 @@ from sim.model.qp import (
     INIT,
     LOC_QP_OP_ERR,
     OUTSTANDING,
+    REM_ACCESS_ERR,
+    REM_INV_REQ_ERR,
     RESET,
     RETRY_EXC_ERR,
     RTR,
@@ -97,7 +103,8 @@ STATE_CODES = {RESET: 0, INIT: 1, RTR: 2, RTS: 3, ERROR: 4}
 EV_CODES = {GOOD: 0, ASSUMED_BAD: 1, DENIED: 2}
 EV_NAMES = {v: k for k, v in EV_CODES.items()}
 CQE_STATUS = {SUCCESS: CqeStatus.SUCCESS, RETRY_EXC_ERR: CqeStatus.RETRY_EXCEEDED,
-              LOC_QP_OP_ERR: CqeStatus.LOC_QP_OP_ERR}
+              LOC_QP_OP_ERR: CqeStatus.LOC_QP_OP_ERR,
+              REM_ACCESS_ERR: CqeStatus.REM_ACCESS, REM_INV_REQ_ERR: CqeStatus.REM_INV_REQ}
 MR_VALID, MR_REMOTE_WRITE = 1, 2
 EV_EVENT_DEPTH = 32
 NEVER = 1 << 30  # an EV loss threshold of 0 means never
@@ -248,7 +255,8 @@ class _HwQp(MrcQp):
 
     def on_ack(self, pkt):
         cnt = self.hw.rel_cnt
-        if self.state != RTS or pkt.syndrome not in (AETH_ACK, NAK_TRIMMED):
+        if self.state != RTS or pkt.syndrome not in (AETH_ACK, NAK_TRIMMED, NAK_INVALID_REQUEST,
+                                                     NAK_REMOTE_ACCESS):
             cnt["acks_ignored"] += 1
             return
         advance = psn_diff((pkt.cum_psn + 1) & PSN_MASK, self.una_psn)
@@ -259,6 +267,10 @@ class _HwQp(MrcQp):
         cnt["acks"] += 1
         if pkt.syndrome == NAK_TRIMMED:
             cnt["naks_trimmed"] += 1
+        if pkt.syndrome in (NAK_INVALID_REQUEST, NAK_REMOTE_ACCESS):
+            cnt["naks_fatal"] += 1
+            super().on_ack(pkt)  # what it acknowledges, then ERROR (MrcQp.on_ack)
+            return
         before = (self.una_idx, self.sacked, len(self.retx_log))
         super().on_ack(pkt)
         if (self.una_idx, self.sacked, len(self.retx_log)) == before:
@@ -352,7 +364,8 @@ class _HwQp(MrcQp):
         super()._send_ack(pkt, syndrome, nak_psn)
 
     def on_data(self, pkt):
-        """RX's order: QP state, source, trim, MR check (NAK), then the PSN window."""
+        """RX's order: QP state, source, trim, length rules (NAK 0x61), MR check
+        (NAK 0x62), then the PSN window."""
         hw, q, cnt, st = self.hw, self.qpn, self.hw.rx_cnt, self.stats
         if hw.rx_state(q) not in (RTR, RTS):
             cnt["qp_state"] += 1
@@ -370,7 +383,15 @@ class _HwQp(MrcQp):
             if hw.rx_field("QP_CTRL", q, "trim_nack"):
                 self._send_ack(pkt, NAK_TRIMMED, pkt.psn)
             return
-        verdict = hw.mr_check(pkt.rkey, pkt.va, pkt.payload_len)
+        verdict = length_check(pkt.opcode, pkt.payload_len, pkt.dma_len,
+                               PATH_MTU.get(hw.rx_field("QP_CTRL", q, "mtu")))
+        if verdict:
+            cnt[verdict] += 1
+            st["rx_invalid_req"] += 1
+            self._send_ack(pkt, NAK_INVALID_REQUEST, pkt.psn)
+            return
+        verdict = hw.mr_check(pkt.rkey, hw.rx_field("QP_CTRL", q, "pd"),
+                              *message_extent(pkt.opcode, pkt.va, pkt.payload_len, pkt.dma_len))
         if verdict:
             cnt[verdict] += 1
             st["rx_access_err"] += 1
@@ -700,16 +721,19 @@ class ModelNic:
             return "peer_bad_sack"
         return None
 
-    def mr_check(self, rkey: int, va: int, length: int) -> str | None:
-        """None if [va, va + length) is inside a valid, writable region named
-        by ``rkey``, else the RX counter that counts the refusal."""
+    def mr_check(self, rkey: int, pd: int, lo: int, hi: int) -> str | None:
+        """None if [lo, hi) is inside a valid, writable region named by
+        ``rkey`` of protection domain ``pd``, else the RX counter that counts
+        the refusal (the lowest-numbered region with the R_Key decides)."""
         for i in range(self.params["num_mrs"]):
             if self.rx_reg("MR_RKEY", i) != rkey:
                 continue
             if self.rx_reg("MR_ACCESS", i) & 3 != MR_VALID | MR_REMOTE_WRITE:
                 continue
+            if self.rx_field("MR_ACCESS", i, "pd") != pd:
+                return "bad_pd"
             base = self.rx_reg("MR_BASE_LO", i) | self.rx_reg("MR_BASE_HI", i) << 32
-            if base <= va and va + length <= base + self.rx_reg("MR_LENGTH", i):
+            if base <= lo and hi <= base + self.rx_reg("MR_LENGTH", i):
                 return None
             return "bad_bounds"
         return "bad_rkey"

@@ -100,7 +100,7 @@ if cocotb is not None:
         for mtu in (1024, 4096):
             for order in ("in order", "shuffled"):
                 qpn += 1
-                await tb.setup_qp(qpn, epsn=0, ack_n=4, ack_t=0xFFFF)
+                await tb.setup_qp(qpn, epsn=0, ack_n=4, ack_t=0xFFFF, mtu=mtu)
                 frames, payload, ideal = [], 0, 0
                 for msg in range(2):
                     pkts, _ = message_packets(dqpn=qpn, first_psn=msg * (65536 // mtu),

@@ -15,6 +15,8 @@ from hw.rx.parser import ParsedHeader
 from .completion import CompletionRequest
 from .layouts import (
     AETH_ACK,
+    NAK_INVALID_REQUEST,
+    NAK_REMOTE_ACCESS,
     NAK_TRIMMED,
     AckUpdate,
     CqeStatus,
@@ -394,6 +396,10 @@ class ReliabilityCore(wiring.Component):
         kind = Signal(3)
         s = Signal(SentRecord)
         a_trim = Signal()  # syndrome NAK TRIMMED
+        # syndrome NAK invalid request or remote access error: the ACK's part is
+        # taken, then the QP goes to ERROR (a_inv: invalid request)
+        a_fatal = Signal()
+        a_inv = Signal()
         a_use = Signal()  # an ACK or NAK TRIMMED of a valid QP
         a_probe = Signal()  # a probe response of a valid QP
         a_psn = Signal(24)
@@ -865,8 +871,9 @@ class ReliabilityCore(wiring.Component):
         with state("IDLE"):
             m.d.sync += [want_arm.eq(0), want_disarm.eq(0), progress.eq(0), nak_cut.eq(0),
                          newly.eq(0), rtt_valid.eq(0), q.eq(rd_q)]
-            known_syndrome = (ack.aeth.syndrome == AETH_ACK) | (
-                ack.aeth.syndrome == NAK_TRIMMED)
+            syn = ack.aeth.syndrome
+            known_syndrome = ((syn == AETH_ACK) | (syn == NAK_TRIMMED)
+                              | (syn == NAK_INVALID_REQUEST) | (syn == NAK_REMOTE_ACCESS))
             m.d.sync += [a_use.eq(ack_ok & is_ack & known_syndrome),
                          a_probe.eq(ack_ok & is_probe)]
             # the choices exclude each other
@@ -900,6 +907,9 @@ class ReliabilityCore(wiring.Component):
             (cmd, self.cmd.payload), (s, self.sent.payload), (t_gen, self.expired.payload.gen),
             (ev_idx, Mux(take[T_CMD], self.cmd.payload.ev_index, ack.probe.probe_id[:ebits])),
             (a_trim, ack.aeth.syndrome == NAK_TRIMMED), (a_psn, ack.bth.psn),
+            (a_fatal, (ack.aeth.syndrome == NAK_INVALID_REQUEST)
+             | (ack.aeth.syndrome == NAK_REMOTE_ACCESS)),
+            (a_inv, ack.aeth.syndrome == NAK_INVALID_REQUEST),
             (a_cum, ack.sack.cum_psn), (a_base, ack.sack.sack_base), (a_ece, ack.sack.ece),
             (a_bitmap, ack.sack_bitmap), (a_probe_id, ack.probe.probe_id),
             (a_probe_ev, ack.probe.ev),
@@ -1156,6 +1166,8 @@ class ReliabilityCore(wiring.Component):
                         push_retx(RetxReason.NAK_TRIMMED)
                         m.d.sync += nak_cut.eq(1)
                     goto("WALK")
+            with m.Elif(a_fatal):
+                goto("CC")  # no loss walk: nothing is sent again, CC goes on to FLUSH
             with m.Else():
                 goto("WALK")
 
@@ -1245,7 +1257,7 @@ class ReliabilityCore(wiring.Component):
                              Mux(cur.cwnd > P.cwnd_trim_dec, cur.cwnd - P.cwnd_trim_dec, 0),
                              cur.cwnd)),
             ]
-            with m.If(~progress & ~nak_cut & ~a_ece):
+            with m.If(~progress & ~nak_cut & ~a_ece & ~a_fatal):
                 count("acks_stale")
             with m.If(progress):
                 m.d.sync += cur.retries.eq(0)
@@ -1253,7 +1265,20 @@ class ReliabilityCore(wiring.Component):
                     m.d.sync += want_arm.eq(1)
                 with m.Else():
                     m.d.sync += want_disarm.eq(1)
-            goto("CC_STEP")
+            with m.If(a_fatal):
+                # a NAK 0x61/0x62 (verbs: the responder refused the request): the
+                # WQEs its cumulative PSN and SACK bitmap completed have completed
+                # (in USE); the oldest other one completes with the error, the rest
+                # FLUSHED, and the QP goes to ERROR (FLUSH_WAIT: wqe_cpl settles).
+                # una goes back to LOAD's, so FINAL sends TX no ack_update that
+                # could open its window before the qp_state_update stops the QP.
+                count("naks_fatal")
+                m.d.sync += [flush_status.eq(Mux(a_inv, CqeStatus.REM_INV_REQ,
+                                                 CqeStatus.REM_ACCESS)),
+                             cur.una.eq(una0), want_arm.eq(0)]
+                goto("FLUSH_WAIT")
+            with m.Else():
+                goto("CC_STEP")
 
         with state("CC_STEP"):
             goto("CC_SUM")

@@ -16,6 +16,8 @@ __all__ = [
     "SqProducer",
     "WqeFlags",
     "WqeOpcode",
+    "NAK_INVALID_REQUEST",
+    "NAK_REMOTE_ACCESS",
     "NAK_TRIMMED",
     "AETH_ACK",
     "PSN_BITS",
@@ -23,6 +25,8 @@ __all__ = [
 
 PSN_BITS = 24
 AETH_ACK = 0x1F
+NAK_INVALID_REQUEST = 0x61
+NAK_REMOTE_ACCESS = 0x62
 NAK_TRIMMED = 0x70
 
 
@@ -54,10 +58,12 @@ class RetxReason:
 
 
 class CqeStatus:
-    """Send-CQE status (byte 0x14). LOC_QP_OP_ERR (verbs' IBV_WC_LOC_QP_OP_ERR, the same
-    value) is a WQE the requester cannot execute: an unknown opcode."""
+    """Send-CQE status (byte 0x14), verbs' ibv_wc_status values: LOC_QP_OP_ERR
+    (IBV_WC_LOC_QP_OP_ERR) is a WQE the requester cannot execute: an unknown
+    opcode; FLUSHED is IBV_WC_WR_FLUSH_ERR; REM_INV_REQ (IBV_WC_REM_INV_REQ_ERR)
+    and REM_ACCESS (IBV_WC_REM_ACCESS_ERR) a NAK 0x61 / 0x62 from the responder."""
 
-    SUCCESS, RETRY_EXCEEDED, LOC_QP_OP_ERR, FLUSHED = 0, 1, 2, 5
+    SUCCESS, RETRY_EXCEEDED, LOC_QP_OP_ERR, FLUSHED, REM_INV_REQ, REM_ACCESS = 0, 1, 2, 5, 9, 10
 
 
 # TX -> reliability: one record per data packet put on the wire, or (op_err = 1) for

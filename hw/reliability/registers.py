@@ -46,6 +46,7 @@ COUNTER_NAMES = (
     "acks_unsent",
     "acks_ignored",
     "naks_trimmed",
+    "naks_fatal",
     "retx_timeout",
     "retx_sack",
     "retx_nak",
@@ -71,6 +72,9 @@ COUNTER_DOCS = {
     "acks_ignored": "records not processed: QP not in RTS or out of range, other opcodes "
                     "or NAK syndromes",
     "naks_trimmed": "NAK TRIMMED received",
+    "naks_fatal": "NAK invalid request (0x61) or remote access error (0x62) received: the "
+                  "oldest WQE not completed by it completes with the error, the QP goes "
+                  "to ERROR",
     "retx_timeout": "retransmit requests, reason timeout",
     "retx_sack": "retransmit requests, reason SACK hole",
     "retx_nak": "retransmit requests, reason NAK TRIMMED",

@@ -47,7 +47,9 @@ class QpConfig(data.StructLayout):
             {
                 "state": QpState,
                 "trim_nack": unsigned(1),
+                "mtu": unsigned(3),
                 "mpr": unsigned(8),
+                "pd": unsigned(8),
                 "ack_n": unsigned(8),
                 "ack_t": unsigned(16),
                 "peer_ip": unsigned(32),

@@ -37,7 +37,12 @@ _COUNTER_DOC = {
     "qp_state": "dropped: QP not in RTR or RTS",
     "bad_source": "dropped: IPv4 source is not the QP's `PEER_IP`",
     "bad_rkey": "NAK 0x62: no valid writable region with this R_Key",
-    "bad_bounds": "NAK 0x62: [VA, VA + payload length) not inside the region",
+    "bad_bounds": "NAK 0x62: the packet's bytes, or its message's that its RETH declares, "
+                  "not inside the region",
+    "bad_length": "NAK 0x61: payload above the path MTU, or a FIRST/MIDDLE payload other "
+                  "than the MTU",
+    "bad_reth": "NAK 0x61: RETH DMA length inconsistent with the opcode and payload",
+    "bad_pd": "NAK 0x62: the region's protection domain is not the QP's",
     "placed": "data packets written and marked received",
     "duplicate": "dropped and acknowledged: PSN already received or in flight",
     "out_of_window": "dropped: PSN beyond the QP's window",
@@ -73,7 +78,10 @@ _QP_REGS = (
     ("QP_CTRL", 0x00, "QP attributes", [
         ("state", 0, 3, "0 RESET, 1 INIT, 2 RTR, 3 RTS, 4 ERROR; data is accepted in RTR and RTS"),
         ("trim_nack", 3, 1, "TRIM_NACK capability: NAK 0x70 for a trimmed packet"),
+        ("mtu", 4, 3, "path MTU: 1 256, 2 512, 3 1024, 4 2048, 5 4096 bytes; any other value "
+                      "takes no data (NAK 0x61)"),
         ("mpr", 8, 8, "responder MPR, units of 128 PSNs; 0 or above mpr_max means mpr_max"),
+        ("pd", 16, 8, "protection domain: only regions of this PD take its writes"),
     ]),
     ("QP_ACK", 0x04, "ACK coalescing", [
         ("n", 0, 8, "ACK after this many placed packets (0 means 1)"),
@@ -161,10 +169,16 @@ def rx_register_map(num_qps=16, num_mrs=16, next_offset=0) -> RegisterMap:
                              "`addr_width` are not kept and read 0"),
         ("MR_LENGTH", 0x08, "region length in bytes"),
         ("MR_RKEY", 0x0C, "R_Key of the region"),
-        ("MR_ACCESS", 0x10, "bit 0 VALID, bit 1 REMOTE_WRITE; both are needed to write"),
+        ("MR_ACCESS", 0x10, "access rights and protection domain"),
     )
+    mr_fields = {"MR_ACCESS": [
+        ("valid", 0, 1, "VALID"),
+        ("remote_write", 1, 1, "REMOTE_WRITE; both are needed to write"),
+        ("pd", 8, 8, "protection domain: only QPs of this PD write here"),
+    ]}
     for name, off, doc in mr_regs:
-        rmap.add(name, MR_BASE + off, "RW", doc, count=num_mrs, stride=MR_STRIDE)
+        rmap.add(name, MR_BASE + off, "RW", doc, count=num_mrs, stride=MR_STRIDE,
+                 fields=mr_fields.get(name, ()))
     for name, off, doc, fields in _QP_REGS:
         rmap.add(name, QP_BASE + off, "RW", doc, count=num_qps, stride=QP_STRIDE, fields=fields)
     return rmap
@@ -303,7 +317,7 @@ class RxRegisters(wiring.Component):
             plain[base + 0x04] = (e.base[32:], e.base[32:])
             plain[base + 0x08] = (e.length, e.length)
             plain[base + 0x0C] = (e.rkey, e.rkey)
-            plain[base + 0x10] = (e.access, e.access)
+            plain[base + 0x10] = (Cat(e.access, e.pd), Cat(e.access, e.pd))
 
         # The strobes come from the validator's and the window's decisions;
         # registered, they reach the counters' carry chains from a flip-flop.
@@ -387,7 +401,9 @@ class RxRegisters(wiring.Component):
             m.d.comb += [
                 lk.cfg.state.eq(ctrl[0:3]),
                 lk.cfg.trim_nack.eq(ctrl[3]),
+                lk.cfg.mtu.eq(ctrl[4:7]),
                 lk.cfg.mpr.eq(ctrl[8:16]),
+                lk.cfg.pd.eq(ctrl[16:24]),
                 lk.cfg.ack_n.eq(ackr[0:8]),
                 lk.cfg.ack_t.eq(ackr[16:32]),
                 lk.cfg.peer_ip.eq(word("QP_PEER_IP")),

@@ -5,15 +5,15 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from hw.headers import Opcode
+from hw.headers import PATH_MTU, Opcode
 from hw.pipeline import OneHotFSM, load_in_groups
+from hw.reliability.layouts import NAK_INVALID_REQUEST, NAK_REMOTE_ACCESS
 
 from .layouts import QpConfig, QpState, ReqKind, WindowReq
 from .parser import ParsedHeader
 
 __all__ = ["MrEntry", "RxValidator", "VALIDATOR_COUNTERS", "MR_ACCESS_VALID", "MR_ACCESS_WRITE"]
 
-NAK_REMOTE_ACCESS = 0x62
 ECN_CE = 0b11
 MR_ACCESS_VALID = 1 << 0
 MR_ACCESS_WRITE = 1 << 1
@@ -26,7 +26,10 @@ VALIDATOR_COUNTERS = (
     "qp_state",  # QP not in RTR or RTS
     "bad_source",  # IP source is not the QP's bound peer
     "bad_rkey",  # no valid writable region with this R_Key
-    "bad_bounds",  # [VA, VA + length) not inside the region
+    "bad_bounds",  # the packet's (or its message's) bytes not inside the region
+    "bad_length",  # payload against the path MTU (NAK 0x61)
+    "bad_reth",  # RETH DMA length inconsistent with the opcode and payload (NAK 0x61)
+    "bad_pd",  # the region belongs to another protection domain than the QP (NAK 0x62)
 )
 
 
@@ -41,6 +44,7 @@ class MrEntry(data.StructLayout):
                 "length": unsigned(32),
                 "rkey": unsigned(32),
                 "access": unsigned(8),
+                "pd": unsigned(8),
             }
         )
 
@@ -62,7 +66,9 @@ class RxValidator(wiring.Component):
     ``counters``  Out: a one-cycle strobe per ``VALIDATOR_COUNTERS`` event.
 
     Checks, in order (the first failure decides; all are silent drops except
-    the MR checks, which NAK with *remote access error* 0x62 as RoCE does):
+    the length checks, which NAK with *invalid request* 0x61, and the MR
+    checks, which NAK with *remote access error* 0x62, as RoCE does; the
+    rules are docs/rx.md's "Validation"):
 
     1. ``bad_qpn``: BTH DestQP >= num_qps.
     2. ``not_for_us``: IPv4 destination != ``own_ip``.
@@ -71,11 +77,22 @@ class RxValidator(wiring.Component):
        request carries only the destination QPN, so the peer is bound by its
        IP address; ACKs go to the QP's configured ``peer_qpn``.
     5. a trimmed WRITE goes on as ``TRIM``, a probe request as ``PROBE``;
-    6. ``bad_rkey``: no MR entry with ``access`` VALID and WRITE and this
+    6. ``bad_length`` (0x61): the payload against the QP's path MTU
+       (``cfg.mtu``, a ``hw.headers.PATH_MTU`` code): above it, or a FIRST or
+       MIDDLE payload other than it;
+    7. ``bad_reth`` (0x61): the RETH DMA length ``L`` against the opcode and
+       payload (ONLY: ``L`` = payload; FIRST: ``L`` > MTU; MIDDLE: ``L`` >
+       2 MTU; LAST: ``L`` > MTU, payload = ``L`` mod MTU and not 0; ``L``
+       <= 2^31);
+    8. ``bad_rkey``: no MR entry with ``access`` VALID and WRITE and this
        R_Key (the lowest-numbered match is used);
-    7. ``bad_bounds``: not ``base <= VA`` and ``VA + payload_len <= base + length``
-       (computed without overflow: ``VA - base`` must not borrow and
-       ``(VA - base) + payload_len <= length``). With ``addr_width`` < 64 the
+    9. ``bad_pd``: that entry's ``pd`` is not the QP's;
+    10. ``bad_bounds``: not ``base <= lo`` and ``hi <= base + length``, with
+       ``[lo, hi)`` = ``[VA - back, VA + msg_len)``: ``msg_len`` = ``L`` for
+       FIRST (its message), the payload length otherwise; ``back`` = ``L`` -
+       payload for LAST (its message's earlier packets), 0 otherwise
+       (computed without overflow: ``VA - base`` must not borrow, must be at
+       least ``back`` and ``(VA - base) + msg_len <= length``). With ``addr_width`` < 64 the
        write must also lie below 2^addr_width: a VA with a bit set at or
        above ``addr_width`` (it would alias into low memory once cut to a DMA
        address) or ``VA + payload_len > 2^addr_width`` (it would wrap) fails
@@ -83,8 +100,11 @@ class RxValidator(wiring.Component):
        ``addr_width`` bits.
 
     Latency: 4 cycles from ``hdr`` valid to ``req`` valid (the checks are
-    registered in three stages: MR selection and header checks, QP checks
-    and bounds arithmetic, decision). Throughput:
+    registered in three stages: MR selection and the header's tests
+    (compares with the five MTUs' constants, ``L`` - payload); QP checks, the
+    MTU's tests selected by the QP's code, the PD compare and the bounds
+    subtractions; decision, with the bounds' two compares as carry chains
+    side by side). Throughput:
     one frame per 4 cycles, the next header being taken once ``req`` is;
     the window engine takes at least 5 cycles per request, so this costs
     no throughput.
@@ -153,7 +173,42 @@ class RxValidator(wiring.Component):
                 m.d.comb += mr_hit_c.eq(1)
                 if i != self.num_mrs - 1:
                     m.d.comb += mr_c.eq(e)
+        # The packet's length rules against each path MTU (selected in CHECK,
+        # once the QP's MTU has arrived), from the header alone: compares with
+        # constants, no carry chain. ``p`` payload length, ``L`` RETH DMA length.
+        p, L = h.payload_len, h.reth.dma_len
+        sizes = [PATH_MTU[c] for c in sorted(PATH_MTU)]
+        is_first, is_middle, is_last, is_only = Signal(), Signal(), Signal(), Signal()
+        p_eq = Signal(len(sizes))  # p == MTU
+        p_gt = Signal(len(sizes))  # p > MTU
+        p_mod = Signal(len(sizes))  # p == L modulo MTU (the low bits agree)
+        l_gt = Signal(len(sizes) + 1)  # L > MTU; bit len(sizes): L > 2 x the largest
+        p_eq_l, p_zero, l_big = Signal(), Signal(), Signal()
+        # the extent of the packet's message that the bounds check covers:
+        # [VA - back, VA + msg_len) (docs/rx.md): a FIRST packet's message
+        # starts at its VA and is L long; a LAST packet's ends with it, and
+        # its L - p bytes before it are the message's earlier packets
+        msg_len = Signal(32)
+        back = Signal(32)
+
+        def above(x, n):  # x > n, n a power of two
+            j = exact_log2(n)
+            return x[j + 1:].any() | (x[j] & x[:j].any())
+
         lookup_values = [
+            is_first.eq(op == Opcode.WRITE_FIRST),
+            is_middle.eq(op == Opcode.WRITE_MIDDLE),
+            is_last.eq((op == Opcode.WRITE_LAST) | (op == Opcode.WRITE_LAST_IMM)),
+            is_only.eq((op == Opcode.WRITE_ONLY) | (op == Opcode.WRITE_ONLY_IMM)),
+            p_eq.eq(Cat(*[p == n for n in sizes])),
+            p_gt.eq(Cat(*[above(p, n) for n in sizes])),
+            p_mod.eq(Cat(*[p[:exact_log2(n)] == L[:exact_log2(n)] for n in sizes])),
+            l_gt.eq(Cat(*[above(L, n) for n in sizes + [2 * sizes[-1]]])),
+            p_eq_l.eq(L == p),
+            p_zero.eq(p == 0),
+            l_big.eq(above(L, 1 << 31)),
+            msg_len.eq(Mux(op == Opcode.WRITE_FIRST, L, p)),
+            back.eq(Mux((op == Opcode.WRITE_LAST) | (op == Opcode.WRITE_LAST_IMM), L - p, 0)),
             mr_hit.eq(mr_hit_c),
             mr.eq(mr_c),
             is_peer.eq((op == Opcode.ACKNOWLEDGE) | (op == Opcode.PROBE_RESP)),
@@ -176,18 +231,39 @@ class RxValidator(wiring.Component):
         # not borrow and VA - base <= length - len (which does not borrow).
         # Only VA's low aw bits take part: a VA above them is ``outside``.
         offset = Signal(aw + 1)  # VA - base
-        room = Signal(33)  # length - payload_len
+        room = Signal(33)  # length - msg_len
         pre_kind = Signal(ReqKind)
         pre_cnt = Signal(data.StructLayout({n: unsigned(1) for n in VALIDATOR_COUNTERS}))
         to_bounds = Signal()  # the bounds check decides
         bad_state = Signal()
         bad_source = Signal()
+        bad_length = Signal()
+        bad_reth = Signal()
+        bad_pd = Signal()
         state = self.cfg.state
+        # the length rules at the QP's path MTU (PATH_MTU's codes; any other
+        # code takes no data: every WRITE fails bad_length)
+        m_valid, m_eq, m_gt, m_mod, m_lgt, m_lgt2 = (
+            Signal(name=f"mtu_{n}") for n in ("valid", "eq", "gt", "mod", "lgt", "lgt2"))
+        with m.Switch(self.cfg.mtu):
+            for k, code in enumerate(sorted(PATH_MTU)):
+                with m.Case(code):
+                    m.d.comb += [m_valid.eq(1), m_eq.eq(p_eq[k]), m_gt.eq(p_gt[k]),
+                                 m_mod.eq(p_mod[k]), m_lgt.eq(l_gt[k]), m_lgt2.eq(l_gt[k + 1])]
         check_values = [
             offset.eq(h.reth.va[:aw] - mr.base),
-            room.eq(mr.length - h.payload_len),
+            room.eq(mr.length - msg_len),
             bad_state.eq((state != QpState.RTR) & (state != QpState.RTS)),
             bad_source.eq(h.ip_src != self.cfg.peer_ip),
+            # FIRST and MIDDLE carry exactly the MTU, no packet more
+            bad_length.eq(~m_valid | m_gt | ((is_first | is_middle) & ~m_eq)),
+            # the RETH DMA length against the packet's place in its message:
+            # at most 2^31; ONLY carries it all; FIRST is followed by more
+            # (L > MTU), MIDDLE by more again (L > 2 MTU); LAST carries the
+            # rest after whole-MTU packets (L > MTU, 1 <= p, p = L mod MTU)
+            bad_reth.eq(l_big | (is_only & ~p_eq_l) | (is_first & ~m_lgt)
+                        | (is_middle & ~m_lgt2) | (is_last & (~m_lgt | ~m_mod | p_zero))),
+            bad_pd.eq(mr.pd != self.cfg.pd),
         ]
 
         def classify():
@@ -210,7 +286,10 @@ class RxValidator(wiring.Component):
                 ("probe_requests", is_probe),
                 ("not_write", ~is_write),  # the parser passes no other opcode; dropped
                 ("trimmed", h.trimmed),
+                ("bad_length", bad_length),
+                ("bad_reth", bad_reth),
                 ("bad_rkey", ~mr_hit),
+                ("bad_pd", bad_pd),
             )
             first = {}
             for k, (name, test) in enumerate(tests):
@@ -219,27 +298,31 @@ class RxValidator(wiring.Component):
             reach = Signal()
             m.d.comb += reach.eq(~Cat(*(t for _, t in tests)).any())
             for name in ("peer_frames", "bad_qpn", "not_for_us", "qp_state", "bad_source",
-                         "probe_requests", "bad_rkey"):
+                         "probe_requests", "bad_length", "bad_reth", "bad_rkey", "bad_pd"):
                 m.d.comb += getattr(c, name).eq(first[name])
+            invalid = first["bad_length"] | first["bad_reth"]  # NAK 0x61, else 0x62
+            nak = invalid | first["bad_rkey"] | first["bad_pd"]
             # the outcomes are exclusive: the kind is an OR of their codes
             m.d.comb += kind.eq(Mux(first["probe_requests"], ReqKind.PROBE, 0)
                                 | Mux(first["trimmed"], ReqKind.TRIM, 0)
-                                | Mux(first["bad_rkey"], ReqKind.NAK, 0)
+                                | Mux(nak, ReqKind.NAK, 0)
                                 | Mux(reach, ReqKind.DATA, 0)
                                 | Mux(~(first["probe_requests"] | first["trimmed"]
-                                        | first["bad_rkey"] | reach), ReqKind.DROP, 0))
-            return kind, c, reach
+                                        | nak | reach), ReqKind.DROP, 0))
+            return kind, c, invalid
 
         # DECIDE: the outcome of every check but the bounds, from registers.
-        kind_c, cnt_c, reach_c = classify()
-        # to_bounds is reach_c (no check before the bounds failed) with the
+        kind_c, cnt_c, invalid_c = classify()
+        # to_bounds is classify's reach (no check before the bounds failed) with the
         # header and MR tests' part registered in CHECK, so the bad_bounds
         # strobe is not behind the whole priority chain (b45: bad_qpn -> 4
         # LUT levels -> the bad_bounds event's reset, -0.06 ns at 7 ns).
         reach_lookup = Signal()
         check_values.append(reach_lookup.eq(
             ~(is_peer | bad_qpn | not_for_us | is_probe | ~is_write | h.trimmed | ~mr_hit)))
-        m.d.comb += [pre_kind.eq(kind_c), to_bounds.eq(reach_lookup & ~bad_state & ~bad_source)]
+        m.d.comb += [pre_kind.eq(kind_c),
+                     to_bounds.eq(reach_lookup & ~bad_state & ~bad_source & ~bad_length
+                                  & ~bad_reth & ~bad_pd)]
         m.d.comb += [getattr(pre_cnt, n).eq(getattr(cnt_c, n))
                      for n in VALIDATOR_COUNTERS if n != "bad_bounds"]
 
@@ -248,7 +331,11 @@ class RxValidator(wiring.Component):
         # yosys builds "<=" with a zero test over the difference's bits).
         over = Signal(33)
         m.d.comb += over.eq(Cat(room[:32], Const(0, 1)) - Cat(offset[:32], Const(0, 1)))
-        in_bounds = ~offset[aw] & ~room[32] & (offset[32:aw] == 0) & ~over[32] & ~outside
+        # and VA - base >= back (the message starts inside), likewise
+        under = Signal(33)
+        m.d.comb += under.eq(Cat(offset[:32], Const(0, 1)) - Cat(back, Const(0, 1)))
+        in_bounds = (~offset[aw] & ~room[32] & (offset[32:aw] == 0) & ~over[32] & ~under[32]
+                     & ~outside)
 
         # One flip-flop per state (hw.pipeline.OneHotFSM). A peer frame waits
         # in PEER while it is offered on ``peer_ack`` (``h`` is its payload),
@@ -289,7 +376,7 @@ class RxValidator(wiring.Component):
             goto("DECIDE")
         with state("DECIDE"):
             m.d.sync += [
-                req.syndrome.eq(NAK_REMOTE_ACCESS),
+                req.syndrome.eq(Mux(invalid_c, NAK_INVALID_REQUEST, NAK_REMOTE_ACCESS)),
                 req.qp.eq(h.bth.dqpn[: self.qp_bits]),
                 req.psn.eq(h.bth.psn),
                 req.opcode.eq(op),

@@ -21,10 +21,11 @@ TRANSPORTS = ("mrc", "gbn", "spray")
 
 
 class MemoryRegion:
-    __slots__ = ("rkey", "va", "length", "buf")
+    __slots__ = ("rkey", "va", "length", "buf", "pd")
 
-    def __init__(self, rkey: int, va: int, length: int, backed: bool) -> None:
+    def __init__(self, rkey: int, va: int, length: int, backed: bool, pd: int = 0) -> None:
         self.rkey = rkey
+        self.pd = pd
         self.va = va
         self.length = length
         self.buf = bytearray(length) if backed else None
@@ -46,8 +47,9 @@ class Nic:
         self.error_hooks: list = []  # callables(qp)
         self.unknown_qp_drops = 0
 
-    def register_mr(self, rkey: int, va: int, length: int, backed: bool = False) -> MemoryRegion:
-        mr = MemoryRegion(rkey, va, length, backed)
+    def register_mr(self, rkey: int, va: int, length: int, backed: bool = False,
+                    pd: int = 0) -> MemoryRegion:
+        mr = MemoryRegion(rkey, va, length, backed, pd)
         self.mrs[rkey] = mr
         return mr
 

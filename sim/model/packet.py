@@ -34,10 +34,52 @@ LAST_OPCODES = frozenset((OP_WRITE_LAST, OP_WRITE_LAST_IMM, OP_WRITE_ONLY, OP_WR
 IMM_OPCODES = frozenset((OP_WRITE_LAST_IMM, OP_WRITE_ONLY_IMM))
 
 # AETH syndromes
+from host_driver.layers import (  # noqa: E402, F401  (re-exported for the model)
+    NAK_INVALID_REQUEST,
+    NAK_PSN_SEQ_ERROR,
+    NAK_REMOTE_ACCESS,
+    NAK_TRIMMED,
+)
+from hw.headers import PATH_MTU  # noqa: E402
+
 AETH_ACK = 0x1F
-NAK_PSN_SEQ_ERROR = 0x60
-NAK_REMOTE_ACCESS = 0x62
-NAK_TRIMMED = 0x70
+
+
+def length_check(opcode: int, payload_len: int, dma_len: int, mtu: int | None) -> str | None:
+    """The responder's length rules (docs/rx.md, "Validation"): None, or the
+    RX counter of the first that fails, both NAK 0x61 (invalid request).
+    ``mtu`` is the QP's path MTU in bytes (None: not a valid one).
+
+    ``bad_length``: the payload is above the MTU, or a FIRST/MIDDLE payload
+    is not the MTU. ``bad_reth``: the RETH DMA length L is above 2^31 or not
+    that of a message this packet can belong to: ONLY carries L; FIRST needs
+    L > MTU and MIDDLE L > 2 MTU (packets follow); LAST needs L > MTU and
+    carries the rest after whole MTUs (1 <= payload, payload = L mod MTU)."""
+    if mtu not in PATH_MTU.values() or payload_len > mtu or (
+            opcode in (OP_WRITE_FIRST, OP_WRITE_MIDDLE) and payload_len != mtu):
+        return "bad_length"
+    if dma_len > 1 << 31:
+        return "bad_reth"
+    if opcode in (OP_WRITE_ONLY, OP_WRITE_ONLY_IMM):
+        ok = payload_len == dma_len
+    elif opcode == OP_WRITE_FIRST:
+        ok = dma_len > mtu
+    elif opcode == OP_WRITE_MIDDLE:
+        ok = dma_len > 2 * mtu
+    else:
+        ok = dma_len > mtu and payload_len >= 1 and payload_len % mtu == dma_len % mtu
+    return None if ok else "bad_reth"
+
+
+def message_extent(opcode: int, va: int, payload_len: int, dma_len: int) -> tuple[int, int]:
+    """[lo, hi): the bytes the region check covers for this packet: a FIRST
+    packet's whole message (it starts at its VA), a LAST packet's whole
+    message (it ends with it: L - payload bytes before), else the packet's own."""
+    if opcode == OP_WRITE_FIRST:
+        return va, va + dma_len
+    if opcode in (OP_WRITE_LAST, OP_WRITE_LAST_IMM):
+        return va - (dma_len - payload_len), va + payload_len
+    return va, va + payload_len
 
 # Header sizes in bytes (frame without preamble/FCS), docs/protocol.md
 HDR_ETH, HDR_IPV4, HDR_UDP, HDR_BTH = 14, 20, 8, 12

@@ -24,6 +24,7 @@ from .packet import (
     AETH_ACK,
     IMM_OPCODES,
     LAST_OPCODES,
+    NAK_INVALID_REQUEST,
     NAK_REMOTE_ACCESS,
     NAK_TRIMMED,
     OP_WRITE_FIRST,
@@ -39,6 +40,8 @@ from .packet import (
     Packet,
     ack_wire_len,
     data_wire_len,
+    length_check,
+    message_extent,
     psn_diff,
 )
 
@@ -52,6 +55,7 @@ RETRY_EXC_ERR = "RETRY_EXC_ERR"
 LOC_QP_OP_ERR = "LOC_QP_OP_ERR"  # a WR the requester cannot execute (unknown opcode)
 WR_FLUSH_ERR = "WR_FLUSH_ERR"
 REM_ACCESS_ERR = "REM_ACCESS_ERR"
+REM_INV_REQ_ERR = "REM_INV_REQ_ERR"
 
 # Completion opcodes
 WC_RDMA_WRITE = "RDMA_WRITE"
@@ -85,6 +89,7 @@ class QpConfig:
     max_wimm: int = 1024
     start_psn: int = 0
     place_payload: bool = False
+    pd: int = 0  # protection domain: the QP writes only regions of its own
 
     def validate(self) -> None:
         if self.mtu not in MTUS:
@@ -233,7 +238,7 @@ class QpBase:
             tx_data=0, tx_new=0, tx_retx=0, tx_bytes=0, acks_rx=0, naks_trim_rx=0,
             naks_seq_rx=0, invalid_acks=0, timeouts=0, losses_detected=0,
             rx_data=0, rx_bytes=0, rx_dup=0, rx_out_of_window=0, rx_trimmed=0,
-            rx_access_err=0, rx_ooo_dropped=0, acks_tx=0, naks_tx=0,
+            rx_access_err=0, rx_invalid_req=0, rx_ooo_dropped=0, acks_tx=0, naks_tx=0,
             probes_tx=0, probes_rx=0, probe_resps_stale=0, go_back=0, rx_wimm_full=0,
         )
         self.retx_log: list[tuple[float, int, int, str]] = []  # (time, psn, ev, why)
@@ -414,8 +419,15 @@ class QpBase:
 
     # -- responder helpers -------------------------------------------------------
     def _check_access(self, pkt: Packet) -> bool:
+        """The length rules (NAK 0x61), then R_Key, PD and the bounds of the
+        packet's message extent (NAK 0x62), as docs/rx.md orders them."""
+        if length_check(pkt.opcode, pkt.payload_len, pkt.dma_len, self.cfg.mtu):
+            self.stats["rx_invalid_req"] += 1
+            self._send_ack(pkt, NAK_INVALID_REQUEST, pkt.psn)
+            return False
         mr = self.nic.mrs.get(pkt.rkey)
-        if mr is None or pkt.va < mr.va or pkt.va + pkt.payload_len > mr.va + mr.length:
+        lo, hi = message_extent(pkt.opcode, pkt.va, pkt.payload_len, pkt.dma_len)
+        if mr is None or mr.pd != self.cfg.pd or lo < mr.va or hi > mr.va + mr.length:
             self.stats["rx_access_err"] += 1
             self._send_ack(pkt, NAK_REMOTE_ACCESS, pkt.psn)
             return False
@@ -615,9 +627,6 @@ class MrcQp(QpBase):
         if advance > span:
             st["invalid_acks"] += 1  # acknowledges PSNs never sent: ignore it whole
             return
-        if pkt.syndrome == NAK_REMOTE_ACCESS:
-            self._to_error(REM_ACCESS_ERR)  # fatal in RC: the responder refused the write
-            return
         self._acked_bytes = 0
         self._rtt_send = -1.0
         progress = False
@@ -662,6 +671,14 @@ class MrcQp(QpBase):
         if progress:
             self._progress()
             self._complete_sends()
+        fatal = {NAK_REMOTE_ACCESS: REM_ACCESS_ERR,
+                 NAK_INVALID_REQUEST: REM_INV_REQ_ERR}.get(pkt.syndrome)
+        if fatal:
+            # verbs: the responder refused the request. What the NAK's cumulative
+            # PSN and SACK bitmap acknowledge has completed above; the oldest WQE
+            # left completes with the error, the rest flushed, the QP in ERROR
+            self._to_error(fatal)
+            return
         self._rack_detect()
         self.nic.kick()
 

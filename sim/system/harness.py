@@ -51,8 +51,9 @@ EVS = [EvProfile.explicit(range(base, base + 8)) for base in EV_BASES]
 # slot for the message's CQE) are drops the requester recovers like a loss
 # (RECOVERED_DROPS), every other one is an error in these tests.
 RECOVERED_DROPS = ("wimm_full", "cq_full")
-RX_DROP_REASONS = ("bad_qpn", "not_for_us", "qp_state", "bad_source", "bad_rkey", "bad_bounds",
-                   "out_of_window", "dma_error", "trimmed", "trim_stale") + RECOVERED_DROPS
+RX_DROP_REASONS = ("bad_qpn", "not_for_us", "qp_state", "bad_source", "bad_length", "bad_reth",
+                   "bad_rkey", "bad_pd", "bad_bounds", "out_of_window", "dma_error",
+                   "trimmed", "trim_stale") + RECOVERED_DROPS
 # Why RX's peer-frame filter drops an ACK/NAK or probe response (docs/security.md).
 RX_PEER_DROP_REASONS = ("peer_bad_qpn", "peer_not_for_us", "peer_bad_mac", "peer_qp_state",
                         "peer_bad_source", "peer_bad_sack")
@@ -224,7 +225,7 @@ class SystemTB:
                 peer = peer_end.conns[conn.peer]
                 await conn.qp.to_rtr(dest_qpn=peer.qp.qpn, peer_mac=MACS[1 - i],
                                      peer_ip=IPS[1 - i], rq_psn=psns[1 - i][conn.peer], mpr=mpr,
-                                     ack_n=ack_n, ack_t=ack_t)
+                                     ack_n=ack_n, ack_t=ack_t, mtu=mtu)
         for i, end in enumerate(self.ends):
             for k, conn in enumerate(end.conns):
                 profile = evs[i] if evs else EvProfile.explicit(

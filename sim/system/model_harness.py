@@ -369,7 +369,7 @@ class ModelSystem:
                 peer = self.ends[1 - i]
                 await end.qps[j].to_rtr(dest_qpn=peer.qps[j].qpn, peer_mac=MACS[1 - i],
                                         peer_ip=IPS[1 - i], rq_psn=psns[1 - i], mpr=mpr,
-                                        ack_n=ack_n, ack_t=ack_t)
+                                        ack_n=ack_n, ack_t=ack_t, mtu=mtu)
         for j in range(count):
             for i, end in enumerate(self.ends):
                 await end.qps[j].to_rts(evs=evs[i], sq_psn=psns[i], mtu=mtu, timeout=timeout,

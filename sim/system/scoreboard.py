@@ -30,7 +30,8 @@ __all__ = ["flow_imm", "model_completions", "model_flows", "normalise_model", "n
 # send-CQE status codes by the model's (verbs) and the CQE's names (hw CqeStatus)
 STATUS = {"SUCCESS": CqeStatus.SUCCESS, "RETRY_EXCEEDED": CqeStatus.RETRY_EXCEEDED,
           "RETRY_EXC_ERR": CqeStatus.RETRY_EXCEEDED, "LOC_QP_OP_ERR": CqeStatus.LOC_QP_OP_ERR,
-          "FLUSHED": CqeStatus.FLUSHED, "WR_FLUSH_ERR": CqeStatus.FLUSHED}
+          "FLUSHED": CqeStatus.FLUSHED, "WR_FLUSH_ERR": CqeStatus.FLUSHED,
+          "REM_INV_REQ_ERR": CqeStatus.REM_INV_REQ, "REM_ACCESS_ERR": CqeStatus.REM_ACCESS}
 HOSTS = ("a", "b")
 
 

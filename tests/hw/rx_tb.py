@@ -62,8 +62,10 @@ from host_driver.layers import (
     write_packet,
     write_payload,
 )
+from hw.headers import mtu_code
 from hw.rx.parser import ParsedHeader
 from hw.rx.regs import COUNTER_BASE, COUNTERS, MR_BASE, MR_STRIDE, QP_BASE, QP_STRIDE, RxRegisters
+from sim.model.packet import NAK_INVALID_REQUEST, length_check, message_extent
 
 LAST_OPCODES = (0x08, 0x09, 0x0A, 0x0B)
 OWN_MAC, OWN_IP = "02:00:00:00:00:02", "10.0.0.2"  # the responder's addresses
@@ -346,13 +348,25 @@ class RxModel:
             return "trimmed"
         length = get("payload_len", 0)
         rkey, va = get("reth.rkey", 0), get("reth.va", 0)
+        # the golden model's length rules (NAK 0x61), then R_Key, PD and the
+        # bounds of the message extent (NAK 0x62)
+        verdict = length_check(op, length, get("reth.dma_len", 0), q.cfg["mtu"])
+        if verdict:
+            self.count[verdict] += 1
+            self._ack(qpn, q, NAK_INVALID_REQUEST, psn)
+            return "nak"
         mr = next((m for _, m in sorted(self.mrs.items())
                    if m["rkey"] == rkey and m["access"] & 3 == 3), None)
         if mr is None:
             self.count["bad_rkey"] += 1
             self._ack(qpn, q, NAK_REMOTE_ACCESS, psn)
             return "nak"
-        if not (mr["base"] <= va and va - mr["base"] + length <= mr["length"]):
+        if mr["pd"] != q.cfg["pd"]:
+            self.count["bad_pd"] += 1
+            self._ack(qpn, q, NAK_REMOTE_ACCESS, psn)
+            return "nak"
+        lo, hi = message_extent(op, va, length, get("reth.dma_len", 0))
+        if not (mr["base"] <= lo and hi - mr["base"] <= mr["length"]):
             self.count["bad_bounds"] += 1
             self._ack(qpn, q, NAK_REMOTE_ACCESS, psn)
             return "nak"
@@ -535,25 +549,26 @@ class RxTB:
         await self.csr_write(0x10, mac2int(mac) >> 32)
         await self.csr_write(0x14, ip2int(ip))
 
-    async def add_mr(self, index, base, length, rkey, access=3):
+    async def add_mr(self, index, base, length, rkey, access=3, pd=0):
         a = MR_BASE + index * MR_STRIDE
         for off, v in ((0, base & 0xFFFFFFFF), (4, base >> 32), (8, length), (12, rkey),
-                       (16, access)):
+                       (16, access | pd << 8)):
             await self.csr_write(a + off, v)
-        self.model.mrs[index] = dict(base=base, length=length, rkey=rkey, access=access)
+        self.model.mrs[index] = dict(base=base, length=length, rkey=rkey, access=access, pd=pd)
         if access & 3 == 3:
             self.allowed.append((base, base + length))
 
     async def setup_qp(self, qpn, *, peer_ip="10.0.0.1", peer_qpn=0x77, epsn=0, state=RTS,
                        mpr=8, ack_n=1, ack_t=0xFFFF, trim_nack=1, cq_base=None, cq_log2=5,
-                       cq_enable=1):
+                       cq_enable=1, mtu=1024, pd=0):
         if cq_base is None:
             cq_base = 0xC0000 + qpn * 0x1000
         cfg = dict(peer_ip=ip2int(peer_ip), peer_qpn=peer_qpn, epsn=epsn, state=state, mpr=mpr,
                    ack_n=ack_n, ack_t=ack_t, trim_nack=trim_nack, cq_base=cq_base,
-                   cq_log2=cq_log2, cq_enable=cq_enable, cq_cons=0)
+                   cq_log2=cq_log2, cq_enable=cq_enable, cq_cons=0, mtu=mtu, pd=pd)
         a = QP_BASE + qpn * QP_STRIDE
-        await self.csr_write(a + 0x00, state | trim_nack << 3 | mpr << 8)
+        await self.csr_write(a + 0x00, (state | trim_nack << 3 | mtu_code(mtu) << 4 | mpr << 8
+                                        | pd << 16))
         await self.csr_write(a + 0x04, ack_n | ack_t << 16)
         await self.csr_write(a + 0x08, cfg["peer_ip"])
         await self.csr_write(a + 0x0C, peer_qpn)

@@ -146,7 +146,7 @@ class BoardTB:
         self.pd = pd
         await qp.to_init()
         await qp.to_rtr(dest_qpn=PEER_QPN, peer_mac=PEER_MAC, peer_ip=PEER_IP, rq_psn=RQ_PSN,
-                        mpr=1, ack_n=1, ack_t=16)
+                        mpr=1, ack_n=1, ack_t=16, mtu=256)
         await qp.to_rts(evs=EVS, sq_psn=SQ_PSN, mtu=256, timeout=14)
         self.log.info("bring-up over the UART: %.1f us simulated, %.1f s wall",
                       cocotb.utils.get_sim_time("us"), time.monotonic() - started)

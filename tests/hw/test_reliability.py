@@ -513,8 +513,8 @@ async def test_nak_trimmed(dut):
     c = await tb.counters()
     assert c["retx_nak"] == 1 and c["naks_trimmed"] == 3
     assert c["ev_to_bad"] == 0  # trims are congestion, not path failure
-    # other NAK syndromes are counted and ignored
-    tb.ack(0, 1, syndrome=L.NAK_REMOTE_ACCESS, psn=4)
+    # other NAK syndromes (but 0x61 and 0x62, test_fatal_naks) are counted and ignored
+    tb.ack(0, 1, syndrome=L.NAK_REMOTE_OP, psn=4)
     await tb.settle()
     c2 = await tb.counters()
     assert c2["acks_ignored"] == c["acks_ignored"] + 1 and c2["acks"] == c["acks"]
@@ -779,6 +779,44 @@ async def test_requester_corner_cases(dut):
     assert await tb.read("qp_ctrl", q2) == 4
     c = await tb.counters()
     assert c["cqes"] == 1 + 3 + 2 + 2 + 2 and c["sent_dropped"] == 0, c
+
+
+@cocotb.test(skip=CONFIG != "rel_q4")
+async def test_fatal_naks(dut):
+    """NAK 0x62 (remote access error) and 0x61 (invalid request) as verbs
+    (docs/reliability.md): what the NAK's cumulative PSN acknowledges completes
+    SUCCESS; the oldest WQE left completes with the error (status REM_ACCESS 10,
+    REM_INV_REQ 9), every later posted WQE FLUSHED, begun by TX or not; the QP
+    goes to ERROR with no ack_update; counted naks_fatal. A NAK after that is
+    ignored."""
+    tb = TB(dut)
+    await tb.reset()
+    for q, syndrome, status in ((1, L.NAK_REMOTE_ACCESS, 10), (2, L.NAK_INVALID_REQUEST, 9)):
+        await tb.setup(qps=(q,))
+        for w in range(4):
+            tb.post_wqe(q, w, wr_id=0x700 + w, length=2048)
+        tb.doorbell(q, 4)
+        # WQE 0 = PSN 0..1, WQE 1 = PSN 2..3, WQE 2 = PSN 4 (sent), WQE 3 not begun
+        for psn, wqe, last in ((0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1), (4, 2, 1)):
+            tb.send(q, psn, ev=psn, wqe=wqe, last=last)
+        await tb.settle(20)
+        before = await tb.counters()
+        upd_before = len(tb.ack_upd.items)
+        tb.ack(q, 1, syndrome=syndrome, psn=2, bitmap=0b100)  # 0, 1 and 4 in; 2 refused
+        await tb.settle()
+        assert tb.qps_upd.records()[-1] == {"qpn": q, "state": 4}
+        assert await tb.read("qp_ctrl", q) == 4
+        assert [(c["wr_id"], c["status"]) for c in tb.cqes(q)] == [
+            (0x700, 0), (0x701, status), (0x702, 5), (0x703, 5)]
+        assert len(tb.ack_upd.items) == upd_before, tb.ack_upd.items[upd_before:]
+        c = await tb.counters()
+        assert c["naks_fatal"] == before["naks_fatal"] + 1
+        assert c["retry_exhausted"] == 0 and c["cqes"] == before["cqes"] + 4
+        tb.ack(q, 3, syndrome=syndrome, psn=3)
+        await tb.settle()
+        c2 = await tb.counters()
+        assert c2["acks_ignored"] == c["acks_ignored"] + 1 and c2["naks_fatal"] == c["naks_fatal"]
+        assert len(tb.cqes(q)) == 4
 
 
 async def _lose_on(tb, q, ev, psn, thr=1):

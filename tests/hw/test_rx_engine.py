@@ -43,8 +43,8 @@ from tests.hw.rx_tb import start as start_bench
 
 PARSER = [n for n in COUNTERS if n.startswith("parser_")]
 OUTCOMES = ("peer_frames", "probe_requests", "bad_qpn", "not_for_us", "qp_state", "bad_source",
-            "bad_rkey", "bad_bounds", "placed", "duplicate", "out_of_window", "wimm_full",
-            "cq_full", "dma_error", "trimmed", "trim_stale")
+            "bad_length", "bad_reth", "bad_rkey", "bad_pd", "bad_bounds", "placed", "duplicate",
+            "out_of_window", "wimm_full", "cq_full", "dma_error", "trimmed", "trim_stale")
 
 
 async def start(dut, *, seed=1, backpressure=0.0):
@@ -62,7 +62,7 @@ def check_totals(c, frames):
 async def test_message_through_parser(dut):
     """A shuffled 64 KiB WRITE_WITH_IMM at MTU 4096, ACKs and CQE checked exactly."""
     tb = await start(dut, seed=2, backpressure=0.2)
-    await tb.setup_qp(1, epsn=77, ack_n=4, ack_t=ACK_T)
+    await tb.setup_qp(1, epsn=77, ack_n=4, ack_t=ACK_T, mtu=4096)
     pkts, _ = message_packets(dqpn=1, first_psn=77, va=MR0["base"] + 3, rkey=MR0["rkey"],
                               length=65536 - 5, mtu=4096, imm=0x1234, seed=1)
     order = list(range(len(pkts)))
@@ -180,14 +180,22 @@ async def test_fuzz_frames(dut):
         q = tb.model.qps[qpn]
         mr = rng.choice((MR0, MR1))
         length = rng.choice((0, 1, 64, 257, 1024))
-        va = mr["base"] + rng.randrange(0, mr["length"] - length + 1)
         opcode = rng.choice((0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B))
+        # a payload and RETH length a message at the QPs' MTU (1024) can have
+        # (docs/protocol.md, "RETH consistency")
+        if opcode in (0x06, 0x07):
+            length = 1024
+        elif opcode in (0x08, 0x09) and length == 0:
+            length = 64
+        dma_len = {0x06: 1024 + 257, 0x07: 2048 + 64}.get(
+            opcode, length + (1024 if opcode in (0x08, 0x09) else 0))
+        va = mr["base"] + rng.randrange(0, mr["length"] - length + 1)
         window = tb.model.window(q)
         valid = 0.3 <= r < 0.6
         psn = (biased_psn(rng, q.epsn, window) if valid
                else q.epsn + window + 16 + rng.randrange((1 << 23) - window - 32))
         pkt = write_packet(
-            opcode=opcode, dqpn=qpn, psn=psn, va=va, rkey=mr["rkey"], dma_len=length,
+            opcode=opcode, dqpn=qpn, psn=psn, va=va, rkey=mr["rkey"], dma_len=dma_len,
             payload=rng.randbytes(length), imm=k if opcode in (0x09, 0x0B) else None,
             dst_ip=OWN_IP, dst_mac=OWN_MAC, ackreq=rng.getrandbits(1), ev=rng.getrandbits(16))
         epsn = q.epsn

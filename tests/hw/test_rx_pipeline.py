@@ -12,6 +12,7 @@ import pytest
 
 from host_driver.layers import IMM_OPCODES, PSN_MASK, write_packet
 from hw.rx.regs import COUNTERS, MR_BASE, MR_STRIDE, QP_BASE, QP_STRIDE
+from sim.model.packet import NAK_INVALID_REQUEST, NAK_REMOTE_ACCESS
 from tests.hw.rx_tb import (
     ACK_T,
     AETH_ACK,
@@ -97,7 +98,7 @@ async def test_psn_wrap(dut):
     """Messages across the 2^24 PSN wrap, shuffled, with the window and SACK across it."""
     tb = await start(dut, seed=3, backpressure=0.2)
     first = PSN_MASK - 20
-    await tb.setup_qp(2, epsn=first, ack_n=1)
+    await tb.setup_qp(2, epsn=first, ack_n=1, mtu=256)
     pkts, _ = message_packets(dqpn=2, first_psn=first, va=MR0["base"] + 0x8000,
                               rkey=MR0["rkey"], length=48 * 256, mtu=256, imm=7, seed=9)
     order = list(range(len(pkts)))
@@ -110,16 +111,18 @@ async def test_psn_wrap(dut):
 
 @cocotb.test()
 async def test_ring_laps(dut):
-    """4,600 small packets, shuffled within 200-PSN blocks: more than two laps of the
-    2,048-bit bitmap ring, across the PSN wrap, with SACK bitmaps checked at every ACK."""
+    """4,600 MIDDLE packets of one MTU (256), shuffled within 200-PSN blocks: more
+    than two laps of the 2,048-bit bitmap ring, across the PSN wrap, with SACK
+    bitmaps checked at every ACK. Packet i is written at 256 x (i mod 400): two
+    packets at one address are two blocks apart, so arrive in PSN order."""
     tb = await start(dut, seed=12, backpressure=0.1)
     first = PSN_MASK - 1000
-    await tb.setup_qp(13, epsn=first, mpr=8, ack_n=16, ack_t=ACK_T)
+    await tb.setup_qp(13, epsn=first, mpr=8, ack_n=16, ack_t=ACK_T, mtu=256)
     rng = random.Random(13)
     n = 4600
-    pkts = [write_packet(opcode=0x07 if i < n - 1 else 0x08, dqpn=13, psn=first + i,
-                         va=MR0["base"] + 16 * i, rkey=MR0["rkey"], dma_len=16 * n,
-                         payload=rng.randbytes(16), dst_ip=OWN_IP, dst_mac=OWN_MAC)
+    pkts = [write_packet(opcode=0x07, dqpn=13, psn=first + i,
+                         va=MR0["base"] + 256 * (i % 400), rkey=MR0["rkey"], dma_len=256 * n,
+                         payload=rng.randbytes(256), dst_ip=OWN_IP, dst_mac=OWN_MAC)
             for i in range(n)]
     for block in range(0, n, 200):
         order = list(range(block, min(block + 200, n)))
@@ -134,7 +137,7 @@ async def test_ring_laps(dut):
 async def test_duplicates(dut):
     """Duplicates are dropped, counted and acknowledged at once, with the ACK's state."""
     tb = await start(dut, seed=4)
-    await tb.setup_qp(4, epsn=0, ack_n=2, ack_t=ACK_T)
+    await tb.setup_qp(4, epsn=0, ack_n=2, ack_t=ACK_T, mtu=512)
     pkts, _ = message_packets(dqpn=4, first_psn=0, va=MR0["base"], rkey=MR0["rkey"],
                               length=8 * 512, mtu=512, imm=1, seed=4)
     for i in (0, 1, 3, 5, 6):
@@ -203,6 +206,47 @@ async def test_bad_packets(dut):
     c = await finish(tb)
     for name, want in dict(out_of_window=2, bad_rkey=2, bad_bounds=6, qp_state=2, bad_source=1,
                            bad_qpn=1, not_for_us=1, placed=3, naks_sent=8).items():
+        assert c[name] == want, (name, c[name], want)
+
+
+@cocotb.test()
+async def test_protocol_and_protection_checks(dut):
+    """The length rules (NAK 0x61: bad_length, bad_reth) and the protection
+    checks (NAK 0x62: bad_pd, and bad_bounds over the message a FIRST or LAST
+    packet's RETH declares) of docs/rx.md: each counted, nothing written, every
+    NAK frame (syndrome included) as the model's; an empty WRITE at the
+    region's end is placed, one byte past it is not."""
+    tb = await start(dut, seed=15)
+    await tb.add_mr(3, base=0x60000, length=0x2000, rkey=0x4004, pd=2)
+    await tb.setup_qp(14, epsn=0, ack_n=1, mtu=1024, pd=1)
+    await tb.add_mr(4, base=0x70000, length=0x8000, rkey=0x5005, pd=1)
+    b, top = 0x70000, 0x78000
+
+    def wr(op, psn, va, length, dma_len, rkey=0x5005):
+        return write_packet(opcode=op, dqpn=14, psn=psn, va=va, rkey=rkey, dma_len=dma_len,
+                            payload=bytes((psn + i) & 0xFF for i in range(length)),
+                            imm=psn if op in IMM_OPCODES else None, dst_ip=OWN_IP,
+                            dst_mac=OWN_MAC)
+
+    await one(tb, wr(0x06, 0, b, 1000, 3000))  # FIRST short of the MTU
+    await one(tb, wr(0x07, 1, b, 1028, 5000))  # MIDDLE above the MTU
+    await one(tb, wr(0x0A, 2, b, 1025, 1025))  # ONLY above the MTU
+    await one(tb, wr(0x0A, 3, b, 64, 65))  # ONLY: RETH length is not the payload's
+    await one(tb, wr(0x08, 4, b + 2048, 951, 3000))  # LAST: not the rest after 2 MTUs
+    await one(tb, wr(0x06, 5, b, 1024, 1024))  # FIRST of a one-packet message
+    await one(tb, wr(0x06, 6, top - 1024, 1024, 2048))  # FIRST of a message past the end
+    await one(tb, wr(0x09, 7, b + 1024, 1024, 4096))  # LAST of a message starting below
+    await one(tb, wr(0x0A, 8, 0x60000, 64, 64, rkey=0x4004))  # another PD's region
+    await one(tb, wr(0x0A, 9, top + 1, 0, 0))  # empty, one byte past the end
+    await one(tb, wr(0x0A, 10, top, 0, 0))  # empty, at the end: placed
+    # a well-formed two-packet message at b + 0x1000, its LAST first: placed
+    await one(tb, wr(0x09, 12, b + 0x1000 + 1024, 952, 1976))
+    await one(tb, wr(0x06, 11, b + 0x1000, 1024, 1976))
+    syndromes = [a["syndrome"] for a in tb.model.acks if a.get("syndrome") != AETH_ACK]
+    assert syndromes == [NAK_INVALID_REQUEST] * 6 + [NAK_REMOTE_ACCESS] * 4
+    c = await finish(tb)  # the NAK frames, syndromes included, against these
+    for name, want in dict(bad_length=3, bad_reth=3, bad_bounds=3, bad_pd=1, bad_rkey=0,
+                           placed=3, naks_sent=10).items():
         assert c[name] == want, (name, c[name], want)
 
 
@@ -446,9 +490,23 @@ async def fuzz(tb, n, seed, acks):
         qpn = rng.choice((11, 12, 12, 11, 13, 0x40))
         opcode = rng.choice((0x06, 0x07, 0x08, 0x09, 0x0A, 0x0B, 0xC0))
         length = rng.choice((0, 1, 5, 64, 255, 256, 700, 1024, 1500))
+        # mostly a payload and RETH length a message at the QPs' MTU (1024) can
+        # have (docs/protocol.md, "RETH consistency"), else any (NAK 0x61)
+        consistent = rng.random() < 0.9
+        if consistent:
+            if opcode in (0x06, 0x07):
+                length = 1024
+            elif length > 1024 or (opcode in (0x08, 0x09) and length == 0):
+                length = rng.choice((1, 64, 700, 1024))
+            rest = rng.randrange(1, 1025) if opcode in (0x06, 0x07) else length
+            dma_len = {0x06: 1024, 0x07: 2048, 0x08: 1024, 0x09: 1024}.get(opcode, 0) + rest
+        else:
+            dma_len = rng.getrandbits(20)
         mr = rng.choice((MR0, MR1, MR2, dict(base=0, length=0, rkey=rng.getrandbits(32))))
         va = mr["base"] + rng.choice((0, 1, -1, mr["length"] - length, mr["length"],
                                       rng.randrange(-4096, mr["length"] + 4096)))
+        if consistent and opcode in (0x08, 0x09):
+            va += 1024  # a LAST packet's message starts an MTU before it
         q = tb.model.qps.get(qpn)
         psn = biased_psn(rng, q.epsn, tb.model.window(q)) if q else rng.getrandbits(24)
         if opcode == 0xC0:
@@ -457,7 +515,7 @@ async def fuzz(tb, n, seed, acks):
                                timestamp=k, dst_ip=OWN_IP, dst_mac=OWN_MAC)
         else:
             pkt = write_packet(opcode=opcode, dqpn=qpn, psn=psn, va=va & (2**64 - 1),
-                               rkey=mr["rkey"], dma_len=rng.getrandbits(20),
+                               rkey=mr["rkey"], dma_len=dma_len,
                                payload=bytes(rng.getrandbits(8) for _ in range(length)),
                                imm=k if opcode in IMM_OPCODES else None,
                                ackreq=rng.getrandbits(1), ecn=rng.choice((2, 3)),
@@ -494,8 +552,9 @@ async def test_fuzz(dut):
     tb.check_memory()
     c = await tb.counters()
     outcomes = ("peer_frames", "probe_requests", "bad_qpn", "not_for_us", "qp_state",
-                "bad_source", "bad_rkey", "bad_bounds", "placed", "duplicate",
-                "out_of_window", "wimm_full", "cq_full", "dma_error", "trimmed", "trim_stale")
+                "bad_source", "bad_length", "bad_reth", "bad_rkey", "bad_pd", "bad_bounds",
+                "placed", "duplicate", "out_of_window", "wimm_full", "cq_full", "dma_error",
+                "trimmed", "trim_stale")
     assert sum(c[k] for k in outcomes) == n, {k: c[k] for k in outcomes}
     for name in COUNTERS:
         if not name.startswith("parser_") and name != "acks_sent":  # (ACK timers)

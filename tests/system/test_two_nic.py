@@ -716,6 +716,53 @@ async def test_requester_corner_cases(dut):
     log_case(dut, "requester corner cases", start)
 
 
+@cocotb.test()
+async def test_remote_access_error_ends_the_qp(dut):
+    """NAK 0x62 end to end, as verbs has it (docs/reliability.md): NIC 0 writes
+    4 KiB into NIC 1's region (SUCCESS), then 4 KiB with a stale rkey (the
+    region's key byte of an earlier registration) and 2 KiB behind it. NIC 1
+    refuses every packet of the stale one (bad_rkey, NAK 0x62) and writes none
+    of it; NIC 0 completes that WQE with REM_ACCESS and the one behind it
+    FLUSHED, its QP reads ERROR in reliability and TX has it disabled, and
+    after that no frame leaves NIC 0 and every later NAK is ignored."""
+    tb = SystemTB(dut, seed=27, keep_log=True)
+    await tb.init()
+    await tb.connect(sq_log2=3)
+    a, b = tb.ends
+    qa, cb = a.conns[0], b.conns[0]
+    start = get_sim_time(unit="ns")
+    payload = tb.random_bytes(10 * 1024)
+    a.dev.mem.write(qa.send_buf, payload)
+    stale = cb.mr.rkey ^ 1 << 24  # another key byte, the same table entry
+    await qa.qp.post_send(WrOpcode.WRITE, local_addr=qa.send_buf, length=4096,
+                          remote_addr=cb.recv_buf, rkey=cb.mr.rkey, wr_id=0)
+    cqes = await qa.qp.send_cq.wait(1, timeout_cycles=1_000_000)
+    for wr_id, off, n, rkey in ((1, 4096, 4096, stale), (2, 8192, 2048, cb.mr.rkey)):
+        await qa.qp.post_send(WrOpcode.WRITE, local_addr=qa.send_buf + off, length=n,
+                              remote_addr=cb.recv_buf + off, rkey=rkey, wr_id=wr_id)
+    cqes += await qa.qp.send_cq.wait(2, timeout_cycles=1_000_000)
+    assert [(c.wr_id, c.status) for c in cqes] == [
+        (0, Completion.SUCCESS), (1, Completion.REM_ACCESS), (2, Completion.FLUSHED)]
+    assert (await a.dev.rel.read_fields("qp_ctrl", qa.qp.qpn))["state"] == QpState.ERROR
+    assert (await a.dev.tx.read_fields("qp_ctrl", qa.qp.qpn))["enable"] == 0
+    log = tb.fabric.directions[0].log
+    frames_at_error = len(log)
+    await tb.quiesce(20_000)
+    assert len(log) == frames_at_error, "NIC 0 sent frames after its QP went to ERROR"
+    got = b.dev.mem.read(cb.recv_buf, 10 * 1024)
+    assert got[:4096] == payload[:4096]
+    assert got[4096:8192] == bytes(4096), "the refused WRITE wrote NIC 1's memory"
+    ca, cnt_b = await tb.counters(0), await tb.counters(1)
+    assert cnt_b["rx.bad_rkey"] >= 1 and cnt_b["rx.naks_sent"] == cnt_b["rx.bad_rkey"], cnt_b
+    assert ca["rel.naks_fatal"] == 1 and ca["rel.retry_exhausted"] == 0, ca
+    # every ACK/NAK NIC 1 sent reached NIC 0's reliability; those after the
+    # first NAK found the QP in ERROR
+    assert ca["rel.acks"] + ca["rel.acks_ignored"] == (
+        cnt_b["rx.acks_sent"] + cnt_b["rx.naks_sent"]), (ca, cnt_b)
+    log_case(dut, "remote access error", start, naks=cnt_b["rx.naks_sent"],
+             ignored=ca["rel.acks_ignored"], placed=cnt_b["rx.placed"])
+
+
 # ---- pytest entry points: one simulator build; the default tests share one run ------------
 
 DEFAULT_TESTS = ["test_discovery", "test_write_lossless_8_paths",
@@ -724,7 +771,8 @@ DEFAULT_TESTS = ["test_discovery", "test_write_lossless_8_paths",
                  "test_path_blackhole_mid_transfer", "test_ack_loss",
                  "test_sixteen_qps_both_directions", "test_total_outage_retry_exhausted",
                  "test_csr_sweep_changes_nothing", "test_ecn_bottleneck_cuts_and_regrows_window",
-                 "test_full_receive_cq_loses_nothing", "test_requester_corner_cases"]
+                 "test_full_receive_cq_loses_nothing", "test_requester_corner_cases",
+                 "test_remote_access_error_ends_the_qp"]
 FAULT_TESTS = ["test_write_one_percent_loss", "test_loss_1pct_1mib", "test_write_reordered",
                "test_path_down_then_up"]
 

@@ -154,7 +154,10 @@ def test_qp_bring_up_programs_every_block():
     w = dict(nic.writes)
     rx, tx, rel = dev.rx, dev.tx, dev.rel
     assert w[rx.addr("MR_RKEY", mr.index)] == mr.rkey
-    assert w[rx.addr("MR_ACCESS", mr.index)] == 0b11  # valid, remote write
+    assert w[rx.addr("MR_ACCESS", mr.index)] == 0b11 | mr.pd.pdn << 8  # valid, remote write
+    assert mr.pd.pdn == qp.pd.pdn == 1
+    ctrl = rx.unpack("QP_CTRL", w[rx.addr("QP_CTRL", 0)])
+    assert ctrl["pd"] == 1 and ctrl["mtu"] == 3  # the QP's PD; path MTU 1024
     assert w[rx.addr("QP_EPSN", 0)] == 5 and w[rx.addr("QP_PEER_QPN", 0)] == 1
     assert w[rx.addr("QP_PEER_IP", 0)] == 0x0A000002
     assert rx.unpack("QP_CTRL", w[rx.addr("QP_CTRL", 0)])["state"] == QpState.RTS
@@ -326,11 +329,13 @@ def test_addresses_must_fit_the_devices_dma_address_width():
         dev, _ = await ready_device(nic)
         assert dev.params["addr_width"] == 32
         pd = dev.alloc_pd()
-        with pytest.raises(ValueError, match=r"memory region \[0x100000000, 0x100001000\) does "
-                                             r"not fit the NIC's 32-bit DMA addresses"):
+        with pytest.raises(ValueError, match=r"memory region addr 0x100000000 \+ length 0x1000 "
+                                             r"passes the top of the NIC's 32-bit DMA addresses"):
             await pd.reg_mr(1 << 32, 0x1000)
         with pytest.raises(ValueError, match="memory region .* 32-bit"):
             await pd.reg_mr(0xFFFF_F000, 0x1001)  # its last byte is past 2^32
+        with pytest.raises(ValueError, match="addr 0xfffff800 \\+ length 0x1000 passes"):
+            await pd.reg_mr(0xFFFF_F800, 0x1000)  # would wrap to address 0
         assert not pd.mrs and not dev._mr_used  # nothing was written
         mr = await pd.reg_mr(0xFFFF_F000, 0x1000)  # up to the last byte below 2^32
         assert nic.words[dev.rx.addr("MR_BASE_HI", mr.index)] == 0

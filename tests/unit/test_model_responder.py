@@ -23,7 +23,8 @@ START = PSN_MASK - 5  # every test crosses the 24-bit wrap
 
 
 def setup(**cfg_kw):
-    cfg = QpConfig(start_psn=START, **{"ack_every": 4, "ack_delay_ns": 1000.0, **cfg_kw})
+    cfg = QpConfig(start_psn=START, **{"mtu": 256, "ack_every": 4, "ack_delay_ns": 1000.0,
+                                       **cfg_kw})
     w = World(seed=1, planes=1, paths_per_plane=4)
     w.add_host("a")
     w.add_host("b")
@@ -38,8 +39,11 @@ def data(conn, w, k, opcode=OP_WRITE_MIDDLE, ce=False, ackreq=False, trimmed=Fal
     a, b = w.nics["a"].host, w.nics["b"].host
     psn = (START + k) & PSN_MASK
     off = k * 256 if va_off is None else va_off
+    # 256-byte packets (the MTU) with the RETH DMA length of a message they can
+    # be part of: FIRST and LAST of two packets, ONLY of one, MIDDLE of 16
+    dma_len = {OP_WRITE_FIRST: 512, OP_WRITE_LAST_IMM: 512, OP_WRITE_ONLY: 256}.get(opcode, 4096)
     pkt = Packet.data_packet(a, b, 0, 0xC000, conn.responder.qpn, psn, opcode,
-                             conn.mr.va + off, conn.rkey if rkey is None else rkey, 4096, 256,
+                             conn.mr.va + off, conn.rkey if rkey is None else rkey, dma_len, 256,
                              imm, ackreq=ackreq)
     pkt.ce = ce
     if trimmed:
@@ -154,7 +158,7 @@ def test_receive_completions_in_message_order():
     assert r.recv_cq == []
     data(conn, w, 0, opcode=OP_WRITE_FIRST)
     assert [c.imm for c in r.recv_cq] == [11, 22]
-    assert [c.byte_len for c in r.recv_cq] == [4096, 4096]
+    assert [c.byte_len for c in r.recv_cq] == [512, 512]  # the two-packet messages
     data(conn, w, 4, opcode=OP_WRITE_ONLY)  # no immediate: no receive completion
     assert len(r.recv_cq) == 2
 

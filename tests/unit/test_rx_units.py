@@ -16,6 +16,7 @@ from hw.rx.regs import rx_register_map
 from hw.rx.window import RxPsnWindow, ring_bits_for
 
 from .csrbus import csr_read, csr_write
+from .validator_bench import MR, run_validator, write
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -387,92 +388,47 @@ def test_arbiter_holds_offered_beat():
 
 # ---- RxValidator at addr_width 32: VAs outside the 32-bit DMA space fail the bounds check ----
 
-OWN_IP, PEER_IP = 0x0A000002, 0x0A000001
-MR = dict(base=0x8000_1000, length=0x1000, rkey=0x1234)
-
-
-def run_validator(frames, mr=MR, addr_width=32):
-    """Each WRITE (va, payload_len) through an ``RxValidator`` with the one
-    region ``mr`` and QP 0 in RTS: the (kind, va) of each request and the
-    number of bad_bounds strobes."""
-    from hw.headers import Opcode
-    from hw.rx.layouts import QpState
-    from hw.rx.validate import MR_ACCESS_VALID, MR_ACCESS_WRITE, RxValidator
-
-    dut = RxValidator(num_qps=2, num_mrs=2, sack_bits=64, addr_width=addr_width)
-    results, bad_bounds = [], []
-
-    async def bench(ctx):
-        ctx.set(dut.own_ip, OWN_IP)
-        ctx.set(dut.cfg.state, QpState.RTS)
-        ctx.set(dut.cfg.peer_ip, PEER_IP)
-        ctx.set(dut.mrs[0].base, mr["base"])
-        ctx.set(dut.mrs[0].length, mr["length"])
-        ctx.set(dut.mrs[0].rkey, mr["rkey"])
-        ctx.set(dut.mrs[0].access, MR_ACCESS_VALID | MR_ACCESS_WRITE)
-        ctx.set(dut.req.ready, 1)
-        for va, length in frames:
-            hdr = dut.hdr.payload
-            ctx.set(hdr.ip_src, PEER_IP)
-            ctx.set(hdr.ip_dst, OWN_IP)
-            ctx.set(hdr.bth.opcode, Opcode.WRITE_ONLY)
-            ctx.set(hdr.reth.va, va)
-            ctx.set(hdr.reth.rkey, mr["rkey"])
-            ctx.set(hdr.reth.dma_len, length)
-            ctx.set(hdr.payload_len, length)
-            ctx.set(dut.hdr.valid, 1)
-            await ctx.tick().until(dut.hdr.ready)
-            ctx.set(dut.hdr.valid, 0)
-            for _ in range(10):
-                await ctx.tick()
-                bad_bounds.append(ctx.get(dut.counters.bad_bounds))
-                if ctx.get(dut.req.valid):
-                    results.append((ctx.get(dut.req.payload.kind), ctx.get(dut.req.payload.va)))
-                    break
-
-    sim = Simulator(dut)
-    sim.add_clock(1e-8)
-    sim.add_testbench(bench)
-    sim.run()
-    return results, sum(bad_bounds)
-
 
 def test_validator_rejects_va_above_addr_width():
     from hw.rx.layouts import ReqKind
 
     base, top = MR["base"], MR["base"] + MR["length"]
     frames = [
-        (base + 0x10, 64),  # inside
-        ((1 << 40) | (base + 0x10), 64),  # the same low 32 bits, bit 40 set
-        ((1 << 63) | base, 64),  # the top bit set
-        (top - 64, 64),  # the region's last bytes
-        (top - 63, 64),  # one byte past the region
+        write(base + 0x10, 64),  # inside
+        write((1 << 40) | (base + 0x10), 64),  # the same low 32 bits, bit 40 set
+        write((1 << 63) | base, 64),  # the top bit set
+        write(top - 64, 64),  # the region's last bytes
+        write(top - 63, 64),  # one byte past the region
     ]
-    results, bad_bounds = run_validator(frames)
-    assert [kind for kind, _ in results] == [
+    results, strobes = run_validator(frames)
+    assert [kind for kind, _, _ in results] == [
         ReqKind.DATA, ReqKind.NAK, ReqKind.NAK, ReqKind.DATA, ReqKind.NAK]
-    assert results[0][1] == base + 0x10 and results[3][1] == top - 64
-    assert bad_bounds == 3
+    assert results[0][2] == base + 0x10 and results[3][2] == top - 64
+    assert strobes["bad_bounds"] == 3
 
 
 def test_validator_rejects_a_write_past_the_top_of_the_address_space():
-    """A region whose end passes 2^32 (its registers allow it) takes no write
-    that would wrap to address 0, and still takes one below 2^32."""
+    """A region whose end passes 2^32 (its registers allow it; the driver
+    refuses it) takes no write that would wrap to address 0, nor one at low
+    addresses (both bounds are checked), and still takes one below 2^32."""
     from hw.rx.layouts import ReqKind
 
-    results, bad_bounds = run_validator([(0xFFFF_FFC0, 64), (0xFFFF_FFC1, 64)],
-                                        mr=dict(MR, base=0xFFFF_F800))
-    assert [kind for kind, _ in results] == [ReqKind.DATA, ReqKind.NAK]
-    assert bad_bounds == 1
+    results, strobes = run_validator(
+        [write(0xFFFF_FFC0, 64), write(0xFFFF_FFC1, 64), write(0, 64), write(0x100, 64),
+         write(0, 0)],
+        mrs=[dict(MR, base=0xFFFF_F800)])
+    assert [kind for kind, _, _ in results] == [ReqKind.DATA] + [ReqKind.NAK] * 4
+    assert strobes["bad_bounds"] == 4
 
 
 def test_validator_at_64_bits_takes_a_va_above_2_32():
     from hw.rx.layouts import ReqKind
 
-    results, bad_bounds = run_validator([((1 << 40) | 0x1010, 64), (0x1010, 64)],
-                                        mr=dict(MR, base=(1 << 40) | 0x1000), addr_width=64)
-    assert results == [(ReqKind.DATA, (1 << 40) | 0x1010), (ReqKind.NAK, 0x1010)]
-    assert bad_bounds == 1
+    results, strobes = run_validator([write((1 << 40) | 0x1010, 64), write(0x1010, 64)],
+                                     mrs=[dict(MR, base=(1 << 40) | 0x1000)], addr_width=64)
+    assert [(k, va) for k, _, va in results] == [(ReqKind.DATA, (1 << 40) | 0x1010),
+                                                 (ReqKind.NAK, 0x1010)]
+    assert strobes["bad_bounds"] == 1
 
 
 def test_address_registers_keep_addr_width_bits():
