@@ -1,5 +1,5 @@
 """NicCore: the MRC NIC without its MAC: TX, RX and reliability behind the
-DESIGN.md boundary (AXI4-Stream to the MAC, one AXI4 DMA master, one
+NIC boundary of docs/architecture.md (AXI4-Stream to the MAC, one AXI4 DMA master, one
 AXI4-Lite CSR slave, one interrupt)."""
 
 from amaranth.hdl import Module, Mux, Signal
@@ -195,7 +195,7 @@ class DoorbellSnoop(wiring.Component):
 
 
 class NicCore(wiring.Component):
-    """The MRC NIC core (DESIGN.md, "NicCore boundary"; docs/architecture.md).
+    """The MRC NIC core (docs/architecture.md).
 
     Parameters
     ----------
