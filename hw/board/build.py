@@ -23,7 +23,11 @@ Writes under ``--out``:
     versa_top.outreg.txt   what hw/board/outreg.py did to yosys's netlist
     summary.md             the table this script prints
 
-and prints utilisation (LUT4 = TRELLIS_COMB, FF = TRELLIS_FF, DP16KD, IO =
+While the tools run it prints a line whenever the build moves on (every 10 s
+at most): the stage (synthesis, packing, placement, routing, timing
+analysis, bitstream), HeAP's iteration while placing and router2's
+iteration and overused wires while routing (``build_progress``). At the end
+it prints utilisation (LUT4 = TRELLIS_COMB, FF = TRELLIS_FF, DP16KD, IO =
 TRELLIS_IO) and the fmax of every clock against its constraint. nextpnr runs
 with ``--timing-allow-fail`` so that the report and the bitstream are always
 written; this script then exits with status 1 and names the failing clocks
@@ -47,8 +51,8 @@ import sys
 import time
 from pathlib import Path
 
-__all__ = ["BOARDS", "main", "router_diverging", "summarise", "timing_failures", "tool_env",
-           "with_outreg"]
+__all__ = ["BOARDS", "build_progress", "main", "router_diverging", "summarise",
+           "timing_failures", "tool_env", "with_outreg"]
 
 NAME = "versa_top"
 BOARDS = {
@@ -149,11 +153,79 @@ def router_diverging(log: str) -> str | None:
     return None
 
 
-def run_watched(script: str, cwd: Path, env: dict, log: Path, poll: float = 10.0) -> str | None:
+# nextpnr-ecp5's log lines that start each stage of placement and routing,
+# in the order they come: (marker, stage). The stage shown is the one of the
+# last marker in the log so far.
+_STAGES = (
+    ("Info: Logic utilisation before packing", "packing"),
+    ("Info: Packing", "packing"),
+    ("Info: Creating initial analytic placement", "placement (HeAP, analytic)"),
+    ("Info: Running main analytical placer", "placement (HeAP, analytic)"),
+    ("Info: Running simulated annealing placer", "placement refinement (simulated annealing)"),
+    ("Info: Promoting globals", "routing the global clocks"),
+    ("Info: Routing globals", "routing the global clocks"),
+    ("Info: Running router2", "routing (router2): setting up"),
+    ("Info: Running main router loop", "routing (router2)"),
+    ("Info: Router2 time", "routing: legality check"),
+    ("Info: Running router1 to check", "routing: legality check"),
+    ("Info: Critical path report", "timing analysis and reports"),
+    ("Info: Program finished normally", "nextpnr done; bitstream (ecppack)"),
+)
+_HEAP_ITER = re.compile(r"at iteration #(\d+), type \S+: wirelen solved = (\d+)")
+
+
+def build_progress(log: str | None) -> str:
+    """One line saying where the build is, from nextpnr's log as far as it is
+    written (None: nextpnr has not started, so yosys is synthesising): the
+    stage, and while routing, router2's iteration and overused wires (the
+    figures ``router_diverging`` judges); while placing, HeAP's iteration."""
+    if log is None:
+        return "synthesis (yosys), then block-RAM output registers"
+    at, stage = -1, "nextpnr: reading the netlist"
+    for marker, name in _STAGES:
+        i = log.rfind(marker)
+        if i > at:
+            at, stage = i, name
+    tail = log[at:] if at >= 0 else log
+    if stage == "routing (router2)":
+        last = None
+        for match in _ROUTER_ITER.finditer(tail):
+            last = match
+        if last:
+            stage += f": iteration {last[1]}, {last[2]} overused wires"
+    elif stage == "placement (HeAP, analytic)":
+        last = None
+        for match in _HEAP_ITER.finditer(tail):
+            last = match
+        if last:
+            stage += f": iteration {last[1]}, wirelength {last[2]}"
+    return stage
+
+
+def _show(line: str) -> None:
+    print(line, flush=True)
+
+
+def run_watched(script: str, cwd: Path, env: dict, log: Path, poll: float = 10.0,
+                show=_show) -> str | None:
     """Runs the build script; stops it (its whole process group) if
     ``router_diverging`` finds the routing in ``log`` will not converge, and
-    returns why. Raises CalledProcessError if the script fails."""
+    returns why. Raises CalledProcessError if the script fails. Every
+    ``poll`` seconds, if ``build_progress`` has changed, ``show`` gets it
+    with the minutes and seconds since the start."""
     log.unlink(missing_ok=True)
+    start = time.monotonic()
+    shown = None
+
+    def progress(text):
+        nonlocal shown
+        now = build_progress(text)
+        if now != shown:
+            shown = now
+            t = int(time.monotonic() - start)
+            show(f"[{t // 60:2d}:{t % 60:02d}] {now}")
+
+    progress(None)
     proc = subprocess.Popen(["sh", script], cwd=cwd, env=env, start_new_session=True)
 
     def stop():
@@ -166,7 +238,9 @@ def run_watched(script: str, cwd: Path, env: dict, log: Path, poll: float = 10.0
     try:
         while proc.poll() is None:
             time.sleep(poll)
-            why = router_diverging(log.read_text(errors="replace")) if log.exists() else None
+            text = log.read_text(errors="replace") if log.exists() else None
+            progress(text)
+            why = router_diverging(text) if text is not None else None
             if why:
                 stop()
                 return why

@@ -204,3 +204,4 @@ def test_build_tool_env():
     assert env["YOSYS"] == "/opt/yosys"  # an explicit path is kept
     for var in ("NEXTPNR_ECP5", "ECPPACK"):
         assert env[var].endswith("yowasp-" + var.lower().replace("_", "-"))
+

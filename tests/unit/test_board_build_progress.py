@@ -1,0 +1,108 @@
+"""``make bitstream``'s progress lines (hw/board/build.py): the stage and the
+router's iteration, read from nextpnr's log as the build writes it. Needs
+no board tools."""
+
+import os
+import re
+
+from hw.board.build import build_progress, run_watched
+
+# A nextpnr-ecp5 log (``--log versa_top.tim``) as the build writes it, cut to a
+# few lines of each stage.
+_NEXTPNR_LOG = """\
+Info: Logic utilisation before packing:
+Info:     Total LUT4s:      31012/43848    70%
+Info: Packing IOs..
+Info: Packing constants..
+Info: Checksum: 0x6c2b9f3e
+Info: Device utilisation:
+Info: Creating initial analytic placement for 29874 cells, random placement wirelen = 3210440.
+Info:     at initial placer iter 0, wirelen = 1240
+Info: Running main analytical placer, max placement attempts per cell = 10000000.
+Info:     at iteration #1, type ALL: wirelen solved = 118350, spread = 960410, legal = 1012366; \
+time = 6.12s
+Info:     at iteration #2, type ALL: wirelen solved = 164872, spread = 701553, legal = 745012; \
+time = 11.94s
+Info: HeAP Placer Time: 162.31s
+Info: Running simulated annealing placer for refinement.
+Info:   at iteration #1: temp = 0.000000, timing cost = 14210, wirelen = 430117
+Info: SA placement time 41.77s
+Info: Max frequency for clock '$glbnet$clocks.core': 101.40 MHz (PASS at 125.00 MHz)
+Info: Routing globals...
+Info: Running router2...
+Info: Setting up routing resources...
+Info: Running main router loop...
+Info:     iter=1 wires=701104 overused=16730 overuse=19921 tmgfail=0 archfail=NA
+Info:     iter=2 wires=702201 overused=5113 overuse=5630 tmgfail=0 archfail=NA
+Info:     iter=3 wires=702981 overused=924 overuse=947 tmgfail=12 archfail=NA
+Info: Router2 time 301.52s
+Info: Running router1 to check that route is legal...
+Info: Critical path report for clock '$glbnet$clocks.core' (posedge -> posedge):
+Info: Program finished normally.
+"""
+
+
+def test_build_progress_stages():
+    """Each cut of the log names the stage it has reached, with HeAP's and
+    router2's latest iteration; before the log exists, yosys is running."""
+    def at(line):  # the log as written up to and including the line that starts with ``line``
+        end = _NEXTPNR_LOG.index(line)
+        return _NEXTPNR_LOG[:_NEXTPNR_LOG.index("\n", end) + 1]
+
+    assert build_progress(None).startswith("synthesis (yosys)")
+    assert build_progress("") == "nextpnr: reading the netlist"
+    assert build_progress(at("Info: Packing IOs")) == "packing"
+    assert build_progress(at("Info: Creating initial")) == "placement (HeAP, analytic)"
+    assert build_progress(at("Info:     at iteration #2")) == (
+        "placement (HeAP, analytic): iteration 2, wirelength 164872")
+    assert build_progress(at("Info:   at iteration #1: temp")) == (
+        "placement refinement (simulated annealing)")
+    assert build_progress(at("Info: Routing globals")) == "routing the global clocks"
+    assert build_progress(at("Info: Running main router loop")) == "routing (router2)"
+    assert build_progress(at("Info:     iter=1 ")) == (
+        "routing (router2): iteration 1, 16730 overused wires")
+    assert build_progress(at("Info:     iter=3 ")) == (
+        "routing (router2): iteration 3, 924 overused wires")
+    assert build_progress(at("Info: Running router1")) == "routing: legality check"
+    assert build_progress(at("Info: Critical path")) == "timing analysis and reports"
+    assert build_progress(_NEXTPNR_LOG) == "nextpnr done; bitstream (ecppack)"
+    # router2's format without tmgfail (nextpnr without --tmg-ripup)
+    assert build_progress(at("Info: Running main router loop") +
+                          "Info:     iter=7 wires=9 overused=42 overuse=50 archfail=NA\n") == (
+        "routing (router2): iteration 7, 42 overused wires")
+
+
+def test_run_watched_shows_progress(tmp_path):
+    """The build prints each stage as the log reaches it, with the elapsed
+    time, and each router iteration it sees; a repeated state is not
+    printed again. The script writes the log a part at a time and waits
+    until the watchdog has shown that part's stage (no timing assumed)."""
+    log = tmp_path / "versa_top.tim"
+    steps = [("Info: Creating initial", "packing"),
+             ("Info: Running main router", "routing (router2): setting up"),
+             ("Info:     iter=3 ", "routing (router2): iteration 2, 5113 overused wires"),
+             ("Info: Router2 time", "routing (router2): iteration 3, 924 overused wires"),
+             ("Info: Program finished", "timing analysis and reports"),
+             (None, "nextpnr done; bitstream (ecppack)")]
+    script, start = "", 0
+    for until, stage in steps:
+        end = _NEXTPNR_LOG.index(until) if until else len(_NEXTPNR_LOG)
+        script += (f"cat >> versa_top.tim <<'END'\n{_NEXTPNR_LOG[start:end]}END\n"
+                   f"until grep -qxF '{stage}' shown; do sleep 0.05; done\n")
+        start = end
+    (tmp_path / "build.sh").write_text(script)
+    shown = []
+
+    def show(line):
+        shown.append(line)
+        with open(tmp_path / "shown", "a") as f:
+            f.write(line.split("] ", 1)[1] + "\n")
+
+    assert run_watched("build.sh", tmp_path, dict(os.environ), log, poll=0.05, show=show) is None
+    assert all(re.match(r"\[ ?\d+:\d\d\] ", line) for line in shown)
+    stages = [line.split("] ", 1)[1] for line in shown]
+    assert stages[0].startswith("synthesis (yosys)")
+    for _, stage in steps:
+        assert stage in stages
+    assert stages[-1] == "nextpnr done; bitstream (ecppack)"
+    assert len(stages) == len(set(stages))
