@@ -187,18 +187,13 @@ def build_progress(log: str | None) -> str:
         if i > at:
             at, stage = i, name
     tail = log[at:] if at >= 0 else log
-    if stage == "routing (router2)":
-        last = None
-        for match in _ROUTER_ITER.finditer(tail):
-            last = match
-        if last:
-            stage += f": iteration {last[1]}, {last[2]} overused wires"
-    elif stage == "placement (HeAP, analytic)":
-        last = None
-        for match in _HEAP_ITER.finditer(tail):
-            last = match
-        if last:
-            stage += f": iteration {last[1]}, wirelength {last[2]}"
+    detail = {"routing (router2)": (_ROUTER_ITER, "iteration {0}, {1} overused wires"),
+              "placement (HeAP, analytic)": (_HEAP_ITER, "iteration {0}, wirelength {1}")}
+    if stage in detail:
+        pattern, fmt = detail[stage]
+        found = pattern.findall(tail)
+        if found:
+            stage += ": " + fmt.format(*found[-1])
     return stage
 
 
