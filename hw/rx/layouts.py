@@ -3,7 +3,13 @@
 from amaranth.hdl import unsigned
 from amaranth.lib import data, enum
 
+from hw.headers import AETH, BTH, PROBE, RETH, SACK, sack_bitmap
+
 __all__ = [
+    "COUNTER_NAMES",
+    "ParsedHeader",
+    "ParserCounters",
+    "Verdict",
     "AckJob",
     "CqeJob",
     "QpConfig",
@@ -16,6 +22,65 @@ __all__ = [
 
 CQE_STATUS_SUCCESS = 0
 CQE_FLAG_PHASE = 0x80
+
+COUNTER_NAMES = (
+    "accepted",
+    "bad_frame",
+    "truncated",
+    "not_ipv4",
+    "ipv4_options",
+    "ipv4_checksum",
+    "not_roce",
+    "unknown_opcode",
+    "length_mismatch",
+    "bad_icrc",
+)
+
+ParserCounters = data.StructLayout({name: unsigned(32) for name in COUNTER_NAMES})
+
+
+class Verdict(enum.Enum, shape=4):
+    """What the parser did with a frame, in the order of ``COUNTER_NAMES``."""
+
+    ACCEPTED = 0
+    BAD_FRAME = 1
+    TRUNCATED = 2
+    NOT_IPV4 = 3
+    IPV4_OPTIONS = 4
+    IPV4_CHECKSUM = 5
+    NOT_ROCE = 6
+    UNKNOWN_OPCODE = 7
+    LENGTH_MISMATCH = 8
+    BAD_ICRC = 9
+
+
+class ParsedHeader(data.StructLayout):
+    """One accepted frame's header fields; fields its opcode does not carry are 0."""
+
+    def __init__(self, sack_bits: int = 64):
+        sack_bitmap(sack_bits)  # checks the width
+        super().__init__(
+            {
+                "eth_src": unsigned(48),
+                "eth_dst": unsigned(48),
+                "ip_src": unsigned(32),
+                "ip_dst": unsigned(32),
+                "dscp": unsigned(6),
+                "ecn": unsigned(2),
+                "ev": unsigned(16),
+                "bth": BTH.layout,
+                "reth": RETH.layout,
+                "imm": unsigned(32),
+                "aeth": AETH.layout,
+                "sack": SACK.layout,
+                "sack_bitmap": unsigned(sack_bits),
+                "probe": PROBE.layout,
+                "payload_len": unsigned(16),
+                "trimmed": unsigned(1),
+            }
+        )
+
+
 
 
 class QpState(enum.Enum, shape=3):

@@ -95,7 +95,7 @@ payload beat per cycle on the outputs.
 """
 
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, signed, unsigned
-from amaranth.lib import data, enum, stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -134,67 +134,11 @@ from hw.pipeline import (
 )
 from hw.stream import AXIStreamSignature, Beat
 
+from .layouts import COUNTER_NAMES, ParsedHeader, ParserCounters, Verdict
+
 __all__ = ["COUNTER_NAMES", "ParsedHeader", "ParserCounters", "RxParser", "Verdict"]
 
 SUPPORTED_DATA_WIDTHS = (64, 128, 256, 512)
-
-COUNTER_NAMES = (
-    "accepted",
-    "bad_frame",
-    "truncated",
-    "not_ipv4",
-    "ipv4_options",
-    "ipv4_checksum",
-    "not_roce",
-    "unknown_opcode",
-    "length_mismatch",
-    "bad_icrc",
-)
-
-ParserCounters = data.StructLayout({name: unsigned(32) for name in COUNTER_NAMES})
-
-
-class Verdict(enum.Enum, shape=4):
-    """What the parser did with a frame, in the order of ``COUNTER_NAMES``."""
-
-    ACCEPTED = 0
-    BAD_FRAME = 1
-    TRUNCATED = 2
-    NOT_IPV4 = 3
-    IPV4_OPTIONS = 4
-    IPV4_CHECKSUM = 5
-    NOT_ROCE = 6
-    UNKNOWN_OPCODE = 7
-    LENGTH_MISMATCH = 8
-    BAD_ICRC = 9
-
-
-class ParsedHeader(data.StructLayout):
-    """One accepted frame's header fields; fields its opcode does not carry are 0."""
-
-    def __init__(self, sack_bits: int = 64):
-        sack_bitmap(sack_bits)  # checks the width
-        super().__init__(
-            {
-                "eth_src": unsigned(48),
-                "eth_dst": unsigned(48),
-                "ip_src": unsigned(32),
-                "ip_dst": unsigned(32),
-                "dscp": unsigned(6),
-                "ecn": unsigned(2),
-                "ev": unsigned(16),
-                "bth": BTH.layout,
-                "reth": RETH.layout,
-                "imm": unsigned(32),
-                "aeth": AETH.layout,
-                "sack": SACK.layout,
-                "sack_bitmap": unsigned(sack_bits),
-                "probe": PROBE.layout,
-                "payload_len": unsigned(16),
-                "trimmed": unsigned(1),
-            }
-        )
-
 
 _HDR_FIXED = UDP.size + BTH.size  # UDP length covers these before the extension headers
 

@@ -9,8 +9,7 @@ from amaranth.utils import exact_log2
 from hw.headers import Opcode
 from hw.pipeline import OneHotFSM, load_in_groups
 
-from .layouts import QpConfig, QpState
-from .parser import ParsedHeader
+from .layouts import ParsedHeader, QpConfig, QpState
 
 __all__ = ["PEER_FILTER_COUNTERS", "RxPeerFilter"]
 

@@ -9,8 +9,7 @@ from hw.headers import PATH_MTU, Opcode
 from hw.pipeline import OneHotFSM, load_in_groups
 from hw.reliability.layouts import NAK_INVALID_REQUEST, NAK_REMOTE_ACCESS
 
-from .layouts import QpConfig, QpState, ReqKind, WindowReq
-from .parser import ParsedHeader
+from .layouts import ParsedHeader, QpConfig, QpState, ReqKind, WindowReq
 
 __all__ = ["MrEntry", "RxValidator", "VALIDATOR_COUNTERS", "MR_ACCESS_VALID", "MR_ACCESS_WRITE"]
 
