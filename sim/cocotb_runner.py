@@ -12,6 +12,7 @@ share one simulator build.
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import hashlib
 import os
@@ -238,14 +239,21 @@ def run_cocotb(
         key = hashlib.sha256(repr((component.build_key(), toplevel, build_args, waves,
                                    [str(p) for p in sources])).encode()).hexdigest()
     stamp = build_dir / "build_key"
-    if key and stamp.exists() and stamp.read_text() == key and (build_dir / toplevel).exists():
-        print(f"cocotb_runner: {name}: sources unchanged, reusing the simulator in {build_dir}")
-    else:
-        stamp.unlink(missing_ok=True)
-        export_verilog(component, toplevel, src)
-        _build(runner, sources, toplevel, build_dir, build_args, waves)
-        if key:
-            stamp.write_text(key)
+    # One build at a time per build directory: pytest-xdist workers running
+    # test files that share a simulator (tests/system) wait for the first
+    # one's build and then reuse it.
+    with open(build_dir / ".build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (key and stamp.exists() and stamp.read_text() == key
+                and (build_dir / toplevel).exists()):
+            print(f"cocotb_runner: {name}: sources unchanged, reusing the simulator in "
+                  f"{build_dir}")
+        else:
+            stamp.unlink(missing_ok=True)
+            export_verilog(component, toplevel, src)
+            _build(runner, sources, toplevel, build_dir, build_args, waves)
+            if key:
+                stamp.write_text(key)
     env = {"PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     env.update(extra_env or {})
     return runner.test(

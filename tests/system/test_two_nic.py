@@ -14,7 +14,6 @@ simulator) serves every test here.
 from __future__ import annotations
 
 import cocotb
-import pytest
 from cocotb.utils import get_sim_time
 
 from host_driver.driver import Completion, Device, EvProfile, EvState, QpState, WrOpcode
@@ -763,7 +762,7 @@ async def test_remote_access_error_ends_the_qp(dut):
              ignored=ca["rel.acks_ignored"], placed=cnt_b["rx.placed"])
 
 
-# ---- pytest entry points: one simulator build; the default tests share one run ------------
+# ---- pytest entry points: one simulator build; each list shares one simulator run ---------
 
 DEFAULT_TESTS = ["test_discovery", "test_write_lossless_8_paths",
                  "test_write_with_imm_both_directions", "test_write_with_imm_matches_model",
@@ -773,6 +772,9 @@ DEFAULT_TESTS = ["test_discovery", "test_write_lossless_8_paths",
                  "test_csr_sweep_changes_nothing", "test_ecn_bottleneck_cuts_and_regrows_window",
                  "test_full_receive_cq_loses_nothing", "test_requester_corner_cases",
                  "test_remote_access_error_ends_the_qp"]
+# The fault cases: 1 % loss both ways, 1 MiB at 1 % loss, reordering, a path down
+# then up through probes. In the default suite (about 15 s of simulation on
+# two_nic_sim); their own run, so that a failure names the set.
 FAULT_TESTS = ["test_write_one_percent_loss", "test_loss_1pct_1mib", "test_write_reordered",
                "test_path_down_then_up"]
 
@@ -819,6 +821,5 @@ def test_scenario_small_on_rtl(tmp_path):
             assert sum(r["trimmed"] for r in rows) == fates.count("trimmed")
 
 
-@pytest.mark.long
 def test_system_faults():
     run(FAULT_TESTS, "faults")
