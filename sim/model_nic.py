@@ -242,7 +242,6 @@ class _HwQp(MrcQp):
     def __init__(self, nic: ModelNic, qpn: int, cfg: QpConfig, evs: EvTable):
         super().__init__(nic.core, qpn, cfg, evs, None)
         self.hw = nic
-        self.fast_done: set[int] = set()
 
     # -- requester ---------------------------------------------------------------------
     def pull(self, plane):
@@ -272,7 +271,9 @@ class _HwQp(MrcQp):
             super().on_ack(pkt)  # what it acknowledges, then ERROR (MrcQp.on_ack)
             return
         before = (self.una_idx, self.sacked, len(self.retx_log))
+        repeats = self.stats["naks_trim_repeat"]
         super().on_ack(pkt)
+        cnt["naks_trim_repeat"] += self.stats["naks_trim_repeat"] - repeats
         if (self.una_idx, self.sacked, len(self.retx_log)) == before:
             cnt["acks_stale"] += 1
 
@@ -291,17 +292,19 @@ class _HwQp(MrcQp):
                 above -= 1
                 continue
             rec = self.records[una + off]
-            if rec.state != OUTSTANDING or rec.idx in self.fast_done:
+            if rec.state != OUTSTANDING or rec.fast_retx:
                 continue
             if above < threshold:
                 break
-            self.fast_done.add(rec.idx)
             self._declare_lost(rec, "sack", blame_ev=True)
             self._maybe_probe()
 
     def _on_timeout(self):
         self.hw.rel_cnt["timeouts"] += 1
-        self.fast_done.clear()
+        # reliability's timeout walk blames the first PSN on each EV, whether
+        # a refused NAK TRIMMED named it or not (it keeps no such mark)
+        for rec in self.records.values():
+            rec.trim_refused = False
         super()._on_timeout()
 
     def _declare_lost(self, rec, why, blame_ev, front=False):

@@ -1145,11 +1145,21 @@ class ReliabilityCore(wiring.Component):
         # neither sacked nor the NAK's offset
         nak_hit = Signal()
         m.d.sync += nak_hit.eq(nak_in & ~_bit(cur.sacked, nak_off))
+        # the NAK's PSN already retransmitted by a NAK or a SACK hole since the last
+        # timeout (fast_done): the NAK is refused and counted, no retransmission and no
+        # window cut (one of each per PSN between timeouts; the timer resends a copy
+        # lost again). Registered outside NAK and held in it: NAK marks the PSN in
+        # fast_done while it waits for room, which must not refuse its own request.
+        nak_again = Signal()
+        with m.If(~st.NAK):
+            m.d.sync += nak_again.eq(_bit(cur.fast_done, nak_off))
+        nak_go = Signal()
+        m.d.comb += nak_go.eq(nak_hit & ~nak_again)
 
         # the loss walk's holes (NAK): in flight, not SACKed, not yet retransmitted,
         # nor the PSN that the NAK retransmits
         nak_retx = Signal()
-        m.d.comb += nak_retx.eq(a_trim & r_retx & nak_hit)
+        m.d.comb += nak_retx.eq(a_trim & r_retx & nak_go)
         nak_bit = Signal(W)  # registered every cycle: valid in NAK, as nak_hit
         m.d.sync += nak_bit.eq(_onehot(nak_off, W))
         nak_mask = lost_cand & ~Mux(nak_retx, nak_bit, 0)
@@ -1162,9 +1172,11 @@ class ReliabilityCore(wiring.Component):
             with m.If(a_trim):
                 with m.If(r_retx):
                     count("naks_trimmed")
-                    with m.If(nak_hit):
+                    with m.If(nak_go):
                         push_retx(RetxReason.NAK_TRIMMED)
                         m.d.sync += nak_cut.eq(1)
+                    with m.Elif(nak_hit):
+                        count("naks_trim_repeat")
                     goto("WALK")
             with m.Elif(a_fatal):
                 goto("CC")  # no loss walk: nothing is sent again, CC goes on to FLUSH

@@ -63,6 +63,7 @@ COUNTER_NAMES = (
     "cqes",
     "dma_errors",
     "probes_stale",
+    "naks_trim_repeat",
 )
 
 COUNTER_DOCS = {
@@ -93,6 +94,9 @@ COUNTER_DOCS = {
     "dma_errors": "CQE writes or WQE reads answered with an AXI error",
     "probes_stale": "probe responses dropped: no outstanding probe of their round and time "
                     "(replayed or unsolicited)",
+    "naks_trim_repeat": "NAK TRIMMED refused: its PSN was already retransmitted by a NAK "
+                        "or a SACK hole since the last timeout (no retransmit, no window "
+                        "cut; the timer resends it)",
 }
 
 _G = {

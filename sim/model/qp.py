@@ -149,10 +149,16 @@ class WorkRequest:
 
 
 class TxRecord:
-    """Requester state of one PSN until the cumulative ACK passes it."""
+    """Requester state of one PSN until the cumulative ACK passes it.
+
+    ``fast_retx``: declared lost by a NAK TRIMMED or a SACK hole since the last
+    timeout (reliability's ``fast_done``): a NAK TRIMMED naming it again is
+    refused, a copy lost again waits for the timer (docs/protocol.md).
+    ``trim_refused``: the copy in flight was named by such a refused NAK, so
+    its loss is congestion, no evidence against its EV."""
 
     __slots__ = ("idx", "psn", "wr", "seg", "opcode", "payload_len", "wire_len", "ev",
-                 "send_time", "tx_count", "state")
+                 "send_time", "tx_count", "state", "fast_retx", "trim_refused")
 
     def __init__(self, idx, psn, wr, seg, opcode, payload_len, wire_len):
         self.idx = idx
@@ -166,6 +172,8 @@ class TxRecord:
         self.send_time = 0.0
         self.tx_count = 0
         self.state = OUTSTANDING
+        self.fast_retx = False
+        self.trim_refused = False
 
 
 def segment_opcode(seg: int, npkts: int, imm: bool) -> int:
@@ -236,7 +244,7 @@ class QpBase:
         # observability (the scoreboard reads these)
         self.stats = dict(
             tx_data=0, tx_new=0, tx_retx=0, tx_bytes=0, acks_rx=0, naks_trim_rx=0,
-            naks_seq_rx=0, invalid_acks=0, timeouts=0, losses_detected=0,
+            naks_seq_rx=0, naks_trim_repeat=0, invalid_acks=0, timeouts=0, losses_detected=0,
             rx_data=0, rx_bytes=0, rx_dup=0, rx_out_of_window=0, rx_trimmed=0,
             rx_access_err=0, rx_invalid_req=0, rx_ooo_dropped=0, acks_tx=0, naks_tx=0,
             probes_tx=0, probes_rx=0, probe_resps_stale=0, go_back=0, rx_wimm_full=0,
@@ -325,6 +333,7 @@ class QpBase:
         pkt.retx = retx
         rec.send_time = now
         rec.tx_count += 1
+        rec.trim_refused = False
         rec.ev = ev
         ev.tx_packets += 1
         st = self.stats
@@ -594,6 +603,7 @@ class MrcQp(QpBase):
 
     def _declare_lost(self, rec: TxRecord, why: str, blame_ev: bool, front: bool = False) -> None:
         rec.state = LOST
+        rec.fast_retx = why != "timeout"
         self.inflight -= rec.wire_len
         self.stats["losses_detected"] += 1
         self.retx_log.append((self.engine.now, rec.psn, rec.ev.value, why))
@@ -660,7 +670,13 @@ class MrcQp(QpBase):
             off = psn_diff(pkt.psn, self.una_psn)
             if 0 <= off < span:
                 rec = records[una + off]
-                if rec.state == OUTSTANDING:
+                if rec.state != DELIVERED and rec.fast_retx:
+                    # already resent by a NAK or a SACK hole since the last timeout:
+                    # no second retransmit or window cut (a copy trimmed again waits
+                    # for the timer), so a forged NAK costs at most one of each
+                    st["naks_trim_repeat"] += 1
+                    rec.trim_refused = True
+                elif rec.state == OUTSTANDING:
                     # trimmed = congestion, not a path failure: resend at once, EV not blamed
                     self._declare_lost(rec, "trim", blame_ev=False, front=True)
                     self.cc.on_trim(now, rec.wire_len)
@@ -704,7 +720,7 @@ class MrcQp(QpBase):
             if rec.idx >= horizon:
                 deferred.append((rec, n))
                 continue
-            self._declare_lost(rec, "sack", blame_ev=True)
+            self._declare_lost(rec, "sack", blame_ev=not rec.trim_refused)
             self._maybe_probe()
         if deferred:
             deferred.reverse()
@@ -713,9 +729,11 @@ class MrcQp(QpBase):
     def _on_timeout(self) -> None:
         blamed = set()
         for rec in list(self.records.values()):
+            rec.fast_retx = False  # every PSN may be fast-retransmitted once more
             if rec.state == OUTSTANDING:
-                first = rec.ev.index not in blamed
-                blamed.add(rec.ev.index)
+                first = rec.ev.index not in blamed and not rec.trim_refused
+                if first:
+                    blamed.add(rec.ev.index)
                 self._declare_lost(rec, "timeout", blame_ev=first)
         self.rack.clear()
         self._maybe_probe()

@@ -492,12 +492,12 @@ async def test_sack_hole(dut):
     assert c["retx_sack"] == 2 and c["retx_timeout"] == 0
 
 
-@cocotb.test(skip=CONFIG != "rel_q4")
-async def test_nak_trimmed(dut):
-    """NAK TRIMMED retransmits that PSN at once and takes cwnd_trim_dec off the window."""
+async def _trim_psn_3(dut, **setup):
+    """PSNs 0..5 sent (window 20), then NAK TRIMMED for 3 with 0..2 received: PSN 3
+    resent at once (reason 2) and the window cut to 18. Returns the TB."""
     tb = TB(dut)
     await tb.reset()
-    await tb.setup(cwnd_init=20, cwnd_trim_dec=2)
+    await tb.setup(cwnd_init=20, cwnd_trim_dec=2, **setup)
     for psn in range(6):
         tb.send(0, psn, ev=psn % 8, wqe=psn)
     await tb.settle(50)
@@ -505,6 +505,13 @@ async def test_nak_trimmed(dut):
     await tb.settle()
     assert tb.retx.records() == [{"qpn": 0, "psn": 3, "reason": 2}]
     assert tb.cwnd_upd.records()[-1] == {"qpn": 0, "cwnd": 18}
+    return tb
+
+
+@cocotb.test(skip=CONFIG != "rel_q4")
+async def test_nak_trimmed(dut):
+    """NAK TRIMMED retransmits that PSN at once and takes cwnd_trim_dec off the window."""
+    tb = await _trim_psn_3(dut)
     # a NAK for an already SACKed or unsent PSN does nothing
     tb.ack(0, 1, syndrome=L.NAK_TRIMMED, psn=2, bitmap=0b1)
     tb.ack(0, 1, syndrome=L.NAK_TRIMMED, psn=9, bitmap=0b1)
@@ -519,6 +526,41 @@ async def test_nak_trimmed(dut):
     c2 = await tb.counters()
     assert c2["acks_ignored"] == c["acks_ignored"] + 1 and c2["acks"] == c["acks"]
     assert len(tb.retx.records()) == 1 and await tb.read("qp_ctrl", 0) == 3
+
+
+@cocotb.test(skip=CONFIG != "rel_q4")
+async def test_nak_trimmed_once_per_psn(dut):
+    """A second NAK TRIMMED for a PSN already resent by a NAK is refused and counted
+    (naks_trim_repeat): one retransmit and one window cut per PSN between timeouts.
+    The timer resends it; a NAK of the timeout's copy is honoured again."""
+    t = 8
+    tb = await _trim_psn_3(dut, t=t, ev_thr=0)
+    tb.send(0, 3, ev=4, retx=1, wqe=3)  # TX resends it
+    # the resent copy trimmed too (or a forged NAK naming it): refused, twice
+    for _ in range(2):
+        tb.ack(0, 1, syndrome=L.NAK_TRIMMED, psn=3, bitmap=0b1)
+    await tb.settle()
+    assert len(tb.retx.records()) == 1
+    assert min(r["cwnd"] for r in tb.cwnd_upd.records()) == 18
+    c = await tb.counters()
+    assert (c["naks_trimmed"], c["retx_nak"], c["naks_trim_repeat"]) == (3, 1, 2), c
+    assert c["timeouts"] == 0
+    # the timer resends every PSN in flight but the SACKed one, 3 among them
+    start = len(tb.retx.items)
+    await ClockCycles(dut.clk, (UNIT << t) + 10 * ERROR_BOUND)
+    assert [r for _, r in tb.retx.items[start:]] == [
+        {"qpn": 0, "psn": p, "reason": 0} for p in (3, 4, 5)]
+    for p in (3, 4, 5):
+        tb.send(0, p, ev=(p + 2) % 8, retx=1, wqe=p)
+    cuts = len(tb.cwnd_upd.records())
+    # the timeout's copy of 3 trimmed: a fast retransmit again, and a window cut
+    tb.ack(0, 1, syndrome=L.NAK_TRIMMED, psn=3, bitmap=0b1)
+    await tb.settle()
+    assert tb.retx.records()[-1] == {"qpn": 0, "psn": 3, "reason": 2}
+    new_cwnd = [r["cwnd"] for r in tb.cwnd_upd.records()[cuts:]]
+    assert new_cwnd and new_cwnd[-1] < tb.cwnd_upd.records()[cuts - 1]["cwnd"], new_cwnd
+    c2 = await tb.counters()
+    assert (c2["retx_nak"], c2["naks_trim_repeat"], c2["timeouts"]) == (2, 2, 1), c2
 
 
 @cocotb.test(skip=CONFIG != "rel_q4")

@@ -16,6 +16,7 @@ import cocotb
 
 from host_driver import layers as L
 from host_driver.driver import Completion, WrOpcode
+from sim.system.attack_setup import write_into_dead_paths
 from sim.system.harness import IPS, MACS, SystemTB
 from sim.system.simhw import SIM_TOPLEVEL, SimTwoNicTop
 from sim.system.top import NIC_PARAMS
@@ -52,20 +53,7 @@ async def test_forged_ack_with_every_path_down(dut):
     await tb.ends[0].dev.rel.write("cwnd_init", NIC_PARAMS["window"])
     await tb.connect(sq_log2=4, timeout=9)
     a, b = tb.ends
-    for p in range(tb.fabric.num_paths):
-        tb.fabric.set_path_up(p, False, direction=0)
-    payload = tb.random_bytes(4096)
-    a.dev.mem.write(a.send_buf, payload)
-    await a.qp.post_send(WrOpcode.WRITE, local_addr=a.send_buf, length=4096,
-                         remote_addr=b.recv_buf, rkey=b.mr.rkey)
-    while len(tb.fabric.directions[0].log) < 4:  # all four packets sent (and lost)
-        await tb.cycles(16)
-    una = await a.dev.rel.read("una_psn", a.qp.qpn)  # the WRITE's first PSN
-    for _ in range(100):  # until reliability has taken TX's four sent records
-        if await a.dev.rel.read("nxt_psn", a.qp.qpn) == (una + 4) & 0xFFFFFF:
-            break
-        await tb.cycles(16)
-    assert await a.dev.rel.read("nxt_psn", a.qp.qpn) == (una + 4) & 0xFFFFFF
+    payload, una = await write_into_dead_paths(tb)
     last = (una + 3) & 0xFFFFFF
     # the forged ACK of issue 26: from 10.0.0.66, naming every PSN of the WRITE
     tb.fabric.inject(0, forged_ack(0, a.qp.qpn, last, src_ip=FORGER_IP, src_mac=FORGER_MAC))
@@ -87,6 +75,44 @@ async def test_forged_ack_with_every_path_down(dut):
     cqes = await a.qp.send_cq.wait(1, timeout_cycles=2_000_000)
     assert [(c.status, c.byte_len) for c in cqes] == [(Completion.SUCCESS, 4096)]
     assert b.dev.mem.read(b.recv_buf, 4096) == payload
+    await tb.quiesce()
+    await tb.check_counters(0, packets=4, messages=1)
+    await tb.check_counters(1, packets=0, messages=0)
+
+
+@cocotb.test()
+async def test_forged_naks_cost_one_retransmit(dut):
+    """docs/security.md's bound end to end: every path NIC 0 -> NIC 1 down, a
+    4 KiB WRITE (4 PSNs) in flight; five NAK TRIMMED from the peer's own
+    address (what the NIC cannot tell from the peer's) for each of its PSNs
+    cost one retransmit and one window cut per PSN: 4 retx_nak, the 16 others
+    refused (naks_trim_repeat). Once the paths are up the timer resends the
+    WRITE, which completes SUCCESS, byte-exact."""
+    tb = SystemTB(dut, seed=43, keep_log=True)
+    await tb.init()
+    await tb.ends[0].dev.rel.write("cwnd_init", NIC_PARAMS["window"])
+    await tb.connect(sq_log2=4, timeout=9)
+    a, b = tb.ends
+    payload, una = await write_into_dead_paths(tb)
+    before = await tb.counters(0)
+    for _ in range(5):
+        for k in range(4):
+            psn = (una + k) & 0xFFFFFF
+            tb.fabric.inject(0, forged_ack(0, a.qp.qpn, (una - 1) & 0xFFFFFF, psn=psn,
+                                           syndrome=L.NAK_TRIMMED))
+        await tb.cycles(400)
+    await tb.cycles(2000)
+    c = await tb.counters(0)
+    got = {n: c[f"rel.{n}"] - before[f"rel.{n}"]
+           for n in ("naks_trimmed", "retx_nak", "naks_trim_repeat", "timeouts")}
+    assert got == {"naks_trimmed": 20, "retx_nak": 4, "naks_trim_repeat": 16,
+                   "timeouts": 0}, got
+    for p in range(tb.fabric.num_paths):
+        tb.fabric.set_path_up(p, True, direction=0)
+    cqes = await a.qp.send_cq.wait(1, timeout_cycles=2_000_000)
+    assert [(c.status, c.byte_len) for c in cqes] == [(Completion.SUCCESS, 4096)]
+    assert b.dev.mem.read(b.recv_buf, 4096) == payload
+    assert (await tb.counters(0))["rel.timeouts"] >= 1
     await tb.quiesce()
     await tb.check_counters(0, packets=4, messages=1)
     await tb.check_counters(1, packets=0, messages=0)
@@ -193,5 +219,6 @@ def test_attacker():
     run_cocotb(name="system_two_nic_sim", elaborate=SimTwoNicTop, toplevel=SIM_TOPLEVEL,
                test_module="tests.system.test_attacker",
                testcase=["test_forged_ack_with_every_path_down",
+                         "test_forged_naks_cost_one_retransmit",
                          "test_attacker_during_transfer"],
                test_dir=SIM_BUILD / "system_two_nic_sim" / "attacker")

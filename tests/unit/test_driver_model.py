@@ -288,7 +288,11 @@ def test_sack_threshold_retransmits_holes_without_timeout():
 def test_trimmed_packets_are_nacked_and_resent():
     """5 % of the data frames NIC 0 -> NIC 1 trimmed at random: RX counts each
     and answers NAK TRIMMED (TRIM_NACK on), reliability resends each at once
-    (reason NAK), no timeout, no EV blamed; memory exact."""
+    (reason NAK), no EV blamed; memory exact. A resent copy trimmed again is
+    not resent by its NAK (one fast retransmit per PSN between timeouts,
+    docs/protocol.md): that NAK counts in naks_trim_repeat and the timer
+    resends the PSN, so retx_nak == trimmed with no timeout exactly when no
+    resent copy was trimmed."""
     async def body():
         tb = await connected(26, timeout=14)
         tb.fabric.set_trim(prob=0.05, direction=0)
@@ -299,8 +303,10 @@ def test_trimmed_packets_are_nacked_and_resent():
         trimmed = sum(p.trimmed for p in tb.fabric.paths(0))
         c0, c1 = await tb.ends[0].dev.counters(), await tb.ends[1].dev.counters()
         assert trimmed > 0 and c1["rx.trimmed"] == trimmed == c1["rx.naks_sent"], c1
-        assert c0["rel.naks_trimmed"] == c0["rel.retx_nak"] == trimmed, c0
-        assert c0["rel.timeouts"] == 0 and c0["rel.ev_to_bad"] == 0, c0
+        assert c0["rel.naks_trimmed"] == trimmed, c0
+        assert c0["rel.retx_nak"] + c0["rel.naks_trim_repeat"] == trimmed, c0
+        assert (c0["rel.timeouts"] == 0) == (c0["rel.naks_trim_repeat"] == 0), c0
+        assert c0["rel.ev_to_bad"] == 0, c0
         assert c1["rx.placed"] == 256
         assert await tb.ends[0].dev.ev_states(tb.ends[0].qp) == [0] * 8
     run(body())

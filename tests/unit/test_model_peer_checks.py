@@ -4,8 +4,9 @@ state and are counted, each reason in its own counter."""
 
 import asyncio
 
-from host_driver.driver import Completion, WrOpcode
+from host_driver.driver import Completion
 from sim.model.packet import ACK, AETH_ACK, DATA, NAK_TRIMMED, PROBE_RESP, Forged, Packet
+from sim.system.attack_setup import write_into_dead_paths
 from sim.system.model_harness import ModelSystem
 
 FORGER_IP = 0x0A000042  # 10.0.0.66
@@ -31,28 +32,23 @@ def forged_ack(tb, to_nic, qpn, cum_psn, *, syndrome=AETH_ACK, psn=None, sack_ba
     return pkt
 
 
+async def _dead_path_write():
+    """Two connected model NICs, every path NIC 0 -> NIC 1 down, a 4 KiB WRITE in
+    flight: (tb, payload, its first PSN)."""
+    tb = ModelSystem(seed=5)
+    await tb.init()
+    await tb.connect(sq_log2=4, timeout=9)
+    return (tb, *await write_into_dead_paths(tb))
+
+
 def test_forged_ack_completes_nothing():
     """Issue 26's reproduction on the model: every path NIC 0 -> NIC 1 down, a
     4 KiB WRITE posted; forged ACKs naming its PSNs (from 10.0.0.66, to another
     IP, to another MAC, to a QP not in RTS, with a bad sack_base) complete
     nothing and are counted; once the paths are up the WRITE completes."""
     async def body():
-        tb = ModelSystem(seed=5)
-        await tb.init()
-        await tb.connect(sq_log2=4, timeout=9)
+        tb, payload, una = await _dead_path_write()
         a, b = tb.ends
-        for p in range(tb.fabric.num_paths):
-            tb.fabric.set_path_up(p, False, direction=0)
-        payload = tb.random_bytes(4096)
-        a.dev.mem.write(a.send_buf, payload)
-        await a.qp.post_send(WrOpcode.WRITE, local_addr=a.send_buf, length=4096,
-                             remote_addr=b.recv_buf, rkey=b.mr.rkey)
-        una = await a.dev.rel.read("una_psn", a.qp.qpn)  # the WRITE's first PSN
-        for _ in range(100):  # until all four packets are sent (and lost)
-            await a.dev.transport.idle(100)
-            if await a.dev.rel.read("nxt_psn", a.qp.qpn) == (una + 4) & 0xFFFFFF:
-                break
-        assert await a.dev.rel.read("nxt_psn", a.qp.qpn) == (una + 4) & 0xFFFFFF
         last = (una + 3) & 0xFFFFFF
         q = a.qp.qpn
         peer = ip(b.dev.ip)
@@ -123,4 +119,39 @@ def test_forged_trim_and_replayed_probe_answer():
         assert cb["rx.naks_sent"] == before[1]["rx.naks_sent"]
         assert ca["rel.probes_stale"] - before[0]["rel.probes_stale"] == 1
         assert ca["rel.ev_to_good"] == before[0]["rel.ev_to_good"]
+    asyncio.run(body())
+
+
+def test_second_nak_trimmed_costs_no_retransmit():
+    """docs/security.md's bound on the model: NAK TRIMMED from the peer's own
+    address naming an in-flight PSN (every path down, so nothing arrives) costs
+    one retransmit and one window cut (the model NIC's window is the
+    hardware's, so the cut is the golden model's, taken with the retransmit);
+    the same NAK again, twice, is refused
+    and counted (naks_trim_repeat) and changes neither. The timer resends the
+    PSN; once the paths are up the WRITE completes."""
+    async def body():
+        tb, payload, una = await _dead_path_write()
+        a, b = tb.ends
+        q = a.qp.qpn
+        model_qp = a.nic.qps[q]
+        before = await a.dev.counters()
+        for _ in range(3):
+            tb.fabric.inject(0, forged_ack(tb, 0, q, (una - 1) & 0xFFFFFF,
+                                           syndrome=NAK_TRIMMED, psn=(una + 1) & 0xFFFFFF))
+            await a.dev.transport.idle(200)
+        after = await a.dev.counters()
+        delta = {n: after[f"rel.{n}"] - before[f"rel.{n}"]
+                 for n in ("naks_trimmed", "retx_nak", "naks_trim_repeat", "timeouts")}
+        assert delta == {"naks_trimmed": 3, "retx_nak": 1, "naks_trim_repeat": 2,
+                         "timeouts": 0}, delta
+        # MrcQp.on_ack's trim branch: the retransmit and the window cut together
+        assert [(p, why) for _, p, _, why in model_qp.retx_log] == [
+            ((una + 1) & 0xFFFFFF, "trim")], model_qp.retx_log
+        for p in range(tb.fabric.num_paths):
+            tb.fabric.set_path_up(p, True, direction=0)
+        cqes = await a.qp.send_cq.wait(1, timeout_cycles=2_000_000)
+        assert [c.status for c in cqes] == [Completion.SUCCESS]
+        assert b.dev.mem.read(b.recv_buf, 4096) == payload
+        assert (await a.dev.counters())["rel.timeouts"] >= 1
     asyncio.run(body())
