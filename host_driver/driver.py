@@ -770,6 +770,19 @@ class Device:
         return [(await self.rel.read_fields("ev", qp.qpn * per_qp + i))["state"]
                 for i in range(per_qp)]
 
+    async def ev_events_pending(self) -> bool:
+        """Whether reliability's EV event queue holds events, as an interrupt
+        handler learns it. With the transport's interrupt line
+        (``irq_high()``) low, nothing is queued (``irq`` is the queue's
+        not-empty or a send CQE since ``irq_status`` was last read) and no CSR
+        is read; high, ``irq_status`` is read, which clears its completion
+        cause, and its event cause answers. A transport without the line:
+        True, with no CSR read (``read_ev_events`` reads the count)."""
+        level = getattr(self.transport, "irq_high", lambda: None)()
+        if level is None:
+            return True
+        return level and bool((await self.rel.read_fields("irq_status"))["event"])
+
     async def read_ev_events(self) -> list[EvEvent]:
         """Pop every queued EV state change (reliability's event queue)."""
         events = []

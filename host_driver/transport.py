@@ -5,7 +5,9 @@ A transport gives the driver three things:
 - ``await read32(addr)`` / ``await write32(addr, value)`` on the NIC's CSR space;
 - ``mem``: host memory with ``alloc(size, align)``, ``read(addr, n)`` and
   ``write(addr, data)`` (the NIC reaches the same bytes over its DMA master);
-- ``await idle(cycles)``: let the NIC run for a while (polling loops).
+- ``await idle(cycles)``: let the NIC run for a while (polling loops);
+- optionally ``irq_high()``: the level of the NIC's interrupt line now, or
+  None when the transport has none (the driver then reads the causes).
 
 ``CocotbTransport`` drives a NicCore in a cocotb testbench: cocotbext-axi's
 ``AxiLiteMaster`` on ``s_axil`` and an ``AxiRam`` on ``m_axi``.
@@ -67,11 +69,17 @@ class CocotbTransport:
     ``s_axil``, ``ram`` an ``AxiRam`` of ``ram_size`` bytes on its ``m_axi``
     (or anything with the same ``read``/``write``). ``clock_ns``: the clock's
     period, to let ``idle`` pass as one timer instead of counting edges
-    (Python then wakes once per poll, not once per cycle)."""
+    (Python then wakes once per poll, not once per cycle). ``irq``: the
+    NIC's ``irq`` port, for ``irq_high``."""
 
-    def __init__(self, axil, ram, ram_size: int, clock, clock_ns: float | None = None):
-        self.axil, self.clock, self.clock_ns = axil, clock, clock_ns
+    def __init__(self, axil, ram, ram_size: int, clock, clock_ns: float | None = None,
+                 irq=None):
+        self.axil, self.clock, self.clock_ns, self.irq = axil, clock, clock_ns, irq
         self.mem = HostMemory(ram, ram_size)
+
+    def irq_high(self) -> bool | None:
+        """The ``irq`` port's level (None without one): a port read, no CSR access."""
+        return None if self.irq is None else bool(self.irq.value)
 
     async def read32(self, addr: int) -> int:
         return await self.axil.read_dword(addr)

@@ -231,13 +231,15 @@ def run_cocotb(
         build_args += ["--trace-fst" if waves == "fst" else "--trace", "--trace-structs"]
         if waves == "fst":
             build_args += fst_build_args()
+    # Variables of Verilator's makefile (e.g. OPT_FAST) a component sets.
+    make_vars = list(getattr(component, "make_vars", ()))
     # A component with ``build_key()`` (a digest of everything its Verilog
     # depends on) skips Amaranth's conversion and Verilator's run when the key
     # and the options are those of the simulator already built.
     key = None
     if hasattr(component, "build_key"):
         key = hashlib.sha256(repr((component.build_key(), toplevel, build_args, waves,
-                                   [str(p) for p in sources])).encode()).hexdigest()
+                                   [str(p) for p in sources], make_vars)).encode()).hexdigest()
     stamp = build_dir / "build_key"
     # One build at a time per build directory: pytest-xdist workers running
     # test files that share a simulator (tests/system) wait for the first
@@ -251,7 +253,7 @@ def run_cocotb(
         else:
             stamp.unlink(missing_ok=True)
             export_verilog(component, toplevel, src)
-            _build(runner, sources, toplevel, build_dir, build_args, waves)
+            _build(runner, sources, toplevel, build_dir, build_args, waves, make_vars)
             if key:
                 stamp.write_text(key)
     env = {"PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
@@ -270,13 +272,32 @@ def run_cocotb(
     )
 
 
-def _build(runner, sources, toplevel, build_dir, build_args, waves) -> None:
-    runner.build(
-        sources=sources,
-        hdl_toplevel=toplevel,
-        build_dir=build_dir,
-        build_args=build_args,
-        waves=bool(waves),
-        timescale=("1ns", "1ps"),
-        log_file=build_dir / "build.log",
-    )
+def _build(runner, sources, toplevel, build_dir, build_args, waves, make_vars=()) -> None:
+    # make does not see a changed variable (e.g. OPT_FAST) as a reason to
+    # recompile: objects built with other variables go first (a build dir
+    # without the file was built with none).
+    used = build_dir / "make_vars"
+    text = "\n".join(make_vars)
+    if (used.read_text() if used.exists() else "") != text:
+        for pattern in ("*.o", "*.a", "*.gch", toplevel):
+            for path in build_dir.glob(pattern):
+                path.unlink()
+    flags = os.environ.get("MAKEFLAGS")
+    if make_vars:  # the runner's make of Vtop.mk reads them from MAKEFLAGS
+        os.environ["MAKEFLAGS"] = " ".join([flags or "", *make_vars]).strip()
+    try:
+        runner.build(
+            sources=sources,
+            hdl_toplevel=toplevel,
+            build_dir=build_dir,
+            build_args=build_args,
+            waves=bool(waves),
+            timescale=("1ns", "1ps"),
+            log_file=build_dir / "build.log",
+        )
+    finally:
+        if flags is None:
+            os.environ.pop("MAKEFLAGS", None)
+        else:
+            os.environ["MAKEFLAGS"] = flags
+    used.write_text(text)

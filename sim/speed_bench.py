@@ -45,7 +45,7 @@ PROFILE_CFG = DemoConfig(rounds=2, shard_bytes=64 * 1024)
 def scenarios() -> list[tuple[str, DemoConfig]]:
     from sim.system_bench import scenarios as system_scenarios
 
-    return [("demo (make sim)", DemoConfig()), *system_scenarios()]
+    return [("demo's ring, 5 x 128 KiB", DemoConfig()), *system_scenarios()]
 
 
 def measure(harness: str, cfg: DemoConfig, waves, tag: str, profile: bool = False) -> dict:

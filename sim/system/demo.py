@@ -79,6 +79,9 @@ CLK_NS = 8  # sim.system.harness.CLK_NS: 125 MHz
 DATA_WIDTH = 64
 LINE_RATE_GBPS = DATA_WIDTH / CLK_NS  # 64 bit x 125 MHz = 8 Gb/s
 EV_STATE_NAMES = {0: "GOOD", 1: "ASSUMED_BAD", 2: "DENIED"}
+# Bytes a NIC sends (and receives) in all: each has its own send and receive
+# buffer in the harness' 32 MiB host memory per NIC (sim.system.harness.RAM_SIZE).
+MAX_DATA_BYTES = 12 << 20
 
 __all__ = ["DemoConfig", "ring_workload", "run", "analyse", "write_report", "write_pcap",
            "plot", "data_frame_info", "LINE_RATE_GBPS"]
@@ -131,10 +134,10 @@ class DemoConfig:
         if self.qps < 1 or self.messages % self.qps:
             raise ValueError(f"messages ({self.messages}) must be a multiple of qps "
                              f"({self.qps}), and qps >= 1")
-        if self.rounds * self.shard_bytes > 3 << 20:
+        if self.rounds * self.shard_bytes > MAX_DATA_BYTES:
             raise ValueError(f"rounds x shard_bytes = {self.rounds * self.shard_bytes} B: the "
-                             f"harness' 8 MiB host memory per NIC holds at most 3 MiB of "
-                             f"receive and 3 MiB of send buffer")
+                             f"harness' 32 MiB host memory per NIC holds at most 12 MiB of "
+                             f"receive and 12 MiB of send buffer")
         if not 0 <= self.fail_path < self.paths or self.fail_direction not in (0, 1):
             raise ValueError(f"fail_path must be in 0..{self.paths - 1} and fail_direction 0 "
                              f"or 1, not {self.fail_path}, {self.fail_direction}")

@@ -41,7 +41,7 @@ from sim.system.simhw import SimHw
 __all__ = ["SystemTB", "Endpoint", "Connection", "CLK_NS", "RAM_SIZE", "ev_owner"]
 
 CLK_NS = 8
-RAM_SIZE = 1 << 23  # 8 MiB of host memory per NIC
+RAM_SIZE = 1 << 25  # 32 MiB of host memory per NIC
 MACS = ("02:00:00:00:00:01", "02:00:00:00:00:02")
 IPS = ("10.0.0.1", "10.0.0.2")
 EV_BASES = (0xC000, 0xD000)  # NIC i's QP k sprays over EV_BASES[i] + 16 k + (0..7)
@@ -141,7 +141,8 @@ class SystemTB:
                 sinks.append(self.simhw.sink(i))
                 sources.append(self.simhw.source(i))
                 cocotb.start_soon(self.simhw.watch(i))
-                transport = CocotbTransport(axil, ram, RAM_SIZE, dut.clk, clock_ns=CLK_NS)
+                transport = CocotbTransport(axil, ram, RAM_SIZE, dut.clk, clock_ns=CLK_NS,
+                                            irq=getattr(dut, f"n{i}_irq"))
             else:
                 ram = AxiRam(AxiBus.from_prefix(dut, f"n{i}_m_axi", bus_separator="__"),
                              dut.clk, dut.rst, size=RAM_SIZE)
@@ -151,7 +152,8 @@ class SystemTB:
                 sources.append(AxiStreamSource(
                     AxiStreamBus.from_prefix(dut, f"n{i}_mac_rx", bus_separator="__"),
                     dut.clk, dut.rst))
-                transport = CocotbTransport(axil, ram, RAM_SIZE, dut.clk)
+                transport = CocotbTransport(axil, ram, RAM_SIZE, dut.clk,
+                                            irq=getattr(dut, f"n{i}_irq"))
             self.ends.append(Endpoint(Device(transport), ram))
         self.fabric = Fabric(sinks, sources, num_paths=num_paths, delay_ns=delay_ns, seed=seed,
                              keep_log=keep_log)

@@ -42,7 +42,7 @@ __all__ = ["BUILD_IDS", "Endpoint", "ModelFabricControl", "ModelSystem", "MACS",
 # The build IDs the RTL system top gives its two NICs (one shared ID, or one each)
 BUILD_IDS = getattr(_rtl_top, "BUILD_IDS", None) or (_rtl_top.BUILD_ID,) * 2
 UNLIMITED = 1 << 62  # bytes: a queue that never overflows or marks
-RAM_SIZE = 1 << 23  # 8 MiB of host memory per NIC, as the RTL harness
+RAM_SIZE = 1 << 25  # 32 MiB of host memory per NIC, as the RTL harness
 # The RTL harness's addresses and EV profiles (sim/system/harness.py)
 MACS = ("02:00:00:00:00:01", "02:00:00:00:00:02")
 IPS = ("10.0.0.1", "10.0.0.2")

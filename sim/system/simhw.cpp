@@ -21,8 +21,17 @@ namespace {
 
 constexpr int NICS = 2;
 
+struct Beat {  // a write beat held until its burst's last beat
+    uint64_t base;
+    uint64_t data;
+    int strb;
+};
+
 struct Memory {
     std::vector<uint8_t> bytes;
+    std::vector<Beat> burst;   // the write burst in progress
+    int64_t drop_in = -1;      // test hook: the write beat that loses ``drop_lanes``
+    int drop_lanes = 0;
     uint64_t errors = 0;       // accesses outside the memory, or a burst type other than INCR
     uint64_t first_error = 0;  // the address of the first (for the message)
 };
@@ -68,6 +77,8 @@ int mrc_sim_reset(uint64_t mem_bytes) {
     for (int i = 0; i < NICS; i++) {
         mem[i].bytes.assign(mem_bytes, 0);
         mem[i].errors = mem[i].first_error = 0;
+        mem[i].burst.clear();
+        mem[i].drop_in = -1;
         tx[i] = TxStream();
         rx[i] = RxStream();
     }
@@ -75,6 +86,13 @@ int mrc_sim_reset(uint64_t mem_bytes) {
 }
 
 uint8_t* mrc_mem_ptr(int nic) { return mem[nic].bytes.data(); }
+
+// A broken DMA, for tests that the checks catch one: the NIC's write beat
+// ``beats`` beats from now (0: the next) loses its byte lanes ``lanes``.
+void mrc_mem_drop_lanes(int nic, uint64_t beats, int lanes) {
+    mem[nic].drop_in = (int64_t)beats;
+    mem[nic].drop_lanes = lanes;
+}
 uint64_t mrc_mem_errors(int nic) { return mem[nic].errors; }
 uint64_t mrc_mem_first_error(int nic) { return mem[nic].first_error; }
 
@@ -116,16 +134,24 @@ int64_t mrc_mem_read(int nic, int64_t addr) {
     return (int64_t)v;
 }
 
-// Write the byte lanes of ``strb`` of the aligned word holding ``addr``.
-void mrc_mem_write(int nic, int64_t addr, int64_t data, int strb) {
+// One beat of a write burst: the byte lanes of ``strb`` of the aligned word
+// holding ``addr``. The burst's beats reach the memory together at its last
+// beat (``last``), as a PCIe write of the burst lands whole in host memory:
+// the host (a backdoor read) never sees part of a burst, e.g. a CQE whose
+// phase byte is written and whose last beat is not.
+void mrc_mem_write(int nic, int64_t addr, int64_t data, int strb, int last) {
     Memory& m = mem[nic];
     uint64_t base = (uint64_t)addr & ~uint64_t(7);
-    if (!in_range(m, base, 8)) {
+    if (m.drop_in >= 0 && m.drop_in-- == 0) strb &= ~m.drop_lanes;
+    if (!in_range(m, base, 8))
         mem_error(m, (uint64_t)addr);
-        return;
-    }
-    for (int b = 0; b < 8; b++)
-        if (strb >> b & 1) m.bytes[base + b] = (uint8_t)((uint64_t)data >> (8 * b));
+    else
+        m.burst.push_back(Beat{base, (uint64_t)data, strb});
+    if (!last) return;
+    for (const Beat& w : m.burst)
+        for (int b = 0; b < 8; b++)
+            if (w.strb >> b & 1) m.bytes[w.base + b] = (uint8_t)(w.data >> (8 * b));
+    m.burst.clear();
 }
 
 // A burst the memory does not serve as asked (not INCR, or WLAST on the

@@ -10,6 +10,10 @@ wrapper ``two_nic_sim`` that adds, per NIC i:
   width; one beat per cycle; a write burst's AW is taken when no burst or B
   is pending, W beats from the next cycle, B in the cycle after the burst's
   last beat; a read burst's first beat is on R in the cycle after its AR.
+  A write burst's bytes reach the memory together, at its last beat (as a
+  PCIe write lands whole): Python never sees half a burst, such as a CQE
+  whose phase byte (beat 2 of 4 on 64 bits) is in and whose WQE index
+  (beat 3) is not.
   An access outside the memory, a burst that is not INCR, or WLAST on the
   wrong beat is counted and raises ``n{i}_mem_error`` (sticky until reset),
   which fails the test (``SimHw.watch``).
@@ -83,7 +87,8 @@ def build_library() -> Path:
 _DPI = """\
 import "DPI-C" function longint mrc_mem_read(input int nic, input longint addr);
 import "DPI-C" function void mrc_mem_write(input int nic, input longint addr,
-                                           input longint data, input int strb);
+                                           input longint data, input int strb,
+                                           input int last);
 import "DPI-C" function void mrc_mem_protocol_error(input int nic, input longint addr);
 import "DPI-C" function int mrc_mem_failed(input int nic);
 import "DPI-C" function void mrc_tx_beat(input int nic, input longint data, input int keep,
@@ -127,7 +132,7 @@ module mrc_sim_axi_mem #(parameter int NIC = 0, parameter int IW = 1) (
         if (awburst != 2'b01) mrc_mem_protocol_error(NIC, awaddr);
       end
       if (wvalid && wready) begin
-        mrc_mem_write(NIC, w_addr, wdata, {24'd0, wstrb});
+        mrc_mem_write(NIC, w_addr, wdata, {24'd0, wstrb}, {31'd0, w_left == 8'd0});
         if (wlast != (w_left == 8'd0)) mrc_mem_protocol_error(NIC, w_addr);
         w_addr <= next_addr(w_addr, w_size);
         w_left <= w_left - 8'd1;
@@ -268,6 +273,8 @@ def _load_from(lib: ctypes.CDLL) -> ctypes.CDLL:
     u8p, u64 = ctypes.POINTER(ctypes.c_uint8), ctypes.c_uint64
     lib.mrc_sim_reset.argtypes, lib.mrc_sim_reset.restype = [u64], ctypes.c_int
     lib.mrc_mem_ptr.argtypes, lib.mrc_mem_ptr.restype = [ctypes.c_int], ctypes.c_void_p
+    lib.mrc_mem_drop_lanes.argtypes = [ctypes.c_int, u64, ctypes.c_int]
+    lib.mrc_mem_drop_lanes.restype = None
     for name in ("mrc_mem_errors", "mrc_mem_first_error"):
         getattr(lib, name).argtypes, getattr(lib, name).restype = [ctypes.c_int], u64
     lib.mrc_tx_peek.argtypes, lib.mrc_tx_peek.restype = [ctypes.c_int], ctypes.c_int
@@ -302,6 +309,12 @@ class HostRam:
     def errors(self) -> tuple[int, int]:
         """(count, first address) of the NIC's bad DMA accesses."""
         return self.lib.mrc_mem_errors(self.nic), self.lib.mrc_mem_first_error(self.nic)
+
+    def drop_lanes(self, beats: int, lanes: int) -> None:
+        """Break the NIC's DMA once, to show a check catches it: its write
+        beat ``beats`` beats from now (0: the next) loses the byte lanes of
+        the mask ``lanes``."""
+        self.lib.mrc_mem_drop_lanes(self.nic, beats, lanes)
 
 
 @dataclass

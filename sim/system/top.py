@@ -65,6 +65,10 @@ class TwoNicTop(wiring.Component):
     # cocotb touches only the top's ports: Verilator need not keep the inside
     # public (sim/cocotb_runner.py), which makes the build several times smaller.
     cocotb_public = False
+    # The model's hot code at -O1, not Verilator's -Os: its C++ compiles in
+    # about a third of the compiler time (the build is most of a first
+    # ``make sim``) and the model runs as fast (docs/benchmarks.md).
+    make_vars = ("OPT_FAST=-O1",)
 
     def build_key(self) -> str:
         """What the Verilog depends on: the gateware sources and the parameters

@@ -13,7 +13,10 @@ simulator) serves every test here.
 
 from __future__ import annotations
 
+import dataclasses
+
 import cocotb
+import pytest
 from cocotb.utils import get_sim_time
 
 from host_driver.driver import Completion, Device, EvProfile, EvState, QpState, WrOpcode
@@ -762,6 +765,56 @@ async def test_remote_access_error_ends_the_qp(dut):
              ignored=ca["rel.acks_ignored"], placed=cnt_b["rx.placed"])
 
 
+@cocotb.test()
+async def test_broken_nic_fails_the_checks(dut):
+    """The checks the system tests make still catch a broken NIC or harness
+    on two_nic_sim: after 64 KiB NIC 0 -> NIC 1 that passes all of them, a
+    byte flipped in NIC 1's host memory fails the byte-exact check, a counter
+    read off by one fails the counter equations, a send completion off from
+    the golden model's fails that comparison, and a DMA that drops one byte
+    of one write beat of the next transfer fails the byte-exact check."""
+    tb = SystemTB(dut, seed=43, keep_log=True)
+    await tb.init()
+    await tb.connect(sq_log2=4)
+    sizes = [16 * 1024] * 4
+    posted, payload, early = await transfer(tb, 0, sizes, model_ids=0)
+    cqes = await complete_all(tb.ends[0], posted, early)
+    check_memory(tb, 1, payload)
+    model = model_flows([{"src": "a", "dst": "b", "messages": len(sizes), "size": sizes[0],
+                          "imm": False, "depth": 16}])[0]
+    assert normalise_rtl(cqes, [], imm=False) == model
+    await tb.quiesce()
+    await tb.check_counters(0, packets=packets_of(sizes), messages=len(sizes))
+    # a byte flipped in the receiver's memory after the transfer
+    ram, at = tb.ends[1].ram, tb.ends[1].recv_buf + 12345
+    ram.write(at, bytes([payload[12345] ^ 0x40]))
+    with pytest.raises(AssertionError, match="differs from byte 12345 of"):
+        check_memory(tb, 1, payload)
+    ram.write(at, payload[12345:12346])
+    check_memory(tb, 1, payload)
+    # a counter read off by one
+    counters = tb.counters
+
+    async def off_by_one(i):
+        c = await counters(i)
+        c["rx.placed"] += i
+        return c
+
+    tb.counters = off_by_one
+    with pytest.raises(AssertionError, match="counter equation"):
+        await tb.check_counters(0, packets=packets_of(sizes), messages=len(sizes))
+    tb.counters = counters
+    # a send completion one byte short of the model's
+    short = [dataclasses.replace(c, byte_len=c.byte_len - (k == 2)) for k, c in enumerate(cqes)]
+    assert normalise_rtl(short, [], imm=False) != model
+    # NIC 1's DMA loses byte 4 of its 300th write beat from now
+    ram.drop_lanes(299, 0x10)
+    posted, payload, early = await transfer(tb, 0, sizes)
+    await complete_all(tb.ends[0], posted, early)
+    with pytest.raises(AssertionError, match=f"differs from byte {299 * 8 + 4} of"):
+        check_memory(tb, 1, payload)
+
+
 # ---- pytest entry points: one simulator build; each list shares one simulator run ---------
 
 DEFAULT_TESTS = ["test_discovery", "test_write_lossless_8_paths",
@@ -771,7 +824,7 @@ DEFAULT_TESTS = ["test_discovery", "test_write_lossless_8_paths",
                  "test_sixteen_qps_both_directions", "test_total_outage_retry_exhausted",
                  "test_csr_sweep_changes_nothing", "test_ecn_bottleneck_cuts_and_regrows_window",
                  "test_full_receive_cq_loses_nothing", "test_requester_corner_cases",
-                 "test_remote_access_error_ends_the_qp"]
+                 "test_remote_access_error_ends_the_qp", "test_broken_nic_fails_the_checks"]
 # The fault cases: 1 % loss both ways, 1 MiB at 1 % loss, reordering, a path down
 # then up through probes. In the default suite (about 15 s of simulation on
 # two_nic_sim); their own run, so that a failure names the set.

@@ -320,6 +320,39 @@ def test_controller_ev_state_and_events():
     assert [(e.qpn, e.ev_index, e.old, e.new, e.drops) for e in events] == [(1, 3, 0, 1, 9)]
 
 
+def test_ev_events_pending_reads_irq_status_only_when_the_line_is_high():
+    """The interrupt line low: no CSR read, nothing pending. High: one read
+    of irq_status, whose event cause answers. No line: pending, no read."""
+
+    class Reads(FakeNic):
+        def __init__(self):
+            super().__init__()
+            self.reads = []
+
+        async def read32(self, addr):
+            self.reads.append(addr)
+            return await super().read32(addr)
+
+    async def body():
+        nic = Reads()
+        dev, _ = await ready_device(nic)
+        status = dev.rel.addr("irq_status")
+        nic.words[status] = 0
+        nic.reads.clear()
+        assert await dev.ev_events_pending() is True and nic.reads == []  # no line
+        nic.irq_high = lambda: False
+        nic.words[status] = 1
+        nic.reads.clear()
+        assert await dev.ev_events_pending() is False and nic.reads == []
+        nic.irq_high = lambda: True
+        for word, pending in ((1, True), (2, False), (3, True)):
+            nic.words[status] = word
+            nic.reads.clear()
+            assert await dev.ev_events_pending() is pending and nic.reads == [status]
+
+    run(body())
+
+
 def test_addresses_must_fit_the_devices_dma_address_width():
     from hw.nic.csr import device_info_register_map
 

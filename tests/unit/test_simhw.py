@@ -19,7 +19,7 @@ def lib():
     lib = ctypes.CDLL(str(path))
     i64, ci = ctypes.c_int64, ctypes.c_int
     lib.mrc_mem_read.argtypes, lib.mrc_mem_read.restype = [ci, i64], i64
-    lib.mrc_mem_write.argtypes, lib.mrc_mem_write.restype = [ci, i64, i64, ci], None
+    lib.mrc_mem_write.argtypes, lib.mrc_mem_write.restype = [ci, i64, i64, ci, ci], None
     lib.mrc_mem_failed.argtypes, lib.mrc_mem_failed.restype = [ci], ci
     lib.mrc_mem_protocol_error.argtypes, lib.mrc_mem_protocol_error.restype = [ci, i64], None
     lib.mrc_tx_beat.argtypes, lib.mrc_tx_beat.restype = [ci, i64, ci, ci], None
@@ -44,16 +44,42 @@ def test_memory_lanes_and_backdoor(hw):
     ram.write(0x100, bytes(range(16)))
     assert hw.mrc_mem_read(0, 0x100) == _word(bytes(range(8)))
     assert hw.mrc_mem_read(0, 0x10D) == _word(bytes(range(8, 16)))  # the aligned word
-    hw.mrc_mem_write(0, 0x108, _word(b"\xAA" * 8), 0b1000_0001)  # lanes 0 and 7 only
+    hw.mrc_mem_write(0, 0x108, _word(b"\xAA" * 8), 0b1000_0001, 1)  # lanes 0 and 7 only
     assert ram.read(0x108, 8) == b"\xAA" + bytes(range(9, 15)) + b"\xAA"
     assert simhw.HostRam(hw, 1, RAM).read(0x100, 16) == bytes(16)  # the other NIC's
     assert hw.mrc_mem_failed(0) == 0 and ram.errors() == (0, 0)
 
 
+def test_write_burst_lands_whole_at_its_last_beat(hw):
+    """A 4-beat burst (a CQE: phase bit in beat 2, WQE index in beat 3) is
+    not seen by the host until its last beat, then all of it is."""
+    ram = simhw.HostRam(hw, 0, RAM)
+    old = bytes(range(100, 132))
+    ram.write(0x200, old)
+    new = bytes(range(32))
+    for beat in range(4):
+        hw.mrc_mem_write(0, 0x200 + 8 * beat, _word(new[8 * beat:8 * beat + 8]), 0xFF,
+                         int(beat == 3))
+        assert ram.read(0x200, 32) == (new if beat == 3 else old), beat
+    assert hw.mrc_mem_failed(0) == 0
+
+
+def test_drop_lanes_breaks_one_beat(hw):
+    """The test hook of a broken DMA: the chosen beat loses the chosen lanes,
+    the beats around it land whole."""
+    ram = simhw.HostRam(hw, 1, RAM)
+    ram.drop_lanes(1, 0b0000_0100)
+    for beat in range(3):
+        hw.mrc_mem_write(1, 0x300 + 8 * beat, _word(b"\xEE" * 8), 0xFF, int(beat == 2))
+    assert ram.read(0x300, 24) == b"\xEE" * 10 + b"\x00" + b"\xEE" * 13
+    hw.mrc_mem_write(1, 0x300, _word(b"\x11" * 8), 0xFF, 1)
+    assert ram.read(0x300, 8) == b"\x11" * 8
+
+
 def test_memory_errors(hw):
     ram = simhw.HostRam(hw, 1, RAM)
     assert hw.mrc_mem_read(1, RAM) == 0
-    hw.mrc_mem_write(1, RAM + 8, 1, 0xFF)
+    hw.mrc_mem_write(1, RAM + 8, 1, 0xFF, 1)
     hw.mrc_mem_protocol_error(1, 0x40)
     assert hw.mrc_mem_failed(1) == 1 and hw.mrc_mem_failed(0) == 0
     assert ram.errors() == (3, RAM)

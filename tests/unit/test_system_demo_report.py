@@ -153,8 +153,9 @@ def test_report_says_so_when_memory_is_wrong(tmp_path):
 def test_config_errors():
     with pytest.raises(ValueError, match="multiple of"):
         DemoConfig(shard_bytes=1000, messages=3).check()
-    with pytest.raises(ValueError, match="3 MiB"):
-        DemoConfig(rounds=20, shard_bytes=1 << 20).check()
+    with pytest.raises(ValueError, match="12 MiB"):
+        DemoConfig(rounds=13, shard_bytes=1 << 20).check()
+    DemoConfig(rounds=12, shard_bytes=1 << 20).check()
     with pytest.raises(ValueError, match="fail_at_frac"):
         DemoConfig(fail_at_frac=0.7, up_at_frac=0.5).check()
 
