@@ -41,6 +41,7 @@ from hw.nic.csr import (
     device_info_register_map,
     host_view,
 )
+from hw.protocol import PSN_MASK, EvState, QpState
 from hw.reliability.cc_defaults import (
     DEFAULT_BASE_RTT_NS,
     line_rate_bps,
@@ -80,18 +81,9 @@ class DriverError(Exception):
     """The hardware is not what the driver expects, or did not respond in time."""
 
 
-class QpState:
-    RESET, INIT, RTR, RTS, ERROR = 0, 1, 2, 3, 4
-    NAMES = {0: "RESET", 1: "INIT", 2: "RTR", 3: "RTS", 4: "ERROR"}
-
-
 class WrOpcode:
     WRITE = WqeOpcode.WRITE
     WRITE_WITH_IMM = WqeOpcode.WRITE_WITH_IMM
-
-
-class EvState:
-    GOOD, ASSUMED_BAD, DENIED = 0, 1, 2
 
 
 class Access:
@@ -442,8 +434,8 @@ class QueuePair:
 
     def _need(self, *states):
         if self.state not in states:
-            names = " or ".join(QpState.NAMES[s] for s in states)
-            raise DriverError(f"QP {self.qpn} is {QpState.NAMES[self.state]}, needs {names}")
+            names = " or ".join(QpState(s).name for s in states)
+            raise DriverError(f"QP {self.qpn} is {QpState(self.state).name}, needs {names}")
 
     async def _rx_ctrl(self, state):
         """RX's QP_CTRL: the state with the QP's PD, path MTU, MPR and TRIM_NACK."""
@@ -472,7 +464,7 @@ class QueuePair:
         rx, q = dev.rx, self.qpn
         await rx.write("QP_PEER_IP", ip_to_int(peer_ip), q)
         await rx.write("QP_PEER_QPN", dest_qpn, q)
-        await rx.write("QP_EPSN", rq_psn & 0xFFFFFF, q)
+        await rx.write("QP_EPSN", rq_psn & PSN_MASK, q)
         await rx.write("QP_CQ_BASE_LO", self.recv_cq.addr & 0xFFFFFFFF, q)
         await rx.write("QP_CQ_BASE_HI", self.recv_cq.addr >> 32, q)
         await rx.write("QP_CQ_CONS", self.recv_cq.consumer & 0xFFFF, q)
@@ -517,7 +509,7 @@ class QueuePair:
         await tx.write("qp_ctrl", 0, q)
         for name, value in (("qp_mtu", mtu), ("qp_mpr", self.mpr),
                             ("qp_cwnd", dev.params["window"]),
-                            ("qp_next_psn", sq_psn & 0xFFFFFF), ("qp_dest_qpn", self.dest_qpn),
+                            ("qp_next_psn", sq_psn & PSN_MASK), ("qp_dest_qpn", self.dest_qpn),
                             ("qp_dst_mac_lo", peer_mac & 0xFFFFFFFF),
                             ("qp_dst_mac_hi", peer_mac >> 32), ("qp_dst_ip", peer_ip),
                             ("qp_dscp", dscp), ("qp_sq_base_lo", self.sq_addr & 0xFFFFFFFF),

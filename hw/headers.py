@@ -19,6 +19,8 @@ in ``host_driver/layers.py`` byte for byte.
 from amaranth.hdl import Cat, Const, Value, unsigned
 from amaranth.lib import data
 
+from .protocol import ETHERTYPE_IPV4, IP_PROTO_UDP, PSN_BITS, ROCE_UDP_PORT, Opcode
+
 __all__ = [
     "AETH",
     "BTH",
@@ -33,34 +35,11 @@ __all__ = [
     "sack_bitmap",
     "Opcode",
     "ETHERTYPE_IPV4",
+    "IP_PROTO_UDP",
     "ROCE_UDP_PORT",
     "PATH_MTU",
     "mtu_code",
 ]
-
-ETHERTYPE_IPV4 = 0x0800
-IP_PROTO_UDP = 17
-ROCE_UDP_PORT = 4791
-
-
-class Opcode:
-    """BTH opcodes of the MRC wire format."""
-
-    WRITE_FIRST = 0x06
-    WRITE_MIDDLE = 0x07
-    WRITE_LAST = 0x08
-    WRITE_LAST_IMM = 0x09
-    WRITE_ONLY = 0x0A
-    WRITE_ONLY_IMM = 0x0B
-    ACKNOWLEDGE = 0x11
-    PROBE_REQ = 0xC0
-    PROBE_RESP = 0xC1
-
-    WRITES = (WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, WRITE_LAST_IMM, WRITE_ONLY, WRITE_ONLY_IMM)
-    WITH_IMM = (WRITE_LAST_IMM, WRITE_ONLY_IMM)
-    PROBES = (PROBE_REQ, PROBE_RESP)
-    ALL = WRITES + (ACKNOWLEDGE,) + PROBES
-
 
 # Path MTU: IBTA's 3-bit code (as QP_CTRL.mtu holds it) and its bytes.
 PATH_MTU = {1: 256, 2: 512, 3: 1024, 4: 2048, 5: 4096}
@@ -172,7 +151,7 @@ BTH = Header(
         ("dqpn", 40, 24),
         ("ackreq", 64, 1),
         ("resv7", 65, 7),
-        ("psn", 72, 24),
+        ("psn", 72, PSN_BITS),
     ],
 )
 
@@ -188,9 +167,9 @@ SACK = Header(
     12,
     [
         ("resv_a", 0, 8),
-        ("cum_psn", 8, 24),
+        ("cum_psn", 8, PSN_BITS),
         ("resv_b", 32, 8),
-        ("sack_base", 40, 24),
+        ("sack_base", 40, PSN_BITS),
         ("ece", 64, 1),
         ("resv_c", 65, 7),
         ("sack_words", 72, 8),

@@ -41,6 +41,7 @@ from host_driver.transport import HostMemory
 from hw.headers import PATH_MTU
 from hw.nic.core import BLOCK_ORDER, check_nic_params
 from hw.nic.csr import device_info_register_map, header_word, host_view
+from hw.protocol import EvState, QpState
 from hw.reliability.cc_defaults import (
     DEFAULT_BASE_RTT_NS,
     line_rate_bps,
@@ -78,7 +79,6 @@ from sim.model.packet import (
 )
 from sim.model.qp import (
     ERROR,
-    INIT,
     LOC_QP_OP_ERR,
     OUTSTANDING,
     REM_ACCESS_ERR,
@@ -99,8 +99,8 @@ __all__ = ["ModelFabric", "ModelNic", "NIC_PARAM_NAMES"]
 
 NIC_PARAM_NAMES = ("data_width", "num_qps", "evs_per_qp", "sack_bits", "max_mtu", "mpr_max",
                    "num_mrs", "window", "inflight_depth", "clk_freq_hz")
-STATE_CODES = {RESET: 0, INIT: 1, RTR: 2, RTS: 3, ERROR: 4}
-EV_CODES = {GOOD: 0, ASSUMED_BAD: 1, DENIED: 2}
+STATE_CODES = {s.name: int(s) for s in QpState}
+EV_CODES = {s.name: int(s) for s in EvState}
 EV_NAMES = {v: k for k, v in EV_CODES.items()}
 CQE_STATUS = {SUCCESS: CqeStatus.SUCCESS, RETRY_EXC_ERR: CqeStatus.RETRY_EXCEEDED,
               LOC_QP_OP_ERR: CqeStatus.LOC_QP_OP_ERR,

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .model import QpConfig, World, explicit_evs, generated_evs
 from .model.cc import NsccParams
-from .model.ev import ASSUMED_BAD
+from .model.ev import ASSUMED_BAD, GOOD
 from .model.packet import (
     ACK,
     AETH_ACK,
@@ -32,7 +32,7 @@ from .model.packet import (
     ack_wire_len,
     data_wire_len,
 )
-from .model.qp import SUCCESS
+from .model.qp import RTS, SUCCESS
 
 SCENARIO_DIR = Path(__file__).parent / "scenarios"
 TRANSPORT_NAMES = {"mrc": "MRC", "gbn": "RoCEv2 go-back-N", "spray": "oblivious spray"}
@@ -300,7 +300,7 @@ def _simulate(setup: Setup, transport: str, *, faults: bool = True, progress=Non
             flow.mct.append(comp.time_ns - flow.post_time[comp.wr_id])
         else:
             flow.errors += 1
-        if qp.state == "RTS":
+        if qp.state == RTS:
             flow.post_next(world.engine.now)
 
     for nic in world.nics.values():
@@ -458,7 +458,7 @@ def data_sent_on_bad_evs(world, reqs) -> int:
             if e.qpn != q.qpn:
                 continue
             lst = intervals.setdefault(e.ev, [])
-            if e.new != "GOOD":
+            if e.new != GOOD:
                 lst.append([e.time_ns, math.inf])
             elif lst and lst[-1][1] == math.inf:
                 lst[-1][1] = e.time_ns

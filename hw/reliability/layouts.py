@@ -2,6 +2,8 @@
 
 from amaranth.lib import data
 
+from ..protocol import PSN_BITS, EvState, QpState, Syndrome
+
 __all__ = [
     "AckUpdate",
     "CqeStatus",
@@ -23,19 +25,10 @@ __all__ = [
     "PSN_BITS",
 ]
 
-PSN_BITS = 24
-AETH_ACK = 0x1F
-NAK_INVALID_REQUEST = 0x61
-NAK_REMOTE_ACCESS = 0x62
-NAK_TRIMMED = 0x70
-
-
-class QpState:
-    RESET, INIT, RTR, RTS, ERROR = 0, 1, 2, 3, 4
-
-
-class EvState:
-    GOOD, ASSUMED_BAD, DENIED = 0, 1, 2
+AETH_ACK = Syndrome.ACK
+NAK_INVALID_REQUEST = Syndrome.NAK_INVALID_REQUEST
+NAK_REMOTE_ACCESS = Syndrome.NAK_REMOTE_ACCESS
+NAK_TRIMMED = Syndrome.NAK_TRIMMED
 
 
 class WqeOpcode:
@@ -70,15 +63,15 @@ class CqeStatus:
 # a WQE that TX fetched and refused (unknown opcode): no packet, psn and ev_index
 # carry nothing, and TX sends nothing more from the QP until its qp_ctrl is written.
 SentRecord = data.StructLayout(
-    {"qpn": 24, "psn": 24, "ev_index": 8, "retx": 1, "last": 1, "wqe_index": 16,
+    {"qpn": 24, "psn": PSN_BITS, "ev_index": 8, "retx": 1, "last": 1, "wqe_index": 16,
      "op_err": 1}
 )
 # host -> TX doorbell, seen by reliability: the send queue's producer index (WQEs posted),
 # so that an ERROR completes every posted WQE, begun by TX or not.
 SqProducer = data.StructLayout({"qpn": 24, "producer": 16})
 # reliability -> TX
-RetxRequest = data.StructLayout({"qpn": 24, "psn": 24, "reason": 2})
-AckUpdate = data.StructLayout({"qpn": 24, "una_psn": 24})
+RetxRequest = data.StructLayout({"qpn": 24, "psn": PSN_BITS, "reason": 2})
+AckUpdate = data.StructLayout({"qpn": 24, "una_psn": PSN_BITS})
 EvUpdate = data.StructLayout({"qpn": 24, "ev_index": 8, "state": 2})
 CwndUpdate = data.StructLayout({"qpn": 24, "cwnd": 16})
 QpStateUpdate = data.StructLayout({"qpn": 24, "state": 3})

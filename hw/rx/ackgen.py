@@ -15,6 +15,7 @@ from hw.headers import (
     BTH,
     ETH,
     ETHERTYPE_IPV4,
+    IP_PROTO_UDP,
     IPV4,
     OFF_IPV4,
     PROBE,
@@ -34,7 +35,6 @@ __all__ = ["RxAckBuilder", "ack_frame_len", "PROBE_FRAME_LEN"]
 ECN_ECT0 = 0b10
 IP_FLAGS_DF = 0b010
 IP_TTL = 64
-IP_PROTO_UDP = 17
 PKEY_DEFAULT = 0xFFFF
 PROBE_FRAME_LEN = 14 + 20 + 8 + 12 + 16 + 4
 

@@ -5,6 +5,9 @@ from amaranth.lib import data, enum
 
 from hw.headers import AETH, BTH, PROBE, RETH, SACK, sack_bitmap
 
+from ..protocol import QpState
+from ..reliability.layouts import CqeStatus
+
 __all__ = [
     "COUNTER_NAMES",
     "ParsedHeader",
@@ -20,7 +23,7 @@ __all__ = [
     "CQE_FLAG_PHASE",
 ]
 
-CQE_STATUS_SUCCESS = 0
+CQE_STATUS_SUCCESS = CqeStatus.SUCCESS
 CQE_FLAG_PHASE = 0x80
 
 COUNTER_NAMES = (
@@ -81,16 +84,6 @@ class ParsedHeader(data.StructLayout):
         )
 
 
-
-
-class QpState(enum.Enum, shape=3):
-    """Verbs QP states, as written to ``QP_CTRL.state``."""
-
-    RESET = 0
-    INIT = 1
-    RTR = 2
-    RTS = 3
-    ERROR = 4
 
 
 class ReqKind(enum.Enum, shape=3):

@@ -16,6 +16,7 @@ from hw.csr import (
     RegisterMap,
     read_groups,
 )
+from hw.protocol import PSN_BITS
 
 from .layouts import QpConfig
 from .parser import COUNTER_NAMES as PARSER_COUNTERS
@@ -439,7 +440,7 @@ class RxRegisters(wiring.Component):
             with m.If(self.init.ready):
                 m.d.sync += init_valid.eq(0)
         with m.Elif(init_load):
-            m.d.sync += [init_valid.eq(1), self.init.payload.epsn.eq(epsn_rp.data[:24])]
+            m.d.sync += [init_valid.eq(1), self.init.payload.epsn.eq(epsn_rp.data[:PSN_BITS])]
             m.d.sync += init_load.eq(0)
         with m.Elif(init_pending.bit_select(next_qp, 1) & ~epsn_wr):
             # Take this QP; its EPSN word is read this cycle.

@@ -10,15 +10,15 @@ from amaranth.utils import ceil_log2, exact_log2
 
 from hw.headers import Opcode
 from hw.pipeline import OneHotFSM, load_in_groups, state_copy
+from hw.protocol import PSN_BITS, Syndrome
 
 from .dma import CQE_BYTES, DmaDone, WriteCmd
 from .layouts import CQE_STATUS_SUCCESS, AckJob, CqeJob, QpConfig, ReqKind, WindowReq
 
 __all__ = ["QpRxState", "RxPsnWindow", "WINDOW_COUNTERS", "ring_bits_for"]
 
-PSN_BITS = 24
-AETH_ACK = 0x1F
-NAK_TRIMMED = 0x70
+AETH_ACK = Syndrome.ACK
+NAK_TRIMMED = Syndrome.NAK_TRIMMED
 
 WINDOW_COUNTERS = (
     "placed",
@@ -404,7 +404,7 @@ class RxPsnWindow(wiring.Component):
         # ---- the checks of CHECK_X, registered in CHECK from the request, the
         # QP row and the bitmap word as they are read (the tables do not change
         # between CHECK and CHECK_X), so CHECK_X only combines flags.
-        d = Signal(24)  # (psn - epsn) mod 2^24
+        d = Signal(PSN_BITS)  # (psn - epsn) mod 2^24
         window_psns = Signal(range(self.mpr_max + 1))
         bit_set = Signal()
         flight_hit = Signal()

@@ -4,7 +4,18 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..headers import BTH, ETH, ETHERTYPE_IPV4, IMMDT, IP_PROTO_UDP, IPV4, RETH, ROCE_UDP_PORT, UDP
+from ..headers import (
+    BTH,
+    ETH,
+    ETHERTYPE_IPV4,
+    IMMDT,
+    IP_PROTO_UDP,
+    IPV4,
+    RETH,
+    ROCE_UDP_PORT,
+    UDP,
+    Opcode,
+)
 from .layouts import FrameHeader, PacketDesc
 
 __all__ = ["HeaderBuilder", "ECN_ECT0", "IP_TTL", "IP_FLAGS_DF"]
@@ -54,7 +65,7 @@ class HeaderBuilder(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         d = self.desc.payload
-        imm = (d.opcode == 0x09) | (d.opcode == 0x0B)
+        imm = (d.opcode == Opcode.WRITE_LAST_IMM) | (d.opcode == Opcode.WRITE_ONLY_IMM)
         pad = (-d.length)[:2]
         # The descriptor stays on ``desc`` (stable while valid) until the
         # header is loaded; the lengths and the IPv4 checksum are computed

@@ -13,6 +13,7 @@ from ..arbiter import one_hot_select
 from ..csr import CSRBusSignature, RegisteredWrites, block_decode
 from ..headers import Opcode
 from ..pipeline import OneHotFSM
+from ..protocol import PSN_BITS
 from .arbiter import RoundRobin, round_robin
 from .dma import ReadData, ReadRequest
 from .ev import EvBusSignature
@@ -39,7 +40,6 @@ from .regs import (
 
 __all__ = ["Sequencer", "CFG_LANES"]
 
-PSN_BITS = 24
 MPR_UNIT = 128
 
 # Per-QP settings held in one RAM row, one 32-bit lane per CSR so that a CSR

@@ -19,6 +19,7 @@ uses DCQCN (rate based), which is not modelled.
 
 from __future__ import annotations
 
+from .ev import DENIED
 from .packet import (
     AETH_ACK,
     LAST_OPCODES,
@@ -44,7 +45,7 @@ class GbnQp(QpBase):
 
     # -- requester -------------------------------------------------------------
     def _pick_ev(self, plane: int):
-        usable = [ev for ev in self.evs.evs if ev.state != "DENIED"]
+        usable = [ev for ev in self.evs.evs if ev.state != DENIED]
         if not usable:
             return None
         if not self.spray:

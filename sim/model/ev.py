@@ -26,9 +26,12 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-GOOD = "GOOD"
-ASSUMED_BAD = "ASSUMED_BAD"
-DENIED = "DENIED"
+from hw.protocol import EvState
+
+# The model names EV states by their names in the one definition (hw/protocol.py).
+GOOD = EvState.GOOD.name
+ASSUMED_BAD = EvState.ASSUMED_BAD.name
+DENIED = EvState.DENIED.name
 EV_STATES = (GOOD, ASSUMED_BAD, DENIED)
 
 

@@ -7,9 +7,7 @@ into real frames with ``host_driver.layers`` for the pcap.
 
 from __future__ import annotations
 
-PSN_BITS = 24
-PSN_MASK = (1 << PSN_BITS) - 1
-PSN_HALF = 1 << (PSN_BITS - 1)
+from hw.protocol import PSN_BITS, PSN_HALF, PSN_MASK  # noqa: F401  (re-exported for the model)
 
 # Packet kinds (the model's own classification of a frame)
 DATA = 0
@@ -35,14 +33,13 @@ IMM_OPCODES = frozenset((OP_WRITE_LAST_IMM, OP_WRITE_ONLY_IMM))
 
 # AETH syndromes
 from host_driver.layers import (  # noqa: E402, F401  (re-exported for the model)
+    AETH_ACK,
     NAK_INVALID_REQUEST,
     NAK_PSN_SEQ_ERROR,
     NAK_REMOTE_ACCESS,
     NAK_TRIMMED,
 )
 from hw.headers import PATH_MTU  # noqa: E402
-
-AETH_ACK = 0x1F
 
 
 def length_check(opcode: int, payload_len: int, dma_len: int, mtu: int | None) -> str | None:

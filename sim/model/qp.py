@@ -17,6 +17,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from hw.protocol import QpState
+
 from .cc import Nscc, NsccParams
 from .ev import EvTable
 from .packet import (
@@ -45,8 +47,8 @@ from .packet import (
     psn_diff,
 )
 
-# QP states (verbs)
-RESET, INIT, RTR, RTS, ERROR = "RESET", "INIT", "RTR", "RTS", "ERROR"
+# QP states (verbs), named as in the one definition (hw/protocol.py)
+RESET, INIT, RTR, RTS, ERROR = (s.name for s in QpState)
 _NEXT_STATE = {RESET: (INIT,), INIT: (RTR,), RTR: (RTS,), RTS: (), ERROR: (RESET,)}
 
 # Completion status (verbs names)

@@ -57,6 +57,7 @@ from pathlib import Path
 
 import cocotb
 
+from hw.protocol import EvState
 from sim.system.workload import (
     DIRECTION_NAMES,
     Recorder,
@@ -78,7 +79,7 @@ RAW = "demo_raw.pkl"
 CLK_NS = 8  # sim.system.harness.CLK_NS: 125 MHz
 DATA_WIDTH = 64
 LINE_RATE_GBPS = DATA_WIDTH / CLK_NS  # 64 bit x 125 MHz = 8 Gb/s
-EV_STATE_NAMES = {0: "GOOD", 1: "ASSUMED_BAD", 2: "DENIED"}
+EV_STATE_NAMES = {int(s): s.name for s in EvState}
 # Bytes a NIC sends (and receives) in all: each has its own send and receive
 # buffer in the harness' 32 MiB host memory per NIC (sim.system.harness.RAM_SIZE).
 MAX_DATA_BYTES = 12 << 20

@@ -1,0 +1,108 @@
+"""The MRC protocol's constants, defined once (docs/protocol.md).
+
+Gateware, driver (``host_driver``), scapy layers and golden model (``sim.model``)
+all import these; nothing else in the repository spells their values.
+
+- ``PSN_BITS``: the BTH's packet sequence number is 24 bits; PSN arithmetic
+  is modulo ``1 << PSN_BITS``, and a PSN is "after" another when their
+  difference modulo that is below ``PSN_HALF``.
+- ``Opcode``: BTH opcodes of the wire format (IBTA RC writes and ACKNOWLEDGE,
+  MRC's probes in the manufacturer-specific range).
+- ``Syndrome``: AETH syndromes (ACK, and the NAK codes the NIC sends or takes).
+- ``QpState``, ``EvState``: verbs QP states and MRC EV states, as the
+  registers hold them; both are Amaranth enums with a shape, so gateware uses
+  them as field shapes and Python code compares them with the register values.
+  The golden model names states by their ``.name`` (``"RTS"``, ``"GOOD"``).
+"""
+
+from amaranth.lib import enum
+
+__all__ = [
+    "PSN_BITS",
+    "PSN_MASK",
+    "PSN_HALF",
+    "ETHERTYPE_IPV4",
+    "IP_PROTO_UDP",
+    "ROCE_UDP_PORT",
+    "Opcode",
+    "Syndrome",
+    "QpState",
+    "EvState",
+]
+
+PSN_BITS = 24
+PSN_MASK = (1 << PSN_BITS) - 1
+PSN_HALF = 1 << (PSN_BITS - 1)
+
+ETHERTYPE_IPV4 = 0x0800
+IP_PROTO_UDP = 17
+ROCE_UDP_PORT = 4791
+
+
+class Opcode:
+    """BTH opcodes of the MRC wire format (RC transport, IBTA vol. 1 table 38,
+    plus MRC's EV probes in the manufacturer-specific range 0xC0..0xFF)."""
+
+    WRITE_FIRST = 0x06
+    WRITE_MIDDLE = 0x07
+    WRITE_LAST = 0x08
+    WRITE_LAST_IMM = 0x09
+    WRITE_ONLY = 0x0A
+    WRITE_ONLY_IMM = 0x0B
+    ACKNOWLEDGE = 0x11
+    PROBE_REQ = 0xC0
+    PROBE_RESP = 0xC1
+
+    WRITES = (WRITE_FIRST, WRITE_MIDDLE, WRITE_LAST, WRITE_LAST_IMM, WRITE_ONLY, WRITE_ONLY_IMM)
+    LAST = (WRITE_LAST, WRITE_LAST_IMM, WRITE_ONLY, WRITE_ONLY_IMM)  # end a message
+    WITH_IMM = (WRITE_LAST_IMM, WRITE_ONLY_IMM)
+    PROBES = (PROBE_REQ, PROBE_RESP)
+    ALL = WRITES + (ACKNOWLEDGE,) + PROBES
+    NAMES = {
+        WRITE_FIRST: "WRITE_FIRST",
+        WRITE_MIDDLE: "WRITE_MIDDLE",
+        WRITE_LAST: "WRITE_LAST",
+        WRITE_LAST_IMM: "WRITE_LAST_WITH_IMMEDIATE",
+        WRITE_ONLY: "WRITE_ONLY",
+        WRITE_ONLY_IMM: "WRITE_ONLY_WITH_IMMEDIATE",
+        ACKNOWLEDGE: "ACKNOWLEDGE",
+        PROBE_REQ: "MRC_PROBE_REQUEST",
+        PROBE_RESP: "MRC_PROBE_RESPONSE",
+    }
+
+
+class Syndrome:
+    """AETH syndromes: bits 7..5 select ACK (000), RNR NAK (001) or NAK (011)."""
+
+    ACK = 0x1F  # ACK with "invalid credit count": MRC has no end-to-end credits
+    NAK_PSN_SEQ_ERROR = 0x60
+    NAK_INVALID_REQUEST = 0x61
+    NAK_REMOTE_ACCESS = 0x62
+    NAK_REMOTE_OP = 0x63
+    NAK_TRIMMED = 0x70  # MRC: NAK code 16 (reserved in IBTA), after UET's TRIMMED
+    NAMES = {
+        ACK: "ACK",
+        NAK_PSN_SEQ_ERROR: "NAK_PSN_SEQUENCE_ERROR",
+        NAK_INVALID_REQUEST: "NAK_INVALID_REQUEST",
+        NAK_REMOTE_ACCESS: "NAK_REMOTE_ACCESS_ERROR",
+        NAK_REMOTE_OP: "NAK_REMOTE_OPERATIONAL_ERROR",
+        NAK_TRIMMED: "NAK_TRIMMED",
+    }
+
+
+class QpState(enum.IntEnum, shape=3):
+    """Verbs QP states, as ``QP_CTRL.state`` and the QP status registers hold them."""
+
+    RESET = 0
+    INIT = 1
+    RTR = 2
+    RTS = 3
+    ERROR = 4
+
+
+class EvState(enum.IntEnum, shape=2):
+    """MRC EV states, as the EV table holds them (docs/protocol.md, "EV states")."""
+
+    GOOD = 0
+    ASSUMED_BAD = 1
+    DENIED = 2

@@ -1,0 +1,71 @@
+"""Each protocol constant has one definition (hw/protocol.py), which the
+gateware, the driver, the scapy layers and the golden model all use."""
+
+import re
+from pathlib import Path
+
+from host_driver import driver, layers
+from hw import protocol
+from hw.protocol import PSN_BITS, EvState, Opcode, QpState, Syndrome
+from hw.reliability import layouts as rel_layouts
+from hw.rx import layouts as rx_layouts
+from sim.model import ev as model_ev
+from sim.model import packet as model_packet
+from sim.model import qp as model_qp
+
+ROOT = Path(__file__).resolve().parents[2]
+SOURCES = ("hw", "host_driver", "sim")
+
+# A name of a protocol constant bound to a literal, or a class of one, anywhere
+# but hw/protocol.py.
+LITERAL = re.compile(
+    r"^\s*(PSN_BITS|PSN_MASK|PSN_HALF|ROCE_UDP_PORT|AETH_ACK|NAK_[A-Z_]+|OP_[A-Z_]+)"
+    r"\s*=\s*(0x[0-9a-fA-F]+|\d+|\(1 <<)", re.MULTILINE)
+CLASS = re.compile(r"^class (QpState|EvState|Opcode|Syndrome)\b", re.MULTILINE)
+# a state name bound to a string or number literal (the model names states)
+STATE = re.compile(r'^\s*(RESET|INIT|RTR|RTS|ERROR|GOOD|ASSUMED_BAD|DENIED)\b[^=\n]*=\s*["\d]',
+                   re.MULTILINE)
+
+
+def redefinitions(text: str) -> list[str]:
+    return [m.group(0).strip()
+            for m in (*LITERAL.finditer(text), *CLASS.finditer(text), *STATE.finditer(text))]
+
+
+def test_checker_finds_a_redefinition():
+    text = "PSN_BITS = 24\nclass QpState:\nNAK_TRIMMED = 0x70\nGOOD = \"GOOD\"\n"
+    assert redefinitions(text) == [
+        "PSN_BITS = 24", "NAK_TRIMMED = 0x70", "class QpState", 'GOOD = "']
+    assert redefinitions('RESET, INIT, RTR, RTS, ERROR = "RESET", "INIT"\n') == [
+        'RESET, INIT, RTR, RTS, ERROR = "']
+    assert redefinitions("AETH_ACK = Syndrome.ACK\nfrom hw.protocol import QpState\n") == []
+
+
+def test_no_constant_is_defined_twice():
+    found = []
+    for top in SOURCES:
+        for path in sorted((ROOT / top).rglob("*.py")):
+            if path == ROOT / "hw" / "protocol.py":
+                continue
+            found += [f"{path.relative_to(ROOT)}: {d}" for d in redefinitions(path.read_text())]
+    assert not found, "define these in hw/protocol.py and import them:\n" + "\n".join(found)
+
+
+def test_every_user_shares_the_definition():
+    assert driver.QpState is QpState and driver.EvState is EvState
+    assert rel_layouts.QpState is QpState and rx_layouts.QpState is QpState
+    assert rel_layouts.PSN_BITS == model_packet.PSN_BITS == PSN_BITS == protocol.PSN_BITS
+    assert layers.PSN_MASK == model_packet.PSN_MASK == (1 << PSN_BITS) - 1
+    assert layers.OPCODES == Opcode.NAMES and layers.SYNDROMES == Syndrome.NAMES
+    assert rel_layouts.NAK_TRIMMED == model_packet.NAK_TRIMMED == Syndrome.NAK_TRIMMED
+    # the golden model names states as the enums do; the model NIC's register codes are theirs
+    assert (model_qp.RESET, model_qp.INIT, model_qp.RTR, model_qp.RTS, model_qp.ERROR) == tuple(
+        s.name for s in QpState)
+    assert (model_ev.GOOD, model_ev.ASSUMED_BAD, model_ev.DENIED) == tuple(s.name for s in EvState)
+
+
+def test_state_enums_are_register_codes():
+    # QP_CTRL.state and the EV table hold these values (docs/registers.md)
+    assert [int(s) for s in QpState] == [0, 1, 2, 3, 4]
+    assert [int(s) for s in EvState] == [0, 1, 2]
+    assert QpState.RTS == 3 and EvState.ASSUMED_BAD == 1
