@@ -9,6 +9,7 @@ all import these; nothing else in the repository spells their values.
 - ``Opcode``: BTH opcodes of the wire format (IBTA RC writes and ACKNOWLEDGE,
   MRC's probes in the manufacturer-specific range).
 - ``Syndrome``: AETH syndromes (ACK, and the NAK codes the NIC sends or takes).
+- ``CqeStatus``: the CQE status byte, verbs' ``ibv_wc_status`` values.
 - ``QpState``, ``EvState``: verbs QP states and MRC EV states, as the
   registers hold them; both are Amaranth enums with a shape, so gateware uses
   them as field shapes and Python code compares them with the register values.
@@ -28,6 +29,7 @@ __all__ = [
     "Syndrome",
     "QpState",
     "EvState",
+    "CqeStatus",
 ]
 
 PSN_BITS = 24
@@ -106,3 +108,12 @@ class EvState(enum.IntEnum, shape=2):
     GOOD = 0
     ASSUMED_BAD = 1
     DENIED = 2
+
+
+class CqeStatus:
+    """Send-CQE status (byte 0x14), verbs' ibv_wc_status values: LOC_QP_OP_ERR
+    (IBV_WC_LOC_QP_OP_ERR) is a WQE the requester cannot execute: an unknown
+    opcode; FLUSHED is IBV_WC_WR_FLUSH_ERR; REM_INV_REQ (IBV_WC_REM_INV_REQ_ERR)
+    and REM_ACCESS (IBV_WC_REM_ACCESS_ERR) a NAK 0x61 / 0x62 from the responder."""
+
+    SUCCESS, RETRY_EXCEEDED, LOC_QP_OP_ERR, FLUSHED, REM_INV_REQ, REM_ACCESS = 0, 1, 2, 5, 9, 10

@@ -2,7 +2,7 @@
 
 from amaranth.lib import data
 
-from ..protocol import PSN_BITS, EvState, QpState, Syndrome
+from ..protocol import PSN_BITS, CqeStatus, EvState, QpState, Syndrome
 
 __all__ = [
     "AckUpdate",
@@ -48,15 +48,6 @@ class WqeFlags:
 
 class RetxReason:
     TIMEOUT, SACK_HOLE, NAK_TRIMMED = 0, 1, 2
-
-
-class CqeStatus:
-    """Send-CQE status (byte 0x14), verbs' ibv_wc_status values: LOC_QP_OP_ERR
-    (IBV_WC_LOC_QP_OP_ERR) is a WQE the requester cannot execute: an unknown
-    opcode; FLUSHED is IBV_WC_WR_FLUSH_ERR; REM_INV_REQ (IBV_WC_REM_INV_REQ_ERR)
-    and REM_ACCESS (IBV_WC_REM_ACCESS_ERR) a NAK 0x61 / 0x62 from the responder."""
-
-    SUCCESS, RETRY_EXCEEDED, LOC_QP_OP_ERR, FLUSHED, REM_INV_REQ, REM_ACCESS = 0, 1, 2, 5, 9, 10
 
 
 # TX -> reliability: one record per data packet put on the wire, or (op_err = 1) for

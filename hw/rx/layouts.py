@@ -5,8 +5,7 @@ from amaranth.lib import data, enum
 
 from hw.headers import AETH, BTH, PROBE, RETH, SACK, sack_bitmap
 
-from ..protocol import QpState
-from ..reliability.layouts import CqeStatus
+from ..protocol import CqeStatus, QpState
 
 __all__ = [
     "COUNTER_NAMES",

@@ -14,10 +14,10 @@ two RTL NICs, tests/system/test_attacker.py).
 from __future__ import annotations
 
 from host_driver.driver import WrOpcode
+from hw.protocol import PSN_MASK
 
 __all__ = ["write_into_dead_paths"]
 
-PSN_MASK = 0xFFFFFF
 
 
 async def write_into_dead_paths(tb, length: int = 4096, mtu: int = 1024):
