@@ -18,7 +18,7 @@ By default it runs, in order:
 traffic, valid and malformed, through the Verilated parser,
 ``sim.parser_demo``, into ``build/sim/parser/``); it has a Verilator build
 of its own, so it is not in the default run, which must stay within
-5 minutes on 2 cores. ``--model-only`` (``make sim MODEL=1``) runs just the
+120 s on a quiet 2-core machine, the two-NIC build included. ``--model-only`` (``make sim MODEL=1``) runs just the
 model scenario.
 
 ``--scenario FILE`` (``make sim SCENARIO=<name>``) runs one scenario file
