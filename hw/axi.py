@@ -12,6 +12,7 @@ from amaranth.lib.wiring import In, Out
 __all__ = [
     "AXI4Signature",
     "AXI4LiteSignature",
+    "AXI_RESP_DECERR",
     "AXI_RESP_OKAY",
     "AXI_RESP_SLVERR",
     "AXI_BURST_INCR",
@@ -20,6 +21,7 @@ __all__ = [
 
 AXI_RESP_OKAY = 0b00
 AXI_RESP_SLVERR = 0b10
+AXI_RESP_DECERR = 0b11
 AXI_BURST_INCR = 0b01
 
 
