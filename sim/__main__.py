@@ -18,8 +18,8 @@ By default it runs, in order:
 traffic, valid and malformed, through the Verilated parser,
 ``sim.parser_demo``, into ``build/sim/parser/``); it has a Verilator build
 of its own, so it is not in the default run, which must stay within
-120 s on a quiet 2-core machine, the two-NIC build included. ``--model-only`` (``make sim MODEL=1``) runs just the
-model scenario.
+120 s on a quiet 2-core machine, the two-NIC build included.
+``--model-only`` (``make sim MODEL=1``) runs just the model scenario.
 
 ``--scenario FILE`` (``make sim SCENARIO=<name>``) runs one scenario file
 (sim/system/scenario.py, docs/scenarios.md) instead: on the two RTL NICs and

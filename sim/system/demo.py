@@ -190,7 +190,7 @@ async def run_scenario(system, cfg: DemoConfig, now_ns, log=print, *,
     same fabric controls), bring both NICs up through the driver, run the
     workload (sim/system/workload.py) and check every receive slot; returns
     the raw record. ``timeout`` overrides ``cfg.timeout`` (the model's timer
-    unit differs, see sim/system_bench.py)."""
+    unit differs, see sim/bench/system.py)."""
     wall0 = time.monotonic()
     fab = system.fabric
     if hasattr(fab, "capture_enabled"):
@@ -446,7 +446,7 @@ def report_markdown(summary: dict) -> str:
         f"(`sim/system/model_harness.py`: {cfg['paths']} paths, {cfg['delay_ns']:g} ns each), "
         "configured and driven by the same host driver and workload as the RTL (on a "
         "ModelTransport; the retransmit timer's t lowered by 3 for the model's 1.024 us unit, "
-        "see sim/system_bench.py).",
+        "see sim/bench/system.py).",
         "",
         f"Scenario `{cfg['name']}`" + (f": {cfg['description']}" if cfg["description"]
                                         else "."),
@@ -690,7 +690,7 @@ def print_summary(summary: dict) -> None:
 
 # The simulator builds: "sim" (the default) has the host memories and MAC
 # streams in the simulator (sim.system.simhw); "cocotb" is the two-NIC top
-# alone, with cocotbext-axi's Python models on its ports (for sim/speed_bench.py).
+# alone, with cocotbext-axi's Python models on its ports (for sim/bench/speed.py).
 HARNESSES = ("sim", "cocotb")
 
 

@@ -119,7 +119,7 @@ class SystemTB:
     memories and MAC streams in the simulator, Python woken per frame and per
     driver poll; what the tests build) or the bare ``two_nic``
     (``sim.system.top.TwoNicTop``: cocotbext-axi's AxiRam and stream models in
-    Python, every cycle; kept for the speed comparison, sim/speed_bench.py).
+    Python, every cycle; kept for the speed comparison, sim/bench/speed.py).
     The API and every check are the same on both."""
 
     def __init__(self, dut, *, seed: int = 1, delay_ns: float = 400.0, num_paths: int = 8,

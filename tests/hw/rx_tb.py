@@ -1,5 +1,5 @@
 """The RX benches, shared by tests/hw/test_rx_pipeline.py, test_rx_engine.py
-and sim/rx_bench.py.
+and sim/bench/rx.py.
 
 ``RxTB`` drives ``RxPipeline`` (everything after the parser: header records
 and payload beats built from scapy packets) or ``RxEngine`` (MAC frames,

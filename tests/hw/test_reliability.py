@@ -1265,7 +1265,7 @@ async def test_model_compare(dut):
 
 
 # ---------------------------------------------------------------------------
-# sim/rel_bench.py: ACK processing rate and timeout error (not part of the regression)
+# sim/bench/rel.py: ACK processing rate and timeout error (not part of the regression)
 
 
 @cocotb.test(skip=not os.environ.get("REL_BENCH_OUT"))

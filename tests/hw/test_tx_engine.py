@@ -1069,7 +1069,7 @@ def test_tx_engine_soak():
 
 
 # ---------------------------------------------------------------------------
-# Benchmark (sim/tx_bench.py runs this through the same Verilator build)
+# Benchmark (sim/bench/tx.py runs this through the same Verilator build)
 
 
 async def _bench_case(dut, messages, mtu, qps):

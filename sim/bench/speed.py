@@ -11,7 +11,7 @@ workload with its byte-exact checks) on two NicCores under Verilator:
   (sim/system/simhw.py), host memories and MAC streams in the simulator, the
   fabric and driver in Python woken per frame and per poll.
 
-For each system scenario (the demo's; sim/system_bench.py's), waves off,
+For each system scenario (the demo's; sim/bench/system.py's), waves off,
 and the demo's scenario again with the waveform of the NICs' ports (FST, as
 ``make sim`` writes it), it reports simulated cycles per second of wall time
 (the workload's, build excluded) of both and the ratio new / old. Then a
@@ -19,7 +19,7 @@ profile (cProfile inside the simulator's Python, ``COCOTB_ENABLE_PROFILING``)
 of a short run of each harness: where the wall time goes, by component.
 
     python -m sim.bench --only speed            # print
-    python -m sim.speed_bench --quick           # a short scenario only
+    python -m sim.bench.speed --quick           # a short scenario only
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from pathlib import Path
 
 from sim.system.demo import CLK_NS, DemoConfig, analyse, simulate
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "build" / "bench" / "speed"
 HARNESSES = ("cocotb", "sim")
 # one build per harness and waveform setting (a shared one would rebuild on every switch)
@@ -43,7 +43,7 @@ PROFILE_CFG = DemoConfig(rounds=2, shard_bytes=64 * 1024)
 
 
 def scenarios() -> list[tuple[str, DemoConfig]]:
-    from sim.system_bench import scenarios as system_scenarios
+    from sim.bench.system import scenarios as system_scenarios
 
     return [("demo's ring, 5 x 128 KiB", DemoConfig()), *system_scenarios()]
 
@@ -148,7 +148,7 @@ def render(rows, profiles, wall) -> str:
     lines = [
         "## Simulation speed (two NICs)",
         "",
-        f"`sim/speed_bench.py` (`python -m sim.bench --only speed`, {wall:.0f} s; "
+        f"`sim/bench/speed.py` (`python -m sim.bench --only speed`, {wall:.0f} s; "
         f"{platform.machine()}, one process on a 2-core machine shared with other jobs). "
         "The demo's driver-level script (ring workload, byte-exact checks) on two NicCores "
         "under Verilator, with the old harness (`cocotb`: cocotbext-axi AxiRam host memories "

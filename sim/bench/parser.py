@@ -9,7 +9,7 @@ frame is also checked against the reference model, so a fast wrong parser
 cannot score. It reuses the Verilator builds of the cocotb regression
 (``sim_build/rx_parser_w<width>``).
 
-    python -m sim.parser_bench [--widths 64 128 256 512]
+    python -m sim.bench.parser [--widths 64 128 256 512]
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def measure(data_width: int) -> dict:
     out.unlink(missing_ok=True)
     run_parser_tests(
         data_width,
-        test_module="sim.parser_bench",
+        test_module="sim.bench.parser",
         testcase="parser_bench",
         extra_env={ENV_OUT: str(out)},
     )
@@ -71,7 +71,7 @@ def run(widths=DEFAULT_WIDTHS) -> str:
         "## RX header parser input throughput",
         "",
         "`hw/rx/parser.py` `RxParser`, Verilator, back-to-back frames with no idle "
-        "input cycles and no output backpressure (`python -m sim.parser_bench`). "
+        "input cycles and no output backpressure (`python -m sim.bench.parser`). "
         "Beats per cycle = input beats accepted / cycles from the first beat to the "
         "last; the target is 1.0. Every frame is also checked against the reference "
         "model.",

@@ -15,7 +15,7 @@
   The 256-QP engine takes tens of minutes to elaborate and synthesise (its
   per-QP flip-flop state, see docs/tx.md).
 
-Run: ``python -m sim.tx_bench`` (prints the section). The cocotb part reuses
+Run: ``python -m sim.bench.tx`` (prints the section). The cocotb part reuses
 the ``tx_engine_w64`` Verilator build of ``tests/hw/test_tx_engine.py``.
 """
 
@@ -33,7 +33,7 @@ __all__ = ["run", "measure_throughput", "synth_estimate"]
 
 
 def measure_throughput() -> dict:
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from tests.hw.test_tx_engine import run as run_tx
 
     with tempfile.TemporaryDirectory() as tmp:
