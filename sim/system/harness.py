@@ -38,7 +38,8 @@ from host_driver.transport import CocotbTransport
 from sim.system.fabric import Fabric
 from sim.system.simhw import SimHw
 
-__all__ = ["SystemTB", "Endpoint", "Connection", "CLK_NS", "RAM_SIZE", "ev_owner"]
+__all__ = ["SystemTB", "Endpoint", "Connection", "CLK_NS", "RAM_SIZE", "ev_owner",
+           "whole_bursts"]
 
 CLK_NS = 8
 RAM_SIZE = 1 << 25  # 32 MiB of host memory per NIC
@@ -60,6 +61,30 @@ RX_PEER_DROP_REASONS = ("peer_bad_qpn", "peer_not_for_us", "peer_bad_mac", "peer
 RX_PARSER_REJECTS = ("parser_bad_frame", "parser_truncated", "parser_not_ipv4",
                      "parser_ipv4_options", "parser_ipv4_checksum", "parser_not_roce",
                      "parser_unknown_opcode", "parser_length_mismatch", "parser_bad_icrc")
+
+
+def whole_bursts(ram: AxiRam) -> AxiRam:
+    """``ram`` with each write burst landing whole, as its B response goes,
+    as two_nic_sim's memory lands it at its last beat (sim/system/simhw.py)
+    and a PCIe write lands in host memory: a polling driver never sees half
+    a burst, such as a CQE whose phase byte is in and whose WQE index (its
+    last beat) is not. cocotbext-axi's AxiRam writes beat by beat."""
+    port = ram.write_if
+    held: list[tuple[int, bytes]] = []
+    respond = port.b_channel.send
+
+    async def write(address, data):
+        held.append((address % port.size, bytes(data)))
+
+    async def send(b):
+        for address, data in held:
+            port.write(address, data)
+        held.clear()
+        await respond(b)
+
+    port._write = write
+    port.b_channel.send = send
+    return ram
 
 
 def ev_owner(ev: int | None) -> int | None:
@@ -144,8 +169,9 @@ class SystemTB:
                 transport = CocotbTransport(axil, ram, RAM_SIZE, dut.clk, clock_ns=CLK_NS,
                                             irq=getattr(dut, f"n{i}_irq"))
             else:
-                ram = AxiRam(AxiBus.from_prefix(dut, f"n{i}_m_axi", bus_separator="__"),
-                             dut.clk, dut.rst, size=RAM_SIZE)
+                ram = whole_bursts(AxiRam(AxiBus.from_prefix(dut, f"n{i}_m_axi",
+                                                             bus_separator="__"),
+                                          dut.clk, dut.rst, size=RAM_SIZE))
                 sinks.append(AxiStreamSink(
                     AxiStreamBus.from_prefix(dut, f"n{i}_mac_tx", bus_separator="__"),
                     dut.clk, dut.rst))
