@@ -62,7 +62,7 @@ from host_driver.layers import (
 )
 from host_driver.uart_transport import AsyncUARTTransport
 from hw.board.soc import LEDS, MAC_BASE, BoardSoC
-from tests.hw.test_board_uart import UartModel
+from tests.models.uart import UartModel
 
 CLK_NS = 8  # core clock 125 MHz, as on the board
 ETH_NS = 8  # 1 Gb/s RGMII

@@ -28,7 +28,7 @@ from hw.board.soc import (
     MEM_BASE,
     board_register_map,
 )
-from tests.unit.test_board_uart_transport import BridgeModel
+from tests.models.uart_bridge import BridgeModel
 
 MEM_SIZE = 0x4000
 

@@ -12,8 +12,7 @@ from host_driver.uart_transport import decode_response, encode_read, encode_writ
 from hw.board.regs import MAC_TYPE_ID, MAC_VERSION, MACRegisters
 from hw.board.uart import UARTToAXI4Lite
 from hw.csr import AXI4LiteToCSR
-
-from .test_board_mdio import PHYModel
+from tests.models.mdio_phy import PHYModel
 
 DIVISOR = 4
 

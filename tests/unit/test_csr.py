@@ -12,7 +12,7 @@ from hw.csr import (
     block_decode,
     grouped_read,
 )
-from tests.unit.csrbus import csr_write
+from tests.unit.csrbus import axil_read, axil_write, csr_write
 
 
 class _Scratch:
@@ -38,44 +38,18 @@ class _Scratch:
         self.m = m
 
 
-async def _write(ctx, axil, addr, data, strb=0xF):
-    ctx.set(axil.awaddr, addr)
-    ctx.set(axil.awvalid, 1)
-    ctx.set(axil.wdata, data)
-    ctx.set(axil.wstrb, strb)
-    ctx.set(axil.wvalid, 1)
-    ctx.set(axil.bready, 1)
-    await ctx.tick().until(axil.awready)
-    ctx.set(axil.awvalid, 0)
-    ctx.set(axil.wvalid, 0)
-    (resp,) = await ctx.tick().sample(axil.bresp).until(axil.bvalid)
-    ctx.set(axil.bready, 0)
-    return resp
-
-
-async def _read(ctx, axil, addr):
-    ctx.set(axil.araddr, addr)
-    ctx.set(axil.arvalid, 1)
-    ctx.set(axil.rready, 1)
-    await ctx.tick().until(axil.arready)
-    ctx.set(axil.arvalid, 0)
-    (data,) = await ctx.tick().sample(axil.rdata).until(axil.rvalid)
-    ctx.set(axil.rready, 0)
-    return data
-
-
 def test_axil_bridge_reads_and_writes():
     dut = _Scratch()
     axil = dut.bridge.s_axil
     seen = {}
 
     async def bench(ctx):
-        assert await _write(ctx, axil, 0x4, 0xDEADBEEF) == 0
-        assert await _write(ctx, axil, 0xC, 0x12345678) == 0
-        assert await _write(ctx, axil, 0x8, 0xFFFFFFFF, strb=0x3) == 0b10  # SLVERR
-        seen["r1"] = await _read(ctx, axil, 0x4)
-        seen["r3"] = await _read(ctx, axil, 0xF)  # unaligned: word address
-        seen["r2"] = await _read(ctx, axil, 0x8)
+        assert await axil_write(ctx, axil, 0x4, 0xDEADBEEF) == 0
+        assert await axil_write(ctx, axil, 0xC, 0x12345678) == 0
+        assert await axil_write(ctx, axil, 0x8, 0xFFFFFFFF, strb=0x3) == 0b10  # SLVERR
+        seen["r1"] = await axil_read(ctx, axil, 0x4)
+        seen["r3"] = await axil_read(ctx, axil, 0xF)  # unaligned: word address
+        seen["r2"] = await axil_read(ctx, axil, 0x8)
         seen["reads"] = ctx.get(dut.reads)
 
     sim = Simulator(dut.m)

@@ -19,8 +19,7 @@ from hw.nic.csr import (
     device_info_register_map,
     header_word,
 )
-from tests.unit.csrbus import csr_read, csr_write
-from tests.unit.test_csr import _read, _write
+from tests.unit.csrbus import axil_read, axil_write, csr_read, csr_write
 
 BB = 8  # 256-byte windows keep the simulation small
 # NicCore tests construct the blocks without elaborating them.
@@ -120,9 +119,9 @@ def test_header_walk_finds_every_block_with_uniform_headers(latency):
     async def bench(ctx):
         offset = 0
         while True:
-            header = await _read(ctx, axil, offset)
+            header = await axil_read(ctx, axil, offset)
             found.append((offset, header >> 16, header & 0xFFFF))
-            offset = await _read(ctx, axil, offset + 4)
+            offset = await axil_read(ctx, axil, offset + 4)
             if offset == 0:
                 break
             assert len(found) < 8, "next pointers loop"
@@ -142,23 +141,23 @@ def test_reads_and_writes_reach_only_their_block(latency, mixed):
 
     async def bench(ctx):
         a, b = 1 << BB, 2 << BB
-        assert await _write(ctx, axil, a + 8, 0xAAAA0001) == 0
-        assert await _write(ctx, axil, b + 8, 0xBBBB0002) == 0
-        assert await _write(ctx, axil, b + 0x1C, 0xBBBB0007) == 0
-        assert await _read(ctx, axil, a + 8) == 0xAAAA0001
-        assert await _read(ctx, axil, b + 8) == 0xBBBB0002
-        assert await _read(ctx, axil, b + 0x1C) == 0xBBBB0007
+        assert await axil_write(ctx, axil, a + 8, 0xAAAA0001) == 0
+        assert await axil_write(ctx, axil, b + 8, 0xBBBB0002) == 0
+        assert await axil_write(ctx, axil, b + 0x1C, 0xBBBB0007) == 0
+        assert await axil_read(ctx, axil, a + 8) == 0xAAAA0001
+        assert await axil_read(ctx, axil, b + 8) == 0xBBBB0002
+        assert await axil_read(ctx, axil, b + 0x1C) == 0xBBBB0007
         assert ctx.get(top.blocks[0].writes) == 1 and ctx.get(top.blocks[1].writes) == 2
         assert ctx.get(top.blocks[0].reads) == 1 and ctx.get(top.blocks[1].reads) == 2
         # header words are read only: the write is dropped, the header stays
-        await _write(ctx, axil, a + 0, 0xDEADBEEF)
-        await _write(ctx, axil, a + 4, 0xDEADBEEF)
+        await axil_write(ctx, axil, a + 0, 0xDEADBEEF)
+        await axil_write(ctx, axil, a + 4, 0xDEADBEEF)
         assert ctx.get(top.blocks[0].writes) == 1
-        assert await _read(ctx, axil, a) == header_word(top.windows[1].regmap)
-        assert await _read(ctx, axil, a + 4) == b
+        assert await axil_read(ctx, axil, a) == header_word(top.windows[1].regmap)
+        assert await axil_read(ctx, axil, a + 4) == b
         # beyond the last window: reads 0, touches nothing
-        await _write(ctx, axil, (3 << BB) + 8, 0x12345678)
-        assert await _read(ctx, axil, (3 << BB) + 8) == 0
+        await axil_write(ctx, axil, (3 << BB) + 8, 0x12345678)
+        assert await axil_read(ctx, axil, (3 << BB) + 8) == 0
         assert ctx.get(top.blocks[1].writes) == 2
 
     top.run(bench)
@@ -171,13 +170,13 @@ def test_device_info_reports_parameters_and_scratch():
 
     async def bench(ctx):
         for name, value in PARAMS.items():
-            assert await _read(ctx, axil, rm[name].addr()) == value, name
-        assert await _read(ctx, axil, rm["scratch"].addr()) == 0
-        await _write(ctx, axil, rm["scratch"].addr(), 0x5A5AA5A5)
-        assert await _read(ctx, axil, rm["scratch"].addr()) == 0x5A5AA5A5
+            assert await axil_read(ctx, axil, rm[name].addr()) == value, name
+        assert await axil_read(ctx, axil, rm["scratch"].addr()) == 0
+        await axil_write(ctx, axil, rm["scratch"].addr(), 0x5A5AA5A5)
+        assert await axil_read(ctx, axil, rm["scratch"].addr()) == 0x5A5AA5A5
         # parameter words ignore writes
-        await _write(ctx, axil, rm["num_qps"].addr(), 0)
-        assert await _read(ctx, axil, rm["num_qps"].addr()) == PARAMS["num_qps"]
+        await axil_write(ctx, axil, rm["num_qps"].addr(), 0)
+        assert await axil_read(ctx, axil, rm["num_qps"].addr()) == PARAMS["num_qps"]
 
     top.run(bench)
 
@@ -223,17 +222,17 @@ def test_injected_writes_land_between_host_accesses(latency, mixed):
         ctx.set(inject.valid, 0)
 
     async def bench(ctx):
-        await _write(ctx, axil, b + 8, 0x11111111)
+        await axil_write(ctx, axil, b + 8, 0x11111111)
         # the host keeps reading a word the injector never touches
         for _ in range(16):
-            assert await _read(ctx, axil, b + 8) == 0x11111111
+            assert await axil_read(ctx, axil, b + 8) == 0x11111111
         for _ in range(8):
             await ctx.tick()
         last = {}
         for _, addr, value in pending:
             last[addr] = value
         for addr, value in last.items():
-            assert await _read(ctx, axil, b + addr) == value
+            assert await axil_read(ctx, axil, b + addr) == value
         assert ctx.get(top.blocks[1].writes) == 1 + len(pending)
         assert ctx.get(top.blocks[0].writes) == 0
 
