@@ -478,13 +478,26 @@ class QueuePair:
 
     async def to_rts(self, *, evs: EvProfile, sq_psn: int = 0, mtu: int | None = None,
                      timeout: int = 12, linear_cnt: int = 7, exp_cnt: int = 7,
-                     ev_min_active: int = 1, sack_threshold: int = 0, dscp: int = 0):
+                     ev_min_active: int = 1, sack_threshold: int = 0, dscp: int = 0,
+                     max_wimm: int | None = None):
         """The requester side: send to the peer given at RTR over ``evs``.
         The retransmit timeout is 1.024 us x 2^``timeout``; ``linear_cnt``
         retries at it, then ``exp_cnt`` doubling (25 = forever): exactly
         ``linear_cnt + exp_cnt`` retries, then the QP goes to ERROR. ``mtu``
         is the path MTU given at RTR (both directions use it); given here, it
-        must be that one."""
+        must be that one.
+
+        ``max_wimm`` (MRC's QP attribute): at most this many WRITE_WITH_IMM
+        messages started and not yet completed; the next one waits, and the
+        WQEs posted after it wait behind it (a QP's WQEs go in order). Give the
+        peer's receive CQ depth (exchanged with its QPN), or less: then the
+        requester never sends more immediates than the peer can hold, and the
+        peer drops none for a full CQ (``cq_full``) while its host polls.
+        Default: the NIC's maximum (``params["max_wimm"]``, the in-flight
+        table's entries per QP), which bounds nothing the in-flight table does
+        not: this end cannot know the peer's CQ, and a full peer CQ loses
+        nothing (the peer leaves the message unacknowledged, this end resends
+        it), it only costs retransmissions."""
         self._need(QpState.RTR)
         dev = self.device
         if mtu is None:
@@ -500,6 +513,13 @@ class QueuePair:
         if not 0 <= exp_cnt <= 25:
             raise ValueError(f"exp_cnt must be in 0..24 retries, or 25 = forever, "
                              f"not {exp_cnt!r}")
+        wimm_limit = dev.params["max_wimm"]
+        if max_wimm is None:
+            max_wimm = wimm_limit
+        if not isinstance(max_wimm, int) or not 1 <= max_wimm <= wimm_limit:
+            raise ValueError(f"max_wimm must be in 1..{wimm_limit} (WRITE_WITH_IMM messages "
+                             f"outstanding; the NIC's limit, params['max_wimm']), "
+                             f"not {max_wimm!r}")
         if len(evs.values) > dev.params["evs_per_qp"]:
             raise ValueError(f"{len(evs.values)} EVs, the NIC holds {dev.params['evs_per_qp']} "
                              f"per QP")
@@ -514,8 +534,9 @@ class QueuePair:
                             ("qp_dst_mac_hi", peer_mac >> 32), ("qp_dst_ip", peer_ip),
                             ("qp_dscp", dscp), ("qp_sq_base_lo", self.sq_addr & 0xFFFFFFFF),
                             ("qp_sq_base_hi", self.sq_addr >> 32),
-                            ("qp_sq_log2_size", self.sq_log2)):
+                            ("qp_sq_log2_size", self.sq_log2), ("qp_max_wimm", max_wimm)):
             await tx.write(name, value, q)
+        self.max_wimm = max_wimm
         # reliability: timers, rings, peer (probes), EVs
         await rel.write_fields("qp_rel_cfg", q, t=timeout, linear_cnt=linear_cnt,
                                exp_cnt=exp_cnt, ev_min_active=ev_min_active,
@@ -660,6 +681,9 @@ class Device:
         self.info = info
         self.tx = RegisterBlock(self.transport, by_type[TX_TYPE_ID].base,
                                 host_view(tx_register_map(p["num_qps"], p["evs_per_qp"])))
+        # the largest max_wimm (QueuePair.to_rts): a bound above the in-flight
+        # table's entries per QP binds nothing more (every message takes a PSN)
+        p["max_wimm"] = 1 << (await self.tx.read_fields("caps"))["inflight_log2"]
         self.rx = RegisterBlock(self.transport, by_type[RX_TYPE_ID].base,
                                 host_view(rx_register_map(p["num_qps"], p["num_mrs"])))
         self.rel = RegisterBlock(self.transport, by_type[REL_TYPE_ID].base,

@@ -54,6 +54,7 @@ from hw.reliability.registers import register_map as rel_register_map
 from hw.rx.regs import COUNTERS as RX_COUNTERS
 from hw.rx.regs import rx_register_map
 from hw.tx.layouts import WQE_BYTES, WQE_LAYOUT, WqeFlags, WqeOpcode
+from hw.tx.regs import CTRL_FLUSH_BIT as TX_CTRL_FLUSH_BIT
 from hw.tx.regs import CTRL_RESET_BIT as TX_CTRL_RESET_BIT
 from hw.tx.regs import tx_register_map
 from sim.fabric import Engine
@@ -251,6 +252,13 @@ class _HwQp(MrcQp):
 
     def can_send(self):
         return self.hw.tx_enabled(self.qpn) and super().can_send()
+
+    def wimm_limit(self):
+        """TX ``qp_max_wimm``: 0 is no bound, above the in-flight table's size it is
+        that size (hw/tx/wimm.py). The responder's early-LAST bound stays
+        ``cfg.max_wimm``."""
+        bound = self.hw.reg("tx", "qp_max_wimm", self.qpn) & 0xFFFF
+        return min(bound, self.hw.params["inflight_depth"]) or None
 
     def on_ack(self, pkt):
         cnt = self.hw.rel_cnt
@@ -789,13 +797,19 @@ class ModelNic:
             return qp.stats["tx_data"] if qp else 0
         if name == "qp_retx_packets":
             return qp.stats["tx_retx"] if qp else 0
+        if name == "qp_max_wimm":
+            return self.reg("tx", name, q) & 0xFFFF
+        if name == "qp_wimm_outstanding":
+            return qp.wimm_outstanding if qp else 0
         if name == "qp_status":
             if not live:
                 return 0
             active = qp.seg_wr is not None and 0 < qp.seg_wr.sent_pkts < qp.seg_wr.npkts
             inflight = qp.nxt_idx - qp.una_idx
             return (int(active) | int(inflight >= qp.window_psns) << 1
-                    | int(qp.evs.good_count() == 0) << 2 | (inflight & 0xFFFFFF) << 8)
+                    | int(qp.evs.good_count() == 0) << 2
+                    | int(qp.state == RTS and qp.wimm_blocked()) << 3
+                    | (inflight & 0xFFFFFF) << 8)
         return None
 
     def _read_rx(self, name, index):
@@ -853,7 +867,11 @@ class ModelNic:
         self.tx_halt[q] = False
         if value >> TX_CTRL_RESET_BIT & 1:
             self._tx_reset(q)
-            value &= ~(1 << TX_CTRL_RESET_BIT)  # reads 0
+        if value & (1 << TX_CTRL_RESET_BIT | 1 << TX_CTRL_FLUSH_BIT):
+            # reset and flush: TX's count of outstanding WRITE_WITH_IMMs to 0
+            if self.qps[q] is not None:
+                self.qps[q].wimm_outstanding = 0
+            value &= ~(1 << TX_CTRL_RESET_BIT | 1 << TX_CTRL_FLUSH_BIT)  # read 0
             self.store[("tx", self.maps["tx"]["qp_ctrl"].addr(q))] = value
         if value & 1 and not old & 1:
             self._fetch(q)
@@ -864,6 +882,9 @@ class ModelNic:
         if self._rel_qp_state(q) == ERROR:
             # reliability sees the doorbell: what was posted since the flush, FLUSHED
             self._flush_unfetched(q, CqeStatus.FLUSHED, start=self.sq_flushed[q])
+
+    def _write_tx_qp_max_wimm(self, q, value, old):
+        self.core.kick()  # a QP waiting at its old bound may go
 
     def _write_tx_ev_entry(self, q_unused, value, old):
         sel = self.reg("tx", "ev_select")

@@ -18,6 +18,7 @@ from hw.rx.parser import ParsedHeader
 from hw.stream import AXIStreamSignature, check_data_width
 from hw.tx.engine import StreamFifo, TxEngine
 from hw.tx.layouts import SentRecord
+from hw.tx.regs import CTRL_FLUSH_BIT as TX_CTRL_FLUSH_BIT
 from hw.tx.regs import CTRL_RESET_BIT as TX_CTRL_RESET_BIT
 from hw.tx.regs import QP_BASE as TX_QP_BASE
 from hw.tx.regs import QP_STRIDE as TX_QP_STRIDE
@@ -95,6 +96,7 @@ def check_nic_params(*, data_width, num_qps, evs_per_qp, sack_bits, max_mtu, mpr
 
 TxRegWrite = data.StructLayout({"addr": 32, "data": 32})
 TX_CTRL_RESET = 1 << TX_CTRL_RESET_BIT  # TX qp_ctrl: reset = 1, enable = 0
+TX_CTRL_FLUSH = 1 << TX_CTRL_FLUSH_BIT  # TX qp_ctrl: flush = 1, enable = 0
 
 
 class TxControlBridge(wiring.Component):
@@ -102,7 +104,9 @@ class TxControlBridge(wiring.Component):
     through TX's own registers, because TX has no ports for them.
 
     A window update becomes a write of TX ``qp_cwnd``; a QP entering ERROR
-    becomes a write of 0 to TX ``qp_ctrl`` (stop sending from the QP), one
+    becomes a write of ``flush`` = 1, ``enable`` = 0 to TX ``qp_ctrl`` (stop
+    sending from the QP; its WQEs are flushed, so its count of outstanding
+    WRITE_WITH_IMMs goes to 0), one
     entering RESET a write of ``reset`` = 1, ``enable`` = 0 (stop, and empty
     TX's ring from the doorbell on, so that the QP is reusable).
     Other state changes need nothing from TX (the host enables TX when it
@@ -130,7 +134,7 @@ class TxControlBridge(wiring.Component):
                 out.valid.eq(stops),
                 out.payload.addr.eq(TX_QP_BASE + TX_Q.CTRL + qsu.payload.qpn * TX_QP_STRIDE),
                 out.payload.data.eq(Mux(qsu.payload.state == QpState.RESET,
-                                        TX_CTRL_RESET, 0)),
+                                        TX_CTRL_RESET, TX_CTRL_FLUSH)),
                 qsu.ready.eq(~stops | out.ready),
             ]
         with m.Else():
@@ -494,6 +498,9 @@ class NicCore(wiring.Component):
         wiring.connect(m, rel.ack_update, ack_update_stage.i)
         wiring.connect(m, ack_update_stage.o, tx.ack_update)
         wiring.connect(m, rel.ev_update, tx.ev_update)
+        # completed WRITE_WITH_IMMs, for TX's max_wimm counts (a flip-flop out of
+        # the completion writer, registered again at WimmBound's input)
+        wiring.connect(m, rel.wimm_done, tx.wimm_done)
         m.submodules.tx_control = txc = TxControlBridge()
         wiring.connect(m, rel.cwnd_update, txc.cwnd_update)
         wiring.connect(m, rel.qp_state_update, txc.qp_state_update)

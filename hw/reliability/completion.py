@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 from hw.axi import AXI_BURST_INCR, AXI_RESP_OKAY, AXI4Signature
 from hw.pipeline import OneHotFSM, load_in_groups, state_copy
 
-from .layouts import WqeFlags
+from .layouts import WimmDone, WqeFlags, WqeOpcode
 
 __all__ = ["CompletionRequest", "CompletionWriter", "DmaConfig", "WQE_BYTES", "CQE_BYTES"]
 
@@ -48,6 +48,11 @@ class CompletionWriter(wiring.Component):
                   count; both sums wrap within ``addr_width`` bits. IDs are 0.
     ``cqe_done``  Out(1): one-cycle pulse per CQE written (B received).
     ``dma_error`` Out(1): pulse when R or B answers other than OKAY (the CQE is still counted).
+    ``wimm_done``  Out(stream(WimmDone)), no backpressure (``ready`` is not looked at): one
+                  cycle's ``valid`` per SUCCESS request whose WQE's opcode byte (the first R
+                  beat) is WRITE_WITH_IMM, signaled or not, 2 cycles after that beat; the
+                  QP's count of outstanding WRITE_WITH_IMMs against ``max_wimm`` (TX's
+                  ``WimmBound``) goes down by one.
 
     CQE (32 bytes, little-endian): 0x00 wr_id, 0x08 byte_len (WQE length on SUCCESS, 0
     otherwise), 0x0C imm, 0x10 qpn, 0x14 status, 0x15 WQE opcode, 0x16 0, 0x17 flags
@@ -77,6 +82,7 @@ class CompletionWriter(wiring.Component):
                 "m_axi": Out(AXI4Signature(addr_width, data_width, 4)),
                 "cqe_done": Out(1),
                 "dma_error": Out(1),
+                "wimm_done": Out(stream.Signature(WimmDone)),
             }
         )
 
@@ -152,6 +158,12 @@ class CompletionWriter(wiring.Component):
         # no CQE for an unsignaled SUCCESS: registered from the first R beat (the WQE's
         # flags byte; success is set from ADDR on), so AW's valid is a flip-flop's AND
         skip = Signal()
+        # the WQE is a WRITE_WITH_IMM that completed SUCCESS: registered from the
+        # first R beat (the opcode byte), a pulse on wimm_done the cycle after (req
+        # holds its QPN until the next IDLE)
+        imm_beat = Signal()
+        m.d.sync += [imm_beat.eq(0), self.wimm_done.valid.eq(imm_beat),
+                     self.wimm_done.payload.qpn.eq(req.qpn)]
 
         # One flip-flop per state: "in state X" drives the clock enables of cfg (copies
         # of the flip-flop), pi, ar_addr and wword and the handshakes (req.ready is the
@@ -218,7 +230,10 @@ class CompletionWriter(wiring.Component):
             m.d.comb += axi.rready.eq(1)
             with m.If(axi.rvalid):
                 with m.If(rsel[0]):
-                    m.d.sync += skip.eq(success & ~axi.rdata[8 + WqeFlags_SIGNALED_BIT])
+                    m.d.sync += [
+                        skip.eq(success & ~axi.rdata[8 + WqeFlags_SIGNALED_BIT]),
+                        imm_beat.eq(success & (axi.rdata[:8] == WqeOpcode.WRITE_WITH_IMM)),
+                    ]
                 m.d.sync += rsel.eq(rsel << 1)
                 with m.If(axi.rresp != AXI_RESP_OKAY):
                     m.d.sync += error.eq(1)

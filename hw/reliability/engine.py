@@ -40,6 +40,7 @@ from .layouts import (
     RetxRequest,
     SentRecord,
     SqProducer,
+    WimmDone,
 )
 from .probe import NetConfig, ProbeBuilder, ProbeReplyCheck
 from .registers import (
@@ -104,6 +105,9 @@ class ReliabilityEngine(wiring.Component):
     ``cwnd_update`` Out(stream(CwndUpdate)): new window of a QP, packets.
     ``qp_state_update`` Out(stream(QpStateUpdate)): QP state changes (ERROR on retry
                    exhaustion; also the controller's commands).
+    ``wimm_done``  Out(stream(WimmDone)): a WRITE_WITH_IMM WQE of the QP completed
+                   SUCCESS (``CompletionWriter``; no backpressure): TX's count of the QP's
+                   outstanding WRITE_WITH_IMMs against ``max_wimm`` goes down.
     ``m_axis_probe`` Out(AXIStreamSignature(data_width)): EV probe requests, from a
                    register stage (1 cycle after ``ProbeBuilder``).
     ``m_axi``      Out(AXI4Signature(addr_width, data_width, 4)): WQE reads and CQE writes.
@@ -178,6 +182,7 @@ class ReliabilityEngine(wiring.Component):
                 "ev_update": Out(stream.Signature(EvUpdate)),
                 "cwnd_update": Out(stream.Signature(CwndUpdate)),
                 "qp_state_update": Out(stream.Signature(QpStateUpdate)),
+                "wimm_done": Out(stream.Signature(WimmDone)),
                 "m_axis_probe": Out(AXIStreamSignature(data_width)),
                 "m_axi": Out(AXI4Signature(addr_width, data_width, 4)),
                 "csr": In(CSRBusSignature(csr_addr_width)),
@@ -218,6 +223,7 @@ class ReliabilityEngine(wiring.Component):
         wiring.connect(m, probes.m_axis, probe_stage.s_axis)
         wiring.connect(m, probe_stage.m_axis, wiring.flipped(self.m_axis_probe))
         wiring.connect(m, cpl.m_axi, wiring.flipped(self.m_axi))
+        wiring.connect(m, cpl.wimm_done, wiring.flipped(self.wimm_done))
         m.d.comb += core.now.eq(timers.now)
 
         # --- global registers -----------------------------------------------------------

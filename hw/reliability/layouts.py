@@ -16,6 +16,7 @@ __all__ = [
     "RetxRequest",
     "SentRecord",
     "SqProducer",
+    "WimmDone",
     "WqeFlags",
     "WqeOpcode",
     "NAK_INVALID_REQUEST",
@@ -65,4 +66,6 @@ RetxRequest = data.StructLayout({"qpn": 24, "psn": PSN_BITS, "reason": 2})
 AckUpdate = data.StructLayout({"qpn": 24, "una_psn": PSN_BITS})
 EvUpdate = data.StructLayout({"qpn": 24, "ev_index": 8, "state": 2})
 CwndUpdate = data.StructLayout({"qpn": 24, "cwnd": 16})
+# a WRITE_WITH_IMM WQE of the QP completed SUCCESS (its count against max_wimm goes down)
+WimmDone = data.StructLayout({"qpn": 24})
 QpStateUpdate = data.StructLayout({"qpn": 24, "state": 3})

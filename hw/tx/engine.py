@@ -13,9 +13,18 @@ from .ev import EvTable
 from .framer import Framer
 from .header_builder import HeaderBuilder
 from .icrc import IcrcInserter
-from .layouts import AckUpdate, EvUpdate, PacketDesc, PayloadDesc, RetxRequest, SentRecord
+from .layouts import (
+    AckUpdate,
+    EvUpdate,
+    PacketDesc,
+    PayloadDesc,
+    RetxRequest,
+    SentRecord,
+    WimmDone,
+)
 from .regs import QP_BASE, QP_STRIDE, tx_register_map
 from .sequencer import Sequencer
+from .wimm import WimmBound
 
 __all__ = ["TxEngine", "StreamFifo"]
 
@@ -153,6 +162,10 @@ class TxEngine(wiring.Component):
       dropped (counted) when the PSN is not in flight.
     - ``ack_update``: oldest unacknowledged PSN per QP; opens the window.
     - ``ev_update``: EV state changes from reliability.
+    - ``wimm_done``: a WRITE_WITH_IMM WQE of the QP completed SUCCESS (from
+      reliability's completion writer; always taken): ``WimmBound``
+      (hw/tx/wimm.py) counts it off the QP's outstanding ones, which
+      ``qp_max_wimm`` bounds.
     - ``sent``: one record per data packet when it is committed (at most
       ``max_picked_ahead`` packets before its first beat is on the wire).
       It has backpressure through a 4-entry FIFO: a consumer that does not
@@ -239,6 +252,7 @@ class TxEngine(wiring.Component):
                 "retx": In(stream.Signature(RetxRequest)),
                 "ack_update": In(stream.Signature(AckUpdate)),
                 "ev_update": In(stream.Signature(EvUpdate)),
+                "wimm_done": In(stream.Signature(WimmDone)),
                 "sent": Out(stream.Signature(SentRecord)),
             }
         )
@@ -256,6 +270,9 @@ class TxEngine(wiring.Component):
             addr_width=self.addr_width,
         )
         m.submodules.ev_table = evt = EvTable(self.num_qps, self.evs_per_qp)
+        m.submodules.wimm = wimm = WimmBound(self.num_qps, self.inflight_depth)
+        wiring.connect(m, seq.wimm, wimm.bus)
+        wiring.connect(m, wiring.flipped(self.wimm_done), wimm.done)
         m.submodules.read_arbiter = arb = ReadArbiter(w, addr_width=self.addr_width)
         m.submodules.payload_reader = reader = PayloadReader(
             w, max_outstanding=PAY_DESC_FIFO_DEPTH, addr_width=self.addr_width)

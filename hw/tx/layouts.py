@@ -11,6 +11,7 @@ from hw.reliability.layouts import (
     EvUpdate,
     RetxRequest,
     SentRecord,
+    WimmDone,
     WqeFlags,
     WqeOpcode,
 )
@@ -26,6 +27,7 @@ __all__ = [
     "AckUpdate",
     "EvUpdate",
     "SentRecord",
+    "WimmDone",
     "EvState",
     "MAX_HEADER_BYTES",
 ]

@@ -3,7 +3,8 @@ logic, the host driver and docs/tx.md."""
 
 from ..csr import RegisterMap
 
-__all__ = ["TX_TYPE_ID", "TX_VERSION", "QP_BASE", "QP_STRIDE", "tx_register_map", "G", "Q"]
+__all__ = ["TX_TYPE_ID", "TX_VERSION", "QP_BASE", "QP_STRIDE", "tx_register_map", "G", "Q",
+           "CTRL_ENABLE_BIT", "CTRL_RESET_BIT", "CTRL_FLUSH_BIT"]
 
 TX_TYPE_ID = 0x0002
 TX_VERSION = 1
@@ -32,6 +33,7 @@ class G:
 # qp_ctrl's fields (bit positions)
 CTRL_ENABLE_BIT = 0
 CTRL_RESET_BIT = 1
+CTRL_FLUSH_BIT = 2
 
 
 class Q:
@@ -56,6 +58,8 @@ class Q:
     TX_PACKETS = 0x40
     RETX_PACKETS = 0x44
     STATUS = 0x48
+    MAX_WIMM = 0x4C
+    WIMM_OUTSTANDING = 0x50
 
 
 def tx_register_map(num_qps: int = 16, evs_per_qp: int = 16) -> RegisterMap:
@@ -147,7 +151,9 @@ def tx_register_map(num_qps: int = 16, evs_per_qp: int = 16) -> RegisterMap:
        fields=[("enable", CTRL_ENABLE_BIT, 1, "send from this QP"),
                ("reset", CTRL_RESET_BIT, 1, "write 1 (with enable 0: the QP's RESET): the "
                 "ring is empty from the doorbell on (consumer = producer), a part-sent WQE "
-                "is dropped; reads 0")])
+                "is dropped, qp_wimm_outstanding is 0; reads 0"),
+               ("flush", CTRL_FLUSH_BIT, 1, "write 1 (with enable 0: the QP entered ERROR, "
+                "its WQEs are flushed): qp_wimm_outstanding is 0; reads 0")])
     qp(
         "qp_mtu",
         Q.MTU,
@@ -207,7 +213,25 @@ def tx_register_map(num_qps: int = 16, evs_per_qp: int = 16) -> RegisterMap:
             ("wqe_active", 0, 1, "a WQE is part sent"),
             ("window_blocked", 1, 1, "waiting for the window (ack_update, cwnd or MPR write)"),
             ("ev_blocked", 2, 1, "waiting for a GOOD EV"),
+            ("wimm_blocked", 3, 1, "waiting for a WRITE_WITH_IMM to complete: the next "
+             "WQE is one and qp_max_wimm of them are outstanding"),
             ("inflight", 8, 24, "PSNs in flight: next_psn - una_psn"),
         ],
+    )
+    qp(
+        "qp_max_wimm",
+        Q.MAX_WIMM,
+        "RW",
+        "max_wimm: WRITE_WITH_IMM messages the QP may have started and not completed "
+        "(16 bits); a WQE that would start one more waits, and the QP's WQEs behind it. "
+        "0 (reset): no bound; above the in-flight table's entries (caps.inflight_log2) "
+        "it acts as that many",
+    )
+    qp(
+        "qp_wimm_outstanding",
+        Q.WIMM_OUTSTANDING,
+        "RO",
+        "WRITE_WITH_IMM messages started (first packet sent) and not yet completed "
+        "SUCCESS by reliability",
     )
     return rm

@@ -29,6 +29,7 @@ from .layouts import (
 )
 from .regs import (
     CTRL_ENABLE_BIT,
+    CTRL_FLUSH_BIT,
     CTRL_RESET_BIT,
     QP_BASE,
     QP_STRIDE,
@@ -37,6 +38,7 @@ from .regs import (
     G,
     Q,
 )
+from .wimm import WimmBusSignature
 
 __all__ = ["Sequencer", "CFG_LANES"]
 
@@ -56,6 +58,7 @@ CFG_LANES = [
     ("sq_base_lo", Q.SQ_BASE_LO, 32),
     ("sq_base_hi", Q.SQ_BASE_HI, 32),
     ("sq_log2_size", Q.SQ_LOG2_SIZE, 4),
+    ("max_wimm", Q.MAX_WIMM, 16),  # WimmBound keeps the bound; this lane is its read-back
 ]
 _LANE = {name: i for i, (name, _, _) in enumerate(CFG_LANES)}
 # The lanes are kept in three RAMs, each read at a registered address of its
@@ -67,7 +70,7 @@ READ_GROUP = 8
 CFG_GROUPS = (
     ("ctl", ("mtu_shift", "mpr", "cwnd", "sq_base_lo", "sq_base_hi", "sq_log2_size")),
     ("mac", ("dst_mac_lo", "dst_mac_hi")),
-    ("hdr", ("dqpn", "dst_ip", "dscp")),
+    ("hdr", ("dqpn", "dst_ip", "dscp", "max_wimm")),
 )
 assert sorted(name for _, names in CFG_GROUPS for name in names) == sorted(_LANE)
 # Up to this many QPs the settings are flip-flop rows (what synthesis makes of
@@ -122,7 +125,7 @@ class Sequencer(wiring.Component):
     read) and one ``sent`` record, all three in the same cycle.
 
     Per packet: pick a QP round-robin among those enabled, with work, and not
-    parked (window full, no GOOD EV); check the window min(MPR x 128, cwnd,
+    parked (window full, no GOOD EV, max_wimm reached); check the window min(MPR x 128, cwnd,
     in-flight table size); fetch the WQE if none is part sent (one 64-byte
     burst); cut the next MTU-sized packet; pick the next GOOD EV after the
     QP's cursor; record (WQE, packet index, EV) under the PSN; emit. A
@@ -135,6 +138,13 @@ class Sequencer(wiring.Component):
     its ``qp_ctrl`` is written; ``qp_ctrl.reset`` sets the consumer index to
     the doorbell and drops a part-sent WQE (docs/tx.md, "Refused WQEs", "QP
     reset").
+
+    ``wimm`` goes to a ``WimmBound`` (hw/tx/wimm.py), which counts per QP the
+    WRITE_WITH_IMM messages started and not completed: a WITH_IMMEDIATE WQE
+    whose first packet is next, on a QP ``at_bound``, is not sent: SEGMENT
+    parks the QP with the WQE kept (as for want of an EV) until the QP is
+    below its bound again; the QP's later WQEs wait behind it, its
+    retransmissions do not (docs/tx.md, "The max_wimm bound").
 
     Host addresses (the SQ base, WQE addresses, the WQE's ``laddr`` and the
     payload addresses) are ``addr_width`` bits: ``qp_sq_base_hi`` keeps bits
@@ -204,6 +214,7 @@ class Sequencer(wiring.Component):
                 "sent": Out(stream.Signature(SentRecord)),
                 "src_mac": Out(48),
                 "src_ip": Out(32),
+                "wimm": Out(WimmBusSignature(num_qps, inflight_depth)),
             }
         )
 
@@ -225,6 +236,13 @@ class Sequencer(wiring.Component):
         # a QP that met a WQE it cannot execute (an unknown opcode): no new work until
         # its qp_ctrl is written (retransmissions of its PSNs in flight still go)
         op_halt = Signal(nq)
+        # a QP whose next WQE is a WITH_IMMEDIATE one not begun, parked in SEGMENT
+        # for its max_wimm; it waits while WimmBound says it is at its bound
+        # (registered: wimm_wait follows wimm_park and at_bound a cycle later, and
+        # a QP picked again in that cycle parks again)
+        wimm_park = Signal(nq)
+        wimm_wait = Signal(nq)
+        m.d.sync += wimm_wait.eq(wimm_park & self.wimm.at_bound)
         pi = Array(Signal(16, name=f"pi{i}") for i in range(nq))
         ci = Array(Signal(16, name=f"ci{i}") for i in range(nq))
         next_psn = Array(Signal(PSN_BITS, name=f"next_psn{i}") for i in range(nq))
@@ -343,7 +361,8 @@ class Sequencer(wiring.Component):
             ]
             m.d.comb += has_work[i].eq(wqe_active[i] | ring_work[i])
         m.submodules.rr = rr = RoundRobin(nq)
-        m.d.comb += rr.requests.eq(enable & has_work & ~win_blocked & ~ev_blocked & ~op_halt)
+        m.d.comb += rr.requests.eq(enable & has_work & ~win_blocked & ~ev_blocked & ~op_halt
+                                   & ~wimm_wait)
 
         init_q = Signal(range(nq + 1))
         ready = Signal()
@@ -580,6 +599,13 @@ class Sequencer(wiring.Component):
             self.sent.payload.op_err.eq(st.OP_ERR),
         ]
         psn_off_r = Signal(PSN_BITS)  # retx_psn - una_psn of the QP
+        # registered in OFFSET, used in SEGMENT: the WQE's first packet is next, it
+        # is a WITH_IMMEDIATE one and the QP is at its max_wimm (not a retransmit)
+        wimm_hold = Signal()
+        m.d.comb += [
+            self.wimm.start.eq(emit_go & ~retx_mode & seg_first & cur.with_imm),
+            self.wimm.start_qp.eq(cur_q),
+        ]
 
         with state("INIT"):
             # Settings and counters back to their defaults after a (soft)
@@ -778,6 +804,8 @@ class Sequencer(wiring.Component):
             # packet is committed 2 cycles after its EV was chosen and an
             # EV state change binds every packet chosen after it.
             m.d.sync += offset.eq(Cat(Const(0, 8), cur.pkt_index) << mtu_shift)
+            m.d.sync += wimm_hold.eq(~retx_mode & cur.with_imm & (cur.pkt_index == 0)
+                                     & self.wimm.at_bound.bit_select(cur_q, 1))
             with m.If(window_full):
                 window_park()
             with m.Elif(op_bad):
@@ -808,7 +836,14 @@ class Sequencer(wiring.Component):
                 seg_psn.eq(psn_out),
                 ev_index.eq(ev_pick),
             ]
-            with m.If(ev_found):
+            with m.If(~retx_mode):
+                m.d.sync += wimm_park.bit_select(cur_q, 1).eq(wimm_hold)
+            with m.If(wimm_hold):
+                # park the QP at its max_wimm, keeping its WQE (written back the
+                # next cycle, as below) until it is below its bound again
+                m.d.sync += wqe_we.eq(1)
+                goto("IDLE")
+            with m.Elif(ev_found):
                 goto("EV_VALUE")
             with m.Elif(retx_mode):
                 m.d.sync += retx_no_ev_inc.eq(1)
@@ -914,6 +949,7 @@ class Sequencer(wiring.Component):
         m.d.comb += [csr_addr.eq(late(qsel, f"cfg_{group}_csr_q"))
                      for group, _, _, _, csr_addr in cfg_ports]
         m.d.comb += cnt_csr.addr.eq(late(qsel, "cnt_csr_q"))
+        m.d.comb += self.wimm.rd_q.eq(qsel)  # rd_count: the cycle after r_stb
         m.d.comb += [
             self.ev.csr_sel.eq(ev_select),
             self.ev.csr_value.eq(csr.w_data[:16]),  # taken with csr_we
@@ -975,6 +1011,7 @@ class Sequencer(wiring.Component):
         qw_doorbell = Signal()
         qw_unpark = Signal()  # a write that may open the QP's window
         qw_reset = Signal(nq)  # a qp_ctrl write with reset = 1, one-hot by QP
+        qw_flush = Signal(nq)  # a qp_ctrl write with flush = 1, one-hot by QP
         lane_hit = d_lane & d_qp_w.replicate(len(CFG_LANES))
         m.d.sync += [
             qw_lanes.eq(Mux(d_ready, lane_hit, (1 << len(CFG_LANES)) - 1)),
@@ -988,6 +1025,8 @@ class Sequencer(wiring.Component):
             qw_ctrl.eq(d_qp_w & d_ctrl),
             psn_write.eq(Cat(*[d_qp_w & d_next_psn & (d_q == i) for i in range(nq)])),
             qw_reset.eq(Cat(*[d_qp_w & d_ctrl & d_data[CTRL_RESET_BIT] & (d_q == i)
+                              for i in range(nq)])),
+            qw_flush.eq(Cat(*[d_qp_w & d_ctrl & d_data[CTRL_FLUSH_BIT] & (d_q == i)
                               for i in range(nq)])),
             qw_doorbell.eq(d_qp_w & d_doorbell),
             qw_unpark.eq(d_qp_w & d_unpark),
@@ -1029,6 +1068,17 @@ class Sequencer(wiring.Component):
         for i in range(nq):
             with m.If(qw_reset[i]):
                 m.d.sync += [ci[i].eq(pi[i]), wqe_active[i].eq(0), win_blocked[i].eq(0)]
+            with m.If(qw_reset[i] | qw_flush[i]):
+                m.d.sync += wimm_park[i].eq(0)
+        # WimmBound: its count of a QP is 0 after a reset, a flush (the QP's WQEs
+        # were completed by reliability's ERROR) and INIT; the bound is written
+        # with the settings lane (INIT writes its default, 0: no bound)
+        m.d.comb += [
+            self.wimm.clear.eq(qw_reset | qw_flush | qw_init.replicate(nq)),
+            self.wimm.limit_we.eq(qw_lanes[_LANE["max_wimm"]]),
+            self.wimm.limit_q.eq(qw_q),
+            self.wimm.limit_data.eq(cfg_lanes_w[_LANE["max_wimm"]][:16]),
+        ]
         with m.If(qw_doorbell):
             m.d.sync += pi[qw_q].eq(qw_data[:16])
         # The global registers are written like the per-QP ones: one-hot strobes
@@ -1090,7 +1140,8 @@ class Sequencer(wiring.Component):
                         wqe_active.bit_select(qsel, 1),
                         win_blocked.bit_select(qsel, 1),
                         ev_blocked.bit_select(qsel, 1),
-                        Const(0, 5),
+                        wimm_wait.bit_select(qsel, 1),
+                        Const(0, 4),
                         (s_next - s_una)[:PSN_BITS],
                     )
                 ),
@@ -1113,6 +1164,7 @@ class Sequencer(wiring.Component):
             (in_qp & (reg == Q.TX_PACKETS), cnt_csr.data[:32]),
             (in_qp & (reg == Q.RETX_PACKETS), cnt_csr.data[32:]),
             (in_qp & (reg == Q.STATUS), r_status),
+            (in_qp & (reg == Q.WIMM_OUTSTANDING), self.wimm.rd_count),
         ]
         reads += [
             (csr.addr == off, value)

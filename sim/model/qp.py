@@ -88,6 +88,9 @@ class QpConfig:
     ev_min_active: int = 1
     probe_interval_ns: float = 20000.0
     reo_wnd_ns: float = 2000.0  # SACK loss detection: reordering allowance
+    # MRC's max_wimm: a requester has at most this many WRITE_WITH_IMM messages
+    # started and not yet completed (the next one waits, and the QP's later
+    # WQEs behind it); a responder holds at most this many early LAST packets
     max_wimm: int = 1024
     start_psn: int = 0
     place_payload: bool = False
@@ -110,6 +113,8 @@ class QpConfig:
             raise ValueError("ack_every must be >= 1")
         if not 0 <= self.start_psn <= PSN_MASK:
             raise ValueError("start_psn is 24 bits")
+        if self.max_wimm < 1:
+            raise ValueError("max_wimm must be >= 1")
 
     def timeout_ns(self, retries: int) -> float:
         """Timer value after ``retries`` timeouts without progress."""
@@ -221,6 +226,7 @@ class QpBase:
         self.seg_wr: WorkRequest | None = None  # WR being segmented
         self.seg_queue: deque[WorkRequest] = deque()  # posted, not yet segmented
         self.inflight = 0  # wire bytes outstanding (not delivered, not lost)
+        self.wimm_outstanding = 0  # WRITE_WITH_IMM WRs started, not completed
         self.retries = 0
         self.rto_deadline: float | None = None
         self._rto_pending = False
@@ -308,6 +314,8 @@ class QpBase:
         if seg == 0:
             wr.first_idx = idx
             wr.last_idx = idx + wr.npkts - 1
+            if wr.imm is not None:
+                self.wimm_outstanding += 1
         mtu = self.cfg.mtu
         payload = min(mtu, wr.length - seg * mtu)
         opcode = segment_opcode(seg, wr.npkts, wr.imm is not None)
@@ -358,12 +366,30 @@ class QpBase:
         now = self.engine.now
         while wrs and 0 <= wrs[0].last_idx < una and wrs[0].sent_pkts == wrs[0].npkts:
             wr = wrs.popleft()
+            if wr.imm is not None:
+                self.wimm_outstanding -= 1
             self.send_cq.append(Completion(now, self.qpn, wr.wr_id, SUCCESS, WC_RDMA_WRITE,
                                            wr.length, wr.imm))
             self.nic.on_completion(self, self.send_cq[-1], wr)
 
     def outstanding(self) -> bool:
         return self.nxt_idx != self.una_idx
+
+    def wimm_limit(self) -> int | None:
+        """The QP's bound on WRITE_WITH_IMM messages started and not completed
+        (None: none)."""
+        return self.cfg.max_wimm
+
+    def wimm_blocked(self) -> bool:
+        """The next new PSN would start a WRITE_WITH_IMM while ``wimm_limit()``
+        of them are outstanding: the QP waits (its WRs go in order, so the ones
+        behind wait too) until one completes."""
+        wr = self.seg_wr
+        if (wr is not None and wr.sent_pkts < wr.npkts) or not self.seg_queue:
+            return False
+        limit = self.wimm_limit()
+        return (self.seg_queue[0].imm is not None and limit is not None
+                and self.wimm_outstanding >= limit)
 
     def idle(self) -> bool:
         """No posted work left: everything sent and acknowledged, or the QP is in ERROR."""
@@ -425,6 +451,7 @@ class QpBase:
         self.seg_wr = None
         self.records.clear()
         self.inflight = 0
+        self.wimm_outstanding = 0  # flushed
         self.rto_deadline = None
         self.nic.on_qp_error(self)
 
@@ -571,7 +598,7 @@ class MrcQp(QpBase):
             return pkt
         if rq:
             return None  # retransmissions wait for an EV on another plane
-        if self.nxt_idx - self.una_idx >= self.window_psns:
+        if self.nxt_idx - self.una_idx >= self.window_psns or self.wimm_blocked():
             return None
         wr = self.seg_wr
         if (wr is None or wr.sent_pkts == wr.npkts) and not self.seg_queue:
@@ -595,7 +622,7 @@ class MrcQp(QpBase):
             return False
         if self.retx_queue:
             return True
-        if self.nxt_idx - self.una_idx >= self.window_psns:
+        if self.nxt_idx - self.una_idx >= self.window_psns or self.wimm_blocked():
             return False
         return self.has_work()
 

@@ -213,12 +213,13 @@ class SystemTB:
                       mtu: int = 1024, timeout: int = 10, mpr: int = 2, evs=None,
                       ack_n: int = 4, ack_t: int = 256, probe_period: int = 0,
                       linear_cnt: int = 7, exp_cnt: int = 7, sack_threshold: int = 0,
-                      recv_cq_log2: int = 8):
+                      recv_cq_log2: int = 8, max_wimm: int | None = None):
         """``qps`` QPs on each NIC to RTS, connection k of NIC 0 bound to
         connection ``peer_of(k)`` of NIC 1; per QP a receive MR and a send
         buffer of ``buf_size`` bytes, and a receive CQ of 2^``recv_cq_log2``
         entries. ``evs``: one EvProfile per NIC for every QP (default: QP k
-        of NIC i sprays over EV_BASES[i] + 16 k + 0..7)."""
+        of NIC i sprays over EV_BASES[i] + 16 k + 0..7). ``max_wimm``: every
+        QP's (``QueuePair.to_rts``; None: the driver's default)."""
         num_qps = self.ends[0].dev.params["num_qps"]
         if not 1 <= qps <= num_qps:
             raise ValueError(f"qps must be in 1..{num_qps} (the NICs' num_qps), not {qps!r}")
@@ -260,7 +261,7 @@ class SystemTB:
                     range(EV_BASES[i] + 16 * k, EV_BASES[i] + 16 * k + 8))
                 await conn.qp.to_rts(evs=profile, sq_psn=psns[i][k], mtu=mtu, timeout=timeout,
                                      linear_cnt=linear_cnt, exp_cnt=exp_cnt,
-                                     sack_threshold=sack_threshold)
+                                     sack_threshold=sack_threshold, max_wimm=max_wimm)
 
     def random_bytes(self, n: int) -> bytes:
         return self.rng.randbytes(n)

@@ -17,6 +17,12 @@ peer), objects with ``dev``, ``qp``, ``mr``, ``recv_buf`` and ``send_buf``
 ``reset_and_reuse``  ERROR -> RESET -> INIT -> RTR -> RTS on both ends, then
                      WRITE_WITH_IMMs both ways, byte-exact with the right
                      send and receive completions
+``wimm_burst``       a burst of WRITE_WITH_IMMs into a small receive CQ that
+                     the peer's host polls: byte-exact, every completion on
+                     both sides; returns the WRITE_WITH_IMMs the requester
+                     had outstanding at most, the peer's ``cq_full`` and
+                     ``wimm_full`` drops and the requester's retransmissions
+                     (with ``max_wimm`` at most the CQ's entries: none)
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ from host_driver.driver import Completion, QpState, WrOpcode
 from hw.reliability.layouts import WqeOpcode
 
 __all__ = ["post_in_error", "reconnect", "reset_and_reuse", "unknown_opcode", "unsignaled",
-           "BAD_OPCODE"]
+           "wimm_burst", "BAD_OPCODE", "WIMM_BURST_SIZES"]
 
 BAD_OPCODE = 0x07  # not a WqeOpcode
 assert BAD_OPCODE not in WqeOpcode.KNOWN
@@ -151,3 +157,46 @@ async def reset_and_reuse(a, b, *, mtu=1024, timeout=10, timeout_cycles=2_000_00
         assert [(c.wr_id, c.status, c.byte_len, c.imm) for c in recv] == [
             (k + 1, 0, n, 0x5E000000 | k) for k, n in enumerate(sizes)], recv  # MSN from 1
         assert _placed(dst, 0, data)
+
+
+# 12 WRITE_WITH_IMMs of one packet at a 1 KiB MTU but one of two
+WIMM_BURST_SIZES = [64, 100, 1, 700, 1024, 2000, 64, 8, 512, 300, 1000, 64]
+
+
+async def wimm_burst(a, b, *, poll_cycles, timeout_cycles=2_000_000):
+    """WIMM_BURST_SIZES as WRITE_WITH_IMMs a -> b, posted at once (a's send
+    queue must hold them), while b's host polls its receive CQ every
+    ``poll_cycles`` cycles and a's host samples TX's ``qp_wimm_outstanding``.
+    Checks every byte placed, the receive CQEs in order with their immediates
+    and one SUCCESS send CQE per WQE; returns {"max_outstanding", "cq_full",
+    "wimm_full", "retx"} (b's RX drops, a's retransmitted packets)."""
+    sizes = WIMM_BURST_SIZES
+    data = _bytes(5, sum(sizes))
+    a.dev.mem.write(a.send_buf, data)
+    b.dev.mem.write(b.recv_buf, bytes(sum(sizes)))
+    before = await b.dev.counters()
+    retx_before = await a.dev.tx.read("qp_retx_packets", a.qp.qpn)
+    ids, offset = [], 0
+    for k, n in enumerate(sizes):
+        ids.append(await _post(a, b, offset, n, opcode=WrOpcode.WRITE_WITH_IMM,
+                               imm=0x3A000000 | k, ring=k == len(sizes) - 1))
+        offset += n
+    recv, most, waited = [], 0, 0
+    while len(recv) < len(sizes):
+        recv += await b.qp.recv_cq.poll()
+        most = max(most, await a.dev.tx.read("qp_wimm_outstanding", a.qp.qpn))
+        assert waited < timeout_cycles, f"{len(recv)} of {len(sizes)} receive CQEs"
+        await b.dev.transport.idle(poll_cycles)
+        waited += poll_cycles
+    msn = recv[0].wr_id
+    assert [(c.wr_id, c.status, c.byte_len, c.imm) for c in recv] == [
+        ((msn + k) & 0xFFFFFF, 0, n, 0x3A000000 | k) for k, n in enumerate(sizes)], recv
+    cqes = await a.qp.send_cq.wait(len(sizes), timeout_cycles=timeout_cycles)
+    assert [(c.wr_id, c.status, c.byte_len) for c in cqes] == [
+        (w, Completion.SUCCESS, n) for w, n in zip(ids, sizes, strict=True)], cqes
+    assert _placed(b, 0, data)
+    after = await b.dev.counters()
+    return {"max_outstanding": most,
+            "cq_full": after["rx.cq_full"] - before["rx.cq_full"],
+            "wimm_full": after["rx.wimm_full"] - before["rx.wimm_full"],
+            "retx": await a.dev.tx.read("qp_retx_packets", a.qp.qpn) - retx_before}

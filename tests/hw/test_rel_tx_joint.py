@@ -96,6 +96,7 @@ class JointTop(wiring.Component):
         wiring.connect(m, rel.retx, tx.retx)
         wiring.connect(m, rel.ack_update, tx.ack_update)
         wiring.connect(m, rel.ev_update, tx.ev_update)
+        wiring.connect(m, rel.wimm_done, tx.wimm_done)
         for port in (rel.cwnd_update, rel.qp_state_update):  # TX has no port for them yet
             m.d.comb += port.ready.eq(1)
         m.d.comb += [

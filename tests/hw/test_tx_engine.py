@@ -169,7 +169,7 @@ class TB:
         self.refused = []  # sent records with op_err: WQEs TX refused, no frame
         self.cycle = 0
         self.frames = []  # (ns of the first beat, frame bytes)
-        for name in ("retx", "ack_update", "ev_update"):
+        for name in ("retx", "ack_update", "ev_update", "wimm_done"):
             getattr(dut, f"{name}__valid").value = 0
         dut.sent__ready.value = 1
 
@@ -245,6 +245,10 @@ class TB:
 
     async def ev_update(self, qpn, ev_index, state):
         return await self.drive("ev_update", qpn | (ev_index << 24) | (state << 32))
+
+    async def wimm_done(self, qpn):
+        """Reliability completed a WRITE_WITH_IMM WQE of ``qpn`` SUCCESS."""
+        return await self.drive("wimm_done", qpn)
 
     async def write(self, addr, value):
         await self.axil.write_dword(addr, value & 0xFFFFFFFF)
@@ -735,6 +739,94 @@ async def test_unknown_opcode_and_reset(dut):
 
 
 @cocotb.test()
+async def test_max_wimm(dut):
+    """qp_max_wimm bounds a QP's WRITE_WITH_IMM messages started and not completed:
+    at the bound the next WITH_IMM WQE is not sent and the QP's WQEs behind it
+    (a plain WRITE too) wait, while another QP sends and the QP's own
+    retransmissions go; each wimm_done (reliability's SUCCESS completion) lets
+    one more start. qp_wimm_outstanding and qp_status.wimm_blocked show it;
+    qp_ctrl.reset and .flush set the count to 0, bound 0 is no bound."""
+    tb, host = await make_tb(dut, seed=81)
+    rng = random.Random(82)
+    q, q2 = 4, 9
+    await host.open_qp(QpConfig(q, mtu=256, next_psn=0x300))
+    await host.open_qp(QpConfig(q2, mtu=256, next_psn=0x400))
+    await tb.write(tb.qreg(q, Q.MAX_WIMM), 2)
+    assert await tb.read(tb.qreg(q, Q.MAX_WIMM)) == 2
+
+    async def settle(sent):
+        await ClockCycles(tb.dut.clk, 2500)
+        host.sb.check(tb)
+        assert len(tb.sent) == sent, f"{len(tb.sent)} packets sent, expected {sent}"
+
+    async def outstanding(qp):
+        return await tb.read(tb.qreg(qp, Q.WIMM_OUTSTANDING))
+
+    async def blocked(qp):
+        return (await tb.read(tb.qreg(qp, Q.STATUS))) >> 3 & 1
+
+    await host.post(q, 600, rng, imm=0xA)  # 3 packets
+    await host.post(q, 100, rng, imm=0xB)
+    await host.post(q, 100, rng, imm=0xC)  # the third: waits
+    await host.post(q, 300, rng)  # a plain WRITE behind it: waits too (2 packets)
+    await host.post(q, 50, rng, imm=0xE)
+    for _ in range(3):  # another QP, no bound: all go
+        await host.post(q2, 100, rng, imm=7)
+    await settle(4 + 3)
+    assert [p.imm for p in host.sb.pending[q]][:1] == [0xC]
+    assert await outstanding(q) == 2 and await blocked(q) == 1
+    assert await outstanding(q2) == 3 and await blocked(q2) == 0
+    # a retransmission of the parked QP still goes
+    host.sb.expect_retx(q, 0x301)
+    await tb.retx(q, 0x301)
+    await settle(8)
+    # one completes: C and the WRITE behind it go, E waits
+    await tb.wimm_done(q)
+    await settle(8 + 1 + 2)
+    assert await outstanding(q) == 2 and await blocked(q) == 1
+    # a completion for another QP or a QPN beyond the table changes nothing here
+    await tb.wimm_done(q2)
+    await tb.wimm_done(NUM_QPS + 3)
+    await settle(11)
+    assert await outstanding(q2) == 2
+    await tb.wimm_done(q)
+    await host.sb.wait_all(tb)
+    assert await outstanding(q) == 2 and await blocked(q) == 0
+    for _ in range(4):  # never below 0
+        await tb.wimm_done(q)
+    assert await outstanding(q) == 0
+    # bound 1, reset: the count and the parked WQE go, the QP restarts at the doorbell
+    await tb.write(tb.qreg(q, Q.MAX_WIMM), 1)
+    sent = len(tb.sent)
+    await host.post(q, 100, rng, imm=1)
+    await host.post(q, 100, rng, imm=2)
+    await settle(sent + 1)
+    assert await outstanding(q) == 1 and await blocked(q) == 1
+    await tb.write(tb.qreg(q, Q.CTRL), 2)  # reset
+    assert await outstanding(q) == 0 and await blocked(q) == 0
+    del host.sb.pending[q][:]
+    await tb.write(tb.qreg(q, Q.NEXT_PSN), 0x900)
+    host.next_psn[q] = 0x900
+    await host.post(q, 100, rng, imm=3)
+    await tb.write(tb.qreg(q, Q.CTRL), 1)
+    await host.sb.wait_all(tb)
+    assert await outstanding(q) == 1
+    # flush (reliability's ERROR): the count to 0
+    await tb.write(tb.qreg(q, Q.CTRL), 4)
+    assert await outstanding(q) == 0 and await tb.read(tb.qreg(q, Q.CTRL)) == 0
+    # bound 0: none; a bound above the in-flight table reads back as written
+    await tb.write(tb.qreg(q, Q.MAX_WIMM), 0)
+    await tb.write(tb.qreg(q, Q.CTRL), 1)
+    for i in range(4):
+        await host.post(q, 10, rng, imm=i)
+    await host.sb.wait_all(tb)
+    assert await outstanding(q) == 4
+    await tb.write(tb.qreg(q2, Q.MAX_WIMM), 0xFFFF)
+    assert await tb.read(tb.qreg(q2, Q.MAX_WIMM)) == 0xFFFF
+    await check_counters(tb, host)
+
+
+@cocotb.test()
 async def test_window(dut):
     """min(MPR x 128, cwnd) limits the PSNs in flight; acks reopen it."""
     tb, host = await make_tb(dut, seed=31)
@@ -1035,7 +1127,7 @@ def _top(**params):
             wiring.connect(m, bridge.csr, engine.csr)
             for name in ("m_axi", "m_axis", "sent"):
                 wiring.connect(m, getattr(engine, name), wiring.flipped(getattr(self, name)))
-            for name in ("retx", "ack_update", "ev_update"):
+            for name in ("retx", "ack_update", "ev_update", "wimm_done"):
                 wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(engine, name))
             return m
 

@@ -815,6 +815,49 @@ async def test_broken_nic_fails_the_checks(dut):
         check_memory(tb, 1, payload)
 
 
+async def wimm_burst(dut, tb, name, **connect):
+    """sim/system/requester_cases.py ``wimm_burst`` on two RTL NICs, as on two model
+    NICs (tests/unit/test_driver_model.py): 12 WRITE_WITH_IMMs NIC 0 -> NIC 1
+    posted at once, into a receive CQ of 4 entries that NIC 1's host polls every
+    400 cycles; ACK after every packet (a bound of 2 messages never makes 4
+    packets, the default ACK count). Returns the case's figures."""
+    from types import SimpleNamespace
+
+    from sim.system import requester_cases as rc
+
+    await tb.init()
+    await tb.connect(sq_log2=4, recv_cq_log2=2, timeout=6, ack_n=1, **connect)
+    start = get_sim_time(unit="ns")
+    a, b = (SimpleNamespace(dev=end.dev, qp=end.conns[0].qp, mr=end.conns[0].mr,
+                            recv_buf=end.conns[0].recv_buf, send_buf=end.conns[0].send_buf)
+            for end in tb.ends)
+    got = await rc.wimm_burst(a, b, poll_cycles=400)
+    sizes = rc.WIMM_BURST_SIZES
+    await tb.check_counters(0, packets=packets_of(sizes), messages=len(sizes),
+                            imm_messages=len(sizes))
+    log_case(dut, name, start, **got)
+    return got
+
+
+@cocotb.test()
+async def test_max_wimm_keeps_a_small_receive_cq_from_overflowing(dut):
+    """With max_wimm 2 the requester never has more than 2 WRITE_WITH_IMMs
+    outstanding, and the peer's 4-entry receive CQ drops none (no cq_full, no
+    wimm_full): nothing is resent; byte exact, every completion on both sides."""
+    got = await wimm_burst(dut, SystemTB(dut, seed=53), "max_wimm 2", max_wimm=2)
+    assert got == {"max_outstanding": 2, "cq_full": 0, "wimm_full": 0, "retx": 0}, got
+
+
+@cocotb.test()
+async def test_without_max_wimm_a_small_receive_cq_overflows(dut):
+    """The same burst with the driver's default max_wimm (the NIC's maximum, no
+    bound: what the requester did before it had one) outruns the peer's CQ:
+    cq_full drops at the peer and retransmissions, still byte exact with every
+    completion."""
+    got = await wimm_burst(dut, SystemTB(dut, seed=53), "max_wimm default")
+    assert got["max_outstanding"] > 2 and got["cq_full"] > 0 and got["retx"] > 0, got
+
+
 # ---- pytest entry points: one simulator build; each list shares one simulator run ---------
 
 DEFAULT_TESTS = ["test_discovery", "test_write_lossless_8_paths",
@@ -824,7 +867,9 @@ DEFAULT_TESTS = ["test_discovery", "test_write_lossless_8_paths",
                  "test_sixteen_qps_both_directions", "test_total_outage_retry_exhausted",
                  "test_csr_sweep_changes_nothing", "test_ecn_bottleneck_cuts_and_regrows_window",
                  "test_full_receive_cq_loses_nothing", "test_requester_corner_cases",
-                 "test_remote_access_error_ends_the_qp", "test_broken_nic_fails_the_checks"]
+                 "test_remote_access_error_ends_the_qp", "test_broken_nic_fails_the_checks",
+                 "test_max_wimm_keeps_a_small_receive_cq_from_overflowing",
+                 "test_without_max_wimm_a_small_receive_cq_overflows"]
 # The fault cases: 1 % loss both ways, 1 MiB at 1 % loss, reordering, a path down
 # then up through probes. In the default suite (about 15 s of simulation on
 # two_nic_sim); their own run, so that a failure names the set.

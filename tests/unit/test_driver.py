@@ -52,6 +52,7 @@ class FakeNic:
         for name, value in PARAMS.items():
             self.words[info[name].offset] = value
         self.words[BLOCK + 0x14] = 1  # TX status: ready
+        self.words[BLOCK + 0x10] = 8 << 12  # TX caps: 256 in-flight entries per QP
         self.writes = []
         self.mem = HostMemory(Ram(1 << 20), 1 << 20)
         self.cycles = 0
@@ -82,7 +83,8 @@ def test_discovery_and_parameters():
     dev, _ = run(ready_device())
     assert [(b.type_id, b.base) for b in dev.blocks] == [(1, 0), (2, BLOCK), (3, 2 * BLOCK),
                                                           (4, 3 * BLOCK)]
-    assert dev.params == {k: v for k, v in PARAMS.items()}
+    # and the largest max_wimm, TX's in-flight entries per QP (caps.inflight_log2)
+    assert dev.params == {**PARAMS, "max_wimm": 256}
     assert dev.tx.base == BLOCK and dev.rx.base == 2 * BLOCK and dev.rel.base == 3 * BLOCK
     # maps sized from the discovered parameters
     assert dev.tx.map["qp_ctrl"].count == 2 and dev.rel.map["ev"].count == 16
@@ -256,15 +258,20 @@ def test_qp_state_rules_and_limits():
     run(body())
 
 
+async def _qp_in_rtr():
+    dev, nic = await ready_device()
+    pd = dev.alloc_pd()
+    qp = await dev.create_qp(pd, dev.create_cq(4), dev.create_cq(2), sq_log2=4)
+    await qp.to_init()
+    await qp.to_rtr(dest_qpn=0, peer_mac="02:00:00:00:00:02", peer_ip="10.0.0.2")
+    return dev, nic, qp
+
+
 def test_to_rts_refuses_retry_counts_out_of_range():
     """linear_cnt 0..7, exp_cnt 0..25 (docs/protocol.md): the error names the field
     and the QP stays in RTR with nothing written; the bounds themselves are taken."""
     async def body():
-        dev, nic = await ready_device()
-        pd = dev.alloc_pd()
-        qp = await dev.create_qp(pd, dev.create_cq(4), dev.create_cq(2), sq_log2=4)
-        await qp.to_init()
-        await qp.to_rtr(dest_qpn=0, peer_mac="02:00:00:00:00:02", peer_ip="10.0.0.2")
+        dev, nic, qp = await _qp_in_rtr()
         before = len(nic.writes)
         for kw, match in ((dict(linear_cnt=8), r"linear_cnt must be in 0\.\.7, not 8"),
                           (dict(linear_cnt=-1), "linear_cnt must be in"),
@@ -277,6 +284,28 @@ def test_to_rts_refuses_retry_counts_out_of_range():
         await qp.to_rts(evs=EvProfile.explicit([1]), linear_cnt=7, exp_cnt=25)
         assert await dev.rel.read_fields("qp_rel_cfg", qp.qpn) == {
             "t": 12, "linear_cnt": 7, "exp_cnt": 25, "ev_min_active": 1, "sack_threshold": 0}
+
+    run(body())
+
+
+def test_to_rts_max_wimm():
+    """max_wimm 1..params["max_wimm"] (TX's in-flight entries per QP): out of range
+    the error names the field and nothing is written; the default is the maximum;
+    the value goes to TX's qp_max_wimm."""
+    async def body():
+        dev, nic, qp = await _qp_in_rtr()
+        before = len(nic.writes)
+        for bad in (0, -1, 257, 1.5):
+            with pytest.raises(ValueError, match=r"max_wimm must be in 1\.\.256"):
+                await qp.to_rts(evs=EvProfile.explicit([1]), max_wimm=bad)
+            assert qp.state == QpState.RTR and len(nic.writes) == before
+        await qp.to_rts(evs=EvProfile.explicit([1]), max_wimm=3)
+        assert await dev.tx.read("qp_max_wimm", qp.qpn) == 3 and qp.max_wimm == 3
+        await qp.to_reset()
+        await qp.to_init()
+        await qp.to_rtr(dest_qpn=0, peer_mac="02:00:00:00:00:02", peer_ip="10.0.0.2")
+        await qp.to_rts(evs=EvProfile.explicit([1]))
+        assert await dev.tx.read("qp_max_wimm", qp.qpn) == 256
 
     run(body())
 

@@ -736,3 +736,28 @@ def test_harness_matches_rtl_harness():
 
     assert model_harness.MACS == harness.MACS and model_harness.IPS == harness.IPS
     assert model_harness.EVS == harness.EVS
+
+
+# ---- max_wimm (sim/system/requester_cases.py ``wimm_burst``; the RTL runs it too) --------
+
+
+def test_max_wimm_keeps_a_small_receive_cq_from_overflowing():
+    """12 WRITE_WITH_IMMs posted at once into a receive CQ of 4 entries that the
+    peer's host polls every 400 cycles, ACK after every packet: with max_wimm 2
+    the requester never has more than 2 outstanding, and the peer drops none
+    (no cq_full, no wimm_full) and nothing is resent; with the default (the
+    NIC's maximum: no bound) the same burst outruns the CQ: cq_full drops and
+    retransmissions. Both byte-exact, every completion on both sides (the RTL
+    runs the same case: tests/system/test_two_nic.py)."""
+    async def body():
+        got = {}
+        for max_wimm in (2, None):
+            tb = ModelSystem(seed=51)
+            await tb.init()
+            await tb.connect(sq_log2=4, recv_cq_log2=2, timeout=6, ack_n=1,
+                             max_wimm=max_wimm)
+            got[max_wimm] = await requester_cases.wimm_burst(*tb.ends, poll_cycles=400)
+        assert got[2] == {"max_outstanding": 2, "cq_full": 0, "wimm_full": 0, "retx": 0}, got
+        assert got[None]["max_outstanding"] > 2 and got[None]["cq_full"] > 0, got
+        assert got[None]["retx"] > 0, got
+    run(body())

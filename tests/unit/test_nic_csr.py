@@ -335,7 +335,7 @@ def test_nic_core_exports_with_32_bit_dma_addresses():
 def test_tx_control_bridge_turns_updates_into_tx_register_writes():
     from hw.nic.core import TxControlBridge
     from hw.reliability.layouts import QpState
-    from hw.tx.regs import QP_BASE, QP_STRIDE, Q
+    from hw.tx.regs import CTRL_FLUSH_BIT, QP_BASE, QP_STRIDE, Q
 
     dut = TxControlBridge()
     writes = []
@@ -370,7 +370,9 @@ def test_tx_control_bridge_turns_updates_into_tx_register_writes():
     sim.add_process(sink)
     sim.add_testbench(bench)
     sim.run()
-    assert writes == [(QP_BASE + QP_STRIDE + Q.CTRL, 0), (QP_BASE + QP_STRIDE + Q.CWND, 37)]
+    # ERROR: stop and flush (enable 0, flush 1: the QP's max_wimm count to 0)
+    assert writes == [(QP_BASE + QP_STRIDE + Q.CTRL, 1 << CTRL_FLUSH_BIT),
+                      (QP_BASE + QP_STRIDE + Q.CWND, 37)]
 
 
 @pytest.mark.parametrize("base", [0, 0x4000])
