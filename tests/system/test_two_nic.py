@@ -833,6 +833,7 @@ async def wimm_burst(dut, tb, name, **connect):
             for end in tb.ends)
     got = await rc.wimm_burst(a, b, poll_cycles=400)
     sizes = rc.WIMM_BURST_SIZES
+    await tb.quiesce()
     await tb.check_counters(0, packets=packets_of(sizes), messages=len(sizes),
                             imm_messages=len(sizes))
     log_case(dut, name, start, **got)
@@ -844,7 +845,7 @@ async def test_max_wimm_keeps_a_small_receive_cq_from_overflowing(dut):
     """With max_wimm 2 the requester never has more than 2 WRITE_WITH_IMMs
     outstanding, and the peer's 4-entry receive CQ drops none (no cq_full, no
     wimm_full): nothing is resent; byte exact, every completion on both sides."""
-    got = await wimm_burst(dut, SystemTB(dut, seed=53), "max_wimm 2", max_wimm=2)
+    got = await wimm_burst(dut, SystemTB(dut, seed=53, keep_log=True), "max_wimm 2", max_wimm=2)
     assert got == {"max_outstanding": 2, "cq_full": 0, "wimm_full": 0, "retx": 0}, got
 
 
@@ -854,7 +855,7 @@ async def test_without_max_wimm_a_small_receive_cq_overflows(dut):
     bound: what the requester did before it had one) outruns the peer's CQ:
     cq_full drops at the peer and retransmissions, still byte exact with every
     completion."""
-    got = await wimm_burst(dut, SystemTB(dut, seed=53), "max_wimm default")
+    got = await wimm_burst(dut, SystemTB(dut, seed=53, keep_log=True), "max_wimm default")
     assert got["max_outstanding"] > 2 and got["cq_full"] > 0 and got["retx"] > 0, got
 
 
