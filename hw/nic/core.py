@@ -243,7 +243,8 @@ class NicCore(wiring.Component):
 
     Internal joins: RX ``peer_ack`` -> reliability; TX ``sent`` ->
     reliability through the sent buffer (below); reliability ``retx``,
-    ``ack_update`` and ``ev_update`` -> TX; reliability ``cwnd_update``
+    ``ack_update``, ``ev_update`` and ``wimm_done`` (a WRITE_WITH_IMM WQE
+    completed SUCCESS: TX's ``max_wimm`` count) -> TX; reliability ``cwnd_update``
     and ``qp_state_update`` -> TX's ``qp_cwnd`` / ``qp_ctrl`` registers
     through ``TxControlBridge``; the host's doorbell writes to TX ->
     reliability ``sq_producer`` through ``DoorbellSnoop``. ``peer_ack`` and
