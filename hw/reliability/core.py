@@ -1441,8 +1441,8 @@ class ReliabilityCore(wiring.Component):
         # CMD's reset and RTS entry of the working copy (below), as flip-flops
         # set for the one cycle of CMD: the clears of the record's flip-flops
         # (their LSR pins, a few hundred) are these flags, not a LUT of st.CMD
-        # and c_reset/c_to_rts (b56s5: st.CMD -> 2 LUTs -> cur's LSR nets, 7.8 ns
-        # of routing, -0.85 ns). clear_go is either of the two, for the fields
+        # and c_reset/c_to_rts (docs/timing.md#reliability-core). clear_go is
+        # either of the two, for the fields
         # both set alike.
         reset_go = Signal()
         rts_go = Signal()

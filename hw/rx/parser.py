@@ -367,8 +367,8 @@ class RxParser(wiring.Component):
         # The lengths that follow from the opcode class and padcount, chosen
         # among constants (a LUT per bit after the opcode decode) rather than
         # added up from them: an adder and an increment after the decode,
-        # with the input's routing in front, were 5 levels and two carry
-        # chains (b41: tdata -> ovh_beats, -0.88 ns at 7 ns).
+        # with the input's routing in front, are 5 levels and two carry
+        # chains (docs/timing.md#rx-parser).
         class_ends = (
             (is_imm_v, OFF_IMMDT + IMMDT.size),
             (is_ack_v, self.ack_header_end),
@@ -534,8 +534,8 @@ class RxParser(wiring.Component):
         # payload_beats). The upper bound is a flip-flop, past_end (out_idx >
         # beats_m1), set as out_idx moves on from beats_m1, so that the write
         # enable (the write port's and wr_ptr's) is one LUT of the handshake
-        # and flip-flops, not a compare of out_idx with payload_beats (b36:
-        # payload_beats -> wr_ptr, 5 LUT levels and two carry chains). out_idx
+        # and flip-flops, not a compare of out_idx with payload_beats (5 LUT
+        # levels and two carry chains; docs/timing.md#rx-parser). out_idx
         # is at 0 two cycles after beat k_bth at the earliest, when stage B is
         # valid; before that, out_idx < 0 keeps past_end clear.
         past_end = Signal()
@@ -589,8 +589,7 @@ class RxParser(wiring.Component):
         # write_beat takes the input handshake as tvalid & room, without
         # accept's `first` term: out_idx >= 0 only after the frame's first beat.
         # So it is its own LUTs of flip-flops and tvalid, not a LUT after the
-        # `accept` net (b41: first -> accept -> wr_en -> wr_ptr, -0.47 ns at 7
-        # ns, 4.3 ns of it routing).
+        # wide `accept` net (docs/timing.md#rx-parser).
         wr_en = Signal()
         write_beat = Signal()
         m.d.comb += [
@@ -657,11 +656,9 @@ class RxParser(wiring.Component):
         # part is a constant: that of ICRC_INIT over the beat's bytes from there.
         init_part = crc32_parts(Const(ICRC_INIT, 32), 0, lanes - crc_start_lane)[0]
         # masked_q's bits each feed about half of the 32 CRC bits' networks,
-        # which spread out: b50s5 and b51s5 took 4.7 and 6.9 ns of routing from
-        # masked_q to the network's first LUT (-1.25, -1.21 ns, the worst path of
-        # both), and with two copies (16 CRC bits each) b54s5 still 6.3 ns
-        # (-0.37). So each quarter of the CRC bits takes its data from a copy
-        # of its own, which the placer can keep by them. A copy needs to load
+        # which spread out over the die, so each quarter of the CRC bits takes
+        # its data from a copy of its own, which the placer can keep by them
+        # (two copies are not enough: docs/timing.md#rx-parser). A copy needs to load
         # only when a beat is taken (only a taken beat's masked bytes are
         # read), so each loads under a different superset of that (always,
         # tvalid, room, either): flip-flops of different enables, which
@@ -683,8 +680,8 @@ class RxParser(wiring.Component):
         # saturating), so no carry chain is in front of frame_len; the input's
         # tlast and tkeep only choose between the length with this beat full
         # and the beats before it with the beat's byte count as the low bits
-        # (one mux after the tkeep decode; b41: tlast -> nbytes -> a 17-bit
-        # adder -> frame_len, -1.17 ns at 7 ns). frame_len is loaded in every
+        # (one mux after the tkeep decode, not a 17-bit adder after it;
+        # docs/timing.md#rx-parser). frame_len is loaded in every
         # cycle, as if this cycle's beat were taken and the frame's last;
         # verdict stage 1 reads it in the cycle after the last beat. Once the
         # count saturates, frame_len stays at least 2^17 - lanes, longer than
@@ -835,8 +832,8 @@ class RxParser(wiring.Component):
         # block RAMs' write enables, the FIFO's pointer and level, commit_ptr
         # and the rollback. So it is a flip-flop, registered here from the
         # flags and the whole CRC compare (a few LUT levels with few sinks),
-        # not a LUT of partial verdicts in front of that wide net (b36:
-        # pass_part -> records' level, -1.36 ns at 7 ns). crc_ok, any_fail
+        # not a LUT of partial verdicts in front of that wide net
+        # (docs/timing.md#rx-parser). crc_ok, any_fail
         # and check_icrc_q tell the verdict.
         push = Signal()
         m.d.sync += [
@@ -884,8 +881,8 @@ class RxParser(wiring.Component):
 
         # Without the FIFO's write guard: `push` comes only with room (tready
         # waits for hdr_room, below), so `push`, a flip-flop, is the block
-        # RAMs' write enable as it is (b41: w_rdy & w_en, a LUT, then 5.2 ns
-        # of routing to the 16 block RAMs' byte enables, -0.83 ns at 7 ns).
+        # RAMs' write enable as it is: no LUT in front of the 16 block RAMs'
+        # byte enables (docs/timing.md#rx-parser).
         m.submodules.records = records = BlockRamFIFO(
             width=len(record.as_value()), depth=self.hdr_fifo_depth, write_guard=False
         )
@@ -915,21 +912,18 @@ class RxParser(wiring.Component):
         # (one flip-flop per bit each): the validator, and the ACK records it
         # passes on to reliability, are other blocks. The first (``rec_mid``)
         # drives only the second (``rec_out``), one sink per bit, so the
-        # placer can keep it by the block RAMs (b47s4 at 7 ns: records.storage
-        # -> rec_out_data, 54 endpoints at -1.63 ns, 3.6-4.5 ns of routing
-        # after the block RAM's 4.1-4.4 ns clock-to-output, 0 LUTs, as
-        # rec_out_data's outputs fan out over the block). Each register loads
-        # only while empty, so its enable (several hundred bits) is a
-        # flip-flop, and not the validator's ready (b33: 8.8 ns of routing on
-        # that net): ``rec_mid`` empties when ``rec_out`` is empty (it moves
-        # there), ``rec_out`` when the validator takes it. A record taken
+        # placer can keep it by the block RAMs, whose clock-to-output is
+        # long (docs/timing.md#rx-parser). Each register loads only while
+        # empty, so its enable (several hundred bits) is a flip-flop, and not
+        # the validator's ready: ``rec_mid`` empties when ``rec_out`` is empty
+        # (it moves there), ``rec_out`` when the validator takes it. A record taken
         # leaves ``rec_out`` empty for a cycle, so a record every 2 cycles at
         # most, which the validator's four cycles per header hide; the second
         # register adds a cycle of latency, not a bubble.
         # Two hw/pipeline.py ``hold_register``s: data without reset, the
         # enables copies of each register's "full" flag, one per 72 bits (two
-        # block RAMs' outputs: one net to all ~560 bits took 7.6 ns of routing,
-        # b36), so rec_mid's groups are whole 36-bit block-RAM columns and on
+        # block RAMs' outputs; one net to all ~560 bits is too slow:
+        # docs/timing.md#rx-parser), so rec_mid's groups are whole 36-bit block-RAM columns and on
         # the board hw/board/outreg.py moves it into the block RAMs' output
         # registers.
         rec_bits = len(record.as_value())
@@ -970,8 +964,8 @@ class RxParser(wiring.Component):
         # The memory's read register, a plain register of the read data
         # (``frame_q``, a ``forward_register``: no reset, one enable, so on
         # the board hw/board/outreg.py makes it the block RAMs' output
-        # register, and the block RAM's 4.1-4.4 ns clock-to-output no longer
-        # meets the skid's mux: b49s4 -0.11 ns, b47s4 -0.07), then a register
+        # register, and the block RAM's long clock-to-output no longer meets
+        # the skid's mux: docs/timing.md#rx-parser), then a register
         # slice (skid buffer), so that neither the memory's output nor
         # `payload.ready` meets logic on the other side of the interface.
         read = Signal()

@@ -254,10 +254,10 @@ class Sequencer(wiring.Component):
         # cycle before (a transparent read, as a synchronous port's), but from
         # a register of that port's own: one register for the FSM's four
         # (yosys moves a read port's register to its address, and merges
-        # equal ones) drove every row select, ~500 sinks on the board (b41),
-        # and the CSR reads' one ~160. Each copy loads only when it differs
-        # from its address, so that its next value depends on itself and
-        # synthesis keeps the copies apart.
+        # equal ones) would drive every row select, ~500 sinks on the board,
+        # and the CSR reads' one ~160 (docs/timing.md#tx-sequencer). Each
+        # copy loads only when it differs from its address, so that its next
+        # value depends on itself and synthesis keeps the copies apart.
         def late(value, name):
             reg = Signal(len(value), name=name)
             with m.If(reg != value):
@@ -428,8 +428,7 @@ class Sequencer(wiring.Component):
         # are made per QP, from each QP's own registers (the first shared with
         # the ack's compare), and cur_q picks among the results: cur_q, whose
         # net reaches much of the block, is not in front of the carry chains
-        # (b55s5 at 8 ns: cur_q -> 4.5 ns of routing -> the mux LUT ->
-        # inflight_r's carry chain, -0.23 ns). The values are the same, in
+        # (docs/timing.md#tx-sequencer). The values are the same, in
         # the same cycles. Above it, the mux and then one subtraction.
         per_qp_psns = nq <= ACK_PER_QP_QPS
         qp_inflight = [Signal(PSN_BITS, name=f"inflight{i}") for i in range(nq)]
@@ -682,7 +681,7 @@ class Sequencer(wiring.Component):
             # IDLE), is registered here and its WQE's slot computed from the
             # register in RETX_RECORD: the LUT-RAM read (its address net to
             # every RAM slice) is not in front of fetch_slot's mask and mux
-            # (b49s4: infl_r.addr -> fetch_slot, 7.6 ns). Loaded whatever
+            # (docs/timing.md#tx-sequencer). Loaded whatever
             # the branch, as in CHECK: a retransmit's fields are only read
             # after the FETCH that follows.
             m.d.sync += rec.eq(infl_r.data)
@@ -909,9 +908,8 @@ class Sequencer(wiring.Component):
             # Per QP, every cycle: the ack's advance over its una_psn and its
             # PSNs in flight, registered (the ack's, the cycle after it is
             # taken, are those of its QP), and the compare: no QP mux in
-            # front of the subtractions (b47s4 at 7 ns: una_psn1 -> 4.2 ns
-            # -> the mux LUT -> ak_adv's carry chain, -0.55 ns, 37
-            # endpoints), each QP's chains next to its PSN registers.
+            # front of the subtractions (docs/timing.md#tx-sequencer), each QP's chains
+            # next to its PSN registers.
             aks = []
             for i in range(nq):
                 adv = Signal(PSN_BITS, name=f"ak_adv{i}")
@@ -943,7 +941,7 @@ class Sequencer(wiring.Component):
         # ---- CSR decode
         csr = self.csr
         # (the QP blocks are aligned up to 32 QPs: no carry chain in front of
-        # the write strobes; b57s6: csr.addr -> qw_row1, -0.26 ns)
+        # the write strobes; docs/timing.md#tx-sequencer)
         in_qp, qsel = block_decode(csr.addr, QP_BASE, QP_STRIDE, nq)
         reg = csr.addr[: QP_STRIDE.bit_length() - 1]
         m.d.comb += [csr_addr.eq(late(qsel, f"cfg_{group}_csr_q"))
@@ -963,8 +961,8 @@ class Sequencer(wiring.Component):
         # registered (a QP write, which register, which QP, the data), the
         # cycle after they become one-hot strobes (one per settings lane and
         # row, CTRL, NEXT_PSN, DOORBELL), so every enable is a flip-flop and
-        # no decode of the address lies in front of a strobe (r2rip5: the
-        # one-step decode -> qw_row0, 5 LUT levels, -0.07 ns). Until
+        # no decode of the address lies in front of a strobe
+        # (docs/timing.md#tx-sequencer). Until
         # ``ready`` the same registers carry INIT's writes of the settings'
         # defaults, all lanes of row init_q, and qw_data is zero.
         valid_mtu = Signal()  # w_data is an MTU the block takes
@@ -1000,7 +998,7 @@ class Sequencer(wiring.Component):
         # with flip-flop rows: per row, its lanes' write strobes (the lane's
         # and the QP's, or INIT's row), registered like qw_lanes, so that
         # each lane of each row loads under a flip-flop and not a LUT of qw_q
-        # and qw_lanes (b41: qw_q into QP 1's row enables, 9.8 ns)
+        # and qw_lanes (docs/timing.md#tx-sequencer)
         qw_rows = [Signal(len(CFG_LANES), name=f"qw_row{r}")
                    for r in range(nq if cfg_flops else 0)]
         qw_init = Signal()
@@ -1188,9 +1186,9 @@ class Sequencer(wiring.Component):
             m.d.sync += r_sel.eq(Cat(*[hit for hit, _ in reads]))
         # The AND-OR of the selected values in two registered steps: one per
         # group of READ_GROUP words, then the OR of the groups (one LUT), so
-        # a read answers 3 cycles after r_stb. In one step (3-4 LUT levels
-        # from r_sel, whose bits fan out over all 32 bits) it was b42's
-        # worst path (-1.18 ns), and b39's and b41's among the worst.
+        # a read answers 3 cycles after r_stb. One step (3-4 LUT levels
+        # from r_sel, whose bits fan out over all 32 bits) is too slow
+        # (docs/timing.md#tx-sequencer).
         groups = []
         for g in range(0, len(reads), READ_GROUP):
             part = Signal(32, name=f"r_part{g // READ_GROUP}")
