@@ -147,8 +147,7 @@ class AXI4Arbiter(wiring.Component):
         # Room in the order FIFO, as a flip-flop: at least two entries free in
         # the previous cycle leave at least one now (one AW per cycle), so
         # the AW handshake does not start at the FIFO's level through its
-        # w_rdy compare (b45 at 7 ns: w_order's level -> the masters' AW
-        # ready -> a port register's enable, -0.59 ns). The FIFO still fills
+        # w_rdy compare (docs/timing.md#axi-arbiter). The FIFO still fills
         # up: from depth - 2 entries an AW in this cycle leaves room set for
         # the next one.
         aw_room = Signal(init=1)

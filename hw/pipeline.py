@@ -22,8 +22,7 @@
     (one per 72 bits), so the sink's ``o.ready`` reaches flip-flops' next
     values only, never a clock enable or a multiplexer of the data: for a
     consumer placed far from the stage (the RX validator's ACK records into
-    reliability, b49s4: 6.5 ns of routing from reliability's ready, then 1.8
-    more to the data's enables). Latency 1 cycle; throughput 1 transfer per 2
+    reliability; docs/timing.md#stream-stages). Latency 1 cycle; throughput 1 transfer per 2
     cycles; width + 1 flip-flops and one per 72 bits.
 
 ``AXIStreamRegister(data_width, user_width)``

@@ -83,7 +83,7 @@ class AXI4BRAM(wiring.Component):
         # (``no_rw_check``, the DP16KD's own behaviour): AXI orders no read
         # against a write, and the read-old-data emulation yosys would add
         # otherwise (a write delay and a bypass, a LUT behind every RAM output
-        # bit) was on b26's second-worst path.
+        # bit) is too slow (docs/timing.md#board-soc).
         # The RAM is built as two memories, each half of its word (16 of the
         # board's 32 DP16KDs), each with its own copy of the address
         # registers, so that an address flip-flop reaches 16 block RAMs

@@ -118,18 +118,18 @@ def with_outreg(script: Path, netlist: str) -> None:
     script.write_text("".join(lines))
 
 
-# The placement seed of the default build. Placement decides whether router2
-# converges and how long the core's longest routes are: on 1f684ae's netlist
-# seed 6 routes in 81 iterations and the core reaches 131.9 MHz, seed 5 does
-# not converge (the eleventh round in docs/board.md lists every seed tried).
-# A change to the RTL or the tools is a new draw: rebuild, and if the core
-# misses 125 MHz or the routing stops, try other seeds (--seed).
+# The placement seed of the default build: one whose placement routes and
+# meets timing on the current netlist. Placement decides whether router2
+# converges and how long the core's longest routes are (the seeds tried:
+# docs/timing.md#placement-seeds). A change to the RTL or the tools is a new
+# draw: rebuild, and if the core misses 125 MHz or the routing stops, try
+# other seeds (--seed).
 DEFAULT_SEED = 6
 
 # router2 gives up on a placement it cannot route: past DIVERGE_FROM
-# iterations, more than DIVERGE_OVERUSED overused wires (the builds that
-# converged had at most 149 after iteration 30; the ones that diverged passed
-# 1,000 and kept rising), or still any at ROUTER_MAX_ITER.
+# iterations, more than DIVERGE_OVERUSED overused wires, or still any at
+# ROUTER_MAX_ITER (the limits keep every converging build seen so far:
+# docs/timing.md#placement-seeds).
 DIVERGE_FROM = 40
 DIVERGE_OVERUSED = 1000
 ROUTER_MAX_ITER = 300
@@ -269,14 +269,14 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED,
                         help=f"nextpnr placement seed (default {DEFAULT_SEED}: the one whose "
                              "placement routes and meets timing for the default build; "
-                             "docs/board.md)")
+                             "docs/timing.md)")
     parser.add_argument("--router", choices=("router1", "router2"), default="router2",
                         help="nextpnr router (default router2: router1 had not resolved the "
-                             "congestion of this design after 20 minutes; docs/board.md)")
+                             "congestion of this design after 20 minutes; docs/timing.md)")
     parser.add_argument("--no-tmg-ripup", dest="tmg_ripup", action="store_false",
                         help="route without nextpnr's timing-driven rip-up (--tmg-ripup, on by "
                              "default: router2 alone left single routes of 4.5-8.6 ns on "
-                             "critical nets; docs/board.md)")
+                             "critical nets; docs/timing.md)")
     parser.add_argument("--nextpnr-opts", default="", metavar="OPTS",
                         help="more nextpnr options, e.g. '--placer static' or "
                              "'--router2-heatmap heat' (files land in --out)")

@@ -155,10 +155,10 @@ class VersaClocks(Elaboratable):
             if name != "sync":
                 m.submodules[f"{name}_reset"] = ResetSynchronizer(
                     ~self.locked | self.rst, domain=name)
-        # The core's reset reaches every flip-flop of the design (about 25,000 LSR pins and
-        # some LUT inputs). On general routing that one net took 3-9 ns to its far sinks
-        # and was the start of 400 of b26's 1,149 failing paths; on a global clock
-        # network (a DCCA, as the clocks use) every sink is reached with the clock's own
+        # The core's reset reaches every flip-flop of the design (about 25,000
+        # LSR pins and some LUT inputs): on general routing that one net is far
+        # too slow (docs/timing.md#board-soc); on a global clock network (a
+        # DCCA, as the clocks use) every sink is reached with the clock's own
         # insertion delay, so what is left of the path is the synchroniser's
         # clock-to-output and its route into the DCCA.
         sync_rst = Signal()
@@ -166,10 +166,10 @@ class VersaClocks(Elaboratable):
         m.submodules.sync_reset = AsyncFFSynchronizer(
             ~self.locked | self.rst, sync_rst, o_domain="sync")
         # The DCCA is placed by hand on a bottom DCC (the clocks take left and
-        # right ones): nextpnr places a free DCCA before the logic, on the
-        # top DCC TDCC0, and router2 then found no route from the
-        # synchroniser into it (b7, b30); the synchroniser's flip-flop is
-        # drawn next to a DCC fixed in advance.
+        # right ones): nextpnr places a free DCCA before the logic, on the top
+        # DCC TDCC0, and router2 then finds no route from the synchroniser into
+        # it (docs/timing.md#board-soc); the synchroniser's flip-flop is drawn
+        # next to a DCC fixed in advance.
         m.submodules.sync_reset_global = Instance(
             "DCCA", a_BEL=RESET_DCC_BEL, i_CLKI=sync_rst, i_CE=1, o_CLKO=sync_rst_global)
         m.d.comb += ResetSignal("sync").eq(sync_rst_global)

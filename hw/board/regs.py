@@ -140,7 +140,7 @@ class MACRegisters(wiring.Component):
         # The read mux is registered per group of eight words, each on the
         # low address bits beside its group's compare, rather than as a compare
         # per register on the whole address and a 14-way AND-OR behind it
-        # (five LUTs on b31's path from the CSR address). The OR of the groups
+        # (five LUTs; docs/timing.md#board-soc). The OR of the groups
         # after their registers keeps the read latency at 1.
         words = {
             reg["ID"].offset: self._id,

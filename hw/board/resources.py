@@ -55,7 +55,7 @@ DEVICE_FF = 43_848
 DEVICE_DP16KD = 108
 
 # NicCore configurations of the scaling table. "board" is what `make bitstream`
-# builds (hw/board/top.py VERSA_NIC_PARAMS; docs/board.md says why), then the
+# builds (hw/board/top.py VERSA_NIC_PARAMS; docs/timing.md says why), then the
 # same with other EV counts, then the default NicCore (the simulation
 # configuration) at 16, 64 and 256 QPs.
 DEFAULT_NIC = dict(num_qps=16, evs_per_qp=16, sack_bits=64, max_mtu=4096, mpr_max=1024,
@@ -87,7 +87,7 @@ def nic_sweep() -> dict[str, dict]:
 # delay it can reach and duplicates shared logic into each output's cone: the
 # RX register block came to 8,789 LUT4 positions that way and to 2,442 with
 # a target, NicCore at the board's parameters to 44,455 against 38,441
-# (docs/board.md, "Synthesis delay target"). The model's LUT4 delays (0.14 to
+# (docs/timing.md, "Synthesis delay target"). The model's LUT4 delays (0.14 to
 # 0.38 ns by input) leave out routing, which is most of the delay once placed
 # (about 1 ns per level on the 45F), so the target is half the 8 ns period
 # of the 125 MHz core clock: 4,000 ps kept the deepest NicCore path at 8 LUT
@@ -213,7 +213,7 @@ def trellis_comb_estimate(counts: dict[str, int]) -> int:
     """An upper estimate of nextpnr's TRELLIS_COMB (the figure the device's
     43,848 is compared with) from yosys cell counts: the logic LUT4s, 4 per
     TRELLIS_DPR16X4 (LUT RAM) and one per PFUMX/L6MUX21. Over the two board
-    builds measured (docs/board.md) it was 1.6 and 1.8 % above nextpnr's count."""
+    builds measured (docs/timing.md) it was 1.6 and 1.8 % above nextpnr's count."""
     return (nic_lut4(counts) + 4 * counts.get("TRELLIS_DPR16X4", 0)
             + counts.get("PFUMX", 0) + counts.get("L6MUX21", 0))
 

@@ -214,7 +214,7 @@ class BoardRegisters(wiring.Component):
             m.d.sync += scratch.eq(bus.w_data)
         # The status inputs are registered here: the LED logic in front of
         # them (a stretch counter's compare with 0, an OR of the QPs) is then
-        # not in series with the read mux (b37: 4 LUT levels, -0.66 ns).
+        # not in series with the read mux (docs/timing.md#board-soc).
         leds = Signal.like(self.leds)
         qp_error = Signal.like(self.qp_error)
         m.d.sync += [leds.eq(self.leds), qp_error.eq(self.qp_error)]

@@ -40,14 +40,14 @@ __all__ = ["PHY_RESET_CYCLES", "VERSA_NIC_PARAMS", "VersaTop"]
 
 PHY_RESET_CYCLES = 1 << 21
 
-# NicCore as built for the LFE5UM-45F (docs/board.md, "NicCore on the 45F: what
+# NicCore as built for the LFE5UM-45F (docs/timing.md, "NicCore on the 45F: what
 # fits"): the smallest NicCore the parameters allow, bar data_width. BoardSoC's
 # default (4 QPs x 8 EVs, SACK 64, window 64) needs 50,635 TRELLIS_COMB with the
 # rest of the board, 115 % of the 45F's 43,848; 4 QPs x 4 EVs with SACK 32,
 # window 32 and 2 MRs 45,595 (103 %); this one 42,605 (97 %). Most of NicCore
 # does not scale with these parameters (RX's header and ACK records, TX's ICRC
 # networks, LUT-RAM FIFOs); the DMA addresses are 32 bits (BOARD_NIC_PARAMS
-# addr_width, docs/board.md "Area work: the DMA address width").
+# addr_width, docs/timing.md "Area work: the DMA address width").
 VERSA_NIC_PARAMS = dict(num_qps=2, evs_per_qp=2, sack_bits=32, max_mtu=512, mpr_max=128,
                         num_mrs=1, window=16, inflight_depth=16)
 

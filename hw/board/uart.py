@@ -336,7 +336,7 @@ class UARTToAXI4Lite(wiring.Component):
             with m.State("RESP"):
                 # the R or B response, registered in the cycle it came: status's
                 # enable is a state decode, not the interconnect's handshake
-                # (b51s5: uart state -> decoder -> status enable, 6 LUT levels)
+                # (docs/timing.md#board-soc)
                 m.d.sync += status.eq(resp_q)
                 m.next = "CSUM"
             with m.State("CSUM"):

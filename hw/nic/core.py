@@ -470,8 +470,9 @@ class NicCore(wiring.Component):
         # board) through the validator without a register: a stage keeps the
         # RAM's clock-to-output and the route across to reliability apart. It
         # loads only while empty (hold: reliability's ready reaches its flags
-        # alone, not its data's enables; b49s4: -0.88 ns), which the ACK rate,
-        # one record per frame of 8 beats or more, leaves room for.
+        # alone, not its data's enables; docs/timing.md#nic-core-glue), which
+        # the ACK rate, one record per frame of 8 beats or more, leaves room
+        # for.
         m.submodules.peer_ack_stage = peer_ack_stage = StreamRegister(
             ParsedHeader(self.sack_bits), hold=True)
         wiring.connect(m, rx.peer_ack, peer_ack_stage.i)
@@ -493,8 +494,9 @@ class NicCore(wiring.Component):
                      snoop.w_data.eq(ic.csr.w_data[:16])]
         wiring.connect(m, snoop.sq_producer, rel.sq_producer)
         wiring.connect(m, rel.retx, tx.retx)
-        # reliability's ACK FIFO is block RAM on the board: a register stage keeps
-        # its clock-to-output out of TX's ACK compares (b14's critical path)
+        # reliability's ACK FIFO is block RAM on the board: a register stage
+        # keeps its clock-to-output out of TX's ACK compares
+        # (docs/timing.md#nic-core-glue)
         m.submodules.ack_update_stage = ack_update_stage = StreamRegister(AckUpdate)
         wiring.connect(m, rel.ack_update, ack_update_stage.i)
         wiring.connect(m, ack_update_stage.o, tx.ack_update)

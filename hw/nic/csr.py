@@ -155,12 +155,11 @@ class DeviceInfo(wiring.Component):
         scratch = Signal(32)
         # A write to SCRATCH is decoded at w_stb and applied the cycle after,
         # from registers (hw.csr.RegisteredWrites): the address compare does
-        # not reach the 32 enables (b15's critical path, placed across the
-        # device). A read strobed in between returns the written word.
-        # A read of SCRATCH at r_stb takes the value SCRATCH has once a
-        # pending write lands (a 2:1 mux on the strobe, a flip-flop), so it
-        # needs no compare of its address with the write's (no readback
-        # through the helper).
+        # not reach the 32 enables (docs/timing.md#nic-core-glue). A read
+        # strobed in between returns the written word. A read of SCRATCH at
+        # r_stb takes the value SCRATCH has once a pending write lands (a 2:1
+        # mux on the strobe, a flip-flop), so it needs no compare of its
+        # address with the write's (no readback through the helper).
         w = RegisteredWrites(m, csr, {"scratch": (csr.addr == SCRATCH_OFFSET, None)})
         with m.If(w.stb["scratch"]):
             m.d.sync += scratch.eq(w.data)

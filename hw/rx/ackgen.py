@@ -234,8 +234,7 @@ class RxAckBuilder(wiring.Component):
         # and src_first_probe select beat 0 (set in IDLE, so 1 in LOAD).
         # One copy of the index per half of the beat (each with its own
         # feedback, so synthesis keeps both): a bit of it selects 32 data bits,
-        # not 64 (b57s6's worst: an index bit into src_part_0, 8.6 ns on one
-        # routing hop of its fan-out).
+        # not 64 (docs/timing.md#rx-ack-builder).
         src_next_ack = [Signal(len(ack_beats) - 1, name=f"src_next_ack_h{h}")
                         for h in range(2)]
         src_next_probe = [Signal(len(probe_beats) - 1, name=f"src_next_probe_h{h}")
@@ -346,11 +345,11 @@ class RxAckBuilder(wiring.Component):
         # beat network); ``out_pre`` loads with ``out``, the beat index
         # (one-hot, beat 1 until ICRC) picking the beat after the one ``out``
         # takes from the frame. Both registers' clock enable depends on
-        # ``m_axis.tready`` from outside, and the beat index selects every
-        # bit: they are built once per group of lanes, from the group's own
-        # copy of the ICRC and SEND flip-flops and of the beat index (one net
-        # to all the output flip-flops took 4-5 ns of routing in b41). Each
-        # copy's next value is a function of the copy itself, so synthesis
+        # ``m_axis.tready`` from outside, and the beat index selects every bit:
+        # they are built once per group of lanes, from the group's own copy of
+        # the ICRC and SEND flip-flops and of the beat index (one net to all
+        # the output flip-flops is too slow: docs/timing.md#rx-ack-builder).
+        # Each copy's next value is a function of the copy itself, so synthesis
         # keeps the copies apart.
         last = out_left <= bpb
         group_bits = dw // OUT_GROUPS

@@ -228,11 +228,11 @@ class RxDmaWriter(wiring.Component):
             m.d.comb += [
                 in_valid.eq(self.data.valid),
                 in_last.eq(self.data.payload.last),
-                # Ready without the stream's valid in it (it matters only
-                # with valid): a W beat can go and takes input from the
-                # stream, or the drain runs. Fewer LUTs from in_stream to the
-                # payload register's enable in the parser (b37: 4 levels,
-                # -0.86 ns).
+                # Ready without the stream's valid in it (it matters only with
+                # valid): a W beat can go and takes input from the stream, or
+                # the drain runs. Fewer LUTs from in_stream to the payload
+                # register's enable in the parser
+                # (docs/timing.md#rx-dma-writer).
                 self.data.ready.eq((w_busy & w_free & in_stream) | drain),
             ]
         # The inline bytes move on a beat whenever a W beat can go or the
@@ -252,16 +252,15 @@ class RxDmaWriter(wiring.Component):
         # are copies: every sum over the command's address and length is
         # taken in the decode cycle from these registers, so the command's
         # source (the engine's completion/placement mux) reaches no adder
-        # (b41: cqe valid -> out_left, -0.97 ns at 7 ns).
+        # (docs/timing.md#rx-dma-writer).
         #
         # Only the command's own copy loads under ``idle`` (a LUT of five
         # flags), and its 256 inline bits not even that: they follow the
         # offered command in every cycle (the decode cycle reads the accepted
         # command's, into inline_buf, before they change again). The working
         # registers (addresses, counts, flags) load in the decode cycle from
-        # the copy, under ``decode``, a flip-flop (b53s4: decode -> idle ->
-        # 4.1 + 3.6 ns of routing -> the ~400 enables of the command and
-        # working registers, -1.09 ns, 15 endpoints).
+        # the copy, under ``decode``, a flip-flop: ``idle`` is too slow an
+        # enable for ~400 bits (docs/timing.md#rx-dma-writer).
         c = self.cmd.payload
         m.d.sync += cmd.inline_data.eq(c.inline_data)
         with m.If(idle):
@@ -297,8 +296,8 @@ class RxDmaWriter(wiring.Component):
                 prev.eq(0),
                 inline_left.eq((CQE_BYTES + bpb - 1) // bpb),
                 # the inline bytes from the command's copy, under ``decode`` (a
-                # flip-flop) rather than under ``idle`` (a LUT of five: b49s4's
-                # worst path, decode -> idle -> 256 inline_buf enables, -1.15 ns)
+                # flip-flop) rather than under ``idle`` (a LUT of five;
+                # docs/timing.md#rx-dma-writer)
                 inline_buf.eq(cmd.inline_data),
                 out_left.eq(d_out_beats),
                 out_last.eq(d_one_beat),
@@ -341,8 +340,7 @@ class RxDmaWriter(wiring.Component):
         # handshake (AWREADY is the RX AXI slice's flip-flop, placed by the
         # arbiter) reaches three flags' next values only: aw_valid, aw_busy
         # and aw_prep. Nothing of the address, the count or the B queue
-        # hangs behind it (b55s4: awvalid -> the slice's ready -> aw_left's
-        # subtraction, 9.69 ns with 5.6 on one hop, -1.69 ns).
+        # hangs behind it (docs/timing.md#rx-dma-writer).
         last = Signal()
         aw_out = Signal(self.addr_width - lb)  # the offered burst's start, beat-aligned
         # The B queue's entry for a writing command: written from registers
@@ -474,10 +472,10 @@ class RxDmaWriter(wiring.Component):
         # The report goes into done_q the cycle after it is decided, from
         # flip-flops (dq_en, dq_data), so the decision (head_valid, the B
         # handshake, b_last, notify: 4 LUT levels) does not reach into done_q's
-        # level and pointers (b51s5: head_valid -> done_q.inner_level, -0.35
-        # ns). A decision clears head_valid, and the next head is loaded a
-        # cycle later, so the next decision comes after the write has landed
-        # and sees done_q.w_rdy with it.
+        # level and pointers (docs/timing.md#rx-dma-writer). A decision clears
+        # head_valid, and the next head is loaded a cycle later, so the next
+        # decision comes after the write has landed and sees done_q.w_rdy with
+        # it.
         dq_en = Signal()
         dq_data = Signal(len(done_q.w_data))
         m.d.comb += [done_q.w_en.eq(dq_en), done_q.w_data.eq(dq_data)]

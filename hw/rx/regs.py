@@ -458,19 +458,18 @@ class RxRegisters(wiring.Component):
         m.d.comb += self.init_busy.eq(init_busy)
 
         # Reads, in three registered stages (CSR_READ_LATENCY): at r_stb the
-        # address is registered, per group of flip-flop registers a copy of
-        # its own (read_in_groups) and, for the QP blocks, the read-back
-        # memory's word address; the cycle after, the groups register their
-        # word and the memory reads its word; a cycle later, one of the two.
-        # The address thus drives only flip-flops' inputs (a few LUTs each),
-        # not every group's mux: at 2 cycles (the groups registered at r_stb)
-        # the interconnect's RX address into the read groups was b43's worst
-        # path (-1.31 ns) and among b44's (-1.18). Both the registers and the
+        # address is registered, per group of flip-flop registers a copy of its
+        # own (read_in_groups) and, for the QP blocks, the read-back memory's
+        # word address; the cycle after, the groups register their word and the
+        # memory reads its word; a cycle later, one of the two. The address
+        # thus drives only flip-flops' inputs (a few LUTs each), not every
+        # group's mux, which at 2 cycles (the groups registered at r_stb) is
+        # too slow (docs/timing.md#rx-registers). Both the registers and the
         # memory are read the cycle after r_stb, when a write strobed before
-        # r_stb has landed (RegisteredWrites applies it the cycle after
-        # w_stb), so a read returns it with no bypass. The flip-flop
-        # registers lie below QP_BASE, so a QP-block read matches none of
-        # their groups (their OR is 0).
+        # r_stb has landed (RegisteredWrites applies it the cycle after w_stb),
+        # so a read returns it with no bypass. The flip-flop registers lie
+        # below QP_BASE, so a QP-block read matches none of their groups (their
+        # OR is 0).
         flops = read_in_groups(m, bus.addr, bus.r_stb, {
             key_offset(key): value for key, (value, _) in plain.items()})
         from_mem = Signal()  # a QP-block register: the read-back memory's word

@@ -270,8 +270,8 @@ class RxValidator(wiring.Component):
             # and none before it. Each strobe is built flat, as its test AND
             # NOT every earlier test (at most ten flip-flops, two LUT levels),
             # not as an If/Elif chain: synthesis built the chain as a row of
-            # LUTs, each outcome's LUT feeding the next one's (b41: DECIDE ->
-            # 7 LUT levels -> the bad_bounds event's reset, -1.93 ns at 7 ns).
+            # LUTs, each outcome's LUT feeding the next one's, 7 LUT levels
+            # (docs/timing.md#rx-validator).
             kind = Signal(ReqKind)
             # every strobe but bad_bounds, which is decided a stage later
             c = Signal(data.StructLayout(
@@ -312,10 +312,10 @@ class RxValidator(wiring.Component):
 
         # DECIDE: the outcome of every check but the bounds, from registers.
         kind_c, cnt_c, invalid_c = classify()
-        # to_bounds is classify's reach (no check before the bounds failed) with the
-        # header and MR tests' part registered in CHECK, so the bad_bounds
-        # strobe is not behind the whole priority chain (b45: bad_qpn -> 4
-        # LUT levels -> the bad_bounds event's reset, -0.06 ns at 7 ns).
+        # to_bounds is classify's reach (no check before the bounds failed)
+        # with the header and MR tests' part registered in CHECK, so the
+        # bad_bounds strobe is not behind the whole priority chain
+        # (docs/timing.md#rx-validator).
         reach_lookup = Signal()
         check_values.append(reach_lookup.eq(
             ~(is_peer | bad_qpn | not_for_us | is_probe | ~is_write | h.trimmed | ~mr_hit)))
@@ -341,9 +341,8 @@ class RxValidator(wiring.Component):
         # so IDLE means that ``h`` is free: the header register (several
         # hundred bits) follows the input in every IDLE cycle and holds from
         # LOOKUP on. Its enables are copies of the IDLE flip-flop, each on at
-        # most 64 bits (b45 at 7 ns: IDLE & ~peer_valid & ~req_valid, one LUT
-        # -> ~450 clock enables, -1.39 ns, 5.5 ns of it the enable net's
-        # routing).
+        # most 64 bits, not one LUT net to ~450 clock enables
+        # (docs/timing.md#rx-validator).
         fsm = OneHotFSM(m, ("IDLE", "LOOKUP", "CHECK", "DECIDE", "PEER"), "IDLE",
                         name="validate")
         state, goto = fsm.state, fsm.goto

@@ -396,8 +396,7 @@ class RxPsnWindow(wiring.Component):
         # which COMPLETE never directly follows, so cqe_free_q implies
         # ~cqe_valid in COMPLETE; a CQE taken makes COMPLETE wait one cycle
         # more. COMPLETE's enables are then flip-flops and sel_any, not a LUT
-        # of cqe_valid (b53s4: cqe_valid -> COMPLETE -> sel_any -> qs.msn and
-        # the pending entries' valid, -0.31 ns)
+        # of cqe_valid (docs/timing.md#rx-window)
         cqe_free_q = Signal()
         m.d.sync += cqe_free_q.eq(~cqe_valid)
 
@@ -437,8 +436,7 @@ class RxPsnWindow(wiring.Component):
         # DMA_ERROR, the only states its branch goes to), when the transfer
         # happens; a flip-flop, so the done stage's flags and enables (the
         # skid's load, reset of its spare flag) have no LUT of done.valid
-        # and the IDLE decision in front (b47s4 at 7 ns: done_reg ->
-        # window -> done_reg, 3 LUT levels and 6.2 ns of routing, -1.34 ns).
+        # and the IDLE decision in front (docs/timing.md#rx-window).
         done_ack = Signal()
         err_hit = Signal(self.max_pending)  # the pending entry of a packet lost by the DMA
         # CHECK_X accepted the packet: WRITEBACK, next, enters it in the tables
@@ -458,8 +456,8 @@ class RxPsnWindow(wiring.Component):
         # rq.psn's position in its word, one-hot, registered from rq (loaded in
         # IDLE) every cycle like rq_le below, so valid from CHECK_RD and MARK_RD
         # on: CHECK's bit_set is an AND-OR of it with the word read (3 LUT
-        # levels for 32 bits) rather than a 32:1 mux selected by rq.psn (b55s6:
-        # rq -> bit_set, 7 LUT levels, -0.73 ns), and MARK's marked bit is this
+        # levels for 32 bits) rather than a 32:1 mux selected by rq.psn (7 LUT
+        # levels; docs/timing.md#rx-window), and MARK's marked bit is this
         # register rather than a LUT of rq_le.
         rq_bit = Signal(W)
         m.d.sync += rq_bit.eq(Cat(rq.psn[:lw] == i for i in range(W)))
@@ -611,9 +609,9 @@ class RxPsnWindow(wiring.Component):
         # Whether a hole lies before entry i in the word: (holes_r &
         # pend_le[i]).any(), registered per group of bits (pend_blk[i], one bit
         # per group), so ADV's update of cand ORs a few flip-flops rather than
-        # a W-bit AND-OR tree (b57s5: 4 LUT levels behind holes_r's fan-out,
-        # -1.46 ns). Valid a cycle after holes_r loads: ADV_RD follows MARK,
-        # ADV_HOLES follows ADV_LD.
+        # a W-bit AND-OR tree behind holes_r's fan-out
+        # (docs/timing.md#rx-window). Valid a cycle after holes_r loads: ADV_RD
+        # follows MARK, ADV_HOLES follows ADV_LD.
         blk_gb = min(3, lw)  # 8 bits per group (2 LUT levels)
         pend_blk = [Signal(W >> blk_gb, name=f"pend_blk{i}") for i in range(P)]
         for i in range(P):
@@ -759,10 +757,9 @@ class RxPsnWindow(wiring.Component):
         # it, in MARK_RD or DMA_ERROR (one-hot flip-flops, the only states
         # IDLE's verdict branch goes to) from done_tag (registered in IDLE):
         # done.ready (a LUT of done.valid far from the slots) is no longer in
-        # the slots' clock enables (b47: done_reg -> flight_valid CE, 3 LUT
-        # levels). any_free, registered from the slots, sees the free slot
-        # by the next IDLE as before (neither path returns to IDLE in fewer
-        # than three cycles).
+        # the slots' clock enables (docs/timing.md#rx-window). any_free,
+        # registered from the slots, sees the free slot by the next IDLE as
+        # before (neither path returns to IDLE in fewer than three cycles).
         for i in range(self.inflight):
             with m.If((st.MARK_RD | st.DMA_ERROR) & (done_tag == i)):
                 m.d.sync += flight_valid[i].eq(0)
@@ -801,7 +798,7 @@ class RxPsnWindow(wiring.Component):
         # load under copies of INIT's flip-flop, each the enable of at most
         # 64 bits (no cycle added). Loaded in IDLE as the init was taken, they
         # had one LUT of the RX registers' init valid as the enable of all 178
-        # bits (b44s4's and b45s4's worst path, 9.3 ns: -2.32 ns at 7 ns).
+        # bits (docs/timing.md#rx-window).
         init_copies = [state_copy(m, st.IDLE & self.init.valid, init_last, f"init_copy{k}")
                        for k in range((len(qs.as_value()) + 63) // 64)]
         init_row = Signal(QpRxState())
@@ -1082,7 +1079,7 @@ class RxPsnWindow(wiring.Component):
         # ACK or NAK (its frame image, length, CRC and checksum are all picked
         # by job.probe), so the fields of the other kind are don't-care. A
         # select by "in PROBE" made yosys give the ~300 job bits synchronous
-        # resets driven by one LUT of that flip-flop (a 5.3 ns routed net).
+        # resets driven by one LUT of that flip-flop (docs/timing.md#rx-window).
         ack_next = Signal(AckJob(W))
         # The two bitmap words from epsn's byte on (registered in every cycle:
         # w0, w1 and epsn hold from ACK_SH until the ACK is sent); ACK3 takes

@@ -77,7 +77,7 @@ class StreamFifo(wiring.Component):
         # enable net then reaches a few OCE pins, not one flip-flop per bit.
         # (Enable groups on 36-bit columns did not serve: synthesis leaves out
         # the RAM bits that carry constants or unused fields, so columns and
-        # groups need not line up; b56s5 left 5 such read sides.)
+        # groups need not line up; docs/timing.md#tx-engine.)
         #
         # The FIFO's read enable (the block RAMs' output-register clock enable)
         # is one LUT of two of its flip-flops and ``o.ready``: the output
@@ -91,11 +91,11 @@ class StreamFifo(wiring.Component):
         # stage, away from the block RAMs, loads ``mid`` under a clock enable
         # built once per group of at most OUT_GROUP bits, each from its own
         # copy of the full flags: one LUT of ``o.ready`` and a flip-flop per
-        # ~72 enables, not one LUT net to every bit (b41: the header
-        # builder's take -> 334 enables, -0.21 ns at 7 ns). Each copy's next
-        # value is a function of itself, so synthesis keeps them apart.
-        # ``r_en`` is ``o.ready`` or the output stage empty (group 0's copy),
-        # ``r_free`` the next value of ``~mid_full`` (group 0's copy).
+        # ~72 enables, not one LUT net to every bit (docs/timing.md#tx-engine).
+        # Each copy's next value is a function of itself, so synthesis keeps
+        # them apart. ``r_en`` is ``o.ready`` or the output stage empty (group
+        # 0's copy), ``r_free`` the next value of ``~mid_full`` (group 0's
+        # copy).
         out_data = Signal(width, reset_less=self.out_stages == 1)
         out_valid = Signal()
         m.d.comb += [self.o.valid.eq(out_valid), Value.cast(self.o.payload).eq(out_data)]
@@ -310,7 +310,7 @@ class TxEngine(wiring.Component):
         # WQE beats reach the sequencer through a register (1 cycle per fetch):
         # the arbiter's RID decode (rvalid and rid == 0) was a LUT level and a
         # long route in front of the sequencer's LUTs into the clock enables of
-        # its WQE fields (b41: m_axi rid -> cur / wqe_w CE, ~70 endpoints).
+        # its WQE fields (docs/timing.md#tx-engine).
         # Here ``wqe_data.valid`` is a flip-flop; the arbiter's ready for RID 0
         # is one LUT of it and the sequencer's ready (a state flip-flop).
         wqe_flat = Signal(len(arb.wqe_data.payload.as_value()))

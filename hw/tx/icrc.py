@@ -129,19 +129,19 @@ class IcrcInserter(wiring.Component):
         r_valid = Signal()
         held_valid = Signal()
         spill = Signal()
-        # ``adv``: the stages from the skid buffer's output register on (r,
-        # t, s, h1, h2, held) move on together when the output register is free;
-        # it is one LUT of ``spill``, ``held_valid`` and ``o.ready`` (in the
-        # TX engine a flip-flop of its ``out_reg``), and the clock enable of
-        # every data register here: a chain of per-stage ready terms in front
-        # of those wide enables was four LUTs deep. A stage's data registers
-        # load on ``adv`` whether the beat before them is valid or not (its
-        # valid bit says which). The LUT is built once per group of about 72
+        # ``adv``: the stages from the skid buffer's output register on (r, t,
+        # s, h1, h2, held) move on together when the output register is free;
+        # it is one LUT of ``spill``, ``held_valid`` and ``o.ready`` (in the TX
+        # engine a flip-flop of its ``out_reg``), and the clock enable of every
+        # data register here: a chain of per-stage ready terms in front of
+        # those wide enables was four LUTs deep. A stage's data registers load
+        # on ``adv`` whether the beat before them is valid or not (its valid
+        # bit says which). The LUT is built once per group of about 72
         # flip-flops it enables, from the group's own copies of ``spill`` and
-        # ``held_valid`` (set below like them): one net to ~600 clock enables
-        # took 4-6 ns of routing (b37). Each copy's next value is a function
-        # of the copy itself, so that synthesis does not merge the copies
-        # (nor their LUTs) back into one.
+        # ``held_valid`` (set below like them): one net cannot reach ~600 clock
+        # enables in time (docs/timing.md#tx-icrc-inserter). Each copy's next
+        # value is a function of the copy itself, so that synthesis does not
+        # merge the copies (nor their LUTs) back into one.
         adv_copies = []
 
         def adv_copy(group):
@@ -264,7 +264,7 @@ class IcrcInserter(wiring.Component):
         # ``crc`` is never read: the next frame sets it again before its
         # first full beat. (A register with that constant XOR the data part
         # put the data part's network, and a mux on ``last``, in front of 32
-        # more flip-flops: b45, -0.82 ns at 7 ns from ``t_crc_moved``.)
+        # more flip-flops; docs/timing.md#tx-icrc-inserter.)
         start_count = nbytes - start_lane
         start_state = crc32_state_py(ICRC_INIT, bytes(start_count))
         t_tail = crc32_parts(0, t_crc_moved, nbytes)[1]
@@ -290,15 +290,15 @@ class IcrcInserter(wiring.Component):
         crc = Signal(32, init=ICRC_INIT)
         crc_loop = Mux(s_run, crc32_parts(crc, 0, nbytes)[0],
                        Mux(s_start, start_state, ICRC_INIT)) ^ s_tail
-        # With each frame's last beat the CRC after that beat (``crc32_tail``) is registered in two
-        # parts: the state moved up by the lanes the count misses, and the
-        # state's bytes the count does not reach XOR the data part. The state
-        # part's network over the moved state (with the rest, 25-35 inputs per
-        # ICRC bit) follows in two registered steps: as the beat moves on to
-        # ``h2``, three partial XORs per bit of at most 12 inputs each (two
-        # LUT levels); as it moves on to ``held``, their XOR, inverted, into
-        # the ICRC register (one LUT). In one step the network was 5 LUT
-        # levels from ``fin_moved`` (b42: -0.95 ns into ``icrc_value``).
+        # With each frame's last beat the CRC after that beat (``crc32_tail``)
+        # is registered in two parts: the state moved up by the lanes the count
+        # misses, and the state's bytes the count does not reach XOR the data
+        # part. The state part's network over the moved state (with the rest,
+        # 25-35 inputs per ICRC bit) follows in two registered steps: as the
+        # beat moves on to ``h2``, three partial XORs per bit of at most 12
+        # inputs each (two LUT levels); as it moves on to ``held``, their XOR,
+        # inverted, into the ICRC register (one LUT). In one step the network
+        # is 5 LUT levels from ``fin_moved`` (docs/timing.md#tx-icrc-inserter).
         fin_moved = Signal(w)
         fin_rest = Signal(32)
         icrc = Signal(32, name="icrc_value")
@@ -331,8 +331,7 @@ class IcrcInserter(wiring.Component):
         # one-hot, by how many bytes the ICRC shifts down for the spill beat
         # (bit j: the held beat has nbytes - j bytes), both from h2_count as
         # ``fits`` is, so no compare or subtraction of the held beat's count
-        # lies in front of ``spill_data`` (b47: held_count -> spill_data, a
-        # carry chain and 3 LUTs)
+        # lies in front of ``spill_data`` (docs/timing.md#tx-icrc-inserter)
         spill_n = Signal(range(5))
         spill_at = Signal(min(4, nbytes))
         held_keep = Signal(nbytes)  # the held beat's keep out (registered)
@@ -345,15 +344,15 @@ class IcrcInserter(wiring.Component):
         # AND-OR of ``h2_at``, so the output's data is ``held.data`` (lanes
         # above keep cleared) OR this register, one LUT; placing the ICRC
         # register's value behind it (``icrc`` -> AND-OR -> spill mux ->
-        # ``out_reg``) took 4.6 ns of routing from ``icrc`` (b49s4: -0.46 ns
-        # at 8 ns). ``icrc`` itself is kept for the spill beat.
+        # ``out_reg``) is too slow (docs/timing.md#tx-icrc-inserter). ``icrc``
+        # itself is kept for the spill beat.
         icrc_placed = Signal(w)
         out_data = held.data | icrc_placed
 
         # The payload is the spill's or the held beat's whether or not one is
         # valid (it is read only with ``o.valid``): ``held_valid`` stays out
         # of the output's per-bit select, one input fewer on a path of 3 LUT
-        # levels into ``out_reg``'s data (b41: spill -> m_axis tdata).
+        # levels into ``out_reg``'s data (docs/timing.md#tx-icrc-inserter).
         m.d.comb += self.o.valid.eq(spill | held_valid)
         with m.If(spill):
             m.d.comb += [
