@@ -59,8 +59,11 @@ verilog: $(STAMP)
 	rm -rf build/verilog
 	$(VENV_ENV) $(PY) -m hw.export build/verilog
 
-## lint       verilator --lint-only -Wall on every top (waivers in hw/lint.vlt), ruff on the Python
+## lint       no build notes in hw/'s comments (hw/comment_lint.py: build tags, slack figures,
+##            seeds; the evidence goes to docs/timing.md), verilator --lint-only -Wall on every
+##            top (waivers in hw/lint.vlt), ruff on the Python
 lint: verilog
+	$(PY) -m hw.comment_lint hw
 	$(VENV_ENV) for v in build/verilog/*.v; do \
 	  echo "verilator --lint-only -Wall $$v"; \
 	  verilator --lint-only -Wall hw/lint.vlt $$v --top-module $$(basename $$v .v) || exit 1; \
