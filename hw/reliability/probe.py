@@ -308,7 +308,7 @@ class ProbeReplyCheck(wiring.Component):
         probing = Signal()
         ok = Signal()
         rnd = h.probe.probe_id[8:32]
-        fsm = OneHotFSM(m, ("IDLE", "DIFF", "DECIDE", "SEND"), "IDLE", name="probe_check")
+        fsm = OneHotFSM(m, ("IDLE", "DIFF", "DECIDE", "SEND"), "IDLE", name="check_st")
         state, goto = fsm.state, fsm.goto
         m.d.comb += self.o.valid.eq(fsm.st.SEND)
         with state("IDLE"):

@@ -94,7 +94,7 @@ class RxPeerFilter(wiring.Component):
         ]
 
         fsm = OneHotFSM(m, ("IDLE", "LOOKUP", "CHECK", "DECIDE", "SEND"), "IDLE",
-                        name="peer_filter")
+                        name="filter_st")
         state, goto = fsm.state, fsm.goto
         m.d.comb += self.o.valid.eq(fsm.st.SEND)
         # The header register follows the input in every IDLE cycle and holds
