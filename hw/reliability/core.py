@@ -244,8 +244,12 @@ class ReliabilityCore(wiring.Component):
     ``rec_addr``/``rec_data``: a read port on the QP records for the CSR block.
     ``params``        In(GlobalParams); ``now``: the timer's cycle counter.
     ``counters``      Out: saturating 32-bit event counters (``CORE_COUNTERS``).
-    ``probe_round``   Out(24): the probe round number (a probe's ``probe_id`` >> 8),
-                      for ``ProbeReplyCheck``.
+    ``probe_round``   Out(24): the number of the probe round being sent or last sent
+                      (every probe of a round carries it as ``probe_id`` >> 8; it
+                      moves one cycle after ``probe_tick``), for ``ProbeReplyCheck``.
+    ``probe_sweeping`` Out(1): a probe round is being sent (from the cycle after
+                      ``probe_tick`` to the last QP's probe requests queued): QPs not
+                      yet swept still have the round before outstanding.
     """
 
     def __init__(self, *, num_qps, evs_per_qp, sack_bits, window, timeout_unit):
@@ -283,6 +287,7 @@ class ReliabilityCore(wiring.Component):
                 "now": In(DEADLINE_BITS),
                 "counters": Out(data.StructLayout({n: 32 for n in CORE_COUNTERS})),
                 "probe_round": Out(24),
+                "probe_sweeping": Out(1),
             }
         )
 
@@ -473,7 +478,8 @@ class ReliabilityCore(wiring.Component):
         sweep_pending = Signal()
         sweep_q = Signal(range(nq))
         probe_seq = Signal(24)
-        m.d.comb += self.probe_round.eq(probe_seq)
+        sweeping = Signal()
+        m.d.comb += [self.probe_round.eq(probe_seq), self.probe_sweeping.eq(sweeping)]
 
         now = self.now
         now_ts = now[RTT_SHIFT : RTT_SHIFT + 16]
@@ -610,8 +616,10 @@ class ReliabilityCore(wiring.Component):
         # compare), and the round starts a cycle later
         probe_tick_q = Signal()
         m.d.sync += probe_tick_q.eq(self.probe_tick)
+        # a round's number moves as it starts, so that all of its probes carry it
         with m.If(probe_tick_q & ~sweep_pending):
-            m.d.sync += [sweep_pending.eq(1), sweep_q.eq(0)]
+            m.d.sync += [sweep_pending.eq(1), sweep_q.eq(0), sweeping.eq(1),
+                         probe_seq.eq(probe_seq + 1)]
 
         # room in the output FIFOs, registered: at least 3 free entries a cycle ago leaves
         # at least 1 now (one write per cycle; the buffered FIFO's output register
@@ -896,8 +904,6 @@ class ReliabilityCore(wiring.Component):
                     sweep_q.eq(sweep_q + 1),
                     sweep_pending.eq(sweep_q != nq - 1),
                 ]
-                with m.If(sweep_q == nq - 1):
-                    m.d.sync += probe_seq.eq(probe_seq + 1)
                 start(K_SWEEP)
             with m.If(take[T_DB]):
                 m.d.comb += db_take.eq(1)
@@ -1521,6 +1527,10 @@ class ReliabilityCore(wiring.Component):
                          probe_go.eq((pmask_next != 0) & room(f_probe))]
             with m.If(pmask == 0):
                 goto("IDLE")
+                # the last QP's probes queued: the round is sent (unless the next
+                # one starts in this cycle)
+                with m.If(~sweep_pending & ~probe_tick_q):
+                    m.d.sync += sweeping.eq(0)
 
         # ---- write back ------------------------------------------------------------------
         with state("SETTLE"):

@@ -252,7 +252,8 @@ class ReliabilityEngine(wiring.Component):
         probing = Signal()
         m.d.sync += [period_m2.eq(probe_period - 2), probing.eq(probe_period != 0)]
         m.d.comb += core.probe_tick.eq(probing & probe_count[-1])
-        m.d.comb += [pcheck.round.eq(core.probe_round), pcheck.probing.eq(probing),
+        m.d.comb += [pcheck.round.eq(core.probe_round), pcheck.sweeping.eq(core.probe_sweeping),
+                     pcheck.probing.eq(probing),
                      pcheck.tick.eq(probing & probe_count[-1]), pcheck.now_ns.eq(ns)]
         with m.If(probe_count[-1]):
             m.d.sync += probe_count.eq(period_m2)

@@ -262,9 +262,11 @@ class ProbeReplyCheck(wiring.Component):
     counted by ``stale`` (no EV state changes):
 
     - probing is on (``probing``: ``probe_period`` != 0);
-    - its round (``probe_id[8:32]``) is the core's current round or the one
-      before (``round``, ``ReliabilityCore.probe_round``; a round is numbered
-      as it is sent, so the probe outstanding on an EV is of one of these);
+    - its round (``probe_id[8:32]``) is the round being sent or last sent
+      (``round``, ``ReliabilityCore.probe_round``), or, while a round is being
+      sent (``sweeping``), the one before it (still outstanding on the QPs not
+      yet swept): the answer to the latest probe of its EV, and to the one
+      before only while the round that replaces it is going out;
     - its timestamp lies between the start of the previous probe round
       (``tick``, the round's start strobe, at ``now_ns``) and now: an answer
       older than two probe periods, or from the future, matches no probe.
@@ -273,7 +275,8 @@ class ProbeReplyCheck(wiring.Component):
     by the core (the EV must be ASSUMED_BAD and its value the echoed EV).
 
     Interface: ``i`` In / ``o`` Out (stream.Signature(ParsedHeader(sack_bits)));
-    ``round`` In(24), ``probing`` In(1), ``tick`` In(1), ``now_ns`` In(64);
+    ``round`` In(24), ``sweeping`` In(1), ``probing`` In(1), ``tick`` In(1),
+    ``now_ns`` In(64);
     ``stale`` Out(1), a one-cycle strobe per dropped response.
     Latency: 3 cycles from a record taken to ``o`` valid (the record and the
     round and time differences registered, then the decision). Throughput:
@@ -286,6 +289,7 @@ class ProbeReplyCheck(wiring.Component):
             "i": In(stream.Signature(ParsedHeader(sack_bits))),
             "o": Out(stream.Signature(ParsedHeader(sack_bits))),
             "round": In(24),
+            "sweeping": In(1),
             "probing": In(1),
             "tick": In(1),
             "now_ns": In(64),
@@ -320,7 +324,7 @@ class ProbeReplyCheck(wiring.Component):
             m.d.sync += [
                 is_probe.eq(h.bth.opcode == Opcode.PROBE_RESP),
                 round_now.eq(rnd == self.round),
-                round_prev.eq(rnd == (self.round - 1)[:24]),
+                round_prev.eq(self.sweeping & (rnd == (self.round - 1)[:24])),
                 age.eq(Cat(self.now_ns, Const(0, 1)) - Cat(h.probe.timestamp, Const(0, 1))),
                 since.eq(Cat(h.probe.timestamp, Const(0, 1)) - Cat(start_prev, Const(0, 1))),
                 probing.eq(self.probing),

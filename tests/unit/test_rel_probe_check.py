@@ -14,19 +14,25 @@ from hw.reliability.probe import ProbeReplyCheck
 from hw.reliability.registers import register_map
 
 from .csrbus import csr_read, csr_write
+from .simstream import send_record
 
-# (opcode, round, timestamp) records, with the check's inputs round 10, the
-# previous round started at 1000 ns, now 5000 ns; and whether each passes
+# (opcode, round, timestamp, sweeping) records, with the check's inputs round 10
+# (sweeping: being sent, else sent), the previous round started at 1000 ns, now
+# 5000 ns; and whether each passes
 ROUND, PREV_START, NOW = 10, 1000, 5000
 CASES = [
-    ((Opcode.PROBE_RESP, 10, 4000), True),
-    ((Opcode.PROBE_RESP, 9, 1000), True),  # the previous round, at its start
-    ((Opcode.PROBE_RESP, 8, 4000), False),  # two rounds back: replayed
-    ((Opcode.PROBE_RESP, 11, 4000), False),  # a round not sent yet
-    ((Opcode.PROBE_RESP, 10, 999), False),  # sent before the previous round began
-    ((Opcode.PROBE_RESP, 10, NOW + 100), False),  # from the future
-    ((Opcode.PROBE_RESP, 0x2345, 4000), False),
-    ((Opcode.ACKNOWLEDGE, 3, 0), True),  # not a probe response: not checked
+    ((Opcode.PROBE_RESP, 10, 4000, 1), True),
+    ((Opcode.PROBE_RESP, 10, 4000, 0), True),
+    # the round before, at its start: outstanding on the QPs round 10 has not
+    # reached yet; once round 10 is sent, replaced on every EV it probes
+    ((Opcode.PROBE_RESP, 9, 1000, 1), True),
+    ((Opcode.PROBE_RESP, 9, 1000, 0), False),
+    ((Opcode.PROBE_RESP, 8, 4000, 1), False),  # two rounds back: replayed
+    ((Opcode.PROBE_RESP, 11, 4000, 0), False),  # a round not sent yet
+    ((Opcode.PROBE_RESP, 10, 999, 0), False),  # sent before the previous round began
+    ((Opcode.PROBE_RESP, 10, NOW + 100, 0), False),  # from the future
+    ((Opcode.PROBE_RESP, 0x2345, 4000, 1), False),
+    ((Opcode.ACKNOWLEDGE, 3, 0, 0), True),  # not a probe response: not checked
 ]
 
 
@@ -43,23 +49,17 @@ def test_probe_reply_check_block():
             await ctx.tick()
         ctx.set(dut.tick, 0)
         ctx.set(dut.now_ns, NOW)
-        for (opcode, rnd, ts), _ in CASES:
-            ctx.set(dut.i.payload.bth.opcode, opcode)
-            ctx.set(dut.i.payload.probe.probe_id, rnd << 8 | 1)
-            ctx.set(dut.i.payload.probe.timestamp, ts)
-            ctx.set(dut.i.valid, 1)
-            await ctx.tick().until(dut.i.ready)
-            ctx.set(dut.i.valid, 0)
-            await ctx.tick().repeat(4)
+        p = dut.i.payload
+        for (opcode, rnd, ts, sweeping), _ in CASES:
+            ctx.set(dut.sweeping, sweeping)
+            await send_record(ctx, dut.i, [(p.bth.opcode, opcode),
+                                           (p.probe.probe_id, rnd << 8 | 1),
+                                           (p.probe.timestamp, ts)], settle=4)
         # probing off: no probe is outstanding, the best answer is refused
         ctx.set(dut.probing, 0)
-        ctx.set(dut.i.payload.bth.opcode, Opcode.PROBE_RESP)
-        ctx.set(dut.i.payload.probe.probe_id, ROUND << 8 | 1)
-        ctx.set(dut.i.payload.probe.timestamp, 4000)
-        ctx.set(dut.i.valid, 1)
-        await ctx.tick().until(dut.i.ready)
-        ctx.set(dut.i.valid, 0)
-        await ctx.tick().repeat(4)
+        await send_record(ctx, dut.i, [(p.bth.opcode, Opcode.PROBE_RESP),
+                                       (p.probe.probe_id, ROUND << 8 | 1),
+                                       (p.probe.timestamp, 4000)], settle=4)
 
     async def sink(ctx):
         ctx.set(dut.o.ready, 1)
@@ -76,16 +76,18 @@ def test_probe_reply_check_block():
     sim.add_testbench(bench)
     sim.add_process(sink)
     sim.run()
-    assert out == [rec for rec, ok in CASES if ok]
+    assert out == [rec[:3] for rec, ok in CASES if ok]
     assert sum(stale) == sum(not ok for _, ok in CASES) + 1
 
 
 def test_replayed_probe_response_does_not_revive_an_ev():
     """ReliabilityEngine, QP 1 in RTS with EVs 0xC000/0xC001: a PSN sent on EV 1
     times out until EV 1 is ASSUMED_BAD; probes go out every period. A copy of
-    the first probe's answer replayed after three more rounds, and an answer
-    to a probe never sent (a later round), are dropped (``probes_stale``) and
-    leave EV 1 ASSUMED_BAD; the answer to the latest probe brings it back."""
+    the first probe's answer replayed after three more rounds, an answer to a
+    probe never sent (a later round) and the answer to the probe before the
+    latest are dropped (``probes_stale``) and leave EV 1 ASSUMED_BAD; the
+    answer to the latest probe brings it back (as the golden model: only the
+    EV's latest probe is outstanding)."""
     E, q = 2, 1
     dut = ReliabilityEngine(num_qps=2, evs_per_qp=E, sack_bits=32, window=16,
                             clk_freq_hz=1_000_000, data_width=64)
@@ -112,15 +114,9 @@ def test_replayed_probe_response_does_not_revive_an_ev():
 
     async def answer(ctx, probe_id, timestamp):
         p = dut.peer_ack.payload
-        ctx.set(p.bth.opcode, Opcode.PROBE_RESP)
-        ctx.set(p.bth.dqpn, q)
-        ctx.set(p.probe.probe_id, probe_id)
-        ctx.set(p.probe.ev, 0xC001)
-        ctx.set(p.probe.timestamp, timestamp)
-        ctx.set(dut.peer_ack.valid, 1)
-        await ctx.tick().until(dut.peer_ack.ready)
-        ctx.set(dut.peer_ack.valid, 0)
-        await ctx.tick().repeat(40)
+        await send_record(ctx, dut.peer_ack, [
+            (p.bth.opcode, Opcode.PROBE_RESP), (p.bth.dqpn, q), (p.probe.probe_id, probe_id),
+            (p.probe.ev, 0xC001), (p.probe.timestamp, timestamp)], settle=40)
 
     async def ev_state(ctx):
         word = await csr_read(ctx, dut.csr, rmap["ev"].addr(q * E + 1),
@@ -138,13 +134,8 @@ def test_replayed_probe_response_does_not_revive_an_ev():
             await ctx.tick().repeat(4)
         await ctx.tick().repeat(20)
         s = dut.sent.payload
-        ctx.set(s.qpn, q)
-        ctx.set(s.psn, 100)
-        ctx.set(s.ev_index, 1)
-        ctx.set(s.last, 1)
-        ctx.set(dut.sent.valid, 1)
-        await ctx.tick().until(dut.sent.ready)
-        ctx.set(dut.sent.valid, 0)
+        await send_record(ctx, dut.sent, [(s.qpn, q), (s.psn, 100), (s.ev_index, 1),
+                                          (s.last, 1)])
         for _ in range(200):
             await ctx.tick().repeat(10)
             if await ev_state(ctx) == 1:
@@ -159,9 +150,15 @@ def test_replayed_probe_response_does_not_revive_an_ev():
         last_id, last_ts = probes[-1]
         await answer(ctx, last_id + (5 << 8), last_ts)  # a round never sent
         assert await ev_state(ctx) == 1, "an unsolicited probe answer revived EV 1"
+        # the answer to the probe before the latest: replaced once the latest
+        # round is sent, on every QP (QP 1 is the last one a round sweeps)
+        prev_id, prev_ts = probes[-2]
+        assert prev_id >> 8 == (last_id >> 8) - 1
+        await answer(ctx, prev_id, prev_ts)
+        assert await ev_state(ctx) == 1, "the answer to a replaced probe revived EV 1"
         stale = await csr_read(ctx, dut.csr, rmap["cnt_probes_stale"].addr(),
                                latency=ReliabilityEngine.CSR_READ_LATENCY)
-        assert stale == 2
+        assert stale == 3
         last_id, last_ts = probes[-1]
         await answer(ctx, last_id, last_ts)  # the answer to the latest probe
         assert await ev_state(ctx) == 0, "the answer to the outstanding probe was refused"

@@ -9,6 +9,7 @@ from hw.rx.engine import RxPipeline
 from hw.rx.layouts import QpState
 
 from .csrbus import csr_read, csr_write
+from .simstream import send_record
 
 OWN_IP, PEER_IP, FORGER_IP = 0x0A000002, 0x0A000001, 0x0A000042
 EPSN, MPR = 100, 1  # window 128 PSNs
@@ -32,18 +33,10 @@ def run_trims(trims):
         await ctx.tick().repeat(100)  # the receive state's clear
         h = dut.hdr.payload
         for psn, src in trims:
-            ctx.set(h.ip_src, src)
-            ctx.set(h.ip_dst, OWN_IP)
-            ctx.set(h.bth.opcode, Opcode.WRITE_ONLY)
-            ctx.set(h.bth.dqpn, 1)
-            ctx.set(h.bth.psn, psn)
-            ctx.set(h.dscp, 0x3F)
-            ctx.set(h.trimmed, 1)
-            ctx.set(h.payload_len, 0)
-            ctx.set(dut.hdr.valid, 1)
-            await ctx.tick().until(dut.hdr.ready)
-            ctx.set(dut.hdr.valid, 0)
-            await ctx.tick().repeat(60)
+            await send_record(ctx, dut.hdr, [
+                (h.ip_src, src), (h.ip_dst, OWN_IP), (h.bth.opcode, Opcode.WRITE_ONLY),
+                (h.bth.dqpn, 1), (h.bth.psn, psn), (h.dscp, 0x3F), (h.trimmed, 1),
+                (h.payload_len, 0)], settle=60)
         for name in names:
             counts[name] = await csr_read(ctx, dut.csr, rmap[f"CNT_{name.upper()}"].addr(),
                                           latency=RxPipeline.CSR_READ_LATENCY)
