@@ -53,6 +53,7 @@ from hw.reliability.layouts import CqeStatus
 from hw.reliability.registers import register_map as rel_register_map
 from hw.rx.regs import COUNTERS as RX_COUNTERS
 from hw.rx.regs import rx_register_map
+from hw.rx.window import MAX_PENDING
 from hw.tx.layouts import WQE_BYTES, WQE_LAYOUT, WqeFlags, WqeOpcode
 from hw.tx.regs import CTRL_FLUSH_BIT as TX_CTRL_FLUSH_BIT
 from hw.tx.regs import CTRL_RESET_BIT as TX_CTRL_RESET_BIT
@@ -255,15 +256,16 @@ class _HwQp(MrcQp):
 
     def wimm_limit(self):
         """TX ``qp_max_wimm``: 0 is no bound, above the in-flight table's size it is
-        that size (hw/tx/wimm.py). The responder's early-LAST bound stays
-        ``cfg.max_wimm``."""
+        that size (hw/tx/wimm.py). The responder's early-LAST bound is RX's
+        pending-completion table, shared by all QPs (``ModelNic.pending_total``)."""
         bound = self.hw.reg("tx", "qp_max_wimm", self.qpn) & 0xFFFF
         return min(bound, self.hw.params["inflight_depth"]) or None
 
     def on_ack(self, pkt):
         cnt = self.hw.rel_cnt
-        if self.state != RTS or pkt.syndrome not in (AETH_ACK, NAK_TRIMMED, NAK_INVALID_REQUEST,
-                                                     NAK_REMOTE_ACCESS):
+        # a fresh QP (nothing sent since RTS) does not know its PSNs yet: ignored
+        if self.state != RTS or self.fresh or pkt.syndrome not in (
+                AETH_ACK, NAK_TRIMMED, NAK_INVALID_REQUEST, NAK_REMOTE_ACCESS):
             cnt["acks_ignored"] += 1
             return
         advance = psn_diff((pkt.cum_psn + 1) & PSN_MASK, self.una_psn)
@@ -284,6 +286,13 @@ class _HwQp(MrcQp):
         cnt["naks_trim_repeat"] += self.stats["naks_trim_repeat"] - repeats
         if (self.una_idx, self.sacked, len(self.retx_log)) == before:
             cnt["acks_stale"] += 1
+
+    @property
+    def fresh(self) -> bool:
+        """Nothing sent since RTS: reliability learns the QP's PSNs from TX's
+        first sent record, so until then una_psn and nxt_psn read 0 and every
+        ACK/NAK is ignored (``acks_ignored``)."""
+        return self.nxt_idx == 0
 
     def _rack_detect(self):
         # reliability's rule (docs/reliability.md step 5): walking the holes
@@ -418,7 +427,10 @@ class _HwQp(MrcQp):
             cnt["out_of_window"] += 1
             st["rx_out_of_window"] += 1
             return
-        if d and pkt.opcode in LAST_OPCODES and len(self.pending_last) >= self.cfg.max_wimm:
+        # RX's pending-completion table, shared by all QPs: a LAST packet takes an
+        # entry until the cumulative PSN passes it, an out-of-order one needs two
+        # free (one stays for a LAST packet at a QP's expected PSN)
+        if pkt.opcode in LAST_OPCODES and hw.pending_total() >= MAX_PENDING - (d != 0):
             cnt["wimm_full"] += 1
             st["rx_wimm_full"] += 1
             return
@@ -732,6 +744,11 @@ class ModelNic:
             return "peer_bad_sack"
         return None
 
+    def pending_total(self) -> int:
+        """Entries in use in RX's pending-completion table (``MAX_PENDING``, one
+        for all QPs): the LAST packets accepted whose message is not complete."""
+        return sum(len(qp.pending_last) for qp in self.qps if qp is not None)
+
     def mr_check(self, rkey: int, pd: int, lo: int, hi: int) -> str | None:
         """None if [lo, hi) is inside a valid, writable region named by
         ``rkey`` of protection domain ``pd``, else the RX counter that counts
@@ -853,7 +870,7 @@ class ModelNic:
             return STATE_CODES[qp.state] if qp is not None and qp.state in (RTS, ERROR) else \
                 STATE_CODES[self.rel_state[index]]
         if name in ("una_psn", "nxt_psn"):
-            if qp is None or qp.state not in (RTS, ERROR):
+            if qp is None or qp.state not in (RTS, ERROR) or qp.fresh:
                 return 0
             return qp.una_psn if name == "una_psn" else (qp.sq_psn + qp.nxt_idx) & PSN_MASK
         if name == "qp_cc":

@@ -206,8 +206,9 @@ def register_map(num_qps: int = 16, evs_per_qp: int = 16, window: int = 64) -> R
     qp("peer_mac_hi", "RW", "peer MAC bits 47..32")
     qp("peer_ip", "RW", "peer IPv4 address")
     qp("dest_qpn", "RW", "peer QPN (probe BTH DestQP)")
-    qp("una_psn", "RO", "oldest unacknowledged PSN")
-    qp("nxt_psn", "RO", "next PSN expected from TX")
+    qp("una_psn", "RO", "oldest unacknowledged PSN (0 until the QP's first packet after "
+       "RTS: reliability learns its PSNs from TX's first sent record)")
+    qp("nxt_psn", "RO", "next PSN expected from TX (0 until the QP's first packet after RTS)")
     qp("qp_cc", "RO", "window and retries",
        [("cwnd", 0, 16, "congestion window, packets"), ("retries", 16, 5, "timeouts without "
                                                                           "progress")])

@@ -17,7 +17,7 @@ from .parser import ParsedHeader, RxParser
 from .peer_filter import PEER_FILTER_COUNTERS, RxPeerFilter
 from .regs import RxRegisters
 from .validate import VALIDATOR_COUNTERS, RxValidator
-from .window import WINDOW_COUNTERS, RxPsnWindow
+from .window import MAX_PENDING, WINDOW_COUNTERS, RxPsnWindow
 
 __all__ = ["RxEngine", "RxPipeline", "check_rx_params"]
 
@@ -68,7 +68,7 @@ class RxPipeline(wiring.Component):
     CSR_READ_LATENCY = RxRegisters.CSR_READ_LATENCY
 
     def __init__(self, *, data_width=64, num_qps=16, num_mrs=16, sack_bits=64, mpr_max=1024,
-                 csr_addr_width=16, inflight=8, max_pending=8, addr_width=64):
+                 csr_addr_width=16, inflight=8, max_pending=MAX_PENDING, addr_width=64):
         check_rx_params(data_width=data_width, num_qps=num_qps, num_mrs=num_mrs,
                         sack_bits=sack_bits, mpr_max=mpr_max, csr_addr_width=csr_addr_width,
                         addr_width=addr_width)

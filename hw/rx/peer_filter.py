@@ -9,6 +9,7 @@ from amaranth.utils import exact_log2
 from hw.headers import Opcode
 from hw.pipeline import OneHotFSM, load_in_groups
 
+from .first_fail import first_failing
 from .layouts import ParsedHeader, QpConfig, QpState
 
 __all__ = ["PEER_FILTER_COUNTERS", "RxPeerFilter"]
@@ -122,9 +123,8 @@ class RxPeerFilter(wiring.Component):
             m.d.sync += qp_checks
             goto("DECIDE")
         with state("DECIDE"):
-            for k, name in enumerate(PEER_FILTER_COUNTERS):
-                earlier = Cat(*(fail[n] for n in PEER_FILTER_COUNTERS[:k]))
-                m.d.comb += getattr(self.counters, name).eq(fail[name] & ~earlier.any())
+            first = first_failing(m, [(n, fail[n]) for n in PEER_FILTER_COUNTERS])
+            m.d.comb += [getattr(self.counters, n).eq(first[n]) for n in PEER_FILTER_COUNTERS]
             with m.If(failed):
                 goto("IDLE")
             with m.Else():

@@ -9,6 +9,7 @@ from hw.headers import PATH_MTU, Opcode
 from hw.pipeline import OneHotFSM, load_in_groups
 from hw.reliability.layouts import NAK_INVALID_REQUEST, NAK_REMOTE_ACCESS
 
+from .first_fail import first_failing
 from .layouts import ParsedHeader, QpConfig, QpState, ReqKind, WindowReq
 
 __all__ = ["MrEntry", "RxValidator", "VALIDATOR_COUNTERS", "MR_ACCESS_VALID", "MR_ACCESS_WRITE"]
@@ -267,11 +268,8 @@ class RxValidator(wiring.Component):
 
         def classify():
             # The checks in priority order; an outcome is its check failing
-            # and none before it. Each strobe is built flat, as its test AND
-            # NOT every earlier test (at most ten flip-flops, two LUT levels),
-            # not as an If/Elif chain: synthesis built the chain as a row of
-            # LUTs, each outcome's LUT feeding the next one's, 7 LUT levels
-            # (docs/timing.md#rx-validator).
+            # and none before it (first_failing: flat, at most ten flip-flops,
+            # two LUT levels; docs/timing.md#rx-validator).
             kind = Signal(ReqKind)
             # every strobe but bad_bounds, which is decided a stage later
             c = Signal(data.StructLayout(
@@ -290,10 +288,7 @@ class RxValidator(wiring.Component):
                 ("bad_rkey", ~mr_hit),
                 ("bad_pd", bad_pd),
             )
-            first = {}
-            for k, (name, test) in enumerate(tests):
-                first[name] = Signal(name=f"first_{name}")
-                m.d.comb += first[name].eq(test & ~Cat(*(t for _, t in tests[:k])).any())
+            first = first_failing(m, tests)
             reach = Signal()
             m.d.comb += reach.eq(~Cat(*(t for _, t in tests)).any())
             for name in ("peer_frames", "bad_qpn", "not_for_us", "qp_state", "bad_source",

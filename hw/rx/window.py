@@ -62,6 +62,11 @@ class QpRxState(data.StructLayout):
         )
 
 
+# The pending-completion table's entries (LAST packets from acceptance until the
+# cumulative PSN passes them), one table for all QPs (docs/rx.md).
+MAX_PENDING = 8
+
+
 class _Pending(data.StructLayout):
     # A LAST packet accepted but not yet passed by the cumulative PSN: the
     # fields matched in every entry at once (registers; what its completion
@@ -237,7 +242,8 @@ class RxPsnWindow(wiring.Component):
     MTU >= 256.
     """
 
-    def __init__(self, *, num_qps=16, sack_bits=64, mpr_max=1024, inflight=8, max_pending=8,
+    def __init__(self, *, num_qps=16, sack_bits=64, mpr_max=1024, inflight=8,
+                 max_pending=MAX_PENDING,
                  addr_width=64):
         if num_qps < 2 or num_qps & (num_qps - 1) or num_qps > 4096:
             raise ValueError(f"num_qps must be a power of two in 2..4096, not {num_qps!r}")

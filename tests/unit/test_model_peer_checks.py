@@ -4,7 +4,7 @@ state and are counted, each reason in its own counter."""
 
 import asyncio
 
-from host_driver.driver import Completion
+from host_driver.driver import Completion, WrOpcode
 from sim.model.packet import ACK, AETH_ACK, DATA, NAK_TRIMMED, PROBE_RESP, Forged, Packet
 from sim.system.attack_setup import write_into_dead_paths
 from sim.system.model_harness import ModelSystem
@@ -154,4 +154,35 @@ def test_second_nak_trimmed_costs_no_retransmit():
         assert [c.status for c in cqes] == [Completion.SUCCESS]
         assert b.dev.mem.read(b.recv_buf, 4096) == payload
         assert (await a.dev.counters())["rel.timeouts"] >= 1
+    asyncio.run(body())
+
+
+def test_fresh_qp_knows_no_psn():
+    """As reliability (its ``fresh`` flag): a QP in RTS learns its PSNs from TX's
+    first sent record, so until it sends, una_psn and nxt_psn read 0 and an
+    ACK from the peer naming the PSN before its start PSN is ignored and
+    counted (acks_ignored), not taken; after a WRITE they read from the start
+    PSN on."""
+    async def body():
+        tb = ModelSystem(seed=5)
+        await tb.init()
+        await tb.connect(sq_log2=4, timeout=9)
+        a, b = tb.ends
+        q = a.qp.qpn
+        start = a.nic.qps[q].sq_psn
+        assert start != 0
+        assert [await a.dev.rel.read(n, q) for n in ("una_psn", "nxt_psn")] == [0, 0]
+        before = await a.dev.counters()
+        tb.fabric.inject(0, forged_ack(tb, 0, q, (start - 1) & 0xFFFFFF))
+        await a.dev.transport.idle(200)
+        after = await a.dev.counters()
+        assert [after[f"rel.{n}"] - before[f"rel.{n}"]
+                for n in ("acks_ignored", "acks", "acks_stale")] == [1, 0, 0]
+        a.dev.mem.write(a.send_buf, bytes(range(256)) * 4)
+        await a.qp.post_send(WrOpcode.WRITE, local_addr=a.send_buf, length=1024,
+                             remote_addr=b.recv_buf, rkey=b.mr.rkey)
+        cqes = await a.qp.send_cq.wait(1, timeout_cycles=2_000_000)
+        assert [c.status for c in cqes] == [Completion.SUCCESS]
+        assert [await a.dev.rel.read(n, q) for n in ("una_psn", "nxt_psn")] == [
+            (start + 1) & 0xFFFFFF] * 2
     asyncio.run(body())
