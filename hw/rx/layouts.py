@@ -11,6 +11,7 @@ __all__ = [
     "COUNTER_NAMES",
     "ParsedHeader",
     "ParserCounters",
+    "ParserRecord",
     "Verdict",
     "AckJob",
     "CqeJob",
@@ -79,6 +80,33 @@ class ParsedHeader(data.StructLayout):
                 "probe": PROBE.layout,
                 "payload_len": unsigned(16),
                 "trimmed": unsigned(1),
+            }
+        )
+
+
+class ParserRecord(data.StructLayout):
+    """An accepted frame's header as the RX parser's header FIFO holds it:
+    the fields of ``ParsedHeader`` but its extension headers (``EXTENSIONS``),
+    which no opcode has two of and which share their bytes here, as the raw
+    ``ext_bytes`` bytes after the BTH and the opcode class; and ``beats``, the
+    payload's beats in the frame FIFO."""
+
+    EXTENSIONS = ("reth", "imm", "aeth", "sack", "sack_bitmap", "probe")
+
+    def __init__(self, sack_bits, ext_bytes, max_payload_beats):
+        out_layout = ParsedHeader(sack_bits)
+        super().__init__(
+            {
+                **{name: field.shape for name, field in out_layout
+                   if name not in self.EXTENSIONS},
+                "ext": unsigned(8 * ext_bytes),
+                "is_write": unsigned(1),
+                "is_imm": unsigned(1),
+                "is_ack": unsigned(1),
+                "is_probe": unsigned(1),
+                # the payload's beats in the frame FIFO, counted here so that the
+                # output stage adds them to rel_ptr straight from the memory
+                "beats": range(max_payload_beats + 1),
             }
         )
 
