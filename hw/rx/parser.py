@@ -286,8 +286,8 @@ class RxParser(wiring.Component):
         )
         wiring.connect(m, decode.decoded, lengths.decoded)
         m.d.comb += [
-            decode.data.eq(axis.tdata),
-            decode.hdr.eq(hdr),
+            decode.beat_data.eq(axis.tdata),
+            decode.hdr_bytes.eq(hdr),
             decode.at_bth.eq(beat_oh[k_bth]),
             decode.first.eq(first),
             decode.trim_dscp.eq(self.trim_dscp),
@@ -305,7 +305,7 @@ class RxParser(wiring.Component):
         # the shortest frame that gets to the checksum verdict (one that reaches
         # the end of the BTH).
         ip_stages = min(2, (OFF_BTH + BTH.size - 1) // lanes - (OFF_UDP - 1) // lanes)
-        m.submodules.ipsum = ipsum = Ipv4Checksum(ip_stages)
+        m.submodules.ip_checksum = ipsum = Ipv4Checksum(ip_stages)
         m.d.comb += ipsum.header.eq(_bytes(hdr, OFF_IPV4, IPV4.size))
         ipsum_ok = ipsum.ok
 
@@ -339,7 +339,7 @@ class RxParser(wiring.Component):
         # ICRC (IcrcCheck) over the masked bytes from byte 14 to the end, ICRC
         # included.
         m.submodules.icrc = icrc = IcrcCheck(self.data_width, hdr_beats)
-        m.d.comb += [icrc.took.eq(took), icrc.beat_oh.eq(beat_oh)]
+        m.d.comb += [icrc.took.eq(took), icrc.hdr_beat_oh.eq(beat_oh)]
         crc, crc_residue = icrc.crc, icrc.residue
         # The frame's length in bytes (FrameLength), loaded in every cycle as
         # if this cycle's beat were taken and the frame's last; verdict stage 1
@@ -358,7 +358,7 @@ class RxParser(wiring.Component):
             tap.accept.eq(accept),
             tap.nbytes.eq(nbytes),
         ]
-        wiring.connect(m, tap, writer.beat, icrc.beat, flen.beat)
+        wiring.connect(m, tap, writer.beat, icrc.beat, flen.len_beat)
         with m.If(accept):
             m.d.sync += beat_oh.eq(Mux(axis.tlast, 1, beat_oh << 1))
             with m.If(axis.tlast):

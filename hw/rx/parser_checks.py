@@ -105,7 +105,7 @@ class IcrcCheck(wiring.Component):
 
     Interface, in: ``beat`` (``InputTapSignature``: ``valid`` and ``room``
     are only enables, see below), ``took`` (the previous cycle took a beat)
-    and ``beat_oh`` (the next beat is beat k of its frame, one-hot, for the
+    and ``hdr_beat_oh`` (the next beat is beat k of its frame, one-hot, for the
     header beats). Out: ``crc``, the CRC register, and
     ``residue``, the CRC-32 residue advanced by the frame's last beat's
     missing bytes as zeros: the frame's ICRC is good iff they are equal.
@@ -124,7 +124,7 @@ class IcrcCheck(wiring.Component):
             {
                 "beat": In(InputTapSignature(data_width)),
                 "took": In(1),
-                "beat_oh": In(header_beats + 1),
+                "hdr_beat_oh": In(header_beats + 1),
                 "crc": Out(32),
                 "residue": Out(32),
             }
@@ -134,7 +134,7 @@ class IcrcCheck(wiring.Component):
         m = Module()
         lanes = self.lanes
         beat = self.beat
-        beat_oh = self.beat_oh
+        beat_oh = self.hdr_beat_oh
         crc = Signal(32)
         m.d.comb += self.crc.eq(crc)
         # ICRC over the masked bytes from byte 14 to the end, ICRC included. The
@@ -210,7 +210,7 @@ class FrameLength(wiring.Component):
     """The length in bytes of the RX parser's input frame, counted as its
     beats come in.
 
-    Interface, in: ``beat`` (``InputTapSignature``: the counts load on
+    Interface, in: ``len_beat`` (``InputTapSignature``: the counts load on
     ``valid & room``) and ``first`` (the next beat is a frame's first); out:
     ``frame_len``, 17 bits.
 
@@ -223,7 +223,7 @@ class FrameLength(wiring.Component):
         self.lanes = data_width // 8
         super().__init__(
             {
-                "beat": In(InputTapSignature(data_width)),
+                "len_beat": In(InputTapSignature(data_width)),
                 "first": In(1),
                 "frame_len": Out(17),
             }
@@ -233,7 +233,7 @@ class FrameLength(wiring.Component):
         m = Module()
         lanes = self.lanes
         lane_bits = (lanes - 1).bit_length()
-        beat = self.beat
+        beat = self.len_beat
         frame_len = Signal(17)
         m.d.comb += self.frame_len.eq(frame_len)
         # The frame's length is counted in beats: `frame_beats`, the beats

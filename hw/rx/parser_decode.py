@@ -75,8 +75,8 @@ class DecodeSignature(wiring.Signature):
 class ClassDecode(wiring.Component):
     """Decode stage A of the RX parser.
 
-    Interface: ``data`` (the input beat), ``hdr`` (the header bytes captured
-    so far, lane order), ``at_bth`` (the next beat is the BTH's beat
+    Interface: ``beat_data`` (the input beat), ``hdr_bytes`` (the header
+    bytes captured so far, lane order), ``at_bth`` (the next beat is the BTH's beat
     ``bth_beat(lanes)``), ``first`` (the next beat is a frame's first),
     ``trim_dscp`` (the register input) and ``trim_dscp_q`` (its value sampled
     at the frame's first beat) in; ``decoded`` (``DecodeSignature``) out, and
@@ -96,8 +96,8 @@ class ClassDecode(wiring.Component):
         self.max_payload = max_payload
         super().__init__(
             {
-                "data": In(data_width),
-                "hdr": In(8 * header_bytes),
+                "beat_data": In(data_width),
+                "hdr_bytes": In(8 * header_bytes),
                 "at_bth": In(1),
                 "first": In(1),
                 "trim_dscp": In(6),
@@ -112,7 +112,7 @@ class ClassDecode(wiring.Component):
         lanes = self.lanes
         k_bth = bth_beat(lanes)
         ends, shifts = header_ends(lanes, self.ack_header_end)
-        hdr = self.hdr
+        hdr = self.hdr_bytes
         out = self.decoded
 
         def view(offset, size):
@@ -120,7 +120,7 @@ class ClassDecode(wiring.Component):
             after that beat: stale, not used)."""
             parts = []
             for b in range(offset, offset + size):
-                src = self.data if b // lanes == k_bth else hdr
+                src = self.beat_data if b // lanes == k_bth else hdr
                 lo = 8 * (b % lanes) if b // lanes == k_bth else 8 * b
                 parts.append(src[lo : lo + 8])
             return Cat(*parts)

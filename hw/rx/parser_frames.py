@@ -74,7 +74,7 @@ class FrameBuffer(wiring.Component):
         m = Module()
         ptr_bits = self.ptr_bits
         addr_bits = ptr_bits - 1
-        m.submodules.frames = frames = Memory(shape=Beat(self.data_width), depth=self.depth,
+        m.submodules.storage = frames = Memory(shape=Beat(self.data_width), depth=self.depth,
                                               init=[], attrs={"no_rw_check": 1})
         wr = frames.write_port()
         rd = unchecked_read_port(m, frames)

@@ -145,7 +145,7 @@ def test_icrc_check(data_width):
                 ctx.set(dut.beat.keep, keep)
                 ctx.set(dut.beat.last, last)
                 ctx.set(dut.beat.nbytes, keep.bit_length())
-                ctx.set(dut.beat_oh, 1 << k if k <= hdr_beats else 0)
+                ctx.set(dut.hdr_beat_oh, 1 << k if k <= hdr_beats else 0)
             await ctx.tick()
             took = valid
 
@@ -180,17 +180,17 @@ def test_frame_length(data_width):
             beats = beats_of(bytes(n), lanes)
             for k, (_, keep, last) in enumerate(beats):
                 while rng.random() < 0.3:  # an idle cycle, or a beat refused for room
-                    ctx.set(dut.beat.valid, rng.random() < 0.5)
-                    ctx.set(dut.beat.room, 0)
+                    ctx.set(dut.len_beat.valid, rng.random() < 0.5)
+                    ctx.set(dut.len_beat.room, 0)
                     await ctx.tick()
-                ctx.set(dut.beat.valid, 1)
-                ctx.set(dut.beat.room, 1)
+                ctx.set(dut.len_beat.valid, 1)
+                ctx.set(dut.len_beat.room, 1)
                 ctx.set(dut.first, k == 0)
-                ctx.set(dut.beat.keep, keep)
-                ctx.set(dut.beat.last, last)
-                ctx.set(dut.beat.nbytes, keep.bit_length())
+                ctx.set(dut.len_beat.keep, keep)
+                ctx.set(dut.len_beat.last, last)
+                ctx.set(dut.len_beat.nbytes, keep.bit_length())
                 await ctx.tick()
-            ctx.set(dut.beat.valid, 0)
+            ctx.set(dut.len_beat.valid, 0)
             ctx.set(dut.first, 1)
             seen.append(ctx.get(dut.frame_len))
         assert seen == lengths
@@ -243,8 +243,8 @@ def test_class_decode_and_length_check(data_width):
             pad = (frame[43] >> 4) & 3
             udp_len = int.from_bytes(frame[38:40], "big")
             hdr = int.from_bytes(bytes(frame[:hlen]), "little")
-            ctx.set(a.hdr, hdr)
-            ctx.set(a.data, int.from_bytes(bytes(frame[k_bth * lanes : (k_bth + 1) * lanes]),
+            ctx.set(a.hdr_bytes, hdr)
+            ctx.set(a.beat_data, int.from_bytes(bytes(frame[k_bth * lanes : (k_bth + 1) * lanes]),
                                            "little"))
             ctx.set(a.first, k_bth == 0)
             ctx.set(a.at_bth, 1)
@@ -253,7 +253,7 @@ def test_class_decode_and_length_check(data_width):
             assert ctx.get(a.first_beat) == hlen // lanes or not known
             await ctx.tick()
             ctx.set(a.at_bth, 0)
-            ctx.set(a.data, 0)  # stage A holds
+            ctx.set(a.beat_data, 0)  # stage A holds
             d = a.decoded
             assert ctx.get(d.is_write) == (op in L.WRITE_OPCODES)
             assert ctx.get(d.is_imm) == (op in L.IMM_OPCODES)
@@ -305,7 +305,7 @@ class _Writer(Elaboratable):
             w.first_beat.eq(a.first_beat), w.shift.eq(a.decoded.shift),
             w.writes_payload.eq(b.writes_payload), w.beats_m1.eq(b.beats_m1),
             w.one_beat.eq(b.one_beat), w.last_keep.eq(b.last_keep),
-            a.data.eq(w.beat.data), a.at_bth.eq(w.at_bth),
+            a.beat_data.eq(w.beat.data), a.at_bth.eq(w.at_bth),
         ]
         return m
 
@@ -331,7 +331,7 @@ def test_payload_writer(data_width):
         ctx.set(w.beat.room, 1)
         for frame, keep in cases:
             hlen = L.header_len(frame[42], SACK_BITS)
-            ctx.set(a.hdr, int.from_bytes(frame[:hlen], "little"))
+            ctx.set(a.hdr_bytes, int.from_bytes(frame[:hlen], "little"))
             ctx.set(b.udp_length, int.from_bytes(frame[38:40], "big"))
             for k, (data, _, last) in enumerate(beats_of(frame, lanes)):
                 ctx.set(w.beat.data, data)
