@@ -1,4 +1,4 @@
-"""A transport for the host driver backed by the model NIC (sim/model_nic.py).
+"""A transport for the host driver backed by the model NIC (sim/nicmodel/).
 
 ``ModelTransport(nic)`` gives ``host_driver.driver`` what ``CocotbTransport``
 gives it against the RTL, so the same driver code runs on both:

@@ -441,7 +441,7 @@ def report_markdown(summary: dict) -> str:
         f"joined by the cocotb fabric (`sim/system/fabric.py`: {cfg['paths']} paths, "
         f"{cfg['delay_ns']:g} ns each), configured and driven only through the host driver."
         if not model else
-        "The golden model: two ModelNics (`sim/model_nic.py`, links at "
+        "The golden model: two ModelNics (`sim/nicmodel/`, links at "
         f"**{summary['line_rate_gbps']:g} Gb/s**, the RTL's line rate) on the model fabric "
         f"(`sim/system/model_harness.py`: {cfg['paths']} paths, {cfg['delay_ns']:g} ns each), "
         "configured and driven by the same host driver and workload as the RTL (on a "

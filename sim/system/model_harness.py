@@ -1,4 +1,4 @@
-"""Two model NICs (sim/model_nic.py) on one model fabric, driven by the host
+"""Two model NICs (sim/nicmodel/) on one model fabric, driven by the host
 driver: the golden-model counterpart of sim/system/harness.py's ``SystemTB``,
 with the same attributes and methods, so a scenario written against the
 driver API runs unchanged on either backend.
@@ -32,7 +32,7 @@ from host_driver.driver import Device, EvProfile, MemoryRegion, QueuePair
 from host_driver.layers import TRIM_DSCP_DEFAULT
 from host_driver.model_transport import ModelTransport
 from sim.model.packet import DATA
-from sim.model_nic import ModelFabric, ModelNic
+from sim.nicmodel import ModelFabric, ModelNic
 from sim.system import top as _rtl_top
 from sim.system.fabric import FaultEvent, PathSelection
 from sim.system.top import NIC_PARAMS

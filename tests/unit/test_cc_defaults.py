@@ -63,7 +63,7 @@ def test_model_nic_and_driver_defaults_are_the_reset_values():
     gateware's reset values for the same NIC parameters."""
     import asyncio
 
-    from sim.model_nic import ModelFabric, ModelNic
+    from sim.nicmodel import ModelFabric, ModelNic
     from sim.system.model_harness import ModelSystem
     from sim.system.top import NIC_PARAMS
 

@@ -1,5 +1,5 @@
 """The host driver (host_driver/driver.py) against the model NIC
-(sim/model_nic.py) on the golden model's transport and fabric, through
+(sim/nicmodel/) on the golden model's transport and fabric, through
 sim/system/model_harness.py: the scenarios of tests/system/test_two_nic.py,
 written against the same driver API, plus outage and bad-input cases.
 
@@ -14,7 +14,7 @@ import pytest
 
 from host_driver.driver import Completion, DriverError, QpState, WrOpcode
 from hw.nic.csr import DEVICE_INFO_TYPE_ID, NIC_VERSION
-from sim.model_nic import ModelFabric, ModelNic
+from sim.nicmodel import ModelFabric, ModelNic
 from sim.system import requester_cases
 from sim.system.model_harness import BUILD_IDS, ModelSystem
 from sim.system.scoreboard import model_completions, normalise_rtl

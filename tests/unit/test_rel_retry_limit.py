@@ -112,7 +112,7 @@ def test_retry_limit_matches_model(linear, exp):
     the same timer values; ``linear_cnt + exp_cnt`` retries then ERROR, or, with
     ``exp_cnt`` = 25, no ERROR however many timeouts. The field's values above 25,
     which the driver refuses, retry forever too, as the model NIC reads them."""
-    want, want_error = model_timeouts(linear, min(exp, 25))  # as sim/model_nic.py
+    want, want_error = model_timeouts(linear, min(exp, 25))  # as sim/nicmodel/
     got, got_error = core_timeouts(linear, exp)
     if exp >= 25:
         assert not want_error and not got_error

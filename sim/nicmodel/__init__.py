@@ -1,0 +1,44 @@
+"""A register-level model of NicCore on the golden model's transport and fabric.
+
+``ModelNic`` answers the NIC's CSR space (the same ``RegisterMap``s the
+gateware decodes: hw/nic/csr.py, hw/tx/regs.py, hw/rx/regs.py,
+hw/reliability/registers.py, in NicCore's block order and window size) and
+reaches host memory the way NicCore's DMA master does: it fetches 64-byte WQEs
+from the send ring on a doorbell (hw/tx/layouts.py ``WQE_LAYOUT``), reads
+payload from host memory when a packet leaves, places received payload at the
+RETH VA after the MR table's R_Key and bounds check, and writes 32-byte CQEs
+with phase bits into the send ring (reliability's format,
+hw/reliability/completion.py) and the receive ring (RX's format,
+hw/rx/cqe.py). The transport between two ModelNics is the golden model's
+``MrcQp`` (sim/model/qp.py) on a ``sim.fabric`` multipath fabric, with the
+hardware's rules where they differ from the model's (see docs/model.md,
+"The model NIC").
+
+Interface
+---------
+``ModelFabric(num_paths=8, delay_ns=400.0, gbps=1.0, seed=1, routing="explicit")``
+    one event engine (time in ns) and one plane of ``num_paths`` paths shared
+    by the NICs attached to it; ``advance(ns)`` runs the model.
+``ModelNic(params, fabric, build_id=0, mem_size=8 MiB, csr_access_cycles=4)``
+    ``params`` are NicCore's (a dict like sim/system/top.py's ``NIC_PARAMS``:
+    data_width, num_qps, evs_per_qp, sack_bits, max_mtu, mpr_max, num_mrs,
+    window, inflight_depth, clk_freq_hz); bad parameters raise ValueError.
+    ``read32(addr)`` / ``write32(addr, value)``: one CSR access (each lets
+    ``csr_access_cycles`` clock cycles pass first, as an AXI4-Lite access
+    does); ``mem``: its host memory (``host_driver.transport.HostMemory``);
+    ``clk_period_ns``; ``idle(cycles)``.
+
+Timing is event-accurate, not cycle-accurate: packets take the fabric's
+serialisation and propagation times, everything inside the NIC (WQE fetch,
+DMA, CQE writes, ACK processing) takes no time.
+
+Files: common.py (constants), fabric.py (ModelFabric), qp.py (the golden
+model's QP, EV table and NIC with the hardware's rules), registers.py and
+lifecycle.py (ModelNic's CSR behaviour and QP lifecycle), nic.py (ModelNic).
+"""
+
+from .common import NIC_PARAM_NAMES
+from .fabric import ModelFabric
+from .nic import ModelNic
+
+__all__ = ["ModelFabric", "ModelNic", "NIC_PARAM_NAMES"]

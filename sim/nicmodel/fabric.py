@@ -1,0 +1,66 @@
+"""``ModelFabric``: one event engine and one plane of paths shared by the
+model NICs attached to it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sim.fabric import Engine
+from sim.fabric import Fabric as PathFabric
+
+if TYPE_CHECKING:
+    from .nic import ModelNic
+
+
+class ModelFabric:
+    """The event engine and a one-plane ``sim.fabric`` fabric for ModelNics.
+
+    A frame crosses the sender's uplink, the core link of its path (path = EV
+    mod ``num_paths`` with explicit routing) toward the receiver, and the
+    receiver's downlink. Every link runs at ``gbps``; the whole propagation
+    delay ``delay_ns`` sits on the core link, so it is per path. Switch
+    queues are unlimited: no ECN marks, no trimming, no overflow.
+    """
+
+    def __init__(self, *, num_paths: int = 8, delay_ns: float = 400.0, gbps: float = 1.0,
+                 seed: int = 1, routing: str = "explicit"):
+        if not isinstance(num_paths, int) or num_paths < 1:
+            raise ValueError(f"num_paths must be a positive integer, not {num_paths!r}")
+        if delay_ns < 0 or gbps <= 0:
+            raise ValueError(f"need delay_ns >= 0 and gbps > 0, not {delay_ns!r}, {gbps!r}")
+        self.engine = Engine()
+        self.paths = PathFabric(self.engine, planes=1, paths_per_plane=num_paths,
+                                port_gbps=gbps, core_gbps=gbps, link_delay_ns=0.0,
+                                queue_bytes=1 << 62, ecn_bytes=1 << 62, trim=False,
+                                routing=routing, seed=seed)
+        self.delay_ns = delay_ns
+        self.nics: list[ModelNic] = []
+
+    @property
+    def now(self) -> float:
+        return self.engine.now
+
+    def attach(self, nic: ModelNic):
+        host = self.paths.add_host(f"nic{len(self.nics)}")
+        for link in self.paths.core.values():
+            if link.name.endswith(f".to.{host.name}"):
+                link.prop_ns = self.delay_ns
+        self.nics.append(nic)
+        return host
+
+    def advance(self, ns: float) -> None:
+        """Run the model for ``ns`` nanoseconds."""
+        until = self.engine.now + ns
+        self.engine.run(until=until)
+        # Engine.run stops before the first later event without moving the clock
+        if self.engine.now < until:
+            self.engine.now = until
+
+    def nic_of_ip(self, ip: int) -> ModelNic | None:
+        for nic in self.nics:
+            if nic.own_ip == ip:
+                return nic
+        return None
+
+
+# ---- the QP: golden-model MRC with the hardware's rules -----------------------------------

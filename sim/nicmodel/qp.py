@@ -1,0 +1,382 @@
+"""The golden model's QP, EV table and NIC with the hardware's rules where
+they differ (docs/model.md, "The model NIC"): ``_HwQp``, ``_HwEvTable``,
+``_HwNicCore``."""
+
+from __future__ import annotations
+
+import heapq
+from typing import TYPE_CHECKING
+
+from hw.headers import PATH_MTU
+from hw.reliability.layouts import CqeStatus
+from hw.rx.window import MAX_PENDING
+from sim.model.ev import DENIED, EvTable
+from sim.model.nic import Nic
+from sim.model.packet import (
+    ACK,
+    AETH_ACK,
+    DATA,
+    IMM_OPCODES,
+    LAST_OPCODES,
+    NAK_INVALID_REQUEST,
+    NAK_REMOTE_ACCESS,
+    NAK_TRIMMED,
+    PROBE_REQ,
+    PROBE_RESP,
+    PSN_MASK,
+    length_check,
+    message_extent,
+    psn_diff,
+)
+from sim.model.qp import (
+    LOC_QP_OP_ERR,
+    OUTSTANDING,
+    RETRY_EXC_ERR,
+    RTR,
+    RTS,
+    SUCCESS,
+    WC_RECV_RDMA_WITH_IMM,
+    Completion,
+    MrcQp,
+    QpConfig,
+    WorkRequest,
+)
+
+from .common import (
+    CQE_STATUS,
+)
+
+if TYPE_CHECKING:
+    from .nic import ModelNic
+
+
+class _HwEvTable(EvTable):
+    """The QP's EV table in reliability: ``evs_per_qp`` entries, index = the
+    hardware's EV index; transitions go to the NIC's EV event queue."""
+
+    def __init__(self, nic: ModelNic, qpn: int):
+        n = nic.params["evs_per_qp"]
+        super().__init__([(i, 0) for i in range(n)], 1, qpn=qpn)
+        self.nic = nic
+        for ev in self.evs:
+            ev.value = 0
+        self.reindex()
+
+    def reindex(self):
+        self.by_value = {}
+        for ev in self.evs:
+            if ev.state != DENIED:
+                self.by_value.setdefault(ev.value, ev)
+
+    def _transition(self, ev, new, reason):
+        old = ev.state
+        super()._transition(ev, new, reason)
+        self.reindex()
+        self.nic._ev_event(self.qpn, ev, old, new)
+
+
+class _RefusedWr(WorkRequest):
+    """A WQE TX fetched and refused (unknown opcode): no packet; it completes
+    LOC_QP_OP_ERR once every WQE before it has completed."""
+
+    __slots__ = ()
+
+
+class _HwQp(MrcQp):
+    """``MrcQp`` where the hardware differs: register-driven enables and
+    windows, RX's validation order and MR table, SACK loss detection by a
+    SACKed-PSN count (``sack_threshold``, 0 = off) instead of RACK, NAKs
+    other than TRIMMED ignored, CQEs written into host memory."""
+
+    def __init__(self, nic: ModelNic, qpn: int, cfg: QpConfig, evs: EvTable):
+        super().__init__(nic.core, qpn, cfg, evs, None)
+        self.hw = nic
+
+    # -- requester ---------------------------------------------------------------------
+    def pull(self, plane):
+        if not self.hw.tx_enabled(self.qpn):
+            return None
+        return super().pull(plane)
+
+    def can_send(self):
+        return self.hw.tx_enabled(self.qpn) and super().can_send()
+
+    def wimm_limit(self):
+        """TX ``qp_max_wimm``: 0 is no bound, above the in-flight table's size it is
+        that size (hw/tx/wimm.py). The responder's early-LAST bound is RX's
+        pending-completion table, shared by all QPs (``ModelNic.pending_total``)."""
+        bound = self.hw.reg("tx", "qp_max_wimm", self.qpn) & 0xFFFF
+        return min(bound, self.hw.params["inflight_depth"]) or None
+
+    def on_ack(self, pkt):
+        cnt = self.hw.rel_cnt
+        # a fresh QP (nothing sent since RTS) does not know its PSNs yet: ignored
+        if self.state != RTS or self.fresh or pkt.syndrome not in (
+                AETH_ACK, NAK_TRIMMED, NAK_INVALID_REQUEST, NAK_REMOTE_ACCESS):
+            cnt["acks_ignored"] += 1
+            return
+        advance = psn_diff((pkt.cum_psn + 1) & PSN_MASK, self.una_psn)
+        if advance > self.nxt_idx - self.una_idx:
+            cnt["acks_unsent"] += 1
+            self.stats["invalid_acks"] += 1
+            return
+        cnt["acks"] += 1
+        if pkt.syndrome == NAK_TRIMMED:
+            cnt["naks_trimmed"] += 1
+        if pkt.syndrome in (NAK_INVALID_REQUEST, NAK_REMOTE_ACCESS):
+            cnt["naks_fatal"] += 1
+            super().on_ack(pkt)  # what it acknowledges, then ERROR (MrcQp.on_ack)
+            return
+        before = (self.una_idx, self.sacked, len(self.retx_log))
+        repeats = self.stats["naks_trim_repeat"]
+        super().on_ack(pkt)
+        cnt["naks_trim_repeat"] += self.stats["naks_trim_repeat"] - repeats
+        if (self.una_idx, self.sacked, len(self.retx_log)) == before:
+            cnt["acks_stale"] += 1
+
+    @property
+    def fresh(self) -> bool:
+        """Nothing sent since RTS: reliability learns the QP's PSNs from TX's
+        first sent record, so until then una_psn and nxt_psn read 0 and every
+        ACK/NAK is ignored (``acks_ignored``)."""
+        return self.nxt_idx == 0
+
+    def _rack_detect(self):
+        # reliability's rule (docs/reliability.md step 5): walking the holes
+        # upwards, a hole with at least sack_threshold SACKed PSNs above it is
+        # lost, once per timeout round; the walk stops at the first that is not
+        self.rack.clear()
+        threshold = self.hw.sack_threshold(self.qpn)
+        if not threshold:
+            return
+        una, sacked = self.una_idx, self.sacked
+        above = bin(sacked).count("1")
+        for off in range(self.nxt_idx - una):
+            if (sacked >> off) & 1:
+                above -= 1
+                continue
+            rec = self.records[una + off]
+            if rec.state != OUTSTANDING or rec.fast_retx:
+                continue
+            if above < threshold:
+                break
+            self._declare_lost(rec, "sack", blame_ev=True)
+            self._maybe_probe()
+
+    def _on_timeout(self):
+        self.hw.rel_cnt["timeouts"] += 1
+        # reliability's timeout walk blames the first PSN on each EV, whether
+        # a refused NAK TRIMMED named it or not (it keeps no such mark)
+        for rec in self.records.values():
+            rec.trim_refused = False
+        super()._on_timeout()
+
+    def _declare_lost(self, rec, why, blame_ev, front=False):
+        self.hw.rel_cnt[{"timeout": "retx_timeout", "sack": "retx_sack",
+                         "trim": "retx_nak"}[why]] += 1
+        super()._declare_lost(rec, why, blame_ev, front)
+
+    def refuse(self, wqe_index):
+        """TX refused WQE ``wqe_index`` and sends nothing more from the QP."""
+        self.wrs.append(_RefusedWr(wqe_index, 0, 0, 0, None, None, self.cfg.mtu,
+                                   self.engine.now))
+        self._check_refused()
+
+    def _check_refused(self):
+        if self.state == RTS and self.wrs and isinstance(self.wrs[0], _RefusedWr):
+            self._to_error(LOC_QP_OP_ERR)
+
+    def _complete_sends(self):
+        super()._complete_sends()
+        self._check_refused()
+
+    def _to_error(self, first_status):
+        if first_status == RETRY_EXC_ERR:
+            self.hw.rel_cnt["retry_exhausted"] += 1
+        begun = bool(self.wrs)
+        super()._to_error(first_status)
+        # every WQE posted (up to the doorbell) completes, fetched by TX or not
+        self.hw._flush_unfetched(self.qpn, CQE_STATUS.get(first_status, CqeStatus.FLUSHED)
+                                 if not begun else CqeStatus.FLUSHED)
+        self.hw._tx_stop(self.qpn)  # reliability's qp_state_update: TX stops the QP
+
+    # -- probes ----------------------------------------------------------------------------
+    def _maybe_probe(self):
+        if self.hw.probe_period_ns():
+            self.cfg.probe_interval_ns = self.hw.probe_period_ns()
+            super()._maybe_probe()
+
+    def _probe_tick(self, _arg=None):
+        if not self.hw.probe_period_ns():
+            self._probe_pending = False
+            return
+        self.cfg.probe_interval_ns = self.hw.probe_period_ns()
+        before = self.stats["probes_tx"]
+        super()._probe_tick(_arg)
+        self.hw.rel_cnt["probes_sent"] += self.stats["probes_tx"] - before
+
+    def on_probe_resp(self, pkt):
+        # ProbeReplyCheck: only the answer to the outstanding probe, while probing
+        if not self.hw.probe_period_ns() or not self.probe_outstanding(pkt):
+            self.hw.rel_cnt["probes_stale"] += 1
+            self.stats["probe_resps_stale"] += 1
+            return
+        self.hw.rel_cnt["probe_resps"] += 1
+        if self.state == RTS:
+            super().on_probe_resp(pkt)
+
+    # -- responder -----------------------------------------------------------------------------
+    def _send_ack(self, pkt, syndrome, nak_psn):
+        self.hw.rx_cnt["acks_sent" if syndrome == AETH_ACK else "naks_sent"] += 1
+        super()._send_ack(pkt, syndrome, nak_psn)
+
+    def on_data(self, pkt):
+        """RX's order: QP state, source, trim, length rules (NAK 0x61), MR check
+        (NAK 0x62), then the PSN window."""
+        hw, q, cnt, st = self.hw, self.qpn, self.hw.rx_cnt, self.stats
+        if hw.rx_state(q) not in (RTR, RTS):
+            cnt["qp_state"] += 1
+            return
+        if hw.frame_addresses(pkt)[0] != hw.rx_reg("QP_PEER_IP", q):
+            cnt["bad_source"] += 1
+            return
+        if pkt.trimmed:
+            d = psn_diff(pkt.psn, self.rcv_psn)
+            if d < 0 or d >= hw.rx_window(q) or (self.rcv_bitmap >> d) & 1:
+                cnt["trim_stale"] += 1  # not a PSN still awaited: no NAK
+                return
+            cnt["trimmed"] += 1
+            st["rx_trimmed"] += 1
+            if hw.rx_field("QP_CTRL", q, "trim_nack"):
+                self._send_ack(pkt, NAK_TRIMMED, pkt.psn)
+            return
+        verdict = length_check(pkt.opcode, pkt.payload_len, pkt.dma_len,
+                               PATH_MTU.get(hw.rx_field("QP_CTRL", q, "mtu")))
+        if verdict:
+            cnt[verdict] += 1
+            st["rx_invalid_req"] += 1
+            self._send_ack(pkt, NAK_INVALID_REQUEST, pkt.psn)
+            return
+        verdict = hw.mr_check(pkt.rkey, hw.rx_field("QP_CTRL", q, "pd"),
+                              *message_extent(pkt.opcode, pkt.va, pkt.payload_len, pkt.dma_len))
+        if verdict:
+            cnt[verdict] += 1
+            st["rx_access_err"] += 1
+            self._send_ack(pkt, NAK_REMOTE_ACCESS, pkt.psn)
+            return
+        d = psn_diff(pkt.psn, self.rcv_psn)
+        if d < 0 or (self.rcv_bitmap >> d) & 1:
+            cnt["duplicate"] += 1
+            st["rx_dup"] += 1
+            self._send_ack(pkt, AETH_ACK, None)
+            return
+        if d >= hw.rx_window(q):
+            cnt["out_of_window"] += 1
+            st["rx_out_of_window"] += 1
+            return
+        # RX's pending-completion table, shared by all QPs: a LAST packet takes an
+        # entry until the cumulative PSN passes it, an out-of-order one needs two
+        # free (one stays for a LAST packet at a QP's expected PSN)
+        if pkt.opcode in LAST_OPCODES and hw.pending_total() >= MAX_PENDING - (d != 0):
+            cnt["wimm_full"] += 1
+            st["rx_wimm_full"] += 1
+            return
+        if pkt.opcode in IMM_OPCODES and not hw.recv_cq_room(q, self._held_imm()):
+            cnt["cq_full"] += 1  # not acknowledged: resent once the host frees a slot
+            return
+        if pkt.payload_len:
+            hw.mem.write(pkt.va, bytes(pkt.data))
+        cnt["placed"] += 1
+        self.rcv_bitmap |= 1 << d
+        self._note_rx(pkt)
+        if pkt.opcode in LAST_OPCODES:
+            idx = self.rcv_idx + d
+            self.pending_last[idx] = pkt
+            heapq.heappush(self._pending_heap, idx)
+        if d == 0:
+            bm = self.rcv_bitmap
+            n = (~bm & (bm + 1)).bit_length() - 1  # trailing ones
+            self.rcv_bitmap = bm >> n
+            self.rcv_idx += n
+            self.rcv_psn = (self.rcv_psn + n) & PSN_MASK
+            heap = self._pending_heap
+            while heap and heap[0] < self.rcv_idx:
+                self._recv_complete(self.pending_last.pop(heapq.heappop(heap)))
+        self._coalesce(pkt)
+
+    def _held_imm(self) -> int:
+        """WITH_IMMEDIATE LAST packets accepted whose message is not complete yet."""
+        return sum(1 for p in self.pending_last.values() if p.opcode in IMM_OPCODES)
+
+    def _recv_complete(self, pkt):
+        # RX's CQE: wr_id is the message's MSN (every message counts, with or
+        # without an immediate), byte_len the RETH DMA length, the BTH opcode
+        self.msn = (self.msn + 1) & PSN_MASK
+        if pkt.opcode in IMM_OPCODES:
+            comp = Completion(self.engine.now, self.qpn, self.msn, SUCCESS,
+                              WC_RECV_RDMA_WITH_IMM, pkt.dma_len, pkt.imm)
+            self.recv_cq.append(comp)
+            self.hw._write_recv_cqe(self.qpn, self.msn, pkt.dma_len, pkt.imm, pkt.opcode)
+
+    def reset_responder(self, epsn: int):
+        """RX ``QP_EPSN``: expected PSN, empty bitmap, MSN 0, no pending completions."""
+        self.rq_psn = self.rcv_psn = epsn & PSN_MASK
+        self.rcv_bitmap = 0
+        self.pending_last.clear()
+        self._pending_heap.clear()
+        self.msn = 0
+        self._unacked = 0
+        self._ack_timer_gen += 1
+        self._ack_timer_armed = False
+
+
+class _HwNicCore(Nic):
+    """The golden model's NIC (transmit scheduler) with RX's frame dispatch."""
+
+    def __init__(self, model_nic: ModelNic, host, engine, fabric):
+        super().__init__(host, engine, fabric)
+        self.hw = model_nic
+        self.completion_hooks.append(model_nic._on_completion)
+
+    def receive(self, pkt):
+        hw, cnt = self.hw, self.hw.rx_cnt
+        cnt["parser_accepted"] += 1
+        kind = pkt.kind
+        if kind in (ACK, PROBE_RESP):  # the validator passes them to RxPeerFilter
+            cnt["peer_frames"] += 1
+            drop = hw.peer_frame_check(pkt)
+            qp = self.qps.get(pkt.dqpn)
+            if drop is not None:
+                cnt[drop] += 1
+            elif qp is None:
+                hw.rel_cnt["acks_ignored"] += 1
+            elif kind == ACK:
+                qp.on_ack(pkt)
+            else:
+                qp.on_probe_resp(pkt)
+            return
+        if pkt.dqpn >= hw.params["num_qps"]:
+            cnt["bad_qpn"] += 1
+            return
+        if hw.frame_addresses(pkt)[1] != hw.own_ip:
+            cnt["not_for_us"] += 1
+            return
+        qp = self.qps.get(pkt.dqpn)
+        if kind == DATA:
+            if qp is None:
+                cnt["qp_state"] += 1
+            else:
+                qp.on_data(pkt)
+        elif kind == PROBE_REQ:
+            q = pkt.dqpn
+            if qp is None or hw.rx_state(q) not in (RTR, RTS):
+                cnt["qp_state"] += 1
+            elif hw.frame_addresses(pkt)[0] != hw.rx_reg("QP_PEER_IP", q):
+                cnt["bad_source"] += 1
+            else:
+                cnt["probe_requests"] += 1
+                cnt["probes_answered"] += 1
+                qp.on_probe_req(pkt)
+
+
+# ---- the NIC ---------------------------------------------------------------------------------

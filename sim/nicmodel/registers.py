@@ -1,0 +1,396 @@
+"""The model NIC's CSR space: accesses, register helpers, and the reads and
+writes that have behaviour (a mixin of ``ModelNic``)."""
+
+from __future__ import annotations
+
+from hw.nic.core import BLOCK_ORDER
+from hw.nic.csr import header_word
+from hw.reliability.layouts import CqeStatus
+from hw.tx.regs import CTRL_FLUSH_BIT as TX_CTRL_FLUSH_BIT
+from hw.tx.regs import CTRL_RESET_BIT as TX_CTRL_RESET_BIT
+from sim.model.ev import DENIED, GOOD
+from sim.model.packet import (
+    ACK,
+    PSN_MASK,
+)
+from sim.model.qp import (
+    ERROR,
+    RESET,
+    RTR,
+    RTS,
+)
+
+from .common import (
+    EV_CODES,
+    EV_NAMES,
+    MR_REMOTE_WRITE,
+    MR_VALID,
+    STATE_CODES,
+)
+
+
+class RegisterBehaviour:
+    """CSR accesses and the registers with behaviour (``ModelNic``'s mixin)."""
+
+    # ---- host side: CSR accesses and time ---------------------------------------------------
+
+    def idle(self, cycles: int) -> None:
+        self.fabric.advance(cycles * self.clk_period_ns)
+
+    def read32(self, addr: int) -> int:
+        self.idle(self.csr_access_cycles)
+        block, offset = self._block(addr)
+        if block is None:
+            return 0
+        regmap = self.maps[block]
+        if offset == 0:
+            return header_word(regmap)
+        if offset == 4:
+            index = BLOCK_ORDER.index(block)
+            return (index + 1) << self.block_bits if index + 1 < len(BLOCK_ORDER) else 0
+        hit = self.decode[block].get(offset)
+        if hit is None:
+            return 0
+        reg, index = hit
+        value = getattr(self, f"_read_{block}")(reg.name, index)
+        if value is None:
+            value = self.store.get((block, offset), 0)
+        return value & 0xFFFFFFFF
+
+    def write32(self, addr: int, value: int) -> None:
+        if not 0 <= value < 1 << 32:
+            raise ValueError(f"CSR write of {value!r}: not a 32-bit value")
+        self.idle(self.csr_access_cycles)
+        block, offset = self._block(addr)
+        if block is None or offset in (0, 4):
+            return
+        hit = self.decode[block].get(offset)
+        if hit is None:
+            return
+        reg, index = hit
+        if reg.access == "RO":
+            return
+        if reg.fields:
+            mask = 0
+            for _, lsb, width, _ in reg.fields:
+                mask |= ((1 << width) - 1) << lsb
+            value &= mask
+        old = self.store.get((block, offset), 0)
+        self.store[(block, offset)] = value
+        handler = getattr(self, f"_write_{block}_{reg.name}", None)
+        if handler is not None:
+            handler(index, value, old)
+
+    def _block(self, addr):
+        index, offset = addr >> self.block_bits, addr & ((1 << self.block_bits) - 1)
+        if index >= len(BLOCK_ORDER) or addr & 3:
+            return None, 0
+        return BLOCK_ORDER[index], offset
+
+    # ---- register helpers ----------------------------------------------------------------------
+
+    def reg(self, block: str, name: str, index: int = 0) -> int:
+        """The stored word of register ``name`` (element ``index``) of ``block``."""
+        reg = self._by_name[block][name]
+        if not 0 <= index < reg.count:
+            raise IndexError(f"{block}.{name}[{index}] is out of range 0..{reg.count - 1}")
+        return self.store.get((block, reg.offset + index * reg.stride), 0)
+
+    def field(self, block: str, name: str, index: int, fname: str) -> int:
+        lsb, width = self._fields[block, name][fname]
+        return (self.reg(block, name, index) >> lsb) & ((1 << width) - 1)
+
+    def rx_reg(self, name, q):
+        return self.reg("rx", name, q)
+
+    def rx_field(self, name, q, fname):
+        return self.field("rx", name, q, fname)
+
+    def rx_state(self, q) -> str:
+        code = self.rx_field("QP_CTRL", q, "state")
+        return {v: k for k, v in STATE_CODES.items()}.get(code, RESET)
+
+    def rx_window(self, q) -> int:
+        mpr_max = self.params["mpr_max"] // 128
+        mpr = self.rx_field("QP_CTRL", q, "mpr")
+        return 128 * (mpr_max if mpr == 0 or mpr > mpr_max else mpr)
+
+    def tx_enabled(self, q) -> bool:
+        return bool(self.reg("tx", "qp_ctrl", q) & 1)
+
+    def sack_threshold(self, q) -> int:
+        return self.field("reliability", "qp_rel_cfg", q, "sack_threshold")
+
+    def probe_period_ns(self) -> float:
+        return self.reg("reliability", "probe_period") * self.clk_period_ns
+
+    @property
+    def own_ip(self) -> int:
+        return self.reg("rx", "OWN_IP")
+
+    def fabric_src_ip(self, host) -> int | None:
+        nic = host.nic.hw if host.nic is not None else None
+        return nic.reg("tx", "src_ip") if nic is not None else None
+
+    @property
+    def own_mac(self) -> int:
+        return self.reg("rx", "OWN_MAC_HI") << 32 | self.reg("rx", "OWN_MAC_LO")
+
+    def frame_addresses(self, pkt) -> tuple[int | None, int, int]:
+        """(IPv4 source, IPv4 destination, Ethernet destination) of a received
+        frame: the sending NIC's and ours, or what a forged frame claims."""
+        f = pkt.forged
+        src = self.fabric_src_ip(pkt.src) if f is None or f.src_ip is None else f.src_ip
+        dst = self.own_ip if f is None or f.dst_ip is None else f.dst_ip
+        mac = self.own_mac if f is None or f.dst_mac is None else f.dst_mac
+        return src, dst, mac
+
+    def peer_frame_check(self, pkt) -> str | None:
+        """RxPeerFilter's checks of an ACK/NAK or probe response, in its order:
+        the counter of the first that fails, None if all pass."""
+        q = pkt.dqpn
+        src, dst, mac = self.frame_addresses(pkt)
+        if q >= self.params["num_qps"]:
+            return "peer_bad_qpn"
+        if dst != self.own_ip:
+            return "peer_not_for_us"
+        if mac != self.own_mac:
+            return "peer_bad_mac"
+        if self.rx_state(q) != RTS:
+            return "peer_qp_state"
+        if src != self.rx_reg("QP_PEER_IP", q):
+            return "peer_bad_source"
+        if pkt.kind == ACK and pkt.sack_base != (pkt.cum_psn + 1) & PSN_MASK:
+            return "peer_bad_sack"
+        return None
+
+    def pending_total(self) -> int:
+        """Entries in use in RX's pending-completion table (``MAX_PENDING``, one
+        for all QPs): the LAST packets accepted whose message is not complete."""
+        return sum(len(qp.pending_last) for qp in self.qps if qp is not None)
+
+    def mr_check(self, rkey: int, pd: int, lo: int, hi: int) -> str | None:
+        """None if [lo, hi) is inside a valid, writable region named by
+        ``rkey`` of protection domain ``pd``, else the RX counter that counts
+        the refusal (the lowest-numbered region with the R_Key decides)."""
+        for i in range(self.params["num_mrs"]):
+            if self.rx_reg("MR_RKEY", i) != rkey:
+                continue
+            if self.rx_reg("MR_ACCESS", i) & 3 != MR_VALID | MR_REMOTE_WRITE:
+                continue
+            if self.rx_field("MR_ACCESS", i, "pd") != pd:
+                return "bad_pd"
+            base = self.rx_reg("MR_BASE_LO", i) | self.rx_reg("MR_BASE_HI", i) << 32
+            if base <= lo and hi <= base + self.rx_reg("MR_LENGTH", i):
+                return None
+            return "bad_bounds"
+        return "bad_rkey"
+
+    # ---- reads with behaviour (None: the stored value) ------------------------------------------
+
+    def _read_device_info(self, name, index):
+        if name == "build_id":
+            return self.build_id
+        if name == "nic_version":
+            from hw.nic.csr import NIC_VERSION
+
+            return NIC_VERSION
+        if name == "block_size":
+            return 1 << self.block_bits
+        if name == "addr_width":
+            return 64  # the model's DMA addresses are whole 64-bit addresses
+        if name in self.params:
+            return self.params[name]
+        return None
+
+    def _read_tx(self, name, q):
+        p = self.params
+        qp = self.qps[q] if name.startswith("qp_") else None
+        if name == "num_qps":
+            return p["num_qps"]
+        if name == "evs_per_qp":
+            return p["evs_per_qp"]
+        if name == "caps":
+            return (p["data_width"] // 8 | (p["max_mtu"].bit_length() - 1) << 8
+                    | (p["inflight_depth"].bit_length() - 1) << 12)
+        if name == "status":
+            ready_ns = p["num_qps"] * p["evs_per_qp"] * self.clk_period_ns
+            return int(self.fabric.now - self.reset_time >= ready_ns)
+        if name == "ev_entry":
+            sel = self.reg("tx", "ev_select")
+            qpn, i = sel >> 8 & 0xFFFF, sel & 0xFF
+            if qpn < p["num_qps"] and i < p["evs_per_qp"]:
+                value, state = self.tx_ev[qpn][i]
+                return value | state << 16
+            return 0
+        if name == "qp_consumer":
+            return self.tx_consumer[q]
+        live = qp is not None and qp.state in (RTS, ERROR)
+        if name == "qp_una_psn":
+            return qp.una_psn if live else self.reg("tx", "qp_next_psn", q)
+        if name == "qp_next_psn" and live:
+            return (qp.sq_psn + qp.nxt_idx) & PSN_MASK
+        if name == "qp_tx_packets":
+            return qp.stats["tx_data"] if qp else 0
+        if name == "qp_retx_packets":
+            return qp.stats["tx_retx"] if qp else 0
+        if name == "qp_max_wimm":
+            return self.reg("tx", name, q) & 0xFFFF
+        if name == "qp_wimm_outstanding":
+            return qp.wimm_outstanding if qp else 0
+        if name == "qp_status":
+            if not live:
+                return 0
+            active = qp.seg_wr is not None and 0 < qp.seg_wr.sent_pkts < qp.seg_wr.npkts
+            inflight = qp.nxt_idx - qp.una_idx
+            return (int(active) | int(inflight >= qp.window_psns) << 1
+                    | int(qp.evs.good_count() == 0) << 2
+                    | int(qp.state == RTS and qp.wimm_blocked()) << 3
+                    | (inflight & 0xFFFFFF) << 8)
+        return None
+
+    def _read_rx(self, name, index):
+        p = self.params
+        if name == "PARAMS":
+            return ((p["num_qps"].bit_length() - 1) | p["num_mrs"] << 4
+                    | (p["sack_bits"] // 32) << 16 | (p["mpr_max"] // 128) << 24)
+        if name.startswith("CNT_"):
+            return min(self.rx_cnt[name[4:].lower()], 0xFFFFFFFF)
+        return None
+
+    def _read_reliability(self, name, index):
+        p = self.params
+        if name == "params":
+            return p["num_qps"] | p["evs_per_qp"] << 12 | p["window"] << 20
+        if name == "timeout_unit":
+            return round(1.024e-6 * p["clk_freq_hz"])
+        if name.startswith("cnt_"):
+            value = self.rel_cnt[name[4:]]
+            if name == "cnt_floor_blocked":
+                value = sum(t.floor_blocked for t in self.ev_tables)
+            return min(value, 0xFFFFFFFF)
+        if name == "irq_status":
+            value = int(bool(self.ev_events)) | int(self.irq_completion) << 1
+            self.irq_completion = False
+            return value
+        if name == "ev_event_count":
+            return len(self.ev_events)
+        if name == "ev_event_qpn":
+            return self.ev_events[0][0] | 1 << 31 if self.ev_events else 0
+        if name == "ev_event":
+            if not self.ev_events:
+                return 0
+            qpn, i, old, new, drops = self.ev_events.pop(0)
+            return i | old << 8 | new << 10 | 1 << 15 | min(drops, 0xFFFF) << 16
+        if name == "ev":
+            ev = self.ev_tables[index // p["evs_per_qp"]].evs[index % p["evs_per_qp"]]
+            return ev.value | EV_CODES[ev.state] << 16
+        qp = self.qps[index] if name in ("qp_ctrl", "una_psn", "nxt_psn", "qp_cc") else None
+        if name == "qp_ctrl":
+            return STATE_CODES[qp.state] if qp is not None and qp.state in (RTS, ERROR) else \
+                STATE_CODES[self.rel_state[index]]
+        if name in ("una_psn", "nxt_psn"):
+            if qp is None or qp.state not in (RTS, ERROR) or qp.fresh:
+                return 0
+            return qp.una_psn if name == "una_psn" else (qp.sq_psn + qp.nxt_idx) & PSN_MASK
+        if name == "qp_cc":
+            window = qp.window_psns if qp is not None else p["window"]
+            return min(window, 0xFFFF) | (min(qp.retries, 31) if qp else 0) << 16
+        return None
+
+    # ---- writes with behaviour -------------------------------------------------------------------
+
+    def _write_tx_qp_ctrl(self, q, value, old):
+        self.tx_halt[q] = False
+        if value >> TX_CTRL_RESET_BIT & 1:
+            self._tx_reset(q)
+        if value & (1 << TX_CTRL_RESET_BIT | 1 << TX_CTRL_FLUSH_BIT):
+            # reset and flush: TX's count of outstanding WRITE_WITH_IMMs to 0
+            if self.qps[q] is not None:
+                self.qps[q].wimm_outstanding = 0
+            value &= ~(1 << TX_CTRL_RESET_BIT | 1 << TX_CTRL_FLUSH_BIT)  # read 0
+            self.store[("tx", self.maps["tx"]["qp_ctrl"].addr(q))] = value
+        if value & 1 and not old & 1:
+            self._fetch(q)
+            self.core.kick()  # retransmissions may be waiting
+
+    def _write_tx_qp_doorbell(self, q, value, old):
+        self._fetch(q)
+        if self._rel_qp_state(q) == ERROR:
+            # reliability sees the doorbell: what was posted since the flush, FLUSHED
+            self._flush_unfetched(q, CqeStatus.FLUSHED, start=self.sq_flushed[q])
+
+    def _write_tx_qp_max_wimm(self, q, value, old):
+        self.core.kick()  # a QP waiting at its old bound may go
+
+    def _write_tx_ev_entry(self, q_unused, value, old):
+        sel = self.reg("tx", "ev_select")
+        qpn, i = sel >> 8 & 0xFFFF, sel & 0xFF
+        if qpn < self.params["num_qps"] and i < self.params["evs_per_qp"]:
+            self.tx_ev[qpn][i] = (value & 0xFFFF, value >> 16 & 3)
+
+    def _write_rx_QP_CTRL(self, q, value, old):
+        if self.rx_state(q) in (RTR, RTS) and self.qps[q] is None:
+            self._create_qp(q)
+
+    def _write_rx_QP_ACK(self, q, value, old):
+        if self.qps[q] is not None:
+            self._apply_ack_cfg(self.qps[q])
+
+    def _write_rx_QP_EPSN(self, q, value, old):
+        self.recv_cq_pi[q] = 0
+        if self.qps[q] is not None:
+            self.qps[q].reset_responder(value)
+
+    def _write_reliability_qp_ctrl(self, q, value, old):
+        state = {v: k for k, v in STATE_CODES.items()}.get(value & 7)
+        if state is None:
+            return
+        qp = self.qps[q]
+        if state == RESET:
+            if self._rel_qp_state(q) != RESET:  # qp_state_update: TX empties its ring
+                self._tx_reset(q)
+            self.sq_flushed[q] = self.reg("tx", "qp_doorbell", q) & 0xFFFF
+            self._destroy_qp(q)
+            self.send_cq_pi[q] = 0
+            self.rel_state[q] = RESET
+            self._tx_stop(q)
+            if self.rx_state(q) in (RTR, RTS):
+                self._create_qp(q)
+        elif state == ERROR:
+            self.rel_state[q] = ERROR
+            if qp is not None and qp.state != ERROR:
+                qp.modify(ERROR)  # every WQE not completed: FLUSHED
+            self._tx_stop(q)
+        elif state == RTS:
+            if qp is None or qp.state != RTS:
+                self._start(q)
+        else:
+            self.rel_state[q] = state
+
+    def _write_reliability_ev(self, index, value, old):
+        ne = self.params["evs_per_qp"]
+        table = self.ev_tables[index // ne]
+        ev = table.evs[index % ne]
+        ev.value = value & 0xFFFF
+        if value >> 31 & 1:
+            state = EV_NAMES.get(value >> 16 & 3)
+            if state in (GOOD, DENIED) and ev.state != state:
+                ev.loss_run = 0
+                table._transition(ev, state, "controller")
+                self.core.kick()
+        table.reindex()
+
+    def _write_reliability_qp_rel_cfg(self, q, value, old):
+        if self.qps[q] is not None and self.qps[q].state == RTS:
+            self._apply_rel_cfg(self.qps[q])
+
+    def _write_reliability_ev_loss_threshold(self, index, value, old):
+        for qp in self.qps:
+            if qp is not None and qp.state == RTS:
+                self._apply_rel_cfg(qp)
+
+    def _write_reliability_probe_period(self, index, value, old):
+        for qp in self.qps:
+            if qp is not None and qp.state == RTS and value and not old:
+                qp._maybe_probe()
