@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import ipaddress
 import random
-from collections import Counter, deque
+from collections import Counter
 
 import cocotb
 from amaranth.hdl import Shape
@@ -66,6 +66,7 @@ from hw.headers import mtu_code
 from hw.rx.parser import ParsedHeader
 from hw.rx.regs import COUNTER_BASE, COUNTERS, MR_BASE, MR_STRIDE, QP_BASE, QP_STRIDE, RxRegisters
 from sim.model.packet import NAK_INVALID_REQUEST, length_check, message_extent
+from tests.hw.streams import StreamSink, StreamSource
 
 LAST_OPCODES = (0x08, 0x09, 0x0A, 0x0B)
 OWN_MAC, OWN_IP = "02:00:00:00:00:02", "10.0.0.2"  # the responder's addresses
@@ -173,58 +174,6 @@ def message_packets(*, dqpn, first_psn, va, rkey, length, mtu, imm=None, ev=0xC0
             dst_mac=OWN_MAC,
         ))
     return pkts, data_bytes
-
-
-# ---- stream drivers -------------------------------------------------------------------
-
-class StreamSource:
-    """Drives an amaranth.lib.stream port (valid/ready/payload) from a queue."""
-
-    def __init__(self, clk, port_prefix, dut, idle=0.0, rng=None):
-        self.clk = clk
-        self.valid = getattr(dut, f"{port_prefix}__valid")
-        self.ready = getattr(dut, f"{port_prefix}__ready")
-        self.payload = getattr(dut, f"{port_prefix}__payload")
-        self.queue = deque()
-        self.idle = idle
-        self.rng = rng or random.Random(1)
-        self.sent = 0
-        self.active = False
-        self.valid.value = 0
-        cocotb.start_soon(self._run())
-
-    def empty(self):
-        return not self.queue and not self.active
-
-    async def _run(self):
-        self.active = False
-        while True:
-            await RisingEdge(self.clk)
-            if self.active and int(self.ready.value):
-                self.queue.popleft()
-                self.sent += 1
-                self.active = False
-            if self.queue and not self.active and self.rng.random() >= self.idle:
-                self.payload.value = self.queue[0]
-                self.active = True
-            self.valid.value = int(self.active)
-
-
-class StreamSink:
-    def __init__(self, clk, port_prefix, dut):
-        self.clk = clk
-        self.valid = getattr(dut, f"{port_prefix}__valid")
-        self.ready = getattr(dut, f"{port_prefix}__ready")
-        self.payload = getattr(dut, f"{port_prefix}__payload")
-        self.items = []
-        self.ready.value = 1
-        cocotb.start_soon(self._run())
-
-    async def _run(self):
-        while True:
-            await RisingEdge(self.clk)
-            if int(self.valid.value) and int(self.ready.value):
-                self.items.append(int(self.payload.value))
 
 
 def pause_gen(rng, prob):
@@ -467,10 +416,10 @@ class RxTB:
                 AxiStreamBus.from_prefix(dut, "s_axis", bus_separator="__"), dut.clk, dut.rst)
             self.mac.log.setLevel("WARNING")
         else:  # RxPipeline: parser records and payload beats
-            self.hdr = StreamSource(dut.clk, "hdr", dut, rng=self.rng)
-            self.payload = StreamSource(dut.clk, "payload", dut, rng=self.rng)
+            self.hdr = StreamSource(dut, "hdr", rng=self.rng)
+            self.payload = StreamSource(dut, "payload", rng=self.rng)
             dut.parser_counters.value = 0
-        self.peer = StreamSink(dut.clk, "peer_ack", dut)
+        self.peer = StreamSink(dut, "peer_ack")
         self.model = RxModel(num_qps=num_qps, sack_bits=sack_bits)
         self.allowed: list[tuple[int, int]] = []
         self.violations: list[tuple[int, int]] = []

@@ -41,7 +41,8 @@ from hw.tx.engine import TxEngine
 from hw.tx.regs import QP_BASE as TX_QP_BASE
 from hw.tx.regs import QP_STRIDE as TX_QP_STRIDE
 from hw.tx.regs import G, Q
-from tests.hw.test_reliability import StreamSource, decode, parsed_header
+from tests.hw.peer_frames import parsed_header
+from tests.hw.streams import StreamSource, decode
 
 NUM_QPS, EVS = 2, 8
 CLK_HZ = 15_625_000

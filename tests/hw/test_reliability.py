@@ -58,6 +58,8 @@ from hw.reliability.layouts import (
 )
 from hw.reliability.registers import register_map
 from hw.rx.parser import ParsedHeader
+from tests.hw.peer_frames import parsed_header
+from tests.hw.streams import StreamSink, StreamSource
 
 CONFIGS = {
     "rel_q4": dict(num_qps=4, evs_per_qp=8, sack_bits=64, clk_freq_hz=15_625_000, window=64),
@@ -97,126 +99,6 @@ class RelTestTop(wiring.Component):
             wiring.connect(m, getattr(eng, name), wiring.flipped(getattr(self, name)))
         m.d.comb += self.irq.eq(eng.irq)
         return m
-
-
-# ---------------------------------------------------------------------------
-# Packing Amaranth layouts
-
-
-def pack(layout, values: dict) -> int:
-    word = 0
-    for name, field in layout:
-        if name not in values:
-            continue
-        v = values[name]
-        if hasattr(field.shape, "members"):
-            v = pack(field.shape, v)
-        word |= (int(v) & ((1 << field.width) - 1)) << field.offset
-    return word
-
-
-def decode(layout, value: int) -> dict:
-    out = {}
-    for name, field in layout:
-        raw = (value >> field.offset) & ((1 << field.width) - 1)
-        out[name] = decode(field.shape, raw) if hasattr(field.shape, "members") else raw
-    return out
-
-
-def parsed_header(frame: bytes) -> dict:
-    """The ParsedHeader record of an ACK/NAK/probe frame, from scapy's dissection."""
-    pkt = Ether(frame)
-    ip, udp, bth = pkt[IP], pkt[UDP], pkt[L.BTH]
-    rec = {
-        "eth_src": int(pkt.src.replace(":", ""), 16),
-        "eth_dst": int(pkt.dst.replace(":", ""), 16),
-        "ip_src": int.from_bytes(bytes(map(int, ip.src.split("."))), "big"),
-        "ip_dst": int.from_bytes(bytes(map(int, ip.dst.split("."))), "big"),
-        "dscp": ip.tos >> 2, "ecn": ip.tos & 3, "ev": udp.sport,
-        "bth": {f: getattr(bth, f) for f in ("opcode", "se", "migreq", "padcount", "tver",
-                                                "pkey", "fecn", "becn", "resv6", "dqpn",
-                                                "ackreq", "resv7", "psn")},
-    }
-    if L.AETH in pkt:
-        aeth, sack = pkt[L.AETH], pkt[L.MRCSack]
-        rec["aeth"] = {"syndrome": aeth.syndrome, "msn": aeth.msn}
-        rec["sack"] = {f: getattr(sack, f) for f in ("resv_a", "cum_psn", "resv_b", "sack_base",
-                                                      "ece", "resv_c", "sack_words", "ce_count")}
-        rec["sack_bitmap"] = sack.bitmap
-    if L.MRCProbe in pkt:
-        pr = pkt[L.MRCProbe]
-        rec["probe"] = {"probe_id": pr.probe_id, "ev": pr.ev, "resv": pr.resv,
-                        "timestamp": pr.timestamp}
-    return rec
-
-
-# ---------------------------------------------------------------------------
-# Amaranth stream drivers
-
-
-class StreamSource:
-    def __init__(self, dut, prefix, layout):
-        self.valid = getattr(dut, f"{prefix}__valid")
-        self.ready = getattr(dut, f"{prefix}__ready")
-        self.payload = getattr(dut, f"{prefix}__payload")
-        self.layout = layout
-        self.clk = dut.clk
-        self.queue = deque()
-        self.valid.value = 0
-        self.accepted = 0
-        self.cycle = 0
-        self.accept_cycles = []
-        cocotb.start_soon(self._run())
-
-    def send(self, values: dict):
-        self.queue.append(pack(self.layout, values))
-
-    async def _run(self):
-        while True:
-            await RisingEdge(self.clk)
-            self.cycle += 1
-            if self.valid.value and self.ready.value:
-                self.queue.popleft()
-                self.accepted += 1
-                self.accept_cycles.append(self.cycle)
-            if self.queue:
-                self.payload.value = self.queue[0]
-                self.valid.value = 1
-            else:
-                self.valid.value = 0
-
-    async def drain(self):
-        while self.queue:
-            await RisingEdge(self.clk)
-
-
-class StreamSink:
-    def __init__(self, dut, prefix, layout, pause=None):
-        self.valid = getattr(dut, f"{prefix}__valid")
-        self.ready = getattr(dut, f"{prefix}__ready")
-        self.payload = getattr(dut, f"{prefix}__payload")
-        self.layout = layout
-        self.clk = dut.clk
-        self.items = []  # (cycle, record)
-        self.pause = pause
-        self.cycle = 0
-        self.callback = None
-        self.ready.value = 1
-        cocotb.start_soon(self._run())
-
-    async def _run(self):
-        while True:
-            await RisingEdge(self.clk)
-            self.cycle += 1
-            if self.ready.value and self.valid.value:
-                rec = decode(self.layout, self.payload.value.to_unsigned())
-                self.items.append((self.cycle, rec))
-                if self.callback:
-                    self.callback(rec)
-            self.ready.value = 0 if (self.pause is not None and next(self.pause)) else 1
-
-    def records(self):
-        return [r for _, r in self.items]
 
 
 # ---------------------------------------------------------------------------

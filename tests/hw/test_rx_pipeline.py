@@ -286,7 +286,7 @@ async def test_trim_probe_peer(dut):
     assert c["bad_source"] == 1 and c["peer_frames"] == 5
     assert (c["peer_bad_source"], c["peer_bad_mac"], c["peer_bad_sack"]) == (1, 1, 1)
     want = [tb.codec.pack(header_record(p)[0]) for p in peer]
-    assert tb.peer.items == want
+    assert tb.peer.values() == want
 
 
 def imm_only(qpn, psn, imm, va=None):
