@@ -27,6 +27,7 @@ from host_driver.layers import (
     write_packet,
 )
 from hw.rx.regs import COUNTERS
+from sim.model.packet import message_extent
 from tests.hw.rx_tb import (
     ACK_T,
     MR0,
@@ -110,6 +111,37 @@ async def test_parser_drops(dut):
     check_totals(c, sent)
 
 
+@cocotb.test()
+async def test_region_check_before_window(dut):
+    """A FIRST or LAST frame beyond the window whose message leaves its region
+    is refused by the region check (``bad_bounds``, NAK 0x62), which comes
+    before the window's (docs/rx.md, "Validation"): a LAST_WITH_IMMEDIATE
+    whose message starts 0x74 bytes below MR1, a FIRST whose message ends 257
+    bytes past it. Moved by ``inside_region`` (as the fuzz test moves the
+    frames it sends unseen by the model), the same frames end at the window:
+    ``out_of_window``, no NAK. Engine and model alike."""
+    tb = await start(dut, seed=5)
+    await tb.setup_qp(3, epsn=0, ack_n=1, mpr=1)
+    far = 0x1D1057  # beyond the window (128 PSNs) and not before it
+    end = MR1["base"] + MR1["length"]
+    frames = ((0x09, far, 0x4038F, 64, 1088), (0x06, far + 1, end - 1024, 1024, 1281))
+    for moved in (False, True):
+        for op, psn, va, length, dma_len in frames:
+            if moved:
+                va = inside_region(op, va, length, dma_len, MR1)
+            tb.send(write_packet(opcode=op, dqpn=3, psn=psn, va=va, rkey=MR1["rkey"],
+                                 dma_len=dma_len, payload=bytes(i & 0xFF for i in range(length)),
+                                 imm=psn if op == 0x09 else None, dst_ip=OWN_IP,
+                                 dst_mac=OWN_MAC))
+    await tb.drain()
+    tb.check_memory()
+    c = await tb.check_counters()
+    tb.check_acks()
+    check_totals(c, 2 * len(frames))
+    for name, want in dict(bad_bounds=2, out_of_window=2, naks_sent=2, placed=0).items():
+        assert c[name] == want, (name, c[name], want)
+
+
 def fuzz_frame(rng):
     """A scapy fuzz() of the RoCE layers under valid Eth/IPv4/UDP headers, to a
     QP the fuzz test does not set up (the model does not see these frames)."""
@@ -127,6 +159,15 @@ def fuzz_frame(rng):
              / IP(src=rng.choice(("10.0.0.1", "10.0.0.5")), dst=OWN_IP, flags="DF")
              / UDP(sport=rng.getrandbits(16), dport=4791, chksum=0) / body)
     return bytes(frame)
+
+
+def inside_region(opcode, va, length, dma_len, mr):
+    """``va`` moved, if it must be, so that the bytes the region check covers
+    for this packet (``message_extent``: a FIRST or LAST packet's whole message)
+    lie in ``mr``."""
+    lo, hi = message_extent(opcode, va, length, dma_len)
+    end = mr["base"] + mr["length"]
+    return va + max(0, mr["base"] - lo) - max(0, hi - end)
 
 
 def mutate(raw, rng):
@@ -149,7 +190,8 @@ def mutate(raw, rng):
 
 FUZZ_PEERS = {0x103: 3, 0x104: 4}  # PEER_QPN -> QPN of the fuzzed QPs
 # Counted the same by the engine and the model whatever the frames the model
-# does not see (fuzz() output, mutants: never in a QP's window) did.
+# does not see (fuzz() output, mutants: never in a QP's window, their messages
+# inside their regions) did.
 EXACT = ("placed", "duplicate", "wimm_full", "cq_full", "bad_rkey", "bad_bounds", "trimmed",
          "cqe_written", "cq_overflow", "naks_sent", "probes_answered", "dma_error")
 
@@ -163,7 +205,12 @@ async def test_fuzz_frames(dut):
     compared byte for byte with it (writes outside the regions are caught as
     they happen), and so are the counters the other frames cannot touch. The
     mutants are of frames whose PSN is beyond the window, and the fuzz() output
-    is for QPs not set up, so neither can place anything. Every ACK/NAK frame is
+    is for QPs not set up, so neither can place anything. A mutant's frame has its
+    message inside its region: a mutation may leave the frame as it was (or
+    change only what the parser ignores, as the UDP checksum), and the region
+    check comes before the window's (docs/rx.md, "Validation"), so an intact
+    copy of a FIRST or LAST frame whose message leaves its region would count
+    ``bad_bounds`` unseen by the model. Every ACK/NAK frame is
     decoded, ICRC-checked and held to the rules of tests/hw/rx_tb.py's AckStream.
     """
     n = int(os.environ.get("RX_FUZZ_PACKETS", "1000"))
@@ -192,6 +239,8 @@ async def test_fuzz_frames(dut):
         va = mr["base"] + rng.randrange(0, mr["length"] - length + 1)
         window = tb.model.window(q)
         valid = 0.3 <= r < 0.6
+        if not valid:
+            va = inside_region(opcode, va, length, dma_len, mr)
         psn = (biased_psn(rng, q.epsn, window) if valid
                else q.epsn + window + 16 + rng.randrange((1 << 23) - window - 32))
         pkt = write_packet(
