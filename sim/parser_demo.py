@@ -6,7 +6,7 @@ and a random mix), writes them to ``outdir/traffic.pcap``, and runs them
 back to back through ``hw.rx.parser.RxParser`` (64-bit) under Verilator with
 FST tracing. This module is also the cocotb test module of that run: the
 cocotb side reads the pcap, sends it with cocotbext-axi, checks every frame
-against the reference model of ``tests/hw/test_rx_parser.py`` and leaves its
+against the reference model of ``tests/hw/parser_frames.py`` and leaves its
 figures in ``outdir/parser_demo.json``. ``run`` then copies the waveform to
 ``outdir/parser.fst``, writes ``outdir/report.md`` and returns the summary.
 
@@ -36,7 +36,7 @@ RESULTS = "parser_demo.json"
 def demo_traffic(seed: int = SEED) -> list[tuple[bytes, bool, str]]:
     """(frame, tuser, label): valid frames of every kind, each malformation, a random mix."""
     from host_driver import layers as L
-    from tests.hw.test_rx_parser import malformed_cases, random_frame, valid_frame
+    from tests.hw.parser_frames import malformed_cases, random_frame, valid_frame
 
     rng = random.Random(seed)
     frames = []
@@ -59,7 +59,8 @@ async def parser_demo(dut):
     """Send the demo pcap back to back, no idle, no backpressure; check and measure."""
     from scapy.utils import rdpcap
 
-    from tests.hw.test_rx_parser import TB, expect_frame
+    from tests.hw.parser_frames import expect_frame
+    from tests.hw.parser_tb import TB
 
     outdir = Path(os.environ[ENV_OUT])
     frames = [bytes(p) for p in rdpcap(str(outdir / "traffic.pcap"))]
@@ -130,7 +131,7 @@ def run(outdir: Path) -> dict:
         f"{summary['frames']} frames from `traffic.pcap` sent back to back into "
         f"`RxParser(data_width={summary['data_width']})` under Verilator, no idle cycles "
         "and no output backpressure. Every verdict, record and payload matched the "
-        "reference model (`tests/hw/test_rx_parser.py`).",
+        "reference model (`tests/hw/parser_frames.py`).",
         "",
         "| verdict | frames |",
         "|---|---:|",

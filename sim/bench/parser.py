@@ -28,7 +28,7 @@ DEFAULT_WIDTHS = (64, 128, 256)
 @cocotb.test()
 async def parser_bench(dut):
     """Measure beats per cycle for each frame size, no idle, no backpressure."""
-    from tests.hw.test_rx_parser import TB, measure_throughput, min_frames, mtu_frames
+    from tests.hw.parser_tb import TB, measure_throughput, min_frames, mtu_frames
 
     tb = TB(dut)
     rows = []
@@ -50,7 +50,7 @@ async def parser_bench(dut):
 def measure(data_width: int) -> dict:
     """Run the bench test on one data width; returns its figures."""
     from sim.cocotb_runner import SIM_BUILD
-    from tests.hw.test_rx_parser import run as run_parser_tests
+    from tests.hw.parser_tb import run as run_parser_tests
 
     out = SIM_BUILD / f"rx_parser_w{data_width}" / "bench.json"
     out.unlink(missing_ok=True)

@@ -7,7 +7,8 @@ A port ``<prefix>`` of an Amaranth component appears in its Verilog as
 - ``StreamSource`` holds ``valid`` with the head of its queue until ``ready``;
   with ``idle`` > 0 it leaves ``valid`` low on a cycle with that probability
   (drawn from ``rng``), to vary the input's timing.
-- ``StreamSink`` records every handshake as ``(cycle, value)``; ``pause``, an
+- ``StreamSink`` records every handshake as ``(cycle, value)`` in ``items``,
+  and the value in ``queue``; ``pause``, an
   iterator of booleans, drops ``ready`` for a cycle whenever it yields true.
 - ``pack`` and ``decode`` turn a dict of field values into a layout's integer
   and back (nested layouts as nested dicts).
@@ -111,6 +112,7 @@ class StreamSink:
         self.layout = layout
         self.pause = pause
         self.items = []
+        self.queue = deque()  # the values again, for a consumer that pops them
         self.cycle = 0
         self.callback = None
         self.ready.value = ready
@@ -132,6 +134,7 @@ class StreamSink:
                 raw = self.payload.value.to_unsigned()
                 value = decode(self.layout, raw) if self.layout is not None else raw
                 self.items.append((self.cycle, value))
+                self.queue.append(value)
                 if self.callback:
                     self.callback(value)
             self.ready.value = 0 if (self.pause is not None and next(self.pause)) else 1

@@ -12,7 +12,8 @@ from amaranth.sim import Simulator
 
 from host_driver import layers as L
 from hw.rx.parser import COUNTER_NAMES, ParserCounters, RxParser
-from tests.hw.test_rx_parser import decode, expect_frame, malformed_cases, valid_frame
+from tests.hw.parser_frames import expect_frame, malformed_cases, valid_frame
+from tests.hw.streams import decode
 
 
 def simulate(dut: RxParser, frames: list[tuple[bytes, bool]], stall=lambda cycle: False):
