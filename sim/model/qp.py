@@ -813,6 +813,28 @@ class MrcQp(QpBase):
     def _sack_bitmap(self) -> int:
         return self.rcv_bitmap & ((1 << self.cfg.sack_bits) - 1)
 
+    def _accept(self, pkt: Packet, d: int) -> None:
+        """Mark a placed packet ``d`` PSNs past the expected one as received:
+        hold a LAST packet until the PSNs before it are in, advance the
+        expected PSN over the received run, complete the messages it passes,
+        and coalesce the ACK (the model NIC's ``on_data`` ends with it too)."""
+        self.rcv_bitmap |= 1 << d
+        self._note_rx(pkt)
+        if pkt.opcode in LAST_OPCODES:
+            idx = self.rcv_idx + d
+            self.pending_last[idx] = pkt
+            heapq.heappush(self._pending_heap, idx)
+        if d == 0:
+            bm = self.rcv_bitmap
+            n = (~bm & (bm + 1)).bit_length() - 1  # trailing ones
+            self.rcv_bitmap = bm >> n
+            self.rcv_idx += n
+            self.rcv_psn = (self.rcv_psn + n) & PSN_MASK
+            heap = self._pending_heap
+            while heap and heap[0] < self.rcv_idx:
+                self._recv_complete(self.pending_last.pop(heapq.heappop(heap)))
+        self._coalesce(pkt)
+
     def on_data(self, pkt: Packet) -> None:
         if self.state not in (RTR, RTS):
             return
@@ -835,19 +857,4 @@ class MrcQp(QpBase):
             return
         if not self._check_access(pkt):
             return
-        self.rcv_bitmap |= 1 << d
-        self._note_rx(pkt)
-        if pkt.opcode in LAST_OPCODES:
-            idx = self.rcv_idx + d
-            self.pending_last[idx] = pkt
-            heapq.heappush(self._pending_heap, idx)
-        if d == 0:
-            bm = self.rcv_bitmap
-            n = (~bm & (bm + 1)).bit_length() - 1  # trailing ones
-            self.rcv_bitmap = bm >> n
-            self.rcv_idx += n
-            self.rcv_psn = (self.rcv_psn + n) & PSN_MASK
-            heap = self._pending_heap
-            while heap and heap[0] < self.rcv_idx:
-                self._recv_complete(self.pending_last.pop(heapq.heappop(heap)))
-        self._coalesce(pkt)
+        self._accept(pkt, d)

@@ -4,7 +4,6 @@ they differ (docs/model.md, "The model NIC"): ``_HwQp``, ``_HwEvTable``,
 
 from __future__ import annotations
 
-import heapq
 from typing import TYPE_CHECKING
 
 from hw.headers import PATH_MTU
@@ -287,22 +286,7 @@ class _HwQp(MrcQp):
         if pkt.payload_len:
             hw.mem.write(pkt.va, bytes(pkt.data))
         cnt["placed"] += 1
-        self.rcv_bitmap |= 1 << d
-        self._note_rx(pkt)
-        if pkt.opcode in LAST_OPCODES:
-            idx = self.rcv_idx + d
-            self.pending_last[idx] = pkt
-            heapq.heappush(self._pending_heap, idx)
-        if d == 0:
-            bm = self.rcv_bitmap
-            n = (~bm & (bm + 1)).bit_length() - 1  # trailing ones
-            self.rcv_bitmap = bm >> n
-            self.rcv_idx += n
-            self.rcv_psn = (self.rcv_psn + n) & PSN_MASK
-            heap = self._pending_heap
-            while heap and heap[0] < self.rcv_idx:
-                self._recv_complete(self.pending_last.pop(heapq.heappop(heap)))
-        self._coalesce(pkt)
+        self._accept(pkt, d)
 
     def _held_imm(self) -> int:
         """WITH_IMMEDIATE LAST packets accepted whose message is not complete yet."""
