@@ -1,12 +1,13 @@
 """Frame-level round-robin arbiter for AXI4-Stream (ACKs vs data onto the MAC)."""
 
-from amaranth.hdl import Cat, Module, Mux, Signal, Value
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
+from hw.bits import one_hot_select
 from hw.stream import AXIStreamSignature
 
-__all__ = ["AXIStreamArbiter", "one_hot_select"]
+__all__ = ["AXIStreamArbiter"]
 
 
 class AXIStreamArbiter(wiring.Component):
@@ -81,16 +82,3 @@ class AXIStreamArbiter(wiring.Component):
             with m.If(valid.any()):
                 m.d.sync += grant.eq(pick)
         return m
-
-
-
-def one_hot_select(onehot, values):
-    """``values[i]`` where bit i of ``onehot`` is set, as an AND-OR (0 if no
-    bit is set; the OR of several if several are): two LUT levels for up to
-    three inputs, where an index compare and a priority chain make more."""
-    terms = [Value.cast(v) & onehot[i].replicate(len(Value.cast(v)))
-             for i, v in enumerate(values)]
-    result = terms[0]
-    for t in terms[1:]:
-        result = result | t
-    return result

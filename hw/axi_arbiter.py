@@ -36,8 +36,8 @@ from amaranth.lib import wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.wiring import In, Out
 
-from .arbiter import one_hot_select
 from .axi import AXI4Signature
+from .bits import one_hot_select
 
 __all__ = ["AXI4Arbiter", "RoundRobin"]
 

@@ -7,8 +7,8 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from ..arbiter import one_hot_select
 from ..axi import AXI_RESP_DECERR, AXI4LiteSignature
+from ..bits import one_hot_select
 from ..pipeline import OneHotFSM
 from .util import is_pow2
 

@@ -7,8 +7,8 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
-from ..arbiter import one_hot_select
 from ..axi import AXI_RESP_DECERR, AXI_RESP_OKAY, AXI4LiteSignature, AXI4Signature
+from ..bits import one_hot_select
 from ..pipeline import OneHotFSM, unchecked_read_port
 from .util import is_pow2
 

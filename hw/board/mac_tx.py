@@ -13,7 +13,7 @@ from amaranth.hdl import (
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..arbiter import one_hot_select
+from ..bits import one_hot_select
 from ..crc import CRC32_INIT, crc32_bytes
 from ..stream import AXIStreamSignature
 from .mac_layouts import (

@@ -2,12 +2,23 @@
 timer expiry, controller command, probe round) at a time, on a working copy of the QP's
 record. See ``ReliabilityCore``."""
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value, signed
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from hw.arbiter import one_hot_select
+from hw.bits import (
+    all_below,
+    below_const,
+    bit_at,
+    greater_than_const,
+    index_select,
+    lowest_index,
+    one_hot_select,
+    onehot,
+    popcount,
+    shift_right,
+)
 from hw.headers import Opcode
 from hw.pipeline import BlockRamFIFO, OneHotFSM, load_in_groups, saturating_increment, state_copy
 from hw.rx.parser import ParsedHeader
@@ -105,94 +116,6 @@ def qp_record(window, evs):
             "ev_drops": data.ArrayLayout(16, evs),
         }
     )
-
-
-def _lowest(m, mask, width, name):
-    """Index of the lowest set bit of ``mask`` (0 if none), as a balanced tree."""
-    idx = Signal(range(max(width, 2)), name=name)
-    size = 1
-    while size < width:
-        size *= 2
-
-    def tree(bits):  # (any bit set, index of the lowest)
-        if len(bits) == 1:
-            return bits[0], Const(0, 0)
-        h = len(bits) // 2
-        any_lo, i_lo = tree(bits[:h])
-        any_hi, i_hi = tree(bits[h:])
-        if len(i_lo) == 0:  # two single bits: no index below this level
-            return any_lo | any_hi, ~any_lo
-        return any_lo | any_hi, Cat(Mux(any_lo, i_lo, i_hi), ~any_lo)
-
-    _, value = tree([mask[i] if i < width else Const(0, 1) for i in range(size)])
-    m.d.comb += idx.eq(value)
-    return idx
-
-
-def _popcount(bits):
-    """Number of set bits, as a balanced adder tree (depth log2 of the width)."""
-    bits = list(bits)
-    if len(bits) == 1:
-        return bits[0]
-    half = len(bits) // 2
-    return _popcount(bits[:half]) + _popcount(bits[half:])
-
-
-# Variable shifts, bit and word selects as explicit mux trees: synthesis (yosys ``share``)
-# merges shifter cells used in different FSM states into one behind input multiplexers
-# driven by the state, which lengthens every path through them.
-
-
-def _shr(value, amount):
-    """``value >> amount``, same width. The largest step first: when only the low bits
-    of the result are used, each step needs fewer bits than the one before."""
-    value = Value.cast(value)
-    w = len(value)
-    for k in reversed(range(len(Value.cast(amount)))):
-        n = 1 << k
-        shifted = Cat(value[n:], Const(0, n))[:w] if n < w else Const(0, w)
-        value = Mux(amount[k], shifted, value)
-    return value
-
-
-def _bit(value, index):
-    """``value.bit_select(index, 1)``."""
-    return _shr(value, index)[0]
-
-
-def _onehot(index, width):
-    """``Const(1, width) << index``."""
-    return Cat(*[Value.cast(index) == i for i in range(width)])
-
-
-def _sel(values, index):
-    """``values[index]`` (a list of values, index within range)."""
-    values = list(values)
-    for bit in Value.cast(index):
-        values = values + values[-1:] * (len(values) % 2)
-        values = [Mux(bit, values[i + 1], values[i]) for i in range(0, len(values), 2)]
-    return values[0]
-
-
-def _lt(value, bound, width):
-    """``value < bound`` for a bound of at most 2**width: a zero test on the bits above
-    ``width`` and a compare of the low bits only (not a full-width subtraction)."""
-    value = Value.cast(value)
-    return (value[width:] == 0) & (value[:width] < bound)
-
-
-def _gt(value, bound):
-    """``value > bound`` for a constant bound, as AND/OR logic from the lowest bit up:
-    synthesis maps a compare cell to a carry chain, deeper than a few LUTs here."""
-    greater = Const(0, 1)
-    for k, bit in enumerate(Value.cast(value)):
-        greater = (bit & greater) if (bound >> k) & 1 else (bit | greater)
-    return greater if bound >> len(Value.cast(value)) == 0 else Const(0, 1)
-
-
-def _below(n, width):
-    """Bits 0 .. n-1 set."""
-    return Cat(*[_gt(n, i) for i in range(width)])
 
 
 class ReliabilityCore(wiring.Component):
@@ -488,7 +411,7 @@ class ReliabilityCore(wiring.Component):
         # nxt - una: set in LOAD, kept up to date when una advances
         infl = Signal(range(W + 1))
         infl_mask = Signal(W)
-        m.d.comb += infl_mask.eq(_below(infl, W))
+        m.d.comb += infl_mask.eq(all_below(infl, W))
         good_count = Signal(range(E + 1))
         m.d.comb += good_count.eq(sum(cur.ev_state[i] == EvState.GOOD for i in range(E)))
 
@@ -750,7 +673,7 @@ class ReliabilityCore(wiring.Component):
         db_q = Signal(range(nq))
         db_any = Signal()
         db_take = Signal()
-        m.d.sync += [db_q.eq(_lowest(m, db_pend, nq, "db_pick")), db_any.eq(db_pend != 0)]
+        m.d.sync += [db_q.eq(lowest_index(m, db_pend, nq, "db_pick")), db_any.eq(db_pend != 0)]
         with m.If(db_take):
             m.d.sync += db_pend.bit_select(db_q, 1).eq(0)
         with m.If(self.sq_producer.valid & (sqp.qpn < nq)):
@@ -782,7 +705,7 @@ class ReliabilityCore(wiring.Component):
         use_mask = Signal(W)
         m.d.comb += use_mask.eq(walk_mask & ~off_bit)
         m.d.sync += [
-            pick_off.eq(_lowest(m, use_mask, W, "pick")),
+            pick_off.eq(lowest_index(m, use_mask, W, "pick")),
             pick_any.eq(use_mask != 0),
         ]
         # pick_off's copy for the per-PSN memories' read address (pick_off has sinks
@@ -791,7 +714,7 @@ class ReliabilityCore(wiring.Component):
         # the enable keeps synthesis from merging it with pick_off
         pick_off_rd = Signal.like(pick_off)
         with m.If(~st.LCNT):
-            m.d.sync += pick_off_rd.eq(_lowest(m, use_mask, W, "pick_rd"))
+            m.d.sync += pick_off_rd.eq(lowest_index(m, use_mask, W, "pick_rd"))
         e_ev = psn_ev_rd.data[:ebits]
         e_retx = psn_ev_rd.data[ebits]
         e_last = psn_info_rd.data[0]
@@ -799,7 +722,7 @@ class ReliabilityCore(wiring.Component):
 
         # the entry's EV's drop count after loss evidence (an EV transition's drops, USE)
         blame_drops = Signal(16)
-        m.d.comb += blame_drops.eq(_sel([drops_inc[i] for i in range(E)], e_ev))
+        m.d.comb += blame_drops.eq(index_select([drops_inc[i] for i in range(E)], e_ev))
 
         # the EV of a command or probe answer (set in IDLE), its state and drop count,
         # registered every cycle: valid in CMD and PROBE_ACT (CMD_DEC and PROBE_CHECK
@@ -808,9 +731,9 @@ class ReliabilityCore(wiring.Component):
         ev_old = Signal(2)
         c_old = Signal(2)
         c_drops = Signal(16)
-        m.d.comb += ev_old.eq(_sel([cur.ev_state[i] for i in range(E)], ev_idx))
+        m.d.comb += ev_old.eq(index_select([cur.ev_state[i] for i in range(E)], ev_idx))
         m.d.sync += [c_old.eq(ev_old),
-                     c_drops.eq(_sel([cur.ev_drops[i] for i in range(E)], ev_idx))]
+                     c_drops.eq(index_select([cur.ev_drops[i] for i in range(E)], ev_idx))]
 
         # The pushes' data, chosen by the state flip-flops alone (the push conditions
         # set only the enables): the retransmit FIFO's (block RAM, no register in
@@ -833,7 +756,7 @@ class ReliabilityCore(wiring.Component):
         bad = Signal(E)
         m.d.comb += bad.eq(Cat(*[cur.ev_state[i] == EvState.ASSUMED_BAD for i in range(E)]))
 
-        pe2 = _lowest(m, pmask, E, "probe_ev")
+        pe2 = lowest_index(m, pmask, E, "probe_ev")
 
         # the record written back (FINAL): the working copy with the timer generation of
         # the arm or disarm. The write port and the timer write take it, and q, in every
@@ -1000,7 +923,7 @@ class ReliabilityCore(wiring.Component):
             # flip-flop is their enable): only ACK_ADV and SACK read them
             low = wbits + 1
             m.d.sync += [adv_raw.eq(a_cum1 - cur.una),
-                         adv_below.eq(_below((a_cum1[:low] - cur.una[:low])[:low], W))]
+                         adv_below.eq(all_below((a_cum1[:low] - cur.una[:low])[:low], W))]
             with m.If((cur.state != QpState.RTS) | cur.fresh):
                 count("acks_ignored")
                 goto("IDLE")
@@ -1032,7 +955,7 @@ class ReliabilityCore(wiring.Component):
                 # the room for USE's pushes is awaited here: PICK and LCNT push
                 # nothing, and PICK's values hold while it waits
                 with m.If(room_walk):
-                    m.d.sync += off_bit.eq(_onehot(pick_off, W))
+                    m.d.sync += off_bit.eq(onehot(pick_off, W))
                     with m.If(walk_kind[W_SACK]):
                         m.d.sync += progress.eq(1)  # a new SACK bit
                     with m.If(walk_kind[W_LOSS]):
@@ -1065,10 +988,10 @@ class ReliabilityCore(wiring.Component):
         sacked_above_4 = []
         for g in range(0, W, 4):
             # bit i: SACKed and above pick_off (pick_off < i, not pick_off > i - 1)
-            above = Cat(*[cur.sacked[i] & ~_gt(pick_off, i - 1) if i else Const(0, 1)
+            above = Cat(*[cur.sacked[i] & ~greater_than_const(pick_off, i - 1) if i else Const(0, 1)
                           for i in range(g, min(g + 4, W))])
             count_4 = Signal(3, name=f"sacked_above_{g}")
-            m.d.sync += count_4.eq(_popcount(above))
+            m.d.sync += count_4.eq(popcount(above))
             sacked_above_4.append(count_4)
         with state("LCNT"):
             m.d.sync += off_bit.eq(off_bit)
@@ -1121,7 +1044,7 @@ class ReliabilityCore(wiring.Component):
             m.d.sync += [
                 dist[name].eq(a_base - una_new), d[name].eq(a_psn - una_new),
                 s_in_from[name].eq(
-                    _lt(dist[name], W, W.bit_length())
+                    below_const(dist[name], W, W.bit_length())
                     | (dist[name][k:].all() & (dist[name][:k] != 0)
                        & (neg_low < self.sack_bits))),
                 d_high_zero[name].eq(d[name][len(infl):] == 0),
@@ -1132,7 +1055,7 @@ class ReliabilityCore(wiring.Component):
             m.d.sync += [
                 s_in.eq(Mux(adv_back, s_in_from["una"], s_in_from["cum"])),
                 s_amt.eq(W - dist_new[: len(s_amt)]),
-                s_low.eq(_shr(Cat(Const(0, W), a_bitmap),
+                s_low.eq(shift_right(Cat(Const(0, W), a_bitmap),
                               (W - a_base[:2] + cur.una[:2])[:2])),
                 nak_in.eq(Mux(adv_back, d_high_zero["una"], d_high_zero["cum"])
                           & (d_new[: len(infl)] < infl)),
@@ -1142,7 +1065,7 @@ class ReliabilityCore(wiring.Component):
 
         # the SACKed PSNs against una (SACK_ALIGN)
         sack_rel = Signal(W)
-        m.d.comb += sack_rel.eq(Mux(s_in, _shr(s_low, s_amt[2:] << 2)[:W], 0))
+        m.d.comb += sack_rel.eq(Mux(s_in, shift_right(s_low, s_amt[2:] << 2)[:W], 0))
         with state("SACK_ALIGN"):
             m.d.sync += walk_kind.eq(1 << W_SACK)
             goto("WALK")
@@ -1150,7 +1073,7 @@ class ReliabilityCore(wiring.Component):
         # registered every cycle: valid in NAK, whose previous cycle (PICK) changes
         # neither sacked nor the NAK's offset
         nak_hit = Signal()
-        m.d.sync += nak_hit.eq(nak_in & ~_bit(cur.sacked, nak_off))
+        m.d.sync += nak_hit.eq(nak_in & ~bit_at(cur.sacked, nak_off))
         # the NAK's PSN already retransmitted by a NAK or a SACK hole since the last
         # timeout (fast_done): the NAK is refused and counted, no retransmission and no
         # window cut (one of each per PSN between timeouts; the timer resends a copy
@@ -1158,7 +1081,7 @@ class ReliabilityCore(wiring.Component):
         # fast_done while it waits for room, which must not refuse its own request.
         nak_again = Signal()
         with m.If(~st.NAK):
-            m.d.sync += nak_again.eq(_bit(cur.fast_done, nak_off))
+            m.d.sync += nak_again.eq(bit_at(cur.fast_done, nak_off))
         nak_go = Signal()
         m.d.comb += nak_go.eq(nak_hit & ~nak_again)
 
@@ -1167,7 +1090,7 @@ class ReliabilityCore(wiring.Component):
         nak_retx = Signal()
         m.d.comb += nak_retx.eq(a_trim & r_retx & nak_go)
         nak_bit = Signal(W)  # registered every cycle: valid in NAK, as nak_hit
-        m.d.sync += nak_bit.eq(_onehot(nak_off, W))
+        m.d.sync += nak_bit.eq(onehot(nak_off, W))
         nak_mask = lost_cand & ~Mux(nak_retx, nak_bit, 0)
         with state("NAK"):
             m.d.sync += walk_kind.eq(1 << W_LOSS)
@@ -1227,7 +1150,7 @@ class ReliabilityCore(wiring.Component):
                      md_keep.eq(Cat(*[P.cwnd_md_shift <= i for i in range(15)], Const(1, 1),
                                     P.cwnd_md_shift != 0))]
         dec = Signal(16)
-        m.d.comb += dec.eq(_shr(cc_c0, md_shift)[:16])
+        m.d.comb += dec.eq(shift_right(cc_c0, md_shift)[:16])
         m.d.sync += [
             cc_dec.eq(Mux((cc_c0 & md_keep) == 0, 1, dec)),
             cc_prod.eq(newly * cc_ai),
@@ -1510,7 +1433,7 @@ class ReliabilityCore(wiring.Component):
         preq = Signal(ProbeRequest(nq, E))
         m.d.sync += probe_go.eq(0)
         m.d.comb += [
-            pmask_next.eq(pmask & ~Mux(probe_go, _onehot(pe2, E), 0)),
+            pmask_next.eq(pmask & ~Mux(probe_go, onehot(pe2, E), 0)),
             preq.qpn.eq(q), preq.ev_index.eq(pe2),
             preq.probe_id.eq(Cat(Const(0, 8) | pe2, probe_seq)),
             f_probe.w_data.eq(preq), f_probe.w_en.eq(probe_go),
@@ -1582,7 +1505,7 @@ class ReliabilityCore(wiring.Component):
                     m.d.sync += want_arm.eq(1)
             # a retransmission (RTS, in flight) rewrites its PSN's EV
             with m.Elif((cur.state == QpState.RTS) & s.retx & ~cur.fresh
-                        & _lt(sent_d, infl, len(infl))):
+                        & below_const(sent_d, infl, len(infl))):
                 m.d.sync += psn_ev_we.eq(1)
         # a sent record neither tracked nor a retransmission in flight: counted the
         # cycle after SENT, from flip-flops (SENT's, registered, and no per-PSN write)
@@ -1627,7 +1550,7 @@ class ReliabilityCore(wiring.Component):
             m.d.sync += cur.fast_done.eq(cur.fast_done | off_bit)
         with m.If(use_of(W_TMO, "push")):
             push_retx(RetxReason.TIMEOUT)
-            m.d.sync += blamed.eq(blamed | _onehot(e_ev, E))
+            m.d.sync += blamed.eq(blamed | onehot(e_ev, E))
         # Loss evidence (USE): each hole of the loss walk, and the timeout walk's first
         # PSN on each EV (blamed: the EVs blamed in this walk so far); the EV may become
         # ASSUMED_BAD (never below the floor). Written per EV, an AND of e_ev's decode
@@ -1642,11 +1565,11 @@ class ReliabilityCore(wiring.Component):
                 m.d.sync += [cur.ev_drops[i].eq(drops_inc[i]), cur.ev_loss[i].eq(loss_inc[i])]
                 with m.If(bad_ok[i]):
                     m.d.sync += cur.ev_state[i].eq(EvState.ASSUMED_BAD)
-        with m.If(blame_on(~_bit(blamed, e_ev), "push")):
-            with m.If(_bit(bad_ok, e_ev)):
+        with m.If(blame_on(~bit_at(blamed, e_ev), "push")):
+            with m.If(bit_at(bad_ok, e_ev)):
                 push_ev()
                 count("ev_to_bad")
-            with m.Elif(_bit(to_bad, e_ev)):
+            with m.Elif(bit_at(to_bad, e_ev)):
                 count("floor_blocked")
 
         # ---- CMD's reset and RTS entry of the working copy ---------------------------------

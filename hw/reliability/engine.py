@@ -16,8 +16,8 @@ from amaranth.lib.fifo import SyncFIFOBuffered
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from hw.arbiter import one_hot_select
 from hw.axi import AXI4Signature, check_dma_addr_width
+from hw.bits import one_hot_select
 from hw.csr import CSRBusSignature, RegisteredWrites, grouped_read
 from hw.headers import sack_bitmap
 from hw.pipeline import AXIStreamRegister, saturating_increment

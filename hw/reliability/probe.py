@@ -4,7 +4,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.arbiter import one_hot_select
+from hw.bits import one_hot_select
 from hw.crc import ICRC_INIT, crc32_parts
 from hw.headers import (
     BTH,

@@ -8,6 +8,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
+from hw.bits import lowest_set, popcount, two_or_more
 from hw.headers import Opcode
 from hw.pipeline import OneHotFSM, load_in_groups, state_copy
 from hw.protocol import PSN_BITS, Syndrome
@@ -110,53 +111,6 @@ class _InFlight(data.StructLayout):
                 "ce": unsigned(1),
             }
         )
-
-
-def _lowest_set(value, width):
-    """(any bit set, index of the lowest set bit) of ``value``, as a tree of
-    2:1 choices (log2(width) levels, not a chain of ``width``)."""
-    nodes = [(value[i], Const(0, 0)) for i in range(width)]
-    while len(nodes) > 1:
-        nxt = []
-        for k in range(0, len(nodes), 2):
-            if k + 1 == len(nodes):
-                a_any, a_idx = nodes[k]
-                nxt.append((a_any, Cat(a_idx, Const(0, 1))))
-                continue
-            (a_any, a_idx), (b_any, b_idx) = nodes[k], nodes[k + 1]
-            if len(a_idx) == 0:  # two single bits: no index below this level
-                nxt.append((a_any | b_any, ~a_any))
-            else:
-                nxt.append((a_any | b_any, Cat(Mux(a_any, a_idx, b_idx), ~a_any)))
-        nodes = nxt
-    any_set, idx = nodes[0]
-    if width == 1:
-        idx = Const(0, 1)
-    return any_set, idx
-
-
-def _count_set(bits):
-    """How many of ``bits`` are set (a tree of adders)."""
-    nodes = list(bits)
-    while len(nodes) > 1:
-        nodes = [nodes[k] + nodes[k + 1] if k + 1 < len(nodes) else nodes[k]
-                 for k in range(0, len(nodes), 2)]
-    return nodes[0]
-
-
-def _two_or_more(bits):
-    """Whether at least two of ``bits`` are set (a tree)."""
-    nodes = [(b, Const(0, 1)) for b in bits]
-    while len(nodes) > 1:
-        nxt = []
-        for k in range(0, len(nodes), 2):
-            if k + 1 == len(nodes):
-                nxt.append(nodes[k])
-                continue
-            (a1, a2), (b1, b2) = nodes[k], nodes[k + 1]
-            nxt.append((a1 | b1, a2 | b2 | (a1 & b1)))
-        nodes = nxt
-    return nodes[0][1]
 
 
 class RxPsnWindow(wiring.Component):
@@ -488,7 +442,7 @@ class RxPsnWindow(wiring.Component):
             chk_pend_any_free.eq(pend_any_free),
             chk_pend_no_room.eq(
                 ~pend_any_free
-                | ((rq.psn != q_rd.data.epsn) & ~_two_or_more([~e.valid for e in pend]))
+                | ((rq.psn != q_rd.data.epsn) & ~two_or_more([~e.valid for e in pend]))
             ),
             chk_cq_no_room.eq(~self.cfg.cq_enable | (
                 (q_rd.data.cq_prod - self.cfg.cq_cons + pend_imm_q)[:16]
@@ -596,11 +550,11 @@ class RxPsnWindow(wiring.Component):
         grp_any = Signal(groups - 1)
         grp_idx = [Signal(gb, name=f"hole_idx{g}") for g in range(groups)]
         for g in range(groups):
-            g_any, g_idx = _lowest_set(holes_r[g << gb : (g + 1) << gb], 1 << gb)
+            g_any, g_idx = lowest_set(holes_r[g << gb : (g + 1) << gb], 1 << gb)
             m.d.sync += grp_idx[g].eq(g_idx)
             if g < groups - 1:
                 m.d.sync += grp_any[g].eq(g_any)
-        first_grp = _lowest_set(Cat(grp_any, Const(1, 1)), groups)[1]
+        first_grp = lowest_set(Cat(grp_any, Const(1, 1)), groups)[1]
         m.d.sync += first_hole.eq(Cat(Array(grp_idx)[first_grp], first_grp))
         adv_first = Signal()  # ADV is at the word of the PSN just marked
         pend_en = [Signal(name=f"pend_en{i}") for i in range(P)]
@@ -648,7 +602,7 @@ class RxPsnWindow(wiring.Component):
             sel_oh.eq(sel_oh_c),
             sel_slot.eq(sel_slot_c),
             sel_any.eq(cand.any()),
-            sel_more.eq(_two_or_more([cand[i] for i in range(P)])),
+            sel_more.eq(two_or_more([cand[i] for i in range(P)])),
         ]
         m.d.comb += p_rd.addr.eq(sel_slot)
         sel = p_rd.data
@@ -815,7 +769,7 @@ class RxPsnWindow(wiring.Component):
         with state("CHECK_RD"):
             m.d.sync += [
                 qs_load.eq(1),
-                pend_imm_q.eq(_count_set([e.valid & e.imm & (e.qp == rq.qp) for e in pend])),
+                pend_imm_q.eq(popcount([e.valid & e.imm & (e.qp == rq.qp) for e in pend])),
             ]
             goto("CHECK")
         with state("CHECK"):

@@ -1,28 +1,12 @@
 """Round-robin choice among request bits, used for QPs and for EVs."""
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Const, Module, Mux, Signal, unsigned
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["lowest_set", "round_robin", "RoundRobin"]
+from ..bits import lowest_set
 
-
-def lowest_set(m, vec):
-    """(any, index) of the lowest set bit of ``vec``: an isolate-lowest-bit
-    (one carry chain) and an OR tree per index bit, not a priority chain.
-    The one-hot vector is a named signal: slicing the expression itself bit
-    by bit would copy it once per bit (n^2 cells)."""
-    n = len(vec)
-    width = max(1, (n - 1).bit_length())
-    onehot = Signal(n)
-    m.d.comb += onehot.eq(vec & (~vec + 1)[:n])
-    index = Cat(
-        *[
-            Cat(*[onehot[i] for i in range(n) if (i >> b) & 1] or [Const(0, 1)]).any()
-            for b in range(width)
-        ]
-    )
-    return onehot.any(), index
+__all__ = ["round_robin", "RoundRobin"]
 
 
 def round_robin(m, vec, last):
@@ -32,8 +16,8 @@ def round_robin(m, vec, last):
     requests = Signal(n)
     above = Signal(n)
     m.d.comb += [requests.eq(vec), above.eq((Const((1 << n) - 1, n) << (last + 1))[:n])]
-    hi_any, hi_index = lowest_set(m, requests & above)
-    lo_any, lo_index = lowest_set(m, requests)
+    hi_any, hi_index = lowest_set(requests & above)
+    lo_any, lo_index = lowest_set(requests)
     return lo_any, Mux(hi_any, hi_index, lo_index)
 
 

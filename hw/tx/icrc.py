@@ -4,7 +4,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..arbiter import one_hot_select
+from ..bits import one_hot_select
 from ..crc import ICRC_INIT, _matrix, crc32_parts, crc32_state_py, tail_rest, tail_shift
 from ..headers import ICRC_MASKED_BYTES, OFF_IPV4
 from ..stream import Beat
