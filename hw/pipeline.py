@@ -49,16 +49,33 @@
     The same for any AXI-style signature whose members are named by channel
     (``aw*``, ``w*``, ``b*``, ``ar*``, ``r*``), e.g. ``AXI4LiteSignature``.
 
-``OneHotFSM(m, states, init)``
+``OneHotFSM(m, states, init, implicit=None)``
     A state machine with one flip-flop per state (``st``, a record of one
     bit per name), for control logic that must meet timing: "in state X"
     is a flip-flop, not a decode of a binary state register, so the clock
-    enables and selects that depend on it have no logic in front.
-    ``state(name)`` opens a state's block (a plain ``m.If`` on its bit);
-    ``goto(name)`` inside it clears that bit and sets ``name``'s the next
-    cycle. A state whose block takes no ``goto`` stays. The caller keeps the
-    transitions of one state exclusive; the blocks are ``m.If``s in order,
-    so an assignment made in every cycle goes before them.
+    enables and selects that depend on it have no logic in front. The rule:
+    ``m.FSM`` unless a state is itself the enable or select of a datapath
+    register (or of a wide net); then ``OneHotFSM``. Written as ``m.FSM``:
+    ``with fsm.State(name):`` opens a state's block (a plain ``m.If`` on its
+    bit), ``fsm.next = name`` in it clears that bit and sets ``name``'s the
+    next cycle (a state whose block takes no ``next`` stays), and
+    ``fsm.ongoing(name)`` is the state's bit. Unlike ``m.FSM``, two
+    transitions taken in one cycle would both happen (two bits set), so
+    ``next`` checks at elaboration that each of a state's transitions sits
+    in a separate branch of one ``m.If``/``m.Elif``/``m.Else`` chain or
+    ``m.Switch`` as every other transition of the state (a transition
+    enclosing another, or two in sibling ``m.If``s, raises
+    ``TransitionConflict``, naming both lines). The blocks are ``m.If``s
+    in order, so an assignment made in every cycle goes before them.
+    ``implicit`` names a state without a flip-flop: in it while no other
+    bit is set (an idle state read in a few places only).
+    ``sum_of_products=True`` makes each bit's next value ``bit & ~leave |
+    enter``, of flags the transitions raise (no priority of the blocks'
+    order in front of the flip-flop; the same cycles).
+    ``state(name)``/``goto(name)`` are the same without the check, for
+    machines whose transitions exclude each other by a one-hot condition
+    the check cannot see. Under ``one_hot_assertions()`` (simulator tests)
+    every machine also asserts, each cycle, that its vector is one-hot.
 
 ``state_copy(m, enter, leave, name)``, ``load_in_groups(m, pairs, make_copy, bits=64)``
     Copies of a one-hot state's flip-flop, each the enable of one group of
@@ -100,17 +117,22 @@
     also writes its address is undefined.
 """
 
-from amaranth.hdl import Cat, Module, Mux, Shape, Signal, Value
+import sys
+from contextlib import contextmanager
+
+from amaranth.hdl import Assert, Cat, Module, Mux, Shape, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hw.axi import AXI4Signature
+from hw.bits import two_or_more
 from hw.stream import AXIStreamSignature
 
 __all__ = ["AXI4RegisterSlice", "AXIRegisterSlice", "AXIStreamRegister", "BlockRamFIFO",
-           "OneHotFSM", "StreamRegister", "forward_register", "load_in_groups",
-           "saturating_increment", "skid", "state_copy", "unchecked_read_port"]
+           "OneHotFSM", "StreamRegister", "TransitionConflict", "forward_register",
+           "load_in_groups", "one_hot_assertions", "saturating_increment", "skid", "state_copy",
+           "unchecked_read_port"]
 
 
 # Bits of a skid stage per copy of its valid flags: each copy selects and
@@ -232,21 +254,153 @@ def load_in_groups(m, pairs, make_copy, bits=64):
             m.d.sync += dst[lo : lo + bits].eq(src[lo : lo + bits])
 
 
+class TransitionConflict(SyntaxError):
+    """Two transitions out of one ``OneHotFSM`` state that can fire in the same cycle."""
+
+
+_one_hot_assertions = [False]
+
+
+@contextmanager
+def one_hot_assertions():
+    """Every ``OneHotFSM`` elaborated inside adds ``Assert`` that its state
+    vector stays one-hot, which the Amaranth simulator checks each cycle: for
+    simulator tests. Outside it none is added (no cell reaches a netlist)."""
+    _one_hot_assertions.append(True)
+    try:
+        yield
+    finally:
+        _one_hot_assertions.pop()
+
+
+def _branch_path(m: Module, outer: int):
+    """The branches enclosing the caller in ``m`` below control depth
+    ``outer``: one ``(construct, branch index)`` per ``m.If`` chain or
+    ``m.Switch`` (the construct is Amaranth's record of it, shared by all its
+    branches; the index counts the branches closed before the open one)."""
+    path = []
+    for depth in range(outer, m.domain._depth):
+        kind, ctrl = m._ctrl_stack[depth]
+        index = {"If": lambda c: len(c["bodies"]),
+                 "Switch": lambda c: len(c["cases"])}.get(kind, lambda c: None)(ctrl)
+        path.append((ctrl, index))
+    return path
+
+
+def _exclusive(a, b):
+    """Whether two branch paths can never both be taken in one cycle: they
+    part in two branches of one If/Elif/Else chain or of one Switch (whose
+    first matching case alone is taken). A path that contains the other, or
+    that parts from it at two separate constructs, is not."""
+    for (ca, ia), (cb, ib) in zip(a, b, strict=False):  # to the shorter path
+        if ca is not cb:
+            return False
+        if ia != ib:
+            return ia is not None and ib is not None
+    return False
+
+
 class OneHotFSM:
     """See the module docstring."""
 
-    def __init__(self, m: Module, states, init: str, name: str = "st"):
-        self._m = m
-        self.st = Signal(data.StructLayout({n: 1 for n in states}), init={init: 1}, name=name)
+    def __init__(self, m: Module, states, init: str, name: str = "st", *, implicit=None,
+                 sum_of_products=False):
+        if init not in states:
+            raise ValueError(f"OneHotFSM {name!r}: init {init!r} is not one of the states {states}")
+        if implicit is not None and implicit not in states:
+            raise ValueError(f"OneHotFSM {name!r}: implicit {implicit!r} is not one of the "
+                             f"states {states}")
+        self._m, self._name, self._implicit = m, name, implicit
+        bits = [n for n in states if n != implicit]
+        self.st = Signal(data.StructLayout({n: 1 for n in bits}),
+                         init={} if init == implicit else {init: 1}, name=name)
         self._in = None
+        self._checked = None  # (state, control depth of its block) inside State()
+        self._taken = {}  # state -> [(target, branch path, source location)]
+        self._enter = self._leave = None
+        if sum_of_products:
+            self._enter = {n: Signal(name=f"{name}_enter_{n}") for n in bits}
+            self._leave = {n: Signal(name=f"{name}_leave_{n}") for n in bits}
+            m.d.sync += [self.st[n].eq((self.st[n] & ~self._leave[n]) | self._enter[n])
+                         for n in bits]
+        if _one_hot_assertions[-1]:
+            vector = [self.st[n] for n in bits]
+            one = ~two_or_more(vector)
+            if implicit is None:
+                one = one & Cat(*vector).any()
+            m.d.comb += Assert(one, f"OneHotFSM {name}: state vector not one-hot")
+
+    def ongoing(self, name: str):
+        """1 in state ``name`` (its flip-flop; for the implicit state, none set)."""
+        if name == self._implicit:
+            return ~Value.cast(self.st).any()
+        return self.st[name]
 
     def state(self, name: str):
-        self._in = name
-        return self._m.If(self.st[name])
+        """Opens state ``name``'s block, unchecked: the caller keeps its
+        transitions exclusive (prefer ``State``)."""
+        self._in, self._checked = name, None
+        return self._m.If(self.ongoing(name))
+
+    @contextmanager
+    def State(self, name: str):
+        """Opens state ``name``'s block, as ``m.State``: the transitions
+        (``next``) taken in it are checked to exclude each other."""
+        if self._checked is not None:
+            raise SyntaxError(f"OneHotFSM {self._name!r}: State({name!r}) inside "
+                              f"State({self._checked[0]!r})")
+        with self._m.If(self.ongoing(name)):
+            self._in, self._checked = name, (name, self._m.domain._depth - 1)
+            try:
+                yield
+            finally:
+                self._in, self._checked = None, None
+
+    @property
+    def next(self):
+        raise AttributeError("OneHotFSM.next can only be assigned (fsm.next = 'STATE')")
+
+    @next.setter
+    def next(self, name: str):
+        """``fsm.next = name`` in a ``State`` block: the transition to ``name``
+        (the state itself: stay), refused when another transition of the
+        state can fire in the same cycle."""
+        if self._checked is None:
+            raise SyntaxError(f"OneHotFSM {self._name!r}: next = {name!r} outside a State block")
+        state, depth = self._checked
+        frame = sys._getframe(1)
+        where = f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        path = _branch_path(self._m, depth)
+        for target, other, other_where in self._taken.setdefault(state, []):
+            if target != name and not _exclusive(path, other):
+                raise TransitionConflict(
+                    f"OneHotFSM {self._name!r}: state {state} goes to {target} ({other_where}) "
+                    f"and to {name} ({where}) in the same cycle, which would leave two state "
+                    f"bits set (or lose the stay); put the transitions in separate branches of "
+                    f"one m.If/m.Elif/m.Else chain or m.Switch")
+        self._taken[state].append((name, path, where))
+        self._emit(name)
 
     def goto(self, name: str):
-        if name != self._in:
-            self._m.d.sync += [self.st[self._in].eq(0), self.st[name].eq(1)]
+        """The transition to ``name`` from the state whose block is open
+        (unchecked; ``next`` is the checked form)."""
+        self._emit(name)
+
+    def _emit(self, name: str):
+        if name not in self.st.shape().members and name != self._implicit:
+            raise ValueError(f"OneHotFSM {self._name!r}: no state {name!r}")
+        if name == self._in:
+            return
+        if self._enter is not None:
+            if self._in != self._implicit:
+                self._m.d.comb += self._leave[self._in].eq(1)
+            if name != self._implicit:
+                self._m.d.comb += self._enter[name].eq(1)
+            return
+        if self._in != self._implicit:
+            self._m.d.sync += self.st[self._in].eq(0)
+        if name != self._implicit:
+            self._m.d.sync += self.st[name].eq(1)
 
 
 class StreamRegister(wiring.Component):

@@ -102,7 +102,7 @@ class AXI4LiteDecoder(wiring.Component):
         # B (R) is seen.
         fsm = OneHotFSM(m, ("IDLE", "WRITE", "WRITE_RESP", "READ", "READ_RESP"), init="IDLE",
                         name="decoder_state")
-        with fsm.state("IDLE"):
+        with fsm.State("IDLE"):
             take_write = s.awvalid & s.wvalid
             take_read = s.arvalid & ~s.awvalid
             address = Mux(s.awvalid, s.awaddr, s.araddr)
@@ -113,11 +113,11 @@ class AXI4LiteDecoder(wiring.Component):
                          ar_pending.eq(take_read)]
             with m.If(take_write):
                 m.d.comb += [s.awready.eq(1), s.wready.eq(1)]
-                fsm.goto("WRITE")
+                fsm.next = "WRITE"
             with m.Elif(take_read):
                 m.d.comb += s.arready.eq(1)
-                fsm.goto("READ")
-        with fsm.state("WRITE"):
+                fsm.next = "READ"
+        with fsm.State("WRITE"):
             for i, port in enumerate(ports):
                 with m.If(sel[i] & port.awready):
                     m.d.sync += aw_pending.eq(0)
@@ -127,12 +127,12 @@ class AXI4LiteDecoder(wiring.Component):
                                      AXI_RESP_DECERR))
             # No window: the decoder answers at once.
             with m.If((sel & Cat(p.bvalid for p in ports)).any() | ~sel.any()):
-                fsm.goto("WRITE_RESP")
-        with fsm.state("WRITE_RESP"):
+                fsm.next = "WRITE_RESP"
+        with fsm.State("WRITE_RESP"):
             m.d.comb += [s.bvalid.eq(1), s.bresp.eq(bresp)]
             with m.If(s.bready):
-                fsm.goto("IDLE")
-        with fsm.state("READ"):
+                fsm.next = "IDLE"
+        with fsm.State("READ"):
             for i, port in enumerate(ports):
                 with m.If(sel[i] & port.arready):
                     m.d.sync += ar_pending.eq(0)
@@ -143,9 +143,9 @@ class AXI4LiteDecoder(wiring.Component):
                 rdata.eq(one_hot_select(sel, [p.rdata for p in ports])),
             ]
             with m.If((sel & Cat(p.rvalid for p in ports)).any() | ~sel.any()):
-                fsm.goto("READ_RESP")
-        with fsm.state("READ_RESP"):
+                fsm.next = "READ_RESP"
+        with fsm.State("READ_RESP"):
             m.d.comb += [s.rvalid.eq(1), s.rresp.eq(rresp), s.rdata.eq(rdata)]
             with m.If(s.rready):
-                fsm.goto("IDLE")
+                fsm.next = "IDLE"
         return m

@@ -178,33 +178,33 @@ class AXI4BRAM(wiring.Component):
         with m.If(host_fsm.st.READ_WORD):
             m.d.sync += host_rd_word.eq(rd_q.word_select(host_sel, 32))
         m.d.comb += host.rdata.eq(host_rd_word)
-        with host_fsm.state("IDLE"):
+        with host_fsm.State("IDLE"):
             m.d.sync += [host_word.eq(host.awaddr[lane_bits:]),
                          host_wdata.eq(host.wdata),
                          host_lanes.eq(host.wstrb << 4 * word_in_beat(host.awaddr)),
                          host_sel.eq(word_in_beat(host.araddr))]
             with m.If(host.awvalid & host.wvalid):
                 m.d.comb += [host.awready.eq(1), host.wready.eq(1), host_wr_next.eq(1)]
-                host_fsm.goto("WRITE")
+                host_fsm.next = "WRITE"
             with m.Elif(host.arvalid):
                 m.d.comb += [host.arready.eq(1), host_rd_next.eq(1)]
-                host_fsm.goto("READ")
-        with host_fsm.state("WRITE"):
-            host_fsm.goto("WRITE_RESP")
-        with host_fsm.state("WRITE_RESP"):
+                host_fsm.next = "READ"
+        with host_fsm.State("WRITE"):
+            host_fsm.next = "WRITE_RESP"
+        with host_fsm.State("WRITE_RESP"):
             m.d.comb += [host.bvalid.eq(1), host.bresp.eq(AXI_RESP_OKAY)]
             with m.If(host.bready):
-                host_fsm.goto("IDLE")
-        with host_fsm.state("READ"):
-            host_fsm.goto("READ_DATA")
-        with host_fsm.state("READ_DATA"):
-            host_fsm.goto("READ_WORD")
-        with host_fsm.state("READ_WORD"):
-            host_fsm.goto("READ_RESP")
-        with host_fsm.state("READ_RESP"):
+                host_fsm.next = "IDLE"
+        with host_fsm.State("READ"):
+            host_fsm.next = "READ_DATA"
+        with host_fsm.State("READ_DATA"):
+            host_fsm.next = "READ_WORD"
+        with host_fsm.State("READ_WORD"):
+            host_fsm.next = "READ_RESP"
+        with host_fsm.State("READ_RESP"):
             m.d.comb += [host.rvalid.eq(1), host.rresp.eq(AXI_RESP_OKAY)]
             with m.If(host.rready):
-                host_fsm.goto("IDLE")
+                host_fsm.next = "IDLE"
 
         # ---- AXI4 write: AW, then the W beats, then B ---------------------------------
         w_active = Signal()

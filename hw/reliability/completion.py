@@ -170,7 +170,6 @@ class CompletionWriter(wiring.Component):
         # IDLE flop) with no decode in front.
         fsm = OneHotFSM(m, ("CLEAR", "IDLE", "FETCH", "LATCH", "ADDR", "AR", "R", "AW", "W",
                             "B"), "CLEAR")
-        state, goto = fsm.state, fsm.goto
         clear_q = Signal(range(self.num_qps))
         # R: rsel is one-hot on the beat expected (0 outside R), so beat k's enable is
         # rvalid & rsel[k], two flip-flops. W: wdata comes from a register (wword), the
@@ -188,45 +187,45 @@ class CompletionWriter(wiring.Component):
         next_word = Const(0, dw)
         for k in range(wbeats - 1):
             next_word = next_word | Mux(wsel[k], cqe_words[k + 1], 0)
-        with state("CLEAR"):  # after reset: every CQ producer index to 0
+        with fsm.State("CLEAR"):  # after reset: every CQ producer index to 0
             m.d.comb += [pi_wr.addr.eq(clear_q), pi_wr.data.eq(0), pi_wr.en.eq(1)]
             m.d.sync += clear_q.eq(clear_q + 1)
             with m.If(clear_q == self.num_qps - 1):
-                goto("IDLE")
-        with state("IDLE"):
+                fsm.next = "IDLE"
+        with fsm.State("IDLE"):
             m.d.comb += self.req.ready.eq(1)
             with m.If(self.req.valid):
                 m.d.sync += req.eq(self.req.payload)
-                goto("FETCH")
-        with state("FETCH"):
-            goto("LATCH")  # addresses (from req) settle; data next cycle
+                fsm.next = "FETCH"
+        with fsm.State("FETCH"):
+            fsm.next = "LATCH"  # addresses (from req) settle; data next cycle
         # LATCH lasts the one cycle after FETCH: cfg's load in it is split into groups of
         # at most 64 bits, each under its own copy of LATCH's flip-flop (one net to all
         # 160 enables)
         load_in_groups(m, [(cfg, self.cfg_data)],
                        lambda k: state_copy(m, fsm.st.FETCH, 1, f"st_LATCH_{k}"))
-        with state("LATCH"):
+        with fsm.State("LATCH"):
             sq_mask_in = (Const(1, 17) << self.cfg_data.sq_log2) - 1
             m.d.sync += [pi.eq(pi_rd.data), error.eq(0),
                          sq_off.eq((req.wqe_index & sq_mask_in) << 6)]
             with m.If(req.clear):
                 m.d.comb += [pi_wr.data.eq(0), pi_wr.en.eq(1)]
-                goto("IDLE")
+                fsm.next = "IDLE"
             with m.Else():
-                goto("ADDR")
-        with state("ADDR"):
+                fsm.next = "ADDR"
+        with fsm.State("ADDR"):
             m.d.sync += ar_addr.eq(cfg.sq_base[:aw] + sq_off)
-            goto("AR")
-        with state("AR"):
+            fsm.next = "AR"
+        with fsm.State("AR"):
             m.d.comb += [axi.arvalid.eq(1), axi.araddr.eq(ar_addr)]
             with m.If(axi.arready):
                 m.d.sync += rsel.eq(1)
-                goto("R")
+                fsm.next = "R"
         with m.If(axi.rvalid):
             for k in range(rbeats):
                 with m.If(rsel[k]):
                     m.d.sync += wqe[k * dw : (k + 1) * dw].eq(axi.rdata)
-        with state("R"):
+        with fsm.State("R"):
             m.d.comb += axi.rready.eq(1)
             with m.If(axi.rvalid):
                 with m.If(rsel[0]):
@@ -239,15 +238,15 @@ class CompletionWriter(wiring.Component):
                     m.d.sync += error.eq(1)
                 with m.If(axi.rlast):
                     m.d.sync += rsel.eq(0)
-                    goto("AW")
-        with state("AW"):
+                    fsm.next = "AW"
+        with fsm.State("AW"):
             m.d.comb += [axi.awvalid.eq(~skip), axi.awaddr.eq(cq_addr)]
             m.d.sync += wsel.eq(1)
             with m.If(skip):
-                goto("IDLE")
+                fsm.next = "IDLE"
             with m.Elif(axi.awready):
-                goto("W")
-        with state("W"):
+                fsm.next = "W"
+        with fsm.State("W"):
             m.d.comb += [axi.wvalid.eq(1), axi.wlast.eq(wsel[-1]), axi.wdata.eq(wword)]
             if dw <= 8 * CQE_BYTES:
                 m.d.comb += axi.wstrb.eq((1 << lanes) - 1)
@@ -257,11 +256,11 @@ class CompletionWriter(wiring.Component):
             with m.If(axi.wready):
                 m.d.sync += wsel.eq(wsel << 1)
                 with m.If(wsel[-1]):
-                    goto("B")
+                    fsm.next = "B"
         # the WQE and the CQE's other inputs are stable from R on
         with m.If(fsm.st.AW | (fsm.st.W & axi.wready)):
             m.d.sync += wword.eq(Mux(fsm.st.AW, cqe_words[0], next_word))
-        with state("B"):
+        with fsm.State("B"):
             m.d.comb += axi.bready.eq(1)
             with m.If(axi.bvalid):
                 m.d.comb += [
@@ -270,5 +269,5 @@ class CompletionWriter(wiring.Component):
                     self.cqe_done.eq(1),
                     self.dma_error.eq(error | (axi.bresp != AXI_RESP_OKAY)),
                 ]
-                goto("IDLE")
+                fsm.next = "IDLE"
         return m

@@ -192,7 +192,6 @@ class ProbeBuilder(wiring.Component):
         # and req.ready / tvalid are flip-flops, not decodes of a state register.
         fsm = OneHotFSM(m, ("IDLE", "FETCH", "LATCH", "SUM", "BUILD", "CRC_WAIT", "CRC_PART",
                             "CRC", "ICRC", "SEND"), "IDLE")
-        state, goto = fsm.state, fsm.goto
         axis = self.m_axis
         # tdata, tlast and tkeep straight from the output registers (only tvalid is the
         # SEND state): their value outside SEND is not looked at
@@ -202,13 +201,13 @@ class ProbeBuilder(wiring.Component):
             axis.tkeep.eq(Mux(out_last, (1 << (PROBE_FRAME_BYTES - (beats - 1) * lanes)) - 1,
                               (1 << lanes) - 1)),
         ]
-        with state("IDLE"):
+        with fsm.State("IDLE"):
             m.d.comb += self.req.ready.eq(1)
             with m.If(self.req.valid):
                 m.d.sync += req.eq(self.req.payload)
-                goto("FETCH")
-        with state("FETCH"):
-            goto("LATCH")
+                fsm.next = "FETCH"
+        with fsm.State("FETCH"):
+            fsm.next = "LATCH"
         # LATCH and BUILD each last one cycle after FETCH and SUM: the wide loads in them
         # are split into groups of at most 64 bits, each under its own copy of the
         # state's flip-flop (one net to all their enables took 3-5 ns of routing)
@@ -217,23 +216,23 @@ class ProbeBuilder(wiring.Component):
 
         load_in_groups(m, [(net, self.net_data), (ev, self.ev_data), (stamp, self.now_ns)],
                        copy_after("FETCH", "LATCH"))
-        with state("LATCH"):
-            goto("SUM")
-        with state("SUM"):
+        with fsm.State("LATCH"):
+            fsm.next = "SUM"
+        with fsm.State("SUM"):
             m.d.sync += ipsum.eq(own_sum + words[8] + words[9])
-            goto("BUILD")
+            fsm.next = "BUILD"
         load_in_groups(m, [(frame[: len(header)], header)], copy_after("SUM", "BUILD"))
-        with state("BUILD"):
+        with fsm.State("BUILD"):
             m.d.sync += [crc.eq(ICRC_INIT), step.eq(1)]
-            goto("CRC_WAIT")
-        with state("CRC_WAIT"):
-            goto("CRC_PART")
-        with state("CRC_PART"):
-            goto("CRC")
-        with state("CRC"):
+            fsm.next = "CRC_WAIT"
+        with fsm.State("CRC_WAIT"):
+            fsm.next = "CRC_PART"
+        with fsm.State("CRC_PART"):
+            fsm.next = "CRC"
+        with fsm.State("CRC"):
             m.d.sync += [crc.eq(crc_next), next_beat.eq(1)]
             with m.If(step[steps + 1]):
-                goto("ICRC")
+                fsm.next = "ICRC"
         # A word into the output register in ICRC (the first beat is all header: the
         # ICRC is in the last 4 of 74 bytes and a beat is at most 64, so it is loaded
         # while the ICRC goes into the frame) and at each beat taken in SEND.
@@ -242,13 +241,13 @@ class ProbeBuilder(wiring.Component):
                          out_word.eq(one_hot_select(next_beat, [
                              padded[k * dw : (k + 1) * dw] for k in range(beats)])),
                          out_last.eq(next_beat[beats - 1])]
-        with state("ICRC"):
+        with fsm.State("ICRC"):
             m.d.sync += frame[len(header) :].eq(~crc)
-            goto("SEND")
-        with state("SEND"):
+            fsm.next = "SEND"
+        with fsm.State("SEND"):
             m.d.comb += axis.tvalid.eq(1)
             with m.If(axis.tready & out_last):
-                goto("IDLE")
+                fsm.next = "IDLE"
         return m
 
 
@@ -313,14 +312,13 @@ class ProbeReplyCheck(wiring.Component):
         ok = Signal()
         rnd = h.probe.probe_id[8:32]
         fsm = OneHotFSM(m, ("IDLE", "DIFF", "DECIDE", "SEND"), "IDLE", name="check_st")
-        state, goto = fsm.state, fsm.goto
         m.d.comb += self.o.valid.eq(fsm.st.SEND)
-        with state("IDLE"):
+        with fsm.State("IDLE"):
             m.d.comb += self.i.ready.eq(1)
             with m.If(self.i.valid):
                 m.d.sync += h.eq(self.i.payload)
-                goto("DIFF")
-        with state("DIFF"):
+                fsm.next = "DIFF"
+        with fsm.State("DIFF"):
             m.d.sync += [
                 is_probe.eq(h.bth.opcode == Opcode.PROBE_RESP),
                 round_now.eq(rnd == self.round),
@@ -329,15 +327,15 @@ class ProbeReplyCheck(wiring.Component):
                 since.eq(Cat(h.probe.timestamp, Const(0, 1)) - Cat(start_prev, Const(0, 1))),
                 probing.eq(self.probing),
             ]
-            goto("DECIDE")
-        with state("DECIDE"):
+            fsm.next = "DECIDE"
+        with fsm.State("DECIDE"):
             m.d.comb += ok.eq(probing & (round_now | round_prev) & ~age[64] & ~since[64])
             with m.If(~is_probe | ok):
-                goto("SEND")
+                fsm.next = "SEND"
             with m.Else():
                 m.d.comb += self.stale.eq(1)
-                goto("IDLE")
-        with state("SEND"):
+                fsm.next = "IDLE"
+        with fsm.State("SEND"):
             with m.If(self.o.ready):
-                goto("IDLE")
+                fsm.next = "IDLE"
         return m

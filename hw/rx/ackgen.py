@@ -279,7 +279,7 @@ class RxAckBuilder(wiring.Component):
         # selects of the job, CRC and beat registers are state flip-flops, not
         # decodes of a binary state.
         fsm = OneHotFSM(m, ("IDLE", "LOAD", "PREP", "CRC", "ICRC", "SEND"), "IDLE")
-        st, state, goto = fsm.st, fsm.state, fsm.goto
+        st = fsm.st
 
         # The CRC source beat and its data part are loaded in every cycle,
         # with no enable: they are read only in PREP and CRC. src_q gets beat
@@ -311,23 +311,23 @@ class RxAckBuilder(wiring.Component):
             crc_dpart_lo.eq(dpart_lo),
             crc_dpart_hi.eq(dpart_hi),
         ]
-        with state("IDLE"):
+        with fsm.State("IDLE"):
             m.d.comb += self.job.ready.eq(1)
             # The job register follows the input while in IDLE (its enable is
             # the IDLE flip-flop, not the handshake); it holds from LOAD on.
             m.d.sync += job.eq(self.job.payload)
             with m.If(self.job.valid):
-                goto("LOAD")
-        with state("LOAD"):
+                fsm.next = "LOAD"
+        with fsm.State("LOAD"):
             m.d.sync += [
                 crc.eq(crc_init),
                 crc_left.eq(crc_len),
                 crc_last.eq(crc_len <= bpb),
             ]
-            goto("PREP")
-        with state("PREP"):
-            goto("CRC")
-        with state("CRC"):
+            fsm.next = "PREP"
+        with fsm.State("PREP"):
+            fsm.next = "CRC"
+        with fsm.State("CRC"):
             # the CRC register: the state part of a full beat XOR the data
             # part registered in the cycle before
             next_last = crc_left <= 2 * bpb
@@ -337,7 +337,7 @@ class RxAckBuilder(wiring.Component):
                 crc_last.eq(next_last),
             ]
             with m.If(crc_last):
-                goto("ICRC")
+                fsm.next = "ICRC"
         # The output beat register ``out`` loads, as it takes a beat (in ICRC,
         # when the CRC is final, the first; in SEND the next as each is taken),
         # beat 0 of the frame in ICRC, else ``out_pre``, the next beat, through
@@ -372,10 +372,10 @@ class RxAckBuilder(wiring.Component):
                 ]
             with m.Elif(~send):
                 m.d.sync += out_next.eq(1)
-        with state("ICRC"):
+        with fsm.State("ICRC"):
             m.d.sync += out_left.eq(frame_len)
-            goto("SEND")
-        with state("SEND"):
+            fsm.next = "SEND"
+        with fsm.State("SEND"):
             m.d.comb += [
                 axis.tvalid.eq(1),
                 axis.tdata.eq(out),
@@ -389,5 +389,5 @@ class RxAckBuilder(wiring.Component):
             with m.If(axis.tready):
                 m.d.sync += out_left.eq(out_left - bpb)
                 with m.If(last):
-                    goto("IDLE")
+                    fsm.next = "IDLE"
         return m

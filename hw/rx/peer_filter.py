@@ -96,7 +96,6 @@ class RxPeerFilter(wiring.Component):
 
         fsm = OneHotFSM(m, ("IDLE", "LOOKUP", "CHECK", "DECIDE", "SEND"), "IDLE",
                         name="filter_st")
-        state, goto = fsm.state, fsm.goto
         m.d.comb += self.o.valid.eq(fsm.st.SEND)
         # The header register follows the input in every IDLE cycle and holds
         # from LOOKUP on; its enables are copies of IDLE's flip-flop, each on at
@@ -112,24 +111,24 @@ class RxPeerFilter(wiring.Component):
             return copy
 
         load_in_groups(m, [(h, self.i.payload)], idle_copy)
-        with state("IDLE"):
+        with fsm.State("IDLE"):
             m.d.comb += [self.i.ready.eq(1), take.eq(self.i.valid)]
             with m.If(take):
-                goto("LOOKUP")
-        with state("LOOKUP"):  # cfg_addr from h: the configuration arrives in CHECK
+                fsm.next = "LOOKUP"
+        with fsm.State("LOOKUP"):  # cfg_addr from h: the configuration arrives in CHECK
             m.d.sync += header_checks
-            goto("CHECK")
-        with state("CHECK"):
+            fsm.next = "CHECK"
+        with fsm.State("CHECK"):
             m.d.sync += qp_checks
-            goto("DECIDE")
-        with state("DECIDE"):
+            fsm.next = "DECIDE"
+        with fsm.State("DECIDE"):
             first = first_failing(m, [(n, fail[n]) for n in PEER_FILTER_COUNTERS])
             m.d.comb += [getattr(self.counters, n).eq(first[n]) for n in PEER_FILTER_COUNTERS]
             with m.If(failed):
-                goto("IDLE")
+                fsm.next = "IDLE"
             with m.Else():
-                goto("SEND")
-        with state("SEND"):
+                fsm.next = "SEND"
+        with fsm.State("SEND"):
             with m.If(self.o.ready):
-                goto("IDLE")
+                fsm.next = "IDLE"
         return m

@@ -340,7 +340,6 @@ class RxValidator(wiring.Component):
         # (docs/timing.md#rx-validator).
         fsm = OneHotFSM(m, ("IDLE", "LOOKUP", "CHECK", "DECIDE", "PEER"), "IDLE",
                         name="validate")
-        state, goto = fsm.state, fsm.goto
         m.d.comb += peer_valid.eq(fsm.st.PEER)
         take = Signal()  # IDLE -> LOOKUP
         # the transitions into IDLE, from DECIDE and PEER
@@ -356,18 +355,18 @@ class RxValidator(wiring.Component):
             return copy
 
         load_in_groups(m, [(h, self.hdr.payload)], idle_copy)
-        with state("IDLE"):
+        with fsm.State("IDLE"):
             # Wait until both outputs are free, so a frame never waits half-sent.
             m.d.comb += [self.hdr.ready.eq(free), take.eq(self.hdr.valid & free)]
             with m.If(take):
-                goto("LOOKUP")
-        with state("LOOKUP"):
+                fsm.next = "LOOKUP"
+        with fsm.State("LOOKUP"):
             m.d.sync += lookup_values
-            goto("CHECK")
-        with state("CHECK"):
+            fsm.next = "CHECK"
+        with fsm.State("CHECK"):
             m.d.sync += check_values
-            goto("DECIDE")
-        with state("DECIDE"):
+            fsm.next = "DECIDE"
+        with fsm.State("DECIDE"):
             m.d.sync += [
                 req.syndrome.eq(Mux(invalid_c, NAK_INVALID_REQUEST, NAK_REMOTE_ACCESS)),
                 req.qp.eq(h.bth.dqpn[: self.qp_bits]),
@@ -397,11 +396,11 @@ class RxValidator(wiring.Component):
             # A peer frame only needs the window engine to drain its payload.
             m.d.sync += req_valid.eq(~is_peer | has_payload)
             with m.If(is_peer):
-                goto("PEER")
+                fsm.next = "PEER"
             with m.Else():
-                goto("IDLE")
-        with state("PEER"):
+                fsm.next = "IDLE"
+        with fsm.State("PEER"):
             with m.If(self.peer_ack.ready):
-                goto("IDLE")
+                fsm.next = "IDLE"
         return m
 
