@@ -24,6 +24,7 @@ from hw.pipeline import BlockRamFIFO, OneHotFSM, load_in_groups, saturating_incr
 from hw.rx.parser import ParsedHeader
 
 from .completion import CompletionRequest
+from .deadline import TimerArm, TimerDeadline
 from .layouts import (
     AETH_ACK,
     NAK_INVALID_REQUEST,
@@ -188,9 +189,7 @@ class ReliabilityCore(wiring.Component):
                     {"qpn": range(num_qps), "gen": GEN_BITS}))),
                 "cmd": In(stream.Signature(Command(num_qps, evs_per_qp))),
                 "probe_tick": In(1),
-                "timer_arm": Out(stream.Signature(data.StructLayout(
-                    {"qpn": range(num_qps), "armed": 1, "gen": GEN_BITS,
-                     "deadline": DEADLINE_BITS}))),
+                "timer_arm": Out(stream.Signature(TimerArm(num_qps, GEN_BITS))),
                 "retx": Out(stream.Signature(RetxRequest)),
                 "ack_update": Out(stream.Signature(AckUpdate)),
                 "ev_update": Out(stream.Signature(EvUpdate)),
@@ -424,37 +423,15 @@ class ReliabilityCore(wiring.Component):
         def psn_addr(slot_value):
             return Cat(slot_value, q) if wbits else q
 
-        # timer writes (FINAL, CLEAR) go through a 4-stage pipeline that computes the
-        # deadline: now + unit x 2^min(24, t + max(0, retries - linear)), with now, the
-        # retry count and the configuration of the cycle of the request; the write
-        # reaches the timers 4 cycles after it (in order, so a later write still wins)
-        arm_v = Signal()
-        arm_qpn = Signal(range(nq))
-        arm_armed = Signal()
-        arm_gen = Signal(GEN_BITS)
-        arm_pipe = [(Signal(name=f"arm_v{i}"), Signal(range(nq), name=f"arm_qpn{i}"),
-                     Signal(name=f"arm_armed{i}"), Signal(GEN_BITS, name=f"arm_gen{i}"),
-                     Signal(DEADLINE_BITS, name=f"arm_now{i}")) for i in range(3)]
-        m.d.sync += Cat(*arm_pipe[0]).eq(Cat(arm_v, arm_qpn, arm_armed, arm_gen, self.now))
-        for i in range(1, 3):
-            m.d.sync += Cat(*arm_pipe[i]).eq(Cat(*arm_pipe[i - 1]))
-        over = Signal(6)
-        arm_t = Signal(5)
-        exp = Signal(5)
-        timeout = Signal(DEADLINE_BITS)
-        exp_raw = arm_t + over
-        m.d.sync += [
-            over.eq(Mux(cur.retries > cfg.linear_cnt, cur.retries - cfg.linear_cnt, 0)),
-            arm_t.eq(cfg.t),
-            exp.eq(Mux(exp_raw > 24, 24, exp_raw)),
-            timeout.eq(Const(self.timeout_unit, DEADLINE_BITS) << exp),
-        ]
-        arm_out = self.timer_arm.payload
-        v2, qpn2, armed2, gen2, now2 = arm_pipe[2]
-        m.d.sync += [
-            self.timer_arm.valid.eq(v2), arm_out.qpn.eq(qpn2), arm_out.armed.eq(armed2),
-            arm_out.gen.eq(gen2), arm_out.deadline.eq(now2 + timeout),
-        ]
+        # timer writes (FINAL, CLEAR): their deadlines from the retry count and the
+        # configuration of the cycle of the write (hw/reliability/deadline.py)
+        m.submodules.deadline = deadline = TimerDeadline(
+            num_qps=nq, gen_bits=GEN_BITS, timeout_unit=self.timeout_unit)
+        wiring.connect(m, deadline.timer_arm, wiring.flipped(self.timer_arm))
+        arm_v = deadline.write.valid
+        arm_req = deadline.write.payload
+        m.d.comb += [deadline.now.eq(self.now), arm_req.retries.eq(cur.retries),
+                     arm_req.t.eq(cfg.t), arm_req.linear_cnt.eq(cfg.linear_cnt)]
 
         # window bounds, registered (global parameters)
         cmin = Signal(16)
@@ -767,7 +744,7 @@ class ReliabilityCore(wiring.Component):
             m.d.comb += [out.timer_gen.eq(cur.timer_gen + 1), out.armed.eq(want_arm)]
         m.d.comb += [
             rec_wr.addr.eq(q), rec_wr.data.eq(out),
-            arm_qpn.eq(q), arm_armed.eq(want_arm), arm_gen.eq(out.timer_gen),
+            arm_req.qpn.eq(q), arm_req.armed.eq(want_arm), arm_req.gen.eq(out.timer_gen),
             f_ack.w_data.eq(Cat(Const(0, 24) | q, cur.una)),
             f_cwnd.w_data.eq(Cat(Const(0, 24) | q, cur.cwnd)),
             f_qps.w_data.eq(Cat(Const(0, 24) | q, cur.state)),
