@@ -9,12 +9,12 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from ..arbiter import one_hot_select
-from ..csr import CSRBusSignature, RegisteredWrites, block_decode
+from ..csr import CSRBusSignature
 from ..headers import Opcode
 from ..pipeline import OneHotFSM
 from ..protocol import PSN_BITS
 from .arbiter import RoundRobin, round_robin
+from .csr_decode import TxCsrDecode
 from .dma import ReadData, ReadRequest
 from .ev import EvBusSignature
 from .layouts import (
@@ -27,68 +27,27 @@ from .layouts import (
     SentRecord,
     WqeOpcode,
 )
-from .regs import (
-    CTRL_ENABLE_BIT,
-    CTRL_FLUSH_BIT,
-    CTRL_RESET_BIT,
-    QP_BASE,
-    QP_STRIDE,
-    TX_TYPE_ID,
-    TX_VERSION,
-    G,
-    Q,
+from .qp_settings import (
+    CFG_FLOP_QPS,
+    CFG_GROUPS,
+    CFG_LANES,
+    MPR_UNIT,
+    lane_index,
+    registered_address,
+    settings_defaults,
+    settings_lane,
 )
-from .wimm import WimmBusSignature
+from .regs import CTRL_ENABLE_BIT
+from .wimm import WimmBusSignature, wimm_widths
 
-__all__ = ["Sequencer", "CFG_LANES"]
+__all__ = ["Sequencer", "CFG_LANES", "CFG_FLOP_QPS", "ACK_PER_QP_QPS"]
 
-MPR_UNIT = 128
-
-# Per-QP settings held in one RAM row, one 32-bit lane per CSR so that a CSR
-# write is a single lane write (write granularity 32).
-CFG_LANES = [
-    ("mtu_shift", Q.MTU, 3),  # log2(MTU) - 8: the MTU is 256 << mtu_shift
-    ("mpr", Q.MPR, 8),
-    ("cwnd", Q.CWND, 16),
-    ("dqpn", Q.DEST_QPN, 24),
-    ("dst_mac_lo", Q.DST_MAC_LO, 32),
-    ("dst_mac_hi", Q.DST_MAC_HI, 16),
-    ("dst_ip", Q.DST_IP, 32),
-    ("dscp", Q.DSCP, 6),
-    ("sq_base_lo", Q.SQ_BASE_LO, 32),
-    ("sq_base_hi", Q.SQ_BASE_HI, 32),
-    ("sq_log2_size", Q.SQ_LOG2_SIZE, 4),
-    ("max_wimm", Q.MAX_WIMM, 16),  # WimmBound keeps the bound; this lane is its read-back
-]
-_LANE = {name: i for i, (name, _, _) in enumerate(CFG_LANES)}
-# The lanes are kept in three RAMs, each read at a registered address of its
-# own, so that no row select drives all of a row's bits (see ``late`` below):
-# the lanes the FSM uses, and two groups of the headers' fields.
-# CSR read words per registered group of the read mux (an AND-OR of 8 words
-# is two LUT levels)
-READ_GROUP = 8
-CFG_GROUPS = (
-    ("ctl", ("mtu_shift", "mpr", "cwnd", "sq_base_lo", "sq_base_hi", "sq_log2_size")),
-    ("mac", ("dst_mac_lo", "dst_mac_hi")),
-    ("hdr", ("dqpn", "dst_ip", "dscp", "max_wimm")),
-)
-assert sorted(name for _, names in CFG_GROUPS for name in names) == sorted(_LANE)
-# Up to this many QPs the settings are flip-flop rows (what synthesis makes of
-# so small a memory anyway), each lane of each row written under a flip-flop
-# strobe of its own, decoded with w_stb; above it, RAMs with a write address.
-CFG_FLOP_QPS = 2
 # Up to this many QPs an ack_update's compares are made for every QP at once,
 # from each QP's own PSN registers (two subtractions and a compare per QP);
 # above it, once, behind a mux of the ack's QP. The same bound makes the
 # window's and a retransmit's subtractions (next_psn - una_psn, the PSN -
 # una_psn) per QP, with the mux of cur_q behind them.
 ACK_PER_QP_QPS = 4
-
-
-def _lane(row, name, width=None):
-    """Lane ``name`` of a settings row: its CFG_LANES bits, or its low ``width``."""
-    i = _LANE[name]
-    return row[32 * i : 32 * i + (CFG_LANES[i][2] if width is None else width)]
 
 
 def WqeState(addr_width=64):
@@ -118,7 +77,8 @@ def InflightRecord(ev_bits):
 class Sequencer(wiring.Component):
     """The TX control path: one decision per packet, sequential.
 
-    Interface: ``csr`` (the TX register block, ``regs.tx_register_map``),
+    Interface: ``csr`` (the TX register block, ``regs.tx_register_map``,
+    decoded by ``TxCsrDecode``, hw/tx/csr_decode.py),
     ``wqe_req``/``wqe_data`` (AXI4 read bursts of 64-byte WQEs), ``ev``
     (the ``EvTable``), ``retx`` and ``ack_update`` from reliability, and per
     packet one ``hdr_desc`` (header fields), one ``pay_desc`` (payload to
@@ -251,23 +211,9 @@ class Sequencer(wiring.Component):
 
         # ---- per-QP settings, WQE progress, counters, in-flight records: RAM
         # The FSM and the CSR reads read each RAM at an address registered the
-        # cycle before (a transparent read, as a synchronous port's), but from
-        # a register of that port's own: one register for the FSM's four
-        # (yosys moves a read port's register to its address, and merges
-        # equal ones) would drive every row select, ~500 sinks on the board,
-        # and the CSR reads' one ~160 (docs/timing.md#tx-sequencer). Each
-        # copy loads only when it differs from its address, so that its next
-        # value depends on itself and synthesis keeps the copies apart.
-        def late(value, name):
-            reg = Signal(len(value), name=name)
-            with m.If(reg != value):
-                m.d.sync += reg.eq(value)
-            return reg
-
-        cfg_init = [0] * len(CFG_LANES)
-        cfg_init[_LANE["mtu_shift"]] = min(10, max_mtu_log2) - 8
-        cfg_init[_LANE["mpr"]] = max(1, depth // MPR_UNIT)
-        cfg_init[_LANE["cwnd"]] = depth
+        # cycle before (a transparent read, as a synchronous port's), from a
+        # register of that port's own (``registered_address``).
+        cfg_init = settings_defaults(self.max_mtu, depth)
         # Per group of lanes: (lane indices, write port, the FSM's read port,
         # the CSR reads' port). A CSR read never meets a settings write (those
         # are applied two cycles after w_stb), so its transparency changes nothing.
@@ -278,7 +224,7 @@ class Sequencer(wiring.Component):
         cfg_lanes_r = [None] * len(CFG_LANES)
         cfg_lanes_csr = [None] * len(CFG_LANES)
         for group, names in CFG_GROUPS:
-            lanes = [_LANE[name] for name in names]
+            lanes = [lane_index[name] for name in names]
             row_init = sum(cfg_init[i] << (32 * k) for k, i in enumerate(lanes))
             if cfg_flops:
                 cfg_w = [Signal(32 * len(lanes), init=row_init, name=f"cfg_{group}_row{r}")
@@ -322,9 +268,6 @@ class Sequencer(wiring.Component):
         infl_r = inflight_mem.read_port(domain="comb")
 
         # ---- global registers
-        src_mac = Signal(48)
-        src_ip = Signal(32)
-        ev_select = Signal(qb + eb)
         retx_ignored = Signal(32)
         retx_no_ev = Signal(32)
         # a retransmit dropped for want of an EV, registered: the counter moves the
@@ -333,14 +276,13 @@ class Sequencer(wiring.Component):
         m.d.sync += retx_no_ev_inc.eq(0)
         with m.If(retx_no_ev_inc):
             m.d.sync += retx_no_ev.eq(retx_no_ev + 1)
-        m.d.comb += [self.src_mac.eq(src_mac), self.src_ip.eq(src_ip)]
 
         cur_q = Signal(qb)
         m.d.comb += [
-            *[r_addr.eq(late(cur_q, f"cfg_{group}_q"))
+            *[r_addr.eq(registered_address(m, cur_q, f"cfg_{group}_q"))
               for group, _, _, r_addr, _ in cfg_ports],
-            wqe_r.addr.eq(late(cur_q, "wqe_q")),
-            cnt_r.addr.eq(late(cur_q, "cnt_q")),
+            wqe_r.addr.eq(registered_address(m, cur_q, "wqe_q")),
+            cnt_r.addr.eq(registered_address(m, cur_q, "cnt_q")),
             self.ev.good_qp.eq(cur_q),
         ]
 
@@ -366,6 +308,30 @@ class Sequencer(wiring.Component):
 
         init_q = Signal(range(nq + 1))
         ready = Signal()
+
+        # ---- CSR decode: per-QP writes as strobes (qw), applied below, and reads
+        m.submodules.csr_decode = dec = TxCsrDecode(
+            num_qps=nq, evs_per_qp=ne, csr_addr_width=len(self.csr.addr), max_mtu=self.max_mtu,
+            data_width=self.data_width, inflight_depth=depth, addr_width=self.addr_width,
+            flop_rows=cfg_flops, wimm_count_width=wimm_widths(depth)[1])
+        wiring.connect(m, wiring.flipped(self.csr), dec.csr)
+        qw = dec.qp_w
+        m.d.comb += [
+            dec.ready.eq(ready),
+            dec.init_q.eq(init_q),
+            *[csr_addr.eq(registered_address(m, dec.qsel, f"cfg_{group}_csr_q"))
+              for group, _, _, _, csr_addr in cfg_ports],
+            cnt_csr.addr.eq(registered_address(m, dec.qsel, "cnt_csr_q")),
+            self.wimm.rd_q.eq(dec.qsel),  # rd_count: the cycle after r_stb
+            self.ev.csr_sel.eq(dec.ev_sel),
+            self.ev.csr_we.eq(dec.ev_we),
+            self.ev.csr_value.eq(dec.ev_value),
+            self.ev.csr_state.eq(dec.ev_state),
+            dec.ev_r_value.eq(self.ev.csr_r_value),
+            dec.ev_r_state.eq(self.ev.csr_r_state),
+            self.src_mac.eq(dec.src_mac),
+            self.src_ip.eq(dec.src_ip),
+        ]
 
         # ---- the per-packet FSM
         retx_mode = Signal()
@@ -400,7 +366,7 @@ class Sequencer(wiring.Component):
         # after a parking SEGMENT, so both writes see the two equal.
         wqe_we = Signal()
         m.d.comb += [
-            wqe_w.addr.eq(late(cur_q, "wqe_w_q")),
+            wqe_w.addr.eq(registered_address(m, cur_q, "wqe_w_q")),
             wqe_w.data.eq(cur),
             wqe_w.data.pkt_index.eq(Mux(emit_go, cur.pkt_index + 1, cur.pkt_index)),
             wqe_w.en.eq(wqe_we),
@@ -408,7 +374,7 @@ class Sequencer(wiring.Component):
 
         # only the bits that an MTU up to max_mtu needs
         mtu_shift_bits = max(1, (max_mtu_log2 - 8).bit_length())
-        mtu_shift = _lane(cfg, "mtu_shift")[:mtu_shift_bits]
+        mtu_shift = settings_lane(cfg, "mtu_shift")[:mtu_shift_bits]
         mtu = Signal(13)
         m.d.comb += mtu.eq(Const(256, 9) << mtu_shift)
         # Array reads go through plain signals first: arithmetic on two
@@ -448,8 +414,8 @@ class Sequencer(wiring.Component):
         else:
             inflight = (cur_next - cur_una)[:PSN_BITS]
             psn_offset = (retx_psn - cur_una)[:PSN_BITS]
-        mpr_psns = _lane(cfg, "mpr") * MPR_UNIT
-        cwnd = _lane(cfg, "cwnd")
+        mpr_psns = settings_lane(cfg, "mpr") * MPR_UNIT
+        cwnd = settings_lane(cfg, "cwnd")
         # The window check is split for timing: in LOAD the PSNs in flight
         # are registered, in CHECK (settings read) inflight >= min(MPR x 128,
         # cwnd, depth) is registered as three compares, and the next state
@@ -478,8 +444,9 @@ class Sequencer(wiring.Component):
         m.d.sync += wb_clear_r.eq(wb_clear)
         # the SQ base keeps addr_width bits: sq_base_hi's lane is read that narrow
         sq_hi_bits = self.addr_width - 32
-        sq_base = Cat(_lane(cfg, "sq_base_lo"), _lane(cfg, "sq_base_hi", sq_hi_bits))
-        sq_log2 = _lane(cfg, "sq_log2_size")
+        sq_base = Cat(settings_lane(cfg, "sq_base_lo"),
+                      settings_lane(cfg, "sq_base_hi", sq_hi_bits))
+        sq_log2 = settings_lane(cfg, "sq_log2_size")
         # (1 << sq_log2_size) - 1; sq_log2_size <= 15, so bit 15 is never set
         ring_mask = Cat(*[sq_log2 > i for i in range(15)], Const(0, 1))
         # the WQE's ring slot (fetch_index mod size) is registered with
@@ -546,7 +513,7 @@ class Sequencer(wiring.Component):
             h.opcode.eq(opcode),
             h.se.eq(imm_last),
             h.ackreq.eq(seg_last | retx_mode),
-            h.dqpn.eq(_lane(cfg, "dqpn")),
+            h.dqpn.eq(settings_lane(cfg, "dqpn")),
             h.psn.eq(seg_psn),
             h.va.eq(pkt_va),
             h.rkey.eq(cur.rkey),
@@ -554,9 +521,9 @@ class Sequencer(wiring.Component):
             h.imm.eq(cur.imm),
             h.length.eq(seg_len),
             h.ev.eq(self.ev.value),
-            h.dst_mac.eq(Cat(_lane(cfg, "dst_mac_lo"), _lane(cfg, "dst_mac_hi"))),
-            h.dst_ip.eq(_lane(cfg, "dst_ip")),
-            h.dscp.eq(_lane(cfg, "dscp")),
+            h.dst_mac.eq(Cat(settings_lane(cfg, "dst_mac_lo"), settings_lane(cfg, "dst_mac_hi"))),
+            h.dst_ip.eq(settings_lane(cfg, "dst_ip")),
+            h.dscp.eq(settings_lane(cfg, "dscp")),
             self.pay_desc.payload.laddr.eq(pkt_laddr),
             self.pay_desc.payload.length.eq(seg_len),
             self.sent.payload.qpn.eq(cur_q),
@@ -591,7 +558,7 @@ class Sequencer(wiring.Component):
             cnt_w.en.eq(st.INIT | emit_go),
             infl_w.en.eq(emit_go),
             # read for RETX_RECORD alone; retx_psn and cur_q are set in IDLE
-            infl_r.addr.eq(late(Cat(retx_psn[:db], cur_q), "infl_addr")),
+            infl_r.addr.eq(registered_address(m, Cat(retx_psn[:db], cur_q), "infl_addr")),
             self.hdr_desc.valid.eq(emit_go),
             self.pay_desc.valid.eq(emit_go),
             self.sent.valid.eq(emit_go | st.OP_ERR),
@@ -893,12 +860,11 @@ class Sequencer(wiring.Component):
         ack_taken = self.ack_update.valid & ack_ready
         m.d.comb += self.ack_update.ready.eq(ack_ready)
         m.d.sync += ack_ready.eq(~ack_taken)
-        psn_write = Signal(nq)  # a CSR next_psn write applied this cycle, one-hot
         ak_qp = Signal(nq)  # the registered ack's QP, one-hot; 0: none to apply
         ak_una = Signal(PSN_BITS)
         ak_apply = Signal(nq)  # per QP: its una_psn moves to ak_una
         m.d.sync += [
-            ak_qp.eq(Cat(*[ack_taken & (ack.qpn == i) & ~psn_write[i] for i in range(nq)])),
+            ak_qp.eq(Cat(*[ack_taken & (ack.qpn == i) & ~qw.next_psn[i] for i in range(nq)])),
             ak_una.eq(ack.una_psn),
         ]
         # The compare is written as "not less than", one carry chain (yosys
@@ -938,176 +904,67 @@ class Sequencer(wiring.Component):
         with m.If(self.ev.became_good):
             m.d.sync += ev_blocked.bit_select(self.ev.became_good_qp, 1).eq(0)
 
-        # ---- CSR decode
-        csr = self.csr
-        # (the QP blocks are aligned up to 32 QPs: no carry chain in front of
-        # the write strobes; docs/timing.md#tx-sequencer)
-        in_qp, qsel = block_decode(csr.addr, QP_BASE, QP_STRIDE, nq)
-        reg = csr.addr[: QP_STRIDE.bit_length() - 1]
-        m.d.comb += [csr_addr.eq(late(qsel, f"cfg_{group}_csr_q"))
-                     for group, _, _, _, csr_addr in cfg_ports]
-        m.d.comb += cnt_csr.addr.eq(late(qsel, "cnt_csr_q"))
-        m.d.comb += self.wimm.rd_q.eq(qsel)  # rd_count: the cycle after r_stb
-        m.d.comb += [
-            self.ev.csr_sel.eq(ev_select),
-            self.ev.csr_value.eq(csr.w_data[:16]),  # taken with csr_we
-            self.ev.csr_state.eq(csr.w_data[16:18]),
-        ]
-
-        lane_of = {off: name for name, off, _ in CFG_LANES}
-        # Per-QP writes are decoded in two registered steps and applied two
-        # cycles after w_stb (the bridge's next read or write strobe comes 3
-        # cycles after it at the earliest): at w_stb the address's pieces are
-        # registered (a QP write, which register, which QP, the data), the
-        # cycle after they become one-hot strobes (one per settings lane and
-        # row, CTRL, NEXT_PSN, DOORBELL), so every enable is a flip-flop and
-        # no decode of the address lies in front of a strobe
-        # (docs/timing.md#tx-sequencer). Until
-        # ``ready`` the same registers carry INIT's writes of the settings'
-        # defaults, all lanes of row init_q, and qw_data is zero.
-        valid_mtu = Signal()  # w_data is an MTU the block takes
-        mtu_shift_d = Signal(3)
-        for lg in range(8, max_mtu_log2 + 1):
-            with m.If(csr.w_data == (1 << lg)):
-                m.d.comb += [valid_mtu.eq(1), mtu_shift_d.eq(lg - 8)]
-        # step 1, at w_stb
-        d_qp_w = Signal()  # a write to a QP's block, after INIT
-        d_lane = Signal(len(CFG_LANES))  # the register is this settings lane
-        d_ctrl, d_next_psn, d_doorbell, d_unpark = Signal(), Signal(), Signal(), Signal()
-        d_q = Signal(qb)
-        d_ready = Signal()
-        d_init_q = Signal.like(init_q)
-        d_data = Signal(32)
-        d_mtu_shift = Signal(3)
-        m.d.sync += [
-            d_qp_w.eq(csr.w_stb & in_qp & ready),
-            d_lane.eq(Cat(*[(reg == off) & (valid_mtu | (name != "mtu_shift"))
-                            for name, off, _ in CFG_LANES])),
-            d_ctrl.eq(reg == Q.CTRL),
-            d_next_psn.eq(reg == Q.NEXT_PSN),
-            d_doorbell.eq(reg == Q.DOORBELL),
-            d_unpark.eq((reg == Q.MPR) | (reg == Q.CWND) | (reg == Q.CTRL) | (reg == Q.NEXT_PSN)),
-            d_q.eq(qsel),
-            d_ready.eq(ready),
-            d_init_q.eq(init_q),
-            d_data.eq(csr.w_data),
-            d_mtu_shift.eq(mtu_shift_d),
-        ]
-        # step 2: the strobes
-        qw_lanes = Signal(len(CFG_LANES))
-        # with flip-flop rows: per row, its lanes' write strobes (the lane's
-        # and the QP's, or INIT's row), registered like qw_lanes, so that
-        # each lane of each row loads under a flip-flop and not a LUT of qw_q
-        # and qw_lanes (docs/timing.md#tx-sequencer)
-        qw_rows = [Signal(len(CFG_LANES), name=f"qw_row{r}")
-                   for r in range(nq if cfg_flops else 0)]
-        qw_init = Signal()
-        qw_q = Signal(qb)
-        qw_data = Signal(32)
-        mtu_shift_w = Signal(3)
-        qw_ctrl = Signal()
-        qw_doorbell = Signal()
-        qw_unpark = Signal()  # a write that may open the QP's window
-        qw_reset = Signal(nq)  # a qp_ctrl write with reset = 1, one-hot by QP
-        qw_flush = Signal(nq)  # a qp_ctrl write with flush = 1, one-hot by QP
-        lane_hit = d_lane & d_qp_w.replicate(len(CFG_LANES))
-        m.d.sync += [
-            qw_lanes.eq(Mux(d_ready, lane_hit, (1 << len(CFG_LANES)) - 1)),
-            qw_init.eq(~d_ready),
-            qw_q.eq(Mux(d_ready, d_q, d_init_q)),
-            *[qw_row.eq(Mux(d_ready, lane_hit & (d_q == r).replicate(len(CFG_LANES)),
-                            (d_init_q == r).replicate(len(CFG_LANES))))
-              for r, qw_row in enumerate(qw_rows)],
-            qw_data.eq(Mux(d_ready, d_data, 0)),
-            mtu_shift_w.eq(d_mtu_shift),
-            qw_ctrl.eq(d_qp_w & d_ctrl),
-            psn_write.eq(Cat(*[d_qp_w & d_next_psn & (d_q == i) for i in range(nq)])),
-            qw_reset.eq(Cat(*[d_qp_w & d_ctrl & d_data[CTRL_RESET_BIT] & (d_q == i)
-                              for i in range(nq)])),
-            qw_flush.eq(Cat(*[d_qp_w & d_ctrl & d_data[CTRL_FLUSH_BIT] & (d_q == i)
-                              for i in range(nq)])),
-            qw_doorbell.eq(d_qp_w & d_doorbell),
-            qw_unpark.eq(d_qp_w & d_unpark),
-        ]
-        # Every settings lane is given qw_data and the lane enable picks the
-        # one written, so the data needs no decode; INIT's zero qw_data is the
+        # ---- CSR writes (decoded in TxCsrDecode) applied to the per-QP state
+        # Every settings lane is given qw.data and the lane enable picks the
+        # one written, so the data needs no decode; INIT's zero qw.data is the
         # default of every lane but those muxed here.
         cfg_lanes_w = []
         for i, (name, _, _) in enumerate(CFG_LANES):
             lane_data = Signal(32, name=f"cfg_w_{name}")
-            value = mtu_shift_w if name == "mtu_shift" else qw_data
-            m.d.comb += lane_data.eq(Mux(qw_init, cfg_init[i], value) if cfg_init[i] else value)
+            value = qw.mtu_shift if name == "mtu_shift" else qw.data
+            m.d.comb += lane_data.eq(Mux(qw.init, cfg_init[i], value) if cfg_init[i] else value)
             cfg_lanes_w.append(lane_data)
+        nl = len(CFG_LANES)
         for _, lanes, cfg_w, _, _ in cfg_ports:
             if cfg_flops:
-                for row, qw_row in zip(cfg_w, qw_rows, strict=True):
+                for r, row in enumerate(cfg_w):
                     for k, i in enumerate(lanes):
-                        with m.If(qw_row[i]):
+                        with m.If(qw.rows[nl * r + i]):
                             m.d.sync += row[32 * k : 32 * (k + 1)].eq(cfg_lanes_w[i])
             else:
                 m.d.comb += [
-                    cfg_w.addr.eq(qw_q),
-                    cfg_w.en.eq(Cat(*[qw_lanes[i] for i in lanes])),
+                    cfg_w.addr.eq(qw.q),
+                    cfg_w.en.eq(Cat(*[qw.lanes[i] for i in lanes])),
                     cfg_w.data.eq(Cat(*[cfg_lanes_w[i] for i in lanes])),
                 ]
-        with m.If(qw_unpark):
-            m.d.sync += win_blocked.bit_select(qw_q, 1).eq(0)
-            m.d.comb += wb_clear.bit_select(qw_q, 1).eq(1)
-        with m.If(qw_ctrl):
+        with m.If(qw.unpark):
+            m.d.sync += win_blocked.bit_select(qw.q, 1).eq(0)
+            m.d.comb += wb_clear.bit_select(qw.q, 1).eq(1)
+        with m.If(qw.ctrl):
             m.d.sync += [
-                enable.bit_select(qw_q, 1).eq(qw_data[CTRL_ENABLE_BIT]),
-                ev_blocked.bit_select(qw_q, 1).eq(0),
-                op_halt.bit_select(qw_q, 1).eq(0),
+                enable.bit_select(qw.q, 1).eq(qw.data[CTRL_ENABLE_BIT]),
+                ev_blocked.bit_select(qw.q, 1).eq(0),
+                op_halt.bit_select(qw.q, 1).eq(0),
             ]
         # qp_ctrl.reset (the QP's RESET, written with enable 0): the ring is empty from
         # the doorbell on (consumer = producer) and the part-sent WQE is dropped, so the
         # QP restarts where the host's next WQE goes. After the FSM's writes of ci and
         # wqe_active (PARSE, EMIT, OP_ERR), which it overrides in the same cycle.
         for i in range(nq):
-            with m.If(qw_reset[i]):
+            with m.If(qw.reset[i]):
                 m.d.sync += [ci[i].eq(pi[i]), wqe_active[i].eq(0), win_blocked[i].eq(0)]
-            with m.If(qw_reset[i] | qw_flush[i]):
+            with m.If(qw.reset[i] | qw.flush[i]):
                 m.d.sync += wimm_park[i].eq(0)
         # WimmBound: its count of a QP is 0 after a reset, a flush (the QP's WQEs
         # were completed by reliability's ERROR) and INIT; the bound is written
         # with the settings lane (INIT writes its default, 0: no bound)
         m.d.comb += [
-            self.wimm.clear.eq(qw_reset | qw_flush | qw_init.replicate(nq)),
-            self.wimm.limit_we.eq(qw_lanes[_LANE["max_wimm"]]),
-            self.wimm.limit_q.eq(qw_q),
-            self.wimm.limit_data.eq(cfg_lanes_w[_LANE["max_wimm"]][:16]),
+            self.wimm.clear.eq(qw.reset | qw.flush | qw.init.replicate(nq)),
+            self.wimm.limit_we.eq(qw.lanes[lane_index["max_wimm"]]),
+            self.wimm.limit_q.eq(qw.q),
+            self.wimm.limit_data.eq(cfg_lanes_w[lane_index["max_wimm"]][:16]),
         ]
-        with m.If(qw_doorbell):
-            m.d.sync += pi[qw_q].eq(qw_data[:16])
-        # The global registers are written like the per-QP ones: one-hot strobes
-        # and the data registered at w_stb and applied the cycle after
-        # (hw.csr.RegisteredWrites), so that their enables are flip-flops. A
-        # read takes their values the cycle after r_stb (below), when a write
-        # strobed the cycle before r_stb has landed: reads need no bypass.
-        # EV_ENTRY goes to the EV table at w_stb (a state change binds the
-        # packets chosen after the write).
-        gw = RegisteredWrites(m, csr, {
-            key: (csr.addr == offset, None) for key, offset in (
-                ("mac_lo", G.SRC_MAC_LO), ("mac_hi", G.SRC_MAC_HI), ("ip", G.SRC_IP),
-                ("ev_select", G.EV_SELECT))}, name="gw")
-        m.d.comb += self.ev.csr_we.eq(csr.w_stb & (csr.addr == G.EV_ENTRY))
-        with m.If(gw.stb["mac_lo"]):
-            m.d.sync += src_mac[:32].eq(gw.data)
-        with m.If(gw.stb["mac_hi"]):
-            m.d.sync += src_mac[32:].eq(gw.data[:16])
-        with m.If(gw.stb["ip"]):
-            m.d.sync += src_ip.eq(gw.data)
-        with m.If(gw.stb["ev_select"]):
-            m.d.sync += ev_select.eq(Cat(gw.data[:eb], gw.data[8 : 8 + qb]))
+        with m.If(qw.doorbell):
+            m.d.sync += pi[qw.q].eq(qw.data[:16])
 
         # The PSN registers, written here per QP so that each is one enable
         # and a 2-way choice: a NEXT_PSN write sets both and overrides an
         # EMIT or applied ack_update for the QP in the same cycle.
         for i in range(nq):
-            with m.If(psn_write[i]):
+            with m.If(qw.next_psn[i]):
                 m.d.sync += [
-                    next_psn[i].eq(qw_data[:PSN_BITS]),
-                    una_psn[i].eq(qw_data[:PSN_BITS]),
+                    next_psn[i].eq(qw.data[:PSN_BITS]),
+                    una_psn[i].eq(qw.data[:PSN_BITS]),
                 ]
             with m.Else():
                 with m.If(psn_advance & (cur_q == i)):
@@ -1115,87 +972,12 @@ class Sequencer(wiring.Component):
                 with m.If(ak_apply[i]):
                     m.d.sync += una_psn[i].eq(ak_una)
 
-        # Reads: the register is decoded with r_stb into one-hot selects (and a
-        # QP's STATUS word taken then), the RAM read ports give their data the
-        # cycle after, and r_word registers the AND-OR of the selected values:
-        # a read answers 3 cycles after r_stb (CSR_READ_LATENCY; the AND-OR
-        # is taken in two registered steps, below). The EV
-        # table's entry at ev_select (distributed RAM, read without a register
-        # of its own) is registered every cycle before that AND-OR, so a read
-        # of EV_ENTRY sees the entry as it was the cycle before r_stb.
-        ev_entry = Signal(18)
-        m.d.sync += ev_entry.eq(Cat(self.ev.csr_r_value, self.ev.csr_r_state))
-        r_q = Signal(qb)
-        r_status = Signal(32)
-        s_next = Signal(PSN_BITS)
-        s_una = Signal(PSN_BITS)
-        m.d.comb += [s_next.eq(next_psn[qsel]), s_una.eq(una_psn[qsel])]
-        with m.If(csr.r_stb):
-            m.d.sync += [
-                r_q.eq(qsel),
-                r_status.eq(
-                    Cat(
-                        wqe_active.bit_select(qsel, 1),
-                        win_blocked.bit_select(qsel, 1),
-                        ev_blocked.bit_select(qsel, 1),
-                        wimm_wait.bit_select(qsel, 1),
-                        Const(0, 4),
-                        (s_next - s_una)[:PSN_BITS],
-                    )
-                ),
-            ]
-        cfg_row = Cat(*cfg_lanes_csr)
-        reads = []  # (decode of csr.addr at r_stb, value the cycle after)
-        for off, name in lane_of.items():
-            value = _lane(cfg_row, name)
-            if name == "sq_base_hi":
-                value = value & ((1 << sq_hi_bits) - 1)  # the bits the SQ base keeps
-            if name == "mtu_shift":
-                value = Const(256, 13) << value[:mtu_shift_bits]
-            reads.append((in_qp & (reg == off), value))
-        reads += [
-            (in_qp & (reg == Q.CTRL), enable.bit_select(r_q, 1)),
-            (in_qp & (reg == Q.NEXT_PSN), next_psn[r_q]),
-            (in_qp & (reg == Q.UNA_PSN), una_psn[r_q]),
-            (in_qp & (reg == Q.DOORBELL), pi[r_q]),
-            (in_qp & (reg == Q.CONSUMER), ci[r_q]),
-            (in_qp & (reg == Q.TX_PACKETS), cnt_csr.data[:32]),
-            (in_qp & (reg == Q.RETX_PACKETS), cnt_csr.data[32:]),
-            (in_qp & (reg == Q.STATUS), r_status),
-            (in_qp & (reg == Q.WIMM_OUTSTANDING), self.wimm.rd_count),
-        ]
-        reads += [
-            (csr.addr == off, value)
-            for off, value in (
-                (G.ID, Const((TX_TYPE_ID << 16) | TX_VERSION, 32)),
-                (G.STATUS, ready),
-                (G.NUM_QPS, Const(nq, 32)),
-                (G.EVS_PER_QP, Const(ne, 32)),
-                (G.CAPS, Const(nbytes | (max_mtu_log2 << 8) | (db << 12), 32)),
-                (G.SRC_MAC_LO, src_mac[:32]),
-                (G.SRC_MAC_HI, src_mac[32:]),
-                (G.SRC_IP, src_ip),
-                (G.EV_SELECT, Cat(ev_select[:eb], Const(0, 8 - eb), ev_select[eb:])),
-                (G.EV_ENTRY, ev_entry),
-                (G.RETX_IGNORED, retx_ignored),
-                (G.RETX_NO_EV, retx_no_ev),
-            )
-        ]
-        r_sel = Signal(len(reads))
-        with m.If(csr.r_stb):
-            m.d.sync += r_sel.eq(Cat(*[hit for hit, _ in reads]))
-        # The AND-OR of the selected values in two registered steps: one per
-        # group of READ_GROUP words, then the OR of the groups (one LUT), so
-        # a read answers 3 cycles after r_stb. One step (3-4 LUT levels
-        # from r_sel, whose bits fan out over all 32 bits) is too slow
-        # (docs/timing.md#tx-sequencer).
-        groups = []
-        for g in range(0, len(reads), READ_GROUP):
-            part = Signal(32, name=f"r_part{g // READ_GROUP}")
-            m.d.sync += part.eq(one_hot_select(
-                r_sel[g:g + READ_GROUP], [value for _, value in reads[g:g + READ_GROUP]]))
-            groups.append(part)
-        r_word = Signal(32)
-        m.d.sync += r_word.eq(reduce(operator.or_, groups))
-        m.d.comb += csr.r_data.eq(r_word)
+        # the values CSR reads return
+        read_values = dict(
+            enable=enable, wqe_active=wqe_active, win_blocked=win_blocked,
+            ev_blocked=ev_blocked, wimm_wait=wimm_wait, next_psn=Cat(*next_psn),
+            una_psn=Cat(*una_psn), pi=Cat(*pi), ci=Cat(*ci), cfg_row=Cat(*cfg_lanes_csr),
+            counters=cnt_csr.data, wimm_count=self.wimm.rd_count, retx_ignored=retx_ignored,
+            retx_no_ev=retx_no_ev)
+        m.d.comb += [getattr(dec, name).eq(value) for name, value in read_values.items()]
         return m
