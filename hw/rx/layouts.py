@@ -5,7 +5,7 @@ from amaranth.lib import data, enum
 
 from hw.headers import AETH, BTH, PROBE, RETH, SACK, sack_bitmap
 
-from ..protocol import CqeStatus, QpState
+from ..protocol import PSN_BITS, CqeStatus, QpState
 
 __all__ = [
     "COUNTER_NAMES",
@@ -19,6 +19,11 @@ __all__ = [
     "QpState",
     "ReqKind",
     "WindowReq",
+    "QpRxState",
+    "MAX_PENDING",
+    "PendingEntry",
+    "PendingCqe",
+    "InFlightRow",
     "CQE_STATUS_SUCCESS",
     "CQE_FLAG_PHASE",
 ]
@@ -216,5 +221,80 @@ class CqeJob(data.StructLayout):
                 "status": unsigned(8),
                 "opcode": unsigned(8),
                 "phase": unsigned(1),
+            }
+        )
+
+
+# ---- the PSN window engine's state (hw/rx/window.py and its tables)
+
+class QpRxState(data.StructLayout):
+    """What the window engine keeps per QP (one memory row)."""
+
+    def __init__(self):
+        super().__init__(
+            {
+                "epsn": unsigned(PSN_BITS),  # expected PSN = cum_psn + 1
+                "msn": unsigned(24),  # messages completed
+                "unacked": unsigned(8),  # packets placed since the last ACK
+                "ece": unsigned(1),
+                "ce_count": unsigned(16),
+                "armed": unsigned(1),  # ACK timer running
+                "deadline": unsigned(24),
+                "ev": unsigned(16),  # EV and MAC of the last frame from the peer
+                "mac": unsigned(48),
+                "cq_prod": unsigned(16),
+            }
+        )
+
+
+# The pending-completion table's entries (LAST packets from acceptance until the
+# cumulative PSN passes them), one table for all QPs (docs/rx.md).
+MAX_PENDING = 8
+
+
+class PendingEntry(data.StructLayout):
+    """A LAST packet accepted but not yet passed by the cumulative PSN: the
+    fields matched in every entry at once (registers; what its completion
+    reports is a ``PendingCqe`` row)."""
+
+    def __init__(self, qp_bits, tag_bits):
+        super().__init__(
+            {
+                "valid": unsigned(1),
+                "qp": unsigned(qp_bits),
+                "psn": unsigned(PSN_BITS),
+                "in_flight": unsigned(1),  # its write has no B verdict yet
+                "imm": unsigned(1),  # WITH_IMMEDIATE: holds a slot of its QP's CQ
+                "tag": unsigned(tag_bits),  # its in-flight slot while in_flight
+            }
+        )
+
+
+class PendingCqe(data.StructLayout):
+    """What a pending entry's completion reports (a LUT RAM row, read by entry)."""
+
+    def __init__(self):
+        super().__init__(
+            {
+                "imm_flag": unsigned(1),
+                "opcode": unsigned(8),
+                "imm": unsigned(32),
+                "dma_len": unsigned(32),
+            }
+        )
+
+
+class InFlightRow(data.StructLayout):
+    """A packet accepted and being written, not yet marked in the bitmap (a LUT
+    RAM row, read by tag; its qp and psn are also kept in registers, with
+    the slot's valid bit, for the duplicate check)."""
+
+    def __init__(self, qp_bits):
+        super().__init__(
+            {
+                "qp": unsigned(qp_bits),
+                "psn": unsigned(PSN_BITS),
+                "ackreq": unsigned(1),
+                "ce": unsigned(1),
             }
         )

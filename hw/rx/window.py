@@ -14,9 +14,22 @@ from hw.pipeline import OneHotFSM, load_in_groups, state_copy
 from hw.protocol import PSN_BITS, Syndrome
 
 from .dma import CQE_BYTES, DmaDone, WriteCmd
-from .layouts import CQE_STATUS_SUCCESS, AckJob, CqeJob, QpConfig, ReqKind, WindowReq
+from .layouts import (
+    CQE_STATUS_SUCCESS,
+    MAX_PENDING,
+    AckJob,
+    CqeJob,
+    InFlightRow,
+    PendingCqe,
+    PendingEntry,
+    QpConfig,
+    QpRxState,
+    ReqKind,
+    WindowReq,
+)
+from .window_ack import AckReader
 
-__all__ = ["QpRxState", "RxPsnWindow", "WINDOW_COUNTERS", "ring_bits_for"]
+__all__ = ["MAX_PENDING", "QpRxState", "RxPsnWindow", "WINDOW_COUNTERS", "ring_bits_for"]
 
 AETH_ACK = Syndrome.ACK
 NAK_TRIMMED = Syndrome.NAK_TRIMMED
@@ -41,76 +54,6 @@ WINDOW_COUNTERS = (
 def ring_bits_for(mpr_max: int, sack_bits: int) -> int:
     """Bits of receive bitmap per QP: the window plus one word, to a power of two."""
     return 1 << ceil_log2(mpr_max + sack_bits)
-
-
-class QpRxState(data.StructLayout):
-    """What the window engine keeps per QP (one memory row)."""
-
-    def __init__(self):
-        super().__init__(
-            {
-                "epsn": unsigned(24),  # expected PSN = cum_psn + 1
-                "msn": unsigned(24),  # messages completed
-                "unacked": unsigned(8),  # packets placed since the last ACK
-                "ece": unsigned(1),
-                "ce_count": unsigned(16),
-                "armed": unsigned(1),  # ACK timer running
-                "deadline": unsigned(24),
-                "ev": unsigned(16),  # EV and MAC of the last frame from the peer
-                "mac": unsigned(48),
-                "cq_prod": unsigned(16),
-            }
-        )
-
-
-# The pending-completion table's entries (LAST packets from acceptance until the
-# cumulative PSN passes them), one table for all QPs (docs/rx.md).
-MAX_PENDING = 8
-
-
-class _Pending(data.StructLayout):
-    # A LAST packet accepted but not yet passed by the cumulative PSN: the
-    # fields matched in every entry at once (registers; what its completion
-    # reports is a _PendingCqe row).
-    def __init__(self, qp_bits, tag_bits):
-        super().__init__(
-            {
-                "valid": unsigned(1),
-                "qp": unsigned(qp_bits),
-                "psn": unsigned(24),
-                "in_flight": unsigned(1),  # its write has no B verdict yet
-                "imm": unsigned(1),  # WITH_IMMEDIATE: holds a slot of its QP's CQ
-                "tag": unsigned(tag_bits),  # its in-flight slot while in_flight
-            }
-        )
-
-
-class _PendingCqe(data.StructLayout):
-    # What a pending entry's completion reports (a LUT RAM row, read by entry).
-    def __init__(self):
-        super().__init__(
-            {
-                "imm_flag": unsigned(1),
-                "opcode": unsigned(8),
-                "imm": unsigned(32),
-                "dma_len": unsigned(32),
-            }
-        )
-
-
-class _InFlight(data.StructLayout):
-    # A packet accepted and being written, not yet marked in the bitmap (a LUT
-    # RAM row, read by tag; its qp and psn are also kept in registers, with
-    # the slot's valid bit, for the duplicate check).
-    def __init__(self, qp_bits):
-        super().__init__(
-            {
-                "qp": unsigned(qp_bits),
-                "psn": unsigned(24),
-                "ackreq": unsigned(1),
-                "ce": unsigned(1),
-            }
-        )
 
 
 class RxPsnWindow(wiring.Component):
@@ -187,10 +130,14 @@ class RxPsnWindow(wiring.Component):
     in WRITEBACK with its PSN order against the pending entries, the passed
     completions are registered during the advance and the earliest of them
     in the cycle after), for 125 MHz on the ECP5. The state machine is
-    one-hot, and the wide registers load under a state's flip-flop or a
-    valid flag, not a decode: the request in IDLE, the ACK job while ``ack``
-    is not valid (an ACK is built once both bitmap words are registered and
-    shifted by whole bytes towards the expected PSN).
+    one-hot (``OneHotFSM``), and the wide registers load under a state's
+    flip-flop or a valid flag, not a decode: the request in IDLE, the ACK job
+    while ``ack`` is not valid (``AckReader``: an ACK is built once both
+    bitmap words are registered and shifted by whole bytes towards the
+    expected PSN).
+
+    Sub-components (docs/rx.md, "Inside ``RxPsnWindow``"): ``AckReader``
+    (window_ack.py) holds the ACK job and the bitmap it carries.
     Throughput: one operation at a time; a packet costs about 11 cycles of
     engine time, far less than its payload takes on the datapath at any
     MTU >= 256.
@@ -286,7 +233,7 @@ class RxPsnWindow(wiring.Component):
         inflight = [Signal(flight_key, name=f"inflight{i}") for i in range(self.inflight)]
         flight_valid = Signal(self.inflight)
         m.submodules.flight_mem = fmem = Memory(
-            shape=_InFlight(qpb), depth=self.inflight, init=[]
+            shape=InFlightRow(qpb), depth=self.inflight, init=[]
         )
         f_rd = fmem.read_port(domain="comb")
         f_wr = fmem.write_port()
@@ -322,10 +269,10 @@ class RxPsnWindow(wiring.Component):
             flight_any = flight_any | Cat(f[i] for f in flight_m).all()
 
         # ---- pending LAST packets
-        pend = [Signal(_Pending(qpb, self.tag_bits), name=f"pending{i}")
+        pend = [Signal(PendingEntry(qpb, self.tag_bits), name=f"pending{i}")
                 for i in range(self.max_pending)]
         m.submodules.pending_cqe = pmem = Memory(
-            shape=_PendingCqe(), depth=self.max_pending, init=[]
+            shape=PendingCqe(), depth=self.max_pending, init=[]
         )
         p_rd = pmem.read_port(domain="comb")
         p_wr = pmem.write_port()
@@ -341,11 +288,11 @@ class RxPsnWindow(wiring.Component):
         m.d.comb += [self.place.valid.eq(place_valid), self.place.payload.eq(place_cmd)]
         with m.If(self.place.ready):
             m.d.sync += place_valid.eq(0)
-        ack_valid = Signal()
-        ack_job = Signal(AckJob(W), reset_less=True)
-        m.d.comb += [self.ack.valid.eq(ack_valid), self.ack.payload.eq(ack_job)]
-        with m.If(self.ack.ready):
-            m.d.sync += ack_valid.eq(0)
+        # The ACK job register and the bitmap it carries: AckReader.
+        m.submodules.ack_reader = ack_reader = AckReader(
+            sack_bits=W, qp_bits=qpb, addr_width=self.addr_width)
+        wiring.connect(m, ack_reader.ack, wiring.flipped(self.ack))
+        ack_valid = self.ack.valid
         cqe_valid = Signal()
         cqe_job = Signal(CqeJob(self.addr_width), reset_less=True)
         m.d.comb += [self.cqe.valid.eq(cqe_valid), self.cqe.payload.eq(cqe_job)]
@@ -474,13 +421,17 @@ class RxPsnWindow(wiring.Component):
         ack_thr = Signal(8)
         m.d.sync += ack_thr.eq(Mux(self.cfg.ack_n == 0, 0, self.cfg.ack_n - 1))
 
-        # ACK building: syndrome of the ACK/NAK to send. An ACK carries
-        # cum_psn; a NAK (only from CHECK_X) the PSN of the request, rq.psn.
+        # The syndrome of the ACK/NAK to send. An ACK carries cum_psn; a NAK
+        # (only from CHECK_X) the PSN of the request, rq.psn.
         ack_syn = Signal(8)
-        ack_is_ack = Signal()  # ack_syn is an ACK, registered with it
-        m.d.sync += ack_is_ack.eq(ack_syn == AETH_ACK)
-        w0 = Signal(W)  # the bitmap word of epsn, then the next one
-        w1 = Signal(W)
+        ack_is_ack = ack_reader.is_ack  # ack_syn is an ACK, registered with it
+        m.d.comb += [
+            ack_reader.word.eq(b_rd.data),
+            ack_reader.qp_state.eq(qs),
+            ack_reader.cfg.eq(cfg),
+            ack_reader.request.eq(rq),
+            ack_reader.syndrome.eq(ack_syn),
+        ]
 
         # Advance bookkeeping
         mark_ackreq = Signal()
@@ -631,12 +582,10 @@ class RxPsnWindow(wiring.Component):
         qs_load = Signal()  # CHECK, MARK or SCAN: the QP's row arrives (set a cycle ahead)
         m.d.sync += qs_load.eq(0)
 
-        # The engine's states, one-hot by hand (one flip-flop per state): "in state
-        # X" is a flip-flop, not a decode of an encoded state, so the enables and
-        # mux selects it drives start at a register. ``state(name)`` opens a
-        # state's actions; ``goto(name)`` in it moves to another state the next
-        # cycle (a state with no ``goto`` taken stays). A state's transitions
-        # exclude each other.
+        # The engine's states (hw.pipeline.OneHotFSM, one flip-flop per state):
+        # "in state X" is a flip-flop, not a decode of an encoded state, so the
+        # enables and mux selects it drives start at a register. A state's
+        # transitions exclude each other.
         STATES = ("IDLE", "DMA_ERROR", "DMA_ERROR2", "INIT", "CHECK_RD", "CHECK", "CHECK_X",
                   "PROBE", "MARK_RD", "MARK", "ADV_RD", "ADV_LD", "ADV_HOLES", "ADV", "COMPLETE",
                   "COMPLETE_GAP", "COMPLETE_GAP2", "COALESCE", "WRITEBACK", "SCAN_RD", "SCAN",
@@ -850,8 +799,7 @@ class RxPsnWindow(wiring.Component):
         with state("PROBE"):
             with m.If(~ack_valid):
                 # (ack_job follows the probe's answer while ack_valid is clear)
-                m.d.comb += cnt.probes_answered.eq(1)
-                m.d.sync += ack_valid.eq(1)
+                m.d.comb += [cnt.probes_answered.eq(1), ack_reader.send.eq(1)]
                 goto("IDLE")
 
         # ---- mark: set the bit, advance the cumulative PSN, complete
@@ -1010,19 +958,22 @@ class RxPsnWindow(wiring.Component):
             m.d.sync += bm_word.eq(bm_word + 1)
             goto("ACK1")
         with state("ACK1"):
-            m.d.sync += w0.eq(b_rd.data)
+            m.d.comb += ack_reader.load_first.eq(1)
             goto("ACK2")
         with state("ACK2"):
-            m.d.sync += w1.eq(b_rd.data)
+            m.d.comb += ack_reader.load_second.eq(1)
             goto("ACK_SH")
         with state("ACK_SH"):
             goto("ACK3")
         with state("ACK3"):
             with m.If(~ack_valid):
                 # (ack_job follows the ACK while ack_valid is clear)
-                m.d.comb += [cnt.acks_sent.eq(ack_is_ack), cnt.naks_sent.eq(~ack_is_ack)]
+                m.d.comb += [
+                    cnt.acks_sent.eq(ack_is_ack),
+                    cnt.naks_sent.eq(~ack_is_ack),
+                    ack_reader.send.eq(1),
+                ]
                 m.d.sync += [
-                    ack_valid.eq(1),
                     qs.unacked.eq(0),
                     qs.ece.eq(0),
                     qs.ce_count.eq(0),
@@ -1030,50 +981,7 @@ class RxPsnWindow(wiring.Component):
                 ]
                 goto("WRITEBACK")
 
-        # The ACK job follows what PROBE or ACK3 would send while ack_valid is
-        # clear and holds from the cycle it is set: the hold flag is its only
-        # enable. Every field loads the same value whatever the job: "in PROBE"
-        # (a flip-flop) is only the job's ``probe`` bit, not a select of its
-        # data. The builder (RxAckBuilder) reads the probe fields (probe_id,
-        # probe_ev, timestamp) only for a probe and the ACK fields only for an
-        # ACK or NAK (its frame image, length, CRC and checksum are all picked
-        # by job.probe), so the fields of the other kind are don't-care. A
-        # select by "in PROBE" made yosys give the ~300 job bits synchronous
-        # resets driven by one LUT of that flip-flop (docs/timing.md#rx-window).
-        ack_next = Signal(AckJob(W))
-        # The two bitmap words from epsn's byte on (registered in every cycle:
-        # w0, w1 and epsn hold from ACK_SH until the ACK is sent); ACK3 takes
-        # the bitmap from epsn's bit on from it.
-        bm_sh = Signal(W + 7)
-        bm_c = Cat(w0, w1)
-        for k in reversed(range(3, lw)):
-            keep = W + (1 << k) - 1  # the bits later stages still need
-            bm_c = Mux(qs.epsn[k], bm_c[1 << k:], bm_c)[:keep]
-        m.d.sync += bm_sh.eq(bm_c)
-        bitmap = bm_sh
-        for k in reversed(range(3)):
-            keep = W + (1 << k) - 1  # the bits later stages still need
-            bitmap = Mux(qs.epsn[k], bitmap[1 << k:], bitmap)[:keep]
-        m.d.comb += [
-            ack_next.dqpn.eq(cfg.peer_qpn),
-            ack_next.ev.eq(qs.ev),
-            ack_next.dst_mac.eq(qs.mac),
-            ack_next.dst_ip.eq(cfg.peer_ip),
-            ack_next.probe.eq(st.PROBE),
-            ack_next.probe_id.eq(rq.probe_id),
-            ack_next.probe_ev.eq(rq.probe_ev),
-            ack_next.timestamp.eq(rq.timestamp),
-            ack_next.syndrome.eq(ack_syn),
-            ack_next.psn.eq(Mux(ack_is_ack, qs.epsn - 1, rq.psn)),
-            ack_next.msn.eq(qs.msn),
-            ack_next.cum_psn.eq(qs.epsn - 1),
-            ack_next.sack_base.eq(qs.epsn),
-            ack_next.bitmap.eq(bitmap[:W]),
-            ack_next.ece.eq(qs.ece),
-            ack_next.ce_count.eq(qs.ce_count),
-        ]
-        with m.If(~ack_valid):
-            m.d.sync += ack_job.eq(ack_next)
+        m.d.comb += ack_reader.probe.eq(st.PROBE)
 
         # WRITEBACK enters an accepted packet in the tables (accept and the
         # enter vectors are set for that cycle only, so no state decode).

@@ -1,0 +1,130 @@
+"""The PSN window's ACK reader: the receive bitmap from the expected PSN on,
+and the ACK, NAK or probe-response job built from registers."""
+
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import stream, wiring
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import exact_log2
+
+from hw.protocol import Syndrome
+
+from .layouts import AckJob, QpConfig, QpRxState, WindowReq
+
+__all__ = ["AckReader"]
+
+
+class AckReader(wiring.Component):
+    """The job register of ``RxPsnWindow``'s ``ack`` stream and the bitmap it
+    carries.
+
+    Interface
+    ---------
+    ``word``       In(sack_bits): the bitmap word the window's memory reads.
+    ``load_first`` In(1): ``word`` is the word of the expected PSN (the
+                   engine's ACK1): registered as the first word.
+    ``load_second`` In(1): ``word`` is the word after it (ACK2).
+    ``qp_state``   In(QpRxState): the QP's row (``epsn``, ``msn``, ``ece``,
+                   ``ce_count``, ``ev``, ``mac``).
+    ``cfg``        In(QpConfig): the QP's configuration (``peer_qpn``, ``peer_ip``).
+    ``request``    In(WindowReq): the request being handled (a NAK's PSN, a
+                   probe's ``probe_id``, ``probe_ev``, ``timestamp``).
+    ``probe``      In(1): the job is a probe response (the engine's PROBE state).
+    ``syndrome``   In(8): the AETH syndrome of the ACK or NAK.
+    ``is_ack``     Out(1): ``syndrome`` is an ACK, registered (a cycle behind).
+    ``send``       In(1): set ``ack.valid`` next cycle (only while it is clear).
+    ``ack``        Out(stream.Signature(AckJob)): the job, a register.
+
+    The job register follows what it would send (every field from its
+    source, whatever the kind of job: the builder reads a probe's fields only
+    for a probe and the ACK fields only for an ACK or NAK) while ``ack.valid``
+    is clear, and holds from the cycle ``send`` sets it until ``ack.ready``:
+    the hold flag is its only enable. An ACK carries ``cum_psn = epsn - 1``
+    as its PSN, a NAK the request's PSN. The bitmap is ``sack_bits`` bits of
+    the two words from ``epsn``'s bit on: the words are shifted by whole
+    bytes towards ``epsn`` into a register in every cycle, then by the last
+    0..7 bits into the job.
+
+    Latency: the job sent by ``send`` carries the words loaded at least two
+    cycles before it (one to register the word, one for the byte shift) and
+    ``is_ack`` of the cycle before. Throughput: one job per two cycles (the
+    consumer empties the register).
+    """
+
+    def __init__(self, *, sack_bits=64, qp_bits=4, addr_width=64):
+        self.sack_bits = sack_bits
+        super().__init__({
+            "word": In(sack_bits),
+            "load_first": In(1),
+            "load_second": In(1),
+            "qp_state": In(QpRxState()),
+            "cfg": In(QpConfig(addr_width)),
+            "request": In(WindowReq(qp_bits, addr_width)),
+            "probe": In(1),
+            "syndrome": In(8),
+            "is_ack": Out(1),
+            "send": In(1),
+            "ack": Out(stream.Signature(AckJob(sack_bits))),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        W = self.sack_bits
+        word_bits = exact_log2(W)
+        qs, cfg, rq = self.qp_state, self.cfg, self.request
+
+        m.d.sync += self.is_ack.eq(self.syndrome == Syndrome.ACK)
+
+        ack_valid = Signal()
+        ack_job = Signal(AckJob(W), reset_less=True)
+        m.d.comb += [self.ack.valid.eq(ack_valid), self.ack.payload.eq(ack_job)]
+        with m.If(self.ack.ready):
+            m.d.sync += ack_valid.eq(0)
+        with m.If(self.send):
+            m.d.sync += ack_valid.eq(1)
+
+        first_word = Signal(W)  # the bitmap word of epsn
+        second_word = Signal(W)  # the next one
+        with m.If(self.load_first):
+            m.d.sync += first_word.eq(self.word)
+        with m.If(self.load_second):
+            m.d.sync += second_word.eq(self.word)
+
+        # The two words from epsn's byte on, registered in every cycle (the
+        # words and epsn hold from the engine's ACK_SH until the ACK is sent):
+        # the selection of each bitmap bit in two registered steps.
+        byte_shifted = Signal(W + 7)
+        words = Cat(first_word, second_word)
+        for k in reversed(range(3, word_bits)):
+            keep = W + (1 << k) - 1  # the bits later stages still need
+            words = Mux(qs.epsn[k], words[1 << k:], words)[:keep]
+        m.d.sync += byte_shifted.eq(words)
+        bitmap = byte_shifted
+        for k in reversed(range(3)):
+            keep = W + (1 << k) - 1  # the bits later stages still need
+            bitmap = Mux(qs.epsn[k], bitmap[1 << k:], bitmap)[:keep]
+
+        # Every field loads the same value whatever the job: ``probe`` is only
+        # the job's probe bit, not a select of its data (a select by it gives
+        # the job bits synchronous resets driven by one LUT; docs/timing.md#rx-window).
+        ack_next = Signal(AckJob(W))
+        m.d.comb += [
+            ack_next.dqpn.eq(cfg.peer_qpn),
+            ack_next.ev.eq(qs.ev),
+            ack_next.dst_mac.eq(qs.mac),
+            ack_next.dst_ip.eq(cfg.peer_ip),
+            ack_next.probe.eq(self.probe),
+            ack_next.probe_id.eq(rq.probe_id),
+            ack_next.probe_ev.eq(rq.probe_ev),
+            ack_next.timestamp.eq(rq.timestamp),
+            ack_next.syndrome.eq(self.syndrome),
+            ack_next.psn.eq(Mux(self.is_ack, qs.epsn - 1, rq.psn)),
+            ack_next.msn.eq(qs.msn),
+            ack_next.cum_psn.eq(qs.epsn - 1),
+            ack_next.sack_base.eq(qs.epsn),
+            ack_next.bitmap.eq(bitmap[:W]),
+            ack_next.ece.eq(qs.ece),
+            ack_next.ce_count.eq(qs.ce_count),
+        ]
+        with m.If(~ack_valid):
+            m.d.sync += ack_job.eq(ack_next)
+        return m
