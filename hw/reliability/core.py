@@ -2,7 +2,7 @@
 timer expiry, controller command, probe round) at a time, on a working copy of the QP's
 record. See ``ReliabilityCore``."""
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, signed
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -24,6 +24,7 @@ from hw.pipeline import BlockRamFIFO, OneHotFSM, load_in_groups, saturating_incr
 from hw.rx.parser import ParsedHeader
 
 from .completion import CompletionRequest
+from .cwnd import CwndUnit
 from .deadline import TimerArm, TimerDeadline
 from .layouts import (
     AETH_ACK,
@@ -433,11 +434,6 @@ class ReliabilityCore(wiring.Component):
         m.d.comb += [deadline.now.eq(self.now), arm_req.retries.eq(cur.retries),
                      arm_req.t.eq(cfg.t), arm_req.linear_cnt.eq(cfg.linear_cnt)]
 
-        # window bounds, registered (global parameters)
-        cmin = Signal(16)
-        cmax = Signal(16)
-        m.d.sync += [cmin.eq(Mux(P.cwnd_min == 0, 1, P.cwnd_min)),
-                     cmax.eq(Mux(P.cwnd_max > W, W, P.cwnd_max))]
 
         # --- pushes -----------------------------------------------------------------------
         # The FIFOs' data hold a default in every cycle (the values of the walks' pushes,
@@ -1090,91 +1086,33 @@ class ReliabilityCore(wiring.Component):
                 goto("WALK")
 
         # ---- congestion window ---------------------------------------------------------
-        # over six cycles: RTT and recovery tests and the trimmed window; the
-        # decrease step and the increase; the sums; the new window; its bounds; the
-        # write (with the change flag: CC_SET is the path's SETTLE)
-        cc_high = Signal()
-        cc_rec = Signal()
-        cc_open = Signal()
-        cc_c0 = Signal(17)
-        cc_dec = Signal(16)
-        cc_inc = Signal(17)
-        cc_sub = Signal(17)
-        cc_ai = Signal(16)  # the increase per PSN, set in CC (a register in front of cc_prod)
-        cc_prod = Signal(21)
-        cc_acc = Signal(25)
-        cc_c1 = Signal(17)  # the new window (CC_NEW) or cwnd_init (LOAD), unclamped
-
-        # the bounds applied, registered every cycle (their compares are carry chains):
-        # valid in CC_SET (cc_c1 set in CC_NEW, two cycles before) and in CMD (set in
-        # LOAD, before CMD_DEC)
-        cc_clamped = Signal(16)
-        m.d.sync += cc_clamped.eq(Mux(cc_c1[16] | (cc_c1 < cmin), cmin,
-                                      Mux(cc_c1 > cmax, cmax, cc_c1)))
-        with m.If(st.LOAD):
-            m.d.sync += cc_c1.eq(P.cwnd_init)  # for a command's RTS entry
-        cc_past = Signal(24)
-        # registered every cycle from cc_c0, cc_ai, cc_high, cc_past (set in CC), newly and
-        # the window state (unchanged until CC_NEW): valid in CC_SUM (cc_dec,
-        # cc_prod, cc_inc, cc_rec, cc_open) and CC_NEW (cc_acc, cc_sub)
-        # the decrease step cc_c0 >> cwnd_md_shift, at least 1: its zero test on the
-        # bits of cc_c0 that the shift keeps (a mask), both from the shift registered
-        md_shift = Signal(4)
-        md_keep = Signal(17)
-        # (bit i < 16 is kept when shift <= i: always for bit 15, the 4-bit
-        # shift's largest value; bit 16 lands in the 16-bit step when shift != 0)
-        m.d.sync += [md_shift.eq(P.cwnd_md_shift),
-                     md_keep.eq(Cat(*[P.cwnd_md_shift <= i for i in range(15)], Const(1, 1),
-                                    P.cwnd_md_shift != 0))]
-        dec = Signal(16)
-        m.d.comb += dec.eq(shift_right(cc_c0, md_shift)[:16])
-        m.d.sync += [
-            cc_dec.eq(Mux((cc_c0 & md_keep) == 0, 1, dec)),
-            cc_prod.eq(newly * cc_ai),
-            cc_inc.eq(cc_c0 + 1),
-            cc_rec.eq(~cc_past[23] & (cc_past != 0)),
-            cc_open.eq(~cur.md_active | (~cc_past[23] & (cc_past != 0))),
-            cc_acc.eq(cur.cwnd_acc + cc_prod), cc_sub.eq(cc_c0 - cc_dec),
+        # over six cycles (hw/reliability/cwnd.py, CwndUnit): CC starts the step from
+        # the working copy (RTT and recovery tests, the trimmed window), CC_STEP and
+        # CC_SUM wait for its stages, CC_NEW writes the accumulator and the decrease's
+        # state and registers the new window, CC_CLAMP waits for its bounds, CC_SET
+        # writes it (with the change flag: CC_SET is the path's SETTLE). The fields the
+        # unit reads hold from CC to CC_NEW; the RTT is measured 2 cycles before CC.
+        m.submodules.cwnd = cwnd = CwndUnit(window=W, layout=GlobalParams)
+        m.d.comb += [
+            cwnd.params.eq(P), cwnd.now_ts.eq(now_ts),
+            cwnd.cwnd.eq(cur.cwnd), cwnd.cwnd_acc.eq(cur.cwnd_acc),
+            cwnd.md_active.eq(cur.md_active), cwnd.md_recover.eq(cur.md_recover),
+            cwnd.una.eq(cur.una), cwnd.delay_high.eq(cur.delay_high), cwnd.newly.eq(newly),
+            cwnd.rtt_ts.eq(rtt_ts), cwnd.rtt_valid.eq(rtt_valid), cwnd.nak_cut.eq(nak_cut),
+            cwnd.ece.eq(a_ece),
+            cwnd.start.eq(st.CC), cwnd.update.eq(st.CC_NEW),
+            cwnd.init.eq(st.LOAD),  # cwnd_init for a command's RTS entry
         ]
-        # the increase's test cc_acc >= cc_c0 << 8 and its remainder, as two registered
-        # subtractions rather than a compare behind cc_acc: cc_rem = (cc_c0 << 8) -
-        # cwnd_acc (valid in CC_SUM: cc_c0 set in CC), then cc_diff = cc_prod - cc_rem
-        # = cc_acc - (cc_c0 << 8) (valid in CC_NEW, with cc_acc), whose sign is the test
-        # (registered as its sign and the low 24 bits, the remainder's width)
-        cc_rem = Signal(signed(26))
-        cc_diff_neg = Signal()
-        cc_diff = Signal(24)
-        diff = cc_prod - cc_rem
-        m.d.sync += [cc_rem.eq((cc_c0 << 8) - cur.cwnd_acc),
-                     cc_diff_neg.eq(diff[-1]), cc_diff.eq(diff[:24])]
-        # CC_NEW's other selects, registered every cycle: valid in CC_NEW (cc_high set
-        # in CC, cc_open valid from CC_SUM on, newly unchanged since the walks)
-        cc_cut = Signal()
-        cc_some = Signal()
-        m.d.sync += [cc_cut.eq(cc_high & cc_open), cc_some.eq(newly != 0)]
+        # the clamped window: valid in CC_SET (CC_NEW two cycles before) and in CMD
+        # (LOAD, before CMD_DEC)
+        cwnd_clamped = cwnd.new_cwnd
+        cwnd_floor = cwnd.cwnd_floor
         # registered every cycle: valid in CC (PICK and USE of the loss walk before it
         # leave una and nxt as they are)
         unacked = Signal()
         m.d.sync += unacked.eq(cur.nxt != cur.una)
-        # the RTT sample against the target, over two registered stages (a subtraction
-        # and a compare, carry chains both): valid in CC, which comes at least 4 cycles
-        # after the last USE of the ADV and SACK walks (rtt_ts); the RTT is measured
-        # to the time 2 cycles before CC
-        rtt = Signal(16)
-        rtt_high = Signal()
-        m.d.sync += [rtt.eq(now_ts - rtt_ts), rtt_high.eq(rtt >= P.target_rtt)]
         with state("CC"):
-            high = Signal()
-            m.d.comb += high.eq(Mux(rtt_valid, rtt_high, cur.delay_high))
-            # the window of the last decrease is over once una has passed md_recover
-            m.d.sync += [
-                cc_high.eq(high), cur.delay_high.eq(high),
-                cc_ai.eq(Mux(high, P.cwnd_ai, P.cwnd_ai_fast)),
-                cc_past.eq(cur.una - cur.md_recover),
-                cc_c0.eq(Mux(nak_cut,
-                             Mux(cur.cwnd > P.cwnd_trim_dec, cur.cwnd - P.cwnd_trim_dec, 0),
-                             cur.cwnd)),
-            ]
+            m.d.sync += cur.delay_high.eq(cwnd.high)
             with m.If(~progress & ~nak_cut & ~a_ece & ~a_fatal):
                 count("acks_stale")
             with m.If(progress):
@@ -1205,29 +1143,18 @@ class ReliabilityCore(wiring.Component):
             goto("CC_NEW")
 
         with state("CC_NEW"):
-            c1 = Signal(17)
-            acc1 = Signal(24)
-            m.d.comb += [c1.eq(cc_c0), acc1.eq(cur.cwnd_acc)]
-            with m.If(a_ece):
-                with m.If(cc_cut):
-                    m.d.comb += c1.eq(cc_sub)
-                    m.d.sync += [cur.md_active.eq(1), cur.md_recover.eq(cur.nxt)]
-            with m.Else():
-                with m.If(cur.md_active & cc_rec):
-                    m.d.sync += cur.md_active.eq(0)
-                with m.If(cc_some):
-                    with m.If(~cc_diff_neg):  # cc_acc >= cc_c0 << 8
-                        m.d.comb += [c1.eq(cc_inc), acc1.eq(cc_diff)]
-                    with m.Else():
-                        m.d.comb += acc1.eq(Mux(cc_acc[24], 0xFFFFFF, cc_acc))
-            m.d.sync += [cc_c1.eq(c1), cur.cwnd_acc.eq(acc1)]
+            m.d.sync += cur.cwnd_acc.eq(cwnd.new_acc)
+            with m.If(cwnd.md_start):
+                m.d.sync += [cur.md_active.eq(1), cur.md_recover.eq(cur.nxt)]
+            with m.If(cwnd.md_end):
+                m.d.sync += cur.md_active.eq(0)
             goto("CC_CLAMP")
 
-        with state("CC_CLAMP"):  # cc_clamped registered
+        with state("CC_CLAMP"):  # the window's bounds registered
             goto("CC_SET")
 
         with state("CC_SET"):  # SETTLE for the window: its change flag set here
-            m.d.sync += [cur.cwnd.eq(cc_clamped), cwnd_chg.eq(cc_clamped != cwnd0)]
+            m.d.sync += [cur.cwnd.eq(cwnd_clamped), cwnd_chg.eq(cwnd_clamped != cwnd0)]
             # a refused WQE waiting for the PSNs before it: none left in flight now
             with m.If(cur.op_err & ~unacked):
                 m.d.sync += flush_status.eq(CqeStatus.LOC_QP_OP_ERR)
@@ -1275,7 +1202,7 @@ class ReliabilityCore(wiring.Component):
                 with m.Else():
                     half = cur.cwnd >> 1
                     m.d.sync += [
-                        cur.cwnd.eq(Mux(half < cmin, cmin, half)),
+                        cur.cwnd.eq(Mux(half < cwnd_floor, cwnd_floor, half)),
                         want_arm.eq(1),
                     ]
                     goto("WALK")
@@ -1568,7 +1495,7 @@ class ReliabilityCore(wiring.Component):
         with m.If(rts_go):
             m.d.sync += [
                 cur.state.eq(QpState.RTS), cur.wqe_cpl.eq(sq_end), cur.wqe_sent.eq(sq_end),
-                cur.cwnd.eq(cc_clamped),
+                cur.cwnd.eq(cwnd_clamped),
             ]
 
         m.d.comb += self.event_count.eq(f_evq.level)
