@@ -17,7 +17,6 @@ from hw.bits import (
     one_hot_select,
     onehot,
     popcount,
-    shift_right,
 )
 from hw.headers import Opcode
 from hw.pipeline import BlockRamFIFO, OneHotFSM, load_in_groups, saturating_increment, state_copy
@@ -45,6 +44,7 @@ from .layouts import (
 )
 from .probe import ProbeRequest
 from .registers import COUNTER_NAMES
+from .sack_align import SackAlign
 from .timer import DEADLINE_BITS
 
 __all__ = [
@@ -352,16 +352,6 @@ class ReliabilityCore(wiring.Component):
         blamed = Signal(E)
         adv = Signal(range(W + 1))
         adv_raw = Signal(24)  # cum_psn + 1 - una
-        # the SACK bitmap against the new una: when it overlaps the window (s_in), the
-        # window is bits s_amt .. s_amt + W - 1 of W zeros below the bitmap (s_amt =
-        # W + una - sack_base); the NAK's PSN: in flight (nak_in), at offset nak_off
-        s_in = Signal()
-        s_amt = Signal(range(W + self.sack_bits))
-        # the W zeros and the bitmap shifted by the low 2 bits of s_amt (in SACK, from
-        # the low bits of sack_base and una alone): SACK_ALIGN shifts by the rest
-        s_low = Signal(W + self.sack_bits)
-        nak_in = Signal()
-        nak_off = Signal(max(wbits, 1))
         # the loss walk's test (LCNT): at least sack_threshold SACKed PSNs above the
         # hole, compared on the low bits of the threshold that can hold a count of W (a
         # threshold with a higher bit set, thr_high, registered every cycle from cfg, is
@@ -988,57 +978,25 @@ class ReliabilityCore(wiring.Component):
             with m.Else():
                 goto("PICK")
 
-        # The SACK bitmap (bit i = sack_base + i) and the NAK's PSN against the new una
-        # (SACK). The new una is known before the ADV walk ends it: cum_psn + 1, or the
-        # una of LOAD when the ACK is behind it (adv_back), so the distances from both
-        # are registered every cycle (two stages: the subtractions, then their tests)
-        # and SACK only chooses: the subtractions' carry chains and the tests behind
-        # them do not meet in one cycle. Valid in SACK: a_base, a_psn and a_cum1 are
-        # set from IDLE on, and una changes only at the end of PICK, the cycle before
-        # SACK, while the registers hold the distances from the una before it.
-        # The bitmap overlaps the window when sack_base - una (dist) is below W, or
-        # when una - sack_base (-dist) is 1 .. sack_bits - 1: dist is -1 .. -2**k in its
-        # bits above k (all ones, the low bits not all zero) and the k-bit negation of
-        # the low bits is below sack_bits. The NAK's PSN is in flight when psn - una is
-        # below infl (its bits above infl's width zero, registered with the others).
-        k = (self.sack_bits - 1).bit_length()
+        # The SACK bitmap and the NAK's PSN against the new una (hw/reliability/
+        # sack_align.py), captured in SACK: a_base, a_psn and a_cum1 are set from IDLE
+        # on, and una and infl change only at the end of PICK, the cycle before SACK
+        # (the una before it is the ACK's when the ACK is behind it: adv_back)
+        m.submodules.sack_align = sack_align = SackAlign(window=W, sack_bits=self.sack_bits)
         adv_back = adv_raw[23]  # set in ACK
-        dist = {}
-        s_in_from = {}
-        d = {}
-        d_high_zero = {}
-        for name, una_new in (("una", cur.una), ("cum", a_cum1)):
-            dist[name] = Signal(24, name=f"dist_{name}")
-            s_in_from[name] = Signal(name=f"s_in_{name}")
-            d[name] = Signal(24, name=f"nak_d_{name}")
-            d_high_zero[name] = Signal(name=f"nak_d_high_zero_{name}")
-            neg_low = Signal(k, name=f"neg_low_{name}")
-            m.d.comb += neg_low.eq(-dist[name][:k])
-            m.d.sync += [
-                dist[name].eq(a_base - una_new), d[name].eq(a_psn - una_new),
-                s_in_from[name].eq(
-                    below_const(dist[name], W, W.bit_length())
-                    | (dist[name][k:].all() & (dist[name][:k] != 0)
-                       & (neg_low < self.sack_bits))),
-                d_high_zero[name].eq(d[name][len(infl):] == 0),
-            ]
+        m.d.comb += [
+            sack_align.una.eq(cur.una), sack_align.cum_next.eq(a_cum1),
+            sack_align.behind.eq(adv_back), sack_align.sack_base.eq(a_base),
+            sack_align.nak_psn.eq(a_psn), sack_align.bitmap.eq(a_bitmap),
+            sack_align.infl.eq(infl), sack_align.capture.eq(st.SACK),
+        ]
+        # the SACKed PSNs against una (SACK_ALIGN); the NAK's PSN: in flight (nak_in),
+        # at offset nak_off (NAK)
+        sack_rel = sack_align.sacked
+        nak_in = sack_align.nak_in
+        nak_off = sack_align.nak_off
         with state("SACK"):
-            dist_new = Mux(adv_back, dist["una"], dist["cum"])
-            d_new = Mux(adv_back, d["una"], d["cum"])
-            m.d.sync += [
-                s_in.eq(Mux(adv_back, s_in_from["una"], s_in_from["cum"])),
-                s_amt.eq(W - dist_new[: len(s_amt)]),
-                s_low.eq(shift_right(Cat(Const(0, W), a_bitmap),
-                              (W - a_base[:2] + cur.una[:2])[:2])),
-                nak_in.eq(Mux(adv_back, d_high_zero["una"], d_high_zero["cum"])
-                          & (d_new[: len(infl)] < infl)),
-                nak_off.eq(d_new[:wbits] if wbits else 0),
-            ]
             goto("SACK_ALIGN")
-
-        # the SACKed PSNs against una (SACK_ALIGN)
-        sack_rel = Signal(W)
-        m.d.comb += sack_rel.eq(Mux(s_in, shift_right(s_low, s_amt[2:] << 2)[:W], 0))
         with state("SACK_ALIGN"):
             m.d.sync += walk_kind.eq(1 << W_SACK)
             goto("WALK")
