@@ -25,6 +25,7 @@ from hw.rx.parser import ParsedHeader
 from .completion import CompletionRequest
 from .cwnd import CwndUnit
 from .deadline import TimerArm, TimerDeadline
+from .intake import EventPicker
 from .layouts import (
     AETH_ACK,
     NAK_INVALID_REQUEST,
@@ -493,7 +494,6 @@ class ReliabilityCore(wiring.Component):
 
         # --- event intake -----------------------------------------------------------------
         ack = self.peer_ack.payload
-        sent_ok = self.sent.payload.qpn < nq
         ack_ok = ack.bth.dqpn < nq
         is_ack = ack.bth.opcode == Opcode.ACKNOWLEDGE
         is_probe = ack.bth.opcode == Opcode.PROBE_RESP
@@ -614,47 +614,28 @@ class ReliabilityCore(wiring.Component):
             lost_cand.eq(Mux(cfg.sack_threshold != 0,
                              infl_mask & ~cur.sacked & ~cur.fast_done, 0)),
         ]
-        # The input IDLE takes is chosen the cycle before, by priority among the inputs
-        # valid then (``take``, one-hot; none: IDLE waits), with the QP to read at
+        # The input IDLE takes is chosen the cycle before (hw/reliability/intake.py:
+        # ``take``, one-hot by priority; none: IDLE waits), with the QP to read at
         # (``rd_q``): the record, its configuration and the producer index are read for
         # LOAD alone, in the state before it (IDLE, or ACK_IN at the ACK's QP, which
-        # rd_q keeps). The read address is a flip-flop because at few QPs the record
-        # memory is flip-flops and multiplexers whose selects it drives, hundreds of
-        # them. A valid input keeps its payload until taken. No choice is made in a cycle
-        # in which IDLE takes one (IDLE waits a cycle after a dropped record), and rd_q
-        # holds then, for ACK_IN.
+        # rd_q keeps: no choice is made in a cycle in which IDLE takes one). A valid
+        # input keeps its payload until taken. Doorbells: a pending bit per QP, taken
+        # last by priority.
+        m.submodules.picker = picker = EventPicker(num_qps=nq)
         T_CMD, T_SENT, T_ACK, T_TMO, T_SWEEP, T_DB = range(6)
-        take = Signal(6)
-        take_any = Signal()
-        rd_q = Signal(range(nq))
-        sent_ok_q = Signal()  # the sent record's QP in range, with the choice
+        take = picker.take
+        rd_q = picker.qpn
+        sent_ok_q = picker.sent_ok  # the sent record's QP in range, with the choice
         inputs = [self.cmd, self.sent, self.peer_ack, self.expired]
-        # doorbells: a pending bit per QP (set by every doorbell, cleared when IDLE takes
-        # the QP's event), the lowest pending QP registered every cycle (a priority tree
-        # over num_qps bits ends at flip-flops); the event is taken last by priority
-        db_pend = Signal(nq)
-        db_q = Signal(range(nq))
-        db_any = Signal()
         db_take = Signal()
-        m.d.sync += [db_q.eq(lowest_index(m, db_pend, nq, "db_pick")), db_any.eq(db_pend != 0)]
-        with m.If(db_take):
-            m.d.sync += db_pend.bit_select(db_q, 1).eq(0)
-        with m.If(self.sq_producer.valid & (sqp.qpn < nq)):
-            m.d.sync += db_pend.bit_select(sqp.qpn[: len(db_q)], 1).eq(1)
-        avail = Cat(*[i.valid for i in inputs], sweep_pending, db_any)
-        with m.If(st.IDLE & take_any):
-            m.d.sync += [take.eq(0), take_any.eq(0)]
-        with m.Else():
-            m.d.sync += [
-                take.eq(Cat(*[avail[i] & ~avail[:i].any() if i else avail[0]
-                              for i in range(6)])),
-                take_any.eq(avail.any()), sent_ok_q.eq(sent_ok),
-                rd_q.eq(Mux(avail[T_CMD], self.cmd.payload.qpn,
-                            Mux(avail[T_SENT], self.sent.payload.qpn,
-                                Mux(avail[T_ACK], ack.bth.dqpn,
-                                    Mux(avail[T_TMO], self.expired.payload.qpn,
-                                        Mux(avail[T_SWEEP], sweep_q, db_q)))))),
-            ]
+        m.d.comb += [
+            picker.valid.eq(Cat(*[i.valid for i in inputs], sweep_pending)),
+            picker.cmd_qpn.eq(self.cmd.payload.qpn), picker.sent_qpn.eq(self.sent.payload.qpn),
+            picker.ack_qpn.eq(ack.bth.dqpn), picker.tmo_qpn.eq(self.expired.payload.qpn),
+            picker.sweep_qpn.eq(sweep_q),
+            picker.doorbell.eq(self.sq_producer.valid), picker.doorbell_qpn.eq(sqp.qpn),
+            picker.idle.eq(st.IDLE), picker.doorbell_taken.eq(db_take),
+        ]
         m.d.comb += [rec_rd.addr.eq(rd_q), self.rel_addr.eq(rd_q)]
         # the walk's next PSN, registered: the lowest bit of walk_mask without the PSN
         # in use (off_bit). PICK follows USE or WALK, so walk_mask has not changed
