@@ -13,7 +13,6 @@ from ..csr import CSRBusSignature
 from ..headers import Opcode
 from ..pipeline import OneHotFSM
 from ..protocol import PSN_BITS
-from .arbiter import RoundRobin, round_robin
 from .csr_decode import TxCsrDecode
 from .dma import ReadData, ReadRequest
 from .ev import EvBusSignature
@@ -38,6 +37,7 @@ from .qp_settings import (
     settings_lane,
 )
 from .regs import CTRL_ENABLE_BIT
+from .scheduler import EvChoice, QpScheduler
 from .wimm import WimmBusSignature, wimm_widths
 
 __all__ = ["Sequencer", "CFG_LANES", "CFG_FLOP_QPS", "ACK_PER_QP_QPS"]
@@ -198,11 +198,8 @@ class Sequencer(wiring.Component):
         op_halt = Signal(nq)
         # a QP whose next WQE is a WITH_IMMEDIATE one not begun, parked in SEGMENT
         # for its max_wimm; it waits while WimmBound says it is at its bound
-        # (registered: wimm_wait follows wimm_park and at_bound a cycle later, and
-        # a QP picked again in that cycle parks again)
+        # (QpScheduler's wimm_wait)
         wimm_park = Signal(nq)
-        wimm_wait = Signal(nq)
-        m.d.sync += wimm_wait.eq(wimm_park & self.wimm.at_bound)
         pi = Array(Signal(16, name=f"pi{i}") for i in range(nq))
         ci = Array(Signal(16, name=f"ci{i}") for i in range(nq))
         next_psn = Array(Signal(PSN_BITS, name=f"next_psn{i}") for i in range(nq))
@@ -286,25 +283,20 @@ class Sequencer(wiring.Component):
             self.ev.good_qp.eq(cur_q),
         ]
 
-        # ---- scheduler
-        # pi != ci is registered over two cycles (per nibble, then their OR):
-        # a doorbell is seen two cycles later. ci only moves in PARSE, which
-        # sets wqe_active (work, whatever ring_work says), and that stays set
-        # until the EMIT of the WQE's last packet, at least four cycles later:
-        # ring_work has followed ci by then (three cycles after PARSE).
-        has_work = Signal(nq)
-        ring_work = Signal(nq)
-        for i in range(nq):
-            ring_ne = Signal(4, name=f"ring_ne{i}")
-            m.d.sync += [
-                ring_ne.eq(Cat(*[pi[i][4 * k : 4 * k + 4] != ci[i][4 * k : 4 * k + 4]
-                                 for k in range(4)])),
-                ring_work[i].eq(ring_ne.any()),
-            ]
-            m.d.comb += has_work[i].eq(wqe_active[i] | ring_work[i])
-        m.submodules.rr = rr = RoundRobin(nq)
-        m.d.comb += rr.requests.eq(enable & has_work & ~win_blocked & ~ev_blocked & ~op_halt
-                                   & ~wimm_wait)
+        # ---- the QP to serve next (a doorbell is seen two cycles after pi moves)
+        m.submodules.scheduler = sched = QpScheduler(nq)
+        m.d.comb += [
+            sched.pi.eq(Cat(*pi)),
+            sched.ci.eq(Cat(*ci)),
+            sched.enable.eq(enable),
+            sched.wqe_active.eq(wqe_active),
+            sched.win_blocked.eq(win_blocked),
+            sched.ev_blocked.eq(ev_blocked),
+            sched.op_halt.eq(op_halt),
+            sched.wimm_park.eq(wimm_park),
+            sched.at_bound.eq(self.wimm.at_bound),
+        ]
+        wimm_wait = sched.wimm_wait
 
         init_q = Signal(range(nq + 1))
         ready = Signal()
@@ -456,10 +448,13 @@ class Sequencer(wiring.Component):
 
         # EV choice: next GOOD after the cursor; a retransmit avoids its last EV
         # unless it is the only GOOD one.
-        good = self.ev.good
-        avoid = Mux(retx_mode, Const(1, ne) << rec.ev_index, 0)[:ne]
-        usable = Mux((good & ~avoid).any(), good & ~avoid, good)
-        ev_found, ev_pick = round_robin(m, usable, cur_cursor)
+        m.submodules.ev_choice = ev_choice = EvChoice(ne)
+        m.d.comb += [
+            ev_choice.good.eq(self.ev.good),
+            ev_choice.cursor.eq(cur_cursor),
+            ev_choice.retx.eq(retx_mode),
+            ev_choice.avoid.eq(rec.ev_index),
+        ]
 
         m.d.comb += self.ev.val_sel.eq(Cat(ev_index, cur_q))
 
@@ -592,9 +587,9 @@ class Sequencer(wiring.Component):
                     retx_mode.eq(1),
                 ]
                 goto("RETX_CHECK")
-            with m.Elif(rr.valid):
-                m.d.comb += rr.next.eq(1)
-                m.d.sync += [cur_q.eq(rr.grant), retx_mode.eq(0)]
+            with m.Elif(sched.valid):
+                m.d.comb += sched.next.eq(1)
+                m.d.sync += [cur_q.eq(sched.grant), retx_mode.eq(0)]
                 goto("LOAD")
 
         with state("LOAD"):
@@ -800,7 +795,7 @@ class Sequencer(wiring.Component):
                 seg_mtu.eq(mtu),
                 seg_first.eq(cur.pkt_index == 0),
                 seg_psn.eq(psn_out),
-                ev_index.eq(ev_pick),
+                ev_index.eq(ev_choice.index),
             ]
             with m.If(~retx_mode):
                 m.d.sync += wimm_park.bit_select(cur_q, 1).eq(wimm_hold)
@@ -809,7 +804,7 @@ class Sequencer(wiring.Component):
                 # next cycle, as below) until it is below its bound again
                 m.d.sync += wqe_we.eq(1)
                 goto("IDLE")
-            with m.Elif(ev_found):
+            with m.Elif(ev_choice.found):
                 goto("EV_VALUE")
             with m.Elif(retx_mode):
                 m.d.sync += retx_no_ev_inc.eq(1)
