@@ -11,7 +11,7 @@ from amaranth.lib.wiring import In, Out
 from ..bits import one_hot_select
 from ..csr import CSRBusSignature, RegisteredWrites, block_decode
 from ..protocol import PSN_BITS
-from .qp_settings import CFG_LANES, settings_lane
+from .qp_settings import CFG_LANES, QpWriteSignature, settings_lane
 from .regs import (
     CTRL_FLUSH_BIT,
     CTRL_RESET_BIT,
@@ -23,40 +23,11 @@ from .regs import (
     Q,
 )
 
-__all__ = ["TxCsrDecode", "QpWriteSignature", "READ_GROUP"]
+__all__ = ["TxCsrDecode", "READ_GROUP"]
 
 # CSR read words per registered group of the read mux (an AND-OR of 8 words
 # is two LUT levels)
 READ_GROUP = 8
-
-
-def QpWriteSignature(num_qps, flop_rows):
-    """A per-QP CSR write, as registered strobes (Out from the decode), the
-    cycle they apply: ``q`` the QP, ``data`` the word (0 while ``init``);
-    ``lanes`` one enable per settings lane (CFG_LANES order), and with
-    ``flop_rows`` the same per row, ``rows`` (``len(CFG_LANES)`` bits per QP,
-    QP 0's lowest); ``init`` the write is INIT's of the defaults (every lane
-    of row ``q``); ``mtu_shift`` the MTU write's log2(MTU) - 8; ``ctrl``,
-    ``doorbell`` a write of qp_ctrl, qp_doorbell; ``unpark`` a write that may
-    open the QP's window (MPR, CWND, CTRL, NEXT_PSN); ``next_psn``,
-    ``reset``, ``flush`` one-hot by QP: a qp_next_psn write, a qp_ctrl write
-    with reset = 1, with flush = 1."""
-    qb = max(1, (num_qps - 1).bit_length())
-    nl = len(CFG_LANES)
-    return wiring.Signature({
-        "q": Out(qb),
-        "data": Out(32),
-        "lanes": Out(nl),
-        "rows": Out(nl * num_qps if flop_rows else 0),
-        "init": Out(1),
-        "mtu_shift": Out(3),
-        "ctrl": Out(1),
-        "doorbell": Out(1),
-        "unpark": Out(1),
-        "next_psn": Out(num_qps),
-        "reset": Out(num_qps),
-        "flush": Out(num_qps),
-    })
 
 
 class TxCsrDecode(wiring.Component):

@@ -1,13 +1,17 @@
 """The per-QP settings of the TX sequencer: which CSR each 32-bit lane of a
-QP's settings row holds, how the lanes are grouped into RAMs, and their
-values after reset."""
+QP's settings row holds, how the lanes are grouped into RAMs, their values
+after reset, and the store that holds them (``QpSettings``)."""
 
-from amaranth.hdl import Module, Signal
+from amaranth.hdl import Array, Cat, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
 
 from .regs import Q
 
-__all__ = ["CFG_LANES", "CFG_GROUPS", "CFG_FLOP_QPS", "MPR_UNIT", "lane_index", "settings_lane",
-           "settings_defaults", "registered_address"]
+__all__ = ["CFG_LANES", "CFG_GROUPS", "CFG_FLOP_QPS", "MPR_UNIT", "QpSettings",
+           "QpWriteSignature", "lane_index", "settings_lane", "settings_defaults",
+           "registered_address"]
 
 MPR_UNIT = 128  # PSNs per unit of qp_mpr
 
@@ -75,3 +79,132 @@ def registered_address(m: Module, value, name: str):
     with m.If(reg != value):
         m.d.sync += reg.eq(value)
     return reg
+
+
+def QpWriteSignature(num_qps, flop_rows):
+    """A per-QP CSR write, as registered strobes (Out from the decode), the
+    cycle they apply: ``q`` the QP, ``data`` the word (0 while ``init``);
+    ``lanes`` one enable per settings lane (CFG_LANES order), and with
+    ``flop_rows`` the same per row, ``rows`` (``len(CFG_LANES)`` bits per QP,
+    QP 0's lowest); ``init`` the write is INIT's of the defaults (every lane
+    of row ``q``); ``mtu_shift`` the MTU write's log2(MTU) - 8; ``ctrl``,
+    ``doorbell`` a write of qp_ctrl, qp_doorbell; ``unpark`` a write that may
+    open the QP's window (MPR, CWND, CTRL, NEXT_PSN); ``next_psn``,
+    ``reset``, ``flush`` one-hot by QP: a qp_next_psn write, a qp_ctrl write
+    with reset = 1, with flush = 1."""
+    qb = max(1, (num_qps - 1).bit_length())
+    nl = len(CFG_LANES)
+    return wiring.Signature({
+        "q": Out(qb),
+        "data": Out(32),
+        "lanes": Out(nl),
+        "rows": Out(nl * num_qps if flop_rows else 0),
+        "init": Out(1),
+        "mtu_shift": Out(3),
+        "ctrl": Out(1),
+        "doorbell": Out(1),
+        "unpark": Out(1),
+        "next_psn": Out(num_qps),
+        "reset": Out(num_qps),
+        "flush": Out(num_qps),
+    })
+
+
+class QpSettings(wiring.Component):
+    """Every QP's settings row (CFG_LANES), with one write port and two read
+    ports: the sequencer FSM's and the CSR reads'.
+
+    Interface: ``w`` (``QpWriteSignature``, from ``TxCsrDecode``; this block
+    takes ``q``, ``data``, ``lanes``/``rows``, ``init`` and ``mtu_shift``),
+    ``fsm_q`` -> ``fsm_row`` and ``csr_q`` -> ``csr_row``: the row of the QP
+    given the cycle before, lanes in CFG_LANES order, 32 bits each (only a
+    lane's CFG_LANES bits are meaningful).
+
+    Storage: one RAM per CFG_GROUPS group (one write lane of 32 bits per
+    setting), each read port at an address register of its own
+    (``registered_address``): a transparent read, as a synchronous port's.
+    At up to ``CFG_FLOP_QPS`` QPs a group is flip-flop rows, read through a
+    mux at the same registered addresses, each lane of each row written under
+    its strobe in ``w.rows`` (a flip-flop) rather than a decode of ``w.q``.
+    Each lane's write data is ``w.data`` (``w.mtu_shift`` for the MTU), and
+    while ``w.init`` its default (``settings_defaults``).
+
+    Latency: a write lands at the end of the cycle its strobes are present;
+    a read gives the row of the address of the cycle before, writes of that
+    cycle included. Throughput: one write and two reads per cycle.
+    """
+
+    def __init__(self, *, num_qps, max_mtu, inflight_depth):
+        self.num_qps = num_qps
+        self.flop_rows = num_qps <= CFG_FLOP_QPS
+        self.defaults = settings_defaults(max_mtu, inflight_depth)
+        qb = max(1, (num_qps - 1).bit_length())
+        super().__init__({
+            "w": In(QpWriteSignature(num_qps, self.flop_rows)),
+            "fsm_q": In(qb),
+            "fsm_row": Out(32 * len(CFG_LANES)),
+            "csr_q": In(qb),
+            "csr_row": Out(32 * len(CFG_LANES)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        nq, nl, w = self.num_qps, len(CFG_LANES), self.w
+        qb = max(1, (nq - 1).bit_length())
+        cfg_init = self.defaults
+        # Per group of lanes: (lane indices, write port, the FSM's read port,
+        # the CSR reads' port). A CSR read never meets a settings write (those
+        # are applied two cycles after w_stb), so its transparency changes nothing.
+        cfg_ports = []
+        lanes_fsm = [None] * nl
+        lanes_csr = [None] * nl
+        for group, names in CFG_GROUPS:
+            lanes = [lane_index[name] for name in names]
+            row_init = sum(cfg_init[i] << (32 * k) for k, i in enumerate(lanes))
+            if self.flop_rows:
+                cfg_w = [Signal(32 * len(lanes), init=row_init, name=f"cfg_{group}_row{r}")
+                         for r in range(nq)]
+                r_addr = Signal(qb, name=f"cfg_{group}_r_addr")
+                csr_addr = Signal(qb, name=f"cfg_{group}_csr_addr")
+                r_data, csr_data = Array(cfg_w)[r_addr], Array(cfg_w)[csr_addr]
+            else:
+                m.submodules[f"cfg_{group}"] = mem = Memory(
+                    shape=32 * len(lanes), depth=nq, init=[row_init] * nq
+                )
+                cfg_w = mem.write_port(granularity=32)
+                cfg_r = mem.read_port(domain="comb")
+                cfg_csr = mem.read_port(domain="comb")
+                r_addr, r_data = cfg_r.addr, cfg_r.data
+                csr_addr, csr_data = cfg_csr.addr, cfg_csr.data
+            for k, i in enumerate(lanes):
+                lanes_fsm[i] = r_data[32 * k : 32 * (k + 1)]
+                lanes_csr[i] = csr_data[32 * k : 32 * (k + 1)]
+            cfg_ports.append((group, lanes, cfg_w, r_addr, csr_addr))
+        m.d.comb += [self.fsm_row.eq(Cat(*lanes_fsm)), self.csr_row.eq(Cat(*lanes_csr))]
+        m.d.comb += [r_addr.eq(registered_address(m, self.fsm_q, f"cfg_{group}_q"))
+                     for group, _, _, r_addr, _ in cfg_ports]
+
+        # Every lane is given w.data and the lane enable picks the one written,
+        # so the data needs no decode; INIT's zero w.data is the default of
+        # every lane but those muxed here.
+        lanes_w = []
+        for i, (name, _, _) in enumerate(CFG_LANES):
+            lane_data = Signal(32, name=f"cfg_w_{name}")
+            value = w.mtu_shift if name == "mtu_shift" else w.data
+            m.d.comb += lane_data.eq(Mux(w.init, cfg_init[i], value) if cfg_init[i] else value)
+            lanes_w.append(lane_data)
+        for _, lanes, cfg_w, _, _ in cfg_ports:
+            if self.flop_rows:
+                for r, row in enumerate(cfg_w):
+                    for k, i in enumerate(lanes):
+                        with m.If(w.rows[nl * r + i]):
+                            m.d.sync += row[32 * k : 32 * (k + 1)].eq(lanes_w[i])
+            else:
+                m.d.comb += [
+                    cfg_w.addr.eq(w.q),
+                    cfg_w.en.eq(Cat(*[w.lanes[i] for i in lanes])),
+                    cfg_w.data.eq(Cat(*[lanes_w[i] for i in lanes])),
+                ]
+        m.d.comb += [csr_addr.eq(registered_address(m, self.csr_q, f"cfg_{group}_csr_q"))
+                     for group, _, _, _, csr_addr in cfg_ports]
+        return m

@@ -28,12 +28,11 @@ from .layouts import (
 )
 from .qp_settings import (
     CFG_FLOP_QPS,
-    CFG_GROUPS,
     CFG_LANES,
     MPR_UNIT,
+    QpSettings,
     lane_index,
     registered_address,
-    settings_defaults,
     settings_lane,
 )
 from .regs import CTRL_ENABLE_BIT
@@ -210,39 +209,9 @@ class Sequencer(wiring.Component):
         # The FSM and the CSR reads read each RAM at an address registered the
         # cycle before (a transparent read, as a synchronous port's), from a
         # register of that port's own (``registered_address``).
-        cfg_init = settings_defaults(self.max_mtu, depth)
-        # Per group of lanes: (lane indices, write port, the FSM's read port,
-        # the CSR reads' port). A CSR read never meets a settings write (those
-        # are applied two cycles after w_stb), so its transparency changes nothing.
-        # At up to CFG_FLOP_QPS QPs a group is flip-flop rows (``cfg_w`` the
-        # list of rows) read through a mux at the same registered addresses.
-        cfg_flops = nq <= CFG_FLOP_QPS
-        cfg_ports = []
-        cfg_lanes_r = [None] * len(CFG_LANES)
-        cfg_lanes_csr = [None] * len(CFG_LANES)
-        for group, names in CFG_GROUPS:
-            lanes = [lane_index[name] for name in names]
-            row_init = sum(cfg_init[i] << (32 * k) for k, i in enumerate(lanes))
-            if cfg_flops:
-                cfg_w = [Signal(32 * len(lanes), init=row_init, name=f"cfg_{group}_row{r}")
-                         for r in range(nq)]
-                r_addr = Signal(qb, name=f"cfg_{group}_r_addr")
-                csr_addr = Signal(qb, name=f"cfg_{group}_csr_addr")
-                r_data, csr_data = Array(cfg_w)[r_addr], Array(cfg_w)[csr_addr]
-            else:
-                m.submodules[f"cfg_{group}"] = mem = Memory(
-                    shape=32 * len(lanes), depth=nq, init=[row_init] * nq
-                )
-                cfg_w = mem.write_port(granularity=32)
-                cfg_r = mem.read_port(domain="comb")
-                cfg_csr = mem.read_port(domain="comb")
-                r_addr, r_data = cfg_r.addr, cfg_r.data
-                csr_addr, csr_data = cfg_csr.addr, cfg_csr.data
-            for k, i in enumerate(lanes):
-                cfg_lanes_r[i] = r_data[32 * k : 32 * (k + 1)]
-                cfg_lanes_csr[i] = csr_data[32 * k : 32 * (k + 1)]
-            cfg_ports.append((group, lanes, cfg_w, r_addr, csr_addr))
-        cfg = Cat(*cfg_lanes_r)  # the settings row of cur_q (registered), in CFG_LANES order
+        m.submodules.settings = settings = QpSettings(
+            num_qps=nq, max_mtu=self.max_mtu, inflight_depth=depth)
+        cfg = settings.fsm_row  # the settings row of cur_q (registered), in CFG_LANES order
 
         # A row is read (in CHECK) only while the QP's wqe_active is set: PARSE
         # sets it and the EMIT or the parking SEGMENT that always follows writes
@@ -276,8 +245,7 @@ class Sequencer(wiring.Component):
 
         cur_q = Signal(qb)
         m.d.comb += [
-            *[r_addr.eq(registered_address(m, cur_q, f"cfg_{group}_q"))
-              for group, _, _, r_addr, _ in cfg_ports],
+            settings.fsm_q.eq(cur_q),
             wqe_r.addr.eq(registered_address(m, cur_q, "wqe_q")),
             cnt_r.addr.eq(registered_address(m, cur_q, "cnt_q")),
             self.ev.good_qp.eq(cur_q),
@@ -305,14 +273,14 @@ class Sequencer(wiring.Component):
         m.submodules.csr_decode = dec = TxCsrDecode(
             num_qps=nq, evs_per_qp=ne, csr_addr_width=len(self.csr.addr), max_mtu=self.max_mtu,
             data_width=self.data_width, inflight_depth=depth, addr_width=self.addr_width,
-            flop_rows=cfg_flops, wimm_count_width=wimm_widths(depth)[1])
+            flop_rows=settings.flop_rows, wimm_count_width=wimm_widths(depth)[1])
         wiring.connect(m, wiring.flipped(self.csr), dec.csr)
+        wiring.connect(m, dec.qp_w, settings.w)
         qw = dec.qp_w
         m.d.comb += [
             dec.ready.eq(ready),
             dec.init_q.eq(init_q),
-            *[csr_addr.eq(registered_address(m, dec.qsel, f"cfg_{group}_csr_q"))
-              for group, _, _, _, csr_addr in cfg_ports],
+            settings.csr_q.eq(dec.qsel),
             cnt_csr.addr.eq(registered_address(m, dec.qsel, "cnt_csr_q")),
             self.wimm.rd_q.eq(dec.qsel),  # rd_count: the cycle after r_stb
             self.ev.csr_sel.eq(dec.ev_sel),
@@ -900,28 +868,7 @@ class Sequencer(wiring.Component):
             m.d.sync += ev_blocked.bit_select(self.ev.became_good_qp, 1).eq(0)
 
         # ---- CSR writes (decoded in TxCsrDecode) applied to the per-QP state
-        # Every settings lane is given qw.data and the lane enable picks the
-        # one written, so the data needs no decode; INIT's zero qw.data is the
-        # default of every lane but those muxed here.
-        cfg_lanes_w = []
-        for i, (name, _, _) in enumerate(CFG_LANES):
-            lane_data = Signal(32, name=f"cfg_w_{name}")
-            value = qw.mtu_shift if name == "mtu_shift" else qw.data
-            m.d.comb += lane_data.eq(Mux(qw.init, cfg_init[i], value) if cfg_init[i] else value)
-            cfg_lanes_w.append(lane_data)
-        nl = len(CFG_LANES)
-        for _, lanes, cfg_w, _, _ in cfg_ports:
-            if cfg_flops:
-                for r, row in enumerate(cfg_w):
-                    for k, i in enumerate(lanes):
-                        with m.If(qw.rows[nl * r + i]):
-                            m.d.sync += row[32 * k : 32 * (k + 1)].eq(cfg_lanes_w[i])
-            else:
-                m.d.comb += [
-                    cfg_w.addr.eq(qw.q),
-                    cfg_w.en.eq(Cat(*[qw.lanes[i] for i in lanes])),
-                    cfg_w.data.eq(Cat(*[cfg_lanes_w[i] for i in lanes])),
-                ]
+        # (the settings take theirs in QpSettings)
         with m.If(qw.unpark):
             m.d.sync += win_blocked.bit_select(qw.q, 1).eq(0)
             m.d.comb += wb_clear.bit_select(qw.q, 1).eq(1)
@@ -947,7 +894,7 @@ class Sequencer(wiring.Component):
             self.wimm.clear.eq(qw.reset | qw.flush | qw.init.replicate(nq)),
             self.wimm.limit_we.eq(qw.lanes[lane_index["max_wimm"]]),
             self.wimm.limit_q.eq(qw.q),
-            self.wimm.limit_data.eq(cfg_lanes_w[lane_index["max_wimm"]][:16]),
+            self.wimm.limit_data.eq(qw.data[:16]),  # max_wimm's default is 0, like INIT's data
         ]
         with m.If(qw.doorbell):
             m.d.sync += pi[qw.q].eq(qw.data[:16])
@@ -971,7 +918,7 @@ class Sequencer(wiring.Component):
         read_values = dict(
             enable=enable, wqe_active=wqe_active, win_blocked=win_blocked,
             ev_blocked=ev_blocked, wimm_wait=wimm_wait, next_psn=Cat(*next_psn),
-            una_psn=Cat(*una_psn), pi=Cat(*pi), ci=Cat(*ci), cfg_row=Cat(*cfg_lanes_csr),
+            una_psn=Cat(*una_psn), pi=Cat(*pi), ci=Cat(*ci), cfg_row=settings.csr_row,
             counters=cnt_csr.data, wimm_count=self.wimm.rd_count, retx_ignored=retx_ignored,
             retx_no_ev=retx_no_ev)
         m.d.comb += [getattr(dec, name).eq(value) for name, value in read_values.items()]
