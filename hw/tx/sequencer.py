@@ -26,6 +26,7 @@ from .layouts import (
     SentRecord,
     WqeOpcode,
 )
+from .psn_table import ACK_PER_QP_QPS, PsnTable
 from .qp_settings import (
     CFG_FLOP_QPS,
     CFG_LANES,
@@ -40,14 +41,6 @@ from .scheduler import EvChoice, QpScheduler
 from .wimm import WimmBusSignature, wimm_widths
 
 __all__ = ["Sequencer", "CFG_LANES", "CFG_FLOP_QPS", "ACK_PER_QP_QPS"]
-
-# Up to this many QPs an ack_update's compares are made for every QP at once,
-# from each QP's own PSN registers (two subtractions and a compare per QP);
-# above it, once, behind a mux of the ack's QP. The same bound makes the
-# window's and a retransmit's subtractions (next_psn - una_psn, the PSN -
-# una_psn) per QP, with the mux of cur_q behind them.
-ACK_PER_QP_QPS = 4
-
 
 def WqeState(addr_width=64):
     """The part-sent WQE of a QP (and the WQE being retransmitted from): the
@@ -111,28 +104,25 @@ class Sequencer(wiring.Component):
     modulo 2^addr_width, and base + slot and ``laddr`` + offset wrap within
     ``addr_width`` bits. The remote address (``raddr``, the RETH VA) is 64.
 
+    Sub-components (docs/tx.md, "Inside the ``Sequencer``"): ``TxCsrDecode``
+    (CSR writes as strobes, reads), ``QpSettings`` (the per-QP settings
+    rows), ``PsnTable`` (PSNs and ``ack_update``), ``QpScheduler`` (the QP
+    to serve) and ``EvChoice`` (the packet's EV); each docstring gives its
+    own latencies. A CSR write lands one cycle after ``w_stb`` (a QP's two,
+    EV_ENTRY's at ``w_stb``); a doorbell is seen by the scheduler two cycles
+    after that.
+
     For timing, the state machine is one-hot, the window check is
     registered over LOAD and CHECK (a QP that is over its window parks one
     state later), a retransmit's in-flight check over RETX_CHECK and
     RETX_COMPARE (its in-flight record registered in RETX_COMPARE, its
-    WQE's slot computed from that in RETX_RECORD), ``ack_update`` is
-    applied the cycle after it is taken (and taken at most every other
-    cycle: ``ready`` is low the cycle after a transfer; at up to
-    ``ACK_PER_QP_QPS`` QPs its differences are registered for every QP and
-    compared per QP, with no QP mux in front), CSR writes (but
-    EV_ENTRY's, which go to the EV table at ``w_stb``) one cycle after
-    ``w_stb`` (a QP's: two, the address decoded in two registered steps),
-    a doorbell is seen by the
-    scheduler two cycles after that (``pi != ci`` over two registers), an
-    EV_ENTRY read returns the entry as it was the cycle before ``r_stb``,
-    the WQE request is registered in FETCH and presented in FETCH_REQ, the
-    WQE's beats are registered before their fields load (the last lands in
-    PARSE), ``retx_no_ev`` counts a dropped retransmit the cycle after
-    SEGMENT, the per-QP RAMs are read at addresses registered once per read
-    port (at up to ``CFG_FLOP_QPS`` QPs the settings are flip-flop rows, each
-    lane of each row written under a flip-flop strobe decoded with ``w_stb``,
-    in the same cycle as a RAM's write), and the packet's addresses
-    (``raddr``/``laddr`` + offset) are registered before EMIT.
+    WQE's slot computed from that in RETX_RECORD), the WQE request is
+    registered in FETCH and presented in FETCH_REQ, the WQE's beats are
+    registered before their fields load (the last lands in PARSE),
+    ``retx_no_ev`` counts a dropped retransmit the cycle after SEGMENT, the
+    per-QP RAMs are read at addresses registered once per read port, and the
+    packet's addresses (``raddr``/``laddr`` + offset) are registered before
+    EMIT.
 
     Latency: 9 cycles per packet of a part-sent WQE, plus the WQE burst
     (about 9 + memory latency) for the first packet of a message or a
@@ -201,8 +191,6 @@ class Sequencer(wiring.Component):
         wimm_park = Signal(nq)
         pi = Array(Signal(16, name=f"pi{i}") for i in range(nq))
         ci = Array(Signal(16, name=f"ci{i}") for i in range(nq))
-        next_psn = Array(Signal(PSN_BITS, name=f"next_psn{i}") for i in range(nq))
-        una_psn = Array(Signal(PSN_BITS, name=f"una_psn{i}") for i in range(nq))
         ev_cursor = Array(Signal(eb, init=ne - 1, name=f"ev_cursor{i}") for i in range(nq))
 
         # ---- per-QP settings, WQE progress, counters, in-flight records: RAM
@@ -339,41 +327,25 @@ class Sequencer(wiring.Component):
         m.d.comb += mtu.eq(Const(256, 9) << mtu_shift)
         # Array reads go through plain signals first: arithmetic on two
         # ArrayProxy values would expand to num_qps^2 terms.
-        cur_next = Signal(PSN_BITS)
-        cur_una = Signal(PSN_BITS)
         cur_ci = Signal(16)
         cur_cursor = Signal(eb)
         m.d.comb += [
-            cur_next.eq(next_psn[cur_q]),
-            cur_una.eq(una_psn[cur_q]),
             cur_ci.eq(ci[cur_q]),
             cur_cursor.eq(ev_cursor[cur_q]),
         ]
-        # The PSNs in flight (next_psn - una_psn) of cur_q, and a retransmit's
-        # PSN's offset from una_psn. Up to ACK_PER_QP_QPS QPs the subtractions
-        # are made per QP, from each QP's own registers (the first shared with
-        # the ack's compare), and cur_q picks among the results: cur_q, whose
-        # net reaches much of the block, is not in front of the carry chains
-        # (docs/timing.md#tx-sequencer). The values are the same, in
-        # the same cycles. Above it, the mux and then one subtraction.
-        per_qp_psns = nq <= ACK_PER_QP_QPS
-        qp_inflight = [Signal(PSN_BITS, name=f"inflight{i}") for i in range(nq)]
-        if per_qp_psns:
-            qp_offset = [Signal(PSN_BITS, name=f"psn_off{i}") for i in range(nq)]
-            for i in range(nq):
-                m.d.comb += [
-                    qp_inflight[i].eq(next_psn[i] - una_psn[i]),
-                    qp_offset[i].eq(retx_psn - una_psn[i]),
-                ]
-            inflight = Signal(PSN_BITS)
-            psn_offset = Signal(PSN_BITS)
-            m.d.comb += [
-                inflight.eq(Array(qp_inflight)[cur_q]),
-                psn_offset.eq(Array(qp_offset)[cur_q]),
-            ]
-        else:
-            inflight = (cur_next - cur_una)[:PSN_BITS]
-            psn_offset = (retx_psn - cur_una)[:PSN_BITS]
+        # the PSNs: next and oldest unacknowledged per QP, moved by EMIT, acks
+        # and qp_next_psn writes
+        m.submodules.psns = psns = PsnTable(nq)
+        wiring.connect(m, wiring.flipped(self.ack_update), psns.ack)
+        m.d.comb += [
+            psns.cur_q.eq(cur_q),
+            psns.retx_psn.eq(retx_psn),
+            psns.write.eq(qw.next_psn),
+            psns.write_data.eq(qw.data[:PSN_BITS]),
+            psns.advance.eq(psn_advance),
+            psns.advance_psn.eq(seg_psn),
+        ]
+        inflight, psn_offset, ak_apply = psns.inflight, psns.psn_offset, psns.ack_apply
         mpr_psns = settings_lane(cfg, "mpr") * MPR_UNIT
         cwnd = settings_lane(cfg, "cwnd")
         # The window check is split for timing: in LOAD the PSNs in flight
@@ -412,7 +384,7 @@ class Sequencer(wiring.Component):
         # the WQE's ring slot (fetch_index mod size) is registered with
         # fetch_index, so FETCH's address is one addr_width-bit add from flip-flops
         fetch_slot = Signal(16)
-        psn_out = Mux(retx_mode, retx_psn, cur_next)
+        psn_out = Mux(retx_mode, retx_psn, psns.cur_next)
 
         # EV choice: next GOOD after the cursor; a retransmit avoids its last EV
         # unless it is the only GOOD one.
@@ -805,61 +777,8 @@ class Sequencer(wiring.Component):
                 # no room yet: send in the cycle after the readies are seen
                 m.d.sync += [emit_go.eq(readies), wqe_we.eq(readies & ~retx_mode)]
 
-        # ---- unparking: acks, EV state changes (CSR writes come below)
-        # An ack_update is registered with its differences against the QP's
-        # una_psn and applied the next cycle, so the compare starts at
-        # flip-flops. The result is that of applying it in the cycle it was
-        # taken, one cycle later (a NEXT_PSN write to the QP in that cycle
-        # overrides it, as it would have then). No ack is taken in the cycle
-        # one is applied (ready is a flip-flop, low the cycle after a
-        # transfer), so the una_psn read at the taking is never one about to
-        # change: the compare needs no second copy for an ack of the same QP
-        # in the cycle before, and its one carry chain is one LUT from the
-        # una_psn enables. Acks come at most one per ACK packet, many cycles
-        # apart.
-        ack = self.ack_update.payload
-        ack_q = ack.qpn[:qb]
-        ack_ready = Signal(init=1)
-        ack_taken = self.ack_update.valid & ack_ready
-        m.d.comb += self.ack_update.ready.eq(ack_ready)
-        m.d.sync += ack_ready.eq(~ack_taken)
-        ak_qp = Signal(nq)  # the registered ack's QP, one-hot; 0: none to apply
-        ak_una = Signal(PSN_BITS)
-        ak_apply = Signal(nq)  # per QP: its una_psn moves to ak_una
-        m.d.sync += [
-            ak_qp.eq(Cat(*[ack_taken & (ack.qpn == i) & ~qw.next_psn[i] for i in range(nq)])),
-            ak_una.eq(ack.una_psn),
-        ]
-        # The compare is written as "not less than", one carry chain (yosys
-        # builds a <= b as a < b or an equality tree). The QP is one-hot, so
-        # each QP's enable is one LUT behind.
-        if nq <= ACK_PER_QP_QPS:
-            # Per QP, every cycle: the ack's advance over its una_psn and its
-            # PSNs in flight, registered (the ack's, the cycle after it is
-            # taken, are those of its QP), and the compare: no QP mux in
-            # front of the subtractions (docs/timing.md#tx-sequencer), each QP's chains
-            # next to its PSN registers.
-            aks = []
-            for i in range(nq):
-                adv = Signal(PSN_BITS, name=f"ak_adv{i}")
-                out = Signal(PSN_BITS, name=f"ak_out{i}")
-                m.d.sync += [
-                    adv.eq(ack.una_psn - una_psn[i]),
-                    out.eq(qp_inflight[i]),  # next_psn - una_psn, also the window's
-                ]
-                aks.append(ak_qp[i] & ~(out < adv))
-            m.d.comb += ak_apply.eq(Cat(*aks))
-        else:
-            ack_next = Signal(PSN_BITS)
-            ack_una = Signal(PSN_BITS)
-            m.d.comb += [ack_next.eq(next_psn[ack_q]), ack_una.eq(una_psn[ack_q])]
-            ak_adv = Signal(PSN_BITS)
-            ak_out = Signal(PSN_BITS)
-            m.d.comb += ak_apply.eq(ak_qp & (~(ak_out < ak_adv)).replicate(nq))
-            m.d.sync += [
-                ak_adv.eq(ack.una_psn - ack_una),
-                ak_out.eq(ack_next - ack_una),
-            ]
+        # ---- unparking: acks (PsnTable's ack_apply), EV state changes (CSR
+        # writes come below)
         for i in range(nq):
             with m.If(ak_apply[i]):
                 m.d.sync += win_blocked[i].eq(0)
@@ -899,26 +818,11 @@ class Sequencer(wiring.Component):
         with m.If(qw.doorbell):
             m.d.sync += pi[qw.q].eq(qw.data[:16])
 
-        # The PSN registers, written here per QP so that each is one enable
-        # and a 2-way choice: a NEXT_PSN write sets both and overrides an
-        # EMIT or applied ack_update for the QP in the same cycle.
-        for i in range(nq):
-            with m.If(qw.next_psn[i]):
-                m.d.sync += [
-                    next_psn[i].eq(qw.data[:PSN_BITS]),
-                    una_psn[i].eq(qw.data[:PSN_BITS]),
-                ]
-            with m.Else():
-                with m.If(psn_advance & (cur_q == i)):
-                    m.d.sync += next_psn[i].eq(seg_psn + 1)
-                with m.If(ak_apply[i]):
-                    m.d.sync += una_psn[i].eq(ak_una)
-
         # the values CSR reads return
         read_values = dict(
             enable=enable, wqe_active=wqe_active, win_blocked=win_blocked,
-            ev_blocked=ev_blocked, wimm_wait=wimm_wait, next_psn=Cat(*next_psn),
-            una_psn=Cat(*una_psn), pi=Cat(*pi), ci=Cat(*ci), cfg_row=settings.csr_row,
+            ev_blocked=ev_blocked, wimm_wait=wimm_wait, next_psn=psns.next_psn,
+            una_psn=psns.una_psn, pi=Cat(*pi), ci=Cat(*ci), cfg_row=settings.csr_row,
             counters=cnt_csr.data, wimm_count=self.wimm.rd_count, retx_ignored=retx_ignored,
             retx_no_ev=retx_no_ev)
         m.d.comb += [getattr(dec, name).eq(value) for name, value in read_values.items()]
