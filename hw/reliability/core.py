@@ -44,6 +44,7 @@ from .layouts import (
     SqProducer,
 )
 from .probe import ProbeRequest
+from .psn_table import PsnTable
 from .registers import COUNTER_NAMES
 from .sack_align import SackAlign
 from .timer import DEADLINE_BITS
@@ -275,20 +276,6 @@ class ReliabilityCore(wiring.Component):
                      self.rec_data.eq(rec_csr.data[: Rec.size]),
                      rec_rd_data.eq(rec_rd.data[: Rec.size])]
 
-        # per PSN: the EV it last went out on and whether that was a retransmission
-        # (rewritten by retransmissions), and, written once, whether it ends its WQE and
-        # its send time (16-cycle units)
-        m.submodules.psn_ev_mem = psn_ev_mem = Memory(shape=ebits + 1, depth=nq * W, init=[])
-        m.submodules.psn_info_mem = psn_info_mem = Memory(shape=17, depth=nq * W, init=[])
-        psn_ev_rd, psn_ev_wr = psn_ev_mem.read_port(), psn_ev_mem.write_port()
-        psn_info_rd, psn_info_wr = psn_info_mem.read_port(), psn_info_mem.write_port()
-        psn_raddr = Signal(range(nq * W))
-        psn_waddr = Signal(range(nq * W))
-        m.d.comb += [
-            psn_ev_rd.addr.eq(psn_raddr), psn_info_rd.addr.eq(psn_raddr),
-            psn_ev_wr.addr.eq(psn_waddr), psn_info_wr.addr.eq(psn_waddr),
-        ]
-
         # per QP: the send queue's producer index (WQEs the host has posted) and
         # whether a doorbell has set it since reset; read with the record
         m.submodules.sq_pi_mem = sq_pi_mem = Memory(shape=17, depth=nq, init=[])
@@ -406,14 +393,15 @@ class ReliabilityCore(wiring.Component):
         good_count = Signal(range(E + 1))
         m.d.comb += good_count.eq(sum(cur.ev_state[i] == EvState.GOOD for i in range(E)))
 
+        # per PSN: the EV it last went out on, whether that was a retransmission, whether
+        # it ends its WQE and its send time (hw/reliability/psn_table.py)
+        m.submodules.psn_table = psn_table = PsnTable(num_qps=nq, window=W, evs=E)
+
         def slot(off):
             # an adder of wbits bits of its own (the sum's low bits; not the low bits of
             # walk_psn's una + pick_off, which synthesis would share), placed for the
             # per-PSN memories' read address
             return (cur.una[:wbits] + off)[:wbits] if wbits else Const(0, 0)
-
-        def psn_addr(slot_value):
-            return Cat(slot_value, q) if wbits else q
 
         # timer writes (FINAL, CLEAR): their deadlines from the retry count and the
         # configuration of the cycle of the write (hw/reliability/deadline.py)
@@ -659,10 +647,10 @@ class ReliabilityCore(wiring.Component):
         pick_off_rd = Signal.like(pick_off)
         with m.If(~st.LCNT):
             m.d.sync += pick_off_rd.eq(lowest_index(m, use_mask, W, "pick_rd"))
-        e_ev = psn_ev_rd.data[:ebits]
-        e_retx = psn_ev_rd.data[ebits]
-        e_last = psn_info_rd.data[0]
-        e_ts = psn_info_rd.data[1:17]
+        e_ev = psn_table.ev
+        e_retx = psn_table.retx
+        e_last = psn_table.last
+        e_ts = psn_table.ts
 
         # the entry's EV's drop count after loss evidence (an EV transition's drops, USE)
         blame_drops = Signal(16)
@@ -888,9 +876,8 @@ class ReliabilityCore(wiring.Component):
 
         # the walk's per-PSN entry: read in PICK at the PSN it picks, held through LCNT
         # and USE (the read address is pick_off_rd's, pick_off's in PICK)
-        hold = st.LCNT | st.USE
-        m.d.comb += [psn_raddr.eq(psn_addr(slot(pick_off_rd))),
-                     psn_ev_rd.en.eq(~hold), psn_info_rd.en.eq(~hold)]
+        m.d.comb += [psn_table.read_qp.eq(q), psn_table.read_slot.eq(slot(pick_off_rd)),
+                     psn_table.hold.eq(st.LCNT | st.USE)]
         with state("PICK"):
             # PICK's flip-flop its enable: in the last cycle of PICK before USE or LCNT,
             # pick_off is the PSN's (una changes in PICK only when no PSN is left)
@@ -1310,30 +1297,17 @@ class ReliabilityCore(wiring.Component):
 
         # ---- SENT's and USE's actions ------------------------------------------------
         # The per-PSN writes are SENT's, made the cycle after it (FINAL or IDLE) from
-        # flip-flops: the write enables (psn_ev_we, psn_info_we: set in SENT, 0 in
-        # every other cycle), the address and the data (the sent record, retx: the
-        # entry's retransmission flag, and the time, registered every cycle, so the
-        # values of SENT). The write enables are then a flip-flop and the address's
-        # decode, not the retransmission's window test (a carry chain) in front of the
-        # LUT RAM's write enables. The next read of the entries is PICK's, at least 5
-        # cycles later (after LOAD of another event).
-        psn_ev_we = Signal()
-        psn_info_we = Signal()
-        psn_ev_wdata = Signal.like(psn_ev_wr.data)
-        psn_info_wdata = Signal.like(psn_info_wr.data)
-        m.d.sync += [
-            psn_ev_we.eq(0), psn_info_we.eq(0),
-            psn_waddr.eq(psn_addr(s.psn[:wbits])),
-            psn_ev_wdata.eq(Cat(s.ev_index[:ebits], s.retx)),
-            psn_info_wdata.eq(Cat(s.last, now_ts)),
-        ]
+        # flip-flops (PsnTable), so that the retransmission's window test (a carry
+        # chain) is not in front of the LUT RAM's write enables. The next read of the
+        # entries is PICK's, at least 5 cycles later (after LOAD of another event).
         m.d.comb += [
-            psn_ev_wr.data.eq(psn_ev_wdata), psn_info_wr.data.eq(psn_info_wdata),
-            psn_ev_wr.en.eq(psn_ev_we), psn_info_wr.en.eq(psn_info_we),
+            psn_table.write_qp.eq(q), psn_table.write_slot.eq(s.psn[:wbits] if wbits else 0),
+            psn_table.write_ev.eq(s.ev_index[:ebits]), psn_table.write_retx.eq(s.retx),
+            psn_table.write_last.eq(s.last), psn_table.write_ts.eq(now_ts),
         ]
         with m.If(st.SENT):
             with m.If(sent_new):
-                m.d.sync += [psn_ev_we.eq(1), psn_info_we.eq(1)]
+                m.d.comb += psn_table.record.eq(1)
                 m.d.sync += [
                     cur.nxt.eq(s.psn + 1),
                     cur.fresh.eq(0),
@@ -1349,13 +1323,13 @@ class ReliabilityCore(wiring.Component):
             # a retransmission (RTS, in flight) rewrites its PSN's EV
             with m.Elif((cur.state == QpState.RTS) & s.retx & ~cur.fresh
                         & below_const(sent_d, infl, len(infl))):
-                m.d.sync += psn_ev_we.eq(1)
+                m.d.comb += psn_table.rewrite.eq(1)
         # a sent record neither tracked nor a retransmission in flight: counted the
         # cycle after SENT, from flip-flops (SENT's, registered, and no per-PSN write)
         after_sent = Signal()
         after_operr = Signal()
         m.d.sync += [after_sent.eq(st.SENT), after_operr.eq(sent_operr)]
-        with m.If(after_sent & ~psn_ev_we & ~after_operr):
+        with m.If(after_sent & ~psn_table.ev_written & ~after_operr):
             count("sent_dropped")
 
         # the walk's PSNs: set by the state that starts a walk, then USE takes one PSN
