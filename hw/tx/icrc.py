@@ -1,5 +1,7 @@
 """RoCEv2 ICRC appended to a frame at full rate."""
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
@@ -64,6 +66,18 @@ def count_keep(count, nbytes):
     return Cat(*[count > i if i < top else Const(0, 1) for i in range(nbytes)])
 
 
+def _lane_masks(nbytes, b):
+    """The lanes of beat ``b`` of a frame to set (ICRC-masked bytes) and to
+    clear (bytes before the ICRC's coverage starts), as two masks."""
+    ones = zeros = 0
+    for lane in range(nbytes):
+        if b * nbytes + lane in ICRC_MASKED_BYTES:
+            ones |= 1 << lane
+        if b * nbytes + lane < ICRC_START:
+            zeros |= 1 << lane
+    return ones, zeros
+
+
 class IcrcInserter(wiring.Component):
     """Append the RoCEv2 ICRC to each frame of a packed byte stream.
 
@@ -116,9 +130,28 @@ class IcrcInserter(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        nbytes = self.data_width // 8
-        w = self.data_width
+        q = SimpleNamespace()  # what one part builds and a later one reads
+        self._input_stage(m, q)
+        self._crc_input(m, q)
+        self._crc_loop(m, q)
+        self._icrc_network(m, q)
+        self._output(m, q)
+        return m
 
+    def _adv_copy(self, m, q, group):
+        """A copy of ``adv`` for one group of flip-flops: its own copies of
+        ``spill`` and ``held_valid`` (set in ``_output``) and one LUT."""
+        g_spill = Signal(name=f"spill_{group}")
+        g_held_valid = Signal(name=f"held_valid_{group}")
+        en = Signal(name=f"adv_{group}")
+        m.d.comb += en.eq(~g_spill & (~g_held_valid | self.o.ready))
+        q.adv_copies.append((g_spill, g_held_valid, en))
+        return en
+
+    def _input_stage(self, m, q):
+        """The input stage: the beat in a skid buffer (``i.ready`` its spare's
+        empty flag) whose output register ``r`` loads on ``adv``."""
+        w = self.data_width
         # Input stage: the beat in a skid buffer (``i.ready`` is a flip-flop),
         # then a plain register ``t`` with the CRC's input bytes and their
         # count, computed from the skid buffer's flip-flops. Masking and the
@@ -126,9 +159,9 @@ class IcrcInserter(wiring.Component):
         # frame, up to the last beat holding a masked byte.
         i_flat = self.i.payload.as_value()
         r_flat = Signal(len(i_flat))
-        r_valid = Signal()
-        held_valid = Signal()
-        spill = Signal()
+        q.r_valid = Signal()
+        q.held_valid = Signal()
+        q.spill = Signal()
         # ``adv``: the stages from the skid buffer's output register on (r, t,
         # s, h1, h2, held) move on together when the output register is free;
         # it is one LUT of ``spill``, ``held_valid`` and ``o.ready`` (in the TX
@@ -142,15 +175,7 @@ class IcrcInserter(wiring.Component):
         # enables in time (docs/timing.md#tx-icrc-inserter). Each copy's next
         # value is a function of the copy itself, so that synthesis does not
         # merge the copies (nor their LUTs) back into one.
-        adv_copies = []
-
-        def adv_copy(group):
-            g_spill = Signal(name=f"spill_{group}")
-            g_held_valid = Signal(name=f"held_valid_{group}")
-            en = Signal(name=f"adv_{group}")
-            m.d.comb += en.eq(~g_spill & (~g_held_valid | self.o.ready))
-            adv_copies.append((g_spill, g_held_valid, en))
-            return en
+        q.adv_copies = []
 
         # The skid buffer (StreamRegister's, ``hw.pipeline.skid``) but its
         # output register ``r`` loads on ``adv`` alone, a bubble in it left
@@ -161,90 +186,93 @@ class IcrcInserter(wiring.Component):
         m.d.comb += self.i.ready.eq(~spare_valid)
         with m.If(~spare_valid):
             m.d.sync += spare_flat.eq(i_flat)
-        adv_r = adv_copy("r")
-        with m.If(adv_r):
+        q.adv_r = self._adv_copy(m, q, "r")
+        with m.If(q.adv_r):
             with m.If(spare_valid):
-                m.d.sync += [r_flat.eq(spare_flat), r_valid.eq(1), spare_valid.eq(0)]
+                m.d.sync += [r_flat.eq(spare_flat), q.r_valid.eq(1), spare_valid.eq(0)]
             with m.Else():
-                m.d.sync += [r_flat.eq(i_flat), r_valid.eq(self.i.valid)]
+                m.d.sync += [r_flat.eq(i_flat), q.r_valid.eq(self.i.valid)]
         with m.Elif(self.i.valid & ~spare_valid):
             m.d.sync += spare_valid.eq(1)
-        r_beat = Signal(Beat(w))
-        m.d.comb += r_beat.as_value().eq(r_flat)
+        q.r_beat = Signal(Beat(w))
+        m.d.comb += q.r_beat.as_value().eq(r_flat)
 
+    def _crc_input(self, m, q):
+        """The CRC's input: each beat's covered bytes (masked lanes set, lanes
+        before the coverage cleared, by its index in the frame) and byte count,
+        registered in ``t`` with the last beat's bytes moved up by the lanes its
+        count misses."""
+        nbytes = self.data_width // 8
+        w = self.data_width
         last_special = max(ICRC_MASKED_BYTES) // nbytes
         beat_index = Signal(range(last_special + 2))
-        start_beat, start_lane = divmod(ICRC_START, nbytes)
+        start_beat, q.start_lane = divmod(ICRC_START, nbytes)
         # The start beat is never full (its lanes below start_lane are not
         # covered), so the CRC loop always takes it from a constant (below):
         # the state a frame's last beat leaves in ``crc`` is never read.
-        assert start_lane != 0, "the ICRC's start must not fall on a beat boundary"
+        assert q.start_lane != 0, "the ICRC's start must not fall on a beat boundary"
 
         # The bytes before the coverage starts are zeroed rather than shifted
         # out: leading zero bytes leave a CRC from a zero state at zero, so
         # the data part is that of the covered bytes alone. The lanes to set
         # (masked) and to clear (not covered) are registered for the next
         # beat with its index.
-        def lane_masks(b):
-            ones = zeros = 0
-            for lane in range(nbytes):
-                if b * nbytes + lane in ICRC_MASKED_BYTES:
-                    ones |= 1 << lane
-                if b * nbytes + lane < ICRC_START:
-                    zeros |= 1 << lane
-            return ones, zeros
-
-        ones_lanes = Signal(nbytes, init=lane_masks(0)[0])
-        zero_lanes = Signal(nbytes, init=lane_masks(0)[1])
+        ones_lanes = Signal(nbytes, init=_lane_masks(nbytes, 0)[0])
+        zero_lanes = Signal(nbytes, init=_lane_masks(nbytes, 0)[1])
         ones_bits = Cat(*[ones_lanes[i].replicate(8) for i in range(nbytes)])
         zero_bits = Cat(*[zero_lanes[i].replicate(8) for i in range(nbytes)])
-        covered = (r_beat.data | ones_bits) & ~zero_bits
+        covered = (q.r_beat.data | ones_bits) & ~zero_bits
 
         # the byte count the CRC register's state goes through
-        n_in = keep_count(r_beat.keep)
+        n_in = keep_count(q.r_beat.keep)
         crc_count = Signal(range(nbytes + 1))
         with m.If(beat_index < start_beat):
             m.d.comb += crc_count.eq(0)
         with m.Elif(beat_index == start_beat):
-            m.d.comb += crc_count.eq(n_in - start_lane)
+            m.d.comb += crc_count.eq(n_in - q.start_lane)
         with m.Else():
             m.d.comb += crc_count.eq(n_in)
 
-        t_valid = Signal()
-        t_beat = Signal(Beat(w))
-        t_crc_count = Signal(range(nbytes + 1))
-        t_full = Signal()  # t_crc_count == nbytes
-        t_start = Signal()  # the start beat
-        t_n_in = Signal(range(nbytes + 1))
-        t_crc_moved = Signal(w)
-        with m.If(adv_copy("t")):
-            m.d.sync += [t_valid.eq(r_valid), t_beat.eq(r_beat)]
-        with m.If(adv_copy("tc")):
+        q.t_valid = Signal()
+        q.t_beat = Signal(Beat(w))
+        q.t_crc_count = Signal(range(nbytes + 1))
+        q.t_full = Signal()  # t_crc_count == nbytes
+        q.t_start = Signal()  # the start beat
+        q.t_n_in = Signal(range(nbytes + 1))
+        q.t_crc_moved = Signal(w)
+        with m.If(self._adv_copy(m, q, "t")):
+            m.d.sync += [q.t_valid.eq(q.r_valid), q.t_beat.eq(q.r_beat)]
+        with m.If(self._adv_copy(m, q, "tc")):
             m.d.sync += [
-                t_crc_count.eq(crc_count),
-                t_full.eq(crc_count == nbytes),
-                t_start.eq(beat_index == start_beat),
-                t_n_in.eq(n_in),
+                q.t_crc_count.eq(crc_count),
+                q.t_full.eq(crc_count == nbytes),
+                q.t_start.eq(beat_index == start_beat),
+                q.t_n_in.eq(n_in),
                 # the last beat's bytes moved up by the lanes its count misses
                 # (crc32_tail), here, so that the next stage has only the XOR
                 # network
-                t_crc_moved.eq(keep_tail_shift(covered, r_beat.keep)),
+                q.t_crc_moved.eq(keep_tail_shift(covered, q.r_beat.keep)),
             ]
-        with m.If(r_valid & adv_r):
-            with m.If(r_beat.last):
+        with m.If(q.r_valid & q.adv_r):
+            with m.If(q.r_beat.last):
                 m.d.sync += [
                     beat_index.eq(0),
-                    ones_lanes.eq(lane_masks(0)[0]),
-                    zero_lanes.eq(lane_masks(0)[1]),
+                    ones_lanes.eq(_lane_masks(nbytes, 0)[0]),
+                    zero_lanes.eq(_lane_masks(nbytes, 0)[1]),
                 ]
             with m.Elif(beat_index <= last_special):
                 m.d.sync += beat_index.eq(beat_index + 1)
                 with m.Switch(beat_index):
                     for b in range(last_special + 1):
                         with m.Case(b):
-                            ones, zeros = lane_masks(b + 1)
+                            ones, zeros = _lane_masks(nbytes, b + 1)
                             m.d.sync += [ones_lanes.eq(ones), zero_lanes.eq(zeros)]
 
+    def _crc_loop(self, m, q):
+        """The CRC loop: the data part of ``t``'s bytes registered in ``s``, and
+        the CRC register's next value, one XOR tree and a two-way choice."""
+        nbytes = self.data_width // 8
+        w = self.data_width
         # The CRC after k bytes is A_k * state ^ B_k * data (GF(2)): the data
         # part is computed from ``t`` and registered in ``s``, so the loop
         # through ``crc`` is one XOR tree and a two-way choice. One full-beat
@@ -265,31 +293,37 @@ class IcrcInserter(wiring.Component):
         # first full beat. (A register with that constant XOR the data part
         # put the data part's network, and a mux on ``last``, in front of 32
         # more flip-flops; docs/timing.md#tx-icrc-inserter.)
-        start_count = nbytes - start_lane
+        start_count = nbytes - q.start_lane
         start_state = crc32_state_py(ICRC_INIT, bytes(start_count))
-        t_tail = crc32_parts(0, t_crc_moved, nbytes)[1]
-        s_valid = Signal()
-        s_beat = Signal(Beat(w))
-        s_tail = Signal(32)  # B_k * data for the beat's count k
-        s_crc_count = Signal(range(nbytes + 1))
+        t_tail = crc32_parts(0, q.t_crc_moved, nbytes)[1]
+        q.s_valid = Signal()
+        q.s_beat = Signal(Beat(w))
+        q.s_tail = Signal(32)  # B_k * data for the beat's count k
+        q.s_crc_count = Signal(range(nbytes + 1))
         s_run = Signal()  # a full beat that does not end the frame
         s_start = Signal()  # the start beat: its state is start_state (else ICRC_INIT)
-        s_n_in = Signal(range(nbytes + 1))
-        with m.If(adv_copy("s")):
-            m.d.sync += [s_valid.eq(t_valid), s_beat.eq(t_beat)]
-        adv_sc = adv_copy("sc")
-        with m.If(adv_sc):
+        q.s_n_in = Signal(range(nbytes + 1))
+        with m.If(self._adv_copy(m, q, "s")):
+            m.d.sync += [q.s_valid.eq(q.t_valid), q.s_beat.eq(q.t_beat)]
+        q.adv_sc = self._adv_copy(m, q, "sc")
+        with m.If(q.adv_sc):
             m.d.sync += [
-                s_tail.eq(t_tail),
-                s_crc_count.eq(t_crc_count),
-                s_run.eq(t_full & ~t_beat.last),
-                s_start.eq(t_start),
-                s_n_in.eq(t_n_in),
+                q.s_tail.eq(t_tail),
+                q.s_crc_count.eq(q.t_crc_count),
+                s_run.eq(q.t_full & ~q.t_beat.last),
+                s_start.eq(q.t_start),
+                q.s_n_in.eq(q.t_n_in),
             ]
 
-        crc = Signal(32, init=ICRC_INIT)
-        crc_loop = Mux(s_run, crc32_parts(crc, 0, nbytes)[0],
-                       Mux(s_start, start_state, ICRC_INIT)) ^ s_tail
+        q.crc = Signal(32, init=ICRC_INIT)
+        q.crc_loop = Mux(s_run, crc32_parts(q.crc, 0, nbytes)[0],
+                       Mux(s_start, start_state, ICRC_INIT)) ^ q.s_tail
+
+    def _icrc_network(self, m, q):
+        """The last beat's ICRC network: the CRC after it in two registered
+        parts, then three partial XORs per ICRC bit, then their XOR."""
+        nbytes = self.data_width // 8
+        w = self.data_width
         # With each frame's last beat the CRC after that beat (``crc32_tail``)
         # is registered in two parts: the state moved up by the lanes the count
         # misses, and the state's bytes the count does not reach XOR the data
@@ -299,21 +333,27 @@ class IcrcInserter(wiring.Component):
         # inputs each (two LUT levels); as it moves on to ``held``, their XOR,
         # inverted, into the ICRC register (one LUT). In one step the network
         # is 5 LUT levels from ``fin_moved`` (docs/timing.md#tx-icrc-inserter).
-        fin_moved = Signal(w)
-        fin_rest = Signal(32)
-        icrc = Signal(32, name="icrc_value")
+        q.fin_moved = Signal(w)
+        q.fin_rest = Signal(32)
+        q.icrc = Signal(32, name="icrc_value")
         fin_inputs = [
-            [fin_moved[i] for i in range(w) if (mask >> (32 + i)) & 1] + [fin_rest[j]]
+            [q.fin_moved[i] for i in range(w) if (mask >> (32 + i)) & 1] + [q.fin_rest[j]]
             for j, mask in enumerate(_matrix(nbytes))
         ]
         n_parts = 3
-        icrc_part = Signal(32 * n_parts)  # bit j's partial XORs at 3j, 3j+1, 3j+2
-        part_values = []
+        q.icrc_part = Signal(32 * n_parts)  # bit j's partial XORs at 3j, 3j+1, 3j+2
+        q.part_values = []
         for inputs in fin_inputs:
             size = -(-len(inputs) // n_parts)
-            part_values += [Cat(*inputs[k * size:(k + 1) * size]).xor() for k in range(n_parts)]
-        icrc_final = Cat(*[~icrc_part[n_parts * j:n_parts * (j + 1)].xor() for j in range(32)])
+            q.part_values += [Cat(*inputs[k * size:(k + 1) * size]).xor() for k in range(n_parts)]
+        q.icrc_final = Cat(*[~q.icrc_part[n_parts * j:n_parts * (j + 1)].xor() for j in range(32)])
 
+    def _output(self, m, q):
+        """The holding stages ``h1``, ``h2`` and ``held``, the ICRC placed in the
+        held beat or sent in a spill beat, the output, and the stages' enables
+        (``adv`` copies)."""
+        nbytes = self.data_width // 8
+        w = self.data_width
         # h1: the beat whose CRC was just taken, then h2, before ``held``
         h1 = Signal(Beat(w))
         h1_valid = Signal()
@@ -353,41 +393,41 @@ class IcrcInserter(wiring.Component):
         # valid (it is read only with ``o.valid``): ``held_valid`` stays out
         # of the output's per-bit select, one input fewer on a path of 3 LUT
         # levels into ``out_reg``'s data (docs/timing.md#tx-icrc-inserter).
-        m.d.comb += self.o.valid.eq(spill | held_valid)
-        with m.If(spill):
+        m.d.comb += self.o.valid.eq(q.spill | q.held_valid)
+        with m.If(q.spill):
             m.d.comb += [
                 self.o.payload.data.eq(spill_data),
                 self.o.payload.keep.eq(count_keep(spill_count, nbytes)),
                 self.o.payload.last.eq(1),
             ]
             with m.If(self.o.ready):
-                m.d.sync += spill.eq(0)
+                m.d.sync += q.spill.eq(0)
         with m.Else():
             m.d.comb += [
                 self.o.payload.data.eq(out_data),
                 self.o.payload.keep.eq(held_keep),
                 self.o.payload.last.eq(held.last & fits),
             ]
-            with m.If(held_valid & self.o.ready & held.last & ~fits):
+            with m.If(q.held_valid & self.o.ready & held.last & ~fits):
                 m.d.sync += [
-                    spill.eq(1),
+                    q.spill.eq(1),
                     spill_data.eq(one_hot_select(
-                        spill_at, [(icrc >> (8 * j))[:32] for j in range(len(spill_at))])),
+                        spill_at, [(q.icrc >> (8 * j))[:32] for j in range(len(spill_at))])),
                     spill_count.eq(spill_n),
                 ]
 
         # ``adv``: ``held`` is free (a spill goes out first); its beat leaves as
         # it loads
-        adv_held = adv_copy("held")
+        adv_held = self._adv_copy(m, q, "held")
         with m.If(adv_held):
             # lanes above keep are not trusted to be zero
             keep_bits = Cat(*[h2.keep[i].replicate(8) for i in range(nbytes)])
             m.d.sync += [
                 held.eq(h2),
                 held.data.eq(h2.data & keep_bits),
-                held_valid.eq(h2_valid),
+                q.held_valid.eq(h2_valid),
             ]
-        adv_out = adv_copy("out")
+        adv_out = self._adv_copy(m, q, "out")
         with m.If(adv_out):
             m.d.sync += [
                 fits.eq(h2_count + 4 <= nbytes),
@@ -400,35 +440,35 @@ class IcrcInserter(wiring.Component):
                         h2.keep,
                     )
                 ),
-                icrc.eq(icrc_final),
+                q.icrc.eq(q.icrc_final),
             ]
         # (in groups of at most 64 bits, each under its own copy of ``adv``)
-        placed = one_hot_select(h2_at, [(icrc_final << (8 * k))[:w] for k in range(nbytes)])
+        placed = one_hot_select(h2_at, [(q.icrc_final << (8 * k))[:w] for k in range(nbytes)])
         for lo in range(0, w, 64):
-            with m.If(adv_copy(f"placed{lo // 64}")):
+            with m.If(self._adv_copy(m, q, f"placed{lo // 64}")):
                 m.d.sync += icrc_placed[lo:lo + 64].eq(placed[lo:lo + 64])
-        with m.If(adv_copy("h1")):
-            m.d.sync += [h1_valid.eq(s_valid), h1.eq(s_beat), h1_count.eq(s_n_in)]
-        with m.If(adv_copy("h2")):
+        with m.If(self._adv_copy(m, q, "h1")):
+            m.d.sync += [h1_valid.eq(q.s_valid), h1.eq(q.s_beat), h1_count.eq(q.s_n_in)]
+        with m.If(self._adv_copy(m, q, "h2")):
             m.d.sync += [h2_valid.eq(h1_valid), h2.eq(h1), h2_count.eq(h1_count),
                          h2_at.eq(Cat(*[h1.last & (h1_count == k) for k in range(nbytes)]))]
         # ``fin_*`` and the partial XORs are read only with a last beat in h1
         # and h2; taking them with every beat keeps ``last`` out of their
         # enables (each group's copy enables at most 64 flip-flops)
-        with m.If(adv_copy("fin")):
-            m.d.sync += fin_moved.eq(tail_shift(crc, s_crc_count, nbytes))
-        with m.If(adv_copy("rest")):
-            m.d.sync += fin_rest.eq(tail_rest(crc, s_crc_count) ^ s_tail)
-        half = len(icrc_part) // 2
-        with m.If(adv_copy("part0")):
-            m.d.sync += icrc_part[:half].eq(Cat(*part_values[:half]))
-        with m.If(adv_copy("part1")):
-            m.d.sync += icrc_part[half:].eq(Cat(*part_values[half:]))
-        with m.If(s_valid & adv_sc):
-            m.d.sync += crc.eq(crc_loop)
+        with m.If(self._adv_copy(m, q, "fin")):
+            m.d.sync += q.fin_moved.eq(tail_shift(q.crc, q.s_crc_count, nbytes))
+        with m.If(self._adv_copy(m, q, "rest")):
+            m.d.sync += q.fin_rest.eq(tail_rest(q.crc, q.s_crc_count) ^ q.s_tail)
+        half = len(q.icrc_part) // 2
+        with m.If(self._adv_copy(m, q, "part0")):
+            m.d.sync += q.icrc_part[:half].eq(Cat(*q.part_values[:half]))
+        with m.If(self._adv_copy(m, q, "part1")):
+            m.d.sync += q.icrc_part[half:].eq(Cat(*q.part_values[half:]))
+        with m.If(q.s_valid & q.adv_sc):
+            m.d.sync += q.crc.eq(q.crc_loop)
         # each group's copies of ``held_valid`` and ``spill``, set as those are
         # (held_valid with ``held``, spill by the output logic above)
-        for g_spill, g_held_valid, en in adv_copies:
+        for g_spill, g_held_valid, en in q.adv_copies:
             with m.If(en):
                 m.d.sync += g_held_valid.eq(h2_valid)
             with m.If(g_spill):
@@ -436,4 +476,3 @@ class IcrcInserter(wiring.Component):
                     m.d.sync += g_spill.eq(0)
             with m.Elif(g_held_valid & self.o.ready & held.last & ~fits):
                 m.d.sync += g_spill.eq(1)
-        return m
