@@ -1,9 +1,6 @@
 """Send-queue scheduling, WQE fetch, segmentation, PSNs, window, EV choice,
 in-flight records and retransmit requests: the TX control path."""
 
-import operator
-from functools import reduce
-
 from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
@@ -18,13 +15,11 @@ from .dma import ReadData, ReadRequest
 from .ev import EvBusSignature
 from .layouts import (
     WQE_BYTES,
-    WQE_LAYOUT,
     AckUpdate,
     PacketDesc,
     PayloadDesc,
     RetxRequest,
     SentRecord,
-    WqeOpcode,
 )
 from .psn_table import ACK_PER_QP_QPS, PsnTable
 from .qp_settings import (
@@ -39,25 +34,9 @@ from .qp_settings import (
 from .regs import CTRL_ENABLE_BIT
 from .scheduler import EvChoice, QpScheduler
 from .wimm import WimmBusSignature, wimm_widths
+from .wqe_loader import WqeLoader, WqeState
 
 __all__ = ["Sequencer", "CFG_LANES", "CFG_FLOP_QPS", "ACK_PER_QP_QPS"]
-
-def WqeState(addr_width=64):
-    """The part-sent WQE of a QP (and the WQE being retransmitted from): the
-    local address is an ``addr_width``-bit DMA address, the remote one the
-    peer's 64-bit VA."""
-    return data.StructLayout(
-        {
-            "laddr": unsigned(addr_width),
-            "raddr": unsigned(64),
-            "length": unsigned(32),
-            "rkey": unsigned(32),
-            "imm": unsigned(32),
-            "with_imm": unsigned(1),
-            "wqe_index": unsigned(16),
-            "pkt_index": unsigned(24),
-        }
-    )
 
 
 def InflightRecord(ev_bits):
@@ -290,6 +269,7 @@ class Sequencer(wiring.Component):
         fetch_index = Signal(16)
         fetch_beat = Signal(range(max(wqe_beats, 2)))
         cur = Signal(wqe_state)
+        op_bad = Signal()  # the fetched WQE's opcode is not one TX executes
         offset = Signal(32)
         seg_rest = Signal(32)  # bytes of the WQE from this packet on
         seg_mtu = Signal(13)
@@ -618,68 +598,22 @@ class Sequencer(wiring.Component):
         # cur, the WQE being sent: the QP's row in CHECK, loaded on every
         # branch so that its enable is the state's flip-flop (a WQE that is
         # fetched instead overwrites every field of it from its beats and in
-        # PARSE before cur is used or written back), or the burst's fields. Each
-        # field the sequencer uses lies within one beat (they are at most 8
-        # bytes, aligned): it goes to cur the cycle after its beat, from a
-        # register of its bits in the beat, so that the burst's valid (another
-        # block's logic) is not in front of cur's clock enables. The last beat lands
-        # in PARSE, which writes other fields, and is read from OFFSET on.
-        # CHECK's flip-flop would be the select (and in the clock enable) of all
-        # of cur's few hundred bits, a net routed over much of the chip: the row
-        # is loaded under four flags instead, each for about a quarter of the
-        # bits, all set in CHECK (from LOAD, which CHECK always follows and only
-        # from it). So that synthesis does not merge them into one flip-flop,
-        # each but the first is also set in the cycle after one other state
-        # (IDLE, RETX_CHECK, RETX_COMPARE), where a load of the row is harmless:
-        # cur is not read in IDLE (the write-back of a parked QP's row is in
-        # the IDLE after SEGMENT, before any load at its end), LOAD, CHECK or
-        # the retransmit checks, and is loaded again before it is (in CHECK, or
-        # from the beats and in PARSE). Each field the burst gives loads under
-        # one flip-flop, set for the row load or the field's beat, and the
-        # row's flag selects the row: a clock enable and one data select.
-        beat_of, beat_value = {}, {}  # cur's fields from the burst: beat index, registered value
-        for name, off, size in WQE_LAYOUT:
-            target = "with_imm" if name == "opcode" else name
-            if target not in wqe_state.members:
-                continue
-            lsb = 8 * (off % nbytes)
-            field = Signal(8 * size, name=f"beat_{name}")
-            m.d.sync += field.eq(self.wqe_data.payload.data[lsb : lsb + 8 * size])
-            beat_of[target] = off // nbytes
-            beat_value[target] = field == WqeOpcode.WRITE_WITH_IMM if name == "opcode" else field
-            if name == "opcode":
-                beat_opcode = field
-        # A fetched WQE's opcode is not one TX executes: registered from its beat
-        # (op_bad_ld, like the fields' loads: a flip-flop enable), 0 from IDLE on, so
-        # that OFFSET, the earliest reader, sees the fetch of this packet only. A
-        # retransmission's re-fetch never sets it.
-        op_bad = Signal()
-        op_bad_ld = Signal()
-        m.d.sync += op_bad_ld.eq(st.FETCH_DATA & self.wqe_data.valid & ~retx_mode
-                                 & (fetch_beat == beat_of["with_imm"]))
-        with m.If(st.IDLE):
-            m.d.sync += op_bad.eq(0)
-        with m.If(op_bad_ld):
-            m.d.sync += op_bad.eq(~reduce(operator.or_,
-                                          [beat_opcode == k for k in WqeOpcode.KNOWN]))
-        for also, fields in ((None, ("raddr",)),
-                             ("IDLE", ("laddr", "with_imm", "wqe_index")),
-                             ("RETX_CHECK", ("length", "rkey")),
-                             ("RETX_COMPARE", ("imm", "pkt_index"))):
-            row_next = st.LOAD | (st[also] if also else 0)
-            load_row = Signal(name=f"load_row_{fields[0]}")
-            m.d.sync += load_row.eq(row_next)
-            for name in fields:
-                if name not in beat_of:
-                    with m.If(load_row):
-                        m.d.sync += cur[name].eq(wqe_r.data[name])
-                    continue
-                # the field's enable, one flip-flop: the row's flag or its beat's
-                load = Signal(name=f"load_{name}")
-                m.d.sync += load.eq(row_next | (st.FETCH_DATA & self.wqe_data.valid
-                                                & (fetch_beat == beat_of[name])))
-                with m.If(load):
-                    m.d.sync += cur[name].eq(Mux(load_row, wqe_r.data[name], beat_value[name]))
+        # PARSE before cur is used or written back), or the burst's fields
+        m.submodules.wqe_loader = loader = WqeLoader(data_width=self.data_width,
+                                                     addr_width=self.addr_width)
+        m.d.comb += [
+            *[getattr(loader, f"in_{name.lower()}").eq(st[name])
+              for name in ("IDLE", "LOAD", "RETX_CHECK", "RETX_COMPARE", "FETCH_DATA", "PARSE")],
+            loader.retx.eq(retx_mode),
+            loader.row.eq(wqe_r.data),
+            loader.beat.eq(self.wqe_data.payload.data),
+            loader.beat_valid.eq(self.wqe_data.valid),
+            loader.beat_index.eq(fetch_beat),
+            loader.parse_wqe_index.eq(fetch_index),
+            loader.parse_pkt_index.eq(Mux(retx_mode, rec.pkt_index, 0)),
+            cur.eq(loader.cur),
+            op_bad.eq(loader.op_bad),
+        ]
 
         with state("FETCH_DATA"):
             m.d.comb += self.wqe_data.ready.eq(1)
@@ -689,10 +623,7 @@ class Sequencer(wiring.Component):
                     goto("PARSE")
 
         with state("PARSE"):
-            m.d.sync += [
-                cur.wqe_index.eq(fetch_index),
-                cur.pkt_index.eq(Mux(retx_mode, rec.pkt_index, 0)),
-            ]
+            # (cur's wqe_index and pkt_index are set in WqeLoader)
             with m.If(~retx_mode):
                 m.d.sync += [
                     ci[cur_q].eq(cur_ci + 1),
