@@ -7,7 +7,6 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..csr import CSRBusSignature
-from ..headers import Opcode
 from ..pipeline import OneHotFSM
 from ..protocol import PSN_BITS
 from .csr_decode import TxCsrDecode
@@ -21,6 +20,7 @@ from .layouts import (
     RetxRequest,
     SentRecord,
 )
+from .packet_desc import PacketDescriptors
 from .psn_table import ACK_PER_QP_QPS, PsnTable
 from .qp_settings import (
     CFG_FLOP_QPS,
@@ -220,17 +220,10 @@ class Sequencer(wiring.Component):
 
         # ---- the QP to serve next (a doorbell is seen two cycles after pi moves)
         m.submodules.scheduler = sched = QpScheduler(nq)
-        m.d.comb += [
-            sched.pi.eq(Cat(*pi)),
-            sched.ci.eq(Cat(*ci)),
-            sched.enable.eq(enable),
-            sched.wqe_active.eq(wqe_active),
-            sched.win_blocked.eq(win_blocked),
-            sched.ev_blocked.eq(ev_blocked),
-            sched.op_halt.eq(op_halt),
-            sched.wimm_park.eq(wimm_park),
-            sched.at_bound.eq(self.wimm.at_bound),
-        ]
+        qp_flags = dict(pi=Cat(*pi), ci=Cat(*ci), enable=enable, wqe_active=wqe_active,
+                        win_blocked=win_blocked, ev_blocked=ev_blocked, op_halt=op_halt,
+                        wimm_park=wimm_park, at_bound=self.wimm.at_bound)
+        m.d.comb += [getattr(sched, name).eq(value) for name, value in qp_flags.items()]
         wimm_wait = sched.wimm_wait
 
         init_q = Signal(range(nq + 1))
@@ -406,41 +399,14 @@ class Sequencer(wiring.Component):
             self.wqe_req.payload.addr.eq(wqe_addr),
             self.wqe_req.payload.len.eq(wqe_beats - 1),
         ]
-        # The packet's remote and local addresses, registered every cycle: cur
-        # and offset hold from SEGMENT to EMIT, so these are the packet's in
-        # EMIT, and the wide adds are not in front of the descriptor FIFOs'
-        # block-RAM inputs.
-        pkt_va = Signal(64)
-        pkt_laddr = Signal(self.addr_width)
-        m.d.sync += [pkt_va.eq(cur.raddr + offset), pkt_laddr.eq(cur.laddr + offset)]
-        imm_last = cur.with_imm & seg_last
-        opcode = Signal(8)
-        with m.If(seg_first & seg_last):
-            m.d.comb += opcode.eq(Mux(cur.with_imm, Opcode.WRITE_ONLY_IMM, Opcode.WRITE_ONLY))
-        with m.Elif(seg_first):
-            m.d.comb += opcode.eq(Opcode.WRITE_FIRST)
-        with m.Elif(seg_last):
-            m.d.comb += opcode.eq(Mux(cur.with_imm, Opcode.WRITE_LAST_IMM, Opcode.WRITE_LAST))
-        with m.Else():
-            m.d.comb += opcode.eq(Opcode.WRITE_MIDDLE)
-        h = self.hdr_desc.payload
+        # the packet's header and payload descriptors
+        m.submodules.packet_desc = desc = PacketDescriptors(self.addr_width)
+        packet = dict(wqe=cur, offset=offset, first=seg_first, last=seg_last, length=seg_len,
+                      psn=seg_psn, retx=retx_mode, settings=cfg, ev_value=self.ev.value)
+        m.d.comb += [getattr(desc, name).eq(value) for name, value in packet.items()]
         m.d.comb += [
-            h.opcode.eq(opcode),
-            h.se.eq(imm_last),
-            h.ackreq.eq(seg_last | retx_mode),
-            h.dqpn.eq(settings_lane(cfg, "dqpn")),
-            h.psn.eq(seg_psn),
-            h.va.eq(pkt_va),
-            h.rkey.eq(cur.rkey),
-            h.dma_len.eq(cur.length),
-            h.imm.eq(cur.imm),
-            h.length.eq(seg_len),
-            h.ev.eq(self.ev.value),
-            h.dst_mac.eq(Cat(settings_lane(cfg, "dst_mac_lo"), settings_lane(cfg, "dst_mac_hi"))),
-            h.dst_ip.eq(settings_lane(cfg, "dst_ip")),
-            h.dscp.eq(settings_lane(cfg, "dscp")),
-            self.pay_desc.payload.laddr.eq(pkt_laddr),
-            self.pay_desc.payload.length.eq(seg_len),
+            self.hdr_desc.payload.eq(desc.hdr),
+            self.pay_desc.payload.eq(desc.pay),
             self.sent.payload.qpn.eq(cur_q),
             self.sent.payload.psn.eq(seg_psn),
             self.sent.payload.ev_index.eq(ev_index),

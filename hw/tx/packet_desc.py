@@ -1,0 +1,91 @@
+"""A packet's header and payload descriptors, from the WQE being sent and
+the segment the TX sequencer cut: ``PacketDescriptors``."""
+
+from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.lib import wiring
+from amaranth.lib.wiring import In, Out
+
+from ..headers import Opcode
+from ..protocol import PSN_BITS
+from .layouts import PacketDesc, PayloadDesc
+from .qp_settings import CFG_LANES, settings_lane
+from .wqe_loader import WqeState
+
+__all__ = ["PacketDescriptors"]
+
+
+class PacketDescriptors(wiring.Component):
+    """The fields of one packet's ``PacketDesc`` (``hdr``) and
+    ``PayloadDesc`` (``pay``).
+
+    Interface: ``wqe`` (the WQE being sent, ``WqeState``), ``offset`` (the
+    packet's byte offset in it), ``first``/``last`` (its first and last
+    packet), ``length``, ``psn``, ``retx`` (a retransmission: ACK requested),
+    ``settings`` (the QP's settings row, CFG_LANES order) and ``ev_value``
+    (the EV's UDP source port) in; ``hdr`` and ``pay`` out.
+
+    The opcode is WRITE_FIRST, _MIDDLE, _LAST or _ONLY (the last two _IMM
+    for a WITH_IMMEDIATE WQE, which also sets SE on its last packet); ACK
+    is requested on a message's last packet and on every retransmission.
+    The remote and local addresses (``raddr``/``laddr`` + ``offset``) are
+    registered every cycle, so that the wide adds are not in front of the
+    descriptor FIFOs' block-RAM inputs: the sequencer holds ``wqe`` and
+    ``offset`` from SEGMENT to EMIT.
+
+    Latency: ``hdr.va`` and ``pay.laddr`` 1 cycle after ``wqe``/``offset``,
+    every other field 0 (combinational). Throughput: one packet per cycle.
+    """
+
+    def __init__(self, addr_width=64):
+        self.addr_width = addr_width
+        super().__init__({
+            "wqe": In(WqeState(addr_width)),
+            "offset": In(32),
+            "first": In(1),
+            "last": In(1),
+            "length": In(13),
+            "psn": In(PSN_BITS),
+            "retx": In(1),
+            "settings": In(32 * len(CFG_LANES)),
+            "ev_value": In(16),
+            "hdr": Out(PacketDesc()),
+            "pay": Out(PayloadDesc(addr_width)),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        cur, cfg = self.wqe, self.settings
+        seg_first, seg_last = self.first, self.last
+        pkt_va = Signal(64)
+        pkt_laddr = Signal(self.addr_width)
+        m.d.sync += [pkt_va.eq(cur.raddr + self.offset), pkt_laddr.eq(cur.laddr + self.offset)]
+        imm_last = cur.with_imm & seg_last
+        opcode = Signal(8)
+        with m.If(seg_first & seg_last):
+            m.d.comb += opcode.eq(Mux(cur.with_imm, Opcode.WRITE_ONLY_IMM, Opcode.WRITE_ONLY))
+        with m.Elif(seg_first):
+            m.d.comb += opcode.eq(Opcode.WRITE_FIRST)
+        with m.Elif(seg_last):
+            m.d.comb += opcode.eq(Mux(cur.with_imm, Opcode.WRITE_LAST_IMM, Opcode.WRITE_LAST))
+        with m.Else():
+            m.d.comb += opcode.eq(Opcode.WRITE_MIDDLE)
+        h = self.hdr
+        m.d.comb += [
+            h.opcode.eq(opcode),
+            h.se.eq(imm_last),
+            h.ackreq.eq(seg_last | self.retx),
+            h.dqpn.eq(settings_lane(cfg, "dqpn")),
+            h.psn.eq(self.psn),
+            h.va.eq(pkt_va),
+            h.rkey.eq(cur.rkey),
+            h.dma_len.eq(cur.length),
+            h.imm.eq(cur.imm),
+            h.length.eq(self.length),
+            h.ev.eq(self.ev_value),
+            h.dst_mac.eq(Cat(settings_lane(cfg, "dst_mac_lo"), settings_lane(cfg, "dst_mac_hi"))),
+            h.dst_ip.eq(settings_lane(cfg, "dst_ip")),
+            h.dscp.eq(settings_lane(cfg, "dscp")),
+            self.pay.laddr.eq(pkt_laddr),
+            self.pay.length.eq(self.length),
+        ]
+        return m
