@@ -5,6 +5,8 @@ writes; it turns them into AXI4 INCR bursts with byte strobes and reports,
 per command, when every burst of it has its B response.
 """
 
+from types import SimpleNamespace
+
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFOBuffered
@@ -14,7 +16,7 @@ from amaranth.utils import ceil_log2, exact_log2
 from hw.axi import AXI_BURST_INCR, AXI_RESP_OKAY, AXI4Signature, check_dma_addr_width
 from hw.stream import Beat, check_data_width
 
-__all__ = ["CQE_BYTES", "DmaDone", "RxDmaWriter", "WriteCmd"]
+__all__ = ["CQE_BYTES", "DmaDone", "PendingWrite", "RxDmaResponses", "RxDmaWriter", "WriteCmd"]
 
 CQE_BYTES = 32
 
@@ -109,6 +111,7 @@ class RxDmaWriter(wiring.Component):
         self.max_outstanding = max_outstanding
         self.bpb = data_width // 8
         self.boundary = min(4096, 256 * self.bpb)
+        self.max_bursts = (65535 + self.bpb) // self.boundary + 2
         super().__init__(
             {
                 "cmd": In(stream.Signature(WriteCmd(tag_width, addr_width))),
@@ -121,9 +124,7 @@ class RxDmaWriter(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         axi = self.m_axi
-        dw, bpb, lb = self.data_width, self.bpb, exact_log2(self.bpb)
-        bnd = self.boundary
-        max_bursts = (65535 + bpb) // bnd + 2
+        lb = exact_log2(self.bpb)
 
         # Reads are not used.
         m.d.comb += [axi.arvalid.eq(0), axi.rready.eq(1)]
@@ -136,114 +137,123 @@ class RxDmaWriter(wiring.Component):
         ]
 
         # B bookkeeping: one entry per AXI-writing or notifying command.
-        m.submodules.pending = pending = SyncFIFOBuffered(
-            width=self.tag_width + 2 + ceil_log2(max_bursts + 1), depth=self.max_outstanding
-        )
-        m.submodules.done_q = done_q = SyncFIFOBuffered(
-            width=self.tag_width + 1, depth=self.max_outstanding
-        )
-        pend_w = data.View(
-            data.StructLayout(
-                {
-                    "tag": unsigned(self.tag_width),
-                    "notify": unsigned(1),
-                    "none": unsigned(1),  # no burst: report at once
-                    "last": unsigned(ceil_log2(max_bursts + 1)),  # bursts - 1
-                }
-            ),
-            pending.w_data,
-        )
-        pend_r = data.View(pend_w.shape(), pending.r_data)
+        m.submodules.responses = responses = RxDmaResponses(
+            self.tag_width, self.max_bursts, self.max_outstanding)
+        m.d.comb += [responses.bvalid.eq(axi.bvalid), responses.bresp.eq(axi.bresp),
+                     axi.bready.eq(responses.bready)]
+        wiring.connect(m, responses.done, wiring.flipped(self.done))
 
-        # ---- command stage: AW generation and W generation run side by side
-        cmd = Signal(WriteCmd(self.tag_width, self.addr_width))
-        aw_addr = Signal(self.addr_width)  # next burst start (byte address)
-        aw_left = Signal(17)  # bytes not yet covered by an AW
-        aw_busy = Signal()
-        bursts = Signal(range(max_bursts + 1))
+        r = self._registers()
+        self._command(m, r, responses.entry)
+        self._bursts(m, r, responses.entry)
+        self._beats(m, r)
+        return m
 
-        w_busy = Signal()
-        drain = Signal()  # consuming input only
-        beat_addr = Signal(self.addr_width)  # address of the W beat being emitted (aligned)
-        out_left = Signal(range(65536 // bpb + 3))  # W beats still to emit
+    def _registers(self):
+        """The command stage's registers (AW generation and W generation run
+        side by side), and the flags decoded from them."""
+        axi = self.m_axi
+        dw, bpb, lb = self.data_width, self.bpb, exact_log2(self.bpb)
+        bnd = self.boundary
+        r = SimpleNamespace()
+        r.cmd = Signal(WriteCmd(self.tag_width, self.addr_width))
+        r.aw_addr = Signal(self.addr_width)  # next burst start (byte address)
+        r.aw_left = Signal(17)  # bytes not yet covered by an AW
+        r.aw_busy = Signal()
+        r.bursts = Signal(range(self.max_bursts + 1))
+
+        r.w_busy = Signal()
+        r.drain = Signal()  # consuming input only
+        r.beat_addr = Signal(self.addr_width)  # address of the W beat being emitted (aligned)
+        r.out_left = Signal(range(65536 // bpb + 3))  # W beats still to emit
         # The W beat's last-lane mask and WLAST from flip-flops kept with
         # out_left and beat_addr: out_left == 1, and the beat ends a boundary.
-        out_last = Signal()
-        bnd_last = Signal()
-        in_left = Signal(range(65536 // bpb + 3))  # input beats still expected
-        in_one = Signal()  # in_left == 1, as a register (no compare behind WREADY)
-        in_ended = Signal()
-        starved = Signal()  # in_ended & (in_left != 0), as a register
-        first_beat = Signal()
-        shift = Signal(lb)
-        end_lane = Signal(lb)  # lane of the last byte written
-        prev = Signal(dw)
-        inline_buf = Signal(8 * CQE_BYTES)
-        inline_left = Signal(range(CQE_BYTES // min(bpb, CQE_BYTES) + 2))
+        r.out_last = Signal()
+        r.bnd_last = Signal()
+        r.in_left = Signal(range(65536 // bpb + 3))  # input beats still expected
+        r.in_one = Signal()  # in_left == 1, as a register (no compare behind WREADY)
+        r.in_ended = Signal()
+        r.starved = Signal()  # in_ended & (in_left != 0), as a register
+        r.first_beat = Signal()
+        r.shift = Signal(lb)
+        r.end_lane = Signal(lb)  # lane of the last byte written
+        r.prev = Signal(dw)
+        r.inline_buf = Signal(8 * CQE_BYTES)
+        r.inline_left = Signal(range(CQE_BYTES // min(bpb, CQE_BYTES) + 2))
 
         # AW runs from registers: a command's burst length, and whether the
         # burst is its last, are computed the cycle before the burst is offered.
         lbnd = exact_log2(bnd)
-        aw_prep = Signal()  # this cycle computes the next burst
-        aw_valid = Signal()
-        aw_last = Signal()  # the burst offered is the command's last
-        aw_len = Signal(8)  # its AWLEN
-        cmd_end = Signal(lbnd)  # low bits of the address of the command's last byte
-        zero_notify = Signal()  # a zero-length notify command to report next cycle
-        room = Signal(range(bnd + 1))  # bytes from the command's address to the boundary
-        cmd_fits = Signal()  # the command ends before the first boundary
-        aw_first = Signal()  # the next burst is the command's first
+        r.aw_prep = Signal()  # this cycle computes the next burst
+        r.aw_valid = Signal()
+        r.aw_last = Signal()  # the burst offered is the command's last
+        r.aw_len = Signal(8)  # its AWLEN
+        r.cmd_end = Signal(lbnd)  # low bits of the address of the command's last byte
+        r.zero_notify = Signal()  # a zero-length notify command to report next cycle
+        r.room = Signal(range(bnd + 1))  # bytes from the command's address to the boundary
+        r.cmd_fits = Signal()  # the command ends before the first boundary
+        r.aw_first = Signal()  # the next burst is the command's first
         # (in_left != 0) & ~in_ended, as two registers split by the command's
         # ``inline``: the W handshake is then a function of flip-flops, WREADY
         # and the stream's valid only (``inline`` is not in front of the W
         # beat's clock enable, nor of the input select in front of the
         # realigning mux).
-        in_stream = Signal()  # the input is due from ``data``
-        in_inline = Signal()  # the input is due from the inline CQE bytes
-        need_in = in_stream | in_inline
+        r.in_stream = Signal()  # the input is due from ``data``
+        r.in_inline = Signal()  # the input is due from the inline CQE bytes
+        r.need_in = r.in_stream | r.in_inline
 
         # The cycle after a command is taken: its registered copy is decoded.
-        decode = Signal()
-        idle = ~aw_busy & ~w_busy & ~drain & ~zero_notify & ~decode
+        r.decode = Signal()
+        r.idle = ~r.aw_busy & ~r.w_busy & ~r.drain & ~r.zero_notify & ~r.decode
 
         # W output register: the realigned beat, its strobes and WLAST are
         # computed from the writer's registers and the payload stream, and
         # reach the bus (an AXI4RegisterSlice in NicCore) from flip-flops.
         # w_free: the register can take a beat this cycle.
-        wq_valid = Signal()
-        wq_data = Signal(dw)
-        wq_strb = Signal(bpb)
-        wq_last = Signal()
-        w_free = ~wq_valid | axi.wready
+        r.wq_valid = Signal()
+        r.wq_data = Signal(dw)
+        r.wq_strb = Signal(bpb)
+        r.wq_last = Signal()
+        r.w_free = ~r.wq_valid | axi.wready
 
+        # the input beat: from the payload stream or the inline CQE bytes
+        r.in_valid = Signal()
+        r.in_last = Signal()
+        return r
+
+    def _command(self, m, r, entry):
+        """The input select, the inline bytes' shift, taking a command into
+        its registered copy, its decode the cycle after, and the B queue's
+        entry of a zero-length ``notify`` command."""
+        bpb, lb = self.bpb, exact_log2(self.bpb)
+        dw, bnd = self.data_width, self.boundary
+        lbnd = exact_log2(self.boundary)
         # Input mux: the payload stream or the inline CQE bytes.
-        in_valid = Signal()
-        in_last = Signal()
-        with m.If(cmd.inline):
+        with m.If(r.cmd.inline):
             m.d.comb += [
-                in_valid.eq(1),
-                in_last.eq(inline_left == 1),
+                r.in_valid.eq(1),
+                r.in_last.eq(r.inline_left == 1),
             ]
         with m.Else():
             m.d.comb += [
-                in_valid.eq(self.data.valid),
-                in_last.eq(self.data.payload.last),
+                r.in_valid.eq(self.data.valid),
+                r.in_last.eq(self.data.payload.last),
                 # Ready without the stream's valid in it (it matters only with
                 # valid): a W beat can go and takes input from the stream, or
                 # the drain runs. Fewer LUTs from in_stream to the payload
                 # register's enable in the parser
                 # (docs/timing.md#rx-dma-writer).
-                self.data.ready.eq((w_busy & w_free & in_stream) | drain),
+                self.data.ready.eq((r.w_busy & r.w_free & r.in_stream) | r.drain),
             ]
         # The inline bytes move on a beat whenever a W beat can go or the
         # drain runs: for an inline command (its input always valid) that is
         # when one is taken, or after its last beat, when they are read no
         # more; other commands never read them. So this 257-bit enable has no
         # handshake in it but WREADY.
-        with m.If(drain | (w_busy & w_free)):
+        with m.If(r.drain | (r.w_busy & r.w_free)):
             if 8 * CQE_BYTES > dw:
-                m.d.sync += inline_buf.eq(inline_buf >> dw)
-            m.d.sync += inline_left.eq(inline_left - 1)
+                m.d.sync += r.inline_buf.eq(r.inline_buf >> dw)
+            m.d.sync += r.inline_left.eq(r.inline_left - 1)
 
         # Accept a command. While the writer is idle its command registers
         # follow the offered command, taken or not (nothing reads them while
@@ -262,76 +272,81 @@ class RxDmaWriter(wiring.Component):
         # the copy, under ``decode``, a flip-flop: ``idle`` is too slow an
         # enable for ~400 bits (docs/timing.md#rx-dma-writer).
         c = self.cmd.payload
-        m.d.sync += cmd.inline_data.eq(c.inline_data)
-        with m.If(idle):
-            m.d.sync += [cmd[f].eq(c[f]) for f, _ in cmd.shape() if f != "inline_data"]
-        with m.If(idle & self.cmd.valid & pending.w_rdy):
+        m.d.sync += r.cmd.inline_data.eq(c.inline_data)
+        with m.If(r.idle):
+            m.d.sync += [r.cmd[f].eq(c[f]) for f, _ in r.cmd.shape() if f != "inline_data"]
+        with m.If(r.idle & self.cmd.valid & entry.ready):
             m.d.comb += self.cmd.ready.eq(1)
-            m.d.sync += decode.eq(1)
+            m.d.sync += r.decode.eq(1)
 
         # Decode: from the registered copy.
-        d_len = cmd.len
-        d_shift = cmd.addr[:lb]
+        d_len = r.cmd.len
+        d_shift = r.cmd.addr[:lb]
         d_in_beats = (d_len + (bpb - 1)) >> lb
-        d_in_left = Mux(cmd.inline, (CQE_BYTES + bpb - 1) // bpb, d_in_beats)
+        d_in_left = Mux(r.cmd.inline, (CQE_BYTES + bpb - 1) // bpb, d_in_beats)
         d_out_beats = (d_len + d_shift + (bpb - 1)) >> lb
         # d_out_beats == 1 without the full-width adder in front of out_last
         d_one_beat = ((d_len != 0) & (d_len[lb + 1 :] == 0)
                       & (d_len[: lb + 1] + d_shift <= bpb))
         d_end_full = Signal(lbnd + 17)
-        m.d.comb += d_end_full.eq(cmd.addr[:lbnd] + d_len - 1)
+        m.d.comb += d_end_full.eq(r.cmd.addr[:lbnd] + d_len - 1)
         d_end = d_end_full[:lbnd]
-        with m.If(decode):
+        with m.If(r.decode):
             m.d.sync += [
-                decode.eq(0),
-                aw_addr.eq(cmd.addr),
-                aw_left.eq(cmd.len),
-                bursts.eq(0),
-                beat_addr.eq(Cat(Const(0, lb), cmd.addr[lb:])),
-                in_ended.eq(0),
-                starved.eq(0),
-                first_beat.eq(1),
-                shift.eq(d_shift),
-                aw_first.eq(1),
-                prev.eq(0),
-                inline_left.eq((CQE_BYTES + bpb - 1) // bpb),
+                r.decode.eq(0),
+                r.aw_addr.eq(r.cmd.addr),
+                r.aw_left.eq(r.cmd.len),
+                r.bursts.eq(0),
+                r.beat_addr.eq(Cat(Const(0, lb), r.cmd.addr[lb:])),
+                r.in_ended.eq(0),
+                r.starved.eq(0),
+                r.first_beat.eq(1),
+                r.shift.eq(d_shift),
+                r.aw_first.eq(1),
+                r.prev.eq(0),
+                r.inline_left.eq((CQE_BYTES + bpb - 1) // bpb),
                 # the inline bytes from the command's copy, under ``decode`` (a
                 # flip-flop) rather than under ``idle`` (a LUT of five;
                 # docs/timing.md#rx-dma-writer)
-                inline_buf.eq(cmd.inline_data),
-                out_left.eq(d_out_beats),
-                out_last.eq(d_one_beat),
-                bnd_last.eq(cmd.addr[lb:lbnd] == (bnd // bpb) - 1),
-                in_left.eq(d_in_left),
-                in_one.eq(d_in_left == 1),
-                end_lane.eq(d_end[:lb]),
-                cmd_end.eq(d_end),
-                cmd_fits.eq(d_end_full[lbnd:] == 0),
-                room.eq(bnd - cmd.addr[:lbnd]),
-                in_stream.eq(~cmd.inline & (d_len != 0)),
-                in_inline.eq(cmd.inline),
+                r.inline_buf.eq(r.cmd.inline_data),
+                r.out_left.eq(d_out_beats),
+                r.out_last.eq(d_one_beat),
+                r.bnd_last.eq(r.cmd.addr[lb:lbnd] == (bnd // bpb) - 1),
+                r.in_left.eq(d_in_left),
+                r.in_one.eq(d_in_left == 1),
+                r.end_lane.eq(d_end[:lb]),
+                r.cmd_end.eq(d_end),
+                r.cmd_fits.eq(d_end_full[lbnd:] == 0),
+                r.room.eq(bnd - r.cmd.addr[:lbnd]),
+                r.in_stream.eq(~r.cmd.inline & (d_len != 0)),
+                r.in_inline.eq(r.cmd.inline),
             ]
-            with m.If(cmd.discard):
-                m.d.sync += drain.eq(d_len != 0)
+            with m.If(r.cmd.discard):
+                m.d.sync += r.drain.eq(d_len != 0)
             with m.Else():
                 m.d.sync += [
-                    aw_busy.eq(d_len != 0),
-                    aw_prep.eq(d_len != 0),
-                    w_busy.eq(d_len != 0),
+                    r.aw_busy.eq(d_len != 0),
+                    r.aw_prep.eq(d_len != 0),
+                    r.w_busy.eq(d_len != 0),
                     # Nothing to write: report through the B queue to keep order.
-                    zero_notify.eq((d_len == 0) & cmd.notify),
+                    r.zero_notify.eq((d_len == 0) & r.cmd.notify),
                 ]
-        with m.If(zero_notify):
+        with m.If(r.zero_notify):
             # The command was taken with room in the queue, and nothing else
             # writes to it before the next command.
-            m.d.sync += zero_notify.eq(0)
+            m.d.sync += r.zero_notify.eq(0)
             m.d.comb += [
-                pending.w_en.eq(1),
-                pend_w.tag.eq(cmd.tag),
-                pend_w.notify.eq(1),
-                pend_w.none.eq(1),
+                entry.valid.eq(1),
+                entry.payload.tag.eq(r.cmd.tag),
+                entry.payload.notify.eq(1),
+                entry.payload.none.eq(1),
             ]
 
+    def _bursts(self, m, r, entry):
+        """AW: a command's bursts, each computed the cycle before it is
+        offered, and the command's B queue entry."""
+        axi = self.m_axi
+        lb, bnd, lbnd = exact_log2(self.bpb), self.boundary, exact_log2(self.boundary)
         # AW: bursts split at the burst boundary; each is computed in an
         # aw_prep cycle from registers and offered in the next. The prep
         # cycle also steps the AW state on to the next burst (its start at
@@ -348,118 +363,187 @@ class RxDmaWriter(wiring.Component):
         # first offered), not on the AW handshake. B responses are counted
         # only against the queue's head, and none can come before the AW.
         pend_go = Signal()
-        pend_last = Signal(ceil_log2(max_bursts + 1))  # the command's bursts - 1
-        m.d.comb += last.eq(Mux(aw_first, cmd_fits, aw_left <= bnd))
+        pend_last = Signal(ceil_log2(self.max_bursts + 1))  # the command's bursts - 1
+        m.d.comb += last.eq(Mux(r.aw_first, r.cmd_fits, r.aw_left <= bnd))
         m.d.sync += pend_go.eq(0)
-        with m.If(aw_prep):
+        with m.If(r.aw_prep):
             m.d.sync += [
-                aw_prep.eq(0),
-                aw_valid.eq(1),
-                aw_last.eq(last),
-                aw_out.eq(aw_addr[lb:]),
+                r.aw_prep.eq(0),
+                r.aw_valid.eq(1),
+                r.aw_last.eq(last),
+                aw_out.eq(r.aw_addr[lb:]),
                 # Beats - 1: to the command's last byte, or to the boundary.
-                aw_len.eq(Mux(last, cmd_end[lb:] - aw_addr[lb:lbnd], ~aw_addr[lb:lbnd])),
+                r.aw_len.eq(Mux(last, r.cmd_end[lb:] - r.aw_addr[lb:lbnd], ~r.aw_addr[lb:lbnd])),
                 pend_go.eq(last),
-                pend_last.eq(bursts),
-                bursts.eq(bursts + 1),
+                pend_last.eq(r.bursts),
+                r.bursts.eq(r.bursts + 1),
                 # The next burst (read only if this one is not the last)
                 # starts at the boundary.
-                aw_addr.eq(Cat(Const(0, lbnd), aw_addr[lbnd:] + 1)),
-                aw_left.eq(aw_left - room),
-                room.eq(bnd),
-                aw_first.eq(0),
+                r.aw_addr.eq(Cat(Const(0, lbnd), r.aw_addr[lbnd:] + 1)),
+                r.aw_left.eq(r.aw_left - r.room),
+                r.room.eq(bnd),
+                r.aw_first.eq(0),
             ]
         m.d.comb += [
             axi.awaddr.eq(Cat(Const(0, lb), aw_out)),
-            axi.awlen.eq(aw_len),
-            axi.awvalid.eq(aw_valid),
+            axi.awlen.eq(r.aw_len),
+            axi.awvalid.eq(r.aw_valid),
         ]
-        with m.If(aw_valid & axi.awready):
-            m.d.sync += aw_valid.eq(0)
-            with m.If(aw_last):
-                m.d.sync += aw_busy.eq(0)
+        with m.If(r.aw_valid & axi.awready):
+            m.d.sync += r.aw_valid.eq(0)
+            with m.If(r.aw_last):
+                m.d.sync += r.aw_busy.eq(0)
             with m.Else():
-                m.d.sync += aw_prep.eq(1)
+                m.d.sync += r.aw_prep.eq(1)
         with m.If(pend_go):
             m.d.comb += [
-                pending.w_en.eq(1),
-                pend_w.tag.eq(cmd.tag),
-                pend_w.notify.eq(cmd.notify),
-                pend_w.last.eq(pend_last),
+                entry.valid.eq(1),
+                entry.payload.tag.eq(r.cmd.tag),
+                entry.payload.notify.eq(r.cmd.notify),
+                entry.payload.last.eq(pend_last),
             ]
 
+    def _beats(self, m, r):
+        """W: the input realigned to the target address into the W output
+        register, the beat and input counters, and the drain."""
+        axi = self.m_axi
+        dw, bpb, lb = self.data_width, self.bpb, exact_log2(self.bpb)
+        bnd, lbnd = self.boundary, exact_log2(self.boundary)
         # W: realign lane-0 input to the target address: each output beat is
         # the current input beat shifted up by `shift` lanes over the top
         # lanes of the previous one.
-        cur = (Mux(in_inline, inline_buf[: min(dw, 8 * CQE_BYTES)], 0)
-               | Mux(in_stream, self.data.payload.data, 0))
-        window = Cat(prev, cur)
+        cur = (Mux(r.in_inline, r.inline_buf[: min(dw, 8 * CQE_BYTES)], 0)
+               | Mux(r.in_stream, self.data.payload.data, 0))
+        window = Cat(r.prev, cur)
         strb = Signal(bpb)
         lanes = Signal(bpb)
         m.d.comb += lanes.eq(Const((1 << bpb) - 1, bpb))
-        lo_mask = Mux(first_beat, lanes << shift, lanes)
-        hi_mask = Mux(out_last, lanes >> (~end_lane)[:lb], lanes)
+        lo_mask = Mux(r.first_beat, lanes << r.shift, lanes)
+        hi_mask = Mux(r.out_last, lanes >> (~r.end_lane)[:lb], lanes)
         # Beats whose input never came (stream ended early) write nothing.
-        m.d.comb += strb.eq(Mux(starved, 0, (lo_mask & hi_mask)[:bpb]))
+        m.d.comb += strb.eq(Mux(r.starved, 0, (lo_mask & hi_mask)[:bpb]))
         # Output lane j is window lane j + bpb - shift: a bpb:1 mux per bit
         # on the shift register, not a shifter on an offset computed from it.
         realigned = Cat(
             Cat(window[dw + 8 * (j - k) : dw + 8 * (j - k + 1)] for k in range(bpb))
-            .word_select(shift, 8)
+            .word_select(r.shift, 8)
             for j in range(bpb))
-        w_go = w_busy & w_free & (~in_stream | self.data.valid)
+        w_go = r.w_busy & r.w_free & (~r.in_stream | self.data.valid)
         # The output register follows the realigned beat whenever it is free
         # (its enable is WREADY and its own valid flag, no writer state).
-        with m.If(w_free):
+        with m.If(r.w_free):
             m.d.sync += [
-                wq_valid.eq(w_go),
-                wq_data.eq(realigned),
-                wq_strb.eq(strb),
-                wq_last.eq(out_last | bnd_last),
+                r.wq_valid.eq(w_go),
+                r.wq_data.eq(realigned),
+                r.wq_strb.eq(strb),
+                r.wq_last.eq(r.out_last | r.bnd_last),
             ]
         m.d.comb += [
-            axi.wdata.eq(wq_data),
-            axi.wstrb.eq(wq_strb),
-            axi.wlast.eq(wq_last),
-            axi.wvalid.eq(wq_valid),
+            axi.wdata.eq(r.wq_data),
+            axi.wstrb.eq(r.wq_strb),
+            axi.wlast.eq(r.wq_last),
+            axi.wvalid.eq(r.wq_valid),
         ]
         with m.If(w_go):
             m.d.sync += [
-                beat_addr.eq(beat_addr + bpb),
-                out_left.eq(out_left - 1),
-                out_last.eq(out_left == 2),
-                bnd_last.eq(beat_addr[lb:lbnd] == (bnd // bpb) - 2),
-                first_beat.eq(0),
-                prev.eq(cur),
+                r.beat_addr.eq(r.beat_addr + bpb),
+                r.out_left.eq(r.out_left - 1),
+                r.out_last.eq(r.out_left == 2),
+                r.bnd_last.eq(r.beat_addr[lb:lbnd] == (bnd // bpb) - 2),
+                r.first_beat.eq(0),
+                r.prev.eq(cur),
             ]
-            with m.If(need_in):
-                m.d.sync += [in_left.eq(in_left - 1), in_one.eq(in_left == 2)]
-                with m.If(in_last):
+            with m.If(r.need_in):
+                m.d.sync += [r.in_left.eq(r.in_left - 1), r.in_one.eq(r.in_left == 2)]
+                with m.If(r.in_last):
                     # in_left stops here: the beats still expected are starved.
-                    m.d.sync += [in_ended.eq(1), starved.eq(~in_one)]
+                    m.d.sync += [r.in_ended.eq(1), r.starved.eq(~r.in_one)]
             # Without need_in (both flags are already clear then): one term
             # fewer between WREADY and these flags.
-            with m.If(in_last | in_one):
-                m.d.sync += [in_stream.eq(0), in_inline.eq(0)]
-            with m.If(out_last):
-                m.d.sync += w_busy.eq(0)
+            with m.If(r.in_last | r.in_one):
+                m.d.sync += [r.in_stream.eq(0), r.in_inline.eq(0)]
+            with m.If(r.out_last):
+                m.d.sync += r.w_busy.eq(0)
                 # Input longer than the command says: drain the rest.
-                with m.If(~cmd.inline & ~in_ended & ~(need_in & in_last)):
-                    m.d.sync += drain.eq(1)
+                with m.If(~r.cmd.inline & ~r.in_ended & ~(r.need_in & r.in_last)):
+                    m.d.sync += r.drain.eq(1)
 
         # Drain: consume input up to its last beat.
-        with m.If(drain):
-            with m.If(in_valid & in_last):
-                m.d.sync += drain.eq(0)
+        with m.If(r.drain):
+            with m.If(r.in_valid & r.in_last):
+                m.d.sync += r.drain.eq(0)
 
+
+class PendingWrite(data.StructLayout):
+    """A B queue entry: a writing or notifying command's ``tag``, ``notify``,
+    ``none`` (no burst: report at once) and ``last`` (its bursts - 1)."""
+
+    def __init__(self, tag_width, max_bursts):
+        super().__init__(
+            {
+                "tag": unsigned(tag_width),
+                "notify": unsigned(1),
+                "none": unsigned(1),
+                "last": unsigned(ceil_log2(max_bursts + 1)),
+            }
+        )
+
+
+class RxDmaResponses(wiring.Component):
+    """The RX DMA writer's B bookkeeping: its commands' B responses counted
+    and reported, in command order.
+
+    Interface
+    ---------
+    ``entry``  In(stream.Signature(PendingWrite)): one per writing or
+               notifying command, in order (``valid`` is the queue's write
+               enable and ``ready`` its room: the writer takes a command only
+               with room, and writes its entry later without looking).
+    ``bvalid``, ``bresp`` In, ``bready`` Out: the AXI4 B channel (one ID, so
+               the responses come in order).
+    ``done``   Out(stream.Signature(DmaDone)): one per ``notify`` entry once
+               its ``last`` + 1 responses came (``ok`` = 0 if one was not
+               OKAY), at once for a ``none`` entry (``ok`` = 1); buffered
+               ``depth`` deep, and B stalls while that buffer is full.
+
+    Latency: an entry reaches the head registers 2 cycles after it is
+    written (the queue, then the head copy); a report enters its own queue
+    the cycle after it is decided (from flip-flops) and leaves it on
+    ``done`` a cycle later. Throughput: one B response per cycle within an
+    entry; 2 cycles per entry at least (the head is copied out of the queue
+    in a cycle of its own, so the B handshake does not reach the queue's
+    pointers).
+    """
+
+    def __init__(self, tag_width, max_bursts, depth):
+        self.tag_width, self.max_bursts, self.depth = tag_width, max_bursts, depth
+        super().__init__(
+            {
+                "entry": In(stream.Signature(PendingWrite(tag_width, max_bursts))),
+                "bvalid": In(1),
+                "bresp": In(2),
+                "bready": Out(1),
+                "done": Out(stream.Signature(DmaDone(tag_width))),
+            }
+        )
+
+    def elaborate(self, platform):
+        m = Module()
+        m.submodules.pending = pending = SyncFIFOBuffered(
+            width=len(self.entry.payload.as_value()), depth=self.depth)
+        m.submodules.done_q = done_q = SyncFIFOBuffered(width=self.tag_width + 1,
+                                                         depth=self.depth)
+        m.d.comb += [pending.w_en.eq(self.entry.valid), pending.w_data.eq(self.entry.payload),
+                     self.entry.ready.eq(pending.w_rdy)]
+        pend_r = data.View(self.entry.payload.shape(), pending.r_data)
         # B: count the bursts of the head entry; report notify commands.
-        b_left = Signal(range(max_bursts + 1))  # bursts of the head entry still to come - 1
+        b_left = Signal(range(self.max_bursts + 1))  # bursts of the head entry still to come - 1
         b_last = Signal()  # b_left == 0, registered with it
         b_err = Signal()
         # The head entry is copied out of the queue first (a cycle per entry,
         # while the next B cannot come sooner), so the B handshake does not
         # reach into the queue's pointers.
-        head = Signal(pend_w.shape())
+        head = Signal(self.entry.payload.shape())
         head_valid = Signal()
         with m.If(~head_valid):
             m.d.comb += pending.r_en.eq(1)
@@ -487,9 +571,9 @@ class RxDmaWriter(wiring.Component):
                                  dq_data.eq(Cat(head.tag, Const(1, 1))),
                                  head_valid.eq(0)]
             with m.Elif(done_q.w_rdy):
-                m.d.comb += axi.bready.eq(1)
-                with m.If(axi.bvalid):
-                    err = b_err | (axi.bresp != AXI_RESP_OKAY)
+                m.d.comb += self.bready.eq(1)
+                with m.If(self.bvalid):
+                    err = b_err | (self.bresp != AXI_RESP_OKAY)
                     with m.If(b_last):
                         m.d.sync += [
                             dq_en.eq(head.notify),
