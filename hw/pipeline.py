@@ -262,11 +262,12 @@ _one_hot_assertions = [False]
 
 
 @contextmanager
-def one_hot_assertions():
+def one_hot_assertions(enable=True):
     """Every ``OneHotFSM`` elaborated inside adds ``Assert`` that its state
     vector stays one-hot, which the Amaranth simulator checks each cycle: for
-    simulator tests. Outside it none is added (no cell reaches a netlist)."""
-    _one_hot_assertions.append(True)
+    simulator tests (``enable=False``: none, inside such a test). Outside it
+    none is added (no cell reaches a netlist)."""
+    _one_hot_assertions.append(enable)
     try:
         yield
     finally:

@@ -3,6 +3,7 @@
 with an ASSUMED_BAD EV that a replayed or unsolicited answer must not revive,
 in Amaranth's simulator."""
 
+import pytest
 from amaranth.sim import Simulator
 from scapy.layers.l2 import Ether
 
@@ -15,6 +16,9 @@ from hw.reliability.registers import register_map
 
 from .csrbus import csr_read, csr_write
 from .simstream import send_record
+
+# the simulator checks each OneHotFSM's vector stays one-hot (tests/unit/conftest.py)
+pytestmark = pytest.mark.usefixtures("one_hot_checks")
 
 # (opcode, round, timestamp, sweeping) records, with the check's inputs round 10
 # (sweeping: being sent, else sent), the previous round started at 1000 ns, now
