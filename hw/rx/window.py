@@ -19,7 +19,6 @@ from .layouts import (
     MAX_PENDING,
     AckJob,
     CqeJob,
-    InFlightRow,
     PendingCqe,
     PendingEntry,
     QpConfig,
@@ -28,6 +27,7 @@ from .layouts import (
     WindowReq,
 )
 from .window_ack import AckReader
+from .window_tables import InFlightTable
 
 __all__ = ["MAX_PENDING", "QpRxState", "RxPsnWindow", "WINDOW_COUNTERS", "ring_bits_for"]
 
@@ -136,8 +136,9 @@ class RxPsnWindow(wiring.Component):
     bitmap words are registered and shifted by whole bytes towards the
     expected PSN).
 
-    Sub-components (docs/rx.md, "Inside ``RxPsnWindow``"): ``AckReader``
-    (window_ack.py) holds the ACK job and the bitmap it carries.
+    Sub-components (docs/rx.md, "Inside ``RxPsnWindow``"): ``InFlightTable``
+    (window_tables.py) holds the packets between check and B verdict;
+    ``AckReader`` (window_ack.py) the ACK job and the bitmap it carries.
     Throughput: one operation at a time; a packet costs about 11 cycles of
     engine time, far less than its payload takes on the datapath at any
     MTU >= 256.
@@ -229,44 +230,18 @@ class RxPsnWindow(wiring.Component):
         ]
 
         # ---- in-flight table: accepted packets between check and mark
-        flight_key = data.StructLayout({"qp": unsigned(qpb), "psn": unsigned(24)})
-        inflight = [Signal(flight_key, name=f"inflight{i}") for i in range(self.inflight)]
-        flight_valid = Signal(self.inflight)
-        m.submodules.flight_mem = fmem = Memory(
-            shape=InFlightRow(qpb), depth=self.inflight, init=[]
-        )
-        f_rd = fmem.read_port(domain="comb")
-        f_wr = fmem.write_port()
-        m.d.comb += f_rd.addr.eq(self.done.payload.tag)
-        free_slot = Signal(self.tag_bits)
-        for i in reversed(range(self.inflight)):
-            with m.If(~flight_valid[i]):
-                m.d.comb += free_slot.eq(i)
-        # A slot is free, registered from the slots after WRITEBACK's entry
-        # (a slot freed by a B verdict, in the state after IDLE, counts from the
-        # cycle after that).
-        any_free = Signal()
+        m.submodules.inflight = flight = InFlightTable(qp_bits=qpb, slots=self.inflight)
+        m.d.comb += [
+            flight.request.qp.eq(rq.qp),
+            flight.request.psn.eq(rq.psn),
+            flight.request.ackreq.eq(rq.ackreq),
+            flight.request.ce.eq(rq.ce),
+            flight.read_slot.eq(self.done.payload.tag),
+        ]
+        f_rd_data = flight.read_row
+        # (the slot entered in WRITEBACK, one-hot; set in CHECK_X)
         flight_enter = Signal(self.inflight)
-        m.d.sync += any_free.eq(~(flight_valid | flight_enter).all())
-        # In-flight entries of the request's PSN, registered in CHECK_RD in four
-        # parts of the key (QP and PSN, cut in parts of within a bit of each
-        # other's width; the slot's valid in the last), each at most 2-3 LUT
-        # levels from rq and the entries; CHECK ANDs the parts per entry and
-        # ORs the entries into flight_hit.
-        FLIGHT_PARTS = 4
-        key_bits = qpb + PSN_BITS
-        cuts = [key_bits * k // FLIGHT_PARTS for k in range(FLIGHT_PARTS + 1)]
-        flight_m = [Signal(self.inflight, name=f"flight_m{k}") for k in range(FLIGHT_PARTS)]
-        for i, e in enumerate(inflight):
-            key_e, key_rq = Cat(e.qp, e.psn), Cat(rq.qp, rq.psn)
-            for k in range(FLIGHT_PARTS):
-                eq = key_e[cuts[k] : cuts[k + 1]] == key_rq[cuts[k] : cuts[k + 1]]
-                if k == FLIGHT_PARTS - 1:
-                    eq = eq & flight_valid[i]
-                m.d.sync += flight_m[k][i].eq(eq)
-        flight_any = Const(0, 1)
-        for i in range(self.inflight):
-            flight_any = flight_any | Cat(f[i] for f in flight_m).all()
+        m.d.comb += flight.enter.eq(flight_enter)
 
         # ---- pending LAST packets
         pend = [Signal(PendingEntry(qpb, self.tag_bits), name=f"pending{i}")
@@ -373,7 +348,7 @@ class RxPsnWindow(wiring.Component):
             window_psns.eq(window_psns_c),
             inside.eq(d_c < window_psns_c),
             bit_set.eq((b_rd.data & rq_bit).any()),
-            flight_hit.eq(flight_any),
+            flight_hit.eq(flight.hit),
             is_last.eq(
                 Cat(*[rq.opcode == op for op in (
                     Opcode.WRITE_LAST, Opcode.WRITE_LAST_IMM, Opcode.WRITE_ONLY,
@@ -384,7 +359,7 @@ class RxPsnWindow(wiring.Component):
                 (rq.opcode == Opcode.WRITE_LAST_IMM) | (rq.opcode == Opcode.WRITE_ONLY_IMM)
             ),
             discard.eq(rq.payload_len != 0),
-            chk_slot.eq(free_slot),
+            chk_slot.eq(flight.free_slot),
             chk_pend_free.eq(pend_free),
             chk_pend_any_free.eq(pend_any_free),
             chk_pend_no_room.eq(
@@ -396,18 +371,13 @@ class RxPsnWindow(wiring.Component):
                 & (Const(0xFFFF, 16) << self.cfg.cq_log2)[:16]
             ).any()),
             chk_kind_other.eq(~Cat(rq.kind == k for k in chk_kind).any()),
-            chk_slot_oh.eq(Cat(~flight_valid[i] & flight_valid[:i].all() if i else ~flight_valid[0]
-                               for i in range(self.inflight))),
+            chk_slot_oh.eq(flight.free_onehot),
             chk_pend_oh.eq(Cat(~pend[i].valid & Cat(e.valid for e in pend[:i]).all() if i
                                else ~pend[0].valid for i in range(self.max_pending))),
         ] + [chk_kind[k].eq(rq.kind == k) for k in chk_kind]
         # WRITEBACK enters an accepted packet in the tables' LUT RAM rows.
         m.d.comb += [
-            f_wr.addr.eq(chk_slot),
-            f_wr.data.qp.eq(rq.qp),
-            f_wr.data.psn.eq(rq.psn),
-            f_wr.data.ackreq.eq(rq.ackreq),
-            f_wr.data.ce.eq(rq.ce),
+            flight.write_slot.eq(chk_slot),
             p_wr.addr.eq(chk_pend_free),
             p_wr.data.imm_flag.eq(has_imm),
             p_wr.data.opcode.eq(rq.opcode),
@@ -616,20 +586,20 @@ class RxPsnWindow(wiring.Component):
             # flip-flop of IDLE is their enable. A B verdict is taken whenever
             # done.valid (else a scan is due and nothing reads them), a request
             # only without it.
-            psn_in = Mux(self.done.valid, f_rd.data.psn, self.req.payload.psn)
+            psn_in = Mux(self.done.valid, f_rd_data.psn, self.req.payload.psn)
             m.d.sync += [
                 rq.eq(self.req.payload),
                 rq.psn.eq(psn_in),
                 init_epsn.eq(self.init.payload.epsn),
                 done_tag.eq(self.done.payload.tag),
-                mark_ackreq.eq(f_rd.data.ackreq),
-                mark_ce.eq(f_rd.data.ce),
+                mark_ackreq.eq(f_rd_data.ackreq),
+                mark_ce.eq(f_rd_data.ce),
             ]
             start_check = (
                 self.req.valid
                 & ~place_valid
                 & ~self.init_busy
-                & ((self.req.payload.kind != ReqKind.DATA) | any_free)
+                & ((self.req.payload.kind != ReqKind.DATA) | flight.any_free)
             )
             scan_due = ops_since_scan == 3
             with m.If(self.init.valid):
@@ -647,7 +617,7 @@ class RxPsnWindow(wiring.Component):
                 m.d.sync += ops_since_scan.eq(ops_since_scan + 1)
                 # (its in-flight slot is freed in the next state, MARK_RD or
                 # DMA_ERROR, from done_tag)
-                m.d.sync += qp.eq(f_rd.data.qp)
+                m.d.sync += qp.eq(f_rd_data.qp)
                 with m.If(self.done.payload.ok):
                     goto("MARK_RD")
                 with m.Else():
@@ -669,9 +639,7 @@ class RxPsnWindow(wiring.Component):
         # the slots' clock enables (docs/timing.md#rx-window). any_free,
         # registered from the slots, sees the free slot by the next IDLE as
         # before (neither path returns to IDLE in fewer than three cycles).
-        for i in range(self.inflight):
-            with m.If((st.MARK_RD | st.DMA_ERROR) & (done_tag == i)):
-                m.d.sync += flight_valid[i].eq(0)
+        m.d.comb += [flight.release.eq(st.MARK_RD | st.DMA_ERROR), flight.release_slot.eq(done_tag)]
 
         with state("DMA_ERROR"):
             # The packet is lost: forget its completion (its pending entry
@@ -987,10 +955,7 @@ class RxPsnWindow(wiring.Component):
         # enter vectors are set for that cycle only, so no state decode).
         with m.If(accept):
             m.d.sync += [accept.eq(0), flight_enter.eq(0), pend_enter.eq(0)]
-            m.d.comb += [f_wr.en.eq(1), p_wr.en.eq(is_last)]
-        for i, e in enumerate(inflight):
-            with m.If(flight_enter[i]):
-                m.d.sync += [flight_valid[i].eq(1), e.qp.eq(rq.qp), e.psn.eq(rq.psn)]
+            m.d.comb += [flight.write.eq(1), p_wr.en.eq(is_last)]
         for i, e in enumerate(pend):
             with m.If(pend_enter[i]):
                 m.d.sync += [

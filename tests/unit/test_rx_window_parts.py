@@ -9,6 +9,7 @@ from amaranth.sim import Simulator
 
 from hw.protocol import Syndrome
 from hw.rx.window_ack import AckReader
+from hw.rx.window_tables import InFlightTable
 
 PSN = 1 << 24
 
@@ -109,3 +110,67 @@ def test_ack_reader_builds_each_job_from_the_words_at_epsn(sack_bits):
     assert len(got) == len(want)
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         assert g == w, f"job {i}"
+
+
+# ---- InFlightTable -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("slots", [4, 8])
+def test_inflight_table_against_reference(slots):
+    """Random entries, releases, row writes and reads: ``hit`` is the match of
+    the cycle before (a valid slot with the request's QP and PSN), the free
+    slot the lowest invalid one, ``any_free`` registered from the slots and
+    the entry, a row read the last row written."""
+    qp_bits = 2
+    dut = InFlightTable(qp_bits=qp_bits, slots=slots)
+    rng = random.Random(slots)
+    valid = [0] * slots
+    keys = [(0, 0)] * slots
+    rows = {}
+    match = [0] * slots
+    any_free = 0
+    hits = 0
+
+    async def bench(ctx):
+        nonlocal valid, match, any_free, hits
+        for cyc in range(3000):
+            if rng.random() < 0.6 and any(valid):
+                qp, psn = keys[rng.choice([i for i in range(slots) if valid[i]])]
+            else:
+                qp, psn = rng.getrandbits(qp_bits), rng.choice([rng.getrandbits(24), 5, 6])
+            row = dict(qp=qp, psn=psn, ackreq=rng.getrandbits(1), ce=rng.getrandbits(1))
+            enter = 1 << rng.randrange(slots) if rng.random() < 0.3 else 0
+            write, wslot = rng.random() < 0.3, rng.randrange(slots)
+            release, rslot = rng.random() < 0.3, rng.randrange(slots)
+            read_slot = rng.randrange(slots)
+            for k, v in row.items():
+                ctx.set(getattr(dut.request, k), v)
+            ctx.set(dut.enter, enter)
+            ctx.set(dut.write, write)
+            ctx.set(dut.write_slot, wslot)
+            ctx.set(dut.release, release)
+            ctx.set(dut.release_slot, rslot)
+            ctx.set(dut.read_slot, read_slot)
+            # outputs against the reference
+            free = [i for i in range(slots) if not valid[i]]
+            assert ctx.get(dut.hit) == any(match), cyc
+            hits += any(match)
+            assert ctx.get(dut.free_slot) == (free[0] if free else 0), cyc
+            assert ctx.get(dut.free_onehot) == (1 << free[0] if free else 0), cyc
+            assert ctx.get(dut.any_free) == any_free, cyc
+            if read_slot in rows:
+                got = ctx.get(dut.read_row)
+                assert {k: getattr(got, k) for k in row} == rows[read_slot], cyc
+            # the next state
+            match = [valid[i] and keys[i] == (qp, psn) for i in range(slots)]
+            any_free = int(not all(valid[i] or (enter >> i) & 1 for i in range(slots)))
+            if release:
+                valid[rslot] = 0
+            for i in range(slots):
+                if (enter >> i) & 1:
+                    valid[i], keys[i] = 1, (qp, psn)
+            if write:
+                rows[wslot] = row
+            await ctx.tick()
+
+    run(dut, bench)
+    assert hits > 100
