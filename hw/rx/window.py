@@ -8,7 +8,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
-from hw.bits import lowest_set, popcount, two_or_more
+from hw.bits import lowest_set
 from hw.headers import Opcode
 from hw.pipeline import OneHotFSM, load_in_groups, state_copy
 from hw.protocol import PSN_BITS, Syndrome
@@ -19,15 +19,13 @@ from .layouts import (
     MAX_PENDING,
     AckJob,
     CqeJob,
-    PendingCqe,
-    PendingEntry,
     QpConfig,
     QpRxState,
     ReqKind,
     WindowReq,
 )
 from .window_ack import AckReader
-from .window_tables import InFlightTable
+from .window_tables import InFlightTable, PendingTable
 
 __all__ = ["MAX_PENDING", "QpRxState", "RxPsnWindow", "WINDOW_COUNTERS", "ring_bits_for"]
 
@@ -138,6 +136,8 @@ class RxPsnWindow(wiring.Component):
 
     Sub-components (docs/rx.md, "Inside ``RxPsnWindow``"): ``InFlightTable``
     (window_tables.py) holds the packets between check and B verdict;
+    ``PendingTable`` (window_tables.py) the LAST packets until their
+    completion, and which of them an advance passed, earliest first;
     ``AckReader`` (window_ack.py) the ACK job and the bitmap it carries.
     Throughput: one operation at a time; a packet costs about 11 cycles of
     engine time, far less than its payload takes on the datapath at any
@@ -243,19 +243,10 @@ class RxPsnWindow(wiring.Component):
         flight_enter = Signal(self.inflight)
         m.d.comb += flight.enter.eq(flight_enter)
 
-        # ---- pending LAST packets
-        pend = [Signal(PendingEntry(qpb, self.tag_bits), name=f"pending{i}")
-                for i in range(self.max_pending)]
-        m.submodules.pending_cqe = pmem = Memory(
-            shape=PendingCqe(), depth=self.max_pending, init=[]
-        )
-        p_rd = pmem.read_port(domain="comb")
-        p_wr = pmem.write_port()
-        pend_free = Signal(range(self.max_pending))
-        pend_any_free = Signal()
-        for i in reversed(range(self.max_pending)):
-            with m.If(~pend[i].valid):
-                m.d.comb += [pend_free.eq(i), pend_any_free.eq(1)]
+        # ---- pending LAST packets, and which of them an advance passed
+        m.submodules.pending = pending = PendingTable(
+            qp_bits=qpb, tag_bits=self.tag_bits, entries=self.max_pending, sack_bits=W,
+            ring_words=self.ring_words)
 
         # ---- outputs are registers, each emptied by its consumer
         place_valid = Signal()
@@ -294,7 +285,6 @@ class RxPsnWindow(wiring.Component):
         discard = Signal()  # a payload to drain if the packet is not placed
         chk_slot = Signal(self.tag_bits)
         chk_pend_free = Signal(range(self.max_pending))
-        chk_pend_any_free = Signal()
         # CHECK's verdicts on room for a LAST packet: no pending entry for it
         # (an out-of-order one needs two free, so one stays for the LAST
         # packet at the expected PSN), and no free slot in its QP's CQ.
@@ -320,7 +310,6 @@ class RxPsnWindow(wiring.Component):
         # skid's load, reset of its spare flag) have no LUT of done.valid
         # and the IDLE decision in front (docs/timing.md#rx-window).
         done_ack = Signal()
-        err_hit = Signal(self.max_pending)  # the pending entry of a packet lost by the DMA
         # CHECK_X accepted the packet: WRITEBACK, next, enters it in the tables
         # at its in-flight slot and (a LAST packet) pending entry, one-hot.
         accept = Signal()
@@ -360,11 +349,9 @@ class RxPsnWindow(wiring.Component):
             ),
             discard.eq(rq.payload_len != 0),
             chk_slot.eq(flight.free_slot),
-            chk_pend_free.eq(pend_free),
-            chk_pend_any_free.eq(pend_any_free),
+            chk_pend_free.eq(pending.free_slot),
             chk_pend_no_room.eq(
-                ~pend_any_free
-                | ((rq.psn != q_rd.data.epsn) & ~two_or_more([~e.valid for e in pend]))
+                ~pending.any_free | ((rq.psn != q_rd.data.epsn) & ~pending.two_free)
             ),
             chk_cq_no_room.eq(~self.cfg.cq_enable | (
                 (q_rd.data.cq_prod - self.cfg.cq_cons + pend_imm_q)[:16]
@@ -372,17 +359,23 @@ class RxPsnWindow(wiring.Component):
             ).any()),
             chk_kind_other.eq(~Cat(rq.kind == k for k in chk_kind).any()),
             chk_slot_oh.eq(flight.free_onehot),
-            chk_pend_oh.eq(Cat(~pend[i].valid & Cat(e.valid for e in pend[:i]).all() if i
-                               else ~pend[0].valid for i in range(self.max_pending))),
+            chk_pend_oh.eq(pending.free_onehot),
         ] + [chk_kind[k].eq(rq.kind == k) for k in chk_kind]
         # WRITEBACK enters an accepted packet in the tables' LUT RAM rows.
         m.d.comb += [
             flight.write_slot.eq(chk_slot),
-            p_wr.addr.eq(chk_pend_free),
-            p_wr.data.imm_flag.eq(has_imm),
-            p_wr.data.opcode.eq(rq.opcode),
-            p_wr.data.imm.eq(rq.imm),
-            p_wr.data.dma_len.eq(rq.dma_len),
+            pending.write_slot.eq(chk_pend_free),
+            pending.row.imm_flag.eq(has_imm),
+            pending.row.opcode.eq(rq.opcode),
+            pending.row.imm.eq(rq.imm),
+            pending.row.dma_len.eq(rq.dma_len),
+            pending.request.qp.eq(rq.qp),
+            pending.request.psn.eq(rq.psn),
+            pending.request.imm.eq(has_imm),
+            pending.request.tag.eq(chk_slot),
+            pending.qp.eq(qp),
+            pending.epsn.eq(qs.epsn),
+            pending.tag.eq(done_tag),
         ]
         # An ACK is due when unacked + 1 >= ACK_N (0 reads as 1), i.e. when
         # unacked >= ack_thr; registered from the QP's lookup (the same QP
@@ -421,39 +414,20 @@ class RxPsnWindow(wiring.Component):
         ops_since_scan = Signal(2)
 
         # ---- completion: which pending LAST packets the advance passed, and in
-        # which PSN order, all from registers so COMPLETE is shallow.
-        # lt[a, b] (a > b): entry a's PSN is before entry b's. Only entries
-        # passed in one advance are compared: they lie within it, which is
-        # shorter than the ring (2^(ob-1) PSNs), so the sign of their ob-bit
-        # PSN difference orders them. It is set in WRITEBACK for the pairs of
-        # the entry entered there, from rq_before (registered from rq.psn and
-        # the entries' PSNs, which do not change from CHECK on).
+        # which PSN order (PendingTable), all from registers so COMPLETE is
+        # shallow.
         P = self.max_pending
         ones = (1 << W) - 1
-        ob = lw + lr + 1
-        rq_before = Signal(P)  # rq.psn is before entry k's PSN
-        for k, e in enumerate(pend):
-            m.d.sync += rq_before[k].eq((rq.psn - e.psn)[ob - 1])
-        # The positions at or below rq.psn in its word, for the pend_le of the
-        # entry WRITEBACK fills (below), registered like rq_before from rq,
-        # which holds from IDLE to WRITEBACK: the decode of the PSN is not in
-        # front of every entry's pend_le, nor rq's fan-out. MARK, after MARK_RD,
-        # also takes the marked bit and the hole mask from it.
+        # The positions at or below rq.psn in its word, for the pending entry
+        # WRITEBACK fills, registered from rq, which holds from IDLE to
+        # WRITEBACK: the decode of the PSN is not in front of every entry's
+        # positions, nor rq's fan-out. MARK, after MARK_RD, also takes the
+        # marked bit and the hole mask from it.
         rq_le = Signal(W)
         m.d.sync += rq_le.eq(Const(ones, W) >> ~rq.psn[:lw])
-        lt = {}
-        for a in range(P):
-            for b in range(a):
-                lt[a, b] = Signal(name=f"pend_lt{a}_{b}")
-        # cand_i: the cumulative PSN passed entry i in this advance. ADV sets it
-        # word by word: entry i is passed in the word being advanced over when
-        # it lies in that word at or after epsn (pend_en, registered in ADV_RD)
-        # and no bit of the word from epsn up to it is clear (holes_r holds
-        # only positions from epsn on, so pend_le, the positions at or below
-        # the entry's PSN in its word, set in WRITEBACK, selects them).
-        cand = Signal(P)
         holes_r = Signal(W)  # the clear bits of the word ADV works on, from epsn on
         any_hole = Signal()  # holes_r.any(), registered with it
+        m.d.comb += [pending.request_le.eq(rq_le), pending.holes.eq(holes_r)]
         # Where MARK and ADV_LD look for holes (clear bits) in the word read:
         # above the PSN being marked (in MARK: the positions rq_le leaves out;
         # rq_le is registered from rq in MARK_RD), or the whole word after a
@@ -478,55 +452,9 @@ class RxPsnWindow(wiring.Component):
         first_grp = lowest_set(Cat(grp_any, Const(1, 1)), groups)[1]
         m.d.sync += first_hole.eq(Cat(Array(grp_idx)[first_grp], first_grp))
         adv_first = Signal()  # ADV is at the word of the PSN just marked
-        pend_en = [Signal(name=f"pend_en{i}") for i in range(P)]
-        pend_le = [Signal(W, name=f"pend_le{i}") for i in range(P)]
-        # A pending entry of the QP lies from epsn to less than mpr_max PSNs
-        # after it (entered inside the window, completed once the cumulative
-        # PSN passes it, dropped by an init of the QP), and the ring is a word
-        # longer than mpr_max: the entry is in epsn's word at or after epsn
-        # exactly when it is in epsn's ring word.
-        for i, e in enumerate(pend):
-            m.d.sync += pend_en[i].eq(e.valid & (e.qp == qp) & (widx(e.psn) == widx(qs.epsn)))
-        # Whether a hole lies before entry i in the word: (holes_r &
-        # pend_le[i]).any(), registered per group of bits (pend_blk[i], one bit
-        # per group), so ADV's update of cand ORs a few flip-flops rather than
-        # a W-bit AND-OR tree behind holes_r's fan-out
-        # (docs/timing.md#rx-window). Valid a cycle after holes_r loads: ADV_RD
-        # follows MARK, ADV_HOLES follows ADV_LD.
-        blk_gb = min(3, lw)  # 8 bits per group (2 LUT levels)
-        pend_blk = [Signal(W >> blk_gb, name=f"pend_blk{i}") for i in range(P)]
-        for i in range(P):
-            m.d.sync += pend_blk[i].eq(Cat(
-                (holes_r[g << blk_gb : (g + 1) << blk_gb]
-                 & pend_le[i][g << blk_gb : (g + 1) << blk_gb]).any()
-                for g in range(W >> blk_gb)))
-        # The passed entry with the earliest PSN; its completion is read from
-        # its pending_cqe row. Registered from cand, so COMPLETE comes a cycle
-        # after cand last changed (COMPLETE_GAP2 before it).
-        sel_oh_c = Signal(P)
-        for i in range(P):
-            terms = [cand[i]]
-            for j in range(P):
-                if j < i:
-                    terms.append(~cand[j] | lt[i, j])
-                elif j > i:
-                    terms.append(~cand[j] | ~lt[j, i])
-            m.d.comb += sel_oh_c[i].eq(Cat(*terms).all())
-        sel_slot_c = Const(0, range(P))
-        for i in range(P):
-            sel_slot_c = sel_slot_c | Mux(sel_oh_c[i], i, 0)
-        sel_oh = Signal(P)
-        sel_slot = Signal(range(P))
-        sel_any = Signal()  # any of cand
-        sel_more = Signal()  # two or more of cand
-        m.d.sync += [
-            sel_oh.eq(sel_oh_c),
-            sel_slot.eq(sel_slot_c),
-            sel_any.eq(cand.any()),
-            sel_more.eq(two_or_more([cand[i] for i in range(P)])),
-        ]
-        m.d.comb += p_rd.addr.eq(sel_slot)
-        sel = p_rd.data
+        sel_any = pending.sel_any  # an entry is passed
+        sel_more = pending.sel_more  # two or more are
+        sel = pending.sel_row  # the earliest one's completion
 
         # The CQ slot of the next completion, registered from qs and cfg (valid
         # two cycles after MARK loads them, and one cycle after cq_prod moves).
@@ -645,21 +573,13 @@ class RxPsnWindow(wiring.Component):
             # The packet is lost: forget its completion (its pending entry
             # is the one in flight in its slot; the match is registered here
             # and applied in the next cycle).
-            for i, e in enumerate(pend):
-                m.d.sync += err_hit[i].eq(e.in_flight & (e.tag == done_tag))
             goto("DMA_ERROR2")
         with state("DMA_ERROR2"):
-            for i, e in enumerate(pend):
-                with m.If(err_hit[i]):
-                    m.d.sync += e.valid.eq(0)
             goto("IDLE")
 
         with state("INIT"):
             # The QP's pending entries are dropped (in every cycle of INIT: no
             # entry is entered or read meanwhile).
-            for e in pend:
-                with m.If(e.qp == qp):
-                    m.d.sync += e.valid.eq(0)
             m.d.comb += [b_wr.en.eq(1), b_wr.data.eq(0)]
             m.d.sync += [
                 init_word.eq(init_word + 1),
@@ -686,7 +606,7 @@ class RxPsnWindow(wiring.Component):
         with state("CHECK_RD"):
             m.d.sync += [
                 qs_load.eq(1),
-                pend_imm_q.eq(popcount([e.valid & e.imm & (e.qp == rq.qp) for e in pend])),
+                pend_imm_q.eq(pending.imm_count),
             ]
             goto("CHECK")
         with state("CHECK"):
@@ -775,9 +695,6 @@ class RxPsnWindow(wiring.Component):
             m.d.sync += [qs_load.eq(1), bm_word.eq(widx(rq.psn))]  # for MARK's write
             # The packet is written: its pending entry, if any, is no
             # longer in flight (its slot may be reused from now on).
-            for e in pend:
-                with m.If(e.tag == done_tag):
-                    m.d.sync += e.in_flight.eq(0)
             goto("MARK")
         with state("MARK"):
             m.d.comb += cnt.placed.eq(1)
@@ -787,7 +704,6 @@ class RxPsnWindow(wiring.Component):
             m.d.comb += [b_wr.en.eq(1), b_wr.data.eq(new_word)]
             m.d.sync += [
                 bm_word.eq(widx(q_rd.data.epsn)),
-                cand.eq(0),
                 adv_first.eq(1),
                 # The word ADV looks at first is the one written here:
                 # ~new_word from the marked bit on.
@@ -811,20 +727,17 @@ class RxPsnWindow(wiring.Component):
             m.d.sync += [holes_r.eq(holes), any_hole.eq(holes.any())]
             goto("ADV_HOLES")
         with state("ADV_HOLES"):
-            # pend_blk follows the word loaded in ADV_LD.
+            # The pending table's hole flags follow the word loaded in ADV_LD.
             goto("ADV")
         with state("ADV"):
             # holes_r: the clear bits of the word from epsn on. The next word is
             # set whether or not this one is retired (after a hole, MARK_RD or an
             # ACK's predecessor sets it again before its use).
             m.d.sync += [adv_first.eq(0), bm_word.eq(bm_word + 1)]
-            for i in range(P):
-                with m.If(pend_en[i] & ~pend_blk[i].any()):
-                    m.d.sync += cand[i].eq(1)
             with m.If(any_hole):
                 # The first hole is in this word: epsn + (first_hole - b),
                 # i.e. its low bits become first_hole (set by COMPLETE,
-                # after the selection has followed cand).
+                # after the selection has followed the passed entries).
                 goto("COMPLETE_GAP2")
             with m.Else():
                 # Every PSN left in this word is in: retire the word
@@ -853,10 +766,7 @@ class RxPsnWindow(wiring.Component):
             with m.If(~sel_any):
                 goto("COALESCE")
             with m.Elif(cqe_free_q):
-                m.d.sync += [qs.msn.eq(msn), cand.eq(cand & ~sel_oh)]
-                for i, e in enumerate(pend):
-                    with m.If(sel_oh[i]):
-                        m.d.sync += e.valid.eq(0)
+                m.d.sync += qs.msn.eq(msn)
                 # The CQE (or the overflow) is decided in the next cycle.
                 m.d.sync += cqe_issue.eq(sel.imm_flag)
                 with m.If(sel_more):
@@ -868,8 +778,8 @@ class RxPsnWindow(wiring.Component):
             # follow it in the next.
             goto("COMPLETE_GAP2")
         with state("COMPLETE_GAP2"):
-            # After ADV too: the selection, registered from cand, follows
-            # it in this cycle.
+            # After ADV too: the selection, registered from the passed
+            # entries, follows them in this cycle.
             goto("COMPLETE")
         with state("COALESCE"):
             # ECN echo covers the packets placed since the last ACK.
@@ -955,22 +865,22 @@ class RxPsnWindow(wiring.Component):
         # enter vectors are set for that cycle only, so no state decode).
         with m.If(accept):
             m.d.sync += [accept.eq(0), flight_enter.eq(0), pend_enter.eq(0)]
-            m.d.comb += [flight.write.eq(1), p_wr.en.eq(is_last)]
-        for i, e in enumerate(pend):
-            with m.If(pend_enter[i]):
-                m.d.sync += [
-                    e.valid.eq(1),
-                    e.qp.eq(rq.qp),
-                    e.psn.eq(rq.psn),
-                    e.in_flight.eq(1),
-                    e.imm.eq(has_imm),
-                    e.tag.eq(chk_slot),
-                    pend_le[i].eq(rq_le),
-                ]
-                for b in range(i):
-                    m.d.sync += lt[i, b].eq(rq_before[b])
-                for a in range(i + 1, P):
-                    m.d.sync += lt[a, i].eq(~rq_before[a])
+            m.d.comb += [flight.write.eq(1), pending.write.eq(is_last)]
+        # The pending table's operations, each in one state: a failed write's
+        # entry is found in DMA_ERROR and dropped in DMA_ERROR2; INIT drops the
+        # QP's entries; a B verdict clears its entry's in-flight flag in
+        # MARK_RD; MARK starts an advance, ADV passes the entries of each word
+        # advanced over, COMPLETE completes the earliest passed one.
+        m.d.comb += [
+            pending.enter.eq(pend_enter),
+            pending.lost.eq(st.DMA_ERROR),
+            pending.drop_lost.eq(st.DMA_ERROR2),
+            pending.drop_qp.eq(st.INIT),
+            pending.written.eq(st.MARK_RD),
+            pending.restart.eq(st.MARK),
+            pending.pass_word.eq(st.ADV),
+            pending.complete.eq(st.COMPLETE & sel_any & cqe_free_q),
+        ]
 
         # The cycle after a completion of a WITH_IMMEDIATE message (COALESCE or
         # COMPLETE_GAP): write its CQE, or count the overflow.

@@ -9,7 +9,7 @@ from amaranth.sim import Simulator
 
 from hw.protocol import Syndrome
 from hw.rx.window_ack import AckReader
-from hw.rx.window_tables import InFlightTable
+from hw.rx.window_tables import InFlightTable, PendingTable
 
 PSN = 1 << 24
 
@@ -174,3 +174,123 @@ def test_inflight_table_against_reference(slots):
 
     run(dut, bench)
     assert hits > 100
+
+
+# ---- PendingTable ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("entries, base", [(4, 1000), (8, PSN - 40)])
+def test_pending_table_completes_passed_entries_earliest_first(entries, base):
+    """Entries enter, lose their in-flight flag, are dropped by a failed write
+    or an init of their QP; an advance over a word passes every entry of the
+    QP in it with no hole before it, and the completions come out earliest
+    PSN first (across the 2^24 wrap), each its own completion row. The free
+    entry, the free counts and a QP's WITH_IMMEDIATE count follow the table.
+    Every step as the window engine drives it (one operation at a time)."""
+    W, ring_words, qp_bits, tag_bits = 32, 4, 1, 2
+    dut = PendingTable(qp_bits=qp_bits, tag_bits=tag_bits, entries=entries, sack_bits=W,
+                       ring_words=ring_words)
+    rng = random.Random(entries)
+    ref = {}  # entry -> dict(qp, psn, tag, in_flight, imm, row)
+    completions = []
+
+    def rel(psn):
+        return (psn - base) % PSN
+
+    async def idle(ctx, n=1):
+        for _ in range(n):
+            check_free(ctx)
+            await ctx.tick()
+
+    def check_free(ctx):
+        free = [i for i in range(entries) if i not in ref]
+        assert ctx.get(dut.any_free) == bool(free)
+        assert ctx.get(dut.two_free) == (len(free) >= 2)
+        if free:
+            assert ctx.get(dut.free_slot) == free[0]
+        assert ctx.get(dut.free_onehot) == (1 << free[0] if free else 0)
+        qp = ctx.get(dut.request.qp)
+        assert ctx.get(dut.imm_count) == sum(e["qp"] == qp and e["imm"] for e in ref.values())
+
+    async def strobe(ctx, port, **sets):
+        for k, v in sets.items():
+            ctx.set(getattr(dut, k), v)
+        ctx.set(port, 1)
+        await idle(ctx)
+        ctx.set(port, 0)
+
+    async def bench(ctx):
+        for _ in range(400):
+            op = rng.choices(["enter", "written", "lost", "drop_qp", "advance"],
+                             [6, 2, 1, 0.3, 3])[0]
+            if op == "enter" and len(ref) < entries:
+                slot = min(i for i in range(entries) if i not in ref)
+                taken = {e["psn"] for e in ref.values()}
+                offsets = [o for o in range(100) if (base + o) % PSN not in taken]
+                psn = (base + rng.choice(offsets)) % PSN
+                e = dict(qp=rng.getrandbits(qp_bits), psn=psn, tag=rng.getrandbits(tag_bits),
+                         imm=rng.getrandbits(1), in_flight=1,
+                         row=dict(imm_flag=rng.getrandbits(1), opcode=rng.getrandbits(8),
+                                  imm=rng.getrandbits(32), dma_len=rng.getrandbits(32)))
+                for k in ("qp", "psn", "tag", "imm"):
+                    ctx.set(getattr(dut.request, k), e[k])
+                ctx.set(dut.request_le, (1 << (psn % W + 1)) - 1)
+                for k, v in e["row"].items():
+                    ctx.set(getattr(dut.row, k), v)
+                await idle(ctx)  # the check: the order against the entries registers
+                ctx.set(dut.enter, 1 << slot)
+                ctx.set(dut.write, 1)
+                ctx.set(dut.write_slot, slot)
+                await idle(ctx)
+                ctx.set(dut.enter, 0)
+                ctx.set(dut.write, 0)
+                ref[slot] = e
+            elif op == "written":
+                tag = rng.getrandbits(tag_bits)
+                await strobe(ctx, dut.written, tag=tag)
+                for e in ref.values():
+                    if e["tag"] == tag:
+                        e["in_flight"] = 0
+            elif op == "lost":
+                tag = rng.getrandbits(tag_bits)
+                await strobe(ctx, dut.lost, tag=tag)
+                await strobe(ctx, dut.drop_lost)
+                for i in [i for i, e in ref.items() if e["in_flight"] and e["tag"] == tag]:
+                    del ref[i]
+            elif op == "drop_qp":
+                qp = rng.getrandbits(qp_bits)
+                await strobe(ctx, dut.drop_qp, qp=qp)
+                for i in [i for i, e in ref.items() if e["qp"] == qp]:
+                    del ref[i]
+            elif op == "advance":
+                qp = rng.getrandbits(qp_bits)
+                epsn = (base + rng.randrange(100)) % PSN
+                # the clear bits of epsn's word from epsn on
+                holes = rng.getrandbits(W) & rng.choice([0, 0, (1 << W) - 1]) \
+                    & ~((1 << (epsn % W)) - 1) & ((1 << W) - 1)
+                ctx.set(dut.qp, qp)
+                ctx.set(dut.epsn, epsn)
+                ctx.set(dut.holes, holes)
+                await strobe(ctx, dut.restart)
+                await idle(ctx)  # ADV_RD: the hole flags register
+                await strobe(ctx, dut.pass_word)
+                word = (epsn // W) % ring_words
+                passed = [i for i, e in ref.items()
+                          if e["qp"] == qp and (e["psn"] // W) % ring_words == word
+                          and not holes & ((1 << (e["psn"] % W + 1)) - 1)]
+                passed.sort(key=lambda i: rel(ref[i]["psn"]))
+                while True:
+                    await idle(ctx)  # the selection registers
+                    assert ctx.get(dut.sel_any) == bool(passed)
+                    assert ctx.get(dut.sel_more) == (len(passed) >= 2)
+                    if not passed:
+                        break
+                    first = passed.pop(0)
+                    row = ctx.get(dut.sel_row)
+                    assert {k: getattr(row, k) for k in ref[first]["row"]} == ref[first]["row"]
+                    completions.append(first)
+                    await strobe(ctx, dut.complete)
+                    del ref[first]
+            await idle(ctx, rng.randrange(2))
+
+    run(dut, bench)
+    assert len(completions) > 30
