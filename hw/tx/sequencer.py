@@ -22,6 +22,7 @@ from .layouts import (
 )
 from .packet_desc import PacketDescriptors
 from .psn_table import ACK_PER_QP_QPS, PsnTable
+from .qp_counters import QpCounters
 from .qp_settings import (
     CFG_FLOP_QPS,
     CFG_LANES,
@@ -40,9 +41,10 @@ __all__ = ["Sequencer", "CFG_LANES", "CFG_FLOP_QPS", "ACK_PER_QP_QPS"]
 
 
 def InflightRecord(ev_bits):
+    """What the in-flight table keeps per PSN: the packet's WQE and index in
+    it, and its EV."""
     return data.StructLayout(
-        {"wqe_index": unsigned(16), "pkt_index": unsigned(24), "ev_index": unsigned(ev_bits)}
-    )
+        {"wqe_index": unsigned(16), "pkt_index": unsigned(24), "ev_index": unsigned(ev_bits)})
 
 
 class Sequencer(wiring.Component):
@@ -188,11 +190,7 @@ class Sequencer(wiring.Component):
         wqe_w = wqe_mem.write_port()
         wqe_r = wqe_mem.read_port(domain="comb")
 
-        m.submodules.counters = cnt_mem = Memory(shape=64, depth=nq, init=[])
-        cnt_w = cnt_mem.write_port()
-        cnt_r = cnt_mem.read_port(domain="comb")
-        # (transparent too: a read sees the counters an EMIT in its r_stb cycle wrote)
-        cnt_csr = cnt_mem.read_port(domain="comb")
+        m.submodules.counters = counters = QpCounters(nq)
 
         m.submodules.inflight = inflight_mem = Memory(
             shape=InflightRecord(eb), depth=nq << db, init=[]
@@ -214,7 +212,7 @@ class Sequencer(wiring.Component):
         m.d.comb += [
             settings.fsm_q.eq(cur_q),
             wqe_r.addr.eq(registered_address(m, cur_q, "wqe_q")),
-            cnt_r.addr.eq(registered_address(m, cur_q, "cnt_q")),
+            counters.q.eq(cur_q),
             self.ev.good_qp.eq(cur_q),
         ]
 
@@ -241,12 +239,11 @@ class Sequencer(wiring.Component):
             dec.ready.eq(ready),
             dec.init_q.eq(init_q),
             settings.csr_q.eq(dec.qsel),
-            cnt_csr.addr.eq(registered_address(m, dec.qsel, "cnt_csr_q")),
+            counters.csr_q.eq(dec.qsel),
             self.wimm.rd_q.eq(dec.qsel),  # rd_count: the cycle after r_stb
-            self.ev.csr_sel.eq(dec.ev_sel),
-            self.ev.csr_we.eq(dec.ev_we),
-            self.ev.csr_value.eq(dec.ev_value),
-            self.ev.csr_state.eq(dec.ev_state),
+            # the EV table's CSR port
+            *[getattr(self.ev, f"csr_{name}").eq(getattr(dec, f"ev_{name}"))
+              for name in ("sel", "we", "value", "state")],
             dec.ev_r_value.eq(self.ev.csr_r_value),
             dec.ev_r_state.eq(self.ev.csr_r_state),
             self.src_mac.eq(dec.src_mac),
@@ -310,14 +307,10 @@ class Sequencer(wiring.Component):
         # and qp_next_psn writes
         m.submodules.psns = psns = PsnTable(nq)
         wiring.connect(m, wiring.flipped(self.ack_update), psns.ack)
-        m.d.comb += [
-            psns.cur_q.eq(cur_q),
-            psns.retx_psn.eq(retx_psn),
-            psns.write.eq(qw.next_psn),
-            psns.write_data.eq(qw.data[:PSN_BITS]),
-            psns.advance.eq(psn_advance),
-            psns.advance_psn.eq(seg_psn),
-        ]
+        psn_inputs = dict(cur_q=cur_q, retx_psn=retx_psn, write=qw.next_psn,
+                          write_data=qw.data[:PSN_BITS], advance=psn_advance,
+                          advance_psn=seg_psn)
+        m.d.comb += [getattr(psns, name).eq(value) for name, value in psn_inputs.items()]
         inflight, psn_offset, ak_apply = psns.inflight, psns.psn_offset, psns.ack_apply
         mpr_psns = settings_lane(cfg, "mpr") * MPR_UNIT
         cwnd = settings_lane(cfg, "cwnd")
@@ -362,30 +355,12 @@ class Sequencer(wiring.Component):
         # EV choice: next GOOD after the cursor; a retransmit avoids its last EV
         # unless it is the only GOOD one.
         m.submodules.ev_choice = ev_choice = EvChoice(ne)
-        m.d.comb += [
-            ev_choice.good.eq(self.ev.good),
-            ev_choice.cursor.eq(cur_cursor),
-            ev_choice.retx.eq(retx_mode),
-            ev_choice.avoid.eq(rec.ev_index),
-        ]
+        m.d.comb += [ev_choice.good.eq(self.ev.good), ev_choice.cursor.eq(cur_cursor),
+                     ev_choice.retx.eq(retx_mode), ev_choice.avoid.eq(rec.ev_index),
+                     self.ev.val_sel.eq(Cat(ev_index, cur_q))]
 
-        m.d.comb += self.ev.val_sel.eq(Cat(ev_index, cur_q))
-
-        # The counters' row after this packet, registered ahead of EMIT (the
-        # row at cur_q is only written in EMIT) and zero in INIT, which
-        # writes it to every row. The row read is registered first (cnt_row),
-        # so that the read's row select, a net to every bit of the row, is not
-        # in front of the adders: the row is read the cycle after IDLE sets
-        # cur_q, and cnt_next is valid from three cycles after IDLE, before
-        # the earliest EMIT.
-        cnt_row = Signal(64)
-        cnt_next = Signal(64)
-        m.d.sync += [
-            cnt_row.eq(cnt_r.data),
-            cnt_next.eq(
-                Mux(ready, Cat((cnt_row[:32] + 1)[:32], (cnt_row[32:] + retx_mode)[:32]), 0)
-            ),
-        ]
+        m.d.comb += [counters.retx.eq(retx_mode), counters.ready.eq(ready),
+                     counters.init_q.eq(init_q)]
 
         # The WQE request comes from flip-flops: FETCH registers the address
         # (an addr_width-bit add behind the settings RAM) and FETCH_REQ presents it.
@@ -414,18 +389,14 @@ class Sequencer(wiring.Component):
             self.sent.payload.last.eq(seg_last),
             self.sent.payload.wqe_index.eq(cur.wqe_index),
             infl_w.addr.eq(Cat(seg_psn[:db], cur_q)),
-            cnt_w.data.eq(cnt_next),
             infl_w.data.wqe_index.eq(cur.wqe_index),
             infl_w.data.pkt_index.eq(cur.pkt_index),
             infl_w.data.ev_index.eq(ev_index),
         ]
 
-        # ---- the per-packet state machine, one-hot: one flip-flop per state, so
-        # that a state's enables and selects are a flip-flop rather than a decode
-        # of a binary state. ``state(name)`` opens a state's actions; ``goto(name)``
-        # in it moves to another state the next cycle (a state with no goto taken
-        # stays). The states are plain m.Ifs: assignments made in every cycle come
-        # before them.
+        # ---- the per-packet state machine, one-hot (hw.pipeline.OneHotFSM): a
+        # state's enables and selects are its flip-flop; assignments made in
+        # every cycle come before the states' blocks.
         STATES = ("INIT", "IDLE", "LOAD", "CHECK", "RETX_CHECK", "RETX_COMPARE",
                   "RETX_RECORD", "FETCH", "FETCH_REQ", "FETCH_DATA", "PARSE", "OFFSET",
                   "SEGMENT", "EV_VALUE", "EMIT", "OP_ERR")
@@ -435,8 +406,8 @@ class Sequencer(wiring.Component):
         m.d.sync += [emit_go.eq(0), wqe_we.eq(0)]
         # INIT writes every counters row, EMIT the row of cur_q
         m.d.comb += [
-            cnt_w.addr.eq(Mux(st.INIT, init_q, cur_q)),
-            cnt_w.en.eq(st.INIT | emit_go),
+            counters.init.eq(st.INIT),
+            counters.emit.eq(emit_go),
             infl_w.en.eq(emit_go),
             # read for RETX_RECORD alone; retx_psn and cur_q are set in IDLE
             infl_r.addr.eq(registered_address(m, Cat(retx_psn[:db], cur_q), "infl_addr")),
@@ -570,15 +541,11 @@ class Sequencer(wiring.Component):
         m.d.comb += [
             *[getattr(loader, f"in_{name.lower()}").eq(st[name])
               for name in ("IDLE", "LOAD", "RETX_CHECK", "RETX_COMPARE", "FETCH_DATA", "PARSE")],
-            loader.retx.eq(retx_mode),
-            loader.row.eq(wqe_r.data),
-            loader.beat.eq(self.wqe_data.payload.data),
-            loader.beat_valid.eq(self.wqe_data.valid),
-            loader.beat_index.eq(fetch_beat),
-            loader.parse_wqe_index.eq(fetch_index),
+            loader.retx.eq(retx_mode), loader.row.eq(wqe_r.data),
+            loader.beat.eq(self.wqe_data.payload.data), loader.beat_valid.eq(self.wqe_data.valid),
+            loader.beat_index.eq(fetch_beat), loader.parse_wqe_index.eq(fetch_index),
             loader.parse_pkt_index.eq(Mux(retx_mode, rec.pkt_index, 0)),
-            cur.eq(loader.cur),
-            op_bad.eq(loader.op_bad),
+            cur.eq(loader.cur), op_bad.eq(loader.op_bad),
         ]
 
         with state("FETCH_DATA"):
@@ -720,7 +687,7 @@ class Sequencer(wiring.Component):
             enable=enable, wqe_active=wqe_active, win_blocked=win_blocked,
             ev_blocked=ev_blocked, wimm_wait=wimm_wait, next_psn=psns.next_psn,
             una_psn=psns.una_psn, pi=Cat(*pi), ci=Cat(*ci), cfg_row=settings.csr_row,
-            counters=cnt_csr.data, wimm_count=self.wimm.rd_count, retx_ignored=retx_ignored,
+            counters=counters.csr_data, wimm_count=self.wimm.rd_count, retx_ignored=retx_ignored,
             retx_no_ev=retx_no_ev)
         m.d.comb += [getattr(dec, name).eq(value) for name, value in read_values.items()]
         return m
