@@ -44,6 +44,7 @@ from .layouts import (
     SqProducer,
 )
 from .probe import ProbeRequest
+from .probe_sweep import ProbeSweep
 from .psn_table import PsnTable
 from .registers import COUNTER_NAMES
 from .sack_align import SackAlign
@@ -375,12 +376,12 @@ class ReliabilityCore(wiring.Component):
         want_arm = Signal()
         want_disarm = Signal()
         flush_status = Signal(8)
-        pmask = Signal(E)
-        sweep_pending = Signal()
-        sweep_q = Signal(range(nq))
-        probe_seq = Signal(24)
-        sweeping = Signal()
-        m.d.comb += [self.probe_round.eq(probe_seq), self.probe_sweeping.eq(sweeping)]
+        # probe rounds: the round's number, the QP to sweep next (hw/reliability/
+        # probe_sweep.py)
+        m.submodules.sweep = sweep = ProbeSweep(num_qps=nq, evs=E)
+        sweep_pending = sweep.pending
+        m.d.comb += [sweep.tick.eq(self.probe_tick),
+                     self.probe_round.eq(sweep.round), self.probe_sweeping.eq(sweep.sweeping)]
 
         now = self.now
         now_ts = now[RTT_SHIFT : RTT_SHIFT + 16]
@@ -485,15 +486,6 @@ class ReliabilityCore(wiring.Component):
         ack_ok = ack.bth.dqpn < nq
         is_ack = ack.bth.opcode == Opcode.ACKNOWLEDGE
         is_probe = ack.bth.opcode == Opcode.PROBE_RESP
-
-        # the tick registered first: it comes from the engine's period counter (a
-        # compare), and the round starts a cycle later
-        probe_tick_q = Signal()
-        m.d.sync += probe_tick_q.eq(self.probe_tick)
-        # a round's number moves as it starts, so that all of its probes carry it
-        with m.If(probe_tick_q & ~sweep_pending):
-            m.d.sync += [sweep_pending.eq(1), sweep_q.eq(0), sweeping.eq(1),
-                         probe_seq.eq(probe_seq + 1)]
 
         # room in the output FIFOs, registered: at least 3 free entries a cycle ago leaves
         # at least 1 now (one write per cycle; the buffered FIFO's output register
@@ -620,7 +612,7 @@ class ReliabilityCore(wiring.Component):
             picker.valid.eq(Cat(*[i.valid for i in inputs], sweep_pending)),
             picker.cmd_qpn.eq(self.cmd.payload.qpn), picker.sent_qpn.eq(self.sent.payload.qpn),
             picker.ack_qpn.eq(ack.bth.dqpn), picker.tmo_qpn.eq(self.expired.payload.qpn),
-            picker.sweep_qpn.eq(sweep_q),
+            picker.sweep_qpn.eq(sweep.qpn),
             picker.doorbell.eq(self.sq_producer.valid), picker.doorbell_qpn.eq(sqp.qpn),
             picker.idle.eq(st.IDLE), picker.doorbell_taken.eq(db_take),
         ]
@@ -688,7 +680,6 @@ class ReliabilityCore(wiring.Component):
         bad = Signal(E)
         m.d.comb += bad.eq(Cat(*[cur.ev_state[i] == EvState.ASSUMED_BAD for i in range(E)]))
 
-        pe2 = lowest_index(m, pmask, E, "probe_ev")
 
         # the record written back (FINAL): the working copy with the timer generation of
         # the arm or disarm. The write port and the timer write take it, and q, in every
@@ -755,10 +746,7 @@ class ReliabilityCore(wiring.Component):
             with m.If(take[T_TMO]):
                 start(K_TMO)
             with m.If(take[T_SWEEP]):
-                m.d.sync += [
-                    sweep_q.eq(sweep_q + 1),
-                    sweep_pending.eq(sweep_q != nq - 1),
-                ]
+                m.d.comb += sweep.taken.eq(1)
                 start(K_SWEEP)
             with m.If(take[T_DB]):
                 m.d.comb += db_take.eq(1)
@@ -1254,36 +1242,21 @@ class ReliabilityCore(wiring.Component):
                 goto("SETTLE")
 
         # ---- probe round: one request per ASSUMED_BAD EV of this QP --------------------
-        # SWEEP_EMIT's push of the lowest EV of pmask, decided the cycle before from
-        # the mask it leaves and the room (3 free entries then, as for the other
-        # FIFOs), so that the FIFO's write enable is a flip-flop (probe_go, 0 outside
-        # SWEEP_EMIT)
-        probe_go = Signal()
-        pmask_next = Signal(E)
-        preq = Signal(ProbeRequest(nq, E))
-        m.d.sync += probe_go.eq(0)
+        # SWEEP loads the QP's EVs to probe, SWEEP_EMIT pushes one per cycle with room
+        # (3 free entries the cycle before, as for the other FIFOs: the FIFO's write
+        # enable is a flip-flop) until none is left
         m.d.comb += [
-            pmask_next.eq(pmask & ~Mux(probe_go, onehot(pe2, E), 0)),
-            preq.qpn.eq(q), preq.ev_index.eq(pe2),
-            preq.probe_id.eq(Cat(Const(0, 8) | pe2, probe_seq)),
-            f_probe.w_data.eq(preq), f_probe.w_en.eq(probe_go),
+            sweep.qp.eq(q), sweep.evs.eq(Mux(cur.state == QpState.RTS, bad, 0)),
+            sweep.room.eq(room(f_probe)), sweep.load.eq(st.SWEEP), sweep.emit.eq(st.SWEEP_EMIT),
+            f_probe.w_data.eq(sweep.req), f_probe.w_en.eq(sweep.push),
         ]
-        with m.If(probe_go):
+        with m.If(sweep.push):
             count("probes_sent")
         with state("SWEEP"):
-            sweep_mask = Mux(cur.state == QpState.RTS, bad, 0)
-            m.d.sync += [pmask.eq(sweep_mask),
-                         probe_go.eq((sweep_mask != 0) & room(f_probe))]
             goto("SWEEP_EMIT")
         with state("SWEEP_EMIT"):
-            m.d.sync += [pmask.eq(pmask_next),
-                         probe_go.eq((pmask_next != 0) & room(f_probe))]
-            with m.If(pmask == 0):
+            with m.If(sweep.done):
                 goto("IDLE")
-                # the last QP's probes queued: the round is sent (unless the next
-                # one starts in this cycle)
-                with m.If(~sweep_pending & ~probe_tick_q):
-                    m.d.sync += sweeping.eq(0)
 
         # ---- write back ------------------------------------------------------------------
         with state("SETTLE"):
