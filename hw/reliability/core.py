@@ -148,6 +148,13 @@ class ReliabilityCore(wiring.Component):
     is idle is taken 1 cycle later, one that waits while an event is processed as soon
     as the core is done (a `sent` record dropped for its QP: 1 idle cycle after it).
 
+    Sub-components, each in a file of its own with its own test (the state machine
+    strobes them; their registers are the core's): ``EventPicker`` (intake.py: the
+    next input and its QP), ``PsnTable`` (psn_table.py: the per-PSN entries),
+    ``SackAlign`` (sack_align.py: the SACK bitmap and NAK PSN against the new una),
+    ``CwndUnit`` (cwnd.py: the window step), ``ProbeSweep`` (probe_sweep.py: the
+    probe rounds), ``TimerDeadline`` (deadline.py: the timer writes' deadlines).
+
     Interface (every output stream is a FIFO; the core waits for room, never drops, except
     the EV event queue, which counts what it cannot hold in ``events_lost``):
 
@@ -321,8 +328,8 @@ class ReliabilityCore(wiring.Component):
         a_probe = Signal()  # a probe response of a valid QP
         a_psn = Signal(24)
         a_cum = Signal(24)  # cum_psn
-        a_cum1 = Signal(24)  # cum_psn + 1, registered every cycle (valid from ACK_IN on)
-        m.d.sync += a_cum1.eq(a_cum + 1)
+        a_cum_next = Signal(24)  # cum_psn + 1, registered every cycle (valid from ACK_IN on)
+        m.d.sync += a_cum_next.eq(a_cum + 1)
         a_base = Signal(24)
         a_ece = Signal()
         a_bitmap = Signal(self.sack_bits)
@@ -842,8 +849,8 @@ class ReliabilityCore(wiring.Component):
             # the sign), loaded in ACK whether the ACK is ignored or not (ACK's
             # flip-flop is their enable): only ACK_ADV and SACK read them
             low = wbits + 1
-            m.d.sync += [adv_raw.eq(a_cum1 - cur.una),
-                         adv_below.eq(all_below((a_cum1[:low] - cur.una[:low])[:low], W))]
+            m.d.sync += [adv_raw.eq(a_cum_next - cur.una),
+                         adv_below.eq(all_below((a_cum_next[:low] - cur.una[:low])[:low], W))]
             with m.If((cur.state != QpState.RTS) | cur.fresh):
                 count("acks_ignored")
                 goto("IDLE")
@@ -935,13 +942,13 @@ class ReliabilityCore(wiring.Component):
                 goto("PICK")
 
         # The SACK bitmap and the NAK's PSN against the new una (hw/reliability/
-        # sack_align.py), captured in SACK: a_base, a_psn and a_cum1 are set from IDLE
+        # sack_align.py), captured in SACK: a_base, a_psn and a_cum_next are set from IDLE
         # on, and una and infl change only at the end of PICK, the cycle before SACK
         # (the una before it is the ACK's when the ACK is behind it: adv_back)
         m.submodules.sack_align = sack_align = SackAlign(window=W, sack_bits=self.sack_bits)
         adv_back = adv_raw[23]  # set in ACK
         m.d.comb += [
-            sack_align.una.eq(cur.una), sack_align.cum_next.eq(a_cum1),
+            sack_align.una.eq(cur.una), sack_align.cum_next.eq(a_cum_next),
             sack_align.behind.eq(adv_back), sack_align.sack_base.eq(a_base),
             sack_align.nak_psn.eq(a_psn), sack_align.bitmap.eq(a_bitmap),
             sack_align.infl.eq(infl), sack_align.capture.eq(st.SACK),
