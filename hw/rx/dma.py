@@ -16,7 +16,8 @@ from amaranth.utils import ceil_log2, exact_log2
 from hw.axi import AXI_BURST_INCR, AXI_RESP_OKAY, AXI4Signature, check_dma_addr_width
 from hw.stream import Beat, check_data_width
 
-__all__ = ["CQE_BYTES", "DmaDone", "PendingWrite", "RxDmaResponses", "RxDmaWriter", "WriteCmd"]
+__all__ = ["CQE_BYTES", "DmaDone", "PendingWrite", "RxDmaResponses", "RxDmaWriter", "WriteCmd",
+           "b_responses"]
 
 CQE_BYTES = 32
 
@@ -136,17 +137,23 @@ class RxDmaWriter(wiring.Component):
             axi.awprot.eq(0b010),
         ]
 
-        # B bookkeeping: one entry per AXI-writing or notifying command.
-        m.submodules.responses = responses = RxDmaResponses(
-            self.tag_width, self.max_bursts, self.max_outstanding)
-        m.d.comb += [responses.bvalid.eq(axi.bvalid), responses.bresp.eq(axi.bresp),
-                     axi.bready.eq(responses.bready)]
-        wiring.connect(m, responses.done, wiring.flipped(self.done))
+        # B bookkeeping: one entry per AXI-writing or notifying command
+        # (RxDmaResponses's queues, and its logic built here by b_responses).
+        m.submodules.pending = pending = SyncFIFOBuffered(
+            width=PendingWrite(self.tag_width, self.max_bursts).size,
+            depth=self.max_outstanding)
+        m.submodules.done_q = done_q = SyncFIFOBuffered(
+            width=self.tag_width + 1, depth=self.max_outstanding)
+        entry = SimpleNamespace(  # the queue's write side, as RxDmaResponses.entry
+            valid=pending.w_en, ready=pending.w_rdy,
+            payload=data.View(PendingWrite(self.tag_width, self.max_bursts), pending.w_data))
 
         r = self._registers()
-        self._command(m, r, responses.entry)
-        self._bursts(m, r, responses.entry)
+        self._command(m, r, entry)
+        self._bursts(m, r, entry)
         self._beats(m, r)
+        b_responses(m, pending, done_q, axi.bvalid, axi.bresp, axi.bready, self.done,
+                    self.max_bursts)
         return m
 
     def _registers(self):
@@ -535,63 +542,72 @@ class RxDmaResponses(wiring.Component):
                                                          depth=self.depth)
         m.d.comb += [pending.w_en.eq(self.entry.valid), pending.w_data.eq(self.entry.payload),
                      self.entry.ready.eq(pending.w_rdy)]
-        pend_r = data.View(self.entry.payload.shape(), pending.r_data)
-        # B: count the bursts of the head entry; report notify commands.
-        b_left = Signal(range(self.max_bursts + 1))  # bursts of the head entry still to come - 1
-        b_last = Signal()  # b_left == 0, registered with it
-        b_err = Signal()
-        # The head entry is copied out of the queue first (a cycle per entry,
-        # while the next B cannot come sooner), so the B handshake does not
-        # reach into the queue's pointers.
-        head = Signal(self.entry.payload.shape())
-        head_valid = Signal()
-        with m.If(~head_valid):
-            m.d.comb += pending.r_en.eq(1)
-            m.d.sync += [
-                head.eq(pend_r),
-                head_valid.eq(pending.r_rdy),
-                b_left.eq(pend_r.last),
-                b_last.eq(pend_r.last == 0),
-            ]
-        # The report goes into done_q the cycle after it is decided, from
-        # flip-flops (dq_en, dq_data), so the decision (head_valid, the B
-        # handshake, b_last, notify: 4 LUT levels) does not reach into done_q's
-        # level and pointers (docs/timing.md#rx-dma-writer). A decision clears
-        # head_valid, and the next head is loaded a cycle later, so the next
-        # decision comes after the write has landed and sees done_q.w_rdy with
-        # it.
-        dq_en = Signal()
-        dq_data = Signal(len(done_q.w_data))
-        m.d.comb += [done_q.w_en.eq(dq_en), done_q.w_data.eq(dq_data)]
-        m.d.sync += dq_en.eq(0)
-        with m.If(head_valid):
-            with m.If(head.none):
-                with m.If(done_q.w_rdy):
-                    m.d.sync += [dq_en.eq(head.notify),
-                                 dq_data.eq(Cat(head.tag, Const(1, 1))),
-                                 head_valid.eq(0)]
-            with m.Elif(done_q.w_rdy):
-                m.d.comb += self.bready.eq(1)
-                with m.If(self.bvalid):
-                    err = b_err | (self.bresp != AXI_RESP_OKAY)
-                    with m.If(b_last):
-                        m.d.sync += [
-                            dq_en.eq(head.notify),
-                            dq_data.eq(Cat(head.tag, ~err)),
-                            b_err.eq(0),
-                            head_valid.eq(0),
-                        ]
-                    with m.Else():
-                        m.d.sync += [
-                            b_left.eq(b_left - 1),
-                            b_last.eq(b_left == 1),
-                            b_err.eq(err),
-                        ]
-
-        done_r = data.View(DmaDone(self.tag_width), done_q.r_data)
-        m.d.comb += [
-            self.done.valid.eq(done_q.r_rdy),
-            self.done.payload.eq(done_r),
-            done_q.r_en.eq(self.done.ready),
-        ]
+        b_responses(m, pending, done_q, self.bvalid, self.bresp, self.bready, self.done,
+                    self.max_bursts)
         return m
+
+
+def b_responses(m, pending, done_q, bvalid, bresp, bready, done, max_bursts):
+    """Builds ``RxDmaResponses``'s logic in ``m`` (see its docstring) between
+    its two queues (``SyncFIFOBuffered``: ``pending`` of ``PendingWrite``
+    entries, ``done_q`` of ``DmaDone`` reports) and flat B and ``done``
+    signals; ``RxDmaWriter`` builds it in its own module."""
+    pend_r = data.View(PendingWrite(len(done.payload.tag), max_bursts), pending.r_data)
+    # B: count the bursts of the head entry; report notify commands.
+    b_left = Signal(range(max_bursts + 1))  # bursts of the head entry still to come - 1
+    b_last = Signal()  # b_left == 0, registered with it
+    b_err = Signal()
+    # The head entry is copied out of the queue first (a cycle per entry,
+    # while the next B cannot come sooner), so the B handshake does not
+    # reach into the queue's pointers.
+    head = Signal(PendingWrite(len(done.payload.tag), max_bursts))
+    head_valid = Signal()
+    with m.If(~head_valid):
+        m.d.comb += pending.r_en.eq(1)
+        m.d.sync += [
+            head.eq(pend_r),
+            head_valid.eq(pending.r_rdy),
+            b_left.eq(pend_r.last),
+            b_last.eq(pend_r.last == 0),
+        ]
+    # The report goes into done_q the cycle after it is decided, from
+    # flip-flops (dq_en, dq_data), so the decision (head_valid, the B
+    # handshake, b_last, notify: 4 LUT levels) does not reach into done_q's
+    # level and pointers (docs/timing.md#rx-dma-writer). A decision clears
+    # head_valid, and the next head is loaded a cycle later, so the next
+    # decision comes after the write has landed and sees done_q.w_rdy with
+    # it.
+    dq_en = Signal()
+    dq_data = Signal(len(done_q.w_data))
+    m.d.comb += [done_q.w_en.eq(dq_en), done_q.w_data.eq(dq_data)]
+    m.d.sync += dq_en.eq(0)
+    with m.If(head_valid):
+        with m.If(head.none):
+            with m.If(done_q.w_rdy):
+                m.d.sync += [dq_en.eq(head.notify),
+                             dq_data.eq(Cat(head.tag, Const(1, 1))),
+                             head_valid.eq(0)]
+        with m.Elif(done_q.w_rdy):
+            m.d.comb += bready.eq(1)
+            with m.If(bvalid):
+                err = b_err | (bresp != AXI_RESP_OKAY)
+                with m.If(b_last):
+                    m.d.sync += [
+                        dq_en.eq(head.notify),
+                        dq_data.eq(Cat(head.tag, ~err)),
+                        b_err.eq(0),
+                        head_valid.eq(0),
+                    ]
+                with m.Else():
+                    m.d.sync += [
+                        b_left.eq(b_left - 1),
+                        b_last.eq(b_left == 1),
+                        b_err.eq(err),
+                    ]
+
+    done_r = data.View(DmaDone(len(done.payload.tag)), done_q.r_data)
+    m.d.comb += [
+        done.valid.eq(done_q.r_rdy),
+        done.payload.eq(done_r),
+        done_q.r_en.eq(done.ready),
+    ]
