@@ -2,18 +2,17 @@
 bitmap, the cumulative PSN, message completion and ACK coalescing.
 """
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
-from hw.bits import lowest_set
 from hw.headers import Opcode
 from hw.pipeline import OneHotFSM, load_in_groups, state_copy
 from hw.protocol import PSN_BITS, Syndrome
 
-from .dma import CQE_BYTES, DmaDone, WriteCmd
+from .dma import DmaDone, WriteCmd
 from .layouts import (
     CQE_STATUS_SUCCESS,
     MAX_PENDING,
@@ -25,6 +24,8 @@ from .layouts import (
     WindowReq,
 )
 from .window_ack import AckReader
+from .window_advance import CqSlot, FirstHole
+from .window_scan import TimerScan
 from .window_tables import InFlightTable, PendingTable
 
 __all__ = ["MAX_PENDING", "QpRxState", "RxPsnWindow", "WINDOW_COUNTERS", "ring_bits_for"]
@@ -138,7 +139,10 @@ class RxPsnWindow(wiring.Component):
     (window_tables.py) holds the packets between check and B verdict;
     ``PendingTable`` (window_tables.py) the LAST packets until their
     completion, and which of them an advance passed, earliest first;
-    ``AckReader`` (window_ack.py) the ACK job and the bitmap it carries.
+    ``FirstHole`` and ``CqSlot`` (window_advance.py) the first hole of the
+    word advanced over and the next CQE's slot; ``TimerScan``
+    (window_scan.py) the time and the ACK-timer scan; ``AckReader``
+    (window_ack.py) the ACK job and the bitmap it carries.
     Throughput: one operation at a time; a packet costs about 11 cycles of
     engine time, far less than its payload takes on the datapath at any
     MTU >= 256.
@@ -203,8 +207,9 @@ class RxPsnWindow(wiring.Component):
         b_rd = bmem.read_port()
         b_wr = bmem.write_port()
 
-        now = Signal(24)
-        m.d.sync += now.eq(now + 1)
+        # The time, which QP the next timer scan looks at, and whether it is due.
+        m.submodules.scan = scan = TimerScan(qpb)
+        now = scan.now
 
         def widx(psn):
             return psn[lw : lw + lr]
@@ -408,10 +413,8 @@ class RxPsnWindow(wiring.Component):
         unacked_sat = Signal()
         m.d.sync += [ce_count_sat.eq(qs.ce_count == 0xFFFF), unacked_sat.eq(qs.unacked == 0xFF)]
 
-        # Scan
-        scan_qp = Signal(qpb)
-        scan_due_ack = Signal()  # SCAN found the QP's ACK timer expired (decided in SCAN_X)
-        ops_since_scan = Signal(2)
+        scan_due_ack = scan.expired  # SCAN found the QP's ACK timer expired (decided in SCAN_X)
+        m.d.comb += scan.row.eq(q_rd.data)
 
         # ---- completion: which pending LAST packets the advance passed, and in
         # which PSN order (PendingTable), all from registers so COMPLETE is
@@ -434,23 +437,12 @@ class RxPsnWindow(wiring.Component):
         # retired one (ADV_LD; epsn is then at the word's start). The mask is
         # the MARK flip-flop and rq_le, no decode of the PSN in front of it.
         holes = Signal(W)
-        # The lowest set bit of holes_r, in two registered steps (the lowest
-        # set bit of each group of bits, then of the groups): COMPLETE comes
-        # at least two cycles after holes_r is loaded (ADV, COMPLETE_GAP2).
-        first_hole = Signal(lw)
-        gb = (lw + 1) // 2  # log2 of the bits per group
-        groups = W >> gb
-        # (the last group's "any" is not needed: the index of the lowest set
-        # bit does not depend on the top bit)
-        grp_any = Signal(groups - 1)
-        grp_idx = [Signal(gb, name=f"hole_idx{g}") for g in range(groups)]
-        for g in range(groups):
-            g_any, g_idx = lowest_set(holes_r[g << gb : (g + 1) << gb], 1 << gb)
-            m.d.sync += grp_idx[g].eq(g_idx)
-            if g < groups - 1:
-                m.d.sync += grp_any[g].eq(g_any)
-        first_grp = lowest_set(Cat(grp_any, Const(1, 1)), groups)[1]
-        m.d.sync += first_hole.eq(Cat(Array(grp_idx)[first_grp], first_grp))
+        # The lowest set bit of holes_r, in two registered steps (FirstHole):
+        # COMPLETE comes at least two cycles after holes_r is loaded (ADV,
+        # COMPLETE_GAP2).
+        m.submodules.first_hole = hole_finder = FirstHole(W)
+        m.d.comb += hole_finder.holes.eq(holes_r)
+        first_hole = hole_finder.first
         adv_first = Signal()  # ADV is at the word of the PSN just marked
         sel_any = pending.sel_any  # an entry is passed
         sel_more = pending.sel_more  # two or more are
@@ -458,18 +450,15 @@ class RxPsnWindow(wiring.Component):
 
         # The CQ slot of the next completion, registered from qs and cfg (valid
         # two cycles after MARK loads them, and one cycle after cq_prod moves).
-        cq_mask = Signal(16)  # CQ ring entries - 1, in 16 bits
-        cq_full = Signal()
-        cqe_addr = Signal(self.addr_width)  # wraps within addr_width bits
-        cqe_phase = Signal()
-        cqe_issue = Signal()  # COMPLETE passed a WITH_IMMEDIATE message: CQE next cycle
-        m.d.sync += [
-            cq_mask.eq(~(Const(0xFFFF, 16) << cfg.cq_log2)[:16]),
-            cq_full.eq(((qs.cq_prod - cfg.cq_cons)[:16] & ~cq_mask).any()),
-            cqe_addr.eq(cfg.cq_base + Cat(Const(0, exact_log2(CQE_BYTES)), qs.cq_prod & cq_mask)),
-            # 1 on the first pass over the ring, flipping on every wrap.
-            cqe_phase.eq(~(qs.cq_prod >> cfg.cq_log2)[0]),
+        m.submodules.cq_slot = cq_slot = CqSlot(self.addr_width)
+        m.d.comb += [
+            cq_slot.cq_prod.eq(qs.cq_prod),
+            cq_slot.cq_cons.eq(cfg.cq_cons),
+            cq_slot.cq_log2.eq(cfg.cq_log2),
+            cq_slot.cq_base.eq(cfg.cq_base),
         ]
+        cq_full, cqe_addr, cqe_phase = cq_slot.full, cq_slot.addr, cq_slot.phase
+        cqe_issue = Signal()  # COMPLETE passed a WITH_IMMEDIATE message: CQE next cycle
 
         init_word = Signal(lr + 1)
         init_epsn = Signal(24, reset_less=True)  # the init's EPSN, loaded in IDLE
@@ -490,6 +479,7 @@ class RxPsnWindow(wiring.Component):
                   "SCAN_X", "ACK0", "ACK1", "ACK2", "ACK_SH", "ACK3")
         fsm = OneHotFSM(m, STATES, "IDLE")
         st, state, goto = fsm.st, fsm.state, fsm.goto
+        m.d.comb += scan.check.eq(st.SCAN)
         m.d.sync += after_idle.eq(st.IDLE)
         m.d.comb += holes.eq(~b_rd.data & ~(rq_le & st.MARK.replicate(W)))
 
@@ -529,7 +519,7 @@ class RxPsnWindow(wiring.Component):
                 & ~self.init_busy
                 & ((self.req.payload.kind != ReqKind.DATA) | flight.any_free)
             )
-            scan_due = ops_since_scan == 3
+            scan_due = scan.due
             with m.If(self.init.valid):
                 m.d.comb += self.init.ready.eq(1)
                 # (the QP's pending entries are dropped in INIT)
@@ -542,7 +532,7 @@ class RxPsnWindow(wiring.Component):
             with m.Elif(self.done.valid & ~scan_due):
                 # (acknowledged in the next cycle: done_ack)
                 m.d.sync += done_ack.eq(1)
-                m.d.sync += ops_since_scan.eq(ops_since_scan + 1)
+                m.d.comb += scan.count.eq(1)
                 # (its in-flight slot is freed in the next state, MARK_RD or
                 # DMA_ERROR, from done_tag)
                 m.d.sync += qp.eq(f_rd_data.qp)
@@ -552,12 +542,12 @@ class RxPsnWindow(wiring.Component):
                     m.d.comb += cnt.dma_error.eq(1)
                     goto("DMA_ERROR")
             with m.Elif(start_check & ~scan_due):
-                m.d.comb += self.req.ready.eq(1)
-                m.d.sync += ops_since_scan.eq(ops_since_scan + 1)
+                m.d.comb += [self.req.ready.eq(1), scan.count.eq(1)]
                 m.d.sync += qp.eq(self.req.payload.qp)
                 goto("CHECK_RD")
             with m.Else():
-                m.d.sync += [qp.eq(scan_qp), scan_qp.eq(scan_qp + 1), ops_since_scan.eq(0)]
+                m.d.sync += qp.eq(scan.qp)
+                m.d.comb += scan.start.eq(1)
                 goto("SCAN_RD")
 
         # The B verdict's in-flight slot is freed the cycle after IDLE takes
@@ -813,11 +803,8 @@ class RxPsnWindow(wiring.Component):
             m.d.sync += qs_load.eq(1)
             goto("SCAN")
         with state("SCAN"):
-            expired = ~(now - q_rd.data.deadline)[23]
-            m.d.sync += [
-                scan_due_ack.eq(q_rd.data.armed & expired & (q_rd.data.unacked != 0)),
-                ack_syn.eq(AETH_ACK),  # for the ACK SCAN_X may send
-            ]
+            # (scan.expired registers the QP's timer)
+            m.d.sync += ack_syn.eq(AETH_ACK)  # for the ACK SCAN_X may send
             goto("SCAN_X")
         with state("SCAN_X"):
             m.d.sync += bm_word.eq(widx(qs.epsn))  # for ACK0

@@ -9,6 +9,8 @@ from amaranth.sim import Simulator
 
 from hw.protocol import Syndrome
 from hw.rx.window_ack import AckReader
+from hw.rx.window_advance import CqSlot, FirstHole
+from hw.rx.window_scan import TimerScan
 from hw.rx.window_tables import InFlightTable, PendingTable
 
 PSN = 1 << 24
@@ -294,3 +296,104 @@ def test_pending_table_completes_passed_entries_earliest_first(entries, base):
 
     run(dut, bench)
     assert len(completions) > 30
+
+
+# ---- FirstHole, CqSlot -------------------------------------------------------------------
+
+@pytest.mark.parametrize("width", [32, 64, 128])
+def test_first_hole_is_the_lowest_set_bit_two_cycles_on(width):
+    dut = FirstHole(width)
+    rng = random.Random(width)
+    history = []
+
+    async def bench(ctx):
+        for cyc in range(600):
+            holes = rng.choice([rng.getrandbits(width), 1 << rng.randrange(width),
+                                (1 << width) - (1 << rng.randrange(width))])
+            ctx.set(dut.holes, holes)
+            history.append(holes)
+            if cyc >= 2:
+                before = history[cyc - 2]
+                want = (before & -before).bit_length() - 1
+                assert ctx.get(dut.first) == want, (cyc, hex(before))
+            await ctx.tick()
+
+    run(dut, bench)
+
+
+def test_cq_slot_against_reference():
+    """The ring is full when cq_prod - cq_cons (mod 2^16) reaches its size
+    (2^cq_log2, all 2^16 from 16 on); the slot's address wraps within
+    addr_width bits; the phase flips on every pass over the ring."""
+    aw = 40
+    dut = CqSlot(aw)
+    rng = random.Random(3)
+    fulls = 0
+
+    async def bench(ctx):
+        nonlocal fulls
+        for _ in range(500):
+            log2 = rng.choice([0, 1, 4, 15, 16, 17, 31, rng.randrange(32)])
+            prod = rng.getrandbits(16)
+            cons = rng.choice([rng.getrandbits(16), (prod - rng.randrange(4)) % 65536,
+                               (prod - (1 << min(log2, 16)) + rng.randrange(-1, 2)) % 65536])
+            base = rng.choice([rng.getrandbits(aw), (1 << aw) - 32])
+            ctx.set(dut.cq_log2, log2)
+            ctx.set(dut.cq_prod, prod)
+            ctx.set(dut.cq_cons, cons)
+            ctx.set(dut.cq_base, base)
+            await ctx.tick().repeat(2)
+            size = 1 << min(log2, 16)
+            full = (prod - cons) % 65536 >= size
+            fulls += full
+            assert ctx.get(dut.full) == full, (log2, prod, cons)
+            assert ctx.get(dut.addr) == (base + (prod % size) * 32) % (1 << aw)
+            assert ctx.get(dut.phase) == 1 - ((prod >> log2) & 1)
+
+    run(dut, bench)
+    assert 50 < fulls < 450
+
+
+# ---- TimerScan ---------------------------------------------------------------------------
+
+def test_timer_scan_against_reference():
+    """A scan is due after three operations; each scan takes the next QP; a
+    QP's ACK is due when its timer is armed, has packets to acknowledge and
+    ``now`` is at or past its deadline (by less than 2^23 cycles, across the
+    2^24 wrap)."""
+    qp_bits = 2
+    dut = TimerScan(qp_bits)
+    rng = random.Random(5)
+    ops, qp, expired, dues = 0, 0, 0, 0
+
+    async def bench(ctx):
+        nonlocal ops, qp, expired, dues
+        for now in range(3000):
+            assert ctx.get(dut.now) == now % PSN
+            assert ctx.get(dut.due) == (ops == 3)
+            assert ctx.get(dut.qp) == qp
+            assert ctx.get(dut.expired) == expired
+            due = ops == 3
+            start = due or rng.random() < 0.1
+            count = not start and rng.random() < 0.7
+            check = rng.random() < 0.3
+            deadline = (now + rng.randint(-300, 300)) % PSN
+            armed, unacked = rng.getrandbits(1), rng.choice([0, 1, 200])
+            ctx.set(dut.start, start)
+            ctx.set(dut.count, count)
+            ctx.set(dut.check, check)
+            ctx.set(dut.row.deadline, deadline)
+            ctx.set(dut.row.armed, armed)
+            ctx.set(dut.row.unacked, unacked)
+            if count:
+                ops += 1
+            if start:
+                qp, ops = (qp + 1) % (1 << qp_bits), 0
+            if check:
+                late = (now - deadline) % PSN < 1 << 23
+                expired = int(bool(armed and unacked and late))
+                dues += expired
+            await ctx.tick()
+
+    run(dut, bench)
+    assert dues > 50
