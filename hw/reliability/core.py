@@ -45,9 +45,9 @@ from .layouts import (
 )
 from .probe import ProbeRequest
 from .probe_sweep import ProbeSweep
-from .psn_table import PsnTable
 from .registers import COUNTER_NAMES
 from .sack_align import SackAlign
+from .sent_psns import SentPsns
 from .timer import DEADLINE_BITS
 
 __all__ = [
@@ -150,7 +150,7 @@ class ReliabilityCore(wiring.Component):
 
     Sub-components, each in a file of its own with its own test (the state machine
     strobes them; their registers are the core's): ``EventPicker`` (intake.py: the
-    next input and its QP), ``PsnTable`` (psn_table.py: the per-PSN entries),
+    next input and its QP), ``SentPsns`` (sent_psns.py: the per-PSN entries),
     ``SackAlign`` (sack_align.py: the SACK bitmap and NAK PSN against the new una),
     ``CwndUnit`` (cwnd.py: the window step), ``ProbeSweep`` (probe_sweep.py: the
     probe rounds), ``TimerDeadline`` (deadline.py: the timer writes' deadlines).
@@ -402,8 +402,8 @@ class ReliabilityCore(wiring.Component):
         m.d.comb += good_count.eq(sum(cur.ev_state[i] == EvState.GOOD for i in range(E)))
 
         # per PSN: the EV it last went out on, whether that was a retransmission, whether
-        # it ends its WQE and its send time (hw/reliability/psn_table.py)
-        m.submodules.psn_table = psn_table = PsnTable(num_qps=nq, window=W, evs=E)
+        # it ends its WQE and its send time (hw/reliability/sent_psns.py)
+        m.submodules.sent_psns = sent_psns = SentPsns(num_qps=nq, window=W, evs=E)
 
         def slot(off):
             # an adder of wbits bits of its own (the sum's low bits; not the low bits of
@@ -646,10 +646,10 @@ class ReliabilityCore(wiring.Component):
         pick_off_rd = Signal.like(pick_off)
         with m.If(~st.LCNT):
             m.d.sync += pick_off_rd.eq(lowest_index(m, use_mask, W, "pick_rd"))
-        e_ev = psn_table.ev
-        e_retx = psn_table.retx
-        e_last = psn_table.last
-        e_ts = psn_table.ts
+        e_ev = sent_psns.ev
+        e_retx = sent_psns.retx
+        e_last = sent_psns.last
+        e_ts = sent_psns.ts
 
         # the entry's EV's drop count after loss evidence (an EV transition's drops, USE)
         blame_drops = Signal(16)
@@ -871,8 +871,8 @@ class ReliabilityCore(wiring.Component):
 
         # the walk's per-PSN entry: read in PICK at the PSN it picks, held through LCNT
         # and USE (the read address is pick_off_rd's, pick_off's in PICK)
-        m.d.comb += [psn_table.read_qp.eq(q), psn_table.read_slot.eq(slot(pick_off_rd)),
-                     psn_table.hold.eq(st.LCNT | st.USE)]
+        m.d.comb += [sent_psns.read_qp.eq(q), sent_psns.read_slot.eq(slot(pick_off_rd)),
+                     sent_psns.hold.eq(st.LCNT | st.USE)]
         with state("PICK"):
             # PICK's flip-flop its enable: in the last cycle of PICK before USE or LCNT,
             # pick_off is the PSN's (una changes in PICK only when no PSN is left)
@@ -1277,17 +1277,17 @@ class ReliabilityCore(wiring.Component):
 
         # ---- SENT's and USE's actions ------------------------------------------------
         # The per-PSN writes are SENT's, made the cycle after it (FINAL or IDLE) from
-        # flip-flops (PsnTable), so that the retransmission's window test (a carry
+        # flip-flops (SentPsns), so that the retransmission's window test (a carry
         # chain) is not in front of the LUT RAM's write enables. The next read of the
         # entries is PICK's, at least 5 cycles later (after LOAD of another event).
         m.d.comb += [
-            psn_table.write_qp.eq(q), psn_table.write_slot.eq(s.psn[:wbits] if wbits else 0),
-            psn_table.write_ev.eq(s.ev_index[:ebits]), psn_table.write_retx.eq(s.retx),
-            psn_table.write_last.eq(s.last), psn_table.write_ts.eq(now_ts),
+            sent_psns.write_qp.eq(q), sent_psns.write_slot.eq(s.psn[:wbits] if wbits else 0),
+            sent_psns.write_ev.eq(s.ev_index[:ebits]), sent_psns.write_retx.eq(s.retx),
+            sent_psns.write_last.eq(s.last), sent_psns.write_ts.eq(now_ts),
         ]
         with m.If(st.SENT):
             with m.If(sent_new):
-                m.d.comb += psn_table.record.eq(1)
+                m.d.comb += sent_psns.record.eq(1)
                 m.d.sync += [
                     cur.nxt.eq(s.psn + 1),
                     cur.fresh.eq(0),
@@ -1303,13 +1303,13 @@ class ReliabilityCore(wiring.Component):
             # a retransmission (RTS, in flight) rewrites its PSN's EV
             with m.Elif((cur.state == QpState.RTS) & s.retx & ~cur.fresh
                         & below_const(sent_d, infl, len(infl))):
-                m.d.comb += psn_table.rewrite.eq(1)
+                m.d.comb += sent_psns.rewrite.eq(1)
         # a sent record neither tracked nor a retransmission in flight: counted the
         # cycle after SENT, from flip-flops (SENT's, registered, and no per-PSN write)
         after_sent = Signal()
         after_operr = Signal()
         m.d.sync += [after_sent.eq(st.SENT), after_operr.eq(sent_operr)]
-        with m.If(after_sent & ~psn_table.ev_written & ~after_operr):
+        with m.If(after_sent & ~sent_psns.ev_written & ~after_operr):
             count("sent_dropped")
 
         # the walk's PSNs: set by the state that starts a walk, then USE takes one PSN

@@ -1,14 +1,14 @@
-"""The reliability core's per-PSN entries. See ``PsnTable``."""
+"""The reliability core's per-PSN entries. See ``SentPsns``."""
 
 from amaranth.hdl import Cat, Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-__all__ = ["PsnTable"]
+__all__ = ["SentPsns"]
 
 
-class PsnTable(wiring.Component):
+class SentPsns(wiring.Component):
     """Per (QP, PSN modulo the window): the EV the PSN last went out on and whether
     that was a retransmission (``ev``, ``retx``: rewritten by retransmissions), and,
     written once, whether it ends its WQE and its send time in RTT units (``last``,

@@ -1,4 +1,4 @@
-"""PsnTable (hw/reliability/psn_table.py) in Amaranth's simulator: random records,
+"""SentPsns (hw/reliability/sent_psns.py) in Amaranth's simulator: random records,
 retransmission rewrites and reads, against a dictionary of the entries: a record
 writes all four fields, a rewrite the EV and retransmission flag alone, each reaches
 the memory the cycle after its strobe (``ev_written`` then), a read gives the entry
@@ -8,13 +8,13 @@ import random
 
 from amaranth.sim import Simulator
 
-from hw.reliability.psn_table import PsnTable
+from hw.reliability.sent_psns import SentPsns
 
 NQ, W, E = 3, 16, 4
 
 
 def test_entries_match_dictionary():
-    dut = PsnTable(num_qps=NQ, window=W, evs=E)
+    dut = SentPsns(num_qps=NQ, window=W, evs=E)
     rng = random.Random(11)
     # (qp, slot) -> [ev, retx, last, ts]; the memories start at 0
     entries = {(q, k): [0, 0, 0, 0] for q in range(NQ) for k in range(W)}
