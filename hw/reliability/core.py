@@ -25,6 +25,7 @@ from hw.rx.parser import ParsedHeader
 from .completion import CompletionRequest
 from .cwnd import CwndUnit
 from .deadline import TimerArm, TimerDeadline
+from .ev_evidence import EvEvidence
 from .intake import EventPicker
 from .layouts import (
     AETH_ACK,
@@ -153,7 +154,8 @@ class ReliabilityCore(wiring.Component):
     next input and its QP), ``SentPsns`` (sent_psns.py: the per-PSN entries),
     ``SackAlign`` (sack_align.py: the SACK bitmap and NAK PSN against the new una),
     ``CwndUnit`` (cwnd.py: the window step), ``ProbeSweep`` (probe_sweep.py: the
-    probe rounds), ``TimerDeadline`` (deadline.py: the timer writes' deadlines).
+    probe rounds), ``EvEvidence`` (ev_evidence.py: what a loss does to each EV),
+    ``TimerDeadline`` (deadline.py: the timer writes' deadlines).
 
     Interface (every output stream is a FIFO; the core waits for room, never drops, except
     the EV event queue, which counts what it cannot hold in ``events_lost``):
@@ -398,8 +400,6 @@ class ReliabilityCore(wiring.Component):
         infl = Signal(range(W + 1))
         infl_mask = Signal(W)
         m.d.comb += infl_mask.eq(all_below(infl, W))
-        good_count = Signal(range(E + 1))
-        m.d.comb += good_count.eq(sum(cur.ev_state[i] == EvState.GOOD for i in range(E)))
 
         # per PSN: the EV it last went out on, whether that was a retransmission, whether
         # it ends its WQE and its send time (hw/reliability/sent_psns.py)
@@ -466,27 +466,18 @@ class ReliabilityCore(wiring.Component):
             m.d.comb += ev_push.eq(1)
 
         # What loss evidence would do to each EV, registered from the working copy
-        # every cycle. Read only in USE, whose previous cycle (PICK or LCNT) changes no
-        # EV field, so the values are those of the working copy in USE.
-        loss_inc = Signal(data.ArrayLayout(4, E))
-        drops_inc = Signal(data.ArrayLayout(16, E))
-        # to_bad: the EV would turn ASSUMED_BAD; bad_ok: and the floor allows it (the
-        # floor test folded in here, so that loss evidence's ev_state write waits on
-        # one flip-flop of the EV's)
-        to_bad = Signal(E)
-        bad_ok = Signal(E)
-        floor_ok = Signal()
-        m.d.comb += floor_ok.eq(good_count > cfg.ev_min_active)
-        for i in range(E):
-            loss_i = Mux(cur.ev_loss[i] == 15, 15, cur.ev_loss[i] + 1)[:4]
-            thr = P.ev_loss_threshold
-            to_bad_i = (cur.ev_state[i] == EvState.GOOD) & (thr != 0) & (loss_i >= thr)
-            m.d.sync += [
-                loss_inc[i].eq(loss_i),
-                drops_inc[i].eq(Mux(cur.ev_drops[i] == 0xFFFF, 0xFFFF, cur.ev_drops[i] + 1)),
-                to_bad[i].eq(to_bad_i),
-                bad_ok[i].eq(to_bad_i & floor_ok),
-            ]
+        # every cycle (hw/reliability/ev_evidence.py). Read only in USE, whose previous
+        # cycle (PICK or LCNT) changes no EV field, so the values are those of the
+        # working copy in USE.
+        m.submodules.ev_evidence = evidence = EvEvidence(evs=E)
+        m.d.comb += [evidence.ev_state.eq(cur.ev_state), evidence.ev_loss.eq(cur.ev_loss),
+                     evidence.ev_drops.eq(cur.ev_drops),
+                     evidence.threshold.eq(P.ev_loss_threshold),
+                     evidence.min_active.eq(cfg.ev_min_active)]
+        loss_inc = evidence.loss_inc
+        drops_inc = evidence.drops_inc
+        to_bad = evidence.to_bad  # the EV would turn ASSUMED_BAD
+        bad_ok = evidence.bad_ok  # and the floor allows it
 
         # --- event intake -----------------------------------------------------------------
         ack = self.peer_ack.payload
