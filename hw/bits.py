@@ -94,10 +94,16 @@ def one_hot_select(onehot, values):
     return result
 
 
-def index_select(values, index):
+def index_select(values, index, *, exact=False):
     """``values[index]`` (a list of values, ``index`` within range) as a tree of
-    2:1 multiplexers, one level per bit of ``index``."""
+    2:1 multiplexers, one level per bit of ``index`` from the lowest: no compare
+    of ``index`` with each position (an ``Array`` lookup's decode, a LUT whose
+    output fans out to every bit selected) comes first, and the tree maps to
+    LUT4s and the slices' PFUMX/L6MUX muxes. ``exact=True``: there must be
+    exactly ``2 ** len(index)`` values (every index a value of its own)."""
     values = list(values)
+    if exact and len(values) != 1 << len(Value.cast(index)):
+        raise ValueError(f"{len(values)} values for a {len(Value.cast(index))}-bit select")
     for bit in Value.cast(index):
         values = values + values[-1:] * (len(values) % 2)
         values = [Mux(bit, values[i + 1], values[i]) for i in range(0, len(values), 2)]

@@ -6,9 +6,9 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..axi import AXI_BURST_INCR, AXI4Signature
+from ..bits import index_select
 from ..pipeline import BlockRamFIFO
 from ..stream import Beat
-from .icrc import select_tree
 from .layouts import PayloadDesc
 
 __all__ = ["ReadRequest", "ReadData", "ReadArbiter", "PayloadReader", "Realigner", "SegmentInfo",
@@ -332,7 +332,8 @@ class Realigner(wiring.Component):
         # sel fanning out to every bit), masked by ``keep``, a register of
         # its own (every beat but the last is full; it changes with
         # ``out_last``), so each lane's mask is one flip-flop
-        window = Cat(*[select_tree(sel, [pair.word_select(k + 1 + j, 8) for k in range(nbytes)])
+        window = Cat(*[index_select([pair.word_select(k + 1 + j, 8) for k in range(nbytes)], sel,
+                                        exact=True)
                        for j in range(nbytes)])
         keep = Signal(nbytes)
         keep_bits = Cat(*[keep[i].replicate(8) for i in range(nbytes)])

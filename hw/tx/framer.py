@@ -4,8 +4,9 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
+from ..bits import index_select
 from ..stream import Beat
-from .icrc import count_keep, select_tree
+from .icrc import count_keep
 from .layouts import MAX_HEADER_BYTES, FrameHeader
 
 __all__ = ["Framer"]
@@ -133,13 +134,11 @@ class Framer(wiring.Component):
         # bits (rp >= nbytes sets every lane)
         lg = nbytes.bit_length() - 1
         keep_ext = Cat(Const((1 << nbytes) - 1, nbytes), pay.keep)
-        out_keep = Cat(
-            *[
-                (rp >= nbytes)
-                | select_tree(rp[:lg], [keep_ext[nbytes + j - v] for v in range(nbytes)])
-                for j in range(nbytes)
-            ]
-        )
+
+        def shifted_lane(src, j):  # lane j - rp[:lg] of src's upper half
+            return index_select([src[nbytes + j - v] for v in range(nbytes)], rp[:lg], exact=True)
+
+        out_keep = Cat(*[(rp >= nbytes) | shifted_lane(keep_ext, j) for j in range(nbytes)])
         # the keep of the TAIL beat after a last payload beat that does not
         # fit: its low rp + n - nbytes lanes (n the beat's bytes), so lane j
         # is set when the beat's lane j + nbytes - rp is (keep is packed;
@@ -151,11 +150,7 @@ class Framer(wiring.Component):
         keep_low = Cat(pay.keep, Const(0, nbytes))
         spill_keep = Cat(
             *[
-                Mux(
-                    rp >= nbytes,
-                    select_tree(rp[:lg], [keep_ext[nbytes + j - v] for v in range(nbytes)]),
-                    select_tree(rp[:lg], [keep_low[nbytes + j - v] for v in range(nbytes)]),
-                )
+                Mux(rp >= nbytes, shifted_lane(keep_ext, j), shifted_lane(keep_low, j))
                 for j in range(nbytes)
             ]
         )

@@ -11,7 +11,7 @@ from ..crc import ICRC_INIT, _matrix, crc32_parts, crc32_state_py, tail_rest, ta
 from ..headers import ICRC_MASKED_BYTES, OFF_IPV4
 from ..stream import Beat
 
-__all__ = ["IcrcInserter", "ICRC_MASKED_BYTES", "keep_count", "count_keep", "select_tree"]
+__all__ = ["IcrcInserter", "ICRC_MASKED_BYTES", "keep_count", "count_keep"]
 
 ICRC_START = OFF_IPV4  # the ICRC covers the frame from the IPv4 header on
 
@@ -43,19 +43,6 @@ def keep_tail_shift(word, keep):
         return Mux(keep[mid - 1], pick(lane, mid, hi), pick(lane, lo, mid - 1))
 
     return Cat(*[pick(lane, 0, nbytes) for lane in range(nbytes)])
-
-
-def select_tree(sel, values):
-    """``values[sel]`` (``len(values)`` = 2 ** ``len(sel)``) as a tree of 2:1
-    multiplexers, one level per bit of ``sel`` from the lowest: no compare
-    of ``sel`` with each index (an ``Array`` lookup's decode, a LUT whose
-    output fans out to every bit selected) comes first, and the tree maps to
-    LUT4s and the slices' PFUMX/L6MUX muxes."""
-    if len(values) != 1 << len(sel):
-        raise ValueError(f"{len(values)} values for a {len(sel)}-bit select")
-    for bit in sel:
-        values = [Mux(bit, values[i + 1], values[i]) for i in range(0, len(values), 2)]
-    return values[0]
 
 
 def count_keep(count, nbytes):
