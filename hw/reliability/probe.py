@@ -210,7 +210,8 @@ class ProbeBuilder(wiring.Component):
             fsm.next = "LATCH"
         # LATCH and BUILD each last one cycle after FETCH and SUM: the wide loads in them
         # are split into groups of at most 64 bits, each under its own copy of the
-        # state's flip-flop (one net to all their enables took 3-5 ns of routing)
+        # state's flip-flop: one net to all their enables is several ns of routing
+        # (hw/pipeline.py, load_in_groups and state_copy)
         def copy_after(before, name):
             return lambda k: state_copy(m, fsm.st[before], 1, f"st_{name}_{k}")
 
