@@ -77,14 +77,18 @@
     the check cannot see. Under ``one_hot_assertions()`` (simulator tests)
     every machine also asserts, each cycle, that its vector is one-hot.
 
-``state_copy(m, enter, leave, name)``, ``load_in_groups(m, pairs, make_copy, bits=64)``
-    Copies of a one-hot state's flip-flop, each the enable of one group of
-    at most ``bits`` bits of a wide register: one state flip-flop as the
-    enable of hundreds of flip-flops is a net that takes 3-5 ns of routing
-    on its own. A copy is set by the transitions into the state and cleared
-    by those out of it, so its next value is a function of itself and
-    synthesis keeps it apart (a copy loaded from the state's own flip-flop
-    would be merged back into it).
+``state_copy(m, enter, leave, name, init=0)``, ``load_in_groups(m, pairs, make_copy, bits=64)``
+    Register replication for fan-out, the project's one idiom for it: copies
+    of a one-hot state's flip-flop, each the enable of one group of at most
+    ``bits`` bits of a wide register. One flip-flop as the enable of hundreds
+    of flip-flops is a net that takes 3-5 ns of routing on its own. A copy
+    is set by the transitions into the state and cleared by those out of it,
+    so its next value is a function of itself and synthesis keeps it apart
+    (a copy loaded from the state's own flip-flop would be merged back into
+    it). The stream stages above replicate their valid flags the same way,
+    one per group of data bits (``SKID_GROUP_BITS``, ``hold_register``'s
+    ``group``). A block that needs a copy cites this section rather than
+    re-explaining it.
 
 ``BlockRamFIFO(width, depth)``
     ``amaranth.lib.fifo.SyncFIFOBuffered`` (same ports, latency and
@@ -229,13 +233,14 @@ def hold_register(m: Module, i_valid, i_ready, i_data, o_valid, o_ready, o_data,
             m.d.sync += out_data[lo : lo + group].eq(i_data[lo : lo + group])
 
 
-def state_copy(m, enter, leave, name):
-    """A copy of a one-hot state's flip-flop (reset value 0): set by ``enter`` (the
-    transitions into the state, looked at outside it) and cleared by ``leave`` (the
-    transitions out of it, looked at in it), so that it equals the state's flip-flop
-    in every cycle. Its next value is a function of itself: a copy whose next value
-    were the state flip-flop's would be merged back into it by synthesis."""
-    copy = Signal(name=name)
+def state_copy(m, enter, leave, name, init=0):
+    """A copy of a one-hot state's flip-flop (reset value ``init``, the state's):
+    set by ``enter`` (the transitions into the state, looked at outside it) and
+    cleared by ``leave`` (the transitions out of it, looked at in it), so that it
+    equals the state's flip-flop in every cycle. Its next value is a function of
+    itself: a copy whose next value were the state flip-flop's would be merged back
+    into it by synthesis."""
+    copy = Signal(init=init, name=name)
     m.d.sync += copy.eq(Mux(copy, ~Value.cast(leave), enter))
     return copy
 

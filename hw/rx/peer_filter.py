@@ -1,13 +1,13 @@
 """The peer-frame filter: ACK/NAK and probe-response records reach reliability
 only when they are addressed to us and come from the QP's bound peer."""
 
-from amaranth.hdl import Cat, Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Module, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from hw.headers import Opcode
-from hw.pipeline import OneHotFSM, load_in_groups
+from hw.pipeline import OneHotFSM, load_in_groups, state_copy
 
 from .first_fail import first_failing
 from .layouts import ParsedHeader, QpConfig, QpState
@@ -105,12 +105,8 @@ class RxPeerFilter(wiring.Component):
         m.d.comb += failed.eq(Cat(*fail.values()).any())
         to_idle = (fsm.st.DECIDE & failed) | (fsm.st.SEND & self.o.ready)
 
-        def idle_copy(k):
-            copy = Signal(init=1, name=f"h_load{k}")
-            m.d.sync += copy.eq(Mux(copy, ~take, to_idle))
-            return copy
-
-        load_in_groups(m, [(h, self.i.payload)], idle_copy)
+        load_in_groups(m, [(h, self.i.payload)],
+                       lambda k: state_copy(m, to_idle, take, f"h_load{k}", init=1))
         with fsm.State("IDLE"):
             m.d.comb += [self.i.ready.eq(1), take.eq(self.i.valid)]
             with m.If(take):

@@ -6,7 +6,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from hw.headers import PATH_MTU, Opcode
-from hw.pipeline import OneHotFSM, load_in_groups
+from hw.pipeline import OneHotFSM, load_in_groups, state_copy
 from hw.reliability.layouts import NAK_INVALID_REQUEST, NAK_REMOTE_ACCESS
 
 from .first_fail import first_failing
@@ -348,13 +348,8 @@ class RxValidator(wiring.Component):
         free = Signal()
         m.d.comb += free.eq(fsm.st.IDLE & ~req_valid)
 
-        def idle_copy(k):
-            # a copy of IDLE (reset value 1, as IDLE's), see hw.pipeline.state_copy
-            copy = Signal(init=1, name=f"h_load{k}")
-            m.d.sync += copy.eq(Mux(copy, ~take, to_idle))
-            return copy
-
-        load_in_groups(m, [(h, self.hdr.payload)], idle_copy)
+        load_in_groups(m, [(h, self.hdr.payload)],
+                       lambda k: state_copy(m, to_idle, take, f"h_load{k}", init=1))
         with fsm.State("IDLE"):
             # Wait until both outputs are free, so a frame never waits half-sent.
             m.d.comb += [self.hdr.ready.eq(free), take.eq(self.hdr.valid & free)]
