@@ -72,10 +72,22 @@
     ``sum_of_products=True`` makes each bit's next value ``bit & ~leave |
     enter``, of flags the transitions raise (no priority of the blocks'
     order in front of the flip-flop; the same cycles).
-    ``state(name)``/``goto(name)`` are the same without the check, for
-    machines whose transitions exclude each other by a one-hot condition
-    the check cannot see. Under ``one_hot_assertions()`` (simulator tests)
-    every machine also asserts, each cycle, that its vector is one-hot.
+    Transitions under conditions that exclude each other by a rule the
+    check cannot see (bits of a one-hot vector, flags registered from
+    exclusive cases) go in ``with fsm.OneOf() as when:``, each under its own
+    ``with when(cond):`` (a plain ``m.If``; no priority between them, so no
+    logic is added): transitions in different ``when`` blocks of one
+    ``OneOf`` are taken as exclusive, and under ``one_hot_assertions()`` the
+    simulator checks each cycle that at most one of the conditions holds.
+    ``track=(name, ...)`` follows the transitions into and out of those
+    states: ``fsm.entering(name)``/``fsm.leaving(name)`` are 1 in a cycle
+    whose transition enters/leaves the state (its next value changes), and
+    ``fsm.copy(name, tag)`` is a ``state_copy`` of it named
+    ``{fsm name}_{name}_{tag}`` (a flip-flop equal to the state's, the
+    enable of one group of a wide register's bits; see ``state_copy``).
+    ``state(name)``/``goto(name)`` are ``State``/``next`` without the check.
+    Under ``one_hot_assertions()`` (simulator tests) every machine also
+    asserts, each cycle, that its vector is one-hot.
 
 ``state_copy(m, enter, leave, name, init=0)``, ``load_in_groups(m, pairs, make_copy, bits=64)``
     Register replication for fan-out, the project's one idiom for it: copies
@@ -293,14 +305,17 @@ def _branch_path(m: Module, outer: int):
     return path
 
 
-def _exclusive(a, b):
+def _exclusive(a, b, one_of):
     """Whether two branch paths can never both be taken in one cycle: they
     part in two branches of one If/Elif/Else chain or of one Switch (whose
-    first matching case alone is taken). A path that contains the other, or
-    that parts from it at two separate constructs, is not."""
+    first matching case alone is taken), or in two ``when`` blocks of one
+    ``OneOf`` (``one_of``: id of an If chain -> (the chain, its OneOf)). A
+    path that contains the other, or that parts from it at two separate
+    constructs otherwise, is not."""
     for (ca, ia), (cb, ib) in zip(a, b, strict=False):  # to the shorter path
         if ca is not cb:
-            return False
+            ra, rb = one_of.get(id(ca)), one_of.get(id(cb))
+            return ra is not None and rb is not None and ra[1] is rb[1]
         if ia != ib:
             return ia is not None and ib is not None
     return False
@@ -310,7 +325,7 @@ class OneHotFSM:
     """See the module docstring."""
 
     def __init__(self, m: Module, states, init: str, name: str = "st", *, implicit=None,
-                 sum_of_products=False):
+                 sum_of_products=False, track=()):
         if init not in states:
             raise ValueError(f"OneHotFSM {name!r}: init {init!r} is not one of the states {states}")
         if implicit is not None and implicit not in states:
@@ -320,9 +335,17 @@ class OneHotFSM:
         bits = [n for n in states if n != implicit]
         self.st = Signal(data.StructLayout({n: 1 for n in bits}),
                          init={} if init == implicit else {init: 1}, name=name)
+        for n in track:
+            if n not in bits:
+                raise ValueError(f"OneHotFSM {name!r}: track {n!r} is not one of the states "
+                                 f"with a flip-flop {bits}")
+        self._init = init
         self._in = None
         self._checked = None  # (state, control depth of its block) inside State()
         self._taken = {}  # state -> [(target, branch path, source location)]
+        self._one_of = {}  # id of a OneOf's If chain -> (the chain, its OneOf)
+        self._entering = {n: Signal(name=f"enter_{n}") for n in track}
+        self._leaving = {n: Signal(name=f"leave_{n}") for n in track}
         self._enter = self._leave = None
         if sum_of_products:
             self._enter = {n: Signal(name=f"{name}_enter_{n}") for n in bits}
@@ -341,6 +364,55 @@ class OneHotFSM:
         if name == self._implicit:
             return ~Value.cast(self.st).any()
         return self.st[name]
+
+    def _tracked(self, name: str):
+        if name not in self._entering:
+            raise ValueError(f"OneHotFSM {self._name!r}: state {name!r} is not tracked "
+                             f"(track={tuple(self._entering)})")
+
+    def entering(self, name: str):
+        """1 in a cycle whose transition enters tracked state ``name``."""
+        self._tracked(name)
+        return self._entering[name]
+
+    def leaving(self, name: str):
+        """1 in a cycle whose transition leaves tracked state ``name``."""
+        self._tracked(name)
+        return self._leaving[name]
+
+    def copy(self, name: str, tag):
+        """A ``state_copy`` of tracked state ``name``'s flip-flop, named
+        ``{fsm name}_{name}_{tag}``: a new flip-flop at each call."""
+        self._tracked(name)
+        return state_copy(self._m, self._entering[name], self._leaving[name],
+                          f"{self._name}_{name}_{tag}", init=int(name == self._init))
+
+    @contextmanager
+    def OneOf(self):
+        """Yields ``when``: ``with when(cond):`` opens ``m.If(cond)``, whose
+        transitions exclude those of the other ``when`` blocks of this
+        ``OneOf`` (the caller's promise that at most one ``cond`` holds in a
+        cycle, which ``one_hot_assertions()`` checks in simulation). For use
+        in a ``State`` block; a ``when`` block is a plain ``m.If``."""
+        if self._checked is None:
+            raise SyntaxError(f"OneHotFSM {self._name!r}: OneOf outside a State block")
+        m, depth, region, conds = self._m, self._m.domain._depth, object(), []
+
+        @contextmanager
+        def when(cond):
+            if m.domain._depth != depth:
+                raise SyntaxError(f"OneHotFSM {self._name!r}: a OneOf's when() must sit "
+                                  f"directly in the OneOf block")
+            with m.If(cond):
+                chain = m._ctrl_stack[depth][1]
+                self._one_of[id(chain)] = (chain, region)
+                yield
+            conds.append(cond)
+
+        yield when
+        if _one_hot_assertions[-1] and len(conds) > 1:
+            m.d.comb += Assert(~two_or_more(conds),
+                               f"OneHotFSM {self._name}: two conditions of one OneOf hold")
 
     def state(self, name: str):
         """Opens state ``name``'s block, unchecked: the caller keeps its
@@ -378,7 +450,7 @@ class OneHotFSM:
         where = f"{frame.f_code.co_filename}:{frame.f_lineno}"
         path = _branch_path(self._m, depth)
         for target, other, other_where in self._taken.setdefault(state, []):
-            if target != name and not _exclusive(path, other):
+            if target != name and not _exclusive(path, other, self._one_of):
                 raise TransitionConflict(
                     f"OneHotFSM {self._name!r}: state {state} goes to {target} ({other_where}) "
                     f"and to {name} ({where}) in the same cycle, which would leave two state "
@@ -397,6 +469,10 @@ class OneHotFSM:
             raise ValueError(f"OneHotFSM {self._name!r}: no state {name!r}")
         if name == self._in:
             return
+        if name in self._entering:
+            self._m.d.comb += self._entering[name].eq(1)
+        if self._in in self._leaving:
+            self._m.d.comb += self._leaving[self._in].eq(1)
         if self._enter is not None:
             if self._in != self._implicit:
                 self._m.d.comb += self._leave[self._in].eq(1)

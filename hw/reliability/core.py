@@ -19,7 +19,7 @@ from hw.bits import (
     popcount,
 )
 from hw.headers import Opcode
-from hw.pipeline import BlockRamFIFO, OneHotFSM, load_in_groups, saturating_increment, state_copy
+from hw.pipeline import BlockRamFIFO, OneHotFSM, load_in_groups, saturating_increment
 from hw.rx.parser import ParsedHeader
 
 from .completion import CompletionRequest
@@ -508,45 +508,29 @@ class ReliabilityCore(wiring.Component):
                      room_final.eq(room_final_d)]
 
         # --- the state machine ------------------------------------------------------------
-        # One-hot, one flip-flop per state: a state's actions and transitions are gated
-        # by its flip-flop rather than by a decode of a binary state (two LUT levels in
-        # front of every mux of the working copy). ``state(name)`` opens a state's
-        # actions; ``goto(name)`` in it moves to another state the next cycle (a state
-        # with no ``goto`` taken stays). A state's transitions exclude each other. The
-        # states' blocks are plain ``m.If``s in order: an assignment made in every cycle
-        # comes before the states that also assign its signal.
+        # One-hot, one flip-flop per state (hw/pipeline.py OneHotFSM): a state's actions
+        # and transitions are gated by its flip-flop rather than by a decode of a binary
+        # state (two LUT levels in front of every mux of the working copy). A state's
+        # transitions exclude each other (checked at elaboration; ``OneOf`` where a
+        # one-hot condition makes them exclusive). The states' blocks are plain
+        # ``m.If``s in order: an assignment made in every cycle comes before the states
+        # that also assign its signal.
         STATES = ("CLEAR", "IDLE", "ACK_IN", "LOAD", "SENT", "ACK", "ACK_ADV", "PICK",
                   "LCNT", "WALK", "USE", "SACK", "SACK_ALIGN", "NAK", "CC", "CC_STEP",
                   "CC_SUM", "CC_NEW", "CC_CLAMP", "PROBE_RESP", "PROBE_CHECK", "PROBE_ACT",
                   "TIMEOUT", "FLUSH_WAIT", "FLUSH", "CMD_DEC", "CMD", "SWEEP", "SWEEP_EMIT",
                   "SETTLE", "CC_SET", "FINAL", "DOORBELL", "OP_ERR")
-        fsm = OneHotFSM(m, STATES, "CLEAR")
-        st = fsm.st
         # IDLE and LOAD are the enables and selects of the wide registers they load (the
         # inputs', the working copy's): those loads are split into groups of at most 64
-        # bits (40 for LOAD), each under its own copy of the state's flip-flop (state_copy),
-        # which follows the transitions into and out of the state, raised by goto()
-        # (FINAL's and USE's transitions are tracked too: the record's write enables
-        # and the walk's strobes below are decided from them a cycle early)
-        copied = ("IDLE", "LOAD", "FINAL", "USE")
-        enter = {n: Signal(name=f"enter_{n}") for n in copied}
-        leave = {n: Signal(name=f"leave_{n}") for n in copied}
-        in_state = [None]
-
-        def state(name):
-            in_state[0] = name
-            return fsm.state(name)
-
-        def goto(name):
-            if name != in_state[0]:
-                if name in enter:
-                    m.d.comb += enter[name].eq(1)
-                if in_state[0] in leave:
-                    m.d.comb += leave[in_state[0]].eq(1)
-            fsm.goto(name)
+        # bits (40 for LOAD), each under its own copy of the state's flip-flop
+        # (fsm.copy), which follows the transitions into and out of the state (FINAL's
+        # and USE's transitions are tracked too: the record's write enables and the
+        # walk's strobes below are decided from them a cycle early)
+        fsm = OneHotFSM(m, STATES, "CLEAR", track=("IDLE", "LOAD", "FINAL", "USE"))
+        st = fsm.st
 
         def copy_of(name):
-            return lambda k: state_copy(m, enter[name], leave[name], f"st_{name}_{k}")
+            return lambda k: fsm.copy(name, k)
 
         # The record memory's write enables (rec_wen_k, one per column group): 1 in
         # every cycle of CLEAR and in the cycle of FINAL that writes (FINAL with
@@ -554,7 +538,7 @@ class ReliabilityCore(wiring.Component):
         # and the room that room_final registers. Each its own flip-flop, whose next
         # value is a function of itself (0 after a write: FINAL leaves), so that
         # synthesis keeps them apart (as state_copy).
-        will_write = (enter["FINAL"] | (st.FINAL & ~room_final)) & room_final_d
+        will_write = (fsm.entering("FINAL") | (st.FINAL & ~room_final)) & room_final_d
         stay_clear = st.CLEAR & (q != nq - 1)
         rec_wen = [Signal(init=1, name=f"rec_wen_{k}") for k in range(rec_groups)]
         for wen in rec_wen:
@@ -572,13 +556,13 @@ class ReliabilityCore(wiring.Component):
         def use_of(kind, tag):
             if (kind, tag) not in use_strobes:
                 u = Signal(name=f"use_{('adv', 'sack', 'loss', 'tmo')[kind]}_{tag}")
-                m.d.sync += u.eq(Mux(u, 0, enter["USE"] & walk_kind[kind]))
+                m.d.sync += u.eq(Mux(u, 0, fsm.entering("USE") & walk_kind[kind]))
                 use_strobes[kind, tag] = u
             return use_strobes[kind, tag]
 
         def start(k):  # q set by IDLE
             m.d.sync += kind.eq(k)
-            goto("LOAD")
+            fsm.next = "LOAD"
 
         # generic per-PSN walk over walk_mask: PICK reads the entry of the lowest PSN
         # left, USE acts (the loss walk counts the SACKed PSNs above it in LCNT first)
@@ -703,14 +687,14 @@ class ReliabilityCore(wiring.Component):
 
         # after reset: every QP record to RESET, every timer disarmed; q counts the QPs
         # and the working copy holds its reset value (the RESET record, timer disarmed)
-        with state("CLEAR"):
+        with fsm.State("CLEAR"):
             m.d.comb += [
                 arm_v.eq(1),
                 sq_pi_wr.addr.eq(q), sq_pi_wr.data.eq(0), sq_pi_wr.en.eq(1),
             ]
             m.d.sync += q.eq(q + 1)
             with m.If(q == nq - 1):
-                goto("IDLE")
+                fsm.next = "IDLE"
 
         # IDLE takes the input chosen in the cycle before (take); the registers of all
         # the inputs load in every IDLE cycle (copies of the state flip-flop are their
@@ -720,7 +704,7 @@ class ReliabilityCore(wiring.Component):
         # flip-flops outside.
         ready_idle = copy_of("IDLE")("ready")
         m.d.comb += [i.ready.eq(ready_idle & take[k]) for k, i in enumerate(inputs)]
-        with state("IDLE"):
+        with fsm.State("IDLE"):
             m.d.sync += [want_arm.eq(0), want_disarm.eq(0), progress.eq(0), nak_cut.eq(0),
                          newly.eq(0), rtt_valid.eq(0), q.eq(rd_q)]
             syn = ack.aeth.syndrome
@@ -728,27 +712,27 @@ class ReliabilityCore(wiring.Component):
                               | (syn == NAK_INVALID_REQUEST) | (syn == NAK_REMOTE_ACCESS))
             m.d.sync += [a_use.eq(ack_ok & is_ack & known_syndrome),
                          a_probe.eq(ack_ok & is_probe)]
-            # the choices exclude each other
-            with m.If(take[T_CMD]):
-                start(K_CMD)
-            with m.If(take[T_SENT]):
-                # the kind is taken whatever the QP, so that it does not wait for
-                # the range check
-                m.d.sync += kind.eq(K_SENT)
-                with m.If(sent_ok_q):
-                    goto("LOAD")
-                with m.Else():
-                    count("sent_dropped")
-            with m.If(take[T_ACK]):
-                goto("ACK_IN")
-            with m.If(take[T_TMO]):
-                start(K_TMO)
-            with m.If(take[T_SWEEP]):
-                m.d.comb += sweep.taken.eq(1)
-                start(K_SWEEP)
-            with m.If(take[T_DB]):
-                m.d.comb += db_take.eq(1)
-                start(K_DB)
+            with fsm.OneOf() as when:  # take is one-hot (or 0)
+                with when(take[T_CMD]):
+                    start(K_CMD)
+                with when(take[T_SENT]):
+                    # the kind is taken whatever the QP, so that it does not wait for
+                    # the range check
+                    m.d.sync += kind.eq(K_SENT)
+                    with m.If(sent_ok_q):
+                        fsm.next = "LOAD"
+                    with m.Else():
+                        count("sent_dropped")
+                with when(take[T_ACK]):
+                    fsm.next = "ACK_IN"
+                with when(take[T_TMO]):
+                    start(K_TMO)
+                with when(take[T_SWEEP]):
+                    m.d.comb += sweep.taken.eq(1)
+                    start(K_SWEEP)
+                with when(take[T_DB]):
+                    m.d.comb += db_take.eq(1)
+                    start(K_DB)
 
         load_in_groups(m, [
             (cmd, self.cmd.payload), (s, self.sent.payload), (t_gen, self.expired.payload.gen),
@@ -762,16 +746,16 @@ class ReliabilityCore(wiring.Component):
             (a_probe_ev, ack.probe.ev),
         ], copy_of("IDLE"))
 
-        with state("ACK_IN"):  # the record's kind, from registers
+        with fsm.State("ACK_IN"):  # the record's kind, from registers
             with m.If(a_use):
                 start(K_ACK)
             with m.Elif(a_probe):
                 start(K_PROBE)
             with m.Else():
                 count("acks_ignored")
-                goto("IDLE")
+                fsm.next = "IDLE"
 
-        with state("LOAD"):
+        with fsm.State("LOAD"):
             r = rec_rd_data
             r_span = (r.nxt - r.una)[:24]
             rc = self.rel_data
@@ -789,19 +773,19 @@ class ReliabilityCore(wiring.Component):
             ]
             with m.Switch(kind):
                 with m.Case(K_SENT):
-                    goto("SENT")
+                    fsm.next = "SENT"
                 with m.Case(K_ACK):
-                    goto("ACK")
+                    fsm.next = "ACK"
                 with m.Case(K_PROBE):
-                    goto("PROBE_RESP")
+                    fsm.next = "PROBE_RESP"
                 with m.Case(K_TMO):
-                    goto("TIMEOUT")
+                    fsm.next = "TIMEOUT"
                 with m.Case(K_CMD):
-                    goto("CMD_DEC")
+                    fsm.next = "CMD_DEC"
                 with m.Case(K_SWEEP):
-                    goto("SWEEP")
+                    fsm.next = "SWEEP"
                 with m.Case(K_DB):
-                    goto("DOORBELL")
+                    fsm.next = "DOORBELL"
 
         load_in_groups(m, [
             (cur, rec_rd_data), (cfg, self.rel_data), (una0, rec_rd_data.una),
@@ -813,7 +797,7 @@ class ReliabilityCore(wiring.Component):
         ], copy_of("LOAD"), bits=40)  # cur's bits have selects in other states too
 
         # ---- a data packet went on the wire --------------------------------------
-        with state("SENT"):  # actions below, under st.SENT
+        with fsm.State("SENT"):  # actions below, under st.SENT
             with m.If(sent_operr):
                 # TX refused WQE wqe_index (it sends nothing more from the QP): it is
                 # TX's last WQE begun; with nothing in flight every WQE before it has
@@ -824,18 +808,18 @@ class ReliabilityCore(wiring.Component):
                     m.d.sync += cur.wqe_cpl.eq(s.wqe_index)
                 with m.If(cur.fresh | (infl == 0)):
                     m.d.sync += flush_status.eq(CqeStatus.LOC_QP_OP_ERR)
-                    goto("OP_ERR")
+                    fsm.next = "OP_ERR"
                 with m.Else():
                     m.d.sync += cur.op_err.eq(1)
-                    goto("FINAL")
+                    fsm.next = "FINAL"
             with m.Elif(sent_new):
-                goto("FINAL")
+                fsm.next = "FINAL"
             with m.Else():
-                goto("IDLE")
+                fsm.next = "IDLE"
 
         # ---- ACK / NAK ------------------------------------------------------------
         adv_below = Signal(W)
-        with state("ACK"):
+        with fsm.State("ACK"):
             # the advance, and the walk's mask from the low bits alone (ACK_ADV applies
             # the sign), loaded in ACK whether the ACK is ignored or not (ACK's
             # flip-flop is their enable): only ACK_ADV and SACK read them
@@ -844,9 +828,9 @@ class ReliabilityCore(wiring.Component):
                          adv_below.eq(all_below((a_cum_next[:low] - cur.una[:low])[:low], W))]
             with m.If((cur.state != QpState.RTS) | cur.fresh):
                 count("acks_ignored")
-                goto("IDLE")
+                fsm.next = "IDLE"
             with m.Else():
-                goto("ACK_ADV")
+                fsm.next = "ACK_ADV"
 
         adv_n = Mux(adv_raw[23], 0, adv_raw[: wbits + 1])  # PSNs acknowledged (ACK_ADV)
         # an ACK of PSNs not sent yet: registered in ACK_ADV (0 in other states), it
@@ -856,15 +840,15 @@ class ReliabilityCore(wiring.Component):
         beyond = (adv_raw[len(infl):] != 0) | (adv_raw[: len(infl)] > infl)
         unsent = ~adv_raw[23] & beyond
         m.d.sync += adv_unsent.eq(st.ACK_ADV & unsent)
-        with state("ACK_ADV"):  # the ACK counted in WALK, from adv_unsent
+        with fsm.State("ACK_ADV"):  # the ACK counted in WALK, from adv_unsent
             m.d.sync += [adv.eq(adv_n), walk_kind.eq(1 << W_ADV)]
-            goto("WALK")
+            fsm.next = "WALK"
 
         # the walk's per-PSN entry: read in PICK at the PSN it picks, held through LCNT
         # and USE (the read address is pick_off_rd's, pick_off's in PICK)
         m.d.comb += [sent_psns.read_qp.eq(q), sent_psns.read_slot.eq(slot(pick_off_rd)),
                      sent_psns.hold.eq(st.LCNT | st.USE)]
-        with state("PICK"):
+        with fsm.State("PICK"):
             # PICK's flip-flop its enable: in the last cycle of PICK before USE or LCNT,
             # pick_off is the PSN's (una changes in PICK only when no PSN is left)
             m.d.sync += walk_psn.eq(cur.una + pick_off)
@@ -876,24 +860,24 @@ class ReliabilityCore(wiring.Component):
                     with m.If(walk_kind[W_SACK]):
                         m.d.sync += progress.eq(1)  # a new SACK bit
                     with m.If(walk_kind[W_LOSS]):
-                        goto("LCNT")
+                        fsm.next = "LCNT"
                     with m.Else():
-                        goto("USE")
-            with m.Else():
-                with m.If(walk_kind[W_ADV]):
+                        fsm.next = "USE"
+            with m.Else(), fsm.OneOf() as when:  # walk_kind is one-hot
+                with when(walk_kind[W_ADV]):
                     m.d.sync += [
                         infl.eq(infl - adv),
                         cur.una.eq(cur.una + adv),  # sacked, fast_done: in USE
                     ]
                     with m.If(adv != 0):
                         m.d.sync += progress.eq(1)
-                    goto("SACK")
-                with m.If(walk_kind[W_SACK]):
-                    goto("NAK")
-                with m.If(walk_kind[W_LOSS]):
-                    goto("CC")
-                with m.If(walk_kind[W_TMO]):
-                    goto("FINAL")
+                    fsm.next = "SACK"
+                with when(walk_kind[W_SACK]):
+                    fsm.next = "NAK"
+                with when(walk_kind[W_LOSS]):
+                    fsm.next = "CC"
+                with when(walk_kind[W_TMO]):
+                    fsm.next = "FINAL"
 
         def deliver():
             m.d.sync += [cur.ev_loss[e_ev].eq(0), newly.eq(newly + 1)]
@@ -910,27 +894,27 @@ class ReliabilityCore(wiring.Component):
             count_4 = Signal(3, name=f"sacked_above_{g}")
             m.d.sync += count_4.eq(popcount(above))
             sacked_above_4.append(count_4)
-        with state("LCNT"):
+        with fsm.State("LCNT"):
             m.d.sync += off_bit.eq(off_bit)
             m.d.sync += loss_hole.eq(~thr_high & (sum(sacked_above_4)
                                                   >= cfg.sack_threshold[: (W + 1).bit_length()]))
-            goto("USE")
+            fsm.next = "USE"
 
-        with state("WALK"):  # walk_mask set: the first pick is registered
+        with fsm.State("WALK"):  # walk_mask set: the first pick is registered
             with m.If(adv_unsent):
                 count("acks_unsent")
-                goto("IDLE")
+                fsm.next = "IDLE"
             with m.Else():
                 # the ADV walk's WALK follows ACK_ADV (the other walks set walk_kind)
                 with m.If(walk_kind[W_ADV]):
                     count("acks")
-                goto("PICK")
+                fsm.next = "PICK"
 
-        with state("USE"):  # actions below, under st.USE
+        with fsm.State("USE"):  # actions below, under st.USE
             with m.If(walk_kind[W_LOSS] & ~loss_hole):
-                goto("CC")
+                fsm.next = "CC"
             with m.Else():
-                goto("PICK")
+                fsm.next = "PICK"
 
         # The SACK bitmap and the NAK's PSN against the new una (hw/reliability/
         # sack_align.py), captured in SACK: a_base, a_psn and a_cum_next are set from IDLE
@@ -949,11 +933,11 @@ class ReliabilityCore(wiring.Component):
         sack_rel = sack_align.sacked
         nak_in = sack_align.nak_in
         nak_off = sack_align.nak_off
-        with state("SACK"):
-            goto("SACK_ALIGN")
-        with state("SACK_ALIGN"):
+        with fsm.State("SACK"):
+            fsm.next = "SACK_ALIGN"
+        with fsm.State("SACK_ALIGN"):
             m.d.sync += walk_kind.eq(1 << W_SACK)
-            goto("WALK")
+            fsm.next = "WALK"
 
         # registered every cycle: valid in NAK, whose previous cycle (PICK) changes
         # neither sacked nor the NAK's offset
@@ -977,7 +961,7 @@ class ReliabilityCore(wiring.Component):
         nak_bit = Signal(W)  # registered every cycle: valid in NAK, as nak_hit
         m.d.sync += nak_bit.eq(onehot(nak_off, W))
         nak_mask = lost_cand & ~Mux(nak_retx, nak_bit, 0)
-        with state("NAK"):
+        with fsm.State("NAK"):
             m.d.sync += walk_kind.eq(1 << W_LOSS)
             # the NAK's PSN is marked retransmitted while its request waits for room
             # too (the walk's holes leave it out either way)
@@ -991,11 +975,11 @@ class ReliabilityCore(wiring.Component):
                         m.d.sync += nak_cut.eq(1)
                     with m.Elif(nak_hit):
                         count("naks_trim_repeat")
-                    goto("WALK")
+                    fsm.next = "WALK"
             with m.Elif(a_fatal):
-                goto("CC")  # no loss walk: nothing is sent again, CC goes on to FLUSH
+                fsm.next = "CC"  # no loss walk: nothing is sent again, CC goes on to FLUSH
             with m.Else():
-                goto("WALK")
+                fsm.next = "WALK"
 
         # ---- congestion window ---------------------------------------------------------
         # over six cycles (hw/reliability/cwnd.py, CwndUnit): CC starts the step from
@@ -1023,7 +1007,7 @@ class ReliabilityCore(wiring.Component):
         # leave una and nxt as they are)
         unacked = Signal()
         m.d.sync += unacked.eq(cur.nxt != cur.una)
-        with state("CC"):
+        with fsm.State("CC"):
             m.d.sync += cur.delay_high.eq(cwnd.high)
             with m.If(~progress & ~nak_cut & ~a_ece & ~a_fatal):
                 count("acks_stale")
@@ -1044,80 +1028,80 @@ class ReliabilityCore(wiring.Component):
                 m.d.sync += [flush_status.eq(Mux(a_inv, CqeStatus.REM_INV_REQ,
                                                  CqeStatus.REM_ACCESS)),
                              cur.una.eq(una0), want_arm.eq(0)]
-                goto("FLUSH_WAIT")
+                fsm.next = "FLUSH_WAIT"
             with m.Else():
-                goto("CC_STEP")
+                fsm.next = "CC_STEP"
 
-        with state("CC_STEP"):
-            goto("CC_SUM")
+        with fsm.State("CC_STEP"):
+            fsm.next = "CC_SUM"
 
-        with state("CC_SUM"):
-            goto("CC_NEW")
+        with fsm.State("CC_SUM"):
+            fsm.next = "CC_NEW"
 
-        with state("CC_NEW"):
+        with fsm.State("CC_NEW"):
             m.d.sync += cur.cwnd_acc.eq(cwnd.new_acc)
             with m.If(cwnd.md_start):
                 m.d.sync += [cur.md_active.eq(1), cur.md_recover.eq(cur.nxt)]
             with m.If(cwnd.md_end):
                 m.d.sync += cur.md_active.eq(0)
-            goto("CC_CLAMP")
+            fsm.next = "CC_CLAMP"
 
-        with state("CC_CLAMP"):  # the window's bounds registered
-            goto("CC_SET")
+        with fsm.State("CC_CLAMP"):  # the window's bounds registered
+            fsm.next = "CC_SET"
 
-        with state("CC_SET"):  # SETTLE for the window: its change flag set here
+        with fsm.State("CC_SET"):  # SETTLE for the window: its change flag set here
             m.d.sync += [cur.cwnd.eq(cwnd_clamped), cwnd_chg.eq(cwnd_clamped != cwnd0)]
             # a refused WQE waiting for the PSNs before it: none left in flight now
             with m.If(cur.op_err & ~unacked):
                 m.d.sync += flush_status.eq(CqeStatus.LOC_QP_OP_ERR)
-                goto("OP_ERR")
+                fsm.next = "OP_ERR"
             with m.Else():
-                goto("FINAL")
+                fsm.next = "FINAL"
 
         # ---- probe answer ----------------------------------------------------------
         # the room for PROBE_ACT's push is awaited here: nothing is pushed in between
-        with state("PROBE_RESP"):
+        with fsm.State("PROBE_RESP"):
             m.d.comb += self.evv_addr.eq(Cat(ev_idx, q) if ebits else q)
             with m.If(r_evu):
-                goto("PROBE_CHECK")
+                fsm.next = "PROBE_CHECK"
         probe_ok = Signal()
-        with state("PROBE_CHECK"):
+        with fsm.State("PROBE_CHECK"):
             m.d.sync += probe_ok.eq(
                 (a_probe_id[ebits:8] == 0) & (self.evv_data == a_probe_ev)
                 & (ev_old == EvState.ASSUMED_BAD))
-            goto("PROBE_ACT")
-        with state("PROBE_ACT"):
+            fsm.next = "PROBE_ACT"
+        with fsm.State("PROBE_ACT"):
             count("probe_resps")
             with m.If(probe_ok):
                 m.d.sync += [cur.ev_state[ev_idx].eq(EvState.GOOD),
                              cur.ev_loss[ev_idx].eq(0)]
                 push_ev()  # c_old: ASSUMED_BAD
                 count("ev_to_good")
-            goto("FINAL")
+            fsm.next = "FINAL"
 
         # ---- retransmit timer expired ------------------------------------------------
-        with state("TIMEOUT"):
+        with fsm.State("TIMEOUT"):
             retries_new = Signal(5)
             m.d.comb += retries_new.eq(Mux(cur.retries == 31, 31, cur.retries + 1))
             # the walk's start, whether it follows or not: a stale report writes
             # nothing back, a flush clears fast_done itself
             m.d.sync += [walk_kind.eq(1 << W_TMO), blamed.eq(0), cur.fast_done.eq(0)]
             with m.If(tmo_stale):
-                goto("IDLE")  # stale report
+                fsm.next = "IDLE"  # stale report
             with m.Else():
                 count("timeouts")
                 m.d.sync += cur.retries.eq(retries_new)
                 with m.If(tmo_exhaust):
                     count("retry_exhausted")
                     m.d.sync += flush_status.eq(CqeStatus.RETRY_EXCEEDED)
-                    goto("FLUSH")
+                    fsm.next = "FLUSH"
                 with m.Else():
                     half = cur.cwnd >> 1
                     m.d.sync += [
                         cur.cwnd.eq(Mux(half < cwnd_floor, cwnd_floor, half)),
                         want_arm.eq(1),
                     ]
-                    goto("WALK")
+                    fsm.next = "WALK"
 
         # ---- every outstanding WQE completes with an error; QP to ERROR --------------------
         # From the oldest uncompleted WQE up to the producer index: the WQEs TX
@@ -1141,23 +1125,23 @@ class ReliabilityCore(wiring.Component):
         # and in USE (PICK or LCNT before it leave wqe_cpl as it is)
         wqe_cpl_inc = Signal(16)
         m.d.sync += wqe_cpl_inc.eq(cur.wqe_cpl + 1)
-        with state("FLUSH_WAIT"):
-            goto("FLUSH")
+        with fsm.State("FLUSH_WAIT"):
+            fsm.next = "FLUSH"
         # a refused WQE's flush (from SENT or CC_SET, which set wqe_sent or leave it):
         # a cycle more before FLUSH_WAIT, so that sq_end (registered every cycle from
         # wqe_sent) and flush_more after it hold the wqe_sent SENT set
-        with state("OP_ERR"):
-            goto("FLUSH_WAIT")
+        with fsm.State("OP_ERR"):
+            fsm.next = "FLUSH_WAIT"
         # a doorbell (LOAD reads the producer index): a QP in ERROR completes what was
         # posted since its flush FLUSHED (FLUSH two cycles later, when sq_end and
         # flush_more hold LOAD's producer index, as after CMD)
-        with state("DOORBELL"):
+        with fsm.State("DOORBELL"):
             with m.If(cur.state == QpState.ERROR):
                 m.d.sync += flush_status.eq(CqeStatus.FLUSHED)
-                goto("FLUSH_WAIT")
+                fsm.next = "FLUSH_WAIT"
             with m.Else():
-                goto("IDLE")
-        with state("FLUSH"):
+                fsm.next = "IDLE"
+        with fsm.State("FLUSH"):
             # sacked and fast_done cleared in every cycle of the flush (none reads them)
             m.d.sync += [cur.sacked.eq(0), cur.fast_done.eq(0)]
             with m.If(flush_more):
@@ -1165,13 +1149,13 @@ class ReliabilityCore(wiring.Component):
                     push_cpl(cur.wqe_cpl, flush_status)
                     m.d.sync += [cur.wqe_cpl.eq(wqe_cpl_inc),
                                  flush_status.eq(CqeStatus.FLUSHED)]
-                    goto("FLUSH_WAIT")
+                    fsm.next = "FLUSH_WAIT"
             with m.Else():
                 m.d.sync += [
                     cur.state.eq(QpState.ERROR), cur.wqe_sent.eq(sq_end),
                     state_chg.eq(state0 != QpState.ERROR), want_disarm.eq(1),
                 ]
-                goto("FINAL")
+                fsm.next = "FINAL"
 
         # ---- controller commands ------------------------------------------------------
         # the command decoded against the record first (registered in CMD_DEC)
@@ -1193,7 +1177,7 @@ class ReliabilityCore(wiring.Component):
         rts_go = Signal()
         clear_go = Signal()
         m.d.sync += [reset_go.eq(0), rts_go.eq(0), clear_go.eq(0)]
-        with state("CMD_DEC"):
+        with fsm.State("CMD_DEC"):
             flush = (cmd.state == QpState.ERROR) & (cur.state == QpState.RTS)
             reset = cmd.state == QpState.RESET
             to_rts = (cmd.state == QpState.RTS) & (cur.state != QpState.RTS)
@@ -1210,34 +1194,37 @@ class ReliabilityCore(wiring.Component):
             ]
             # the room for CMD's push is awaited here: nothing is pushed in between
             with m.If(Mux(cmd.ev, r_evu, ~reset | r_cpl)):
-                goto("CMD")
-        with state("CMD"):
+                fsm.next = "CMD"
+        with fsm.State("CMD"):
             ce = ev_idx
             old = c_old
-            with m.If(cmd.ev):
-                goto("SETTLE")
-            # the flags exclude each other: no priority between them
-            with m.If(c_ev_good):
-                m.d.sync += [cur.ev_state[ce].eq(EvState.GOOD), cur.ev_loss[ce].eq(0)]
-                push_ev()
-                with m.If(old == EvState.ASSUMED_BAD):
-                    count("ev_to_good")
-            with m.If(c_ev_denied):
-                m.d.sync += cur.ev_state[ce].eq(EvState.DENIED)
-                push_ev()
-            with m.If(c_flush):
-                m.d.sync += flush_status.eq(CqeStatus.FLUSHED)
-                goto("FLUSH")
-            with m.If(c_reset):  # the working copy: below
-                push_cpl(0, 0, clear=1)
-                m.d.sync += want_disarm.eq(1)
-                goto("SETTLE")
-            with m.If(c_to_rts):  # the working copy: below
-                m.d.sync += want_disarm.eq(cur.armed)
-                goto("SETTLE")
-            with m.If(c_other):
-                m.d.sync += cur.state.eq(cmd.state)
-                goto("SETTLE")
+            # the QP-state flags exclude each other and cmd.ev (they are registered
+            # under ~cmd.ev): no priority between them; an EV command's flags hold
+            # with cmd.ev and make no transition
+            with fsm.OneOf() as when:
+                with when(cmd.ev):
+                    fsm.next = "SETTLE"
+                with m.If(c_ev_good):
+                    m.d.sync += [cur.ev_state[ce].eq(EvState.GOOD), cur.ev_loss[ce].eq(0)]
+                    push_ev()
+                    with m.If(old == EvState.ASSUMED_BAD):
+                        count("ev_to_good")
+                with m.If(c_ev_denied):
+                    m.d.sync += cur.ev_state[ce].eq(EvState.DENIED)
+                    push_ev()
+                with when(c_flush):
+                    m.d.sync += flush_status.eq(CqeStatus.FLUSHED)
+                    fsm.next = "FLUSH"
+                with when(c_reset):  # the working copy: below
+                    push_cpl(0, 0, clear=1)
+                    m.d.sync += want_disarm.eq(1)
+                    fsm.next = "SETTLE"
+                with when(c_to_rts):  # the working copy: below
+                    m.d.sync += want_disarm.eq(cur.armed)
+                    fsm.next = "SETTLE"
+                with when(c_other):
+                    m.d.sync += cur.state.eq(cmd.state)
+                    fsm.next = "SETTLE"
 
         # ---- probe round: one request per ASSUMED_BAD EV of this QP --------------------
         # SWEEP loads the QP's EVs to probe, SWEEP_EMIT pushes one per cycle with room
@@ -1250,21 +1237,21 @@ class ReliabilityCore(wiring.Component):
         ]
         with m.If(sweep.push):
             count("probes_sent")
-        with state("SWEEP"):
-            goto("SWEEP_EMIT")
-        with state("SWEEP_EMIT"):
+        with fsm.State("SWEEP"):
+            fsm.next = "SWEEP_EMIT"
+        with fsm.State("SWEEP_EMIT"):
             with m.If(sweep.done):
-                goto("IDLE")
+                fsm.next = "IDLE"
 
         # ---- write back ------------------------------------------------------------------
-        with state("SETTLE"):
-            goto("FINAL")
-        with state("FINAL"):
+        with fsm.State("SETTLE"):
+            fsm.next = "FINAL"
+        with fsm.State("FINAL"):
             with m.If(room_final):
                 m.d.comb += [arm_v.eq(want_arm | want_disarm),
                              f_ack.w_en.eq(una_chg), f_cwnd.w_en.eq(cwnd_chg),
                              f_qps.w_en.eq(state_chg)]
-                goto("IDLE")
+                fsm.next = "IDLE"
 
         # ---- SENT's and USE's actions ------------------------------------------------
         # The per-PSN writes are SENT's, made the cycle after it (FINAL or IDLE) from

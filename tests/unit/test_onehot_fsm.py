@@ -2,7 +2,9 @@
 one state that can fire in the same cycle and accepts exclusive ones (If/Elif/
 Else branches, Switch cases, nested); a checked machine runs cycle for cycle
 as the same machine written with ``m.FSM``; ``one_hot_assertions`` makes the
-simulator fail a machine whose vector leaves one-hot; the implicit state."""
+simulator fail a machine whose vector leaves one-hot; the implicit state;
+``OneOf`` (exclusive ``when`` blocks, the promise checked in simulation) and
+``track`` (``entering``/``leaving``/``copy`` of a state)."""
 
 import random
 
@@ -191,6 +193,20 @@ def test_matches_m_fsm_cycle_for_cycle(implicit, sop):
         assert "A" not in fsm.st.shape().members  # no flip-flop for the implicit state
 
 
+def _one_of_body(m, fsm, x, y):
+    # x[0] and x[1] promised exclusive: sibling ``when`` blocks, no priority
+    with fsm.State("A"):
+        with fsm.OneOf() as when:
+            with when(x[0]):
+                fsm.next = "B"
+            with when(x[1]):
+                fsm.next = "C"
+    with fsm.State("B"):
+        fsm.next = "A"
+    with fsm.State("C"):
+        fsm.next = "A"
+
+
 def _unchecked_double(m, fsm, x, y):
     # the unchecked spelling lets two transitions fire together (x == 3)
     with fsm.state("A"):
@@ -205,9 +221,14 @@ def _unchecked_double(m, fsm, x, y):
 
 
 @pytest.mark.parametrize("double", [False, True])
-def test_one_hot_assertion_fails_when_two_bits_set(double):
+@pytest.mark.parametrize("body, message", [
+    (_unchecked_double, "not one-hot"),
+    # a OneOf's broken promise: its own assertion (before the vector's)
+    (_one_of_body, "two conditions of one OneOf hold"),
+])
+def test_one_hot_assertion_fails_when_two_bits_set(double, body, message):
     with one_hot_assertions():
-        m, fsm, x, y = _machine(_unchecked_double)
+        m, fsm, x, y = _machine(body)
         sim = Simulator(m)
     sim.add_clock(1e-8)
 
@@ -218,7 +239,7 @@ def test_one_hot_assertion_fails_when_two_bits_set(double):
 
     sim.add_testbench(bench)
     if double:
-        with pytest.raises(AssertionError, match="not one-hot"):
+        with pytest.raises(AssertionError, match=message):
             sim.run()
     else:
         sim.run()
@@ -237,3 +258,82 @@ def test_no_assertion_outside_the_context():
 
     sim.add_testbench(bench)
     sim.run()
+
+
+def test_one_of_whens_are_exclusive_a_plain_if_beside_them_is_not():
+    _elaborate(_one_of_body)
+
+    def plain_beside(m, fsm, x, y):
+        with fsm.State("A"):
+            with fsm.OneOf() as when:
+                with when(x[0]):
+                    fsm.next = "B"
+                with m.If(x[1]):  # not a when: may fire with the when above
+                    fsm.next = "C"
+
+    with pytest.raises(TransitionConflict):
+        _elaborate(plain_beside)
+
+    def two_one_ofs(m, fsm, x, y):
+        with fsm.State("A"):
+            with fsm.OneOf() as when:
+                with when(x[0]):
+                    fsm.next = "B"
+            with fsm.OneOf() as when:  # another promise: not exclusive with the first
+                with when(x[1]):
+                    fsm.next = "C"
+
+    with pytest.raises(TransitionConflict):
+        _elaborate(two_one_ofs)
+
+    def outside(m, fsm, x, y):
+        with fsm.OneOf():
+            pass
+
+    with pytest.raises(SyntaxError, match="OneOf outside a State block"):
+        _elaborate(outside)
+
+
+def test_track_entering_leaving_and_copies():
+    m = Module()
+    x, y = Signal(2), Signal()
+    fsm = OneHotFSM(m, STATES, "A", track=("A", "C"))
+
+    def goto(name):
+        fsm.next = name
+
+    _both(m, x, y, goto, fsm.State)
+    copies = {n: fsm.copy(n, "t") for n in ("A", "C")}
+    assert copies["A"].name == "st_A_t" and copies["A"].init == 1 and copies["C"].init == 0
+    with pytest.raises(ValueError, match="not tracked"):
+        fsm.entering("B")
+    other = Module()
+    other._MustUse__silence = True  # refused before it is elaborated
+    with pytest.raises(ValueError, match="track 'E'"):
+        OneHotFSM(other, STATES, "A", name="other", track=("E",))
+    rng = random.Random(7)
+    seen = set()
+
+    async def bench(ctx):
+        was = {n: ctx.get(fsm.ongoing(n)) for n in ("A", "C")}
+        for _ in range(1000):
+            ctx.set(x, rng.randrange(4))
+            ctx.set(y, rng.randrange(2))
+            flags = {n: (ctx.get(fsm.entering(n)), ctx.get(fsm.leaving(n))) for n in was}
+            for n in was:
+                assert ctx.get(copies[n]) == was[n], n  # the copy follows the state
+            await ctx.tick()
+            for n in was:
+                now = ctx.get(fsm.ongoing(n))
+                # entering/leaving were 1 exactly in the cycle whose transition
+                # changed the state's bit
+                assert flags[n] == (int(now and not was[n]), int(was[n] and not now)), n
+                if now != was[n]:
+                    seen.add((n, now))
+                was[n] = now
+
+    sim = Simulator(m)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert seen == {("A", 0), ("A", 1), ("C", 0), ("C", 1)}
