@@ -1,0 +1,71 @@
+"""The reliability core's layouts and constants: the QP record, the per-QP
+configuration, the global parameters, the controller command and the EV event."""
+
+from amaranth.lib import data
+
+from .registers import COUNTER_NAMES
+
+__all__ = ["CORE_COUNTERS", "EXP_FOREVER", "GEN_BITS", "RTT_SHIFT", "Command", "EvEvent",
+           "GlobalParams", "RelConfig", "qp_record"]
+
+RTT_SHIFT = 4  # RTT timestamps count 16-cycle units, 16 bits wide
+EXP_FOREVER = 25
+GEN_BITS = 4
+CORE_COUNTERS = tuple(n for n in COUNTER_NAMES
+                      if n not in ("cmds_lost", "cqes", "dma_errors", "probes_stale"))
+
+RelConfig = data.StructLayout(
+    {"t": 5, "linear_cnt": 3, "exp_cnt": 5, "_r": 3, "ev_min_active": 8, "sack_threshold": 8}
+)
+GlobalParams = data.StructLayout(
+    {
+        "ev_loss_threshold": 4,
+        "cwnd_min": 16,
+        "cwnd_max": 16,
+        "cwnd_init": 16,
+        "cwnd_ai": 16,
+        "cwnd_ai_fast": 16,
+        "cwnd_md_shift": 4,
+        "cwnd_trim_dec": 16,
+        "target_rtt": 16,
+    }
+)
+
+
+def Command(num_qps, evs_per_qp):
+    # ev = 0: set the QP's state; ev = 1: set EV ev_index's state (GOOD or DENIED)
+    return data.StructLayout(
+        {"ev": 1, "qpn": range(num_qps), "ev_index": range(evs_per_qp), "state": 3}
+    )
+
+
+EvEvent = data.StructLayout({"qpn": 24, "ev_index": 8, "old": 2, "new": 2, "drops": 16})
+
+
+def qp_record(window, evs):
+    return data.StructLayout(
+        {
+            "state": 3,
+            "fresh": 1,  # RTS and nothing sent yet: the first sent PSN sets una/nxt
+            "armed": 1,
+            "timer_gen": GEN_BITS,
+            "retries": 5,
+            "md_active": 1,
+            "delay_high": 1,
+            "una": 24,
+            "nxt": 24,
+            "md_recover": 24,
+            "wqe_cpl": 16,
+            "wqe_sent": 16,
+            # TX refused WQE wqe_sent - 1 (unknown opcode): once nothing is in flight it
+            # completes LOC_QP_OP_ERR, the rest FLUSHED, and the QP goes to ERROR
+            "op_err": 1,
+            "cwnd": 16,
+            "cwnd_acc": 24,
+            "sacked": window,
+            "fast_done": window,
+            "ev_state": data.ArrayLayout(2, evs),
+            "ev_loss": data.ArrayLayout(4, evs),
+            "ev_drops": data.ArrayLayout(16, evs),
+        }
+    )
