@@ -5,6 +5,7 @@ from amaranth.hdl import Mux, Signal
 
 from hw.bits import all_below, bit_at, onehot
 
+from .core_layouts import W_ADV, W_LOSS, W_SACK
 from .layouts import QpState, RetxReason
 from .sack_align import SackAlign
 
@@ -13,7 +14,7 @@ def ack_states(ctx):
     """ACK and ACK_ADV: the cumulative advance."""
     m, adv, W, fsm, wbits, adv_raw = ctx.m, ctx.adv, ctx.W, ctx.fsm, ctx.wbits, ctx.adv_raw
     a_cum_next, cur, st, count, infl = ctx.a_cum_next, ctx.cur, ctx.st, ctx.count, ctx.infl
-    walk_kind, W_ADV = ctx.walk_kind, ctx.W_ADV
+    walk_kind = ctx.walk_kind
     # ---- ACK / NAK ------------------------------------------------------------
     adv_below = Signal(W)
     with fsm.State("ACK"):
@@ -47,9 +48,9 @@ def sack_nak_states(ctx):
     """SACK, SACK_ALIGN and NAK: the SACK walk's mask and the NAK's retransmission."""
     m, core, st, a_base, a_psn = ctx.m, ctx.core, ctx.st, ctx.a_base, ctx.a_psn
     a_cum_next, infl, W, adv_raw, cur = ctx.a_cum_next, ctx.infl, ctx.W, ctx.adv_raw, ctx.cur
-    a_bitmap, fsm, walk_kind, W_SACK = ctx.a_bitmap, ctx.fsm, ctx.walk_kind, ctx.W_SACK
-    count, a_trim, r_retx, lost_cand = ctx.count, ctx.a_trim, ctx.r_retx, ctx.lost_cand
-    W_LOSS, push_retx, nak_cut, a_fatal = ctx.W_LOSS, ctx.push_retx, ctx.nak_cut, ctx.a_fatal
+    a_bitmap, fsm, walk_kind, count = ctx.a_bitmap, ctx.fsm, ctx.walk_kind, ctx.count
+    a_trim, r_retx, lost_cand, push_retx = ctx.a_trim, ctx.r_retx, ctx.lost_cand, ctx.push_retx
+    nak_cut, a_fatal = ctx.nak_cut, ctx.a_fatal
 
     # The SACK bitmap and the NAK's PSN against the new una (hw/reliability/
     # sack_align.py), captured in SACK: a_base, a_psn and a_cum_next are set from IDLE

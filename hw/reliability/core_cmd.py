@@ -84,8 +84,8 @@ def command_states(ctx):
 
 def command_entry(ctx):
     """CMD's reset and RTS entry of the working copy."""
-    m, reset_go, rts_go, clear_go = ctx.m, ctx.reset_go, ctx.rts_go, ctx.clear_go
-    cur, Rec, sq_end, cwnd_clamped = ctx.cur, ctx.Rec, ctx.sq_end, ctx.cwnd_clamped
+    m, reset_go, rts_go, clear_go, cur = ctx.m, ctx.reset_go, ctx.rts_go, ctx.clear_go, ctx.cur
+    Rec, sq_end, cwnd_clamped = ctx.Rec, ctx.sq_end, ctx.cwnd_clamped
     # ---- CMD's reset and RTS entry of the working copy ---------------------------------
     # last, as the outermost muxes of the bits they clear (flip-flop resets),
     # each field under one flag (reset_go, rts_go, clear_go: above): a reset

@@ -22,24 +22,23 @@ class CoreContext:
         "rec_groups", "rec_rd", "rec_wr", "rec_rd_data", "sq_pi_rd", "sq_pi_wr", "sqp",
         # core_state.working_state
         "s", "cur", "cfg", "q", "una0", "cwnd0", "state0", "sq_pi", "pi_ahead", "sent_ahead",
-        "sq_end", "K_SENT", "K_ACK", "K_PROBE", "K_TMO", "K_CMD", "K_SWEEP", "K_DB", "kind",
-        "a_trim", "a_inv", "a_fatal", "a_use", "a_probe", "a_psn", "a_cum", "a_cum_next", "a_base",
-        "a_ece", "a_bitmap", "a_probe_id", "a_probe_ev", "t_gen", "cmd", "W_ADV", "W_TMO", "W_SACK",
-        "W_LOSS", "walk_kind", "walk_mask", "walk_psn", "blamed", "adv", "adv_raw", "thr_high",
-        "loss_hole", "sent_d", "sent_moves", "infl", "sent_new", "sent_operr", "tmo_stale",
-        "tmo_exhaust", "una_chg", "cwnd_chg", "state_chg", "newly", "rtt_ts", "rtt_valid",
-        "progress", "nak_cut", "want_arm", "want_disarm", "flush_status", "sweep", "sweep_pending",
-        "now_ts", "infl_mask", "sent_psns", "slot", "arm_v", "arm_req",
+        "sq_end", "kind", "a_trim", "a_inv", "a_fatal", "a_use", "a_probe", "a_psn", "a_cum",
+        "a_cum_next", "a_base", "a_ece", "a_bitmap", "a_probe_id", "a_probe_ev", "t_gen", "cmd",
+        "walk_kind", "walk_mask", "walk_psn", "blamed", "adv", "adv_raw", "thr_high", "loss_hole",
+        "sent_d", "sent_moves", "infl", "sent_new", "sent_operr", "tmo_stale", "tmo_exhaust",
+        "una_chg", "cwnd_chg", "state_chg", "newly", "rtt_ts", "rtt_valid", "progress", "nak_cut",
+        "want_arm", "want_disarm", "flush_status", "sweep", "sweep_pending", "now_ts", "infl_mask",
+        "sent_psns", "slot", "arm_v", "arm_req",
         # core_io.pushes_and_room
         "retx_req", "evu", "evt", "room", "push_retx", "ack", "push_cpl", "push_ev", "loss_inc",
         "drops_inc", "to_bad", "bad_ok", "ack_ok", "is_ack", "is_probe", "r_retx", "r_cpl", "r_evu",
         "room_walk", "room_final", "room_final_d",
         # core_state.state_machine
-        "st", "fsm", "copy_of", "use_of", "start", "infl_mask_q", "lost_cand",
+        "st", "fsm", "use_of", "start", "infl_mask_q", "lost_cand",
         # core_datapath.datapath
-        "take", "rd_q", "T_CMD", "T_SENT", "T_ACK", "T_TMO", "T_SWEEP", "T_DB", "sent_ok_q",
-        "inputs", "db_take", "off_bit", "pick_off", "pick_any", "use_mask", "pick_off_rd", "e_ev",
-        "e_retx", "e_last", "e_ts", "ev_idx", "ev_old", "c_old", "bad",
+        "take", "rd_q", "sent_ok_q", "inputs", "db_take", "off_bit", "pick_off", "pick_any",
+        "use_mask", "pick_off_rd", "e_ev", "e_retx", "e_last", "e_ts", "ev_idx", "ev_old", "c_old",
+        "bad",
         # core_ack.ack_states
         "adv_below", "adv_unsent",
         # core_walk.walk_states

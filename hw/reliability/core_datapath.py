@@ -6,6 +6,7 @@ from amaranth.hdl import Cat, Const, Mux, Signal
 
 from hw.bits import index_select, lowest_index
 
+from .core_layouts import W_TMO
 from .intake import EventPicker
 from .layouts import EvState, RetxReason
 
@@ -17,9 +18,9 @@ def datapath(ctx):
     ack, sweep, sweep_pending, sqp = ctx.ack, ctx.sweep, ctx.sweep_pending, ctx.sqp
     rec_rd, walk_mask, walk_psn, sent_psns = ctx.rec_rd, ctx.walk_mask, ctx.walk_psn, ctx.sent_psns
     drops_inc, cur, retx_req, a_psn = ctx.drops_inc, ctx.cur, ctx.retx_req, ctx.a_psn
-    walk_kind, W_TMO, evu, evt, Rec = ctx.walk_kind, ctx.W_TMO, ctx.evu, ctx.evt, ctx.Rec
-    want_arm, want_disarm, rec_wr, arm_req = ctx.want_arm, ctx.want_disarm, ctx.rec_wr, ctx.arm_req
-    f_ack, f_cwnd, f_qps, una_chg, una0 = ctx.f_ack, ctx.f_cwnd, ctx.f_qps, ctx.una_chg, ctx.una0
+    walk_kind, evu, evt, Rec, want_arm = ctx.walk_kind, ctx.evu, ctx.evt, ctx.Rec, ctx.want_arm
+    want_disarm, rec_wr, arm_req, f_ack = ctx.want_disarm, ctx.rec_wr, ctx.arm_req, ctx.f_ack
+    f_cwnd, f_qps, una_chg, una0 = ctx.f_cwnd, ctx.f_qps, ctx.una_chg, ctx.una0
     cwnd_chg, cwnd0, state_chg, state0 = ctx.cwnd_chg, ctx.cwnd0, ctx.state_chg, ctx.state0
     # The input IDLE takes is chosen the cycle before (hw/reliability/intake.py:
     # ``take``, one-hot by priority; none: IDLE waits), with the QP to read at
@@ -29,7 +30,6 @@ def datapath(ctx):
     # input keeps its payload until taken. Doorbells: a pending bit per QP, taken
     # last by priority.
     m.submodules.picker = picker = EventPicker(num_qps=nq)
-    T_CMD, T_SENT, T_ACK, T_TMO, T_SWEEP, T_DB = range(6)
     take = picker.take
     rd_q = picker.qpn
     sent_ok_q = picker.sent_ok  # the sent record's QP in range, with the choice
@@ -107,7 +107,6 @@ def datapath(ctx):
     bad = Signal(E)
     m.d.comb += bad.eq(Cat(*[cur.ev_state[i] == EvState.ASSUMED_BAD for i in range(E)]))
 
-
     # the record written back (FINAL): the working copy with the timer generation of
     # the arm or disarm. The write port and the timer write take it, and q, in every
     # state; only their enables depend on the state.
@@ -129,8 +128,7 @@ def datapath(ctx):
     # SETTLE
     m.d.sync += [una_chg.eq(cur.una != una0), cwnd_chg.eq(cur.cwnd != cwnd0),
                  state_chg.eq(cur.state != state0)]
-    ctx.export(take=take, rd_q=rd_q, T_CMD=T_CMD, T_SENT=T_SENT, T_ACK=T_ACK, T_TMO=T_TMO,
-               T_SWEEP=T_SWEEP, T_DB=T_DB, sent_ok_q=sent_ok_q, inputs=inputs, db_take=db_take,
+    ctx.export(take=take, rd_q=rd_q, sent_ok_q=sent_ok_q, inputs=inputs, db_take=db_take,
                off_bit=off_bit, pick_off=pick_off, pick_any=pick_any, use_mask=use_mask,
                pick_off_rd=pick_off_rd, e_ev=e_ev, e_retx=e_retx, e_last=e_last, e_ts=e_ts,
                ev_idx=ev_idx, ev_old=ev_old, c_old=c_old, bad=bad)

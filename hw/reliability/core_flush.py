@@ -3,13 +3,14 @@ DOORBELL, FLUSH. A builder of ``ReliabilityCore`` (hw/reliability/core_ctx.py)."
 
 from amaranth.hdl import Mux, Signal
 
+from .core_layouts import W_TMO
 from .layouts import CqeStatus, QpState
 
 
 def timeout_flush_states(ctx):
     """TIMEOUT, FLUSH_WAIT, OP_ERR, DOORBELL and FLUSH: a timeout and the flush."""
-    m, fsm, cur, st, walk_kind, W_TMO = ctx.m, ctx.fsm, ctx.cur, ctx.st, ctx.walk_kind, ctx.W_TMO
-    blamed, tmo_stale, count, tmo_exhaust = ctx.blamed, ctx.tmo_stale, ctx.count, ctx.tmo_exhaust
+    m, fsm, cur, st, walk_kind, blamed = ctx.m, ctx.fsm, ctx.cur, ctx.st, ctx.walk_kind, ctx.blamed
+    tmo_stale, count, tmo_exhaust = ctx.tmo_stale, ctx.count, ctx.tmo_exhaust
     flush_status, cwnd_floor, want_arm = ctx.flush_status, ctx.cwnd_floor, ctx.want_arm
     sq_end, sq_pi, pi_ahead, sent_ahead = ctx.sq_end, ctx.sq_pi, ctx.pi_ahead, ctx.sent_ahead
     r_cpl, push_cpl, state_chg, state0 = ctx.r_cpl, ctx.push_cpl, ctx.state_chg, ctx.state0

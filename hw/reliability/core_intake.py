@@ -5,7 +5,22 @@ from amaranth.hdl import Mux
 
 from hw.pipeline import load_in_groups
 
-from .core_layouts import EXP_FOREVER
+from .core_layouts import (
+    EXP_FOREVER,
+    K_ACK,
+    K_CMD,
+    K_DB,
+    K_PROBE,
+    K_SENT,
+    K_SWEEP,
+    K_TMO,
+    T_ACK,
+    T_CMD,
+    T_DB,
+    T_SENT,
+    T_SWEEP,
+    T_TMO,
+)
 from .layouts import (
     AETH_ACK,
     NAK_INVALID_REQUEST,
@@ -20,17 +35,14 @@ def intake_states(ctx):
     """CLEAR, IDLE, ACK_IN, LOAD and SENT: the event taken and its QP's record read."""
     m, core, s, q, count, fsm, arm_v = ctx.m, ctx.core, ctx.s, ctx.q, ctx.count, ctx.fsm, ctx.arm_v
     sq_pi, sq_pi_wr, nq, take, inputs = ctx.sq_pi, ctx.sq_pi_wr, ctx.nq, ctx.take, ctx.inputs
-    rd_q, copy_of, want_arm, want_disarm = ctx.rd_q, ctx.copy_of, ctx.want_arm, ctx.want_disarm
+    rd_q, want_arm, want_disarm = ctx.rd_q, ctx.want_arm, ctx.want_disarm
     progress, nak_cut, newly, rtt_valid = ctx.progress, ctx.nak_cut, ctx.newly, ctx.rtt_valid
     ack, a_use, ack_ok, is_ack, a_probe = ctx.ack, ctx.a_use, ctx.ack_ok, ctx.is_ack, ctx.a_probe
-    is_probe, T_CMD, start, K_CMD = ctx.is_probe, ctx.T_CMD, ctx.start, ctx.K_CMD
-    T_SENT, kind, K_SENT, sent_ok_q = ctx.T_SENT, ctx.kind, ctx.K_SENT, ctx.sent_ok_q
-    sent_d, T_ACK, T_TMO, K_TMO, T_SWEEP = ctx.sent_d, ctx.T_ACK, ctx.T_TMO, ctx.K_TMO, ctx.T_SWEEP
-    W, sweep, K_SWEEP, T_DB, db_take = ctx.W, ctx.sweep, ctx.K_SWEEP, ctx.T_DB, ctx.db_take
-    K_DB, cmd, t_gen, ev_idx, ebits = ctx.K_DB, ctx.cmd, ctx.t_gen, ctx.ev_idx, ctx.ebits
-    a_trim, a_psn, a_fatal, a_inv, a_cum = ctx.a_trim, ctx.a_psn, ctx.a_fatal, ctx.a_inv, ctx.a_cum
-    a_base, a_ece, a_bitmap, a_probe_id = ctx.a_base, ctx.a_ece, ctx.a_bitmap, ctx.a_probe_id
-    a_probe_ev, K_ACK, K_PROBE = ctx.a_probe_ev, ctx.K_ACK, ctx.K_PROBE
+    is_probe, start, kind, sent_ok_q = ctx.is_probe, ctx.start, ctx.kind, ctx.sent_ok_q
+    sent_d, W, sweep, db_take, cmd = ctx.sent_d, ctx.W, ctx.sweep, ctx.db_take, ctx.cmd
+    t_gen, ev_idx, ebits, a_trim, a_psn = ctx.t_gen, ctx.ev_idx, ctx.ebits, ctx.a_trim, ctx.a_psn
+    a_fatal, a_inv, a_cum, a_base, a_ece = ctx.a_fatal, ctx.a_inv, ctx.a_cum, ctx.a_base, ctx.a_ece
+    a_bitmap, a_probe_id, a_probe_ev = ctx.a_bitmap, ctx.a_probe_id, ctx.a_probe_ev
     rec_rd_data, tmo_stale, tmo_exhaust = ctx.rec_rd_data, ctx.tmo_stale, ctx.tmo_exhaust
     sent_new, infl, sent_operr, sent_moves = ctx.sent_new, ctx.infl, ctx.sent_operr, ctx.sent_moves
     cur, cfg, una0, cwnd0, state0 = ctx.cur, ctx.cfg, ctx.una0, ctx.cwnd0, ctx.state0
@@ -53,7 +65,7 @@ def intake_states(ctx):
     # the ACK's too. The inputs' readies come from a copy of IDLE's flip-flop of
     # their own: they are the enables of the input stages' registers, hundreds of
     # flip-flops outside.
-    ready_idle = copy_of("IDLE")("ready")
+    ready_idle = fsm.copy("IDLE", "ready")
     m.d.comb += [i.ready.eq(ready_idle & take[k]) for k, i in enumerate(inputs)]
     with fsm.State("IDLE"):
         m.d.sync += [want_arm.eq(0), want_disarm.eq(0), progress.eq(0), nak_cut.eq(0),
@@ -95,7 +107,7 @@ def intake_states(ctx):
         (a_cum, ack.sack.cum_psn), (a_base, ack.sack.sack_base), (a_ece, ack.sack.ece),
         (a_bitmap, ack.sack_bitmap), (a_probe_id, ack.probe.probe_id),
         (a_probe_ev, ack.probe.ev),
-    ], copy_of("IDLE"))
+    ], lambda k: fsm.copy("IDLE", k))
 
     with fsm.State("ACK_IN"):  # the record's kind, from registers
         with m.If(a_use):
@@ -145,7 +157,7 @@ def intake_states(ctx):
         (pi_ahead, sq_pi_rd.data[:16] - rec_rd_data.wqe_cpl),
         (sent_ahead, rec_rd_data.wqe_sent - rec_rd_data.wqe_cpl),
         (sent_d, s.psn - rec_rd_data.una), (infl, r_span[: wbits + 1]),
-    ], copy_of("LOAD"), bits=40)  # cur's bits have selects in other states too
+    ], lambda k: fsm.copy("LOAD", k), bits=40)  # cur's bits have selects in other states too
 
     # ---- a data packet went on the wire --------------------------------------
     with fsm.State("SENT"):  # actions below, under st.SENT

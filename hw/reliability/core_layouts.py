@@ -3,14 +3,23 @@ configuration, the global parameters, the controller command and the EV event.""
 
 from amaranth.lib import data
 
+from .intake import SOURCES
 from .registers import COUNTER_NAMES
 
-__all__ = ["CORE_COUNTERS", "EXP_FOREVER", "GEN_BITS", "RTT_SHIFT", "Command", "EvEvent",
+__all__ = ["CORE_COUNTERS", "EXP_FOREVER", "GEN_BITS", "K_ACK", "K_CMD", "K_DB", "K_PROBE",
+           "K_SENT", "K_SWEEP", "K_TMO", "RTT_SHIFT", "T_ACK", "T_CMD", "T_DB", "T_SENT",
+           "T_SWEEP", "T_TMO", "W_ADV", "W_LOSS", "W_SACK", "W_TMO", "Command", "EvEvent",
            "GlobalParams", "RelConfig", "qp_record"]
 
 RTT_SHIFT = 4  # RTT timestamps count 16-cycle units, 16 bits wide
 EXP_FOREVER = 25
 GEN_BITS = 4
+# the event in the working copy (the ``kind`` register; LOAD goes on by it)
+K_SENT, K_ACK, K_PROBE, K_TMO, K_CMD, K_SWEEP, K_DB = range(7)
+# the walk's kind: the bits of the one-hot ``walk_kind``
+W_ADV, W_SACK, W_LOSS, W_TMO = range(4)
+# the bits of EventPicker's ``take`` (hw/reliability/intake.py SOURCES, in its order)
+T_CMD, T_SENT, T_ACK, T_TMO, T_SWEEP, T_DB = range(len(SOURCES))
 CORE_COUNTERS = tuple(n for n in COUNTER_NAMES
                       if n not in ("cmds_lost", "cqes", "dma_errors", "probes_stale"))
 

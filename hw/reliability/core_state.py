@@ -39,7 +39,6 @@ def working_state(ctx):
     pi_ahead = Signal(16)
     sent_ahead = Signal(16)
 
-    K_SENT, K_ACK, K_PROBE, K_TMO, K_CMD, K_SWEEP, K_DB = range(7)
     kind = Signal(3)
     s = Signal(SentRecord)
     a_trim = Signal()  # syndrome NAK TRIMMED
@@ -64,7 +63,6 @@ def working_state(ctx):
     # the walk's kind, one-hot (bit W_ADV .. W_TMO): each kind's actions sit under
     # their bit alone (an If per bit, not a Switch, whose cases would decode all
     # four bits by priority), so the selects in front of cur are ANDs of flip-flops
-    W_ADV, W_SACK, W_LOSS, W_TMO = range(4)
     walk_kind = Signal(4)
     walk_mask = Signal(W)
     walk_psn = Signal(24)  # the PSN in use, una + its offset (set in PICK)
@@ -142,20 +140,18 @@ def working_state(ctx):
     m.d.comb += [deadline.now.eq(core.now), arm_req.retries.eq(cur.retries),
                  arm_req.t.eq(cfg.t), arm_req.linear_cnt.eq(cfg.linear_cnt)]
     ctx.export(s=s, cur=cur, cfg=cfg, q=q, una0=una0, cwnd0=cwnd0, state0=state0, sq_pi=sq_pi,
-               pi_ahead=pi_ahead, sent_ahead=sent_ahead, sq_end=sq_end, K_SENT=K_SENT, K_ACK=K_ACK,
-               K_PROBE=K_PROBE, K_TMO=K_TMO, K_CMD=K_CMD, K_SWEEP=K_SWEEP, K_DB=K_DB, kind=kind,
-               a_trim=a_trim, a_inv=a_inv, a_fatal=a_fatal, a_use=a_use, a_probe=a_probe,
-               a_psn=a_psn, a_cum=a_cum, a_cum_next=a_cum_next, a_base=a_base, a_ece=a_ece,
-               a_bitmap=a_bitmap, a_probe_id=a_probe_id, a_probe_ev=a_probe_ev, t_gen=t_gen,
-               cmd=cmd, W_ADV=W_ADV, W_TMO=W_TMO, W_SACK=W_SACK, W_LOSS=W_LOSS, walk_kind=walk_kind,
-               walk_mask=walk_mask, walk_psn=walk_psn, blamed=blamed, adv=adv, adv_raw=adv_raw,
-               thr_high=thr_high, loss_hole=loss_hole, sent_d=sent_d, sent_moves=sent_moves,
-               infl=infl, sent_new=sent_new, sent_operr=sent_operr, tmo_stale=tmo_stale,
-               tmo_exhaust=tmo_exhaust, una_chg=una_chg, cwnd_chg=cwnd_chg, state_chg=state_chg,
-               newly=newly, rtt_ts=rtt_ts, rtt_valid=rtt_valid, progress=progress, nak_cut=nak_cut,
-               want_arm=want_arm, want_disarm=want_disarm, flush_status=flush_status, sweep=sweep,
-               sweep_pending=sweep_pending, now_ts=now_ts, infl_mask=infl_mask, sent_psns=sent_psns,
-               slot=slot, arm_v=arm_v, arm_req=arm_req)
+               pi_ahead=pi_ahead, sent_ahead=sent_ahead, sq_end=sq_end, kind=kind, a_trim=a_trim,
+               a_inv=a_inv, a_fatal=a_fatal, a_use=a_use, a_probe=a_probe, a_psn=a_psn, a_cum=a_cum,
+               a_cum_next=a_cum_next, a_base=a_base, a_ece=a_ece, a_bitmap=a_bitmap,
+               a_probe_id=a_probe_id, a_probe_ev=a_probe_ev, t_gen=t_gen, cmd=cmd,
+               walk_kind=walk_kind, walk_mask=walk_mask, walk_psn=walk_psn, blamed=blamed, adv=adv,
+               adv_raw=adv_raw, thr_high=thr_high, loss_hole=loss_hole, sent_d=sent_d,
+               sent_moves=sent_moves, infl=infl, sent_new=sent_new, sent_operr=sent_operr,
+               tmo_stale=tmo_stale, tmo_exhaust=tmo_exhaust, una_chg=una_chg, cwnd_chg=cwnd_chg,
+               state_chg=state_chg, newly=newly, rtt_ts=rtt_ts, rtt_valid=rtt_valid,
+               progress=progress, nak_cut=nak_cut, want_arm=want_arm, want_disarm=want_disarm,
+               flush_status=flush_status, sweep=sweep, sweep_pending=sweep_pending, now_ts=now_ts,
+               infl_mask=infl_mask, sent_psns=sent_psns, slot=slot, arm_v=arm_v, arm_req=arm_req)
 
 
 def state_machine(ctx):
@@ -184,9 +180,6 @@ def state_machine(ctx):
     # walk's strobes below are decided from them a cycle early)
     fsm = OneHotFSM(m, STATES, "CLEAR", track=("IDLE", "LOAD", "FINAL", "USE"))
     st = fsm.st
-
-    def copy_of(name):
-        return lambda k: fsm.copy(name, k)
 
     # The record memory's write enables (rec_wen_k, one per column group): 1 in
     # every cycle of CLEAR and in the cycle of FINAL that writes (FINAL with
@@ -232,5 +225,5 @@ def state_machine(ctx):
         lost_cand.eq(Mux(cfg.sack_threshold != 0,
                          infl_mask & ~cur.sacked & ~cur.fast_done, 0)),
     ]
-    ctx.export(st=st, fsm=fsm, copy_of=copy_of, use_of=use_of, start=start, infl_mask_q=infl_mask_q,
+    ctx.export(st=st, fsm=fsm, use_of=use_of, start=start, infl_mask_q=infl_mask_q,
                lost_cand=lost_cand)

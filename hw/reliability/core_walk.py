@@ -5,6 +5,7 @@ from amaranth.hdl import Cat, Const, Mux, Signal
 
 from hw.bits import below_const, bit_at, greater_than_const, one_hot_select, onehot, popcount
 
+from .core_layouts import W_ADV, W_LOSS, W_SACK, W_TMO
 from .layouts import CqeStatus, EvState, QpState, RetxReason
 
 
@@ -13,8 +14,7 @@ def walk_states(ctx):
     m, pick_off_rd, pick_off, sent_psns = ctx.m, ctx.pick_off_rd, ctx.pick_off, ctx.sent_psns
     q, slot, st, fsm, walk_psn, cur = ctx.q, ctx.slot, ctx.st, ctx.fsm, ctx.walk_psn, ctx.cur
     pick_any, room_walk, off_bit, W = ctx.pick_any, ctx.room_walk, ctx.off_bit, ctx.W
-    walk_kind, W_SACK, progress, W_LOSS = ctx.walk_kind, ctx.W_SACK, ctx.progress, ctx.W_LOSS
-    W_ADV, infl, adv, W_TMO, e_ev = ctx.W_ADV, ctx.infl, ctx.adv, ctx.W_TMO, ctx.e_ev
+    walk_kind, progress, infl, adv, e_ev = ctx.walk_kind, ctx.progress, ctx.infl, ctx.adv, ctx.e_ev
     newly, e_retx, rtt_ts, e_ts = ctx.newly, ctx.e_retx, ctx.rtt_ts, ctx.e_ts
     rtt_valid, count, loss_hole, thr_high = ctx.rtt_valid, ctx.count, ctx.loss_hole, ctx.thr_high
     cfg, adv_unsent = ctx.cfg, ctx.adv_unsent
@@ -101,10 +101,10 @@ def sent_and_use_actions(ctx):
     sent_operr, adv_raw, adv_below = ctx.sent_operr, ctx.adv_raw, ctx.adv_below
     sack_rel, infl_mask_q, infl_mask = ctx.sack_rel, ctx.infl_mask_q, ctx.infl_mask
     nak_mask, use_mask, walk_mask, use_of = ctx.nak_mask, ctx.use_mask, ctx.walk_mask, ctx.use_of
-    deliver, W_ADV, wqe_cpl_inc, push_cpl = ctx.deliver, ctx.W_ADV, ctx.wqe_cpl_inc, ctx.push_cpl
-    W_SACK, off_bit, W_LOSS, loss_hole = ctx.W_SACK, ctx.off_bit, ctx.W_LOSS, ctx.loss_hole
-    push_retx, W_TMO, blamed, drops_inc = ctx.push_retx, ctx.W_TMO, ctx.blamed, ctx.drops_inc
-    loss_inc, bad_ok, push_ev, to_bad = ctx.loss_inc, ctx.bad_ok, ctx.push_ev, ctx.to_bad
+    deliver, wqe_cpl_inc, push_cpl = ctx.deliver, ctx.wqe_cpl_inc, ctx.push_cpl
+    off_bit, loss_hole, push_retx, blamed = ctx.off_bit, ctx.loss_hole, ctx.push_retx, ctx.blamed
+    drops_inc, loss_inc, bad_ok, push_ev = ctx.drops_inc, ctx.loss_inc, ctx.bad_ok, ctx.push_ev
+    to_bad = ctx.to_bad
     # ---- SENT's and USE's actions ------------------------------------------------
     # The per-PSN writes are SENT's, made the cycle after it (FINAL or IDLE) from
     # flip-flops (SentPsns), so that the retransmission's window test (a carry
