@@ -61,7 +61,7 @@ def intake_states(ctx):
 
     # IDLE takes the input chosen in the cycle before (take); the registers of all
     # the inputs load in every IDLE cycle (copies of the state flip-flop are their
-    # enables, below), as nothing reads them in IDLE; q takes the QP read (rd_q),
+    # enables: load_in_groups below), as nothing reads them in IDLE; q takes the QP read (rd_q),
     # the ACK's too. The inputs' readies come from a copy of IDLE's flip-flop of
     # their own: they are the enables of the input stages' registers, hundreds of
     # flip-flops outside.
@@ -160,7 +160,7 @@ def intake_states(ctx):
     ], lambda k: fsm.copy("LOAD", k), bits=40)  # cur's bits have selects in other states too
 
     # ---- a data packet went on the wire --------------------------------------
-    with fsm.State("SENT"):  # actions below, under st.SENT
+    with fsm.State("SENT"):  # actions: core_walk.py sent_and_use_actions, under st.SENT
         with m.If(sent_operr):
             # TX refused WQE wqe_index (it sends nothing more from the QP): it is
             # TX's last WQE begun; with nothing in flight every WQE before it has

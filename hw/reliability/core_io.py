@@ -55,7 +55,7 @@ def fifos_counters_memories(ctx):
     # --- memories ---------------------------------------------------------------
     # The record memory's write enable per column group of at most 64 bits
     # (granularity; the row padded to a multiple of it), each group's enable a
-    # flip-flop of its own (rec_wen, below): at few QPs the memory is flip-flops,
+    # flip-flop of its own (rec_wen, core_state.py): at few QPs the memory is flip-flops,
     # whose row enables are those bits ANDed with the row's address decode.
     rec_groups = -(-Rec.size // 64)
     rec_gran = -(-Rec.size // rec_groups)
@@ -120,7 +120,7 @@ def pushes_and_room(ctx):
         cpl_req.wqe_index.eq(cur.wqe_cpl),
     ]
 
-    def push_retx(reason):  # the data: below, by state
+    def push_retx(reason):  # the data: core_datapath.py, by state
         m.d.comb += f_retx.w_en.eq(1)
         count({RetxReason.TIMEOUT: "retx_timeout", RetxReason.SACK_HOLE: "retx_sack",
                RetxReason.NAK_TRIMMED: "retx_nak"}[reason])
@@ -131,7 +131,7 @@ def pushes_and_room(ctx):
             cpl_req.clear.eq(clear), f_cpl.w_en.eq(1),
         ]
 
-    def push_ev():  # the data: below, by state
+    def push_ev():  # the data: core_datapath.py, by state
         m.d.comb += ev_push.eq(1)
 
     # What loss evidence would do to each EV, registered from the working copy
@@ -169,7 +169,7 @@ def pushes_and_room(ctx):
         has_room(f, n) for f, n in ((f_retx, "retx"), (f_cpl, "cpl"), (f_evu, "evu")))
     room_walk = Signal()  # the walks' FIFOs together, registered on its own
     # FINAL's three FIFOs together (FINAL's write waits for it; the record memory's
-    # write enables, flip-flops, are set from what it registers: rec_wen below)
+    # write enables, flip-flops, are set from what it registers: rec_wen, core_state.py)
     room_final = Signal()
     room_final_d = Signal()  # what room_final registers
     m.d.comb += room_final_d.eq(room(f_ack) & room(f_cwnd) & room(f_qps))

@@ -91,7 +91,7 @@ def working_state(ctx):
     # another generation), or the retry that exceeds the limit
     tmo_stale = Signal()
     tmo_exhaust = Signal()
-    # what FINAL reports to TX, registered every cycle (see FINAL)
+    # what FINAL reports to TX, registered every cycle (core_datapath.py, FINAL)
     una_chg = Signal()
     cwnd_chg = Signal()
     state_chg = Signal()
