@@ -1,7 +1,7 @@
 """Send-queue scheduling, WQE fetch, segmentation, PSNs, window, EV choice,
 in-flight records and retransmit requests: the TX control path."""
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -21,23 +21,24 @@ from .layouts import (
     SentRecord,
 )
 from .packet_desc import PacketDescriptors
-from .psn_table import ACK_PER_QP_QPS, PsnTable
+from .psn_table import PsnTable
 from .qp_counters import QpCounters
-from .qp_settings import (
-    CFG_FLOP_QPS,
-    CFG_LANES,
-    MPR_UNIT,
-    QpSettings,
-    lane_index,
-    registered_address,
-    settings_lane,
-)
-from .regs import CTRL_ENABLE_BIT
+from .qp_flags import QpFlags
+from .qp_settings import MPR_UNIT, QpSettings, lane_index, registered_address, settings_lane
 from .scheduler import EvChoice, QpScheduler
+from .seq_states import (
+    SeqContext,
+    WindowCheck,
+    fetch_request_states,
+    fetch_states,
+    packet_states,
+    retx_states,
+    window_states,
+)
 from .wimm import WimmBusSignature, wimm_widths
 from .wqe_loader import WqeLoader, WqeState
 
-__all__ = ["Sequencer", "CFG_LANES", "CFG_FLOP_QPS", "ACK_PER_QP_QPS"]
+__all__ = ["Sequencer"]
 
 
 def InflightRecord(ev_bits):
@@ -89,9 +90,11 @@ class Sequencer(wiring.Component):
     (CSR writes as strobes, reads), ``QpSettings`` (the per-QP settings
     rows), ``PsnTable`` (PSNs and ``ack_update``), ``QpScheduler`` (the QP
     to serve) and ``EvChoice`` (the packet's EV); each docstring gives its
-    own latencies. A CSR write lands one cycle after ``w_stb`` (a QP's two,
-    EV_ENTRY's at ``w_stb``); a doorbell is seen by the scheduler two cycles
-    after that.
+    own latencies. ``QpFlags`` (hw/tx/qp_flags.py) holds the per-QP
+    flip-flops the FSM and the CSRs share; the FSM's states after IDLE are
+    built in hw/tx/seq_states.py (``WindowCheck``: the window check). A CSR
+    write lands one cycle after ``w_stb`` (a QP's two, EV_ENTRY's at
+    ``w_stb``); a doorbell is seen by the scheduler two cycles after that.
 
     For timing, the state machine is one-hot, the window check is
     registered over LOAD and CHECK (a QP that is over its window parks one
@@ -159,20 +162,7 @@ class Sequencer(wiring.Component):
         max_mtu_log2 = self.max_mtu.bit_length() - 1
 
         # ---- per-QP state in flip-flops: what the scheduler looks at every cycle
-        enable = Signal(nq)
-        wqe_active = Signal(nq)
-        win_blocked = Signal(nq)
-        ev_blocked = Signal(nq)
-        # a QP that met a WQE it cannot execute (an unknown opcode): no new work until
-        # its qp_ctrl is written (retransmissions of its PSNs in flight still go)
-        op_halt = Signal(nq)
-        # a QP whose next WQE is a WITH_IMMEDIATE one not begun, parked in SEGMENT
-        # for its max_wimm; it waits while WimmBound says it is at its bound
-        # (QpScheduler's wimm_wait)
-        wimm_park = Signal(nq)
-        pi = Array(Signal(16, name=f"pi{i}") for i in range(nq))
-        ci = Array(Signal(16, name=f"ci{i}") for i in range(nq))
-        ev_cursor = Array(Signal(eb, init=ne - 1, name=f"ev_cursor{i}") for i in range(nq))
+        flags = QpFlags(nq, ne)
 
         # ---- per-QP settings, WQE progress, counters, in-flight records: RAM
         # The FSM and the CSR reads read each RAM at an address registered the
@@ -218,37 +208,15 @@ class Sequencer(wiring.Component):
 
         # ---- the QP to serve next (a doorbell is seen two cycles after pi moves)
         m.submodules.scheduler = sched = QpScheduler(nq)
-        qp_flags = dict(pi=Cat(*pi), ci=Cat(*ci), enable=enable, wqe_active=wqe_active,
-                        win_blocked=win_blocked, ev_blocked=ev_blocked, op_halt=op_halt,
-                        wimm_park=wimm_park, at_bound=self.wimm.at_bound)
+        qp_flags = dict(**flags.scheduler_inputs(), at_bound=self.wimm.at_bound)
         m.d.comb += [getattr(sched, name).eq(value) for name, value in qp_flags.items()]
-        wimm_wait = sched.wimm_wait
 
         init_q = Signal(range(nq + 1))
         ready = Signal()
 
         # ---- CSR decode: per-QP writes as strobes (qw), applied below, and reads
-        m.submodules.csr_decode = dec = TxCsrDecode(
-            num_qps=nq, evs_per_qp=ne, csr_addr_width=len(self.csr.addr), max_mtu=self.max_mtu,
-            data_width=self.data_width, inflight_depth=depth, addr_width=self.addr_width,
-            flop_rows=settings.flop_rows, wimm_count_width=wimm_widths(depth)[1])
-        wiring.connect(m, wiring.flipped(self.csr), dec.csr)
-        wiring.connect(m, dec.qp_w, settings.w)
+        dec = self._csr_decode(m, settings, counters, init_q, ready)
         qw = dec.qp_w
-        m.d.comb += [
-            dec.ready.eq(ready),
-            dec.init_q.eq(init_q),
-            settings.csr_q.eq(dec.qsel),
-            counters.csr_q.eq(dec.qsel),
-            self.wimm.rd_q.eq(dec.qsel),  # rd_count: the cycle after r_stb
-            # the EV table's CSR port
-            *[getattr(self.ev, f"csr_{name}").eq(getattr(dec, f"ev_{name}"))
-              for name in ("sel", "we", "value", "state")],
-            dec.ev_r_value.eq(self.ev.csr_r_value),
-            dec.ev_r_state.eq(self.ev.csr_r_state),
-            self.src_mac.eq(dec.src_mac),
-            self.src_ip.eq(dec.src_ip),
-        ]
 
         # ---- the per-packet FSM
         retx_mode = Signal()
@@ -300,8 +268,8 @@ class Sequencer(wiring.Component):
         cur_ci = Signal(16)
         cur_cursor = Signal(eb)
         m.d.comb += [
-            cur_ci.eq(ci[cur_q]),
-            cur_cursor.eq(ev_cursor[cur_q]),
+            cur_ci.eq(flags.ci[cur_q]),
+            cur_cursor.eq(flags.ev_cursor[cur_q]),
         ]
         # the PSNs: next and oldest unacknowledged per QP, moved by EMIT, acks
         # and qp_next_psn writes
@@ -311,35 +279,10 @@ class Sequencer(wiring.Component):
                           write_data=qw.data[:PSN_BITS], advance=psn_advance,
                           advance_psn=seg_psn)
         m.d.comb += [getattr(psns, name).eq(value) for name, value in psn_inputs.items()]
-        inflight, psn_offset, ak_apply = psns.inflight, psns.psn_offset, psns.ack_apply
         mpr_psns = settings_lane(cfg, "mpr") * MPR_UNIT
         cwnd = settings_lane(cfg, "cwnd")
-        # The window check is split for timing: in LOAD the PSNs in flight
-        # are registered, in CHECK (settings read) inflight >= min(MPR x 128,
-        # cwnd, depth) is registered as three compares, and the next state
-        # (FETCH or OFFSET) parks the QP if it is over. An unpark of the QP
-        # (ack_update, CSR write) from LOAD on makes that state go back to
-        # IDLE without parking: the QP is picked again and checked afresh.
-        # Unparks are seen through a register (wb_clear_r), so that the ack's
-        # compare is not in front of the FSM: those of the cycle before LOAD
-        # count too, which costs at most a needless check. over_r is only
-        # loaded in CHECK (no other value muxed into it); a retransmit, which
-        # has no CHECK, ignores it.
-        inflight_r = Signal(PSN_BITS)
-        over_r = Signal()
-        window_full = over_r & ~retx_mode
-
-        # inflight_r >= min(MPR x 128, cwnd, depth): at depth or more it is
-        # over whatever the settings, and below depth only its low db bits can
-        # reach a limit, so the compares are db bits wide.
-        def reaches(limit):
-            return (limit[db:] == 0) & ~(inflight_r[:db] < limit[:db])
-
-        window_over = inflight_r[db:].any() | reaches(mpr_psns) | reaches(cwnd)
-        wb_clear = Signal(nq)  # window unparks this cycle
-        wb_clear_r = Signal(nq)  # window unparks the cycle before
-        wb_hit = Signal()  # the QP was unparked since the cycle before LOAD
-        m.d.sync += wb_clear_r.eq(wb_clear)
+        # the window check (seq_states.WindowCheck): LOAD, CHECK and the park
+        window = WindowCheck(m, nq, db, retx_mode, mpr_psns, cwnd)
         # the SQ base keeps addr_width bits: sq_base_hi's lane is read that narrow
         sq_hi_bits = self.addr_width - 32
         sq_base = Cat(settings_lane(cfg, "sq_base_lo"),
@@ -401,7 +344,7 @@ class Sequencer(wiring.Component):
                   "RETX_RECORD", "FETCH", "FETCH_REQ", "FETCH_DATA", "PARSE", "OFFSET",
                   "SEGMENT", "EV_VALUE", "EMIT", "OP_ERR")
         fsm = OneHotFSM(m, STATES, "INIT")
-        st, state, goto = fsm.st, fsm.state, fsm.goto
+        st = fsm.st
 
         m.d.sync += [emit_go.eq(0), wqe_we.eq(0)]
         # INIT writes every counters row, EMIT the row of cur_q
@@ -425,16 +368,16 @@ class Sequencer(wiring.Component):
             self.wimm.start_qp.eq(cur_q),
         ]
 
-        with state("INIT"):
+        with fsm.State("INIT"):
             # Settings and counters back to their defaults after a (soft)
             # reset; CSR writes to per-QP settings are lost until ``ready``.
             with m.If(init_q < nq):
                 m.d.sync += init_q.eq(init_q + 1)
             with m.Elif(self.ev.ready):
                 m.d.sync += ready.eq(1)
-                goto("IDLE")
+                fsm.next = "IDLE"
 
-        with state("IDLE"):
+        with fsm.State("IDLE"):
             with m.If(self.retx.valid):
                 m.d.comb += self.retx.ready.eq(1)
                 m.d.sync += [
@@ -443,94 +386,27 @@ class Sequencer(wiring.Component):
                     retx_psn.eq(self.retx.payload.psn),
                     retx_mode.eq(1),
                 ]
-                goto("RETX_CHECK")
+                fsm.next = "RETX_CHECK"
             with m.Elif(sched.valid):
                 m.d.comb += sched.next.eq(1)
                 m.d.sync += [cur_q.eq(sched.grant), retx_mode.eq(0)]
-                goto("LOAD")
+                fsm.next = "LOAD"
 
-        with state("LOAD"):
-            m.d.sync += [
-                inflight_r.eq(inflight),
-                wb_hit.eq(wb_clear_r.bit_select(cur_q, 1)),
-            ]
-            goto("CHECK")
-
-        def window_park():
-            # The CHECK before found the window full. An unpark from the
-            # cycle before LOAD to CHECK leaves the QP unparked, and one in
-            # this cycle clears win_blocked after this (code below).
-            with m.If(~wb_hit & ~wb_clear_r.bit_select(cur_q, 1)):
-                m.d.sync += win_blocked.bit_select(cur_q, 1).eq(1)
-            goto("IDLE")
-
-        with state("CHECK"):
-            m.d.sync += [
-                over_r.eq(window_over),
-                wb_hit.eq(wb_hit | wb_clear_r.bit_select(cur_q, 1)),
-            ]
-            # the WQE to fetch, loaded whatever the branch (the state's flip-flop
-            # is the enable): only FETCH and PARSE, after a fetch, read it
-            m.d.sync += [fetch_index.eq(cur_ci), fetch_slot.eq(cur_ci & ring_mask)]
-            with m.If(~enable.bit_select(cur_q, 1)):
-                goto("IDLE")
-            with m.Elif(~wqe_active.bit_select(cur_q, 1)):
-                goto("FETCH")
-            with m.Else():
-                goto("OFFSET")
-
-        with state("RETX_CHECK"):
-            # the PSN's offset from una_psn and the PSNs in flight are registered
-            # here and compared in RETX_COMPARE: two subtractions behind a
-            # per-QP mux (or, up to ACK_PER_QP_QPS QPs, per QP and then the
-            # mux), then a compare, is too deep for one cycle
-            m.d.sync += [
-                psn_off_r.eq(psn_offset),
-                inflight_r.eq(inflight),
-            ]
-            goto("RETX_COMPARE")
-
-        with state("RETX_COMPARE"):
-            # registered: the compare is not in front of the next-state logic
-            m.d.sync += retx_in_flight.eq(
-                retx_qpn_ok & enable.bit_select(cur_q, 1) & (psn_off_r < inflight_r)
-            )
-            # The PSN's record, read at the address registered in RETX_CHECK
-            # (no EMIT, the in-flight table's only writer, until the next
-            # IDLE), is registered here and its WQE's slot computed from the
-            # register in RETX_RECORD: the LUT-RAM read (its address net to
-            # every RAM slice) is not in front of fetch_slot's mask and mux
-            # (docs/timing.md#tx-sequencer). Loaded whatever
-            # the branch, as in CHECK: a retransmit's fields are only read
-            # after the FETCH that follows.
-            m.d.sync += rec.eq(infl_r.data)
-            goto("RETX_RECORD")
-
-        with state("RETX_RECORD"):
-            # loaded whatever the branch, as in CHECK: they are only read after
-            # the FETCH that follows
-            m.d.sync += [
-                fetch_index.eq(rec.wqe_index),
-                fetch_slot.eq(rec.wqe_index & ring_mask),
-            ]
-            with m.If(retx_in_flight):
-                goto("FETCH")
-            with m.Else():
-                m.d.sync += retx_ignored.eq(retx_ignored + 1)
-                goto("IDLE")
-
-        with state("FETCH"):
-            m.d.sync += wqe_addr.eq(sq_base + (fetch_slot << 6))
-            with m.If(window_full):
-                window_park()
-            with m.Else():
-                m.d.sync += wqe_valid.eq(1)
-                goto("FETCH_REQ")
-
-        with state("FETCH_REQ"):
-            with m.If(self.wqe_req.ready):
-                m.d.sync += [wqe_valid.eq(0), fetch_beat.eq(0)]
-                goto("FETCH_DATA")
+        # the other states (hw/tx/seq_states.py), in the order of their blocks
+        c = SeqContext(
+            m=m, fsm=fsm, seq=self, flags=flags, window=window, cur_q=cur_q, retx_mode=retx_mode,
+            psns=psns, cur=cur, cur_ci=cur_ci, fetch_index=fetch_index, fetch_slot=fetch_slot,
+            fetch_beat=fetch_beat, ring_mask=ring_mask, sq_base=sq_base, wqe_valid=wqe_valid,
+            wqe_addr=wqe_addr, retx_qpn_ok=retx_qpn_ok, retx_in_flight=retx_in_flight,
+            psn_off_r=psn_off_r, rec=rec, infl_r=infl_r, retx_ignored=retx_ignored,
+            retx_no_ev_inc=retx_no_ev_inc, op_bad=op_bad, readies=readies, offset=offset,
+            mtu_shift=mtu_shift, mtu=mtu, wimm_hold=wimm_hold, seg_rest=seg_rest, seg_mtu=seg_mtu,
+            seg_first=seg_first, seg_last=seg_last, seg_len=seg_len, seg_psn=seg_psn,
+            psn_out=psn_out, ev_index=ev_index, ev_choice=ev_choice, emit_go=emit_go,
+            wqe_we=wqe_we, psn_advance=psn_advance)
+        window_states(c)
+        retx_states(c)
+        fetch_request_states(c)
 
         # cur, the WQE being sent: the QP's row in CHECK, loaded on every
         # branch so that its enable is the state's flip-flop (a WQE that is
@@ -548,146 +424,61 @@ class Sequencer(wiring.Component):
             cur.eq(loader.cur), op_bad.eq(loader.op_bad),
         ]
 
-        with state("FETCH_DATA"):
-            m.d.comb += self.wqe_data.ready.eq(1)
-            with m.If(self.wqe_data.valid):
-                m.d.sync += fetch_beat.eq(fetch_beat + 1)
-                with m.If(self.wqe_data.payload.last):
-                    goto("PARSE")
+        fetch_states(c)
+        packet_states(c)
 
-        with state("PARSE"):
-            # (cur's wqe_index and pkt_index are set in WqeLoader)
-            with m.If(~retx_mode):
-                m.d.sync += [
-                    ci[cur_q].eq(cur_ci + 1),
-                    wqe_active.bit_select(cur_q, 1).eq(1),
-                ]
-            goto("OFFSET")
-
-        with state("OFFSET"):
-            # Wait for room downstream *before* choosing the EV, so that a
-            # packet is committed 2 cycles after its EV was chosen and an
-            # EV state change binds every packet chosen after it.
-            m.d.sync += offset.eq(Cat(Const(0, 8), cur.pkt_index) << mtu_shift)
-            m.d.sync += wimm_hold.eq(~retx_mode & cur.with_imm & (cur.pkt_index == 0)
-                                     & self.wimm.at_bound.bit_select(cur_q, 1))
-            with m.If(window_full):
-                window_park()
-            with m.Elif(op_bad):
-                goto("OP_ERR")
-            with m.Elif(readies):
-                goto("SEGMENT")
-
-        with state("OP_ERR"):
-            # a WQE with an unknown opcode (fetched, consumed in PARSE): no packet, one
-            # sent record with op_err = 1 (reliability completes it LOC_QP_OP_ERR once
-            # the QP's PSNs in flight are done, and puts the QP in ERROR); the QP takes
-            # no new work until its qp_ctrl is written
-            with m.If(self.sent.ready):
-                m.d.sync += [
-                    wqe_active.bit_select(cur_q, 1).eq(0),
-                    op_halt.bit_select(cur_q, 1).eq(1),
-                ]
-                goto("IDLE")
-
-        with state("SEGMENT"):
-            # the bytes left and the MTU are registered here and the
-            # packet cut in EV_VALUE: a subtraction and a compare in one
-            # cycle each
-            m.d.sync += [
-                seg_rest.eq(cur.length - offset),
-                seg_mtu.eq(mtu),
-                seg_first.eq(cur.pkt_index == 0),
-                seg_psn.eq(psn_out),
-                ev_index.eq(ev_choice.index),
-            ]
-            with m.If(~retx_mode):
-                m.d.sync += wimm_park.bit_select(cur_q, 1).eq(wimm_hold)
-            with m.If(wimm_hold):
-                # park the QP at its max_wimm, keeping its WQE (written back the
-                # next cycle, as below) until it is below its bound again
-                m.d.sync += wqe_we.eq(1)
-                goto("IDLE")
-            with m.Elif(ev_choice.found):
-                goto("EV_VALUE")
-            with m.Elif(retx_mode):
-                m.d.sync += retx_no_ev_inc.eq(1)
-                goto("IDLE")
-            with m.Else():
-                # park the QP, keeping its WQE (written back the next cycle,
-                # when cur and cur_q are still this QP's), until one of its
-                # EVs is GOOD
-                m.d.sync += [wqe_we.eq(1), ev_blocked.bit_select(cur_q, 1).eq(1)]
-                goto("IDLE")
-
-        with state("EV_VALUE"):
-            last = (seg_rest[len(mtu) :] == 0) & ~(seg_mtu < seg_rest[: len(mtu)])
-            m.d.sync += [
-                seg_last.eq(last),
-                seg_len.eq(Mux(last, seg_rest, seg_mtu)),
-                emit_go.eq(readies),
-                wqe_we.eq(readies & ~retx_mode),
-            ]
-            goto("EMIT")
-
-        with state("EMIT"):
-            with m.If(emit_go):
-                m.d.sync += ev_cursor[cur_q].eq(ev_index)
-                with m.If(~retx_mode):
-                    m.d.comb += psn_advance.eq(1)
-                    m.d.sync += wqe_active.bit_select(cur_q, 1).eq(~seg_last)
-                goto("IDLE")
-            with m.Else():
-                # no room yet: send in the cycle after the readies are seen
-                m.d.sync += [emit_go.eq(readies), wqe_we.eq(readies & ~retx_mode)]
-
-        # ---- unparking: acks (PsnTable's ack_apply), EV state changes (CSR
-        # writes come below)
-        for i in range(nq):
-            with m.If(ak_apply[i]):
-                m.d.sync += win_blocked[i].eq(0)
-                m.d.comb += wb_clear[i].eq(1)
-        with m.If(self.ev.became_good):
-            m.d.sync += ev_blocked.bit_select(self.ev.became_good_qp, 1).eq(0)
-
-        # ---- CSR writes (decoded in TxCsrDecode) applied to the per-QP state
+        # ---- unparks and CSR writes (decoded in TxCsrDecode) applied to the per-QP
+        # state, after the FSM's writes, which they override in the same cycle
         # (the settings take theirs in QpSettings)
-        with m.If(qw.unpark):
-            m.d.sync += win_blocked.bit_select(qw.q, 1).eq(0)
-            m.d.comb += wb_clear.bit_select(qw.q, 1).eq(1)
-        with m.If(qw.ctrl):
-            m.d.sync += [
-                enable.bit_select(qw.q, 1).eq(qw.data[CTRL_ENABLE_BIT]),
-                ev_blocked.bit_select(qw.q, 1).eq(0),
-                op_halt.bit_select(qw.q, 1).eq(0),
-            ]
-        # qp_ctrl.reset (the QP's RESET, written with enable 0): the ring is empty from
-        # the doorbell on (consumer = producer) and the part-sent WQE is dropped, so the
-        # QP restarts where the host's next WQE goes. After the FSM's writes of ci and
-        # wqe_active (PARSE, EMIT, OP_ERR), which it overrides in the same cycle.
-        for i in range(nq):
-            with m.If(qw.reset[i]):
-                m.d.sync += [ci[i].eq(pi[i]), wqe_active[i].eq(0), win_blocked[i].eq(0)]
-            with m.If(qw.reset[i] | qw.flush[i]):
-                m.d.sync += wimm_park[i].eq(0)
-        # WimmBound: its count of a QP is 0 after a reset, a flush (the QP's WQEs
-        # were completed by reliability's ERROR) and INIT; the bound is written
-        # with the settings lane (INIT writes its default, 0: no bound)
+        flags.apply_writes(m, qw, psns.ack_apply, window.clear, self.ev)
+        self._wimm_writes(m, qw)
+        flags.apply_doorbell(m, qw)
+
+        # the values CSR reads return
+        read_values = dict(
+            enable=flags.enable, wqe_active=flags.wqe_active, win_blocked=flags.win_blocked,
+            ev_blocked=flags.ev_blocked, wimm_wait=sched.wimm_wait, next_psn=psns.next_psn,
+            una_psn=psns.una_psn, pi=Cat(*flags.pi), ci=Cat(*flags.ci), cfg_row=settings.csr_row,
+            counters=counters.csr_data, wimm_count=self.wimm.rd_count, retx_ignored=retx_ignored,
+            retx_no_ev=retx_no_ev)
+        m.d.comb += [getattr(dec, name).eq(value) for name, value in read_values.items()]
+        return m
+
+    def _csr_decode(self, m, settings, counters, init_q, ready):
+        """``TxCsrDecode`` joined to the CSR bus, the settings' write port, the
+        EV table's CSR port and the read selects of the settings, counters and
+        WimmBound; returns it (its ``qp_w`` strobes are applied by the caller)."""
+        nq, ne, depth = self.num_qps, self.evs_per_qp, self.inflight_depth
+        m.submodules.csr_decode = dec = TxCsrDecode(
+            num_qps=nq, evs_per_qp=ne, csr_addr_width=len(self.csr.addr), max_mtu=self.max_mtu,
+            data_width=self.data_width, inflight_depth=depth, addr_width=self.addr_width,
+            flop_rows=settings.flop_rows, wimm_count_width=wimm_widths(depth)[1])
+        wiring.connect(m, wiring.flipped(self.csr), dec.csr)
+        wiring.connect(m, dec.qp_w, settings.w)
+        m.d.comb += [
+            dec.ready.eq(ready),
+            dec.init_q.eq(init_q),
+            settings.csr_q.eq(dec.qsel),
+            counters.csr_q.eq(dec.qsel),
+            self.wimm.rd_q.eq(dec.qsel),  # rd_count: the cycle after r_stb
+            # the EV table's CSR port
+            *[getattr(self.ev, f"csr_{name}").eq(getattr(dec, f"ev_{name}"))
+              for name in ("sel", "we", "value", "state")],
+            dec.ev_r_value.eq(self.ev.csr_r_value),
+            dec.ev_r_state.eq(self.ev.csr_r_state),
+            self.src_mac.eq(dec.src_mac),
+            self.src_ip.eq(dec.src_ip),
+        ]
+        return dec
+
+    def _wimm_writes(self, m, qw):
+        """WimmBound's count of a QP is 0 after a reset, a flush (the QP's WQEs
+        were completed by reliability's ERROR) and INIT; its bound is written
+        with the settings lane (INIT writes its default, 0: no bound)."""
+        nq = self.num_qps
         m.d.comb += [
             self.wimm.clear.eq(qw.reset | qw.flush | qw.init.replicate(nq)),
             self.wimm.limit_we.eq(qw.lanes[lane_index["max_wimm"]]),
             self.wimm.limit_q.eq(qw.q),
             self.wimm.limit_data.eq(qw.data[:16]),  # max_wimm's default is 0, like INIT's data
         ]
-        with m.If(qw.doorbell):
-            m.d.sync += pi[qw.q].eq(qw.data[:16])
-
-        # the values CSR reads return
-        read_values = dict(
-            enable=enable, wqe_active=wqe_active, win_blocked=win_blocked,
-            ev_blocked=ev_blocked, wimm_wait=wimm_wait, next_psn=psns.next_psn,
-            una_psn=psns.una_psn, pi=Cat(*pi), ci=Cat(*ci), cfg_row=settings.csr_row,
-            counters=counters.csr_data, wimm_count=self.wimm.rd_count, retx_ignored=retx_ignored,
-            retx_no_ev=retx_no_ev)
-        m.d.comb += [getattr(dec, name).eq(value) for name, value in read_values.items()]
-        return m

@@ -297,8 +297,8 @@ def test_engine_qp_settings_rows(num_qps):
     other QP's row alone: at 2 QPs the settings are flip-flop rows written
     under per-row lane strobes (``CFG_FLOP_QPS``), at 4 RAMs."""
     from hw.tx.engine import TxEngine
+    from hw.tx.qp_settings import CFG_FLOP_QPS
     from hw.tx.regs import tx_register_map
-    from hw.tx.sequencer import CFG_FLOP_QPS
 
     assert (num_qps <= CFG_FLOP_QPS) == (num_qps == 2)
     dut = TxEngine(num_qps=num_qps, evs_per_qp=2, max_mtu=1024, inflight_depth=16)
@@ -349,8 +349,9 @@ def test_sequencer_ack_update(num_qps):
     (across the PSN wrap), leaves the other QPs alone, and a second ack right
     behind the first is judged against the first's result: at 2 QPs the
     compares are per QP (``ACK_PER_QP_QPS``), at 8 behind a mux of the ack's QP."""
+    from hw.tx.psn_table import ACK_PER_QP_QPS
     from hw.tx.regs import tx_register_map
-    from hw.tx.sequencer import ACK_PER_QP_QPS, Sequencer
+    from hw.tx.sequencer import Sequencer
 
     assert (num_qps <= ACK_PER_QP_QPS) == (num_qps == 2)
     dut = Sequencer(num_qps=num_qps, evs_per_qp=2, max_mtu=256, inflight_depth=16)
@@ -425,8 +426,9 @@ def test_sequencer_retx_in_flight(num_qps):
     [una_psn, next_psn) of that QP (across the PSN wrap), with another QP's
     PSNs elsewhere. At 2 QPs the subtractions are made per QP and cur_q picks
     the result (``ACK_PER_QP_QPS``), at 8 behind a mux of cur_q."""
+    from hw.tx.psn_table import ACK_PER_QP_QPS
     from hw.tx.regs import tx_register_map
-    from hw.tx.sequencer import ACK_PER_QP_QPS, Sequencer
+    from hw.tx.sequencer import Sequencer
 
     assert (num_qps <= ACK_PER_QP_QPS) == (num_qps == 2)
     dut = Sequencer(num_qps=num_qps, evs_per_qp=2, max_mtu=256, inflight_depth=16)

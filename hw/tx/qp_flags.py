@@ -1,0 +1,85 @@
+"""The Sequencer's per-QP state in flip-flops (hw/tx/sequencer.py): enables,
+park flags, producer/consumer indices and EV cursors: ``QpFlags``."""
+
+from amaranth.hdl import Array, Cat, Signal
+
+from .regs import CTRL_ENABLE_BIT
+
+__all__ = ["QpFlags"]
+
+
+class QpFlags:
+    """What the scheduler looks at every cycle, per QP: ``enable``,
+    ``wqe_active`` (a WQE is part sent), the park flags ``win_blocked``
+    (window full), ``ev_blocked`` (no GOOD EV), ``op_halt`` (a WQE with an
+    unknown opcode: no new work until the QP's qp_ctrl is written; its PSNs
+    in flight are still retransmitted) and ``wimm_park`` (a WITH_IMMEDIATE
+    WQE not begun, parked in SEGMENT for its max_wimm, waiting while
+    ``WimmBound`` says the QP is at its bound: QpScheduler's ``wimm_wait``);
+    ``pi``/``ci``, the ring's producer and consumer indices (``Array``s of
+    16-bit registers); ``ev_cursor``, each QP's last EV.
+
+    Not a component: the Sequencer's FSM writes these registers from its
+    states, and ``apply_writes`` (built after the FSM's states) adds the
+    unparks and the CSR writes, which override the FSM's writes of the same
+    cycle."""
+
+    def __init__(self, num_qps: int, evs_per_qp: int):
+        nq, ne = num_qps, evs_per_qp
+        eb = max(1, (ne - 1).bit_length())
+        self.enable = Signal(nq, name="enable")
+        self.wqe_active = Signal(nq, name="wqe_active")
+        self.win_blocked = Signal(nq, name="win_blocked")
+        self.ev_blocked = Signal(nq, name="ev_blocked")
+        self.op_halt = Signal(nq, name="op_halt")
+        self.wimm_park = Signal(nq, name="wimm_park")
+        self.pi = Array(Signal(16, name=f"pi{i}") for i in range(nq))
+        self.ci = Array(Signal(16, name=f"ci{i}") for i in range(nq))
+        self.ev_cursor = Array(Signal(eb, init=ne - 1, name=f"ev_cursor{i}") for i in range(nq))
+
+    def scheduler_inputs(self):
+        """``QpScheduler``'s inputs that these registers drive, by port name."""
+        return dict(pi=Cat(*self.pi), ci=Cat(*self.ci), enable=self.enable,
+                    wqe_active=self.wqe_active, win_blocked=self.win_blocked,
+                    ev_blocked=self.ev_blocked, op_halt=self.op_halt, wimm_park=self.wimm_park)
+
+    def apply_writes(self, m, qw, ack_apply, wb_clear, ev):
+        """The unparks and CSR writes, built after the FSM's states so that they
+        override its writes of the same cycle: ``ack_apply`` (PsnTable, per QP)
+        and a qp_unpark write clear ``win_blocked`` and drive ``wb_clear`` (the
+        window check's unparks this cycle); ``ev.became_good`` clears the QP's
+        ``ev_blocked``; ``qw`` (``TxCsrDecode.qp_w``): qp_ctrl sets ``enable`` and
+        clears ``ev_blocked`` and ``op_halt``, qp_ctrl.reset empties the ring
+        from the doorbell on and drops the part-sent WQE, reset and flush clear
+        ``wimm_park``. The doorbell is applied by ``apply_doorbell``."""
+        win_blocked, ev_blocked = self.win_blocked, self.ev_blocked
+        for i in range(len(win_blocked)):
+            with m.If(ack_apply[i]):
+                m.d.sync += win_blocked[i].eq(0)
+                m.d.comb += wb_clear[i].eq(1)
+        with m.If(ev.became_good):
+            m.d.sync += ev_blocked.bit_select(ev.became_good_qp, 1).eq(0)
+
+        with m.If(qw.unpark):
+            m.d.sync += win_blocked.bit_select(qw.q, 1).eq(0)
+            m.d.comb += wb_clear.bit_select(qw.q, 1).eq(1)
+        with m.If(qw.ctrl):
+            m.d.sync += [
+                self.enable.bit_select(qw.q, 1).eq(qw.data[CTRL_ENABLE_BIT]),
+                ev_blocked.bit_select(qw.q, 1).eq(0),
+                self.op_halt.bit_select(qw.q, 1).eq(0),
+            ]
+        # qp_ctrl.reset (the QP's RESET, written with enable 0): the ring is empty from
+        # the doorbell on (consumer = producer) and the part-sent WQE is dropped, so the
+        # QP restarts where the host's next WQE goes.
+        for i in range(len(win_blocked)):
+            with m.If(qw.reset[i]):
+                m.d.sync += [self.ci[i].eq(self.pi[i]), self.wqe_active[i].eq(0),
+                             win_blocked[i].eq(0)]
+            with m.If(qw.reset[i] | qw.flush[i]):
+                m.d.sync += self.wimm_park[i].eq(0)
+
+    def apply_doorbell(self, m, qw):
+        """A doorbell write moves the QP's producer index."""
+        with m.If(qw.doorbell):
+            m.d.sync += self.pi[qw.q].eq(qw.data[:16])

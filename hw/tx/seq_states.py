@@ -1,0 +1,308 @@
+"""The Sequencer's per-packet states (hw/tx/sequencer.py), built into its
+``OneHotFSM`` from ``SeqContext``, the registers they share: the window check
+(``WindowCheck``; LOAD, CHECK), a retransmit's in-flight check (RETX_CHECK,
+RETX_COMPARE, RETX_RECORD), the WQE fetch (FETCH, FETCH_REQ, FETCH_DATA,
+PARSE) and the packet (OFFSET, OP_ERR, SEGMENT, EV_VALUE, EMIT).
+
+Each builder opens its states with ``fsm.State`` in the FSM's order (the
+Sequencer calls them in that order, INIT and IDLE first): a state's enables
+and selects are its flip-flop, and a register written in several states takes
+the value of the one whose flip-flop is set."""
+
+from dataclasses import dataclass
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
+
+from ..pipeline import OneHotFSM
+from ..protocol import PSN_BITS
+from .qp_flags import QpFlags
+
+__all__ = ["SeqContext", "WindowCheck", "fetch_request_states", "fetch_states", "packet_states",
+           "retx_states", "window_states"]
+
+
+class WindowCheck:
+    """The window check, split for timing: in LOAD the PSNs in flight are
+    registered (``inflight_r``), in CHECK (settings read) inflight >=
+    min(MPR x 128, cwnd, depth) is registered as three compares (``over_r``),
+    and the next state (FETCH or OFFSET) parks the QP if it is over
+    (``full``). An unpark of the QP (ack_update, CSR write: ``clear``, per
+    QP) from LOAD on makes that state go back to IDLE without parking: the
+    QP is picked again and checked afresh. Unparks are seen through a
+    register (``clear_r``), so that the ack's compare is not in front of the
+    FSM: those of the cycle before LOAD count too (``hit``), which costs at
+    most a needless check. ``over_r`` is only loaded in CHECK (no other value
+    muxed into it); a retransmit, which has no CHECK, ignores it."""
+
+    def __init__(self, m: Module, num_qps: int, depth_bits: int, retx_mode, mpr_psns, cwnd):
+        db = depth_bits
+        self.inflight_r = inflight_r = Signal(PSN_BITS, name="inflight_r")
+        self.over_r = Signal(name="over_r")
+        self.full = self.over_r & ~retx_mode
+
+        # inflight_r >= min(MPR x 128, cwnd, depth): at depth or more it is
+        # over whatever the settings, and below depth only its low db bits can
+        # reach a limit, so the compares are db bits wide.
+        def reaches(limit):
+            return (limit[db:] == 0) & ~(inflight_r[:db] < limit[:db])
+
+        self.over = inflight_r[db:].any() | reaches(mpr_psns) | reaches(cwnd)
+        self.clear = Signal(num_qps, name="wb_clear")  # window unparks this cycle
+        self.clear_r = Signal(num_qps, name="wb_clear_r")  # window unparks the cycle before
+        self.hit = Signal(name="wb_hit")  # the QP was unparked since the cycle before LOAD
+        m.d.sync += self.clear_r.eq(self.clear)
+
+
+@dataclass
+class SeqContext:
+    """The registers and values the Sequencer's states share (see the
+    Sequencer's elaborate for what each holds)."""
+    m: Module
+    fsm: OneHotFSM
+    seq: object  # the Sequencer: its ports
+    flags: QpFlags
+    window: WindowCheck
+    cur_q: Signal
+    retx_mode: Signal
+    psns: object  # PsnTable
+    cur: Value  # WqeLoader's cur
+    cur_ci: Signal
+    fetch_index: Signal
+    fetch_slot: Signal
+    fetch_beat: Signal
+    ring_mask: Value
+    sq_base: Value
+    wqe_valid: Signal
+    wqe_addr: Signal
+    retx_qpn_ok: Signal
+    retx_in_flight: Signal
+    psn_off_r: Signal
+    rec: Value
+    infl_r: object  # the in-flight table's read port
+    retx_ignored: Signal
+    retx_no_ev_inc: Signal
+    op_bad: Signal
+    readies: Value
+    offset: Signal
+    mtu_shift: Value
+    mtu: Signal
+    wimm_hold: Signal
+    seg_rest: Signal
+    seg_mtu: Signal
+    seg_first: Signal
+    seg_last: Signal
+    seg_len: Signal
+    seg_psn: Signal
+    psn_out: Value
+    ev_index: Signal
+    ev_choice: object  # EvChoice
+    emit_go: Signal
+    wqe_we: Signal
+    psn_advance: Signal
+
+
+def window_park(c: SeqContext):
+    """In FETCH or OFFSET, the CHECK before found the window full: park the QP
+    and go back to IDLE. An unpark from the cycle before LOAD to CHECK leaves
+    the QP unparked, and one in this cycle clears win_blocked after this
+    (``QpFlags.apply_writes``)."""
+    m, w = c.m, c.window
+    with m.If(~w.hit & ~w.clear_r.bit_select(c.cur_q, 1)):
+        m.d.sync += c.flags.win_blocked.bit_select(c.cur_q, 1).eq(1)
+    c.fsm.next = "IDLE"
+
+
+def window_states(c: SeqContext):
+    """LOAD and CHECK: the window check's first two cycles, and the WQE to
+    fetch."""
+    m, fsm, w, q = c.m, c.fsm, c.window, c.cur_q
+    with fsm.State("LOAD"):
+        m.d.sync += [
+            w.inflight_r.eq(c.psns.inflight),
+            w.hit.eq(w.clear_r.bit_select(q, 1)),
+        ]
+        fsm.next = "CHECK"
+
+    with fsm.State("CHECK"):
+        m.d.sync += [
+            w.over_r.eq(w.over),
+            w.hit.eq(w.hit | w.clear_r.bit_select(q, 1)),
+        ]
+        # the WQE to fetch, loaded whatever the branch (the state's flip-flop
+        # is the enable): only FETCH and PARSE, after a fetch, read it
+        m.d.sync += [c.fetch_index.eq(c.cur_ci), c.fetch_slot.eq(c.cur_ci & c.ring_mask)]
+        with m.If(~c.flags.enable.bit_select(q, 1)):
+            fsm.next = "IDLE"
+        with m.Elif(~c.flags.wqe_active.bit_select(q, 1)):
+            fsm.next = "FETCH"
+        with m.Else():
+            fsm.next = "OFFSET"
+
+
+def retx_states(c: SeqContext):
+    """RETX_CHECK, RETX_COMPARE, RETX_RECORD: a retransmit's PSN is in flight
+    (else counted in retx_ignored), its in-flight record, its WQE to fetch."""
+    m, fsm = c.m, c.fsm
+    with fsm.State("RETX_CHECK"):
+        # the PSN's offset from una_psn and the PSNs in flight are registered
+        # here and compared in RETX_COMPARE: two subtractions behind a
+        # per-QP mux (or, up to ACK_PER_QP_QPS QPs, per QP and then the
+        # mux), then a compare, is too deep for one cycle
+        m.d.sync += [
+            c.psn_off_r.eq(c.psns.psn_offset),
+            c.window.inflight_r.eq(c.psns.inflight),
+        ]
+        fsm.next = "RETX_COMPARE"
+
+    with fsm.State("RETX_COMPARE"):
+        # registered: the compare is not in front of the next-state logic
+        m.d.sync += c.retx_in_flight.eq(
+            c.retx_qpn_ok & c.flags.enable.bit_select(c.cur_q, 1)
+            & (c.psn_off_r < c.window.inflight_r)
+        )
+        # The PSN's record, read at the address registered in RETX_CHECK
+        # (no EMIT, the in-flight table's only writer, until the next
+        # IDLE), is registered here and its WQE's slot computed from the
+        # register in RETX_RECORD: the LUT-RAM read (its address net to
+        # every RAM slice) is not in front of fetch_slot's mask and mux
+        # (docs/timing.md#tx-sequencer). Loaded whatever
+        # the branch, as in CHECK: a retransmit's fields are only read
+        # after the FETCH that follows.
+        m.d.sync += c.rec.eq(c.infl_r.data)
+        fsm.next = "RETX_RECORD"
+
+    with fsm.State("RETX_RECORD"):
+        # loaded whatever the branch, as in CHECK: they are only read after
+        # the FETCH that follows
+        m.d.sync += [
+            c.fetch_index.eq(c.rec.wqe_index),
+            c.fetch_slot.eq(c.rec.wqe_index & c.ring_mask),
+        ]
+        with m.If(c.retx_in_flight):
+            fsm.next = "FETCH"
+        with m.Else():
+            m.d.sync += c.retx_ignored.eq(c.retx_ignored + 1)
+            fsm.next = "IDLE"
+
+
+def fetch_request_states(c: SeqContext):
+    """FETCH and FETCH_REQ: the WQE's address registered, then presented."""
+    m, fsm = c.m, c.fsm
+    with fsm.State("FETCH"):
+        m.d.sync += c.wqe_addr.eq(c.sq_base + (c.fetch_slot << 6))
+        with m.If(c.window.full):
+            window_park(c)
+        with m.Else():
+            m.d.sync += c.wqe_valid.eq(1)
+            fsm.next = "FETCH_REQ"
+
+    with fsm.State("FETCH_REQ"):
+        with m.If(c.seq.wqe_req.ready):
+            m.d.sync += [c.wqe_valid.eq(0), c.fetch_beat.eq(0)]
+            fsm.next = "FETCH_DATA"
+
+
+def fetch_states(c: SeqContext):
+    """FETCH_DATA and PARSE: the WQE's beats (loaded into ``cur`` by
+    WqeLoader); a new WQE is consumed (ci moves on, the QP's WQE is part
+    sent)."""
+    m, fsm, seq = c.m, c.fsm, c.seq
+    with fsm.State("FETCH_DATA"):
+        m.d.comb += seq.wqe_data.ready.eq(1)
+        with m.If(seq.wqe_data.valid):
+            m.d.sync += c.fetch_beat.eq(c.fetch_beat + 1)
+            with m.If(seq.wqe_data.payload.last):
+                fsm.next = "PARSE"
+
+    with fsm.State("PARSE"):
+        # (cur's wqe_index and pkt_index are set in WqeLoader)
+        with m.If(~c.retx_mode):
+            m.d.sync += [
+                c.flags.ci[c.cur_q].eq(c.cur_ci + 1),
+                c.flags.wqe_active.bit_select(c.cur_q, 1).eq(1),
+            ]
+        fsm.next = "OFFSET"
+
+
+def packet_states(c: SeqContext):
+    """OFFSET, OP_ERR, SEGMENT, EV_VALUE, EMIT: room downstream, the packet
+    cut from the WQE, its EV and PSN, and the emit (or the QP parked for an
+    EV or its max_wimm, or an unknown opcode's op_err record)."""
+    m, fsm, seq, q, flags, cur = c.m, c.fsm, c.seq, c.cur_q, c.flags, c.cur
+    with fsm.State("OFFSET"):
+        # Wait for room downstream *before* choosing the EV, so that a
+        # packet is committed 2 cycles after its EV was chosen and an
+        # EV state change binds every packet chosen after it.
+        m.d.sync += c.offset.eq(Cat(Const(0, 8), cur.pkt_index) << c.mtu_shift)
+        m.d.sync += c.wimm_hold.eq(~c.retx_mode & cur.with_imm & (cur.pkt_index == 0)
+                                   & seq.wimm.at_bound.bit_select(q, 1))
+        with m.If(c.window.full):
+            window_park(c)
+        with m.Elif(c.op_bad):
+            fsm.next = "OP_ERR"
+        with m.Elif(c.readies):
+            fsm.next = "SEGMENT"
+
+    with fsm.State("OP_ERR"):
+        # a WQE with an unknown opcode (fetched, consumed in PARSE): no packet, one
+        # sent record with op_err = 1 (reliability completes it LOC_QP_OP_ERR once
+        # the QP's PSNs in flight are done, and puts the QP in ERROR); the QP takes
+        # no new work until its qp_ctrl is written
+        with m.If(seq.sent.ready):
+            m.d.sync += [
+                flags.wqe_active.bit_select(q, 1).eq(0),
+                flags.op_halt.bit_select(q, 1).eq(1),
+            ]
+            fsm.next = "IDLE"
+
+    with fsm.State("SEGMENT"):
+        # the bytes left and the MTU are registered here and the
+        # packet cut in EV_VALUE: a subtraction and a compare in one
+        # cycle each
+        m.d.sync += [
+            c.seg_rest.eq(cur.length - c.offset),
+            c.seg_mtu.eq(c.mtu),
+            c.seg_first.eq(cur.pkt_index == 0),
+            c.seg_psn.eq(c.psn_out),
+            c.ev_index.eq(c.ev_choice.index),
+        ]
+        with m.If(~c.retx_mode):
+            m.d.sync += flags.wimm_park.bit_select(q, 1).eq(c.wimm_hold)
+        with m.If(c.wimm_hold):
+            # park the QP at its max_wimm, keeping its WQE (written back the
+            # next cycle, as below) until it is below its bound again
+            m.d.sync += c.wqe_we.eq(1)
+            fsm.next = "IDLE"
+        with m.Elif(c.ev_choice.found):
+            fsm.next = "EV_VALUE"
+        with m.Elif(c.retx_mode):
+            m.d.sync += c.retx_no_ev_inc.eq(1)
+            fsm.next = "IDLE"
+        with m.Else():
+            # park the QP, keeping its WQE (written back the next cycle,
+            # when cur and cur_q are still this QP's), until one of its
+            # EVs is GOOD
+            m.d.sync += [c.wqe_we.eq(1), flags.ev_blocked.bit_select(q, 1).eq(1)]
+            fsm.next = "IDLE"
+
+    with fsm.State("EV_VALUE"):
+        mtu_bits = len(c.mtu)
+        last = (c.seg_rest[mtu_bits:] == 0) & ~(c.seg_mtu < c.seg_rest[:mtu_bits])
+        m.d.sync += [
+            c.seg_last.eq(last),
+            c.seg_len.eq(Mux(last, c.seg_rest, c.seg_mtu)),
+            c.emit_go.eq(c.readies),
+            c.wqe_we.eq(c.readies & ~c.retx_mode),
+        ]
+        fsm.next = "EMIT"
+
+    with fsm.State("EMIT"):
+        with m.If(c.emit_go):
+            m.d.sync += flags.ev_cursor[q].eq(c.ev_index)
+            with m.If(~c.retx_mode):
+                m.d.comb += c.psn_advance.eq(1)
+                m.d.sync += flags.wqe_active.bit_select(q, 1).eq(~c.seg_last)
+            fsm.next = "IDLE"
+        with m.Else():
+            # no room yet: send in the cycle after the readies are seen
+            m.d.sync += [c.emit_go.eq(c.readies), c.wqe_we.eq(c.readies & ~c.retx_mode)]
