@@ -55,6 +55,7 @@ __all__ = [
     "qp_record",
 ]
 
+
 class ReliabilityCore(wiring.Component):
     """Per-QP ACK/SACK/NAK processing, retransmit decisions, EV health and window.
 
