@@ -15,6 +15,7 @@ def ack_states(ctx):
     m, adv, W, fsm, wbits, adv_raw = ctx.m, ctx.adv, ctx.W, ctx.fsm, ctx.wbits, ctx.adv_raw
     a_cum_next, cur, st, count, infl = ctx.a_cum_next, ctx.cur, ctx.st, ctx.count, ctx.infl
     walk_kind = ctx.walk_kind
+
     # ---- ACK / NAK ------------------------------------------------------------
     adv_below = Signal(W)
     with fsm.State("ACK"):

@@ -16,6 +16,7 @@ def cwnd_states(ctx):
     fsm, progress, a_fatal, count = ctx.fsm, ctx.progress, ctx.a_fatal, ctx.count
     want_arm, want_disarm, flush_status = ctx.want_arm, ctx.want_disarm, ctx.flush_status
     a_inv, una0, cwnd_chg, cwnd0 = ctx.a_inv, ctx.una0, ctx.cwnd_chg, ctx.cwnd0
+
     # ---- congestion window ---------------------------------------------------------
     # over six cycles (hw/reliability/cwnd.py, CwndUnit): CC starts the step from
     # the working copy (RTT and recovery tests, the trimmed window), CC_STEP and

@@ -11,6 +11,7 @@ def command_states(ctx):
     m, fsm, cmd, cur, r_cpl, ev_old = ctx.m, ctx.fsm, ctx.cmd, ctx.cur, ctx.r_cpl, ctx.ev_old
     r_evu, ev_idx, c_old, push_ev, count = ctx.r_evu, ctx.ev_idx, ctx.c_old, ctx.push_ev, ctx.count
     flush_status, push_cpl, want_disarm = ctx.flush_status, ctx.push_cpl, ctx.want_disarm
+
     # ---- controller commands ------------------------------------------------------
     # the command decoded against the record first (registered in CMD_DEC)
     c_ev_good = Signal()
@@ -86,6 +87,7 @@ def command_entry(ctx):
     """CMD's reset and RTS entry of the working copy."""
     m, reset_go, rts_go, clear_go, cur = ctx.m, ctx.reset_go, ctx.rts_go, ctx.clear_go, ctx.cur
     Rec, sq_end, cwnd_clamped = ctx.Rec, ctx.sq_end, ctx.cwnd_clamped
+
     # ---- CMD's reset and RTS entry of the working copy ---------------------------------
     # last, as the outermost muxes of the bits they clear (flip-flop resets),
     # each field under one flag (reset_go, rts_go, clear_go: above): a reset

@@ -22,6 +22,7 @@ def datapath(ctx):
     want_disarm, rec_wr, arm_req, f_ack = ctx.want_disarm, ctx.rec_wr, ctx.arm_req, ctx.f_ack
     f_cwnd, f_qps, una_chg, una0 = ctx.f_cwnd, ctx.f_qps, ctx.una_chg, ctx.una0
     cwnd_chg, cwnd0, state_chg, state0 = ctx.cwnd_chg, ctx.cwnd0, ctx.state_chg, ctx.state0
+
     # The input IDLE takes is chosen the cycle before (hw/reliability/intake.py:
     # ``take``, one-hot by priority; none: IDLE waits), with the QP to read at
     # (``rd_q``): the record, its configuration and the producer index are read for

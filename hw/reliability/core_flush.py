@@ -15,6 +15,7 @@ def timeout_flush_states(ctx):
     sq_end, sq_pi, pi_ahead, sent_ahead = ctx.sq_end, ctx.sq_pi, ctx.pi_ahead, ctx.sent_ahead
     r_cpl, push_cpl, state_chg, state0 = ctx.r_cpl, ctx.push_cpl, ctx.state_chg, ctx.state0
     want_disarm = ctx.want_disarm
+
     # ---- retransmit timer expired ------------------------------------------------
     with fsm.State("TIMEOUT"):
         retries_new = Signal(5)

@@ -48,6 +48,7 @@ def intake_states(ctx):
     cur, cfg, una0, cwnd0, state0 = ctx.cur, ctx.cfg, ctx.una0, ctx.cwnd0, ctx.state0
     sq_pi_rd, pi_ahead, sent_ahead, wbits = ctx.sq_pi_rd, ctx.pi_ahead, ctx.sent_ahead, ctx.wbits
     flush_status = ctx.flush_status
+
     # after reset: every QP record to RESET, every timer disarmed; q counts the QPs
     # and the working copy holds its reset value (the RESET record, timer disarmed)
     with fsm.State("CLEAR"):
@@ -186,6 +187,7 @@ def write_back_states(ctx):
     m, fsm, room_final, arm_v, want_arm = ctx.m, ctx.fsm, ctx.room_final, ctx.arm_v, ctx.want_arm
     want_disarm, f_ack, una_chg, f_cwnd = ctx.want_disarm, ctx.f_ack, ctx.una_chg, ctx.f_cwnd
     cwnd_chg, f_qps, state_chg = ctx.cwnd_chg, ctx.f_qps, ctx.state_chg
+
     # ---- write back ------------------------------------------------------------------
     with fsm.State("SETTLE"):
         fsm.next = "FINAL"

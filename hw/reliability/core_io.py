@@ -17,6 +17,7 @@ from .layouts import EvUpdate, RetxReason, RetxRequest
 def fifos_counters_memories(ctx):
     """The output FIFOs, the event counters, the record and producer-index memories."""
     m, core, Rec, nq = ctx.m, ctx.core, ctx.Rec, ctx.nq
+
     # --- output FIFOs -------------------------------------------------------
     # The wider or deeper ones in block RAM (hw/pipeline.py BlockRamFIFO).
     def out_fifo(name, port, depth, ram_style="distributed"):
@@ -91,6 +92,7 @@ def pushes_and_room(ctx):
     m, core, q, nq, E, P, count = ctx.m, ctx.core, ctx.q, ctx.nq, ctx.E, ctx.P, ctx.count
     f_evu, f_evq, f_retx, f_cpl, cur = ctx.f_evu, ctx.f_evq, ctx.f_retx, ctx.f_cpl, ctx.cur
     cfg, f_ack, f_cwnd, f_qps = ctx.cfg, ctx.f_ack, ctx.f_cwnd, ctx.f_qps
+
     # --- pushes -----------------------------------------------------------------------
     # The FIFOs' data hold a default in every cycle (the values of the walks' pushes,
     # set where those are known); a push sets the enable and what differs from it,

@@ -12,6 +12,7 @@ def probe_states(ctx):
     m, core, fsm, q, ev_idx, ebits = ctx.m, ctx.core, ctx.fsm, ctx.q, ctx.ev_idx, ctx.ebits
     r_evu, a_probe_id, a_probe_ev, ev_old = ctx.r_evu, ctx.a_probe_id, ctx.a_probe_ev, ctx.ev_old
     count, cur, push_ev = ctx.count, ctx.cur, ctx.push_ev
+
     # ---- probe answer ----------------------------------------------------------
     # the room for PROBE_ACT's push is awaited here: nothing is pushed in between
     with fsm.State("PROBE_RESP"):
@@ -38,6 +39,7 @@ def sweep_states(ctx):
     """SWEEP and SWEEP_EMIT: a QP's probe requests of a probe round."""
     m, q, st, room, sweep, cur, bad = ctx.m, ctx.q, ctx.st, ctx.room, ctx.sweep, ctx.cur, ctx.bad
     f_probe, count, fsm = ctx.f_probe, ctx.count, ctx.fsm
+
     # ---- probe round: one request per ASSUMED_BAD EV of this QP --------------------
     # SWEEP loads the QP's EVs to probe, SWEEP_EMIT pushes one per cycle with room
     # (3 free entries the cycle before, as for the other FIFOs: the FIFO's write

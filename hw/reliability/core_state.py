@@ -19,6 +19,7 @@ def working_state(ctx):
     """The working copy of the QP's record and the event's registers, with the blocks that read
     them (probe rounds, per-PSN entries, timer deadlines)."""
     m, core, E, Rec, nq, W, wbits = ctx.m, ctx.core, ctx.E, ctx.Rec, ctx.nq, ctx.W, ctx.wbits
+
     # --- working state ------------------------------------------------------------
     # reset to the record CLEAR writes, so that the write port always takes ``out``
     cur = Signal(Rec, init={"fresh": 1})
@@ -159,6 +160,7 @@ def state_machine(ctx):
     m, W, room_final, room_final_d, q = ctx.m, ctx.W, ctx.room_final, ctx.room_final_d, ctx.q
     nq, rec_groups, rec_wr, kind = ctx.nq, ctx.rec_groups, ctx.rec_wr, ctx.kind
     walk_kind, infl_mask, cfg, cur = ctx.walk_kind, ctx.infl_mask, ctx.cfg, ctx.cur
+
     # --- the state machine ------------------------------------------------------------
     # One-hot, one flip-flop per state (hw/pipeline.py OneHotFSM): a state's actions
     # and transitions are gated by its flip-flop rather than by a decode of a binary

@@ -18,6 +18,7 @@ def walk_states(ctx):
     newly, e_retx, rtt_ts, e_ts = ctx.newly, ctx.e_retx, ctx.rtt_ts, ctx.e_ts
     rtt_valid, count, loss_hole, thr_high = ctx.rtt_valid, ctx.count, ctx.loss_hole, ctx.thr_high
     cfg, adv_unsent = ctx.cfg, ctx.adv_unsent
+
     # the walk's per-PSN entry: read in PICK at the PSN it picks, held through LCNT
     # and USE (the read address is pick_off_rd's, pick_off's in PICK)
     m.d.comb += [sent_psns.read_qp.eq(q), sent_psns.read_slot.eq(slot(pick_off_rd)),
@@ -105,6 +106,7 @@ def sent_and_use_actions(ctx):
     off_bit, loss_hole, push_retx, blamed = ctx.off_bit, ctx.loss_hole, ctx.push_retx, ctx.blamed
     drops_inc, loss_inc, bad_ok, push_ev = ctx.drops_inc, ctx.loss_inc, ctx.bad_ok, ctx.push_ev
     to_bad = ctx.to_bad
+
     # ---- SENT's and USE's actions ------------------------------------------------
     # The per-PSN writes are SENT's, made the cycle after it (FINAL or IDLE) from
     # flip-flops (SentPsns), so that the retransmission's window test (a carry
