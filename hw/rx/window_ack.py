@@ -1,5 +1,7 @@
 """The PSN window's ACK reader: the receive bitmap from the expected PSN on,
-and the ACK, NAK or probe-response job built from registers."""
+and the ACK, NAK or probe-response job built from registers (``AckReader``);
+and the engine's states that read the bitmap and send the ACK
+(``ack_states``)."""
 
 from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
@@ -10,7 +12,7 @@ from hw.protocol import Syndrome
 
 from .layouts import AckJob, QpConfig, QpRxState, WindowReq
 
-__all__ = ["AckReader"]
+__all__ = ["AckReader", "ack_states"]
 
 
 class AckReader(wiring.Component):
@@ -128,3 +130,44 @@ class AckReader(wiring.Component):
         with m.If(~ack_valid):
             m.d.sync += ack_job.eq(ack_next)
         return m
+
+
+def ack_states(c):
+    """The ACK/NAK of ``RxPsnWindow``'s state machine (a ``WindowContext``
+    ``c``): read the two bitmap words from the expected PSN on (the states
+    that go to ACK0, CHECK_X, COALESCE and SCAN_X, address the first: they
+    have the QP's final epsn and read no bitmap word), register both (ACK1,
+    ACK2), shift them by whole bytes towards epsn in ACK_SH (``AckReader``),
+    and send the ACK from registers in ACK3, which resets the QP's
+    coalescing state (no logic after the block RAM, and the selection of
+    each bitmap bit in two registered steps). ``AckReader.probe`` is the
+    PROBE state."""
+    m, fsm, cnt, qs, ack_reader = c.m, c.fsm, c.cnt, c.qs, c.ack_reader
+    with fsm.State("ACK0"):
+        m.d.sync += c.bm_word.eq(c.bm_word + 1)
+        fsm.next = "ACK1"
+    with fsm.State("ACK1"):
+        m.d.comb += ack_reader.load_first.eq(1)
+        fsm.next = "ACK2"
+    with fsm.State("ACK2"):
+        m.d.comb += ack_reader.load_second.eq(1)
+        fsm.next = "ACK_SH"
+    with fsm.State("ACK_SH"):
+        fsm.next = "ACK3"
+    with fsm.State("ACK3"):
+        with m.If(~c.win.ack.valid):
+            # (ack_job follows the ACK while ack_valid is clear)
+            m.d.comb += [
+                cnt.acks_sent.eq(ack_reader.is_ack),
+                cnt.naks_sent.eq(~ack_reader.is_ack),
+                ack_reader.send.eq(1),
+            ]
+            m.d.sync += [
+                qs.unacked.eq(0),
+                qs.ece.eq(0),
+                qs.ce_count.eq(0),
+                qs.armed.eq(0),
+            ]
+            fsm.next = "WRITEBACK"
+
+    m.d.comb += ack_reader.probe.eq(c.st.PROBE)

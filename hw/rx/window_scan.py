@@ -1,15 +1,16 @@
 """The PSN window's ACK timer scan: a free-running time, and which QP the
-next scan looks at and whether its coalesced ACK is due."""
+next scan looks at and whether its coalesced ACK is due (``TimerScan``); and
+the engine's states that scan a QP (``scan_states``)."""
 
 from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.protocol import PSN_BITS
+from hw.protocol import PSN_BITS, Syndrome
 
 from .layouts import QpRxState
 
-__all__ = ["TimerScan"]
+__all__ = ["TimerScan", "scan_states"]
 
 # Operations the engine starts between two scans, at most.
 OPS_PER_SCAN = 3
@@ -67,3 +68,23 @@ class TimerScan(wiring.Component):
             passed = ~(self.now - self.row.deadline)[PSN_BITS - 1]
             m.d.sync += self.expired.eq(self.row.armed & passed & (self.row.unacked != 0))
         return m
+
+
+def scan_states(c):
+    """The timer scan of ``RxPsnWindow``'s state machine (a ``WindowContext``
+    ``c``): SCAN_RD (the QP's row arrives), SCAN (``TimerScan`` registers
+    whether its ACK is due) and SCAN_X (send the ACK, or back to IDLE)."""
+    m, fsm = c.m, c.fsm
+    with fsm.State("SCAN_RD"):
+        m.d.sync += c.qs_load.eq(1)
+        fsm.next = "SCAN"
+    with fsm.State("SCAN"):
+        # (scan.expired registers the QP's timer)
+        m.d.sync += c.ack_syn.eq(Syndrome.ACK)  # for the ACK SCAN_X may send
+        fsm.next = "SCAN_X"
+    with fsm.State("SCAN_X"):
+        m.d.sync += c.bm_word.eq(c.widx(c.qs.epsn))  # for ACK0
+        with m.If(c.scan.expired):
+            fsm.next = "ACK0"
+        with m.Else():
+            fsm.next = "IDLE"
