@@ -174,13 +174,7 @@ def check_states(c: WindowContext, k: CheckFlags):
     with fsm.State("CHECK"):
         m.d.sync += k.values
         fsm.next = "CHECK_X"
-    # CHECK_X's transitions sit in one branch per request kind, and the kinds'
-    # flags are registered from rq.kind against distinct constants, so one at
-    # most is set: the transitions exclude each other, which OneHotFSM's check
-    # cannot see across the kinds' separate m.If blocks. The unchecked form
-    # (state/goto) is for this; an m.Elif chain would add the kinds' priority
-    # to the logic.
-    with fsm.state("CHECK_X"):
+    with fsm.State("CHECK_X"):
         m.d.sync += [
             c.bm_word.eq(c.widx(qs.epsn)),  # for ACK0
             place_cmd.addr.eq(rq.va),
@@ -191,65 +185,69 @@ def check_states(c: WindowContext, k: CheckFlags):
             place_cmd.tag.eq(k.slot),
             ack_syn.eq(Syndrome.ACK),
         ]
-        with m.If(chk_kind[ReqKind.DATA]):
-            # The bit is only meaningful inside the window: beyond it the
-            # ring aliases PSNs of the current window.
-            with m.If(d[23] | (inside & (bit_set | flight_hit))):
-                m.d.comb += cnt.duplicate.eq(1)
+        # One branch per request kind; the kinds' flags are registered from
+        # rq.kind against distinct constants, so at most one is set (OneOf: no
+        # priority between the branches).
+        with fsm.OneOf() as when:
+            with when(chk_kind[ReqKind.DATA]):
+                # The bit is only meaningful inside the window: beyond it the
+                # ring aliases PSNs of the current window.
+                with m.If(d[23] | (inside & (bit_set | flight_hit))):
+                    m.d.comb += cnt.duplicate.eq(1)
+                    m.d.sync += place_valid.eq(discard)
+                    fsm.next = "ACK0"
+                with m.Elif(~inside):
+                    m.d.comb += cnt.out_of_window.eq(1)
+                    m.d.sync += place_valid.eq(discard)
+                    fsm.next = "WRITEBACK"
+                with m.Elif(is_last & k.pend_no_room):
+                    m.d.comb += cnt.wimm_full.eq(1)
+                    m.d.sync += place_valid.eq(discard)
+                    fsm.next = "WRITEBACK"
+                with m.Elif(has_imm & k.cq_no_room):
+                    # Not acknowledged until its CQE has a slot: the sender
+                    # resends it (a completion is never lost once acknowledged).
+                    m.d.comb += cnt.cq_full.eq(1)
+                    m.d.sync += place_valid.eq(discard)
+                    fsm.next = "WRITEBACK"
+                with m.Else():
+                    # Accepted: in flight until its B response (the
+                    # tables are written in WRITEBACK, next).
+                    m.d.sync += [
+                        c.accept.eq(1),
+                        c.flight_enter.eq(k.slot_oh),
+                        c.pend_enter.eq(k.pend_oh & is_last.replicate(P)),
+                    ]
+                    m.d.sync += [
+                        place_valid.eq(1),
+                        place_cmd.discard.eq(0),
+                        place_cmd.notify.eq(1),
+                    ]
+                    fsm.next = "WRITEBACK"
+            with when(chk_kind[ReqKind.TRIM]):
                 m.d.sync += place_valid.eq(discard)
-                fsm.goto("ACK0")
-            with m.Elif(~inside):
-                m.d.comb += cnt.out_of_window.eq(1)
+                # Only a trim of a PSN still awaited (inside the window, not
+                # received, not being written) is answered; any other is
+                # stale (late or forged) and changes nothing.
+                with m.If(d[23] | ~inside | bit_set | flight_hit):
+                    m.d.comb += cnt.trim_stale.eq(1)
+                    fsm.next = "WRITEBACK"
+                with m.Elif(cfg.trim_nack):
+                    m.d.comb += cnt.trimmed.eq(1)
+                    m.d.sync += ack_syn.eq(Syndrome.NAK_TRIMMED)
+                    fsm.next = "ACK0"
+                with m.Else():
+                    m.d.comb += cnt.trimmed.eq(1)
+                    fsm.next = "WRITEBACK"
+            with when(chk_kind[ReqKind.NAK]):
+                m.d.sync += [place_valid.eq(discard), ack_syn.eq(rq.syndrome)]
+                fsm.next = "ACK0"
+            with when(chk_kind[ReqKind.PROBE]):
                 m.d.sync += place_valid.eq(discard)
-                fsm.goto("WRITEBACK")
-            with m.Elif(is_last & k.pend_no_room):
-                m.d.comb += cnt.wimm_full.eq(1)
+                fsm.next = "PROBE"
+            with when(k.kind_other):
                 m.d.sync += place_valid.eq(discard)
-                fsm.goto("WRITEBACK")
-            with m.Elif(has_imm & k.cq_no_room):
-                # Not acknowledged until its CQE has a slot: the sender
-                # resends it (a completion is never lost once acknowledged).
-                m.d.comb += cnt.cq_full.eq(1)
-                m.d.sync += place_valid.eq(discard)
-                fsm.goto("WRITEBACK")
-            with m.Else():
-                # Accepted: in flight until its B response (the
-                # tables are written in WRITEBACK, next).
-                m.d.sync += [
-                    c.accept.eq(1),
-                    c.flight_enter.eq(k.slot_oh),
-                    c.pend_enter.eq(k.pend_oh & is_last.replicate(P)),
-                ]
-                m.d.sync += [
-                    place_valid.eq(1),
-                    place_cmd.discard.eq(0),
-                    place_cmd.notify.eq(1),
-                ]
-                fsm.goto("WRITEBACK")
-        with m.If(chk_kind[ReqKind.TRIM]):
-            m.d.sync += place_valid.eq(discard)
-            # Only a trim of a PSN still awaited (inside the window, not
-            # received, not being written) is answered; any other is
-            # stale (late or forged) and changes nothing.
-            with m.If(d[23] | ~inside | bit_set | flight_hit):
-                m.d.comb += cnt.trim_stale.eq(1)
-                fsm.goto("WRITEBACK")
-            with m.Elif(cfg.trim_nack):
-                m.d.comb += cnt.trimmed.eq(1)
-                m.d.sync += ack_syn.eq(Syndrome.NAK_TRIMMED)
-                fsm.goto("ACK0")
-            with m.Else():
-                m.d.comb += cnt.trimmed.eq(1)
-                fsm.goto("WRITEBACK")
-        with m.If(chk_kind[ReqKind.NAK]):
-            m.d.sync += [place_valid.eq(discard), ack_syn.eq(rq.syndrome)]
-            fsm.goto("ACK0")
-        with m.If(chk_kind[ReqKind.PROBE]):
-            m.d.sync += place_valid.eq(discard)
-            fsm.goto("PROBE")
-        with m.If(k.kind_other):
-            m.d.sync += place_valid.eq(discard)
-            fsm.goto("IDLE")
+                fsm.next = "IDLE"
 
     with fsm.State("PROBE"):
         with m.If(~c.win.ack.valid):
