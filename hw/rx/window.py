@@ -302,7 +302,10 @@ class RxPsnWindow(wiring.Component):
             place_cmd=place_cmd, cqe_valid=cqe_valid, cqe_job=cqe_job, cqe_free_q=cqe_free_q,
             ack_syn=ack_syn)
 
-        # ---- the registers each state family reads, driven every cycle
+        # ---- the registers each state family reads, driven every cycle. The
+        # statements below, the builders' included, keep their order: it is
+        # the order of the netlist's processes, so a reordering shows as a
+        # netlist change where there is none.
         chk = check_flags(c)
         check_datapath(c, chk)
         entry_rows(c, chk)
