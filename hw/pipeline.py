@@ -146,9 +146,9 @@ from hw.bits import two_or_more
 from hw.stream import AXIStreamSignature
 
 __all__ = ["AXI4RegisterSlice", "AXIRegisterSlice", "AXIStreamRegister", "BlockRamFIFO",
-           "OneHotFSM", "StreamRegister", "TransitionConflict", "forward_register",
-           "load_in_groups", "one_hot_assertions", "saturating_increment", "skid", "state_copy",
-           "unchecked_read_port"]
+           "OneHotFSM", "StreamRegister", "TransitionConflict", "assertions_enabled",
+           "forward_register", "load_in_groups", "one_hot_assertions", "saturating_increment",
+           "skid", "state_copy", "unchecked_read_port"]
 
 
 # Bits of a skid stage per copy of its valid flags: each copy selects and
@@ -289,6 +289,13 @@ def one_hot_assertions(enable=True):
         yield
     finally:
         _one_hot_assertions.pop()
+
+
+def assertions_enabled():
+    """Whether blocks elaborated now add their simulation ``Assert``s (inside
+    ``one_hot_assertions()``): ``OneHotFSM``'s one-hot check and
+    ``hw.counters.CounterBank``'s pending bound."""
+    return _one_hot_assertions[-1]
 
 
 def _branch_path(m: Module, outer: int):

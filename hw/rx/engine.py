@@ -1,7 +1,7 @@
 """The receive engine: parser, validation, PSN window, placement, completions, ACKs."""
 
 from amaranth.hdl import Module
-from amaranth.lib import data, stream, wiring
+from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out, connect, flipped
 
 from hw.axi import AXI4Signature, check_dma_addr_width
@@ -49,7 +49,8 @@ class RxPipeline(wiring.Component):
     Takes the parser's ``hdr`` and ``payload`` streams (see ``RxParser``), so
     it can be tested on records built from scapy packets without the parser.
     Parameters and ports as ``RxEngine``, with ``hdr``/``payload`` in place of ``s_axis``,
-    plus ``parser_counters`` (In) and ``trim_dscp`` (Out) for the parser.
+    plus ``parser_events`` (In: the parser's counter strobes, ``RxParser.events``)
+    and ``trim_dscp`` (Out) for the parser.
 
     Blocks, in order: ``RxValidator`` (QP/peer/MR checks; peer frames go on
     through ``RxPeerFilter`` to ``peer_ack``) -> ``RxPsnWindow``
@@ -59,7 +60,8 @@ class RxPipeline(wiring.Component):
 
     Latency: a header record reaches the window engine 4 cycles after it is
     taken and its first W beat follows about 7 cycles later (its AW in the
-    same cycle); counters move one cycle after their event. Throughput: one
+    same cycle); a counter includes an event within
+    ``hw.rx.regs.COUNTER_LAG`` cycles (its block-RAM bank). Throughput: one
     payload beat per cycle into ``m_axi`` while ``wready`` allows; per packet
     the validator needs 4 cycles and the window engine about 10, so packets
     with payloads of a few beats are limited by those (docs/rx.md).
@@ -88,7 +90,7 @@ class RxPipeline(wiring.Component):
                 "m_axi": Out(AXI4Signature(addr_width, data_width, AXI_ID_WIDTH)),
                 "m_axis_ack": Out(AXIStreamSignature(data_width)),
                 "peer_ack": Out(stream.Signature(ParsedHeader(sack_bits))),
-                "parser_counters": In(data.ArrayLayout(32, len(PARSER_COUNTERS))),
+                "parser_events": In(len(PARSER_COUNTERS)),
                 "trim_dscp": Out(6, init=0x3F),
             }
         )
@@ -146,7 +148,7 @@ class RxPipeline(wiring.Component):
             val.own_ip.eq(regs.own_ip),
             ackgen.own_ip.eq(regs.own_ip),
             ackgen.own_mac.eq(regs.own_mac),
-            regs.parser_counters.eq(self.parser_counters),
+            regs.parser_events.eq(self.parser_events),
             self.trim_dscp.eq(regs.trim_dscp),
         ]
         connect(m, flipped(self.csr), regs.csr)
@@ -252,6 +254,5 @@ class RxEngine(wiring.Component):
         connect(m, flipped(self.m_axis_ack), pipe.m_axis_ack)
         connect(m, flipped(self.peer_ack), pipe.peer_ack)
         m.d.comb += parser.trim_dscp.eq(pipe.trim_dscp)
-        for i, name in enumerate(PARSER_COUNTERS):
-            m.d.comb += pipe.parser_counters[i].eq(getattr(parser.counters, name))
+        m.d.comb += pipe.parser_events.eq(parser.events)
         return m

@@ -10,7 +10,6 @@ from ..protocol import PSN_BITS, CqeStatus, QpState
 __all__ = [
     "COUNTER_NAMES",
     "ParsedHeader",
-    "ParserCounters",
     "ParserRecord",
     "Verdict",
     "AckJob",
@@ -43,8 +42,6 @@ COUNTER_NAMES = (
     "length_mismatch",
     "bad_icrc",
 )
-
-ParserCounters = data.StructLayout({name: unsigned(32) for name in COUNTER_NAMES})
 
 
 class Verdict(enum.Enum, shape=4):

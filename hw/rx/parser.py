@@ -23,8 +23,10 @@ Interface
               except the last (``last`` = 1, ``keep`` contiguous).
 ``trim_dscp`` In(6): the trim DSCP (0x3F by default); sampled at each
               frame's first beat.
-``counters``  Out(ParserCounters): 32-bit saturating frame counters, one per
-              verdict; every frame increments exactly one.
+``events``    Out(len(COUNTER_NAMES)): one strobe per verdict (bit i of
+              ``COUNTER_NAMES[i]``), a flip-flop; every frame strobes exactly
+              one, for one cycle. The RX registers count them
+              (``RxRegisters``' counter bank, saturating at 2**32 - 1).
 
 Verdicts, first match wins: bad_frame, truncated, not_ipv4, ipv4_options,
 ipv4_checksum, not_roce, unknown_opcode, length_mismatch, bad_icrc, else
@@ -64,11 +66,11 @@ decision waits on a deep network (125 MHz on the ECP5, ~6 LUT levels):
 In the cycle after the last beat, *verdict stage 1* registers each check as a
 flag (and the record); *stage 2* registers the ICRC comparison, the first
 failing check and whether the frame passes; *stage 3* acts on these
-registered bits (stages 2 and 3 and the counters: ``VerdictStages``,
+registered bits (stages 2 and 3 and the counter strobes: ``VerdictStages``,
 parser_verdict.py): an accepted frame commits the FIFO write pointer and pushes
 its record into a header FIFO, a dropped one rolls the write pointer back
 (the next frame writes no payload before then, or, at 512 bits, writes where
-the rollback puts it). The counters move in the cycle after. The header FIFO
+the rollback puts it). The counter strobe comes in the cycle after. The header FIFO
 holds the extension headers (RETH, ImmDt, AETH with SACK, probe), which no
 opcode has two of, as the raw bytes after the BTH and the opcode class (and
 the payload's beat count). The
@@ -93,7 +95,7 @@ complete once the committed frames ahead of it drain.
 Latency: the record of a frame is valid on ``hdr`` 7 cycles after its last
 input beat (3 before the verdict was pipelined, 5 before the record FIFO's
 output register, 6 before its second output register), and its counter
-moves two cycles before; its first payload
+strobe comes three cycles before; its first payload
 beat comes 4 cycles after the record is taken (2 before the output register
 slice, 3 before the read data's register ``frame_q``). Throughput: 1 input
 beat per cycle, no gap between frames, whenever the outputs are not
@@ -128,14 +130,14 @@ from hw.headers import (
 )
 from hw.stream import AXIStreamSignature, Beat
 
-from .layouts import COUNTER_NAMES, ParsedHeader, ParserCounters, Verdict
+from .layouts import COUNTER_NAMES, ParsedHeader, Verdict
 from .parser_checks import FrameLength, IcrcCheck, InputTapSignature, Ipv4Checksum
 from .parser_decode import ClassDecode, LengthCheck, bth_beat
 from .parser_frames import FrameBuffer, PayloadWriter
 from .parser_records import RecordQueue
 from .parser_verdict import VerdictStages
 
-__all__ = ["COUNTER_NAMES", "ParsedHeader", "ParserCounters", "RxParser", "Verdict"]
+__all__ = ["COUNTER_NAMES", "ParsedHeader", "RxParser", "Verdict"]
 
 SUPPORTED_DATA_WIDTHS = (64, 128, 256, 512)
 
@@ -217,7 +219,7 @@ class RxParser(wiring.Component):
                 "hdr": Out(stream.Signature(ParsedHeader(sack_bits))),
                 "payload": Out(stream.Signature(Beat(data_width))),
                 "trim_dscp": In(6, init=0x3F),
-                "counters": Out(ParserCounters),
+                "events": Out(len(COUNTER_NAMES)),
             }
         )
 
@@ -456,7 +458,7 @@ class RxParser(wiring.Component):
             m.d.sync += record_q.eq(record)
 
         # ------------------------------------------------------------------
-        # Verdict stages 2 and 3, and the counters (VerdictStages): the ICRC
+        # Verdict stages 2 and 3, and the counter strobes (VerdictStages): the ICRC
         # comparison and the first failing check; an accepted frame commits its
         # payload and pushes its record, a dropped one rolls the payload writer
         # back (PayloadWriter).
@@ -467,7 +469,7 @@ class RxParser(wiring.Component):
             verdict.v2.eq(v2),
             verdict.crc.eq(crc),
             verdict.residue.eq(crc_residue),
-            self.counters.eq(verdict.counters),
+            self.events.eq(verdict.events),
         ]
         push, v3 = verdict.push, verdict.v3
         m.d.comb += [writer.v3.eq(v3), writer.push.eq(push)]

@@ -1,18 +1,17 @@
-"""The RX parser's verdict stages 2 and 3 and its counters."""
+"""The RX parser's verdict stages 2 and 3 and its counter strobes."""
 
 from amaranth.hdl import Module, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
-from hw.pipeline import saturating_increment
-
-from .layouts import COUNTER_NAMES, ParserCounters, Verdict
+from .layouts import COUNTER_NAMES, Verdict
 
 __all__ = ["VerdictStages"]
 
 
 class VerdictStages(wiring.Component):
-    """Verdict stages 2 and 3 of ``hw.rx.parser.RxParser``, and its counters.
+    """Verdict stages 2 and 3 of ``hw.rx.parser.RxParser``, and its counter
+    strobes.
 
     ``order`` lists the verdicts of the parser's checks, first match wins
     (``Verdict.ACCEPTED`` and ``Verdict.BAD_ICRC`` are decided here).
@@ -22,11 +21,12 @@ class VerdictStages(wiring.Component):
     registered by verdict stage 1, ``v2`` (the cycle after stage 1: the
     flags hold a frame's), ``crc`` and ``residue`` (``IcrcCheck``'s, compared
     in that cycle). Out: ``v3`` (stage 3: the cycle after ``v2``), ``push``
-    (stage 3: the frame is accepted), both flip-flops, and ``counters``
-    (``ParserCounters``: 32-bit saturating counts of the verdicts).
+    (stage 3: the frame is accepted), both flip-flops, and ``events``
+    (flip-flops: bit i, of ``COUNTER_NAMES[i]``, high for one cycle per frame
+    of that verdict; the RX registers' counter bank counts them).
 
     Latency: ``push`` and ``v3`` are high 1 cycle after ``v2``; the frame's
-    counter shows it 3 cycles after ``v2``. Throughput: one frame per cycle.
+    strobe 2 cycles after ``v2``. Throughput: one frame per cycle.
     """
 
     def __init__(self, order):
@@ -40,7 +40,7 @@ class VerdictStages(wiring.Component):
                 "residue": In(32),
                 "v3": Out(1),
                 "push": Out(1),
-                "counters": Out(ParserCounters),
+                "events": Out(len(COUNTER_NAMES)),
             }
         )
 
@@ -90,12 +90,6 @@ class VerdictStages(wiring.Component):
             verdict_oh[Verdict.ACCEPTED.value].eq(push),
         ]
 
-        # The counters move in the cycle after (stage 4).
-        count_inc = Signal(len(COUNTER_NAMES))
-        m.d.sync += count_inc.eq(verdict_oh)
-        counters = Signal(ParserCounters)
-        m.d.comb += self.counters.eq(counters)
-        for i, name in enumerate(COUNTER_NAMES):
-            count = counters[name]
-            saturating_increment(m, count, count_inc[i])
+        # The strobes, registered (stage 4).
+        m.d.sync += self.events.eq(verdict_oh)
         return m

@@ -9,6 +9,8 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
+from hw.bits import greater_than_const
+from hw.counters import CounterBank
 from hw.csr import (
     READ_GROUP_BITS,
     CSRBusSignature,
@@ -24,7 +26,8 @@ from .peer_filter import PEER_FILTER_COUNTERS
 from .validate import VALIDATOR_COUNTERS, MrEntry
 from .window import WINDOW_COUNTERS
 
-__all__ = ["COUNTERS", "RX_TYPE_ID", "RX_VERSION", "RxRegisters", "rx_register_map"]
+__all__ = ["COUNTERS", "COUNTER_LAG", "RX_TYPE_ID", "RX_VERSION", "RxRegisters",
+           "rx_register_map"]
 
 RX_TYPE_ID = 0x0003
 RX_VERSION = 1
@@ -73,6 +76,13 @@ QP_STRIDE = 0x40
 MR_BASE = 0x400
 MR_STRIDE = 0x20
 COUNTER_BASE = 0x100
+# The counters lie in one aligned slot of 2**COUNTER_SLOT_BITS bytes at
+# COUNTER_BASE, which holds no other register.
+COUNTER_SLOT_BITS = 8
+assert 4 * len(COUNTERS) <= 1 << COUNTER_SLOT_BITS
+# A counter read includes every event strobed at least this many cycles
+# before its r_stb (the bank's address is registered at r_stb).
+COUNTER_LAG = CounterBank.lag(len(COUNTERS)) - 1
 
 # Per-QP registers: (name, offset in the QP block, doc, fields)
 _QP_REGS = (
@@ -207,15 +217,19 @@ class RxRegisters(wiring.Component):
                     effect before every frame checked after it.
     ``mrs``         Out: the MR table.
     ``own_mac``, ``own_ip``, ``trim_dscp``: Out.
-    ``events``      In: one-cycle strobes of the validator and window counters,
-                    registered here: a counter counts an event one cycle
-                    after its strobe.
-    ``parser_counters`` In: the parser's own 32-bit counters.
+    ``events``      In: one-cycle strobes of the validator, window and peer
+                    filter counters (wrapping).
+    ``parser_events`` In: one-cycle strobes of the parser's verdict counters
+                    (saturating).
 
     The per-QP registers live in one memory each (``num_qps`` x 32 bits) read
     by the two lookups (``QP_EPSN`` also by ``init``), and in one more memory
     of every QP block (``num_qps`` x 16 words, one read port) that answers the
-    CSR reads; the MR table and the counters are flip-flops. A write to
+    CSR reads; the MR table is flip-flops. The counters (``COUNTERS``, 32
+    bits, 0 after configuration, read-only) are one ``hw.counters.CounterBank``
+    (a block RAM): each strobe counts exactly once, and a read includes
+    every event strobed at least ``COUNTER_LAG`` cycles before its ``r_stb``
+    (``CounterBank.LAG - 1``). A write to
     ``QP_EPSN`` sets a pending bit for its QP; a pointer visiting one QP per
     cycle offers each pending QP on ``init`` (within ``num_qps + 2`` cycles),
     so back-to-back writes to several QPs are all delivered.
@@ -226,7 +240,8 @@ class RxRegisters(wiring.Component):
 
     Latency: a CSR read answers 3 cycles after ``r_stb`` and returns the
     register as it was the cycle after ``r_stb`` (every write strobed before
-    ``r_stb`` included; a counter's value of that cycle); a lookup answers
+    ``r_stb`` included; a counter as the bank's read of that cycle gives
+    it, above); a lookup answers
     the cycle after its address; a write is decoded and registered at
     ``w_stb`` and takes effect a cycle later, in memory and flip-flop
     registers alike (a lookup addressed two cycles after ``w_stb`` sees it; a
@@ -267,7 +282,7 @@ class RxRegisters(wiring.Component):
                 "own_ip": Out(32),
                 "trim_dscp": Out(6, init=0x3F),
                 "events": In(events),
-                "parser_counters": In(data.ArrayLayout(32, len(PARSER_COUNTERS))),
+                "parser_events": In(len(PARSER_COUNTERS)),
             }
         )
 
@@ -320,19 +335,12 @@ class RxRegisters(wiring.Component):
             plain[base + 0x0C] = (e.rkey, e.rkey)
             plain[base + 0x10] = (Cat(e.access, e.pd), Cat(e.access, e.pd))
 
-        # The strobes come from the validator's and the window's decisions;
-        # registered, they reach the counters' carry chains from a flip-flop.
-        events = Signal.like(self.events)
-        m.d.sync += events.eq(self.events)
-        for i, name in enumerate(COUNTERS):
-            addr = COUNTER_BASE + 4 * i
-            if name.startswith("parser_"):
-                plain[addr] = (self.parser_counters[i], None)
-            else:
-                c = Signal(32, name=f"cnt_{name}")
-                with m.If(getattr(events, name)):
-                    m.d.sync += c.eq(c + 1)
-                plain[addr] = (c, None)
+        # The counters: strobes in COUNTERS order (the parser's first). The
+        # parser's counters saturate, the others wrap.
+        m.submodules.counter_bank = bank = CounterBank(
+            len(COUNTERS), saturate=[n.startswith("parser_") for n in COUNTERS])
+        m.d.comb += bank.strobe.eq(Cat(
+            self.parser_events, *[self.events[n] for n in COUNTERS if not n.startswith("parser_")]))
 
         # Every write, to a flip-flop register (the MR table, own MAC and IP,
         # ...) or to a per-QP memory, is decoded at w_stb into one registered
@@ -467,20 +475,30 @@ class RxRegisters(wiring.Component):
         # too slow (docs/timing.md#rx-registers). Both the registers and the
         # memory are read the cycle after r_stb, when a write strobed before
         # r_stb has landed (RegisteredWrites applies it the cycle after w_stb),
-        # so a read returns it with no bypass. The flip-flop registers lie
-        # below QP_BASE, so a QP-block read matches none of their groups (their
-        # OR is 0).
+        # so a read returns it with no bypass. The counter bank is read the
+        # same way: its address registered at r_stb (the word in the
+        # COUNTER_BASE slot of 2**COUNTER_SLOT_BITS bytes: no subtract), its
+        # word the cycle after. The flip-flop registers lie outside the QP
+        # blocks and the counters' slot, so a read of either matches none of
+        # their groups (their OR is 0).
         flops = read_in_groups(m, bus.addr, bus.r_stb, {
             key_offset(key): value for key, (value, _) in plain.items()})
         from_mem = Signal()  # a QP-block register: the read-back memory's word
         rb_addr = Signal(len(readback_rp.addr))
+        from_bank = Signal()  # a counter: the bank's word
+        bank_addr = Signal(len(bank.rd_addr))
+        in_slot = bus.addr[COUNTER_SLOT_BITS:] == COUNTER_BASE >> COUNTER_SLOT_BITS
+        counter_word = bus.addr[2:COUNTER_SLOT_BITS]
         with m.If(bus.r_stb):
             m.d.sync += [
                 from_mem.eq(in_qp & reduce(operator.or_, [
                     reg_index == offset // 4 for _, offset, _, _ in _QP_REGS])),
                 rb_addr.eq(Cat(reg_index, qp_index)),
+                from_bank.eq(in_slot & ~greater_than_const(counter_word, len(COUNTERS) - 1)),
+                bank_addr.eq(counter_word),
             ]
-        m.d.comb += readback_rp.addr.eq(rb_addr)
-        m.d.sync += rd_value.eq(Mux(from_mem, readback_rp.data, flops))
+        m.d.comb += [readback_rp.addr.eq(rb_addr), bank.rd_addr.eq(bank_addr)]
+        m.d.sync += rd_value.eq(Mux(from_mem, readback_rp.data,
+                                    Mux(from_bank, bank.rd_data, flops)))
         m.d.comb += bus.r_data.eq(rd_value)
         return m

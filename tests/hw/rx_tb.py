@@ -64,7 +64,16 @@ from host_driver.layers import (
 )
 from hw.headers import mtu_code
 from hw.rx.parser import ParsedHeader
-from hw.rx.regs import COUNTER_BASE, COUNTERS, MR_BASE, MR_STRIDE, QP_BASE, QP_STRIDE, RxRegisters
+from hw.rx.regs import (
+    COUNTER_BASE,
+    COUNTER_LAG,
+    COUNTERS,
+    MR_BASE,
+    MR_STRIDE,
+    QP_BASE,
+    QP_STRIDE,
+    RxRegisters,
+)
 from sim.model.packet import NAK_INVALID_REQUEST, length_check, message_extent
 from tests.hw.streams import StreamSink, StreamSource
 
@@ -418,7 +427,7 @@ class RxTB:
         else:  # RxPipeline: parser records and payload beats
             self.hdr = StreamSource(dut, "hdr", rng=self.rng)
             self.payload = StreamSource(dut, "payload", rng=self.rng)
-            dut.parser_counters.value = 0
+            dut.parser_events.value = 0
         self.peer = StreamSink(dut, "peer_ack")
         self.model = RxModel(num_qps=num_qps, sack_bits=sack_bits)
         self.allowed: list[tuple[int, int]] = []
@@ -486,6 +495,10 @@ class RxTB:
         return value
 
     async def counters(self):
+        """Every counter, read after COUNTER_LAG cycles: all events strobed
+        before the call are in."""
+        for _ in range(COUNTER_LAG):
+            await RisingEdge(self.dut.clk)
         return {n: await self.csr_read(COUNTER_BASE + 4 * i) for i, n in enumerate(COUNTERS)}
 
     async def reset_qps(self, num_qps=16):
