@@ -5,6 +5,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from ..bits import index_select
+from ..pipeline import OneHotFSM
 from ..stream import Beat
 from .icrc import count_keep
 from .layouts import MAX_HEADER_BYTES, FrameHeader
@@ -33,11 +34,12 @@ class Framer(wiring.Component):
     beat's end test and keep come from lane masks registered at the end of
     the header, so no payload-dependent path reaches ``hdr.ready``, and a
     TAIL beat's keep is a registered lane mask. The state machine is one-hot
-    (a flip-flop per state, none for IDLE) and the beat out an AND-OR of the
-    states' words: the state that says whether the payload FIFO is read, and
-    which word leaves, is a flip-flop, not a decode. Latency 1 cycle from a
-    valid header to the first beat. Throughput 1 beat/cycle, with no idle
-    cycle between frames when the next header is ready.
+    (``hw.pipeline.OneHotFSM``: a flip-flop per state, none for IDLE) and
+    the beat out an AND-OR of the states' words: the state that says whether
+    the payload FIFO is read, and which word leaves, is a flip-flop, not a
+    decode. Latency 1 cycle from a valid header to the first beat.
+    Throughput 1 beat/cycle, with no idle cycle between frames when the next
+    header is ready.
     """
 
     def __init__(self, data_width: int = 64):
@@ -155,26 +157,46 @@ class Framer(wiring.Component):
             ]
         )
 
-        # The state machine, one-hot by hand: a flip-flop per state but IDLE,
-        # each one's next value a sum of products of the transitions into and
-        # out of it (no priority chain of the states' blocks in front of it).
-        # IDLE is none of them set: it is read in HEADER's next value alone,
-        # and a flip-flop of its own would take the end-of-frame test too.
-        header = Signal()
-        payload = Signal()
-        tail = Signal()
-        idle = ~(header | payload | tail)
+        # The state machine, one-hot (hw.pipeline.OneHotFSM): a flip-flop per
+        # state but IDLE, each one's next value a sum of products of the
+        # transitions into and out of it (no priority chain of the states'
+        # blocks in front of it). IDLE is none of them set: it is read in
+        # HEADER's next value alone, and a flip-flop of its own would take the
+        # end-of-frame test too. The spelling of the transitions sets the
+        # netlist that synthesis maps: a change of it is checked with
+        # ``python -m hw.board.depth --synth tx`` (LUT4/PFUMX counts, depth).
+        fsm = OneHotFSM(m, ("IDLE", "HEADER", "PAYLOAD", "TAIL"), "IDLE", "state",
+                        implicit="IDLE", sum_of_products=True)
+        header, payload, tail = (fsm.ongoing(n) for n in ("HEADER", "PAYLOAD", "TAIL"))
         next_hdr = hdr_full | self.hdr.valid  # a header loaded or arriving now
         last_head = beat == head_beats - 1
         hdr_end = header & self.o.ready & last_head  # the header's last beat leaves
         pay_end = payload & self.payload.valid & self.o.ready & pay.last
-        # the frame's last beat leaves: the next header, if any, starts at once
-        done = (pay_end & fits) | (tail & self.o.ready)
-        m.d.sync += [
-            header.eq((header & ~hdr_end) | ((idle | done) & next_hdr)),
-            payload.eq((payload & ~pay_end) | (hdr_end & ~no_pay)),
-            tail.eq((tail & ~self.o.ready) | (hdr_end & no_pay) | (pay_end & ~fits)),
-        ]
+        with fsm.State("IDLE"):
+            with m.If(next_hdr):
+                fsm.next = "HEADER"
+        with fsm.State("HEADER"):
+            with m.If(hdr_end):
+                with m.If(no_pay):
+                    fsm.next = "TAIL"
+                with m.Else():
+                    fsm.next = "PAYLOAD"
+        # the frame's last beat leaves (PAYLOAD's if it fits, TAIL's): the next
+        # header, if any, starts at once
+        with fsm.State("PAYLOAD"):
+            with m.If(pay_end):
+                with m.If(fits):
+                    with m.If(next_hdr):
+                        fsm.next = "HEADER"
+                    with m.Else():
+                        fsm.next = "IDLE"
+                with m.Else():
+                    fsm.next = "TAIL"
+        with fsm.State("TAIL"):
+            with m.If(self.o.ready & next_hdr):
+                fsm.next = "HEADER"
+            with m.Elif(self.o.ready):
+                fsm.next = "IDLE"
 
         # The beat out, an AND-OR of the states' words (one state flip-flop
         # is set): HEADER sends the header bytes, PAYLOAD ``acc`` and the
