@@ -72,7 +72,7 @@ class ReliabilityCore(wiring.Component):
     SENT, from registers), a timer
     write reaches ``timer_arm`` 4 cycles after the write-back (with
     the deadline of the write-back cycle), an EV update and an EV event reach their
-    FIFOs the cycle after the step that makes them, counters move the cycle after
+    FIFOs the cycle after the step that makes them, counter strobes come the cycle after
     their event (the ACK count the cycle after WALK, a sent record's dropped in SENT 2 cycles
     after SENT), and the core waits for 3 free entries in an output FIFO (registered)
     rather than 1 (a command or probe answer that pushes waits for it before it acts).
@@ -122,7 +122,9 @@ class ReliabilityCore(wiring.Component):
                       per-QP ``RelConfig`` and the EV values.
     ``rec_addr``/``rec_data``: a read port on the QP records for the CSR block.
     ``params``        In(GlobalParams); ``now``: the timer's cycle counter.
-    ``counters``      Out: saturating 32-bit event counters (``CORE_COUNTERS``).
+    ``counter_strobes`` Out: one flip-flop per event counter (``CORE_COUNTERS``),
+                      high for one cycle per event; ``ReliabilityEngine``'s
+                      counter bank counts them.
     ``probe_round``   Out(24): the number of the probe round being sent or last sent
                       (every probe of a round carries it as ``probe_id`` >> 8; it
                       moves one cycle after ``probe_tick``), for ``ProbeReplyCheck``.
@@ -162,7 +164,7 @@ class ReliabilityCore(wiring.Component):
                 "rec_data": Out(self.rec_layout),
                 "params": In(GlobalParams),
                 "now": In(DEADLINE_BITS),
-                "counters": Out(data.StructLayout({n: 32 for n in CORE_COUNTERS})),
+                "counter_strobes": Out(data.StructLayout({n: 1 for n in CORE_COUNTERS})),
                 "probe_round": Out(24),
                 "probe_sweeping": Out(1),
             }

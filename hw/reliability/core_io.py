@@ -6,7 +6,7 @@ from amaranth.hdl import Cat, Const, Signal
 from amaranth.lib.memory import Memory
 
 from hw.headers import Opcode
-from hw.pipeline import BlockRamFIFO, saturating_increment
+from hw.pipeline import BlockRamFIFO
 
 from .completion import CompletionRequest
 from .core_layouts import CORE_COUNTERS, EvEvent
@@ -41,14 +41,10 @@ def fifos_counters_memories(ctx):
     f_evq = out_fifo("event_fifo", core.event, 32, "block")
 
     # --- counters -------------------------------------------------------------
-    # the event's strobe is registered first: a counter moves the cycle after its
-    # event (its increment and saturation check then start from flip-flops)
+    # the event's strobe, registered: the engine's counter bank counts it
     pulse = {n: Signal(name=f"cnt_{n}") for n in CORE_COUNTERS}
     for n in CORE_COUNTERS:
-        c = core.counters[n]
-        pulse_q = Signal(name=f"cnt_{n}_q")
-        m.d.sync += pulse_q.eq(pulse[n])
-        saturating_increment(m, c, pulse_q)
+        m.d.sync += core.counter_strobes[n].eq(pulse[n])
 
     def count(name):
         m.d.comb += pulse[name].eq(1)

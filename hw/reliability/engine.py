@@ -17,10 +17,11 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hw.axi import AXI4Signature, check_dma_addr_width
-from hw.bits import one_hot_select
+from hw.bits import greater_than_const, one_hot_select
+from hw.counters import CounterBank
 from hw.csr import CSRBusSignature, RegisteredWrites, grouped_read
 from hw.headers import sack_bitmap
-from hw.pipeline import AXIStreamRegister, saturating_increment
+from hw.pipeline import AXIStreamRegister
 from hw.rx.parser import ParsedHeader
 from hw.stream import AXIStreamSignature, check_data_width
 
@@ -46,6 +47,7 @@ from .probe import NetConfig, ProbeBuilder, ProbeReplyCheck
 from .registers import (
     COUNTER_BASE,
     COUNTER_NAMES,
+    COUNTER_SLOT_BITS,
     EV_BASE,
     GLOBAL_OFFSETS,
     QP_BASE,
@@ -390,14 +392,18 @@ class ReliabilityEngine(wiring.Component):
         # --- counters and events ---------------------------------------------------------------
         top_counts = {"cmds_lost": cmds_lost, "cqes": cpl.cqe_done, "dma_errors": cpl.dma_error,
                       "probes_stale": pcheck.stale}
-        top_counters = {}
-        for name, pulse in top_counts.items():
-            cnt = Signal(32, name=f"cnt_{name}")
-            saturating_increment(m, cnt, pulse)
-            top_counters[name] = cnt
-
-        def counter(name):
-            return top_counters[name] if name in top_counters else core.counters[name]
+        # One saturating counter bank (a block RAM) for every counter: the core's
+        # strobes are flip-flops, the engine's are registered here.
+        strobes = []
+        for name in COUNTER_NAMES:
+            if name in top_counts:
+                strobe = Signal(name=f"cnt_{name}")
+                m.d.sync += strobe.eq(top_counts[name])
+                strobes.append(strobe)
+            else:
+                strobes.append(core.counter_strobes[name])
+        m.submodules.counter_bank = bank = CounterBank(len(COUNTER_NAMES), saturate=True)
+        m.d.comb += bank.strobe.eq(Cat(strobes))
 
         cpl_flag = Signal()
         # The EV event queue's head and valid flag registered every cycle: the head is
@@ -417,6 +423,11 @@ class ReliabilityEngine(wiring.Component):
         # a flip-flop, not with a decode of a word index (a wide fan-out).
         r_qp_word = Signal(len(QP_WORDS))
         r_ev_entry = Signal()
+        # A counter: the bank is read at r_stb (its address the word in the
+        # COUNTER_BASE slot, no subtract), its word comes the cycle after.
+        r_counter = Signal()
+        counter_word = addr[2:COUNTER_SLOT_BITS]
+        m.d.comb += bank.rd_addr.eq(counter_word)
         r_ev = Signal(max(1, ebits))
         global_words = {
             G["block_id"]: Const(TYPE_ID | (VERSION << 16), 32),
@@ -428,7 +439,6 @@ class ReliabilityEngine(wiring.Component):
             G["ev_event_qpn"]: Cat(event.qpn, Const(0, 7), event_valid),
             G["ev_event"]: Cat(event.ev_index, event.old, event.new, Const(0, 3),
                                event_valid, event.drops),
-            **{COUNTER_BASE + 4 * i: counter(name) for i, name in enumerate(COUNTER_NAMES)},
         }
         r_global = w.read_after_strobe(m, grouped_read(m, addr, csr.r_stb, global_words))
 
@@ -443,6 +453,8 @@ class ReliabilityEngine(wiring.Component):
         with m.If(csr.r_stb):
             m.d.sync += [
                 r_ev_entry.eq(in_ev),
+                r_counter.eq((addr[COUNTER_SLOT_BITS:] == COUNTER_BASE >> COUNTER_SLOT_BITS)
+                             & ~greater_than_const(counter_word, len(COUNTER_NAMES) - 1)),
                 r_qp_word.eq(Cat(in_qp & (word == k) for k in range(len(QP_WORDS)))),
                 r_ev.eq(ev_idx[: max(1, ebits)]),
             ]
@@ -467,7 +479,8 @@ class ReliabilityEngine(wiring.Component):
         ev_read = Cat(ev_csr.data, rec.ev_state[r_ev] if ebits else rec.ev_state[0])
         # registered: a read answers 2 cycles after r_stb (CSR_READ_LATENCY)
         r_out = Signal(32)
-        m.d.sync += r_out.eq(r_global | qp_read | Mux(r_ev_entry, ev_read, 0))
+        m.d.sync += r_out.eq(r_global | qp_read | Mux(r_ev_entry, ev_read, 0)
+                             | Mux(r_counter, bank.rd_data, 0))
         m.d.comb += csr.r_data.eq(r_out)
         return m
 

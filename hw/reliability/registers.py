@@ -1,10 +1,13 @@
 """Register map of the reliability block (type 0x0004): one description for the
 decode logic in ``engine.py``, the tests and docs/reliability.md."""
 
+from hw.counters import CounterBank
 from hw.csr import RegisterMap
 
 __all__ = [
+    "COUNTER_LAG",
     "COUNTER_NAMES",
+    "COUNTER_SLOT_BITS",
     "EV_BASE",
     "QP_BASE",
     "QP_STRIDE",
@@ -65,6 +68,13 @@ COUNTER_NAMES = (
     "probes_stale",
     "naks_trim_repeat",
 )
+# The counters lie in one aligned slot of 2**COUNTER_SLOT_BITS bytes at
+# COUNTER_BASE, which holds no other register.
+COUNTER_SLOT_BITS = 8
+assert 4 * len(COUNTER_NAMES) <= 1 << COUNTER_SLOT_BITS
+# The counters are one hw.counters.CounterBank read at r_stb: a read includes
+# every event strobed at least this many cycles before its r_stb.
+COUNTER_LAG = CounterBank.lag(len(COUNTER_NAMES))
 
 COUNTER_DOCS = {
     "acks": "ACK/NAK records processed for a QP in RTS",

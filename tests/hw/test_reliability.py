@@ -147,8 +147,11 @@ class TB:
         return await self.axil.read_dword(RMAP[name].addr(index))
 
     async def counters(self):
-        from hw.reliability.registers import COUNTER_NAMES
+        """Every counter, read after COUNTER_LAG cycles: all events strobed
+        before the call are in."""
+        from hw.reliability.registers import COUNTER_LAG, COUNTER_NAMES
 
+        await ClockCycles(self.dut.clk, COUNTER_LAG)
         return {n: await self.read(f"cnt_{n}") for n in COUNTER_NAMES}
 
     async def setup(self, *, t=12, linear=2, exp=3, min_active=1, sack_thr=3, ev_thr=2,
