@@ -26,9 +26,11 @@ class CounterBank(wiring.Component):
                  Any subset of the counters, in every cycle.
     ``rd_addr``  In(range(n)): the counter to read.
     ``rd_data``  Out(width): that counter, the cycle after ``rd_addr``
-                 (the memory's read port and one LUT: a 2:1 choice with the
-                 word the scanner writes to that address in the cycle of
-                 ``rd_addr``, if it does).
+                 (the memory's read port and a LUT: a choice with the word
+                 the scanner writes to that address in the cycle of
+                 ``rd_addr``, if it does); with ``read_register=True``, that
+                 value registered, 2 cycles after ``rd_addr`` (a flip-flop
+                 output for a deep read multiplexer behind it).
 
     Semantic: every strobe counts exactly once. An event strobed in cycle t
     is in ``rd_data`` for every ``rd_addr`` given in cycle t + ``LAG`` or
@@ -64,7 +66,8 @@ class CounterBank(wiring.Component):
     every cycle, a read every cycle.
     """
 
-    def __init__(self, n, *, width=32, saturate=False, init=None, checks=None):
+    def __init__(self, n, *, width=32, saturate=False, init=None, read_register=False,
+                 checks=None):
         if n < 1:
             raise ValueError(f"CounterBank needs n >= 1 counters, not {n}")
         if isinstance(saturate, bool):
@@ -80,6 +83,7 @@ class CounterBank(wiring.Component):
         self.pending_bits = self.period.bit_length()
         self.LAG = self.lag(n)
         self.checks = checks
+        self.read_register = read_register
         super().__init__({
             "strobe": In(n),
             "rd_addr": In(range(n)),
@@ -170,5 +174,6 @@ class CounterBank(wiring.Component):
             m.d.sync += init_rd.eq(index_select(inits, self.rd_addr))
         else:
             init_rd = Const(0, width)
-        m.d.comb += self.rd_data.eq(Mux(stale, init_rd, Mux(collide, bypass, csr_rp.data)))
+        word = Mux(stale, init_rd, Mux(collide, bypass, csr_rp.data))
+        m.d[("sync" if self.read_register else "comb")] += self.rd_data.eq(word)
         return m

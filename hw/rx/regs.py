@@ -81,8 +81,8 @@ COUNTER_BASE = 0x100
 COUNTER_SLOT_BITS = 8
 assert 4 * len(COUNTERS) <= 1 << COUNTER_SLOT_BITS
 # A counter read includes every event strobed at least this many cycles
-# before its r_stb (the bank's address is registered at r_stb).
-COUNTER_LAG = CounterBank.lag(len(COUNTERS)) - 1
+# before its r_stb (the bank is addressed at r_stb).
+COUNTER_LAG = CounterBank.lag(len(COUNTERS))
 
 # Per-QP registers: (name, offset in the QP block, doc, fields)
 _QP_REGS = (
@@ -338,7 +338,8 @@ class RxRegisters(wiring.Component):
         # The counters: strobes in COUNTERS order (the parser's first). The
         # parser's counters saturate, the others wrap.
         m.submodules.counter_bank = bank = CounterBank(
-            len(COUNTERS), saturate=[n.startswith("parser_") for n in COUNTERS])
+            len(COUNTERS), saturate=[n.startswith("parser_") for n in COUNTERS],
+            read_register=True)
         m.d.comb += bank.strobe.eq(Cat(
             self.parser_events, *[self.events[n] for n in COUNTERS if not n.startswith("parser_")]))
 
@@ -475,10 +476,12 @@ class RxRegisters(wiring.Component):
         # too slow (docs/timing.md#rx-registers). Both the registers and the
         # memory are read the cycle after r_stb, when a write strobed before
         # r_stb has landed (RegisteredWrites applies it the cycle after w_stb),
-        # so a read returns it with no bypass. The counter bank is read the
-        # same way: its address registered at r_stb (the word in the
-        # COUNTER_BASE slot of 2**COUNTER_SLOT_BITS bytes: no subtract), its
-        # word the cycle after. The flip-flop registers lie outside the QP
+        # so a read returns it with no bypass. The counter bank is addressed
+        # at r_stb (the word in the COUNTER_BASE slot of 2**COUNTER_SLOT_BITS
+        # bytes: no subtract) and gives its word from a register 2 cycles
+        # later (read_register: the block RAM's output and the bank's bypass
+        # choice are a path of their own, not in front of the mux below).
+        # The flip-flop registers lie outside the QP
         # blocks and the counters' slot, so a read of either matches none of
         # their groups (their OR is 0).
         flops = read_in_groups(m, bus.addr, bus.r_stb, {
@@ -486,7 +489,6 @@ class RxRegisters(wiring.Component):
         from_mem = Signal()  # a QP-block register: the read-back memory's word
         rb_addr = Signal(len(readback_rp.addr))
         from_bank = Signal()  # a counter: the bank's word
-        bank_addr = Signal(len(bank.rd_addr))
         in_slot = bus.addr[COUNTER_SLOT_BITS:] == COUNTER_BASE >> COUNTER_SLOT_BITS
         counter_word = bus.addr[2:COUNTER_SLOT_BITS]
         with m.If(bus.r_stb):
@@ -495,9 +497,8 @@ class RxRegisters(wiring.Component):
                     reg_index == offset // 4 for _, offset, _, _ in _QP_REGS])),
                 rb_addr.eq(Cat(reg_index, qp_index)),
                 from_bank.eq(in_slot & ~greater_than_const(counter_word, len(COUNTERS) - 1)),
-                bank_addr.eq(counter_word),
             ]
-        m.d.comb += [readback_rp.addr.eq(rb_addr), bank.rd_addr.eq(bank_addr)]
+        m.d.comb += [readback_rp.addr.eq(rb_addr), bank.rd_addr.eq(counter_word)]
         m.d.sync += rd_value.eq(Mux(from_mem, readback_rp.data,
                                     Mux(from_bank, bank.rd_data, flops)))
         m.d.comb += bus.r_data.eq(rd_value)

@@ -58,8 +58,10 @@ def run_bank(bank, strobes, reads, *, reset_at=None):
     m.domains.sync = cd = ClockDomain()
     m.submodules.bank = bank
 
+    asked = []  # (cycle, rd_addr) not answered yet
+
     async def bench(ctx):
-        for r in range(cycles + bank.LAG + n):
+        for r in range(cycles + bank.LAG + n + 1):
             if r == reset_at:
                 ctx.set(cd.rst, 1)
                 ctx.set(bank.strobe, (1 << n) - 1)
@@ -74,10 +76,13 @@ def run_bank(bank, strobes, reads, *, reset_at=None):
             addr = reads[r] if in_run else (r - cycles - bank.LAG) % n
             ctx.set(bank.rd_addr, addr)
             await ctx.tick()
-            got = ctx.get(bank.rd_data)
-            check(r, addr, got)
-            if r >= cycles + bank.LAG:
-                final.append((addr, got))
+            asked.append((r, addr))
+            if len(asked) > bank.read_register:  # the answer of rd_addr of cycle r0
+                r0, addr0 = asked.pop(0)
+                got = ctx.get(bank.rd_data)
+                check(r0, addr0, got)
+                if r0 >= cycles + bank.LAG:
+                    final.append((addr0, got))
 
     sim = Simulator(m)
     sim.add_clock(1e-8)
@@ -99,6 +104,15 @@ def test_random_strobes_and_reads(n):
         strobes.append(sum(1 << i for i in range(n) if rng.random() < density))
         reads.append(rng.randrange(n))
     run_bank(bank, strobes, reads)
+
+
+@pytest.mark.parametrize("n", [5, 40])
+def test_registered_read(n):
+    """``read_register=True``: the same answers, a cycle later."""
+    rng = random.Random(70 + n)
+    bank = CounterBank(n, read_register=True, checks=True)
+    strobes = [rng.getrandbits(n) | 1 for _ in range(700)]
+    run_bank(bank, strobes, [rng.choice((0, rng.randrange(n))) for _ in range(700)])
 
 
 def test_all_counters_every_cycle():
