@@ -226,10 +226,11 @@ class RxRegisters(wiring.Component):
     by the two lookups (``QP_EPSN`` also by ``init``), and in one more memory
     of every QP block (``num_qps`` x 16 words, one read port) that answers the
     CSR reads; the MR table is flip-flops. The counters (``COUNTERS``, 32
-    bits, 0 after configuration, read-only) are one ``hw.counters.CounterBank``
-    (a block RAM): each strobe counts exactly once, and a read includes
-    every event strobed at least ``COUNTER_LAG`` cycles before its ``r_stb``
-    (``CounterBank.LAG - 1``). A write to
+    bits, read-only, 0 after configuration and after reset) are one
+    ``hw.counters.CounterBank`` (a block RAM, addressed at ``r_stb``): each
+    strobe counts exactly once, and a read includes every event strobed at
+    least ``COUNTER_LAG`` (the bank's ``LAG``) cycles before its ``r_stb``.
+    A write to
     ``QP_EPSN`` sets a pending bit for its QP; a pointer visiting one QP per
     cycle offers each pending QP on ``init`` (within ``num_qps + 2`` cycles),
     so back-to-back writes to several QPs are all delivered.
