@@ -114,7 +114,7 @@ def formal_top(harness, inputs):
     m = Module()
     m.domains.sync = cd = ClockDomain("sync", reset_less=True)
     m.submodules.harness = harness
-    return m, [cd.clk, *inputs]
+    return m, [cd.clk, *(Value.cast(i) for i in inputs)]
 
 
 def valid_until_ready(m: Module, valid, ready, payload, *, dut_drives: bool, name: str):
