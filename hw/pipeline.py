@@ -292,11 +292,8 @@ class TransitionConflict(SyntaxError):
 one_hot_assertions = block_invariants
 
 
-def assertions_enabled():
-    """Whether blocks elaborated now add their simulation ``Assert``s (inside
-    ``one_hot_assertions()``): ``OneHotFSM``'s one-hot check and
-    ``hw.counters.CounterBank``'s pending bound."""
-    return _one_hot_assertions[-1]
+# whether blocks elaborated now add their invariants (hw.formal.checking)
+assertions_enabled = checking
 
 
 def _branch_path(m: Module, outer: int):
