@@ -38,6 +38,7 @@ __all__ = ["PROOF_MODULES", "ProofResult", "all_proofs", "main", "run_proof"]
 # The modules that list proofs (a ``PROOFS`` sequence of hw.formal.Proof each).
 PROOF_MODULES = (
     "hw.pipeline_props",
+    "hw.arbiter_props",
 )
 
 _SBY = """\
