@@ -85,7 +85,6 @@
     ``fsm.copy(name, tag)`` is a ``state_copy`` of it named
     ``{fsm name}_{name}_{tag}`` (a flip-flop equal to the state's, the
     enable of one group of a wide register's bits; see ``state_copy``).
-    ``state(name)``/``goto(name)`` are ``State``/``next`` without the check.
     Under ``one_hot_assertions()`` (an alias of
     ``hw.formal.block_invariants``: simulator tests and proofs) every machine
     also asserts, each cycle, that its vector is one-hot.
@@ -345,7 +344,6 @@ class OneHotFSM:
                 raise ValueError(f"OneHotFSM {name!r}: track {n!r} is not one of the states "
                                  f"with a flip-flop {bits}")
         self._init = init
-        self._in = None
         self._checked = None  # (state, control depth of its block) inside State()
         self._taken = {}  # state -> [(target, branch path, source location)]
         self._one_of = {}  # id of a OneOf's If chain -> (the chain, its OneOf)
@@ -419,12 +417,6 @@ class OneHotFSM:
             invariant(m, ~two_or_more(conds),
                       f"OneHotFSM {self._name}: two conditions of one OneOf hold")
 
-    def state(self, name: str):
-        """Opens state ``name``'s block, unchecked: the caller keeps its
-        transitions exclusive (prefer ``State``)."""
-        self._in, self._checked = name, None
-        return self._m.If(self.ongoing(name))
-
     @contextmanager
     def State(self, name: str):
         """Opens state ``name``'s block, as ``m.State``: the transitions
@@ -433,11 +425,11 @@ class OneHotFSM:
             raise SyntaxError(f"OneHotFSM {self._name!r}: State({name!r}) inside "
                               f"State({self._checked[0]!r})")
         with self._m.If(self.ongoing(name)):
-            self._in, self._checked = name, (name, self._m.domain._depth - 1)
+            self._checked = (name, self._m.domain._depth - 1)
             try:
                 yield
             finally:
-                self._in, self._checked = None, None
+                self._checked = None
 
     @property
     def next(self):
@@ -462,30 +454,26 @@ class OneHotFSM:
                     f"bits set (or lose the stay); put the transitions in separate branches of "
                     f"one m.If/m.Elif/m.Else chain or m.Switch")
         self._taken[state].append((name, path, where))
-        self._emit(name)
+        self._emit(state, name)
 
-    def goto(self, name: str):
-        """The transition to ``name`` from the state whose block is open
-        (unchecked; ``next`` is the checked form)."""
-        self._emit(name)
-
-    def _emit(self, name: str):
+    def _emit(self, state: str, name: str):
+        """The transition from ``state`` to ``name``."""
         if name not in self.st.shape().members and name != self._implicit:
             raise ValueError(f"OneHotFSM {self._name!r}: no state {name!r}")
-        if name == self._in:
+        if name == state:
             return
         if name in self._entering:
             self._m.d.comb += self._entering[name].eq(1)
-        if self._in in self._leaving:
-            self._m.d.comb += self._leaving[self._in].eq(1)
+        if state in self._leaving:
+            self._m.d.comb += self._leaving[state].eq(1)
         if self._enter is not None:
-            if self._in != self._implicit:
-                self._m.d.comb += self._leave[self._in].eq(1)
+            if state != self._implicit:
+                self._m.d.comb += self._leave[state].eq(1)
             if name != self._implicit:
                 self._m.d.comb += self._enter[name].eq(1)
             return
-        if self._in != self._implicit:
-            self._m.d.sync += self.st[self._in].eq(0)
+        if state != self._implicit:
+            self._m.d.sync += self.st[state].eq(0)
         if name != self._implicit:
             self._m.d.sync += self.st[name].eq(1)
 

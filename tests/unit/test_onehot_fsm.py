@@ -4,7 +4,8 @@ Else branches, Switch cases, nested); a checked machine runs cycle for cycle
 as the same machine written with ``m.FSM``; ``one_hot_assertions`` makes the
 simulator fail a machine whose vector leaves one-hot; the implicit state;
 ``OneOf`` (exclusive ``when`` blocks, the promise checked in simulation) and
-``track`` (``entering``/``leaving``/``copy`` of a state)."""
+``track`` (``entering``/``leaving``/``copy`` of a state); no unchecked spelling
+(``state``/``goto``) is left."""
 
 import random
 
@@ -207,22 +208,16 @@ def _one_of_body(m, fsm, x, y):
         fsm.next = "A"
 
 
-def _unchecked_double(m, fsm, x, y):
-    # the unchecked spelling lets two transitions fire together (x == 3)
-    with fsm.state("A"):
-        with m.If(x[0]):
-            fsm.goto("B")
-        with m.If(x[1]):
-            fsm.goto("C")
-    with fsm.state("B"):
-        fsm.goto("A")
-    with fsm.state("C"):
-        fsm.goto("A")
+def _broken_one_of(m, fsm, x, y):
+    # _one_of_body with its OneOf's own assertion left out: when its promise is
+    # broken (x == 3 fires both transitions) the vector's assertion sees it
+    with one_hot_assertions(False):
+        _one_of_body(m, fsm, x, y)
 
 
 @pytest.mark.parametrize("double", [False, True])
 @pytest.mark.parametrize("body, message", [
-    (_unchecked_double, "not one-hot"),
+    (_broken_one_of, "not one-hot"),
     # a OneOf's broken promise: its own assertion (before the vector's)
     (_one_of_body, "two conditions of one OneOf hold"),
 ])
@@ -247,7 +242,7 @@ def test_one_hot_assertion_fails_when_two_bits_set(double, body, message):
 
 def test_no_assertion_outside_the_context():
     with one_hot_assertions(False):  # as a netlist is built: no Assert
-        m, fsm, x, y = _machine(_unchecked_double)
+        m, fsm, x, y = _machine(_broken_one_of)
         sim = Simulator(m)
     sim.add_clock(1e-8)
 
@@ -337,3 +332,8 @@ def test_track_entering_leaving_and_copies():
     sim.add_testbench(bench)
     sim.run()
     assert seen == {("A", 0), ("A", 1), ("C", 0), ("C", 1)}
+
+
+def test_only_the_checked_spelling():
+    # every transition goes through ``next`` (checked): no unchecked spelling
+    assert not hasattr(OneHotFSM, "state") and not hasattr(OneHotFSM, "goto")
