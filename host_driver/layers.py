@@ -42,7 +42,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw, bind_layers, split_layers
 
-from hw.protocol import PSN_MASK, ROCE_UDP_PORT, Opcode, Syndrome
+from hw.protocol import PSN_BITS, PSN_MASK, ROCE_UDP_PORT, Opcode, Syndrome
 
 # The wire format's constants: one definition, in hw/protocol.py.
 OP_WRITE_FIRST = Opcode.WRITE_FIRST
@@ -170,7 +170,7 @@ class BTH(Packet):
         BitField("dqpn", 0, 24),
         BitField("ackreq", 0, 1),
         BitField("resv7", 0, 7),
-        BitField("psn", 0, 24),
+        BitField("psn", 0, PSN_BITS),
         FCSField("icrc", None, fmt="!I"),  # same representation as scapy.contrib.roce
     ]
 
@@ -237,9 +237,9 @@ class MRCSack(Packet):
     name = "MRCSack"
     fields_desc = [
         XByteField("resv_a", 0),
-        BitField("cum_psn", 0, 24),
+        BitField("cum_psn", 0, PSN_BITS),
         XByteField("resv_b", 0),
-        BitField("sack_base", 0, 24),
+        BitField("sack_base", 0, PSN_BITS),
         BitEnumField("ece", 0, 1, {0: "no_ce", 1: "ce_seen"}),
         BitField("resv_c", 0, 7),
         ByteField("sack_words", SACK_BITS_DEFAULT // 32),

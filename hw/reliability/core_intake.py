@@ -4,6 +4,7 @@ SENT; SETTLE, FINAL. Builders of ``ReliabilityCore`` (hw/reliability/core_ctx.py
 from amaranth.hdl import Mux
 
 from hw.pipeline import load_in_groups
+from hw.protocol import PSN_BITS
 
 from .core_layouts import (
     EXP_FOREVER,
@@ -121,7 +122,7 @@ def intake_states(ctx):
 
     with fsm.State("LOAD"):
         r = rec_rd_data
-        r_span = (r.nxt - r.una)[:24]
+        r_span = (r.nxt - r.una)[:PSN_BITS]
         rc = core.rel_data
         # this timeout exceeds the limit when the retries already taken (at most
         # linear_cnt + exp_cnt <= 31, the count's saturation) reach it; exp_cnt

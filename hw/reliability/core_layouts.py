@@ -3,6 +3,8 @@ configuration, the global parameters, the controller command and the EV event.""
 
 from amaranth.lib import data
 
+from hw.protocol import PSN_BITS
+
 from .intake import SOURCES
 from .registers import COUNTER_NAMES
 
@@ -61,9 +63,9 @@ def qp_record(window, evs):
             "retries": 5,
             "md_active": 1,
             "delay_high": 1,
-            "una": 24,
-            "nxt": 24,
-            "md_recover": 24,
+            "una": PSN_BITS,
+            "nxt": PSN_BITS,
+            "md_recover": PSN_BITS,
             "wqe_cpl": 16,
             "wqe_sent": 16,
             # TX refused WQE wqe_sent - 1 (unknown opcode): once nothing is in flight it

@@ -7,6 +7,7 @@ from amaranth.lib import wiring
 
 from hw.bits import all_below
 from hw.pipeline import OneHotFSM
+from hw.protocol import PSN_BITS
 
 from .core_layouts import GEN_BITS, RTT_SHIFT, Command, RelConfig
 from .deadline import TimerDeadline
@@ -25,7 +26,7 @@ def working_state(ctx):
     cur = Signal(Rec, init={"fresh": 1})
     cfg = Signal(RelConfig)
     q = Signal(range(nq))
-    una0 = Signal(24)
+    una0 = Signal(PSN_BITS)
     cwnd0 = Signal(16)
     state0 = Signal(3)
     # the end of a flush: the producer index, but never before wqe_sent (also the
@@ -49,11 +50,11 @@ def working_state(ctx):
     a_inv = Signal()
     a_use = Signal()  # an ACK or NAK TRIMMED of a valid QP
     a_probe = Signal()  # a probe response of a valid QP
-    a_psn = Signal(24)
-    a_cum = Signal(24)  # cum_psn
-    a_cum_next = Signal(24)  # cum_psn + 1, registered every cycle (valid from ACK_IN on)
+    a_psn = Signal(PSN_BITS)
+    a_cum = Signal(PSN_BITS)  # cum_psn
+    a_cum_next = Signal(PSN_BITS)  # cum_psn + 1, registered every cycle (valid from ACK_IN on)
     m.d.sync += a_cum_next.eq(a_cum + 1)
-    a_base = Signal(24)
+    a_base = Signal(PSN_BITS)
     a_ece = Signal()
     a_bitmap = Signal(core.sack_bits)
     a_probe_id = Signal(32)
@@ -66,10 +67,10 @@ def working_state(ctx):
     # four bits by priority), so the selects in front of cur are ANDs of flip-flops
     walk_kind = Signal(4)
     walk_mask = Signal(W)
-    walk_psn = Signal(24)  # the PSN in use, una + its offset (set in PICK)
+    walk_psn = Signal(PSN_BITS)  # the PSN in use, una + its offset (set in PICK)
     blamed = Signal(E)
     adv = Signal(range(W + 1))
-    adv_raw = Signal(24)  # cum_psn + 1 - una
+    adv_raw = Signal(PSN_BITS)  # cum_psn + 1 - una
     # the loss walk's test (LCNT): at least sack_threshold SACKed PSNs above the
     # hole, compared on the low bits of the threshold that can hold a count of W (a
     # threshold with a higher bit set, thr_high, registered every cycle from cfg, is
@@ -96,7 +97,7 @@ def working_state(ctx):
     una_chg = Signal()
     cwnd_chg = Signal()
     state_chg = Signal()
-    sent_d = Signal(24)
+    sent_d = Signal(PSN_BITS)
     newly = Signal(range(W + 1))
     rtt_ts = Signal(16)
     rtt_valid = Signal()

@@ -5,6 +5,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.bits import shift_right
+from hw.protocol import PSN_BITS
 
 __all__ = ["CwndUnit"]
 
@@ -56,8 +57,8 @@ class CwndUnit(wiring.Component):
         super().__init__({
             "params": In(layout),
             "now_ts": In(16),
-            "cwnd": In(16), "cwnd_acc": In(24), "md_active": In(1), "md_recover": In(24),
-            "una": In(24), "delay_high": In(1), "newly": In(range(window + 1)),
+            "cwnd": In(16), "cwnd_acc": In(24), "md_active": In(1), "md_recover": In(PSN_BITS),
+            "una": In(PSN_BITS), "delay_high": In(1), "newly": In(range(window + 1)),
             "rtt_ts": In(16), "rtt_valid": In(1), "nak_cut": In(1), "ece": In(1),
             "start": In(1), "update": In(1), "init": In(1),
             "high": Out(1), "new_acc": Out(24), "md_start": Out(1), "md_end": Out(1),
@@ -79,7 +80,7 @@ class CwndUnit(wiring.Component):
         # set in the step's first cycle (start)
         high_q = Signal()      # the RTT is above target (or was, without a sample)
         ai = Signal(16)        # the increase per PSN (a register in front of inc_prod)
-        past = Signal(24)      # una - md_recover
+        past = Signal(PSN_BITS)    # una - md_recover
         base = Signal(17)      # the window the step starts from
         # registered every cycle from base, ai, high_q, past (set in start), newly and
         # the QP's fields (steady until update): valid 2 cycles after start (dec_step,

@@ -6,6 +6,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.bits import below_const, shift_right
+from hw.protocol import PSN_BITS
 
 __all__ = ["SackAlign"]
 
@@ -46,8 +47,9 @@ class SackAlign(wiring.Component):
         self.window, self.sack_bits = window, sack_bits
         wbits = (window - 1).bit_length()
         super().__init__({
-            "una": In(24), "cum_next": In(24), "behind": In(1), "sack_base": In(24),
-            "nak_psn": In(24), "bitmap": In(sack_bits), "infl": In(range(window + 1)),
+            "una": In(PSN_BITS), "cum_next": In(PSN_BITS), "behind": In(1),
+            "sack_base": In(PSN_BITS),
+            "nak_psn": In(PSN_BITS), "bitmap": In(sack_bits), "infl": In(range(window + 1)),
             "capture": In(1),
             "sacked": Out(window), "nak_in": Out(1), "nak_off": Out(max(wbits, 1)),
         })
@@ -68,9 +70,9 @@ class SackAlign(wiring.Component):
         d = {}
         d_high_zero = {}
         for name, una_new in (("una", self.una), ("cum", self.cum_next)):
-            dist[name] = Signal(24, name=f"dist_{name}")
+            dist[name] = Signal(PSN_BITS, name=f"dist_{name}")
             s_in_from[name] = Signal(name=f"s_in_{name}")
-            d[name] = Signal(24, name=f"nak_d_{name}")
+            d[name] = Signal(PSN_BITS, name=f"nak_d_{name}")
             d_high_zero[name] = Signal(name=f"nak_d_high_zero_{name}")
             neg_low = Signal(k, name=f"neg_low_{name}")
             m.d.comb += neg_low.eq(-dist[name][:k])

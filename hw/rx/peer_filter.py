@@ -8,6 +8,7 @@ from amaranth.utils import exact_log2
 
 from hw.headers import Opcode
 from hw.pipeline import OneHotFSM, load_in_groups, state_copy
+from hw.protocol import PSN_BITS
 
 from .first_fail import first_failing
 from .layouts import ParsedHeader, QpConfig, QpState
@@ -87,7 +88,8 @@ class RxPeerFilter(wiring.Component):
             fail["peer_bad_qpn"].eq(h.bth.dqpn >= self.num_qps),
             fail["peer_not_for_us"].eq(h.ip_dst != self.own_ip),
             fail["peer_bad_mac"].eq(h.eth_dst != self.own_mac),
-            fail["peer_bad_sack"].eq(is_ack & (h.sack.sack_base != (h.sack.cum_psn + 1)[:24])),
+            fail["peer_bad_sack"].eq(
+                is_ack & (h.sack.sack_base != (h.sack.cum_psn + 1)[:PSN_BITS])),
         ]
         qp_checks = [
             fail["peer_qp_state"].eq(self.cfg.state != QpState.RTS),

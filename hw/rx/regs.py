@@ -276,7 +276,7 @@ class RxRegisters(wiring.Component):
                 "lookup_b": In(lookup),
                 "lookup_c": In(lookup),
                 "init": Out(stream.Signature(
-                    data.StructLayout({"qp": unsigned(self.qp_bits), "epsn": unsigned(24)}))),
+                    data.StructLayout({"qp": unsigned(self.qp_bits), "epsn": unsigned(PSN_BITS)}))),
                 "init_busy": Out(1),
                 "mrs": Out(data.ArrayLayout(MrEntry(addr_width), num_mrs)),
                 "own_mac": Out(48),

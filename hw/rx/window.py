@@ -9,6 +9,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
 from hw.pipeline import OneHotFSM
+from hw.protocol import PSN_BITS
 
 from .dma import DmaDone, WriteCmd
 from .layouts import MAX_PENDING, AckJob, CqeJob, QpConfig, QpRxState, WindowReq
@@ -185,7 +186,8 @@ class RxPsnWindow(wiring.Component):
                 "cfg": In(QpConfig(addr_width)),
                 "init": In(
                     stream.Signature(
-                        data.StructLayout({"qp": unsigned(self.qp_bits), "epsn": unsigned(24)})
+                        data.StructLayout(
+                            {"qp": unsigned(self.qp_bits), "epsn": unsigned(PSN_BITS)})
                     )
                 ),
                 "init_busy": In(1),

@@ -88,7 +88,7 @@ def check_datapath(c: WindowContext, k: CheckFlags):
     m, win, rq, q_rd, b_rd = c.m, c.win, c.rq, c.q_rd, c.b_rd
     flight, pending, W, lw = c.flight, c.pending, c.W, c.lw
     mpr_psns = Cat(Const(0, 7), win.cfg.mpr)
-    d_c = Signal(24)
+    d_c = Signal(PSN_BITS)
     window_psns_c = Signal(range(win.mpr_max + 1))
     m.d.comb += [
         d_c.eq(rq.psn - q_rd.data.epsn),

@@ -9,6 +9,7 @@ verdict's handshake (``done.ready``) and the release of its in-flight slot.
 from amaranth.hdl import Cat, Mux, Signal
 
 from hw.pipeline import load_in_groups, state_copy
+from hw.protocol import PSN_BITS
 
 from .layouts import QpRxState, ReqKind
 from .window_context import WindowContext
@@ -24,7 +25,7 @@ def start_states(c: WindowContext):
     f_rd_data = flight.read_row
     b_wr, q_wr, lr = c.b_wr, c.q_wr, c.lr
     init_word = Signal(lr + 1)
-    init_epsn = Signal(24, reset_less=True)  # the init's EPSN, loaded in IDLE
+    init_epsn = Signal(PSN_BITS, reset_less=True)  # the init's EPSN, loaded in IDLE
     # INIT is at its last word (a flip-flop, so the QP row's write enable is
     # one from flip-flops, no compare of init_word in front of it)
     init_last = Signal()

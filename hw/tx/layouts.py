@@ -3,6 +3,8 @@
 from amaranth.hdl import unsigned
 from amaranth.lib import data
 
+from hw.protocol import PSN_BITS
+
 # The records TX exchanges with reliability and the WQE's codes: one definition each,
 # in reliability's layouts (which imports nothing of TX).
 from hw.reliability.layouts import (
@@ -58,7 +60,7 @@ def PacketDesc():
             "se": unsigned(1),
             "ackreq": unsigned(1),
             "dqpn": unsigned(24),
-            "psn": unsigned(24),
+            "psn": unsigned(PSN_BITS),
             "va": unsigned(64),
             "rkey": unsigned(32),
             "dma_len": unsigned(32),

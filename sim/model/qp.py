@@ -38,6 +38,7 @@ from .packet import (
     PROBE_REQ,
     PROBE_RESP,
     PROBE_WIRE_LEN,
+    PSN_BITS,
     PSN_MASK,
     Packet,
     ack_wire_len,
@@ -112,7 +113,8 @@ class QpConfig:
         if self.ack_every < 1:
             raise ValueError("ack_every must be >= 1")
         if not 0 <= self.start_psn <= PSN_MASK:
-            raise ValueError("start_psn is 24 bits")
+            raise ValueError(f"start_psn is {PSN_BITS} bits (0..{PSN_MASK:#x}), "
+                             f"not {self.start_psn!r}")
         if self.max_wimm < 1:
             raise ValueError("max_wimm must be >= 1")
 

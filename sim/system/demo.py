@@ -387,7 +387,7 @@ def _recovery(raw, cfg, s, faults, events) -> dict:
         return out
     d, path, t_f = down["direction"], down["path"], down["time_ns"]
     sender = d if d is not None else 0
-    bad = [e for e in events if e["nic"] == sender and e["new"] == "ASSUMED_BAD"
+    bad = [e for e in events if e["nic"] == sender and e["new"] == EvState.ASSUMED_BAD.name
            and e["time_ns"] >= t_f and e["ev"] is not None and e["ev"] % cfg.paths == path]
     if bad:
         out["assumed_bad_after_ns"] = bad[0]["time_ns"] - t_f
@@ -419,8 +419,8 @@ def _recovery(raw, cfg, s, faults, events) -> dict:
                         0.0, b * s["bin_ns"] + s["t0"] - t_f)
                     break
     if up is not None:
-        good = [e for e in events if e["nic"] == sender and e["old"] == "ASSUMED_BAD"
-                and e["new"] == "GOOD" and e["time_ns"] >= t_up and e["ev"] is not None
+        good = [e for e in events if e["nic"] == sender and e["old"] == EvState.ASSUMED_BAD.name
+                and e["new"] == EvState.GOOD.name and e["time_ns"] >= t_up and e["ev"] is not None
                 and e["ev"] % cfg.paths == path]
         if good:
             out["good_after_return_ns"] = good[0]["time_ns"] - t_up
@@ -633,14 +633,15 @@ def plot(summary: dict, out: Path) -> list[str]:
     fig, axes = plt.subplots(2, 1, figsize=(9, 4.5), sharex=True)
     nevs = max(len(x) for x in summary["ev_states_final"])
     t_end = summary["elapsed_ns"] + s["t0"]
-    colors = {"GOOD": "tab:green", "ASSUMED_BAD": "tab:red", "DENIED": "tab:gray"}
+    colors = {EvState.GOOD.name: "tab:green", EvState.ASSUMED_BAD.name: "tab:red",
+              EvState.DENIED.name: "tab:gray"}
     qpns = summary.get("first_qpns")  # with several QPs per NIC: the first one's EVs
     for nic, ax in enumerate(axes):
         for idx in range(nevs):
             changes = sorted((e["time_ns"], e["new"]) for e in summary["ev_events"]
                              if e["nic"] == nic and e["ev_index"] == idx
                              and (qpns is None or e["qpn"] == qpns[nic]))
-            start, state = s["t0"], "GOOD"
+            start, state = s["t0"], EvState.GOOD.name
             for when, new in changes + [(t_end, None)]:
                 ax.broken_barh([(start / 1000, max(when - start, 1) / 1000)], (idx - 0.4, 0.8),
                                color=colors.get(state, "k"))

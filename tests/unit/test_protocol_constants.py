@@ -1,5 +1,7 @@
 """Each protocol constant has one definition (hw/protocol.py), which the
-gateware, the driver, the scapy layers and the golden model all use."""
+gateware, the driver, the scapy layers and the golden model all use: no
+literal redefinition of a constant, no PSN width written as 24, no EV state
+compared by a string of its own."""
 
 import re
 from pathlib import Path
@@ -27,9 +29,23 @@ STATE = re.compile(r'^\s*(RESET|INIT|RTR|RTS|ERROR|GOOD|ASSUMED_BAD|DENIED)\b[^=
                    re.MULTILINE)
 
 
+# a PSN's width as the literal 24: a signal, a layout field or port, a scapy
+# field or a truncation of a PSN-named value (its width is PSN_BITS)
+_PSN = r"\b(?:\w+_)?(?:e?psn|una|nxt|cum|md_recover|sack_base)(?:_\w+|\d)*"
+PSN_WIDTH = re.compile(
+    rf"{_PSN}\s*=\s*Signal\(24\b|[\"']{_PSN}[\"']\s*:\s*(?:(?:unsigned|In|Out)\()?24\b"
+    rf"|BitField\([\"']{_PSN}[\"'],\s*\w+,\s*24\)|{_PSN}\b[^\n]*\[:24\]")
+# an EV state's (or RTR's/RTS's) name as a string compared or used as a key:
+# compare with ``EvState.X.name`` (the golden model's and the driver's names)
+STATE_STRING = re.compile(
+    r"(?:==|!=)\s*[\"'](?:ASSUMED_BAD|GOOD|DENIED|RTR|RTS)[\"']"
+    r"|[\"'](?:ASSUMED_BAD|GOOD|DENIED|RTR|RTS)[\"']\s*(?:==|!=|:)")
+
+
 def redefinitions(text: str) -> list[str]:
     return [m.group(0).strip()
-            for m in (*LITERAL.finditer(text), *CLASS.finditer(text), *STATE.finditer(text))]
+            for m in (*LITERAL.finditer(text), *CLASS.finditer(text), *STATE.finditer(text),
+                      *PSN_WIDTH.finditer(text), *STATE_STRING.finditer(text))]
 
 
 def test_checker_finds_a_redefinition():
@@ -39,6 +55,23 @@ def test_checker_finds_a_redefinition():
     assert redefinitions('RESET, INIT, RTR, RTS, ERROR = "RESET", "INIT"\n') == [
         'RESET, INIT, RTR, RTS, ERROR = "']
     assert redefinitions("AETH_ACK = Syndrome.ACK\nfrom hw.protocol import QpState\n") == []
+
+
+def test_checker_finds_a_psn_width_or_a_state_string():
+    text = ("a_cum_next = Signal(24)\n"
+            '"una": 24, "md_recover": In(24),\n'
+            '"psn": unsigned(24),\n'
+            'BitField("sack_base", 0, 24),\n'
+            "x = (h.sack.cum_psn + 1)[:24]\n"
+            'if e["new"] == "ASSUMED_BAD":\n'
+            'colors = {"GOOD": 1}\n')
+    assert redefinitions(text) == [
+        "a_cum_next = Signal(24", '"una": 24', '"md_recover": In(24', '"psn": unsigned(24',
+        'BitField("sack_base", 0, 24)', "cum_psn + 1)[:24]", '== "ASSUMED_BAD"', '"GOOD":']
+    # other 24-bit fields and other names are not PSNs
+    assert redefinitions('{"qpn": 24, "psn": PSN_BITS, "msn": unsigned(24)}\n'
+                         'probe_round = Signal(24)\nunaligned = Signal(24)\n'
+                         'fp.get("REGSET", "RESET") != "RESET"\n') == []
 
 
 def test_no_constant_is_defined_twice():
