@@ -59,7 +59,8 @@
     ``with fsm.State(name):`` opens a state's block (a plain ``m.If`` on its
     bit), ``fsm.next = name`` in it clears that bit and sets ``name``'s the
     next cycle (a state whose block takes no ``next`` stays), and
-    ``fsm.ongoing(name)`` is the state's bit. Unlike ``m.FSM``, two
+    ``fsm.ongoing(name)`` is the state's bit. ``next`` in a ``State`` block
+    is the only way to write a transition. Unlike ``m.FSM``, two
     transitions taken in one cycle would both happen (two bits set), so
     ``next`` checks at elaboration that each of a state's transitions sits
     in a separate branch of one ``m.If``/``m.Elif``/``m.Else`` chain or

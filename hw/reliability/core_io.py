@@ -1,4 +1,4 @@
-"""The reliability core's output FIFOs, event counters, memories (QP records, producer
+"""The reliability core's output FIFOs, event counter strobes, memories (QP records, producer
 indices), pushes and FIFO room. Builders of ``ReliabilityCore`` (hw/reliability/core.py);
 see hw/reliability/core_ctx.py for how they share signals."""
 
@@ -15,7 +15,8 @@ from .layouts import EvUpdate, RetxReason, RetxRequest
 
 
 def fifos_counters_memories(ctx):
-    """The output FIFOs, the event counters, the record and producer-index memories."""
+    """The output FIFOs, the event counters' strobes (``counter_strobes``, registered), the
+    record and producer-index memories."""
     m, core, Rec, nq = ctx.m, ctx.core, ctx.Rec, ctx.nq
 
     # --- output FIFOs -------------------------------------------------------
