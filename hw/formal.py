@@ -15,6 +15,8 @@ SymbiYosys (``yowasp-sby``) and an SMT solver (yices, ``yices-smt2``), and
     vacuous when each of its covers is reached. ``reduction`` says which
     parameters were shrunk to keep it tractable and why the property does not
     depend on them. ``long``: too slow for ``make test`` (``make test-long``).
+    ``engine``: SymbiYosys's engine line (``smtbmc --syn yices`` has yosys
+    synthesise the design to gates first, faster on wide control logic).
 
 The proofs start from the reset state (every flip-flop at its ``init``) and
 hold reset low: ``formal_top`` gives the harness a ``reset_less`` sync domain
@@ -73,6 +75,7 @@ class Proof:
     reduction: str = ""
     long: bool = False
     covers: bool = True
+    engine: str = "smtbmc yices"
     tags: tuple = field(default_factory=tuple)
 
     def __post_init__(self):

@@ -40,6 +40,7 @@ PROOF_MODULES = (
     "hw.pipeline_props",
     "hw.arbiter_props",
     "hw.rx.window_props",
+    "hw.rx.dma_props",
 )
 
 _SBY = """\
@@ -54,7 +55,7 @@ cover: mode cover
 cover: depth {cover_depth}
 
 [engines]
-smtbmc yices
+{engine}
 
 [script]
 read_rtlil design.il
@@ -113,7 +114,8 @@ def run_proof(proof: Proof, out: Path, *, log=print) -> ProofResult:
     tasks = [check] + (["cover"] if proof.covers else [])
     (workdir / "proof.sby").write_text(_SBY.format(check=check, mode=proof.mode,
                                                    depth=proof.depth,
-                                                   cover_depth=proof.cover_depth))
+                                                   cover_depth=proof.cover_depth,
+                                                   engine=proof.engine))
     status, details = {}, []
     start = time.monotonic()
     for task in tasks:
