@@ -118,12 +118,13 @@ def with_outreg(script: Path, netlist: str) -> None:
     script.write_text("".join(lines))
 
 
-# The placement seed of the default build: one whose placement routes and
-# meets timing on the current netlist. Placement decides whether router2
-# converges and how long the core's longest routes are (the seeds tried:
-# docs/timing.md#placement-seeds). A change to the RTL or the tools is a new
-# draw: rebuild, and if the core misses 125 MHz or the routing stops, try
-# other seeds (--seed).
+# The placer and placement seed of the default build: a pair whose placement
+# routes and meets timing on the current netlist. Placement decides whether
+# router2 converges and how long the core's longest routes are (the pairs
+# tried: docs/timing.md#placement-seeds). A change to the RTL or the tools is
+# a new draw: rebuild, and if the core misses 125 MHz or the routing stops,
+# try other seeds (--seed) and the other placer (--placer).
+DEFAULT_PLACER = "static"
 DEFAULT_SEED = 6
 
 # router2 gives up on a placement it cannot route: past DIVERGE_FROM
@@ -161,6 +162,7 @@ _STAGES = (
     ("Info: Packing", "packing"),
     ("Info: Creating initial analytic placement", "placement (HeAP, analytic)"),
     ("Info: Running main analytical placer", "placement (HeAP, analytic)"),
+    ("Info: Running Static placer", "placement (static, electrostatic)"),
     ("Info: Running simulated annealing placer", "placement refinement (simulated annealing)"),
     ("Info: Promoting globals", "routing the global clocks"),
     ("Info: Routing globals", "routing the global clocks"),
@@ -172,13 +174,16 @@ _STAGES = (
     ("Info: Program finished normally", "nextpnr done; bitstream (ecppack)"),
 )
 _HEAP_ITER = re.compile(r"at iteration #(\d+), type \S+: wirelen solved = (\d+)")
+_STATIC_ITER = re.compile(r"iter=(\d+) steplen=\S+ a=\S+ penalty=.*\n(?:.*\n)*?"
+                          r"Info: overlap: COMB=([\d.]+)%")
 
 
 def build_progress(log: str | None) -> str:
     """One line saying where the build is, from nextpnr's log as far as it is
     written (None: nextpnr has not started, so yosys is synthesising): the
     stage, and while routing, router2's iteration and overused wires (the
-    figures ``router_diverging`` judges); while placing, HeAP's iteration."""
+    figures ``router_diverging`` judges); while placing, the placer's
+    iteration (and HeAP's wirelength, or the static placer's LUT overlap)."""
     if log is None:
         return "synthesis (yosys), then block-RAM output registers"
     at, stage = -1, "nextpnr: reading the netlist"
@@ -188,7 +193,9 @@ def build_progress(log: str | None) -> str:
             at, stage = i, name
     tail = log[at:] if at >= 0 else log
     detail = {"routing (router2)": (_ROUTER_ITER, "iteration {0}, {1} overused wires"),
-              "placement (HeAP, analytic)": (_HEAP_ITER, "iteration {0}, wirelength {1}")}
+              "placement (HeAP, analytic)": (_HEAP_ITER, "iteration {0}, wirelength {1}"),
+              "placement (static, electrostatic)": (_STATIC_ITER,
+                                                    "iteration {0}, LUT overlap {1} %")}
     if stage in detail:
         pattern, fmt = detail[stage]
         found = pattern.findall(tail)
@@ -247,13 +254,17 @@ def run_watched(script: str, cwd: Path, env: dict, log: Path, poll: float = 10.0
     return None
 
 
-def nextpnr_options(seed: int, router: str, tmg_ripup: bool, extra: str = "") -> str:
+def nextpnr_options(seed: int, router: str, tmg_ripup: bool, extra: str = "",
+                    placer: str | None = None) -> str:
     """nextpnr-ecp5's options beyond the device's: the placement seed, the
-    router, timing-driven rip-up (router2 re-routes the nets of failing
-    paths until none fails or it gives up), and the report and SDF the
-    summary and ``hw/board/sta.py`` read. ``--timing-allow-fail``: the
-    report and bitstream are written either way; this script decides."""
+    placer (None: nextpnr's default, HeAP), the router, timing-driven rip-up
+    (router2 re-routes the nets of failing paths until none fails or it
+    gives up), and the report and SDF the summary and ``hw/board/sta.py``
+    read. ``--timing-allow-fail``: the report and bitstream are written
+    either way; this script decides."""
     opts = [f"--seed {seed}", f"--router {router}", "--timing-allow-fail"]
+    if placer is not None:
+        opts.append(f"--placer {placer}")
     if tmg_ripup:
         opts.append("--tmg-ripup")
     opts += [f"--report {NAME}.report.json", f"--sdf {NAME}.sdf", extra]
@@ -270,6 +281,11 @@ def main(argv=None) -> int:
                         help=f"nextpnr placement seed (default {DEFAULT_SEED}: the one whose "
                              "placement routes and meets timing for the default build; "
                              "docs/timing.md)")
+    parser.add_argument("--placer", choices=("heap", "static", "sa"), default=DEFAULT_PLACER,
+                        help=f"nextpnr placer (default {DEFAULT_PLACER}: with seed "
+                             f"{DEFAULT_SEED}, the pair whose placement routes and meets timing "
+                             "for the default build; HeAP's placements of this netlist do not "
+                             "route; docs/timing.md)")
     parser.add_argument("--router", choices=("router1", "router2"), default="router2",
                         help="nextpnr router (default router2: router1 had not resolved the "
                              "congestion of this design after 20 minutes; docs/timing.md)")
@@ -278,7 +294,7 @@ def main(argv=None) -> int:
                              "default: router2 alone left single routes of 4.5-8.6 ns on "
                              "critical nets; docs/timing.md)")
     parser.add_argument("--nextpnr-opts", default="", metavar="OPTS",
-                        help="more nextpnr options, e.g. '--placer static' or "
+                        help="more nextpnr options, e.g. '--placer-heap-beta 0.7' or "
                              "'--router2-heatmap heat' (files land in --out)")
     parser.add_argument("--no-bram-outreg", dest="bram_outreg", action="store_false",
                         help="leave yosys's netlist as it is: no block-RAM output registers "
@@ -321,7 +337,7 @@ def main(argv=None) -> int:
             top, name=NAME, build_dir=str(args.out), do_build=False,
             # The WebAssembly tools see the build directory only: relative names.
             nextpnr_opts=nextpnr_options(args.seed, args.router, args.tmg_ripup,
-                                         args.nextpnr_opts),
+                                         args.nextpnr_opts, placer=args.placer),
             script_after_read=synth_prelude(),
         )
         plan.extract(str(args.out))

@@ -72,6 +72,37 @@ def test_build_progress_stages():
         "routing (router2): iteration 7, 42 overused wires")
 
 
+# The static (electrostatic) placer's lines, cut likewise.
+_STATIC_LOG = """\
+Info: Packing IOs..
+Info: Running Static placer...
+Info: \u2301 bel grid 91x72, placer grid 91x71...
+Info: iter=1 steplen=0.010000 a=1.530121 penalty=[0.00, 0.00, 0.00, 0.00]
+Info:    system potential: 4039.506104 hpwl: 217277.640625
+Info: overlap: COMB=99.4%, FF=97.0%, RAM=90.0%, MUL=0.0%
+Info: iter=539 steplen=1.686674 a=271.897766 penalty=[10.10, 10.10, 10.10, 10.10]
+Info:    update_chains distance 3388.72
+Info:    system potential: 4090.539062 hpwl: 217474.968750
+Info: overlap: COMB=10.0%, FF=3.7%, RAM=0.0%, MUL=0.0%
+Info: Strict legalising 36678 cells...
+Info: Running simulated annealing placer for refinement.
+"""
+
+
+def test_build_progress_static_placer():
+    """With ``--placer static`` the stage names it, with its latest iteration
+    and how much its LUTs still overlap."""
+    def upto(line):
+        return _STATIC_LOG[:_STATIC_LOG.index("\n", _STATIC_LOG.index(line)) + 1]
+
+    assert build_progress(upto("Info: Running Static")) == "placement (static, electrostatic)"
+    assert build_progress(upto("Info: overlap: COMB=99.4")) == (
+        "placement (static, electrostatic): iteration 1, LUT overlap 99.4 %")
+    assert build_progress(upto("Info: overlap: COMB=10.0")) == (
+        "placement (static, electrostatic): iteration 539, LUT overlap 10.0 %")
+    assert build_progress(_STATIC_LOG) == "placement refinement (simulated annealing)"
+
+
 def test_run_watched_shows_progress(tmp_path):
     """The build prints each stage as the log reaches it, with the elapsed
     time, and each router iteration it sees; a repeated state is not

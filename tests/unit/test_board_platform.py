@@ -143,8 +143,11 @@ def test_build_nextpnr_options():
     assert "--tmg-ripup" in opts
     assert opts[opts.index("--report") + 1] == "versa_top.report.json"
     assert opts[opts.index("--sdf") + 1] == "versa_top.sdf"
-    plain = nextpnr_options(1, "router1", False, "--placer sa")
-    assert "--tmg-ripup" not in plain.split() and plain.endswith("--placer sa")
+    assert "--placer" not in opts  # nextpnr's default placer unless one is named
+    plain = nextpnr_options(1, "router1", False, "--placer-heap-beta 0.7")
+    assert "--tmg-ripup" not in plain.split() and plain.endswith("--placer-heap-beta 0.7")
+    static = nextpnr_options(6, "router2", True, placer="static").split()
+    assert static[static.index("--placer") + 1] == "static"
 
 
 def _router_log(counts, start=1):
