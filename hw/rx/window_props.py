@@ -61,20 +61,21 @@ with the init's ``epsn`` (it speaks of the QP before the init).
 from amaranth.hdl import Assert, Assume, Cat, Cover, Elaboratable, Module, Mux, Signal
 
 from hw.formal import Proof, valid_until_ready
+from hw.protocol import PSN_BITS
 
 from .layouts import ReqKind
 from .window import RxPsnWindow
 
 __all__ = ["PROOFS", "PsnWindowHarness"]
 
-PSN_MOD = 1 << 24
+PSN_MOD = 1 << PSN_BITS
 WINDOW = 128
 ZERO_FIELDS = ("va", "dma_len", "imm", "ev", "mac", "probe_id", "probe_ev", "timestamp")
 
 
 def _after(a, b):
     """``a`` is at or after ``b`` modulo 2^24 (within half the PSN space)."""
-    return ((a - b)[:24]) < (1 << 23)
+    return ((a - b)[:PSN_BITS]) < (1 << (PSN_BITS - 1))
 
 
 class PsnWindowHarness(Elaboratable):
@@ -84,7 +85,7 @@ class PsnWindowHarness(Elaboratable):
         self.dut = dut = RxPsnWindow(num_qps=2, sack_bits=32, mpr_max=WINDOW, inflight=2,
                                      max_pending=1, addr_width=32)
         self.target_qp = Signal()
-        self.target_psn = Signal(24)
+        self.target_psn = Signal(PSN_BITS)
         self.inputs = [
             dut.req.valid, dut.req.payload, dut.place.ready, dut.done.valid, dut.done.payload,
             dut.ack.ready, dut.cqe.ready, dut.cfg, dut.init.valid, dut.init.payload,
@@ -124,7 +125,7 @@ class PsnWindowHarness(Elaboratable):
 
         # The request being checked (the window starts one only with place empty).
         last_qp = Signal()
-        last_psn = Signal(24)
+        last_psn = Signal(PSN_BITS)
         with m.If(req.valid & req.ready):
             m.d.sync += [last_qp.eq(req.payload.qp), last_psn.eq(req.payload.psn)]
         accept = place.valid & place.ready & place.payload.notify
@@ -152,8 +153,8 @@ class PsnWindowHarness(Elaboratable):
         with m.If(inited & ack.valid & ~ack.ready & (init.payload.qp == ack_qp)):
             m.d.sync += stale.eq(1)
         sent = ack.valid & ack.ready & ~stale
-        cum = [Signal(24, init=PSN_MOD - 1, name=f"cum{q}") for q in range(2)]
-        base = [Signal(24, name=f"base{q}") for q in range(2)]
+        cum = [Signal(PSN_BITS, init=PSN_MOD - 1, name=f"cum{q}") for q in range(2)]
+        base = [Signal(PSN_BITS, name=f"base{q}") for q in range(2)]
         marks = [Signal(4, name=f"marks{q}") for q in range(2)]
         for q in range(2):
             this = sent & (ack_qp == q)
@@ -177,7 +178,7 @@ class PsnWindowHarness(Elaboratable):
         m.d.comb += [
             Assert(~accept | ~_after(a_cum, last_psn),
                    "a PSN at or before the cumulative PSN was accepted"),
-            Assert(~accept | ((last_psn - a_base)[:24] < WINDOW + a_marks),
+            Assert(~accept | ((last_psn - a_base)[:PSN_BITS] < WINDOW + a_marks),
                    "a PSN beyond the window was accepted"),
         ]
 
@@ -195,8 +196,9 @@ class PsnWindowHarness(Elaboratable):
         with m.If(inited & (init.payload.qp == self.target_qp)):
             m.d.sync += [t_flight.eq(0), t_marked.eq(0)]
         t_cum = Mux(self.target_qp, cum[1], cum[0])
+        behind = (self.target_psn - t_cum - 1)[:PSN_BITS]
         passes = (sent & (ack_qp == self.target_qp)
-                  & ((self.target_psn - t_cum - 1)[:24] < (ack.payload.cum_psn - t_cum)[:24]))
+                  & (behind < (ack.payload.cum_psn - t_cum)[:PSN_BITS]))
         m.d.comb += Assert(~passes | t_marked,
                            "the cumulative PSN passed a PSN that was not marked")
 
