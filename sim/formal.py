@@ -189,7 +189,7 @@ def main(argv=None) -> int:
     if args.trace:
         print(trace_table(args.trace, args.match))
         return 0
-    proofs = all_proofs(long=args.long or bool(args.names))
+    proofs = all_proofs(long=args.long or bool(args.names) or args.list)
     if args.list:
         for p in proofs:
             print(f"{p.name:32s} {p.mode:5s} depth {p.depth:3d}{'  (long)' if p.long else ''}"
