@@ -1,12 +1,13 @@
 """A bank of event counters in one block RAM."""
 
-from amaranth.hdl import Assert, Const, Module, Mux, Signal
+from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from hw.bits import index_select, one_hot_select
-from hw.pipeline import assertions_enabled, unchecked_read_port
+from hw.formal import invariant
+from hw.pipeline import unchecked_read_port
 
 __all__ = ["CounterBank"]
 
@@ -57,17 +58,16 @@ class CounterBank(wiring.Component):
     and restarts at 0 or 1 (the strobe of the visit's cycle); each of the
     ``period - 1`` cycles before the next visit adds at most 1. So it holds
     at most ``period`` when taken, and ``period.bit_length()`` bits
-    (``ceil(log2(period + 1))``) never overflow. With assertions on
-    (``hw.pipeline.one_hot_assertions``, the unit tests) an ``Assert``
-    checks it each cycle.
+    (``ceil(log2(period + 1))``) never overflow. It is one of the bank's
+    invariants (``hw.formal.invariant``): the unit tests' simulator checks it
+    each cycle.
 
     Latency: ``LAG`` cycles from a strobe to a read that includes it; a read
     answers the cycle after its address. Throughput: strobes of all counters
     every cycle, a read every cycle.
     """
 
-    def __init__(self, n, *, width=32, saturate=False, init=None, read_register=False,
-                 checks=None):
+    def __init__(self, n, *, width=32, saturate=False, init=None, read_register=False):
         if n < 1:
             raise ValueError(f"CounterBank needs n >= 1 counters, not {n}")
         if isinstance(saturate, bool):
@@ -82,7 +82,6 @@ class CounterBank(wiring.Component):
         self.period = max(n, 4)
         self.pending_bits = self.period.bit_length()
         self.LAG = self.lag(n)
-        self.checks = checks
         self.read_register = read_register
         super().__init__({
             "strobe": In(n),
@@ -98,7 +97,6 @@ class CounterBank(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n, period, width = self.n, self.period, self.width
-        checks = assertions_enabled() if self.checks is None else self.checks
 
         # Two read ports (the scanner's and rd_addr's) without yosys's
         # read-during-write bypass (hw.pipeline.unchecked_read_port): the
@@ -126,8 +124,7 @@ class CounterBank(wiring.Component):
         pending = [Signal(self.pending_bits, name=f"pending{i}") for i in range(n)]
         for i, p in enumerate(pending):
             m.d.sync += p.eq(Mux(visit[i], 0, p) + self.strobe[i])
-            if checks:
-                m.d.comb += Assert(p <= period, f"CounterBank: pending{i} above {period}")
+            invariant(m, p <= period, f"CounterBank: pending{i} above {period}")
 
         # Stage 0 (the visit): the memory word is read, the pending count taken
         # (an AND-OR with the ring: a select on the address would be a deeper

@@ -78,7 +78,7 @@
     exclusive cases) go in ``with fsm.OneOf() as when:``, each under its own
     ``with when(cond):`` (a plain ``m.If``; no priority between them, so no
     logic is added): transitions in different ``when`` blocks of one
-    ``OneOf`` are taken as exclusive, and under ``one_hot_assertions()`` the
+    ``OneOf`` are taken as exclusive, and under ``block_invariants()`` the
     simulator checks each cycle that at most one of the conditions holds.
     ``track=(name, ...)`` follows the transitions into and out of those
     states: ``fsm.entering(name)``/``fsm.leaving(name)`` are 1 in a cycle
@@ -86,8 +86,7 @@
     ``fsm.copy(name, tag)`` is a ``state_copy`` of it named
     ``{fsm name}_{name}_{tag}`` (a flip-flop equal to the state's, the
     enable of one group of a wide register's bits; see ``state_copy``).
-    Under ``one_hot_assertions()`` (an alias of
-    ``hw.formal.block_invariants``: simulator tests and proofs) every machine
+    Under ``hw.formal.block_invariants()`` (simulator tests and proofs) every machine
     also asserts, each cycle, that its vector is one-hot.
 
 ``state_copy(m, enter, leave, name, init=0)``, ``load_in_groups(m, pairs, make_copy, bits=64)``
@@ -144,12 +143,12 @@ from amaranth.lib.wiring import In, Out
 
 from hw.axi import AXI4Signature
 from hw.bits import two_or_more
-from hw.formal import block_invariants, checking, invariant
+from hw.formal import checking, invariant
 from hw.stream import AXIStreamSignature
 
 __all__ = ["AXI4RegisterSlice", "AXIRegisterSlice", "AXIStreamRegister", "BlockRamFIFO",
-           "OneHotFSM", "StreamRegister", "TransitionConflict", "assertions_enabled",
-           "forward_register", "load_in_groups", "one_hot_assertions", "saturating_increment",
+           "OneHotFSM", "StreamRegister", "TransitionConflict",
+           "forward_register", "load_in_groups", "saturating_increment",
            "skid", "state_copy", "unchecked_read_port"]
 
 
@@ -287,15 +286,6 @@ class TransitionConflict(SyntaxError):
     """Two transitions out of one ``OneHotFSM`` state that can fire in the same cycle."""
 
 
-# simulator tests turn every block's invariants on (hw.formal): the one-hot
-# checks of OneHotFSM are among them
-one_hot_assertions = block_invariants
-
-
-# whether blocks elaborated now add their invariants (hw.formal.checking)
-assertions_enabled = checking
-
-
 def _branch_path(m: Module, outer: int):
     """The branches enclosing the caller in ``m`` below control depth
     ``outer``: one ``(construct, branch index)`` per ``m.If`` chain or
@@ -396,7 +386,7 @@ class OneHotFSM:
         """Yields ``when``: ``with when(cond):`` opens ``m.If(cond)``, whose
         transitions exclude those of the other ``when`` blocks of this
         ``OneOf`` (the caller's promise that at most one ``cond`` holds in a
-        cycle, which ``one_hot_assertions()`` checks in simulation). For use
+        cycle, which ``hw.formal.block_invariants()`` checks in simulation). For use
         in a ``State`` block; a ``when`` block is a plain ``m.If``."""
         if self._checked is None:
             raise SyntaxError(f"OneHotFSM {self._name!r}: OneOf outside a State block")

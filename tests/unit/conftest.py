@@ -1,14 +1,16 @@
-"""``one_hot_checks``: a test module that simulates hw.pipeline.OneHotFSM
-machines takes it (``pytestmark = pytest.mark.usefixtures("one_hot_checks")``)
-so the simulator checks, each cycle, that each machine's state vector stays
-one-hot (an ``Assert``; none reaches a netlist)."""
+"""``invariant_checks``: a test module that simulates blocks takes it
+(``pytestmark = pytest.mark.usefixtures("invariant_checks")``) so the
+simulator checks, each cycle, every invariant the blocks state with
+``hw.formal.invariant`` (that a OneHotFSM's state vector stays one-hot, that
+copies of a replicated flag agree, a counter bank's pending bound): an
+``Assert`` each, none of which reaches a netlist."""
 
 import pytest
 
-from hw.pipeline import one_hot_assertions
+from hw.formal import block_invariants
 
 
 @pytest.fixture
-def one_hot_checks():
-    with one_hot_assertions():
+def invariant_checks():
+    with block_invariants():
         yield

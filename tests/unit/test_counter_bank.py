@@ -6,7 +6,8 @@ least LAG cycles old is in it), saturated or wrapped as the counter's mode
 says, and exactly the count the bank's docstring gives (as of the counter's
 last visit at or before r - 3); after the strobes stop, every counter must
 read its exact count. The
-bank's pending-bound ``Assert`` is checked each cycle (checks=True)."""
+bank's pending bound (an invariant) is checked each cycle (the
+``invariant_checks`` fixture)."""
 
 import random
 
@@ -15,6 +16,8 @@ from amaranth.hdl import ClockDomain, Module
 from amaranth.sim import DomainReset, Simulator
 
 from hw.counters import CounterBank
+
+pytestmark = pytest.mark.usefixtures("invariant_checks")
 
 
 def _fold(value, width, saturate):
@@ -96,7 +99,7 @@ def run_bank(bank, strobes, reads, *, reset_at=None):
 @pytest.mark.parametrize("n", [1, 3, 7, 30])
 def test_random_strobes_and_reads(n):
     rng = random.Random(n)
-    bank = CounterBank(n, checks=True)
+    bank = CounterBank(n)
     cycles = 1500
     strobes, reads = [], []
     for t in range(cycles):
@@ -110,7 +113,7 @@ def test_random_strobes_and_reads(n):
 def test_registered_read(n):
     """``read_register=True``: the same answers, a cycle later."""
     rng = random.Random(70 + n)
-    bank = CounterBank(n, read_register=True, checks=True)
+    bank = CounterBank(n, read_register=True)
     strobes = [rng.getrandbits(n) | 1 for _ in range(700)]
     run_bank(bank, strobes, [rng.choice((0, rng.randrange(n))) for _ in range(700)])
 
@@ -119,7 +122,7 @@ def test_all_counters_every_cycle():
     """The pending accumulators' worst case: every counter strobed in every
     cycle for long bursts, read in turn."""
     n = 12
-    bank = CounterBank(n, checks=True)
+    bank = CounterBank(n)
     pattern = [(1 << n) - 1] * 800 + [0] * 50 + [(1 << n) - 1] * 400
     values = run_bank(bank, pattern, [t % n for t in range(len(pattern))])
     assert all(v == 1200 for v in values.values())
@@ -129,7 +132,7 @@ def test_all_counters_every_cycle():
 def test_one_counter_read_while_written(n):
     """One counter strobed every cycle and read every cycle: the reads meet the
     scanner's write of that counter (the read-during-write bypass)."""
-    bank = CounterBank(n, checks=True)
+    bank = CounterBank(n)
     cycles = 600
     values = run_bank(bank, [1 << (n - 1)] * cycles, [n - 1] * cycles)
     assert values[n - 1] == cycles
@@ -140,7 +143,7 @@ def test_saturate_and_wrap_at_the_edge():
     n = 6
     saturate = (True, False, True, False, True, False)
     init = (250, 250, 255, 255, 0, 0)
-    bank = CounterBank(n, width=8, saturate=saturate, init=init, checks=True)
+    bank = CounterBank(n, width=8, saturate=saturate, init=init)
     rng = random.Random(6)
     strobes = [rng.getrandbits(n) | 0b1111 for _ in range(300)]
     values = run_bank(bank, strobes, [rng.randrange(n) for _ in range(300)])
@@ -149,7 +152,7 @@ def test_saturate_and_wrap_at_the_edge():
 
 
 def test_full_width_saturates():
-    bank = CounterBank(2, saturate=(True, False), init=(2**32 - 5, 2**32 - 5), checks=True)
+    bank = CounterBank(2, saturate=(True, False), init=(2**32 - 5, 2**32 - 5))
     values = run_bank(bank, [0b11] * 20, [t % 2 for t in range(20)])
     assert values == {0: 2**32 - 1, 1: 15}
 
@@ -170,7 +173,7 @@ def test_reset_clears_to_init(n):
     in the first pass after the reset included), and counts from there."""
     rng = random.Random(40 + n)
     init = [rng.randrange(1000) for _ in range(n)]
-    bank = CounterBank(n, init=init, checks=True)
+    bank = CounterBank(n, init=init)
     cycles = 400
     strobes = [rng.getrandbits(n) for _ in range(cycles)]
     reads = [rng.randrange(n) for _ in range(cycles)]

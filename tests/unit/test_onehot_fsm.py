@@ -1,7 +1,7 @@
 """hw.pipeline.OneHotFSM: ``next`` refuses, at elaboration, two transitions of
 one state that can fire in the same cycle and accepts exclusive ones (If/Elif/
 Else branches, Switch cases, nested); a checked machine runs cycle for cycle
-as the same machine written with ``m.FSM``; ``one_hot_assertions`` makes the
+as the same machine written with ``m.FSM``; ``block_invariants`` makes the
 simulator fail a machine whose vector leaves one-hot; the implicit state;
 ``OneOf`` (exclusive ``when`` blocks, the promise checked in simulation) and
 ``track`` (``entering``/``leaving``/``copy`` of a state); no unchecked spelling
@@ -13,7 +13,8 @@ import pytest
 from amaranth.hdl import Fragment, Module, Signal
 from amaranth.sim import Simulator
 
-from hw.pipeline import OneHotFSM, TransitionConflict, one_hot_assertions
+from hw.formal import block_invariants
+from hw.pipeline import OneHotFSM, TransitionConflict
 
 STATES = ("A", "B", "C", "D")
 
@@ -155,7 +156,7 @@ def _both(m, x, y, goto, state):
 def test_matches_m_fsm_cycle_for_cycle(implicit, sop):
     m = Module()
     x, y = Signal(2), Signal()
-    with one_hot_assertions():
+    with block_invariants():
         fsm = OneHotFSM(m, STATES, "A", implicit=implicit, sum_of_products=sop)
 
         def goto(name):
@@ -184,7 +185,7 @@ def test_matches_m_fsm_cycle_for_cycle(implicit, sop):
                     seen.add(name)
             await ctx.tick()
 
-    with one_hot_assertions():
+    with block_invariants():
         sim = Simulator(top)
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
@@ -211,7 +212,7 @@ def _one_of_body(m, fsm, x, y):
 def _broken_one_of(m, fsm, x, y):
     # _one_of_body with its OneOf's own assertion left out: when its promise is
     # broken (x == 3 fires both transitions) the vector's assertion sees it
-    with one_hot_assertions(False):
+    with block_invariants(False):
         _one_of_body(m, fsm, x, y)
 
 
@@ -222,7 +223,7 @@ def _broken_one_of(m, fsm, x, y):
     (_one_of_body, "two conditions of one OneOf hold"),
 ])
 def test_one_hot_assertion_fails_when_two_bits_set(double, body, message):
-    with one_hot_assertions():
+    with block_invariants():
         m, fsm, x, y = _machine(body)
         sim = Simulator(m)
     sim.add_clock(1e-8)
@@ -241,7 +242,7 @@ def test_one_hot_assertion_fails_when_two_bits_set(double, body, message):
 
 
 def test_no_assertion_outside_the_context():
-    with one_hot_assertions(False):  # as a netlist is built: no Assert
+    with block_invariants(False):  # as a netlist is built: no Assert
         m, fsm, x, y = _machine(_broken_one_of)
         sim = Simulator(m)
     sim.add_clock(1e-8)

@@ -17,7 +17,7 @@ from hw.reliability.timer import RetransmitTimers
 from .csrbus import csr_read, csr_write
 
 # the simulator checks each OneHotFSM's vector stays one-hot (tests/unit/conftest.py)
-pytestmark = pytest.mark.usefixtures("one_hot_checks")
+pytestmark = pytest.mark.usefixtures("invariant_checks")
 
 
 @pytest.mark.parametrize(

@@ -18,7 +18,7 @@ from .csrbus import csr_read, csr_write
 from .simstream import send_record
 
 # the simulator checks each OneHotFSM's vector stays one-hot (tests/unit/conftest.py)
-pytestmark = pytest.mark.usefixtures("one_hot_checks")
+pytestmark = pytest.mark.usefixtures("invariant_checks")
 
 # (opcode, round, timestamp, sweeping) records, with the check's inputs round 10
 # (sweeping: being sent, else sent), the previous round started at 1000 ns, now

@@ -21,7 +21,7 @@ from sim.model import ERROR, RETRY_EXC_ERR, QpConfig, World, explicit_evs
 from sim.model.qp import RTO_UNIT_NS
 
 # the simulator checks each OneHotFSM's vector stays one-hot (tests/unit/conftest.py)
-pytestmark = pytest.mark.usefixtures("one_hot_checks")
+pytestmark = pytest.mark.usefixtures("invariant_checks")
 
 UNIT = 4  # cycles per 1.024 us in the core under test
 FOREVER_TIMEOUTS = 40  # past the 5-bit retry count's saturation at 31

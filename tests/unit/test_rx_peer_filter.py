@@ -14,7 +14,7 @@ from hw.rx.peer_filter import PEER_FILTER_COUNTERS, RxPeerFilter
 from .csrbus import csr_read, csr_write
 
 # the simulator checks each OneHotFSM's vector stays one-hot (tests/unit/conftest.py)
-pytestmark = pytest.mark.usefixtures("one_hot_checks")
+pytestmark = pytest.mark.usefixtures("invariant_checks")
 
 OWN_IP, OWN_MAC = 0x0A000002, 0x02_00_00_00_00_02
 PEER_IP, PEER_MAC = 0x0A000001, 0x02_00_00_00_00_01

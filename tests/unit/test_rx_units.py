@@ -19,7 +19,7 @@ from .csrbus import csr_read, csr_write
 from .validator_bench import MR, run_validator, write
 
 # the simulator checks each OneHotFSM's vector stays one-hot (tests/unit/conftest.py)
-pytestmark = pytest.mark.usefixtures("one_hot_checks")
+pytestmark = pytest.mark.usefixtures("invariant_checks")
 
 ROOT = Path(__file__).resolve().parents[2]
 
