@@ -93,7 +93,8 @@
     Register replication for fan-out, the project's one idiom for it: copies
     of a one-hot state's flip-flop, each the enable of one group of at most
     ``bits`` bits of a wide register. One flip-flop as the enable of hundreds
-    of flip-flops is a net that takes 3-5 ns of routing on its own. A copy
+    of flip-flops is a net whose routing alone eats most of a cycle
+    (docs/timing.md#reliability-core has the measurements). A copy
     is set by the transitions into the state and cleared by those out of it,
     so its next value is a function of itself and synthesis keeps it apart
     (a copy loaded from the state's own flip-flop would be merged back into

@@ -294,8 +294,8 @@ def main(argv=None) -> int:
                              "default: router2 alone left single routes of 4.5-8.6 ns on "
                              "critical nets; docs/timing.md)")
     parser.add_argument("--nextpnr-opts", default="", metavar="OPTS",
-                        help="more nextpnr options, e.g. '--placer-heap-beta 0.7' or "
-                             "'--router2-heatmap heat' (files land in --out)")
+                        help="more nextpnr options, e.g. '--router2-heatmap heat' (files "
+                             "land in --out)")
     parser.add_argument("--no-bram-outreg", dest="bram_outreg", action="store_false",
                         help="leave yosys's netlist as it is: no block-RAM output registers "
                              "(hw/board/outreg.py)")
