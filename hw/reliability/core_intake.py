@@ -31,6 +31,10 @@ from .layouts import (
     QpState,
 )
 
+# the state each kind of event starts in, after LOAD
+_FIRST_STATE = {K_SENT: "SENT", K_ACK: "ACK", K_PROBE: "PROBE_RESP", K_TMO: "TIMEOUT",
+                K_CMD: "CMD_DEC", K_SWEEP: "SWEEP", K_DB: "DOORBELL"}
+
 
 def intake_states(ctx):
     """CLEAR, IDLE, ACK_IN, LOAD and SENT: the event taken and its QP's record read."""
@@ -137,20 +141,9 @@ def intake_states(ctx):
             sent_moves.eq(s.psn != r.una),
         ]
         with m.Switch(kind):
-            with m.Case(K_SENT):
-                fsm.next = "SENT"
-            with m.Case(K_ACK):
-                fsm.next = "ACK"
-            with m.Case(K_PROBE):
-                fsm.next = "PROBE_RESP"
-            with m.Case(K_TMO):
-                fsm.next = "TIMEOUT"
-            with m.Case(K_CMD):
-                fsm.next = "CMD_DEC"
-            with m.Case(K_SWEEP):
-                fsm.next = "SWEEP"
-            with m.Case(K_DB):
-                fsm.next = "DOORBELL"
+            for k, first_state in _FIRST_STATE.items():
+                with m.Case(k):
+                    fsm.next = first_state
 
     load_in_groups(m, [
         (cur, rec_rd_data), (cfg, core.rel_data), (una0, rec_rd_data.una),
