@@ -51,7 +51,7 @@ flip-flop, and every property would hold vacuously; the covers catch that).
 
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from amaranth.hdl import Assert, Assume, Cat, ClockDomain, Elaboratable, Module, Signal, Value
 
@@ -76,7 +76,6 @@ class Proof:
     long: bool = False
     covers: bool = True
     engine: str = "smtbmc yices"
-    tags: tuple = field(default_factory=tuple)
 
     def __post_init__(self):
         if self.mode not in ("prove", "bmc"):

@@ -4,6 +4,8 @@ Each proof runs its property task (k-induction or bounded) and its cover task
 through ``sim.formal.run_proof``; the long ones run under ``-m long``.
 """
 
+from pathlib import Path
+
 import pytest
 from amaranth.hdl import Module, Signal
 from amaranth.lib import stream, wiring
@@ -56,8 +58,6 @@ def test_a_broken_stage_fails(check_data, mode, tmp_path):
 
 def test_every_proof_is_documented():
     """docs/verification.md's table names every registered proof."""
-    from pathlib import Path
-
     doc = (Path(__file__).parents[2] / "docs" / "verification.md").read_text()
     missing = [p.name for p in PROOFS if f"| `{p.name}` |" not in doc]
     assert not missing, f"add these proofs to docs/verification.md's table: {missing}"
