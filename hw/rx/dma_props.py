@@ -30,8 +30,9 @@ decided by the addresses, counts and flags alone (the realigning mux's
 data path is checked in simulation, tests/unit/test_rx_units.py). Bounded
 at ``DEPTH`` (10) cycles: one command from its take to its last W beat,
 bursts split at the boundary included (the covers show it). Each step
-deeper costs the solver about three times the one before (about 4 minutes
-at 10 cycles on a loaded 2-core machine, with ``smtbmc --syn``), so the
+deeper costs the solver about three times the one before (about 20 s at
+10 cycles on a quiet 2-core machine with ``smtbmc --syn``, 4 minutes at a
+load of 7), so the
 second command's beats are out of reach; k-induction would need the
 writer's own invariants (its counters against its address registers).
 """
@@ -58,6 +59,32 @@ class _Shadow:
         self.addr = Signal(ADDR, name=f"{name}_addr")
         self.end = Signal(ADDR + 1, name=f"{name}_end")  # addr + len
         self.beats = Signal(8, name=f"{name}_beats")  # W beats it writes
+
+
+class _CommandQueue:
+    """The writing commands whose W beats (or AW bursts) are still due, in
+    order: two records, ``head`` first. ``pop`` (set by the caller) drops
+    the head; ``push`` appends a command taken in the same cycle or after."""
+
+    def __init__(self, m, name, due):
+        self.m, self.due = m, due
+        self.slots = [_Shadow(f"{name}0"), _Shadow(f"{name}1")]
+        self.head = self.slots[0]
+        self.pop = Signal(name=f"{name}_pop")
+
+    def push(self, cond, addr, length, beats):
+        m, (s0, s1) = self.m, self.slots
+        with m.If(self.pop):
+            m.d.sync += [s0.valid.eq(s1.valid), s0.addr.eq(s1.addr), s0.end.eq(s1.end),
+                         s0.beats.eq(s1.beats), s1.valid.eq(0)]
+        with m.If(cond):
+            to_head = Mux(self.pop, ~s1.valid, ~s0.valid)
+            for slot, here in ((s0, to_head), (s1, ~to_head)):
+                with m.If(here):
+                    m.d.sync += [slot.valid.eq(1), slot.addr.eq(addr),
+                                 slot.end.eq(addr + length), slot.beats.eq(beats)]
+        m.d.comb += Assert(~(cond & s0.valid & s1.valid & ~self.pop),
+                           f"a third writing command is taken while two still have {self.due} due")
 
 
 class DmaWriterHarness(Elaboratable):
@@ -102,33 +129,19 @@ class DmaWriterHarness(Elaboratable):
         taken = dut.cmd.valid & dut.cmd.ready
         writes = taken & ~c.discard & (c.len != 0)
         new_beats = (c.addr[:3] + c.len + (BPB - 1)) >> 3
-        w_q = [_Shadow("w0"), _Shadow("w1")]
+        w_q = _CommandQueue(m, "w", "W beats")
+        head = w_q.head
         w_idx = Signal(8)
-        aw = _Shadow("aw")
-        aw_next = Signal(ADDR)  # where the command's next burst must start (beat-aligned)
-
         w_go = axi.wvalid & axi.wready
-        w_pop = Signal()
-        m.d.comb += w_pop.eq(w_go & w_q[0].valid & (w_idx == w_q[0].beats - 1))
-        # the queue: shift on pop, append on push
+        w_pop = w_q.pop
+        m.d.comb += w_pop.eq(w_go & head.valid & (w_idx == head.beats - 1))
         with m.If(w_pop):
-            m.d.sync += [w_q[0].valid.eq(w_q[1].valid), w_q[0].addr.eq(w_q[1].addr),
-                         w_q[0].end.eq(w_q[1].end), w_q[0].beats.eq(w_q[1].beats),
-                         w_q[1].valid.eq(0), w_idx.eq(0)]
+            m.d.sync += w_idx.eq(0)
         with m.Elif(w_go):
             m.d.sync += w_idx.eq(w_idx + 1)
-        with m.If(writes):
-            slot_is_head = Mux(w_pop, ~w_q[1].valid, ~w_q[0].valid)
-            for i, s in enumerate(w_q):
-                target = slot_is_head if i == 0 else ~slot_is_head
-                with m.If(target):
-                    m.d.sync += [s.valid.eq(1), s.addr.eq(c.addr), s.end.eq(c.addr + c.len),
-                                 s.beats.eq(new_beats)]
-        m.d.comb += Assert(~(writes & w_q[0].valid & w_q[1].valid & ~w_pop),
-                           "a third writing command is taken while two still have W beats due")
+        w_q.push(writes, c.addr, c.len, new_beats)
 
         # W beats: each strobe inside its command's bytes
-        head = w_q[0]
         beat_addr = Signal(ADDR + 1)
         m.d.comb += beat_addr.eq(Cat(Const(0, 3), head.addr[3:]) + (w_idx << 3))
         m.d.comb += Assert(~axi.wvalid | head.valid, "a W beat with no command")
@@ -141,12 +154,19 @@ class DmaWriterHarness(Elaboratable):
         m.d.comb += Assert(~axi.wvalid | (axi.wlast == ends_burst),
                            "WLAST not on the last beat of a burst")
 
-        # AW bursts: in the command's beats, contiguous, within a boundary
+        # AW bursts: in the command's beats, contiguous, within a boundary. A
+        # command's next burst starts where its last one taken ended, the first
+        # at the command's first beat.
+        aw_q = _CommandQueue(m, "aw", "AWs")
+        aw = aw_q.head
         aw_taken = axi.awvalid & axi.awready
         aw_len_bytes = (axi.awlen + 1) << 3
         aw_end = Signal(ADDR + 2)
         m.d.comb += aw_end.eq(axi.awaddr + aw_len_bytes)
         last_beat_end = Cat(Const(0, 3), (aw.end + (BPB - 1))[3:])  # the command's end, aligned up
+        aw_started = Signal()  # an AW of the head command was taken
+        aw_last_end = Signal(ADDR)
+        aw_next = Mux(aw_started, aw_last_end, Cat(Const(0, 3), aw.addr[3:]))
         m.d.comb += [
             Assert(~axi.awvalid | aw.valid, "an AW with no command"),
             Assert(~axi.awvalid | (axi.awaddr == aw_next), "an AW not where the previous ended"),
@@ -154,24 +174,12 @@ class DmaWriterHarness(Elaboratable):
             Assert(~axi.awvalid | ((axi.awaddr[:11] + aw_len_bytes) <= BOUNDARY),
                    "an AW across the burst boundary"),
         ]
-        aw_pending = Signal()  # a second writing command taken before the AW record freed
-        aw_p_addr, aw_p_end = Signal(ADDR), Signal(ADDR + 1)
-        aw_done = aw_taken & (aw_end == last_beat_end)
-        with m.If(aw_taken):
-            m.d.sync += aw_next.eq(aw_end)
-        with m.If(aw_done):
-            m.d.sync += aw.valid.eq(aw_pending)
-            m.d.sync += [aw.addr.eq(aw_p_addr), aw.end.eq(aw_p_end),
-                         aw_next.eq(Cat(Const(0, 3), aw_p_addr[3:])), aw_pending.eq(0)]
-        with m.If(writes):
-            with m.If(~aw.valid | aw_done):
-                m.d.sync += [aw.valid.eq(1), aw.addr.eq(c.addr), aw.end.eq(c.addr + c.len),
-                             aw_next.eq(Cat(Const(0, 3), c.addr[3:])), aw_pending.eq(0)]
-            with m.Else():
-                m.d.sync += [aw_pending.eq(1), aw_p_addr.eq(c.addr),
-                             aw_p_end.eq(c.addr + c.len)]
-        m.d.comb += Assert(~(writes & aw.valid & aw_pending & ~aw_done),
-                           "a third writing command is taken while two still have AWs due")
+        m.d.comb += aw_q.pop.eq(aw_taken & (aw_end == last_beat_end))
+        with m.If(aw_q.pop):
+            m.d.sync += aw_started.eq(0)
+        with m.Elif(aw_taken):
+            m.d.sync += [aw_started.eq(1), aw_last_end.eq(aw_end)]
+        aw_q.push(writes, c.addr, c.len, new_beats)
 
         crossed = Signal()
         with m.If(aw_taken & aw.valid & (axi.awaddr != Cat(Const(0, 3), aw.addr[3:]))):
@@ -180,7 +188,7 @@ class DmaWriterHarness(Elaboratable):
             Cover(w_pop & crossed),  # a command split at the boundary, all written
             Cover(taken & c.inline & (c.len == CQE_BYTES)),
             Cover(w_pop & (head.beats == 6)),
-            Cover(dut.data.valid & dut.data.ready & dut.data.payload.last & w_q[0].valid
+            Cover(dut.data.valid & dut.data.ready & dut.data.payload.last & head.valid
                   & (w_idx == 0) & (head.beats > 2)),  # the stream ends early
         ]
         return m
