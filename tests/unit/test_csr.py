@@ -1,7 +1,7 @@
 """hw/csr.py: the AXI4-Lite bridge and register maps."""
 
 import pytest
-from amaranth.hdl import Cat, Const, Module, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.sim import Simulator
 
 from hw.csr import (
@@ -16,10 +16,13 @@ from tests.unit.csrbus import axil_read, axil_write, csr_write
 
 
 class _Scratch:
-    """A bridge with a 4-word register file behind it, and a read-side-effect counter."""
+    """A bridge with a 4-word register file behind it, and a read-side-effect counter.
+    The file answers a read on ``r_data`` in exactly one cycle, ``read_latency`` cycles
+    after ``r_stb`` (0 in every other cycle), so a bridge that samples ``r_data`` in
+    any other cycle reads 0."""
 
-    def __init__(self):
-        self.bridge = AXI4LiteToCSR(addr_width=8)
+    def __init__(self, read_latency=1):
+        self.bridge = AXI4LiteToCSR(addr_width=8, read_latency=read_latency)
         self.regs = [Signal(32, name=f"r{i}") for i in range(4)]
         self.reads = Signal(8)
         m = Module()
@@ -30,16 +33,24 @@ class _Scratch:
             for i, reg in enumerate(self.regs):
                 with m.If(index == i):
                     m.d.sync += reg.eq(csr.w_data)
+        answer = [(Signal(name=f"ans_valid{k}"), Signal(32, name=f"ans{k}"))
+                  for k in range(read_latency)]
+        m.d.sync += answer[0][0].eq(csr.r_stb)
         with m.If(csr.r_stb):
             m.d.sync += self.reads.eq(self.reads + 1)
             for i, reg in enumerate(self.regs):
                 with m.If(index == i):
-                    m.d.sync += csr.r_data.eq(reg)
+                    m.d.sync += answer[0][1].eq(reg)
+        for (v0, d0), (v1, d1) in zip(answer, answer[1:], strict=False):
+            m.d.sync += [v1.eq(v0), d1.eq(d0)]
+        valid, data = answer[-1]
+        m.d.comb += csr.r_data.eq(Mux(valid, data, 0))
         self.m = m
 
 
-def test_axil_bridge_reads_and_writes():
-    dut = _Scratch()
+@pytest.mark.parametrize("read_latency", [1, 2, 3])
+def test_axil_bridge_reads_and_writes(read_latency):
+    dut = _Scratch(read_latency)
     axil = dut.bridge.s_axil
     seen = {}
 

@@ -375,6 +375,51 @@ def test_tx_control_bridge_turns_updates_into_tx_register_writes():
                       (QP_BASE + QP_STRIDE + Q.CWND, 37)]
 
 
+def test_tx_control_bridge_handshakes_against_its_rule():
+    """Every state, with and without a window update waiting, TX ready or not,
+    against the docstring's rule: a QP entering ERROR or RESET waits for TX to take
+    its write; any other state change is taken at once with no write, even while TX
+    is not ready; a window update goes only when no state change waits."""
+    from hw.nic.core import TxControlBridge
+    from hw.protocol import QpState
+    from hw.tx.regs import CTRL_FLUSH_BIT, CTRL_RESET_BIT, QP_BASE, QP_STRIDE, Q
+
+    dut = TxControlBridge()
+    cases = [(sv, state, cv, ready) for sv in (0, 1) for state in range(8) for cv in (0, 1)
+             for ready in (0, 1)]
+
+    def rule(sv, state, cv, ready):
+        """(inject valid, addr, data, state ready, cwnd ready), addr and data if valid."""
+        if sv:
+            stops = state in (QpState.ERROR, QpState.RESET)
+            bit = CTRL_RESET_BIT if state == QpState.RESET else CTRL_FLUSH_BIT
+            return (int(stops), QP_BASE + 5 * QP_STRIDE + Q.CTRL if stops else None,
+                    1 << bit if stops else None, int(not stops or bool(ready)), 0)
+        return cv, QP_BASE + 6 * QP_STRIDE + Q.CWND if cv else None, 99 if cv else None, 0, ready
+
+    got = []
+
+    async def bench(ctx):
+        ctx.set(dut.qp_state_update.payload.qpn, 5)
+        ctx.set(dut.cwnd_update.payload, {"qpn": 6, "cwnd": 99})
+        for sv, state, cv, ready in cases:
+            ctx.set(dut.qp_state_update.valid, sv)
+            ctx.set(dut.qp_state_update.payload.state, state)
+            ctx.set(dut.cwnd_update.valid, cv)
+            ctx.set(dut.inject.ready, ready)
+            valid = ctx.get(dut.inject.valid)
+            p = ctx.get(dut.inject.payload)
+            got.append((valid, p.addr if valid else None, p.data if valid else None,
+                        ctx.get(dut.qp_state_update.ready) if sv else 0,
+                        ctx.get(dut.cwnd_update.ready)))
+
+    sim = Simulator(dut)
+    sim.add_testbench(bench)
+    sim.run()
+    for case, g in zip(cases, got, strict=True):
+        assert g == rule(*case), case
+
+
 @pytest.mark.parametrize("base", [0, 0x4000])
 def test_doorbell_snoop_reports_only_doorbell_writes(base):
     """Every write of a QP's qp_doorbell in TX's block (at ``base`` on the

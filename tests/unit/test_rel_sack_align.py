@@ -24,7 +24,7 @@ def model(window, sack_bits, una_new, base, bitmap, nak_psn, infl):
     return sacked, int(d < infl), d % window
 
 
-@pytest.mark.parametrize("window, sack_bits", [(16, 32), (64, 64), (32, 128)])
+@pytest.mark.parametrize("window, sack_bits", [(2, 32), (16, 32), (64, 64), (32, 128)])
 def test_sack_align_matches_definition(window, sack_bits):
     dut = SackAlign(window=window, sack_bits=sack_bits)
     rng = random.Random(window * 1000 + sack_bits)
@@ -64,4 +64,6 @@ def test_sack_align_matches_definition(window, sack_bits):
     sim.run()
     want = [model(window, sack_bits, un, b, bm, n, i) for _u, _c, _b, un, b, bm, n, i in cases]
     assert got == want
-    assert sum(1 for s, _, _ in want if s) > 50 and sum(n for _, n, _ in want) > 50
+    # enough bitmaps that overlap and NAKs in flight (a 2-PSN window has few of them)
+    assert sum(1 for s, _, _ in want if s) > 50
+    assert sum(n for _, n, _ in want) > min(50, 10 * window)
