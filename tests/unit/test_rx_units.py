@@ -501,6 +501,55 @@ def test_qp_registers_read_back_per_qp():
         assert got[("qpn", qp)] == 0x10 + qp
 
 
+def test_lookups_decode_qp_registers_by_their_fields():
+    """Each QP configuration field that the lookups give (all three ports) is its
+    register's bits as the register map documents them (``QP_CTRL``, ``QP_ACK``,
+    ``QP_CQ_CTRL`` fields; ``QP_PEER_IP`` whole), for random words per QP."""
+    from hw.rx.regs import RxRegisters
+
+    # the register map's field -> the configuration's field
+    names = {("QP_CTRL", f): f for f in ("state", "trim_nack", "mtu", "mpr", "pd")}
+    names |= {("QP_ACK", "n"): "ack_n", ("QP_ACK", "t"): "ack_t",
+              ("QP_CQ_CTRL", "log2_entries"): "cq_log2", ("QP_CQ_CTRL", "enable"): "cq_enable"}
+    rng = random.Random(5)
+    dut = RxRegisters(num_qps=4, num_mrs=1, addr_width=32)
+    rmap = dut.map
+    words = {(reg, qp): rng.getrandbits(32) for reg in ("QP_CTRL", "QP_ACK", "QP_CQ_CTRL",
+                                                         "QP_PEER_IP") for qp in range(4)}
+    port_fields = {"lookup_a": None, "lookup_b": None, "lookup_c": ("state", "peer_ip")}
+    got = {}
+
+    async def bench(ctx):
+        for (reg, qp), word in words.items():
+            await csr_write(ctx, dut.csr, rmap[reg].addr(qp), word)
+        await ctx.tick().repeat(2)
+        for qp in range(4):
+            for port in port_fields:
+                ctx.set(getattr(dut, port).addr, qp)
+            await ctx.tick()
+            for port, only in port_fields.items():
+                cfg = getattr(dut, port).cfg
+                for f in ("state", "trim_nack", "mtu", "mpr", "pd", "ack_n", "ack_t", "peer_ip",
+                          "cq_log2", "cq_enable"):
+                    if only is None or f in only:
+                        got[(port, qp, f)] = int(ctx.get(getattr(cfg, f)))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    want = {}
+    for qp in range(4):
+        for (reg, field), f in names.items():
+            lsb, width = next((b, w) for n, b, w, _ in rmap[reg].fields if n == field)
+            want[f] = words[(reg, qp)] >> lsb & ((1 << width) - 1)
+        want["peer_ip"] = words[("QP_PEER_IP", qp)]
+        for port, only in port_fields.items():
+            for f, value in want.items():
+                if only is None or f in only:
+                    assert got[(port, qp, f)] == value, (port, qp, f)
+
+
 def test_register_reads_answer_after_csr_read_latency():
     """A read answers CSR_READ_LATENCY (3) cycles after r_stb, not before,
     from a flip-flop register and from a QP's read-back word alike; it sees
