@@ -31,7 +31,7 @@ def summarise(mutants):
     return blocks, killed, len(live)
 
 
-def write_report(out, mutants, args, sites, elapsed):
+def write_report(out, mutants, args, sites, elapsed, baseline=None):
     blocks, killed, live = summarise(mutants)
     score = killed / live if live else 0.0
     out.mkdir(parents=True, exist_ok=True)
@@ -39,6 +39,7 @@ def write_report(out, mutants, args, sites, elapsed):
             "viable": live, "stillborn": sum(m.result == "stillborn" for m in mutants),
             "errors": sum(m.result == "error" for m in mutants), "blocks": blocks,
             "sites": sites, "seconds": round(elapsed),
+            "baseline": {k: round(v, 1) for k, v in (baseline or {}).items()},
             "command": " ".join(["python -m sim.mutate", *sys.argv[1:]]),
             "mutants": [as_dict(m) for m in mutants]}
     (out / "report.json").write_text(json.dumps(data, indent=1))
@@ -111,7 +112,8 @@ def main(argv=None):
     t0 = time.monotonic()
     runner = Runner(args.out / "scratch", jobs, log=lambda s: print(s, flush=True))
     mutants = run_all(mutants, blocks, runner, log=lambda s: print(s, flush=True))
-    score, killed, live = write_report(args.out, mutants, args, sites, time.monotonic() - t0)
+    score, killed, live = write_report(args.out, mutants, args, sites, time.monotonic() - t0,
+                                       runner.baseline)
     print(f"mutation score: {killed}/{live} killed = {100 * score:.1f} % (seed {args.seed}); "
           f"report in {args.out / 'report.md'}")
     return 0

@@ -114,7 +114,7 @@ def scratch_tree(dest, root=ROOT):
 class Runner:
     """Runs test entries (``path[::test] [-k expr]``) in scratch trees."""
 
-    def __init__(self, scratch, jobs, timeout_factor=6.0, min_timeout=90.0, log=print):
+    def __init__(self, scratch, jobs, timeout_factor=3.0, min_timeout=90.0, log=print):
         self.trees = [scratch_tree(Path(scratch).resolve() / f"w{i}") for i in range(jobs)]
         self.free = list(self.trees)
         self.lock = threading.Lock()

@@ -76,6 +76,28 @@ def test_ring_bases_keep_addr_width_bits():
                    "cq_base_hi": 0x34}
 
 
+def test_ev_entries_write_and_read_back():
+    """Each (QP, EV) entry of the ``ev`` block reads back its 16-bit value, and its
+    state GOOD (0 in bits 17:16: a write without bit 31 leaves the state alone); a
+    global register written around them keeps its own value."""
+    nq, evs = 2, 4
+    dut = ReliabilityEngine(num_qps=nq, evs_per_qp=evs, window=16)
+    rmap = register_map(nq, evs, 16)
+    values = {i: 0x1000 + 0x111 * i for i in range(nq * evs)}
+    got = {}
+
+    async def bench(ctx):
+        await csr_write(ctx, dut.csr, rmap["ev_loss_threshold"].addr(), 5)
+        for i, v in values.items():
+            await csr_write(ctx, dut.csr, rmap["ev"].addr(i), 0xABCD_0000 | v)  # no set_state
+        for i in values:
+            got[i] = await csr_read(ctx, dut.csr, rmap["ev"].addr(i))
+        got["threshold"] = await csr_read(ctx, dut.csr, rmap["ev_loss_threshold"].addr())
+
+    _run(dut, bench)
+    assert got == {**values, "threshold": 5}
+
+
 def _run(dut, bench, *processes):
     """Simulate ``dut`` at 100 MHz with the testbench ``bench`` and any
     free-running ``processes`` (output sinks)."""
