@@ -4,6 +4,7 @@
     python -m sim.mutate --seed 7 -n 200      # another sample
     python -m sim.mutate --blocks rx.window,tx.dma -n 10
     python -m sim.mutate --rerun build/mutate/report.json   # its survivors again
+                                              # (--blocks: only those blocks')
     python -m sim.mutate --list               # blocks, files, sites, tests
 
 Writes build/mutate/report.md and report.json (or under --out)."""
@@ -99,7 +100,8 @@ def main(argv=None):
     if args.rerun:
         old = json.loads(args.rerun.read_text())
         args.seed = old["seed"]
-        keep = [m for m in old["mutants"] if m["result"] == "survived"]
+        names = {b.name for b in blocks}
+        keep = [m for m in old["mutants"] if m["result"] == "survived" and m["block"] in names]
         chosen = [(m["block"], find_site(m["key"])) for m in keep]
         mutants = make_mutants(chosen)
         for m, o in zip(mutants, keep, strict=True):

@@ -95,7 +95,9 @@ BLOCKS = (
     Block("tx.qp_counters", ("hw/tx/qp_counters.py",), (U + "test_tx_qp_counters.py",)),
     Block("tx.qp_settings", ("hw/tx/qp_settings.py",), (U + "test_tx_qp_settings.py",)),
     Block("tx.sequencer", ("hw/tx/seq_states.py", "hw/tx/qp_flags.py", "hw/tx/sequencer.py"),
-          (U + "test_tx_window_check.py", U + "test_tx_datapath.py -k sequencer")),
+          (U + "test_tx_window_check.py", U + "test_tx_qp_flags.py",
+           U + "test_tx_datapath.py -k sequencer"),
+          ("tests/hw/test_tx_engine.py::test_tx_engine",)),
     Block("tx.wqe_loader", ("hw/tx/wqe_loader.py",), (U + "test_tx_wqe_loader.py",)),
 )
 

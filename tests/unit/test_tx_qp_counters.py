@@ -25,11 +25,11 @@ def test_qp_counters(nq):
         mem = [0] * nq
         q_reg = csr_reg = 0  # the read ports' registered addresses
         row = nxt = 0  # cnt_row, cnt_next
-        q, ready = 0, 0
+        q = 0
         for cycle in range(3000):
             if rng.random() < 0.2:
                 q = rng.randrange(nq)
-            ready = ready or cycle > 50
+            ready = 50 < cycle and not 1500 <= cycle < 1600  # a second INIT at 1500
             retx, emit = rng.getrandbits(1), int(rng.random() < 0.3)
             init = int(not ready and rng.random() < 0.5)
             init_q, csr_q = rng.randrange(nq), rng.randrange(nq)
