@@ -604,10 +604,11 @@ class RxTB:
     async def drain(self, extra=200, stall=100_000):
         """Wait until the inputs are consumed and the outputs have been quiet for
         ``extra`` cycles (AXI writes, B responses, ACK frames). Fails if nothing
-        moves for ``stall`` cycles: the pipeline must never hang."""
+        moves for ``stall`` cycles: the pipeline must never hang. Returns the
+        cycles from the last input taken to the last output activity."""
         d = self.dut
         busy = (d.m_axi__awvalid, d.m_axi__wvalid, d.m_axi__bvalid, d.m_axis_ack__tvalid)
-        idle_for = quiet = 0
+        idle_for = quiet = after_input = 0
         backlog = self._backlog()
         while quiet < extra:
             await RisingEdge(d.clk)
@@ -616,7 +617,10 @@ class RxTB:
             backlog = now
             idle_for = 0 if moving else idle_for + 1
             assert idle_for < stall, f"pipeline hung with {now} inputs waiting"
-            quiet = 0 if (moving or not self.inputs_idle()) else quiet + 1
+            inputs_idle = self.inputs_idle()
+            after_input = after_input + 1 if inputs_idle else 0
+            quiet = 0 if (moving or not inputs_idle) else quiet + 1
+        return after_input - quiet
 
     def apply_model_writes(self):
         for addr, payload in self.model.writes:
@@ -735,7 +739,7 @@ SETTLE = 200  # quiet cycles after which the engine has finished a packet's mark
 HALF = 1 << 23
 
 
-def _after_or_at(a: int, b: int) -> bool:
+def after_or_at(a: int, b: int) -> bool:
     """PSN (or MSN) ``a`` is at or after ``b`` (24-bit serial numbers)."""
     return (a - b) & PSN_MASK < HALF
 
@@ -786,8 +790,8 @@ class AckStream:
             assert a["bitmap"] & 1 == 0, a
             prev = self.last.get(qpn)
             if prev is not None:
-                assert _after_or_at(cum, prev["cum_psn"]), (prev, a)
-                assert _after_or_at(a["msn"], prev["msn"]), (prev, a)
+                assert after_or_at(cum, prev["cum_psn"]), (prev, a)
+                assert after_or_at(a["msn"], prev["msn"]), (prev, a)
             placed = model.qps[qpn].placed
             start = prev["cum_psn"] if prev is not None else (model.qps[qpn].cfg["epsn"] - 1)
             for i in range((cum - start) & PSN_MASK):
