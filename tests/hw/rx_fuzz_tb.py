@@ -87,6 +87,7 @@ QPS = {
 SPOOF_QPNS = (3, 3, 4, 4, 5, 6, 7, 7, 0, 9, 15, 16, 0x40, 0xFFFFFF)
 STALL = 2000  # cycles with input waiting and nothing moving: a hang
 DRAIN_BOUND = 8000  # cycles from the last input beat taken to a quiet pipeline
+SETTLE_ROUNDS = 4  # quiet periods (with a counter read) in which every frame gets its verdict
 SOURCES = ("valid", "scapy", "hypothesis", "mutant")
 
 # Frame offsets (docs/protocol.md).
@@ -299,8 +300,9 @@ class FuzzBench:
     ``expect_frame`` and ``RxModel`` (module doc); ``batch`` sends one batch
     and checks the invariants."""
 
-    def __init__(self, tb, *, seed: int):
+    def __init__(self, tb, *, seed: int, step: int | None = None):
         self.tb = tb
+        self.step = step  # from this frame on, the counters after every frame (to find one)
         self.rng = random.Random(seed)
         self.seed = seed
         self.mut = Mutator(self.rng)
@@ -316,7 +318,19 @@ class FuzzBench:
         self.aw_bursts = 0
         self.aw_outside: list[tuple[int, int]] = []
         self.counts: dict[str, int] = {}
+        self.last_frame = None
+        self.batch_log: list[tuple] = []  # the accepted frames of the batch: for a failure
         self._watch_aw()
+        # for a failure's report: the last writes the model expects and the DMA made
+        self.model_writes: deque[tuple] = deque(maxlen=4000)
+        self.dma_writes: deque[tuple] = deque(maxlen=4000)
+        write = tb.ram.write_if._write
+
+        async def logged_write(address, data_):
+            self.dma_writes.append((get_sim_time("ns"), address, len(data_)))
+            await write(address, data_)
+
+        tb.ram.write_if._write = logged_write
 
     def _watch_aw(self):
         """Every AW burst must lie in the beat-rounded span of an allowed range."""
@@ -400,8 +414,16 @@ class FuzzBench:
         self.parser[f"parser_{exp.verdict}"] += 1
         outcome = None
         if exp.verdict == "accepted":
-            outcome = self.tb.model.frame(record_of(exp.fields), exp.payload)
+            rec = record_of(exp.fields)
+            outcome = self.tb.model.frame(rec, exp.payload)
+            self.batch_log.append((self.sent, outcome, rec.get("bth.dqpn"), rec.get("bth.psn"),
+                                   rec.get("bth.opcode"), rec.get("trimmed"),
+                                   rec.get("payload_len")))
             self.peer_passed += outcome == "peer"
+            if outcome == "placed" and exp.payload:
+                self.model_writes.append((self.sent, get_sim_time("ns"), rec["reth.va"],
+                                          len(exp.payload), rec["bth.dqpn"], rec["bth.psn"],
+                                          rec["bth.opcode"], frame.hex()))
         self.tb.send_raw(frame, tuser)
         self.sent += 1
         return outcome
@@ -409,6 +431,7 @@ class FuzzBench:
     # -- a batch
     async def batch(self, n: int):
         tb, rng = self.tb, self.rng
+        self.batch_log.clear()
         for _ in range(n):
             source, frame, tuser = self.next_frame()
             if not frame:
@@ -416,7 +439,11 @@ class FuzzBench:
             self.sources[source] += 1
             epsns = {q: m.epsn for q, m in tb.model.qps.items()}
             self.send(frame, tuser)
-            if any(m.epsn != epsns[q] for q, m in tb.model.qps.items()):
+            if self.step is not None and self.sent > self.step:
+                await self.drain()
+                self.last_frame = (source, frame.hex(), tuser)
+                await self.check_counters()
+            elif any(m.epsn != epsns[q] for q, m in tb.model.qps.items()):
                 # the model advanced at once, the engine does at the B
                 # response: settled, the model's later verdicts are the engine's
                 await self.drain()
@@ -444,27 +471,55 @@ class FuzzBench:
         await self.check()
 
     async def drain(self):
-        cycles = await self.tb.drain(extra=200, stall=STALL)
-        self.max_drain = max(self.max_drain, cycles)
-        assert cycles <= DRAIN_BOUND, f"quiet {cycles} cycles after the last input beat"
+        """Until every frame sent has its verdict (a parser verdict and, if
+        accepted, an outcome) and the outputs are quiet: a frame dropped
+        silently gives no sign while its payload is discarded (up to
+        MAX_PAYLOAD / 8 cycles), so quiet outputs alone do not say the frames
+        before it were checked."""
+        for _ in range(SETTLE_ROUNDS):
+            cycles = await self.tb.drain(extra=200, stall=STALL)
+            self.max_drain = max(self.max_drain, cycles)
+            assert cycles <= DRAIN_BOUND, f"busy {cycles} cycles after the last input beat"
+            c = await self.tb.counters()
+            if (sum(c[n] for n in PARSER) == self.sent
+                    and sum(c[n] for n in OUTCOMES) == c["parser_accepted"]):
+                break
         self.acks.collect()
 
     async def check(self):
         tb = self.tb
         assert not self.aw_outside, f"AW bursts outside every region: {self.aw_outside[:4]}"
-        tb.check_memory()  # every byte written inside a region, memory the model's
+        try:
+            tb.check_memory()  # every byte written inside a region, memory the model's
+        except AssertionError:
+            got = tb.ram.read(0, tb.mem_size)
+            bad = next(i for i in range(tb.mem_size) if got[i] != tb.shadow[i])
+            near = [w for w in self.model_writes if w[2] <= bad + 64 and bad < w[2] + w[3] + 64]
+            dma = [w for w in self.dma_writes if w[1] <= bad + 64 and bad < w[1] + w[2] + 64]
+            raise AssertionError(f"memory differs at {bad:#x}; the model's writes near it "
+                                 f"(frame, ns, va, len, qpn, psn, opcode, frame): {near}; "
+                                 f"the DMA's (ns, addr, len): {dma}") from None
+        c = await self.check_counters()
+        self.acks.check_model_naks_and_probes()
+        self.counts = c
+        return c
+
+    async def check_counters(self):
+        tb = self.tb
         c = await tb.counters()
-        assert sum(c[n] for n in PARSER) == self.sent, {n: c[n] for n in PARSER}
-        assert sum(c[n] for n in OUTCOMES) == c["parser_accepted"], {n: c[n] for n in OUTCOMES}
+        where = f"after frame {self.sent} (the last: {self.last_frame})"
+        assert sum(c[n] for n in PARSER) == self.sent, (where, {n: c[n] for n in PARSER})
+        assert sum(c[n] for n in OUTCOMES) == c["parser_accepted"], (
+            where, {n: c[n] for n in OUTCOMES}, c["parser_accepted"])
         assert sum(c[n] for n in PEER_DROPS) + len(tb.peer.values()) == c["peer_frames"], (
             {n: c[n] for n in PEER_DROPS}, len(tb.peer.values()), c["peer_frames"])
         assert len(tb.peer.values()) == self.peer_passed
         want = Counter(tb.model.count) + self.parser
-        for name in COUNTERS:
-            if name != "acks_sent":  # (the coalescing timers: AckStream checks the ACKs)
-                assert c[name] == want[name], (name, c[name], want[name])
-        self.acks.check_model_naks_and_probes()
-        self.counts = c
+        diff = {n: (c[n], want[n]) for n in COUNTERS
+                if n != "acks_sent" and c[n] != want[n]}  # (acks_sent: the ACK timers)
+        assert not diff, (f"counters (engine, model) after frame {self.sent}: {diff}; the "
+                          f"batch's accepted frames (frame, outcome, qpn, psn, opcode, trimmed, "
+                          f"length): {self.batch_log}")
         return c
 
     def progress(self, log, total: int, wall: float):

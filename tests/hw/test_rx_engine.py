@@ -312,7 +312,8 @@ async def test_fuzz_rx(dut):
     total = int(os.environ.get("RX_FUZZ_FRAMES", "2000"))
     seed = int(os.environ.get("RX_FUZZ_SEED", "20261204"))
     tb = await start(dut, seed=seed, backpressure=0.1)
-    fz = FuzzBench(tb, seed=seed)
+    step = os.environ.get("RX_FUZZ_STEP")  # a frame number: checked frame by frame from it
+    fz = FuzzBench(tb, seed=seed, step=None if step is None else int(step))
     await fz.setup()
     t0 = time.monotonic()
     last = t0
