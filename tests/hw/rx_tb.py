@@ -603,23 +603,31 @@ class RxTB:
 
     async def drain(self, extra=200, stall=100_000):
         """Wait until the inputs are consumed and the outputs have been quiet for
-        ``extra`` cycles (AXI writes, B responses, ACK frames). Fails if nothing
-        moves for ``stall`` cycles: the pipeline must never hang. Returns the
-        cycles from the last input taken to the last output activity."""
+        ``extra`` cycles (no AXI write, B response or ACK frame offered or
+        taken). Fails if nothing moves (no input taken, no transfer on an
+        output) for ``stall`` cycles: the pipeline must never hang, nor an
+        output stay offered and never taken. Returns the cycles from the last
+        input taken to the last output activity."""
         d = self.dut
-        busy = (d.m_axi__awvalid, d.m_axi__wvalid, d.m_axi__bvalid, d.m_axis_ack__tvalid)
+        ports = [(d.m_axi__awvalid, d.m_axi__awready), (d.m_axi__wvalid, d.m_axi__wready),
+                 (d.m_axi__bvalid, d.m_axi__bready), (d.m_axis_ack__tvalid, d.m_axis_ack__tready)]
+        if self.frames:
+            ports.append((d.s_axis__tvalid, d.s_axis__tready))
         idle_for = quiet = after_input = 0
         backlog = self._backlog()
         while quiet < extra:
             await RisingEdge(d.clk)
             now = self._backlog()
-            moving = now < backlog or any(int(s.value) for s in busy)
+            offered = [int(v.value) for v, _ in ports[:4]]
+            moving = now < backlog or any(int(v.value) and int(r.value) for v, r in ports)
             backlog = now
             idle_for = 0 if moving else idle_for + 1
-            assert idle_for < stall, f"pipeline hung with {now} inputs waiting"
+            assert idle_for < stall, (
+                f"pipeline hung: nothing moved for {stall} cycles with {now} inputs waiting "
+                f"and AW, W, B, ACK offered {offered}")
             inputs_idle = self.inputs_idle()
             after_input = after_input + 1 if inputs_idle else 0
-            quiet = 0 if (moving or not inputs_idle) else quiet + 1
+            quiet = 0 if (moving or any(offered) or not inputs_idle) else quiet + 1
         return after_input - quiet
 
     def apply_model_writes(self):
