@@ -303,13 +303,16 @@ class _HwQp(MrcQp):
             self.hw._write_recv_cqe(self.qpn, self.msn, pkt.dma_len, pkt.imm, pkt.opcode)
 
     def reset_responder(self, epsn: int):
-        """RX ``QP_EPSN``: expected PSN, empty bitmap, MSN 0, no pending completions."""
+        """RX ``QP_EPSN``: expected PSN, empty bitmap, MSN 0, no pending completions,
+        no ACK state."""
         self.rq_psn = self.rcv_psn = epsn & PSN_MASK
         self.rcv_bitmap = 0
         self.pending_last.clear()
         self._pending_heap.clear()
         self.msn = 0
         self._unacked = 0
+        self._ece = False  # (RX zeroes the QP's row: the CE marks go too)
+        self._ce_count = 0
         self._ack_timer_gen += 1
         self._ack_timer_armed = False
 

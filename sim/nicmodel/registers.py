@@ -337,6 +337,12 @@ class RegisterBehaviour:
         if self.qps[q] is not None:
             self._apply_ack_cfg(self.qps[q])
 
+    def _write_rx_QP_PEER_QPN(self, q, value, old):
+        """RX reads ``QP_PEER_QPN`` when it sends an ACK or probe answer: a write
+        after the QP left RESET applies to the next one."""
+        if self.qps[q] is not None:
+            self.qps[q].dqpn = value & 0xFFFFFF
+
     def _write_rx_QP_EPSN(self, q, value, old):
         self.recv_cq_pi[q] = 0
         if self.qps[q] is not None:
