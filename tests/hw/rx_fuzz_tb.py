@@ -13,10 +13,12 @@ The frames come from four sources, mixed in each batch:
   edges, lengths, addresses, ECN, trim, broken checksums), built when sent;
 - ``Mutator``: valid frames of the fuzzed QPs mutated: bit flips, truncation,
   extension, fields swapped between two frames, replays of earlier frames,
-  spoofed QPNs, PSNs, R_Keys and source addresses (the checksums made good
+  spoofed QPNs, PSNs, R_Keys and source addresses, VAs moved by a few bytes
+  (the checksums made good
   again most of the time, so the mutant is judged by validation, not the
   parser);
-- valid frames of the fuzzed QPs, PSNs at the window's edges.
+- valid frames of the fuzzed QPs, PSNs in order or at the window's edges, one
+  in five at a region's edge or a few bytes past it.
 
 Every frame goes through the parser's reference (``expect_frame``) and, if
 accepted, through ``RxModel``: the model sees everything the engine sees,
@@ -264,7 +266,7 @@ class Mutator:
             return rng.choice(self.history)  # a replay, unchanged
         b = bytearray(frame)
         for _ in range(rng.randrange(1, 3)):
-            what = rng.randrange(7)
+            what = rng.randrange(8)
             if what == 0 and b:  # bit flips, mostly in the headers
                 for _ in range(rng.randrange(1, 4)):
                     i = rng.randrange(min(len(b), 80) if rng.random() < 0.8 else len(b))
@@ -290,6 +292,9 @@ class Mutator:
                     b[RKEY:RKEY + 4] = rkey.to_bytes(4, "big")
                 else:
                     b[IP_SRC:IP_SRC + 4] = bytes((10, 0, 0, rng.choice((1, 5, 9))))
+            elif what == 7 and len(b) >= VA + 8:  # VA moved by a few bytes
+                va = int.from_bytes(b[VA:VA + 8], "big") + rng.choice((-9, -8, -1, 1, 8, 9, 64))
+                b[VA:VA + 8] = (va % (1 << 64)).to_bytes(8, "big")
         return fix_checksums(b) if rng.random() < 0.8 else bytes(b)
 
 
@@ -374,6 +379,11 @@ class FuzzBench:
         dma_len = before + length + after
         mr = MR3 if q.cfg["pd"] == 1 else rng.choice((MR0, MR1))
         va = mr["base"] + before + rng.randrange(0, mr["length"] - dma_len + 1)
+        r = rng.random()
+        if r < 0.1:  # the message's end at the region's end, or a few bytes past it
+            va = mr["base"] + mr["length"] - after - length + rng.choice((0, 0, 1, 2, 7, 8, 9))
+        elif r < 0.2:  # its start at the region's start, or a few bytes before it
+            va = mr["base"] + before - rng.choice((0, 0, 1, 2, 7, 8, 9))
         if psn is None:  # in order half the time, else at the window's edges
             psn = (q.epsn if rng.random() < 0.5
                    else biased_psn(rng, q.epsn, self.tb.model.window(q)))
@@ -489,8 +499,9 @@ class FuzzBench:
     async def check(self):
         tb = self.tb
         assert not self.aw_outside, f"AW bursts outside every region: {self.aw_outside[:4]}"
+        assert not tb.violations, f"writes outside every region: {tb.violations[:5]}"
         try:
-            tb.check_memory()  # every byte written inside a region, memory the model's
+            tb.check_memory()  # memory byte for byte the model's
         except AssertionError:
             got = tb.ram.read(0, tb.mem_size)
             bad = next(i for i in range(tb.mem_size) if got[i] != tb.shadow[i])
