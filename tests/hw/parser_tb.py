@@ -16,6 +16,7 @@ from cocotbext.axi import AxiStreamBus, AxiStreamFrame, AxiStreamSource
 from host_driver import layers as L
 from hw.rx.parser import COUNTER_NAMES, ParsedHeader, RxParser
 from hw.stream import Beat
+from sim import coverage as fcov
 from tests.hw.parser_frames import (
     MAX_PAYLOAD,
     SACK_BITS,
@@ -145,6 +146,7 @@ class TB:
             assert got == exp.verdict, (
                 f"frame {i} ({len(sent[i][0])} B): verdict {got}, expected {exp.verdict}"
             )
+            fcov.sample_parser_verdict(got)
         records = [decode(self.record, v) for v in self.hdr_sink.queue]
         assert len(records) == len(accepted), f"{len(records)} records, {len(accepted)} accepted"
         for i, (exp, rec) in enumerate(zip(accepted, records, strict=True)):

@@ -74,6 +74,7 @@ from hw.rx.regs import (
     QP_STRIDE,
     RxRegisters,
 )
+from sim import coverage as fcov
 from sim.model.packet import NAK_INVALID_REQUEST, length_check, message_extent
 from tests.hw.streams import StreamSink, StreamSource
 
@@ -263,6 +264,24 @@ class RxModel:
         return "peer"
 
     def frame(self, rec, payload):
+        """Judge one frame: its outcome ("placed", "dup", "nak", ...), with the
+        counts, ACKs, writes and CQEs it implies; sampled for sim/coverage.py."""
+        get = rec.get
+        op = get("bth.opcode", 0)
+        q = self.qps.get(get("bth.dqpn", 0))
+        epsn = q.epsn if q is not None else None
+        window = self.window(q) if q is not None else None
+        before, acks = dict(self.count), len(self.acks)
+        outcome = self._frame(rec, payload)
+        counted = [n for n, v in self.count.items() if v != before.get(n, 0)]
+        naks = [a["syndrome"] for a in self.acks[acks:] if a.get("syndrome", AETH_ACK) != AETH_ACK]
+        write = op in WRITE_OPCODES and epsn is not None
+        fcov.sample_rx_frame(op, outcome, counted, naks,
+                             offset=(get("bth.psn", 0) - epsn) if write else None,
+                             window=window, wrapped=write and q.epsn < epsn)
+        return outcome
+
+    def _frame(self, rec, payload):
         get = rec.get
         op = get("bth.opcode", 0)
         if op in (0x11, 0xC1):

@@ -104,7 +104,8 @@ class StreamSource:
 
 class StreamSink:
     """Takes ``<prefix>``'s items into ``items`` as ``(cycle, value)``, the
-    value decoded with ``layout`` if one is given; ``callback`` sees each."""
+    value decoded with ``layout`` if one is given; ``callback`` (the test's)
+    and each of ``observers`` (the bench's) see each."""
 
     def __init__(self, dut, prefix, layout=None, pause=None, *, clk=None, ready=1):
         self.valid, self.ready, self.payload = _port(dut, prefix)
@@ -115,6 +116,7 @@ class StreamSink:
         self.queue = deque()  # the values again, for a consumer that pops them
         self.cycle = 0
         self.callback = None
+        self.observers = []  # functions that see each value too (coverage sampling)
         self.ready.value = ready
         cocotb.start_soon(self._run())
 
@@ -137,4 +139,6 @@ class StreamSink:
                 self.queue.append(value)
                 if self.callback:
                     self.callback(value)
+                for observe in self.observers:
+                    observe(value)
             self.ready.value = 0 if (self.pause is not None and next(self.pause)) else 1

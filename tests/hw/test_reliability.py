@@ -58,6 +58,7 @@ from hw.reliability.layouts import (
 )
 from hw.reliability.registers import register_map
 from hw.rx.parser import ParsedHeader
+from sim import coverage as fcov
 from tests.hw.peer_frames import parsed_header
 from tests.hw.streams import StreamSink, StreamSource
 
@@ -129,6 +130,10 @@ class TB:
         self.cwnd_upd = StreamSink(dut, "cwnd_update", CwndUpdate, bp())
         self.qps_upd = StreamSink(dut, "qp_state_update", QpStateUpdate, bp())
         self.cqe_count = {}
+        self.retx.observers.append(lambda rec: fcov.sample_retx(rec["reason"]))
+        self.ev_upd.observers.append(fcov.EvTracker())
+        self.ack_upd.observers.append(fcov.UnaTracker())
+        self.sack_shifts = fcov.SackShiftTracker(P["window"])
 
     async def reset(self):
         self.dut.rst.value = 1
@@ -228,6 +233,7 @@ class TB:
                                    dst_ip=OWN_IP))
         assert L.check_frame(frame) == (True, True)
         self.acks.send(parsed_header(frame))
+        self.sack_shifts(q, (cum_psn + 1) & 0xFFFFFF if sack_base is None else sack_base)
 
     def probe_answer(self, request: bytes):
         """The responder's answer to a probe request frame, as RX would parse it."""
@@ -569,6 +575,8 @@ async def test_backoff_and_exhaustion(dut):
     assert len(intervals) == len(nominal)
     for got, want in zip(intervals, nominal, strict=True):
         assert abs(got - want) <= ERROR_BOUND + 3 * 8, (intervals, nominal)
+    for want in nominal:
+        fcov.sample_backoff((want // base).bit_length() - 1)
     # the (linear + exp + 1)-th timeout, 2^exp base timeouts after the last: ERROR
     err_cycle, err = tb.qps_upd.items[-1]
     assert err == {"qpn": 0, "state": 4}
@@ -579,6 +587,8 @@ async def test_backoff_and_exhaustion(dut):
     assert all(c["byte_len"] == 0 for c in cqes)
     c = await tb.counters()
     assert c["timeouts"] == linear + exp + 1 and c["retry_exhausted"] == 1
+    fcov.sample_backoff(exp)  # the last interval, base << exp, ended in exhaustion
+    fcov.sample_backoff("exhausted")
     # nothing more happens to a QP in ERROR
     tb.ack(0, 52)
     await tb.settle()
@@ -867,6 +877,12 @@ async def test_ev_min_active_and_denied(dut):
     events = await _pop_events(tb)
     assert [(e["ev"], e["old"], e["new"]) for e in events] == [
         (7, 0, 2), (0, 0, 1), (1, 0, 1), (7, 2, 0)]
+    # the controller denies an ASSUMED_BAD EV: ASSUMED_BAD -> DENIED
+    await tb.write("ev", (1 << 31) | (2 << 16) | ev_value(0, 0), 0)
+    await tb.settle(20)
+    assert tb.ev_upd.records()[-1] == {"qpn": 0, "ev_index": 0, "state": 2}
+    assert [(e["ev"], e["old"], e["new"]) for e in await _pop_events(tb)] == [(0, 1, 2)]
+    assert (await tb.read("ev", 0)) >> 16 & 3 == 2
 
 
 @cocotb.test(skip=CONFIG != "rel_q4")

@@ -11,6 +11,7 @@ import cocotb
 import pytest
 
 from host_driver.layers import IMM_OPCODES, PSN_MASK, write_packet
+from hw.protocol import PSN_HALF
 from hw.rx.regs import COUNTERS, MR_BASE, MR_STRIDE, QP_BASE, QP_STRIDE
 from sim.model.packet import NAK_INVALID_REQUEST, NAK_REMOTE_ACCESS
 from tests.hw.rx_tb import (
@@ -107,6 +108,23 @@ async def test_psn_wrap(dut):
         tb.send(pkts[i])
     await finish(tb)
     assert tb.model.qps[2].epsn == (first + 48) & PSN_MASK
+
+
+@cocotb.test()
+async def test_half_space_edges(dut):
+    """PSNs half the sequence space from the expected one: 2^23 - 1 ahead is
+    beyond the window (dropped, no ACK), 2^23 and 2^23 + 1 ahead count as behind
+    it (duplicates, acknowledged at once); the expected PSN is then placed."""
+    tb = await start(dut, seed=14)
+    epsn = 100
+    await tb.setup_qp(5, epsn=epsn, ack_n=1, ack_t=ACK_T, mtu=256)
+    for k, d in enumerate((PSN_HALF - 1, PSN_HALF, PSN_HALF + 1, 0)):
+        tb.send(write_packet(opcode=0x0A, dqpn=5, psn=(epsn + d) & PSN_MASK,
+                             va=MR0["base"] + 256 * k, rkey=MR0["rkey"], dma_len=256,
+                             payload=bytes([k]) * 256, dst_ip=OWN_IP, dst_mac=OWN_MAC))
+    c = await finish(tb)
+    assert (c["out_of_window"], c["duplicate"], c["placed"]) == (1, 2, 1)
+    assert tb.model.qps[5].epsn == epsn + 1
 
 
 @cocotb.test()
@@ -280,11 +298,18 @@ async def test_trim_probe_peer(dut):
     tb.send(ack_packet(dqpn=8, cum_psn=78, src_ip="10.0.0.66", dst_ip=OWN_IP))
     tb.send(ack_packet(dqpn=8, cum_psn=78, dst_ip=OWN_IP, dst_mac="02:00:00:00:00:09"))
     tb.send(ack_packet(dqpn=8, cum_psn=78, sack_base=90, dst_ip=OWN_IP))
+    # to no QP, to another address, to a QP not in RTS; a stranger's probe answer
+    tb.send(ack_packet(dqpn=200, cum_psn=78, dst_ip=OWN_IP))
+    tb.send(ack_packet(dqpn=8, cum_psn=78, dst_ip="10.0.0.9"))
+    tb.send(ack_packet(dqpn=10, cum_psn=78, dst_ip=OWN_IP))
+    tb.send(probe_packet(response=True, dqpn=8, probe_id=4, ev=0xD004, timestamp=5,
+                         src_ip="10.0.0.66", dst_ip=OWN_IP))
     c = await finish(tb)
     assert c["trimmed"] == 2 and c["naks_sent"] == 1 and c["probes_answered"] == 1
     assert c["trim_stale"] == 2
-    assert c["bad_source"] == 1 and c["peer_frames"] == 5
-    assert (c["peer_bad_source"], c["peer_bad_mac"], c["peer_bad_sack"]) == (1, 1, 1)
+    assert c["bad_source"] == 1 and c["peer_frames"] == 9
+    assert (c["peer_bad_source"], c["peer_bad_mac"], c["peer_bad_sack"]) == (2, 1, 1)
+    assert (c["peer_bad_qpn"], c["peer_not_for_us"], c["peer_qp_state"]) == (1, 1, 1)
     want = [tb.codec.pack(header_record(p)[0]) for p in peer]
     assert tb.peer.values() == want
 

@@ -16,6 +16,7 @@ import cocotb
 
 from host_driver import layers as L
 from host_driver.driver import Completion, WrOpcode
+from sim import coverage as fcov
 from sim.system.attack_setup import write_into_dead_paths
 from sim.system.harness import IPS, MACS, SystemTB
 from sim.system.simhw import SIM_TOPLEVEL, SimTwoNicTop
@@ -78,6 +79,7 @@ async def test_forged_ack_with_every_path_down(dut):
     await tb.quiesce()
     await tb.check_counters(0, packets=4, messages=1)
     await tb.check_counters(1, packets=0, messages=0)
+    fcov.sample_forged("ack_every_path_down")
 
 
 @cocotb.test()
@@ -116,6 +118,7 @@ async def test_forged_naks_cost_one_retransmit(dut):
     await tb.quiesce()
     await tb.check_counters(0, packets=4, messages=1)
     await tb.check_counters(1, packets=0, messages=0)
+    fcov.sample_forged("naks_one_retransmit")
 
 
 @cocotb.test()
@@ -146,36 +149,43 @@ async def test_attacker_during_transfer(dut):
 
     write = dict(opcode=L.OP_WRITE_ONLY, va=b.recv_buf, rkey=b.mr.rkey, dma_len=1024,
                  payload=bytes(1024), ev=0xC000)
-    attacks = [  # (to NIC, frame maker, the counter that drops it)
-        (0, lambda: forged_ack(0, qa, guess(), src_ip=FORGER_IP), "rx.peer_bad_source"),
+    # (to NIC, frame maker, the counter that drops it, the case in sim/coverage.py)
+    attacks = [
+        (0, lambda: forged_ack(0, qa, guess(), src_ip=FORGER_IP), "rx.peer_bad_source",
+         "ack_forged_source"),
         (0, lambda: forged_ack(0, qa, guess(), psn=guess(), syndrome=L.NAK_TRIMMED,
-                               src_ip=FORGER_IP), "rx.peer_bad_source"),
-        (0, lambda: forged_ack(0, qa, guess(), dst_ip=OTHER_IP), "rx.peer_not_for_us"),
-        (0, lambda: forged_ack(0, qa, guess(), dst_mac=OTHER_MAC), "rx.peer_bad_mac"),
-        (0, lambda: forged_ack(0, idle_a, guess()), "rx.peer_qp_state"),
+                               src_ip=FORGER_IP), "rx.peer_bad_source", "nak_forged_source"),
+        (0, lambda: forged_ack(0, qa, guess(), dst_ip=OTHER_IP), "rx.peer_not_for_us",
+         "ack_not_for_us"),
+        (0, lambda: forged_ack(0, qa, guess(), dst_mac=OTHER_MAC), "rx.peer_bad_mac",
+         "ack_bad_mac"),
+        (0, lambda: forged_ack(0, idle_a, guess()), "rx.peer_qp_state", "ack_idle_qp"),
         (0, lambda: forged_ack(0, qa, guess(), sack_base=(guess() + 5) & 0xFFFFFF),
-         "rx.peer_bad_sack"),
+         "rx.peer_bad_sack", "ack_bad_sack_base"),
         (0, lambda: bytes(L.probe_packet(response=True, dqpn=qa, probe_id=1, ev=0xC003,
                                          timestamp=0, **to_nic(0, src_ip=FORGER_IP))),
-         "rx.peer_bad_source"),
+         "rx.peer_bad_source", "probe_resp_forged_source"),
         (0, lambda: bytes(L.probe_packet(response=True, dqpn=qa, probe_id=1, ev=0xC003,
-                                         timestamp=0, **to_nic(0))), "rel.probes_stale"),
+                                         timestamp=0, **to_nic(0))), "rel.probes_stale",
+         "probe_resp_stale"),
         (1, lambda: L.trim(bytes(L.write_packet(dqpn=qb, psn=guess(), **write,
                                                 **to_nic(1, src_ip=FORGER_IP)))),
-         "rx.bad_source"),
+         "rx.bad_source", "trimmed_write_forged_source"),
         (1, lambda: L.trim(bytes(L.write_packet(dqpn=idle_b, psn=guess(), **write,
-                                                **to_nic(1)))), "rx.qp_state"),
+                                                **to_nic(1)))), "rx.qp_state",
+         "trimmed_write_idle_qp"),
     ]
     sent = {}
-    done = [False]
+    done, k_sent = [False], [0]
 
     async def attacker():
         k = 0
         while not done[0]:
-            nic, make, reason = attacks[k % len(attacks)]
+            nic, make, reason, _ = attacks[k % len(attacks)]
             tb.fabric.inject(nic, make())
             sent[reason] = sent.get(reason, 0) + 1
             k += 1
+            k_sent[0] = k
             psn[0] = len(tb.fabric.directions[0].log)  # data frames NIC 0 has sent
             await tb.cycles(rng.randrange(125, 375))  # 1..3 us
 
@@ -205,8 +215,10 @@ async def test_attacker_during_transfer(dut):
     assert len(tb.fabric.injected) >= 2 * len(attacks), "the transfer outran the attacker"
     await tb.quiesce()
     ca, cb = await tb.counters(0), await tb.counters(1)
-    got = {reason: (ca if nic == 0 else cb)[reason] for nic, _, reason in attacks}
+    got = {reason: (ca if nic == 0 else cb)[reason] for nic, _, reason, _ in attacks}
     assert got == sent, (got, sent)
+    for _, _, _, case in attacks[:k_sent[0]]:
+        fcov.sample_forged(case)
     assert ca["rel.acks_unsent"] == 0 and ca["rel.naks_trimmed"] == 0
     assert ca["rel.retx_nak"] == 0 and cb["rx.naks_sent"] == 0 and cb["rx.trimmed"] == 0
     await tb.check_counters(0, packets=total, messages=len(sizes))
