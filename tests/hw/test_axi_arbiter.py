@@ -9,6 +9,7 @@ from cocotb.triggers import RisingEdge
 from cocotbext.axi import AxiBus, AxiMaster, AxiRam
 
 from sim.cocotb_runner import run_cocotb
+from tests import seeds
 
 NUM_MASTERS = 3
 REGION = 0x4000  # bytes of RAM per master
@@ -26,7 +27,7 @@ class TB:
                           size=NUM_MASTERS * REGION)
 
     def set_backpressure(self, seed):
-        rng = random.Random(seed)
+        rng = seeds.rng(seed)
 
         def pauses():
             while True:
@@ -69,7 +70,7 @@ async def concurrent_masters(dut):
     tb = TB(dut)
     tb.set_backpressure(1)
     await tb.reset()
-    rng = random.Random(2)
+    rng = seeds.rng(2)
     tasks = [cocotb.start_soon(_worker(tb, i, random.Random(rng.random()), 40))
              for i in range(NUM_MASTERS)]
     shadows = [await t for t in tasks]

@@ -40,6 +40,7 @@ from cocotbext.eth import GmiiFrame, RgmiiPhy
 from scapy.layers.l2 import Ether
 
 from hw.board.mac import RGMIIMAC, STATS
+from tests import seeds
 
 MAX_FRAME = int(os.environ.get("BOARD_MAC_MAX_FRAME", "1518"))
 CORE_PERIOD_NS = float(os.environ.get("BOARD_MAC_CORE_PERIOD_NS", "16"))
@@ -160,7 +161,7 @@ async def run_test_rx(dut, sizes=None, idle_inserter=None, backpressure_inserter
     tb = TB(dut)
     await tb.reset()
     tb.set_backpressure_generator(backpressure_inserter)
-    rng = random.Random(1)
+    rng = seeds.rng(1)
     before = tb.stats()
     payloads = [make_payload(size - 4, rng) for size in sizes]
     for payload in payloads:
@@ -193,7 +194,7 @@ async def test_rx_back_to_back(dut):
     tb = TB(dut)
     await tb.reset()
     assert tb.phy.rx.ifg == 12
-    rng = random.Random(2)
+    rng = seeds.rng(2)
     sizes = [64] * 40 + [rng.randrange(64, 400) for _ in range(20)]
     payloads = [make_payload(s - 4, rng) for s in sizes]
     before = tb.stats()
@@ -220,7 +221,7 @@ async def test_rx_bad_frames(dut):
     reason, good frames between them untouched; then the same with rx_pass_bad."""
     tb = TB(dut)
     await tb.reset()
-    rng = random.Random(3)
+    rng = seeds.rng(3)
     stimulus = []  # (GmiiFrame, payload or None if dropped, reason)
 
     def good(size):
@@ -301,7 +302,7 @@ async def test_rx_overflow(dut):
     meets the full buffer counts as bad, not also as an overflow."""
     tb = TB(dut)
     await tb.reset()
-    rng = random.Random(4)
+    rng = seeds.rng(4)
     tb.rx_sink.pause = True
     payloads = [make_payload(1514, rng) for _ in range(4)]
     before = tb.stats()
@@ -331,7 +332,7 @@ async def test_rx_slow_core_clock(dut):
     in order; nothing is counted twice."""
     tb = TB(dut, core_period_ns=100)
     await tb.reset()
-    rng = random.Random(10)
+    rng = seeds.rng(10)
     payloads = [make_payload(rng.choice([60, 200, 700, 1514]), rng) for _ in range(16)]
     before = tb.stats()
     for p in payloads:
@@ -374,7 +375,7 @@ async def run_test_tx(dut, sizes, idle_inserter=None, speed=1000e6, back_to_back
     tb = TB(dut, speed)
     await tb.reset()
     tb.set_idle_generator(idle_inserter)
-    rng = random.Random(5)
+    rng = seeds.rng(5)
     payloads = [make_payload(s, rng) for s in sizes]
     before = tb.stats()
     handed = []
@@ -444,7 +445,7 @@ async def test_tx_tuser_drops(dut):
     """A frame with tuser on any beat is not sent; its neighbours are."""
     tb = TB(dut)
     await tb.reset()
-    rng = random.Random(6)
+    rng = seeds.rng(6)
     before = tb.stats()
     keep = []
     for i, size in enumerate([100, 64, 300, 64, 80]):
@@ -469,7 +470,7 @@ async def run_full_duplex(dut, core_period_ns=CORE_PERIOD_NS, backpressure_inser
     tb = TB(dut, core_period_ns=core_period_ns)
     tb.set_backpressure_generator(backpressure_inserter)
     await tb.reset()
-    rng = random.Random(7)
+    rng = seeds.rng(7)
     sizes = [64, 1518, 64, 64, 1518, 64, 300, 64]
     rx_payloads = [make_payload(s - 4, rng) for s in sizes]
     tx_payloads = [make_payload(s - 4, rng) for s in sizes]
@@ -528,7 +529,7 @@ async def test_100m(dut):
     """MII nibbles both ways, then odd-nibble frames dropped and counted."""
     tb = TB(dut, speed=100e6)
     await tb.reset()
-    rng = random.Random(8)
+    rng = seeds.rng(8)
     payloads = [make_payload(s - 4, rng) for s in (64, 65, 127, 300)]
     before = tb.stats()
     for p in payloads:
@@ -575,7 +576,7 @@ async def test_10m(dut):
     """10 Mb/s: the 100 Mb/s path with a 2.5 MHz clock, both directions."""
     tb = TB(dut, speed=10e6)
     await tb.reset()
-    rng = random.Random(11)
+    rng = seeds.rng(11)
     payloads = [make_payload(s - 4, rng) for s in (64, 65)]
     before = tb.stats()
     for p in payloads:
@@ -596,7 +597,7 @@ async def test_10m(dut):
 async def test_sweep_long(dut):
     """Every size 64..max_frame through RX and TX (slow; make test-long)."""
     sizes = list(range(64, MAX_FRAME + 1))
-    random.Random(9).shuffle(sizes)
+    seeds.rng(9).shuffle(sizes)
     await run_test_rx(dut, sizes)
     await run_test_tx(dut, [s - 4 for s in sizes])
 

@@ -32,7 +32,6 @@ elaboration dominate); run it with ``pytest -m long tests/hw/test_board_soc.py``
 from __future__ import annotations
 
 import logging
-import random
 import time
 
 import cocotb
@@ -62,6 +61,7 @@ from host_driver.layers import (
 )
 from host_driver.uart_transport import AsyncUARTTransport
 from hw.board.soc import LEDS, MAC_BASE, BoardSoC
+from tests import seeds
 from tests.models.uart import UartModel
 
 CLK_NS = 8  # core clock 125 MHz, as on the board
@@ -96,7 +96,7 @@ class BoardTB:
         self.leds_seen = 0  # every LED that was lit at some time
         self.heartbeat_edges = 0
         cocotb.start_soon(self._watch_leds())
-        self.rng = random.Random(8)
+        self.rng = seeds.rng(8)
 
     async def _start_tx90(self):
         await Timer(ETH_NS / 4, unit="ns")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 
 import cocotb
 from cocotb.clock import Clock
@@ -37,6 +36,7 @@ from hw.board.uart import (
     STATUS_TIMEOUT,
     UARTToAXI4Lite,
 )
+from tests import seeds
 from tests.models.uart import UartModel
 
 CLK_NS = 10
@@ -115,7 +115,7 @@ async def test_read_write(dut):
     """Random writes and reads through the transport, checked against the RAM."""
     tb = TB(dut)
     await tb.reset()
-    rng = random.Random(1)
+    rng = seeds.rng(1)
     shadow = {}
     for _ in range(24):
         addr = rng.randrange(RAM_SIZE // 4) * 4
@@ -148,7 +148,7 @@ async def test_slave_error(dut):
             assert err.status == 2, err
         else:
             raise AssertionError(f"{op} beyond the RAM did not fail")
-    await tb.check_alive(random.Random(2))
+    await tb.check_alive(seeds.rng(2))
 
 
 @cocotb.test()
@@ -167,7 +167,7 @@ async def test_bad_checksum(dut):
     request[-1] ^= 1
     await tb.uart.write(bytes(request))
     assert await tb.response() == (STATUS_BAD_CHECKSUM, 0)
-    await tb.check_alive(random.Random(3))
+    await tb.check_alive(seeds.rng(3))
 
 
 @cocotb.test()
@@ -180,7 +180,7 @@ async def test_bad_command(dut):
     assert await tb.response() == (STATUS_BAD_COMMAND, 0)
     await tb.assert_silent()
     assert tb.ram.peek(0x30, 4) == bytes(4)
-    await tb.check_alive(random.Random(4))
+    await tb.check_alive(seeds.rng(4))
 
 
 @cocotb.test()
@@ -201,7 +201,7 @@ async def test_framing_error(dut):
     tb.dut.rx.value = 1
     assert await tb.response() == (STATUS_FRAMING, 0)
     await tb.assert_silent()
-    await tb.check_alive(random.Random(5))
+    await tb.check_alive(seeds.rng(5))
 
 
 @cocotb.test()
@@ -214,7 +214,7 @@ async def test_timeout(dut):
     early = await tb.uart.read(1, timeout_ns=(TIMEOUT_BITS - 4) * BIT_NS)
     assert not early, "answered before the quiet timeout"
     assert await tb.response() == (STATUS_TIMEOUT, 0)
-    await tb.check_alive(random.Random(6))
+    await tb.check_alive(seeds.rng(6))
 
 
 @cocotb.test()
@@ -223,7 +223,7 @@ async def test_baud_tolerance(dut):
     tb = TB(dut)
     await tb.reset()
     for skew in (0.97, 1.03):
-        value = random.Random(7).getrandbits(32) ^ int(skew * 100)
+        value = seeds.rng(7).getrandbits(32) ^ int(skew * 100)
         await tb.uart.write(encode_write(0x60, value), bit_ns=BIT_NS * skew)
         assert await tb.response() == (0, 0)
         await tb.uart.write(encode_read(0x60), bit_ns=BIT_NS * skew)

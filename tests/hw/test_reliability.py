@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 import os
-import random
 from collections import deque
 
 import cocotb
@@ -59,6 +58,7 @@ from hw.reliability.layouts import (
 from hw.reliability.registers import register_map
 from hw.rx.parser import ParsedHeader
 from sim import coverage as fcov
+from tests import seeds
 from tests.hw.peer_frames import parsed_header
 from tests.hw.streams import StreamSink, StreamSource
 
@@ -945,7 +945,7 @@ async def test_cwnd_ecn_reset_target(dut):
 
 async def lossless_run(dut, packets, seed=1):
     """A lossless, unmarked fabric: no retransmission, every WQE completes, no shrink."""
-    rng = random.Random(seed)
+    rng = seeds.rng(seed)
 
     def bp():
         def gen():
@@ -1091,7 +1091,7 @@ async def test_model_compare(dut):
     packets = 300
     for w in range(packets):
         qp.post_write(wr_id=w, remote_va=0, rkey=1, length=512)
-    rng = random.Random(7)
+    rng = seeds.rng(7)
     received = set()
     cum = -1  # last PSN received in order
     model_retx = 0
@@ -1201,7 +1201,7 @@ async def bench_ack_rate(dut):
                   [(4 * k - 1, 0b1110) for k in range(15)])
     assert len(tb.retx.records()) == 15
     timeouts = []
-    rng = random.Random(3)
+    rng = seeds.rng(3)
     for t in range(5):
         got = []
         for trial in range(6):

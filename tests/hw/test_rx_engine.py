@@ -7,7 +7,6 @@ sent is counted exactly once across the parser's and the pipeline's counters.
 """
 
 import os
-import random
 
 import cocotb
 import pytest
@@ -28,6 +27,7 @@ from host_driver.layers import (
 )
 from hw.rx.regs import COUNTERS
 from sim.model.packet import message_extent
+from tests import seeds
 from tests.hw.rx_tb import (
     ACK_T,
     MR0,
@@ -67,7 +67,7 @@ async def test_message_through_parser(dut):
     pkts, _ = message_packets(dqpn=1, first_psn=77, va=MR0["base"] + 3, rkey=MR0["rkey"],
                               length=65536 - 5, mtu=4096, imm=0x1234, seed=1)
     order = list(range(len(pkts)))
-    random.Random(1).shuffle(order)
+    seeds.rng(1).shuffle(order)
     for i in order:
         tb.send(pkts[i])
     await tb.drain()
@@ -215,7 +215,7 @@ async def test_fuzz_frames(dut):
     """
     n = int(os.environ.get("RX_FUZZ_PACKETS", "1000"))
     tb = await start(dut, seed=4, backpressure=0.1)
-    rng = random.Random(4321)
+    rng = seeds.rng(4321)
     await tb.setup_qp(3, peer_qpn=0x103, epsn=PSN_MASK - 100, mpr=1, ack_n=2, ack_t=ACK_T,
                       cq_log2=2)
     await tb.setup_qp(4, peer_qpn=0x104, epsn=0, state=2, ack_n=1, ack_t=ACK_T)

@@ -17,13 +17,13 @@ from __future__ import annotations
 
 import itertools
 import os
-import random
 
 import cocotb
 import pytest
 from cocotb.triggers import ClockCycles
 
 from host_driver import layers as L
+from tests import seeds
 from tests.hw.parser_frames import (
     ALL_OPCODES,
     MAX_PAYLOAD,
@@ -46,7 +46,7 @@ BACKPRESSURE = [None, cycle_pause]
 @cocotb.parametrize(idle_inserter=IDLE, backpressure_inserter=BACKPRESSURE)
 async def test_every_opcode_and_length(dut, idle_inserter, backpressure_inserter):
     """Every opcode and trimmed frames; payload lengths around every beat boundary."""
-    rng = random.Random(1)
+    rng = seeds.rng(1)
     lanes = len(dut.s_axis__tdata) // 8
     frames = []
     for op in L.WRITE_OPCODES:
@@ -65,7 +65,7 @@ async def test_every_opcode_and_length(dut, idle_inserter, backpressure_inserter
 @cocotb.parametrize(idle_inserter=IDLE, backpressure_inserter=BACKPRESSURE)
 async def test_malformed(dut, idle_inserter, backpressure_inserter):
     """Each malformation lands in its own counter, between valid frames."""
-    rng = random.Random(2)
+    rng = seeds.rng(2)
     cases = malformed_cases(rng)
     frames = []
     for name, frame, tuser, counter in cases:
@@ -83,7 +83,7 @@ async def test_zero_byte_beat(dut):
     """A lone tkeep=0 last beat is a truncated frame and does not upset the next."""
     tb = TB(dut)
     await tb.reset()
-    rng = random.Random(3)
+    rng = seeds.rng(3)
     good = valid_frame(rng, L.OP_WRITE_ONLY, 17)
     await tb.send(good)
     await tb.send_empty_beat()
@@ -100,7 +100,7 @@ async def test_trim_dscp_register(dut):
     tb = TB(dut)
     await tb.reset()
     dut.trim_dscp.value = 46
-    rng = random.Random(14)
+    rng = seeds.rng(14)
     full = valid_frame(rng, L.OP_WRITE_ONLY_IMM, 33)
     sent = [
         (L.trim(full, 46), False),  # trimmed under the register
@@ -121,7 +121,7 @@ async def test_trim_dscp_register(dut):
 async def test_giant_frames(dut):
     """Frames longer than any IPv4 length (the byte count saturates) are dropped
     and the parser carries on."""
-    rng = random.Random(13)
+    rng = seeds.rng(13)
     good = valid_frame(rng, L.OP_WRITE_ONLY, 99)
     giant = good + rng.randbytes(140_000)
     sent = [(giant, False), (good, False), (giant, True), (good, False)]
@@ -134,9 +134,9 @@ async def test_giant_frames(dut):
 @cocotb.test()
 async def test_random_mix(dut):
     """1,000 random frames, valid and malformed, random idle and backpressure."""
-    rng = random.Random(int(os.environ.get("RX_PARSER_SEED", "4")))
+    rng = seeds.rng(int(os.environ.get("RX_PARSER_SEED", "4")))
     frames = [random_frame(rng) for _ in range(1000)]
-    idle_rng, bp_rng = random.Random(5), random.Random(6)
+    idle_rng, bp_rng = seeds.rng(5), seeds.rng(6)
     await run_frames(
         dut, frames, lambda: random_pause(idle_rng, 0.2), lambda: random_pause(bp_rng, 0.3)
     )
@@ -150,7 +150,7 @@ async def test_output_stall(dut, fills):
     tb = TB(dut)
     await tb.reset()
     tb.set_backpressure_generator(itertools.repeat(1), itertools.repeat(1))
-    rng = random.Random(7)
+    rng = seeds.rng(7)
     if fills == "frame FIFO":
         frames = [(valid_frame(rng, L.OP_WRITE_MIDDLE, MAX_PAYLOAD), False) for _ in range(4)]
         frames += [(valid_frame(rng, L.OP_WRITE_ONLY, 100), False) for _ in range(4)]
@@ -180,9 +180,9 @@ async def test_throughput(dut):
 @cocotb.test(skip=not os.environ.get("RX_PARSER_SOAK"))
 async def test_soak(dut):
     """A long random mix, under ``make test-long``."""
-    rng = random.Random(int(os.environ.get("RX_PARSER_SEED", "10")))
+    rng = seeds.rng(int(os.environ.get("RX_PARSER_SEED", "10")))
     frames = [random_frame(rng) for _ in range(int(os.environ["RX_PARSER_SOAK"]))]
-    idle_rng, bp_rng = random.Random(11), random.Random(12)
+    idle_rng, bp_rng = seeds.rng(11), seeds.rng(12)
     await run_frames(
         dut, frames, lambda: random_pause(idle_rng, 0.2), lambda: random_pause(bp_rng, 0.3)
     )

@@ -5,7 +5,6 @@ the benches of tests/hw/rx_tb.py.
 from __future__ import annotations
 
 import os
-import random
 
 import cocotb
 import pytest
@@ -14,6 +13,7 @@ from host_driver.layers import IMM_OPCODES, PSN_MASK, write_packet
 from hw.protocol import PSN_HALF
 from hw.rx.regs import COUNTERS, MR_BASE, MR_STRIDE, QP_BASE, QP_STRIDE
 from sim.model.packet import NAK_INVALID_REQUEST, NAK_REMOTE_ACCESS
+from tests import seeds
 from tests.hw.rx_tb import (
     ACK_T,
     AETH_ACK,
@@ -47,7 +47,7 @@ def orderings(n, rng):
 async def test_orderings(dut):
     """64 KiB WRITE_WITH_IMM at MTU 1024: in order, reversed and shuffled, with backpressure."""
     tb = await start(dut, seed=1)
-    cases = orderings(64, random.Random(7)).items()
+    cases = orderings(64, seeds.rng(7)).items()
     for qpn, bp, (name, order) in zip((1, 2, 3), (0.0, 0.3, 0.5), cases, strict=True):
         tb.set_backpressure(bp)
         await tb.setup_qp(qpn, epsn=100 * qpn, ack_n=4, ack_t=ACK_T)
@@ -65,7 +65,7 @@ async def test_many_messages_shuffled(dut):
     """Small messages of random sizes and alignments, shuffled: CQEs in message order."""
     tb = await start(dut, seed=11, backpressure=0.2)
     await tb.setup_qp(3, epsn=5000, ack_n=3, ack_t=ACK_T, cq_log2=3)
-    rng = random.Random(5)
+    rng = seeds.rng(5)
     pkts, psn, va = [], 5000, MR0["base"] + 1
     for k in range(12):
         length = rng.choice([0, 1, 7, 100, 1023, 1024, 1025, 3000])
@@ -103,7 +103,7 @@ async def test_psn_wrap(dut):
     pkts, _ = message_packets(dqpn=2, first_psn=first, va=MR0["base"] + 0x8000,
                               rkey=MR0["rkey"], length=48 * 256, mtu=256, imm=7, seed=9)
     order = list(range(len(pkts)))
-    random.Random(2).shuffle(order)
+    seeds.rng(2).shuffle(order)
     for i in order:
         tb.send(pkts[i])
     await finish(tb)
@@ -136,7 +136,7 @@ async def test_ring_laps(dut):
     tb = await start(dut, seed=12, backpressure=0.1)
     first = PSN_MASK - 1000
     await tb.setup_qp(13, epsn=first, mpr=8, ack_n=16, ack_t=ACK_T, mtu=256)
-    rng = random.Random(13)
+    rng = seeds.rng(13)
     n = 4600
     pkts = [write_packet(opcode=0x07, dqpn=13, psn=first + i,
                          va=MR0["base"] + 256 * (i % 400), rkey=MR0["rkey"], dma_len=256 * n,
@@ -507,7 +507,7 @@ async def fuzz(tb, n, seed, acks):
     edges. After a packet at the expected PSN (it advances the cumulative PSN)
     the pipeline settles, so the model's verdicts, which see the advance at
     once, are the engine's (it advances at the B response)."""
-    rng = random.Random(seed)
+    rng = seeds.rng(seed)
     await tb.setup_qp(11, peer_qpn=0x10B, epsn=rng.randrange(1 << 24), mpr=2, ack_n=4,
                       ack_t=ACK_T, cq_log2=3)
     await tb.setup_qp(12, peer_qpn=0x10C, epsn=PSN_MASK - 50, mpr=1, ack_n=1, ack_t=ACK_T)

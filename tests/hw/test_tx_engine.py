@@ -48,6 +48,7 @@ from scapy.layers.l2 import Ether
 from host_driver import layers as L
 from hw.tx.layouts import EvState
 from hw.tx.regs import QP_BASE, QP_STRIDE, TX_TYPE_ID, G, Q
+from tests import seeds
 
 DATA_WIDTH = int(os.environ.get("TX_DATA_WIDTH", "64"))
 NUM_QPS = int(os.environ.get("TX_NUM_QPS", "16"))
@@ -539,7 +540,7 @@ class Scoreboard:
 
 async def make_tb(dut, seed=0, latency=True, backpressure=True):
     tb = TB(dut)
-    rng = random.Random(seed)
+    rng = seeds.rng(seed)
     tb.set_memory_latency(random.Random(rng.random()) if latency else None)
     tb.set_backpressure(random.Random(rng.random()) if backpressure else None)
     await tb.reset()
@@ -597,7 +598,7 @@ async def test_messages(dut, mtu):
     """Lengths 0..64 KiB, aligned and not, across 4 KiB pages, with and without
     immediate, on 4 QPs at once; random memory latency and MAC backpressure."""
     tb, host = await make_tb(dut, seed=mtu)
-    rng = random.Random(mtu + 1)
+    rng = seeds.rng(mtu + 1)
     qps = [0, 5, 10, 15][:NUM_QPS]
     for q in qps:
         await host.open_qp(
@@ -633,7 +634,7 @@ async def test_many_qps(dut):
     """All QPs at once with mixed MTUs: every packet right, and the round-robin
     visits every QP with work once per round."""
     tb, host = await make_tb(dut, seed=11)
-    rng = random.Random(12)
+    rng = seeds.rng(12)
     for q in range(NUM_QPS):
         await host.open_qp(QpConfig(q, mtu=256, next_psn=rng.getrandbits(24)), enable=False)
     # 12 packets per QP, posted while disabled, then all enabled
@@ -671,7 +672,7 @@ async def test_many_qps(dut):
 async def test_psn_wrap(dut):
     """PSNs wrap from 0xFFFFFF to 0, for sending, the window and ack_update."""
     tb, host = await make_tb(dut, seed=21)
-    rng = random.Random(22)
+    rng = seeds.rng(22)
     await host.open_qp(QpConfig(3, mtu=256, next_psn=0xFFFFF0, cwnd=24))
     await host.post(3, 40 * 256 + 17, rng, imm=7)  # 41 packets, PSN 0xFFFFF0..0x000018
     await ClockCycles(tb.dut.clk, 3000)
@@ -695,7 +696,7 @@ async def test_unknown_opcode_and_reset(dut):
     doorbell) and drops a part-sent WQE (another QP, parked on its window),
     after which each QP sends exactly the host's next WQE."""
     tb, host = await make_tb(dut, seed=71)
-    rng = random.Random(72)
+    rng = seeds.rng(72)
     q, q2 = 2, 5
     await host.open_qp(QpConfig(q, mtu=256, next_psn=0x500))
     await host.open_qp(QpConfig(q2, mtu=256, next_psn=0x700, cwnd=2))
@@ -747,7 +748,7 @@ async def test_max_wimm(dut):
     one more start. qp_wimm_outstanding and qp_status.wimm_blocked show it;
     qp_ctrl.reset and .flush set the count to 0, bound 0 is no bound."""
     tb, host = await make_tb(dut, seed=81)
-    rng = random.Random(82)
+    rng = seeds.rng(82)
     q, q2 = 4, 9
     await host.open_qp(QpConfig(q, mtu=256, next_psn=0x300))
     await host.open_qp(QpConfig(q2, mtu=256, next_psn=0x400))
@@ -830,7 +831,7 @@ async def test_max_wimm(dut):
 async def test_window(dut):
     """min(MPR x 128, cwnd) limits the PSNs in flight; acks reopen it."""
     tb, host = await make_tb(dut, seed=31)
-    rng = random.Random(32)
+    rng = seeds.rng(32)
     q = 7
     await host.open_qp(QpConfig(q, mtu=256, cwnd=5, next_psn=0x1000))
     for _ in range(30):
@@ -876,7 +877,7 @@ async def test_retransmit(dut):
     """Retransmit requests for arbitrary PSNs re-read the payload and go out on
     another GOOD EV; PSNs not in flight are ignored and counted."""
     tb, host = await make_tb(dut, seed=41)
-    rng = random.Random(42)
+    rng = seeds.rng(42)
     for q in (1, 2):
         await host.open_qp(QpConfig(q, mtu=1024, next_psn=0xFFFFF8 if q == 2 else 100))
     for _ in range(6):
@@ -936,7 +937,7 @@ async def test_ev_states(dut):
     not used from the next packet on; a QP with no GOOD EV stalls and resumes;
     spreading over the GOOD EVs stays even."""
     tb, host = await make_tb(dut, seed=51)
-    rng = random.Random(52)
+    rng = seeds.rng(52)
     q = 4
     await host.open_qp(QpConfig(q, mtu=256, cwnd=256, mpr=2))
     values = rng.sample(range(1, 0x10000), EVS_PER_QP)
@@ -991,7 +992,7 @@ async def test_spreading(dut):
     """Over N packets with a fixed set of GOOD EVs, use counts differ by at most
     one: max/min <= ceil(N/G)/floor(N/G)."""
     tb, host = await make_tb(dut, seed=61, latency=False, backpressure=False)
-    rng = random.Random(62)
+    rng = seeds.rng(62)
     for q in (0, 1):
         await host.open_qp(QpConfig(q, mtu=256))
     bad = {0: {2, 3, 7, 11, 12}, 1: set(range(1, EVS_PER_QP, 2))}
@@ -1034,7 +1035,7 @@ async def test_registers(dut):
     caps = await tb.read(G.CAPS)
     assert caps & 0xFF == DATA_WIDTH // 8 and (caps >> 8) & 0xF == 12
     assert 1 << ((caps >> 12) & 0xF) == INFLIGHT
-    rng = random.Random(72)
+    rng = seeds.rng(72)
     for q in (0, NUM_QPS - 1):
         vals = {
             Q.DEST_QPN: rng.getrandbits(24),
@@ -1069,7 +1070,7 @@ async def test_registers(dut):
 async def test_soak(dut):
     """Random traffic on every QP with random retransmits, acks and EV changes."""
     tb, host = await make_tb(dut, seed=int(os.environ.get("TX_SEED", "81")))
-    rng = random.Random(int(os.environ.get("TX_SEED", "81")) + 1)
+    rng = seeds.rng(int(os.environ.get("TX_SEED", "81")) + 1)
     for q in range(NUM_QPS):
         await host.open_qp(
             QpConfig(q, mtu=rng.choice([256, 1024, 4096]), next_psn=rng.getrandbits(24))
@@ -1166,7 +1167,7 @@ def test_tx_engine_soak():
 
 async def _bench_case(dut, messages, mtu, qps):
     tb, host = await make_tb(dut, seed=91, latency=False, backpressure=False)
-    rng = random.Random(92)
+    rng = seeds.rng(92)
     for q in qps:
         await host.open_qp(
             QpConfig(q, mtu=mtu, cwnd=INFLIGHT, mpr=max(1, INFLIGHT // 128)), enable=False

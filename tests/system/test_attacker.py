@@ -10,8 +10,6 @@ same top and options, so no second Verilator build).
 
 from __future__ import annotations
 
-import random
-
 import cocotb
 
 from host_driver import layers as L
@@ -21,6 +19,7 @@ from sim.system.attack_setup import write_into_dead_paths
 from sim.system.harness import IPS, MACS, SystemTB
 from sim.system.simhw import SIM_TOPLEVEL, SimTwoNicTop
 from sim.system.top import NIC_PARAMS
+from tests import seeds
 
 FORGER_IP, FORGER_MAC = "10.0.0.66", "02:00:00:00:00:66"
 OTHER_IP, OTHER_MAC = "10.0.0.9", "02:00:00:00:00:09"
@@ -48,7 +47,7 @@ async def test_forged_ack_with_every_path_down(dut):
     nothing (they did, SUCCESS, before the peer-frame filter); they are
     counted (``peer_bad_source``, ``peer_not_for_us``). Once the paths are up
     the WRITE completes SUCCESS and NIC 1 holds its bytes."""
-    tb = SystemTB(dut, seed=41, keep_log=True)
+    tb = SystemTB(dut, seed=seeds.of(41), keep_log=True)
     await tb.init()
     # a start window that holds the whole WRITE, as in the issue's run
     await tb.ends[0].dev.rel.write("cwnd_init", NIC_PARAMS["window"])
@@ -90,7 +89,7 @@ async def test_forged_naks_cost_one_retransmit(dut):
     cost one retransmit and one window cut per PSN: 4 retx_nak, the 16 others
     refused (naks_trim_repeat). Once the paths are up the timer resends the
     WRITE, which completes SUCCESS, byte-exact."""
-    tb = SystemTB(dut, seed=43, keep_log=True)
+    tb = SystemTB(dut, seed=seeds.of(43), keep_log=True)
     await tb.init()
     await tb.ends[0].dev.rel.write("cwnd_init", NIC_PARAMS["window"])
     await tb.connect(sq_log2=4, timeout=9)
@@ -132,7 +131,7 @@ async def test_attacker_during_transfer(dut):
     QP not in RTS. The transfer completes byte-exact with 16 SUCCESS
     completions in order, each forged frame is counted under its reason, and
     the counter equations hold with the injected frames."""
-    tb = SystemTB(dut, seed=42, keep_log=True)
+    tb = SystemTB(dut, seed=seeds.of(42), keep_log=True)
     await tb.init()
     await tb.connect(sq_log2=4, timeout=9)
     a, b = tb.ends
@@ -141,7 +140,7 @@ async def test_attacker_during_transfer(dut):
     idle_b = (qb + 1) % NIC_PARAMS["num_qps"]
     sizes = [8192] * 16
     total = sum(sizes) // 1024
-    rng = random.Random(7)
+    rng = seeds.rng(7)
     psn = [0]  # the attacker's guess of the PSN in flight
 
     def guess():

@@ -4,7 +4,6 @@ ports at once), the AXI4-Lite decoder (windows, DECERR) and the board
 register block. The whole BoardSoC is simulated in tests/hw/test_board_soc.py.
 """
 
-import random
 
 import pytest
 from amaranth.hdl import Module
@@ -22,6 +21,7 @@ from hw.board.soc import (
     BoardSoC,
     board_register_map,
 )
+from tests import seeds
 
 OKAY, DECERR = 0, 3
 
@@ -134,7 +134,7 @@ def test_bram_bursts_narrow_and_out_of_window():
     size = 4096
     dut = AXI4BRAM(size, data_width=64, id_width=6)
     model = bytearray(size)
-    rng = random.Random(1)
+    rng = seeds.rng(1)
     decerr = []
 
     async def count_decerr(ctx):
@@ -220,7 +220,7 @@ def test_bram_host_and_dma_at_once():
     """Host accesses interleaved with long DMA bursts: neither corrupts the other."""
     size = 8192
     dut = AXI4BRAM(size, data_width=64, id_width=6)
-    rng = random.Random(2)
+    rng = seeds.rng(2)
     dma_data = [rng.getrandbits(64) for _ in range(64)]
     host_words = {0x1000 + 4 * i: rng.getrandbits(32) for i in range(24)}
     done = []

@@ -9,13 +9,13 @@ read its exact count. The
 bank's pending bound (an invariant) is checked each cycle (the
 ``invariant_checks`` fixture)."""
 
-import random
 
 import pytest
 from amaranth.hdl import ClockDomain, Module
 from amaranth.sim import DomainReset, Simulator
 
 from hw.counters import CounterBank
+from tests import seeds
 
 pytestmark = pytest.mark.usefixtures("invariant_checks")
 
@@ -98,7 +98,7 @@ def run_bank(bank, strobes, reads, *, reset_at=None):
 
 @pytest.mark.parametrize("n", [1, 3, 7, 30])
 def test_random_strobes_and_reads(n):
-    rng = random.Random(n)
+    rng = seeds.rng(n)
     bank = CounterBank(n)
     cycles = 1500
     strobes, reads = [], []
@@ -112,7 +112,7 @@ def test_random_strobes_and_reads(n):
 @pytest.mark.parametrize("n", [5, 40])
 def test_registered_read(n):
     """``read_register=True``: the same answers, a cycle later."""
-    rng = random.Random(70 + n)
+    rng = seeds.rng(70 + n)
     bank = CounterBank(n, read_register=True)
     strobes = [rng.getrandbits(n) | 1 for _ in range(700)]
     run_bank(bank, strobes, [rng.choice((0, rng.randrange(n))) for _ in range(700)])
@@ -144,7 +144,7 @@ def test_saturate_and_wrap_at_the_edge():
     saturate = (True, False, True, False, True, False)
     init = (250, 250, 255, 255, 0, 0)
     bank = CounterBank(n, width=8, saturate=saturate, init=init)
-    rng = random.Random(6)
+    rng = seeds.rng(6)
     strobes = [rng.getrandbits(n) | 0b1111 for _ in range(300)]
     values = run_bank(bank, strobes, [rng.randrange(n) for _ in range(300)])
     assert values[0] == 255 and values[2] == 255
@@ -171,7 +171,7 @@ def test_bad_parameters_say_what_to_fix():
 def test_reset_clears_to_init(n):
     """A reset mid-run: every counter restarts from its initial value (reads
     in the first pass after the reset included), and counts from there."""
-    rng = random.Random(40 + n)
+    rng = seeds.rng(40 + n)
     init = [rng.randrange(1000) for _ in range(n)]
     bank = CounterBank(n, init=init)
     cycles = 400

@@ -1,7 +1,6 @@
 """hw/crc.py: the multi-byte CRC-32 against zlib, for every byte count, and
 ``crc32_tail`` (one network for every count) against the bit-serial reference."""
 
-import random
 import zlib
 
 import pytest
@@ -18,6 +17,7 @@ from hw.crc import (
     crc32_state_py,
     crc32_tail,
 )
+from tests import seeds
 
 
 def _run_stream(data_width, chunks):
@@ -45,7 +45,7 @@ def _run_stream(data_width, chunks):
 
 @pytest.mark.parametrize("data_width", [64, 128])
 def test_matches_zlib_every_count(data_width):
-    rng = random.Random(data_width)
+    rng = seeds.rng(data_width)
     n = data_width // 8
     chunks = [bytes(rng.randrange(256) for _ in range(k)) for k in list(range(n + 1)) * 3]
     rng.shuffle(chunks)
@@ -77,7 +77,7 @@ def test_crc32_tail_every_count(nbytes):
     data = Signal(8 * nbytes)
     count = Signal(range(nbytes + 1))
     state_part, data_part = crc32_tail(state, data, count, nbytes)
-    rng = random.Random(nbytes)
+    rng = seeds.rng(nbytes)
 
     async def bench(ctx):
         for k in list(range(nbytes + 1)) * 3:

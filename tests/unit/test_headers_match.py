@@ -1,6 +1,5 @@
 """hw/headers.py and host_driver/layers.py describe the same bytes (docs/protocol.md)."""
 
-import random
 
 import pytest
 from amaranth.hdl import Module, Signal
@@ -10,6 +9,7 @@ from scapy.layers.l2 import Ether
 
 from host_driver import layers as L
 from hw import headers as H
+from tests import seeds
 
 
 @pytest.fixture(autouse=True)
@@ -42,7 +42,7 @@ def _unpack_at(header, offset):
 
 
 def _frames():
-    rng = random.Random(7)
+    rng = seeds.rng(7)
     for opcode in (L.OP_WRITE_FIRST, L.OP_WRITE_LAST_IMM, L.OP_WRITE_ONLY_IMM):
         yield bytes(L.write_packet(
             opcode=opcode, dqpn=rng.getrandbits(24), psn=rng.getrandbits(24),
@@ -71,7 +71,7 @@ def test_unpack_matches_scapy(frame):
 
 
 def test_ack_and_probe_headers_match_scapy():
-    bitmap = random.Random(3).getrandbits(64)
+    bitmap = seeds.rng(3).getrandbits(64)
     frame = bytes(L.ack_packet(dqpn=0x77, cum_psn=0xABCDEF, sack_base=0xABCDF5, bitmap=bitmap,
                                syndrome=L.NAK_TRIMMED, msn=0x123456, ece=1, ce_count=0xBEE))
     aeth = _evaluate(8 * len(frame), frame, _unpack_at(H.AETH, H.OFF_EXT))

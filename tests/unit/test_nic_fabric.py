@@ -3,7 +3,6 @@ path choice, held to sim/fabric's; each fault (down, loss, queue, ECN mark,
 trim, reorder) as ``Direction.forward`` decides it; the fault schedule and the
 capture."""
 
-import random
 
 import pytest
 
@@ -21,6 +20,7 @@ from sim.system.fabric import (
     mark_ce,
 )
 from sim.system.fabric import Fabric as SysFabric
+from tests import seeds
 
 
 def test_frame_ev_reads_the_udp_source_port():
@@ -38,7 +38,7 @@ def test_path_choice_matches_sim_fabric(routing):
     fab = Fabric(Engine(), paths_per_plane=8, routing=routing)
     hosts = [fab.add_host("a"), fab.add_host("b")]
     for src in (0, 1):
-        d = Direction("d", src, 1 - src, [Path() for _ in range(8)], random.Random(1), routing)
+        d = Direction("d", src, 1 - src, [Path() for _ in range(8)], seeds.rng(1), routing)
         for ev in list(range(0xC000, 0xC040)) + [0, 1, 0xFFFF]:
             assert d.path_of(ev) == fab.path_of(hosts[src], hosts[1 - src], 0, ev), (src, ev)
     assert d.path_of(None) == 0
@@ -58,7 +58,7 @@ def ack_frame(ev=0xD003):
 
 
 def direction(seed=1, **path_kw):
-    return Direction("d", 0, 1, [Path(**path_kw) for _ in range(8)], random.Random(seed))
+    return Direction("d", 0, 1, [Path(**path_kw) for _ in range(8)], seeds.rng(seed))
 
 
 def test_pure_delay_path_delivers_unchanged_after_the_delay():

@@ -7,7 +7,6 @@ simulator fail a machine whose vector leaves one-hot; the implicit state;
 ``track`` (``entering``/``leaving``/``copy`` of a state); no unchecked spelling
 (``state``/``goto``) is left."""
 
-import random
 
 import pytest
 from amaranth.hdl import Fragment, Module, Signal
@@ -15,6 +14,7 @@ from amaranth.sim import Simulator
 
 from hw.formal import block_invariants
 from hw.pipeline import OneHotFSM, TransitionConflict
+from tests import seeds
 
 STATES = ("A", "B", "C", "D")
 
@@ -171,7 +171,7 @@ def test_matches_m_fsm_cycle_for_cycle(implicit, sop):
         _both(ref, x, y, ref_goto, ref.State)
     top = Module()
     top.submodules.dut, top.submodules.ref = m, ref
-    rng = random.Random(28)
+    rng = seeds.rng(28)
     seen = set()
 
     async def bench(ctx):
@@ -307,7 +307,7 @@ def test_track_entering_leaving_and_copies():
     other._MustUse__silence = True  # refused before it is elaborated
     with pytest.raises(ValueError, match="track 'E'"):
         OneHotFSM(other, STATES, "A", name="other", track=("E",))
-    rng = random.Random(7)
+    rng = seeds.rng(7)
     seen = set()
 
     async def bench(ctx):

@@ -3,12 +3,12 @@ driven with the reliability core's timing (start, update 3 cycles later, the cla
 window 2 after that), against a Python model of docs/reliability.md's congestion
 window written here from the document."""
 
-import random
 
 from amaranth.sim import Simulator
 
 from hw.reliability.core import GlobalParams
 from hw.reliability.cwnd import CwndUnit
+from tests import seeds
 
 W = 16
 ACC_MAX = (1 << 24) - 1
@@ -68,7 +68,7 @@ def random_case(rng):
 
 def test_cwnd_steps_match_model():
     dut = CwndUnit(window=W, layout=GlobalParams)
-    rng = random.Random(5)
+    rng = seeds.rng(5)
     cases = [random_case(rng) for _ in range(400)]
     results = []
 

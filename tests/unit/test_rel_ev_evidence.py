@@ -4,12 +4,12 @@ states, loss runs and drop counts against docs/protocol.md's rule: one more loss
 reaches ``ev_loss_threshold`` (0: never) turns ASSUMED_BAD, unless no more than
 ``ev_min_active`` EVs are GOOD (the floor)."""
 
-import random
 
 from amaranth.sim import Simulator
 
 from hw.reliability.ev_evidence import EvEvidence
 from hw.reliability.layouts import EvState
+from tests import seeds
 
 E = 8
 
@@ -26,7 +26,7 @@ def model(states, losses, drops, threshold, min_active):
 
 def test_evidence_matches_rule():
     dut = EvEvidence(evs=E)
-    rng = random.Random(4)
+    rng = seeds.rng(4)
     cases = []
     for _ in range(500):
         states = [rng.choice([EvState.GOOD] * 3 + [EvState.ASSUMED_BAD, EvState.DENIED, 3])

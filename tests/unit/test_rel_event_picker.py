@@ -4,11 +4,11 @@ taken), against a cycle model of its docstring: the choice by priority among the
 sources valid the cycle before, its QP, no choice in the cycle after one is taken,
 and doorbells pending per QP, the lowest first."""
 
-import random
 
 from amaranth.sim import Simulator
 
 from hw.reliability.intake import SOURCES, EventPicker
+from tests import seeds
 
 NQ = 6
 
@@ -42,7 +42,7 @@ class Model:
 
 def test_picker_matches_cycle_model():
     dut = EventPicker(num_qps=NQ)
-    rng = random.Random(3)
+    rng = seeds.rng(3)
     model = Model()
     checked = {"taken": [0] * len(SOURCES), "qpn": 0}
 

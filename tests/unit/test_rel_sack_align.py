@@ -4,12 +4,12 @@ PSNs across the 24-bit wrap), driven with the reliability core's timing, against
 definition: bit i of the result is the bitmap's bit for PSN una + i, and the NAK's
 PSN is in flight when it is less than ``infl`` PSNs past the new una."""
 
-import random
 
 import pytest
 from amaranth.sim import Simulator
 
 from hw.reliability.sack_align import SackAlign
+from tests import seeds
 
 M = 1 << 24
 
@@ -27,7 +27,7 @@ def model(window, sack_bits, una_new, base, bitmap, nak_psn, infl):
 @pytest.mark.parametrize("window, sack_bits", [(2, 32), (16, 32), (64, 64), (32, 128)])
 def test_sack_align_matches_definition(window, sack_bits):
     dut = SackAlign(window=window, sack_bits=sack_bits)
-    rng = random.Random(window * 1000 + sack_bits)
+    rng = seeds.rng(window * 1000 + sack_bits)
     cases = []
     for _ in range(300):
         una = rng.choice([rng.randrange(M), M - rng.randrange(1, 40), rng.randrange(40)])

@@ -4,18 +4,18 @@ writes all four fields, a rewrite the EV and retransmission flag alone, each rea
 the memory the cycle after its strobe (``ev_written`` then), a read gives the entry
 the cycle after its address and ``hold`` keeps it."""
 
-import random
 
 from amaranth.sim import Simulator
 
 from hw.reliability.sent_psns import SentPsns
+from tests import seeds
 
 NQ, W, E = 3, 16, 4
 
 
 def test_entries_match_dictionary():
     dut = SentPsns(num_qps=NQ, window=W, evs=E)
-    rng = random.Random(11)
+    rng = seeds.rng(11)
     # (qp, slot) -> [ev, retx, last, ts]; the memories start at 0
     entries = {(q, k): [0, 0, 0, 0] for q in range(NQ) for k in range(W)}
     counts = {"reads": 0, "holds": 0, "rewrites": 0}

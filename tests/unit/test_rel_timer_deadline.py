@@ -3,7 +3,6 @@ comes out 4 cycles later, in order, with the deadline the golden model's timer v
 gives (``sim.model`` ``QpConfig.timeout_ns``), counted from ``now`` of the write's
 cycle."""
 
-import random
 
 from amaranth.sim import Simulator
 
@@ -11,6 +10,7 @@ from hw.reliability.deadline import TimerDeadline
 from hw.reliability.timer import DEADLINE_BITS
 from sim.model import QpConfig
 from sim.model.qp import RTO_UNIT_NS
+from tests import seeds
 
 UNIT = 128  # cycles per 1.024 us at 125 MHz
 MASK = (1 << DEADLINE_BITS) - 1
@@ -28,7 +28,7 @@ def model_deadline(now, t, retries, linear_cnt):
 
 def test_deadline_matches_model():
     dut = TimerDeadline(num_qps=8, gen_bits=4, timeout_unit=UNIT)
-    rng = random.Random(7)
+    rng = seeds.rng(7)
     cycles = 600
     sent, got = [], []
 

@@ -7,17 +7,17 @@ counter's own address (``CNT_<name>`` of the register map); an address of
 the counters' slot past the last counter reads 0, and the other registers
 read as before among the counter reads."""
 
-import random
 
 from amaranth.sim import Simulator
 
 from hw.rx.regs import COUNTER_BASE, COUNTER_LAG, COUNTERS, RxRegisters
+from tests import seeds
 
 from .csrbus import csr_read, csr_write
 
 
 def test_counters_count_every_strobe_at_their_address():
-    rng = random.Random(11)
+    rng = seeds.rng(11)
     dut = RxRegisters(num_qps=2, num_mrs=2, addr_width=32)
     rmap = dut.map
     lat = dut.CSR_READ_LATENCY

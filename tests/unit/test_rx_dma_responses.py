@@ -3,13 +3,13 @@ responses in, one report per notify entry out, in entry order, ``ok`` the AND
 of its responses' OKAY (1 for an entry without bursts), under random B and
 ``done`` back-pressure; the latency from the last B to ``done``."""
 
-import random
 
 import pytest
 from amaranth.sim import Simulator
 
 from hw.axi import AXI_RESP_OKAY
 from hw.rx.dma import RxDmaResponses
+from tests import seeds
 
 AXI_RESP_SLVERR = 2
 
@@ -25,7 +25,7 @@ def _entries(rng, n):
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_reports_in_order_with_status(seed):
-    rng = random.Random(seed)
+    rng = seeds.rng(seed)
     dut = RxDmaResponses(tag_width=4, max_bursts=20, depth=4)
     entries = _entries(rng, 60)
     # the responses of each entry with bursts, and the report each should give

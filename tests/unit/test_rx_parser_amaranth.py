@@ -5,13 +5,13 @@
 Fast (no Verilator build); the same reference model as tests/hw/test_rx_parser.py.
 """
 
-import random
 
 import pytest
 from amaranth.sim import Simulator
 
 from host_driver import layers as L
 from hw.rx.parser import COUNTER_NAMES, RxParser
+from tests import seeds
 from tests.hw.parser_frames import expect_frame, malformed_cases, valid_frame
 from tests.hw.streams import decode
 
@@ -93,7 +93,7 @@ def check(frames, verdicts, records, payloads):
 
 @pytest.mark.parametrize("data_width", [64, 256])
 def test_a_few_frames(data_width):
-    rng = random.Random(data_width)
+    rng = seeds.rng(data_width)
     frames = [
         (valid_frame(rng, L.OP_WRITE_ONLY, 0), False),
         (valid_frame(rng, L.OP_WRITE_FIRST, 37), False),
@@ -120,7 +120,7 @@ def test_backpressure(data_width, max_payload, fifo_depth, stall_cycles):
     """Outputs stalled (at first for ``stall_cycles``, then every other cycle) with
     a small frame FIFO, down to one payload + 2 beats: the input waits, mid-frame
     too, and nothing is lost or overwritten."""
-    rng = random.Random(fifo_depth + stall_cycles)
+    rng = seeds.rng(fifo_depth + stall_cycles)
     lanes = data_width // 8
     # With the outputs stalled the first frame leaves two free entries; the
     # second ends with a payload beat for the verdict stage to write after

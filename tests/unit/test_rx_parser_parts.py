@@ -8,7 +8,6 @@ interface, latency and throughput as its docstring gives them, against the
 driver's wire-format helpers (host_driver/layers.py).
 """
 
-import random
 
 import pytest
 from amaranth.hdl import Elaboratable, Module
@@ -24,6 +23,7 @@ from hw.rx.parser_decode import ClassDecode, LengthCheck, bth_beat, header_ends
 from hw.rx.parser_frames import FrameBuffer, PayloadWriter
 from hw.rx.parser_records import RecordQueue
 from hw.rx.parser_verdict import VerdictStages
+from tests import seeds
 
 SACK_BITS = 64
 
@@ -83,7 +83,7 @@ def py_unpack(header, raw: bytes) -> dict:
 @pytest.mark.parametrize("stages", [0, 1, 2])
 def test_ipv4_checksum(stages):
     """One header per cycle; ``ok`` tells each header's sum ``stages`` cycles later."""
-    rng = random.Random(stages)
+    rng = seeds.rng(stages)
     headers = [b"\0" * 20, b"\xff" * 20]
     for _ in range(60):
         h = bytearray(rng.randbytes(20))
@@ -117,7 +117,7 @@ def test_ipv4_checksum_stages_checked():
 def test_icrc_check(data_width):
     """The CRC register equals the residue two cycles after the last beat iff the
     frame's ICRC is good; frames back to back and with idle cycles."""
-    rng = random.Random(data_width)
+    rng = seeds.rng(data_width)
     lanes = data_width // 8
     hdr_beats = -(-74 // lanes)
     frames = []
@@ -169,7 +169,7 @@ def test_icrc_check(data_width):
 @pytest.mark.parametrize("data_width", [64, 128])
 def test_frame_length(data_width):
     """``frame_len`` is the frame's length in the cycle after its last beat."""
-    rng = random.Random(data_width)
+    rng = seeds.rng(data_width)
     lanes = data_width // 8
     lengths = [1, lanes, lanes + 1, 2 * lanes - 1] + [rng.randrange(1, 400) for _ in range(30)]
     dut = FrameLength(data_width)
@@ -221,7 +221,7 @@ def test_class_decode_and_length_check(data_width):
     """Stage A's class and overheads, registered at the BTH's beat, and stage B's
     payload figures in the cycle after, for every opcode class, padcount and
     trimming; an unknown opcode and a short UDP length fit no payload."""
-    rng = random.Random(data_width)
+    rng = seeds.rng(data_width)
     top = _Decode(data_width, max_payload=1024)
     a, b, lanes = top.a, top.b, top.lanes
     k_bth = bth_beat(lanes)
@@ -314,7 +314,7 @@ class _Writer(Elaboratable):
 def test_payload_writer(data_width):
     """Each frame's payload comes out of the frame FIFO realigned to lane 0 when
     verdict stage 3 pushes it, and nothing of a frame it drops."""
-    rng = random.Random(data_width)
+    rng = seeds.rng(data_width)
     top = _Writer(data_width)
     w, frames, a, b = top.writer, top.frames, top.dec.a, top.dec.b
     lanes = data_width // 8
@@ -381,7 +381,7 @@ def test_payload_writer(data_width):
 def test_frame_buffer(data_width):
     """Written beats leave only once released, in order, 4 cycles after their
     release at the earliest, one per cycle, under random backpressure."""
-    rng = random.Random(data_width)
+    rng = seeds.rng(data_width)
     lanes = data_width // 8
     dut = FrameBuffer(data_width, 16, 8)
     beats = [(rng.getrandbits(data_width), rng.random() < 0.3) for _ in range(40)]
@@ -457,7 +457,7 @@ def test_record_queue():
     """Records come out in order, the extension bytes spread into the fields of
     their class (others 0), 4 cycles after the push into an empty queue, one
     per 2 cycles at most; each taken record releases its beats."""
-    rng = random.Random(1)
+    rng = seeds.rng(1)
     parser = RxParser(sack_bits=SACK_BITS)
     ext_bytes = parser.header_bytes - OFF_EXT
     dut = RecordQueue(SACK_BITS, ext_bytes, parser.max_payload_beats)
@@ -542,7 +542,7 @@ def test_verdict_stages():
     """The first failing check names the verdict, else the ICRC (when it
     decides); ``push`` 1 cycle after ``v2``, the verdict's counter strobe 2
     cycles after, for one cycle."""
-    rng = random.Random(3)
+    rng = seeds.rng(3)
     order = [Verdict.BAD_FRAME, Verdict.TRUNCATED, Verdict.NOT_IPV4, Verdict.IPV4_OPTIONS,
              Verdict.IPV4_CHECKSUM, Verdict.NOT_ROCE, Verdict.UNKNOWN_OPCODE,
              Verdict.LENGTH_MISMATCH]

@@ -2,7 +2,6 @@
 docs/rx.md, and ``RxDmaWriter`` / ``AXIStreamArbiter`` / ``RxValidator`` in
 Amaranth's simulator."""
 
-import random
 import re
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from hw.rx.dma import RxDmaWriter
 from hw.rx.engine import RxEngine, RxPipeline
 from hw.rx.regs import rx_register_map
 from hw.rx.window import RxPsnWindow, ring_bits_for
+from tests import seeds
 
 from .csrbus import csr_read, csr_write
 from .validator_bench import MR, run_validator, write
@@ -124,7 +124,7 @@ def run_writer(cmds, data_width=64, seed=1, b_error_at=None, aw_ready_p=0.7, b_h
     dut = RxDmaWriter(data_width, tag_width=4)
     bpb = data_width // 8
     writes, dones, bursts = {}, [], []
-    rng = random.Random(seed)
+    rng = seeds.rng(seed)
 
     async def feed(ctx):
         for i, (addr, length, payload, *inline) in enumerate(cmds):
@@ -231,7 +231,7 @@ def run_writer(cmds, data_width=64, seed=1, b_error_at=None, aw_ready_p=0.7, b_h
 
 
 def test_writer_strobes_and_boundaries():
-    rng = random.Random(5)
+    rng = seeds.rng(5)
     cmds = []
     for addr, length in [(0x1000, 64), (0x1103, 1), (0x1FFD, 9), (0x2FF9, 4096), (0x7, 0),
                          (0x5001, 2049), (0x6FFF, 1)]:
@@ -255,7 +255,7 @@ def test_writer_inline_cqes_between_streamed_writes(data_width):
     # CQEs (32 bytes from the command) right after, and right before, payload
     # writes, at aligned and unaligned addresses: each lands whole, once, and the
     # bytes a streamed write brings are not taken for a CQE's or the reverse.
-    rng = random.Random(9)
+    rng = seeds.rng(9)
 
     def some(n):
         return bytes(rng.getrandbits(8) for _ in range(n))
@@ -276,7 +276,7 @@ def test_writer_aw_stalls_and_full_b_queue(aw_ready_p, b_hold):
     # offered AW holds still, each command reports once and in order, and no
     # queue entry is lost (the entry of a command is written before its last
     # AW is taken).
-    rng = random.Random(int(aw_ready_p * 10) + b_hold)
+    rng = seeds.rng(int(aw_ready_p * 10) + b_hold)
     cmds = []
     for i in range(40):
         length = rng.choice([1, 8, 40, 2100, 0, 0])
@@ -338,14 +338,14 @@ def test_arbiter_holds_offered_beat():
     beat offered on m_axis stays, unchanged, until it is taken (AXI4-Stream),
     frames are whole and each source's frames keep their order."""
     dut = AXIStreamArbiter(64, 3)
-    rng = random.Random(5)
+    rng = seeds.rng(5)
     sent = {i: [] for i in range(3)}
     got = []
 
     def make_source(i):
         async def source(ctx):
             port = getattr(dut, f"s_axis{i}")
-            r = random.Random(i)
+            r = seeds.rng(i)
             for k in range(12):
                 n = r.choice((1, 2, 5))
                 sent[i].append([(i << 16) | (k << 8) | b for b in range(n)])

@@ -1,7 +1,6 @@
 """The sub-components of the RX PSN window (hw/rx/window_*.py) in Amaranth's
 simulator, each against a Python reference of its contract."""
 
-import random
 
 import pytest
 from amaranth.hdl import Value
@@ -12,6 +11,7 @@ from hw.rx.window_ack import AckReader
 from hw.rx.window_advance import CqSlot, FirstHole
 from hw.rx.window_scan import TimerScan
 from hw.rx.window_tables import InFlightTable, PendingTable
+from tests import seeds
 
 PSN = 1 << 24
 
@@ -34,7 +34,7 @@ def test_ack_reader_builds_each_job_from_the_words_at_epsn(sack_bits):
     ``send`` gives exactly one transfer."""
     W = sack_bits
     dut = AckReader(sack_bits=W, qp_bits=2, addr_width=32)
-    rng = random.Random(sack_bits)
+    rng = seeds.rng(sack_bits)
     got = []
     want = []
 
@@ -124,7 +124,7 @@ def test_inflight_table_against_reference(slots):
     the entry, a row read the last row written."""
     qp_bits = 2
     dut = InFlightTable(qp_bits=qp_bits, slots=slots)
-    rng = random.Random(slots)
+    rng = seeds.rng(slots)
     valid = [0] * slots
     keys = [(0, 0)] * slots
     rows = {}
@@ -191,7 +191,7 @@ def test_pending_table_completes_passed_entries_earliest_first(entries, base):
     W, ring_words, qp_bits, tag_bits = 32, 4, 1, 2
     dut = PendingTable(qp_bits=qp_bits, tag_bits=tag_bits, entries=entries, sack_bits=W,
                        ring_words=ring_words)
-    rng = random.Random(entries)
+    rng = seeds.rng(entries)
     ref = {}  # entry -> dict(qp, psn, tag, in_flight, imm, row)
     completions = []
 
@@ -303,7 +303,7 @@ def test_pending_table_completes_passed_entries_earliest_first(entries, base):
 @pytest.mark.parametrize("width", [32, 64, 128])
 def test_first_hole_is_the_lowest_set_bit_two_cycles_on(width):
     dut = FirstHole(width)
-    rng = random.Random(width)
+    rng = seeds.rng(width)
     history = []
 
     async def bench(ctx):
@@ -327,7 +327,7 @@ def test_cq_slot_against_reference():
     addr_width bits; the phase flips on every pass over the ring."""
     aw = 40
     dut = CqSlot(aw)
-    rng = random.Random(3)
+    rng = seeds.rng(3)
     fulls = 0
 
     async def bench(ctx):
@@ -363,7 +363,7 @@ def test_timer_scan_against_reference():
     2^24 wrap)."""
     qp_bits = 2
     dut = TimerScan(qp_bits)
-    rng = random.Random(5)
+    rng = seeds.rng(5)
     ops, qp, expired, dues = 0, 0, 0, 0
 
     async def bench(ctx):

@@ -4,7 +4,6 @@ the global registers and the EV table's write port, and every register of
 hw/tx/regs.py reads back, 3 cycles after ``r_stb``, the value a Python
 reference of the register map computes from the block's inputs."""
 
-import random
 
 import pytest
 from amaranth.sim import Simulator
@@ -13,6 +12,7 @@ from hw.protocol import PSN_BITS
 from hw.tx.csr_decode import TxCsrDecode
 from hw.tx.qp_settings import CFG_LANES
 from hw.tx.regs import QP_BASE, QP_STRIDE, TX_TYPE_ID, TX_VERSION, G, Q, tx_register_map
+from tests import seeds
 
 from .csrbus import csr_read
 
@@ -114,7 +114,7 @@ def test_tx_csr_decode(nq):
     dut = TxCsrDecode(num_qps=nq, evs_per_qp=ne, csr_addr_width=16, max_mtu=max_mtu,
                       data_width=64, inflight_depth=depth, addr_width=addr_width,
                       flop_rows=flop_rows, wimm_count_width=6)
-    rng = random.Random(nq)
+    rng = seeds.rng(nq)
     inputs = {
         "enable": nq, "wqe_active": nq, "win_blocked": nq, "ev_blocked": nq, "wimm_wait": nq,
         "next_psn": 24 * nq, "una_psn": 24 * nq, "pi": 16 * nq, "ci": 16 * nq,

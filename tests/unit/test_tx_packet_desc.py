@@ -5,12 +5,12 @@ ONLY_IMM 0x0B), SE on a WITH_IMMEDIATE message's last packet, AckReq on a
 last packet or a retransmission, the addresses + offset a cycle later
 (wrapping at their widths), the rest from the WQE and the QP's settings."""
 
-import random
 
 from amaranth.sim import Simulator
 
 from hw.tx.packet_desc import PacketDescriptors
 from hw.tx.qp_settings import CFG_LANES
+from tests import seeds
 
 ADDR_WIDTH = 48
 WIDTHS = {"laddr": ADDR_WIDTH, "raddr": 64, "length": 32, "rkey": 32, "imm": 32, "with_imm": 1,
@@ -29,7 +29,7 @@ def opcode(first, last, with_imm):
 
 def test_packet_descriptors():
     dut = PacketDescriptors(ADDR_WIDTH)
-    rng = random.Random(3)
+    rng = seeds.rng(3)
     lanes = {name: i for i, (name, _, _) in enumerate(CFG_LANES)}
     seen = set()
 

@@ -3,12 +3,12 @@ bursts and ``info`` entries against a reference split of each payload at the
 4 KiB / 256-beat boundary, with random backpressure, and its cycles (2 from a
 descriptor to its first request, one burst per cycle)."""
 
-import random
 
 import pytest
 from amaranth.sim import Simulator
 
 from hw.tx.dma import AXI_BOUNDARY, AXI_MAX_BEATS, PayloadReader
+from tests import seeds
 
 ADDR_WIDTH = 32
 
@@ -64,7 +64,7 @@ def run(w, descs, ready_p, seed):
             ctx.set(dut.desc.valid, 0)
 
     async def take_req(ctx):
-        rng = random.Random(seed)
+        rng = seeds.rng(seed)
         cycle = 0
         while True:
             ready = rng.random() < ready_p
@@ -77,7 +77,7 @@ def run(w, descs, ready_p, seed):
                 stamps["req"].append(cycle)
 
     async def take_info(ctx):
-        rng = random.Random(seed + 1)
+        rng = seeds.rng(seed + 1)
         while True:
             ready = rng.random() < ready_p
             ctx.set(dut.info.ready, ready)
@@ -108,7 +108,7 @@ def test_payload_reader_bursts(w, ready_p):
     """Bursts split at the boundary (2 KiB at 64 bits, 4 KiB above), beat-aligned,
     up to 4 boundaries crossed in one payload, zero lengths skipped, addresses
     wrapping at ``addr_width``; ``info`` one entry per non-empty payload."""
-    rng = random.Random(w)
+    rng = seeds.rng(w)
     run(w, cases(w // 8, rng), ready_p, seed=w)
 
 

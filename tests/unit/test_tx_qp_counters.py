@@ -5,12 +5,12 @@ registered after it, written at ``emit`` to the QP's row or at ``init`` to
 ``init_q``'s, and CSR reads of the QP of the cycle before -- and, with a
 QP held as the sequencer holds it, counting packets and retransmissions."""
 
-import random
 
 import pytest
 from amaranth.sim import Simulator
 
 from hw.tx.qp_counters import QpCounters
+from tests import seeds
 
 M32 = (1 << 32) - 1
 
@@ -18,7 +18,7 @@ M32 = (1 << 32) - 1
 @pytest.mark.parametrize("nq", [2, 5])
 def test_qp_counters(nq):
     dut = QpCounters(nq)
-    rng = random.Random(nq)
+    rng = seeds.rng(nq)
     log = {"emits": 0}
 
     async def bench(ctx):

@@ -4,12 +4,12 @@ CFG_FLOP_QPS QPs, at ``w.q`` above), with the MTU lane's own data and INIT's
 defaults, and both read ports give the row of the QP of the cycle before,
 that cycle's write included -- checked every cycle against a Python model."""
 
-import random
 
 import pytest
 from amaranth.sim import Simulator
 
 from hw.tx.qp_settings import CFG_FLOP_QPS, CFG_LANES, QpSettings, settings_defaults
+from tests import seeds
 
 
 @pytest.mark.parametrize("nq", [2, 3, 8])
@@ -21,7 +21,7 @@ def test_qp_settings(nq):
     defaults = settings_defaults(max_mtu, depth)
     assert defaults[0] == 2 and defaults[1] == 1 and defaults[2] == depth  # MTU 1024, MPR, cwnd
     rows = [list(defaults) for _ in range(nq)]
-    rng = random.Random(nq)
+    rng = seeds.rng(nq)
     log = {"writes": 0, "init": 0}
 
     def packed(row):

@@ -4,12 +4,12 @@ work -- a part-sent WQE, or a doorbell seen two cycles late -- and are not
 parked), and ``EvChoice`` picks the next GOOD EV after the cursor, avoiding a
 retransmission's last EV unless it is the only GOOD one."""
 
-import random
 
 import pytest
 from amaranth.sim import Simulator
 
 from hw.tx.scheduler import EvChoice, QpScheduler
+from tests import seeds
 
 
 def next_after(bits, n, last):
@@ -24,7 +24,7 @@ def next_after(bits, n, last):
 @pytest.mark.parametrize("nq", [1, 2, 5, 16])
 def test_qp_scheduler(nq):
     dut = QpScheduler(nq)
-    rng = random.Random(nq)
+    rng = seeds.rng(nq)
     flags = ("enable", "wqe_active", "win_blocked", "ev_blocked", "op_halt", "wimm_park",
              "at_bound")
     log = {"grants": 0, "ring_only": 0}
@@ -79,7 +79,7 @@ def test_qp_scheduler(nq):
 @pytest.mark.parametrize("ne", [1, 2, 16])
 def test_ev_choice(ne):
     dut = EvChoice(ne)
-    rng = random.Random(ne)
+    rng = seeds.rng(ne)
     eb = max(1, (ne - 1).bit_length())
     log = {"found": 0, "avoided": 0}
 

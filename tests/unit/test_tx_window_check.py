@@ -3,7 +3,6 @@ cwnd, depth) for PSNs in flight on both sides of the depth and limits above,
 at and below it (0 included); ``full`` is ``over_r`` but for a retransmit;
 ``clear_r`` is ``clear`` of the cycle before."""
 
-import random
 
 import pytest
 from amaranth.hdl import Module, Signal
@@ -12,6 +11,7 @@ from amaranth.sim import Simulator
 from hw.protocol import PSN_BITS
 from hw.tx.qp_settings import MPR_UNIT
 from hw.tx.seq_states import WindowCheck
+from tests import seeds
 
 
 @pytest.mark.parametrize("depth_bits", [4, 8])
@@ -22,7 +22,7 @@ def test_window_check(depth_bits):
     mpr = Signal(16)
     cwnd = Signal(32)
     w = WindowCheck(m, nq, depth_bits, retx, mpr * MPR_UNIT, cwnd)
-    rng = random.Random(depth_bits)
+    rng = seeds.rng(depth_bits)
 
     def pick(limit):
         return rng.choice([0, 1, limit - 1, limit, limit + 1, rng.randrange(4 * limit)])

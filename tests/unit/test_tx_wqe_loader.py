@@ -6,12 +6,12 @@ the register of its beat (the 64-byte WQE format of docs/tx.md), PARSE sets
 wqe_index and pkt_index over both, and op_bad is an unknown opcode of a
 first fetch (never a retransmission's), cleared from IDLE on."""
 
-import random
 
 from amaranth.sim import Simulator
 
 from hw.tx.layouts import WqeOpcode
 from hw.tx.wqe_loader import WqeLoader
+from tests import seeds
 
 ADDR_WIDTH = 48
 # field: (byte offset in the WQE, bytes, bits kept in cur); with_imm is the opcode byte's
@@ -26,7 +26,7 @@ KNOWN = {int(k) for k in WqeOpcode.KNOWN}
 
 def test_wqe_loader():
     dut = WqeLoader(data_width=64, addr_width=ADDR_WIDTH)
-    rng = random.Random(5)
+    rng = seeds.rng(5)
     flags = ("idle", "load", "retx_check", "retx_compare", "fetch_data", "parse")
     log = {"op_bad": 0, "beat_loads": 0, "row_loads": 0}
 
