@@ -41,6 +41,11 @@ def _unpack_at(header, offset):
     return build
 
 
+# the test ids name the frames, not their random bytes: one id whatever the
+# run's seed, so that .test_durations and pytest-split know them
+FRAME_IDS = ["write_first", "write_last_imm", "write_only_imm"]
+
+
 def _frames():
     rng = seeds.rng(7)
     for opcode in (L.OP_WRITE_FIRST, L.OP_WRITE_LAST_IMM, L.OP_WRITE_ONLY_IMM):
@@ -51,7 +56,7 @@ def _frames():
             ev=rng.getrandbits(16), ackreq=1, dscp=0x2A, payload=b"xyz"))
 
 
-@pytest.mark.parametrize("frame", list(_frames()))
+@pytest.mark.parametrize("frame", list(_frames()), ids=FRAME_IDS)
 def test_unpack_matches_scapy(frame):
     pkt = Ether(frame)
     f = {}
@@ -88,7 +93,7 @@ def test_ack_and_probe_headers_match_scapy():
                      "timestamp": 0x0102030405060708}
 
 
-@pytest.mark.parametrize("frame", list(_frames()))
+@pytest.mark.parametrize("frame", list(_frames()), ids=FRAME_IDS)
 def test_pack_gives_scapy_bytes(frame):
     """pack() of the unpacked fields rebuilds every header byte for byte."""
     for header, offset in ((H.ETH, 0), (H.IPV4, 14), (H.UDP, 34), (H.BTH, 42), (H.RETH, 54)):

@@ -23,10 +23,15 @@ def test_unseeded_is_the_fixed_stimulus(monkeypatch):
 
 
 def test_this_run_is_seeded(pytestconfig):
-    """Under pytest with pytest-randomly the conftest has exported the run's seed."""
+    """Under pytest with pytest-randomly the conftest has exported the run's seed
+    and handed it to hypothesis."""
+    from hypothesis import core
+
     if not pytestconfig.pluginmanager.hasplugin("randomly"):
         pytest.skip("pytest-randomly is not installed")
     assert seeds.run_seed() == pytestconfig.getoption("randomly_seed")
+    if pytestconfig.getoption("hypothesis_seed", None) is None:
+        assert core.global_force_seed == seeds.run_seed()
 
 
 def test_replay_commands():
