@@ -139,7 +139,8 @@ class DemoConfig:
             raise ValueError(f"rounds x shard_bytes = {self.rounds * self.shard_bytes} B: the "
                              f"harness' 32 MiB host memory per NIC holds at most 12 MiB of "
                              f"receive and 12 MiB of send buffer")
-        if not 0 <= self.fail_path < self.paths or self.fail_direction not in (0, 1):
+        if self.fail and (not 0 <= self.fail_path < self.paths
+                          or self.fail_direction not in (0, 1)):
             raise ValueError(f"fail_path must be in 0..{self.paths - 1} and fail_direction 0 "
                              f"or 1, not {self.fail_path}, {self.fail_direction}")
         if self.fail and not 0 < self.fail_at_frac < self.up_at_frac:

@@ -27,6 +27,7 @@ from sim.system.harness import CLK_NS, RAM_SIZE, SystemTB
 from sim.system.scoreboard import flow_imm, model_completions, model_flows, normalise_rtl
 from sim.system.simhw import SIM_TOPLEVEL, SimTwoNicTop
 from sim.system.top import BUILD_ID, NIC_PARAMS
+from tests import seeds
 
 RDMA_WRITE_LAST_WITH_IMM, RDMA_WRITE_ONLY_WITH_IMM = 0x09, 0x0B
 
@@ -122,7 +123,7 @@ async def test_write_lossless_8_paths(dut):
     """1 MiB of RDMA WRITEs (16 x 64 KiB) NIC 0 -> NIC 1 over 8 lossless paths:
     the receiver's memory is byte exact, every WQE completes SUCCESS in order,
     the packets are sprayed over all 8 paths and nothing is retransmitted."""
-    tb = SystemTB(dut, seed=11)
+    tb = SystemTB(dut, seed=seeds.of(11))
     await tb.init()
     await tb.connect(sq_log2=4)
     sizes = [64 * 1024] * 16
@@ -153,7 +154,7 @@ async def test_write_with_imm_both_directions(dut):
     """WRITE_WITH_IMM in both directions at once: the receiver gets one CQE per
     message (MSN, length, immediate, opcode), the sender one SUCCESS CQE per
     WQE, and both memories are byte exact."""
-    tb = SystemTB(dut, seed=12)
+    tb = SystemTB(dut, seed=seeds.of(12))
     await tb.init()
     await tb.connect(sq_log2=4)
     sizes = [[1, 100, 1024, 1025, 3000, 4096 + 7, 20000, 64],
@@ -179,7 +180,7 @@ async def test_write_with_imm_both_directions(dut):
 async def test_write_one_percent_loss(dut):
     """512 KiB each way with 1 % loss on every path of both directions (data
     and ACKs): SACK and timeout retransmissions repair it, memory is exact."""
-    tb = SystemTB(dut, seed=13)
+    tb = SystemTB(dut, seed=seeds.of(13))
     await tb.init()
     await tb.connect(sq_log2=4, timeout=9)
     tb.fabric.set_loss(0.01)
@@ -204,7 +205,7 @@ async def test_write_with_imm_matches_model(dut):
     """12 x 5000-byte WRITE_WITH_IMM (wr_id i, immediate i) NIC 0 -> NIC 1 over 8
     lossless paths: the send and receive completions equal the golden model's
     for the same flow, field for field and in order."""
-    tb = SystemTB(dut, seed=14)
+    tb = SystemTB(dut, seed=seeds.of(14))
     await tb.init()
     await tb.connect(sq_log2=4)
     messages, size = 12, 5000
@@ -227,7 +228,7 @@ async def test_write_with_imm_matches_model(dut):
 async def test_ev_denied_by_controller(dut):
     """The controller sets EV 5 DENIED through the driver: no data frame of the
     next 128 KiB uses it; set GOOD again, the next 128 KiB use it again."""
-    tb = SystemTB(dut, seed=15)
+    tb = SystemTB(dut, seed=seeds.of(15))
     tb.fabric.keep_log = True
     await tb.init()
     await tb.connect(sq_log2=4)
@@ -255,7 +256,7 @@ async def test_write_reordered(dut):
     ACKs) held back 3 us: every message completes without a retransmit
     timeout (SACK-driven retransmissions are allowed: a late packet looks like
     a hole), receive completions stay in message order, memory is exact."""
-    tb = SystemTB(dut, seed=17)
+    tb = SystemTB(dut, seed=seeds.of(17))
     await tb.init()
     await tb.connect(sq_log2=4, timeout=12)
     tb.fabric.set_reorder(0.2, 3000.0)
@@ -279,7 +280,7 @@ async def test_path_down_then_up(dut):
     """Path 3 (EV 0xC003) of NIC 0 -> NIC 1 goes down: its losses make EV 3
     ASSUMED_BAD (an EV event the controller reads), the transfer completes on
     the other paths; once the path is up, a probe brings EV 3 back to GOOD."""
-    tb = SystemTB(dut, seed=16)
+    tb = SystemTB(dut, seed=seeds.of(16))
     await tb.init()
     await tb.connect(sq_log2=4, timeout=9, probe_period=4000)
     a = tb.ends[0]
@@ -310,7 +311,7 @@ async def test_full_receive_cq_loses_nothing(dut):
     acknowledged (``cq_full``), so their WQEs stay outstanding at the sender and
     no completion is lost (``cq_overflow`` 0). Once the host polls, every
     message completes on both sides with its immediate, in order, byte exact."""
-    tb = SystemTB(dut, seed=31, keep_log=True)
+    tb = SystemTB(dut, seed=seeds.of(31), keep_log=True)
     await tb.init()
     await tb.connect(sq_log2=4, recv_cq_log2=2, timeout=4)
     start = get_sim_time(unit="ns")
@@ -365,14 +366,16 @@ async def test_loss_1pct(dut):
     """256 KiB (16 x 16 KiB) NIC 0 -> NIC 1 with 1 % loss on every path both
     ways: memory byte exact, completions equal the golden model's (all SUCCESS,
     in order), every counter equation holds (retransmissions = frames lost +
-    duplicates)."""
+    duplicates). Its seed is fixed: 256 frames at 1 % lose none about one run
+    in 13, and the test checks that the loss was repaired, so it needs a loss
+    (seed 21 drops some)."""
     await one_percent_loss(dut, messages=16, size=16 * 1024, seed=21)
 
 
 @cocotb.test()
 async def test_loss_1pct_1mib(dut):
     """The same over 1 MiB (16 x 64 KiB)."""
-    await one_percent_loss(dut, messages=16, size=64 * 1024, seed=22)
+    await one_percent_loss(dut, messages=16, size=64 * 1024, seed=seeds.of(22))
 
 
 @cocotb.test()
@@ -383,7 +386,7 @@ async def test_path_blackhole_mid_transfer(dut):
     the event (GOOD -> ASSUMED_BAD) through the driver, and no data frame uses
     EV 3 once TX can have seen the change (the event's time plus the packets
     TX may have picked ahead)."""
-    tb = SystemTB(dut, seed=23, keep_log=True)
+    tb = SystemTB(dut, seed=seeds.of(23), keep_log=True)
     await tb.init()
     await tb.connect(sq_log2=4, timeout=7, sack_threshold=3)
     a = tb.ends[0]
@@ -442,7 +445,7 @@ async def test_ack_loss(dut):
     counters show the recovery: the ACKs dropped, the timeout(s) that followed
     the lost final ACKs, and retransmissions that all arrived as duplicates
     (nothing was lost to retransmit), each answered by an ACK at once."""
-    tb = SystemTB(dut, seed=24, keep_log=True)
+    tb = SystemTB(dut, seed=seeds.of(24), keep_log=True)
     await tb.init()
     await tb.connect(sq_log2=4, timeout=7, sack_threshold=3)
     tb.fabric.set_loss(0.2, direction=1)
@@ -494,7 +497,7 @@ async def test_sixteen_qps_both_directions(dut):
     in both directions."""
     num_qps = NIC_PARAMS["num_qps"]
     assert num_qps >= 16, f"the system top builds {num_qps} QPs; this case needs 16"
-    tb = SystemTB(dut, seed=25, keep_log=True)
+    tb = SystemTB(dut, seed=seeds.of(25), keep_log=True)
     await tb.init()
     await tb.connect(qps=16, buf_size=64 * 1024, sq_log2=2, timeout=9)
     messages = 4
@@ -553,7 +556,7 @@ async def test_total_outage_retry_exhausted(dut):
     the QP reads ERROR through the driver and TX has it disabled. After the
     paths come back nothing more is written to NIC 1's memory (snapshot
     equal), no frame leaves NIC 0 and no counter of the QP moves."""
-    tb = SystemTB(dut, seed=26, keep_log=True)
+    tb = SystemTB(dut, seed=seeds.of(26), keep_log=True)
     await tb.init()
     # t = 6: 1.024 us x 64 = 8 us, above the time to the next ACK at line rate
     # (ACK_N = 4 packets of 1.1 us), so no timeout fires before the outage
@@ -614,7 +617,7 @@ async def test_ecn_bottleneck_cuts_and_regrows_window(dut):
     0's window starts at NSCC's start window (cwnd_init), a bottleneck that CE-marks
     data frames queued behind more than 2 KiB cuts it, and with the marking off it
     grows again past where it was cut. Every byte lands, every WQE completes."""
-    tb = SystemTB(dut, seed=5)
+    tb = SystemTB(dut, seed=seeds.of(5))
     await tb.init()
     # two EVs per QP: two fabric paths, 2 Gb/s each, against NIC 0's 8 Gb/s
     evs = [EvProfile.explicit(range(base, base + 2)) for base in (0xC000, 0xD000)]
@@ -702,7 +705,7 @@ async def test_requester_corner_cases(dut):
 
     from sim.system import requester_cases as rc
 
-    tb = SystemTB(dut, seed=41)
+    tb = SystemTB(dut, seed=seeds.of(41))
     await tb.init()
     await tb.connect(sq_log2=4)
     start = get_sim_time(unit="ns")
@@ -727,7 +730,7 @@ async def test_remote_access_error_ends_the_qp(dut):
     of it; NIC 0 completes that WQE with REM_ACCESS and the one behind it
     FLUSHED, its QP reads ERROR in reliability and TX has it disabled, and
     after that no frame leaves NIC 0 and every later NAK is ignored."""
-    tb = SystemTB(dut, seed=27, keep_log=True)
+    tb = SystemTB(dut, seed=seeds.of(27), keep_log=True)
     await tb.init()
     await tb.connect(sq_log2=3)
     a, b = tb.ends
@@ -773,7 +776,7 @@ async def test_broken_nic_fails_the_checks(dut):
     read off by one fails the counter equations, a send completion off from
     the golden model's fails that comparison, and a DMA that drops one byte
     of one write beat of the next transfer fails the byte-exact check."""
-    tb = SystemTB(dut, seed=43, keep_log=True)
+    tb = SystemTB(dut, seed=seeds.of(43), keep_log=True)
     await tb.init()
     await tb.connect(sq_log2=4)
     sizes = [16 * 1024] * 4
@@ -845,7 +848,8 @@ async def test_max_wimm_keeps_a_small_receive_cq_from_overflowing(dut):
     """With max_wimm 2 the requester never has more than 2 WRITE_WITH_IMMs
     outstanding, and the peer's 4-entry receive CQ drops none (no cq_full, no
     wimm_full): nothing is resent; byte exact, every completion on both sides."""
-    got = await wimm_burst(dut, SystemTB(dut, seed=53, keep_log=True), "max_wimm 2", max_wimm=2)
+    got = await wimm_burst(dut, SystemTB(dut, seed=seeds.of(53), keep_log=True), "max_wimm 2",
+                           max_wimm=2)
     assert got == {"max_outstanding": 2, "cq_full": 0, "wimm_full": 0, "retx": 0}, got
 
 
@@ -855,7 +859,8 @@ async def test_without_max_wimm_a_small_receive_cq_overflows(dut):
     bound: what the requester did before it had one) outruns the peer's CQ:
     cq_full drops at the peer and retransmissions, still byte exact with every
     completion."""
-    got = await wimm_burst(dut, SystemTB(dut, seed=53, keep_log=True), "max_wimm default")
+    got = await wimm_burst(dut, SystemTB(dut, seed=seeds.of(53), keep_log=True),
+                           "max_wimm default")
     assert got["max_outstanding"] > 2 and got["cq_full"] > 0 and got["retx"] > 0, got
 
 
@@ -893,31 +898,22 @@ def test_system():
 def test_scenario_small_on_rtl(tmp_path):
     """A scenario file on the two RTL NICs: sim/system/scenarios/small.toml (a
     ring over 2 QPs per NIC, MTU 512, loss, CE marks, trims, a path down and
-    up), through the demo's cocotb test on test_system's build (same
-    top, same options, so no second Verilator build), and on the golden
+    up; its seed mixed with the run's), through the demo's cocotb test on
+    test_system's build (same top, same options, so no second Verilator
+    build), and on the golden
     model: both byte exact, the path events at the file's times on both, and
     the RTL's capture holds every frame the fabric counted, with its fate."""
     from sim.system import demo
     from sim.system.scenario import load
     from sim.system.scenario_run import model_raw
-    from sim.system.workload import fault_events
+    from sim.system.soak import check_run
 
-    cfg = load("small")
+    cfg = load("small", seed=seeds.of(load("small").seed))  # the file's seed, mixed with the run's
+    assert cfg.rounds * cfg.shard_bytes == 32 * 1024 and cfg.workload == "ring"
     rtl = demo.simulate(tmp_path / "rtl", cfg, waves=False, name="system_two_nic_sim",
                         tag="scenario")
     for raw in (rtl, model_raw(cfg)):
-        s = demo.analyse(raw)
-        assert s["verified"] and not s["errors"], s["errors"]
-        assert [d["payload_bytes"] for d in s["directions"]] == [32 * 1024] * 2
-        start = s["_series"]["t0"]
-        assert [(round(f["time_ns"] - start), f["path"], f["up"]) for f in s["faults"]] == [
-            (round(t), p, up) for t, p, up, _d in fault_events(cfg)]
-        for d, name in enumerate(("nic0->nic1", "nic1->nic0")):
-            rows = [r for r in s["fabric"] if r["direction"] == name]
-            fates = [c[4] for c in raw["capture"] if c[1] == d]
-            assert sum(r["carried"] for r in rows) == sum(f != "dropped" for f in fates)
-            assert sum(r["dropped"] for r in rows) == fates.count("dropped")
-            assert sum(r["trimmed"] for r in rows) == fates.count("trimmed")
+        check_run(raw, cfg)
 
 
 def test_system_faults():
