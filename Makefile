@@ -49,7 +49,8 @@ sim: $(STAMP)
 # The run's seed (pytest-randomly; a new one each run unless SEED is given) and
 # a pytest-split shard of the suite (SPLITS groups by .test_durations, GROUP 1..SPLITS).
 PYTEST_OPTS = $(if $(SEED),-p randomly --randomly-seed=$(SEED),) \
-	$(if $(SPLITS),--splits $(SPLITS) --group $(GROUP) --durations-path .test_durations,)
+	$(if $(SPLITS),--splits $(SPLITS) --group $(GROUP) --splitting-algorithm least_duration \
+	  --durations-path .test_durations,)
 
 ## test       the whole regression: pure Python and cocotb under Verilator. Prints its seed
 ##            first; SEED=n replays a run, TESTS=<pytest node ids> runs only those,
