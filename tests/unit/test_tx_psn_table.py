@@ -6,11 +6,12 @@ of the QP taken with it; an advance moves next_psn past the PSN sent -- at 2
 QPs (compares per QP) and at 8 (behind a mux of the ack's QP)."""
 
 
+import random
+
 import pytest
 from amaranth.sim import Simulator
 
 from hw.tx.psn_table import ACK_PER_QP_QPS, PsnTable
-from tests import seeds
 
 MASK = (1 << 24) - 1
 
@@ -19,7 +20,9 @@ MASK = (1 << 24) - 1
 def test_psn_table(nq):
     assert (nq <= ACK_PER_QP_QPS) == (nq == 2)
     dut = PsnTable(nq)
-    rng = seeds.rng(nq)
+    # seed fixed: with other seeds no write meets a pending ACK at nq 8 (the last check);
+    # docs/verification.md, "Seeds"
+    rng = random.Random(nq)
     log = {"applied": 0, "refused": 0, "dropped_by_write": 0}
 
     async def bench(ctx):
