@@ -511,7 +511,7 @@ def test_lookups_decode_qp_registers_by_their_fields():
     names = {("QP_CTRL", f): f for f in ("state", "trim_nack", "mtu", "mpr", "pd")}
     names |= {("QP_ACK", "n"): "ack_n", ("QP_ACK", "t"): "ack_t",
               ("QP_CQ_CTRL", "log2_entries"): "cq_log2", ("QP_CQ_CTRL", "enable"): "cq_enable"}
-    rng = random.Random(5)
+    rng = seeds.rng(5)
     dut = RxRegisters(num_qps=4, num_mrs=1, addr_width=32)
     rmap = dut.map
     words = {(reg, qp): rng.getrandbits(32) for reg in ("QP_CTRL", "QP_ACK", "QP_CQ_CTRL",
