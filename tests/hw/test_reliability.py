@@ -1158,7 +1158,9 @@ async def test_model_compare(dut):
                      {"GOOD": 0, "ASSUMED_BAD": 1}[e.new], e.drops) for e in evs.events]
     events = await _pop_events(tb)
     assert [(e["ev"], e["old"], e["new"], e["drops"]) for e in events] == model_events
-    assert (2, 0, 1, ev_thr) in model_events  # the black hole went bad
+    # The black hole went bad. ``drops`` counts every loss so far, and a delivered
+    # retransmission on EV 2 restarts its run, so it may exceed the threshold.
+    assert any(e[:3] == (2, 0, 1) and e[3] >= ev_thr for e in model_events), model_events
     assert (await tb.counters())["cqes"] == packets  # one WQE per packet, all SUCCESS
     assert await tb.read("una_psn", 0) == qp.una_psn
     dut._log.info("model compare: %d retransmits (%d trims), events %s", model_retx, trims,
