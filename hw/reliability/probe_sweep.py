@@ -27,6 +27,10 @@ class ProbeSweep(wiring.Component):
     (``push``, a flip-flop decided the cycle before from the EVs left and ``room``)
     until ``done`` (none left: the core leaves SWEEP_EMIT). ``sweeping`` falls when
     the last QP's requests are queued (unless a round starts in that cycle).
+    Precondition: ticks come further apart than a sweep takes. A tick while the
+    last QP's requests are being queued starts the next round at once, and those
+    requests then carry the new round's number (the engine's probe period, in the
+    thousands of cycles, is far longer than a sweep).
 
     Interface: ``tick``, ``taken``, ``load``, ``emit``: In(1); ``evs``: In(evs);
     ``room``: In(1), the probe request FIFO has room (as the core's other FIFOs, 3

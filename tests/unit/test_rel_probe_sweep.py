@@ -5,39 +5,38 @@ QP is swept once per round in order, each loaded EV gets exactly one request (th
 lowest first, ``probe_id`` = round << 8 | EV), and ``sweeping`` is 1 while a round
 is pending and 0 once its last QP's requests are queued."""
 
-
-import random
-
 from amaranth.sim import Simulator
 
 from hw.reliability.probe_sweep import ProbeSweep
+from tests import seeds
 
 NQ, E = 3, 4
 
 
 def test_rounds_match_reference():
     dut = ProbeSweep(num_qps=NQ, evs=E)
-    # seed fixed: other seeds fail it (a round number one ahead of the reference
-    # model's); docs/verification.md, "Seeds"
-    rng = random.Random(9)
+    rng = seeds.rng(9)
     pushed, want, swept = [], [], []
     checks = {"idle_after_round": 0, "sweeping_while_pending": 0}
 
     async def bench(ctx):
         state, q, round_done = "idle", 0, False
         for cyc in range(6000):  # no tick in the last 500 cycles: the last round ends
+            pending = ctx.get(dut.pending)
+            take = state == "idle" and pending and rng.random() < 0.5
             # no tick while the last QP's requests are queued: the next round would
-            # start at once and the rest of them carry its number (the engine's probe
-            # period is far longer than a sweep); a tick while a round is pending is
-            # ignored
-            quiet = ctx.get(dut.pending) or not ctx.get(dut.sweeping)
+            # start at once and the rest of them carry its number (ProbeSweep's
+            # precondition: the engine's probe period is far longer than a sweep); a
+            # tick while a round is pending is ignored. The tick is registered: one
+            # raised as the last QP is taken acts once it has been.
+            last_taken = take and ctx.get(dut.qpn) == NQ - 1
+            quiet = (pending and not last_taken) or not ctx.get(dut.sweeping)
             tick = int(quiet and cyc < 5500 and rng.random() < 0.01)
             ctx.set(dut.tick, tick)
             ctx.set(dut.room, int(rng.random() < 0.7))
             ctx.set(dut.taken, 0)
             ctx.set(dut.load, 0)
             ctx.set(dut.emit, 0)
-            pending = ctx.get(dut.pending)
             if pending:
                 assert ctx.get(dut.sweeping)
                 checks["sweeping_while_pending"] += 1
@@ -49,7 +48,7 @@ def test_rounds_match_reference():
                 r = ctx.get(dut.req)
                 pushed.append((r.qpn, r.ev_index, r.probe_id))
             nxt = state
-            if state == "idle" and pending and rng.random() < 0.5:
+            if take:
                 q = ctx.get(dut.qpn)
                 swept.append((ctx.get(dut.round), q))
                 ctx.set(dut.taken, 1)
