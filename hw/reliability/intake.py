@@ -26,8 +26,10 @@ class EventPicker(wiring.Component):
     Doorbells keep a pending bit per QP (set by ``doorbell``, cleared by
     ``doorbell_taken``, which takes the pending QP of ``take``); the lowest pending
     QP is registered every cycle (a priority tree over ``num_qps`` bits ends at
-    flip-flops) and is the last source by priority. A doorbell for a QP out of range
-    is ignored.
+    flip-flops) and is the last source by priority; the doorbell source is not
+    offered in the cycle after a doorbell is taken (its lowest pending QP is then
+    a cycle old), so a doorbell is never chosen twice, whenever the core is idle.
+    A doorbell for a QP out of range is ignored.
 
     Interface:
 
@@ -71,7 +73,11 @@ class EventPicker(wiring.Component):
             m.d.sync += db_pend.bit_select(db_q, 1).eq(0)
         with m.If(self.doorbell & (self.doorbell_qpn < nq)):
             m.d.sync += db_pend.bit_select(self.doorbell_qpn[: len(db_q)], 1).eq(1)
-        avail = Cat(self.valid, db_any)
+        # db_any is a cycle old: in the cycle after a doorbell is taken it may still
+        # count the pending bit just cleared, so the doorbell source sits that cycle out
+        db_taken_q = Signal()
+        m.d.sync += db_taken_q.eq(self.doorbell_taken)
+        avail = Cat(self.valid, db_any & ~db_taken_q)
         with m.If(self.idle & take_any):
             m.d.sync += [self.take.eq(0), take_any.eq(0)]
         with m.Else():
