@@ -41,6 +41,7 @@ PROOF_MODULES = (
     "hw.arbiter_props",
     "hw.rx.window_props",
     "hw.rx.dma_props",
+    "hw.reliability.timer_props",
 )
 
 _SBY = """\
