@@ -42,6 +42,7 @@ PROOF_MODULES = (
     "hw.rx.window_props",
     "hw.rx.dma_props",
     "hw.reliability.timer_props",
+    "hw.rx.parser_props",
 )
 
 _SBY = """\
