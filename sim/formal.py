@@ -43,6 +43,7 @@ PROOF_MODULES = (
     "hw.rx.dma_props",
     "hw.reliability.timer_props",
     "hw.rx.parser_props",
+    "hw.reliability.core_props",
 )
 
 _SBY = """\
