@@ -59,22 +59,27 @@ that rows do not mix), 2 EVs per QP, a 4-PSN window, 32-bit SACK bitmaps
 (the smallest the constructors accept): the advance, the walk and the window
 test are the same logic at every width, on PSNs modulo 2^24 at full width.
 
-Bound: 22 cycles (steps 0..21), checked with ``smtbmc --syn yices``. From
-reset, the records' CLEAR, an RTS command, a sent record and an ACK take 21
-cycles before the first completion request leaves ``cpl``: step 21, the last
-checked, is the first with a completion (the cover reaches it there). So
-every property is checked on every history up to the first completion of the
-first ACK (one PSN in flight), and the record's ``una`` and ``nxt`` against
-the rule on every history of commands, sent records and ignored ACKs (an ACK
-beyond ``nxt`` is dropped within 6 cycles and checked at the next input).
-The ACK's write-back of ``una`` comes about 34 cycles after reset, a
-SACK-filled hole and a second ACK after about 80, and each step costs the
-solver more than the one before (minutes each from step 17 on the shared
-2-core machine; without ``--syn`` each doubled from step 15), so una's
-advance by an ACK, SACKs, holes, the 2^24 wrap of ``una`` (``nxt``'s is
-reached: a cover), timeouts and a second epoch are left to the simulator
-tests (tests/hw/test_reliability.py, tests/unit/test_rel_blocks.py,
-tests/unit/test_rel_sack_align.py, the golden-model comparison).
+Bound: 19 cycles (steps 0..18) for the properties, 22 for the covers,
+with ``smtbmc --syn yices``. From reset, the records' CLEAR (2 cycles), an RTS
+command (6), sent records (4 each) and an ACK take 21 cycles before the
+first completion request leaves ``cpl`` (the cover reaches it at step 21),
+and an ACK beyond ``nxt`` taken at step 12 is dropped and its record checked
+at step 19 (the cover reaches it there). Each step costs the solver more
+than the one before: on the shared 2-core machine at load 9-10, step 17
+took about 5 minutes, step 18 22 (without ``--syn`` each step doubled from
+step 15). So the bounded check covers every history of commands, sent
+records, timer reports and ACKs taken up to step 18: (a) on every record
+read (``nxt - una`` within the window, including ``nxt`` across the 2^24
+wrap, a cover at step 13) and against the rule after each sent record
+(three, at most, the last written back at step 15), and (c) on every
+output; it ends before the first completion and before any ACK's
+write-back, so (b) and the moves of ``una`` by an ACK are stated and
+reachable (the covers) but not checked within the bound. Those, SACK-filled
+holes, the 2^24 wrap of ``una``, timeouts and a second epoch are left to
+the simulator tests (tests/hw/test_reliability.py: ACKs, stale and unsent
+ACKs, SACK holes, completions, the golden-model comparison;
+tests/unit/test_rel_blocks.py: the sent window edge, the ERROR flush;
+tests/unit/test_rel_sack_align.py).
 """
 
 from amaranth.hdl import Assert, Assume, Cat, Cover, Elaboratable, Module, Signal
@@ -299,11 +304,11 @@ def _build():
 
 
 PROOFS = [
-    Proof("rel_core_una", _build, mode="bmc", depth=22, cover_depth=22, long=True,
+    Proof("rel_core_una", _build, mode="bmc", depth=19, cover_depth=22, long=True,
           engine="smtbmc --syn yices",
           reduction="2 QPs, 2 EVs, a 4-PSN window, 32-bit SACK bitmaps (the smallest the "
                     "constructors accept; PSNs at full width); window parameters at their "
-                    "reset values; bounded at 22 cycles: step 21, the last checked, is the "
-                    "first with a completion request on cpl (a cover reaches it); an ACK's "
-                    "write-back of una is out of reach"),
+                    "reset values; bounded at 19 cycles (each step costs minutes): commands, "
+                    "sent records and ACKs taken; the first completion (step 21) and an "
+                    "ACK's write-back of una are beyond it (the covers reach the first)"),
 ]
