@@ -66,7 +66,7 @@ first completion request leaves ``cpl`` (the cover reaches it at step 21),
 and an ACK beyond ``nxt`` taken at step 12 is dropped and its record checked
 at step 19 (the cover reaches it there). Each step costs the solver more
 than the one before: on the shared 2-core machine at load 9-10, step 17
-took about 5 minutes, step 18 22 (without ``--syn`` each step doubled from
+took about 7 minutes, step 18 22 (without ``--syn`` each step doubled from
 step 15). So the bounded check covers every history of commands, sent
 records, timer reports and ACKs taken up to step 18: (a) on every record
 read (``nxt - una`` within the window, including ``nxt`` across the 2^24
