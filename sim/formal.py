@@ -39,6 +39,7 @@ __all__ = ["PROOF_MODULES", "ProofResult", "all_proofs", "main", "run_proof"]
 PROOF_MODULES = (
     "hw.pipeline_props",
     "hw.arbiter_props",
+    "hw.axi_arbiter_props",
     "hw.rx.window_props",
     "hw.rx.dma_props",
     "hw.reliability.timer_props",
