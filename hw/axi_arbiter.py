@@ -13,7 +13,7 @@ Interface
               beats of different masters may interleave.
 
 Write path: AW is granted round-robin among the masters with ``awvalid``; the
-grant's index enters a FIFO (``w_fifo_depth`` >= 2 entries, kept twice: each
+grant's index enters a FIFO (``w_fifo_depth`` >= 4 entries, kept twice: each
 copy's head selects half of the W beat's bits; an AW is taken while the FIFO
 had two entries free in the previous cycle, a flip-flop), and W beats are taken from
 the master at the head of that FIFO until ``wlast``, since AXI4 W beats
@@ -107,8 +107,10 @@ class AXI4Arbiter(wiring.Component):
                  id_width: int = 4, w_fifo_depth: int = 4):
         if num_masters < 1:
             raise ValueError(f"num_masters must be at least 1, not {num_masters}")
-        if w_fifo_depth < 2:
-            raise ValueError(f"w_fifo_depth must be at least 2, not {w_fifo_depth}")
+        # at 2, SyncFIFOBuffered refuses a write in the cycle after one, and an AW
+        # taken then would lose its W order entry (the proof runs at 4)
+        if w_fifo_depth < 4:
+            raise ValueError(f"w_fifo_depth must be at least 4, not {w_fifo_depth}")
         self.num_masters = num_masters
         self.index_bits = max(1, (num_masters - 1).bit_length())
         self.id_width = id_width

@@ -108,3 +108,12 @@ def test_axi_arbiter(testcase):
 
     run_cocotb(name="axi_arbiter_3", elaborate=lambda: AXI4Arbiter(NUM_MASTERS, 32, 64, 4),
                toplevel="axi_arbiter", test_module="tests.hw.test_axi_arbiter", testcase=testcase)
+
+
+def test_axi_arbiter_refuses_a_shallow_w_order_fifo():
+    """At 2 entries an AW taken right after another would lose its W order entry."""
+    from hw.axi_arbiter import AXI4Arbiter
+
+    with pytest.raises(ValueError, match="w_fifo_depth must be at least 4, not 2"):
+        AXI4Arbiter(NUM_MASTERS, 32, 64, 4, w_fifo_depth=2)
+    AXI4Arbiter(NUM_MASTERS, 32, 64, 4, w_fifo_depth=4)
