@@ -45,6 +45,7 @@ PROOF_MODULES = (
     "hw.reliability.timer_props",
     "hw.rx.parser_props",
     "hw.reliability.core_props",
+    "hw.tx.ev_props",
 )
 
 _SBY = """\
