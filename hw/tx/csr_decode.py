@@ -55,8 +55,9 @@ class TxCsrDecode(wiring.Component):
     zero. An MTU that is not a power of two from 256 to ``max_mtu`` writes
     nothing. The global registers (SRC_MAC, SRC_IP, EV_SELECT) are written
     one cycle after ``w_stb`` (``hw.csr.RegisteredWrites``); EV_ENTRY goes
-    to the EV table at ``w_stb`` (``ev_we``, a state change binds the packets
-    chosen after the write).
+    to the EV table at ``w_stb`` (``ev_we``; the table takes the state change
+    1 to 3 cycles later and it binds the packets chosen 3 cycles after that,
+    hw/tx/ev.py).
 
     Reads: the register is decoded with ``r_stb`` into one-hot selects (and
     a QP's STATUS word taken then), the RAM read ports give their data the

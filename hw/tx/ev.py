@@ -73,10 +73,13 @@ class EvTable(wiring.Component):
       updates are not taken meanwhile.
 
     A state change (CSR or ``update``) is a read-modify-write of the QP's
-    bitmap row: it is visible to ``good`` 3 cycles after it is taken. A CSR
-    write waits in a one-entry buffer and goes before ``update``; CSR writes
-    must be at least 3 cycles apart (AXI4LiteToCSR issues one per 3).
-    Throughput: one state change per 3 cycles.
+    bitmap row: it is visible to ``good`` (and ``csr_r_state``) exactly 3
+    cycles after it is taken. A CSR write waits in a one-entry buffer and goes
+    before ``update``: it is taken the cycle after ``csr_we``, or 3 cycles
+    after it (2) if an ``update`` was taken in ``csr_we``'s cycle (the cycle
+    before). CSR writes must be at least 3 cycles apart (AXI4LiteToCSR issues
+    one per 3). Throughput: one state change per 3 cycles (hw/tx/ev_props.py
+    proves this timing against a reference model).
     """
 
     def __init__(self, num_qps: int = 16, evs_per_qp: int = 16):
