@@ -587,7 +587,10 @@ async def test_fuzz(dut):
     acks.check_model_naks_and_probes()
     for qpn in FUZZ_PEERS.values():
         await acks.poke(qpn, va=MR0["base"], rkey=MR0["rkey"])
-    assert acks.acks > n // 20, acks.acks  # the stream was not empty
+    dut._log.info("fuzz acks %d", acks.acks)
+    # the stream was not empty: 43 to 60 ACKs per 1,000 records over seeds 1 to 7
+    # and 11, so a twentieth of n failed about one run in three
+    assert acks.acks > n // 40, acks.acks
     # After all that, a valid message is still accepted and completed.
     tb.model.count.clear()
     await tb.setup_qp(11, epsn=0, ack_n=1)
