@@ -65,9 +65,8 @@ command (6), sent records (4 each) and an ACK take 21 cycles before the
 first completion request leaves ``cpl`` (the cover reaches it at step 21),
 and an ACK beyond ``nxt`` taken at step 12 is dropped and its record checked
 at step 19 (the cover reaches it there). Each step costs the solver more
-than the one before: on the shared 2-core machine at load 9-10, step 17
-took about 7 minutes, step 18 22, step 19 37 (without ``--syn`` each step doubled from
-step 15). So the bounded check covers every history of commands, sent
+than the one before (the run times are in docs/verification.md's proofs
+table; ``--syn`` is needed). So the bounded check covers every history of commands, sent
 records, timer reports and ACKs taken up to step 19: (a) on every record
 read (``nxt - una`` within the window, including ``nxt`` across the 2^24
 wrap, a cover at step 13) and against the rule after each sent record

@@ -52,11 +52,10 @@ accepted frames (9 beats: a trimmed write) have their record out by step 15
 and an ACK by 16, the pinned 12-beat write its payload's last beat at 23
 (the covers); 24 cycles hold one frame and most of the next (whose payload
 writes start at its beat 9), so a frame's record and payload meet the next
-frame's writes. Each further step costs minutes (the pinned harness's check
-to step 27 took 12 minutes on the shared 2-core machine at load 8). The
-stalling harness is checked to 21 cycles (steps 0..20; step 21 alone ran
-for more than 10 minutes): its records' stalled waits are reached by step
-19 (the covers).
+frame's writes. Each further step costs the solver more than all before it
+(the run times are in docs/verification.md's proofs table). The stalling
+harness is checked to 21 cycles (steps 0..20): its records' stalled waits
+are reached by step 19 (the covers).
 """
 
 from amaranth.hdl import Assert, Assume, Cat, Cover, Elaboratable, Module, Mux, Signal
