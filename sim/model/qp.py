@@ -89,6 +89,10 @@ class QpConfig:
     ev_min_active: int = 1
     probe_interval_ns: float = 20000.0
     reo_wnd_ns: float = 2000.0  # SACK loss detection: reordering allowance
+    # SACK loss detection by count, reliability's rule (docs/reliability.md, step
+    # 5) in place of RACK: a hole with this many SACKed PSNs above it is lost
+    # (0: RACK with reo_wnd_ns)
+    sack_threshold: int = 0
     # MRC's max_wimm: a requester has at most this many WRITE_WITH_IMM messages
     # started and not yet completed (the next one waits, and the QP's later
     # WQEs behind it); a responder holds at most this many early LAST packets
@@ -117,6 +121,8 @@ class QpConfig:
                              f"not {self.start_psn!r}")
         if self.max_wimm < 1:
             raise ValueError("max_wimm must be >= 1")
+        if self.sack_threshold < 0:
+            raise ValueError(f"sack_threshold must be >= 0 (0: RACK), not {self.sack_threshold}")
 
     def timeout_ns(self, retries: int) -> float:
         """Timer value after ``retries`` timeouts without progress."""
@@ -683,9 +689,12 @@ class MrcQp(QpBase):
             self.sacked >>= advance
             span -= advance
             progress = True
+        # the bitmap against una: a base behind una (a stale or reordered ACK) still
+        # reports the PSNs from una up that its upper bits name
         base_off = psn_diff(pkt.sack_base, self.una_psn)
-        if pkt.sack_bitmap and base_off >= 0:
-            bitmap = (pkt.sack_bitmap << base_off) & ((1 << span) - 1)
+        if pkt.sack_bitmap:
+            bitmap = (pkt.sack_bitmap << base_off if base_off >= 0
+                      else pkt.sack_bitmap >> -base_off) & ((1 << span) - 1)
             new = bitmap & ~self.sacked
             if new:
                 self.sacked |= new
@@ -735,7 +744,12 @@ class MrcQp(QpBase):
         Only PSNs the responder could have reported are judged: those below
         ``sack_base + sack_bits`` (the bitmap's reach). A PSN beyond it may have
         arrived without the ACK being able to say so; it waits until the
-        cumulative PSN moves (or the timer fires)."""
+        cumulative PSN moves (or the timer fires). With ``sack_threshold`` set,
+        the count rule decides instead (``_count_detect``)."""
+        if self.cfg.sack_threshold:
+            self.rack.clear()
+            self._count_detect(self.cfg.sack_threshold)
+            return
         rack = self.rack
         limit = self.rack_time - self.cfg.reo_wnd_ns
         horizon = self.una_idx + self.cfg.sack_bits
@@ -756,6 +770,25 @@ class MrcQp(QpBase):
         if deferred:
             deferred.reverse()
             rack.extendleft(deferred)  # still the oldest sends, in send order
+
+    def _count_detect(self, threshold: int) -> None:
+        """Reliability's rule: walking the holes (in flight, not SACKed, not
+        fast-retransmitted since the last timeout) upwards, a hole with at least
+        ``threshold`` SACKed PSNs above it is lost; above the first that is not,
+        none is (fewer SACKed PSNs lie above each)."""
+        una, sacked = self.una_idx, self.sacked
+        above = bin(sacked).count("1")
+        for off in range(self.nxt_idx - una):
+            if (sacked >> off) & 1:
+                above -= 1
+                continue
+            rec = self.records[una + off]
+            if rec.state != OUTSTANDING or rec.fast_retx:
+                continue
+            if above < threshold:
+                break
+            self._declare_lost(rec, "sack", blame_ev=True)
+            self._maybe_probe()
 
     def _on_timeout(self) -> None:
         blamed = set()

@@ -29,7 +29,6 @@ from sim.model.packet import (
 )
 from sim.model.qp import (
     LOC_QP_OP_ERR,
-    OUTSTANDING,
     RETRY_EXC_ERR,
     RTR,
     RTS,
@@ -141,26 +140,12 @@ class _HwQp(MrcQp):
         return self.nxt_idx == 0
 
     def _rack_detect(self):
-        # reliability's rule (docs/reliability.md step 5): walking the holes
-        # upwards, a hole with at least sack_threshold SACKed PSNs above it is
-        # lost, once per timeout round; the walk stops at the first that is not
+        # reliability's rule (MrcQp._count_detect) with the register's threshold
+        # (0: no SACK loss detection)
         self.rack.clear()
         threshold = self.hw.sack_threshold(self.qpn)
-        if not threshold:
-            return
-        una, sacked = self.una_idx, self.sacked
-        above = bin(sacked).count("1")
-        for off in range(self.nxt_idx - una):
-            if (sacked >> off) & 1:
-                above -= 1
-                continue
-            rec = self.records[una + off]
-            if rec.state != OUTSTANDING or rec.fast_retx:
-                continue
-            if above < threshold:
-                break
-            self._declare_lost(rec, "sack", blame_ev=True)
-            self._maybe_probe()
+        if threshold:
+            self._count_detect(threshold)
 
     def _on_timeout(self):
         self.hw.rel_cnt["timeouts"] += 1

@@ -187,3 +187,34 @@ def test_cc_disabled_never_moves():
     cc.on_timeout(0.0)
     cc.on_ack(1e6, 4096, True, 1e6)
     assert cc.cwnd == w0
+
+
+def _ack(cum, base, bitmap):
+    from sim.model.packet import ACK, AETH_ACK, Packet
+
+    pkt = Packet(ACK, "b", "a", 0, 0, 0x10)
+    pkt.syndrome, pkt.msn, pkt.psn, pkt.cum_psn = AETH_ACK, 0, cum, cum
+    pkt.sack_base, pkt.sack_bitmap, pkt.sack_bits = base, bitmap, 64
+    pkt.ece, pkt.ce_count = False, 0
+    return pkt
+
+
+@pytest.mark.parametrize("sack_threshold, lost", [(1, [4, 5]), (2, [])])
+def test_old_ack_sacks_from_una_and_the_count_rule(sack_threshold, lost):
+    """An old ACK's bitmap bits from una up are taken (docs/protocol.md); the
+    count rule finds the holes with ``sack_threshold`` SACKed PSNs above them."""
+    from tests.model_requester import requester
+
+    qp = requester([0xC000 + e for e in range(8)], sack_threshold=sack_threshold)
+    for w in range(8):
+        qp.post_write(wr_id=w, remote_va=0, rkey=1, length=512)
+    assert [qp.pull(0).psn for _ in range(8)] == list(range(8))
+    qp.on_ack(_ack(3, 4, 0))  # una 4
+    qp.on_ack(_ack(1, 2, 0b10011))  # old: PSNs 2, 3 (acknowledged) and 6
+    assert qp.una_psn == 4 and qp.sacked == 1 << 2
+    assert [p for _, p, _, why in qp.retx_log if why == "sack"] == lost
+
+
+def test_sack_threshold_is_checked():
+    with pytest.raises(ValueError, match="sack_threshold"):
+        QpConfig(sack_threshold=-1).validate()
