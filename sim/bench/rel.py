@@ -6,7 +6,7 @@ synthesis cost.
 - ACKs processed per cycle by ``ReliabilityEngine`` under Verilator, ACKs offered
   back to back on ``peer_ack`` with no backpressure: cumulative ACKs of 1 and of 4
   PSNs, and SACK ACKs that reveal a hole (one retransmit request each). The cocotb
-  part reuses the ``rel_q4`` build of ``tests/hw/test_reliability.py``.
+  part reuses the ``rel_q4`` build of the reliability bench (tests/hw/rel_tb.py).
 - Retransmit timer detection error: cycles between a QP's deadline and its timer
   report, ``RetransmitTimers`` alone in Amaranth's simulator, 16 and 256 QPs, for
   random deadlines; and the whole block's first timeout against 1.024 us x 2^t
@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def measure_ack_rate() -> dict:
     """ACK rate and whole-block timeout error from the cocotb bench case."""
     sys.path.insert(0, str(ROOT))
-    from tests.hw.test_reliability import run as run_rel
+    from tests.hw.rel_tb import run as run_rel
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "rel_bench.json"
