@@ -64,6 +64,7 @@ def test_sack_align_matches_definition(window, sack_bits):
     sim.run()
     want = [model(window, sack_bits, un, b, bm, n, i) for _u, _c, _b, un, b, bm, n, i in cases]
     assert got == want
-    # enough bitmaps that overlap and NAKs in flight (a 2-PSN window has few of them)
+    # enough bitmaps that overlap and NAKs in flight (a 2-PSN window has few of them:
+    # about 30 in 300, 14 the fewest over 5,000 seeds)
     assert sum(1 for s, _, _ in want if s) > 50
-    assert sum(n for _, n, _ in want) > min(50, 10 * window)
+    assert sum(n for _, n, _ in want) > min(50, 5 * window)
