@@ -7,7 +7,8 @@ driver API runs unchanged on either backend.
 
 ``ends[i]``     ``Endpoint``: ``dev`` (a ``Device`` on a ``ModelTransport``),
                 ``nic`` (the ``ModelNic``), ``qp``, ``mr``, ``recv_buf``,
-                ``send_buf`` after ``connect``
+                ``send_buf`` after ``connect``, ``qps`` and ``conns`` (as
+                ``SystemTB``'s) after ``connect_qps``
 ``fabric``      ``ModelFabricControl``: the controls of sim/system/fabric.py's
                 ``Fabric`` (loss, down/up now or scheduled, reordering, rate and
                 queue, ECN, trimming; per-path counters; ``keep_log``);
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from types import SimpleNamespace
 
 from host_driver.driver import Device, EvProfile, MemoryRegion, QueuePair
 from host_driver.layers import TRIM_DSCP_DEFAULT
@@ -60,6 +62,15 @@ class Endpoint:
     recv_buf: int = 0
     send_buf: int = 0
     qps: list | None = None
+
+    @property
+    def conns(self) -> list[SimpleNamespace]:
+        """Each QP as sim/system/harness.py's ``Connection`` gives it (QP j's peer is
+        QP j of the other NIC; one MR and one send buffer for all), so that code
+        written for ``SystemTB`` runs here too."""
+        return [SimpleNamespace(qp=qp, mr=self.mr, recv_buf=self.recv_buf,
+                                send_buf=self.send_buf, peer=j)
+                for j, qp in enumerate(self.qps or [])]
 
 
 class PathControl:
