@@ -25,10 +25,12 @@ from hw.tx.regs import QP_STRIDE as TX_QP_STRIDE
 from hw.tx.regs import Q as TX_Q
 
 from .csr import (
+    NIC_CAPABILITIES,
     NIC_VERSION,
     BlockWindow,
     CsrInterconnect,
     DeviceInfo,
+    caps_word,
     device_info_register_map,
     host_view,
 )
@@ -392,6 +394,7 @@ class NicCore(wiring.Component):
             "max_mtu": self.max_mtu, "mpr_max": self.mpr_max, "num_mrs": self.num_mrs,
             "window": self.window, "clk_freq_hz": self.clk_freq_hz,
             "block_size": 1 << self.block_bits, "addr_width": self.addr_width,
+            "caps": caps_word(NIC_CAPABILITIES),
         }
 
     def block_base(self, name: str) -> int:

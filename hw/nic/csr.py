@@ -27,9 +27,13 @@ __all__ = [
     "DEVICE_INFO_VERSION",
     "NIC_VERSION",
     "BlockWindow",
+    "CAPABILITIES",
     "CsrInterconnect",
     "CsrWrite",
     "DeviceInfo",
+    "NIC_CAPABILITIES",
+    "caps_names",
+    "caps_word",
     "device_info_register_map",
     "header_word",
     "host_view",
@@ -38,7 +42,27 @@ __all__ = [
 DEVICE_INFO_TYPE_ID = 0x0001
 DEVICE_INFO_VERSION = 1
 # NIC gateware version, major << 16 | minor: bumped with any change a driver can see.
-NIC_VERSION = 0x0001_0001
+NIC_VERSION = 0x0001_0002
+
+# The capabilities MRC's API names (mrc.h), by their bit in the device-info word
+# ``caps``, and the ones this NIC has: TRIM_NACK (RX answers a trimmed packet with
+# NAK TRIMMED, docs/rx.md). DYNAMIC_MPR and SVC_TIME are not implemented.
+CAPABILITIES = ("TRIM_NACK", "DYNAMIC_MPR", "SVC_TIME")
+NIC_CAPABILITIES = ("TRIM_NACK",)
+
+
+def caps_word(names) -> int:
+    """The ``caps`` word with the bits of ``names`` (each one of ``CAPABILITIES``)."""
+    unknown = set(names) - set(CAPABILITIES)
+    if unknown:
+        raise ValueError(f"unknown capabilities {sorted(unknown)}; known: {CAPABILITIES}")
+    return sum(1 << CAPABILITIES.index(n) for n in names)
+
+
+def caps_names(word: int) -> frozenset[str]:
+    """The names of the bits set in a ``caps`` word (bits beyond the known: ignored)."""
+    return frozenset(n for i, n in enumerate(CAPABILITIES) if word >> i & 1)
+
 
 HEADER_OFFSET = 0x0
 NEXT_OFFSET = 0x4
@@ -98,6 +122,8 @@ DEVICE_INFO_PARAMS = (
     ("addr_width", 0x38, "host DMA address width, bits (32..64): the NIC reaches host memory "
                          "below 2^addr_width only, and its address registers keep that many "
                          "bits"),
+    ("caps", 0x3C, "capabilities, one bit each: [0] TRIM_NACK, [1] DYNAMIC_MPR, [2] SVC_TIME "
+                   "(MRC's names; 1 = implemented)"),
 )
 SCRATCH_OFFSET = 0x40
 

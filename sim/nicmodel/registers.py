@@ -199,6 +199,10 @@ class RegisterBehaviour:
             return 1 << self.block_bits
         if name == "addr_width":
             return 64  # the model's DMA addresses are whole 64-bit addresses
+        if name == "caps":
+            from hw.nic.csr import NIC_CAPABILITIES, caps_word
+
+            return caps_word(NIC_CAPABILITIES)
         if name in self.params:
             return self.params[name]
         return None

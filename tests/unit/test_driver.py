@@ -22,7 +22,8 @@ from hw.tx.layouts import WQE_LAYOUT
 BLOCK = 0x10000
 PARAMS = {"nic_version": NIC_VERSION, "build_id": 7, "data_width": 64, "num_qps": 2,
           "evs_per_qp": 8, "sack_bits": 64, "max_mtu": 1024, "mpr_max": 256, "num_mrs": 2,
-          "window": 64, "clk_freq_hz": 15_625_000, "block_size": BLOCK, "addr_width": 64}
+          "window": 64, "clk_freq_hz": 15_625_000, "block_size": BLOCK, "addr_width": 64,
+          "caps": 1}
 
 
 class Ram:
