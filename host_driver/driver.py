@@ -8,13 +8,16 @@ same ``RegisterMap`` objects the gateware decodes (``hw.nic.csr.host_view``).
 
 Objects:
 
-``Device``            discovery, addresses, controller API (EV states, EV
-                      events, probe period, counters)
+``Device``            discovery, addresses, ``query`` (capabilities and limits),
+                      controller API (EV states, EV events, probe period,
+                      counters)
 ``ProtectionDomain``  ``reg_mr`` into RX's MR table (rkey, access rights)
 ``CompletionQueue``   a ring of 32-byte CQEs in host memory, polled by phase bit
 ``QueuePair``         RESET -> INIT -> RTR -> RTS, ``post_send`` (WRITE,
                       WRITE_WITH_IMM); a send CQ (reliability's) and a receive
-                      CQ (RX's)
+                      CQ (RX's); ``query`` (as the NIC holds it), ``destroy``
+
+docs/api.md maps MRC's API (``mrc.h``, ``mrc_ctl.h``) to these.
 ``EvProfile``         the EVs (UDP source ports) a QP sprays over: an EXPLICIT
                       list or GENERATED (the golden model's ``generated_evs``)
 
@@ -232,6 +235,8 @@ class CompletionQueue:
         self.consumer = 0
 
     def _bind(self, qp: QueuePair, direction: str):
+        if self.addr is None:
+            raise DriverError("CQ destroyed: create another")
         if self.qp is not None:
             raise ValueError(f"CQ already serves QP {self.qp.qpn} ({self.direction}); the NIC "
                              f"keeps one ring per QP and direction")
@@ -239,6 +244,17 @@ class CompletionQueue:
 
     def _phase(self, index: int) -> int:
         return 1 - ((index >> self.log2_entries) & 1)
+
+    def destroy(self):
+        """Free the ring; its QP must have been destroyed first (the NIC would
+        go on writing CQEs into it)."""
+        if self.qp is not None:
+            raise DriverError(f"CQ serves QP {self.qp.qpn} ({self.direction}): destroy the QP "
+                              f"first")
+        if self.addr is None:
+            raise DriverError("CQ already destroyed")
+        self.device.mem.free(self.addr)
+        self.addr = None
 
     async def poll(self, max_entries: int | None = None) -> list[Completion]:
         """Take the completions that are there, without waiting."""
@@ -284,6 +300,15 @@ class MemoryRegion:
 
     async def deregister(self):
         await self.pd.dereg_mr(self)
+
+    async def query(self) -> MemoryRegion:
+        """The region as RX's MR table holds it (a copy; ``access`` 0 once
+        deregistered)."""
+        rx, i = self.pd.device.rx, self.index
+        addr = await rx.read("MR_BASE_LO", i) | await rx.read("MR_BASE_HI", i) << 32
+        access = await rx.read("MR_ACCESS", i)
+        return MemoryRegion(self.pd, i, addr, await rx.read("MR_LENGTH", i),
+                            await rx.read("MR_RKEY", i), access & 0xFF)
 
 
 class ProtectionDomain:
@@ -413,7 +438,8 @@ class QueuePair:
         self.sq_sig_all = bool(sq_sig_all)
         self.state = QpState.RESET
         self.evs: EvProfile | None = None
-        self.mpr, self.trim_nack, self.mtu = 1, True, 1024  # set at RTR
+        self.mpr, self.trim_nack, self.mtu = 1, True, 1024  # set at RTR (responder)
+        self.req_mpr = 1  # set at RTS (requester)
         self.next_wr_id = 1
         send_cq._bind(self, "send")
         recv_cq._bind(self, "recv")
@@ -479,8 +505,11 @@ class QueuePair:
     async def to_rts(self, *, evs: EvProfile, sq_psn: int = 0, mtu: int | None = None,
                      timeout: int = 12, linear_cnt: int = 7, exp_cnt: int = 7,
                      ev_min_active: int = 1, sack_threshold: int = 0, dscp: int = 0,
-                     max_wimm: int | None = None):
+                     max_wimm: int | None = None, mpr: int | None = None):
         """The requester side: send to the peer given at RTR over ``evs``.
+        ``mpr``: the requester's MPR (PSNs in flight, units of 128), MRC's
+        requester MPR, apart from the responder's given at RTR (default: that
+        one).
         The retransmit timeout is 1.024 us x 2^``timeout``; ``linear_cnt``
         retries at it, then ``exp_cnt`` doubling (25 = forever): exactly
         ``linear_cnt + exp_cnt`` retries, then the QP goes to ERROR. ``mtu``
@@ -523,11 +552,13 @@ class QueuePair:
         if len(evs.values) > dev.params["evs_per_qp"]:
             raise ValueError(f"{len(evs.values)} EVs, the NIC holds {dev.params['evs_per_qp']} "
                              f"per QP")
+        req_mpr = self.mpr if mpr is None else mpr
+        self._check_mpr(req_mpr)
         tx, rel, q = dev.tx, dev.rel, self.qpn
         peer_mac, peer_ip = mac_to_int(self.peer_mac), ip_to_int(self.peer_ip)
         # TX: per-QP settings and EV table
         await tx.write("qp_ctrl", 0, q)
-        for name, value in (("qp_mtu", mtu), ("qp_mpr", self.mpr),
+        for name, value in (("qp_mtu", mtu), ("qp_mpr", req_mpr),
                             ("qp_cwnd", dev.params["window"]),
                             ("qp_next_psn", sq_psn & PSN_MASK), ("qp_dest_qpn", self.dest_qpn),
                             ("qp_dst_mac_lo", peer_mac & 0xFFFFFFFF),
@@ -536,7 +567,7 @@ class QueuePair:
                             ("qp_sq_base_hi", self.sq_addr >> 32),
                             ("qp_sq_log2_size", self.sq_log2), ("qp_max_wimm", max_wimm)):
             await tx.write(name, value, q)
-        self.max_wimm = max_wimm
+        self.max_wimm, self.req_mpr = max_wimm, req_mpr
         # reliability: timers, rings, peer (probes), EVs
         await rel.write_fields("qp_rel_cfg", q, t=timeout, linear_cnt=linear_cnt,
                                exp_cnt=exp_cnt, ev_min_active=ev_min_active,
@@ -599,6 +630,25 @@ class QueuePair:
         self.recv_cq._reset()
         self.outstanding = 0
         self.state = QpState.RESET
+
+    async def query(self):
+        """The QP as the NIC holds it (``host_driver.query.QpAttr``)."""
+        from .query import query_qp
+
+        return await query_qp(self)
+
+    async def destroy(self):
+        """To RESET (from any state), TX's sending stopped, the send queue's
+        memory freed and the QPN free again; its CQs are unbound (destroy them
+        or give them to a new QP)."""
+        dev = self.device
+        if dev.qps.get(self.qpn) is not self:
+            raise DriverError(f"QP {self.qpn} already destroyed")
+        await self.to_reset()
+        await dev.tx.write("qp_ctrl", 0, self.qpn)
+        self.send_cq.qp = self.recv_cq.qp = None
+        dev.mem.free(self.sq_addr)
+        del dev.qps[self.qpn]
 
     async def post_send(self, opcode: int, *, local_addr: int, length: int, remote_addr: int,
                         rkey: int, imm: int = 0, wr_id: int | None = None,
@@ -767,6 +817,13 @@ class Device:
         qp = QueuePair(self, qpn, pd, send_cq, recv_cq, sq_log2, sq_sig_all)
         self.qps[qpn] = qp
         return qp
+
+    async def query(self):
+        """Capabilities and limits, from the NIC's registers
+        (``host_driver.query.DeviceAttr``)."""
+        from .query import query_device
+
+        return await query_device(self)
 
     # ---- controller API ----------------------------------------------------------------------
 

@@ -780,6 +780,33 @@ async def test_requester_corner_cases(dut):
 
 
 @cocotb.test()
+async def test_control_api(dut):
+    """sim/system/control_cases.py on two RTL NICs, as on two model NICs
+    (tests/unit/test_driver_model.py): the device query's capabilities and
+    limits, the QP query's state, PSNs, settings and EVs before and after a
+    transfer, the MR query, and a QP with a requester MPR apart from its
+    responder MPR destroyed with its CQs (QPN and memory free again)."""
+    from types import SimpleNamespace
+
+    from sim.system import control_cases
+    from sim.system.model_harness import EVS, IPS, MACS
+
+    tb = SystemTB(dut, seed=seeds.of(61))
+    await tb.init()
+    settings = dict(mtu=1024, mpr=2, timeout=9, sack_threshold=3)
+    await tb.connect(sq_log2=4, evs=EVS, **settings)
+    start = get_sim_time(unit="ns")
+    a, b = (SimpleNamespace(dev=end.dev, qp=end.conns[0].qp, mr=end.conns[0].mr,
+                            recv_buf=end.conns[0].recv_buf, send_buf=end.conns[0].send_buf)
+            for end in tb.ends)
+    for end in tb.ends:
+        await control_cases.device_query(end.dev)
+    await control_cases.qp_query(a, b, dict(settings, evs_a=EVS[0].values))
+    await control_cases.teardown(a.dev, MACS[1], IPS[1])
+    log_case(dut, "control API", start)
+
+
+@cocotb.test()
 async def test_remote_access_error_ends_the_qp(dut):
     """NAK 0x62 end to end, as verbs has it (docs/reliability.md): NIC 0 writes
     4 KiB into NIC 1's region (SUCCESS), then 4 KiB with a stale rkey (the
@@ -931,6 +958,7 @@ DEFAULT_TESTS = ["test_discovery", "test_write_lossless_8_paths",
                  "test_sixteen_qps_both_directions", "test_total_outage_retry_exhausted",
                  "test_csr_sweep_changes_nothing", "test_ecn_bottleneck_cuts_and_regrows_window",
                  "test_full_receive_cq_loses_nothing", "test_requester_corner_cases",
+                 "test_control_api",
                  "test_remote_access_error_ends_the_qp", "test_broken_nic_fails_the_checks",
                  "test_max_wimm_keeps_a_small_receive_cq_from_overflowing",
                  "test_without_max_wimm_a_small_receive_cq_overflows"]

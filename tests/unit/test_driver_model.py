@@ -761,3 +761,58 @@ def test_max_wimm_keeps_a_small_receive_cq_from_overflowing():
         assert got[None]["max_outstanding"] > 2 and got[None]["cq_full"] > 0, got
         assert got[None]["retx"] > 0, got
     run(body())
+
+
+# ---- the control API's queries and teardown (sim/system/control_cases.py; the RTL too) ---
+
+
+def test_device_and_qp_queries_and_teardown():
+    """``Device.query`` answers the capabilities and limits from the NIC's
+    registers; ``QueuePair.query`` the QP's state, PSNs, settings and EVs as
+    the NIC holds them, before and after a transfer; ``MemoryRegion.query``
+    the MR table's entry; a QP with a requester MPR apart from its responder
+    MPR, then destroyed with its CQs, frees its QPN and memory."""
+    from sim.system import control_cases
+    from sim.system.model_harness import EVS, IPS, MACS
+
+    async def body():
+        tb = ModelSystem(seed=61)
+        await tb.init()
+        settings = dict(mtu=1024, mpr=2, timeout=9, sack_threshold=3)
+        await tb.connect(sq_log2=4, evs=EVS, **settings)
+        a, b = tb.ends
+        for end in tb.ends:
+            await control_cases.device_query(end.dev)
+        await control_cases.qp_query(a, b, dict(settings, evs_a=EVS[0].values))
+        await control_cases.teardown(a.dev, MACS[1], IPS[1])
+    run(body())
+
+
+def test_queries_see_what_the_nic_did():
+    """Not the driver's copy: a QP that reliability put in ERROR (the controller's
+    write here, as retry exhaustion would) queries ERROR while the driver still
+    thinks RTS; a DENIED EV queries DENIED; a deregistered region queries no
+    access; a CQ destroyed cannot serve a new QP; bad MPRs raise."""
+    async def body():
+        tb = await connected(62)
+        a, b = tb.ends
+        dev = a.dev
+        await dev.set_ev_state(a.qp, 2, denied=True)
+        await dev.rel.write_fields("qp_ctrl", a.qp.qpn, state=QpState.ERROR)
+        attr = await a.qp.query()
+        assert a.qp.state == QpState.RTS and attr.state == QpState.ERROR
+        assert attr.evs[2][1] == 2  # DENIED
+        await b.mr.deregister()
+        assert (await b.mr.query()).access == 0
+        pd = dev.alloc_pd()
+        cq = dev.create_cq(4)
+        cq.destroy()
+        with pytest.raises(DriverError, match="destroyed"):
+            await dev.create_qp(pd, cq, dev.create_cq(4), sq_log2=4)
+        qp = await dev.create_qp(pd, dev.create_cq(4), dev.create_cq(4), sq_log2=4)
+        await qp.to_init()
+        await qp.to_rtr(dest_qpn=1, peer_mac="02:00:00:00:00:02", peer_ip="10.0.0.2")
+        limit = dev.params["mpr_max"] // 128
+        with pytest.raises(ValueError, match=f"mpr must be in 1..{limit}"):
+            await qp.to_rts(evs=a.qp.evs, mpr=limit + 1)
+    run(body())
