@@ -77,7 +77,8 @@ write-back, so (b) and the moves of ``una`` by an ACK are stated and
 reachable (the covers) but not checked within the bound. Those, SACK-filled
 holes, the 2^24 wrap of ``una``, timeouts and a second epoch are left to
 the simulator tests (tests/hw/test_reliability.py: ACKs, stale and unsent
-ACKs, SACK holes, completions, the golden-model comparison;
+ACKs, SACK holes, completions; tests/hw/test_rel_model.py: the golden model's
+requester against the core, after every ACK of hypothesis-drawn ACK streams;
 tests/unit/test_rel_blocks.py: the sent window edge, the ERROR flush;
 tests/unit/test_rel_sack_align.py).
 """
