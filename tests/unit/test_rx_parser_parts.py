@@ -408,9 +408,10 @@ def test_frame_buffer(data_width):
                 ctx.set(dut.release.beats, wr_ptr - rel)
                 await ctx.tick()
                 ctx.set(dut.release.en, 0)
-                released = ctx.get(dut.payload.valid)
+                # nothing leaves before the first release lands (4 cycles); after
+                # it, a beat of an earlier release may still wait for the reader
                 for _ in range(3):
-                    assert not released or out  # nothing before a release lands
+                    assert rel > 0 or not ctx.get(dut.payload.valid)
                     await ctx.tick()
                 rel = wr_ptr
 
