@@ -16,10 +16,10 @@ Objects:
 ``QueuePair``         RESET -> INIT -> RTR -> RTS, ``post_send`` (WRITE,
                       WRITE_WITH_IMM); a send CQ (reliability's) and a receive
                       CQ (RX's); ``query`` (as the NIC holds it), ``destroy``
-
-docs/api.md maps MRC's API (``mrc.h``, ``mrc_ctl.h``) to these.
 ``EvProfile``         the EVs (UDP source ports) a QP sprays over: an EXPLICIT
                       list or GENERATED (the golden model's ``generated_evs``)
+
+docs/api.md maps MRC's API (``mrc.h``, ``mrc_ctl.h``) to these.
 
 Host addresses: the NIC keeps ``addr_width`` bits of every DMA address
 (device info). ``create_cq``, ``create_qp``, ``reg_mr`` and ``post_send``
