@@ -204,6 +204,7 @@ class Fabric:
         self.core: dict[tuple[int, int, int], Link] = {}
         self.taps: list = []  # callables(pkt, now) on every packet put on the wire
         self.delivery_hooks: list = []  # callables(pkt, now) on every packet delivered
+        self.drop_hooks: list = []  # callables(pkt, now) on every packet a link dropped
         self._route_cache: dict = {}
         self.packets_sent = 0  # frames of every kind put on a host uplink
 
@@ -333,6 +334,8 @@ class Fabric:
         link = route[hop]
         t = link.transit(pkt, self.engine.now)
         if t is None:
+            for hook in self.drop_hooks:
+                hook(pkt, self.engine.now)
             return
         hop += 1
         pkt.hop = hop

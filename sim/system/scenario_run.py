@@ -40,7 +40,10 @@ class ModelCapture:
     """Every frame of a ``ModelSystem`` run as sim/system/fabric.py captures
     the RTL's: (send ns, direction, path, EV, fate, reason, CE, frame bytes as
     delivered (as sent if dropped), arrival ns). A data frame carries the
-    model packet's data (zeros if it has none)."""
+    model packet's data (zeros if it has none). A frame still in flight when
+    the capture is taken has no fate yet: one past its core link (which the
+    fabric's counters count as carried) is taken as delivered, one before it
+    is left out (no counter has it yet)."""
 
     def __init__(self, system):
         self.system = system
@@ -49,6 +52,7 @@ class ModelCapture:
         paths = system.model.paths
         paths.taps.append(self._tap)
         paths.delivery_hooks.append(self._delivered)
+        paths.drop_hooks.append(self._dropped)
 
     def _tap(self, pkt, now):
         from sim.mrcsim import _snapshot
@@ -60,10 +64,13 @@ class ModelCapture:
         row = [now, d, path, pkt.ev, DROPPED, "not delivered", False,
                _snapshot(pkt, now, None), None, bytes(data) if data is not None else None]
         self.rows.append(row)
-        self._open[id(pkt)] = row
+        self._open[id(pkt)] = (row, pkt)
+
+    def _dropped(self, pkt, now):
+        self._open.pop(id(pkt), None)
 
     def _delivered(self, pkt, now):
-        row = self._open.pop(id(pkt), None)
+        row, _ = self._open.pop(id(pkt), (None, None))
         if row is not None:
             row[4] = TRIMMED if pkt.trimmed else DELIVERED
             row[5] = "trim" if pkt.trimmed else ""
@@ -76,8 +83,16 @@ class ModelCapture:
         from sim.system.fabric import mark_ce
         from sim.system.model_harness import IPS, MACS
 
+        in_flight = {id(row): pkt for row, pkt in self._open.values()}
         out = []
-        for t, d, path, ev, fate, reason, ce, snap, arrival, data in self.rows:
+        for row in self.rows:
+            t, d, path, ev, fate, reason, ce, snap, arrival, data = row
+            pkt = in_flight.get(id(row))
+            if pkt is not None:
+                if pkt.hop < 2:
+                    continue  # before its core link: no fate, no counter yet
+                fate = TRIMMED if pkt.trimmed else DELIVERED
+                reason = "in flight at the end"
             addr = dict(src_mac=MACS[d], dst_mac=MACS[1 - d], src_ip=IPS[d], dst_ip=IPS[1 - d])
             payload = data if data is not None and len(data) == snap.get("payload_len") else None
             frame = bytes(model_frame(snap, addr, payload))
