@@ -759,17 +759,13 @@ async def test_requester_corner_cases(dut):
     ERROR; WQEs posted in ERROR complete FLUSHED; ERROR -> RESET -> INIT ->
     RTR -> RTS on both ends leaves the QPs reusable (WRITE_WITH_IMMs both ways,
     byte-exact, send and receive CQEs from the rings' start)."""
-    from types import SimpleNamespace
-
     from sim.system import requester_cases as rc
 
     tb = SystemTB(dut, seed=seeds.of(41))
     await tb.init()
     await tb.connect(sq_log2=4)
     start = get_sim_time(unit="ns")
-    a, b = (SimpleNamespace(dev=end.dev, qp=end.conns[0].qp, mr=end.conns[0].mr,
-                            recv_buf=end.conns[0].recv_buf, send_buf=end.conns[0].send_buf)
-            for end in tb.ends)
+    a, b = tb.ends  # each end's first connection: dev, qp, mr, recv_buf, send_buf
     await rc.unsignaled(a, b)
     await rc.unknown_opcode(a, b, base=16384)
     await rc.post_in_error(a, b)
@@ -786,8 +782,6 @@ async def test_control_api(dut):
     limits, the QP query's state, PSNs, settings and EVs before and after a
     transfer, the MR query, and a QP with a requester MPR apart from its
     responder MPR destroyed with its CQs (QPN and memory free again)."""
-    from types import SimpleNamespace
-
     from sim.system import control_cases
     from sim.system.model_harness import EVS, IPS, MACS
 
@@ -796,9 +790,7 @@ async def test_control_api(dut):
     settings = dict(mtu=1024, mpr=2, timeout=9, sack_threshold=3)
     await tb.connect(sq_log2=4, evs=EVS, **settings)
     start = get_sim_time(unit="ns")
-    a, b = (SimpleNamespace(dev=end.dev, qp=end.conns[0].qp, mr=end.conns[0].mr,
-                            recv_buf=end.conns[0].recv_buf, send_buf=end.conns[0].send_buf)
-            for end in tb.ends)
+    a, b = tb.ends  # each end's first connection: dev, qp, mr, recv_buf, send_buf
     for end in tb.ends:
         await control_cases.device_query(end.dev)
     await control_cases.qp_query(a, b, dict(settings, evs_a=EVS[0].values))
@@ -909,16 +901,12 @@ async def wimm_burst(dut, tb, name, **connect):
     posted at once, into a receive CQ of 4 entries that NIC 1's host polls every
     400 cycles; ACK after every packet (a bound of 2 messages never makes 4
     packets, the default ACK count). Returns the case's figures."""
-    from types import SimpleNamespace
-
     from sim.system import requester_cases as rc
 
     await tb.init()
     await tb.connect(sq_log2=4, recv_cq_log2=2, timeout=6, ack_n=1, **connect)
     start = get_sim_time(unit="ns")
-    a, b = (SimpleNamespace(dev=end.dev, qp=end.conns[0].qp, mr=end.conns[0].mr,
-                            recv_buf=end.conns[0].recv_buf, send_buf=end.conns[0].send_buf)
-            for end in tb.ends)
+    a, b = tb.ends  # each end's first connection: dev, qp, mr, recv_buf, send_buf
     got = await rc.wimm_burst(a, b, poll_cycles=400)
     sizes = rc.WIMM_BURST_SIZES
     await tb.quiesce()
