@@ -30,10 +30,9 @@ decided by the addresses, counts and flags alone (the realigning mux's
 data path is checked in simulation, tests/unit/test_rx_units.py). Bounded
 at ``DEPTH`` (10) cycles: one command from its take to its last W beat,
 bursts split at the boundary included (the covers show it). Each step
-deeper costs the solver about three times the one before (about 20 s at
-10 cycles on a quiet 2-core machine with ``smtbmc --syn``, 4 minutes at a
-load of 7), so the
-second command's beats are out of reach; k-induction would need the
+deeper costs the solver about three times the one before (the run times are
+in docs/verification.md's proofs table), so the second command's beats are
+out of reach; k-induction would need the
 writer's own invariants (its counters against its address registers).
 """
 
