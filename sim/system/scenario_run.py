@@ -31,7 +31,7 @@ from sim.system import demo
 from sim.system.demo import CLK_NS, LINE_RATE_GBPS
 from sim.system.fabric import DELIVERED, DROPPED, TRIMMED
 
-__all__ = ["ModelCapture", "model_raw", "run", "comparison_markdown"]
+__all__ = ["ModelCapture", "model_raw", "rtl_timed_system", "run", "comparison_markdown"]
 
 TIMER_SHIFT = 3  # 2^t RTL timer units of 128 ns = 2^(t - 3) model units of 1.024 us
 
@@ -104,16 +104,24 @@ class ModelCapture:
         return out
 
 
+def rtl_timed_system(*, seed: int = 1, delay_ns: float = 400.0, num_paths: int = 8):
+    """Two model NICs timed as the RTL system's: the NIC clock at the RTL's real
+    125 MHz (so that times given in cycles, ACK delay and polling, mean the
+    same), links at its line rate. Give them the RTL's retransmit t lowered by
+    ``TIMER_SHIFT``."""
+    from sim.system.model_harness import ModelSystem
+    from sim.system.top import NIC_PARAMS
+
+    return ModelSystem(dict(NIC_PARAMS, clk_freq_hz=round(1e9 / CLK_NS)), seed=seed,
+                       delay_ns=delay_ns, num_paths=num_paths, gbps=LINE_RATE_GBPS)
+
+
 def model_raw(cfg, *, capture: bool = True) -> dict:
     """``cfg`` on the golden model, the demo's driver-level script on
     ``ModelSystem`` with the NIC clock at the RTL's 125 MHz, links at the RTL's
     line rate and the retransmit timer's t lowered by ``TIMER_SHIFT``; the raw
     record of ``sim.system.demo.run_scenario`` with the model's frames."""
-    from sim.system.model_harness import ModelSystem
-    from sim.system.top import NIC_PARAMS
-
-    system = ModelSystem(dict(NIC_PARAMS, clk_freq_hz=round(1e9 / CLK_NS)), seed=cfg.seed,
-                         delay_ns=cfg.delay_ns, num_paths=cfg.paths, gbps=LINE_RATE_GBPS)
+    system = rtl_timed_system(seed=cfg.seed, delay_ns=cfg.delay_ns, num_paths=cfg.paths)
     cap = ModelCapture(system) if capture else None
     raw = asyncio.run(demo.run_scenario(system, cfg, lambda: system.now_ns, lambda _m: None,
                                         timeout=max(0, cfg.timeout - TIMER_SHIFT)))

@@ -25,8 +25,7 @@ from hw.tx.engine import TxEngine
 from sim.system.csr_sweep import diff, snapshot, sweep_targets, write_all
 from sim.system.fabric import DROPPED
 from sim.system.harness import CLK_NS, RAM_SIZE, SystemTB
-from sim.system.model_harness import ModelSystem
-from sim.system.scenario_run import TIMER_SHIFT
+from sim.system.scenario_run import TIMER_SHIFT, rtl_timed_system
 from sim.system.scoreboard import flow_imm, model_completions, model_flows, normalise_rtl
 from sim.system.simhw import SIM_TOPLEVEL, SimTwoNicTop
 from sim.system.top import BUILD_ID, NIC_PARAMS
@@ -404,10 +403,8 @@ async def test_data_loss_replayed_in_model(dut):
     dropped = trace.count(0, "data", DROPPED)
     assert dropped == got["fabric.data_dropped"] > 0, (dropped, got["fabric.data_dropped"])
 
-    # the model NICs as the system benchmark has them (sim/system/scenario_run.py): the
-    # NIC clock at the RTL's real 125 MHz, so that times given in cycles (ACK delay,
-    # polling) mean the same, and the timer's t lowered for the model's 1.024 us unit
-    ms = ModelSystem(dict(NIC_PARAMS, clk_freq_hz=round(1e9 / CLK_NS)))
+    # the model NICs timed as the RTL's, the timer's t lowered for the model's unit
+    ms = rtl_timed_system()
     replay = trace.replay(ms.fabric)
     await ms.init()
     await ms.connect(**dict(connect, timeout=connect["timeout"] - TIMER_SHIFT))
