@@ -201,6 +201,7 @@ class QpModel:
         self.recv = set()  # PSNs at or after epsn that are in
         self.msn = 0
         self.unacked = 0
+        self.armed = 0  # when its ACK timer started (RxModel.arms), if unacked
         self.ece = 0
         self.ce_count = 0
         self.pending = {}  # psn -> (opcode, imm, dma_len)
@@ -220,6 +221,7 @@ class RxModel:
         self.mrs: dict[int, dict] = {}
         self.count = Counter()
         self.acks: list[dict] = []
+        self.arms = 0  # ACK timers started so far: their order of expiry
         self.cqes: list[tuple[int, bytes]] = []
         self.writes: list[tuple[int, bytes]] = []
         self.own_ip = ip2int(OWN_IP)
@@ -389,6 +391,9 @@ class RxModel:
         n = q.cfg["ack_n"] or 1
         if get("bth.ackreq", 0) or q.unacked >= n:
             self._ack(qpn, q, AETH_ACK)
+        elif q.unacked == 1:
+            self.arms += 1
+            q.armed = self.arms
         return "placed"
 
     @staticmethod
@@ -416,10 +421,12 @@ class RxModel:
         self.count["cqe_written"] += 1
 
     def flush_timer_acks(self):
-        """The ACKs the coalescing timers send once traffic stops."""
-        for qpn, q in sorted(self.qps.items()):
-            if q.unacked:
-                self._ack(qpn, q, AETH_ACK)
+        """The ACKs the coalescing timers send once traffic stops, in the order the
+        timers started: each runs ACK_T cycles from its QP's first unacknowledged
+        packet (docs/rx.md, "ACK coalescing")."""
+        due = sorted((q.armed, qpn) for qpn, q in self.qps.items() if q.unacked)
+        for _, qpn in due:
+            self._ack(qpn, self.qps[qpn], AETH_ACK)
 
 
 # ---- the testbench ---------------------------------------------------------------------
