@@ -402,6 +402,7 @@ class EvEvent:
     old: int
     new: int
     drops: int
+    rtt_ns: int | None = None  # the probe answer's round trip, if one made the event
 
 
 # ---- queue pairs ----------------------------------------------------------------------------
@@ -861,10 +862,12 @@ class Device:
         events = []
         for _ in range(await self.rel.read("ev_event_count")):
             head = await self.rel.read_fields("ev_event_qpn")
+            rtt = (await self.rel.read_fields("ev_event_rtt"))["rtt_ns"]
             ev = await self.rel.read_fields("ev_event")
             if not ev["valid"]:
                 break
-            events.append(EvEvent(head["qpn"], ev["ev_index"], ev["old"], ev["new"], ev["drops"]))
+            events.append(EvEvent(head["qpn"], ev["ev_index"], ev["old"], ev["new"], ev["drops"],
+                                  rtt or None))
         return events
 
     def congestion_defaults(self, *, base_rtt_ns: float = DEFAULT_BASE_RTT_NS,

@@ -43,6 +43,7 @@ from .layouts import (
     SqProducer,
 )
 from .probe import ProbeRequest
+from .registers import RTT_NS_BITS
 from .timer import DEADLINE_BITS
 
 __all__ = [
@@ -109,6 +110,9 @@ class ReliabilityCore(wiring.Component):
                       marks its QP (one pending bit per QP, taken last by priority), and
                       a QP in ERROR then completes the WQEs posted since FLUSHED.
     ``peer_ack``      In: parsed ACK / NAK / probe response frames from RX.
+    ``probe_rtt_ns``  In(RTT_NS_BITS): a probe response's round trip, valid with
+                      ``peer_ack`` (``ProbeReplyCheck.rtt_ns``); it goes into the EV
+                      event the answer makes.
     ``expired``       In: timer reports ``{qpn, gen}`` (``RetransmitTimers.expired``).
     ``cmd``           In: controller commands (QP state, EV state) from the CSR block.
     ``probe_tick``    In(1): start a probe round over all QPs (registered: the round
@@ -142,6 +146,7 @@ class ReliabilityCore(wiring.Component):
                 "sent": In(stream.Signature(SentRecord)),
                 "sq_producer": In(stream.Signature(SqProducer)),
                 "peer_ack": In(stream.Signature(ParsedHeader(sack_bits))),
+                "probe_rtt_ns": In(RTT_NS_BITS),
                 "expired": In(stream.Signature(data.StructLayout(
                     {"qpn": range(num_qps), "gen": GEN_BITS}))),
                 "cmd": In(stream.Signature(Command(num_qps, evs_per_qp))),

@@ -23,7 +23,8 @@ class CoreContext:
         # core_state.working_state
         "s", "cur", "cfg", "q", "una0", "cwnd0", "state0", "sq_pi", "pi_ahead", "sent_ahead",
         "sq_end", "kind", "a_trim", "a_inv", "a_fatal", "a_use", "a_probe", "a_psn", "a_cum",
-        "a_cum_next", "a_base", "a_ece", "a_bitmap", "a_probe_id", "a_probe_ev", "t_gen", "cmd",
+        "a_cum_next", "a_base", "a_ece", "a_bitmap", "a_probe_id", "a_probe_ev", "a_rtt", "t_gen",
+        "cmd",
         "walk_kind", "walk_mask", "walk_psn", "blamed", "adv", "adv_raw", "thr_high", "loss_hole",
         "sent_d", "sent_moves", "infl", "sent_new", "sent_operr", "tmo_stale", "tmo_exhaust",
         "una_chg", "cwnd_chg", "state_chg", "newly", "rtt_ts", "rtt_valid", "progress", "nak_cut",

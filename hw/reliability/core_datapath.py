@@ -18,6 +18,7 @@ def datapath(ctx):
     ack, sweep, sweep_pending, sqp = ctx.ack, ctx.sweep, ctx.sweep_pending, ctx.sqp
     rec_rd, walk_mask, walk_psn, sent_psns = ctx.rec_rd, ctx.walk_mask, ctx.walk_psn, ctx.sent_psns
     drops_inc, cur, retx_req, a_psn = ctx.drops_inc, ctx.cur, ctx.retx_req, ctx.a_psn
+    a_rtt = ctx.a_rtt
     walk_kind, evu, evt, Rec, want_arm = ctx.walk_kind, ctx.evu, ctx.evt, ctx.Rec, ctx.want_arm
     want_disarm, rec_wr, arm_req, f_ack = ctx.want_disarm, ctx.rec_wr, ctx.arm_req, ctx.f_ack
     f_cwnd, f_qps, una_chg, una0 = ctx.f_cwnd, ctx.f_qps, ctx.una_chg, ctx.una0
@@ -104,6 +105,7 @@ def datapath(ctx):
         evt.ev_index.eq(Mux(ev_own, ev_idx, e_ev)), evt.new.eq(ev_new),
         evt.old.eq(Mux(ev_own, c_old, EvState.GOOD)),
         evt.drops.eq(Mux(ev_own, c_drops, blame_drops)),
+        evt.rtt_ns.eq(Mux(st.PROBE_ACT, a_rtt, 0)),
     ]
     bad = Signal(E)
     m.d.comb += bad.eq(Cat(*[cur.ev_state[i] == EvState.ASSUMED_BAD for i in range(E)]))

@@ -48,6 +48,7 @@ def intake_states(ctx):
     t_gen, ev_idx, ebits, a_trim, a_psn = ctx.t_gen, ctx.ev_idx, ctx.ebits, ctx.a_trim, ctx.a_psn
     a_fatal, a_inv, a_cum, a_base, a_ece = ctx.a_fatal, ctx.a_inv, ctx.a_cum, ctx.a_base, ctx.a_ece
     a_bitmap, a_probe_id, a_probe_ev = ctx.a_bitmap, ctx.a_probe_id, ctx.a_probe_ev
+    a_rtt = ctx.a_rtt
     rec_rd_data, tmo_stale, tmo_exhaust = ctx.rec_rd_data, ctx.tmo_stale, ctx.tmo_exhaust
     sent_new, infl, sent_operr, sent_moves = ctx.sent_new, ctx.infl, ctx.sent_operr, ctx.sent_moves
     cur, cfg, una0, cwnd0, state0 = ctx.cur, ctx.cfg, ctx.una0, ctx.cwnd0, ctx.state0
@@ -112,7 +113,7 @@ def intake_states(ctx):
         (a_inv, ack.aeth.syndrome == NAK_INVALID_REQUEST),
         (a_cum, ack.sack.cum_psn), (a_base, ack.sack.sack_base), (a_ece, ack.sack.ece),
         (a_bitmap, ack.sack_bitmap), (a_probe_id, ack.probe.probe_id),
-        (a_probe_ev, ack.probe.ev),
+        (a_probe_ev, ack.probe.ev), (a_rtt, core.probe_rtt_ns),
     ], lambda k: fsm.copy("IDLE", k))
 
     with fsm.State("ACK_IN"):  # the record's kind, from registers

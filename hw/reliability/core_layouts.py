@@ -6,7 +6,7 @@ from amaranth.lib import data
 from hw.protocol import PSN_BITS
 
 from .intake import SOURCES
-from .registers import COUNTER_NAMES
+from .registers import COUNTER_NAMES, RTT_NS_BITS
 
 __all__ = ["CORE_COUNTERS", "EXP_FOREVER", "GEN_BITS", "K_ACK", "K_CMD", "K_DB", "K_PROBE",
            "K_SENT", "K_SWEEP", "K_TMO", "RTT_SHIFT", "T_ACK", "T_CMD", "T_DB", "T_SENT",
@@ -50,7 +50,10 @@ def Command(num_qps, evs_per_qp):
     )
 
 
-EvEvent = data.StructLayout({"qpn": 24, "ev_index": 8, "old": 2, "new": 2, "drops": 16})
+# rtt_ns: a probe answer's round trip (ProbeReplyCheck), 0 for other events. 72 bits:
+# the event queue stays two DP16KD (36 bits each) wide
+EvEvent = data.StructLayout({"qpn": 24, "ev_index": 8, "old": 2, "new": 2, "drops": 16,
+                             "rtt_ns": RTT_NS_BITS})
 
 
 def qp_record(window, evs):

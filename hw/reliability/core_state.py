@@ -13,6 +13,7 @@ from .core_layouts import GEN_BITS, RTT_SHIFT, Command, RelConfig
 from .deadline import TimerDeadline
 from .layouts import SentRecord
 from .probe_sweep import ProbeSweep
+from .registers import RTT_NS_BITS
 from .sent_psns import SentPsns
 
 
@@ -59,6 +60,7 @@ def working_state(ctx):
     a_bitmap = Signal(core.sack_bits)
     a_probe_id = Signal(32)
     a_probe_ev = Signal(16)
+    a_rtt = Signal(RTT_NS_BITS)
     t_gen = Signal(GEN_BITS)
     cmd = Signal(Command(nq, E))
 
@@ -145,8 +147,9 @@ def working_state(ctx):
                pi_ahead=pi_ahead, sent_ahead=sent_ahead, sq_end=sq_end, kind=kind, a_trim=a_trim,
                a_inv=a_inv, a_fatal=a_fatal, a_use=a_use, a_probe=a_probe, a_psn=a_psn, a_cum=a_cum,
                a_cum_next=a_cum_next, a_base=a_base, a_ece=a_ece, a_bitmap=a_bitmap,
-               a_probe_id=a_probe_id, a_probe_ev=a_probe_ev, t_gen=t_gen, cmd=cmd,
-               walk_kind=walk_kind, walk_mask=walk_mask, walk_psn=walk_psn, blamed=blamed, adv=adv,
+               a_probe_id=a_probe_id, a_probe_ev=a_probe_ev, a_rtt=a_rtt, t_gen=t_gen,
+               cmd=cmd, walk_kind=walk_kind, walk_mask=walk_mask, walk_psn=walk_psn,
+               blamed=blamed, adv=adv,
                adv_raw=adv_raw, thr_high=thr_high, loss_hole=loss_hole, sent_d=sent_d,
                sent_moves=sent_moves, infl=infl, sent_new=sent_new, sent_operr=sent_operr,
                tmo_stale=tmo_stale, tmo_exhaust=tmo_exhaust, una_chg=una_chg, cwnd_chg=cwnd_chg,

@@ -122,8 +122,9 @@ class ReliabilityEngine(wiring.Component):
                    global register, the old one for a per-QP word or an EV
                    entry (a bridge leaves 2 cycles between them). A read of
                    ``ev_event`` pops the event the cycle after ``r_stb``; reads of
-                   ``ev_event_qpn`` and ``ev_event`` see the queue's head as of the
-                   cycle before ``r_stb`` (read strobes come at least 3 cycles apart).
+                   ``ev_event_qpn``, ``ev_event_rtt`` and ``ev_event`` see the queue's
+                   head as of the cycle before ``r_stb`` (read strobes come at least 3
+                   cycles apart).
     ``irq``        Out(1): the EV event queue is not empty, or a CQE was written since
                    ``irq_status`` was last read.
 
@@ -208,6 +209,7 @@ class ReliabilityEngine(wiring.Component):
         m.submodules.probe_check = pcheck = ProbeReplyCheck(self.sack_bits)
         wiring.connect(m, wiring.flipped(self.peer_ack), pcheck.i)
         wiring.connect(m, pcheck.o, core.peer_ack)
+        m.d.comb += core.probe_rtt_ns.eq(pcheck.rtt_ns)
         wiring.connect(m, wiring.flipped(self.sent), core.sent)
         wiring.connect(m, wiring.flipped(self.sq_producer), core.sq_producer)
         wiring.connect(m, core.retx, wiring.flipped(self.retx))
@@ -439,6 +441,7 @@ class ReliabilityEngine(wiring.Component):
             G["ev_event_qpn"]: Cat(event.qpn, Const(0, 7), event_valid),
             G["ev_event"]: Cat(event.ev_index, event.old, event.new, Const(0, 3),
                                event_valid, event.drops),
+            G["ev_event_rtt"]: Cat(event.rtt_ns, Const(0, 31 - len(event.rtt_ns)), event_valid),
         }
         r_global = w.read_after_strobe(m, grouped_read(m, addr, csr.r_stb, global_words))
 

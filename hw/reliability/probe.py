@@ -25,6 +25,8 @@ from hw.pipeline import OneHotFSM, load_in_groups, state_copy
 from hw.rx.parser import ParsedHeader
 from hw.stream import AXIStreamSignature
 
+from .registers import RTT_NS_BITS, RTT_NS_MAX
+
 __all__ = ["NetConfig", "PROBE_FRAME_BYTES", "ProbeBuilder", "ProbeReplyCheck", "ProbeRequest"]
 
 PROBE_FRAME_BYTES = OFF_EXT + PROBE.size + 4  # 74
@@ -274,10 +276,15 @@ class ProbeReplyCheck(wiring.Component):
     Other records (ACK/NAK) pass unchanged. The EV index and value are checked
     by the core (the EV must be ASSUMED_BAD and its value the echoed EV).
 
+    A passed probe response carries its round trip on ``rtt_ns``: ``now_ns`` one
+    cycle after the record is taken, less its timestamp, saturating at
+    ``RTT_NS_MAX`` (held with ``o.payload``; 0 for other records).
+
     Interface: ``i`` In / ``o`` Out (stream.Signature(ParsedHeader(sack_bits)));
     ``round`` In(24), ``sweeping`` In(1), ``probing`` In(1), ``tick`` In(1),
     ``now_ns`` In(64);
-    ``stale`` Out(1), a one-cycle strobe per dropped response.
+    ``stale`` Out(1), a one-cycle strobe per dropped response;
+    ``rtt_ns`` Out(RTT_NS_BITS), valid with ``o``.
     Latency: 3 cycles from a record taken to ``o`` valid (the record and the
     round and time differences registered, then the decision). Throughput:
     one record per 4 cycles (the core takes at most one per 8).
@@ -294,6 +301,7 @@ class ProbeReplyCheck(wiring.Component):
             "tick": In(1),
             "now_ns": In(64),
             "stale": Out(1),
+            "rtt_ns": Out(RTT_NS_BITS),
         })
 
     def elaborate(self, platform):
@@ -331,6 +339,8 @@ class ProbeReplyCheck(wiring.Component):
             fsm.next = "DECIDE"
         with fsm.State("DECIDE"):
             m.d.comb += ok.eq(probing & (round_now | round_prev) & ~age[64] & ~since[64])
+            m.d.sync += self.rtt_ns.eq(Mux(~is_probe, 0, Mux(age[RTT_NS_BITS:] != 0,
+                                                             RTT_NS_MAX, age)))
             with m.If(~is_probe | ok):
                 fsm.next = "SEND"
             with m.Else():

@@ -12,6 +12,8 @@ __all__ = [
     "QP_BASE",
     "QP_STRIDE",
     "QP_WORDS",
+    "RTT_NS_BITS",
+    "RTT_NS_MAX",
     "TYPE_ID",
     "VERSION",
     "register_map",
@@ -131,7 +133,11 @@ _G = {
     "ev_event_count": 0x50,
     "ev_event_qpn": 0x54,
     "ev_event": 0x58,
+    "ev_event_rtt": 0x5C,
 }
+# a probe answer's round trip in its EV event (``ev_event_rtt``): ns, saturating
+RTT_NS_BITS = 20
+RTT_NS_MAX = (1 << RTT_NS_BITS) - 1
 GLOBAL_OFFSETS = _G
 
 
@@ -188,6 +194,13 @@ def register_map(num_qps: int = 16, evs_per_qp: int = 16, window: int = 64) -> R
                   ("new", 10, 2, "new state"),
                   ("valid", 15, 1, "an event was popped"),
                   ("drops", 16, 16, "packets declared lost on the EV so far (saturating)")])
+    r.add("ev_event_rtt", _G["ev_event_rtt"], "RO",
+          "the round trip of the event at the head, if a probe answer made it; read it "
+          "before `ev_event` pops the event",
+          fields=[("rtt_ns", 0, RTT_NS_BITS,
+                   f"ns from the probe's timestamp to its answer reaching reliability "
+                   f"(saturating at {RTT_NS_MAX}); 0: the event is not a probe answer"),
+                  ("valid", 31, 1, "queue not empty")])
     for i, name in enumerate(COUNTER_NAMES):
         r.add(f"cnt_{name}", COUNTER_BASE + 4 * i, "RO", f"{COUNTER_DOCS[name]} (saturating)")
 

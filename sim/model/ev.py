@@ -45,6 +45,7 @@ class EvTransition(NamedTuple):
     new: str
     reason: str
     drops: int  # packets declared lost on this EV so far
+    rtt_ns: float | None = None  # a probe answer's round trip ("probe"), else None
 
 
 class Ev:
@@ -169,7 +170,8 @@ class EvTable:
         old = ev.state
         ev.state = new
         self._rebuild()
-        event = EvTransition(self.clock(), self.qpn, ev.value, old, new, reason, ev.drops)
+        rtt = ev.probe_rtt_ns if reason == "probe" else None
+        event = EvTransition(self.clock(), self.qpn, ev.value, old, new, reason, ev.drops, rtt)
         self.events.append(event)
         if self.on_event is not None:
             self.on_event(event)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from hw.reliability.completion import CQE_BYTES, WQE_USED_BYTES
 from hw.reliability.layouts import CqeStatus
+from hw.reliability.registers import RTT_NS_MAX
 from hw.tx.layouts import WQE_BYTES, WQE_LAYOUT, WqeFlags, WqeOpcode
 from sim.model.ev import ASSUMED_BAD, GOOD
 from sim.model.packet import (
@@ -220,7 +221,7 @@ class QpLifecycle:
         self.recv_cq_pi[q] = (pi + 1) & 0xFFFF
         self.rx_cnt["cqe_written"] += 1
 
-    def _ev_event(self, q, ev, old, new):
+    def _ev_event(self, q, ev, old, new, rtt_ns=None):
         if old == GOOD and new == ASSUMED_BAD:
             self.rel_cnt["ev_to_bad"] += 1
         elif old == ASSUMED_BAD and new == GOOD:
@@ -228,4 +229,6 @@ class QpLifecycle:
         if len(self.ev_events) >= EV_EVENT_DEPTH:
             self.rel_cnt["events_lost"] += 1
             return
-        self.ev_events.append((q, ev.index, EV_CODES[old], EV_CODES[new], ev.drops))
+        # ev_event_rtt: whole ns, saturating; 0 only for an event no probe answer made
+        rtt = 0 if rtt_ns is None else min(max(1, round(rtt_ns)), RTT_NS_MAX)
+        self.ev_events.append((q, ev.index, EV_CODES[old], EV_CODES[new], ev.drops, rtt))

@@ -104,5 +104,6 @@ class ModelNic(RegisterBehaviour, QpLifecycle):
         self.send_cq_pi = [0] * nq
         self.recv_cq_pi = [0] * nq
         self.tx_ev = [[(0, 0)] * ne for _ in range(nq)]  # TX's own table (value, state)
-        self.ev_events: list[tuple[int, int, int, int, int]] = []
+        # (qpn, ev index, old, new, drops, rtt_ns): reliability's EV event queue
+        self.ev_events: list[tuple[int, int, int, int, int, int]] = []
         self.irq_completion = False

@@ -70,7 +70,8 @@ class _HwEvTable(EvTable):
         old = ev.state
         super()._transition(ev, new, reason)
         self.reindex()
-        self.nic._ev_event(self.qpn, ev, old, new)
+        self.nic._ev_event(self.qpn, ev, old, new,
+                           ev.probe_rtt_ns if reason == "probe" else None)
 
 
 class _RefusedWr(WorkRequest):

@@ -281,10 +281,12 @@ class RegisterBehaviour:
             return len(self.ev_events)
         if name == "ev_event_qpn":
             return self.ev_events[0][0] | 1 << 31 if self.ev_events else 0
+        if name == "ev_event_rtt":
+            return self.ev_events[0][5] | 1 << 31 if self.ev_events else 0
         if name == "ev_event":
             if not self.ev_events:
                 return 0
-            qpn, i, old, new, drops = self.ev_events.pop(0)
+            qpn, i, old, new, drops, _ = self.ev_events.pop(0)
             return i | old << 8 | new << 10 | 1 << 15 | min(drops, 0xFFFF) << 16
         if name == "ev":
             ev = self.ev_tables[index // p["evs_per_qp"]].evs[index % p["evs_per_qp"]]

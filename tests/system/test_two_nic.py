@@ -293,6 +293,7 @@ async def test_path_down_then_up(dut):
     check_memory(tb, 1, payload)
     events = await a.dev.read_ev_events()
     assert any(e.ev_index == 3 and e.new == 1 for e in events), events
+    assert all(e.rtt_ns is None for e in events), events  # no probe answer made these
     assert (await a.dev.ev_states(a.qp))[3] == 1
     tb.fabric.set_path_up(3, True, direction=0)
     for _ in range(100):
@@ -301,7 +302,15 @@ async def test_path_down_then_up(dut):
             break
     assert (await a.dev.ev_states(a.qp))[3] == 0, "probe did not bring EV 3 back"
     events = await a.dev.read_ev_events()
-    assert any(e.ev_index == 3 and e.old == 1 and e.new == 0 for e in events), events
+    back = [e for e in events if e.ev_index == 3 and e.old == 1 and e.new == 0]
+    assert len(back) == 1, events
+    # the probe's round trip, counted in ns of the NIC's configured clock
+    # (NIC_PARAMS' clk_freq_hz) which the simulator runs at CLK_NS a cycle: in
+    # simulated ns, both ways of the path plus at most 250 cycles in the NICs
+    # (probe and answer built, parsed, checked)
+    rtt = back[0].rtt_ns * CLK_NS * NIC_PARAMS["clk_freq_hz"] / 1e9
+    delay = tb.fabric.directions[0].paths[3].delay_ns
+    assert 2 * delay < rtt < 2 * delay + 250 * CLK_NS, (back, rtt)
 
 
 # ---- loss, dead paths, ACK loss, many QPs, outage (issue 7) ------------------------------

@@ -342,12 +342,19 @@ def test_controller_ev_state_and_events():
     run(dev.set_ev_state(qp, 2, denied=True))
     assert dev.rel.unpack("ev", nic.writes[-1][1]) == {"value": 0xC002, "state": 2,
                                                        "set_state": 1}
-    # one queued event: count 1, head QPN, then the pop
+    # one queued event: count 1, head QPN, its RTT (none), then the pop
     nic.words[dev.rel.addr("ev_event_count")] = 1
     nic.words[dev.rel.addr("ev_event_qpn")] = 1 | 1 << 31
+    nic.words[dev.rel.addr("ev_event_rtt")] = 0 | 1 << 31
     nic.words[dev.rel.addr("ev_event")] = 3 | 0 << 8 | 1 << 10 | 1 << 15 | 9 << 16
     events = run(dev.read_ev_events())
-    assert [(e.qpn, e.ev_index, e.old, e.new, e.drops) for e in events] == [(1, 3, 0, 1, 9)]
+    assert [(e.qpn, e.ev_index, e.old, e.new, e.drops, e.rtt_ns) for e in events] == [
+        (1, 3, 0, 1, 9, None)]
+    # a probe answer's event: ASSUMED_BAD -> GOOD with its round trip in ns
+    nic.words[dev.rel.addr("ev_event_rtt")] = 2184 | 1 << 31
+    nic.words[dev.rel.addr("ev_event")] = 3 | 1 << 8 | 0 << 10 | 1 << 15 | 9 << 16
+    events = run(dev.read_ev_events())
+    assert [(e.old, e.new, e.rtt_ns) for e in events] == [(1, 0, 2184)]
 
 
 def test_ev_events_pending_reads_irq_status_only_when_the_line_is_high():

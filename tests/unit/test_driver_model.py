@@ -457,7 +457,13 @@ def test_path_down_then_up():
                 break
         assert (await a.dev.ev_states(a.qp))[3] == 0, "probe did not bring EV 3 back"
         events = await a.dev.read_ev_events()
-        assert any(e.ev_index == 3 and e.old == 1 and e.new == 0 for e in events), events
+        back = [e for e in events if e.ev_index == 3 and e.old == 1 and e.new == 0]
+        assert len(back) == 1, events
+        # its round trip: the model EV's, in whole ns, and at least both ways of
+        # the 400 ns path; no other event has one
+        ev3 = a.nic.ev_tables[a.qp.qpn].evs[3]
+        assert back[0].rtt_ns == round(ev3.probe_rtt_ns) > 2 * 400, (back, ev3.probe_rtt_ns)
+        assert [e for e in events if e.rtt_ns is not None] == back
         assert (await a.dev.counters())["rel.ev_to_good"] == 1
     run(body())
 

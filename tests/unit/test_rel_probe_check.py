@@ -12,7 +12,7 @@ from hw.headers import Opcode
 from hw.reliability import ReliabilityEngine
 from hw.reliability.layouts import QpState
 from hw.reliability.probe import ProbeReplyCheck
-from hw.reliability.registers import register_map
+from hw.reliability.registers import RTT_NS_MAX, register_map
 
 from .csrbus import csr_read, csr_write
 from .simstream import send_record
@@ -41,8 +41,12 @@ CASES = [
 
 
 def test_probe_reply_check_block():
+    """Each record of CASES passes or is dropped as it says; a passed probe
+    response carries its round trip (now - timestamp) on ``rtt_ns``, an ACK 0,
+    and a round trip beyond ``RTT_NS_MAX`` reads ``RTT_NS_MAX``."""
     dut = ProbeReplyCheck(sack_bits=32)
     out, stale = [], []
+    late = PREV_START + RTT_NS_MAX + 2  # RTT_NS_MAX + 2 ns after a probe stamped 1000
 
     async def bench(ctx):
         ctx.set(dut.probing, 1)
@@ -59,6 +63,12 @@ def test_probe_reply_check_block():
             await send_record(ctx, dut.i, [(p.bth.opcode, opcode),
                                            (p.probe.probe_id, rnd << 8 | 1),
                                            (p.probe.timestamp, ts)], settle=4)
+        # a round trip past the field's range: within the rounds' times, saturated
+        ctx.set(dut.now_ns, late)
+        await send_record(ctx, dut.i, [(p.bth.opcode, Opcode.PROBE_RESP),
+                                       (p.probe.probe_id, ROUND << 8 | 1),
+                                       (p.probe.timestamp, 1000)], settle=4)
+        ctx.set(dut.now_ns, NOW)
         # probing off: no probe is outstanding, the best answer is refused
         ctx.set(dut.probing, 0)
         await send_record(ctx, dut.i, [(p.bth.opcode, Opcode.PROBE_RESP),
@@ -67,11 +77,11 @@ def test_probe_reply_check_block():
 
     async def sink(ctx):
         ctx.set(dut.o.ready, 1)
-        async for clk, _rst, valid, payload, s in ctx.tick().sample(
-                dut.o.valid, dut.o.payload, dut.stale):
+        async for clk, _rst, valid, payload, s, rtt in ctx.tick().sample(
+                dut.o.valid, dut.o.payload, dut.stale, dut.rtt_ns):
             if clk and valid:
                 out.append((payload.bth.opcode, payload.probe.probe_id >> 8,
-                            payload.probe.timestamp))
+                            payload.probe.timestamp, rtt))
             if clk:
                 stale.append(s)
 
@@ -80,7 +90,9 @@ def test_probe_reply_check_block():
     sim.add_testbench(bench)
     sim.add_process(sink)
     sim.run()
-    assert out == [rec[:3] for rec, ok in CASES if ok]
+    want = [(*rec[:3], NOW - rec[2] if rec[0] == Opcode.PROBE_RESP else 0)
+            for rec, ok in CASES if ok]
+    assert out == [*want, (Opcode.PROBE_RESP, ROUND, 1000, RTT_NS_MAX)]
     assert sum(stale) == sum(not ok for _, ok in CASES) + 1
 
 
@@ -91,13 +103,16 @@ def test_replayed_probe_response_does_not_revive_an_ev():
     probe never sent (a later round) and the answer to the probe before the
     latest are dropped (``probes_stale``) and leave EV 1 ASSUMED_BAD; the
     answer to the latest probe brings it back (as the golden model: only the
-    EV's latest probe is outstanding)."""
+    EV's latest probe is outstanding). Its EV event carries the answer's round
+    trip: the engine's ns clock (1,000 ns a cycle here) at the check, less the
+    probe's timestamp; the event of the loss carries none."""
     E, q = 2, 1
     dut = ReliabilityEngine(num_qps=2, evs_per_qp=E, sack_bits=32, window=16,
                             clk_freq_hz=1_000_000, data_width=64)
     rmap = register_map(2, E, 16)
     probes = []  # (probe_id, timestamp) of every probe request sent
     period = 400
+    cycles = [0]  # clock edges since the start: the engine's ns clock is 1000 x this
 
     async def probe_sink(ctx):
         ctx.set(dut.m_axis_probe.tready, 1)
@@ -109,6 +124,7 @@ def test_replayed_probe_response_does_not_revive_an_ev():
         async for clk, _rst, valid, data, keep, last in ctx.tick().sample(
                 dut.m_axis_probe.tvalid, dut.m_axis_probe.tdata, dut.m_axis_probe.tkeep,
                 dut.m_axis_probe.tlast):
+            cycles[0] += clk
             if clk and valid:
                 frame += bytes((data >> 8 * i) & 0xFF for i in range(8) if keep >> i & 1)
                 if last:
@@ -121,6 +137,10 @@ def test_replayed_probe_response_does_not_revive_an_ev():
         await send_record(ctx, dut.peer_ack, [
             (p.bth.opcode, Opcode.PROBE_RESP), (p.bth.dqpn, q), (p.probe.probe_id, probe_id),
             (p.probe.ev, 0xC001), (p.probe.timestamp, timestamp)], settle=40)
+
+    async def read(ctx, name):
+        return await csr_read(ctx, dut.csr, rmap[name].addr(),
+                              latency=ReliabilityEngine.CSR_READ_LATENCY)
 
     async def ev_state(ctx):
         word = await csr_read(ctx, dut.csr, rmap["ev"].addr(q * E + 1),
@@ -164,8 +184,17 @@ def test_replayed_probe_response_does_not_revive_an_ev():
                                latency=ReliabilityEngine.CSR_READ_LATENCY)
         assert stale == 3
         last_id, last_ts = probes[-1]
+        sent_ns = cycles[0] * 1000
         await answer(ctx, last_id, last_ts)  # the answer to the latest probe
         assert await ev_state(ctx) == 0, "the answer to the outstanding probe was refused"
+        events = []
+        while await read(ctx, "ev_event_count"):
+            events.append((await read(ctx, "ev_event_rtt"), await read(ctx, "ev_event")))
+        assert [(e >> 8 & 0xF, rtt >> 31) for rtt, e in events] == [(1 << 2, 1), (1, 1)]
+        assert events[0][0] & RTT_NS_MAX == 0  # GOOD -> ASSUMED_BAD: no round trip
+        # taken the edge after it is offered, timed at the check one cycle later
+        rtt = events[1][0] & RTT_NS_MAX
+        assert sent_ns - last_ts < rtt <= sent_ns - last_ts + 3000, (rtt, sent_ns, last_ts)
 
     sim = Simulator(dut)
     sim.add_clock(1e-6)
