@@ -1,0 +1,93 @@
+"""The Wireshark dissector for MRC's wire format (docs/protocol.md), a Lua plugin.
+
+The plugin is ``host_driver/wireshark/mrc.lua``. Its constants (opcodes,
+syndromes, the opcode classes, the RoCEv2 port, the PSN width) come from the
+wire format's one definition, hw/protocol.py: ``python -m
+host_driver.dissector`` rewrites the block between the plugin's ``BEGIN
+GENERATED`` and ``END GENERATED`` lines, and a unit test checks that the
+block in the tree is what ``constants()`` gives and runs tshark with the
+plugin (tests/unit/test_wireshark_dissector.py).
+
+The plugin takes UDP port 4791 from Wireshark's InfiniBand dissector, which
+knows IBTA's RoCEv2 but shows MRC's extensions as trailing bytes or unknown
+opcodes. It decodes:
+
+- the EV: the UDP profile's (the UDP source port; the profile this NIC sends);
+- the BTH, every field;
+- the RETH on every WRITE packet (MRC puts it on MIDDLE and LAST too), the
+  ImmDt of the WITH_IMMEDIATE opcodes;
+- the AETH with MRC's NAK TRIMMED syndrome, and the MRC SACK extension (the
+  cumulative PSN, the SACK base, the ECN echo, the CE count, the bitmap and
+  the PSNs it reports received);
+- PROBE and PROBE_RESPONSE (the probe ID as round and EV index, the echoed
+  EV, the timestamp);
+- a trimmed data packet (headers only, no payload and no ICRC), the payload,
+  the pad and the ICRC.
+
+A frame too short for its headers, or with an opcode MRC does not send, gets
+an expert error (``mrc.malformed``, ``mrc.unknown_opcode``), so that a
+display filter ``_ws.expert.severity == error`` finds every frame the plugin
+could not decode.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from hw.protocol import PSN_BITS, ROCE_UDP_PORT, Opcode, Syndrome
+
+__all__ = ["LUA_PATH", "constants", "generated_block", "update"]
+
+LUA_PATH = Path(__file__).resolve().parent / "wireshark" / "mrc.lua"
+BEGIN, END = "-- BEGIN GENERATED\n", "-- END GENERATED\n"
+
+
+def _names(names: dict[int, str]) -> str:
+    return "{ " + ", ".join(f'[0x{k:02X}] = "{v}"' for k, v in sorted(names.items())) + " }"
+
+
+def _set(codes) -> str:
+    return "{ " + ", ".join(f"[0x{c:02X}] = true" for c in codes) + " }"
+
+
+def constants() -> str:
+    """The plugin's generated block: Lua locals from hw/protocol.py."""
+    return "".join(f"{line}\n" for line in (
+        f"local OPCODES = {_names(Opcode.NAMES)}",
+        f"local SYNDROMES = {_names(Syndrome.NAMES)}",
+        f"local WRITES = {_set(Opcode.WRITES)}",
+        f"local WITH_IMM = {_set(Opcode.WITH_IMM)}",
+        f"local PROBES = {_set(Opcode.PROBES)}",
+        f"local ACKNOWLEDGE = 0x{Opcode.ACKNOWLEDGE:02X}",
+        f"local PSN_MASK = 0x{(1 << PSN_BITS) - 1:X}",
+        f"local ROCE_UDP_PORT = {ROCE_UDP_PORT}",
+    ))
+
+
+def generated_block(text: str) -> str:
+    """The lines between the markers of the plugin's ``text``."""
+    start = text.index(BEGIN) + len(BEGIN)
+    return text[start:text.index(END, start)]
+
+
+def update(path: Path = LUA_PATH) -> bool:
+    """Rewrite the generated block of the plugin at ``path``; True if it changed."""
+    text = path.read_text()
+    old = generated_block(text)
+    new = constants()
+    if old == new:
+        return False
+    start = text.index(BEGIN) + len(BEGIN)
+    path.write_text(text[:start] + new + text[start + len(old):])
+    return True
+
+
+def main(argv=None) -> int:
+    changed = update()
+    print(f"{'updated' if changed else 'unchanged'}: {LUA_PATH}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
