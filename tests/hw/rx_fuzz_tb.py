@@ -533,10 +533,17 @@ class FuzzBench:
                           f"length): {self.batch_log}")
         return c
 
-    def progress(self, log, total: int, wall: float):
-        log.info("fuzz: %d/%d frames, %d canaries, simulated %.3f ms, %.0f frames/s, "
-                 "sources %s, max drain %d cycles", self.sent, total, self.canaries,
-                 get_sim_time("ns") / 1e6, self.sent / max(wall, 1e-9), dict(self.sources),
-                 self.max_drain)
-        log.info("fuzz counters: %s", {k: v for k, v in self.counts.items() if v})
+    def progress(self, log, total: int, wall: float, path=None):
+        """Two lines to ``log``, and appended to the file ``path`` if given."""
+        lines = [
+            f"fuzz: {self.sent}/{total} frames, {self.canaries} canaries, simulated "
+            f"{get_sim_time('ns') / 1e6:.3f} ms, {self.sent / max(wall, 1e-9):.0f} frames/s, "
+            f"sources {dict(self.sources)}, max drain {self.max_drain} cycles",
+            f"fuzz counters: { {k: v for k, v in self.counts.items() if v} }",
+        ]
+        for line in lines:
+            log.info("%s", line)
+        if path is not None:
+            with open(path, "a") as f:
+                f.write("".join(f"{line}\n" for line in lines))
 

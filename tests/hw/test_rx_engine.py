@@ -312,6 +312,10 @@ async def test_fuzz_rx(dut):
 
     total = int(os.environ.get("RX_FUZZ_FRAMES", "2000"))
     seed = int(os.environ.get("RX_FUZZ_SEED") or seeds.of(20261204))
+    log_path = os.environ.get(FUZZ_LOG_ENV)  # the progress, for a long run's terminal
+    if log_path:
+        with open(log_path, "a") as f:
+            f.write(f"fuzz stimulus seed {seed}, {total} frames\n")
     dut._log.info("fuzz stimulus seed %d", seed)
     tb = await start(dut, seed=seed, backpressure=0.1)
     step = os.environ.get("RX_FUZZ_STEP")  # a frame number: checked frame by frame from it
@@ -323,10 +327,13 @@ async def test_fuzz_rx(dut):
         await fz.batch(min(100, total - fz.sent))
         if time.monotonic() - last > 30 or fz.sent >= total:
             last = time.monotonic()
-            fz.progress(dut._log, total, last - t0)
+            fz.progress(dut._log, total, last - t0, log_path)
     # a batch is 100 frames and its canary
     assert fz.canaries * 101 >= total and min(fz.sources.values()) > total // 20, fz.sources
     assert fz.acks.acks > total // 50 and fz.aw_bursts > total // 10
+
+
+FUZZ_LOG_ENV = "RX_FUZZ_LOG"  # a file the fuzzer appends its progress to
 
 
 def build_engine():
@@ -354,5 +361,34 @@ def test_rx_engine_fuzz_long():
 
 @pytest.mark.long
 def test_rx_fuzz_long():
-    """100,000 fuzzed frames (docs/verification.md, "Fuzzing")."""
-    run_engine_tests("test_fuzz_rx", extra_env={"RX_FUZZ_FRAMES": "100000"})
+    """100,000 fuzzed frames (docs/verification.md, "Fuzzing"), about an hour: the
+    progress (every 30 s of wall time) goes to build/rx_fuzz/progress.log and,
+    through pytest's capture and xdist, to the terminal."""
+    import sys
+    import threading
+
+    from sim.cocotb_runner import ROOT
+
+    log = ROOT / "build" / "rx_fuzz" / "progress.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("")
+    done = threading.Event()
+
+    def follow():  # the simulator's lines, as it writes them
+        with open(log) as f:
+            while not done.is_set():
+                line = f.readline()
+                if line:
+                    print(line, end="", file=sys.__stderr__, flush=True)
+                else:
+                    done.wait(2)
+            sys.__stderr__.write(f.read())
+
+    follower = threading.Thread(target=follow, daemon=True)
+    follower.start()
+    try:
+        run_engine_tests("test_fuzz_rx", extra_env={"RX_FUZZ_FRAMES": "100000",
+                                                    FUZZ_LOG_ENV: str(log)})
+    finally:
+        done.set()
+        follower.join()
