@@ -895,8 +895,22 @@ class Device:
             await self.rel.write(name, value)
         return values
 
+    def min_probe_period(self) -> int:
+        """The shortest probe period: a round sweeps every QP, 3 cycles each and one
+        per ASSUMED_BAD EV (docs/reliability.md), and the next may not start before."""
+        p = self.params
+        return p["num_qps"] * (3 + p["evs_per_qp"]) + 1
+
     async def set_probe_period(self, cycles: int):
-        """Probe every ASSUMED_BAD EV once per ``cycles`` (0 = no probes)."""
+        """Probe every ASSUMED_BAD EV once per ``cycles`` (0 = no probes). An answer
+        counts only within two periods of its probe, so the period should exceed
+        the paths' round trip."""
+        low = self.min_probe_period()
+        if not isinstance(cycles, int) or not (cycles == 0 or low <= cycles <= 0xFFFF_FFFF):
+            raise ValueError(f"probe period must be 0 (off) or {low}..{0xFFFF_FFFF} cycles "
+                             f"(a round sweeps {self.params['num_qps']} QPs x (3 + "
+                             f"{self.params['evs_per_qp']} EVs) cycles; rounds may not "
+                             f"overlap), not {cycles!r}")
         await self.rel.write("probe_period", cycles)
 
     async def counters(self) -> dict[str, int]:

@@ -462,3 +462,19 @@ def test_old_gateware_without_addr_width_is_refused():
     del nic.words[device_info_register_map()["addr_width"].offset]
     with pytest.raises(DriverError, match="addr_width is 0"):
         run(ready_device(nic))
+
+
+def test_probe_period_is_off_or_longer_than_a_round():
+    """0 turns probing off; otherwise the period must hold a whole round (every QP,
+    3 cycles and one per EV) and fit the 32-bit register; anything else says so."""
+    dev, nic = run(ready_device())
+    low = dev.min_probe_period()
+    assert low == dev.params["num_qps"] * (3 + dev.params["evs_per_qp"]) + 1
+    for ok in (0, low, 4000, 0xFFFF_FFFF):
+        run(dev.set_probe_period(ok))
+        assert nic.writes[-1] == (dev.rel.addr("probe_period"), ok)
+    writes = len(nic.writes)
+    for bad in (1, low - 1, -1, 1 << 32, 4000.0):
+        with pytest.raises(ValueError, match=rf"probe period must be 0 \(off\) or {low}\.\."):
+            run(dev.set_probe_period(bad))
+    assert len(nic.writes) == writes  # nothing written for a refused period
