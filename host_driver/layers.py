@@ -1,7 +1,10 @@
 """Scapy layers for the MRC wire format (docs/protocol.md).
 
-MRC rides on RoCEv2: Ethernet II / IPv4 / UDP (destination port 4791, source
-port = entropy value) / BTH / extension headers / payload / pad / ICRC.
+MRC rides on RoCEv2: Ethernet II / IPv4 or IPv6 / UDP (destination port 4791,
+source port = entropy value) / BTH / extension headers / payload / pad / ICRC.
+The builders take IPv6 addresses (``src_ip``/``dst_ip`` with colons, both of
+one family) and an IPv6 ``flow_label``; ``icrc()``, ``check_frame()``,
+``trim()`` and ``header_len()`` handle both families.
 
 Layers defined here:
 
@@ -39,6 +42,7 @@ from scapy.fields import (
     XShortField,
 )
 from scapy.layers.inet import IP, UDP
+from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw, bind_layers, split_layers
 
@@ -74,7 +78,8 @@ ECN_CE = 3
 
 TRIM_DSCP_DEFAULT = 0x3F
 
-HDR_ETH, HDR_IPV4, HDR_UDP, HDR_BTH = 14, 20, 8, 12
+HDR_ETH, HDR_IPV4, HDR_IPV6, HDR_UDP, HDR_BTH = 14, 20, 40, 8, 12
+ETHERTYPE_IPV4, ETHERTYPE_IPV6 = 0x0800, 0x86DD
 HDR_RETH, HDR_IMMDT, HDR_AETH, HDR_ICRC = 16, 4, 4, 4
 HDR_SACK_FIXED = 12  # MRCSack without its bitmap
 HDR_PROBE = 16
@@ -94,20 +99,36 @@ def ipv4_checksum(header: bytes) -> int:
     return (~total) & 0xFFFF
 
 
+def is_ipv6(frame: bytes) -> bool:
+    """The frame's EtherType is IPv6 (else it is taken as IPv4)."""
+    return frame[12:14] == ETHERTYPE_IPV6.to_bytes(2, "big")
+
+
+def ip_header_len(frame: bytes) -> int:
+    """Bytes of the frame's IP header: 40 for IPv6, IHL x 4 for IPv4."""
+    return HDR_IPV6 if is_ipv6(frame) else (frame[14] & 0x0F) * 4
+
+
 def icrc(frame: bytes) -> int:
     """RoCEv2 ICRC of an Ethernet frame (no FCS) whose last 4 bytes are the ICRC.
 
-    CRC-32 over 8 bytes of ones, the IPv4 header with TOS, TTL and checksum
-    masked to ones, the UDP header with its checksum masked to ones, the BTH
-    with its byte 4 (FECN, BECN, resv6) masked to ones, and everything after
-    the BTH up to the ICRC. Returned as the value that goes on the wire
+    CRC-32 over 8 bytes of ones, the IP header with its variant fields masked
+    to ones (IPv4: TOS, TTL and checksum; IPv6: traffic class, flow label and
+    hop limit), the UDP header with its checksum masked to ones, the BTH with
+    its byte 4 (FECN, BECN, resv6) masked to ones, and everything after the
+    BTH up to the ICRC. Returned as the value that goes on the wire
     least-significant byte first.
     """
-    ihl = (frame[14] & 0x0F) * 4
+    ihl = ip_header_len(frame)
     ip = bytearray(frame[14 : 14 + ihl])
-    ip[1] = 0xFF
-    ip[8] = 0xFF
-    ip[10:12] = b"\xff\xff"
+    if is_ipv6(frame):
+        ip[0] |= 0x0F  # version kept; traffic class and flow label: ones
+        ip[1:4] = b"\xff\xff\xff"
+        ip[7] = 0xFF  # hop limit
+    else:
+        ip[1] = 0xFF
+        ip[8] = 0xFF
+        ip[10:12] = b"\xff\xff"
     udp_off = 14 + ihl
     udp = bytearray(frame[udp_off : udp_off + 8])
     udp[6:8] = b"\xff\xff"
@@ -124,7 +145,10 @@ def frame_icrc_field(frame: bytes) -> int:
 
 
 def check_frame(frame: bytes) -> tuple[bool, bool]:
-    """(IPv4 checksum good, ICRC good) for raw frame bytes."""
+    """(IPv4 checksum good, ICRC good) for raw frame bytes; IPv6 has no header
+    checksum, so its first answer is True."""
+    if is_ipv6(frame):
+        return True, icrc(frame) == frame_icrc_field(frame)
     ihl = (frame[14] & 0x0F) * 4
     hdr = bytearray(frame[14 : 14 + ihl])
     got = (hdr[10] << 8) | hdr[11]
@@ -190,18 +214,25 @@ class BTH(Packet):
     def _compute_icrc(self, bth_onwards: bytes) -> int:
         udp = self.underlayer
         ip = udp.underlayer if udp is not None else None
-        if not isinstance(udp, UDP) or not isinstance(ip, IP):
+        if not isinstance(udp, UDP) or not isinstance(ip, (IP, IPv6)):
             return 0
         # self_build() gives the underlayers' own bytes without recursing back
         # into this layer; lengths still unset there are filled in here.
         ip_hdr = bytearray(ip.self_build())
-        if ip.ihl is None:
-            ip_hdr[0] = (ip_hdr[0] & 0xF0) | (len(ip_hdr) // 4)
         udp_hdr = bytearray(udp.self_build()[:8])
         total_udp = 8 + len(bth_onwards)
         udp_hdr[4:6] = total_udp.to_bytes(2, "big")
-        ip_hdr[2:4] = (len(ip_hdr) + total_udp).to_bytes(2, "big")
-        fake = b"\x00" * 14 + bytes(ip_hdr) + bytes(udp_hdr) + bth_onwards
+        if isinstance(ip, IPv6):
+            ip_hdr = ip_hdr[:HDR_IPV6]
+            ip_hdr[4:6] = total_udp.to_bytes(2, "big")  # payload length
+            ethertype = ETHERTYPE_IPV6
+        else:
+            if ip.ihl is None:
+                ip_hdr[0] = (ip_hdr[0] & 0xF0) | (len(ip_hdr) // 4)
+            ip_hdr[2:4] = (len(ip_hdr) + total_udp).to_bytes(2, "big")
+            ethertype = ETHERTYPE_IPV4
+        fake = (b"\x00" * 12 + ethertype.to_bytes(2, "big") + bytes(ip_hdr) + bytes(udp_hdr)
+                + bth_onwards)
         return icrc(fake)
 
 
@@ -298,14 +329,21 @@ bind()
 # bytes the hardware does.
 
 
-def _l3(src_mac, dst_mac, src_ip, dst_ip, ev, dscp, ecn):
+def _l3(src_mac, dst_mac, src_ip, dst_ip, ev, dscp, ecn, flow_label=0):
+    """Ethernet / IPv4 or IPv6 (by the addresses' family: colons are IPv6) / UDP."""
     if not 0 <= ev <= 0xFFFF:
         raise ValueError(f"EV {ev:#x} does not fit the 16-bit UDP source port")
-    return (
-        Ether(src=src_mac, dst=dst_mac)
-        / IP(src=src_ip, dst=dst_ip, tos=(dscp << 2) | ecn, flags="DF", ttl=64, id=0)
-        / UDP(sport=ev, dport=ROCE_UDP_PORT, chksum=0)
-    )
+    v6 = [":" in str(a) for a in (src_ip, dst_ip)]
+    if v6[0] != v6[1]:
+        raise ValueError(f"src_ip {src_ip!r} and dst_ip {dst_ip!r} must be of one family")
+    if not 0 <= flow_label < 1 << 20 or (flow_label and not v6[0]):
+        raise ValueError(f"flow_label must be a 20-bit value, and only with IPv6 addresses: "
+                         f"{flow_label!r}")
+    if v6[0]:
+        ip = IPv6(src=src_ip, dst=dst_ip, tc=(dscp << 2) | ecn, fl=flow_label, hlim=64)
+    else:
+        ip = IP(src=src_ip, dst=dst_ip, tos=(dscp << 2) | ecn, flags="DF", ttl=64, id=0)
+    return Ether(src=src_mac, dst=dst_mac) / ip / UDP(sport=ev, dport=ROCE_UDP_PORT, chksum=0)
 
 
 DEFAULT_ADDR = dict(
@@ -313,6 +351,7 @@ DEFAULT_ADDR = dict(
     dst_mac="02:00:00:00:00:02",
     src_ip="10.0.0.1",
     dst_ip="10.0.0.2",
+    flow_label=0,
 )
 
 
@@ -338,7 +377,8 @@ def write_packet(
     if (opcode in IMM_OPCODES) != (imm is not None):
         raise ValueError("imm must be given exactly for the WITH_IMMEDIATE opcodes")
     a = {**DEFAULT_ADDR, **addr}
-    pkt = _l3(a["src_mac"], a["dst_mac"], a["src_ip"], a["dst_ip"], ev, dscp, ecn)
+    pkt = _l3(a["src_mac"], a["dst_mac"], a["src_ip"], a["dst_ip"], ev, dscp, ecn,
+              a["flow_label"])
     pkt = pkt / BTH(opcode=opcode, dqpn=dqpn, psn=psn & PSN_MASK, ackreq=ackreq)
     pkt = pkt / RETH(va=va, rkey=rkey, dma_len=dma_len)
     if imm is not None:
@@ -372,7 +412,8 @@ def ack_packet(
         sack_base = (cum_psn + 1) & PSN_MASK
     a = {**DEFAULT_ADDR, **addr}
     return (
-        _l3(a["src_mac"], a["dst_mac"], a["src_ip"], a["dst_ip"], ev, 0, ECN_ECT0)
+        _l3(a["src_mac"], a["dst_mac"], a["src_ip"], a["dst_ip"], ev, 0, ECN_ECT0,
+            a["flow_label"])
         / BTH(opcode=OP_ACKNOWLEDGE, dqpn=dqpn, psn=(cum_psn if psn is None else psn) & PSN_MASK)
         / AETH(syndrome=syndrome, msn=msn)
         / MRCSack(
@@ -392,15 +433,16 @@ def probe_packet(
     """An EV probe request or response; sent on the EV it probes."""
     a = {**DEFAULT_ADDR, **addr}
     return (
-        _l3(a["src_mac"], a["dst_mac"], a["src_ip"], a["dst_ip"], ev, 0, ECN_ECT0)
+        _l3(a["src_mac"], a["dst_mac"], a["src_ip"], a["dst_ip"], ev, 0, ECN_ECT0,
+            a["flow_label"])
         / BTH(opcode=OP_PROBE_RESP if response else OP_PROBE_REQ, dqpn=dqpn, psn=0)
         / MRCProbe(probe_id=probe_id, ev=ev, timestamp=timestamp)
     )
 
 
-def header_len(opcode: int, sack_bits: int = SACK_BITS_DEFAULT) -> int:
+def header_len(opcode: int, sack_bits: int = SACK_BITS_DEFAULT, ipv6: bool = False) -> int:
     """Bytes from the start of the frame to the payload for an opcode."""
-    base = HDR_ETH + HDR_IPV4 + HDR_UDP + HDR_BTH
+    base = HDR_ETH + (HDR_IPV6 if ipv6 else HDR_IPV4) + HDR_UDP + HDR_BTH
     if opcode in WRITE_OPCODES:
         return base + HDR_RETH + (HDR_IMMDT if opcode in IMM_OPCODES else 0)
     if opcode == OP_ACKNOWLEDGE:
@@ -413,15 +455,24 @@ def header_len(opcode: int, sack_bits: int = SACK_BITS_DEFAULT) -> int:
 def trim(frame: bytes, trim_dscp: int = TRIM_DSCP_DEFAULT) -> bytes:
     """What a trimming switch makes of a data frame: headers only, DSCP rewritten.
 
-    The payload, pad and ICRC are cut, the IPv4 and UDP lengths rewritten and
+    The payload, pad and ICRC are cut, the IP and UDP lengths rewritten and
     the IPv4 checksum recomputed; the frame carries no ICRC (UET 1.0 style).
+    IPv6: the traffic class's DSCP is rewritten, its ECN kept.
     """
-    opcode = frame[42]
-    keep = header_len(opcode)
+    v6 = is_ipv6(frame)
+    udp_off = 14 + (HDR_IPV6 if v6 else HDR_IPV4)
+    opcode = frame[udp_off + HDR_UDP]
+    keep = header_len(opcode, ipv6=v6)
     out = bytearray(frame[:keep])
+    out[udp_off + 4 : udp_off + 6] = (keep - udp_off).to_bytes(2, "big")
+    if v6:
+        tc = (trim_dscp << 2) | ((out[15] >> 4) & 0x3)
+        out[14] = (out[14] & 0xF0) | tc >> 4
+        out[15] = (out[15] & 0x0F) | (tc & 0xF) << 4
+        out[18:20] = (keep - udp_off).to_bytes(2, "big")  # payload length
+        return bytes(out)
     out[15] = (trim_dscp << 2) | (out[15] & 0x3)
     out[16:18] = (keep - 14).to_bytes(2, "big")
-    out[38:40] = (keep - 34).to_bytes(2, "big")
     out[24:26] = b"\x00\x00"
     out[24:26] = ipv4_checksum(bytes(out[14:34])).to_bytes(2, "big")
     return bytes(out)
