@@ -12,7 +12,9 @@ setup, driver bring-up, the ring workload, byte-exact checks) runs
   with its ports-only waveform);
 - on the golden model: ``sim.system.model_harness.ModelSystem``, the same
   host driver on a ModelTransport, the model fabric with the same paths,
-  delays, loss and fault times (``model_raw``).
+  delays, loss and fault times (``sim.system.scenario_run.model_raw``: the
+  NIC clock at the RTL's 125 MHz, links at its line rate, the retransmit t
+  lowered by ``TIMER_SHIFT``).
 
 It reports per direction the completion time and goodput of both and their
 ratios (target: RTL within 10 % of the model), retransmissions of both, the
@@ -29,14 +31,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from sim.system.demo import (
-    CLK_NS,
-    LINE_RATE_GBPS,
-    DemoConfig,
-    analyse,
-    run_scenario,
-    simulate,
-)
+from sim.system.demo import CLK_NS, DemoConfig, analyse, simulate
+from sim.system.scenario_run import TIMER_SHIFT, model_raw
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "build" / "bench" / "system"
@@ -56,22 +52,6 @@ def scenarios() -> list[tuple[str, DemoConfig]]:
     ]
 
 
-def model_raw(cfg: DemoConfig) -> dict:
-    """The demo's scenario on the golden model: the same driver-level script
-    (``sim.system.demo.run_scenario``) on ``ModelSystem`` (the host driver on a
-    ModelTransport), with the NIC clock at the RTL's real 125 MHz, links at
-    8 Gb/s, and the retransmit timer's t lowered by 3 (see ``render``)."""
-    import asyncio
-
-    from sim.system.model_harness import ModelSystem
-    from sim.system.top import NIC_PARAMS
-
-    system = ModelSystem(dict(NIC_PARAMS, clk_freq_hz=round(1e9 / CLK_NS)), seed=cfg.seed,
-                         delay_ns=cfg.delay_ns, num_paths=cfg.paths, gbps=LINE_RATE_GBPS)
-    return asyncio.run(run_scenario(system, cfg, lambda: system.now_ns, lambda _msg: None,
-                                    timeout=cfg.timeout - 3))
-
-
 def _rtl(cfg: DemoConfig) -> dict:
     # the demo's build (make sim made it): its waveform is the NICs' ports only,
     # which costs the simulation little, and a second build would cost minutes
@@ -86,7 +66,7 @@ def run() -> str:
         rtl = _rtl(cfg)
         if not rtl["verified"]:
             notes.append(f"{title}: RTL receiver memory NOT byte exact: {rtl['errors']}")
-        model = analyse(model_raw(cfg))
+        model = analyse(model_raw(cfg, capture=False))
         if not model["verified"]:
             notes.append(f"{title}: the model's receiver memory NOT byte exact, or it did not "
                          f"finish: {model['errors']}")
@@ -134,9 +114,10 @@ def render(rows, speed, notes, wall) -> str:
         "x 125 MHz = 8 Gb/s per port. Model: `sim.system.model_harness.ModelSystem`, the "
         "host driver on a ModelTransport over the golden model, links at 8 Gb/s, the NIC "
         "clock at the RTL's real 125 MHz (so ACK delay, probe period and polling, given "
-        "in cycles, mean the same time) and the retransmit timer's t lowered by 3: the "
-        "RTL's timer unit is 16 cycles = 128 ns (the system top reports a 15.625 MHz "
-        "clock), the model's 1.024 us, so 2^t RTL units = 2^(t-3) model units (t = 9: "
+        f"in cycles, mean the same time) and the retransmit timer's t lowered by "
+        f"{TIMER_SHIFT}: the RTL's timer unit is 16 cycles = 128 ns (the system top reports "
+        f"a 15.625 MHz clock), the model's 1.024 us, so 2^t RTL units = "
+        f"2^(t-{TIMER_SHIFT}) model units (t = 9: "
         "65.5 us). Completion = the direction's last receive or send completion, from "
         "the first post. Ratio = RTL / model (completion time: > 1 means the RTL is "
         "slower; goodput: < 1 means the RTL is slower). The model's fabric and NIC are "
