@@ -109,6 +109,55 @@ def ip_header_len(frame: bytes) -> int:
     return HDR_IPV6 if is_ipv6(frame) else (frame[14] & 0x0F) * 4
 
 
+def udp_offset(frame: bytes) -> int | None:
+    """Where the UDP header of an Ethernet / IPv4 or IPv6 / UDP frame starts (None
+    for anything else, or a frame too short for its UDP header)."""
+    if is_ipv6(frame):
+        off, proto_at = 14 + HDR_IPV6, 20
+    elif frame[12:14] == ETHERTYPE_IPV4.to_bytes(2, "big") and len(frame) > 23:
+        off, proto_at = 14 + (frame[14] & 0x0F) * 4, 23
+    else:
+        return None
+    return off if len(frame) >= off + HDR_UDP and frame[proto_at] == 17 else None
+
+
+def bth_offset(frame: bytes) -> int | None:
+    """Where the BTH of a RoCEv2 frame starts (IPv4 without options, or IPv6, UDP to
+    port 4791, long enough for a BTH), else None."""
+    off = udp_offset(frame)
+    if off is None or off != 14 + (HDR_IPV6 if is_ipv6(frame) else HDR_IPV4):
+        return None
+    bth = off + HDR_UDP
+    if len(frame) < bth + HDR_BTH or int.from_bytes(frame[off + 2:off + 4], "big") \
+            != ROCE_UDP_PORT:
+        return None
+    return bth
+
+
+def with_ecn(frame: bytes, ecn: int) -> bytes:
+    """The frame with its IP ECN bits set to ``ecn`` (IPv4: its checksum fixed)."""
+    out = bytearray(frame)
+    if is_ipv6(frame):
+        out[15] = (out[15] & 0xCF) | ecn << 4  # the traffic class's low 2 bits
+        return bytes(out)
+    out[15] = (out[15] & 0xFC) | ecn
+    out[24:26] = b"\x00\x00"
+    out[24:26] = ipv4_checksum(bytes(out[14:34])).to_bytes(2, "big")
+    return bytes(out)
+
+
+def ip_ecn(frame: bytes) -> int:
+    """The frame's IP ECN bits (IPv4 TOS or IPv6 traffic class, low 2 bits)."""
+    return (frame[15] >> 4) & 3 if is_ipv6(frame) else frame[15] & 3
+
+
+def ip_dscp(frame: bytes) -> int:
+    """The frame's DSCP (the upper 6 bits of IPv4's TOS or IPv6's traffic class)."""
+    if is_ipv6(frame):
+        return ((frame[14] & 0x0F) << 4 | frame[15] >> 4) >> 2
+    return frame[15] >> 2
+
+
 def icrc(frame: bytes) -> int:
     """RoCEv2 ICRC of an Ethernet frame (no FCS) whose last 4 bytes are the ICRC.
 

@@ -262,16 +262,19 @@ def data_frame_info(frame: bytes):
     """(opcode, psn, payload bytes) of an RDMA WRITE frame (trimmed: 0 payload), else None."""
     from host_driver import layers as L
 
-    if len(frame) < 54 or frame[12:14] != b"\x08\x00" or frame[23] != 17:
+    udp = L.udp_offset(frame)
+    if udp is None or len(frame) < udp + L.HDR_UDP + L.HDR_BTH:
         return None
-    if int.from_bytes(frame[36:38], "big") != L.ROCE_UDP_PORT or frame[42] not in L.WRITE_OPCODES:
+    bth = udp + L.HDR_UDP
+    if int.from_bytes(frame[udp + 2:udp + 4], "big") != L.ROCE_UDP_PORT \
+            or frame[bth] not in L.WRITE_OPCODES:
         return None
-    opcode = frame[42]
-    psn = int.from_bytes(frame[51:54], "big")
-    hdr = L.header_len(opcode)
+    opcode = frame[bth]
+    psn = int.from_bytes(frame[bth + 9:bth + 12], "big")
+    hdr = L.header_len(opcode, ipv6=L.is_ipv6(frame))
     if len(frame) <= hdr:
         return opcode, psn, 0
-    pad = (frame[43] >> 4) & 3
+    pad = (frame[bth + 1] >> 4) & 3
     return opcode, psn, max(0, len(frame) - hdr - 4 - pad)
 
 

@@ -66,35 +66,26 @@ _DATA_OPCODES = frozenset(L.WRITE_OPCODES)
 
 
 def frame_ev(frame: bytes) -> int | None:
-    """The UDP source port (EV) of an Ethernet/IPv4/UDP frame, else None."""
-    if len(frame) < 42 or frame[12:14] != b"\x08\x00" or frame[23] != 17:
-        return None
-    ihl = (frame[14] & 0x0F) * 4
-    return int.from_bytes(frame[14 + ihl:16 + ihl], "big")
-
-
-def _is_roce(frame: bytes) -> bool:
-    return (len(frame) >= 54 and frame[12:14] == b"\x08\x00" and frame[14] == 0x45
-            and frame[23] == 17 and int.from_bytes(frame[36:38], "big") == L.ROCE_UDP_PORT)
+    """The UDP source port (EV) of an Ethernet / IPv4 or IPv6 / UDP frame, else None."""
+    off = L.udp_offset(frame)
+    return None if off is None else int.from_bytes(frame[off:off + 2], "big")
 
 
 def is_data_frame(frame: bytes) -> bool:
     """An RDMA WRITE data frame (not yet trimmed): the only kind switches trim or mark."""
-    if not _is_roce(frame) or frame[42] not in _DATA_OPCODES:
+    bth = L.bth_offset(frame)
+    if bth is None or frame[bth] not in _DATA_OPCODES:
         return False
-    return (frame[15] >> 2) != L.TRIM_DSCP_DEFAULT or len(frame) > L.header_len(frame[42])
+    return (L.ip_dscp(frame) != L.TRIM_DSCP_DEFAULT
+            or len(frame) > L.header_len(frame[bth], ipv6=L.is_ipv6(frame)))
 
 
 def mark_ce(frame: bytes) -> bytes | None:
-    """The frame with IPv4 ECN = CE and its checksum fixed, or None if the frame
-    is not ECN-capable (Not-ECT frames are never marked, RFC 3168)."""
-    if frame[15] & 0x3 == L.ECN_NOT_ECT:
+    """The frame with its IP ECN = CE (IPv4: its checksum fixed), or None if the
+    frame is not ECN-capable (Not-ECT frames are never marked, RFC 3168)."""
+    if L.ip_ecn(frame) == L.ECN_NOT_ECT:
         return None
-    out = bytearray(frame)
-    out[15] |= L.ECN_CE
-    out[24:26] = b"\x00\x00"
-    out[24:26] = L.ipv4_checksum(bytes(out[14:34])).to_bytes(2, "big")
-    return bytes(out)
+    return L.with_ecn(frame, L.ECN_CE)
 
 
 @dataclass

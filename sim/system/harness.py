@@ -302,7 +302,8 @@ class SystemTB:
         out = {"peer": 0, "data": 0}
         for nic, frame in self.fabric.injected:
             if nic == to_nic:
-                out["peer" if frame[42] in (L.OP_ACKNOWLEDGE, L.OP_PROBE_RESP) else "data"] += 1
+                op = frame[L.bth_offset(frame) or 42]
+                out["peer" if op in (L.OP_ACKNOWLEDGE, L.OP_PROBE_RESP) else "data"] += 1
         return out
 
     async def quiesce(self, cycles: int = 2000):

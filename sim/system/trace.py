@@ -29,16 +29,16 @@ from .fabric import DROPPED, TRIMMED
 
 __all__ = ["frame_name", "packet_name", "FateTrace", "Replay"]
 
-_ETH_IPV4_UDP = 14 + 20 + 8  # the BTH's offset (IPv4 without options)
 _WRITE = frozenset(L.WRITE_OPCODES)
 
 
 def frame_name(frame: bytes) -> tuple | None:
-    """``(kind, dqpn, psn)`` of an RTL frame (Ethernet/IPv4/UDP 4791/BTH), or None."""
-    if (len(frame) < _ETH_IPV4_UDP + 12 or frame[12:14] != b"\x08\x00" or frame[14] != 0x45
-            or frame[23] != 17 or int.from_bytes(frame[36:38], "big") != L.ROCE_UDP_PORT):
+    """``(kind, dqpn, psn)`` of an RTL frame (Ethernet / IPv4 or IPv6 / UDP 4791 /
+    BTH), or None."""
+    off = L.bth_offset(frame)
+    if off is None:
         return None
-    bth = frame[_ETH_IPV4_UDP:_ETH_IPV4_UDP + 12]
+    bth = frame[off:off + 12]
     kind = ("data" if bth[0] in _WRITE else
             "ack" if bth[0] == L.OP_ACKNOWLEDGE else None)
     if kind is None:

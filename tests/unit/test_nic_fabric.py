@@ -30,7 +30,10 @@ def test_frame_ev_reads_the_udp_source_port():
     ack = bytes(L.ack_packet(dqpn=1, cum_psn=3, bitmap=0, ev=0xD001))
     assert frame_ev(ack) == 0xD001
     assert frame_ev(frame[:30]) is None  # truncated
-    assert frame_ev(b"\xff" * 12 + b"\x86\xdd" + bytes(60)) is None  # not IPv4
+    assert frame_ev(b"\xff" * 12 + b"\x88\xcc" + bytes(60)) is None  # neither IPv4 nor IPv6
+    assert frame_ev(b"\xff" * 12 + b"\x86\xdd" + bytes(60)) is None  # IPv6, not UDP
+    v6 = bytes(L.ack_packet(dqpn=1, cum_psn=3, ev=0xD00F, **V6))
+    assert frame_ev(v6) == 0xD00F
 
 
 @pytest.mark.parametrize("routing", ["explicit", "hash"])
@@ -47,10 +50,13 @@ def test_path_choice_matches_sim_fabric(routing):
 # ---- per-frame decisions (Direction.forward), no simulator ---------------------------------
 
 
-def data_frame(ev=0xC003, n=1024, psn=5, opcode=0x07):
+V6 = dict(src_ip="fd00::1", dst_ip="fd00::2", flow_label=0x12345)
+
+
+def data_frame(ev=0xC003, n=1024, psn=5, opcode=0x07, **addr):
     return bytes(L.write_packet(opcode=opcode, dqpn=1, psn=psn, va=0x1000, rkey=7,
                                 dma_len=4 * n, payload=bytes(range(256)) * (n // 256),
-                                ev=ev))
+                                ev=ev, **addr))
 
 
 def ack_frame(ev=0xD003):
@@ -143,6 +149,29 @@ def test_trim_on_overflow_cuts_payload_sets_dscp_and_keeps_headers():
     d = direction(gbps=8.0, queue_bytes=100, trim=True)
     assert d.forward(ack_frame(), 0.0).fate == DELIVERED  # empty queue: fits
     assert d.forward(ack_frame(), 0.0).fate == DROPPED
+
+
+def test_ipv6_frames_are_routed_marked_and_trimmed_as_ipv4_ones():
+    """The fabric's decisions over IPv6: the path by the EV (the UDP source port
+    after the 40-byte header), CE in the traffic class (no checksum to fix, the
+    ICRC still valid), a trim to the IPv6 headers with the trim DSCP and the ECN
+    kept; ACKs are neither marked nor trimmed."""
+    frame = data_frame(ev=0xC005, **V6)
+    assert is_data_frame(frame) and not is_data_frame(bytes(L.ack_packet(dqpn=1, cum_psn=3,
+                                                                         **V6)))
+    marked = mark_ce(frame)
+    assert L.ip_ecn(marked) == L.ECN_CE and L.ip_dscp(marked) == L.ip_dscp(frame)
+    assert [i for i in range(len(frame)) if marked[i] != frame[i]] == [15]
+    assert L.check_frame(marked) == (True, True)  # the ICRC masks the traffic class
+    d = direction(ecn_prob=1.0, delay_ns=50.0)
+    v = d.forward(frame, 0.0)
+    assert (v.fate, v.path, v.ev, v.ce, v.frame) == (DELIVERED, 5, 0xC005, True, marked)
+    d = direction(gbps=8.0, queue_bytes=3000, trim=True)
+    verdicts = [d.forward(data_frame(psn=i, **V6), 0.0) for i in range(4)]
+    assert [v.fate for v in verdicts] == [DELIVERED, DELIVERED, TRIMMED, TRIMMED]
+    t = verdicts[2].frame
+    assert len(t) == L.header_len(0x07, ipv6=True) and L.ip_dscp(t) == L.TRIM_DSCP_DEFAULT
+    assert L.ip_ecn(t) == L.ECN_ECT0 and not is_data_frame(t)
 
 
 def test_trim_probability():

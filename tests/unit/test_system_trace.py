@@ -7,6 +7,7 @@ from types import SimpleNamespace
 
 from host_driver import layers as L
 from sim.model.packet import ACK, DATA, PROBE_REQ, Packet
+from sim.system.demo import data_frame_info
 from sim.system.fabric import DELIVERED, DROPPED, TRIMMED
 from sim.system.trace import FateTrace, frame_name, packet_name
 
@@ -32,6 +33,14 @@ def test_names():
     probe = bytes(L.probe_packet(response=False, dqpn=1, probe_id=2, ev=0xC001, timestamp=3))
     assert frame_name(probe) is None
     assert frame_name(b"\x00" * 60) is None
+    v6 = dict(src_ip="fd00::1", dst_ip="fd00::2")
+    v6_data = bytes(L.write_packet(opcode=0x07, dqpn=8, psn=12, va=0, rkey=1, dma_len=64,
+                                   payload=bytes(32), **v6))
+    assert frame_name(v6_data) == ("data", 8, 12)
+    assert frame_name(L.trim(v6_data)) == ("data", 8, 12)
+    assert frame_name(bytes(L.ack_packet(dqpn=6, cum_psn=4, **v6))) == ("ack", 6, 4)
+    assert data_frame_info(v6_data) == (0x07, 12, 32)
+    assert data_frame_info(L.trim(v6_data)) == (0x07, 12, 0)
     assert packet_name(_packet(DATA, 3, 9)) == ("data", 3, 9)
     assert packet_name(_packet(ACK, 5, 9)) == ("ack", 5, 9)
     assert packet_name(_packet(PROBE_REQ, 5, 0)) is None
