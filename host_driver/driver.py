@@ -33,6 +33,8 @@ host memory with an allocator, and ``idle(cycles)`` to let time pass.
 
 from __future__ import annotations
 
+import ipaddress
+import string
 import struct
 from dataclasses import dataclass, field
 
@@ -97,11 +99,28 @@ class Access:
 
 
 def mac_to_int(mac: str) -> int:
-    return int(mac.replace(":", ""), 16)
+    """A MAC address ``aa:bb:cc:dd:ee:ff`` as the NIC's 48-bit register value."""
+    parts = str(mac).split(":")
+    if len(parts) != 6 or not all(len(p) == 2 and all(c in string.hexdigits for c in p)
+                                  for p in parts):
+        raise ValueError(f"{mac!r} is not a MAC address (six hex pairs: 02:00:00:00:00:01)")
+    return int("".join(parts), 16)
 
 
 def ip_to_int(ip: str) -> int:
-    return int.from_bytes(bytes(int(x) for x in ip.split(".")), "big")
+    """An IPv4 address, or a GID that is IPv4-mapped (``::ffff:a.b.c.d``), as the
+    NIC's 32-bit register value: the gateware speaks IPv4 only."""
+    try:
+        addr = ipaddress.ip_address(ip)
+    except ValueError:
+        raise ValueError(f"{ip!r} is not an IP address (10.0.0.2, or a GID "
+                         f"::ffff:10.0.0.2)") from None
+    if addr.version == 6:
+        if addr.ipv4_mapped is None:
+            raise ValueError(f"{ip!r} is an IPv6 address: this NIC's gateware speaks IPv4 "
+                             f"only; a peer GID must be IPv4-mapped (::ffff:a.b.c.d)")
+        addr = addr.ipv4_mapped
+    return int(addr)
 
 
 # ---- registers ----------------------------------------------------------------------

@@ -478,3 +478,20 @@ def test_probe_period_is_off_or_longer_than_a_round():
         with pytest.raises(ValueError, match=rf"probe period must be 0 \(off\) or {low}\.\."):
             run(dev.set_probe_period(bad))
     assert len(nic.writes) == writes  # nothing written for a refused period
+
+
+def test_addresses_are_checked_and_gids_ipv4_mapped():
+    from host_driver.driver import ip_to_int, mac_to_int
+
+    assert ip_to_int("10.0.0.2") == 0x0A000002
+    assert ip_to_int("::ffff:10.0.0.2") == 0x0A000002  # an IPv4-mapped GID
+    assert mac_to_int("02:00:00:00:00:0a") == 0x02000000000A
+    for bad in ("10.0.0", "10.0.0.300", "host", ""):
+        with pytest.raises(ValueError, match="is not an IP address"):
+            ip_to_int(bad)
+    with pytest.raises(ValueError, match="speaks IPv4 only; a peer GID must be IPv4-mapped"):
+        ip_to_int("fd00::2")
+    for bad in ("02:00:00:00:00:0", "02:00:00:00:00:00:01", "02-00-00-00-00-01",
+                "zz:00:00:00:00:01"):
+        with pytest.raises(ValueError, match="is not a MAC address"):
+            mac_to_int(bad)
