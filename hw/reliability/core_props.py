@@ -74,7 +74,11 @@ wrap, a cover at step 13) and against the rule after each sent record
 beyond ``nxt`` (step 19), and (c) on every
 output; it ends before the first completion and before any ACK's
 write-back, so (b) and the moves of ``una`` by an ACK are stated and
-reachable (the covers) but not checked within the bound. Those, SACK-filled
+reachable (the covers) but not checked within that bound.
+``rel_core_completion`` (``narrow``: only the target QP driven, by
+QP-state commands, sent records, ACKs and NAK TRIMMEDs, every output
+ready) reaches further: bounded at 24 cycles, it checks (b) at the first
+completion request (step 21) and the two steps after it. SACK-filled
 holes, the 2^24 wrap of ``una``, timeouts and a second epoch are left to
 the simulator tests (tests/hw/test_reliability.py: ACKs, stale and unsent
 ACKs, SACK holes, completions; tests/hw/test_rel_model.py: the golden model's
@@ -122,9 +126,14 @@ def _after(a, b):
 
 
 class CoreUnaHarness(Elaboratable):
-    """See the module docstring. Free inputs: ``inputs``."""
+    """See the module docstring. Free inputs: ``inputs``. ``narrow``: the
+    environment of the completion proof (``rel_core_completion``): only QP 0,
+    the target, gets inputs (its QP-state commands, sent records, ACKs and
+    NAK TRIMMEDs: no timer reports, doorbells, probe rounds, EV commands or
+    probe answers) and every output is always ready."""
 
-    def __init__(self):
+    def __init__(self, narrow=False):
+        self.narrow = narrow
         self.dut = dut = ReliabilityCore(num_qps=NUM_QPS, evs_per_qp=2, sack_bits=SACK_BITS,
                                          window=WINDOW, timeout_unit=2)
         self.tq = Signal()  # the target: a QP, one of its PSNs, a WQE index
@@ -168,6 +177,17 @@ class CoreUnaHarness(Elaboratable):
 
         sent, ack, cmd, cpl = dut.sent, dut.peer_ack, dut.cmd, dut.cpl
         s, a, c = sent.payload, ack.payload, cmd.payload
+        if self.narrow:
+            syn = a.aeth.syndrome
+            m.d.comb += [
+                Assume(tq == 0),
+                Assume(~sent.valid | (s.qpn == 0)),
+                Assume(~cmd.valid | (~c.ev & (c.qpn == 0))),
+                Assume(~ack.valid | ((a.bth.dqpn == 0) & (a.bth.opcode == Opcode.ACKNOWLEDGE)
+                                     & ((syn == AETH_ACK) | (syn == NAK_TRIMMED)))),
+                Assume(~dut.expired.valid & ~dut.sq_producer.valid & ~dut.probe_tick),
+                *(Assume(getattr(dut, n).ready) for n in OUTPUTS),
+            ]
         took_sent = sent.valid & sent.ready
         took_ack = ack.valid & ack.ready
         took_cmd = cmd.valid & cmd.ready
@@ -304,6 +324,11 @@ def _build():
     return h, h.inputs
 
 
+def _build_narrow():
+    h = CoreUnaHarness(narrow=True)
+    return h, h.inputs
+
+
 PROOFS = [
     Proof("rel_core_una", _build, mode="bmc", depth=20, cover_depth=22, long=True,
           engine="smtbmc --syn yices",
@@ -312,4 +337,10 @@ PROOFS = [
                     "reset values; bounded at 20 cycles (each step costs minutes): commands, "
                     "sent records and ACKs taken; the first completion (step 21) and an "
                     "ACK's write-back of una are beyond it (the covers reach the first)"),
+    Proof("rel_core_completion", _build_narrow, mode="bmc", depth=24, cover_depth=24,
+          long=True, engine="smtbmc --syn yices",
+          reduction="as rel_core_una, with only QP 0 driven (QP-state commands, sent "
+                    "records, ACKs and NAK TRIMMEDs; no timer reports, doorbells, probes or EV "
+                    "commands) and every output ready; bounded at 24 cycles: the first "
+                    "completion (step 21) and the steps after it"),
 ]
