@@ -84,14 +84,12 @@ def nic_sweep() -> dict[str, dict]:
 # ABC9's delay target for every synth_ecp5 of the board flow (build.py,
 # depth.py, this module, tests/unit/test_board_synth.py), in picoseconds of
 # yosys's ECP5 cell model. Without one, ABC9 maps every cone for the least
-# delay it can reach and duplicates shared logic into each output's cone: the
-# RX register block came to 8,789 LUT4 positions that way and to 2,442 with
-# a target, NicCore at the board's parameters to 44,455 against 38,441
-# (docs/timing.md, "Synthesis delay target"). The model's LUT4 delays (0.14 to
-# 0.38 ns by input) leave out routing, which is most of the delay once placed
-# (about 1 ns per level on the 45F), so the target is half the 8 ns period
-# of the 125 MHz core clock: 4,000 ps kept the deepest NicCore path at 8 LUT
-# levels by hw/board/depth.py's count, where 8,000 let it reach 13.
+# delay it can reach and duplicates shared logic into each output's cone
+# (the area each target cost: docs/timing.md#synthesis-delay-target). The
+# model's LUT4 delays (0.14 to 0.38 ns by input) leave out routing, which is
+# most of the delay once placed (about 1 ns per level on the 45F), so the
+# target is half the 8 ns period of the 125 MHz core clock: keep it where the
+# area falls and the deepest path stays near the rest of the design's.
 ABC9_DELAY_PS = 4000
 
 
