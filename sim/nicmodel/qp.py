@@ -70,8 +70,8 @@ class _HwEvTable(EvTable):
         old = ev.state
         super()._transition(ev, new, reason)
         self.reindex()
-        self.nic._ev_event(self.qpn, ev, old, new,
-                           ev.probe_rtt_ns if reason == "probe" else None)
+        # the golden model's event (just appended) says whether a probe made it
+        self.nic._ev_event(self.qpn, ev, old, new, self.events[-1].rtt_ns)
 
 
 class _RefusedWr(WorkRequest):

@@ -100,7 +100,7 @@ def _int(s: str) -> int:
 
 def expected(frame: bytes) -> dict[str, int | str | None]:
     """The plugin's fields as scapy reads the frame."""
-    bth_off = 14 + L.ip_header_len(frame) + L.HDR_UDP
+    bth_off = L.bth_offset(frame)
     op = frame[bth_off]
     words = frame[bth_off + 25] if op == Opcode.ACKNOWLEDGE else 2  # the SACK's sack_words
     offset = L.header_len(op, 32 * words, ipv6=L.is_ipv6(frame))
