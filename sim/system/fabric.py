@@ -16,13 +16,16 @@ after the path's delay. The semantics follow sim/fabric (``Link.transit``):
   frames at random (scripted congestion on a fabric that has none);
   arrival = departure + ``delay_ns``, plus ``reorder_ns`` with probability
   ``reorder_prob``. Without ``gbps`` a path is a pure delay (no queue);
-- ECN marking sets the IPv4 ECN field to CE (``11b``) on ECN-capable frames
-  only and recomputes the IPv4 checksum; the RoCE ICRC stays valid because it
-  masks the TOS byte (``hw.headers.ICRC_MASKED_BYTES``);
+- frames are IPv4 or IPv6 (``host_driver.wire`` finds the UDP header and
+  the BTH after either);
+- ECN marking sets the IP ECN field (IPv4 TOS, IPv6 traffic class) to CE
+  (``11b``) on ECN-capable frames only and, for IPv4, recomputes the header
+  checksum; the RoCE ICRC stays valid because it masks those bits
+  (``hw.headers.ICRC_MASKED_BYTES`` for IPv4);
 - trimming is UET-style (docs/protocol.md): ``host_driver.layers.trim``
-  cuts payload, pad and ICRC, rewrites the lengths and the checksum and sets
-  the DSCP to ``trim_dscp`` (0x3F, the NIC's default);
-- frames that are not IPv4/UDP go on path 0.
+  cuts payload, pad and ICRC, rewrites the lengths (and IPv4's checksum) and
+  sets the DSCP to ``trim_dscp`` (0x3F, the NIC's default);
+- frames that are not IPv4 or IPv6 UDP go on path 0.
 
 Interface:
 

@@ -302,8 +302,9 @@ class SystemTB:
         out = {"peer": 0, "data": 0}
         for nic, frame in self.fabric.injected:
             if nic == to_nic:
-                op = frame[L.bth_offset(frame) or 42]
-                out["peer" if op in (L.OP_ACKNOWLEDGE, L.OP_PROBE_RESP) else "data"] += 1
+                off = L.bth_offset(frame)
+                peer = off is not None and frame[off] in (L.OP_ACKNOWLEDGE, L.OP_PROBE_RESP)
+                out["peer" if peer else "data"] += 1
         return out
 
     async def quiesce(self, cycles: int = 2000):
