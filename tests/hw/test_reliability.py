@@ -720,6 +720,37 @@ async def test_cwnd_ecn_reset_target(dut):
     assert await marked_round_trip(4, target + 2) == 16  # at/above it: cut in half
 
 
+@cocotb.test(skip=CONFIG != "rel_q4")
+async def test_cwnd_ecn_without_a_sample(dut):
+    """An ACK that delivers no PSN of first transmission carries no RTT sample: its
+    ECN echo is judged by the QP's last verdict (``delay_high``), not by the time
+    since the last sample. Here the last sample was low, so a duplicate ACK with
+    ECE long after it holds the window; a fresh sample at or above the target then
+    cuts it."""
+    tb = TB(dut)
+    await tb.reset()
+    await tb.setup(cwnd_init=32)
+    target = await tb.read("target_rtt")
+    for k in range(4):
+        tb.send(0, k, ev=k, wqe=k)
+    await tb.sent.drain()
+    await ClockCycles(dut.clk, target // 2 * 16)
+    tb.ack(0, 3, ece=0)  # a sample below the target: delay_high = 0
+    await tb.settle(60)
+    window = (await tb.read("qp_cc", 0)) & 0xFFFF
+    await ClockCycles(dut.clk, (target + 2) * 16)
+    tb.ack(0, 3, ece=1)  # the same cumulative PSN again: no sample
+    await tb.settle(60)
+    assert (await tb.read("qp_cc", 0)) & 0xFFFF == window
+    for k in range(4, 8):
+        tb.send(0, k, ev=k % 4, wqe=k)
+    await tb.sent.drain()
+    await ClockCycles(dut.clk, (target + 2) * 16)
+    tb.ack(0, 7, ece=1)  # a sample at or above the target, with ECE: cut
+    await tb.settle(60)
+    assert (await tb.read("qp_cc", 0)) & 0xFFFF == window - window // 2
+
+
 async def lossless_run(dut, packets, seed=1):
     """A lossless, unmarked fabric: no retransmission, every WQE completes, no shrink."""
     rng = seeds.rng(seed)
