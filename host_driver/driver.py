@@ -17,7 +17,8 @@ Objects:
                       WRITE_WITH_IMM); a send CQ (reliability's) and a receive
                       CQ (RX's); ``query`` (as the NIC holds it), ``destroy``
 ``EvProfile``         the EVs (UDP source ports) a QP sprays over: an EXPLICIT
-                      list or GENERATED (the golden model's ``generated_evs``)
+                      list, or GENERATED or AUTO, derived by the NIC's EV
+                      generator (``Device.generate_evs``)
 
 docs/api.md maps MRC's API (``mrc.h``, ``mrc_ctl.h``) to these.
 
@@ -46,6 +47,7 @@ from hw.nic.csr import (
     device_info_register_map,
     host_view,
 )
+from hw.nic.ev_load import EV_GEN_TYPE_ID, EV_GEN_VERSION, ev_gen_register_map
 from hw.protocol import PSN_MASK, EvState, QpState
 from hw.reliability.cc_defaults import (
     DEFAULT_BASE_RTT_NS,
@@ -389,10 +391,15 @@ class ProtectionDomain:
 
 @dataclass(frozen=True)
 class EvProfile:
-    """The EV values (UDP source ports) a QP sprays over."""
+    """The EV values (UDP source ports) a QP sprays over, and how they are
+    found: ``explicit`` (the driver writes them), ``generated`` (the NIC derives
+    them from ``params``, MRC's width/init/min/max/mask/count) or ``auto`` (the
+    NIC chooses: ``hw.nic.ev_load.auto_params``). A profile the NIC derives has
+    the values it loaded once ``QueuePair.to_rts`` has run (``qp.evs``)."""
 
     values: tuple[int, ...]
     mode: str = "explicit"
+    params: tuple[tuple[str, int], ...] = ()
 
     @classmethod
     def explicit(cls, values) -> EvProfile:
@@ -406,12 +413,32 @@ class EvProfile:
     @classmethod
     def generated(cls, *, width=16, init=0, min_ev=0, max_ev=None, mask=None,
                   count=8) -> EvProfile:
-        """The GENERATED profile, derived exactly as the golden model does."""
+        """The GENERATED profile: the NIC derives the EVs (its ``ev_gen`` block).
+        ``values`` holds what the rule gives (the golden model's
+        ``generated_evs``), which also checks the parameters here, with a
+        message that says what to fix; ``to_rts`` keeps what the NIC loaded."""
         from sim.model.ev import generated_evs
 
+        if not isinstance(width, int) or not 1 <= width <= 16:
+            raise ValueError(f"width must be 1..16 bits (the UDP source port's 16), "
+                             f"not {width!r}")
+        top = (1 << width) - 1
+        max_ev = top if max_ev is None else max_ev
+        mask = top if mask is None else mask
+        if not 0 <= init <= 0xFFFF or not 0 <= mask <= 0xFFFF:
+            raise ValueError(f"init and mask are 16-bit values, not {init!r} and {mask!r}")
         evs = generated_evs(width=width, init=init, min_ev=min_ev, max_ev=max_ev, mask=mask,
                             count=count)
-        return cls(tuple(v for v, _ in evs), "generated")
+        params = (("width", width), ("init", init), ("min", min_ev), ("max", max_ev),
+                  ("mask", mask), ("count", count))
+        return cls(tuple(v for v, _ in evs), "generated", params)
+
+    @classmethod
+    def auto(cls) -> EvProfile:
+        """AUTO: the NIC chooses (GENERATED over the ephemeral ports, every entry
+        of the QP's table; ``hw.nic.ev_load.auto_params``); ``to_rts`` then
+        defaults ``ev_min_active`` to a quarter of them, as MRC's example does."""
+        return cls((), "auto")
 
 
 @dataclass(frozen=True)
@@ -524,7 +551,7 @@ class QueuePair:
 
     async def to_rts(self, *, evs: EvProfile, sq_psn: int = 0, mtu: int | None = None,
                      timeout: int = 12, linear_cnt: int = 7, exp_cnt: int = 7,
-                     ev_min_active: int = 1, sack_threshold: int = 0, dscp: int = 0,
+                     ev_min_active: int | None = None, sack_threshold: int = 0, dscp: int = 0,
                      max_wimm: int | None = None, mpr: int | None = None):
         """The requester side: send to the peer given at RTR over ``evs``.
         ``mpr``: the requester's MPR (PSNs in flight, units of 128), MRC's
@@ -572,6 +599,8 @@ class QueuePair:
         if len(evs.values) > dev.params["evs_per_qp"]:
             raise ValueError(f"{len(evs.values)} EVs, the NIC holds {dev.params['evs_per_qp']} "
                              f"per QP")
+        if ev_min_active is None:
+            ev_min_active = max(1, dev.params["evs_per_qp"] // 4) if evs.mode == "auto" else 1
         req_mpr = self.mpr if mpr is None else mpr
         self._check_mpr(req_mpr)
         tx, rel, q = dev.tx, dev.rel, self.qpn
@@ -611,6 +640,9 @@ class QueuePair:
         self.state = QpState.RTS
 
     async def _load_evs(self, evs: EvProfile):
+        if evs.mode != "explicit":
+            self.evs = await self.device.generate_evs(self.qpn, evs)
+            return
         dev, q = self.device, self.qpn
         per_qp = dev.params["evs_per_qp"]
         for i in range(per_qp):
@@ -716,7 +748,8 @@ class Device:
 
     KNOWN = {TX_TYPE_ID: ("tx", TX_VERSION), RX_TYPE_ID: ("rx", RX_VERSION),
              REL_TYPE_ID: ("reliability", REL_VERSION),
-             DEVICE_INFO_TYPE_ID: ("device_info", DEVICE_INFO_VERSION)}
+             DEVICE_INFO_TYPE_ID: ("device_info", DEVICE_INFO_VERSION),
+             EV_GEN_TYPE_ID: ("ev_gen", EV_GEN_VERSION)}
 
     def __post_init__(self):
         self.mem = self.transport.mem
@@ -759,6 +792,8 @@ class Device:
         self.rel = RegisterBlock(self.transport, by_type[REL_TYPE_ID].base,
                                  host_view(rel_register_map(p["num_qps"], p["evs_per_qp"],
                                                             p["window"])))
+        self.ev_gen = RegisterBlock(self.transport, by_type[EV_GEN_TYPE_ID].base,
+                                    host_view(ev_gen_register_map()))
         self._mr_generation = [0] * p["num_mrs"]
         waited = 0
         while not (await self.tx.read_fields("status"))["ready"]:
@@ -846,6 +881,37 @@ class Device:
         return await query_device(self)
 
     # ---- controller API ----------------------------------------------------------------------
+
+    async def generate_evs(self, qpn: int, evs: EvProfile, *,
+                           timeout_cycles: int = 1_000_000) -> EvProfile:
+        """Have the NIC derive and load QP ``qpn``'s EVs (its ``ev_gen`` block):
+        ``evs`` GENERATED (its parameters) or AUTO. Every entry past the EVs
+        found is DENIED. Returns the profile with the values the NIC loaded,
+        read back from reliability's EV table. Raises DriverError if the NIC
+        refused the run."""
+        g = self.ev_gen
+        if evs.mode not in ("generated", "auto"):
+            raise ValueError(f"the NIC derives GENERATED and AUTO profiles, not {evs.mode!r}")
+        await g.write_fields("gen_qp", qpn=qpn)
+        if evs.mode == "generated":
+            p = dict(evs.params)
+            await g.write_fields("gen_range", min=p["min"], max=p["max"])
+            await g.write_fields("gen_init", init=p["init"], mask=p["mask"])
+            await g.write_fields("gen_shape", width=p["width"], count=p["count"])
+        await g.write_fields("gen_start", auto=int(evs.mode == "auto"))
+        waited = 0
+        while (status := await g.read_fields("gen_status"))["busy"]:
+            if waited >= timeout_cycles:
+                raise DriverError(f"the EV generator ran {timeout_cycles} cycles for QP {qpn}")
+            await self.transport.idle(64)
+            waited += 64
+        if status["bad_qp"] or status["error"]:
+            raise DriverError(f"the NIC refused the {evs.mode} EV profile {dict(evs.params)} "
+                              f"for QP {qpn}: gen_status {status} (every EV entry DENIED)")
+        per_qp = self.params["evs_per_qp"]
+        values = [(await self.rel.read_fields("ev", qpn * per_qp + i))["value"]
+                  for i in range(status["found"])]
+        return EvProfile(tuple(values), evs.mode, evs.params)
 
     async def set_ev_state(self, qp: QueuePair, ev_index: int, *, denied: bool):
         """DENIED takes an EV out of use (TX stops spraying on it at once);

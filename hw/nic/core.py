@@ -34,11 +34,12 @@ from .csr import (
     device_info_register_map,
     host_view,
 )
+from .ev_load import EvGenBlock, ev_gen_register_map
 
 __all__ = ["NicCore", "TxControlBridge", "DoorbellSnoop", "check_nic_params", "BLOCK_ORDER"]
 
 # Register blocks in CSR order; window i starts at i << block_bits.
-BLOCK_ORDER = ("device_info", "tx", "rx", "reliability")
+BLOCK_ORDER = ("device_info", "tx", "rx", "reliability", "ev_gen")
 # device info registers its read mux (grouped_read): 2 cycles from r_stb to r_data
 DEVICE_INFO_READ_LATENCY = 2
 BLOCK_AXI_ID_WIDTH = 4  # the ID width of each block's own DMA master
@@ -238,8 +239,8 @@ class NicCore(wiring.Component):
                 reads, send-CQE writes), bits [3:0] are the block's own ID.
     ``s_axil``  In(AXI4LiteSignature(csr_addr_width, 32)): the CSR space, a
                 chain of self-describing register blocks (docs/registers.md):
-                device info at 0, then TX, RX, reliability, each in a window
-                of ``block_size`` bytes.
+                device info at 0, then TX, RX, reliability and the EV
+                generator, each in a window of ``block_size`` bytes.
     ``irq``     Out(1): reliability's interrupt (EV event queued, or a send
                 CQE written since ``irq_status`` was read).
 
@@ -248,7 +249,9 @@ class NicCore(wiring.Component):
     ``ack_update``, ``ev_update`` and ``wimm_done`` (a WRITE_WITH_IMM WQE
     completed SUCCESS: TX's ``max_wimm`` count) -> TX; reliability ``cwnd_update``
     and ``qp_state_update`` -> TX's ``qp_cwnd`` / ``qp_ctrl`` registers
-    through ``TxControlBridge``; the host's doorbell writes to TX ->
+    through ``TxControlBridge``, and the EV generator's (``EvGenBlock``:
+    MRC's GENERATED and AUTO profiles) writes of TX's and reliability's EV
+    tables, both as internal CSR writes (the bridge's first); the host's doorbell writes to TX ->
     reliability ``sq_producer`` through ``DoorbellSnoop``. ``peer_ack`` and
     ``ack_update`` pass a register stage each (1 cycle).
 
@@ -336,6 +339,7 @@ class NicCore(wiring.Component):
             ("tx", tx_register_map(num_qps, evs_per_qp)),
             ("rx", rx_register_map(num_qps, num_mrs)),
             ("reliability", rel_register_map(num_qps, evs_per_qp, window)),
+            ("ev_gen", ev_gen_register_map()),
         )}
         # Every block decodes at least 16 address bits (reliability needs them).
         self.block_bits = max(16, *((m.size - 1).bit_length() for m in maps.values()))
@@ -353,7 +357,7 @@ class NicCore(wiring.Component):
         # (2); the interconnect answers every block at the slowest's latency.
         read_latency = {"device_info": DEVICE_INFO_READ_LATENCY,
                         "tx": TxEngine.CSR_READ_LATENCY, "rx": RxEngine.CSR_READ_LATENCY,
-                        "reliability": ReliabilityEngine.CSR_READ_LATENCY}
+                        "reliability": ReliabilityEngine.CSR_READ_LATENCY, "ev_gen": 1}
         self.windows = [
             BlockWindow(name, i << self.block_bits, maps[name],
                         (i + 1) << self.block_bits if i + 1 < len(BLOCK_ORDER) else 0,
@@ -375,6 +379,10 @@ class NicCore(wiring.Component):
                                              data_width=data_width, csr_addr_width=bb,
                                              window=window, addr_width=addr_width,
                                              max_mtu=max_mtu)
+        self.ev_gen = EvGenBlock(num_qps=num_qps, evs_per_qp=evs_per_qp, tx_map=maps["tx"],
+                                 rel_map=maps["reliability"],
+                                 tx_block=BLOCK_ORDER.index("tx"),
+                                 rel_block=BLOCK_ORDER.index("reliability"), addr_width=bb)
         self.device_info = DeviceInfo(self.device_params(), addr_width=bb,
                                       read_latency=DEVICE_INFO_READ_LATENCY)
         super().__init__({
@@ -406,6 +414,7 @@ class NicCore(wiring.Component):
         m.submodules.rx = rx = self.rx
         m.submodules.reliability = rel = self.reliability
         m.submodules.device_info = info = self.device_info
+        m.submodules.ev_gen = ev_gen = self.ev_gen
 
         # ---- CSR: AXI4-Lite -> CSR bus -> one window per block --------------------------
         m.submodules.csr_interconnect = ic = CsrInterconnect(
@@ -428,7 +437,7 @@ class NicCore(wiring.Component):
             ic.csr.r_stb.eq(up.r_stb & in_space),
             up.r_data.eq(Mux(was_in_space, ic.csr.r_data, 0)),
         ]
-        blocks = {"device_info": info, "tx": tx, "rx": rx, "reliability": rel}
+        blocks = {"device_info": info, "tx": tx, "rx": rx, "reliability": rel, "ev_gen": ev_gen}
         for i, name in enumerate(BLOCK_ORDER):
             wiring.connect(m, ic.bus(i), blocks[name].csr)
 
@@ -510,12 +519,18 @@ class NicCore(wiring.Component):
         m.submodules.tx_control = txc = TxControlBridge()
         wiring.connect(m, rel.cwnd_update, txc.cwnd_update)
         wiring.connect(m, rel.qp_state_update, txc.qp_state_update)
+        # internal writes: the bridge's first (window and state updates, per
+        # event), then the EV generator's (control path, while a QP is set up)
         m.d.comb += [
-            ic.inject.valid.eq(txc.inject.valid),
-            ic.inject.payload.block.eq(BLOCK_ORDER.index("tx")),
-            ic.inject.payload.addr.eq(txc.inject.payload.addr),
-            ic.inject.payload.data.eq(txc.inject.payload.data),
+            ic.inject.valid.eq(txc.inject.valid | ev_gen.inject.valid),
+            ic.inject.payload.block.eq(Mux(txc.inject.valid, BLOCK_ORDER.index("tx"),
+                                           ev_gen.inject.payload.block)),
+            ic.inject.payload.addr.eq(Mux(txc.inject.valid, txc.inject.payload.addr,
+                                          ev_gen.inject.payload.addr)),
+            ic.inject.payload.data.eq(Mux(txc.inject.valid, txc.inject.payload.data,
+                                          ev_gen.inject.payload.data)),
             txc.inject.ready.eq(ic.inject.ready),
+            ev_gen.inject.ready.eq(ic.inject.ready & ~txc.inject.valid),
         ]
 
         m.d.comb += self.irq.eq(rel.irq)

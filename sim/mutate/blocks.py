@@ -35,7 +35,8 @@ BLOCKS = (
     Block("csr", ("hw/csr.py",), (U + "test_csr.py",)),
     Block("pipeline", ("hw/pipeline.py",), (U + "test_pipeline.py", U + "test_onehot_fsm.py")),
     Block("nic", ("hw/nic/core.py", "hw/nic/csr.py"), (U + "test_nic_csr.py",)),
-    Block("nic.ev_gen", ("hw/nic/ev_gen.py",), (U + "test_ev_gen.py",)),
+    Block("nic.ev_gen", ("hw/nic/ev_gen.py", "hw/nic/ev_load.py"),
+          (U + "test_ev_gen.py", U + "test_ev_load.py")),
     Block("rel.completion", ("hw/reliability/completion.py",),
           (U + "test_rel_blocks.py -k completion",)),
     Block("rel.core", tuple(f"hw/reliability/{n}.py" for n in (

@@ -6,6 +6,7 @@ from __future__ import annotations
 from host_driver.transport import HostMemory
 from hw.nic.core import check_nic_params
 from hw.nic.csr import device_info_register_map, host_view
+from hw.nic.ev_load import ev_gen_register_map
 from hw.reliability.cc_defaults import (
     DEFAULT_BASE_RTT_NS,
     line_rate_bps,
@@ -64,6 +65,7 @@ class ModelNic(RegisterBehaviour, QpLifecycle):
             "tx": host_view(tx_register_map(nq, ne)),
             "rx": host_view(rx_register_map(nq, params["num_mrs"])),
             "reliability": host_view(rel_register_map(nq, ne, params["window"])),
+            "ev_gen": host_view(ev_gen_register_map()),
         }
         # NicCore's windows: every block decodes at least 16 address bits
         self.block_bits = max(16, *((m.size - 1).bit_length() for m in self.maps.values()))
@@ -107,3 +109,4 @@ class ModelNic(RegisterBehaviour, QpLifecycle):
         # (qpn, ev index, old, new, drops, rtt_ns): reliability's EV event queue
         self.ev_events: list[tuple[int, int, int, int, int, int]] = []
         self.irq_completion = False
+        self.ev_gen_status = 0  # the ev_gen block's gen_status word

@@ -304,7 +304,59 @@ class RegisterBehaviour:
             return min(window, 0xFFFF) | (min(qp.retries, 31) if qp else 0) << 16
         return None
 
+    def _read_ev_gen(self, name, index):
+        if name == "gen_status":
+            return self.ev_gen_status
+        if name == "gen_start":
+            return 0  # write only
+        return None
+
     # ---- writes with behaviour -------------------------------------------------------------------
+
+    def _internal_write(self, block, name, index, value):
+        """A write NicCore makes on its own (an injected CSR write): stored and
+        acted on as the host's, without bus time."""
+        reg = self.maps[block][name]
+        old = self.store.get((block, reg.addr(index)), 0)
+        self.store[(block, reg.addr(index))] = value
+        handler = getattr(self, f"_write_{block}_{name}", None)
+        if handler is not None:
+            handler(index, value, old)
+
+    def _write_ev_gen_gen_start(self, index_unused, value, old):
+        """EvGenBlock's run, at once (the gateware's takes hundreds of cycles,
+        which the model does not count): the EVs found GOOD, the rest DENIED,
+        in TX's and reliability's tables; a QP out of range: nothing."""
+        from hw.nic.ev_load import auto_params
+        from sim.model.ev import generated_evs
+
+        ne = self.params["evs_per_qp"]
+        q = self.field("ev_gen", "gen_qp", 0, "qpn")
+        if q >= self.params["num_qps"]:
+            self.ev_gen_status = 1 << 3  # bad_qp
+            return
+        if value & 1:
+            params = auto_params(q, ne)
+        else:
+            f = {n: self.field("ev_gen", reg, 0, n) for reg, names in (
+                ("gen_range", ("min", "max")), ("gen_init", ("init", "mask")),
+                ("gen_shape", ("width", "count"))) for n in names}
+            params = dict(width=f["width"], init=f["init"], min_ev=f["min"], max_ev=f["max"],
+                          mask=f["mask"], count=f["count"])
+        try:
+            if not 1 <= params["width"] <= 16 or not 1 <= params["count"] <= ne:
+                raise ValueError("width or count out of range")
+            values = [v for v, _ in generated_evs(**params)]
+        except ValueError:
+            values = None
+        for i in range(ne):
+            good = values is not None and i < len(values)
+            entry = (values[i] if good else 0) | EV_CODES[GOOD if good else DENIED] << 16
+            self._internal_write("tx", "ev_select", 0, q << 8 | i)
+            self._internal_write("tx", "ev_entry", 0, entry)
+            self._internal_write("reliability", "ev", q * ne + i, entry | 1 << 31)
+        self.ev_gen_status = 1 << 1 if values is None else len(values) << 8
+
 
     def _write_tx_qp_ctrl(self, q, value, old):
         self.tx_halt[q] = False

@@ -11,6 +11,11 @@ peer), objects with ``dev``, ``qp``, ``mr``, ``recv_buf`` and ``send_buf``:
                   transfer: the state, PSNs, settings and EVs the NIC holds
                   (``settings``: what the connection was made with), and
                   ``MemoryRegion.query`` of the peer's region
+``nic_derived_evs`` the EVs the NICs derived themselves (their ``ev_gen``
+                  blocks) for a connection made with ``ev_profiles()``: end
+                  ``a`` GENERATED, end ``b`` AUTO; each against the golden
+                  model's rule, in TX's and reliability's tables, AUTO's
+                  ``ev_min_active`` default, and a run the NIC refuses
 ``teardown``      a QP made, brought to RTS with a requester MPR apart from
                   its responder MPR (both read back), then destroyed with its
                   CQs: the QPN, the send queue's memory and the CQs are free
@@ -21,9 +26,46 @@ from __future__ import annotations
 
 from host_driver.driver import DriverError, EvProfile, QpState, WrOpcode
 from hw.nic.csr import NIC_VERSION
+from hw.nic.ev_load import auto_params
 from hw.protocol import PSN_MASK, EvState
+from sim.model.ev import generated_evs
 
-__all__ = ["device_query", "qp_query", "teardown"]
+__all__ = ["GENERATED", "device_query", "ev_profiles", "nic_derived_evs", "qp_query",
+           "teardown"]
+
+# end a's GENERATED profile: 6 EVs in 0x400..0xBFF of a 12-bit field
+GENERATED = dict(width=12, init=0x123, min_ev=0x400, max_ev=0xBFF, mask=0xFFF, count=6)
+
+
+def ev_profiles() -> list[EvProfile]:
+    """The two ends' profiles for ``nic_derived_evs``: GENERATED, AUTO."""
+    return [EvProfile.generated(**GENERATED), EvProfile.auto()]
+
+
+async def nic_derived_evs(a, b):
+    per_qp = a.dev.params["evs_per_qp"]
+    wants = ([v for v, _ in generated_evs(**GENERATED)],
+             [v for v, _ in generated_evs(**auto_params(b.qp.qpn, per_qp))])
+    for end, want, min_active in ((a, wants[0], 1), (b, wants[1], max(1, per_qp // 4))):
+        dev, q = end.dev, end.qp.qpn
+        assert list(end.qp.evs.values) == want, (end.qp.evs, want)
+        attr = await end.qp.query()
+        assert attr.evs[:len(want)] == tuple((v, EvState.GOOD) for v in want), attr.evs
+        assert all(state == EvState.DENIED for _, state in attr.evs[len(want):]), attr.evs
+        assert attr.ev_min_active == min_active
+        tx_table = []
+        for i in range(per_qp):
+            await dev.tx.write_fields("ev_select", ev_index=i, qpn=q)
+            entry = await dev.tx.read_fields("ev_entry")
+            tx_table.append((entry["value"], entry["state"]))
+        assert tx_table == [(v, EvState.GOOD) for v in want] + [
+            (0, EvState.DENIED)] * (per_qp - len(want)), tx_table
+    try:
+        await a.dev.generate_evs(a.dev.params["num_qps"], EvProfile.auto())
+    except DriverError as e:
+        assert "'bad_qp': 1" in str(e), e
+    else:
+        raise AssertionError("the EV generator took a QP out of range")
 
 
 async def device_query(dev):

@@ -99,9 +99,9 @@ async def test_discovery(dut):
     for i, end in enumerate(tb.ends):
         dev: Device = end.dev
         assert [(b.type_id, b.version) for b in dev.blocks] == [
-            (DEVICE_INFO_TYPE_ID, 1), (2, 1), (3, 1), (4, 1)]
+            (DEVICE_INFO_TYPE_ID, 1), (2, 1), (3, 1), (4, 1), (5, 1)]
         block_size = dev.params["block_size"]
-        assert [b.base for b in dev.blocks] == [k * block_size for k in range(4)]
+        assert [b.base for b in dev.blocks] == [k * block_size for k in range(5)]
         assert dev.params["nic_version"] == NIC_VERSION
         assert dev.params["build_id"] == BUILD_ID
         for name in ("data_width", "num_qps", "evs_per_qp", "sack_bits", "max_mtu", "mpr_max",
@@ -787,19 +787,22 @@ async def test_control_api(dut):
     (tests/unit/test_driver_model.py): the device query's capabilities and
     limits, the QP query's state, PSNs, settings and EVs before and after a
     transfer, the MR query, and a QP with a requester MPR apart from its
-    responder MPR destroyed with its CQs (QPN and memory free again)."""
+    responder MPR destroyed with its CQs (QPN and memory free again). The
+    connection's EVs are derived by the NICs: GENERATED at one end, AUTO at
+    the other (``nic_derived_evs``)."""
     from sim.system import control_cases
-    from sim.system.model_harness import EVS, IPS, MACS
+    from sim.system.model_harness import IPS, MACS
 
     tb = SystemTB(dut, seed=seeds.of(61))
     await tb.init()
     settings = dict(mtu=1024, mpr=2, timeout=9, sack_threshold=3)
-    await tb.connect(sq_log2=4, evs=EVS, **settings)
+    await tb.connect(sq_log2=4, evs=control_cases.ev_profiles(), **settings)
     start = get_sim_time(unit="ns")
     a, b = tb.ends  # each end's first connection: dev, qp, mr, recv_buf, send_buf
     for end in tb.ends:
         await control_cases.device_query(end.dev)
-    await control_cases.qp_query(a, b, dict(settings, evs_a=EVS[0].values))
+    await control_cases.nic_derived_evs(a, b)
+    await control_cases.qp_query(a, b, dict(settings, evs_a=a.qp.evs.values))
     await control_cases.teardown(a.dev, MACS[1], IPS[1])
     log_case(dut, "control API", start)
 

@@ -41,7 +41,7 @@ class FakeNic:
     """Headers and device info as NicCore presents them; every other word is
     a plain register that remembers writes (TX status reads ready)."""
 
-    def __init__(self, chain=((1, 1), (2, 1), (3, 1), (4, 1)), next_override=None):
+    def __init__(self, chain=((1, 1), (2, 1), (3, 1), (4, 1), (5, 1)), next_override=None):
         from hw.nic.csr import device_info_register_map
 
         self.words = {}
@@ -83,7 +83,7 @@ async def ready_device(nic=None):
 def test_discovery_and_parameters():
     dev, _ = run(ready_device())
     assert [(b.type_id, b.base) for b in dev.blocks] == [(1, 0), (2, BLOCK), (3, 2 * BLOCK),
-                                                          (4, 3 * BLOCK)]
+                                                          (4, 3 * BLOCK), (5, 4 * BLOCK)]
     # and the largest max_wimm, TX's in-flight entries per QP (caps.inflight_log2)
     assert dev.params == {**PARAMS, "max_wimm": 256}
     assert dev.tx.base == BLOCK and dev.rx.base == 2 * BLOCK and dev.rel.base == 3 * BLOCK
@@ -93,10 +93,10 @@ def test_discovery_and_parameters():
 
 
 def test_discovery_finds_blocks_in_any_order_and_skips_unknown_ones():
-    nic = FakeNic(chain=((1, 1), (0x77, 3), (4, 1), (3, 1), (2, 1)))
-    nic.words[4 * BLOCK + 0x14] = 1  # TX status ready, where TX now sits
+    nic = FakeNic(chain=((1, 1), (0x77, 3), (5, 1), (4, 1), (3, 1), (2, 1)))
+    nic.words[5 * BLOCK + 0x14] = 1  # TX status ready, where TX now sits
     dev, _ = run(ready_device(nic))
-    assert dev.tx.base == 4 * BLOCK and dev.rel.base == 2 * BLOCK
+    assert dev.tx.base == 5 * BLOCK and dev.rel.base == 3 * BLOCK and dev.ev_gen.base == 2 * BLOCK
     assert (0x77, 3, BLOCK) in [(b.type_id, b.version, b.base) for b in dev.blocks]
 
 
@@ -105,9 +105,9 @@ def test_discovery_errors():
     with pytest.raises(DriverError, match="loops"):
         run(discover(FakeNic(next_override={2 * BLOCK + 4: BLOCK})))
     with pytest.raises(DriverError, match=r"blocks not found: \['reliability'\]"):
-        run(ready_device(FakeNic(chain=((1, 1), (2, 1), (3, 1)))))
+        run(ready_device(FakeNic(chain=((1, 1), (2, 1), (3, 1), (5, 1)))))
     with pytest.raises(DriverError, match="rx block version 9, driver knows 1"):
-        run(ready_device(FakeNic(chain=((1, 1), (2, 1), (3, 9), (4, 1)))))
+        run(ready_device(FakeNic(chain=((1, 1), (2, 1), (3, 9), (4, 1), (5, 1)))))
     nic = FakeNic()
     nic.words[BLOCK + 0x14] = 0
     with pytest.raises(DriverError, match="did not come out of reset"):

@@ -80,9 +80,9 @@ def test_discovery():
         for i, end in enumerate(tb.ends):
             dev = end.dev
             assert [(b.type_id, b.version) for b in dev.blocks] == [
-                (DEVICE_INFO_TYPE_ID, 1), (2, 1), (3, 1), (4, 1)]
+                (DEVICE_INFO_TYPE_ID, 1), (2, 1), (3, 1), (4, 1), (5, 1)]
             block_size = dev.params["block_size"]
-            assert [b.base for b in dev.blocks] == [k * block_size for k in range(4)]
+            assert [b.base for b in dev.blocks] == [k * block_size for k in range(5)]
             assert dev.params["nic_version"] == NIC_VERSION
             assert dev.params["build_id"] == BUILD_IDS[i]
             for name in ("data_width", "num_qps", "evs_per_qp", "sack_bits", "max_mtu",
@@ -112,8 +112,8 @@ def test_model_nic_block_layout_is_nic_core():
     nic = ModelNic(NIC_PARAMS, ModelFabric())
     core = NicCore(**NIC_PARAMS, build_id=0)
     assert 1 << nic.block_bits == core.block_size
-    assert [nic.read32(core.block_base(name)) >> 16 for name in BLOCK_ORDER] == [1, 2, 3, 4]
-    assert nic.read32(4 << nic.block_bits) == 0  # outside every window
+    assert [nic.read32(core.block_base(name)) >> 16 for name in BLOCK_ORDER] == [1, 2, 3, 4, 5]
+    assert nic.read32(5 << nic.block_bits) == 0  # outside every window
 
 
 def test_bad_parameters():
@@ -777,19 +777,22 @@ def test_device_and_qp_queries_and_teardown():
     registers; ``QueuePair.query`` the QP's state, PSNs, settings and EVs as
     the NIC holds them, before and after a transfer; ``MemoryRegion.query``
     the MR table's entry; a QP with a requester MPR apart from its responder
-    MPR, then destroyed with its CQs, frees its QPN and memory."""
+    MPR, then destroyed with its CQs, frees its QPN and memory. The
+    connection's EVs are derived by the NICs: GENERATED at one end, AUTO at
+    the other (``nic_derived_evs``)."""
     from sim.system import control_cases
-    from sim.system.model_harness import EVS, IPS, MACS
+    from sim.system.model_harness import IPS, MACS
 
     async def body():
         tb = ModelSystem(seed=61)
         await tb.init()
         settings = dict(mtu=1024, mpr=2, timeout=9, sack_threshold=3)
-        await tb.connect(sq_log2=4, evs=EVS, **settings)
+        await tb.connect(sq_log2=4, evs=control_cases.ev_profiles(), **settings)
         a, b = tb.ends
         for end in tb.ends:
             await control_cases.device_query(end.dev)
-        await control_cases.qp_query(a, b, dict(settings, evs_a=EVS[0].values))
+        await control_cases.nic_derived_evs(a, b)
+        await control_cases.qp_query(a, b, dict(settings, evs_a=a.qp.evs.values))
         await control_cases.teardown(a.dev, MACS[1], IPS[1])
     run(body())
 

@@ -270,19 +270,20 @@ def test_nic_core_layout():
     from hw.nic.core import BLOCK_ORDER, NicCore
 
     nic = NicCore(**SMALL)
-    assert nic.block_bits == 16 and nic.csr_addr_width == 18 and nic.id_width == 6
+    assert nic.block_bits == 16 and nic.csr_addr_width == 19 and nic.id_width == 6
     assert [w.name for w in nic.windows] == list(BLOCK_ORDER)
-    assert [w.regmap.type_id for w in nic.windows] == [1, 2, 3, 4]
-    assert [w.next_base for w in nic.windows] == [0x10000, 0x20000, 0x30000, 0]
+    assert [w.regmap.type_id for w in nic.windows] == [1, 2, 3, 4, 5]
+    assert [w.next_base for w in nic.windows] == [0x10000, 0x20000, 0x30000, 0x40000, 0]
     # TX and RX take their read mux in two registered steps (3 cycles), device
-    # info and reliability answer after 2 and pass one delay register; a read
-    # is 7 cycles AR -> R (bridge 1, interconnect 3, block 3)
-    assert [w.read_latency for w in nic.windows] == [2, 3, 3, 2]
+    # info and reliability answer after 2 and pass one delay register, the EV
+    # generator after 1 and two; a read is 7 cycles AR -> R (bridge 1,
+    # interconnect 3, block 3)
+    assert [w.read_latency for w in nic.windows] == [2, 3, 3, 2, 1]
     assert nic.csr_block_read_latency == 3
     assert nic.device_params()["nic_version"] == NIC_VERSION
     # a large reliability map (QPs x EVs) widens every window
     big = NicCore(num_qps=256, evs_per_qp=128, window=64, inflight_depth=64)
-    assert big.block_bits == 18 and big.csr_addr_width == 20
+    assert big.block_bits == 18 and big.csr_addr_width == 21
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -303,8 +304,8 @@ def test_nic_core_layout():
     (dict(window=256, inflight_depth=256, mpr_max=128), r"must not exceed mpr_max \(128"),
     (dict(clk_freq_hz=1000), "clk_freq_hz must be an integer in 1 MHz..1 GHz"),
     (dict(build_id=-1), "build_id must fit 32 bits"),
-    (dict(csr_addr_width=17), r"csr_addr_width must be in 18\.\.32 for 4 blocks of "
-                              r"0x10000 bytes, not 17"),
+    (dict(csr_addr_width=18), r"csr_addr_width must be in 19\.\.32 for 5 blocks of "
+                              r"0x10000 bytes, not 18"),
     (dict(addr_width=31), r"addr_width \(bits of a host DMA address\) must be an integer in "
                           r"32\.\.64, not 31"),
     (dict(addr_width=65), r"addr_width \(bits of a host DMA address\) must be an integer in "

@@ -1,0 +1,226 @@
+"""``EvGenBlock`` (hw/nic/ev_load.py), the ``ev_gen`` register block, in Amaranth's
+simulator: a run's writes into TX's and reliability's EV tables (decoded as those
+blocks decode them) against the golden model's GENERATED profile, AUTO, every
+refusal (parameters, too few EVs, a QP out of range), a start while busy, and an
+interconnect that takes the writes only now and then."""
+
+import pytest
+from amaranth.sim import Simulator
+
+from hw.nic.ev_load import (
+    AUTO_MAX,
+    AUTO_MIN,
+    WRITE_SPACING,
+    EvGenBlock,
+    auto_init,
+    auto_params,
+)
+from hw.protocol import EvState
+from hw.reliability.registers import register_map as rel_register_map
+from hw.tx.regs import tx_register_map
+from sim.model.ev import generated_evs
+from tests import seeds
+
+pytestmark = pytest.mark.usefixtures("invariant_checks")
+
+NQ, E = 4, 8
+TX, REL = 1, 3
+TX_MAP, REL_MAP = tx_register_map(NQ, E), rel_register_map(NQ, E, 64)
+
+
+def field(reg_map, reg, name, word):
+    for fname, lsb, width, _ in reg_map[reg].fields:
+        if fname == name:
+            return word >> lsb & ((1 << width) - 1)
+    raise KeyError(name)
+
+
+class Tables:
+    """TX's and reliability's EV tables as the injected writes leave them."""
+
+    def __init__(self):
+        self.tx, self.rel, self.select = {}, {}, None
+        self.writes = 0
+        self.last = None
+
+    def apply(self, cycle, block, addr, data):
+        self.writes += 1
+        # TX takes writes as the host bridge gives them: no closer than its spacing
+        assert self.last is None or cycle - self.last >= WRITE_SPACING, (self.last, cycle)
+        self.last = cycle
+        if block == TX and addr == TX_MAP["ev_select"].offset:
+            self.select = (field(TX_MAP, "ev_select", "qpn", data),
+                           field(TX_MAP, "ev_select", "ev_index", data))
+        elif block == TX and addr == TX_MAP["ev_entry"].offset:
+            assert self.select is not None, "ev_entry written before ev_select"
+            self.tx[self.select] = (data & 0xFFFF, data >> 16 & 3)
+        elif block == REL:
+            ev = REL_MAP["ev"]
+            index = (addr - ev.offset) // 4
+            assert 0 <= index < ev.count and data >> 31, (addr, data)
+            self.rel[divmod(index, E)] = (data & 0xFFFF, data >> 16 & 3)
+        else:
+            raise AssertionError(f"write to block {block} 0x{addr:x}")
+
+
+def run(steps, *, take=1.0):
+    """``steps``: ("write", register, value), ("start", auto) or ("status",).
+    Each start waits for the run's end. Returns (tables, [status words])."""
+    dut = EvGenBlock(num_qps=NQ, evs_per_qp=E, tx_map=TX_MAP, rel_map=REL_MAP, tx_block=TX,
+                     rel_block=REL)
+    rm = dut.register_map
+    tables, statuses = Tables(), []
+    rng = seeds.rng(11)
+    cycle = 0
+
+    async def bench(ctx):
+        async def tick():
+            nonlocal cycle
+            ready = rng.random() < take
+            ctx.set(dut.inject.ready, ready)
+            if ready and ctx.get(dut.inject.valid):
+                p = dut.inject.payload
+                tables.apply(cycle, ctx.get(p.block), ctx.get(p.addr), ctx.get(p.data))
+            await ctx.tick()
+            cycle += 1
+
+        async def write(name, value):
+            ctx.set(dut.csr.addr, rm[name].offset)
+            ctx.set(dut.csr.w_data, value)
+            ctx.set(dut.csr.w_stb, 1)
+            await tick()
+            ctx.set(dut.csr.w_stb, 0)
+
+        async def read(name):
+            ctx.set(dut.csr.addr, rm[name].offset)
+            ctx.set(dut.csr.r_stb, 1)
+            await tick()
+            ctx.set(dut.csr.r_stb, 0)
+            return ctx.get(dut.csr.r_data)
+
+        for step in steps:
+            if step[0] == "write":
+                await write(step[1], step[2])
+            elif step[0] == "start":
+                await write("gen_start", step[1])
+                await tick()
+                again = step[2:] == ("again",)
+                for _ in range(100_000):
+                    if not await read("gen_status") & 1:
+                        break
+                    if again:
+                        await write("gen_start", 0)  # while busy: ignored
+                        again = False
+                else:
+                    raise AssertionError("the run did not end")
+            else:
+                statuses.append(await read("gen_status"))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    return tables, statuses
+
+
+def status(word):
+    return dict(busy=word & 1, error=word >> 1 & 1, ignored=word >> 2 & 1, bad_qp=word >> 3 & 1,
+                found=word >> 8 & 0xFF)
+
+
+def generated(q, *, width, init, lo, hi, mask, count, take=1.0):
+    return run([("write", "gen_qp", q), ("write", "gen_range", lo | hi << 16),
+                ("write", "gen_init", init | mask << 16),
+                ("write", "gen_shape", width | count << 8), ("start", 0), ("status",)],
+               take=take)
+
+
+def expect_table(tables, q, values):
+    """Entries 0 .. len(values) - 1 GOOD with those values, the rest DENIED, in both."""
+    want = {(q, i): (values[i], EvState.GOOD) if i < len(values) else (0, EvState.DENIED)
+            for i in range(E)}
+    assert tables.tx == want and tables.rel == want
+
+
+@pytest.mark.parametrize("take", [1.0, 0.3])
+def test_generated_matches_the_golden_model(take):
+    params = dict(width=10, init=0x2F3, lo=100, hi=700, mask=0x3F5, count=6)
+    tables, (word,) = generated(2, **params, take=take)
+    want = [v for v, _ in generated_evs(width=10, init=0x2F3, min_ev=100, max_ev=700,
+                                        mask=0x3F5, count=6)]
+    expect_table(tables, 2, want)
+    assert status(word) == dict(busy=0, error=0, ignored=0, bad_qp=0, found=6)
+    assert tables.writes == 3 * E
+
+
+def test_auto():
+    tables, (word,) = run([("write", "gen_qp", 3), ("start", 1), ("status",)])
+    want = [v for v, _ in generated_evs(**auto_params(3, E))]
+    assert all(AUTO_MIN <= v <= AUTO_MAX for v in want) and len(set(want)) == E
+    expect_table(tables, 3, want)
+    assert status(word)["found"] == E
+    assert [auto_init(q) for q in range(4)] == [0, 1 << 13, 1 << 12, 3 << 12]
+
+
+def test_refusals_deny_every_entry():
+    # min above max: refused by the generator
+    tables, (word,) = generated(1, width=8, init=0, lo=9, hi=3, mask=0xFF, count=2)
+    expect_table(tables, 1, [])
+    assert status(word) == dict(busy=0, error=1, ignored=0, bad_qp=0, found=0)
+    # 3 distinct EVs in the range, 5 asked: too few
+    tables, (word,) = generated(0, width=4, init=0, lo=2, hi=4, mask=0xF, count=5)
+    expect_table(tables, 0, [])
+    assert status(word)["error"] == 1
+    # more than evs_per_qp, and a width of 0
+    for shape in (dict(width=8, count=E + 1), dict(width=0, count=1)):
+        tables, (word,) = generated(0, init=0, lo=0, hi=0, mask=0, **shape)
+        expect_table(tables, 0, [])
+        assert status(word)["error"] == 1
+
+
+def test_a_qp_out_of_range_writes_nothing():
+    tables, (word,) = run([("write", "gen_qp", NQ), ("start", 1), ("status",)])
+    assert tables.writes == 0
+    assert status(word) == dict(busy=0, error=0, ignored=0, bad_qp=1, found=0)
+
+
+def test_a_start_while_busy_is_ignored_and_said_so():
+    tables, (word,) = run([("write", "gen_qp", 1), ("start", 1, "again"), ("status",)])
+    expect_table(tables, 1, [v for v, _ in generated_evs(**auto_params(1, E))])
+    assert status(word)["ignored"] == 1 and status(word)["found"] == E
+
+
+def test_registers_read_back():
+    dut = EvGenBlock(num_qps=NQ, evs_per_qp=E, tx_map=TX_MAP, rel_map=REL_MAP, tx_block=TX,
+                     rel_block=REL)
+    rm = dut.register_map
+    got = {}
+
+    async def bench(ctx):
+        for name, value in (("gen_qp", 0xFFFF_1234), ("gen_range", 0x1234_5678),
+                            ("gen_init", 0x9ABC_DEF0), ("gen_shape", 0xFFFF_FFFF)):
+            ctx.set(dut.csr.addr, rm[name].offset)
+            ctx.set(dut.csr.w_data, value)
+            ctx.set(dut.csr.w_stb, 1)
+            await ctx.tick()
+            ctx.set(dut.csr.w_stb, 0)
+            ctx.set(dut.csr.r_stb, 1)  # the cycle after the write: still pending
+            await ctx.tick()
+            ctx.set(dut.csr.r_stb, 0)
+            got[name] = ctx.get(dut.csr.r_data)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert got == {"gen_qp": 0x1234, "gen_range": 0x1234_5678, "gen_init": 0x9ABC_DEF0,
+                   "gen_shape": 0xFF1F}
+
+
+def test_parameters_are_checked():
+    with pytest.raises(ValueError, match="power of two"):
+        EvGenBlock(num_qps=NQ, evs_per_qp=6, tx_map=TX_MAP, rel_map=REL_MAP, tx_block=TX,
+                   rel_block=REL)
+    with pytest.raises(ValueError, match="num_qps x evs_per_qp"):
+        EvGenBlock(num_qps=NQ * 2, evs_per_qp=E, tx_map=TX_MAP, rel_map=REL_MAP, tx_block=TX,
+                   rel_block=REL)
