@@ -40,16 +40,21 @@ CMP_TOKEN = re.compile(r"==|!=|<=|>=|<|>")
 
 @dataclass(frozen=True)
 class Site:
-    """One mutation: ``edits`` are (start, end, text) character spans of the file."""
+    """One mutation: ``edits`` are (start, end, text) character spans of the file;
+    ``col``, the first edit's span as offsets from the start of ``line`` (past
+    its end for a node over several lines), tells apart two sites of one line
+    alike in operator and change (``x.eq(0), y.eq(0)``, or two terms of one
+    ``&`` dropped): the key names one site."""
     path: str
     line: int
     op: str
     what: str
     edits: tuple
+    col: str = ""
 
     @property
     def key(self):
-        return f"{self.path}:{self.line}:{self.op}:{self.what}"
+        return f"{self.path}:{self.line}:{self.col}:{self.op}:{self.what}"
 
 
 def _offsets(source):
@@ -92,7 +97,10 @@ class _Finder(ast.NodeVisitor):
         return self.source[s:e]
 
     def _add(self, node, op, what, edits):
-        self.sites.append(Site(self.path, node.lineno, op, what, tuple(edits)))
+        line_start = self.starts[node.lineno - 1]
+        start, end, _ = min(edits)
+        self.sites.append(Site(self.path, node.lineno, op, what, tuple(edits),
+                               f"{start - line_start}-{end - line_start}"))
 
     def _active(self):
         return self.hw and not self.skip

@@ -751,6 +751,26 @@ async def test_cwnd_ecn_without_a_sample(dut):
     assert (await tb.read("qp_cc", 0)) & 0xFFFF == window - window // 2
 
 
+@cocotb.test(skip=CONFIG != "rel_q4")
+async def test_cwnd_duplicate_acks_do_not_grow_it(dut):
+    """The window grows by the PSNs an ACK newly acknowledges, so ACKs that repeat
+    the cumulative PSN (no PSN new) leave it as it is, however many."""
+    tb = TB(dut)
+    await tb.reset()
+    await tb.setup(cwnd_init=32, cwnd_ai_fast=256 * 4)  # +1 packet per 8 newly acked
+    for k in range(4):
+        tb.send(0, k, ev=k, wqe=k)
+    await tb.sent.drain()
+    tb.ack(0, 3)
+    await tb.settle(60)
+    window = (await tb.read("qp_cc", 0)) & 0xFFFF
+    for _ in range(24):
+        tb.ack(0, 3)
+    await tb.settle(400)
+    assert (await tb.read("qp_cc", 0)) & 0xFFFF == window
+    assert [r["cwnd"] for r in tb.cwnd_upd.records()][-1] == window
+
+
 async def lossless_run(dut, packets, seed=1):
     """A lossless, unmarked fabric: no retransmission, every WQE completes, no shrink."""
     rng = seeds.rng(seed)

@@ -89,3 +89,20 @@ def test_killed_and_stillborn_in_a_scratch_tree(tmp_path):
     assert results["test"].result == "stillborn", results["test"]
     assert (ROOT / path).read_text() == source
     assert Path(tmp_path, "w0", path).read_text() == source
+
+
+def test_a_key_names_one_site():
+    """Two sites of one line alike in operator and change (two constants 0, two
+    terms of one ``&`` dropped) have keys of their own, in every file under hw/:
+    a report's key reruns the mutant it names (``--rerun``)."""
+    src = SOURCE.replace("m.d.sync += b.eq(Mux(a[0], a + 1, ~b & a))",
+                         "m.d.sync += [a.eq(0), b.eq(0 & a & b & a[1])]")
+    sites = find_sites(src)
+    consts = [s for s in sites if s.op == "const" and s.what == "0 -> 1"]
+    assert len(consts) == 2 and consts[0].key != consts[1].key
+    assert len({apply(src, s) for s in consts}) == 2
+    assert len({s.key for s in sites}) == len(sites)
+    for path in sorted(ROOT.glob("hw/**/*.py")):
+        rel = str(path.relative_to(ROOT))
+        keys = [s.key for s in find_sites(path.read_text(), rel)]
+        assert len(set(keys)) == len(keys), rel
