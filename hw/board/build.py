@@ -178,13 +178,21 @@ _STATIC_ITER = re.compile(r"iter=(\d+) steplen=\S+ a=\S+ penalty=.*\n(?:.*\n)*?"
                           r"Info: overlap: COMB=([\d.]+)%")
 
 
-def build_progress(log: str | None) -> str:
+# a step of synth_ecp5 in yosys's log (``2.46. Executing ABC9 pass.``): the
+# script's own steps, numbered two deep, not the passes inside them
+_YOSYS_STEP = re.compile(r"^\d+\.\d+\. Executing (.+?)\.?$", re.M)
+
+
+def build_progress(log: str | None, synth_step: str | None = None) -> str:
     """One line saying where the build is, from nextpnr's log as far as it is
-    written (None: nextpnr has not started, so yosys is synthesising): the
-    stage, and while routing, router2's iteration and overused wires (the
-    figures ``router_diverging`` judges); while placing, the placer's
-    iteration (and HeAP's wirelength, or the static placer's LUT overlap)."""
+    written (None: nextpnr has not started, so yosys is synthesising, at
+    ``synth_step`` if known: ``YosysSteps``): the stage, and while routing,
+    router2's iteration and overused wires (the figures ``router_diverging``
+    judges); while placing, the placer's iteration (and HeAP's wirelength, or
+    the static placer's LUT overlap)."""
     if log is None:
+        if synth_step:
+            return f"synthesis (yosys): {synth_step}"
         return "synthesis (yosys), then block-RAM output registers"
     at, stage = -1, "nextpnr: reading the netlist"
     for marker, name in _STAGES:
@@ -208,20 +216,45 @@ def _show(line: str) -> None:
     print(line, flush=True)
 
 
+class YosysSteps:
+    """The step of synth_ecp5 yosys's log (``path``) last named, read a piece
+    at a time: each ``step()`` reads the whole lines written since the last."""
+
+    def __init__(self, path: Path | None):
+        self.path, self.pos, self.last = path, 0, None
+
+    def step(self) -> str | None:
+        if self.path is None or not self.path.exists():
+            return self.last
+        with open(self.path, "rb") as f:
+            f.seek(self.pos)
+            new = f.read()
+        whole = new[: new.rfind(b"\n") + 1]
+        self.pos += len(whole)
+        found = _YOSYS_STEP.findall(whole.decode(errors="replace"))
+        if found:
+            self.last = found[-1]
+        return self.last
+
+
 def run_watched(script: str, cwd: Path, env: dict, log: Path, poll: float = 10.0,
-                show=_show) -> str | None:
+                show=_show, synth_log: Path | None = None) -> str | None:
     """Runs the build script; stops it (its whole process group) if
     ``router_diverging`` finds the routing in ``log`` will not converge, and
     returns why. Raises CalledProcessError if the script fails. Every
     ``poll`` seconds, if ``build_progress`` has changed, ``show`` gets it
-    with the minutes and seconds since the start."""
+    with the minutes and seconds since the start; until nextpnr writes
+    ``log``, the step yosys is at, from the end of ``synth_log``."""
     log.unlink(missing_ok=True)
+    if synth_log is not None:
+        synth_log.unlink(missing_ok=True)
+    synth = YosysSteps(synth_log)
     start = time.monotonic()
     shown = None
 
     def progress(text):
         nonlocal shown
-        now = build_progress(text)
+        now = build_progress(text, synth.step() if text is None else None)
         if now != shown:
             shown = now
             t = int(time.monotonic() - start)
@@ -346,7 +379,7 @@ def main(argv=None) -> int:
         diverged = run_watched(f"{plan.script}.sh", args.out, {
             **os.environ, "PYTHONPATH": os.pathsep.join(
                 filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")]))},
-            args.out / f"{NAME}.tim")
+            args.out / f"{NAME}.tim", synth_log=args.out / f"{NAME}.rpt")
         if diverged:
             print(f"BUILD STOPPED: router2 is not converging ({diverged}; "
                   f"{args.out / f'{NAME}.tim'}). The placement decides it: try another "

@@ -137,3 +137,26 @@ def test_run_watched_shows_progress(tmp_path):
         assert stage in stages
     assert stages[-1] == "nextpnr done; bitstream (ecppack)"
     assert len(stages) == len(set(stages))
+
+
+def test_synthesis_shows_yosys_step(tmp_path):
+    """While yosys synthesises, the progress line names synth_ecp5's step (the
+    two-deep numbered ``Executing`` lines of its log, not the passes inside
+    them), read from the log a piece at a time; a line half written waits."""
+    from hw.board.build import YosysSteps
+
+    rpt = tmp_path / "versa_top.rpt"
+    steps = YosysSteps(rpt)
+    assert steps.step() is None and build_progress(None, None).startswith("synthesis (yosys)")
+    rpt.write_text("2.1. Executing HIERARCHY pass (managing design hierarchy).\n"
+                   "2.1.1. Finding top of design hierarchy..\n")
+    assert steps.step() == "HIERARCHY pass (managing design hierarchy)"
+    with open(rpt, "a") as f:
+        f.write("2.46. Executing ABC9 pass.\n2.46.3. Executing ABC9_OPS pass.\n2.47. Exec")
+    assert steps.step() == "ABC9 pass"
+    assert build_progress(None, steps.step()) == "synthesis (yosys): ABC9 pass"
+    with open(rpt, "a") as f:
+        f.write("uting TECHMAP pass (map to technology primitives).\n")
+    assert steps.step() == "TECHMAP pass (map to technology primitives)"
+    # once nextpnr writes its log, that decides the line
+    assert build_progress("", steps.step()) == "nextpnr: reading the netlist"
