@@ -825,3 +825,31 @@ def test_queries_see_what_the_nic_did():
         with pytest.raises(ValueError, match=f"mpr must be in 1..{limit}"):
             await qp.to_rts(evs=a.qp.evs, mpr=limit + 1)
     run(body())
+
+
+def test_nic_derived_ev_profiles_are_checked_first():
+    """A GENERATED profile the rule cannot satisfy, or with parameters out of
+    range, raises ValueError in Python saying what to fix, before any register
+    is written; only GENERATED and AUTO go to the NIC's EV generator."""
+    from host_driver.driver import EvProfile
+
+    with pytest.raises(ValueError, match="width must be 1..16"):
+        EvProfile.generated(width=17)
+    with pytest.raises(ValueError, match="16-bit values"):
+        EvProfile.generated(width=8, init=1 << 16)
+    with pytest.raises(ValueError, match="only 3 distinct EVs, 5 asked"):
+        EvProfile.generated(width=4, min_ev=2, max_ev=4, count=5)
+    with pytest.raises(ValueError, match="min <= max"):
+        EvProfile.generated(width=8, min_ev=9, max_ev=3)
+    auto = EvProfile.auto()
+    assert (auto.mode, auto.values) == ("auto", ())
+
+    async def body():
+        tb = ModelSystem(seed=3)
+        await tb.init()
+        dev = tb.ends[0].dev
+        with pytest.raises(ValueError, match="GENERATED and AUTO"):
+            await dev.generate_evs(0, EvProfile.explicit([1, 2]))
+        loaded = await dev.generate_evs(1, EvProfile.generated(width=6, init=5, count=3))
+        assert loaded.values == (5, 6, 7) and loaded.mode == "generated"
+    run(body())
