@@ -251,8 +251,9 @@ class NicCore(wiring.Component):
     and ``qp_state_update`` -> TX's ``qp_cwnd`` / ``qp_ctrl`` registers
     through ``TxControlBridge``, and the EV generator's (``EvGenBlock``:
     MRC's GENERATED and AUTO profiles) writes of TX's and reliability's EV
-    tables, both as internal CSR writes (the bridge's first); the host's doorbell writes to TX ->
-    reliability ``sq_producer`` through ``DoorbellSnoop``. ``peer_ack`` and
+    tables, both as internal CSR writes (the bridge's first); the host's
+    doorbell writes to TX -> reliability ``sq_producer`` through
+    ``DoorbellSnoop``. ``peer_ack`` and
     ``ack_update`` pass a register stage each (1 cycle).
 
     Sent buffer: reliability takes a ``sent`` record only between events,

@@ -116,7 +116,7 @@ class EvGenBlock(wiring.Component):
 
     def __init__(self, *, num_qps, evs_per_qp, tx_map, rel_map, tx_block, rel_block,
                  addr_width=16):
-        if evs_per_qp & (evs_per_qp - 1) or not 1 <= evs_per_qp <= 255:
+        if evs_per_qp & (evs_per_qp - 1) or not 1 <= evs_per_qp <= 128:
             raise ValueError(f"evs_per_qp must be a power of two in 1..128, not {evs_per_qp!r}")
         self.num_qps, self.evs_per_qp = num_qps, evs_per_qp
         self.tx_block, self.rel_block = tx_block, rel_block
