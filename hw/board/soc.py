@@ -21,8 +21,10 @@ Address map of the UART bridge (32-bit byte addresses; ``NIC_BASE``,
 =============  ==========================  ==============================================
 address        size                        what
 =============  ==========================  ==============================================
-0x0000_0000    4 x NicCore ``block_size``  NicCore's CSR space: the block chain the host
-                                           driver walks from offset 0 (docs/registers.md)
+0x0000_0000    2^``csr_addr_width``        NicCore's CSR space (5 blocks of ``block_size``,
+                                           the window a power of two): the block chain
+                                           the host driver walks from offset 0
+                                           (docs/registers.md)
 0x4000_0000    0x100                       board block (``board_register_map``): ID, NEXT,
                                            where the host-memory window is, LED and QP
                                            state, DMA error counter, scratch
