@@ -33,7 +33,7 @@ the longest, and the arbiter's own state (grant, busy) has a diameter of 2.
 from amaranth.hdl import Assert, Cat, Cover, Elaboratable, Module, Mux, Signal
 
 from hw.arbiter import AXIStreamArbiter
-from hw.formal import Proof, valid_until_ready
+from hw.formal import Proof, harness, valid_until_ready
 
 __all__ = ["PROOFS", "StreamArbiterHarness"]
 
@@ -122,15 +122,8 @@ class StreamArbiterHarness(Elaboratable):
         return m
 
 
-def _build(n):
-    def build():
-        h = StreamArbiterHarness(n)
-        return h, h.inputs
-    return build
-
-
 PROOFS = [
-    Proof("stream_arbiter", _build(3), mode="bmc", depth=24, cover_depth=8,
+    Proof("stream_arbiter", harness(StreamArbiterHarness, 3), mode="bmc", depth=24, cover_depth=8,
           reduction="3 inputs, 8-bit data, 1-bit tuser (the fields pass an AND-OR select "
                     "unread); bounded at 24 cycles, 8 times the 3 in which the covers reach "
                     "the longest history (an input served after waiting 2 frames)"),

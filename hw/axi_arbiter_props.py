@@ -38,7 +38,7 @@ order FIFO of 4) is reached within that.
 from amaranth.hdl import Assert, Assume, Cat, Cover, Elaboratable, Module, Mux, Signal
 
 from hw.axi_arbiter import AXI4Arbiter
-from hw.formal import Proof, axi4_rules
+from hw.formal import Proof, axi4_rules, harness
 
 __all__ = ["PROOFS", "AxiArbiterHarness"]
 
@@ -137,15 +137,8 @@ class AxiArbiterHarness(Elaboratable):
         return m
 
 
-def _build(**kw):
-    def build():
-        h = AxiArbiterHarness(**kw)
-        return h, h.inputs
-    return build
-
-
 PROOFS = [
-    Proof("axi_arbiter", _build(), mode="bmc", depth=DEPTH, cover_depth=DEPTH,
+    Proof("axi_arbiter", harness(AxiArbiterHarness), mode="bmc", depth=DEPTH, cover_depth=DEPTH,
           reduction=f"{MASTERS} masters, {DATA}-bit data, {ADDR}-bit addresses, {ID}-bit IDs, "
                     f"bursts of at most 2 beats, a W order FIFO of {FIFO}; bounded at {DEPTH} "
                     "cycles, past the covers' longest history"),

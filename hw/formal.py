@@ -23,6 +23,10 @@ hold reset low: ``formal_top`` gives the harness a ``reset_less`` sync domain
 whose clock is a port of the top (an undriven clock would freeze every
 flip-flop, and every property would hold vacuously; the covers catch that).
 
+``harness(cls, *args, **kwargs)``
+    A ``Proof.build`` for a harness that lists its free inputs as ``inputs``:
+    it makes ``cls(*args, **kwargs)`` at each run, returned with them.
+
 ``valid_until_ready(m, valid, ready, payload, *, dut_drives, name)``
     The stream rule (amaranth.lib.stream, AXI4 and AXI4-Stream alike): once
     ``valid`` is offered it stays until ``ready`` takes it, and ``payload``
@@ -55,8 +59,8 @@ from dataclasses import dataclass
 
 from amaranth.hdl import Assert, Assume, Cat, ClockDomain, Elaboratable, Module, Signal, Value
 
-__all__ = ["Proof", "axi4_rules", "block_invariants", "checking", "formal_top", "invariant",
-           "transfer_count", "valid_until_ready"]
+__all__ = ["Proof", "axi4_rules", "block_invariants", "checking", "formal_top", "harness",
+           "invariant", "transfer_count", "valid_until_ready"]
 
 _AXI4_CHANNELS = {  # channel: driven by the master
     "aw": True, "w": True, "ar": True, "b": False, "r": False,
@@ -117,6 +121,14 @@ def formal_top(harness, inputs):
     m.domains.sync = cd = ClockDomain("sync", reset_less=True)
     m.submodules.harness = harness
     return m, [cd.clk, *(Value.cast(i) for i in inputs)]
+
+
+def harness(cls, *args, **kwargs) -> Callable[[], tuple[Elaboratable, list]]:
+    """See the module docstring."""
+    def build():
+        h = cls(*args, **kwargs)
+        return h, h.inputs
+    return build
 
 
 def valid_until_ready(m: Module, valid, ready, payload, *, dut_drives: bool, name: str):

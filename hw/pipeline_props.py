@@ -24,7 +24,7 @@ alike, and a count modulo 16 exceeds the capacity (2) many times over.
 
 from amaranth.hdl import Assert, Assume, Cover, Elaboratable, Module, Mux, Signal
 
-from hw.formal import Proof, transfer_count, valid_until_ready
+from hw.formal import Proof, harness, transfer_count, valid_until_ready
 from hw.pipeline import StreamRegister
 
 __all__ = ["PROOFS", "StreamStageHarness"]
@@ -91,12 +91,9 @@ class StreamStageHarness(Elaboratable):
 
 
 def _stage(hold, check_data):
-    def build():
-        h = StreamStageHarness(lambda width: StreamRegister(width, hold=hold),
-                               capacity=1 if hold else 2, bubble_free=not hold,
-                               check_data=check_data, fair_sink=not check_data)
-        return h, h.inputs
-    return build
+    return harness(StreamStageHarness, lambda width: StreamRegister(width, hold=hold),
+                   capacity=1 if hold else 2, bubble_free=not hold, check_data=check_data,
+                   fair_sink=not check_data)
 
 
 _DATA = ("40-bit payload of a 4-bit sequence number; bounded at 40 cycles, past the "

@@ -25,7 +25,7 @@ a run is longer than an induction could span.
 
 from amaranth.hdl import Assert, Cover, Elaboratable, Module, Mux, Signal
 
-from hw.formal import Proof, valid_until_ready
+from hw.formal import Proof, harness, valid_until_ready
 from hw.protocol import EvState
 from hw.reliability.registers import register_map as rel_register_map
 from hw.tx.regs import tx_register_map
@@ -95,13 +95,8 @@ class EvGenHarness(Elaboratable):
         return m
 
 
-def _build():
-    h = EvGenHarness()
-    return h, h.inputs
-
-
 PROOFS = [
-    Proof("ev_gen_block", _build, mode="bmc", depth=80, cover_depth=70, long=True,
+    Proof("ev_gen_block", harness(EvGenHarness), mode="bmc", depth=80, cover_depth=70, long=True,
           reduction="2 QPs x 2 EVs; bounded at 80 cycles, past a whole run of two EVs "
                     "(the covers reach one, its status read back, at step 69)"),
 ]

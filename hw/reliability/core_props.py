@@ -89,7 +89,7 @@ tests/unit/test_rel_sack_align.py).
 
 from amaranth.hdl import Assert, Assume, Cat, Cover, Elaboratable, Module, Signal
 
-from hw.formal import Proof, valid_until_ready
+from hw.formal import Proof, harness, valid_until_ready
 from hw.headers import Opcode
 from hw.protocol import PSN_BITS
 
@@ -319,26 +319,16 @@ class CoreUnaHarness(Elaboratable):
         return m
 
 
-def _build():
-    h = CoreUnaHarness()
-    return h, h.inputs
-
-
-def _build_narrow():
-    h = CoreUnaHarness(narrow=True)
-    return h, h.inputs
-
-
 PROOFS = [
-    Proof("rel_core_una", _build, mode="bmc", depth=20, cover_depth=22, long=True,
+    Proof("rel_core_una", harness(CoreUnaHarness), mode="bmc", depth=20, cover_depth=22, long=True,
           engine="smtbmc --syn yices",
           reduction="2 QPs, 2 EVs, a 4-PSN window, 32-bit SACK bitmaps (the smallest the "
                     "constructors accept; PSNs at full width); window parameters at their "
                     "reset values; bounded at 20 cycles (each step costs minutes): commands, "
                     "sent records and ACKs taken; the first completion (step 21) and an "
                     "ACK's write-back of una are beyond it (the covers reach the first)"),
-    Proof("rel_core_completion", _build_narrow, mode="bmc", depth=24, cover_depth=24,
-          long=True, engine="smtbmc --syn yices",
+    Proof("rel_core_completion", harness(CoreUnaHarness, narrow=True), mode="bmc", depth=24,
+          cover_depth=24, long=True, engine="smtbmc --syn yices",
           reduction="as rel_core_una, with only QP 0 driven (QP-state commands, sent "
                     "records, ACKs and NAK TRIMMEDs; no timer reports, doorbells, probes or EV "
                     "commands) and every output ready; bounded at 24 cycles: the first "

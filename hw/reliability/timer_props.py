@@ -40,7 +40,7 @@ within 12 cycles. Each further step costs the solver more than all before it.
 
 from amaranth.hdl import Assert, Assume, Cover, Elaboratable, Module, Mux, Signal
 
-from hw.formal import Proof, valid_until_ready
+from hw.formal import Proof, harness, valid_until_ready
 
 from .timer import RetransmitTimers
 
@@ -130,13 +130,9 @@ class TimerHarness(Elaboratable):
         return m
 
 
-def _build():
-    h = TimerHarness()
-    return h, h.inputs
-
-
 PROOFS = [
-    Proof("retransmit_timer", _build, mode="bmc", depth=16, cover_depth=12, long=True,
+    Proof("retransmit_timer", harness(TimerHarness), mode="bmc", depth=16, cover_depth=12,
+          long=True,
           reduction="3 QPs, 2-bit generations, 8-bit deadlines (the scan and its stop do "
                     "not depend on the widths; the same serial-number comparison, with 128 "
                     "cycles of headroom); the sink stalls a report at most 2 cycles; bounded "

@@ -38,7 +38,7 @@ writer's own invariants (its counters against its address registers).
 
 from amaranth.hdl import Assert, Assume, Cat, Const, Cover, Elaboratable, Module, Mux, Signal
 
-from hw.formal import Proof, axi4_rules, valid_until_ready
+from hw.formal import Proof, axi4_rules, harness, valid_until_ready
 from hw.rx.dma import CQE_BYTES, RxDmaWriter
 
 __all__ = ["PROOFS", "DmaWriterHarness"]
@@ -193,13 +193,9 @@ class DmaWriterHarness(Elaboratable):
         return m
 
 
-def _build():
-    h = DmaWriterHarness()
-    return h, h.inputs
-
-
 PROOFS = [
-    Proof("rx_dma_writer_bounds", _build, mode="bmc", depth=DEPTH, cover_depth=DEPTH,
+    Proof("rx_dma_writer_bounds", harness(DmaWriterHarness), mode="bmc", depth=DEPTH,
+          cover_depth=DEPTH,
           engine="smtbmc --syn yices", long=True,
           reduction=f"64-bit data, 32-bit addresses, commands of at most {MAX_LEN} bytes, "
                     f"two outstanding, the bytes' values 0; bounded at {DEPTH} cycles: one "

@@ -60,7 +60,7 @@ are reached by step 19 (the covers).
 
 from amaranth.hdl import Assert, Assume, Cat, Cover, Elaboratable, Module, Mux, Signal
 
-from hw.formal import Proof, valid_until_ready
+from hw.formal import Proof, harness, valid_until_ready
 from hw.protocol import Opcode
 from hw.rx.layouts import COUNTER_NAMES, Verdict
 from hw.rx.parser import RxParser
@@ -207,26 +207,19 @@ class ParserDrainHarness(Elaboratable):
         return m
 
 
-def _build(**kw):
-    def build():
-        h = ParserDrainHarness(**kw)
-        return h, h.inputs
-    return build
-
-
 _REDUCTION = ("64-bit data, sack_bits 32, max_payload 16 bytes (2 beats), the smallest frame "
               "FIFO (4 beats); bounded at 24 cycles: a frame and most of the next (an ACK's "
               "record leaves by step 16, a 12-beat write's payload by 23)")
 PROOFS = [
-    Proof("rx_parser_drain", _build(stall=0, in_bound=1, rec_bound=3, pay_bound=4,
-                                    written=False),
+    Proof("rx_parser_drain", harness(ParserDrainHarness, stall=0, in_bound=1, rec_bound=3,
+                                     pay_bound=4, written=False),
           mode="bmc", depth=24, cover_depth=17, long=True, reduction=_REDUCTION),
-    Proof("rx_parser_drain_written", _build(stall=0, in_bound=1, rec_bound=3, pay_bound=4,
-                                            written=True),
+    Proof("rx_parser_drain_written", harness(ParserDrainHarness, stall=0, in_bound=1,
+                                             rec_bound=3, pay_bound=4, written=True),
           mode="bmc", depth=24, cover_depth=24, long=True,
           reduction=_REDUCTION + "; the first frame a fixed valid WRITE_ONLY"),
-    Proof("rx_parser_stall", _build(stall=STALL, in_bound=None, rec_bound=STALL + 3,
-                                    pay_bound=STALL + 4, written=False),
+    Proof("rx_parser_stall", harness(ParserDrainHarness, stall=STALL, in_bound=None,
+                                     rec_bound=STALL + 3, pay_bound=STALL + 4, written=False),
           mode="bmc", depth=21, cover_depth=20, long=True,
           reduction=_REDUCTION.replace("24", "21") + f"; outputs not ready for at most {STALL} "
           "cycles in a row"),

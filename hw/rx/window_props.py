@@ -60,7 +60,7 @@ with the init's ``epsn`` (it speaks of the QP before the init).
 
 from amaranth.hdl import Assert, Assume, Cat, Cover, Elaboratable, Module, Mux, Signal
 
-from hw.formal import Proof, valid_until_ready
+from hw.formal import Proof, harness, valid_until_ready
 from hw.protocol import PSN_BITS
 
 from .layouts import ReqKind
@@ -216,13 +216,9 @@ class PsnWindowHarness(Elaboratable):
         return m
 
 
-def _build():
-    h = PsnWindowHarness()
-    return h, h.inputs
-
-
 PROOFS = [
-    Proof("rx_psn_window", _build, mode="bmc", depth=23, cover_depth=24, long=True,
+    Proof("rx_psn_window", harness(PsnWindowHarness), mode="bmc", depth=23, cover_depth=24,
+          long=True,
           reduction="2 QPs, 32-bit words, a 128-PSN window (ring of 256 bits), 2 in-flight "
                     "slots, 1 pending entry; the fields only copied to outputs held at 0; "
                     "bounded at 23 cycles: step 22 is the first in which an ACK's cumulative "

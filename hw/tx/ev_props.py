@@ -111,7 +111,7 @@ assumption holds on those histories.
 
 from amaranth.hdl import Assert, Assume, Cat, Cover, Elaboratable, Module, Mux, Signal
 
-from hw.formal import Proof, valid_until_ready
+from hw.formal import Proof, harness, valid_until_ready
 from hw.protocol import Opcode
 
 from .ev import EvTable
@@ -372,27 +372,20 @@ class EvHarness(Elaboratable):
         m.d.comb += Cover(new & parked.bit_select(sent.payload.qpn[:QB], 1))
 
 
-def _build(parts, evs):
-    def build():
-        h = EvHarness(parts, evs)
-        return h, h.inputs
-    return build
-
-
 ENGINE = "smtbmc --syn yices"  # the sequencer's wide control logic, as gates
 
 PROOFS = [
-    Proof("tx_ev_table", _build("table", 3), mode="bmc", depth=24, cover_depth=12,
+    Proof("tx_ev_table", harness(EvHarness, "table", 3), mode="bmc", depth=24, cover_depth=12,
           engine=ENGINE,
           reduction="2 QPs x 3 EVs (an out-of-range index); bounded at 24 cycles: the "
                     "8 of the defaults and 5 changes after them"),
-    Proof("tx_ev_sequencer", _build("seq", 3), mode="bmc", depth=32, cover_depth=32,
+    Proof("tx_ev_sequencer", harness(EvHarness, "seq", 3), mode="bmc", depth=32, cover_depth=32,
           engine=ENGINE, long=True,
           reduction="2 QPs x 3 EVs, 16 PSNs in flight, MTU 256, 512-bit data, 32-bit "
                     "addresses; every input free, good any bitmap each cycle; bounded at "
                     "32 cycles: a retransmission's choice at 31 (a new packet's choice meets "
                     "every bitmap and cursor)"),
-    Proof("tx_ev_send", _build("both", 2), mode="bmc", depth=34, cover_depth=34,
+    Proof("tx_ev_send", harness(EvHarness, "both", 2), mode="bmc", depth=34, cover_depth=34,
           engine=ENGINE, long=True,
           reduction="as tx_ev_sequencer, 2 EVs per QP (the table's defaults in 4 cycles); "
                     "bounded at 34 cycles: a retransmission at 33, the races at 21, the "
