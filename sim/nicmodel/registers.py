@@ -64,6 +64,11 @@ class RegisterBehaviour:
         block, offset = self._block(addr)
         if block is None or offset in (0, 4):
             return
+        self._apply_write(block, offset, value)
+
+    def _apply_write(self, block: str, offset: int, value: int) -> None:
+        """A write decoded to ``block``'s word at ``offset``: stored (masked to the
+        register's fields; a read-only one ignores it) and acted on."""
         hit = self.decode[block].get(offset)
         if hit is None:
             return
@@ -314,14 +319,9 @@ class RegisterBehaviour:
     # ---- writes with behaviour -------------------------------------------------------------------
 
     def _internal_write(self, block, name, index, value):
-        """A write NicCore makes on its own (an injected CSR write): stored and
+        """A write NicCore makes on its own (an injected CSR write): decoded and
         acted on as the host's, without bus time."""
-        reg = self.maps[block][name]
-        old = self.store.get((block, reg.addr(index)), 0)
-        self.store[(block, reg.addr(index))] = value
-        handler = getattr(self, f"_write_{block}_{name}", None)
-        if handler is not None:
-            handler(index, value, old)
+        self._apply_write(block, self.maps[block][name].addr(index), value)
 
     def _write_ev_gen_gen_start(self, index_unused, value, old):
         """EvGenBlock's run, at once (the gateware's takes hundreds of cycles,
