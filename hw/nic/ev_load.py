@@ -166,7 +166,6 @@ class EvGenBlock(wiring.Component):
         idx = Signal(range(E + 1))
         ev_value = Signal(16)
         ev_state = Signal(EvState)
-        filling = Signal()  # the entries past the EVs found, DENIED
         p = gen.start.payload
         qp_f, rng, init, shape = regs["gen_qp"], regs["gen_range"], regs["gen_init"], \
             regs["gen_shape"]
@@ -214,12 +213,12 @@ class EvGenBlock(wiring.Component):
             with m.State("RUN"):
                 with m.If(gen.ev.valid):
                     m.d.sync += [idx.eq(gen.ev.payload.index), ev_value.eq(gen.ev.payload.value),
-                                 ev_state.eq(EvState.GOOD), filling.eq(0)]
+                                 ev_state.eq(EvState.GOOD)]
                     m.next = "SELECT"
                 with m.Elif(~gen.busy):  # done: refused, too few EVs, or count found
                     m.d.sync += [error.eq(gen.error), found.eq(Mux(gen.error, 0, gen.found)),
                                  idx.eq(Mux(gen.error, 0, gen.found)), ev_value.eq(0),
-                                 ev_state.eq(EvState.DENIED), filling.eq(1)]
+                                 ev_state.eq(EvState.DENIED)]
                     m.next = "FILL"
             with m.State("FILL"):
                 with m.If(idx == E):
@@ -236,7 +235,7 @@ class EvGenBlock(wiring.Component):
                 write(self.rel_block, self.rel_ev.offset + (entry << 2),
                       entry_data | 1 << 31, "NEXT")
             with m.State("NEXT"):
-                with m.If(filling):
+                with m.If(ev_state == EvState.DENIED):  # the entries past the EVs found
                     m.d.sync += idx.eq(idx + 1)
                     m.next = "FILL"
                 with m.Else():
