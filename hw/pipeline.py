@@ -149,7 +149,7 @@ from hw.stream import AXIStreamSignature
 
 __all__ = ["AXI4RegisterSlice", "AXIRegisterSlice", "AXIStreamRegister", "BlockRamFIFO",
            "OneHotFSM", "StreamRegister", "TransitionConflict",
-           "forward_register", "load_in_groups", "saturating_increment",
+           "forward_register", "load_in_groups", "registered_product", "saturating_increment",
            "skid", "state_copy", "unchecked_read_port"]
 
 
@@ -157,6 +157,27 @@ __all__ = ["AXI4RegisterSlice", "AXIRegisterSlice", "AXIStreamRegister", "BlockR
 # enables this many data bits (about 2 x 36 mux and enable sinks), so no single
 # flip-flop or clock enable spans a wide stage.
 SKID_GROUP_BITS = 36
+
+
+# The operand width one ECP5 MULT18X18D multiplies unsigned (18 bits signed).
+DSP_SLICE_BITS = 17
+
+
+def registered_product(m: Module, a, b, name: str) -> Signal:
+    """``a`` x ``b`` (unsigned) in two registered stages, valid 2 cycles after its
+    operands: the products of ``a``'s 17-bit slices with ``b`` (one MULT18X18D
+    each for a ``b`` of up to 17 bits), then their sum. A DSP's output and a wide
+    adder after it do not fit one 125 MHz cycle on the ECP5."""
+    a, b = Value.cast(a), Value.cast(b)
+    parts = []
+    for k, lo in enumerate(range(0, len(a), DSP_SLICE_BITS)):
+        chunk = a[lo:lo + DSP_SLICE_BITS]
+        part = Signal(len(chunk) + len(b), name=f"{name}_part{k}")
+        m.d.sync += part.eq(chunk * b)
+        parts.append((lo, part))
+    total = Signal(len(a) + len(b), name=name)
+    m.d.sync += total.eq(sum(part << lo for lo, part in parts))
+    return total
 
 
 def skid(m: Module, i_valid, i_ready, i_data, o_valid, o_ready, o_data, name: str):

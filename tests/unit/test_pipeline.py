@@ -26,6 +26,7 @@ from hw.pipeline import (
     BlockRamFIFO,
     StreamRegister,
     forward_register,
+    registered_product,
     saturating_increment,
     unchecked_read_port,
 )
@@ -508,3 +509,31 @@ def test_stream_fifo_out_stages_parameter():
 
     with pytest.raises(ValueError, match="out_stages"):
         StreamFifo(8, 3, out_stages=3)
+
+
+@pytest.mark.parametrize("widths", [(17, 17), (20, 17), (44, 12), (32, 17)])
+def test_registered_product_is_the_product_two_cycles_on(widths):
+    wa, wb = widths
+    m = Module()
+    a, b = Signal(wa), Signal(wb)
+    p = registered_product(m, a, b, "p")
+    assert len(p) == wa + wb
+    rng = seeds.rng(f"product-{wa}x{wb}")
+    pairs = [(rng.randrange(1 << wa), rng.randrange(1 << wb)) for _ in range(50)]
+    pairs += [((1 << wa) - 1, (1 << wb) - 1), (0, 1)]
+    got = []
+
+    async def bench(ctx):
+        for x, y in pairs:
+            ctx.set(a, x)
+            ctx.set(b, y)
+            await ctx.tick()  # the slices' products of this pair registered
+            got.append(ctx.get(p))  # the sum of the pair before
+        await ctx.tick()
+        got.append(ctx.get(p))
+
+    sim = Simulator(m)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert got[1:] == [x * y for x, y in pairs]
