@@ -165,16 +165,17 @@ DSP_SLICE_BITS = 17
 
 def registered_product(m: Module, a, b, name: str) -> Signal:
     """``a`` x ``b`` (unsigned) in two registered stages, valid 2 cycles after its
-    operands: the products of ``a``'s 17-bit slices with ``b`` (one MULT18X18D
-    each for a ``b`` of up to 17 bits), then their sum. A DSP's output and a wide
-    adder after it do not fit one 125 MHz cycle on the ECP5."""
+    operands: the products of the operands' 17-bit slices, each pair on one
+    MULT18X18D, then their sum. A DSP's output and a wide adder after it do not
+    fit one 125 MHz cycle on the ECP5."""
     a, b = Value.cast(a), Value.cast(b)
     parts = []
-    for k, lo in enumerate(range(0, len(a), DSP_SLICE_BITS)):
-        chunk = a[lo:lo + DSP_SLICE_BITS]
-        part = Signal(len(chunk) + len(b), name=f"{name}_part{k}")
-        m.d.sync += part.eq(chunk * b)
-        parts.append((lo, part))
+    for i, lo_a in enumerate(range(0, len(a), DSP_SLICE_BITS)):
+        for j, lo_b in enumerate(range(0, len(b), DSP_SLICE_BITS)):
+            sa, sb = a[lo_a:lo_a + DSP_SLICE_BITS], b[lo_b:lo_b + DSP_SLICE_BITS]
+            part = Signal(len(sa) + len(sb), name=f"{name}_part{i}_{j}")
+            m.d.sync += part.eq(sa * sb)
+            parts.append((lo_a + lo_b, part))
     total = Signal(len(a) + len(b), name=name)
     m.d.sync += total.eq(sum(part << lo for lo, part in parts))
     return total

