@@ -189,9 +189,9 @@ def step_bound(recip_bits: int, change: float, nbytes: int, cwnd: float,
 
 def _shift_down(value, amount, offset: int):
     """``value`` x 2**-(``amount`` + ``offset``), for an unsigned ``amount`` and a
-    constant ``offset`` of either sign."""
-    if offset >= 0:
-        return value >> (amount + offset)
+    constant ``offset`` < 0 (``NsccUnit``'s shifts, with at most 14 reciprocal
+    bits)."""
+    assert offset < 0
     return Cat(Const(0, -offset), value) >> amount
 
 
@@ -267,6 +267,10 @@ class NsccUnit(wiring.Component):
     LATENCY = 24
 
     def __init__(self, recip_bits: int = 10):
+        if not isinstance(recip_bits, int) or not 6 <= recip_bits <= 14:
+            self._MustUse__silence = True  # never elaborated: no "never used" warning
+            raise ValueError(f"recip_bits must be 6..14 (a ROM of 2**recip_bits entries), "
+                             f"not {recip_bits!r}")
         self.recip_bits = recip_bits
         super().__init__({
             "config": In(NsccConfig),
@@ -349,7 +353,8 @@ class NsccUnit(wiring.Component):
         # cycle 10: the proportional increase, Q24.8 (nbytes x pi_frac x 2**-16 x 2**8)
         pi_inc = product("pi_inc", nbytes, pi_frac)
         # cycle 11: the window after it (its reciprocal: cycle 15)
-        pi = is_ack & some & ~ece & below
+        # (cwnd1 is read for an enabled ACK only; with nbytes = 0, pi_inc is 0)
+        pi = ~ece & below
         cwnd1 = reg("cwnd1", cw_bits, saturated(i.cwnd + Mux(pi, pi_inc[8:], 0), cw_bits))
         m.submodules.recip_cw = recip_cw = Reciprocal(cw_bits, B)
         m.d.comb += recip_cw.x.eq(cwnd1)
@@ -374,7 +379,7 @@ class NsccUnit(wiring.Component):
                                                       cw_bits))
         md_sub = reg("md_sub", cw_bits, cwnd1 - md_dec)
         # cycle 20: the window after the quadrant's action (or the trim, the timeout)
-        fair = is_ack & some & ~ece
+        fair = ~ece  # (read in the ACK branch only; with nbytes = 0, fair_inc is 0)
         md = is_ack & some & ece & ~below & md_ok
         trim_sub = i.cwnd - Cat(Const(0, CWND_FRAC), nbytes)
         cwnd2_v = Signal(cw_bits)

@@ -23,6 +23,7 @@ SECTIONS = {
     "tx": "sim.bench.tx",
     "rx": "sim.bench.rx",
     "reliability": "sim.bench.rel",
+    "nscc": "sim.bench.nscc",
     "model": "sim.bench.model",
     "system": "sim.bench.system",
     "speed": "sim.bench.speed",

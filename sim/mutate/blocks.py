@@ -47,6 +47,8 @@ BLOCKS = (
           ("tests/hw/test_reliability.py::test_reliability",
            "tests/hw/test_rel_model.py::test_rel_model")),
     Block("rel.cwnd", ("hw/reliability/cwnd.py",), (U + "test_rel_cwnd_unit.py",)),
+    Block("rel.nscc", ("hw/reliability/nscc.py", "hw/reliability/nscc_engine.py"),
+          (U + "test_rel_nscc.py",)),
     Block("rel.timer", ("hw/reliability/timer.py", "hw/reliability/deadline.py"),
           (U + "test_rel_timer_deadline.py", U + "test_rel_blocks.py -k timer")),
     Block("rel.engine", ("hw/reliability/engine.py",),
