@@ -203,8 +203,7 @@ class Reciprocal(wiring.Component):
     Interface: ``x`` In(width), read every cycle; ``r``, ``p`` Out: valid 4 cycles
     after ``x`` (the leading 1 and the normalised ``x`` registered, the ROM's read
     register and a register after it: a block RAM's output is slow). Throughput:
-    one per cycle. ``x`` = 0 gives ``p`` = 0, a meaningless
-    ``r``."""
+    one per cycle. ``x`` = 0 gives ``p`` = 0 and a meaningless ``r``."""
 
     def __init__(self, width: int, bits: int):
         self.width = width

@@ -27,6 +27,7 @@ SECTIONS = {
     "model": "sim.bench.model",
     "system": "sim.bench.system",
     "speed": "sim.bench.speed",
+    "peers": "sim.bench.peers",
 }
 
 

@@ -20,6 +20,7 @@ Run: ``python -m sim.bench.rel`` (prints the section).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import random
@@ -35,6 +36,7 @@ __all__ = ["run", "measure_ack_rate", "timer_error", "synth_estimate"]
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@functools.cache
 def measure_ack_rate() -> dict:
     """ACK rate and whole-block timeout error from the cocotb bench case."""
     sys.path.insert(0, str(ROOT))

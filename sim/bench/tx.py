@@ -21,6 +21,7 @@ the ``tx_engine_w64`` Verilator build of ``tests/hw/test_tx_engine.py``.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shutil
@@ -32,6 +33,7 @@ from pathlib import Path
 __all__ = ["run", "measure_throughput", "synth_estimate"]
 
 
+@functools.cache
 def measure_throughput() -> dict:
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
     from tests.hw.test_tx_engine import run as run_tx

@@ -1,0 +1,116 @@
+"""Our NIC beside its peers (issue 32): message rate, line rate and connection scale,
+each of our figures measured in this run beside a peer's published one.
+
+``run()`` returns a markdown section for docs/benchmarks.md. Our figures come from
+the TX and reliability benches (``sim.bench.tx.measure_throughput``,
+``sim.bench.rel.measure_ack_rate``; cached, so a whole ``make bench`` measures them
+once) at the Versa board's 125 MHz; the peers' from their own publications, named
+in the table. Rates at another clock are ours x that clock / 125 MHz: the
+figures are cycles, the clock is the configuration's.
+
+Run: ``python -m sim.bench.peers`` (prints the section).
+"""
+
+from __future__ import annotations
+
+__all__ = ["run", "PEERS"]
+
+CLOCK_MHZ = 125  # the Versa board's NIC clock
+WIRE_OVERHEAD = 20  # preamble, start delimiter and inter-frame gap, bytes
+ETH_100G_64B_MPPS = 100e3 / ((64 + WIRE_OVERHEAD) * 8)  # 148.8
+
+# (what, figure, unit, source)
+PEERS = {
+    "msg_100g": ("100GbE, 64-byte frames (the wire's limit)", ETH_100G_64B_MPPS, "Mpps",
+                 "IEEE 802.3: 100 Gb/s / ((64 + 20) x 8 bits)"),
+    "msg_cx6": ("NVIDIA ConnectX-6, 200 Gb/s", 215.0, "M msg/s",
+                "NVIDIA ConnectX-6 EN user manual, Introduction "
+                "(docs.nvidia.com/networking/display/ConnectX6EN/Introduction)"),
+    "msg_falcon": ("Google Falcon, 200 Gb/s", 120.0, "M ops/s",
+                   "as issue 32 quotes it (Google Cloud blog, 2023-10-17, \"Google opens "
+                   "Falcon\"); not checked against the text"),
+    "rate_corundum": ("Corundum, 512 bits at 250 MHz", 100.0, "Gb/s",
+                      "Forencich et al., \"Corundum: An Open-Source 100-Gbps NIC\", FCCM 2020"),
+    "rate_ernic": ("AMD ERNIC, 512-bit datapath", 100.0, "Gb/s",
+                   "AMD PG332 v4.0, Features and Feature Summary"),
+    "rate_srnic": ("SRNIC (FPGA prototype)", 97.0, "Gb/s",
+                   "Wang et al., \"SRNIC: A Scalable Architecture for RDMA NICs\", NSDI 2023"),
+    "qp_ernic": ("AMD ERNIC (127 with Vivado's default strategies)", 2047, "QPs",
+                 "AMD PG332 v4.0, Feature Summary"),
+    "qp_coyote": ("Coyote's RoCE stack", 500, "QPs",
+                  "as issue 32 quotes it; not checked against a publication"),
+    "qp_srnic": ("SRNIC, on chip", 10_000, "connections", "SRNIC, NSDI 2023 (abstract)"),
+}
+
+
+def _row(what: str, ours: float, unit: str, peer_key: str) -> str:
+    name, figure, peer_unit, source = PEERS[peer_key]
+    shown = f"{figure:,}" if isinstance(figure, int) else f"{figure:,.4g}"
+    return (f"| {what} | {ours:,.3g} {unit} | {name}: {shown} {peer_unit} | "
+            f"{ours / figure:.3f} | {source} |")
+
+
+def run() -> str:
+    from sim.bench.rel import measure_ack_rate
+    from sim.bench.tx import measure_throughput
+
+    tx = measure_throughput()
+    rel = measure_ack_rate()
+    width = tx["data_bytes_per_cycle"]
+    small = tx["64B_writes"]
+    pkt_per_cycle = small["packets"] / small["cycles"]
+    wire_per_cycle = small["packets"] / small["beats"]
+    mpps = pkt_per_cycle * CLOCK_MHZ
+    big = tx["64KiB_mtu4096"]
+    gbps = big["payload_bytes"] / big["cycles"] * 8 * CLOCK_MHZ / 1e3
+    line_gbps = width * 8 * CLOCK_MHZ / 1e3
+    ack = next(c for c in rel["ack_rate"] if c["name"].startswith("cumulative, 1 PSN"))
+    cycles_per_ack = ack["cycles"] / ack["acks"]
+    default_qps = _default_qps()
+    lines = [
+        "## Peers",
+        "",
+        f"Our figures from this run's TX and reliability benches, at {CLOCK_MHZ} MHz "
+        f"(the Versa board's clock) and the simulation's {8 * width}-bit datapath "
+        f"({line_gbps:g} Gb/s per port); a peer's from its publication. Ratio = ours / "
+        "the peer's.",
+        "",
+        "| figure | ours | peer | ratio | peer's source |",
+        "|---|---|---|---|---|",
+        _row("64-byte WRITEs, one WQE each", mpps, "Mpps", "msg_100g"),
+        _row("64-byte WRITEs, one WQE each", mpps, "M msg/s", "msg_cx6"),
+        _row("64-byte WRITEs, one WQE each", mpps, "M ops/s", "msg_falcon"),
+        _row("payload rate, 64 KiB messages, MTU 4096", gbps, "Gb/s", "rate_corundum"),
+        _row("payload rate, 64 KiB messages, MTU 4096", gbps, "Gb/s", "rate_ernic"),
+        _row("payload rate, 64 KiB messages, MTU 4096", gbps, "Gb/s", "rate_srnic"),
+        _row("QPs of the default NicCore", default_qps, "QPs", "qp_ernic"),
+        _row("QPs of the default NicCore", default_qps, "QPs", "qp_coyote"),
+        _row("QPs of the default NicCore", default_qps, "QPs", "qp_srnic"),
+        "",
+        f"Where we stop, and why. Small messages: {pkt_per_cycle:.4f} packets per cycle, "
+        f"{pkt_per_cycle / wire_per_cycle:.2f} of what our own wire allows "
+        f"({wire_per_cycle:.4f}, a 64-byte WRITE's frame being "
+        f"{small['beats'] / small['packets']:.0f} beats), because the TX sequencer fetches "
+        "each WQE on its own (the TX section). "
+        f"Acknowledgements: {cycles_per_ack:.1f} cycles per cumulative ACK (the reliability "
+        f"section), so one ACK per packet caps the rate at {1 / cycles_per_ack:.4f} packets "
+        f"per cycle: above today's TX rate, below the wire's {wire_per_cycle:.4f}. Line rate: "
+        f"{gbps:.2f} of the {line_gbps:g} Gb/s a {8 * width}-bit port gives at {CLOCK_MHZ} MHz "
+        f"({gbps / line_gbps:.3f}); 100 Gb/s needs 512 bits at 250 MHz, as Corundum's. "
+        "Connections: TX keeps per-QP state in flip-flops. The Versa board's build has 2 QPs; "
+        "the default NicCore's 16 do not fit its 45F, and 256 would take about 117,000 LUT4 "
+        "by the blocks' sums (docs/board.md, \"NicCore scaling\").",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _default_qps() -> int:
+    import inspect
+
+    from hw.nic import NicCore
+
+    return inspect.signature(NicCore).parameters["num_qps"].default
+
+
+if __name__ == "__main__":
+    print(run())
