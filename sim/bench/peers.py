@@ -52,7 +52,7 @@ def _row(what: str, ours: float, unit: str, peer_key: str) -> str:
 
 def run() -> str:
     from sim.bench.rel import measure_ack_rate
-    from sim.bench.tx import measure_throughput
+    from sim.bench.tx import measure_throughput, read_channel_line
 
     tx = measure_throughput()
     rel = measure_ack_rate()
@@ -91,7 +91,7 @@ def run() -> str:
         f"{pkt_per_cycle / wire_per_cycle:.2f} of what our own wire allows "
         f"({wire_per_cycle:.4f}, a 64-byte WRITE's frame being "
         f"{small['beats'] / small['packets']:.0f} beats), because the TX sequencer fetches "
-        "each WQE on its own (the TX section). "
+        "each WQE on its own (the TX section). " + read_channel_line(small) + " "
         f"Acknowledgements: {cycles_per_ack:.1f} cycles per cumulative ACK (the reliability "
         f"section), so one ACK per packet caps the rate at {1 / cycles_per_ack:.4f} packets "
         f"per cycle: above today's TX rate, below the wire's {wire_per_cycle:.4f}. Line rate: "

@@ -30,7 +30,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["run", "measure_throughput", "synth_estimate"]
+__all__ = ["run", "measure_throughput", "read_channel_line", "synth_estimate"]
 
 
 @functools.cache
@@ -42,6 +42,20 @@ def measure_throughput() -> dict:
         out = Path(tmp) / "tx_bench.json"
         run_tx(testcase="test_bench", extra_env={"TX_BENCH_OUT": str(out)})
         return json.loads(out.read_text())
+
+
+def read_channel_line(r: dict) -> str:
+    """The DMA read channel's cycles per packet of a bench case (``r``, one of
+    ``measure_throughput``'s): where a small message's cycles go."""
+    rc, n = r["read_channel"], r["packets"]
+    return (f"The read channel over those {r['cycles']} cycles, per packet: "
+            f"{rc['wqe_beats'] / n:.1f} beats of WQE and {rc['payload_beats'] / n:.1f} of "
+            f"payload ({rc['bursts'] / n:.1f} bursts), {rc['waiting'] / n:.1f} cycles waiting "
+            f"for a burst's first beat, and {rc['idle'] / n:.1f} cycles with no read "
+            "outstanding: the sequencer asks for the next WQE only once the packet before is "
+            "emitted, so the memory idles while it works. Both bursts fit in "
+            f"{(rc['wqe_beats'] + rc['payload_beats']) / n:.0f} of a frame's "
+            f"{r['beats'] / n:.0f} beats: a WQE fetched ahead would leave the wire the limit.")
 
 
 def _yosys_cmd():
@@ -169,6 +183,8 @@ def run() -> str:
         f"so the wire alone would allow {1 / per_frame:.4f}). Each packet is a WQE of its own: "
         "the sequencer's WQE fetch (one 64-byte burst and its memory round trip) and ~9 control "
         "cycles per packet are the limit, not the datapath.",
+        "",
+        read_channel_line(r),
         "",
         "Resources ({tool}; LUT4 counts 2 per CCU2C carry cell; BRAM = DP16KD "
         "18 Kbit blocks):",

@@ -1165,8 +1165,38 @@ def test_tx_engine_soak():
 # Benchmark (sim/bench/tx.py runs this through the same Verilator build)
 
 
+async def _read_channel(dut, log):
+    """Per cycle (time, R beat by ARID or None, AR taken, reads outstanding before
+    it): the DMA read channel, for the benchmark's account of a packet's cycles."""
+    outstanding = 0
+    while True:
+        await RisingEdge(dut.clk)
+        ar = bool(dut.m_axi__arvalid.value and dut.m_axi__arready.value)
+        beat = None
+        if dut.m_axi__rvalid.value and dut.m_axi__rready.value:
+            beat = int(dut.m_axi__rid.value)
+        log.append((get_sim_time("ns"), beat, ar, outstanding))
+        outstanding += ar - (beat is not None and bool(dut.m_axi__rlast.value))
+
+
+def read_channel_account(log, ns_first, ns_last) -> dict:
+    """The read channel between two times: R beats of WQE fetches (ARID 0) and of
+    payload (ARID 1), bursts, and the cycles a burst was outstanding with no beat
+    (the memory's latency)."""
+    window = [entry for entry in log if ns_first <= entry[0] <= ns_last]
+    return dict(
+        wqe_beats=sum(1 for _, b, _, _ in window if b == 0),
+        payload_beats=sum(1 for _, b, _, _ in window if b == 1),
+        bursts=sum(1 for _, _, ar, _ in window if ar),
+        waiting=sum(1 for _, b, _, n in window if b is None and n > 0),
+        idle=sum(1 for _, b, _, n in window if b is None and n == 0),
+    )
+
+
 async def _bench_case(dut, messages, mtu, qps):
     tb, host = await make_tb(dut, seed=91, latency=False, backpressure=False)
+    reads = []
+    cocotb.start_soon(_read_channel(dut, reads))
     rng = seeds.rng(92)
     for q in qps:
         await host.open_qp(
@@ -1195,6 +1225,7 @@ async def _bench_case(dut, messages, mtu, qps):
         frame_bytes=wire,
         beats=beats,
         cycles=int(cycles),
+        read_channel=read_channel_account(reads, ns_first, ns_last),
     )
 
 
