@@ -101,6 +101,17 @@ class RegisterBehaviour:
             raise IndexError(f"{block}.{name}[{index}] is out of range 0..{reg.count - 1}")
         return self.store.get((block, reg.offset + index * reg.stride), 0)
 
+    def pack(self, block: str, name: str, **fields: int) -> int:
+        """A register's word with ``fields`` at their places in the register map
+        (the rest 0); a value wider than its field raises ValueError."""
+        word = 0
+        for fname, value in fields.items():
+            lsb, width = self._fields[block, name][fname]
+            if not 0 <= value < (1 << width):
+                raise ValueError(f"{block}.{name}.{fname} is {width} bits, not {value!r}")
+            word |= value << lsb
+        return word
+
     def field(self, block: str, name: str, index: int, fname: str) -> int:
         lsb, width = self._fields[block, name][fname]
         return (self.reg(block, name, index) >> lsb) & ((1 << width) - 1)
@@ -351,10 +362,14 @@ class RegisterBehaviour:
             values = None
         for i in range(ne):
             good = values is not None and i < len(values)
-            entry = (values[i] if good else 0) | EV_CODES[GOOD if good else DENIED] << 16
-            self._internal_write("tx", "ev_select", 0, q << 8 | i)
-            self._internal_write("tx", "ev_entry", 0, entry)
-            self._internal_write("reliability", "ev", q * ne + i, entry | 1 << 31)
+            value, state = (values[i] if good else 0), EV_CODES[GOOD if good else DENIED]
+            self._internal_write("tx", "ev_select", 0,
+                                 self.pack("tx", "ev_select", qpn=q, ev_index=i))
+            self._internal_write("tx", "ev_entry", 0,
+                                 self.pack("tx", "ev_entry", value=value, state=state))
+            self._internal_write("reliability", "ev", q * ne + i,
+                                 self.pack("reliability", "ev", value=value, state=state,
+                                           set_state=1))
         self.ev_gen_status = 1 << 1 if values is None else len(values) << 8
 
 
