@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from amaranth.sim import Simulator
 
+from hw.reliability.cc_defaults import DATA_WIRE_OVERHEAD
 from hw.reliability.nscc import (
     CWND_FRAC,
     DELAY_FRAC,
@@ -35,7 +36,7 @@ __all__ = ["MTU_WIRE", "STATE_FIELDS", "T16", "UNIT_NS", "config", "model_of", "
            "run_unit", "scenario", "trajectory"]
 
 UNIT_NS = 128.0  # 16 cycles at 125 MHz: the reliability core's RTT unit
-MTU_WIRE = 4096 + 102
+MTU_WIRE = 4096 + DATA_WIRE_OVERHEAD  # a full data packet's wire bytes at MTU 4096
 T16 = 1 << 16
 STATE_FIELDS = ("cwnd", "avg_delay", "last_md", "qa_start", "qa_bytes", "qa_trigger")
 

@@ -47,7 +47,7 @@ def run() -> str:
         "model's `Nscc` on the same events, each on its own state: one QP's 1,500 events "
         "(`sim.nscc_harness.scenario`: a queue that builds and drains under ECN, trims, "
         "timeouts, and stalls behind a queue that does not mark), NSCC's defaults at a 5 us "
-        "base RTT, 128-ns time units, a 4,198-byte wire MTU.",
+        "base RTT, 128-ns time units, 4,096-byte packets (4,194 bytes on the wire).",
         "",
         "| seed | events | decreases (unit / model) | quick adapts (unit / model) | "
         "same decisions | windows apart at most | of max_cwnd |",
