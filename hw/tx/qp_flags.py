@@ -1,7 +1,7 @@
 """The Sequencer's per-QP state in flip-flops (hw/tx/sequencer.py): enables,
 park flags, producer/consumer indices and EV cursors: ``QpFlags``."""
 
-from amaranth.hdl import Array, Cat, Signal
+from amaranth.hdl import Array, Signal
 
 from .regs import CTRL_ENABLE_BIT
 
@@ -39,8 +39,7 @@ class QpFlags:
 
     def scheduler_inputs(self):
         """``QpScheduler``'s inputs that these registers drive, by port name."""
-        return dict(pi=Cat(*self.pi), ci=Cat(*self.ci), enable=self.enable,
-                    wqe_active=self.wqe_active, win_blocked=self.win_blocked,
+        return dict(enable=self.enable, wqe_active=self.wqe_active, win_blocked=self.win_blocked,
                     ev_blocked=self.ev_blocked, op_halt=self.op_halt, wimm_park=self.wimm_park)
 
     def apply_writes(self, m, qw, ack_apply, wb_clear, ev):

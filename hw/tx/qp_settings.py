@@ -2,7 +2,7 @@
 QP's settings row holds, how the lanes are grouped into RAMs, their values
 after reset, and the store that holds them (``QpSettings``)."""
 
-from amaranth.hdl import Array, Cat, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -111,8 +111,8 @@ def QpWriteSignature(num_qps, flop_rows):
 
 
 class QpSettings(wiring.Component):
-    """Every QP's settings row (CFG_LANES), with one write port and two read
-    ports: the sequencer FSM's and the CSR reads'.
+    """Every QP's settings row (CFG_LANES), with one write port and three
+    read ports: the sequencer FSM's, the CSR reads' and the WQE prefetch's.
 
     Interface: ``w`` (``QpWriteSignature``, from ``TxCsrDecode``; this block
     takes ``q``, ``data``, ``lanes``/``rows``, ``init`` and ``mtu_shift``),
@@ -130,8 +130,8 @@ class QpSettings(wiring.Component):
     while ``w.init`` its default (``settings_defaults``).
 
     Latency: a write lands at the end of the cycle its strobes are present;
-    a read gives the row of the address of the cycle before, writes of that
-    cycle included. Throughput: one write and two reads per cycle.
+    a read (each port) gives the row of the address of the cycle before, writes of that
+    cycle included. Throughput: one write and three reads per cycle.
     """
 
     def __init__(self, *, num_qps, max_mtu, inflight_depth):
@@ -145,6 +145,8 @@ class QpSettings(wiring.Component):
             "fsm_row": Out(32 * len(CFG_LANES)),
             "csr_q": In(qb),
             "csr_row": Out(32 * len(CFG_LANES)),
+            "ring_q": In(qb),
+            "ring_row": Out(32 * len(CFG_LANES)),
         })
 
     def elaborate(self, platform):
@@ -158,6 +160,7 @@ class QpSettings(wiring.Component):
         cfg_ports = []
         lanes_fsm = [None] * nl
         lanes_csr = [None] * nl
+        lanes_ring = [Const(0, 32)] * nl
         for group, names in CFG_GROUPS:
             lanes = [lane_index[name] for name in names]
             row_init = sum(cfg_init[i] << (32 * k) for k, i in enumerate(lanes))
@@ -167,6 +170,9 @@ class QpSettings(wiring.Component):
                 r_addr = Signal(qb, name=f"cfg_{group}_r_addr")
                 csr_addr = Signal(qb, name=f"cfg_{group}_csr_addr")
                 r_data, csr_data = Array(cfg_w)[r_addr], Array(cfg_w)[csr_addr]
+                if group == "ctl":
+                    ring_addr = Signal(qb, name="cfg_ctl_ring_addr")
+                    ring_data = Array(cfg_w)[ring_addr]
             else:
                 m.submodules[f"cfg_{group}"] = mem = Memory(
                     shape=32 * len(lanes), depth=nq, init=[row_init] * nq
@@ -176,11 +182,18 @@ class QpSettings(wiring.Component):
                 cfg_csr = mem.read_port(domain="comb")
                 r_addr, r_data = cfg_r.addr, cfg_r.data
                 csr_addr, csr_data = cfg_csr.addr, cfg_csr.data
+                if group == "ctl":
+                    cfg_ring = mem.read_port(domain="comb")
+                    ring_addr, ring_data = cfg_ring.addr, cfg_ring.data
             for k, i in enumerate(lanes):
                 lanes_fsm[i] = r_data[32 * k : 32 * (k + 1)]
                 lanes_csr[i] = csr_data[32 * k : 32 * (k + 1)]
+                if group == "ctl":
+                    lanes_ring[i] = ring_data[32 * k : 32 * (k + 1)]
             cfg_ports.append((group, lanes, cfg_w, r_addr, csr_addr))
-        m.d.comb += [self.fsm_row.eq(Cat(*lanes_fsm)), self.csr_row.eq(Cat(*lanes_csr))]
+        m.d.comb += [self.fsm_row.eq(Cat(*lanes_fsm)), self.csr_row.eq(Cat(*lanes_csr)),
+                     self.ring_row.eq(Cat(*lanes_ring)),
+                     ring_addr.eq(registered_address(m, self.ring_q, "cfg_ctl_ring_q"))]
         m.d.comb += [r_addr.eq(registered_address(m, self.fsm_q, f"cfg_{group}_q"))
                      for group, _, _, r_addr, _ in cfg_ports]
 

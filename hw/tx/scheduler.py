@@ -1,7 +1,7 @@
 """The TX sequencer's choices: which QP sends next (``QpScheduler``) and on
 which EV (``EvChoice``)."""
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
@@ -13,32 +13,30 @@ __all__ = ["QpScheduler", "EvChoice"]
 class QpScheduler(wiring.Component):
     """Round robin over the QPs that can send.
 
-    Interface: per QP (one bit or one 16-bit word per QP, QP 0's lowest)
-    ``pi``/``ci`` (producer and consumer index), ``enable``, ``wqe_active``
-    (a WQE is part sent), and the park flags ``win_blocked``,
-    ``ev_blocked``, ``op_halt``, ``wimm_park`` (parked for its max_wimm) with
-    WimmBound's ``at_bound``; out ``valid``/``grant``, the QP to serve, and
-    ``next``, in: the grant was taken (the search starts above it next).
-    ``wimm_wait``: the QPs parked for their max_wimm that are still at their
-    bound.
+    Interface: per QP (one bit per QP, QP 0's lowest) ``enable``,
+    ``wqe_active`` (a WQE is part sent), ``wqe_ready`` (the QP's next WQE is
+    in the prefetch buffer, ``WqePrefetch``), and the park flags
+    ``win_blocked``, ``ev_blocked``, ``op_halt``, ``wimm_park`` (parked for
+    its max_wimm) with WimmBound's ``at_bound``; out ``valid``/``grant``, the
+    QP to serve, and ``next``, in: the grant was taken (the search starts
+    above it next). ``wimm_wait``: the QPs parked for their max_wimm that are
+    still at their bound.
 
-    A QP is a candidate while it is enabled, has work (``wqe_active``, or
-    ``pi != ci``) and is not parked (window, EV, opcode halt, max_wimm).
+    A QP is a candidate while it is enabled, has work (``wqe_active`` or
+    ``wqe_ready``) and is not parked (window, EV, opcode halt, max_wimm).
 
-    Latency: ``pi != ci`` is registered over two cycles (per nibble, then
-    their OR), so a doorbell is seen two cycles after ``pi`` moves;
-    ``wimm_wait`` follows ``wimm_park`` and ``at_bound`` one cycle later (a
-    QP picked again in that cycle parks again); the other flags reach
-    ``valid``/``grant`` in the same cycle. Throughput: one grant per cycle.
+    Latency: ``wimm_wait`` follows ``wimm_park`` and ``at_bound`` one cycle
+    later (a QP picked again in that cycle parks again); the other flags
+    reach ``valid``/``grant`` in the same cycle. Throughput: one grant per
+    cycle.
     """
 
     def __init__(self, num_qps: int):
         self.num_qps = num_qps
         super().__init__({
-            "pi": In(16 * num_qps),
-            "ci": In(16 * num_qps),
             "enable": In(num_qps),
             "wqe_active": In(num_qps),
+            "wqe_ready": In(num_qps),
             "win_blocked": In(num_qps),
             "ev_blocked": In(num_qps),
             "op_halt": In(num_qps),
@@ -56,25 +54,10 @@ class QpScheduler(wiring.Component):
         wimm_wait = Signal(nq)
         m.d.sync += wimm_wait.eq(self.wimm_park & self.at_bound)
         m.d.comb += self.wimm_wait.eq(wimm_wait)
-        # ci only moves in the sequencer's PARSE, which sets wqe_active (work,
-        # whatever ring_work says), and that stays set until the EMIT of the
-        # WQE's last packet, at least four cycles later: ring_work has followed
-        # ci by then (three cycles after PARSE).
-        has_work = Signal(nq)
-        ring_work = Signal(nq)
-        for i in range(nq):
-            pi, ci = self.pi[16 * i : 16 * (i + 1)], self.ci[16 * i : 16 * (i + 1)]
-            ring_ne = Signal(4, name=f"ring_ne{i}")
-            m.d.sync += [
-                ring_ne.eq(Cat(*[pi[4 * k : 4 * k + 4] != ci[4 * k : 4 * k + 4]
-                                 for k in range(4)])),
-                ring_work[i].eq(ring_ne.any()),
-            ]
-            m.d.comb += has_work[i].eq(self.wqe_active[i] | ring_work[i])
         m.submodules.rr = rr = RoundRobin(nq)
         m.d.comb += [
-            rr.requests.eq(self.enable & has_work & ~self.win_blocked & ~self.ev_blocked
-                           & ~self.op_halt & ~wimm_wait),
+            rr.requests.eq(self.enable & (self.wqe_active | self.wqe_ready) & ~self.win_blocked
+                           & ~self.ev_blocked & ~self.op_halt & ~wimm_wait),
             rr.next.eq(self.next),
             self.valid.eq(rr.valid),
             self.grant.eq(rr.grant),

@@ -18,7 +18,7 @@ from ..protocol import PSN_BITS
 from .qp_flags import QpFlags
 
 __all__ = ["SeqContext", "WindowCheck", "fetch_request_states", "fetch_states", "packet_states",
-           "retx_states", "window_states"]
+           "retx_states", "take_state", "window_states"]
 
 
 class WindowCheck:
@@ -99,6 +99,10 @@ class SeqContext:
     emit_go: Signal
     wqe_we: Signal
     psn_advance: Signal
+    wqe_req: object  # a retransmission's WQE burst: request and beats (BurstShare's a)
+    wqe_data: object
+    wqe_ready: Value  # per QP: its next WQE is prefetched (WqePrefetch.ready)
+    pf_take: Signal  # TAKE consumes cur_q's prefetched WQE
 
 
 def window_park(c: SeqContext):
@@ -128,13 +132,13 @@ def window_states(c: SeqContext):
             w.over_r.eq(w.over),
             w.hit.eq(w.hit | w.clear_r.bit_select(q, 1)),
         ]
-        # the WQE to fetch, loaded whatever the branch (the state's flip-flop
-        # is the enable): only FETCH and PARSE, after a fetch, read it
-        m.d.sync += [c.fetch_index.eq(c.cur_ci), c.fetch_slot.eq(c.cur_ci & c.ring_mask)]
+        # the index of the WQE TAKE may consume, loaded whatever the branch (the
+        # state's flip-flop is the enable): only TAKE reads it
+        m.d.sync += c.fetch_index.eq(c.cur_ci)
         with m.If(~c.flags.enable.bit_select(q, 1)):
             fsm.next = "IDLE"
         with m.Elif(~c.flags.wqe_active.bit_select(q, 1)):
-            fsm.next = "FETCH"
+            fsm.next = "TAKE"
         with m.Else():
             fsm.next = "OFFSET"
 
@@ -185,42 +189,52 @@ def retx_states(c: SeqContext):
             fsm.next = "IDLE"
 
 
-def fetch_request_states(c: SeqContext):
-    """FETCH and FETCH_REQ: the WQE's address registered, then presented."""
-    m, fsm = c.m, c.fsm
-    with fsm.State("FETCH"):
-        m.d.sync += c.wqe_addr.eq(c.sq_base + (c.fetch_slot << 6))
+def take_state(c: SeqContext):
+    """TAKE: a new WQE, prefetched (``WqePrefetch``), is consumed (loaded into
+    ``cur`` by WqeLoader; ci moves on, the QP's WQE is part sent), unless the
+    window is full (the QP parks) or the QP's ring was reset since its grant
+    (nothing is prefetched: back to IDLE)."""
+    m, fsm, q = c.m, c.fsm, c.cur_q
+    with fsm.State("TAKE"):
         with m.If(c.window.full):
             window_park(c)
+        with m.Elif(~c.wqe_ready.bit_select(q, 1)):
+            fsm.next = "IDLE"
         with m.Else():
-            m.d.sync += c.wqe_valid.eq(1)
-            fsm.next = "FETCH_REQ"
+            m.d.comb += c.pf_take.eq(1)
+            m.d.sync += [
+                c.flags.ci[q].eq(c.cur_ci + 1),
+                c.flags.wqe_active.bit_select(q, 1).eq(1),
+            ]
+            fsm.next = "OFFSET"
+
+
+def fetch_request_states(c: SeqContext):
+    """FETCH and FETCH_REQ: a retransmission's WQE address registered, then
+    presented."""
+    m, fsm = c.m, c.fsm
+    with fsm.State("FETCH"):
+        m.d.sync += [c.wqe_addr.eq(c.sq_base + (c.fetch_slot << 6)), c.wqe_valid.eq(1)]
+        fsm.next = "FETCH_REQ"
 
     with fsm.State("FETCH_REQ"):
-        with m.If(c.seq.wqe_req.ready):
+        with m.If(c.wqe_req.ready):
             m.d.sync += [c.wqe_valid.eq(0), c.fetch_beat.eq(0)]
             fsm.next = "FETCH_DATA"
 
 
 def fetch_states(c: SeqContext):
-    """FETCH_DATA and PARSE: the WQE's beats (loaded into ``cur`` by
-    WqeLoader); a new WQE is consumed (ci moves on, the QP's WQE is part
-    sent)."""
-    m, fsm, seq = c.m, c.fsm, c.seq
+    """FETCH_DATA and PARSE: a retransmission's WQE beats (loaded into
+    ``cur`` by WqeLoader, which sets its wqe_index and pkt_index in PARSE)."""
+    m, fsm = c.m, c.fsm
     with fsm.State("FETCH_DATA"):
-        m.d.comb += seq.wqe_data.ready.eq(1)
-        with m.If(seq.wqe_data.valid):
+        m.d.comb += c.wqe_data.ready.eq(1)
+        with m.If(c.wqe_data.valid):
             m.d.sync += c.fetch_beat.eq(c.fetch_beat + 1)
-            with m.If(seq.wqe_data.payload.last):
+            with m.If(c.wqe_data.payload.last):
                 fsm.next = "PARSE"
 
     with fsm.State("PARSE"):
-        # (cur's wqe_index and pkt_index are set in WqeLoader)
-        with m.If(~c.retx_mode):
-            m.d.sync += [
-                c.flags.ci[c.cur_q].eq(c.cur_ci + 1),
-                c.flags.wqe_active.bit_select(c.cur_q, 1).eq(1),
-            ]
         fsm.next = "OFFSET"
 
 

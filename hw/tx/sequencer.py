@@ -33,10 +33,12 @@ from .seq_states import (
     fetch_states,
     packet_states,
     retx_states,
+    take_state,
     window_states,
 )
 from .wimm import WimmBusSignature, wimm_widths
 from .wqe_loader import WqeLoader, WqeState
+from .wqe_prefetch import BurstShare, WqePrefetch
 
 __all__ = ["Sequencer"]
 
@@ -60,8 +62,8 @@ class Sequencer(wiring.Component):
 
     Per packet: pick a QP round-robin among those enabled, with work, and not
     parked (window full, no GOOD EV, max_wimm reached); check the window min(MPR x 128, cwnd,
-    in-flight table size); fetch the WQE if none is part sent (one 64-byte
-    burst); cut the next MTU-sized packet; pick the next GOOD EV after the
+    in-flight table size); take the prefetched WQE if none is part sent;
+    cut the next MTU-sized packet; pick the next GOOD EV after the
     QP's cursor; record (WQE, packet index, EV) under the PSN; emit. A
     parked QP costs no cycles until an ack_update, CSR write or EV state
     change for it unparks it. Retransmit requests go first: check that the
@@ -94,7 +96,8 @@ class Sequencer(wiring.Component):
     flip-flops the FSM and the CSRs share; the FSM's states after IDLE are
     built in hw/tx/seq_states.py (``WindowCheck``: the window check). A CSR
     write lands one cycle after ``w_stb`` (a QP's two, EV_ENTRY's at
-    ``w_stb``); a doorbell is seen by the scheduler two cycles after that.
+    ``w_stb``); a doorbell is seen by the WQE prefetch two cycles after
+    that, and by the scheduler once the QP's WQE is read.
 
     For timing, the state machine is one-hot, the window check is
     registered over LOAD and CHECK (a QP that is over its window parks one
@@ -108,10 +111,16 @@ class Sequencer(wiring.Component):
     packet's addresses (``raddr``/``laddr`` + offset) are registered before
     EMIT.
 
-    Latency: 9 cycles per packet of a part-sent WQE, plus the WQE burst
-    (about 9 + memory latency) for the first packet of a message or a
-    retransmit (10 + memory latency). Throughput: one packet per 9 cycles,
-    far above the wire's rate except for payloads under ~64 bytes (see
+    New WQEs are read ahead: ``WqePrefetch`` (hw/tx/wqe_prefetch.py) reads
+    each enabled QP's next posted WQE into a buffer, and the scheduler serves
+    a QP with a part-sent or a prefetched WQE; TAKE consumes the buffered one
+    (``ci`` moves on) in one cycle. A retransmission re-fetches its WQE on
+    the same channel (``BurstShare``, ahead of the prefetch).
+
+    Latency: 7 cycles per packet of a part-sent WQE, 8 for the first packet
+    of a message (TAKE), 10 plus the WQE burst and the memory's latency for
+    a retransmit. Throughput: one packet per 7 or 8 cycles, above the wire's
+    rate for every payload at 64 bits (a 64-byte WRITE's frame is 18 beats;
     docs/tx.md).
     """
 
@@ -206,17 +215,39 @@ class Sequencer(wiring.Component):
             self.ev.good_qp.eq(cur_q),
         ]
 
-        # ---- the QP to serve next (a doorbell is seen two cycles after pi moves)
-        m.submodules.scheduler = sched = QpScheduler(nq)
-        qp_flags = dict(**flags.scheduler_inputs(), at_bound=self.wimm.at_bound)
-        m.d.comb += [getattr(sched, name).eq(value) for name, value in qp_flags.items()]
-
         init_q = Signal(range(nq + 1))
         ready = Signal()
 
         # ---- CSR decode: per-QP writes as strobes (qw), applied below, and reads
         dec = self._csr_decode(m, settings, counters, init_q, ready)
         qw = dec.qp_w
+
+        # ---- the WQE reads: each QP's next WQE read ahead (WqePrefetch), and a
+        # retransmission's WQE fetched again by the FSM; one burst at a time
+        m.submodules.prefetch = pf = WqePrefetch(num_qps=nq, data_width=self.data_width,
+                                                 addr_width=self.addr_width)
+        m.submodules.wqe_share = share = BurstShare(data_width=self.data_width,
+                                                    addr_width=self.addr_width)
+        wiring.connect(m, pf.req, share.b_req)
+        wiring.connect(m, share.b_data, pf.data)
+        wiring.connect(m, share.req, wiring.flipped(self.wqe_req))
+        wiring.connect(m, wiring.flipped(self.wqe_data), share.data)
+        pf_take = Signal()  # TAKE consumes cur_q's prefetched WQE
+        m.d.comb += [
+            pf.pi.eq(Cat(*flags.pi)), pf.ci.eq(Cat(*flags.ci)), pf.enable.eq(flags.enable),
+            pf.op_halt.eq(flags.op_halt), settings.ring_q.eq(pf.ring_q),
+            pf.sq_base.eq(Cat(settings_lane(settings.ring_row, "sq_base_lo"),
+                              settings_lane(settings.ring_row, "sq_base_hi",
+                                            self.addr_width - 32))),
+            pf.sq_log2.eq(settings_lane(settings.ring_row, "sq_log2_size")),
+            pf.take.eq(pf_take), pf.take_q.eq(cur_q), pf.drop.eq(qw.reset), pf.rd_q.eq(cur_q),
+        ]
+
+        # ---- the QP to serve next: one with a part-sent or a prefetched WQE
+        m.submodules.scheduler = sched = QpScheduler(nq)
+        qp_flags = dict(**flags.scheduler_inputs(), wqe_ready=pf.ready,
+                        at_bound=self.wimm.at_bound)
+        m.d.comb += [getattr(sched, name).eq(value) for name, value in qp_flags.items()]
 
         # ---- the per-packet FSM
         retx_mode = Signal()
@@ -313,9 +344,9 @@ class Sequencer(wiring.Component):
         wqe_valid = Signal()
         wqe_addr = Signal(self.addr_width)
         m.d.comb += [
-            self.wqe_req.valid.eq(wqe_valid),
-            self.wqe_req.payload.addr.eq(wqe_addr),
-            self.wqe_req.payload.len.eq(wqe_beats - 1),
+            share.a_req.valid.eq(wqe_valid),
+            share.a_req.payload.addr.eq(wqe_addr),
+            share.a_req.payload.len.eq(wqe_beats - 1),
         ]
         # the packet's header and payload descriptors
         m.submodules.packet_desc = desc = PacketDescriptors(self.addr_width)
@@ -341,7 +372,7 @@ class Sequencer(wiring.Component):
         # state's enables and selects are its flip-flop; assignments made in
         # every cycle come before the states' blocks.
         STATES = ("INIT", "IDLE", "LOAD", "CHECK", "RETX_CHECK", "RETX_COMPARE",
-                  "RETX_RECORD", "FETCH", "FETCH_REQ", "FETCH_DATA", "PARSE", "OFFSET",
+                  "RETX_RECORD", "TAKE", "FETCH", "FETCH_REQ", "FETCH_DATA", "PARSE", "OFFSET",
                   "SEGMENT", "EV_VALUE", "EMIT", "OP_ERR")
         fsm = OneHotFSM(m, STATES, "INIT")
         st = fsm.st
@@ -403,22 +434,26 @@ class Sequencer(wiring.Component):
             mtu_shift=mtu_shift, mtu=mtu, wimm_hold=wimm_hold, seg_rest=seg_rest, seg_mtu=seg_mtu,
             seg_first=seg_first, seg_last=seg_last, seg_len=seg_len, seg_psn=seg_psn,
             psn_out=psn_out, ev_index=ev_index, ev_choice=ev_choice, emit_go=emit_go,
-            wqe_we=wqe_we, psn_advance=psn_advance)
+            wqe_we=wqe_we, psn_advance=psn_advance, wqe_req=share.a_req, wqe_data=share.a_data,
+            wqe_ready=pf.ready, pf_take=pf_take)
         window_states(c)
         retx_states(c)
+        take_state(c)
         fetch_request_states(c)
 
         # cur, the WQE being sent: the QP's row in CHECK, loaded on every
-        # branch so that its enable is the state's flip-flop (a WQE that is
-        # fetched instead overwrites every field of it from its beats and in
-        # PARSE before cur is used or written back), or the burst's fields
+        # branch so that its enable is the state's flip-flop (a new WQE
+        # overwrites every field of it in TAKE, a re-fetched one from its
+        # beats and in PARSE, before cur is used or written back)
         m.submodules.wqe_loader = loader = WqeLoader(data_width=self.data_width,
-                                                     addr_width=self.addr_width)
+                                                     addr_width=self.addr_width,
+                                                     wqe_bits=len(pf.rd_wqe))
         m.d.comb += [
             *[getattr(loader, f"in_{name.lower()}").eq(st[name])
-              for name in ("IDLE", "LOAD", "RETX_CHECK", "RETX_COMPARE", "FETCH_DATA", "PARSE")],
-            loader.retx.eq(retx_mode), loader.row.eq(wqe_r.data),
-            loader.beat.eq(self.wqe_data.payload.data), loader.beat_valid.eq(self.wqe_data.valid),
+              for name in ("IDLE", "LOAD", "RETX_CHECK", "RETX_COMPARE", "FETCH_DATA", "PARSE",
+                           "TAKE")],
+            loader.retx.eq(retx_mode), loader.row.eq(wqe_r.data), loader.wqe.eq(pf.rd_wqe),
+            loader.beat.eq(share.a_data.payload.data), loader.beat_valid.eq(share.a_data.valid),
             loader.beat_index.eq(fetch_beat), loader.parse_wqe_index.eq(fetch_index),
             loader.parse_pkt_index.eq(Mux(retx_mode, rec.pkt_index, 0)),
             cur.eq(loader.cur), op_bad.eq(loader.op_bad),

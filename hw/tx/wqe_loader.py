@@ -37,13 +37,16 @@ class WqeLoader(wiring.Component):
 
     Interface: the sequencer FSM's state flip-flops (``in_idle``,
     ``in_load``, ``in_retx_check``, ``in_retx_compare``, ``in_fetch_data``,
-    ``in_parse``) and ``retx`` (a retransmission); ``row``, the QP's saved
-    WQE row (the WQE RAM read at the FSM's QP); the WQE burst's ``beat``,
-    ``beat_valid`` and ``beat_index`` (the beat's number in the burst);
-    ``parse_wqe_index``/``parse_pkt_index``, which PARSE writes into ``cur``.
+    ``in_parse``, ``in_take``) and ``retx`` (a retransmission); ``row``, the
+    QP's saved WQE row (the WQE RAM read at the FSM's QP); ``wqe``, the QP's
+    prefetched WQE (``WqePrefetch.rd_wqe``: its first bytes, byte i at bits
+    8i); a re-fetched WQE burst's ``beat``, ``beat_valid`` and ``beat_index``
+    (the beat's number in the burst); ``parse_wqe_index``/``parse_pkt_index``,
+    which PARSE and TAKE write into ``cur``.
 
-    ``cur`` is loaded from ``row`` in CHECK (the cycle after LOAD), or, field
-    by field, from the burst's beats, and PARSE sets its ``wqe_index`` and
+    ``cur`` is loaded from ``row`` in CHECK (the cycle after LOAD), from
+    ``wqe`` in TAKE (a new WQE), or, field by field, from the burst's beats
+    (a retransmission's), and PARSE or TAKE sets its ``wqe_index`` and
     ``pkt_index``. Each field the sequencer uses lies within one beat (they
     are at most 8 bytes, aligned): it goes to ``cur`` the cycle after its
     beat, from a register of its bits in the beat, so that the burst's valid
@@ -63,17 +66,19 @@ class WqeLoader(wiring.Component):
     flip-flop, set for the row load or the field's beat, and the row's flag
     selects the row: a clock enable and one data select.
 
-    ``op_bad`` is registered from the opcode's beat (a flip-flop enable, like
-    the fields'), 0 from IDLE on, so that OFFSET, the earliest reader, sees
-    this packet's fetch only; a retransmission's re-fetch never sets it.
+    ``op_bad`` is registered from ``wqe``'s opcode in TAKE, 0 from IDLE on,
+    so that OFFSET, the earliest reader, sees this packet's WQE only; a
+    retransmission's re-fetch never sets it (its WQE was taken once).
 
     Latency: a field is in ``cur`` 2 cycles after its beat is on ``beat``,
-    the row the cycle after CHECK's; ``op_bad`` 2 cycles after the opcode's
-    beat. Throughput: one beat per cycle.
+    the row the cycle after CHECK's, ``wqe`` the cycle after TAKE's;
+    ``op_bad`` the cycle after TAKE. Throughput: one beat per cycle.
     """
 
-    def __init__(self, *, data_width=64, addr_width=64):
+    def __init__(self, *, data_width=64, addr_width=64, wqe_bits=None):
         self.data_width = data_width
+        if wqe_bits is None:
+            wqe_bits = 8 * WQE_BYTES
         self.wqe_state = WqeState(addr_width)
         wqe_beats = WQE_BYTES // (data_width // 8)
         super().__init__({
@@ -83,8 +88,10 @@ class WqeLoader(wiring.Component):
             "in_retx_compare": In(1),
             "in_fetch_data": In(1),
             "in_parse": In(1),
+            "in_take": In(1),
             "retx": In(1),
             "row": In(self.wqe_state),
+            "wqe": In(wqe_bits),
             "beat": In(data_width),
             "beat_valid": In(1),
             "beat_index": In(range(max(wqe_beats, 2))),
@@ -101,7 +108,9 @@ class WqeLoader(wiring.Component):
         m.d.comb += self.cur.eq(cur)
         after = {None: 0, "IDLE": self.in_idle, "RETX_CHECK": self.in_retx_check,
                  "RETX_COMPARE": self.in_retx_compare}
-        beat_of, beat_value = {}, {}  # cur's fields from the burst: beat index, registered value
+        # cur's fields from a re-fetched burst (beat index, registered value) and
+        # from the prefetched WQE
+        beat_of, beat_value, wqe_value = {}, {}, {}
         for name, off, size in WQE_LAYOUT:
             target = "with_imm" if name == "opcode" else name
             if target not in self.wqe_state.members:
@@ -110,18 +119,19 @@ class WqeLoader(wiring.Component):
             field = Signal(8 * size, name=f"beat_{name}")
             m.d.sync += field.eq(self.beat[lsb : lsb + 8 * size])
             beat_of[target] = off // nbytes
-            beat_value[target] = field == WqeOpcode.WRITE_WITH_IMM if name == "opcode" else field
+            from_wqe = self.wqe[8 * off : 8 * (off + size)]
             if name == "opcode":
-                beat_opcode = field
+                beat_value[target] = field == WqeOpcode.WRITE_WITH_IMM
+                wqe_value[target] = from_wqe == WqeOpcode.WRITE_WITH_IMM
+                wqe_opcode = from_wqe
+            else:
+                beat_value[target], wqe_value[target] = field, from_wqe
         op_bad = Signal()
-        op_bad_ld = Signal()
-        m.d.sync += op_bad_ld.eq(self.in_fetch_data & self.beat_valid & ~self.retx
-                                 & (self.beat_index == beat_of["with_imm"]))
         with m.If(self.in_idle):
             m.d.sync += op_bad.eq(0)
-        with m.If(op_bad_ld):
+        with m.If(self.in_take):
             m.d.sync += op_bad.eq(~reduce(operator.or_,
-                                          [beat_opcode == k for k in WqeOpcode.KNOWN]))
+                                          [wqe_opcode == k for k in WqeOpcode.KNOWN]))
         m.d.comb += self.op_bad.eq(op_bad)
         for also, fields in ((None, ("raddr",)),
                              ("IDLE", ("laddr", "with_imm", "wqe_index")),
@@ -139,9 +149,10 @@ class WqeLoader(wiring.Component):
                 load = Signal(name=f"load_{name}")
                 m.d.sync += load.eq(row_next | (self.in_fetch_data & self.beat_valid
                                                 & (self.beat_index == beat_of[name])))
-                with m.If(load):
-                    m.d.sync += cur[name].eq(Mux(load_row, self.row[name], beat_value[name]))
-        with m.If(self.in_parse):
+                with m.If(load | self.in_take):
+                    m.d.sync += cur[name].eq(Mux(self.in_take, wqe_value[name],
+                                                 Mux(load_row, self.row[name], beat_value[name])))
+        with m.If(self.in_parse | self.in_take):
             m.d.sync += [
                 cur.wqe_index.eq(self.parse_wqe_index),
                 cur.pkt_index.eq(self.parse_pkt_index),

