@@ -201,7 +201,9 @@ def tx_register_map(num_qps: int = 16, evs_per_qp: int = 16) -> RegisterMap:
         "RW",
         "producer index (16-bit free-running); a write rings the doorbell",
     )
-    qp("qp_consumer", Q.CONSUMER, "RO", "consumer index: WQEs taken for sending (16-bit free-running; the next may already be read ahead)")
+    qp("qp_consumer", Q.CONSUMER, "RO",
+       "consumer index: WQEs taken for sending (16-bit free-running; the next may already "
+       "be read ahead)")
     qp("qp_tx_packets", Q.TX_PACKETS, "RO", "data packets sent, retransmits included")
     qp("qp_retx_packets", Q.RETX_PACKETS, "RO", "retransmitted packets")
     qp(

@@ -258,7 +258,7 @@ def packet_states(c: SeqContext):
             fsm.next = "SEGMENT"
 
     with fsm.State("OP_ERR"):
-        # a WQE with an unknown opcode (fetched, consumed in PARSE): no packet, one
+        # a WQE with an unknown opcode (taken in TAKE): no packet, one
         # sent record with op_err = 1 (reliability completes it LOC_QP_OP_ERR once
         # the QP's PSNs in flight are done, and puts the QP in ERROR); the QP takes
         # no new work until its qp_ctrl is written

@@ -181,7 +181,7 @@ class Sequencer(wiring.Component):
             num_qps=nq, max_mtu=self.max_mtu, inflight_depth=depth)
         cfg = settings.fsm_row  # the settings row of cur_q (registered), in CFG_LANES order
 
-        # A row is read (in CHECK) only while the QP's wqe_active is set: PARSE
+        # A row is read (in CHECK) only while the QP's wqe_active is set: TAKE
         # sets it and the EMIT or the parking SEGMENT that always follows writes
         # the row (a SEGMENT's the cycle after), so INIT leaves these rows alone.
         wqe_state = WqeState(self.addr_width)
@@ -222,32 +222,10 @@ class Sequencer(wiring.Component):
         dec = self._csr_decode(m, settings, counters, init_q, ready)
         qw = dec.qp_w
 
-        # ---- the WQE reads: each QP's next WQE read ahead (WqePrefetch), and a
-        # retransmission's WQE fetched again by the FSM; one burst at a time
-        m.submodules.prefetch = pf = WqePrefetch(num_qps=nq, data_width=self.data_width,
-                                                 addr_width=self.addr_width)
-        m.submodules.wqe_share = share = BurstShare(data_width=self.data_width,
-                                                    addr_width=self.addr_width)
-        wiring.connect(m, pf.req, share.b_req)
-        wiring.connect(m, share.b_data, pf.data)
-        wiring.connect(m, share.req, wiring.flipped(self.wqe_req))
-        wiring.connect(m, wiring.flipped(self.wqe_data), share.data)
+        # ---- the WQE reads (each QP's next WQE read ahead, a retransmission's
+        # re-fetched) and the QP to serve next
         pf_take = Signal()  # TAKE consumes cur_q's prefetched WQE
-        m.d.comb += [
-            pf.pi.eq(Cat(*flags.pi)), pf.ci.eq(Cat(*flags.ci)), pf.enable.eq(flags.enable),
-            pf.op_halt.eq(flags.op_halt), settings.ring_q.eq(pf.ring_q),
-            pf.sq_base.eq(Cat(settings_lane(settings.ring_row, "sq_base_lo"),
-                              settings_lane(settings.ring_row, "sq_base_hi",
-                                            self.addr_width - 32))),
-            pf.sq_log2.eq(settings_lane(settings.ring_row, "sq_log2_size")),
-            pf.take.eq(pf_take), pf.take_q.eq(cur_q), pf.drop.eq(qw.reset), pf.rd_q.eq(cur_q),
-        ]
-
-        # ---- the QP to serve next: one with a part-sent or a prefetched WQE
-        m.submodules.scheduler = sched = QpScheduler(nq)
-        qp_flags = dict(**flags.scheduler_inputs(), wqe_ready=pf.ready,
-                        at_bound=self.wimm.at_bound)
-        m.d.comb += [getattr(sched, name).eq(value) for name, value in qp_flags.items()]
+        pf, share, sched = self._wqe_reads(m, flags, settings, qw, cur_q, pf_take)
 
         # ---- the per-packet FSM
         retx_mode = Signal()
@@ -478,6 +456,37 @@ class Sequencer(wiring.Component):
             retx_no_ev=retx_no_ev)
         m.d.comb += [getattr(dec, name).eq(value) for name, value in read_values.items()]
         return m
+
+    def _wqe_reads(self, m, flags, settings, qw, cur_q, pf_take):
+        """``WqePrefetch`` (each QP's next WQE read ahead, its ring settings from
+        the settings' ring port, its buffer read at ``cur_q``; ``pf_take``: TAKE
+        consumes it; a ring reset drops it), ``BurstShare`` (the WQE channel,
+        a retransmission's re-fetch first) joined to the WQE ports, and the
+        ``QpScheduler`` over the QPs with a part-sent or a prefetched WQE;
+        returns the three."""
+        m.submodules.prefetch = pf = WqePrefetch(num_qps=self.num_qps,
+                                                 data_width=self.data_width,
+                                                 addr_width=self.addr_width)
+        m.submodules.wqe_share = share = BurstShare(data_width=self.data_width,
+                                                    addr_width=self.addr_width)
+        wiring.connect(m, pf.req, share.b_req)
+        wiring.connect(m, share.b_data, pf.data)
+        wiring.connect(m, share.req, wiring.flipped(self.wqe_req))
+        wiring.connect(m, wiring.flipped(self.wqe_data), share.data)
+        ring = settings.ring_row
+        m.d.comb += [
+            pf.pi.eq(Cat(*flags.pi)), pf.ci.eq(Cat(*flags.ci)), pf.enable.eq(flags.enable),
+            pf.op_halt.eq(flags.op_halt), settings.ring_q.eq(pf.ring_q),
+            pf.sq_base.eq(Cat(settings_lane(ring, "sq_base_lo"),
+                              settings_lane(ring, "sq_base_hi", self.addr_width - 32))),
+            pf.sq_log2.eq(settings_lane(ring, "sq_log2_size")),
+            pf.take.eq(pf_take), pf.take_q.eq(cur_q), pf.drop.eq(qw.reset), pf.rd_q.eq(cur_q),
+        ]
+        m.submodules.scheduler = sched = QpScheduler(self.num_qps)
+        qp_flags = dict(**flags.scheduler_inputs(), wqe_ready=pf.ready,
+                        at_bound=self.wimm.at_bound)
+        m.d.comb += [getattr(sched, name).eq(value) for name, value in qp_flags.items()]
+        return pf, share, sched
 
     def _csr_decode(self, m, settings, counters, init_q, ready):
         """``TxCsrDecode`` joined to the CSR bus, the settings' write port, the

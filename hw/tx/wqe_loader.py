@@ -62,7 +62,7 @@ class WqeLoader(wiring.Component):
     not read in IDLE (the write-back of a parked QP's row is in the IDLE
     after SEGMENT, before any load at its end), LOAD, CHECK or the
     retransmit checks, and is loaded again before it is (in CHECK, or from
-    the beats and in PARSE). A field the burst gives loads under one
+    the beats and in PARSE, or in TAKE). A field the burst gives loads under one
     flip-flop, set for the row load or the field's beat, and the row's flag
     selects the row: a clock enable and one data select.
 
