@@ -45,8 +45,9 @@ class WqePrefetch(wiring.Component):
     (``pi != ci``, registered per nibble and then ORed: two cycles late) and
     none of its WQEs is buffered or being read; round robin among those.
     Only posted WQEs are read (``ci`` is behind the doorbell), each once:
-    the ring check is made again in ADDR, three cycles after the pick, when
-    it has seen a ``ci`` moved or reset up to the pick. ``ci`` of the QP
+    the ring check is made again in ADDR, two cycles after the pick, when it
+    has seen ``ci`` as it was in the pick's cycle (a take or reset before
+    it); a reset in that cycle or later sets ``cancel``. ``ci`` of the QP
     being read cannot move (the sequencer takes only a ``ready`` WQE) except
     by ``drop``, which discards the read. The ring settings are those of the
     read's ADDR: a QP's ``sq_base``/``sq_log2_size`` written with WQEs posted
@@ -55,10 +56,10 @@ class WqePrefetch(wiring.Component):
     States: PICK (a QP chosen), ROW (its settings read), ADDR (the slot's
     address registered: ``sq_base + (ci mod 2^sq_log2) x 64``), REQ (the
     request, until taken), DATA (the beats written into the buffer).
-    Latency: ``ready`` is set the cycle after the burst's last beat, 5 cycles
-    plus the memory's latency and the burst's beats after the pick.
-    Throughput: one WQE burst at a time, from one ``ready`` per 5 cycles
-    plus the burst.
+    Latency: ``ready`` is set the cycle after the burst's last beat, about 4
+    cycles plus the memory's latency and the burst's beats after the pick.
+    Throughput: one WQE burst at a time: a WQE per about 5 cycles plus the
+    memory's latency and the burst's beats.
     """
 
     def __init__(self, *, num_qps=16, data_width=64, addr_width=64):
