@@ -52,6 +52,17 @@ WQE_LAYOUT = [
 ]
 
 
+# The WQE's fields TX reads (all but flags and wr_id), in this order: what the
+# WQE read-ahead keeps of each QP's next WQE (``PrefetchedWqe``).
+WQE_KEPT_FIELDS = tuple(f for f in WQE_LAYOUT if f[0] not in ("flags", "wr_id"))
+
+
+def PrefetchedWqe():
+    """A WQE as ``WqePrefetch`` keeps it: the fields of ``WQE_KEPT_FIELDS``,
+    packed, each as wide as in the WQE."""
+    return data.StructLayout({name: unsigned(8 * size) for name, _, size in WQE_KEPT_FIELDS})
+
+
 def PacketDesc():
     """One packet to put on the wire, from the sequencer to the header path."""
     return data.StructLayout(

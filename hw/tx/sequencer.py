@@ -424,8 +424,7 @@ class Sequencer(wiring.Component):
         # overwrites every field of it in TAKE, a re-fetched one from its
         # beats and in PARSE, before cur is used or written back)
         m.submodules.wqe_loader = loader = WqeLoader(data_width=self.data_width,
-                                                     addr_width=self.addr_width,
-                                                     wqe_bits=len(pf.rd_wqe))
+                                                     addr_width=self.addr_width)
         m.d.comb += [
             *[getattr(loader, f"in_{name.lower()}").eq(st[name])
               for name in ("IDLE", "LOAD", "RETX_CHECK", "RETX_COMPARE", "FETCH_DATA", "PARSE",

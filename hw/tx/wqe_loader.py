@@ -8,7 +8,7 @@ from amaranth.hdl import Module, Mux, Signal, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.wiring import In, Out
 
-from .layouts import WQE_BYTES, WQE_LAYOUT, WqeOpcode
+from .layouts import WQE_BYTES, WQE_LAYOUT, PrefetchedWqe, WqeOpcode
 
 __all__ = ["WqeState", "WqeLoader"]
 
@@ -39,9 +39,9 @@ class WqeLoader(wiring.Component):
     ``in_load``, ``in_retx_check``, ``in_retx_compare``, ``in_fetch_data``,
     ``in_parse``, ``in_take``) and ``retx`` (a retransmission); ``row``, the
     QP's saved WQE row (the WQE RAM read at the FSM's QP); ``wqe``, the QP's
-    prefetched WQE (``WqePrefetch.rd_wqe``: its first bytes, byte i at bits
-    8i); a re-fetched WQE burst's ``beat``, ``beat_valid`` and ``beat_index``
-    (the beat's number in the burst); ``parse_wqe_index``/``parse_pkt_index``,
+    prefetched WQE (``WqePrefetch.rd_wqe``, a ``PrefetchedWqe``); a
+    re-fetched WQE burst's ``beat``, ``beat_valid`` and ``beat_index`` (the
+    beat's number in the burst); ``parse_wqe_index``/``parse_pkt_index``,
     which PARSE and TAKE write into ``cur``.
 
     ``cur`` is loaded from ``row`` in CHECK (the cycle after LOAD), from
@@ -75,10 +75,8 @@ class WqeLoader(wiring.Component):
     ``op_bad`` the cycle after TAKE. Throughput: one beat per cycle.
     """
 
-    def __init__(self, *, data_width=64, addr_width=64, wqe_bits=None):
+    def __init__(self, *, data_width=64, addr_width=64):
         self.data_width = data_width
-        if wqe_bits is None:
-            wqe_bits = 8 * WQE_BYTES
         self.wqe_state = WqeState(addr_width)
         wqe_beats = WQE_BYTES // (data_width // 8)
         super().__init__({
@@ -91,7 +89,7 @@ class WqeLoader(wiring.Component):
             "in_take": In(1),
             "retx": In(1),
             "row": In(self.wqe_state),
-            "wqe": In(wqe_bits),
+            "wqe": In(PrefetchedWqe()),
             "beat": In(data_width),
             "beat_valid": In(1),
             "beat_index": In(range(max(wqe_beats, 2))),
@@ -119,7 +117,7 @@ class WqeLoader(wiring.Component):
             field = Signal(8 * size, name=f"beat_{name}")
             m.d.sync += field.eq(self.beat[lsb : lsb + 8 * size])
             beat_of[target] = off // nbytes
-            from_wqe = self.wqe[8 * off : 8 * (off + size)]
+            from_wqe = self.wqe[name]
             if name == "opcode":
                 beat_value[target] = field == WqeOpcode.WRITE_WITH_IMM
                 wqe_value[target] = from_wqe == WqeOpcode.WRITE_WITH_IMM

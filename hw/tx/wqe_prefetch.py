@@ -9,19 +9,10 @@ from amaranth.lib.wiring import In, Out
 
 from .arbiter import RoundRobin
 from .dma import ReadData, ReadRequest
-from .layouts import WQE_BYTES, WQE_LAYOUT
+from .layouts import WQE_BYTES, WQE_KEPT_FIELDS, PrefetchedWqe
 from .qp_settings import registered_address
 
-__all__ = ["WQE_USED_BYTES", "BurstShare", "WqePrefetch", "prefetch_beats"]
-
-# Every WQE field TX reads lies in the WQE's first bytes, up to rkey's end.
-WQE_USED_BYTES = max(off + size for _, off, size in WQE_LAYOUT)
-
-
-def prefetch_beats(data_width):
-    """The beats of a WQE burst the prefetch buffer keeps: those that hold
-    ``WQE_USED_BYTES``."""
-    return -(-WQE_USED_BYTES // (data_width // 8))
+__all__ = ["BurstShare", "WqePrefetch"]
 
 
 class WqePrefetch(wiring.Component):
@@ -38,8 +29,9 @@ class WqePrefetch(wiring.Component):
     ``drop`` (per QP): the QP's ring was reset (``ci`` set to ``pi``): its
     buffered WQE is dropped and a read in flight for it discarded;
     ``rd_q`` -> ``rd_wqe``: the buffered WQE of the QP given the cycle
-    before (a read at a registered address), its first
-    ``prefetch_beats(data_width)`` beats, byte i of the WQE at bits 8i.
+    before (a read at a registered address), the fields TX reads
+    (``PrefetchedWqe``, hw/tx/layouts.py), each byte written as its beat
+    passes.
 
     A QP is read for while it is enabled, not halted, its ring holds a WQE
     (``pi != ci``, registered per nibble and then ORed: two cycles late) and
@@ -70,7 +62,6 @@ class WqePrefetch(wiring.Component):
         self.num_qps = num_qps
         self.data_width = data_width
         self.addr_width = addr_width
-        self.kept_beats = prefetch_beats(data_width)
         qb = max(1, (num_qps - 1).bit_length())
         super().__init__({
             "pi": In(16 * num_qps),
@@ -87,13 +78,13 @@ class WqePrefetch(wiring.Component):
             "take_q": In(qb),
             "drop": In(num_qps),
             "rd_q": In(qb),
-            "rd_wqe": Out(self.kept_beats * data_width),
+            "rd_wqe": Out(PrefetchedWqe()),
         })
 
     def elaborate(self, platform):
         m = Module()
-        nq, dw, kept = self.num_qps, self.data_width, self.kept_beats
-        wqe_beats = WQE_BYTES // (dw // 8)
+        nq, nbytes = self.num_qps, self.data_width // 8
+        wqe_beats = WQE_BYTES // nbytes
 
         ring_work = Signal(nq)
         for i in range(nq):
@@ -130,15 +121,20 @@ class WqePrefetch(wiring.Component):
             self.req.payload.len.eq(wqe_beats - 1),
         ]
 
-        m.submodules.buf = buf = Memory(shape=kept * dw, depth=nq, init=[])
-        buf_w = buf.write_port(granularity=dw)
+        # the buffer, a byte lane per kept byte: byte k of PrefetchedWqe is the
+        # WQE's byte at offset src[k], taken from its beat's lane
+        src = [off + i for _, off, size in WQE_KEPT_FIELDS for i in range(size)]
+        m.submodules.buf = buf = Memory(shape=8 * len(src), depth=nq, init=[])
+        buf_w = buf.write_port(granularity=8)
         buf_r = buf.read_port(domain="comb")
+        beat_data = self.data.payload.data
         m.d.comb += [
             buf_w.addr.eq(pf_q),
-            buf_w.data.eq(self.data.payload.data.replicate(kept)),
+            buf_w.data.eq(Cat(*[beat_data.word_select(o % nbytes, 8) for o in src])),
             buf_r.addr.eq(registered_address(m, self.rd_q, "pf_rd_q")),
             self.rd_wqe.eq(buf_r.data),
         ]
+        byte_en = Cat(*[beat == o // nbytes for o in src])
 
         # (1 << sq_log2) - 1; sq_log2 <= 15, so bit 15 is never set
         ring_mask = Cat(*[self.sq_log2 > i for i in range(15)], Const(0, 1))
@@ -180,7 +176,7 @@ class WqePrefetch(wiring.Component):
                     m.d.sync += cancel.eq(1)
                 with m.If(self.data.valid):
                     m.d.sync += beat.eq(beat + 1)
-                    m.d.comb += buf_w.en.eq((Const(1, kept) << beat)[:kept])
+                    m.d.comb += buf_w.en.eq(byte_en)
                     with m.If(self.data.payload.last):
                         with m.If(~cancel):
                             m.d.comb += ready_set.eq(one_hot(pf_q))
