@@ -6,6 +6,7 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..bits import all_below
 from ..csr import CSRBusSignature
 from ..pipeline import OneHotFSM
 from ..protocol import PSN_BITS
@@ -297,8 +298,7 @@ class Sequencer(wiring.Component):
         sq_base = Cat(settings_lane(cfg, "sq_base_lo"),
                       settings_lane(cfg, "sq_base_hi", sq_hi_bits))
         sq_log2 = settings_lane(cfg, "sq_log2_size")
-        # (1 << sq_log2_size) - 1; sq_log2_size <= 15, so bit 15 is never set
-        ring_mask = Cat(*[sq_log2 > i for i in range(15)], Const(0, 1))
+        ring_mask = all_below(sq_log2, 16)  # (1 << sq_log2_size) - 1
         # the WQE's ring slot (fetch_index mod size) is registered with
         # fetch_index, so FETCH's address is one addr_width-bit add from flip-flops
         fetch_slot = Signal(16)

@@ -2,11 +2,12 @@
 buffer (``WqePrefetch``), and the WQE read channel shared by that prefetch and
 the sequencer's retransmit fetches (``BurstShare``)."""
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..bits import all_below, onehot
 from .arbiter import RoundRobin
 from .dma import ReadData, ReadRequest
 from .layouts import WQE_BYTES, WQE_KEPT_FIELDS, PrefetchedWqe
@@ -97,9 +98,6 @@ class WqePrefetch(wiring.Component):
             ]
         ci = Array(self.ci[16 * i : 16 * (i + 1)] for i in range(nq))
 
-        def one_hot(q):
-            return (Const(1, nq) << q)[:nq]
-
         ready = Signal(nq)
         # (consulted in PICK alone: the QP being read is not among them then)
         m.submodules.rr = rr = RoundRobin(nq)
@@ -136,14 +134,13 @@ class WqePrefetch(wiring.Component):
         ]
         byte_en = Cat(*[beat == o // nbytes for o in src])
 
-        # (1 << sq_log2) - 1; sq_log2 <= 15, so bit 15 is never set
-        ring_mask = Cat(*[self.sq_log2 > i for i in range(15)], Const(0, 1))
+        ring_mask = all_below(self.sq_log2, 16)  # (1 << sq_log2) - 1
         # ready: set by a read's last beat, cleared by a take or a drop (never
         # the same QP: one being read is not ready, so not taken, and a drop
         # discards the read)
         ready_set = Signal(nq)
         ready_clear = Signal(nq)
-        m.d.comb += ready_clear.eq(self.drop | Mux(self.take, one_hot(self.take_q), 0))
+        m.d.comb += ready_clear.eq(self.drop | Mux(self.take, onehot(self.take_q, nq), 0))
         m.d.sync += ready.eq((ready | ready_set) & ~ready_clear)
 
         with m.FSM(name="prefetch"):
@@ -179,7 +176,7 @@ class WqePrefetch(wiring.Component):
                     m.d.comb += buf_w.en.eq(byte_en)
                     with m.If(self.data.payload.last):
                         with m.If(~cancel):
-                            m.d.comb += ready_set.eq(one_hot(pf_q))
+                            m.d.comb += ready_set.eq(onehot(pf_q, nq))
                         m.next = "PICK"
 
         return m
