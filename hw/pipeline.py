@@ -163,11 +163,13 @@ SKID_GROUP_BITS = 36
 DSP_SLICE_BITS = 17
 
 
-def registered_product(m: Module, a, b, name: str) -> Signal:
+def registered_product(m: Module, a, b, name: str, drop: int = 0) -> Signal:
     """``a`` x ``b`` (unsigned) in two registered stages, valid 2 cycles after its
     operands: the products of the operands' 17-bit slices, each pair on one
     MULT18X18D, then their sum. A DSP's output and a wide adder after it do not
-    fit one 125 MHz cycle on the ECP5."""
+    fit one 125 MHz cycle on the ECP5. With ``drop``, the sum is registered
+    without its ``drop`` low bits (``(a x b) >> drop``: truncated, none kept
+    unread)."""
     a, b = Value.cast(a), Value.cast(b)
     parts = []
     for i, lo_a in enumerate(range(0, len(a), DSP_SLICE_BITS)):
@@ -176,8 +178,8 @@ def registered_product(m: Module, a, b, name: str) -> Signal:
             part = Signal(len(sa) + len(sb), name=f"{name}_part{i}_{j}")
             m.d.sync += part.eq(sa * sb)
             parts.append((lo_a + lo_b, part))
-    total = Signal(len(a) + len(b), name=name)
-    m.d.sync += total.eq(sum(part << lo for lo, part in parts))
+    total = Signal(len(a) + len(b) - drop, name=name)
+    m.d.sync += total.eq(sum(part << lo for lo, part in parts) >> drop)
     return total
 
 

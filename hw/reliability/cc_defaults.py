@@ -22,7 +22,8 @@ from __future__ import annotations
 import math
 
 __all__ = ["DEFAULT_BASE_RTT_NS", "TARGET_DELAY_FRACTION", "START_CWND_BDP", "RTT_UNIT_CYCLES",
-           "DATA_WIRE_OVERHEAD", "target_rtt_units", "start_cwnd_packets", "line_rate_bps"]
+           "DATA_WIRE_OVERHEAD", "NSCC_GAINS", "nscc_resolved", "target_rtt_units",
+           "start_cwnd_packets", "line_rate_bps"]
 
 DEFAULT_BASE_RTT_NS = 5000.0  # the model's NsccParams default
 TARGET_DELAY_FRACTION = 0.75  # NSCC target queueing delay, x base RTT
@@ -32,6 +33,10 @@ RTT_UNIT_CYCLES = 16  # the RTT sample's unit (hw/reliability/core.py RTT_SHIFT)
 # UDP, BTH, RETH, ICRC, FCS, preamble and gap (docs/protocol.md, "Byte budget")
 DATA_WIRE_OVERHEAD = 14 + 20 + 8 + 12 + 16 + 4 + 4 + 8 + 12
 TARGET_RTT_MAX = 0xFFFE
+# NSCC's gains and thresholds (mrc.h's names): the model's ``NsccParams`` defaults,
+# the gateware NSCC's reset values (``NsccPath``) and the driver's defaults
+NSCC_GAINS = {"eta": 0.5, "fi": 1.0, "gamma": 0.8, "max_md_jump": 0.5, "qa_gate": 0.5,
+              "qa_threshold": 4.0, "ewma": 0.125}
 
 
 def line_rate_bps(data_width: int, clk_freq_hz: int) -> float:
@@ -61,3 +66,18 @@ def start_cwnd_packets(base_rtt_ns: float, rate_bps: float, mtu: int, window: in
     bdp_bytes = base_rtt_ns * 1e-9 * rate_bps / 8
     packets = math.ceil(START_CWND_BDP * bdp_bytes / (mtu + DATA_WIRE_OVERHEAD))
     return max(1, min(window, packets))
+
+
+def nscc_resolved(params: dict, bdp_bytes: float, mtu_wire: int) -> dict:
+    """NSCC's parameters (``NsccParams``' fields) with the ones left 0 given their
+    defaults: ``target_delay_ns`` ``TARGET_DELAY_FRACTION`` x ``base_rtt_ns``,
+    ``min_cwnd`` one packet of ``mtu_wire`` bytes, ``max_cwnd`` (also the first
+    window) ``START_CWND_BDP`` x ``bdp_bytes``, but at least ``min_cwnd``."""
+    p = dict(params)
+    if not p.get("target_delay_ns"):
+        p["target_delay_ns"] = TARGET_DELAY_FRACTION * p["base_rtt_ns"]
+    if not p.get("min_cwnd"):
+        p["min_cwnd"] = float(mtu_wire)
+    if not p.get("max_cwnd"):
+        p["max_cwnd"] = max(START_CWND_BDP * bdp_bytes, p["min_cwnd"])
+    return p

@@ -219,11 +219,12 @@ class Reciprocal(wiring.Component):
         for i in range(w):  # the last match, the highest 1, wins
             with m.If(self.x[i]):
                 m.d.sync += zeros.eq(w - 1 - i)
-        norm = Signal(w)  # the leading 1 at bit w - 1
-        m.d.sync += norm.eq((x_q << zeros)[:w])
+        # the ``b`` bits after the leading 1 (which the shift puts at bit w - 1)
+        norm = Signal(b)
+        m.d.sync += norm.eq((x_q << zeros)[w - 1 - b: w - 1])
         m.submodules.rom = rom = Memory(shape=b + 2, depth=1 << b, init=reciprocal_table(b))
         port = rom.read_port()
-        m.d.comb += port.addr.eq(norm[w - 1 - b: w - 1])
+        m.d.comb += port.addr.eq(norm)
         m.d.sync += self.r.eq(port.data)
         zeros_q = Signal(range(w))
         zeros_qq = Signal(range(w))
@@ -300,8 +301,8 @@ class NsccUnit(wiring.Component):
             m.d.sync += s.eq(value)
             return s
 
-        def product(name, a, b):  # two stages (hw/pipeline.py)
-            return registered_product(m, a, b, name)
+        def product(name, a, b, drop=0):  # two stages (hw/pipeline.py)
+            return registered_product(m, a, b, name, drop)
 
         def saturated(value, width):
             return Mux(value[width:].any(), (1 << width) - 1, value[:width])
@@ -350,11 +351,11 @@ class NsccUnit(wiring.Component):
         # cycle 8
         pi_frac = reg("pi_frac", 17, pi_p >> C.eta_s)
         # cycle 10: the proportional increase, Q24.8 (nbytes x pi_frac x 2**-16 x 2**8)
-        pi_inc = product("pi_inc", nbytes, pi_frac)
+        pi_inc = product("pi_inc", nbytes, pi_frac, drop=8)
         # cycle 11: the window after it (its reciprocal: cycle 15)
         # (cwnd1 is read for an enabled ACK only; with nbytes = 0, pi_inc is 0)
         pi = ~ece & below
-        cwnd1 = reg("cwnd1", cw_bits, saturated(i.cwnd + Mux(pi, pi_inc[8:], 0), cw_bits))
+        cwnd1 = reg("cwnd1", cw_bits, saturated(i.cwnd + Mux(pi, pi_inc, 0), cw_bits))
         m.submodules.recip_cw = recip_cw = Reciprocal(cw_bits, B)
         m.d.comb += recip_cw.x.eq(cwnd1)
         # cycle 12: (avg - target) x r, from cycle 10's r
@@ -363,16 +364,16 @@ class NsccUnit(wiring.Component):
         # cycle 13: (avg - target) / avg in Q16 (avg >= target >= 1 unit: p_avg >= 8)
         ratio = reg("ratio", 17, _shift_down(over_r, p_avg, B + 1 - 16))
         # cycle 14: gamma x ratio (one MULT18X18D); cycle 15: the decrease's fraction
-        gcut_p = reg("gcut_p", 34, C.gamma * ratio)
-        cut = reg("cut", 17, Mux(gcut_p[16:] > C.max_md_jump, C.max_md_jump, gcut_p[16:]))
+        gcut_p = reg("gcut_p", 18, (C.gamma * ratio) >> 16)
+        cut = reg("cut", 17, Mux(gcut_p > C.max_md_jump, C.max_md_jump, gcut_p))
         # cycle 17: fi x mtu x nbytes x r, from cycle 15's r; cwnd1 x cut
         fair_r = product("fair_r", fair_p, recip_cw.r)
         p_cw = reg("p_cw", 5, reg("p_cw_0", 5, recip_cw.p))
-        md_p = product("md_p", cwnd1, cut)
+        md_p = product("md_p", cwnd1, cut, drop=GAIN_FRAC)
         # cycle 18: the fair increase (cwnd1 >= 1 byte: p_cw >= 8), Q24.8, unsaturated;
         # the decrease in bytes (max_md_jump <= 1: at most cwnd1)
         fair_full = reg("fair_full", len(fair_r), _shift_down(fair_r, p_cw, B + 1 - 16))
-        md_dec = reg("md_dec", cw_bits, md_p >> GAIN_FRAC)
+        md_dec = reg("md_dec", cw_bits, saturated(md_p, cw_bits))
         # cycle 19: the fair increase and the decrease applied
         fair_sum = reg("fair_sum", cw_bits, saturated(cwnd1 + saturated(fair_full, cw_bits),
                                                       cw_bits))
@@ -400,13 +401,13 @@ class NsccUnit(wiring.Component):
                                                 Mux(is_ack, i.qa_trigger | qa_hit,
                                                     i.qa_trigger)))))
         # cycle 22: quick adapt's gate, qa_gate x cwnd2 (Q24.8 once shifted)
-        qa_gate = product("qa_gate", cwnd2, C.qa_gate)
+        qa_gate = product("qa_gate", cwnd2, C.qa_gate, drop=GAIN_FRAC)
         # cycle 23: quick adapt at the end of its period
         qa_cw = Cat(Const(0, CWND_FRAC), qa_bytes)
         min_cw = Cat(Const(0, CWND_FRAC), C.min_cwnd)
         max_cw = Cat(Const(0, CWND_FRAC), C.max_cwnd)
         period_end = is_ack & qa_due
-        fire = period_end & trigger & (qa_cw < qa_gate[GAIN_FRAC:])
+        fire = period_end & trigger & (qa_cw < qa_gate)
         cwnd3 = reg("cwnd3", cw_bits, Mux(fire, Mux(qa_cw > min_cw, qa_cw, min_cw), cwnd2))
         qa_q = reg("qa_q", 1, fire)
         # cycle 24: the bounds (the window is clamped as it is read)

@@ -32,33 +32,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hw.reliability.cc_defaults import DEFAULT_BASE_RTT_NS, START_CWND_BDP, TARGET_DELAY_FRACTION
+from hw.reliability.cc_defaults import (
+    DEFAULT_BASE_RTT_NS,
+    NSCC_GAINS,
+    nscc_resolved,
+)
 
 
 @dataclass
 class NsccParams:
     base_rtt_ns: float = DEFAULT_BASE_RTT_NS
     target_delay_ns: float = 0.0  # 0: TARGET_DELAY_FRACTION (0.75) * base_rtt
-    eta: float = 0.5
-    fi: float = 1.0  # MTUs per RTT
-    gamma: float = 0.8
-    max_md_jump: float = 0.5
-    qa_gate: float = 0.5
-    qa_threshold: float = 4.0
+    eta: float = NSCC_GAINS["eta"]
+    fi: float = NSCC_GAINS["fi"]  # MTUs per RTT
+    gamma: float = NSCC_GAINS["gamma"]
+    max_md_jump: float = NSCC_GAINS["max_md_jump"]
+    qa_gate: float = NSCC_GAINS["qa_gate"]
+    qa_threshold: float = NSCC_GAINS["qa_threshold"]
     max_cwnd: float = 0.0  # 0: START_CWND_BDP (1.5) x BDP, also the first window
     min_cwnd: float = 0.0  # 0: one MTU packet
-    ewma: float = 0.125
+    ewma: float = NSCC_GAINS["ewma"]
     enabled: bool = True
 
     def resolved(self, bdp_bytes: float, mtu_wire: int) -> NsccParams:
-        p = NsccParams(**self.__dict__)
-        if not p.target_delay_ns:
-            p.target_delay_ns = TARGET_DELAY_FRACTION * p.base_rtt_ns
-        if not p.max_cwnd:
-            p.max_cwnd = START_CWND_BDP * bdp_bytes
-        if not p.min_cwnd:
-            p.min_cwnd = float(mtu_wire)
-        return p
+        return NsccParams(**nscc_resolved(self.__dict__, bdp_bytes, mtu_wire))
 
 
 class Nscc:
