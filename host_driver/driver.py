@@ -50,12 +50,14 @@ from hw.nic.csr import (
 from hw.nic.ev_load import EV_GEN_TYPE_ID, EV_GEN_VERSION, ev_gen_register_map
 from hw.protocol import PSN_MASK, EvState, QpState
 from hw.reliability.cc_defaults import (
+    DATA_WIRE_OVERHEAD,
     DEFAULT_BASE_RTT_NS,
     line_rate_bps,
     start_cwnd_packets,
     target_rtt_units,
 )
 from hw.reliability.layouts import CqeStatus, WqeFlags, WqeOpcode
+from hw.reliability.nscc_path import nscc_register_values, nscc_register_words
 from hw.reliability.registers import TYPE_ID as REL_TYPE_ID
 from hw.reliability.registers import VERSION as REL_VERSION
 from hw.reliability.registers import register_map as rel_register_map
@@ -82,6 +84,10 @@ __all__ = [
 CQE_BYTES = 32
 WQE_BYTES = 64
 MPR_UNIT = 128  # PSNs
+# congestion control by name (Device.set_congestion): MRC's default, and the NIC's reset
+NSCC = "uet-1.0-nscc"
+PACKET_WINDOW = "packet-window"
+CONGESTION_ALGORITHMS = (NSCC, PACKET_WINDOW)
 
 
 class DriverError(Exception):
@@ -767,7 +773,9 @@ class Device:
                     raise DriverError(f"{name} block version {b.version}, driver knows "
                                       f"{version}")
                 by_type[b.type_id] = b
-        missing = [self.KNOWN[t][0] for t in self.KNOWN if t not in by_type]
+        # the EV generator is optional (NicCore ev_gen=False): EXPLICIT EVs only
+        missing = [self.KNOWN[t][0] for t in self.KNOWN
+                   if t not in by_type and t != EV_GEN_TYPE_ID]
         if missing:
             raise DriverError(f"blocks not found: {missing}; found "
                               f"{[(hex(b.type_id), hex(b.base)) for b in self.blocks]}")
@@ -792,8 +800,8 @@ class Device:
         self.rel = RegisterBlock(self.transport, by_type[REL_TYPE_ID].base,
                                  host_view(rel_register_map(p["num_qps"], p["evs_per_qp"],
                                                             p["window"])))
-        self.ev_gen = RegisterBlock(self.transport, by_type[EV_GEN_TYPE_ID].base,
-                                    host_view(ev_gen_register_map()))
+        self.ev_gen = None if EV_GEN_TYPE_ID not in by_type else RegisterBlock(
+            self.transport, by_type[EV_GEN_TYPE_ID].base, host_view(ev_gen_register_map()))
         self._mr_generation = [0] * p["num_mrs"]
         waited = 0
         while not (await self.tx.read_fields("status"))["ready"]:
@@ -892,6 +900,10 @@ class Device:
         g = self.ev_gen
         if evs.mode not in ("generated", "auto"):
             raise ValueError(f"the NIC derives GENERATED and AUTO profiles, not {evs.mode!r}")
+        if g is None:
+            raise ValueError("this NIC was built without the EV generator (NicCore "
+                             "ev_gen=False: no ev_gen block in its CSR chain); give the EVs "
+                             "as an EXPLICIT profile")
         await g.write_fields("gen_qp", qpn=qpn)
         if evs.mode == "generated":
             p = dict(evs.params)
@@ -971,14 +983,53 @@ class Device:
                 "cwnd_init": start_cwnd_packets(base_rtt_ns, rate, p["max_mtu"],
                                                 p["window"])}
 
-    async def set_congestion(self, *, base_rtt_ns: float = DEFAULT_BASE_RTT_NS,
-                             link_gbps: float | None = None) -> dict[str, int]:
-        """Write ``congestion_defaults(...)`` for QPs brought to RTS from now on (the
-        start window) and for every ECN echo (the target); returns what it wrote."""
-        values = self.congestion_defaults(base_rtt_ns=base_rtt_ns, link_gbps=link_gbps)
-        for name, value in values.items():
+    async def set_congestion(self, algorithm: str = PACKET_WINDOW, *,
+                             base_rtt_ns: float = DEFAULT_BASE_RTT_NS,
+                             link_gbps: float | None = None, mtu: int | None = None,
+                             **nscc) -> dict[str, int]:
+        """Select the congestion control by name, as MRC's API does, for QPs brought
+        to RTS from now on; returns the register words it wrote.
+
+        - ``"packet-window"`` (the NIC's reset): the window in packets,
+          ``congestion_defaults(...)``'s target and start window;
+        - ``"uet-1.0-nscc"``: UET 1.0 NSCC in bytes (docs/reliability.md), its
+          parameters by MRC's names in ``nscc`` (eta, fi, gamma, max_md_jump,
+          qa_gate, qa_threshold, ewma, target_delay_ns, max_cwnd, min_cwnd; the
+          rest NSCC's defaults at ``base_rtt_ns`` and the line rate), the window
+          counted in packets of ``mtu`` (default ``max_mtu``) bytes of payload.
+
+        NSCC keeps a QP's state from its RTS entry, so it is selected while no QP
+        is in RTS: a ValueError names those that are. A NIC built without NSCC
+        (``NicCore(nscc=False)``, the Versa board's) refuses it."""
+        if algorithm not in CONGESTION_ALGORITHMS:
+            raise ValueError(f"congestion control must be one of {CONGESTION_ALGORITHMS}, "
+                             f"not {algorithm!r}")
+        if nscc and algorithm != NSCC:
+            raise ValueError(f"{sorted(nscc)} are NSCC's parameters; {algorithm!r} takes none")
+        p = self.params
+        mtu = p["max_mtu"] if mtu is None else mtu
+        if mtu not in PATH_MTU.values() or mtu > p["max_mtu"]:
+            raise ValueError(f"mtu must be a path MTU of {sorted(PATH_MTU.values())} up to "
+                             f"the NIC's max_mtu {p['max_mtu']}, not {mtu!r}")
+        words = self.congestion_defaults(base_rtt_ns=base_rtt_ns, link_gbps=link_gbps)
+        rate = line_rate_bps(p["data_width"], p["clk_freq_hz"]) if link_gbps is None \
+            else link_gbps * 1e9
+        values = nscc_register_values(
+            clk_freq_hz=p["clk_freq_hz"], mtu_wire=mtu + DATA_WIRE_OVERHEAD, rate_bps=rate,
+            base_rtt_ns=base_rtt_ns, enabled=algorithm == NSCC, **nscc)
+        if algorithm == NSCC:
+            if not await self.rel.read("nscc_rtt"):  # its target is never 0 when built
+                raise ValueError("this NIC was built without NSCC (NicCore nscc=False: its "
+                                 "NSCC registers read 0); use 'packet-window'")
+            in_rts = [q for q in range(p["num_qps"])
+                      if (await self.rel.read_fields("qp_ctrl", q))["state"] == QpState.RTS]
+            if in_rts:
+                raise ValueError(f"select {NSCC!r} before bringing QPs to RTS: NSCC starts a "
+                                 f"QP's state at its RTS entry; QPs {in_rts} are in RTS")
+        words.update(nscc_register_words(values))
+        for name, value in words.items():
             await self.rel.write(name, value)
-        return values
+        return words
 
     def min_probe_period(self) -> int:
         """The shortest probe period: a round sweeps every QP, 3 cycles each and one

@@ -111,7 +111,8 @@ BOARD_VERSION = 1
 # a window at the bottom of a 32-bit map (MEM_DMA_BASE), so 32-bit DMA
 # addresses reach all of it.
 BOARD_NIC_PARAMS = dict(data_width=64, num_qps=4, evs_per_qp=8, sack_bits=64, max_mtu=1024,
-                        mpr_max=256, num_mrs=4, window=64, inflight_depth=64, addr_width=32)
+                        mpr_max=256, num_mrs=4, window=64, inflight_depth=64, addr_width=32,
+                        nscc=True, ev_gen=True)
 
 # (bit, name, meaning) of the ``leds`` port.
 LEDS = (

@@ -47,9 +47,11 @@ PHY_RESET_CYCLES = 1 << 21
 # window 32 and 2 MRs 45,595 (103 %); this one 42,605 (97 %). Most of NicCore
 # does not scale with these parameters (RX's header and ACK records, TX's ICRC
 # networks, LUT-RAM FIFOs); the DMA addresses are 32 bits (BOARD_NIC_PARAMS
-# addr_width, docs/timing.md "Area work: the DMA address width").
+# addr_width, docs/timing.md "Area work: the DMA address width"). Without UET NSCC
+# (about 2,750 LUT4 and 20 MULT18X18D: the window is the packet window) and the EV
+# generator (about 660 LUT4: EXPLICIT EV profiles only).
 VERSA_NIC_PARAMS = dict(num_qps=2, evs_per_qp=2, sack_bits=32, max_mtu=512, mpr_max=128,
-                        num_mrs=1, window=16, inflight_depth=16)
+                        num_mrs=1, window=16, inflight_depth=16, nscc=False, ev_gen=False)
 
 
 class VersaTop(Elaboratable):

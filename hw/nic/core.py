@@ -2,7 +2,7 @@
 NIC boundary of docs/architecture.md (AXI4-Stream to the MAC, one AXI4 DMA master, one
 AXI4-Lite CSR slave, one interrupt)."""
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Const, Module, Mux, Signal
 from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -223,6 +223,12 @@ class NicCore(wiring.Component):
         issues, 32..64 (default 64): ``m_axi``'s AW/AR addresses, the WQE,
         payload, receive-write and CQE addresses, the MR bases and the SQ/CQ
         ring bases. See "Host address width" below.
+    nscc : build UET NSCC in reliability (default True; docs/reliability.md "UET
+        NSCC in the engine"); without it (a small device) the window is the
+        packet window only.
+    ev_gen : build the EV generator (default True: MRC's GENERATED and AUTO EV
+        profiles derived by the NIC, the CSR chain's last block); without it
+        the chain ends at reliability and the host loads EXPLICIT EVs only.
 
     Interface
     ---------
@@ -318,7 +324,8 @@ class NicCore(wiring.Component):
 
     def __init__(self, *, data_width=64, num_qps=16, evs_per_qp=16, sack_bits=64, max_mtu=4096,
                  mpr_max=1024, num_mrs=16, window=64, inflight_depth=256,
-                 clk_freq_hz=125_000_000, build_id=0, csr_addr_width=None, addr_width=64):
+                 clk_freq_hz=125_000_000, build_id=0, csr_addr_width=None, addr_width=64,
+                 nscc=True, ev_gen=True):
         check_nic_params(data_width=data_width, num_qps=num_qps, evs_per_qp=evs_per_qp,
                          sack_bits=sack_bits, max_mtu=max_mtu, mpr_max=mpr_max, num_mrs=num_mrs,
                          window=window, inflight_depth=inflight_depth,
@@ -328,6 +335,9 @@ class NicCore(wiring.Component):
         self.num_mrs, self.window, self.inflight_depth = num_mrs, window, inflight_depth
         self.clk_freq_hz, self.build_id = clk_freq_hz, build_id
         self.addr_width = addr_width
+        self.nscc = bool(nscc)
+        # the CSR chain's blocks: the EV generator, optional, is the last
+        self.block_order = BLOCK_ORDER if ev_gen else BLOCK_ORDER[:-1]
 
         from hw.reliability.registers import register_map as rel_register_map
         from hw.rx.regs import rx_register_map
@@ -345,12 +355,13 @@ class NicCore(wiring.Component):
         # Every block decodes at least 16 address bits (reliability needs them).
         self.block_bits = max(16, *((m.size - 1).bit_length() for m in maps.values()))
         self.block_size = 1 << self.block_bits
-        index_bits = (len(BLOCK_ORDER) - 1).bit_length()
+        order = self.block_order
+        index_bits = (len(order) - 1).bit_length()
         need = self.block_bits + index_bits
         if csr_addr_width is None:
             csr_addr_width = need
         elif not isinstance(csr_addr_width, int) or not need <= csr_addr_width <= 32:
-            raise ValueError(f"csr_addr_width must be in {need}..32 for {len(BLOCK_ORDER)} blocks "
+            raise ValueError(f"csr_addr_width must be in {need}..32 for {len(order)} blocks "
                              f"of 0x{self.block_size:x} bytes, not {csr_addr_width!r}")
         self.csr_addr_width = csr_addr_width
         # Cycles from each block's r_stb to its r_data: TX and RX take their
@@ -361,9 +372,9 @@ class NicCore(wiring.Component):
                         "reliability": ReliabilityEngine.CSR_READ_LATENCY, "ev_gen": 1}
         self.windows = [
             BlockWindow(name, i << self.block_bits, maps[name],
-                        (i + 1) << self.block_bits if i + 1 < len(BLOCK_ORDER) else 0,
+                        (i + 1) << self.block_bits if i + 1 < len(order) else 0,
                         read_latency[name])
-            for i, name in enumerate(BLOCK_ORDER)
+            for i, name in enumerate(order)
         ]
         self.csr_block_read_latency = max(read_latency.values())
         self.id_width = BLOCK_AXI_ID_WIDTH + (len(DMA_MASTERS) - 1).bit_length()
@@ -379,11 +390,11 @@ class NicCore(wiring.Component):
                                              sack_bits=sack_bits, clk_freq_hz=clk_freq_hz,
                                              data_width=data_width, csr_addr_width=bb,
                                              window=window, addr_width=addr_width,
-                                             max_mtu=max_mtu)
-        self.ev_gen = EvGenBlock(num_qps=num_qps, evs_per_qp=evs_per_qp, tx_map=maps["tx"],
-                                 rel_map=maps["reliability"],
-                                 tx_block=BLOCK_ORDER.index("tx"),
-                                 rel_block=BLOCK_ORDER.index("reliability"), addr_width=bb)
+                                             max_mtu=max_mtu, nscc=nscc)
+        self.ev_gen = None if not ev_gen else EvGenBlock(
+            num_qps=num_qps, evs_per_qp=evs_per_qp, tx_map=maps["tx"],
+            rel_map=maps["reliability"], tx_block=BLOCK_ORDER.index("tx"),
+            rel_block=BLOCK_ORDER.index("reliability"), addr_width=bb)
         self.device_info = DeviceInfo(self.device_params(), addr_width=bb,
                                       read_latency=DEVICE_INFO_READ_LATENCY)
         super().__init__({
@@ -407,7 +418,7 @@ class NicCore(wiring.Component):
         }
 
     def block_base(self, name: str) -> int:
-        return BLOCK_ORDER.index(name) << self.block_bits
+        return self.block_order.index(name) << self.block_bits
 
     def elaborate(self, platform):
         m = Module()
@@ -415,7 +426,9 @@ class NicCore(wiring.Component):
         m.submodules.rx = rx = self.rx
         m.submodules.reliability = rel = self.reliability
         m.submodules.device_info = info = self.device_info
-        m.submodules.ev_gen = ev_gen = self.ev_gen
+        ev_gen = self.ev_gen
+        if ev_gen is not None:
+            m.submodules.ev_gen = ev_gen
 
         # ---- CSR: AXI4-Lite -> CSR bus -> one window per block --------------------------
         m.submodules.csr_interconnect = ic = CsrInterconnect(
@@ -439,7 +452,7 @@ class NicCore(wiring.Component):
             up.r_data.eq(Mux(was_in_space, ic.csr.r_data, 0)),
         ]
         blocks = {"device_info": info, "tx": tx, "rx": rx, "reliability": rel, "ev_gen": ev_gen}
-        for i, name in enumerate(BLOCK_ORDER):
+        for i, name in enumerate(self.block_order):
             wiring.connect(m, ic.bus(i), blocks[name].csr)
 
         # ---- DMA: one AXI4 master -----------------------------------------------------------
@@ -522,16 +535,18 @@ class NicCore(wiring.Component):
         wiring.connect(m, rel.qp_state_update, txc.qp_state_update)
         # internal writes: the bridge's first (window and state updates, per
         # event), then the EV generator's (control path, while a QP is set up)
+        if ev_gen is None:
+            gen = Signal(ic.inject.payload.shape())  # 0: no second writer
+            gen_valid = Const(0)
+        else:
+            gen, gen_valid = ev_gen.inject.payload, ev_gen.inject.valid
+            m.d.comb += ev_gen.inject.ready.eq(ic.inject.ready & ~txc.inject.valid)
         m.d.comb += [
-            ic.inject.valid.eq(txc.inject.valid | ev_gen.inject.valid),
-            ic.inject.payload.block.eq(Mux(txc.inject.valid, BLOCK_ORDER.index("tx"),
-                                           ev_gen.inject.payload.block)),
-            ic.inject.payload.addr.eq(Mux(txc.inject.valid, txc.inject.payload.addr,
-                                          ev_gen.inject.payload.addr)),
-            ic.inject.payload.data.eq(Mux(txc.inject.valid, txc.inject.payload.data,
-                                          ev_gen.inject.payload.data)),
+            ic.inject.valid.eq(txc.inject.valid | gen_valid),
+            ic.inject.payload.block.eq(Mux(txc.inject.valid, BLOCK_ORDER.index("tx"), gen.block)),
+            ic.inject.payload.addr.eq(Mux(txc.inject.valid, txc.inject.payload.addr, gen.addr)),
+            ic.inject.payload.data.eq(Mux(txc.inject.valid, txc.inject.payload.data, gen.data)),
             txc.inject.ready.eq(ic.inject.ready),
-            ev_gen.inject.ready.eq(ic.inject.ready & ~txc.inject.valid),
         ]
 
         m.d.comb += self.irq.eq(rel.irq)

@@ -42,7 +42,7 @@ __all__ = [
 DEVICE_INFO_TYPE_ID = 0x0001
 DEVICE_INFO_VERSION = 1
 # NIC gateware version, major << 16 | minor: bumped with any change a driver can see.
-NIC_VERSION = 0x0001_0004
+NIC_VERSION = 0x0001_0005
 
 # The capabilities MRC's API names (mrc.h), by their bit in the device-info word
 # ``caps``, and the ones this NIC has: TRIM_NACK (RX answers a trimmed packet with

@@ -26,6 +26,7 @@ from .core_layouts import (
     CORE_COUNTERS,
     GEN_BITS,
     RTT_SHIFT,
+    CcEvent,
     Command,
     EvEvent,
     GlobalParams,
@@ -119,6 +120,8 @@ class ReliabilityCore(wiring.Component):
                       starts a cycle later).
     ``timer_arm``     Out: writes to ``RetransmitTimers.arm``.
     ``retx``, ``ack_update``, ``ev_update``, ``cwnd_update``, ``qp_state_update``: to TX.
+    ``cc_event``      Out(stream(CcEvent)): each ACK, timeout and RTS entry of a QP, for
+                      its congestion control (``NsccPath``), pushed with the write-back.
     ``cpl``           Out: completion requests for ``CompletionWriter``.
     ``probe_req``     Out: probe requests for ``ProbeBuilder``.
     ``event``         Out: EV transitions for the controller's event queue.
@@ -156,6 +159,7 @@ class ReliabilityCore(wiring.Component):
                 "ack_update": Out(stream.Signature(AckUpdate)),
                 "ev_update": Out(stream.Signature(EvUpdate)),
                 "cwnd_update": Out(stream.Signature(CwndUpdate)),
+                "cc_event": Out(stream.Signature(CcEvent(num_qps, window))),
                 "qp_state_update": Out(stream.Signature(QpStateUpdate)),
                 "cpl": Out(stream.Signature(CompletionRequest(num_qps))),
                 "probe_req": Out(stream.Signature(ProbeRequest(num_qps, evs_per_qp))),
@@ -201,5 +205,6 @@ class ReliabilityCore(wiring.Component):
         core_intake.write_back_states(ctx)
         core_walk.sent_and_use_actions(ctx)
         core_cmd.command_entry(ctx)
+        core_cc.cc_events(ctx)
         m.d.comb += self.event_count.eq(ctx.f_evq.level)
         return m

@@ -1,12 +1,14 @@
 """The reliability core's congestion-window states, CC to CC_SET (the datapath is
-``CwndUnit``, hw/reliability/cwnd.py). A builder of ``ReliabilityCore``
+``CwndUnit``, hw/reliability/cwnd.py), and its congestion-control events
+(``cc_event``, for ``NsccPath``). Builders of ``ReliabilityCore``
 (hw/reliability/core_ctx.py)."""
 
 from amaranth.hdl import Mux, Signal
 
-from .core_layouts import GlobalParams
+from .core_layouts import CcEvent, GlobalParams
 from .cwnd import CwndUnit
 from .layouts import CqeStatus
+from .nscc import NsccKind
 
 
 def cwnd_states(ctx):
@@ -94,3 +96,33 @@ def cwnd_states(ctx):
         with m.Else():
             fsm.next = "FINAL"
     ctx.export(cwnd_clamped=cwnd_clamped, cwnd_floor=cwnd_floor)
+
+
+def cc_events(ctx):
+    """The congestion-control event of the event being processed (``cc_event``): set
+    in CC (an ACK: not a fatal NAK, which flushes), TIMEOUT (acted on, not retry
+    exhaustion) and CMD's RTS entry; pushed in FINAL's write, cleared in IDLE. An
+    event that ends elsewhere (a fatal NAK, an exhausted QP's flush) pushes none."""
+    m, st, f_cc, q, now_ts = ctx.m, ctx.st, ctx.f_cc, ctx.q, ctx.now_ts
+    rtt_ts, rtt_valid, nak_cut, a_ece, a_fatal = (ctx.rtt_ts, ctx.rtt_valid, ctx.nak_cut,
+                                                 ctx.a_ece, ctx.a_fatal)
+    newly, tmo_stale, tmo_exhaust, rts_go = ctx.newly, ctx.tmo_stale, ctx.tmo_exhaust, ctx.rts_go
+
+    go = Signal()
+    rec = Signal(CcEvent(ctx.nq, ctx.W))
+    m.d.comb += [f_cc.w_data.eq(rec), f_cc.w_en.eq(st.FINAL & ctx.room_final & go)]
+    with m.If(st.IDLE):
+        m.d.sync += go.eq(0)
+
+    def start(kind, **fields):
+        m.d.sync += [go.eq(1), rec.qpn.eq(q), rec.kind.eq(kind), rec.now.eq(now_ts)]
+        m.d.sync += [rec[f].eq(fields.get(f, 0)) for f in ("trim", "newly", "ece", "rtt_valid",
+                                                              "rtt")]
+
+    with m.If(st.CC & ~a_fatal):
+        start(NsccKind.ACK, trim=nak_cut, newly=newly, ece=a_ece, rtt_valid=rtt_valid,
+              rtt=now_ts - rtt_ts)
+    with m.If(st.TIMEOUT & ~tmo_stale & ~tmo_exhaust):
+        start(NsccKind.TIMEOUT)
+    with m.If(rts_go):
+        start(NsccKind.START)

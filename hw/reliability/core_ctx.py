@@ -18,7 +18,7 @@ class CoreContext:
         # ReliabilityCore.elaborate
         "core", "m", "W", "E", "nq", "wbits", "ebits", "P", "Rec",
         # core_io.fifos_counters_memories
-        "f_retx", "f_ack", "f_evu", "f_cwnd", "f_qps", "f_cpl", "f_probe", "f_evq", "count",
+        "f_retx", "f_ack", "f_evu", "f_cwnd", "f_cc", "f_qps", "f_cpl", "f_probe", "f_evq", "count",
         "rec_groups", "rec_rd", "rec_wr", "rec_rd_data", "sq_pi_rd", "sq_pi_wr", "sqp",
         # core_state.working_state
         "s", "cur", "cfg", "q", "una0", "cwnd0", "state0", "sq_pi", "pi_ahead", "sent_ahead",

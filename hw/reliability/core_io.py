@@ -36,6 +36,7 @@ def fifos_counters_memories(ctx):
     f_ack = out_fifo("ack_fifo", core.ack_update, 4, "block")
     f_evu = out_fifo("ev_update_fifo", core.ev_update, 8)
     f_cwnd = out_fifo("cwnd_fifo", core.cwnd_update, 4)
+    f_cc = out_fifo("cc_fifo", core.cc_event, 16)
     f_qps = out_fifo("qp_state_fifo", core.qp_state_update, 4)
     f_cpl = out_fifo("cpl_fifo", core.cpl, 16)
     f_probe = out_fifo("probe_fifo", core.probe_req, 8)
@@ -78,7 +79,8 @@ def fifos_counters_memories(ctx):
         sq_pi_wr.en.eq(core.sq_producer.valid & (sqp.qpn < nq)),
         sq_pi_rd.addr.eq(rec_rd.addr),
     ]
-    ctx.export(f_retx=f_retx, f_ack=f_ack, f_evu=f_evu, f_cwnd=f_cwnd, f_qps=f_qps, f_cpl=f_cpl,
+    ctx.export(f_retx=f_retx, f_ack=f_ack, f_evu=f_evu, f_cwnd=f_cwnd, f_cc=f_cc, f_qps=f_qps,
+               f_cpl=f_cpl,
                f_probe=f_probe, f_evq=f_evq, count=count, rec_groups=rec_groups, rec_rd=rec_rd,
                rec_wr=rec_wr, rec_rd_data=rec_rd_data, sq_pi_rd=sq_pi_rd, sq_pi_wr=sq_pi_wr,
                sqp=sqp)
@@ -88,7 +90,7 @@ def pushes_and_room(ctx):
     """The FIFOs' pushes, the loss evidence per EV, and the room in the output FIFOs."""
     m, core, q, nq, E, P, count = ctx.m, ctx.core, ctx.q, ctx.nq, ctx.E, ctx.P, ctx.count
     f_evu, f_evq, f_retx, f_cpl, cur = ctx.f_evu, ctx.f_evq, ctx.f_retx, ctx.f_cpl, ctx.cur
-    cfg, f_ack, f_cwnd, f_qps = ctx.cfg, ctx.f_ack, ctx.f_cwnd, ctx.f_qps
+    cfg, f_ack, f_cwnd, f_qps, f_cc = ctx.cfg, ctx.f_ack, ctx.f_cwnd, ctx.f_qps, ctx.f_cc
 
     # --- pushes -----------------------------------------------------------------------
     # The FIFOs' data hold a default in every cycle (the values of the walks' pushes,
@@ -167,11 +169,11 @@ def pushes_and_room(ctx):
     r_retx, r_cpl, r_evu = (
         has_room(f, n) for f, n in ((f_retx, "retx"), (f_cpl, "cpl"), (f_evu, "evu")))
     room_walk = Signal()  # the walks' FIFOs together, registered on its own
-    # FINAL's three FIFOs together (FINAL's write waits for it; the record memory's
+    # FINAL's four FIFOs together (FINAL's write waits for it; the record memory's
     # write enables, flip-flops, are set from what it registers: rec_wen, core_state.py)
     room_final = Signal()
     room_final_d = Signal()  # what room_final registers
-    m.d.comb += room_final_d.eq(room(f_ack) & room(f_cwnd) & room(f_qps))
+    m.d.comb += room_final_d.eq(room(f_ack) & room(f_cwnd) & room(f_qps) & room(f_cc))
     m.d.sync += [room_walk.eq(room(f_retx) & room(f_cpl) & room(f_evu)),
                  room_final.eq(room_final_d)]
     ctx.export(retx_req=retx_req, evu=evu, evt=evt, room=room, push_retx=push_retx, ack=ack,

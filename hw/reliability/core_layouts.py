@@ -10,8 +10,8 @@ from .registers import COUNTER_NAMES, RTT_NS_BITS
 
 __all__ = ["CORE_COUNTERS", "EXP_FOREVER", "GEN_BITS", "K_ACK", "K_CMD", "K_DB", "K_PROBE",
            "K_SENT", "K_SWEEP", "K_TMO", "RTT_SHIFT", "T_ACK", "T_CMD", "T_DB", "T_SENT",
-           "T_SWEEP", "T_TMO", "W_ADV", "W_LOSS", "W_SACK", "W_TMO", "Command", "EvEvent",
-           "GlobalParams", "RelConfig", "qp_record"]
+           "T_SWEEP", "T_TMO", "W_ADV", "W_LOSS", "W_SACK", "W_TMO", "CcEvent", "Command",
+           "EvEvent", "GlobalParams", "RelConfig", "qp_record"]
 
 RTT_SHIFT = 4  # RTT timestamps count 16-cycle units, 16 bits wide
 EXP_FOREVER = 25
@@ -54,6 +54,17 @@ def Command(num_qps, evs_per_qp):
 # the event queue stays two DP16KD (36 bits each) wide
 EvEvent = data.StructLayout({"qpn": 24, "ev_index": 8, "old": 2, "new": 2, "drops": 16,
                              "rtt_ns": RTT_NS_BITS})
+
+
+def CcEvent(num_qps, window):
+    """An event of a QP for its congestion control (``NsccPath``): ``kind`` ACK (an
+    ACK or NAK TRIMMED of a QP in RTS; ``trim`` for the latter), TIMEOUT (a
+    retransmit timeout acted on) or START (the QP entered RTS), as
+    ``hw.reliability.nscc.NsccKind`` numbers them; ``newly``, the PSNs the ACK newly
+    acknowledged; ``rtt``, its RTT sample, and ``now``, both in 16-cycle units."""
+    return data.StructLayout({"qpn": range(num_qps), "kind": 2, "trim": 1,
+                              "newly": range(window + 1), "ece": 1, "rtt_valid": 1,
+                              "rtt": 16, "now": 16})
 
 
 def qp_record(window, evs):

@@ -111,7 +111,7 @@ SACK_BITS = 32
 PARAMS = {"ev_loss_threshold": 2, "cwnd_min": 1, "cwnd_max": WINDOW, "cwnd_init": WINDOW,
           "cwnd_ai": 256, "cwnd_ai_fast": 1024, "cwnd_md_shift": 1, "cwnd_trim_dec": 1,
           "target_rtt": 64}
-OUTPUTS = ("retx", "ack_update", "ev_update", "cwnd_update", "qp_state_update", "cpl",
+OUTPUTS = ("retx", "ack_update", "ev_update", "cwnd_update", "cc_event", "qp_state_update", "cpl",
            "probe_req", "event")
 
 

@@ -5,6 +5,7 @@
 - ``RetransmitTimers`` (timer.py): one deadline per QP, pipelined scan;
 - ``CompletionWriter`` (completion.py): send CQEs over AXI4;
 - ``ProbeBuilder`` (probe.py): EV probe request frames;
+- ``NsccPath`` (nscc_path.py): UET NSCC's windows from the core's events;
 
 and the CSR block (registers.py) that holds the configuration memories, the EV event
 queue and the counters. docs/reliability.md describes the whole.
@@ -43,6 +44,7 @@ from .layouts import (
     SqProducer,
     WimmDone,
 )
+from .nscc_path import nscc_reset_values, nscc_window
 from .probe import NetConfig, ProbeBuilder, ProbeReplyCheck
 from .registers import (
     COUNTER_BASE,
@@ -87,6 +89,9 @@ class ReliabilityEngine(wiring.Component):
         the line rate it sets the reset values of ``cwnd_init`` and ``target_rtt``:
         NSCC's starting window and target at the default base RTT
         (hw/reliability/cc_defaults.py).
+    nscc : build UET NSCC (``NsccPath``, default True). Without it the window is
+        the core's packet window only, and the NSCC registers read 0 and ignore
+        writes (the driver reads ``nscc_rtt`` to tell).
 
     Interface
     ---------
@@ -104,7 +109,9 @@ class ReliabilityEngine(wiring.Component):
                    hole, 2 NAK TRIMMED.
     ``ack_update`` Out(stream(AckUpdate)): new oldest unacknowledged PSN of a QP.
     ``ev_update``  Out(stream(EvUpdate)): EV state changes (0 GOOD, 1 ASSUMED_BAD, 2 DENIED).
-    ``cwnd_update`` Out(stream(CwndUpdate)): new window of a QP, packets.
+    ``cwnd_update`` Out(stream(CwndUpdate)): new window of a QP, packets: the core's
+                   packet window, or UET NSCC's while ``nscc_ctrl.enabled`` is set
+                   (``NsccPath``, nscc_path.py).
     ``qp_state_update`` Out(stream(QpStateUpdate)): QP state changes (ERROR on retry
                    exhaustion; also the controller's commands).
     ``wimm_done``  Out(stream(WimmDone)): a WRITE_WITH_IMM WQE of the QP completed
@@ -143,7 +150,8 @@ class ReliabilityEngine(wiring.Component):
     CSR_READ_LATENCY = 2
 
     def __init__(self, num_qps=16, evs_per_qp=16, sack_bits=64, clk_freq_hz=125_000_000,
-                 data_width=64, csr_addr_width=16, window=64, addr_width=64, max_mtu=4096):
+                 data_width=64, csr_addr_width=16, window=64, addr_width=64, max_mtu=4096,
+                 nscc=True):
         if not isinstance(num_qps, int) or not 2 <= num_qps <= 256:
             raise ValueError(f"num_qps must be an integer in 2..256, not {num_qps!r}")
         if (not isinstance(evs_per_qp, int) or evs_per_qp & (evs_per_qp - 1)
@@ -168,10 +176,13 @@ class ReliabilityEngine(wiring.Component):
         self.clk_freq_hz, self.data_width = clk_freq_hz, data_width
         self.csr_addr_width, self.window = csr_addr_width, window
         self.addr_width = addr_width
+        self.nscc = bool(nscc)
         # NSCC's defaults at the default base RTT (hw/reliability/cc_defaults.py)
         self.target_rtt_reset = target_rtt_units(DEFAULT_BASE_RTT_NS, clk_freq_hz)
         self.cwnd_init_reset = start_cwnd_packets(
             DEFAULT_BASE_RTT_NS, line_rate_bps(data_width, clk_freq_hz), max_mtu, window)
+        self.nscc_reset = nscc_reset_values(clk_freq_hz, data_width, max_mtu,
+                                            DEFAULT_BASE_RTT_NS)
         self.timeout_unit = timeout_unit_cycles(clk_freq_hz)
         self.ns_per_cycle = round(1e9 / clk_freq_hz)
         self.registers = register_map(num_qps, evs_per_qp, window)
@@ -215,7 +226,9 @@ class ReliabilityEngine(wiring.Component):
         wiring.connect(m, core.retx, wiring.flipped(self.retx))
         wiring.connect(m, core.ack_update, wiring.flipped(self.ack_update))
         wiring.connect(m, core.ev_update, wiring.flipped(self.ev_update))
-        wiring.connect(m, core.cwnd_update, wiring.flipped(self.cwnd_update))
+        # the window TX gets: the core's, or NSCC's (nscc_ctrl.enabled)
+        nscc_regs = nscc_window(m, core, wiring.flipped(self.cwnd_update), num_qps=nq,
+                                window=self.window, reset=self.nscc_reset, build=self.nscc)
         wiring.connect(m, core.qp_state_update, wiring.flipped(self.qp_state_update))
         wiring.connect(m, core.timer_arm, timers.arm)
         wiring.connect(m, timers.expired, core.expired)
@@ -314,7 +327,8 @@ class ReliabilityEngine(wiring.Component):
             "target_rtt": params.target_rtt,
         }
         rw_regs = {"own_mac_lo": own_mac[:32], "own_mac_hi": own_mac[32:], "own_ip": own_ip,
-                   "probe_period": probe_period, **param_regs}
+                   "probe_period": probe_period, **param_regs,
+                   **nscc_regs}
 
         # Writes are decoded at w_stb and applied in the next cycle from registers
         # (hw.csr.RegisteredWrites: the data, the QP and EV indices and one strobe

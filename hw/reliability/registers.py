@@ -9,6 +9,7 @@ __all__ = [
     "COUNTER_NAMES",
     "COUNTER_SLOT_BITS",
     "EV_BASE",
+    "NSCC_REGISTERS",
     "QP_BASE",
     "QP_STRIDE",
     "QP_WORDS",
@@ -135,6 +136,34 @@ _G = {
     "ev_event": 0x58,
     "ev_event_rtt": 0x5C,
 }
+# The global registers of NSCC (hw/reliability/nscc_path.py, docs/reliability.md): name ->
+# (offset, fields as (name, low bit, width, doc)). Every field is an ``NsccConfig``
+# field but ``mtu_wire``, ``pkt_shift`` and ``pkt_mul`` (the packet count's divider).
+NSCC_REGISTERS = {
+    "nscc_ctrl": (0x60, [("enabled", 0, 1, "1: TX's window is NSCC's (bytes // mtu_wire); "
+                                           "0: the window in packets (cwnd_* registers)"),
+                         ("ewma_shift", 4, 3, "the delay average's gain is 2^-ewma_shift"),
+                         ("eta_s", 8, 6, "eta / target x 2^8 = eta_m x 2^-eta_s")]),
+    "nscc_rtt": (0x64, [("base_rtt", 0, 16, "base RTT, 16-cycle units"),
+                        ("target", 16, 16, "target queueing delay, 16-cycle units, >= 1")]),
+    "nscc_qa_delay": (0x68, [("qa_delay", 0, 24, "qa_threshold x target, Q16.8 units")]),
+    "nscc_qa_period": (0x6C, [("qa_period", 0, 16, "quick adapt's period, base_rtt + target")]),
+    "nscc_eta_m": (0x70, [("eta_m", 0, 17, "eta / target's mantissa")]),
+    "nscc_fi_mtu": (0x74, [("fi_mtu", 0, 17, "fair increase: fi x mtu_wire bytes")]),
+    "nscc_gamma": (0x78, [("gamma", 0, 17, "decrease gain, Q1.16")]),
+    "nscc_max_md_jump": (0x7C, [("max_md_jump", 0, 17, "largest decrease, Q1.16 of the "
+                                                       "window")]),
+    "nscc_qa_gate": (0x80, [("qa_gate", 0, 17, "quick adapt below qa_gate x window, Q1.16")]),
+    "nscc_min_cwnd": (0x84, [("min_cwnd", 0, 24, "smallest window, bytes")]),
+    "nscc_max_cwnd": (0x88, [("max_cwnd", 0, 24, "largest and first window, bytes")]),
+    "nscc_mtu": (0x8C, [("mtu_wire", 0, 14, "wire bytes of a full packet: an ACK's bytes are "
+                                            "its PSNs x this, a trim's this"),
+                        ("pkt_shift", 16, 6, "packets = (bytes x pkt_mul) >> pkt_shift")]),
+    "nscc_pkt_mul": (0x90, [("pkt_mul", 0, 26, "see pkt_shift: bytes // mtu_wire")]),
+}
+
+
+_G.update({name: offset for name, (offset, _) in NSCC_REGISTERS.items()})
 # a probe answer's round trip in its EV event (``ev_event_rtt``): ns, saturating
 RTT_NS_BITS = 20
 RTT_NS_MAX = (1 << RTT_NS_BITS) - 1
@@ -182,6 +211,9 @@ def register_map(num_qps: int = 16, evs_per_qp: int = 16, window: int = 64) -> R
     r.add("target_rtt", _G["target_rtt"], "RW",
           "RTT target in units of 16 cycles; an ECN echo with an RTT at or above it "
           "decreases the window, below it holds it; reset: 1.75 x the default base RTT")
+    for name, (offset, fields) in NSCC_REGISTERS.items():
+        r.add(name, offset, "RW", "NSCC (UET 1.0, docs/reliability.md); reset: disabled, "
+              "the defaults at the default base RTT", fields=list(fields))
     r.add("irq_status", _G["irq_status"], "RC", "interrupt causes; reading clears [1]",
           fields=[("event", 0, 1, "EV event queue not empty"),
                   ("completion", 1, 1, "a send CQE was written since the last read")])

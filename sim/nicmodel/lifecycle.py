@@ -3,10 +3,13 @@ of ``ModelNic``)."""
 
 from __future__ import annotations
 
+from hw.reliability.cc_defaults import RTT_UNIT_CYCLES
 from hw.reliability.completion import CQE_BYTES, WQE_USED_BYTES
 from hw.reliability.layouts import CqeStatus
-from hw.reliability.registers import RTT_NS_MAX
+from hw.reliability.nscc import nscc_params
+from hw.reliability.registers import NSCC_REGISTERS, RTT_NS_MAX
 from hw.tx.layouts import WQE_BYTES, WQE_LAYOUT, WqeFlags, WqeOpcode
+from sim.model.cc import Nscc, NsccParams
 from sim.model.ev import ASSUMED_BAD, GOOD
 from sim.model.packet import (
     PSN_MASK,
@@ -107,10 +110,23 @@ class QpLifecycle:
         mpr = (self.reg("tx", "qp_mpr", q) & 0xFF) or 1
         cwnd = self.reg("tx", "qp_cwnd", q) or p["window"]
         qp.window_psns = max(1, min(128 * mpr, p["window"], cwnd))
+        self._start_nscc(qp)
         qp.sq_psn = qp.una_psn = self.reg("tx", "qp_next_psn", q) & PSN_MASK
         qp.state = RTS
         self.rel_state[q] = RTS
         self._fetch(q)
+
+    def _start_nscc(self, qp):
+        """NSCC on (``nscc_ctrl.enabled``): the QP's window is the golden model's
+        ``Nscc`` with the registers' parameters, from its RTS entry (as the
+        gateware's NsccPath starts a QP's state); off: no byte window."""
+        fields = {f: self.field("reliability", name, 0, f)
+                  for name, (_, flds) in NSCC_REGISTERS.items() for f, *_ in flds}
+        if not fields["enabled"]:
+            return
+        unit_ns = RTT_UNIT_CYCLES * 1e9 / self.params["clk_freq_hz"]
+        mtu_wire = fields["mtu_wire"]
+        qp.cc = Nscc(NsccParams(**nscc_params(fields, unit_ns, mtu_wire)), mtu_wire)
 
     def _flush_unfetched(self, q, first_status, start=None):
         """Complete the WQEs between TX's consumer index (or ``start``) and the

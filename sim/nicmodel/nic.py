@@ -13,6 +13,7 @@ from hw.reliability.cc_defaults import (
     start_cwnd_packets,
     target_rtt_units,
 )
+from hw.reliability.nscc_path import nscc_register_words, nscc_reset_values
 from hw.reliability.registers import register_map as rel_register_map
 from hw.rx.regs import COUNTERS as RX_COUNTERS
 from hw.rx.regs import rx_register_map
@@ -90,6 +91,11 @@ class ModelNic(RegisterBehaviour, QpLifecycle):
             params["max_mtu"], params["window"])
         self.store[("reliability", rel_map["target_rtt"].addr())] = target_rtt_units(
             DEFAULT_BASE_RTT_NS, params["clk_freq_hz"])
+        # NSCC's registers: off, its defaults (hw/reliability/nscc_path.py)
+        for name, word in nscc_register_words(nscc_reset_values(
+                params["clk_freq_hz"], params["data_width"], params["max_mtu"],
+                DEFAULT_BASE_RTT_NS)).items():
+            self.store[("reliability", rel_map[name].addr())] = word
         self.mem = HostMemory(_Ram(mem_size), mem_size)
         self.host = fabric.attach(self)
         self.core = _HwNicCore(self, self.host, fabric.engine, fabric.paths)

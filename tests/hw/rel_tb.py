@@ -24,6 +24,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In
 from cocotb.clock import Clock
 from cocotb.triggers import ClockCycles
+from cocotb.utils import get_sim_time
 from cocotbext.axi import (
     AxiBus,
     AxiLiteBus,
@@ -67,6 +68,14 @@ OWN_MAC, PEER_MAC = "02:00:00:00:00:01", "02:00:00:00:00:02"
 OWN_IP, PEER_IP = "10.0.0.1", "10.0.0.2"
 SQ_BASE, CQ_BASE, RING_LOG2 = 0x10000, 0x40000, 6
 QP_MEM = 0x80000  # per-QP stride in host memory
+# the simulated clock period; the engine's time units follow clk_freq_hz instead
+# (cycles x 1e9 / clk_freq_hz ns: ``nominal_ns``)
+CLK_NS = 8
+
+
+def nominal_ns() -> float:
+    """The simulation time in the engine's ns: its cycles at ``clk_freq_hz``."""
+    return get_sim_time("ns") / CLK_NS * 1e9 / P["clk_freq_hz"]
 
 
 class RelTestTop(wiring.Component):
@@ -100,7 +109,7 @@ class RelTestTop(wiring.Component):
 class TB:
     def __init__(self, dut, backpressure=None):
         self.dut = dut
-        cocotb.start_soon(Clock(dut.clk, 8, unit="ns").start())
+        cocotb.start_soon(Clock(dut.clk, CLK_NS, unit="ns").start())
         self.axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, "s_axil", bus_separator="__"),
                                   dut.clk, dut.rst)
         self.ram = AxiRam(AxiBus.from_prefix(dut, "m_axi", bus_separator="__"), dut.clk,

@@ -27,8 +27,16 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from host_driver import layers as L
-from hw.reliability.cc_defaults import DEFAULT_BASE_RTT_NS, start_cwnd_packets, target_rtt_units
+from hw.reliability.cc_defaults import (
+    DATA_WIRE_OVERHEAD,
+    DEFAULT_BASE_RTT_NS,
+    start_cwnd_packets,
+    target_rtt_units,
+)
+from hw.reliability.nscc import nscc_params
+from hw.reliability.nscc_path import nscc_register_values, nscc_register_words
 from sim import coverage as fcov
+from sim.model.cc import Nscc, NsccParams
 from tests import seeds
 from tests.hw.rel_tb import (
     CONFIG,
@@ -43,6 +51,7 @@ from tests.hw.rel_tb import (
     UNIT,
     P,
     ev_value,
+    nominal_ns,
     pop_events,
     run,
 )
@@ -769,6 +778,76 @@ async def test_cwnd_duplicate_acks_do_not_grow_it(dut):
     await tb.settle(400)
     assert (await tb.read("qp_cc", 0)) & 0xFFFF == window
     assert [r["cwnd"] for r in tb.cwnd_upd.records()][-1] == window
+
+
+@cocotb.test(skip=CONFIG != "rel_q4")
+async def test_nscc_window(dut):
+    """NSCC on (``nscc_ctrl.enabled``, written before RTS): the windows TX gets are
+    NSCC's in packets of ``mtu_wire``, not the packet window's. RTS starts the QP at
+    ``max_cwnd``; ECN-marked ACKs with an RTT far above the target cut it (at most
+    once per base RTT); unmarked ACKs below the target grow it back to
+    ``max_cwnd``; a NAK TRIMMED takes one packet off (then its ACK step); a
+    timeout halves it. Each window is checked against the golden model's NSCC run
+    on the steps the test made, with the RTT the test measured (within a unit of
+    the core's sample): within one packet."""
+    tb = TB(dut)
+    await tb.reset()
+    unit_ns = 16e9 / P["clk_freq_hz"]
+    mtu_wire = 1024 + DATA_WIRE_OVERHEAD
+    values = nscc_register_values(clk_freq_hz=P["clk_freq_hz"], mtu_wire=mtu_wire,
+                                  rate_bps=1e9, base_rtt_ns=20 * unit_ns,
+                                  max_cwnd=24 * mtu_wire + 100)
+    await tb.setup(cwnd_init=32, **nscc_register_words(values))
+    params = NsccParams(**nscc_params({f: v for word in values.values() for f, v in word.items()},
+                                      unit_ns, mtu_wire))
+    model = Nscc(params, mtu_wire)
+    await tb.settle(80)
+    assert [r["cwnd"] for r in tb.cwnd_upd.records()] == [24]  # START: max_cwnd, not 32
+    expect = [(model.cwnd, "start")]
+    psn = 0
+
+    async def round_trip(rtt_units, ece=0, trim=False):
+        nonlocal psn
+        first = psn
+        start = nominal_ns()
+        for k in range(8):
+            tb.send(0, psn, ev=k, wqe=psn)
+            psn += 1
+        await tb.sent.drain()
+        await ClockCycles(dut.clk, rtt_units * 16)
+        for k in (3, 7):
+            if trim and k == 7:  # a NAK TRIMMED of PSN 5 first: nothing new, no sample
+                tb.ack(0, first + 3, syndrome=L.NAK_TRIMMED, psn=first + 5)
+                await tb.settle(80)
+                model.on_trim(nominal_ns(), mtu_wire)
+                expect.append((model.cwnd, "trim"))
+                model.on_ack(nominal_ns(), 0, False, None)
+                expect.append((model.cwnd, "trim's ack step"))
+            now = nominal_ns()
+            tb.ack(0, first + k, ece=ece)
+            await tb.settle(80)
+            model.on_ack(now, 4 * mtu_wire, bool(ece), now - start)
+            expect.append((model.cwnd, f"ack, rtt {rtt_units} units, ece {ece}"))
+
+    for _ in range(2):
+        await round_trip(60, ece=1)  # delay 40 units, far above the 15 of the target
+    for _ in range(6):
+        await round_trip(4)  # below the base RTT: no queueing delay
+    await round_trip(4, trim=True)
+    got = [r["cwnd"] for r in tb.cwnd_upd.records()]
+    assert len(got) == len(expect), (got, expect)
+    for (window, what), packets in zip(expect, got, strict=True):
+        assert abs(packets - window // mtu_wire) <= 1, (
+            what, packets, window / mtu_wire, got, [(w / mtu_wire, x) for w, x in expect])
+    assert min(got) <= 12 and got[-5] == 24  # cut by half, back at max_cwnd before the trim
+    assert got[-3] == got[-4] - 1  # the trim: one packet off
+    # a timeout halves it (the requester does not answer: ACK timeout 2^2 units)
+    await tb.write("qp_rel_cfg", 2 | 2 << 5 | 1 << 16 | 3 << 24, 0)
+    before = got[-1]
+    tb.send(0, psn, ev=0, wqe=psn)
+    await tb.settle(16 * UNIT)
+    assert tb.cwnd_upd.records()[len(got)]["cwnd"] == max(1, before // 2), tb.cwnd_upd.records()
+    assert (await tb.counters())["timeouts"] >= 1
 
 
 async def lossless_run(dut, packets, seed=1):

@@ -21,6 +21,7 @@ addresses).
 from __future__ import annotations
 
 import cocotb
+import pytest
 from cocotb.utils import get_sim_time
 
 from host_driver.driver import MPR_UNIT, Completion, EvProfile, WrOpcode
@@ -46,10 +47,16 @@ def packets(messages: int, size: int) -> int:
 async def test_board_traffic(dut):
     tb = SystemTB(dut, seed=seeds.of(61), keep_log=True)
     await tb.init()
-    # what the device-info block reports (every parameter but inflight_depth)
+    # what the device-info block reports (every parameter but inflight_depth, nscc
+    # and ev_gen: the driver tells those from the NSCC registers and the CSR chain)
+    unreported = ("inflight_depth", "nscc", "ev_gen")
     for end in tb.ends:
-        assert {n: end.dev.params[n] for n in PARAMS if n != "inflight_depth"} == {
-            n: v for n, v in PARAMS.items() if n != "inflight_depth"}
+        assert {n: end.dev.params[n] for n in PARAMS if n not in unreported} == {
+            n: v for n, v in PARAMS.items() if n not in unreported}
+        with pytest.raises(ValueError, match="built without NSCC"):
+            await end.dev.set_congestion("uet-1.0-nscc")
+        with pytest.raises(ValueError, match="built without the EV generator"):
+            await end.dev.generate_evs(0, EvProfile.auto())
     assert (PARAMS["sack_bits"], PARAMS["max_mtu"], PARAMS["num_mrs"], PARAMS["addr_width"]) \
         == (32, 512, 1, 32)
     evs = [EvProfile.explicit(range(base, base + PARAMS["evs_per_qp"])) for base in EV_BASES]

@@ -21,6 +21,7 @@ from cocotb.utils import get_sim_time
 
 from host_driver.driver import Completion, Device, EvProfile, EvState, QpState, WrOpcode
 from hw.nic.csr import DEVICE_INFO_TYPE_ID, NIC_VERSION
+from hw.reliability.cc_defaults import DATA_WIRE_OVERHEAD
 from hw.tx.engine import TxEngine
 from sim.system.csr_sweep import diff, snapshot, sweep_targets, write_all
 from sim.system.fabric import DROPPED
@@ -675,6 +676,41 @@ async def test_total_outage_retry_exhausted(dut):
              frames_sent=c["tx.packets"], placed_before=before[1]["rx.placed"])
 
 
+async def bottleneck_then_clear(tb, read_window, *, clear_queue):
+    """NIC 0's QP behind a 2 Gb/s bottleneck that CE-marks data frames queued
+    behind more than 2 KiB, 192 KiB sent in four WQEs; then the marking off (and,
+    with ``clear_queue``, the bottleneck too) and 192 KiB more. Every byte lands,
+    every WQE completes. Returns the window (``read_window()``, every 200 cycles)
+    in each phase, the frames marked and the start time."""
+    tb.fabric.set_rate(2.0, queue_bytes=1 << 20, direction=0)
+    tb.fabric.set_ecn(threshold_bytes=2048, direction=0)
+    samples: list[tuple[int, int]] = []  # (phase, window)
+    phase, done, marked = 1, False, 0
+
+    async def watch():
+        while not done:
+            samples.append((phase, await read_window()))
+            await tb.cycles(200)
+
+    watcher = cocotb.start_soon(watch())
+    start = get_sim_time(unit="ns")
+    for size in (192 * 1024, 192 * 1024):
+        posted, payload, early = await transfer(tb, 0, [size // 4] * 4)
+        cqes = await complete_all(tb.ends[0], posted, early)
+        assert [c.status for c in cqes] == [Completion.SUCCESS] * len(posted)
+        check_memory(tb, 1, payload)
+        if phase == 1:
+            marked = sum(p.marked for p in tb.fabric.directions[0].paths)
+            tb.fabric.set_ecn(threshold_bytes=None, direction=0)  # the congestion clears
+            if clear_queue:
+                tb.fabric.set_rate(None, direction=0)
+            phase = 2
+    done = True
+    await watcher
+    return ([c for ph, c in samples if ph == 1], [c for ph, c in samples if ph == 2], marked,
+            start)
+
+
 @cocotb.test()
 async def test_ecn_bottleneck_cuts_and_regrows_window(dut):
     """Congestion control with the driver's defaults (no CC register written): NIC
@@ -690,32 +726,12 @@ async def test_ecn_bottleneck_cuts_and_regrows_window(dut):
     defaults = dev.congestion_defaults()
     assert {n: await dev.rel.read(n) for n in defaults} == defaults
     assert defaults["target_rtt"] < 0xFFFF and defaults["cwnd_init"] < NIC_PARAMS["window"]
-    tb.fabric.set_rate(2.0, queue_bytes=1 << 20, direction=0)
-    tb.fabric.set_ecn(threshold_bytes=2048, direction=0)
-    samples: list[tuple[int, int]] = []  # (phase, cwnd)
-    phase = 1
-    done = False
 
-    async def watch():
-        while not done:
-            samples.append((phase, (await dev.rel.read("qp_cc", q)) & 0xFFFF))
-            await tb.cycles(200)
+    async def packet_window():
+        return (await dev.rel.read("qp_cc", q)) & 0xFFFF
 
-    watcher = cocotb.start_soon(watch())
-    start = get_sim_time(unit="ns")
-    for size in (192 * 1024, 192 * 1024):
-        posted, payload, early = await transfer(tb, 0, [size // 4] * 4)
-        cqes = await complete_all(tb.ends[0], posted, early)
-        assert [c.status for c in cqes] == [Completion.SUCCESS] * len(posted)
-        check_memory(tb, 1, payload)
-        if phase == 1:
-            marked = sum(p.marked for p in tb.fabric.directions[0].paths)
-            tb.fabric.set_ecn(threshold_bytes=None, direction=0)  # the congestion clears
-            phase = 2
-    done = True
-    await watcher
-    first = [c for ph, c in samples if ph == 1]
-    second = [c for ph, c in samples if ph == 2]
+    first, second, marked, start = await bottleneck_then_clear(tb, packet_window,
+                                                               clear_queue=False)
     assert first[0] == defaults["cwnd_init"], first[:8]
     peak = first.index(max(first))
     low = min(first[peak:])
@@ -723,6 +739,40 @@ async def test_ecn_bottleneck_cuts_and_regrows_window(dut):
     assert max(second) > max(first), f"no regrowth after the cut: {first} then {second}"
     log_case(dut, "ECN bottleneck", start, marked=marked, cwnd_start=first[0],
              cwnd_peak=max(first), cwnd_cut_to=low, cwnd_end=second[-1])
+
+
+@cocotb.test()
+async def test_nscc_ecn_bottleneck(dut):
+    """UET NSCC selected by name (``set_congestion("uet-1.0-nscc", ...)``, before
+    the QPs reach RTS): NIC 0's window in TX (``qp_cwnd``) starts at NSCC's
+    ``max_cwnd`` in packets, a bottleneck that queues and CE-marks cuts it, and
+    once the congestion clears (no queue, no marks) it grows back to
+    ``max_cwnd``. Every byte lands, every WQE completes; the driver refuses NSCC
+    once a QP is in RTS. The base RTT given (60 us of the NIC's nominal clock,
+    940 cycles) is above the unloaded round trip, so an unloaded path shows no
+    queueing delay."""
+    tb = SystemTB(dut, seed=seeds.of(7))
+    await tb.init()
+    dev = tb.ends[0].dev
+    # at the data path's nominal 1 Gb/s: max_cwnd 1.5 x BDP = 11,250 B, 10 packets
+    words = await dev.set_congestion("uet-1.0-nscc", base_rtt_ns=60_000.0, mtu=1024)
+    max_packets = (words["nscc_max_cwnd"] & 0xFFFFFF) // (1024 + DATA_WIRE_OVERHEAD)
+    assert max_packets == 10
+    evs = [EvProfile.explicit(range(base, base + 2)) for base in (0xC000, 0xD000)]
+    await tb.connect(evs=evs, timeout=12)
+    q = tb.ends[0].qp.qpn
+    assert await dev.tx.read("qp_cwnd", q) == max_packets  # START: max_cwnd
+    with pytest.raises(ValueError, match="before bringing QPs to RTS"):
+        await dev.set_congestion("uet-1.0-nscc")
+
+    async def tx_window():
+        return await dev.tx.read("qp_cwnd", q)
+
+    first, second, marked, start = await bottleneck_then_clear(tb, tx_window, clear_queue=True)
+    assert marked and min(first) <= max_packets // 2, f"never cut ({marked} marked): {first}"
+    assert max(second) == max_packets, f"no regrowth to max_cwnd: {second}"
+    log_case(dut, "NSCC ECN bottleneck", start, marked=marked, cwnd_start=max_packets,
+             cwnd_cut_to=min(first), cwnd_end=second[-1])
 
 
 @cocotb.test()
@@ -954,6 +1004,7 @@ DEFAULT_TESTS = ["test_discovery", "test_write_lossless_8_paths",
                  "test_path_blackhole_mid_transfer", "test_ack_loss",
                  "test_sixteen_qps_both_directions", "test_total_outage_retry_exhausted",
                  "test_csr_sweep_changes_nothing", "test_ecn_bottleneck_cuts_and_regrows_window",
+                 "test_nscc_ecn_bottleneck",
                  "test_full_receive_cq_loses_nothing", "test_requester_corner_cases",
                  "test_control_api",
                  "test_remote_access_error_ends_the_qp", "test_broken_nic_fails_the_checks",

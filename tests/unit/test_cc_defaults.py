@@ -81,11 +81,55 @@ def test_model_nic_and_driver_defaults_are_the_reset_values():
         assert dev.congestion_defaults() == want
         assert {n: await dev.rel.read(n) for n in want} == want
         faster = await dev.set_congestion(base_rtt_ns=2000.0, link_gbps=100.0)
-        assert faster == {"target_rtt": target_rtt_units(2000.0, NIC_PARAMS["clk_freq_hz"]),
-                          "cwnd_init": start_cwnd_packets(2000.0, 100e9, NIC_PARAMS["max_mtu"],
-                                                          NIC_PARAMS["window"])}
-        assert {n: await dev.rel.read(n) for n in want} == faster
+        assert {n: faster[n] for n in want} == {
+            "target_rtt": target_rtt_units(2000.0, NIC_PARAMS["clk_freq_hz"]),
+            "cwnd_init": start_cwnd_packets(2000.0, 100e9, NIC_PARAMS["max_mtu"],
+                                            NIC_PARAMS["window"])}
+        assert faster["nscc_ctrl"] & 1 == 0  # the packet window: NSCC stays off
+        assert {n: await dev.rel.read(n) for n in faster} == faster
         with pytest.raises(ValueError, match="link_gbps must be > 0"):
             dev.congestion_defaults(link_gbps=0)
+
+    asyncio.run(body())
+
+
+def test_driver_selects_nscc_by_name():
+    """``set_congestion("uet-1.0-nscc", ...)`` writes NSCC's registers (on, its
+    parameters by MRC's names) and the model NIC then runs the golden model's NSCC
+    for a QP brought to RTS; a wrong name, NSCC parameters without NSCC, a bad MTU
+    and NSCC selected with a QP in RTS are refused by what to fix."""
+    import asyncio
+
+    from hw.reliability.nscc_path import nscc_register_values, nscc_register_words
+    from sim.system.model_harness import ModelSystem
+    from sim.system.top import NIC_PARAMS
+
+    async def body():
+        tb = ModelSystem()
+        await tb.init()
+        dev = tb.ends[0].dev
+        with pytest.raises(ValueError, match="must be one of .*uet-1.0-nscc.*not 'reno'"):
+            await dev.set_congestion("reno")
+        with pytest.raises(ValueError, match="'gamma'.* are NSCC's parameters"):
+            await dev.set_congestion("packet-window", gamma=0.5)
+        with pytest.raises(ValueError, match="unknown NSCC parameters.*'gama'"):
+            await dev.set_congestion("uet-1.0-nscc", gama=0.5)
+        with pytest.raises(ValueError, match="mtu must be a path MTU"):
+            await dev.set_congestion("uet-1.0-nscc", mtu=1500)
+        words = await dev.set_congestion("uet-1.0-nscc", base_rtt_ns=20_000.0, gamma=0.5,
+                                         mtu=1024)
+        want = nscc_register_words(nscc_register_values(
+            clk_freq_hz=NIC_PARAMS["clk_freq_hz"], mtu_wire=1024 + DATA_WIRE_OVERHEAD,
+            rate_bps=line_rate_bps(NIC_PARAMS["data_width"], NIC_PARAMS["clk_freq_hz"]),
+            base_rtt_ns=20_000.0, gamma=0.5))
+        assert {n: words[n] for n in want} == want and want["nscc_ctrl"] & 1
+        assert {n: await dev.rel.read(n) for n in want} == want
+        await tb.connect()
+        qp = tb.ends[0].nic.qps[tb.ends[0].qp.qpn]
+        assert qp.cc.p.enabled and qp.cc.p.gamma == 0.5 and qp.cc.mtu == 1024 + DATA_WIRE_OVERHEAD
+        with pytest.raises(ValueError, match=r"before bringing QPs to RTS.*QPs \[\d+\]"):
+            await dev.set_congestion("uet-1.0-nscc")
+        await dev.set_congestion()  # back to the packet window: allowed any time
+        assert (await dev.rel.read("nscc_ctrl")) & 1 == 0
 
     asyncio.run(body())

@@ -321,7 +321,8 @@ def test_core_error_completes_every_posted_wqe():
     async def sinks(ctx):
         ctx.set(dut.cpl.ready, 1)
         ctx.set(dut.ack_update.ready, 1)
-        for port in (dut.retx, dut.ev_update, dut.cwnd_update, dut.qp_state_update,
+        for port in (dut.retx, dut.ev_update, dut.cwnd_update, dut.cc_event,
+                     dut.qp_state_update,
                      dut.probe_req, dut.event):
             ctx.set(port.ready, 1)
         async for _clk, _rst, c_valid, c, a_valid, a, t_valid, t in ctx.tick().sample(
@@ -389,6 +390,7 @@ def test_core_sent_window_edge():
 
     async def sinks(ctx):
         for port in (dut.cpl, dut.ack_update, dut.retx, dut.ev_update, dut.cwnd_update,
+                     dut.cc_event,
                      dut.qp_state_update, dut.probe_req, dut.event):
             ctx.set(port.ready, 1)
 

@@ -62,6 +62,7 @@ def core_timeouts(linear, exp, t=0, most=FOREVER_TIMEOUTS):
 
     async def sinks(ctx):
         for port in (dut.cpl, dut.ack_update, dut.retx, dut.ev_update, dut.cwnd_update,
+                     dut.cc_event,
                      dut.qp_state_update, dut.probe_req, dut.event):
             ctx.set(port.ready, 1)
         async for _clk, _rst, t_valid, arm, s_valid, s, c_valid, c in ctx.tick().sample(
