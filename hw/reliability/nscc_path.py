@@ -1,6 +1,7 @@
 """UET NSCC in the reliability engine (``NsccPath``): the core's congestion events
 turned into ``NsccEngine`` steps, and the window TX gets, NSCC's or the core's own;
-with its registers (``NSCC_REGISTERS``) and their values (``nscc_register_values``)."""
+with its registers' layout (``NsccRegs``, after registers.py's ``NSCC_REGISTERS``)
+and their values (``nscc_register_values``)."""
 
 from types import SimpleNamespace
 
@@ -24,7 +25,9 @@ from .registers import NSCC_REGISTERS
 __all__ = ["NsccPath", "NsccRegs", "nscc_register_values", "nscc_register_words",
            "nscc_reset_values", "nscc_window"]
 
+
 def _word(fields):
+    """A register's layout: its fields at their bits, padding between them."""
     layout, at = {}, 0
     for name, low, width, _ in fields:
         if low > at:

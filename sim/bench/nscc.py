@@ -64,8 +64,11 @@ def run() -> str:
         f"Step rate: `NsccUnit` {NsccUnit.LATENCY} cycles per step, `NsccEngine` "
         f"{engine_cycles} (its {NsccEngine.LATENCY}-cycle latency and the cycle that takes "
         f"the next step): {CLOCK_MHZ / engine_cycles:.1f} M steps/s at {CLOCK_MHZ} MHz, "
-        "one step per ACK, trim or timeout of any QP. Not yet in the reliability core, "
-        "whose ACK takes 24.7 cycles (the section above).",
+        "one step per ACK, trim or timeout of any QP. In the reliability engine "
+        "(`NsccPath`) every ACK of a QP is a step while NSCC is on, against the core's "
+        "24.7 cycles per ACK: a burst of up to about 16 ACKs waits in the core's event "
+        "FIFO, a longer run goes at the engine's pace (the section above: the 200-ACK "
+        "rows).",
         "",
         "Resources, `synth_ecp5` (ABC9) and nextpnr out of context at 125 MHz on the "
         "LFE5UM-45F (`python -m hw.board.resources --nscc --pnr`):",

