@@ -37,16 +37,18 @@ RDMA_WRITE_LAST_WITH_IMM, RDMA_WRITE_ONLY_WITH_IMM = 0x09, 0x0B
 
 
 async def transfer(tb: SystemTB, src: int, sizes: list[int], *, opcode=WrOpcode.WRITE,
-                   timeout_cycles=2_000_000, conn: int = 0, model_ids: int | None = None):
+                   timeout_cycles=2_000_000, conn: int = 0, model_ids: int | None = None,
+                   payload: bytes | None = None):
     """Post WRITEs of ``sizes`` bytes from connection ``conn`` of NIC ``src``
     into its peer's MR, back to back in the peer's buffer, flow-controlled by
     the send queue's size. Returns (posted, payload, early) with ``early`` the
     send completions taken while waiting for a free slot. ``model_ids``: post
     wr_id i and the golden model's immediate for flow ``model_ids``
-    (``flow_imm``), so the completions compare with the model's."""
+    (``flow_imm``), so the completions compare with the model's. ``payload``:
+    the bytes to send (default: random)."""
     a = tb.ends[src].conns[conn]
     b = tb.ends[1 - src].conns[a.peer]
-    payload = tb.random_bytes(sum(sizes))
+    payload = tb.random_bytes(sum(sizes)) if payload is None else payload
     tb.ends[src].dev.mem.write(a.send_buf, payload)
     posted, early, offset = [], [], 0
     for n in sizes:
@@ -946,9 +948,12 @@ async def test_broken_nic_fails_the_checks(dut):
     # a send completion one byte short of the model's
     short = [dataclasses.replace(c, byte_len=c.byte_len - (k == 2)) for k, c in enumerate(cqes)]
     assert normalise_rtl(short, [], imm=False) != model
-    # NIC 1's DMA loses byte 4 of its 300th write beat from now
+    # NIC 1's DMA loses byte 4 of its 300th write beat from now; its buffer holds
+    # the complement of what comes, so that the byte it keeps is always wrong
+    payload = tb.random_bytes(sum(sizes))
+    ram.write(tb.ends[1].recv_buf, bytes(b ^ 0xFF for b in payload))
     ram.drop_lanes(299, 0x10)
-    posted, payload, early = await transfer(tb, 0, sizes)
+    posted, payload, early = await transfer(tb, 0, sizes, payload=payload)
     await complete_all(tb.ends[0], posted, early)
     with pytest.raises(AssertionError, match=f"differs from byte {299 * 8 + 4} of"):
         check_memory(tb, 1, payload)
