@@ -13,7 +13,7 @@ from sim.model.cc import Nscc
 from sim.nscc_harness import MTU_WIRE, T16, config, model_step
 from tests import seeds
 
-NUM_QPS, WINDOW = 4, 64
+NUM_QPS, WINDOW = 4, 256  # 256: an ACK of the whole window saturates its bytes (2^20 - 1)
 
 
 def regs_of(cfg, enabled=1):
@@ -118,6 +118,7 @@ def test_nscc_windows_are_the_models_per_qp():
     rng = seeds.rng("nscc-path")
     cfg, params = config()
     events = events_of(rng, cfg, 300)
+    assert any(ev["newly"] * MTU_WIRE >= 1 << ACKED_BITS for ev in events)  # saturated
     got = run(events, regs_of(cfg), core_windows=[(1, 7), (2, 9)], rng=rng)
     models = {q: Nscc(params, MTU_WIRE) for q in range(NUM_QPS)}
     expect = []
