@@ -40,16 +40,16 @@ __all__ = ["PHY_RESET_CYCLES", "VERSA_NIC_PARAMS", "VersaTop"]
 
 PHY_RESET_CYCLES = 1 << 21
 
-# NicCore as built for the LFE5UM-45F (docs/timing.md, "NicCore on the 45F: what
-# fits"): the smallest NicCore the parameters allow, bar data_width. BoardSoC's
-# default (4 QPs x 8 EVs, SACK 64, window 64) needs 50,635 TRELLIS_COMB with the
-# rest of the board, 115 % of the 45F's 43,848; 4 QPs x 4 EVs with SACK 32,
-# window 32 and 2 MRs 45,595 (103 %); this one 42,605 (97 %). Most of NicCore
-# does not scale with these parameters (RX's header and ACK records, TX's ICRC
-# networks, LUT-RAM FIFOs); the DMA addresses are 32 bits (BOARD_NIC_PARAMS
-# addr_width, docs/timing.md "Area work: the DMA address width"). Without UET NSCC
-# (about 2,750 LUT4 and 20 MULT18X18D: the window is the packet window) and the EV
-# generator (about 660 LUT4: EXPLICIT EV profiles only).
+# NicCore as built for the LFE5UM-45F: the smallest NicCore the parameters allow,
+# bar data_width, with 32-bit DMA addresses (BOARD_NIC_PARAMS addr_width), without
+# UET NSCC (the window is the packet window) and without the EV generator (EXPLICIT
+# EV profiles only). Keep it so: larger parameters do not fit the 45F, and either
+# block in does not route. Most of NicCore does not scale with these parameters
+# (RX's header and ACK records, TX's ICRC networks, LUT-RAM FIFOs), so the rest of
+# the device is the margin the router needs. The builds behind each choice:
+# docs/timing.md, "NicCore on the 45F: what fits", "Area work: the DMA address
+# width" and "the Versa NicCore without NSCC and the EV generator"; a new block
+# on the board needs a build that routes first.
 VERSA_NIC_PARAMS = dict(num_qps=2, evs_per_qp=2, sack_bits=32, max_mtu=512, mpr_max=128,
                         num_mrs=1, window=16, inflight_depth=16, nscc=False, ev_gen=False)
 
