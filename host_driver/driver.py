@@ -975,13 +975,19 @@ class Device:
         start window at 1.5 x BDP in ``max_mtu`` packets (hw/reliability/cc_defaults.py).
         With the defaults they are the NIC's reset values."""
         p = self.params
-        if link_gbps is not None and not link_gbps > 0:
-            raise ValueError(f"link_gbps must be > 0, not {link_gbps!r}")
-        rate = line_rate_bps(p["data_width"], p["clk_freq_hz"]) if link_gbps is None \
-            else link_gbps * 1e9
+        rate = self._line_rate_bps(link_gbps)
         return {"target_rtt": target_rtt_units(base_rtt_ns, p["clk_freq_hz"]),
                 "cwnd_init": start_cwnd_packets(base_rtt_ns, rate, p["max_mtu"],
                                                 p["window"])}
+
+    def _line_rate_bps(self, link_gbps: float | None) -> float:
+        """``link_gbps`` in b/s, or the NIC's data path rate (``data_width`` bits per
+        cycle) when it is None; a ValueError for a rate not above 0."""
+        if link_gbps is None:
+            return line_rate_bps(self.params["data_width"], self.params["clk_freq_hz"])
+        if not link_gbps > 0:
+            raise ValueError(f"link_gbps must be > 0, not {link_gbps!r}")
+        return link_gbps * 1e9
 
     async def set_congestion(self, algorithm: str = PACKET_WINDOW, *,
                              base_rtt_ns: float = DEFAULT_BASE_RTT_NS,
@@ -1012,11 +1018,10 @@ class Device:
             raise ValueError(f"mtu must be a path MTU of {sorted(PATH_MTU.values())} up to "
                              f"the NIC's max_mtu {p['max_mtu']}, not {mtu!r}")
         words = self.congestion_defaults(base_rtt_ns=base_rtt_ns, link_gbps=link_gbps)
-        rate = line_rate_bps(p["data_width"], p["clk_freq_hz"]) if link_gbps is None \
-            else link_gbps * 1e9
         values = nscc_register_values(
-            clk_freq_hz=p["clk_freq_hz"], mtu_wire=mtu + DATA_WIRE_OVERHEAD, rate_bps=rate,
-            base_rtt_ns=base_rtt_ns, enabled=algorithm == NSCC, **nscc)
+            clk_freq_hz=p["clk_freq_hz"], mtu_wire=mtu + DATA_WIRE_OVERHEAD,
+            rate_bps=self._line_rate_bps(link_gbps), base_rtt_ns=base_rtt_ns,
+            enabled=algorithm == NSCC, **nscc)
         if algorithm == NSCC:
             if not await self.rel.read("nscc_rtt"):  # its target is never 0 when built
                 raise ValueError("this NIC was built without NSCC (NicCore nscc=False: its "

@@ -161,8 +161,6 @@ NSCC_REGISTERS = {
                         ("pkt_shift", 16, 6, "packets = (bytes x pkt_mul) >> pkt_shift")]),
     "nscc_pkt_mul": (0x90, [("pkt_mul", 0, 26, "see pkt_shift: bytes // mtu_wire")]),
 }
-
-
 _G.update({name: offset for name, (offset, _) in NSCC_REGISTERS.items()})
 # a probe answer's round trip in its EV event (``ev_event_rtt``): ns, saturating
 RTT_NS_BITS = 20
