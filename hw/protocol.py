@@ -10,6 +10,8 @@ all import these; nothing else in the repository spells their values.
   MRC's probes in the manufacturer-specific range).
 - ``Syndrome``: AETH syndromes (ACK, and the NAK codes the NIC sends or takes).
 - ``CqeStatus``: the CQE status byte, verbs' ``ibv_wc_status`` values.
+- ``MAX_PLANES``, ``PLANE_BITS``: a NIC has 1..8 planes (MAC ports, each its
+  own fabric); an EV entry names its plane in ``PLANE_BITS`` bits.
 - ``QpState``, ``EvState``: verbs QP states and MRC EV states, as the
   registers hold them; both are Amaranth enums with a shape, so gateware uses
   them as field shapes and Python code compares them with the register values.
@@ -25,6 +27,8 @@ __all__ = [
     "ETHERTYPE_IPV4",
     "IP_PROTO_UDP",
     "ROCE_UDP_PORT",
+    "MAX_PLANES",
+    "PLANE_BITS",
     "Opcode",
     "Syndrome",
     "QpState",
@@ -39,6 +43,9 @@ PSN_HALF = 1 << (PSN_BITS - 1)
 ETHERTYPE_IPV4 = 0x0800
 IP_PROTO_UDP = 17
 ROCE_UDP_PORT = 4791
+
+MAX_PLANES = 8
+PLANE_BITS = 3  # (MAX_PLANES - 1).bit_length()
 
 
 class Opcode:

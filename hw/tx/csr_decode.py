@@ -10,11 +10,12 @@ from amaranth.lib.wiring import In, Out
 
 from ..bits import one_hot_select
 from ..csr import CSRBusSignature, RegisteredWrites, block_decode
-from ..protocol import PSN_BITS
+from ..protocol import PLANE_BITS, PSN_BITS
 from .qp_settings import CFG_LANES, QpWriteSignature, settings_lane
 from .regs import (
     CTRL_FLUSH_BIT,
     CTRL_RESET_BIT,
+    EV_PLANE_LSB,
     QP_BASE,
     QP_STRIDE,
     TX_TYPE_ID,
@@ -38,10 +39,11 @@ class TxCsrDecode(wiring.Component):
     writes); ``qp_w`` (``QpWriteSignature``: per-QP writes as strobes);
     ``qsel`` (the QP of ``csr.addr``, combinational, for the read ports'
     addresses); ``src_mac``, ``src_ip``; the EV table's CSR port (``ev_sel``,
-    ``ev_we``, ``ev_value``, ``ev_state`` out, ``ev_r_value``/``ev_r_state``
-    in); and the values that reads return (per-QP flags and PSNs one per QP,
-    lowest QP lowest; ``cfg_row`` and ``counters`` the read ports' data at
-    ``qsel`` of the cycle before; ``wimm_count``, likewise).
+    ``ev_we``, ``ev_value``, ``ev_state``, ``ev_plane`` out, ``ev_r_value``/
+    ``ev_r_state``/``ev_r_plane`` in); and the values that reads return
+    (per-QP flags and PSNs one per QP, lowest QP lowest; ``cfg_row`` and
+    ``counters`` the read ports' data at ``qsel`` of the cycle before;
+    ``wimm_count``, likewise).
 
     Writes: a per-QP write is decoded in two registered steps and applied two
     cycles after ``w_stb`` (the bridge's next strobe comes 3 cycles after it
@@ -94,8 +96,10 @@ class TxCsrDecode(wiring.Component):
             "ev_we": Out(1),
             "ev_value": Out(16),
             "ev_state": Out(2),
+            "ev_plane": Out(PLANE_BITS),
             "ev_r_value": In(16),
             "ev_r_state": In(2),
+            "ev_r_plane": In(PLANE_BITS),
             # read values
             "enable": In(num_qps),
             "wqe_active": In(num_qps),
@@ -136,6 +140,7 @@ class TxCsrDecode(wiring.Component):
             self.qsel.eq(qsel),
             self.ev_value.eq(csr.w_data[:16]),  # taken with ev_we
             self.ev_state.eq(csr.w_data[16:18]),
+            self.ev_plane.eq(csr.w_data[EV_PLANE_LSB : EV_PLANE_LSB + PLANE_BITS]),
         ]
 
         # ---- per-QP writes, step 1, at w_stb: the address's pieces
@@ -233,8 +238,9 @@ class TxCsrDecode(wiring.Component):
         m.d.comb += [self.src_mac.eq(src_mac), self.src_ip.eq(src_ip), self.ev_sel.eq(ev_select)]
 
         # ---- reads
-        ev_entry = Signal(18)
-        m.d.sync += ev_entry.eq(Cat(self.ev_r_value, self.ev_r_state))
+        ev_entry = Signal(EV_PLANE_LSB + PLANE_BITS)
+        m.d.sync += ev_entry.eq(Cat(self.ev_r_value, self.ev_r_state,
+                                    Const(0, EV_PLANE_LSB - 18), self.ev_r_plane))
         r_q = Signal(qb)
         r_status = Signal(32)
         s_next = Signal(PSN_BITS)

@@ -2,11 +2,13 @@
 
 from amaranth.hdl import Module, Signal, Value
 from amaranth.lib import stream, wiring
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from ..axi import AXI4Signature, check_dma_addr_width
 from ..csr import CSRBusSignature
 from ..pipeline import BlockRamFIFO, StreamRegister, forward_register
+from ..protocol import MAX_PLANES, PLANE_BITS
 from ..stream import AXIStreamSignature, Beat, check_data_width
 from .dma import PayloadReader, ReadArbiter, Realigner
 from .ev import EvTable
@@ -157,7 +159,10 @@ class TxEngine(wiring.Component):
       ``read_latency=3``).
     - ``m_axi``: AXI4 master (``addr_width``-bit addresses), reads only (WQEs
       with ARID 0, payload ARID 1).
-    - ``m_axis``: Ethernet frames without FCS, ICRC included.
+    - ``m_axis``: Ethernet frames without FCS, ICRC included. With
+      ``num_planes`` (1..8) above 1, ``tuser`` (``PLANE_BITS``) is the frame's
+      plane, its EV's, on every beat (the plane split in NicCore routes on
+      it); with one plane ``tuser`` is 1 bit, 0.
     - ``retx``: retransmit requests (QPN, PSN, reason); always taken, and
       dropped (counted) when the PSN is not in flight.
     - ``ack_update``: oldest unacknowledged PSN per QP; opens the window.
@@ -210,6 +215,7 @@ class TxEngine(wiring.Component):
         csr_addr_width: int = 16,
         inflight_depth: int = 256,
         addr_width: int = 64,
+        num_planes: int = 1,
     ):
         try:
             check_data_width(data_width)
@@ -228,6 +234,8 @@ class TxEngine(wiring.Component):
                 raise ValueError(
                     f"inflight_depth must be a power of two in 16..32768, not {inflight_depth!r}"
                 )
+            if not isinstance(num_planes, int) or not 1 <= num_planes <= MAX_PLANES:
+                raise ValueError(f"num_planes must be in 1..{MAX_PLANES}, not {num_planes!r}")
             need = QP_BASE + num_qps * QP_STRIDE
             if need > 1 << csr_addr_width:
                 raise ValueError(
@@ -244,13 +252,15 @@ class TxEngine(wiring.Component):
         self.csr_addr_width = csr_addr_width
         self.inflight_depth = inflight_depth
         self.addr_width = addr_width
+        self.num_planes = num_planes
         self.register_map = tx_register_map(num_qps, evs_per_qp)
         super().__init__(
             {
                 "csr": In(CSRBusSignature(csr_addr_width)),
                 "m_axi": Out(AXI4Signature(addr_width=addr_width, data_width=data_width,
                                            id_width=4)),
-                "m_axis": Out(AXIStreamSignature(data_width)),
+                "m_axis": Out(AXIStreamSignature(
+                    data_width, user_width=PLANE_BITS if num_planes > 1 else 1)),
                 "retx": In(stream.Signature(RetxRequest)),
                 "ack_update": In(stream.Signature(AckUpdate)),
                 "ev_update": In(stream.Signature(EvUpdate)),
@@ -271,7 +281,7 @@ class TxEngine(wiring.Component):
             inflight_depth=self.inflight_depth,
             addr_width=self.addr_width,
         )
-        m.submodules.ev_table = evt = EvTable(self.num_qps, self.evs_per_qp)
+        m.submodules.ev_table = evt = EvTable(self.num_qps, self.evs_per_qp, self.num_planes)
         m.submodules.wimm = wimm = WimmBound(self.num_qps, self.inflight_depth)
         wiring.connect(m, seq.wimm, wimm.bus)
         wiring.connect(m, wiring.flipped(self.wimm_done), wimm.done)
@@ -330,7 +340,11 @@ class TxEngine(wiring.Component):
         wiring.connect(m, realign.o, realign_reg.i)
         wiring.connect(m, realign_reg.o, pay_fifo.i)
 
-        wiring.connect(m, seq.hdr_desc, hdr_fifo.i)
+        if self.num_planes > 1:
+            self._plane_tags(m, seq, hdr_fifo)
+        else:
+            wiring.connect(m, seq.hdr_desc, hdr_fifo.i)
+            m.d.comb += self.m_axis.tuser.eq(0)
         wiring.connect(m, hdr_fifo.o, hb.desc)
         m.d.comb += [hb.src_mac.eq(seq.src_mac), hb.src_ip.eq(seq.src_ip)]
         wiring.connect(m, hb.hdr, framer.hdr)
@@ -343,8 +357,26 @@ class TxEngine(wiring.Component):
             axis.tdata.eq(out_reg.o.payload.data),
             axis.tkeep.eq(out_reg.o.payload.keep),
             axis.tlast.eq(out_reg.o.payload.last),
-            axis.tuser.eq(0),
             axis.tvalid.eq(out_reg.o.valid),
             out_reg.o.ready.eq(axis.tready),
         ]
         return m
+
+    def _plane_tags(self, m, seq, hdr_fifo):
+        """``m_axis.tuser`` = each frame's plane, on every beat: a FIFO of the
+        planes of the descriptors the sequencer emits, popped as each frame's
+        last beat leaves; frames leave in descriptor order. It holds
+        ``max_picked_ahead`` + 2 planes, more than can be between the two
+        (descriptors picked ahead of the wire), and stops the sequencer if full."""
+        m.submodules.plane_fifo = planes = SyncFIFO(
+            width=PLANE_BITS, depth=self.max_picked_ahead + 2)
+        axis = self.m_axis
+        m.d.comb += [
+            planes.w_data.eq(seq.hdr_plane),
+            planes.w_en.eq(seq.hdr_desc.valid & seq.hdr_desc.ready),
+            hdr_fifo.i.payload.eq(seq.hdr_desc.payload),
+            hdr_fifo.i.valid.eq(seq.hdr_desc.valid & planes.w_rdy),
+            seq.hdr_desc.ready.eq(hdr_fifo.i.ready & planes.w_rdy),
+            axis.tuser.eq(planes.r_data),
+            planes.r_en.eq(axis.tvalid & axis.tready & axis.tlast),
+        ]

@@ -1,13 +1,14 @@
 """Per-QP entropy-value (EV) table: values, states and the GOOD bitmap."""
 
-from amaranth.hdl import Cat, Module, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..protocol import MAX_PLANES, PLANE_BITS
 from .layouts import EvState, EvUpdate
 
-__all__ = ["EvTable", "EvBusSignature", "default_ev_value"]
+__all__ = ["EvTable", "EvBusSignature", "default_ev_value", "default_ev_plane"]
 
 
 class EvBusSignature(wiring.Signature):
@@ -23,12 +24,15 @@ class EvBusSignature(wiring.Signature):
                 "csr_we": Out(1),
                 "csr_value": Out(16),
                 "csr_state": Out(2),
+                "csr_plane": Out(PLANE_BITS),
                 "csr_r_value": In(16),
                 "csr_r_state": In(2),
+                "csr_r_plane": In(PLANE_BITS),
                 "good_qp": Out(qp_bits),
                 "good": In(evs_per_qp),
                 "val_sel": Out(qp_bits + ev_bits),
                 "value": In(16),
+                "plane": In(PLANE_BITS),
                 "became_good": In(1),
                 "became_good_qp": In(qp_bits),
                 "ready": In(1),
@@ -48,6 +52,13 @@ def default_ev_value(index: int) -> int:
     return 0xC000 + index
 
 
+def default_ev_plane(index: int, num_planes: int) -> int:
+    """Plane an entry is bound to until the controller writes one: EV ``index``
+    of every QP on plane ``index mod num_planes``, so that a QP's EVs cover
+    every plane in turn."""
+    return index % num_planes
+
+
 class EvTable(wiring.Component):
     """EV values and states of every QP, and each QP's GOOD bitmap.
 
@@ -56,19 +67,27 @@ class EvTable(wiring.Component):
     GOOD bits per QP, all block or distributed RAM, so 256 QPs x 256 EVs
     fits in BRAM.
 
+    With ``num_planes`` above 1 each entry also holds its plane (the MAC port
+    its packets leave on, ``PLANE_BITS`` bits, all of them stored: a plane the
+    NIC lacks is kept as written, and the plane split drops and counts its
+    frames rather than sending them on another plane); with one plane the
+    field is not stored and reads 0.
+
     Ports (``bus``, an ``EvBusSignature``, and ``update``):
-    - ``csr_sel``/``csr_we``/``csr_value``/``csr_state``: the controller's
-      write of one entry; ``csr_r_value``/``csr_r_state`` read ``csr_sel``
-      back, 1 cycle later.
+    - ``csr_sel``/``csr_we``/``csr_value``/``csr_state``/``csr_plane``: the
+      controller's write of one entry; ``csr_r_value``/``csr_r_state``/
+      ``csr_r_plane`` read ``csr_sel`` back, 1 cycle later.
     - ``update`` (stream of ``EvUpdate`` from reliability): state changes.
       Out-of-range QPs or indices are consumed and ignored.
     - ``good_qp`` -> ``good``: a QP's GOOD bitmap, 1 cycle later.
-    - ``val_sel`` -> ``value``: an entry's value, 1 cycle later.
+    - ``val_sel`` -> ``value``, ``plane``: an entry's value and plane, 1 cycle
+      later.
     - ``became_good``/``became_good_qp``: a one-cycle pulse when an entry
       of that QP is written GOOD (a QP stalled for want of GOOD EVs retries).
 
     - ``ready``: low while the table is being set to its defaults after
-      reset (every entry GOOD, value ``default_ev_value``), one entry per
+      reset (every entry GOOD, value ``default_ev_value``, plane
+      ``default_ev_plane``), one entry per
       cycle: ``num_qps`` x 2^ceil(log2(evs_per_qp)) cycles. CSR writes and
       updates are not taken meanwhile.
 
@@ -82,8 +101,11 @@ class EvTable(wiring.Component):
     proves this timing against a reference model).
     """
 
-    def __init__(self, num_qps: int = 16, evs_per_qp: int = 16):
-        self.num_qps, self.evs_per_qp = num_qps, evs_per_qp
+    def __init__(self, num_qps: int = 16, evs_per_qp: int = 16, num_planes: int = 1):
+        if not isinstance(num_planes, int) or not 1 <= num_planes <= MAX_PLANES:
+            self._MustUse__silence = True  # never elaborated: no "never used" warning
+            raise ValueError(f"num_planes must be in 1..{MAX_PLANES}, not {num_planes!r}")
+        self.num_qps, self.evs_per_qp, self.num_planes = num_qps, evs_per_qp, num_planes
         self.qp_bits = max(1, (num_qps - 1).bit_length())
         self.ev_bits = max(1, (evs_per_qp - 1).bit_length())
         super().__init__(
@@ -100,6 +122,12 @@ class EvTable(wiring.Component):
         values = [default_ev_value(i & ((1 << self.ev_bits) - 1)) & 0xFFFF for i in range(depth)]
         m.submodules.values = values_mem = Memory(shape=16, depth=depth, init=values)
         m.submodules.states = states_mem = Memory(shape=2, depth=depth, init=[])
+        planes = self.num_planes > 1
+        if planes:
+            m.submodules.planes = planes_mem = Memory(
+                shape=PLANE_BITS, depth=depth,
+                init=[default_ev_plane(i & ((1 << self.ev_bits) - 1), self.num_planes)
+                      for i in range(depth)])
         m.submodules.good_rows = good_mem = Memory(shape=ne, depth=nq, init=[(1 << ne) - 1] * nq)
 
         vw = values_mem.write_port()
@@ -114,6 +142,22 @@ class EvTable(wiring.Component):
             v_seq.addr.eq(self.bus.val_sel),
             self.bus.value.eq(v_seq.data),
         ]
+
+        if planes:
+            pw = planes_mem.write_port()
+            p_csr = planes_mem.read_port(transparent_for=(pw,))
+            p_seq = planes_mem.read_port()
+            m.d.comb += [
+                pw.addr.eq(self.bus.csr_sel),
+                pw.data.eq(self.bus.csr_plane),
+                pw.en.eq(self.bus.csr_we),
+                p_csr.addr.eq(self.bus.csr_sel),
+                self.bus.csr_r_plane.eq(p_csr.data),
+                p_seq.addr.eq(self.bus.val_sel),
+                self.bus.plane.eq(p_seq.data),
+            ]
+            # the INIT pass's plane: the entry's index mod num_planes, counted
+            init_plane = Signal(PLANE_BITS)
 
         sw = states_mem.write_port()
         s_csr = states_mem.read_port(transparent_for=(sw,))
@@ -150,6 +194,11 @@ class EvTable(wiring.Component):
                     gw.en.eq(init_index < nq),
                 ]
                 m.d.sync += init_index.eq(init_index + 1)
+                if planes:
+                    m.d.comb += [pw.addr.eq(init_index), pw.data.eq(init_plane), pw.en.eq(1)]
+                    wrap = (init_plane == self.num_planes - 1) | \
+                        (init_index[: self.ev_bits] == (1 << self.ev_bits) - 1)
+                    m.d.sync += init_plane.eq(Mux(wrap, 0, init_plane + 1))
                 with m.If(init_index == depth - 1):
                     m.d.sync += initialized.eq(1)
                     m.next = "IDLE"

@@ -2,6 +2,7 @@
 logic, the host driver and docs/tx.md."""
 
 from ..csr import RegisterMap
+from ..protocol import PLANE_BITS
 
 __all__ = ["TX_TYPE_ID", "TX_VERSION", "QP_BASE", "QP_STRIDE", "tx_register_map", "G", "Q",
            "CTRL_ENABLE_BIT", "CTRL_RESET_BIT", "CTRL_FLUSH_BIT"]
@@ -31,6 +32,7 @@ class G:
 
 
 # qp_ctrl's fields (bit positions)
+EV_PLANE_LSB = 20  # ev_entry: the plane field's lowest bit
 CTRL_ENABLE_BIT = 0
 CTRL_RESET_BIT = 1
 CTRL_FLUSH_BIT = 2
@@ -128,6 +130,10 @@ def tx_register_map(num_qps: int = 16, evs_per_qp: int = 16) -> RegisterMap:
         fields=[
             ("value", 0, 16, "EV: the UDP source port"),
             ("state", 16, 2, "0 GOOD, 1 ASSUMED_BAD, 2 DENIED"),
+            ("plane", EV_PLANE_LSB, PLANE_BITS,
+             "the plane (MAC port) the EV's packets leave on, 0..num_planes-1; reads 0 "
+             "on a one-plane NIC; frames of an EV on a plane the NIC lacks are dropped "
+             "and counted (plane_drops)"),
         ],
     )
     rm.add(

@@ -9,7 +9,7 @@ from amaranth.lib.wiring import In, Out
 from ..bits import all_below
 from ..csr import CSRBusSignature
 from ..pipeline import OneHotFSM
-from ..protocol import PSN_BITS
+from ..protocol import PLANE_BITS, PSN_BITS
 from .csr_decode import TxCsrDecode
 from .dma import ReadData, ReadRequest
 from .ev import EvBusSignature
@@ -59,7 +59,8 @@ class Sequencer(wiring.Component):
     ``wqe_req``/``wqe_data`` (AXI4 read bursts of 64-byte WQEs), ``ev``
     (the ``EvTable``), ``retx`` and ``ack_update`` from reliability, and per
     packet one ``hdr_desc`` (header fields), one ``pay_desc`` (payload to
-    read) and one ``sent`` record, all three in the same cycle.
+    read) and one ``sent`` record, all three in the same cycle; ``hdr_plane``
+    is the packet's plane (its EV's), valid with ``hdr_desc``.
 
     Per packet: pick a QP round-robin among those enabled, with work, and not
     parked (window full, no GOOD EV, max_wimm reached); check the window min(MPR x 128, cwnd,
@@ -157,6 +158,7 @@ class Sequencer(wiring.Component):
                 "sent": Out(stream.Signature(SentRecord)),
                 "src_mac": Out(48),
                 "src_ip": Out(32),
+                "hdr_plane": Out(PLANE_BITS),
                 "wimm": Out(WimmBusSignature(num_qps, inflight_depth)),
             }
         )
@@ -333,6 +335,7 @@ class Sequencer(wiring.Component):
         m.d.comb += [getattr(desc, name).eq(value) for name, value in packet.items()]
         m.d.comb += [
             self.hdr_desc.payload.eq(desc.hdr),
+            self.hdr_plane.eq(self.ev.plane),
             self.pay_desc.payload.eq(desc.pay),
             self.sent.payload.qpn.eq(cur_q),
             self.sent.payload.psn.eq(seg_psn),
@@ -506,9 +509,10 @@ class Sequencer(wiring.Component):
             self.wimm.rd_q.eq(dec.qsel),  # rd_count: the cycle after r_stb
             # the EV table's CSR port
             *[getattr(self.ev, f"csr_{name}").eq(getattr(dec, f"ev_{name}"))
-              for name in ("sel", "we", "value", "state")],
+              for name in ("sel", "we", "value", "state", "plane")],
             dec.ev_r_value.eq(self.ev.csr_r_value),
             dec.ev_r_state.eq(self.ev.csr_r_state),
+            dec.ev_r_plane.eq(self.ev.csr_r_plane),
             self.src_mac.eq(dec.src_mac),
             self.src_ip.eq(dec.src_ip),
         ]

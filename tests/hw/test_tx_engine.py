@@ -47,13 +47,16 @@ from scapy.layers.l2 import Ether
 
 from host_driver import layers as L
 from hw.tx.layouts import EvState
-from hw.tx.regs import QP_BASE, QP_STRIDE, TX_TYPE_ID, G, Q
+from hw.tx.ev import default_ev_plane
+from hw.tx.regs import EV_PLANE_LSB, QP_BASE, QP_STRIDE, TX_TYPE_ID, G, Q
 from tests import seeds
 
 DATA_WIDTH = int(os.environ.get("TX_DATA_WIDTH", "64"))
 NUM_QPS = int(os.environ.get("TX_NUM_QPS", "16"))
 EVS_PER_QP = int(os.environ.get("TX_EVS_PER_QP", "16"))
 INFLIGHT = int(os.environ.get("TX_INFLIGHT", "256"))
+# planes (MAC ports): each frame's tuser is its EV's plane, checked per frame
+NUM_PLANES = int(os.environ.get("TX_NUM_PLANES", "3"))
 CLK_NS = 4
 
 RING_BASE = 0x10000
@@ -170,6 +173,7 @@ class TB:
         self.refused = []  # sent records with op_err: WQEs TX refused, no frame
         self.cycle = 0
         self.frames = []  # (ns of the first beat, frame bytes)
+        self.frame_planes = []  # each frame's tuser: its plane
         for name in ("retx", "ack_update", "ev_update", "wimm_done"):
             getattr(dut, f"{name}__valid").value = 0
         dut.sent__ready.value = 1
@@ -221,7 +225,11 @@ class TB:
     async def _collect_frames(self):
         while True:
             frame = await self.sink.recv()
-            assert not any(frame.tuser or []), "tuser set on a TX frame"
+            tuser = frame.tuser if isinstance(frame.tuser, list) else [frame.tuser or 0]
+            assert len(set(tuser)) == 1, f"tuser (the plane) changes within a frame: {tuser}"
+            self.frame_planes.append(tuser[0] if NUM_PLANES > 1 else None)
+            if NUM_PLANES == 1:
+                assert not any(tuser), "tuser set on a one-plane TX's frame"
             start_ns = get_time_from_sim_steps(frame.sim_time_start, "ns")
             self.frames.append((start_ns, bytes(frame.tdata)))
 
@@ -274,6 +282,7 @@ class Host:
         self.buf_next = BUF_BASE
         self.ev_value = {}  # (qp, index) -> value
         self.ev_state = {}  # (qp, index) -> state
+        self.ev_plane = {}  # (qp, index) -> plane
         # (ns, qp, index, state): when each EV state change was handed over
         self.ev_history = []
         self.sb = Scoreboard(self)
@@ -287,6 +296,7 @@ class Host:
             for i in range(EVS_PER_QP):
                 self.ev_value[(q, i)] = 0xC000 + i
                 self.ev_state[(q, i)] = EvState.GOOD
+                self.ev_plane[(q, i)] = default_ev_plane(i, NUM_PLANES)
 
     async def open_qp(self, cfg: QpConfig, enable=True):
         tb, q = self.tb, cfg.qp
@@ -370,17 +380,27 @@ class Host:
     async def ring_doorbell(self, q):
         await self.tb.write(self.tb.qreg(q, Q.DOORBELL), self.pi[q])
 
-    async def set_ev(self, q, index, value=None, state=EvState.GOOD, via_stream=False):
+    def ev_entry(self, q, index):
+        """The ev_entry register's value for the host's view of an entry."""
+        plane = self.ev_plane[(q, index)] if NUM_PLANES > 1 else 0
+        return (self.ev_value[(q, index)] | self.ev_state[(q, index)] << 16
+                | plane << EV_PLANE_LSB)
+
+    async def set_ev(self, q, index, value=None, state=EvState.GOOD, via_stream=False,
+                     plane=None):
         tb = self.tb
         if via_stream:
-            assert value is None
+            assert value is None and plane is None
             t = await tb.ev_update(q, index, state)
         else:
             await tb.write(G.EV_SELECT, index | (q << 8))
             if value is None:
                 value = self.ev_value[(q, index)]
-            t = await tb.write(G.EV_ENTRY, value | (state << 16))
+            if plane is None:
+                plane = self.ev_plane[(q, index)]
+            t = await tb.write(G.EV_ENTRY, value | (state << 16) | plane << EV_PLANE_LSB)
             self.ev_value[(q, index)] = value
+            self.ev_plane[(q, index)] = plane
         # the state counts from the handover on; the old one for picks before it
         self.ev_history.append((t, q, index, state))
         self.ev_state[(q, index)] = state
@@ -460,6 +480,10 @@ class Scoreboard:
             assert rec["last"] == int(exp.last) and rec["wqe_index"] == exp.wqe_index, rec
             self.last_ev[(q, bth.psn)] = rec["ev_index"]
             self.check_fields(pkt, frame, exp, rec, t_sent)
+            plane = tb.frame_planes[self.checked_frames]
+            if plane is not None:
+                want = host.ev_plane[(q, rec["ev_index"])]
+                assert plane == want, f"QP {q} PSN {bth.psn:#x}: plane {plane}, its EV's is {want}"
             self.checked_frames += 1
             self.sent_index += 1
 
@@ -989,7 +1013,8 @@ async def test_ev_states(dut):
     assert {r["ev_index"] for _, r in tb.sent[sent_before:]} == {7}
     # the CSR view of the table
     await tb.write(G.EV_SELECT, 5 | (q << 8))
-    assert await tb.read(G.EV_ENTRY) == values[5] | (EvState.ASSUMED_BAD << 16)
+    assert await tb.read(G.EV_ENTRY) == host.ev_entry(q, 5)
+    assert host.ev_value[(q, 5)] == values[5] and host.ev_state[(q, 5)] == EvState.ASSUMED_BAD
     await check_counters(tb, host)
 
 
@@ -1005,6 +1030,10 @@ async def test_spreading(dut):
     for q in (0, 1):
         for i in sorted(bad[q]):
             await host.set_ev(q, i, state=EvState.DENIED if i % 2 else EvState.ASSUMED_BAD)
+    # planes as a controller binds them, any of the 8 (TX tags a frame with its
+    # EV's plane whether or not the NIC has it: the plane split drops the absent)
+    for i in range(EVS_PER_QP):
+        await host.set_ev(1, i, state=host.ev_state[(1, i)], plane=rng.randrange(8))
     acked = {0: 0, 1: 0}
     for _ in range(4):
         for q in (0, 1):
@@ -1067,7 +1096,8 @@ async def test_registers(dut):
             assert await tb.read(tb.qreg(q, Q.MTU)) == 2048
     await tb.write(G.EV_SELECT, 3 | (2 << 8))
     assert await tb.read(G.EV_SELECT) == 3 | (2 << 8)
-    assert await tb.read(G.EV_ENTRY) == 0xC003  # default: 0xC000 + index, GOOD
+    # default: 0xC000 + index, GOOD, plane index mod num_planes (0 with one plane)
+    assert await tb.read(G.EV_ENTRY) == 0xC003 | (3 % NUM_PLANES) << EV_PLANE_LSB
     assert await tb.read(G.SRC_IP) == ip_int(SRC_IP)
     assert await tb.read(QP_BASE + NUM_QPS * QP_STRIDE) == 0  # beyond the last QP
 
@@ -1151,6 +1181,7 @@ def run(**kwargs):
             num_qps=NUM_QPS,
             evs_per_qp=EVS_PER_QP,
             inflight_depth=INFLIGHT,
+            num_planes=NUM_PLANES,
         ),
         toplevel="tx_engine_top",
         test_module="tests.hw.test_tx_engine",

@@ -8,10 +8,19 @@ reference of the register map computes from the block's inputs."""
 import pytest
 from amaranth.sim import Simulator
 
-from hw.protocol import PSN_BITS
+from hw.protocol import PLANE_BITS, PSN_BITS
 from hw.tx.csr_decode import TxCsrDecode
 from hw.tx.qp_settings import CFG_LANES
-from hw.tx.regs import QP_BASE, QP_STRIDE, TX_TYPE_ID, TX_VERSION, G, Q, tx_register_map
+from hw.tx.regs import (
+    EV_PLANE_LSB,
+    QP_BASE,
+    QP_STRIDE,
+    TX_TYPE_ID,
+    TX_VERSION,
+    G,
+    Q,
+    tx_register_map,
+)
 from tests import seeds
 
 from .csrbus import csr_read
@@ -72,7 +81,8 @@ class Reference:
             G.SRC_MAC_LO: self.src_mac & 0xFFFFFFFF, G.SRC_MAC_HI: self.src_mac >> 32,
             G.SRC_IP: self.src_ip,
             G.EV_SELECT: (sel & ((1 << eb) - 1)) | (((sel >> 8) & ((1 << qb) - 1)) << 8),
-            G.EV_ENTRY: inp["ev_r_value"] | inp["ev_r_state"] << 16,
+            G.EV_ENTRY: inp["ev_r_value"] | inp["ev_r_state"] << 16
+            | inp["ev_r_plane"] << EV_PLANE_LSB,
             G.RETX_IGNORED: inp["retx_ignored"], G.RETX_NO_EV: inp["retx_no_ev"],
         }.get(addr, 0)
 
@@ -120,6 +130,7 @@ def test_tx_csr_decode(nq):
         "next_psn": 24 * nq, "una_psn": 24 * nq, "pi": 16 * nq, "ci": 16 * nq,
         "cfg_row": 32 * len(CFG_LANES), "counters": 64, "wimm_count": 6,
         "retx_ignored": 32, "retx_no_ev": 32, "ev_r_value": 16, "ev_r_state": 2,
+        "ev_r_plane": PLANE_BITS,
     }
     values = {key: rng.getrandbits(width) for key, width in inputs.items()}
     ref = Reference(nq, ne, max_mtu, depth, addr_width, values)
@@ -164,8 +175,8 @@ def test_tx_csr_decode(nq):
             ctx.set(dut.csr.w_stb, 1)
             # EV_ENTRY goes to the EV table at w_stb
             assert ctx.get(dut.ev_we) == (addr == G.EV_ENTRY)
-            assert (ctx.get(dut.ev_value), ctx.get(dut.ev_state)) == \
-                (value & 0xFFFF, (value >> 16) & 3)
+            assert (ctx.get(dut.ev_value), ctx.get(dut.ev_state), ctx.get(dut.ev_plane)) == \
+                (value & 0xFFFF, (value >> 16) & 3, (value >> EV_PLANE_LSB) & 7)
             await ctx.tick()
             ctx.set(dut.csr.w_stb, 0)
             assert ctx.get(qw.lanes) == 0 and ctx.get(qw.ctrl) == 0  # not before 2 cycles
