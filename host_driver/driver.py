@@ -48,7 +48,7 @@ from hw.nic.csr import (
     host_view,
 )
 from hw.nic.ev_load import EV_GEN_TYPE_ID, EV_GEN_VERSION, ev_gen_register_map
-from hw.protocol import PSN_MASK, EvState, QpState
+from hw.protocol import MAX_PLANES, PSN_MASK, EvState, QpState
 from hw.reliability.cc_defaults import (
     DATA_WIRE_OVERHEAD,
     DEFAULT_BASE_RTT_NS,
@@ -401,24 +401,30 @@ class EvProfile:
     found: ``explicit`` (the driver writes them), ``generated`` (the NIC derives
     them from ``params``, MRC's width/init/min/max/mask/count) or ``auto`` (the
     NIC chooses: ``hw.nic.ev_load.auto_params``). A profile the NIC derives has
-    the values it loaded once ``QueuePair.to_rts`` has run (``qp.evs``)."""
+    the values it loaded once ``QueuePair.to_rts`` has run (``qp.evs``).
+
+    ``phy_port_mask`` (MRC's): the planes (physical ports) the EVs are bound
+    to, bit p for plane p; None (the default) is every plane of the NIC. EV
+    i is bound to the (i mod k)-th plane of the mask's k, lowest first, so
+    the QP's EVs, and its packets, spread evenly over them."""
 
     values: tuple[int, ...]
     mode: str = "explicit"
     params: tuple[tuple[str, int], ...] = ()
+    phy_port_mask: int | None = None
 
     @classmethod
-    def explicit(cls, values) -> EvProfile:
+    def explicit(cls, values, *, phy_port_mask=None) -> EvProfile:
         values = tuple(int(v) for v in values)
         if not values or any(not 0 <= v <= 0xFFFF for v in values):
             raise ValueError(f"EVs must be 16-bit UDP source ports, at least one: {values!r}")
         if len(set(values)) != len(values):
             raise ValueError(f"EVs must be distinct: {values!r}")
-        return cls(values, "explicit")
+        return cls(values, "explicit", (), _check_port_mask(phy_port_mask))
 
     @classmethod
     def generated(cls, *, width=16, init=0, min_ev=0, max_ev=None, mask=None,
-                  count=8) -> EvProfile:
+                  count=8, phy_port_mask=None) -> EvProfile:
         """The GENERATED profile: the NIC derives the EVs (its ``ev_gen`` block).
         ``values`` holds what the rule gives (the golden model's
         ``generated_evs``), which also checks the parameters here, with a
@@ -437,14 +443,24 @@ class EvProfile:
                             count=count)
         params = (("width", width), ("init", init), ("min", min_ev), ("max", max_ev),
                   ("mask", mask), ("count", count))
-        return cls(tuple(v for v, _ in evs), "generated", params)
+        return cls(tuple(v for v, _ in evs), "generated", params,
+                   _check_port_mask(phy_port_mask))
 
     @classmethod
-    def auto(cls) -> EvProfile:
+    def auto(cls, *, phy_port_mask=None) -> EvProfile:
         """AUTO: the NIC chooses (GENERATED over the ephemeral ports, every entry
         of the QP's table; ``hw.nic.ev_load.auto_params``); ``to_rts`` then
         defaults ``ev_min_active`` to a quarter of them, as MRC's example does."""
-        return cls((), "auto")
+        return cls((), "auto", (), _check_port_mask(phy_port_mask))
+
+
+def _check_port_mask(mask):
+    """``mask`` as given, or a ValueError saying what to fix (the NIC's own
+    plane count is checked at ``to_rts``)."""
+    if mask is not None and (not isinstance(mask, int) or not 0 < mask < 1 << MAX_PLANES):
+        raise ValueError(f"phy_port_mask must name at least one of the {MAX_PLANES} planes "
+                         f"(bit p: plane p; None: every plane), not {mask!r}")
+    return mask
 
 
 @dataclass(frozen=True)
@@ -491,6 +507,7 @@ class QueuePair:
         self.sq_sig_all = bool(sq_sig_all)
         self.state = QpState.RESET
         self.evs: EvProfile | None = None
+        self.ev_planes: list[int] = []  # each EV entry's plane, from to_rts
         self.mpr, self.trim_nack, self.mtu = 1, True, 1024  # set at RTR (responder)
         self.req_mpr = 1  # set at RTS (requester)
         self.next_wr_id = 1
@@ -582,6 +599,7 @@ class QueuePair:
         it), it only costs retransmissions."""
         self._need(QpState.RTR)
         dev = self.device
+        dev.planes_of(evs.phy_port_mask)  # refused before any register is written
         if mtu is None:
             mtu = self.mtu
         self._check_mtu(mtu)
@@ -646,19 +664,30 @@ class QueuePair:
         self.state = QpState.RTS
 
     async def _load_evs(self, evs: EvProfile):
-        if evs.mode != "explicit":
-            self.evs = await self.device.generate_evs(self.qpn, evs)
-            return
         dev, q = self.device, self.qpn
         per_qp = dev.params["evs_per_qp"]
+        planes = dev.planes_of(evs.phy_port_mask)
+        self.ev_planes = [planes[i % len(planes)] for i in range(per_qp)]
+        if evs.mode != "explicit":
+            self.evs = await dev.generate_evs(q, evs)
+            if dev.num_planes > 1:  # the generator loads values and states: bind planes
+                for i in range(per_qp):
+                    await dev.tx.write_fields("ev_select", ev_index=i, qpn=q)
+                    entry = await dev.tx.read_fields("ev_entry")
+                    await dev.tx.write_fields("ev_entry", value=entry["value"],
+                                              state=entry["state"], plane=self.ev_planes[i])
+                    await dev.rel.write_fields("ev", q * per_qp + i, value=entry["value"],
+                                               plane=self.ev_planes[i])
+            return
         for i in range(per_qp):
             used = i < len(evs.values)
             value = evs.values[i] if used else 0
             state = EvState.GOOD if used else EvState.DENIED
             await dev.tx.write_fields("ev_select", ev_index=i, qpn=q)
-            await dev.tx.write_fields("ev_entry", value=value, state=state)
+            await dev.tx.write_fields("ev_entry", value=value, state=state,
+                                      plane=self.ev_planes[i])
             await dev.rel.write_fields("ev", q * per_qp + i, value=value, state=state,
-                                       set_state=1)
+                                       set_state=1, plane=self.ev_planes[i])
         self.evs = evs
 
     def _check_mtu(self, mtu):
@@ -923,7 +952,23 @@ class Device:
         per_qp = self.params["evs_per_qp"]
         values = [(await self.rel.read_fields("ev", qpn * per_qp + i))["value"]
                   for i in range(status["found"])]
-        return EvProfile(tuple(values), evs.mode, evs.params)
+        return EvProfile(tuple(values), evs.mode, evs.params, evs.phy_port_mask)
+
+    @property
+    def num_planes(self) -> int:
+        """The NIC's planes (MAC ports); a NIC that does not report it has one."""
+        return self.params.get("num_planes") or 1
+
+    def planes_of(self, phy_port_mask) -> list[int]:
+        """The planes a ``phy_port_mask`` names (None: every plane), lowest
+        first; a ValueError says what to fix if it names a plane the NIC lacks."""
+        n = self.num_planes
+        if phy_port_mask is None:
+            return list(range(n))
+        if phy_port_mask >> n:
+            raise ValueError(f"phy_port_mask {phy_port_mask:#x} names plane(s) this NIC does not "
+                             f"have: it has {n} (mask bits 0..{n - 1})")
+        return [p for p in range(n) if phy_port_mask >> p & 1]
 
     async def set_ev_state(self, qp: QueuePair, ev_index: int, *, denied: bool):
         """DENIED takes an EV out of use (TX stops spraying on it at once);
@@ -934,7 +979,8 @@ class Device:
         value = qp.evs.values[ev_index] if qp.evs and ev_index < len(qp.evs.values) else 0
         await self.rel.write_fields("ev", qp.qpn * per_qp + ev_index, value=value,
                                     state=EvState.DENIED if denied else EvState.GOOD,
-                                    set_state=1)
+                                    set_state=1,
+                                    plane=qp.ev_planes[ev_index] if qp.ev_planes else 0)
 
     async def ev_states(self, qp: QueuePair) -> list[int]:
         per_qp = self.params["evs_per_qp"]

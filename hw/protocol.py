@@ -29,6 +29,7 @@ __all__ = [
     "ROCE_UDP_PORT",
     "MAX_PLANES",
     "PLANE_BITS",
+    "plane_bits",
     "Opcode",
     "Syndrome",
     "QpState",
@@ -46,6 +47,15 @@ ROCE_UDP_PORT = 4791
 
 MAX_PLANES = 8
 PLANE_BITS = 3  # (MAX_PLANES - 1).bit_length()
+
+
+def plane_bits(num_planes) -> int:
+    """The bits that tag a frame or record with its plane in a NIC of
+    ``num_planes``: ``PLANE_BITS``, or 0 with one plane (nothing to tag).
+    Raises ValueError for a count outside 1..MAX_PLANES."""
+    if not isinstance(num_planes, int) or not 1 <= num_planes <= MAX_PLANES:
+        raise ValueError(f"num_planes must be in 1..{MAX_PLANES}, not {num_planes!r}")
+    return PLANE_BITS if num_planes > 1 else 0
 
 
 class Opcode:

@@ -11,6 +11,7 @@ from hw.axi import AXI4LiteSignature, AXI4Signature, check_dma_addr_width
 from hw.axi_arbiter import AXI4Arbiter
 from hw.csr import AXI4LiteToCSR
 from hw.pipeline import AXI4RegisterSlice, AXIStreamRegister, StreamRegister
+from hw.protocol import PLANE_BITS, plane_bits
 from hw.reliability.engine import ReliabilityEngine
 from hw.reliability.layouts import AckUpdate, CwndUpdate, QpState, QpStateUpdate, SqProducer
 from hw.rx.engine import RxEngine
@@ -35,6 +36,7 @@ from .csr import (
     host_view,
 )
 from .ev_load import EvGenBlock, ev_gen_register_map
+from .planes import PlaneMerge, PlaneSplit
 
 __all__ = ["NicCore", "TxControlBridge", "DoorbellSnoop", "check_nic_params", "BLOCK_ORDER"]
 
@@ -59,7 +61,8 @@ def _pow2(value) -> bool:
 
 
 def check_nic_params(*, data_width, num_qps, evs_per_qp, sack_bits, max_mtu, mpr_max,
-                     num_mrs, window, inflight_depth, clk_freq_hz, build_id, addr_width=64):
+                     num_mrs, window, inflight_depth, clk_freq_hz, build_id, addr_width=64,
+                     num_planes=1):
     """Raise a ValueError that says what to fix for a configuration the NIC cannot build.
 
     The checks are those every block needs together: each block checks its
@@ -95,6 +98,7 @@ def check_nic_params(*, data_width, num_qps, evs_per_qp, sack_bits, max_mtu, mpr
     if not isinstance(build_id, int) or not 0 <= build_id < 1 << 32:
         raise ValueError(f"build_id must fit 32 bits, not {build_id!r}")
     check_dma_addr_width(addr_width)
+    plane_bits(num_planes)  # raises for a count outside 1..8
 
 
 TxRegWrite = data.StructLayout({"addr": 32, "data": 32})
@@ -229,6 +233,8 @@ class NicCore(wiring.Component):
     ev_gen : build the EV generator (default True: MRC's GENERATED and AUTO EV
         profiles derived by the NIC, the CSR chain's last block); without it
         the chain ends at reliability and the host loads EXPLICIT EVs only.
+    num_planes : planes, 1..8 (default 1): MAC port pairs, each its own fabric.
+        See "Planes" below.
 
     Interface
     ---------
@@ -249,6 +255,21 @@ class NicCore(wiring.Component):
                 generator, each in a window of ``block_size`` bytes.
     ``irq``     Out(1): reliability's interrupt (EV event queued, or a send
                 CQE written since ``irq_status`` was read).
+
+    Planes: with ``num_planes`` above 1, ``mac_tx``/``mac_rx`` are plane 0's
+    MAC streams and ``mac_tx_p{p}``/``mac_rx_p{p}`` plane p's, and ``link_up``
+    In(num_planes) (reset all 1) says which planes' links are up. Every frame
+    leaving carries a plane (a data frame or probe its EV's, an ACK, NAK or
+    probe answer that of the last frame from the peer on its QP, or the
+    probe's): the three sources are merged with it as ``tuser``, and
+    ``PlaneSplit`` sends each frame to its plane's MAC, or drops it when that
+    plane's link is down or the NIC lacks the plane (``plane_drops`` strobes
+    it). ``PlaneMerge`` merges the planes' received frames, whole frames round
+    robin, tagging each with its plane; the core's beat rate (``data_width``
+    x clock) must be at least the sum of the planes' rates, and each plane's
+    MAC must hold ``num_planes`` - 1 frames while the others are served. Each
+    plane's streams pass a register stage of their own. ``plane_drops``
+    Out(1): one strobe per frame dropped by the split.
 
     Internal joins: RX ``peer_ack`` -> reliability; TX ``sent`` ->
     reliability through the sent buffer (below); reliability ``retx``,
@@ -325,11 +346,13 @@ class NicCore(wiring.Component):
     def __init__(self, *, data_width=64, num_qps=16, evs_per_qp=16, sack_bits=64, max_mtu=4096,
                  mpr_max=1024, num_mrs=16, window=64, inflight_depth=256,
                  clk_freq_hz=125_000_000, build_id=0, csr_addr_width=None, addr_width=64,
-                 nscc=True, ev_gen=True):
+                 nscc=True, ev_gen=True, num_planes=1):
         check_nic_params(data_width=data_width, num_qps=num_qps, evs_per_qp=evs_per_qp,
                          sack_bits=sack_bits, max_mtu=max_mtu, mpr_max=mpr_max, num_mrs=num_mrs,
                          window=window, inflight_depth=inflight_depth,
-                         clk_freq_hz=clk_freq_hz, build_id=build_id, addr_width=addr_width)
+                         clk_freq_hz=clk_freq_hz, build_id=build_id, addr_width=addr_width,
+                         num_planes=num_planes)
+        self.num_planes = num_planes
         self.data_width, self.num_qps, self.evs_per_qp = data_width, num_qps, evs_per_qp
         self.sack_bits, self.max_mtu, self.mpr_max = sack_bits, max_mtu, mpr_max
         self.num_mrs, self.window, self.inflight_depth = num_mrs, window, inflight_depth
@@ -382,28 +405,37 @@ class NicCore(wiring.Component):
         bb = self.block_bits
         self.tx = TxEngine(data_width=data_width, num_qps=num_qps, evs_per_qp=evs_per_qp,
                            max_mtu=max_mtu, csr_addr_width=bb, inflight_depth=inflight_depth,
-                           addr_width=addr_width)
+                           addr_width=addr_width, num_planes=num_planes)
         self.rx = RxEngine(data_width=data_width, num_qps=num_qps, num_mrs=num_mrs,
                            sack_bits=sack_bits, mpr_max=mpr_max, csr_addr_width=bb,
-                           max_payload=max_mtu, addr_width=addr_width)
+                           max_payload=max_mtu, addr_width=addr_width,
+                           num_planes=num_planes)
         self.reliability = ReliabilityEngine(num_qps=num_qps, evs_per_qp=evs_per_qp,
                                              sack_bits=sack_bits, clk_freq_hz=clk_freq_hz,
                                              data_width=data_width, csr_addr_width=bb,
                                              window=window, addr_width=addr_width,
-                                             max_mtu=max_mtu, nscc=nscc)
+                                             max_mtu=max_mtu, nscc=nscc,
+                                             num_planes=num_planes)
         self.ev_gen = None if not ev_gen else EvGenBlock(
             num_qps=num_qps, evs_per_qp=evs_per_qp, tx_map=maps["tx"],
             rel_map=maps["reliability"], tx_block=BLOCK_ORDER.index("tx"),
             rel_block=BLOCK_ORDER.index("reliability"), addr_width=bb)
         self.device_info = DeviceInfo(self.device_params(), addr_width=bb,
                                       read_latency=DEVICE_INFO_READ_LATENCY)
-        super().__init__({
+        ports = {
             "mac_tx": Out(AXIStreamSignature(data_width)),
             "mac_rx": In(AXIStreamSignature(data_width, user_width=1)),
             "m_axi": Out(AXI4Signature(addr_width, data_width, self.id_width)),
             "s_axil": In(AXI4LiteSignature(csr_addr_width, 32)),
             "irq": Out(1),
-        })
+        }
+        if num_planes > 1:
+            for p in range(1, num_planes):
+                ports[f"mac_tx_p{p}"] = Out(AXIStreamSignature(data_width))
+                ports[f"mac_rx_p{p}"] = In(AXIStreamSignature(data_width, user_width=1))
+            ports["link_up"] = In(num_planes, init=(1 << num_planes) - 1)
+            ports["plane_drops"] = Out(1)
+        super().__init__(ports)
 
     def device_params(self) -> dict[str, int]:
         """The values the device-info block reports."""
@@ -414,11 +446,53 @@ class NicCore(wiring.Component):
             "max_mtu": self.max_mtu, "mpr_max": self.mpr_max, "num_mrs": self.num_mrs,
             "window": self.window, "clk_freq_hz": self.clk_freq_hz,
             "block_size": 1 << self.block_bits, "addr_width": self.addr_width,
-            "caps": caps_word(NIC_CAPABILITIES),
+            "caps": caps_word(NIC_CAPABILITIES), "num_planes": self.num_planes,
         }
 
     def block_base(self, name: str) -> int:
         return self.block_order.index(name) << self.block_bits
+
+    def mac_ports(self, plane: int):
+        """``(mac_tx, mac_rx)`` of ``plane``: plane 0's are ``mac_tx``/``mac_rx``."""
+        suffix = f"_p{plane}" if plane else ""
+        return getattr(self, f"mac_tx{suffix}"), getattr(self, f"mac_rx{suffix}")
+
+    def _mac_paths(self, m, tx, rx, rel):
+        """MAC TX (data, ACK/NAK/probe answers, probe requests, merged whole
+        frames at a time, then split by plane) and MAC RX (the planes merged)."""
+        dw, n = self.data_width, self.num_planes
+        uw = PLANE_BITS if n > 1 else 1  # tuser: each frame's plane
+        m.submodules.mac_tx_arbiter = txarb = AXIStreamArbiter(dw, num_inputs=3, user_width=uw)
+        wiring.connect(m, tx.m_axis, txarb.s_axis0)
+        # ACK frames through a register stage: the ACK builder's beat comes from
+        # its state through a lane pick, and the arbiter's mux follows it.
+        m.submodules.ack_stage = ack_stage = AXIStreamRegister(dw, uw)
+        wiring.connect(m, rx.m_axis_ack, ack_stage.s_axis)
+        wiring.connect(m, ack_stage.m_axis, txarb.s_axis1)
+        wiring.connect(m, rel.m_axis_probe, txarb.s_axis2)
+        m.submodules.mac_tx_stage = tx_stage = AXIStreamRegister(dw, uw)
+        wiring.connect(m, txarb.m_axis, tx_stage.s_axis)
+        if n == 1:
+            wiring.connect(m, tx_stage.m_axis, wiring.flipped(self.mac_tx))
+            m.submodules.mac_rx_stage = rx_stage = AXIStreamRegister(dw)
+            wiring.connect(m, wiring.flipped(self.mac_rx), rx_stage.s_axis)
+            wiring.connect(m, rx_stage.m_axis, rx.s_axis)
+            return
+        m.submodules.plane_split = split = PlaneSplit(dw, n)
+        m.submodules.plane_merge = merge = PlaneMerge(dw, n)
+        wiring.connect(m, tx_stage.m_axis, split.s_axis)
+        wiring.connect(m, merge.m_axis, rx.s_axis)
+        m.d.comb += [split.link_up.eq(self.link_up), self.plane_drops.eq(split.dropped)]
+        for p in range(n):
+            mac_tx, mac_rx = self.mac_ports(p)
+            # each plane's streams through a register stage of their own: the
+            # split and the merge are combinational
+            m.submodules[f"mac_tx_stage_p{p}"] = out_stage = AXIStreamRegister(dw)
+            wiring.connect(m, getattr(split, f"m_axis{p}"), out_stage.s_axis)
+            wiring.connect(m, out_stage.m_axis, wiring.flipped(mac_tx))
+            m.submodules[f"mac_rx_stage_p{p}"] = in_stage = AXIStreamRegister(dw)
+            wiring.connect(m, wiring.flipped(mac_rx), in_stage.s_axis)
+            wiring.connect(m, in_stage.m_axis, getattr(merge, f"s_axis{p}"))
 
     def elaborate(self, platform):
         m = Module()
@@ -473,23 +547,7 @@ class NicCore(wiring.Component):
         wiring.connect(m, dma.m_axi, axi_slice.s_axi)
         wiring.connect(m, axi_slice.m_axi, wiring.flipped(self.m_axi))
 
-        # ---- MAC TX: data, ACK/NAK/probe responses, probe requests --------------------------
-        m.submodules.mac_tx_arbiter = txarb = AXIStreamArbiter(self.data_width, num_inputs=3)
-        wiring.connect(m, tx.m_axis, txarb.s_axis0)
-        # ACK frames through a register stage: the ACK builder's beat comes from
-        # its state through a lane pick, and the arbiter's mux follows it.
-        m.submodules.ack_stage = ack_stage = AXIStreamRegister(self.data_width)
-        wiring.connect(m, rx.m_axis_ack, ack_stage.s_axis)
-        wiring.connect(m, ack_stage.m_axis, txarb.s_axis1)
-        wiring.connect(m, rel.m_axis_probe, txarb.s_axis2)
-        m.submodules.mac_tx_stage = tx_stage = AXIStreamRegister(self.data_width)
-        wiring.connect(m, txarb.m_axis, tx_stage.s_axis)
-        wiring.connect(m, tx_stage.m_axis, wiring.flipped(self.mac_tx))
-
-        # ---- MAC RX ---------------------------------------------------------------------------
-        m.submodules.mac_rx_stage = rx_stage = AXIStreamRegister(self.data_width)
-        wiring.connect(m, wiring.flipped(self.mac_rx), rx_stage.s_axis)
-        wiring.connect(m, rx_stage.m_axis, rx.s_axis)
+        self._mac_paths(m, tx, rx, rel)
 
         # ---- block to block ---------------------------------------------------------------------
         # ACK records come from the RX parser's record memory (block RAM on the

@@ -23,6 +23,7 @@ from hw.counters import CounterBank
 from hw.csr import CSRBusSignature, RegisteredWrites, grouped_read
 from hw.headers import sack_bitmap
 from hw.pipeline import AXIStreamRegister
+from hw.protocol import plane_bits as plane_bits_for
 from hw.rx.parser import ParsedHeader
 from hw.stream import AXIStreamSignature, check_data_width
 
@@ -51,6 +52,7 @@ from .registers import (
     COUNTER_NAMES,
     COUNTER_SLOT_BITS,
     EV_BASE,
+    EV_PLANE_LSB,
     GLOBAL_OFFSETS,
     QP_BASE,
     QP_STRIDE,
@@ -92,6 +94,10 @@ class ReliabilityEngine(wiring.Component):
     nscc : build UET NSCC (``NsccPath``, default True). Without it the window is
         the core's packet window only, and the NSCC registers read 0 and ignore
         writes (the driver reads ``nscc_rtt`` to tell).
+    num_planes : MAC ports (planes), 1..8. Above 1 each EV entry also holds its
+        plane (``ev`` bits 22..20, as TX's ``ev_entry``) and a probe leaves
+        tagged with its EV's plane in ``m_axis_probe.tuser``; with 1 the field
+        is not stored and reads 0.
 
     Interface
     ---------
@@ -151,7 +157,8 @@ class ReliabilityEngine(wiring.Component):
 
     def __init__(self, num_qps=16, evs_per_qp=16, sack_bits=64, clk_freq_hz=125_000_000,
                  data_width=64, csr_addr_width=16, window=64, addr_width=64, max_mtu=4096,
-                 nscc=True):
+                 nscc=True, num_planes=1):
+        self.plane_bits = plane_bits_for(num_planes)  # raises for a bad count
         if not isinstance(num_qps, int) or not 2 <= num_qps <= 256:
             raise ValueError(f"num_qps must be an integer in 2..256, not {num_qps!r}")
         if (not isinstance(evs_per_qp, int) or evs_per_qp & (evs_per_qp - 1)
@@ -197,7 +204,7 @@ class ReliabilityEngine(wiring.Component):
                 "cwnd_update": Out(stream.Signature(CwndUpdate)),
                 "qp_state_update": Out(stream.Signature(QpStateUpdate)),
                 "wimm_done": Out(stream.Signature(WimmDone)),
-                "m_axis_probe": Out(AXIStreamSignature(data_width)),
+                "m_axis_probe": Out(AXIStreamSignature(data_width, max(1, self.plane_bits))),
                 "m_axi": Out(AXI4Signature(addr_width, data_width, 4)),
                 "csr": In(CSRBusSignature(csr_addr_width)),
                 "irq": Out(1),
@@ -214,7 +221,7 @@ class ReliabilityEngine(wiring.Component):
             timeout_unit=self.timeout_unit)
         m.submodules.timers = timers = RetransmitTimers(nq)
         m.submodules.completions = cpl = CompletionWriter(nq, self.data_width, self.addr_width)
-        m.submodules.probes = probes = ProbeBuilder(nq, E, self.data_width)
+        m.submodules.probes = probes = ProbeBuilder(nq, E, self.data_width, self.plane_bits)
 
         # probe responses are checked against the outstanding probes first
         m.submodules.probe_check = pcheck = ProbeReplyCheck(self.sack_bits)
@@ -236,7 +243,8 @@ class ReliabilityEngine(wiring.Component):
         wiring.connect(m, core.probe_req, probes.req)
         # A register stage: the builder's beat comes from its FSM through a
         # lane mux, and the NIC's MAC TX arbiter adds its own mux behind it.
-        m.submodules.probe_stage = probe_stage = AXIStreamRegister(self.data_width)
+        m.submodules.probe_stage = probe_stage = AXIStreamRegister(self.data_width,
+                                                                    max(1, self.plane_bits))
         wiring.connect(m, probes.m_axis, probe_stage.s_axis)
         wiring.connect(m, probe_stage.m_axis, wiring.flipped(self.m_axis_probe))
         wiring.connect(m, cpl.m_axi, wiring.flipped(self.m_axi))
@@ -281,7 +289,8 @@ class ReliabilityEngine(wiring.Component):
         m.submodules.rel_mem = rel_mem = Memory(shape=RelConfig, depth=nq, init=[])
         m.submodules.dma_mem = dma_mem = Memory(shape=160, depth=nq, init=[])
         m.submodules.net_mem = net_mem = Memory(shape=128, depth=nq, init=[])
-        m.submodules.ev_mem = ev_mem = Memory(shape=16, depth=nq * E, init=[])
+        m.submodules.ev_mem = ev_mem = Memory(shape=16 + self.plane_bits, depth=nq * E,
+                                                   init=[])
         rel_wr, rel_core, rel_csr = rel_mem.write_port(), rel_mem.read_port(), rel_mem.read_port()
         dma_wr, dma_cpl, dma_csr = (dma_mem.write_port(granularity=32), dma_mem.read_port(),
                                     dma_mem.read_port())
@@ -294,7 +303,7 @@ class ReliabilityEngine(wiring.Component):
             dma_cpl.addr.eq(cpl.cfg_addr), cpl.cfg_data.eq(dma_cpl.data),
             net_probe.addr.eq(probes.net_addr), probes.net_data.eq(net_probe.data),
             ev_probe.addr.eq(probes.ev_addr), probes.ev_data.eq(ev_probe.data),
-            ev_core.addr.eq(core.evv_addr), core.evv_data.eq(ev_core.data),
+            ev_core.addr.eq(core.evv_addr), core.evv_data.eq(ev_core.data[:16]),
         ]
 
         # --- controller commands ------------------------------------------------------------
@@ -382,7 +391,7 @@ class ReliabilityEngine(wiring.Component):
             dma_wr.data.eq(Cat(*[base_hi if word in hi_words else w_data
                                  for word in dma_lanes])),
             net_wr.data.eq(Cat(*[w_data] * 4)),
-            ev_wr.data.eq(w_data[:16]),
+            ev_wr.data.eq(Cat(w_data[:16], w_data[EV_PLANE_LSB:][: self.plane_bits])),
         ]
 
         def push_cmd(value):
@@ -493,7 +502,8 @@ class ReliabilityEngine(wiring.Component):
             QP_WORDS["qp_cc"]: Cat(rec.cwnd, rec.retries),
         }
         qp_read = one_hot_select(r_qp_word, [qp_words[k] for k in range(len(QP_WORDS))])
-        ev_read = Cat(ev_csr.data, rec.ev_state[r_ev] if ebits else rec.ev_state[0])
+        ev_read = Cat(ev_csr.data[:16], rec.ev_state[r_ev] if ebits else rec.ev_state[0],
+                      Const(0, EV_PLANE_LSB - 18), ev_csr.data[16:])
         # registered: a read answers 2 cycles after r_stb (CSR_READ_LATENCY)
         r_out = Signal(32)
         m.d.sync += r_out.eq(r_global | qp_read | Mux(r_ev_entry, ev_read, 0)

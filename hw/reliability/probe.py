@@ -54,9 +54,11 @@ class ProbeBuilder(wiring.Component):
     ``req``        In(stream(ProbeRequest)): probe EV ``ev_index`` of ``qpn`` with ``probe_id``.
     ``net_addr`` / ``net_data``: synchronous read port on the per-QP peer addresses
                    (``NetConfig``: peer MAC, peer IPv4, peer QPN).
-    ``ev_addr`` / ``ev_data``: synchronous read port on the EV values (qpn x evs + index).
+    ``ev_addr`` / ``ev_data``: synchronous read port on the EV values (qpn x evs + index):
+                   the value (16 bits), then its plane (``plane_bits``, none with one plane).
     ``own_mac``, ``own_ip``: the NIC's addresses. ``now_ns``: the timestamp put in the probe.
-    ``m_axis``     Out(AXIStreamSignature(data_width)): Eth / IPv4 (ECT(0), DF, TTL 64) /
+    ``m_axis``     Out(AXIStreamSignature(data_width, max(1, plane_bits))): ``tuser`` the
+                   EV's plane (0 with one plane), on every beat; Eth / IPv4 (ECT(0), DF, TTL 64) /
                    UDP (sport = the EV, dport 4791, checksum 0) / BTH (0xC0, P_Key 0xFFFF,
                    DestQP = peer QPN, PSN 0) / PROBE (probe_id, ev, 0, timestamp) / ICRC.
 
@@ -68,19 +70,20 @@ class ProbeBuilder(wiring.Component):
     registered: 3 cycles more than a single-cycle header and CRC feed).
     """
 
-    def __init__(self, num_qps: int, evs_per_qp: int, data_width: int = 64):
+    def __init__(self, num_qps: int, evs_per_qp: int, data_width: int = 64, plane_bits: int = 0):
         self.num_qps, self.evs_per_qp, self.data_width = num_qps, evs_per_qp, data_width
+        self.plane_bits = plane_bits
         super().__init__(
             {
                 "req": In(stream.Signature(ProbeRequest(num_qps, evs_per_qp))),
                 "net_addr": Out(range(num_qps)),
                 "net_data": In(NetConfig),
                 "ev_addr": Out(range(num_qps * evs_per_qp)),
-                "ev_data": In(16),
+                "ev_data": In(16 + plane_bits),
                 "own_mac": In(48),
                 "own_ip": In(32),
                 "now_ns": In(64),
-                "m_axis": Out(AXIStreamSignature(data_width)),
+                "m_axis": Out(AXIStreamSignature(data_width, max(1, plane_bits))),
             }
         )
 
@@ -96,7 +99,8 @@ class ProbeBuilder(wiring.Component):
         ]
 
         net = Signal(NetConfig)
-        ev = Signal(16)
+        ev_entry = Signal(16 + self.plane_bits)  # the value, then the plane
+        ev = ev_entry[:16]
         stamp = Signal(64)
         frame = Signal(8 * PROBE_FRAME_BYTES)
 
@@ -200,6 +204,7 @@ class ProbeBuilder(wiring.Component):
         m.d.comb += [
             axis.tdata.eq(out_word),
             axis.tlast.eq(out_last),
+            axis.tuser.eq(ev_entry[16:]),  # held from LATCH until the next request's
             axis.tkeep.eq(Mux(out_last, (1 << (PROBE_FRAME_BYTES - (beats - 1) * lanes)) - 1,
                               (1 << lanes) - 1)),
         ]
@@ -217,7 +222,7 @@ class ProbeBuilder(wiring.Component):
         def copy_after(before, name):
             return lambda k: state_copy(m, fsm.st[before], 1, f"st_{name}_{k}")
 
-        load_in_groups(m, [(net, self.net_data), (ev, self.ev_data), (stamp, self.now_ns)],
+        load_in_groups(m, [(net, self.net_data), (ev_entry, self.ev_data), (stamp, self.now_ns)],
                        copy_after("FETCH", "LATCH"))
         with fsm.State("LATCH"):
             fsm.next = "SUM"

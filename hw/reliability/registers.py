@@ -3,6 +3,8 @@ decode logic in ``engine.py``, the tests and docs/reliability.md."""
 
 from hw.counters import CounterBank
 from hw.csr import RegisterMap
+from hw.protocol import PLANE_BITS
+from hw.tx.regs import EV_PLANE_LSB
 
 __all__ = [
     "COUNTER_LAG",
@@ -269,5 +271,7 @@ def register_map(num_qps: int = 16, evs_per_qp: int = 16, window: int = 64) -> R
           count=num_qps * evs_per_qp, stride=4,
           fields=[("value", 0, 16, "EV value (UDP source port)"),
                   ("state", 16, 2, "state; written only when [31] is set: 0 GOOD, 2 DENIED"),
+                  ("plane", EV_PLANE_LSB, PLANE_BITS, "the plane (MAC port) its probes leave "
+                   "on, as TX's ev_entry.plane; reads 0 on a one-plane NIC"),
                   ("set_state", 31, 1, "write 1 to apply [17:16]")])
     return r

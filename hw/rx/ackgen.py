@@ -74,8 +74,10 @@ class RxAckBuilder(wiring.Component):
 
     Interface
     ---------
-    ``job``     In(stream.Signature(AckJob(sack_bits))).
-    ``m_axis``  Out(AXIStreamSignature(data_width)): the frames, packed.
+    ``job``     In(stream.Signature(AckJob(sack_bits, plane_bits))).
+    ``m_axis``  Out(AXIStreamSignature(data_width, max(1, plane_bits))): the
+                frames, packed; ``tuser`` is the job's plane on every beat (0
+                with one plane).
     ``own_mac``, ``own_ip``: In, the source addresses.
 
     Frames (docs/protocol.md): Eth / IPv4 (DSCP 0, ECT(0), DF, TTL 64, id 0,
@@ -109,16 +111,16 @@ class RxAckBuilder(wiring.Component):
     and 21 per probe response at 64 bits, 7 at 512.
     """
 
-    def __init__(self, data_width=64, sack_bits=64):
+    def __init__(self, data_width=64, sack_bits=64, plane_bits=0):
         check_data_width(data_width)
         self.data_width = data_width
-        self.sack_bits = sack_bits
+        self.sack_bits, self.plane_bits = sack_bits, plane_bits
         self.ack_len = ack_frame_len(sack_bits)
         self.max_len = max(self.ack_len, PROBE_FRAME_LEN)
         super().__init__(
             {
-                "job": In(stream.Signature(AckJob(sack_bits))),
-                "m_axis": Out(AXIStreamSignature(data_width)),
+                "job": In(stream.Signature(AckJob(sack_bits, plane_bits))),
+                "m_axis": Out(AXIStreamSignature(data_width, max(1, plane_bits))),
                 "own_mac": In(48),
                 "own_ip": In(32),
             }
@@ -128,7 +130,7 @@ class RxAckBuilder(wiring.Component):
         m = Module()
         dw, bpb = self.data_width, self.data_width // 8
         W = self.sack_bits
-        job = Signal(AckJob(W))
+        job = Signal(AckJob(W, self.plane_bits))
         nbytes = -(-self.max_len // bpb) * bpb
         frame_len = Mux(job.probe, PROBE_FRAME_LEN, self.ack_len)
 
@@ -384,7 +386,7 @@ class RxAckBuilder(wiring.Component):
                     Mux(out_left >= bpb, (1 << bpb) - 1,
                         (Const(1, bpb + 1) << out_left[: exact_log2(bpb) + 1]) - 1)
                 ),
-                axis.tuser.eq(0),
+                axis.tuser.eq(job.plane),  # the job register holds until IDLE
             ]
             with m.If(axis.tready):
                 m.d.sync += out_left.eq(out_left - bpb)

@@ -7,6 +7,7 @@ from amaranth.lib.wiring import In, Out, connect, flipped
 from hw.axi import AXI4Signature, check_dma_addr_width
 from hw.csr import CSRBusSignature
 from hw.pipeline import StreamRegister
+from hw.protocol import plane_bits as plane_bits_for
 from hw.stream import AXIStreamSignature, Beat, check_data_width
 
 from .ackgen import RxAckBuilder
@@ -70,25 +71,26 @@ class RxPipeline(wiring.Component):
     CSR_READ_LATENCY = RxRegisters.CSR_READ_LATENCY
 
     def __init__(self, *, data_width=64, num_qps=16, num_mrs=16, sack_bits=64, mpr_max=1024,
-                 csr_addr_width=16, inflight=8, max_pending=MAX_PENDING, addr_width=64):
+                 csr_addr_width=16, inflight=8, max_pending=MAX_PENDING, addr_width=64,
+                 plane_bits=0):
         check_rx_params(data_width=data_width, num_qps=num_qps, num_mrs=num_mrs,
                         sack_bits=sack_bits, mpr_max=mpr_max, csr_addr_width=csr_addr_width,
                         addr_width=addr_width)
         self.data_width, self.num_qps, self.num_mrs = data_width, num_qps, num_mrs
         self.sack_bits, self.mpr_max, self.csr_addr_width = sack_bits, mpr_max, csr_addr_width
         self.inflight, self.max_pending = inflight, max_pending
-        self.addr_width = addr_width
+        self.addr_width, self.plane_bits = addr_width, plane_bits
         # Built here so that an impossible register map fails at construction.
         self.regs = RxRegisters(num_qps=num_qps, num_mrs=num_mrs, sack_bits=sack_bits,
                                 mpr_max=mpr_max, csr_addr_width=csr_addr_width,
                                 addr_width=addr_width)
         super().__init__(
             {
-                "hdr": In(stream.Signature(ParsedHeader(sack_bits))),
+                "hdr": In(stream.Signature(ParsedHeader(sack_bits, plane_bits))),
                 "payload": In(stream.Signature(Beat(data_width))),
                 "csr": In(CSRBusSignature(csr_addr_width)),
                 "m_axi": Out(AXI4Signature(addr_width, data_width, AXI_ID_WIDTH)),
-                "m_axis_ack": Out(AXIStreamSignature(data_width)),
+                "m_axis_ack": Out(AXIStreamSignature(data_width, max(1, plane_bits))),
                 "peer_ack": Out(stream.Signature(ParsedHeader(sack_bits))),
                 "parser_events": In(len(PARSER_COUNTERS)),
                 "trim_dscp": Out(6, init=0x3F),
@@ -104,14 +106,17 @@ class RxPipeline(wiring.Component):
         m.submodules.regs = regs = self.regs
         aw = self.addr_width
         m.submodules.validator = val = RxValidator(
-            num_qps=self.num_qps, num_mrs=self.num_mrs, sack_bits=self.sack_bits, addr_width=aw)
+            num_qps=self.num_qps, num_mrs=self.num_mrs, sack_bits=self.sack_bits, addr_width=aw,
+            plane_bits=self.plane_bits)
         m.submodules.window = win = RxPsnWindow(
             num_qps=self.num_qps, sack_bits=self.sack_bits, mpr_max=self.mpr_max,
-            inflight=self.inflight, max_pending=self.max_pending, addr_width=aw)
+            inflight=self.inflight, max_pending=self.max_pending, addr_width=aw,
+            plane_bits=self.plane_bits)
         m.submodules.dma = dma = RxDmaWriter(
             self.data_width, tag_width=win.tag_bits, id_width=AXI_ID_WIDTH,
             max_outstanding=max(16, 2 * self.inflight), addr_width=aw)
-        m.submodules.ackgen = ackgen = RxAckBuilder(self.data_width, self.sack_bits)
+        m.submodules.ackgen = ackgen = RxAckBuilder(self.data_width, self.sack_bits,
+                                                          self.plane_bits)
         m.submodules.cqefmt = cqefmt = RxCqeFormatter(win.tag_bits, aw)
         m.submodules.peer_filter = pf = RxPeerFilter(
             num_qps=self.num_qps, sack_bits=self.sack_bits, addr_width=aw)
@@ -195,18 +200,26 @@ class RxEngine(wiring.Component):
     addr_width : bits of the host DMA addresses, 32..64 (default 64): MR
         bases, CQ bases, payload and CQE write addresses. A WRITE that does
         not lie below 2^addr_width fails the bounds check (``RxValidator``).
+    num_planes : MAC ports (planes), 1..8: above 1, each frame's plane comes in
+        on ``s_axis.tuser`` and each ACK, NAK and probe answer leaves tagged
+        with one (below); 1 (the default) builds no plane logic.
 
     Interface
     ---------
-    ``s_axis``      In(AXIStreamSignature(data_width)): frames from the MAC.
+    ``s_axis``      In(AXIStreamSignature(data_width, 1 + plane bits)): frames
+                    from the MAC; ``tuser[0]`` on the last beat: a bad frame;
+                    with ``num_planes`` (1..8) above 1, ``tuser[1:]``
+                    (``PLANE_BITS``) the plane it arrived on, on its last beat.
     ``csr``         In(CSRBusSignature(csr_addr_width)): ``register_map``. A
                     read answers ``CSR_READ_LATENCY`` (3) cycles after
                     ``r_stb`` (``RxRegisters``: the address registered, then
                     the read mux in two registered steps).
     ``m_axi``       Out(AXI4Signature(addr_width, data_width, 4)): payload
                     and CQE writes; reads tied off.
-    ``m_axis_ack``  Out(AXIStreamSignature(data_width)): ACK, NAK and probe
-                    response frames, for the TX arbiter.
+    ``m_axis_ack``  Out(AXIStreamSignature(data_width, max(1, plane bits))):
+                    ACK, NAK and probe response frames, for the TX arbiter;
+                    ``tuser`` the plane it leaves on: that of the last frame
+                    from the peer on its QP (a probe's answer: the probe's).
     ``peer_ack``    Out(stream.Signature(ParsedHeader(sack_bits))): received
                     ACK/NAK and probe-response headers, for the reliability
                     block.
@@ -219,20 +232,23 @@ class RxEngine(wiring.Component):
     CSR_READ_LATENCY = RxRegisters.CSR_READ_LATENCY
 
     def __init__(self, *, data_width=64, num_qps=16, num_mrs=16, sack_bits=64, mpr_max=1024,
-                 csr_addr_width=16, max_payload=4096, addr_width=64):
+                 csr_addr_width=16, max_payload=4096, addr_width=64, num_planes=1):
         check_rx_params(data_width=data_width, num_qps=num_qps, num_mrs=num_mrs,
                         sack_bits=sack_bits, mpr_max=mpr_max, csr_addr_width=csr_addr_width,
                         addr_width=addr_width)
+        pb = plane_bits_for(num_planes)
         self.pipeline = RxPipeline(data_width=data_width, num_qps=num_qps, num_mrs=num_mrs,
                                    sack_bits=sack_bits, mpr_max=mpr_max,
-                                   csr_addr_width=csr_addr_width, addr_width=addr_width)
+                                   csr_addr_width=csr_addr_width, addr_width=addr_width,
+                                   plane_bits=pb)
         self.data_width, self.sack_bits, self.max_payload = data_width, sack_bits, max_payload
+        self.num_planes, self.plane_bits = num_planes, pb
         super().__init__(
             {
-                "s_axis": In(AXIStreamSignature(data_width, user_width=1)),
+                "s_axis": In(AXIStreamSignature(data_width, user_width=1 + pb)),
                 "csr": In(CSRBusSignature(csr_addr_width)),
                 "m_axi": Out(AXI4Signature(addr_width, data_width, AXI_ID_WIDTH)),
-                "m_axis_ack": Out(AXIStreamSignature(data_width)),
+                "m_axis_ack": Out(AXIStreamSignature(data_width, max(1, pb))),
                 "peer_ack": Out(stream.Signature(ParsedHeader(sack_bits))),
             }
         )
@@ -244,7 +260,8 @@ class RxEngine(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         m.submodules.parser = parser = RxParser(
-            data_width=self.data_width, sack_bits=self.sack_bits, max_payload=self.max_payload)
+            data_width=self.data_width, sack_bits=self.sack_bits, max_payload=self.max_payload,
+            plane_bits=self.plane_bits)
         m.submodules.pipeline = pipe = self.pipeline
         connect(m, flipped(self.s_axis), parser.s_axis)
         connect(m, parser.hdr, pipe.hdr)

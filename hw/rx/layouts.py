@@ -60,9 +60,11 @@ class Verdict(enum.Enum, shape=4):
 
 
 class ParsedHeader(data.StructLayout):
-    """One accepted frame's header fields; fields its opcode does not carry are 0."""
+    """One accepted frame's header fields; fields its opcode does not carry are 0.
+    ``plane`` (``plane_bits`` wide, none with one plane; the last field, so that
+    the layout without it is a prefix) is the plane the frame arrived on."""
 
-    def __init__(self, sack_bits: int = 64):
+    def __init__(self, sack_bits: int = 64, plane_bits: int = 0):
         sack_bitmap(sack_bits)  # checks the width
         super().__init__(
             {
@@ -82,6 +84,7 @@ class ParsedHeader(data.StructLayout):
                 "probe": PROBE.layout,
                 "payload_len": unsigned(16),
                 "trimmed": unsigned(1),
+                "plane": unsigned(plane_bits),
             }
         )
 
@@ -95,8 +98,8 @@ class ParserRecord(data.StructLayout):
 
     EXTENSIONS = ("reth", "imm", "aeth", "sack", "sack_bitmap", "probe")
 
-    def __init__(self, sack_bits, ext_bytes, max_payload_beats):
-        out_layout = ParsedHeader(sack_bits)
+    def __init__(self, sack_bits, ext_bytes, max_payload_beats, plane_bits=0):
+        out_layout = ParsedHeader(sack_bits, plane_bits)
         super().__init__(
             {
                 **{name: field.shape for name, field in out_layout
@@ -153,9 +156,10 @@ class WindowReq(data.StructLayout):
     """One parsed and validated frame, from the validator to the window engine.
 
     ``va`` is the RETH VA as a DMA address: its low ``addr_width`` bits, all
-    of it for a ``DATA`` request (the validator checked that it fits)."""
+    of it for a ``DATA`` request (the validator checked that it fits);
+    ``plane`` the plane it arrived on (``plane_bits``, none with one plane)."""
 
-    def __init__(self, qp_bits, addr_width=64):
+    def __init__(self, qp_bits, addr_width=64, plane_bits=0):
         super().__init__(
             {
                 "kind": ReqKind,
@@ -174,14 +178,16 @@ class WindowReq(data.StructLayout):
                 "probe_id": unsigned(32),
                 "probe_ev": unsigned(16),
                 "timestamp": unsigned(64),
+                "plane": unsigned(plane_bits),
             }
         )
 
 
 class AckJob(data.StructLayout):
-    """An ACK, NAK or probe response for the frame builder."""
+    """An ACK, NAK or probe response for the frame builder; ``plane``
+    (``plane_bits``, none with one plane) is the plane it leaves on."""
 
-    def __init__(self, sack_bits):
+    def __init__(self, sack_bits, plane_bits=0):
         super().__init__(
             {
                 "probe": unsigned(1),
@@ -200,6 +206,7 @@ class AckJob(data.StructLayout):
                 "probe_id": unsigned(32),
                 "probe_ev": unsigned(16),
                 "timestamp": unsigned(64),
+                "plane": unsigned(plane_bits),
             }
         )
 
@@ -225,9 +232,11 @@ class CqeJob(data.StructLayout):
 # ---- the PSN window engine's state (hw/rx/window.py and its tables)
 
 class QpRxState(data.StructLayout):
-    """What the window engine keeps per QP (one memory row)."""
+    """What the window engine keeps per QP (one memory row); ``plane``
+    (``plane_bits``, none with one plane) is the plane of the last frame from
+    the peer, which its ACKs take."""
 
-    def __init__(self):
+    def __init__(self, plane_bits=0):
         super().__init__(
             {
                 "epsn": unsigned(PSN_BITS),  # expected PSN = cum_psn + 1
@@ -240,6 +249,7 @@ class QpRxState(data.StructLayout):
                 "ev": unsigned(16),  # EV and MAC of the last frame from the peer
                 "mac": unsigned(48),
                 "cq_prod": unsigned(16),
+                "plane": unsigned(plane_bits),
             }
         )
 

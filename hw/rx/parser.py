@@ -9,11 +9,13 @@ followed by the frame's payload, realigned to lane 0 with pad and ICRC cut.
 
 Interface
 ---------
-``s_axis``    In(AXIStreamSignature(data_width, user_width=1)): frames from
-              the MAC, packed (``tkeep`` contiguous from lane 0, only the
+``s_axis``    In(AXIStreamSignature(data_width, user_width=1 + plane_bits)): frames
+              from the MAC, packed (``tkeep`` contiguous from lane 0, only the
               last beat partial; ``tkeep`` of other beats is not looked at);
-              ``tuser`` on the last beat marks a bad frame.
-``hdr``       Out(stream.Signature(ParsedHeader(sack_bits))): one record per
+              ``tuser[0]`` on the last beat marks a bad frame, ``tuser[1:]`` on
+              it is the plane the frame arrived on (``plane_bits``, 0 with one
+              plane), copied into the record.
+``hdr``       Out(stream.Signature(ParsedHeader(sack_bits, plane_bits))): one record per
               accepted frame. A frame's record is always handed over before
               the first beat of its payload; records may run ahead of the
               payload of earlier frames.
@@ -181,7 +183,8 @@ class RxParser(wiring.Component):
     only, no ICRC, and is handed on with ``trimmed`` = 1 and no payload.
     """
 
-    def __init__(self, data_width=64, sack_bits=64, max_payload=4096, fifo_depth=None):
+    def __init__(self, data_width=64, sack_bits=64, max_payload=4096, fifo_depth=None,
+                 plane_bits=0):
         if data_width not in SUPPORTED_DATA_WIDTHS:
             raise ValueError(
                 f"RxParser data_width must be one of {SUPPORTED_DATA_WIDTHS}, not {data_width!r}"
@@ -208,6 +211,7 @@ class RxParser(wiring.Component):
             )
         self.fifo_depth = fifo_depth
         self.hdr_fifo_depth = 16
+        self.plane_bits = plane_bits
 
         # Header bytes from the start of the frame to the payload, per opcode.
         self.ack_header_end = OFF_SACK + SACK.size + sack_bits // 8
@@ -215,8 +219,8 @@ class RxParser(wiring.Component):
 
         super().__init__(
             {
-                "s_axis": In(AXIStreamSignature(data_width, user_width=1)),
-                "hdr": Out(stream.Signature(ParsedHeader(sack_bits))),
+                "s_axis": In(AXIStreamSignature(data_width, user_width=1 + plane_bits)),
+                "hdr": Out(stream.Signature(ParsedHeader(sack_bits, plane_bits))),
                 "payload": Out(stream.Signature(Beat(data_width))),
                 "trim_dscp": In(6, init=0x3F),
                 "events": Out(len(COUNTER_NAMES)),
@@ -243,6 +247,7 @@ class RxParser(wiring.Component):
         hdr = Signal(8 * hdr_len)  # captured header bytes, lane order
         trim_dscp = Signal(6)
         bad_frame = Signal()
+        plane = Signal(self.plane_bits)  # tuser[1:], the plane, taken with bad_frame
         # verdict stage 1 of a frame with more than one beat (a one-beat frame
         # is never accepted): the record's load enable, so a flip-flop
         rec_load = Signal()
@@ -364,7 +369,7 @@ class RxParser(wiring.Component):
         with m.If(accept):
             m.d.sync += beat_oh.eq(Mux(axis.tlast, 1, beat_oh << 1))
             with m.If(axis.tlast):
-                m.d.sync += bad_frame.eq(axis.tuser[0])
+                m.d.sync += [bad_frame.eq(axis.tuser[0]), plane.eq(axis.tuser[1:])]
         m.d.sync += [
             eof.eq(accept & axis.tlast),
             rec_load.eq(accept & axis.tlast & ~first),
@@ -428,8 +433,8 @@ class RxParser(wiring.Component):
         # share their bytes, kept as the raw bytes after the BTH and the class;
         # the output stage spreads them into the ParsedHeader's fields.
         m.submodules.records = records = RecordQueue(
-            self.sack_bits, hdr_len - OFF_EXT, self.max_payload_beats, self.hdr_fifo_depth
-        )
+            self.sack_bits, hdr_len - OFF_EXT, self.max_payload_beats, self.hdr_fifo_depth,
+            self.plane_bits)
         stored = records.record_layout
         record = Signal(stored)
         m.d.comb += [
@@ -440,6 +445,7 @@ class RxParser(wiring.Component):
             record.dscp.eq(ip["dscp"]),
             record.ecn.eq(ip["ecn"]),
             record.ev.eq(udp["sport"]),
+            record.plane.eq(plane),
             record.trimmed.eq(trimmed),
             record.payload_len.eq(Mux(payload_fits, lengths.payload_len, 0)),
             record.beats.eq(Mux(payload_fits, lengths.payload_beats, 0)),

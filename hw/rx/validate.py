@@ -54,7 +54,8 @@ class RxValidator(wiring.Component):
 
     Interface
     ---------
-    ``hdr``       In(stream.Signature(ParsedHeader(sack_bits))): from the parser.
+    ``hdr``       In(stream.Signature(ParsedHeader(sack_bits, plane_bits))): from the
+                  parser; its plane goes on in ``req.plane`` (not to ``peer_ack``).
     ``req``       Out(stream.Signature(WindowReq)): one per frame that is not
                   a peer frame or that has a payload to drain (see below).
     ``peer_ack``  Out(stream.Signature(ParsedHeader(sack_bits))): ACK/NAK
@@ -110,14 +111,14 @@ class RxValidator(wiring.Component):
     no throughput.
     """
 
-    def __init__(self, *, num_qps=16, num_mrs=16, sack_bits=64, addr_width=64):
+    def __init__(self, *, num_qps=16, num_mrs=16, sack_bits=64, addr_width=64, plane_bits=0):
         self.num_qps, self.num_mrs, self.sack_bits = num_qps, num_mrs, sack_bits
-        self.addr_width = addr_width
+        self.addr_width, self.plane_bits = addr_width, plane_bits
         self.qp_bits = exact_log2(num_qps)
         super().__init__(
             {
-                "hdr": In(stream.Signature(ParsedHeader(sack_bits))),
-                "req": Out(stream.Signature(WindowReq(self.qp_bits, addr_width))),
+                "hdr": In(stream.Signature(ParsedHeader(sack_bits, plane_bits))),
+                "req": Out(stream.Signature(WindowReq(self.qp_bits, addr_width, plane_bits))),
                 "peer_ack": Out(stream.Signature(ParsedHeader(sack_bits))),
                 "cfg_addr": Out(self.qp_bits),
                 "cfg": In(QpConfig(addr_width)),
@@ -130,17 +131,20 @@ class RxValidator(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cnt = self.counters
-        h = Signal(ParsedHeader(self.sack_bits))
+        h = Signal(ParsedHeader(self.sack_bits, self.plane_bits))
         m.d.comb += self.cfg_addr.eq(h.bth.dqpn[: self.qp_bits])
 
         aw = self.addr_width
-        req = Signal(WindowReq(self.qp_bits, aw))
+        req = Signal(WindowReq(self.qp_bits, aw, self.plane_bits))
         req_valid = Signal()
         m.d.comb += [self.req.valid.eq(req_valid), self.req.payload.eq(req)]
         with m.If(self.req.ready):
             m.d.sync += req_valid.eq(0)
         peer_valid = Signal()  # the PEER state
-        m.d.comb += [self.peer_ack.valid.eq(peer_valid), self.peer_ack.payload.eq(h)]
+        # reliability's record: the header without the plane (its last field)
+        m.d.comb += [self.peer_ack.valid.eq(peer_valid),
+                     self.peer_ack.payload.as_value().eq(
+                         h.as_value()[: len(self.peer_ack.payload.as_value())])]
 
         # The checks are spread over the cycles of a frame, each stage from
         # registers: LOOKUP selects the MR and evaluates what depends on the
@@ -374,6 +378,7 @@ class RxValidator(wiring.Component):
                 req.dma_len.eq(h.reth.dma_len),
                 req.imm.eq(h.imm),
                 req.ev.eq(h.ev),
+                req.plane.eq(h.plane),
                 req.mac.eq(h.eth_src),
                 req.probe_id.eq(h.probe.probe_id),
                 req.probe_ev.eq(h.probe.ev),

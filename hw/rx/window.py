@@ -154,7 +154,7 @@ class RxPsnWindow(wiring.Component):
 
     def __init__(self, *, num_qps=16, sack_bits=64, mpr_max=1024, inflight=8,
                  max_pending=MAX_PENDING,
-                 addr_width=64):
+                 addr_width=64, plane_bits=0):
         if num_qps < 2 or num_qps & (num_qps - 1) or num_qps > 4096:
             raise ValueError(f"num_qps must be a power of two in 2..4096, not {num_qps!r}")
         if sack_bits not in (32, 64, 128, 256):
@@ -172,15 +172,16 @@ class RxPsnWindow(wiring.Component):
         self.inflight = inflight
         self.max_pending = max_pending
         self.addr_width = addr_width
+        self.plane_bits = plane_bits
         self.ring_bits = ring_bits_for(mpr_max, sack_bits)
         self.ring_words = self.ring_bits // sack_bits
         self.tag_bits = exact_log2(inflight)
         super().__init__(
             {
-                "req": In(stream.Signature(WindowReq(self.qp_bits, addr_width))),
+                "req": In(stream.Signature(WindowReq(self.qp_bits, addr_width, plane_bits))),
                 "place": Out(stream.Signature(WriteCmd(self.tag_bits, addr_width))),
                 "done": In(stream.Signature(DmaDone(self.tag_bits))),
-                "ack": Out(stream.Signature(AckJob(sack_bits))),
+                "ack": Out(stream.Signature(AckJob(sack_bits, plane_bits))),
                 "cqe": Out(stream.Signature(CqeJob(addr_width))),
                 "cfg_addr": Out(self.qp_bits),
                 "cfg": In(QpConfig(addr_width)),
@@ -202,7 +203,8 @@ class RxPsnWindow(wiring.Component):
         lr = exact_log2(self.ring_words)
         qpb = self.qp_bits
 
-        m.submodules.qstate = qmem = Memory(shape=QpRxState(), depth=self.num_qps, init=[])
+        m.submodules.qstate = qmem = Memory(shape=QpRxState(self.plane_bits), depth=self.num_qps,
+                                            init=[])
         m.submodules.bitmap = bmem = Memory(
             shape=unsigned(W), depth=self.num_qps * self.ring_words, init=[]
         )
@@ -212,7 +214,7 @@ class RxPsnWindow(wiring.Component):
         b_wr = bmem.write_port()
 
         # The time, which QP the next timer scan looks at, and whether it is due.
-        m.submodules.scan = scan = TimerScan(qpb)
+        m.submodules.scan = scan = TimerScan(qpb, self.plane_bits)
 
         # The engine's states (hw.pipeline.OneHotFSM, one flip-flop per state):
         # "in state X" is a flip-flop, not a decode of an encoded state, so the
@@ -225,8 +227,8 @@ class RxPsnWindow(wiring.Component):
         # after being loaded (or with their valid) have no reset, which leaves
         # their flip-flops' LSR pin free to clear fields without a LUT.
         qp = Signal(qpb)
-        rq = Signal(WindowReq(qpb, self.addr_width), reset_less=True)
-        qs = Signal(QpRxState())
+        rq = Signal(WindowReq(qpb, self.addr_width, self.plane_bits), reset_less=True)
+        qs = Signal(QpRxState(self.plane_bits))
         cfg = Signal(QpConfig(self.addr_width), reset_less=True)
         bm_word = Signal(lr)  # bitmap word index being read (written in MARK, ADV)
         # The cycle after IDLE reads the word of rq.psn, loaded in IDLE (CHECK_RD
@@ -267,7 +269,7 @@ class RxPsnWindow(wiring.Component):
             m.d.sync += place_valid.eq(0)
         # The ACK job register and the bitmap it carries: AckReader.
         m.submodules.ack_reader = ack_reader = AckReader(
-            sack_bits=W, qp_bits=qpb, addr_width=self.addr_width)
+            sack_bits=W, qp_bits=qpb, addr_width=self.addr_width, plane_bits=self.plane_bits)
         wiring.connect(m, ack_reader.ack, wiring.flipped(self.ack))
         cqe_valid = Signal()
         cqe_job = Signal(CqeJob(self.addr_width), reset_less=True)
@@ -335,6 +337,7 @@ class RxPsnWindow(wiring.Component):
                 qs.eq(q_rd.data),
                 qs.ev.eq(Mux(from_req, rq.ev, q_rd.data.ev)),
                 qs.mac.eq(Mux(from_req, rq.mac, q_rd.data.mac)),
+                qs.plane.eq(Mux(from_req, rq.plane, q_rd.data.plane)),
                 cfg.eq(self.cfg),
             ]
 

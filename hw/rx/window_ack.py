@@ -52,20 +52,20 @@ class AckReader(wiring.Component):
     consumer empties the register).
     """
 
-    def __init__(self, *, sack_bits=64, qp_bits=4, addr_width=64):
-        self.sack_bits = sack_bits
+    def __init__(self, *, sack_bits=64, qp_bits=4, addr_width=64, plane_bits=0):
+        self.sack_bits, self.plane_bits = sack_bits, plane_bits
         super().__init__({
             "word": In(sack_bits),
             "load_first": In(1),
             "load_second": In(1),
-            "qp_state": In(QpRxState()),
+            "qp_state": In(QpRxState(plane_bits)),
             "cfg": In(QpConfig(addr_width)),
-            "request": In(WindowReq(qp_bits, addr_width)),
+            "request": In(WindowReq(qp_bits, addr_width, plane_bits)),
             "probe": In(1),
             "syndrome": In(8),
             "is_ack": Out(1),
             "send": In(1),
-            "ack": Out(stream.Signature(AckJob(sack_bits))),
+            "ack": Out(stream.Signature(AckJob(sack_bits, plane_bits))),
         })
 
     def elaborate(self, platform):
@@ -77,7 +77,7 @@ class AckReader(wiring.Component):
         m.d.sync += self.is_ack.eq(self.syndrome == Syndrome.ACK)
 
         ack_valid = Signal()
-        ack_job = Signal(AckJob(W), reset_less=True)
+        ack_job = Signal(AckJob(W, self.plane_bits), reset_less=True)
         m.d.comb += [self.ack.valid.eq(ack_valid), self.ack.payload.eq(ack_job)]
         with m.If(self.ack.ready):
             m.d.sync += ack_valid.eq(0)
@@ -108,10 +108,11 @@ class AckReader(wiring.Component):
         # Every field loads the same value whatever the job: ``probe`` is only
         # the job's probe bit, not a select of its data (a select by it gives
         # the job bits synchronous resets driven by one LUT; docs/timing.md#rx-window).
-        ack_next = Signal(AckJob(W))
+        ack_next = Signal(AckJob(W, self.plane_bits))
         m.d.comb += [
             ack_next.dqpn.eq(cfg.peer_qpn),
             ack_next.ev.eq(qs.ev),
+            ack_next.plane.eq(qs.plane),
             ack_next.dst_mac.eq(qs.mac),
             ack_next.dst_ip.eq(cfg.peer_ip),
             ack_next.probe.eq(self.probe),

@@ -22,7 +22,11 @@ Interface
 ``ModelNic(params, fabric, build_id=0, mem_size=8 MiB, csr_access_cycles=4)``
     ``params`` are NicCore's (a dict like sim/system/top.py's ``NIC_PARAMS``:
     data_width, num_qps, evs_per_qp, sack_bits, max_mtu, mpr_max, num_mrs,
-    window, inflight_depth, clk_freq_hz); bad parameters raise ValueError.
+    window, inflight_depth, clk_freq_hz, and optionally num_planes); bad
+    parameters raise ValueError. Planes are not modelled: the device-info
+    block reports ``num_planes``, but the EV entries keep no plane (the field
+    reads 0) and every frame goes on the one fabric, whose paths are the
+    EVs', as the system harness's fabric treats the RTL's planes.
     ``read32(addr)`` / ``write32(addr, value)``: one CSR access (each lets
     ``csr_access_cycles`` clock cycles pass first, as an AXI4-Lite access
     does); ``mem``: its host memory (``host_driver.transport.HostMemory``);

@@ -23,6 +23,7 @@ from sim.model.qp import (
 )
 
 from .common import (
+    NIC_OPTIONAL_PARAMS,
     NIC_PARAM_NAMES,
     _Ram,
 )
@@ -47,10 +48,11 @@ class ModelNic(RegisterBehaviour, QpLifecycle):
         params = dict(params)
         build_id = params.pop("build_id", build_id)
         missing = [n for n in NIC_PARAM_NAMES if n not in params]
-        unknown = sorted(set(params) - set(NIC_PARAM_NAMES))
+        unknown = sorted(set(params) - set(NIC_PARAM_NAMES) - set(NIC_OPTIONAL_PARAMS))
         if missing or unknown:
             raise ValueError(f"NIC parameters: missing {missing}, unknown {unknown}; give "
-                             f"exactly {list(NIC_PARAM_NAMES)} (sim/system/top.py NIC_PARAMS)")
+                             f"exactly {list(NIC_PARAM_NAMES)}, and optionally "
+                             f"{list(NIC_OPTIONAL_PARAMS)} (sim/system/top.py NIC_PARAMS)")
         check_nic_params(build_id=build_id, **params)
         if not isinstance(csr_access_cycles, int) or csr_access_cycles < 0:
             raise ValueError(f"csr_access_cycles must be an integer >= 0, "

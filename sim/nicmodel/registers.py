@@ -215,6 +215,8 @@ class RegisterBehaviour:
             return 1 << self.block_bits
         if name == "addr_width":
             return 64  # the model's DMA addresses are whole 64-bit addresses
+        if name == "num_planes":
+            return self.params.get("num_planes", 1)  # one MAC port: no plane logic
         if name == "caps":
             from hw.nic.csr import NIC_CAPABILITIES, caps_word
 

@@ -57,6 +57,7 @@ from __future__ import annotations
 import math
 import random
 import zlib
+from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from host_driver import layers as L
@@ -286,7 +287,13 @@ class PathSelection:
 
 
 class Fabric(PathSelection):
-    """Joins ``sinks[i]`` (NIC i's mac_tx) to ``sources[1 - i]`` (the other NIC's mac_rx)."""
+    """Joins ``sinks[i]`` (NIC i's mac_tx) to ``sources[1 - i]`` (the other NIC's mac_rx).
+
+    With planes, ``sinks[i]`` and ``sources[i]`` are lists, one stream per
+    plane: a frame NIC i sends on plane p reaches the other NIC on plane p.
+    The paths are those of the EVs, whatever the plane: a plane's EVs are
+    the paths through it. ``plane_frames[i][p]`` counts the frames NIC i sent
+    on plane p, ``plane_evs[i][p]`` them by EV (a Counter)."""
 
     def __init__(self, sinks, sources, *, num_paths: int = 8, delay_ns: float = 400.0,
                  seed: int = 1, routing: str = "explicit", keep_log: bool = False,
@@ -295,7 +302,13 @@ class Fabric(PathSelection):
             raise ValueError(f"routing must be 'explicit' or 'hash', not {routing!r}")
         if num_paths < 1:
             raise ValueError(f"num_paths must be >= 1, not {num_paths!r}")
-        self.sinks, self.sources = sinks, sources
+        self.sinks = [s if isinstance(s, list) else [s] for s in sinks]
+        self.sources = [s if isinstance(s, list) else [s] for s in sources]
+        if {len(s) for s in self.sinks + self.sources} != {len(self.sinks[0])}:
+            raise ValueError("every NIC needs one sink and one source per plane")
+        self.num_planes = len(self.sinks[0])
+        self.plane_frames = [[0] * self.num_planes for _ in self.sinks]
+        self.plane_evs = [[Counter() for _ in range(self.num_planes)] for _ in self.sinks]
         self.keep_log = keep_log
         self.capture_enabled = capture
         self.capture: list[CapturedFrame] = []
@@ -383,7 +396,9 @@ class Fabric(PathSelection):
     def start(self):
         self._started = True
         for i, d in enumerate(self.directions):
-            self._tasks.append(_start_soon(self._run(i, d, self.sinks[i], self.sources[1 - i])))
+            for p in range(self.num_planes):
+                self._tasks.append(_start_soon(
+                    self._run(i, d, self.sinks[i][p], self.sources[1 - i][p], p)))
         for event in self.schedule_events:
             self._tasks.append(_start_soon(self._apply_at(event)))
 
@@ -396,14 +411,16 @@ class Fabric(PathSelection):
                                               verdict.fate, verdict.reason, verdict.ce, sent,
                                               verdict.frame, verdict.arrival_ns))
 
-    async def _run(self, index: int, d: Direction, sink, source):
+    async def _run(self, index: int, d: Direction, sink, source, plane: int):
         from cocotb.utils import get_sim_time
 
         while True:
             frame = await sink.recv()
+            self.plane_frames[index][plane] += 1
             data = bytes(frame.tdata)
             now = get_sim_time(unit="ns")
             verdict = d.forward(data, now)
+            self.plane_evs[index][plane][verdict.ev] += 1
             self.record(index, now, data, verdict)
             if verdict.fate == DROPPED:
                 continue
@@ -412,9 +429,9 @@ class Fabric(PathSelection):
             else:
                 _start_soon(self._deliver(source, verdict.frame, verdict.arrival_ns - now))
 
-    def inject(self, to_nic: int, frame: bytes, delay_ns: float = 0.0) -> None:
+    def inject(self, to_nic: int, frame: bytes, delay_ns: float = 0.0, plane: int = 0) -> None:
         """An attacker on the fabric: ``frame`` (bytes as they arrive, FCS
-        excluded) is handed to NIC ``to_nic``'s mac_rx after ``delay_ns``,
+        excluded) is handed to NIC ``to_nic``'s mac_rx (of ``plane``) after ``delay_ns``,
         whatever the paths' state (the attacker sits next to the NIC), and
         listed in ``injected``. Needs ``start()``."""
         if to_nic not in (0, 1):
@@ -424,7 +441,7 @@ class Fabric(PathSelection):
         from cocotb.utils import get_sim_time
 
         self.injected.append((to_nic, bytes(frame)))
-        source = self.sources[to_nic]
+        source = self.sources[to_nic][plane]
         if hasattr(source, "send_at"):  # the simulator delivers it at its time
             source.send_at(bytes(frame), get_sim_time(unit="ns") + delay_ns)
         else:

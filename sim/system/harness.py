@@ -36,7 +36,7 @@ from host_driver import layers as L
 from host_driver.driver import Device, EvProfile, MemoryRegion, QueuePair
 from host_driver.transport import CocotbTransport
 from sim.system.fabric import Fabric
-from sim.system.simhw import SimHw
+from sim.system.simhw import SimHw, plane_suffix
 
 __all__ = ["SystemTB", "Endpoint", "Connection", "CLK_NS", "RAM_SIZE", "ev_owner",
            "whole_bursts"]
@@ -137,6 +137,14 @@ class Endpoint:
         return self.conns[0].send_buf
 
 
+def num_planes(dut) -> int:
+    """The planes of the NICs in ``dut`` (either top), from its ports."""
+    n = 1
+    while hasattr(dut, f"n0_tx_frames_p{n}") or hasattr(dut, f"n0_mac_tx_p{n}__tvalid"):
+        n += 1
+    return n
+
+
 class SystemTB:
     """The two NICs, their host memories, CSR masters, drivers and the fabric.
 
@@ -157,14 +165,17 @@ class SystemTB:
         cocotb.start_soon(Clock(dut.clk, CLK_NS, unit="ns").start())
         self.rng = random.Random(seed)
         self.ends: list[Endpoint] = []
+        self.num_planes = planes = num_planes(dut)
         sinks, sources = [], []
         for i in range(2):
+            if planes > 1:  # every plane's link up; a test may take one down
+                getattr(dut, f"n{i}_link_up").value = (1 << planes) - 1
             axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, f"n{i}_s_axil", bus_separator="__"),
                                  dut.clk, dut.rst)
             if self.simhw:
                 ram = self.simhw.ram(i)
-                sinks.append(self.simhw.sink(i))
-                sources.append(self.simhw.source(i))
+                sinks.append([self.simhw.sink(i, p) for p in range(planes)])
+                sources.append([self.simhw.source(i, p) for p in range(planes)])
                 cocotb.start_soon(self.simhw.watch(i))
                 transport = CocotbTransport(axil, ram, RAM_SIZE, dut.clk, clock_ns=CLK_NS,
                                             irq=getattr(dut, f"n{i}_irq"))
@@ -172,12 +183,14 @@ class SystemTB:
                 ram = whole_bursts(AxiRam(AxiBus.from_prefix(dut, f"n{i}_m_axi",
                                                              bus_separator="__"),
                                           dut.clk, dut.rst, size=RAM_SIZE))
-                sinks.append(AxiStreamSink(
-                    AxiStreamBus.from_prefix(dut, f"n{i}_mac_tx", bus_separator="__"),
-                    dut.clk, dut.rst))
-                sources.append(AxiStreamSource(
-                    AxiStreamBus.from_prefix(dut, f"n{i}_mac_rx", bus_separator="__"),
-                    dut.clk, dut.rst))
+                sinks.append([AxiStreamSink(
+                    AxiStreamBus.from_prefix(dut, f"n{i}_mac_tx{plane_suffix(p)}",
+                                             bus_separator="__"), dut.clk, dut.rst)
+                    for p in range(planes)])
+                sources.append([AxiStreamSource(
+                    AxiStreamBus.from_prefix(dut, f"n{i}_mac_rx{plane_suffix(p)}",
+                                             bus_separator="__"), dut.clk, dut.rst)
+                    for p in range(planes)])
                 transport = CocotbTransport(axil, ram, RAM_SIZE, dut.clk,
                                             irq=getattr(dut, f"n{i}_irq"))
             self.ends.append(Endpoint(Device(transport), ram))

@@ -1,6 +1,8 @@
 // Simulation-only hardware of the fast two-NIC harness (sim/system/simhw.py):
-// per NIC a host memory behind an AXI4 slave, and per direction the MAC
-// streams between the NICs and the Python fabric, at frame granularity.
+// per NIC a host memory behind an AXI4 slave, and per MAC port the MAC
+// streams between the NICs and the Python fabric, at frame granularity. The
+// stream functions take a port, NIC + 2 x plane (plane 0's port is the NIC's
+// index); the memory functions a NIC.
 //
 // Two sides, one shared library (libmrcsimhw.so):
 // - DPI-C functions, called by the Verilog of sim/system/simhw.py every clock
@@ -20,6 +22,7 @@
 namespace {
 
 constexpr int NICS = 2;
+constexpr int PORTS = NICS * 8;  // a MAC port per NIC and plane (up to 8 planes)
 
 struct Beat {  // a write beat held until its burst's last beat
     uint64_t base;
@@ -55,8 +58,8 @@ struct RxStream {  // a NIC's mac_rx: whole frames in from Python, beats out
 };
 
 Memory mem[NICS];
-TxStream tx[NICS];
-RxStream rx[NICS];
+TxStream tx[PORTS];
+RxStream rx[PORTS];
 
 bool in_range(const Memory& m, uint64_t addr, uint64_t n) {
     return addr < m.bytes.size() && n <= m.bytes.size() - addr;
@@ -79,8 +82,10 @@ int mrc_sim_reset(uint64_t mem_bytes) {
         mem[i].errors = mem[i].first_error = 0;
         mem[i].burst.clear();
         mem[i].drop_in = -1;
-        tx[i] = TxStream();
-        rx[i] = RxStream();
+    }
+    for (int p = 0; p < PORTS; p++) {
+        tx[p] = TxStream();
+        rx[p] = RxStream();
     }
     return NICS;
 }
@@ -96,28 +101,30 @@ void mrc_mem_drop_lanes(int nic, uint64_t beats, int lanes) {
 uint64_t mrc_mem_errors(int nic) { return mem[nic].errors; }
 uint64_t mrc_mem_first_error(int nic) { return mem[nic].first_error; }
 
-// Length of the oldest whole frame NIC ``nic`` sent, or -1 if there is none.
-int mrc_tx_peek(int nic) { return tx[nic].frames.empty() ? -1 : (int)tx[nic].frames.front().size(); }
+// Length of the oldest whole frame sent on MAC port ``port``, or -1 if there is none.
+int mrc_tx_peek(int port) {
+    return tx[port].frames.empty() ? -1 : (int)tx[port].frames.front().size();
+}
 
 // Copy the oldest frame into ``buf`` (mrc_tx_peek bytes) and drop it.
-int mrc_tx_pop(int nic, uint8_t* buf) {
-    if (tx[nic].frames.empty()) return -1;
-    auto& f = tx[nic].frames.front();
+int mrc_tx_pop(int port, uint8_t* buf) {
+    if (tx[port].frames.empty()) return -1;
+    auto& f = tx[port].frames.front();
     int n = (int)f.size();
     std::memcpy(buf, f.data(), f.size());
-    tx[nic].frames.pop_front();
+    tx[port].frames.pop_front();
     return n;
 }
 
-// Queue a frame for NIC ``nic``'s mac_rx, due at simulated time ``at_ns``: it
-// goes on the stream at the first clock edge at or after then, behind the
+// Queue a frame for MAC port ``port``'s mac_rx, due at simulated time ``at_ns``:
+// it goes on the stream at the first clock edge at or after then, behind the
 // frames due before it (and those due at the same time but queued before it).
-void mrc_rx_push(int nic, const uint8_t* buf, int len, uint64_t at_ns) {
-    RxStream& s = rx[nic];
+void mrc_rx_push(int port, const uint8_t* buf, int len, uint64_t at_ns) {
+    RxStream& s = rx[port];
     s.pending.push(Pending{at_ns, s.seq++, std::vector<uint8_t>(buf, buf + len)});
 }
 
-int mrc_rx_queued(int nic) { return (int)(rx[nic].frames.size() + rx[nic].pending.size()); }
+int mrc_rx_queued(int port) { return (int)(rx[port].frames.size() + rx[port].pending.size()); }
 
 // ---- DPI-C, called from the Verilog -----------------------------------------------------
 
@@ -161,9 +168,9 @@ void mrc_mem_protocol_error(int nic, int64_t addr) { mem_error(mem[nic], (uint64
 // The memory's error count, for the Verilog's sticky mem_error port.
 int mrc_mem_failed(int nic) { return mem[nic].errors != 0; }
 
-// One beat NIC ``nic`` put on mac_tx; ``last`` ends the frame.
-void mrc_tx_beat(int nic, int64_t data, int keep, int last) {
-    TxStream& s = tx[nic];
+// One beat put on MAC port ``port``'s mac_tx; ``last`` ends the frame.
+void mrc_tx_beat(int port, int64_t data, int keep, int last) {
+    TxStream& s = tx[port];
     for (int b = 0; b < 8; b++)
         if (keep >> b & 1) s.partial.push_back((uint8_t)((uint64_t)data >> (8 * b)));
     if (last) {
@@ -172,11 +179,11 @@ void mrc_tx_beat(int nic, int64_t data, int keep, int last) {
     }
 }
 
-// The next beat for NIC ``nic``'s mac_rx at simulated time ``now_ns``: returns
+// The next beat for MAC port ``port``'s mac_rx at simulated time ``now_ns``: returns
 // 1 and fills ``data`` and ``keep_last`` (tkeep in bits 7..0, tlast in bit 8),
 // or 0 when no frame is due.
-int mrc_rx_beat(int nic, int64_t now_ns, int64_t* data, int* keep_last) {
-    RxStream& s = rx[nic];
+int mrc_rx_beat(int port, int64_t now_ns, int64_t* data, int* keep_last) {
+    RxStream& s = rx[port];
     while (!s.pending.empty() && s.pending.top().at <= (uint64_t)now_ns) {
         s.frames.push_back(std::move(const_cast<Pending&>(s.pending.top()).bytes));
         s.pending.pop();

@@ -17,6 +17,8 @@ wrapper ``two_nic_sim`` that adds, per NIC i:
   An access outside the memory, a burst that is not INCR, or WLAST on the
   wrong beat is counted and raises ``n{i}_mem_error`` (sticky until reset),
   which fails the test (``SimHw.watch``).
+- per plane p (``plane_suffix``: ``_p{p}`` but for plane 0), on its own
+  MAC port of simhw.cpp (``mac_port``):
 - ``mrc_sim_mac_tx`` on ``n{i}_mac_tx``: TREADY high outside reset; the bytes
   of each beat's TKEEP go to C++, and a frame is whole at TLAST, when the
   port ``n{i}_tx_frames`` (a count) changes: Python wakes once per frame.
@@ -198,6 +200,16 @@ _MEM_PORTS = ("awid awaddr awlen awsize awburst awvalid awready wdata wstrb wlas
 _STREAM_PORTS = ("tdata", "tkeep", "tlast", "tvalid", "tready")
 
 
+def plane_suffix(plane: int) -> str:
+    """The suffix of plane ``plane``'s NicCore MAC ports (none for plane 0)."""
+    return f"_p{plane}" if plane else ""
+
+
+def mac_port(nic: int, plane: int) -> int:
+    """simhw.cpp's index of NIC ``nic``'s MAC port of plane ``plane``."""
+    return nic + 2 * plane
+
+
 def wrapper_verilog(top: TwoNicTop, toplevel: str = SIM_TOPLEVEL, core: str = "two_nic") -> str:
     """The Verilog of the wrapper module ``toplevel`` around ``core`` (the
     two-NIC top's module) and of the simulation-only modules it uses."""
@@ -211,24 +223,28 @@ def wrapper_verilog(top: TwoNicTop, toplevel: str = SIM_TOPLEVEL, core: str = "t
     body, conns = [], [".clk(clk)", ".rst(rst)"]
     for name, flow, w in ports:
         rng = f"[{w - 1}:0] " if w > 1 else ""
-        if "_s_axil__" in name or name.endswith("_irq"):
+        if "_s_axil__" in name or name.endswith(("_irq", "_link_up", "_plane_drops")):
             io.append(f"{'input' if flow == 'In' else 'output'} {rng}{name}")
         else:
             body.append(f"  wire {rng}{name};")
         conns.append(f".{name}({name})")
     for i in range(2):
-        io += [f"output [31:0] n{i}_tx_frames", f"output n{i}_mem_error"]
+        io += [f"output [31:0] n{i}_tx_frames{plane_suffix(p)}" for p in range(top.num_planes)]
+        io.append(f"output n{i}_mem_error")
     body.append(f"  {core} core ({', '.join(conns)});")
     for i in range(2):
         p = f"n{i}_m_axi__"
         mem = ", ".join(f".{s}({p}{s})" for s in _MEM_PORTS)
         body.append(f"  mrc_sim_axi_mem #(.NIC({i}), .IW({width[p + 'awid']})) mem{i} "
                     f"(.clk(clk), .rst(rst), {mem}, .mem_error(n{i}_mem_error));")
-        tx = ", ".join(f".{s}(n{i}_mac_tx__{s})" for s in _STREAM_PORTS)
-        body.append(f"  mrc_sim_mac_tx #(.NIC({i})) tx{i} (.clk(clk), .rst(rst), {tx}, "
-                    f".frames(n{i}_tx_frames));")
-        rx = ", ".join(f".{s}(n{i}_mac_rx__{s})" for s in (*_STREAM_PORTS, "tuser"))
-        body.append(f"  mrc_sim_mac_rx #(.NIC({i})) rx{i} (.clk(clk), .rst(rst), {rx});")
+        for p in range(top.num_planes):
+            sfx, port = plane_suffix(p), mac_port(i, p)
+            tx = ", ".join(f".{s}(n{i}_mac_tx{sfx}__{s})" for s in _STREAM_PORTS)
+            body.append(f"  mrc_sim_mac_tx #(.NIC({port})) tx{port} (.clk(clk), .rst(rst), "
+                        f"{tx}, .frames(n{i}_tx_frames{sfx}));")
+            rx = ", ".join(f".{s}(n{i}_mac_rx{sfx}__{s})" for s in (*_STREAM_PORTS, "tuser"))
+            body.append(f"  mrc_sim_mac_rx #(.NIC({port})) rx{port} (.clk(clk), .rst(rst), "
+                        f"{rx});")
     head = f"module {toplevel} (\n    " + ",\n    ".join(io) + ");\n"
     return _DPI + "\n" + _MEM + "\n" + head + "\n".join(body) + "\nendmodule\n"
 
@@ -326,7 +342,7 @@ class Frame:
 
 
 class FrameSink:
-    """NIC ``nic``'s mac_tx, a frame at a time: ``await recv()``."""
+    """MAC port ``nic``'s mac_tx (``mac_port``), a frame at a time: ``await recv()``."""
 
     def __init__(self, lib, nic: int, count_signal):
         self.lib, self.nic, self.count = lib, nic, count_signal
@@ -342,7 +358,7 @@ class FrameSink:
 
 
 class FrameSource:
-    """NIC ``nic``'s mac_rx: ``await send(frame)`` queues the frame's ``tdata``
+    """MAC port ``nic``'s mac_rx (``mac_port``): ``await send(frame)`` queues the frame's ``tdata``
     now; ``send_at(data, arrival_ns)`` queues bytes due at a later simulated
     time (ns, rounded up), without waking Python then."""
 
@@ -380,11 +396,14 @@ class SimHw:
     def ram(self, i: int) -> HostRam:
         return self.rams[i]
 
-    def sink(self, i: int) -> FrameSink:
-        return FrameSink(self.lib, i, getattr(self.dut, f"n{i}_tx_frames"))
+    def sink(self, i: int, plane: int = 0) -> FrameSink:
+        """NIC ``i``'s mac_tx of plane ``plane``."""
+        return FrameSink(self.lib, mac_port(i, plane),
+                         getattr(self.dut, f"n{i}_tx_frames{plane_suffix(plane)}"))
 
-    def source(self, i: int) -> FrameSource:
-        return FrameSource(self.lib, i)
+    def source(self, i: int, plane: int = 0) -> FrameSource:
+        """NIC ``i``'s mac_rx of plane ``plane``."""
+        return FrameSource(self.lib, mac_port(i, plane))
 
     async def watch(self, i: int) -> None:
         """Raise (failing the test) when NIC i's memory reports a bad access."""

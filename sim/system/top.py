@@ -2,8 +2,10 @@
 own host memory) and its own AXI4-Lite CSR port; their MAC ports are joined
 by the cocotb fabric model (sim/system/fabric.py), not in gateware.
 
-Ports: ``n{i}_s_axil``, ``n{i}_m_axi``, ``n{i}_mac_tx``, ``n{i}_mac_rx`` and
-``n{i}_irq`` for NIC i in 0, 1.
+Ports: NIC i's (0, 1) NicCore ports, each named ``n{i}_`` and its own:
+``n{i}_s_axil``, ``n{i}_m_axi``, ``n{i}_mac_tx``, ``n{i}_mac_rx``, ``n{i}_irq``,
+and with planes ``n{i}_mac_tx_p{p}``, ``n{i}_mac_rx_p{p}``, ``n{i}_link_up``
+and ``n{i}_plane_drops``.
 
 Build cost: NicCore is elaborated once, into a Verilog module ``nic_core``,
 and ``two_nic`` instantiates that module twice (``system_verilog``). Both
@@ -16,19 +18,18 @@ visible to Python (tests and demos reach the NICs only through them).
 
 from amaranth.hdl import ClockSignal, Instance, Module, ResetSignal
 from amaranth.lib import wiring
-from amaranth.lib.wiring import In, Out
+from amaranth.lib.wiring import In
 
-from hw.axi import AXI4LiteSignature, AXI4Signature
 from hw.nic import NicCore
-from hw.stream import AXIStreamSignature
 
 __all__ = ["NIC_PARAMS", "BUILD_ID", "BUILD_IDS", "NIC_MODULE", "TwoNicTop", "system_verilog"]
 
-# A NIC that the simulator builds in a few minutes: 16 QPs, 8 EVs (paths).
+# A NIC that the simulator builds in a few minutes: 16 QPs, 8 EVs (paths), two
+# planes (a QP's EVs alternate between them unless the driver binds them).
 # The timer unit is 16 cycles (15.625 MHz), so retransmit timeouts are short.
 NIC_PARAMS = dict(data_width=64, num_qps=16, evs_per_qp=8, sack_bits=64, max_mtu=1024,
                   mpr_max=256, num_mrs=16, window=64, inflight_depth=64,
-                  clk_freq_hz=15_625_000)
+                  clk_freq_hz=15_625_000, num_planes=2)
 BUILD_ID = 0x5157_0000
 BUILD_IDS = (BUILD_ID, BUILD_ID)  # per NIC: one module, so one build id
 NIC_MODULE = "nic_core"
@@ -51,14 +52,9 @@ class TwoNicTop(wiring.Component):
         # The NicCore that system_verilog converts into the ``nic_core`` module.
         self.nic = nic = NicCore(**self.params, build_id=BUILD_ID)
         self.csr_addr_width, self.data_width = nic.csr_addr_width, nic.data_width
-        members = {}
-        for i in range(2):
-            members[f"n{i}_s_axil"] = In(AXI4LiteSignature(nic.csr_addr_width, 32))
-            members[f"n{i}_m_axi"] = Out(AXI4Signature(nic.addr_width, nic.data_width,
-                                                        nic.id_width))
-            members[f"n{i}_mac_tx"] = Out(AXIStreamSignature(nic.data_width))
-            members[f"n{i}_mac_rx"] = In(AXIStreamSignature(nic.data_width, user_width=1))
-            members[f"n{i}_irq"] = Out(1)
+        self.num_planes = nic.num_planes
+        members = {f"n{i}_{name}": member for i in range(2)
+                   for name, member in nic.signature.members.items()}
         super().__init__(members)
         self._nic_ports = [(name, d) for name, d, _ in nic_ports(nic)]
 

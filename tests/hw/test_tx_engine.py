@@ -46,8 +46,8 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from host_driver import layers as L
-from hw.tx.layouts import EvState
 from hw.tx.ev import default_ev_plane
+from hw.tx.layouts import EvState
 from hw.tx.regs import EV_PLANE_LSB, QP_BASE, QP_STRIDE, TX_TYPE_ID, G, Q
 from tests import seeds
 

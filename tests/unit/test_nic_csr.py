@@ -197,7 +197,7 @@ def test_device_info_scratch_read_right_after_a_write(latency):
         await csr_write(ctx, bus, SCRATCH, 0x1234)
         for name, offset, _ in DEVICE_INFO_PARAMS:
             assert await csr_read(ctx, bus, offset, latency=latency) == PARAMS[name]
-        for addr in (SCRATCH + 1, SCRATCH + 4, 0x100, 0x8000 | SCRATCH):
+        for addr in (SCRATCH + 1, SCRATCH + 8, 0x100, 0x8000 | SCRATCH):
             assert await csr_read(ctx, bus, addr, latency=latency) == 0
 
     sim = Simulator(dut)
@@ -247,7 +247,7 @@ def test_interconnect_rejects_bad_windows():
     info = device_info_register_map()
     with pytest.raises(ValueError, match="must sit at 0x100"):
         CsrInterconnect([BlockWindow("i", 0, info, 0), BlockWindow("x", 0x200, info, 0)], BB)
-    with pytest.raises(ValueError, match="needs 0x44 bytes, more than its 0x40-byte window"):
+    with pytest.raises(ValueError, match="needs 0x48 bytes, more than its 0x40-byte window"):
         CsrInterconnect([BlockWindow("i", 0, info, 0)], 6)
     with pytest.raises(ValueError, match=r"block i's read_latency must be 1\.\.2 cycles \(the "
                                          r"interconnect's block_read_latency\) or 0"):

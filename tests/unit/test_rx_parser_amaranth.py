@@ -33,7 +33,8 @@ def simulate(dut: RxParser, frames: list[tuple[bytes, bool]], stall=lambda cycle
                 ctx.set(dut.s_axis.tdata, int.from_bytes(chunk, "little"))
                 ctx.set(dut.s_axis.tkeep, (1 << len(chunk)) - 1)
                 ctx.set(dut.s_axis.tlast, last)
-                ctx.set(dut.s_axis.tuser, tuser and last)
+                # bit 0 (bad frame) on the last beat; the plane above it on every beat
+                ctx.set(dut.s_axis.tuser, (int(tuser) & 1 and last) | int(tuser) >> 1 << 1)
                 ctx.set(dut.s_axis.tvalid, 1)
                 while True:
                     ready = ctx.get(dut.s_axis.tready)
@@ -110,6 +111,23 @@ def test_a_few_frames(data_width):
     verdicts, records, payloads, rate = simulate(RxParser(data_width=data_width), frames)
     check(frames, verdicts, records, payloads)
     assert rate == 1.0, f"{rate} input beats per cycle with no backpressure"
+
+
+def test_plane_tag():
+    """With planes (``plane_bits`` 3) each record carries the plane its frame
+    came on (``tuser[3:1]``), whatever the frames before it; a bad frame on any
+    plane is still dropped."""
+    rng = seeds.rng(7)
+    kinds = [L.OP_WRITE_ONLY, L.OP_ACKNOWLEDGE, L.OP_PROBE_REQ, L.OP_WRITE_LAST_IMM]
+    frames = [(valid_frame(rng, rng.choice(kinds), rng.randrange(0, 300)),
+               rng.randrange(8) << 1 | (rng.random() < 0.1)) for _ in range(24)]
+    dut = RxParser(data_width=64, plane_bits=3)
+    verdicts, records, payloads, _ = simulate(dut, frames)
+    expected = [(expect_frame(f, u & 1), u >> 1) for f, u in frames]
+    assert verdicts == [e.verdict for e, _ in expected]
+    assert records == [{**e.fields, "plane": plane} for e, plane in expected
+                       if e.verdict == "accepted"]
+    assert len({r["plane"] for r in records}) > 4
 
 
 @pytest.mark.parametrize(
