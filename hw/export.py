@@ -19,6 +19,7 @@ TOPS = {
     "tx_engine": ("hw.tx.engine", "TxEngine", {}),
     "reliability_engine": ("hw.reliability.engine", "ReliabilityEngine", {}),
     "nic_core": ("hw.nic", "NicCore", {}),
+    "nic_core_2planes": ("hw.nic", "NicCore", {"num_planes": 2}),
     "rgmii_mac": ("hw.board.mac", "RGMIIMAC", {}),
     "uart_axil": ("hw.board.uart", "UARTToAXI4Lite", {"divisor": 868}),
     "mac_regs": ("hw.board.regs", "MACRegisters", {}),

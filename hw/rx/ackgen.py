@@ -386,7 +386,8 @@ class RxAckBuilder(wiring.Component):
                     Mux(out_left >= bpb, (1 << bpb) - 1,
                         (Const(1, bpb + 1) << out_left[: exact_log2(bpb) + 1]) - 1)
                 ),
-                axis.tuser.eq(job.plane),  # the job register holds until IDLE
+                # the job register holds until IDLE
+                axis.tuser.eq(job.plane if self.plane_bits else 0),
             ]
             with m.If(axis.tready):
                 m.d.sync += out_left.eq(out_left - bpb)

@@ -25,7 +25,15 @@ __all__ = [
     "InFlightRow",
     "CQE_STATUS_SUCCESS",
     "CQE_FLAG_PHASE",
+    "plane_field",
 ]
+
+def plane_field(plane_bits):
+    """A record's ``plane`` field: ``plane_bits`` wide, or no field at all with
+    one plane (0 bits: a zero-width field would reach the Verilog as an
+    undriven ``[-1:0]`` wire)."""
+    return {"plane": unsigned(plane_bits)} if plane_bits else {}
+
 
 CQE_STATUS_SUCCESS = CqeStatus.SUCCESS
 CQE_FLAG_PHASE = 0x80
@@ -61,8 +69,8 @@ class Verdict(enum.Enum, shape=4):
 
 class ParsedHeader(data.StructLayout):
     """One accepted frame's header fields; fields its opcode does not carry are 0.
-    ``plane`` (``plane_bits`` wide, none with one plane; the last field, so that
-    the layout without it is a prefix) is the plane the frame arrived on."""
+    ``plane`` (``plane_bits`` wide; no field with one plane; the last field, so
+    that the layout without it is a prefix) is the plane the frame arrived on."""
 
     def __init__(self, sack_bits: int = 64, plane_bits: int = 0):
         sack_bitmap(sack_bits)  # checks the width
@@ -84,7 +92,7 @@ class ParsedHeader(data.StructLayout):
                 "probe": PROBE.layout,
                 "payload_len": unsigned(16),
                 "trimmed": unsigned(1),
-                "plane": unsigned(plane_bits),
+                **plane_field(plane_bits),
             }
         )
 
@@ -178,7 +186,7 @@ class WindowReq(data.StructLayout):
                 "probe_id": unsigned(32),
                 "probe_ev": unsigned(16),
                 "timestamp": unsigned(64),
-                "plane": unsigned(plane_bits),
+                **plane_field(plane_bits),
             }
         )
 
@@ -206,7 +214,7 @@ class AckJob(data.StructLayout):
                 "probe_id": unsigned(32),
                 "probe_ev": unsigned(16),
                 "timestamp": unsigned(64),
-                "plane": unsigned(plane_bits),
+                **plane_field(plane_bits),
             }
         )
 
@@ -249,7 +257,7 @@ class QpRxState(data.StructLayout):
                 "ev": unsigned(16),  # EV and MAC of the last frame from the peer
                 "mac": unsigned(48),
                 "cq_prod": unsigned(16),
-                "plane": unsigned(plane_bits),
+                **plane_field(plane_bits),
             }
         )
 

@@ -247,7 +247,8 @@ class RxParser(wiring.Component):
         hdr = Signal(8 * hdr_len)  # captured header bytes, lane order
         trim_dscp = Signal(6)
         bad_frame = Signal()
-        plane = Signal(self.plane_bits)  # tuser[1:], the plane, taken with bad_frame
+        # tuser[1:], the plane, taken with bad_frame (with planes only: no field else)
+        plane = Signal(self.plane_bits) if self.plane_bits else None
         # verdict stage 1 of a frame with more than one beat (a one-beat frame
         # is never accepted): the record's load enable, so a flip-flop
         rec_load = Signal()
@@ -369,7 +370,9 @@ class RxParser(wiring.Component):
         with m.If(accept):
             m.d.sync += beat_oh.eq(Mux(axis.tlast, 1, beat_oh << 1))
             with m.If(axis.tlast):
-                m.d.sync += [bad_frame.eq(axis.tuser[0]), plane.eq(axis.tuser[1:])]
+                m.d.sync += bad_frame.eq(axis.tuser[0])
+                if plane is not None:
+                    m.d.sync += plane.eq(axis.tuser[1:])
         m.d.sync += [
             eof.eq(accept & axis.tlast),
             rec_load.eq(accept & axis.tlast & ~first),
@@ -445,7 +448,7 @@ class RxParser(wiring.Component):
             record.dscp.eq(ip["dscp"]),
             record.ecn.eq(ip["ecn"]),
             record.ev.eq(udp["sport"]),
-            record.plane.eq(plane),
+            *([record.plane.eq(plane)] if plane is not None else []),
             record.trimmed.eq(trimmed),
             record.payload_len.eq(Mux(payload_fits, lengths.payload_len, 0)),
             record.beats.eq(Mux(payload_fits, lengths.payload_beats, 0)),

@@ -378,7 +378,7 @@ class RxValidator(wiring.Component):
                 req.dma_len.eq(h.reth.dma_len),
                 req.imm.eq(h.imm),
                 req.ev.eq(h.ev),
-                req.plane.eq(h.plane),
+                *([req.plane.eq(h.plane)] if self.plane_bits else []),
                 req.mac.eq(h.eth_src),
                 req.probe_id.eq(h.probe.probe_id),
                 req.probe_ev.eq(h.probe.ev),

@@ -337,7 +337,8 @@ class RxPsnWindow(wiring.Component):
                 qs.eq(q_rd.data),
                 qs.ev.eq(Mux(from_req, rq.ev, q_rd.data.ev)),
                 qs.mac.eq(Mux(from_req, rq.mac, q_rd.data.mac)),
-                qs.plane.eq(Mux(from_req, rq.plane, q_rd.data.plane)),
+                *([qs.plane.eq(Mux(from_req, rq.plane, q_rd.data.plane))]
+                  if self.plane_bits else []),
                 cfg.eq(self.cfg),
             ]
 

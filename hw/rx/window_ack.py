@@ -112,7 +112,7 @@ class AckReader(wiring.Component):
         m.d.comb += [
             ack_next.dqpn.eq(cfg.peer_qpn),
             ack_next.ev.eq(qs.ev),
-            ack_next.plane.eq(qs.plane),
+            *([ack_next.plane.eq(qs.plane)] if self.plane_bits else []),
             ack_next.dst_mac.eq(qs.mac),
             ack_next.dst_ip.eq(cfg.peer_ip),
             ack_next.probe.eq(self.probe),
