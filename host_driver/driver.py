@@ -956,7 +956,7 @@ class Device:
 
     @property
     def num_planes(self) -> int:
-        """The NIC's planes (MAC ports); a NIC that does not report it has one."""
+        """The NIC's planes (MAC ports); device info reads 0 for one."""
         return self.params.get("num_planes") or 1
 
     def planes_of(self, phy_port_mask) -> list[int]:

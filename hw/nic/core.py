@@ -446,7 +446,9 @@ class NicCore(wiring.Component):
             "max_mtu": self.max_mtu, "mpr_max": self.mpr_max, "num_mrs": self.num_mrs,
             "window": self.window, "clk_freq_hz": self.clk_freq_hz,
             "block_size": 1 << self.block_bits, "addr_width": self.addr_width,
-            "caps": caps_word(NIC_CAPABILITIES), "num_planes": self.num_planes,
+            "caps": caps_word(NIC_CAPABILITIES),
+            # 0 for one plane: the word as a NIC without planes reads it (no logic)
+            "num_planes": self.num_planes if self.num_planes > 1 else 0,
         }
 
     def block_base(self, name: str) -> int:

@@ -124,7 +124,8 @@ DEVICE_INFO_PARAMS = (
                          "bits"),
     ("caps", 0x3C, "capabilities, one bit each: [0] TRIM_NACK, [1] DYNAMIC_MPR, [2] SVC_TIME "
                    "(MRC's names; 1 = implemented)"),
-    ("num_planes", 0x44, "planes: MAC port pairs, each its own fabric (1..8)"),
+    ("num_planes", 0x44, "planes: MAC port pairs, each its own fabric (2..8); 0 for a NIC "
+                         "with one plane, as the word read before it existed"),
 )
 SCRATCH_OFFSET = 0x40
 

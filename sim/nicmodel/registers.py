@@ -216,7 +216,8 @@ class RegisterBehaviour:
         if name == "addr_width":
             return 64  # the model's DMA addresses are whole 64-bit addresses
         if name == "num_planes":
-            return self.params.get("num_planes", 1)  # one MAC port: no plane logic
+            planes = self.params.get("num_planes", 1)
+            return planes if planes > 1 else 0  # 0: one plane, as NicCore reads it
         if name == "caps":
             from hw.nic.csr import NIC_CAPABILITIES, caps_word
 
