@@ -192,7 +192,9 @@ class DeviceInfo(wiring.Component):
         with m.If(w.stb["scratch"]):
             m.d.sync += scratch.eq(w.data)
         scratch_next = Mux(w.stb["scratch"], w.data, scratch)
-        words = {offset: self.params[name] for name, offset, _ in DEVICE_INFO_PARAMS}
+        # a parameter that is 0 is left out of the read mux: a word not in it reads 0
+        words = {offset: self.params[name] for name, offset, _ in DEVICE_INFO_PARAMS
+                 if self.params[name]}
         words[SCRATCH_OFFSET] = scratch_next
         read = Signal(32)
         aligned = csr.addr[:2] == 0
