@@ -23,7 +23,7 @@ BLOCK = 0x10000
 PARAMS = {"nic_version": NIC_VERSION, "build_id": 7, "data_width": 64, "num_qps": 2,
           "evs_per_qp": 8, "sack_bits": 64, "max_mtu": 1024, "mpr_max": 256, "num_mrs": 2,
           "window": 64, "clk_freq_hz": 15_625_000, "block_size": BLOCK, "addr_width": 64,
-          "caps": 1}
+          "caps": 1, "num_planes": 0}  # 0: one plane
 
 
 class Ram:
@@ -173,8 +173,8 @@ def test_qp_bring_up_programs_every_block():
     # EVs: 3 GOOD with their values, the other 5 DENIED, in TX and reliability
     ev_entries = [v for a, v in nic.writes if a == tx.addr("ev_entry")]
     assert [tx.unpack("ev_entry", v) for v in ev_entries] == (
-        [{"value": 0xC000 + i, "state": 0} for i in range(3)] +
-        [{"value": 0, "state": 2} for _ in range(5)])
+        [{"value": 0xC000 + i, "state": 0, "plane": 0} for i in range(3)] +
+        [{"value": 0, "state": 2, "plane": 0} for _ in range(5)])
     rel_evs = [rel.unpack("ev", w[rel.addr("ev", i)]) for i in range(8)]
     assert [(e["value"], e["state"], e["set_state"]) for e in rel_evs] == (
         [(0xC000 + i, 0, 1) for i in range(3)] + [(0, 2, 1)] * 5)
@@ -341,7 +341,7 @@ def test_controller_ev_state_and_events():
     dev, nic, qp, _ = run(_connected_qp())
     run(dev.set_ev_state(qp, 2, denied=True))
     assert dev.rel.unpack("ev", nic.writes[-1][1]) == {"value": 0xC002, "state": 2,
-                                                       "set_state": 1}
+                                                       "set_state": 1, "plane": 0}
     # one queued event: count 1, head QPN, its RTT (none), then the pop
     nic.words[dev.rel.addr("ev_event_count")] = 1
     nic.words[dev.rel.addr("ev_event_qpn")] = 1 | 1 << 31
