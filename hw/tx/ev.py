@@ -130,32 +130,24 @@ class EvTable(wiring.Component):
                       for i in range(depth)])
         m.submodules.good_rows = good_mem = Memory(shape=ne, depth=nq, init=[(1 << ne) - 1] * nq)
 
-        vw = values_mem.write_port()
-        v_csr = values_mem.read_port(transparent_for=(vw,))
-        v_seq = values_mem.read_port()
-        m.d.comb += [
-            vw.addr.eq(self.bus.csr_sel),
-            vw.data.eq(self.bus.csr_value),
-            vw.en.eq(self.bus.csr_we),
-            v_csr.addr.eq(self.bus.csr_sel),
-            self.bus.csr_r_value.eq(v_csr.data),
-            v_seq.addr.eq(self.bus.val_sel),
-            self.bus.value.eq(v_seq.data),
-        ]
+        def entry_ports(mem, csr_in, csr_out, seq_out):
+            """A per-entry memory's ports: the controller's write and read-back
+            at ``csr_sel``, the sequencer's read at ``val_sel``."""
+            w = mem.write_port()
+            r_csr = mem.read_port(transparent_for=(w,))
+            r_seq = mem.read_port()
+            m.d.comb += [
+                w.addr.eq(self.bus.csr_sel), w.data.eq(csr_in), w.en.eq(self.bus.csr_we),
+                r_csr.addr.eq(self.bus.csr_sel), csr_out.eq(r_csr.data),
+                r_seq.addr.eq(self.bus.val_sel), seq_out.eq(r_seq.data),
+            ]
+            return w
+
+        vw = entry_ports(values_mem, self.bus.csr_value, self.bus.csr_r_value, self.bus.value)
 
         if planes:
-            pw = planes_mem.write_port()
-            p_csr = planes_mem.read_port(transparent_for=(pw,))
-            p_seq = planes_mem.read_port()
-            m.d.comb += [
-                pw.addr.eq(self.bus.csr_sel),
-                pw.data.eq(self.bus.csr_plane),
-                pw.en.eq(self.bus.csr_we),
-                p_csr.addr.eq(self.bus.csr_sel),
-                self.bus.csr_r_plane.eq(p_csr.data),
-                p_seq.addr.eq(self.bus.val_sel),
-                self.bus.plane.eq(p_seq.data),
-            ]
+            pw = entry_ports(planes_mem, self.bus.csr_plane, self.bus.csr_r_plane,
+                             self.bus.plane)
             # the INIT pass's plane: the entry's index mod num_planes, counted
             init_plane = Signal(PLANE_BITS)
 
