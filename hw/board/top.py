@@ -43,13 +43,13 @@ PHY_RESET_CYCLES = 1 << 21
 # NicCore as built for the LFE5UM-45F: the smallest NicCore the parameters allow,
 # bar data_width, with 32-bit DMA addresses (BOARD_NIC_PARAMS addr_width), without
 # UET NSCC (the window is the packet window) and without the EV generator (EXPLICIT
-# EV profiles only). Keep it so: larger parameters do not fit the 45F, and either
-# block in does not route. Most of NicCore does not scale with these parameters
-# (RX's header and ACK records, TX's ICRC networks, LUT-RAM FIFOs), so the rest of
-# the device is the margin the router needs. The builds behind each choice:
-# docs/timing.md, "NicCore on the 45F: what fits", "Area work: the DMA address
-# width" and "the Versa NicCore without NSCC and the EV generator"; a new block
-# on the board needs a build that routes first.
+# EV profiles only). Keep it so: the 45F has room for neither larger parameters
+# nor either block. Most of NicCore does not scale with these parameters (RX's
+# header and ACK records, TX's ICRC networks, LUT-RAM FIFOs), so the rest of the
+# device is the margin the router needs, and logic added to the board's NicCore
+# must leave it. The evidence for each choice: docs/timing.md, "NicCore on the
+# 45F: what fits", "Area work: the DMA address width" and "the Versa NicCore
+# without NSCC and the EV generator".
 VERSA_NIC_PARAMS = dict(num_qps=2, evs_per_qp=2, sack_bits=32, max_mtu=512, mpr_max=128,
                         num_mrs=1, window=16, inflight_depth=16, nscc=False, ev_gen=False)
 
