@@ -163,6 +163,8 @@ class TxEngine(wiring.Component):
       ``num_planes`` (1..8) above 1, ``tuser`` (``PLANE_BITS``) is the frame's
       plane, its EV's, on every beat (the plane split in NicCore routes on
       it); with one plane ``tuser`` is 1 bit, 0.
+    - ``link_up`` (with planes): NicCore's, In(num_planes): an EV whose
+      plane's link is down is not sprayed on (``EvTable``).
     - ``retx``: retransmit requests (QPN, PSN, reason); always taken, and
       dropped (counted) when the PSN is not in flight.
     - ``ack_update``: oldest unacknowledged PSN per QP; opens the window.
@@ -266,6 +268,8 @@ class TxEngine(wiring.Component):
                 "ev_update": In(stream.Signature(EvUpdate)),
                 "wimm_done": In(stream.Signature(WimmDone)),
                 "sent": Out(stream.Signature(SentRecord)),
+                **({"link_up": In(num_planes, init=(1 << num_planes) - 1)}
+                   if num_planes > 1 else {}),
             }
         )
 
@@ -282,6 +286,8 @@ class TxEngine(wiring.Component):
             addr_width=self.addr_width,
         )
         m.submodules.ev_table = evt = EvTable(self.num_qps, self.evs_per_qp, self.num_planes)
+        if self.num_planes > 1:
+            m.d.comb += evt.link_up.eq(self.link_up)
         m.submodules.wimm = wimm = WimmBound(self.num_qps, self.inflight_depth)
         wiring.connect(m, seq.wimm, wimm.bus)
         wiring.connect(m, wiring.flipped(self.wimm_done), wimm.done)

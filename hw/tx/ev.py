@@ -35,6 +35,7 @@ class EvBusSignature(wiring.Signature):
                 "plane": In(PLANE_BITS),
                 "became_good": In(1),
                 "became_good_qp": In(qp_bits),
+                "link_rose": In(1),
                 "ready": In(1),
             }
         )
@@ -84,6 +85,13 @@ class EvTable(wiring.Component):
       later.
     - ``became_good``/``became_good_qp``: a one-cycle pulse when an entry
       of that QP is written GOOD (a QP stalled for want of GOOD EVs retries).
+    - ``link_up`` (with planes): In(num_planes), NicCore's. ``good`` holds
+      only the GOOD entries whose plane's link is up (a plane the NIC lacks:
+      down), so TX stops spraying on a plane as its link goes down and
+      resumes as it comes back, without changing any EV's state;
+      ``link_rose`` pulses when a link comes up (every QP stalled for want
+      of GOOD EVs retries). The links are registered here: ``good`` follows
+      a change of ``link_up`` 1 cycle later.
 
     - ``ready``: low while the table is being set to its defaults after
       reset (every entry GOOD, value ``default_ev_value``, plane
@@ -108,12 +116,13 @@ class EvTable(wiring.Component):
         self.num_qps, self.evs_per_qp, self.num_planes = num_qps, evs_per_qp, num_planes
         self.qp_bits = max(1, (num_qps - 1).bit_length())
         self.ev_bits = max(1, (evs_per_qp - 1).bit_length())
-        super().__init__(
-            {
-                "bus": In(EvBusSignature(num_qps, evs_per_qp)),
-                "update": In(stream.Signature(EvUpdate)),
-            }
-        )
+        members = {
+            "bus": In(EvBusSignature(num_qps, evs_per_qp)),
+            "update": In(stream.Signature(EvUpdate)),
+        }
+        if num_planes > 1:
+            members["link_up"] = In(num_planes, init=(1 << num_planes) - 1)
+        super().__init__(members)
 
     def elaborate(self, platform):
         m = Module()
@@ -144,6 +153,8 @@ class EvTable(wiring.Component):
             return w
 
         vw = entry_ports(values_mem, self.bus.csr_value, self.bus.csr_r_value, self.bus.value)
+        init_index = Signal(range(depth + 1))
+        initialized = Signal()
 
         if planes:
             pw = entry_ports(planes_mem, self.bus.csr_plane, self.bus.csr_r_plane,
@@ -158,7 +169,12 @@ class EvTable(wiring.Component):
         gw = good_mem.write_port()
         g_seq = good_mem.read_port(transparent_for=(gw,))
         g_rmw = good_mem.read_port(transparent_for=(gw,))
-        m.d.comb += [g_seq.addr.eq(self.bus.good_qp), self.bus.good.eq(g_seq.data)]
+        m.d.comb += g_seq.addr.eq(self.bus.good_qp)
+        if planes:
+            live = self._live_rows(m, init_index, initialized)
+            m.d.comb += self.bus.good.eq(g_seq.data & live)
+        else:
+            m.d.comb += self.bus.good.eq(g_seq.data)
 
         pend = Signal()
         pend_sel = Signal.like(self.bus.csr_sel)
@@ -168,8 +184,6 @@ class EvTable(wiring.Component):
         upd_state = Signal(2)
         m.d.comb += g_rmw.addr.eq(upd_qp)
 
-        init_index = Signal(range(depth + 1))
-        initialized = Signal()
         m.d.comb += self.bus.ready.eq(initialized)
         with m.FSM(init="INIT"):
             with m.State("INIT"):
@@ -238,3 +252,33 @@ class EvTable(wiring.Component):
                 pend_state.eq(self.bus.csr_state),
             ]
         return m
+
+    def _live_rows(self, m, init_index, initialized):
+        """The row of ``good_qp``'s EVs whose plane's link is up, aligned with
+        ``good`` (1 cycle after ``good_qp``), from a copy of the planes kept
+        per QP row (written with the entries: a write with one plane's bits
+        enabled), and ``link_rose``."""
+        nq, ne, n = self.num_qps, self.evs_per_qp, self.num_planes
+        default_row = sum(default_ev_plane(i, n) << (PLANE_BITS * i) for i in range(ne))
+        rows = Memory(shape=PLANE_BITS * ne, depth=nq, init=[default_row] * nq)
+        m.submodules.plane_rows = rows
+        rw = rows.write_port(granularity=PLANE_BITS)
+        rr = rows.read_port(transparent_for=(rw,))
+        ev_sel = self.bus.csr_sel[: self.ev_bits]
+        with m.If(~initialized):  # the INIT pass writes every row's defaults
+            m.d.comb += [rw.addr.eq(init_index), rw.data.eq(default_row),
+                         rw.en.eq(Mux(init_index < nq, (1 << ne) - 1, 0))]
+        with m.Else():
+            m.d.comb += [rw.addr.eq(self.bus.csr_sel[self.ev_bits:]),
+                         rw.data.eq(self.bus.csr_plane.replicate(ne)),
+                         rw.en.eq(Mux(self.bus.csr_we, 1 << ev_sel, 0))]
+        m.d.comb += rr.addr.eq(self.bus.good_qp)
+        # registered: the port's input fans out to every EV's plane select
+        links = Signal(MAX_PLANES, init=(1 << n) - 1)  # as link_up resets
+        m.d.sync += links.eq(self.link_up)  # planes the NIC lacks stay 0: down
+        m.d.comb += self.bus.link_rose.eq((self.link_up & ~links[:n]).any())
+        live = Signal(ne)
+        for i in range(ne):
+            plane = rr.data[PLANE_BITS * i: PLANE_BITS * (i + 1)]
+            m.d.comb += live[i].eq(links.bit_select(plane, 1))
+        return live

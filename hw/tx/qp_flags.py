@@ -47,8 +47,9 @@ class QpFlags:
         override its writes of the same cycle: ``ack_apply`` (PsnTable, per QP)
         and a qp_unpark write clear ``win_blocked`` and drive ``wb_clear`` (the
         window check's unparks this cycle); ``ev.became_good`` clears the QP's
-        ``ev_blocked``; ``qw`` (``TxCsrDecode.qp_w``): qp_ctrl sets ``enable`` and
-        clears ``ev_blocked`` and ``op_halt``, qp_ctrl.reset empties the ring
+        ``ev_blocked``, ``ev.link_rose`` every QP's; ``qw``
+        (``TxCsrDecode.qp_w``): qp_ctrl sets ``enable`` and clears
+        ``ev_blocked`` and ``op_halt``, qp_ctrl.reset empties the ring
         from the doorbell on and drops the part-sent WQE, reset and flush clear
         ``wimm_park``. The doorbell is applied by ``apply_doorbell``."""
         win_blocked, ev_blocked = self.win_blocked, self.ev_blocked
@@ -56,7 +57,9 @@ class QpFlags:
             with m.If(ack_apply[i]):
                 m.d.sync += win_blocked[i].eq(0)
                 m.d.comb += wb_clear[i].eq(1)
-        with m.If(ev.became_good):
+        with m.If(ev.link_rose):  # a plane is back: every stalled QP looks again
+            m.d.sync += ev_blocked.eq(0)
+        with m.Elif(ev.became_good):
             m.d.sync += ev_blocked.bit_select(ev.became_good_qp, 1).eq(0)
 
         with m.If(qw.unpark):

@@ -177,6 +177,8 @@ class TB:
         for name in ("retx", "ack_update", "ev_update", "wimm_done"):
             getattr(dut, f"{name}__valid").value = 0
         dut.sent__ready.value = 1
+        if NUM_PLANES > 1:
+            dut.link_up.value = (1 << NUM_PLANES) - 1  # a test may take a plane down
 
     def set_memory_latency(self, rng: random.Random | None, p: float = 0.3):
         r = self.ram.read_if
@@ -1030,10 +1032,9 @@ async def test_spreading(dut):
     for q in (0, 1):
         for i in sorted(bad[q]):
             await host.set_ev(q, i, state=EvState.DENIED if i % 2 else EvState.ASSUMED_BAD)
-    # planes as a controller binds them, any of the 8 (TX tags a frame with its
-    # EV's plane whether or not the NIC has it: the plane split drops the absent)
+    # planes as a controller binds them, any of the NIC's (checked per frame)
     for i in range(EVS_PER_QP):
-        await host.set_ev(1, i, state=host.ev_state[(1, i)], plane=rng.randrange(8))
+        await host.set_ev(1, i, state=host.ev_state[(1, i)], plane=rng.randrange(NUM_PLANES))
     acked = {0: 0, 1: 0}
     for _ in range(4):
         for q in (0, 1):
@@ -1058,6 +1059,53 @@ async def test_spreading(dut):
             bound,
         )
         assert max(counts) / min(counts) <= bound, uses
+
+
+async def ev_entries_unchanged(tb, host, q):
+    for i in range(EVS_PER_QP):
+        await tb.write(G.EV_SELECT, i | (q << 8))
+        assert await tb.read(G.EV_ENTRY) == host.ev_entry(q, i), f"EV {i} changed"
+
+
+@cocotb.test(skip=NUM_PLANES < 2)
+async def test_links_steer_spraying(dut):
+    """A plane whose link is down (``link_up``) is not sprayed on: the QP's
+    packets spread evenly over its GOOD EVs on live planes and none leaves on
+    the dead plane, with no EV's state changed; an EV bound to a plane the NIC
+    lacks is never used. A QP whose every EV is on a dead plane stalls, and
+    resumes on that plane as its link comes back."""
+    tb, host = await make_tb(dut, seed=71, latency=False, backpressure=False)
+    rng = seeds.rng(72)
+    q = 2
+    all_up = (1 << NUM_PLANES) - 1
+    await host.open_qp(QpConfig(q, mtu=256))
+    await host.set_ev(q, 0, plane=7)  # 7: a plane the NIC lacks
+    dut.link_up.value = all_up & ~0b10
+    start, frames0 = len(tb.sent), len(tb.frame_planes)
+    await host.post(q, 64 * 256, rng)
+    await host.sb.wait_all(tb, ack=True)
+    uses = Counter(r["ev_index"] for _, r in tb.sent[start:])
+    live = [i for i in range(EVS_PER_QP) if host.ev_plane[(q, i)] not in (1, 7)]
+    assert sorted(uses) == live, f"EVs used {sorted(uses)}, live {live}"
+    counts = [uses[i] for i in live]
+    assert max(counts) - min(counts) <= 1, f"uneven over the live planes: {uses}"
+    assert set(tb.frame_planes[frames0:]) == set(range(NUM_PLANES)) - {1}
+    await ev_entries_unchanged(tb, host, q)
+
+    # every EV on the dead plane: the QP stalls, then the link comes back
+    for i in range(EVS_PER_QP):
+        await host.set_ev(q, i, plane=1)
+    start, frames0 = len(tb.sent), len(tb.frame_planes)
+    await host.post(q, 16 * 256, rng)
+    await ClockCycles(dut.clk, 3000)
+    assert len(tb.sent) == start, "a packet left with every EV's plane down"
+    dut.link_up.value = all_up
+    await host.sb.wait_all(tb, ack=True)
+    uses = Counter(r["ev_index"] for _, r in tb.sent[start:])
+    assert sorted(uses) == list(range(EVS_PER_QP)), uses
+    assert set(tb.frame_planes[frames0:]) == {1}
+    await ev_entries_unchanged(tb, host, q)
+    await check_counters(tb, host)
 
 
 @cocotb.test()
@@ -1166,6 +1214,8 @@ def _top(**params):
                 wiring.connect(m, getattr(engine, name), wiring.flipped(getattr(self, name)))
             for name in ("retx", "ack_update", "ev_update", "wimm_done"):
                 wiring.connect(m, wiring.flipped(getattr(self, name)), getattr(engine, name))
+            if "link_up" in engine.signature.members:
+                m.d.comb += engine.link_up.eq(self.link_up)
             return m
 
     return TxTestTop()

@@ -1,7 +1,8 @@
 """hw/tx/qp_flags.py ``QpFlags``: the unparks and CSR writes of ``apply_writes``
 and ``apply_doorbell``, under random stimulus, against a Python model of its
 docstring. A stand-in for the Sequencer's FSM sets park flags at random before
-them (as the FSM's states do), so each clear must hit its own QP and no other."""
+them (as the FSM's states do), so each clear must hit its own QP and no other
+(``link_rose`` clears every QP's ``ev_blocked``)."""
 
 import random
 from types import SimpleNamespace
@@ -20,7 +21,7 @@ def test_qp_flags_clears_hit_their_own_qp():
     f = QpFlags(NQ, 2)
     qw = SimpleNamespace(unpark=Signal(), q=Signal(2), ctrl=Signal(), data=Signal(32),
                          reset=Signal(NQ), flush=Signal(NQ), doorbell=Signal())
-    ev = SimpleNamespace(became_good=Signal(), became_good_qp=Signal(2))
+    ev = SimpleNamespace(became_good=Signal(), became_good_qp=Signal(2), link_rose=Signal())
     ack_apply, wb_clear = Signal(NQ), Signal(NQ)
     sets = {name: Signal(NQ, name=f"set_{name}") for name in FLAGS}
     m = Module()
@@ -42,12 +43,14 @@ def test_qp_flags_clears_hit_their_own_qp():
                    "flush": rng.getrandbits(NQ) if rng.random() < 0.1 else 0,
                    "doorbell": rng.random() < 0.2}
             good, good_qp = rng.random() < 0.3, rng.randrange(NQ)
+            rose = rng.random() < 0.05
             acks = rng.getrandbits(NQ) if rng.random() < 0.3 else 0
             new_sets = {name: rng.getrandbits(NQ) if rng.random() < 0.3 else 0 for name in FLAGS}
             for name, v in ins.items():
                 ctx.set(getattr(qw, name), v)
             ctx.set(ev.became_good, good)
             ctx.set(ev.became_good_qp, good_qp)
+            ctx.set(ev.link_rose, rose)
             ctx.set(ack_apply, acks)
             for name, v in new_sets.items():
                 ctx.set(sets[name], v)
@@ -60,6 +63,8 @@ def test_qp_flags_clears_hit_their_own_qp():
             nxt["win_blocked"] &= ~want_clear & ~ins["reset"]
             if good:
                 nxt["ev_blocked"] &= ~(1 << good_qp)
+            if rose:  # a plane's link came up: every QP looks again
+                nxt["ev_blocked"] = 0
             if ins["ctrl"]:
                 nxt["enable"] = nxt["enable"] & ~q | (q if ins["data"] >> CTRL_ENABLE_BIT & 1
                                                       else 0)
