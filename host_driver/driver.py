@@ -48,6 +48,7 @@ from hw.nic.csr import (
     host_view,
 )
 from hw.nic.ev_load import EV_GEN_TYPE_ID, EV_GEN_VERSION, ev_gen_register_map
+from hw.nic.plane_status import PLANE_COUNTERS, PLANES_TYPE_ID, PLANES_VERSION, plane_register_map
 from hw.protocol import MAX_PLANES, PSN_MASK, EvState, QpState
 from hw.reliability.cc_defaults import (
     DATA_WIRE_OVERHEAD,
@@ -473,6 +474,12 @@ class EvEvent:
     rtt_ns: int | None = None  # the probe answer's round trip, if one made the event
 
 
+@dataclass
+class PlaneEvent:
+    plane: int
+    up: bool  # the plane's link as the event was read
+
+
 # ---- queue pairs ----------------------------------------------------------------------------
 
 
@@ -784,7 +791,9 @@ class Device:
     KNOWN = {TX_TYPE_ID: ("tx", TX_VERSION), RX_TYPE_ID: ("rx", RX_VERSION),
              REL_TYPE_ID: ("reliability", REL_VERSION),
              DEVICE_INFO_TYPE_ID: ("device_info", DEVICE_INFO_VERSION),
-             EV_GEN_TYPE_ID: ("ev_gen", EV_GEN_VERSION)}
+             EV_GEN_TYPE_ID: ("ev_gen", EV_GEN_VERSION),
+             PLANES_TYPE_ID: ("planes", PLANES_VERSION)}
+    OPTIONAL = (EV_GEN_TYPE_ID, PLANES_TYPE_ID)
 
     def __post_init__(self):
         self.mem = self.transport.mem
@@ -802,9 +811,10 @@ class Device:
                     raise DriverError(f"{name} block version {b.version}, driver knows "
                                       f"{version}")
                 by_type[b.type_id] = b
-        # the EV generator is optional (NicCore ev_gen=False): EXPLICIT EVs only
+        # the EV generator is optional (NicCore ev_gen=False: EXPLICIT EVs
+        # only), the planes block only in a NIC with planes
         missing = [self.KNOWN[t][0] for t in self.KNOWN
-                   if t not in by_type and t != EV_GEN_TYPE_ID]
+                   if t not in by_type and t not in self.OPTIONAL]
         if missing:
             raise DriverError(f"blocks not found: {missing}; found "
                               f"{[(hex(b.type_id), hex(b.base)) for b in self.blocks]}")
@@ -831,6 +841,13 @@ class Device:
                                                             p["window"])))
         self.ev_gen = None if EV_GEN_TYPE_ID not in by_type else RegisterBlock(
             self.transport, by_type[EV_GEN_TYPE_ID].base, host_view(ev_gen_register_map()))
+        self.planes = None
+        if self.num_planes > 1:
+            if PLANES_TYPE_ID not in by_type:
+                raise DriverError(f"device info says {self.num_planes} planes but the planes "
+                                  "block is missing")
+            self.planes = RegisterBlock(self.transport, by_type[PLANES_TYPE_ID].base,
+                                        host_view(plane_register_map(self.num_planes)))
         self._mr_generation = [0] * p["num_mrs"]
         waited = 0
         while not (await self.tx.read_fields("status"))["ready"]:
@@ -991,14 +1008,37 @@ class Device:
         """Whether reliability's EV event queue holds events, as an interrupt
         handler learns it. With the transport's interrupt line
         (``irq_high()``) low, nothing is queued (``irq`` is the queue's
-        not-empty or a send CQE since ``irq_status`` was last read) and no CSR
-        is read; high, ``irq_status`` is read, which clears its completion
-        cause, and its event cause answers. A transport without the line:
+        not-empty, a send CQE since ``irq_status`` was last read, or a plane
+        event: ``read_plane_events``) and no CSR is read; high,
+        ``irq_status`` is read, which clears its completion cause, and its
+        event cause answers. A transport without the line:
         True, with no CSR read (``read_ev_events`` reads the count)."""
         level = getattr(self.transport, "irq_high", lambda: None)()
         if level is None:
             return True
         return level and bool((await self.rel.read_fields("irq_status"))["event"])
+
+    async def read_plane_events(self) -> list[PlaneEvent]:
+        """The planes whose link went down or came up since the last call
+        (the planes block's ``link_changes``, which the read clears; NicCore's
+        ``irq`` is high while any is pending), each with its link now; [] for
+        a NIC with one plane."""
+        if self.planes is None:
+            return []
+        changed = (await self.planes.read_fields("link_changes"))["changed"]
+        up = (await self.planes.read_fields("link_up"))["up"] if changed else 0
+        return [PlaneEvent(p, bool(up >> p & 1)) for p in range(self.num_planes)
+                if changed >> p & 1]
+
+    async def plane_counters(self) -> list[dict[str, int]]:
+        """Per plane: ``up`` (its link now) and the planes block's frame counters
+        (``tx_frames``, ``rx_frames``, ``link_drops``); one plane: []."""
+        if self.planes is None:
+            return []
+        up = (await self.planes.read_fields("link_up"))["up"]
+        return [{"up": up >> p & 1, **{name: await self.planes.read(name, p)
+                                      for name in PLANE_COUNTERS}}
+                for p in range(self.num_planes)]
 
     async def read_ev_events(self) -> list[EvEvent]:
         """Pop every queued EV state change (reliability's event queue)."""

@@ -36,7 +36,8 @@ from .csr import (
     host_view,
 )
 from .ev_load import EvGenBlock, ev_gen_register_map
-from .planes import PlaneMerge, PlaneSplit
+from .plane_status import PlaneStatus, plane_register_map
+from .planes import PlaneMerge, PlaneSplit, up_plane
 
 __all__ = ["NicCore", "TxControlBridge", "DoorbellSnoop", "check_nic_params", "BLOCK_ORDER"]
 
@@ -254,7 +255,8 @@ class NicCore(wiring.Component):
                 device info at 0, then TX, RX, reliability and the EV
                 generator, each in a window of ``block_size`` bytes.
     ``irq``     Out(1): reliability's interrupt (EV event queued, or a send
-                CQE written since ``irq_status`` was read).
+                CQE written since ``irq_status`` was read), or with planes a
+                plane event (the planes block's ``link_changes`` not 0).
 
     Planes: with ``num_planes`` above 1, ``mac_tx``/``mac_rx`` are plane 0's
     MAC streams and ``mac_tx_p{p}``/``mac_rx_p{p}`` plane p's, and ``link_up``
@@ -264,12 +266,18 @@ class NicCore(wiring.Component):
     probe's): the three sources are merged with it as ``tuser``, and
     ``PlaneSplit`` sends each frame to its plane's MAC, or drops it when that
     plane's link is down or the NIC lacks the plane (``plane_drops`` strobes
-    it). ``PlaneMerge`` merges the planes' received frames, whole frames round
-    robin, tagging each with its plane; the core's beat rate (``data_width``
-    x clock) must be at least the sum of the planes' rates, and each plane's
-    MAC must hold ``num_planes`` - 1 frames while the others are served. Each
-    plane's streams pass a register stage of their own. ``plane_drops``
-    Out(1): one strobe per frame dropped by the split.
+    it). An ACK, NAK or probe answer whose plane's link is down leaves on
+    the lowest plane whose link is up (``up_plane``); TX sprays only on EVs
+    whose plane's link is up. ``PlaneMerge`` merges the planes' received
+    frames, whole frames round robin, tagging each with its plane; the
+    core's beat rate (``data_width`` x clock) must be at least the sum of
+    the planes' rates, and each plane's MAC must hold ``num_planes`` - 1
+    frames while the others are served. Each plane's streams pass a
+    register stage of their own. ``plane_drops`` Out(1): one strobe per
+    frame dropped by the split. The planes register
+    block (``PlaneStatus``, last in the CSR chain) gives the host each
+    plane's link, an event (and ``irq``) when one goes down or comes back,
+    and frames sent, received and dropped per plane.
 
     Internal joins: RX ``peer_ack`` -> reliability; TX ``sent`` ->
     reliability through the sent buffer (below); reliability ``retx``,
@@ -359,8 +367,10 @@ class NicCore(wiring.Component):
         self.clk_freq_hz, self.build_id = clk_freq_hz, build_id
         self.addr_width = addr_width
         self.nscc = bool(nscc)
-        # the CSR chain's blocks: the EV generator, optional, is the last
-        self.block_order = BLOCK_ORDER if ev_gen else BLOCK_ORDER[:-1]
+        # the CSR chain's blocks: the EV generator (optional), then with planes
+        # the planes block, last
+        self.block_order = (BLOCK_ORDER if ev_gen else BLOCK_ORDER[:-1]) + \
+            (("planes",) if num_planes > 1 else ())
 
         from hw.reliability.registers import register_map as rel_register_map
         from hw.rx.regs import rx_register_map
@@ -374,6 +384,7 @@ class NicCore(wiring.Component):
             ("rx", rx_register_map(num_qps, num_mrs)),
             ("reliability", rel_register_map(num_qps, evs_per_qp, window)),
             ("ev_gen", ev_gen_register_map()),
+            ("planes", plane_register_map(max(num_planes, 2))),
         )}
         # Every block decodes at least 16 address bits (reliability needs them).
         self.block_bits = max(16, *((m.size - 1).bit_length() for m in maps.values()))
@@ -392,14 +403,15 @@ class NicCore(wiring.Component):
         # (2); the interconnect answers every block at the slowest's latency.
         read_latency = {"device_info": DEVICE_INFO_READ_LATENCY,
                         "tx": TxEngine.CSR_READ_LATENCY, "rx": RxEngine.CSR_READ_LATENCY,
-                        "reliability": ReliabilityEngine.CSR_READ_LATENCY, "ev_gen": 1}
+                        "reliability": ReliabilityEngine.CSR_READ_LATENCY, "ev_gen": 1,
+                        "planes": PlaneStatus.READ_LATENCY}
         self.windows = [
             BlockWindow(name, i << self.block_bits, maps[name],
                         (i + 1) << self.block_bits if i + 1 < len(order) else 0,
                         read_latency[name])
             for i, name in enumerate(order)
         ]
-        self.csr_block_read_latency = max(read_latency.values())
+        self.csr_block_read_latency = max(read_latency[name] for name in order)
         self.id_width = BLOCK_AXI_ID_WIDTH + (len(DMA_MASTERS) - 1).bit_length()
 
         bb = self.block_bits
@@ -422,6 +434,7 @@ class NicCore(wiring.Component):
             rel_block=BLOCK_ORDER.index("reliability"), addr_width=bb)
         self.device_info = DeviceInfo(self.device_params(), addr_width=bb,
                                       read_latency=DEVICE_INFO_READ_LATENCY)
+        self.plane_status = None if num_planes == 1 else PlaneStatus(num_planes, addr_width=bb)
         ports = {
             "mac_tx": Out(AXIStreamSignature(data_width)),
             "mac_rx": In(AXIStreamSignature(data_width, user_width=1)),
@@ -470,7 +483,16 @@ class NicCore(wiring.Component):
         # its state through a lane pick, and the arbiter's mux follows it.
         m.submodules.ack_stage = ack_stage = AXIStreamRegister(dw, uw)
         wiring.connect(m, rx.m_axis_ack, ack_stage.s_axis)
-        wiring.connect(m, ack_stage.m_axis, txarb.s_axis1)
+        if n == 1:
+            wiring.connect(m, ack_stage.m_axis, txarb.s_axis1)
+        else:
+            # an ACK leaves on its data's arrival plane, or while that plane's
+            # link is down on the lowest plane whose link is up
+            acks, port = ack_stage.m_axis, txarb.s_axis1
+            m.d.comb += [port.tdata.eq(acks.tdata), port.tkeep.eq(acks.tkeep),
+                         port.tlast.eq(acks.tlast), port.tvalid.eq(acks.tvalid),
+                         acks.tready.eq(port.tready),
+                         port.tuser.eq(up_plane(acks.tuser, self.link_up))]
         wiring.connect(m, rel.m_axis_probe, txarb.s_axis2)
         m.submodules.mac_tx_stage = tx_stage = AXIStreamRegister(dw, uw)
         wiring.connect(m, txarb.m_axis, tx_stage.s_axis)
@@ -484,9 +506,18 @@ class NicCore(wiring.Component):
         m.submodules.plane_merge = merge = PlaneMerge(dw, n)
         wiring.connect(m, tx_stage.m_axis, split.s_axis)
         wiring.connect(m, merge.m_axis, rx.s_axis)
-        m.d.comb += [split.link_up.eq(self.link_up), self.plane_drops.eq(split.dropped)]
+        m.submodules.plane_status = status = self.plane_status
+        m.d.comb += [split.link_up.eq(self.link_up), tx.link_up.eq(self.link_up),
+                     self.plane_drops.eq(split.dropped),
+                     status.link_up.eq(self.link_up),
+                     status.absent_drop.eq(split.dropped & (split.s_axis.tuser >= n))]
         for p in range(n):
             mac_tx, mac_rx = self.mac_ports(p)
+            m.d.comb += [
+                status.tx_frame[p].eq(mac_tx.tvalid & mac_tx.tready & mac_tx.tlast),
+                status.rx_frame[p].eq(mac_rx.tvalid & mac_rx.tready & mac_rx.tlast),
+                status.link_drop[p].eq(split.dropped & (split.s_axis.tuser == p)),
+            ]
             # each plane's streams through a register stage of their own: the
             # split and the merge are combinational
             m.submodules[f"mac_tx_stage_p{p}"] = out_stage = AXIStreamRegister(dw)
@@ -527,7 +558,8 @@ class NicCore(wiring.Component):
             ic.csr.r_stb.eq(up.r_stb & in_space),
             up.r_data.eq(Mux(was_in_space, ic.csr.r_data, 0)),
         ]
-        blocks = {"device_info": info, "tx": tx, "rx": rx, "reliability": rel, "ev_gen": ev_gen}
+        blocks = {"device_info": info, "tx": tx, "rx": rx, "reliability": rel, "ev_gen": ev_gen,
+                  "planes": self.plane_status}
         for i, name in enumerate(self.block_order):
             wiring.connect(m, ic.bus(i), blocks[name].csr)
 
@@ -609,5 +641,5 @@ class NicCore(wiring.Component):
             txc.inject.ready.eq(ic.inject.ready),
         ]
 
-        m.d.comb += self.irq.eq(rel.irq)
+        m.d.comb += self.irq.eq(rel.irq | (self.plane_status.irq if self.plane_status else 0))
         return m

@@ -14,7 +14,7 @@ from hw.bits import onehot
 from hw.protocol import MAX_PLANES, PLANE_BITS
 from hw.stream import AXIStreamSignature, check_data_width
 
-__all__ = ["PlaneSplit", "PlaneMerge"]
+__all__ = ["PlaneSplit", "PlaneMerge", "up_plane"]
 
 
 def _check(block, data_width, num_planes):
@@ -170,3 +170,14 @@ class PlaneMerge(wiring.Component):
             ]
         wiring.connect(m, wiring.flipped(self.m_axis), arb.m_axis)
         return m
+
+
+def up_plane(plane, link_up):
+    """``plane`` if its bit of ``link_up`` is set, else the lowest plane whose
+    link is up (``plane`` if none is): the plane for a frame that may leave on
+    any plane but prefers ``plane`` (an ACK: its data's arrival plane)."""
+    n = len(link_up)
+    first = plane
+    for p in reversed(range(n)):
+        first = Mux(link_up[p], p, first)
+    return Mux((plane < n) & link_up.bit_select(plane, 1), plane, first)

@@ -69,6 +69,12 @@ def render(nic: NicCore | None = None) -> str:
     for name in BLOCK_ORDER:
         w = nic.windows[BLOCK_ORDER.index(name)]
         lines.append(w.regmap.markdown(base=w.base))
+    # the planes block exists only with num_planes above 1: shown for 2 planes,
+    # after the blocks above (its arrays have num_planes entries)
+    planes = NicCore(num_planes=2).windows[-1]
+    lines += ["With `num_planes` above 1 (2 here), the planes block follows the EV",
+              "generator (the last block of a NIC without one):", "",
+              planes.regmap.markdown(base=planes.base)]
     return "\n".join(lines).rstrip("\n") + "\n"
 
 

@@ -26,7 +26,10 @@ Interface
     parameters raise ValueError. Planes are not modelled: the device-info
     block reports ``num_planes``, but the EV entries keep no plane (the field
     reads 0) and every frame goes on the one fabric, whose paths are the
-    EVs', as the system harness's fabric treats the RTL's planes.
+    EVs', as the system harness's fabric treats the RTL's planes; its
+    planes block (with ``num_planes`` above 1, so that the driver finds
+    NicCore's chain) reads every link up, no link event and no frame
+    counted per plane.
     ``read32(addr)`` / ``write32(addr, value)``: one CSR access (each lets
     ``csr_access_cycles`` clock cycles pass first, as an AXI4-Lite access
     does); ``mem``: its host memory (``host_driver.transport.HostMemory``);

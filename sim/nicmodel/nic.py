@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 from host_driver.transport import HostMemory
-from hw.nic.core import check_nic_params
+from hw.nic.core import BLOCK_ORDER, check_nic_params
 from hw.nic.csr import device_info_register_map, host_view
 from hw.nic.ev_load import ev_gen_register_map
+from hw.nic.plane_status import plane_register_map
 from hw.reliability.cc_defaults import (
     DEFAULT_BASE_RTT_NS,
     line_rate_bps,
@@ -70,6 +71,11 @@ class ModelNic(RegisterBehaviour, QpLifecycle):
             "reliability": host_view(rel_register_map(nq, ne, params["window"])),
             "ev_gen": host_view(ev_gen_register_map()),
         }
+        # NicCore's chain: the planes block last, with planes
+        self.block_order = BLOCK_ORDER
+        if params.get("num_planes", 1) > 1:
+            self.maps["planes"] = host_view(plane_register_map(params["num_planes"]))
+            self.block_order = (*BLOCK_ORDER, "planes")
         # NicCore's windows: every block decodes at least 16 address bits
         self.block_bits = max(16, *((m.size - 1).bit_length() for m in self.maps.values()))
         self._by_name = {block: {r.name: r for r in m.registers} for block, m in self.maps.items()}

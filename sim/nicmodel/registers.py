@@ -3,7 +3,6 @@ writes that have behaviour (a mixin of ``ModelNic``)."""
 
 from __future__ import annotations
 
-from hw.nic.core import BLOCK_ORDER
 from hw.nic.csr import header_word
 from hw.reliability.layouts import CqeStatus
 from hw.tx.regs import CTRL_FLUSH_BIT as TX_CTRL_FLUSH_BIT
@@ -46,8 +45,8 @@ class RegisterBehaviour:
         if offset == 0:
             return header_word(regmap)
         if offset == 4:
-            index = BLOCK_ORDER.index(block)
-            return (index + 1) << self.block_bits if index + 1 < len(BLOCK_ORDER) else 0
+            index = self.block_order.index(block)
+            return (index + 1) << self.block_bits if index + 1 < len(self.block_order) else 0
         hit = self.decode[block].get(offset)
         if hit is None:
             return 0
@@ -88,9 +87,9 @@ class RegisterBehaviour:
 
     def _block(self, addr):
         index, offset = addr >> self.block_bits, addr & ((1 << self.block_bits) - 1)
-        if index >= len(BLOCK_ORDER) or addr & 3:
+        if index >= len(self.block_order) or addr & 3:
             return None, 0
-        return BLOCK_ORDER[index], offset
+        return self.block_order[index], offset
 
     # ---- register helpers ----------------------------------------------------------------------
 
@@ -322,6 +321,14 @@ class RegisterBehaviour:
             window = qp.window_psns if qp is not None else p["window"]
             return min(window, 0xFFFF) | (min(qp.retries, 31) if qp else 0) << 16
         return None
+
+    def _read_planes(self, name, index):
+        """The planes block of a model NIC with planes. The model has one
+        fabric and no plane ports: every link reads up, no link ever
+        changes, and no frame is counted on a plane."""
+        if name == "link_up":
+            return (1 << self.params["num_planes"]) - 1
+        return 0
 
     def _read_ev_gen(self, name, index):
         if name == "gen_status":

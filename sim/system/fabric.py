@@ -293,7 +293,8 @@ class Fabric(PathSelection):
     plane: a frame NIC i sends on plane p reaches the other NIC on plane p.
     The paths are those of the EVs, whatever the plane: a plane's EVs are
     the paths through it. ``plane_frames[i][p]`` counts the frames NIC i sent
-    on plane p, ``plane_evs[i][p]`` them by EV (a Counter)."""
+    on plane p, ``plane_evs[i][p]`` them by EV (a Counter); ``set_plane_up``
+    takes a plane's switch down (``plane_lost`` times its losses)."""
 
     def __init__(self, sinks, sources, *, num_paths: int = 8, delay_ns: float = 400.0,
                  seed: int = 1, routing: str = "explicit", keep_log: bool = False,
@@ -308,6 +309,10 @@ class Fabric(PathSelection):
             raise ValueError("every NIC needs one sink and one source per plane")
         self.num_planes = len(self.sinks[0])
         self.plane_frames = [[0] * self.num_planes for _ in self.sinks]
+        # a plane's switch: while down, every frame on the plane is lost
+        # (``plane_lost[i][p]``: the times of NIC i's frames lost so, in ns)
+        self.plane_up = [True] * self.num_planes
+        self.plane_lost = [[[] for _ in range(self.num_planes)] for _ in self.sinks]
         self.plane_evs = [[Counter() for _ in range(self.num_planes)] for _ in self.sinks]
         self.keep_log = keep_log
         self.capture_enabled = capture
@@ -340,6 +345,13 @@ class Fabric(PathSelection):
     def set_path_up(self, path: int, up: bool, direction: int | None = None):
         for d in self._dirs(direction):
             d.paths[self._path_index(path)].up = up
+
+    def set_plane_up(self, plane: int, up: bool):
+        """Take plane ``plane``'s switch down (every frame on it lost, both
+        ways, the NICs' links still up) or back up."""
+        if not 0 <= plane < self.num_planes:
+            raise ValueError(f"plane must be in 0..{self.num_planes - 1}, not {plane!r}")
+        self.plane_up[plane] = bool(up)
 
     def set_reorder(self, prob: float, extra_ns: float, direction: int | None = None):
         self._set(direction, reorder_prob=prob, reorder_ns=extra_ns)
@@ -419,6 +431,9 @@ class Fabric(PathSelection):
             self.plane_frames[index][plane] += 1
             data = bytes(frame.tdata)
             now = get_sim_time(unit="ns")
+            if not self.plane_up[plane]:
+                self.plane_lost[index][plane].append(now)
+                continue
             verdict = d.forward(data, now)
             self.plane_evs[index][plane][verdict.ev] += 1
             self.record(index, now, data, verdict)

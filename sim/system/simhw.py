@@ -51,7 +51,8 @@ from pathlib import Path
 
 from sim.system.top import TwoNicTop
 
-__all__ = ["SimTwoNicTop", "SimHw", "library_path", "build_library", "SIM_TOPLEVEL"]
+__all__ = ["SimTwoNicTop", "SimHw", "library_path", "build_library", "SIM_TOPLEVEL",
+           "run_two_nic"]
 
 HERE = Path(__file__).resolve().parent
 CPP = HERE / "simhw.cpp"
@@ -266,6 +267,16 @@ class SimTwoNicTop(TwoNicTop):
     def verilog_text(self, toplevel: str = SIM_TOPLEVEL, emit_src: bool = False) -> str:
         return (super().verilog_text("two_nic", emit_src) + "\n"
                 + wrapper_verilog(self, toplevel))
+
+
+def run_two_nic(test_module: str, testcases, tag: str):
+    """Run cocotb tests ``testcases`` of ``test_module`` on the one two-NIC
+    build (sim_build/system_two_nic_sim), in the run directory ``tag``."""
+    from sim.cocotb_runner import SIM_BUILD, run_cocotb
+
+    run_cocotb(name="system_two_nic_sim", elaborate=SimTwoNicTop, toplevel=SIM_TOPLEVEL,
+               test_module=test_module, testcase=testcases,
+               test_dir=SIM_BUILD / "system_two_nic_sim" / tag)
 
 
 # ---- Python side --------------------------------------------------------------------------

@@ -17,7 +17,7 @@ from host_driver.driver import Completion, WrOpcode
 from sim import coverage as fcov
 from sim.system.attack_setup import write_into_dead_paths
 from sim.system.harness import IPS, MACS, SystemTB
-from sim.system.simhw import SIM_TOPLEVEL, SimTwoNicTop
+from sim.system.simhw import run_two_nic
 from sim.system.top import NIC_PARAMS
 from tests import seeds
 
@@ -225,11 +225,6 @@ async def test_attacker_during_transfer(dut):
 
 
 def test_attacker():
-    from sim.cocotb_runner import SIM_BUILD, run_cocotb
-
-    run_cocotb(name="system_two_nic_sim", elaborate=SimTwoNicTop, toplevel=SIM_TOPLEVEL,
-               test_module="tests.system.test_attacker",
-               testcase=["test_forged_ack_with_every_path_down",
-                         "test_forged_naks_cost_one_retransmit",
-                         "test_attacker_during_transfer"],
-               test_dir=SIM_BUILD / "system_two_nic_sim" / "attacker")
+    run_two_nic("tests.system.test_attacker",
+                ["test_forged_ack_with_every_path_down", "test_forged_naks_cost_one_retransmit",
+                 "test_attacker_during_transfer"], "attacker")

@@ -17,11 +17,11 @@ import dataclasses
 
 import cocotb
 import pytest
-from cocotb.triggers import RisingEdge
 from cocotb.utils import get_sim_time
 
 from host_driver.driver import Completion, Device, EvProfile, EvState, QpState, WrOpcode
 from hw.nic.csr import DEVICE_INFO_TYPE_ID, NIC_VERSION
+from hw.nic.plane_status import PLANES_TYPE_ID
 from hw.reliability.cc_defaults import DATA_WIRE_OVERHEAD
 from hw.tx.engine import TxEngine
 from sim.system.csr_sweep import diff, snapshot, sweep_targets, write_all
@@ -29,70 +29,13 @@ from sim.system.fabric import DROPPED
 from sim.system.harness import CLK_NS, RAM_SIZE, SystemTB
 from sim.system.scenario_run import TIMER_SHIFT, rtl_timed_system
 from sim.system.scoreboard import flow_imm, model_completions, model_flows, normalise_rtl
-from sim.system.simhw import SIM_TOPLEVEL, SimTwoNicTop
+from sim.system.simhw import SimTwoNicTop, run_two_nic
 from sim.system.top import BUILD_ID, NIC_PARAMS
 from sim.system.trace import FateTrace
+from sim.system.transfers import check_memory, complete_all, log_case, packets_of, transfer
 from tests import seeds
 
 RDMA_WRITE_LAST_WITH_IMM, RDMA_WRITE_ONLY_WITH_IMM = 0x09, 0x0B
-
-
-async def transfer(tb: SystemTB, src: int, sizes: list[int], *, opcode=WrOpcode.WRITE,
-                   timeout_cycles=2_000_000, conn: int = 0, model_ids: int | None = None,
-                   payload: bytes | None = None):
-    """Post WRITEs of ``sizes`` bytes from connection ``conn`` of NIC ``src``
-    into its peer's MR, back to back in the peer's buffer, flow-controlled by
-    the send queue's size. Returns (posted, payload, early) with ``early`` the
-    send completions taken while waiting for a free slot. ``model_ids``: post
-    wr_id i and the golden model's immediate for flow ``model_ids``
-    (``flow_imm``), so the completions compare with the model's. ``payload``:
-    the bytes to send (default: random)."""
-    a = tb.ends[src].conns[conn]
-    b = tb.ends[1 - src].conns[a.peer]
-    payload = tb.random_bytes(sum(sizes)) if payload is None else payload
-    tb.ends[src].dev.mem.write(a.send_buf, payload)
-    posted, early, offset = [], [], 0
-    for n in sizes:
-        if a.qp.outstanding >= a.qp.sq_size:
-            early += await a.qp.send_cq.wait(1, timeout_cycles=timeout_cycles)
-        if model_ids is None:
-            wr_id, imm = None, 0xA5000000 | len(posted)
-        else:
-            wr_id = len(posted)
-            imm = flow_imm(model_ids, wr_id) if opcode == WrOpcode.WRITE_WITH_IMM else 0
-        wr_id = await a.qp.post_send(opcode, local_addr=a.send_buf + offset, length=n,
-                                     remote_addr=b.recv_buf + offset, rkey=b.mr.rkey, imm=imm,
-                                     wr_id=wr_id)
-        posted.append((wr_id, n, imm))
-        offset += n
-    return posted, payload, early
-
-
-async def complete_all(end, posted, already=(), conn: int = 0, timeout_cycles=4_000_000):
-    qp = end.conns[conn].qp
-    cqes = list(already)
-    cqes += await qp.send_cq.wait(len(posted) - len(cqes), timeout_cycles=timeout_cycles)
-    return cqes
-
-
-def check_memory(tb, dst, payload, conn: int = 0):
-    end = tb.ends[dst]
-    got = end.dev.mem.read(end.conns[conn].recv_buf, len(payload))
-    if got != payload:
-        first = next(i for i in range(len(payload)) if got[i] != payload[i])
-        raise AssertionError(f"NIC {dst} connection {conn} memory differs from byte {first} "
-                             f"of {len(payload)}")
-
-
-def packets_of(sizes, mtu=1024):
-    return sum(max(1, -(-n // mtu)) for n in sizes)
-
-
-def log_case(dut, name, start_ns, **figures):
-    """One line per case: simulated time, and what the case measured."""
-    sim_us = (get_sim_time(unit="ns") - start_ns) / 1e3
-    dut._log.info("%s: %.1f us simulated; %s", name, sim_us,
-                  ", ".join(f"{k}={v}" for k, v in figures.items()))
 
 
 @cocotb.test()
@@ -102,10 +45,11 @@ async def test_discovery(dut):
     await tb.init()
     for i, end in enumerate(tb.ends):
         dev: Device = end.dev
+        # the planes block last: the NICs have planes
         assert [(b.type_id, b.version) for b in dev.blocks] == [
-            (DEVICE_INFO_TYPE_ID, 1), (2, 1), (3, 1), (4, 1), (5, 1)]
+            (DEVICE_INFO_TYPE_ID, 1), (2, 1), (3, 1), (4, 1), (5, 1), (PLANES_TYPE_ID, 1)]
         block_size = dev.params["block_size"]
-        assert [b.base for b in dev.blocks] == [k * block_size for k in range(5)]
+        assert [b.base for b in dev.blocks] == [k * block_size for k in range(6)]
         assert dev.params["nic_version"] == NIC_VERSION
         assert dev.params["build_id"] == BUILD_ID
         for name in ("data_width", "num_qps", "evs_per_qp", "sack_bits", "max_mtu", "mpr_max",
@@ -315,127 +259,6 @@ async def test_path_down_then_up(dut):
     rtt = back[0].rtt_ns * CLK_NS * NIC_PARAMS["clk_freq_hz"] / 1e9
     delay = tb.fabric.directions[0].paths[3].delay_ns
     assert 2 * delay < rtt < 2 * delay + 250 * CLK_NS, (back, rtt)
-
-
-# ---- planes -------------------------------------------------------------------------------
-
-
-def ev_planes(tb, src):
-    """{EV value: plane} of NIC ``src``'s connections, as its driver bound them."""
-    return {v: conn.qp.ev_planes[i] for conn in tb.ends[src].conns
-            for i, v in enumerate(conn.qp.evs.values)}
-
-
-def check_frames_on_bound_planes(tb):
-    """Every frame each NIC sent left on the plane of its EV: a data frame's EV
-    is its own, an ACK echoes the EV of the data it answers, and leaves on the
-    plane that data came in on, which is that EV's."""
-    bound = {**ev_planes(tb, 0), **ev_planes(tb, 1)}
-    for i in (0, 1):
-        for p, evs in enumerate(tb.fabric.plane_evs[i]):
-            wrong = {f"0x{ev:x}": n for ev, n in evs.items() if bound.get(ev) != p}
-            assert not wrong, f"NIC {i} sent frames on plane {p} of EVs bound elsewhere: {wrong}"
-
-
-@cocotb.test()
-async def test_planes_spray_by_ev_binding(dut):
-    """The system NICs have two planes: the driver binds a QP's EV i to plane
-    i mod 2, data leaves on its EV's plane and every ACK on the plane its data
-    came in on; both planes carry data both ways, spread evenly over each
-    plane's EVs; both memories byte exact, nothing retransmitted."""
-    tb = SystemTB(dut, seed=seeds.of(17))
-    assert tb.num_planes == NIC_PARAMS["num_planes"] == 2
-    await tb.init()
-    assert [end.dev.num_planes for end in tb.ends] == [2, 2]
-    await tb.connect(sq_log2=4)
-    sizes = [16 * 1024] * 8
-    runs = [await transfer(tb, src, sizes) for src in (0, 1)]
-    for src in (0, 1):
-        posted, payload, early = runs[src]
-        cqes = await complete_all(tb.ends[src], posted, early)
-        assert [c.status for c in cqes] == [Completion.SUCCESS] * len(sizes)
-        check_memory(tb, 1 - src, payload)
-    assert [end.conns[0].qp.ev_planes for end in tb.ends] == [[0, 1] * 4] * 2
-    check_frames_on_bound_planes(tb)
-    for i in (0, 1):
-        own = ev_planes(tb, i)
-        per_plane = []
-        for p in (0, 1):
-            data = [n for ev, n in tb.fabric.plane_evs[i][p].items() if ev in own]
-            assert len(data) == 4, f"NIC {i} plane {p}: data on {len(data)} EVs, not 4"
-            assert max(data) - min(data) <= 1, f"NIC {i} plane {p}: uneven spraying {data}"
-            per_plane.append(sum(data))
-        assert sum(per_plane) == packets_of(sizes), per_plane
-        c = await tb.counters(i)
-        assert c["rel.retx_timeout"] == c["rel.retx_sack"] == c["rel.retx_nak"] == 0, c
-    log_case(dut, "planes", 0, frames=tb.fabric.plane_frames)
-
-
-@cocotb.test()
-async def test_plane_mask_binds_evs(dut):
-    """``phy_port_mask`` 0b10 binds NIC 0's EVs to plane 1 alone: its data and
-    NIC 1's ACKs use plane 1 only, byte exact; a mask naming a plane the NIC
-    lacks is refused with what to fix, before the QP is touched."""
-    tb = SystemTB(dut, seed=seeds.of(18))
-    await tb.init()
-    with pytest.raises(ValueError, match=r"names plane\(s\) this NIC does not have: it has 2"):
-        tb.ends[0].dev.planes_of(0b100)
-    masked = EvProfile.explicit(range(0xC000, 0xC008), phy_port_mask=0b10)
-    await tb.connect(sq_log2=4, evs=[masked, EvProfile.explicit(range(0xD000, 0xD008))])
-    posted, payload, early = await transfer(tb, 0, [8 * 1024] * 4)
-    await complete_all(tb.ends[0], posted, early)
-    check_memory(tb, 1, payload)
-    assert tb.ends[0].conns[0].qp.ev_planes == [1] * 8
-    frames = tb.fabric.plane_frames
-    assert frames[0][0] == 0 < frames[0][1] and frames[1][0] == 0 < frames[1][1], frames
-    check_frames_on_bound_planes(tb)
-
-
-@cocotb.test()
-async def test_plane_down_mid_transfer(dut):
-    """512 KiB NIC 0 -> NIC 1 over both planes; mid-transfer NIC 0's plane 1
-    link goes down (``link_up``): NIC 0 drops that plane's frames
-    (``plane_drops``), its four EVs there (1, 3, 5, 7) go ASSUMED_BAD, each
-    reported to the controller with its time, the transfer completes byte
-    exact on plane 0, and once TX has seen the events no frame is dropped."""
-    tb = SystemTB(dut, seed=seeds.of(19))
-    await tb.init()
-    await tb.connect(sq_log2=4, timeout=7, sack_threshold=3)
-    a = tb.ends[0]
-    drops = []
-
-    async def count_drops():
-        while True:
-            await RisingEdge(dut.n0_plane_drops)
-            drops.append(get_sim_time(unit="ns"))
-
-    cocotb.start_soon(count_drops())
-    sizes = [16 * 1024] * 32
-    task = cocotb.start_soon(transfer(tb, 0, sizes))
-    while tb.fabric.plane_frames[0][1] < 48:
-        await tb.cycles(16)
-    down_ns = get_sim_time(unit="ns")
-    dut.n0_link_up.value = 0b01
-    bad_at = {}
-    while len(bad_at) < 4:
-        for e in await a.dev.read_ev_events():
-            assert (e.old, e.new) == (EvState.GOOD, EvState.ASSUMED_BAD), e
-            bad_at[e.ev_index] = get_sim_time(unit="ns")
-        await tb.cycles(200)
-    posted, payload, early = await task
-    cqes = await complete_all(a, posted, early)
-    assert [c.status for c in cqes] == [Completion.SUCCESS] * len(sizes)
-    check_memory(tb, 1, payload)
-    assert sorted(bad_at) == [1, 3, 5, 7], bad_at
-    states = await a.dev.ev_states(a.qp)
-    assert [states[i] for i in range(8)] == [EvState.GOOD, EvState.ASSUMED_BAD] * 4, states
-    assert drops and drops[0] >= down_ns, drops
-    # frames TX had picked before the last event may still meet the dead link
-    slack_ns = TxEngine.max_picked_ahead * ((1024 + 74) // 8 + 1) * CLK_NS
-    late = [t for t in drops if t > max(bad_at.values()) + slack_ns]
-    assert late == [], f"frames dropped at the dead plane after its EVs went bad: {late}"
-    log_case(dut, "plane down", down_ns, drops=len(drops),
-             assumed_bad_us={i: round((t - down_ns) / 1e3, 1) for i, t in sorted(bad_at.items())})
 
 
 # ---- loss, dead paths, ACK loss, many QPs, outage (issue 7) ------------------------------
@@ -1136,9 +959,7 @@ DEFAULT_TESTS = ["test_discovery", "test_write_lossless_8_paths",
                  "test_control_api",
                  "test_remote_access_error_ends_the_qp", "test_broken_nic_fails_the_checks",
                  "test_max_wimm_keeps_a_small_receive_cq_from_overflowing",
-                 "test_without_max_wimm_a_small_receive_cq_overflows",
-                 "test_planes_spray_by_ev_binding", "test_plane_mask_binds_evs",
-                 "test_plane_down_mid_transfer"]
+                 "test_without_max_wimm_a_small_receive_cq_overflows"]
 # The fault cases: 1 % loss both ways, 1 MiB at 1 % loss, reordering, a path down
 # then up through probes, 5 % data loss replayed into the model NICs. In the default
 # suite (about 20 s of simulation on two_nic_sim); their own run, so that a failure
@@ -1148,11 +969,7 @@ FAULT_TESTS = ["test_write_one_percent_loss", "test_loss_1pct_1mib", "test_write
 
 
 def run(testcases, tag):
-    from sim.cocotb_runner import SIM_BUILD, run_cocotb
-
-    run_cocotb(name="system_two_nic_sim", elaborate=SimTwoNicTop, toplevel=SIM_TOPLEVEL,
-               test_module="tests.system.test_two_nic", testcase=testcases,
-               test_dir=SIM_BUILD / "system_two_nic_sim" / tag)
+    run_two_nic("tests.system.test_two_nic", testcases, tag)
 
 
 def test_system():

@@ -14,6 +14,7 @@ import pytest
 
 from host_driver.driver import Completion, DriverError, QpState, WrOpcode
 from hw.nic.csr import DEVICE_INFO_TYPE_ID, NIC_VERSION
+from hw.nic.plane_status import PLANES_TYPE_ID
 from sim.nicmodel import ModelFabric, ModelNic
 from sim.system import requester_cases
 from sim.system.model_harness import BUILD_IDS, ModelSystem
@@ -79,10 +80,11 @@ def test_discovery():
         await tb.init()
         for i, end in enumerate(tb.ends):
             dev = end.dev
+            # the planes block last: the NICs have planes
             assert [(b.type_id, b.version) for b in dev.blocks] == [
-                (DEVICE_INFO_TYPE_ID, 1), (2, 1), (3, 1), (4, 1), (5, 1)]
+                (DEVICE_INFO_TYPE_ID, 1), (2, 1), (3, 1), (4, 1), (5, 1), (PLANES_TYPE_ID, 1)]
             block_size = dev.params["block_size"]
-            assert [b.base for b in dev.blocks] == [k * block_size for k in range(5)]
+            assert [b.base for b in dev.blocks] == [k * block_size for k in range(6)]
             assert dev.params["nic_version"] == NIC_VERSION
             assert dev.params["build_id"] == BUILD_IDS[i]
             for name in ("data_width", "num_qps", "evs_per_qp", "sack_bits", "max_mtu",
@@ -106,14 +108,19 @@ def test_discovery():
 
 
 def test_model_nic_block_layout_is_nic_core():
-    """Window size and block order come from NicCore's own rule."""
-    from hw.nic.core import BLOCK_ORDER, NicCore
+    """Window size and block order come from NicCore's own rule (its planes
+    block last, with planes)."""
+    from hw.nic.core import NicCore
 
     nic = ModelNic(NIC_PARAMS, ModelFabric())
     core = NicCore(**NIC_PARAMS, build_id=0)
     assert 1 << nic.block_bits == core.block_size
-    assert [nic.read32(core.block_base(name)) >> 16 for name in BLOCK_ORDER] == [1, 2, 3, 4, 5]
-    assert nic.read32(5 << nic.block_bits) == 0  # outside every window
+    assert nic.block_order == core.block_order
+    assert [nic.read32(core.block_base(name)) >> 16 for name in core.block_order] == [
+        1, 2, 3, 4, 5, PLANES_TYPE_ID]
+    n = len(core.block_order)
+    assert nic.read32((n - 1) << nic.block_bits | 4) == 0  # the last block's next
+    assert nic.read32(n << nic.block_bits) == 0  # outside every window
 
 
 def test_bad_parameters():
