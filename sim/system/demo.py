@@ -222,6 +222,10 @@ async def run_scenario(system, cfg: DemoConfig, now_ns, log=print, *,
         "nic_params": dict(system.ends[0].dev.params),
         "evs": [list(end.qp.evs.values) for end in system.ends],
         "first_qpns": [end.qp.qpn for end in system.ends],  # the QPs of the EV states
+        # (EV value, plane) of every connection's EVs, as each NIC's driver bound them
+        "ev_planes": [sorted({(v, p) for c in end.conns
+                              for v, p in zip(c.qp.evs.values, c.qp.ev_planes, strict=False)})
+                      for end in system.ends],
         "recorder": asdict(rec),
         "faults": [(t, e.path, e.direction, e.up) for t, e in fab.fault_log],
         "counters": [await end.dev.counters() for end in system.ends],
@@ -285,10 +289,14 @@ def _series(raw: dict, bin_ns: float):
     t1 = max(raw["recorder"]["end_ns"], t0 + bin_ns)
     nbins = int((t1 - t0) // bin_ns) + 1
     paths = raw["config"]["paths"]
+    # each sender's EVs' planes (a record without them: one plane)
+    plane_of = [dict(pairs) for pairs in raw.get("ev_planes") or ([], [])]
+    planes = 1 + max((p for m in plane_of for p in m.values()), default=0)
     goodput = np.zeros((2, nbins))  # first deliveries of each PSN, Gb/s
+    plane_goodput = np.zeros((2, planes, nbins))  # the same by the EV's plane
     pkts = np.zeros((2, paths, nbins))  # data frames sent per path (any fate)
     seen = [set(), set()]
-    for (t, d, path, _ev, fate, _reason, _ce, frame, arrival) in raw["capture"]:
+    for (t, d, path, ev, fate, _reason, _ce, frame, arrival) in raw["capture"]:
         info = data_frame_info(frame)
         if info is None:
             continue
@@ -301,7 +309,9 @@ def _series(raw: dict, bin_ns: float):
         b = int((arrival - t0) // bin_ns)
         if 0 <= b < nbins:
             goodput[d, b] += info[2] * 8 / bin_ns
-    return {"t0": t0, "bin_ns": bin_ns, "goodput": goodput, "pkts": pkts}
+            plane_goodput[d, plane_of[d].get(ev, 0), b] += info[2] * 8 / bin_ns
+    return {"t0": t0, "bin_ns": bin_ns, "goodput": goodput, "pkts": pkts,
+            "plane_goodput": plane_goodput}
 
 
 def analyse(raw: dict) -> dict:
@@ -363,6 +373,8 @@ def analyse(raw: dict) -> dict:
         "faults": faults,
         "ev_events": events,
         "first_qpns": raw.get("first_qpns"),
+        "evs": raw.get("evs"),
+        "ev_planes": raw.get("ev_planes"),
         "ev_states_final": [[EV_STATE_NAMES.get(x, x) for x in st]
                             for st in raw["ev_states_final"]],
         "recovery": recovery,
@@ -536,7 +548,9 @@ def report_markdown(summary: dict) -> str:
         "CE marks and trims as delivered; Wireshark dissects UDP 4791 as RoCE"
         + ("; the model's frames are built from its packets by `host_driver.layers`" if model
            else "") + "), `traffic_fates.csv` (fate of each pcap record), `goodput.png`, "
-        "`paths.png`, `ev_states.png`" + ("." if model else ", the waveform."),
+        + ("`planes.png` (goodput by the plane of the data's EV), "
+           if summary["_series"]["plane_goodput"].shape[1] > 1 else "")
+        + "`paths.png`, `ev_states.png`" + ("." if model else ", the waveform."),
         "",
     ]
     return "\n".join(lines)
@@ -610,6 +624,23 @@ def plot(summary: dict, out: Path) -> list[str]:
     plt.close(fig)
     files.append("goodput.png")
 
+    planes = s["plane_goodput"].shape[1]
+    if planes > 1:
+        fig, axes = plt.subplots(2, 1, figsize=(9, 5.5), sharex=True, sharey=True)
+        for d, ax in enumerate(axes):
+            for p in range(planes):
+                ax.plot(t, s["plane_goodput"][d, p], lw=0.9, label=f"plane {p}")
+            shade(ax)
+            ax.set_ylabel("goodput (Gb/s)")
+            ax.set_title(f"{summary['directions'][d]['name']}: goodput by the plane of the "
+                         "data's EV", fontsize=9)
+            ax.legend(fontsize=7, loc="lower right", ncol=planes)
+        axes[1].set_xlabel("simulated time (us)")
+        fig.tight_layout()
+        fig.savefig(out / "planes.png", dpi=90)
+        plt.close(fig)
+        files.append("planes.png")
+
     # frames per path as a heat map, in bins of about 1/60 of the run
     k = max(1, s["pkts"].shape[2] // 60)
     nb = s["pkts"].shape[2] // k
@@ -654,6 +685,11 @@ def plot(summary: dict, out: Path) -> list[str]:
             if when is not None:
                 ax.axvline(when / 1000, color="k", ls="--", lw=1)
         ax.set_yticks(range(nevs))
+        planes = dict(summary["ev_planes"][nic]) if summary.get("ev_planes") else {}
+        values = summary["evs"][nic] if summary.get("evs") else []
+        if len({planes.get(v, 0) for v in values}) > 1:  # with planes: each EV's
+            ax.set_yticklabels([f"{i} p{planes.get(v, 0)}" for i, v in enumerate(values)]
+                               + [str(i) for i in range(len(values), nevs)], fontsize=7)
         ax.set_ylabel(f"nic{nic} EV")
     axes[0].set_title("EV states (green GOOD, red ASSUMED_BAD) as the driver reads them; "
                       "dashed: path down / up", fontsize=9)

@@ -13,7 +13,15 @@ from scapy.layers.inet import IP
 from scapy.utils import PcapReader
 
 from host_driver import layers as L
-from sim.system.demo import DemoConfig, analyse, data_frame_info, plot, write_pcap, write_report
+from sim.system.demo import (
+    DemoConfig,
+    analyse,
+    data_frame_info,
+    plot,
+    report_markdown,
+    write_pcap,
+    write_report,
+)
 from sim.system.fabric import mark_ce
 
 CFG = DemoConfig(rounds=1, shard_bytes=8 * 1024, messages=2, seed=1, fail_path=3,
@@ -120,6 +128,7 @@ def test_analysis_goodput_retransmissions_and_recovery():
     series = s["_series"]
     assert series["goodput"][0].sum() * series["bin_ns"] / 8 == pytest.approx(8 * 1024)
     assert series["pkts"][0].sum() == 10  # data frames sent, any fate
+    assert series["plane_goodput"].shape[1] == 1  # a record without planes: one
     assert [(x["nic"], x["retx_sack"], x["retx_nak"]) for x in s["retransmissions"]] == [
         (0, 1, 0), (1, 0, 1)]
     r = s["recovery"]
@@ -142,6 +151,23 @@ def test_report_files_and_plots(tmp_path):
     for name in files:
         assert (tmp_path / name).stat().st_size > 1000
     assert set(files) == {"goodput.png", "paths.png", "ev_states.png"}
+
+
+def test_goodput_per_plane(tmp_path):
+    """With the EVs' planes in the record (EV i on plane i mod 4), goodput is
+    split by the plane of each delivered PSN's EV (first delivery only), sums
+    to the total, and planes.png is drawn."""
+    raw = synthetic_raw()
+    raw["ev_planes"] = [[(base + i, i % 4) for i in range(8)] for base in (0xC000, 0xD000)]
+    s = analyse(raw)
+    series = s["_series"]
+    per_plane = series["plane_goodput"][0].sum(axis=1) * series["bin_ns"] / 8
+    # direction 0: PSNs 0..7 first delivered on EVs 0xC000 + psn, PSN 3 on 0xC004
+    # (plane 0) after its loss
+    assert list(per_plane) == [3072, 2048, 2048, 1024]
+    assert per_plane.sum() == pytest.approx(series["goodput"][0].sum() * series["bin_ns"] / 8)
+    assert "planes.png" in plot(s, tmp_path)
+    assert "`planes.png`" in report_markdown(s)
 
 
 def test_report_says_so_when_memory_is_wrong(tmp_path):
