@@ -58,13 +58,15 @@ DEVICE_DP16KD = 108
 
 # NicCore configurations of the scaling table. "board" is what `make bitstream`
 # builds (hw/board/top.py VERSA_NIC_PARAMS; docs/timing.md says why), then the
-# same with other EV counts, then the default NicCore (the simulation
+# same with other EV counts and with 2 and 4 planes, then the default NicCore (the simulation
 # configuration) at 16, 64 and 256 QPs.
 DEFAULT_NIC = dict(num_qps=16, evs_per_qp=16, sack_bits=64, max_mtu=4096, mpr_max=1024,
                    num_mrs=16, window=64, inflight_depth=256)
 BOARD_EVS = (2, 4, 8, 16, 32)
+BOARD_PLANES = (2, 4)
 SWEEP_QPS = (16, 64, 256)
 NIC_SWEEP_TAGS = ("board", *(f"board_ev{e}" for e in BOARD_EVS),
+                  *(f"board_p{n}" for n in BOARD_PLANES),
                   *(f"default_q{q}" for q in SWEEP_QPS))
 
 
@@ -79,6 +81,7 @@ def nic_sweep() -> dict[str, dict]:
         "board": board,
         **{f"board_ev{e}": {**board, "evs_per_qp": e} for e in BOARD_EVS
            if e != board["evs_per_qp"]},
+        **{f"board_p{n}": {**board, "num_planes": n} for n in BOARD_PLANES},
         **{f"default_q{q}": {**DEFAULT_NIC, "num_qps": q} for q in SWEEP_QPS},
     }
 
@@ -327,10 +330,10 @@ def build_nscc(outroot: Path, *, pnr: bool) -> dict:
 def nic_table(results: dict[str, dict]) -> str:
     mac_uart = sum(BOARD_FIXED_LUT4.values())
     lines = [
-        "| config | QPs | EVs/QP | SACK | MTU | MRs | window | inflight | LUT4 (logic) "
+        "| config | QPs | EVs/QP | planes | SACK | MTU | MRs | window | inflight | LUT4 (logic) "
         "| TRELLIS_COMB (est.) | FF | DP16KD | LUTRAM (DPR16X4) | fmax (MHz, OOC) "
         "| fits 45F with MAC + UART |",
-        "|---|" + "---|" * 14,
+        "|---|" + "---|" * 15,
     ]
     for tag, r in results.items():
         p, c = r["params"], r["cells"]
@@ -347,7 +350,8 @@ def nic_table(results: dict[str, dict]) -> str:
             fits = (f"yes: {100 * total / DEVICE_LUT4:.0f} % of TRELLIS_COMB, {bram_left} "
                     f"DP16KD left for host memory")
         lines.append(
-            f"| {tag} | {p['num_qps']} | {p['evs_per_qp']} | {p['sack_bits']} | {p['max_mtu']} "
+            f"| {tag} | {p['num_qps']} | {p['evs_per_qp']} | {p.get('num_planes', 1)} "
+            f"| {p['sack_bits']} | {p['max_mtu']} "
             f"| {p['num_mrs']} | {p['window']} | {p['inflight_depth']} | {r['lut4']:,} | {comb:,} "
             f"| {c.get('TRELLIS_FF', 0):,} | {c.get('DP16KD', 0)} | {c.get('TRELLIS_DPR16X4', 0)} "
             f"| {fmax_s} | {fits} |")
