@@ -125,7 +125,7 @@ def with_outreg(script: Path, netlist: str) -> None:
 # a new draw: rebuild, and if the core misses 125 MHz or the routing stops,
 # try other seeds (--seed) and the other placer (--placer).
 DEFAULT_PLACER = "static"
-DEFAULT_SEED = 2
+DEFAULT_SEED = 9
 
 # router2 gives up on a placement it cannot route: past DIVERGE_FROM
 # iterations, more than DIVERGE_OVERUSED overused wires, or still any at
