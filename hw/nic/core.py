@@ -252,8 +252,9 @@ class NicCore(wiring.Component):
                 reads, send-CQE writes), bits [3:0] are the block's own ID.
     ``s_axil``  In(AXI4LiteSignature(csr_addr_width, 32)): the CSR space, a
                 chain of self-describing register blocks (docs/registers.md):
-                device info at 0, then TX, RX, reliability and the EV
-                generator, each in a window of ``block_size`` bytes.
+                device info at 0, then TX, RX, reliability, the EV
+                generator and, with planes, the planes block, each in a
+                window of ``block_size`` bytes.
     ``irq``     Out(1): reliability's interrupt (EV event queued, or a send
                 CQE written since ``irq_status`` was read), or with planes a
                 plane event (the planes block's ``link_changes`` not 0).
@@ -274,10 +275,10 @@ class NicCore(wiring.Component):
     the planes' rates, and each plane's MAC must hold ``num_planes`` - 1
     frames while the others are served. Each plane's streams pass a
     register stage of their own. ``plane_drops`` Out(1): one strobe per
-    frame dropped by the split. The planes register
-    block (``PlaneStatus``, last in the CSR chain) gives the host each
-    plane's link, an event (and ``irq``) when one goes down or comes back,
-    and frames sent, received and dropped per plane.
+    frame dropped by the split. The planes register block
+    (``PlaneStatus``, last in the CSR chain) gives the host each plane's
+    link, an event (and ``irq``) when one goes down or comes back, and the
+    frames sent, received and dropped per plane.
 
     Internal joins: RX ``peer_ack`` -> reliability; TX ``sent`` ->
     reliability through the sent buffer (below); reliability ``retx``,
