@@ -107,6 +107,23 @@ def test_discovery():
     run(body())
 
 
+def test_planes_block_required_and_read():
+    """A NIC whose device info reports planes must have the planes block: the
+    driver refuses one without it, saying what is missing. With it, the model's
+    block reads every link up, no plane event and nothing counted per plane."""
+    async def body():
+        tb = ModelSystem()
+        tb.ends[0].nic.block_order = tb.ends[0].nic.block_order[:-1]  # the block hidden
+        with pytest.raises(DriverError, match="says 4 planes but the planes block is missing"):
+            await tb.ends[0].dev.init()
+        dev = tb.ends[1].dev
+        await dev.init()
+        assert await dev.read_plane_events() == []
+        assert await dev.plane_counters() == [
+            {"up": 1, "tx_frames": 0, "rx_frames": 0, "link_drops": 0}] * 4
+    run(body())
+
+
 def test_model_nic_block_layout_is_nic_core():
     """Window size and block order come from NicCore's own rule (its planes
     block last, with planes)."""
