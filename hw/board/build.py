@@ -317,15 +317,15 @@ def main(argv=None) -> int:
     parser.add_argument("--placer", choices=("heap", "static", "sa"), default=DEFAULT_PLACER,
                         help=f"nextpnr placer (default {DEFAULT_PLACER}: with seed "
                              f"{DEFAULT_SEED}, the pair whose placement routes and meets timing "
-                             "for the default build; HeAP's placements of this netlist do not "
-                             "route; docs/timing.md)")
+                             "for the default build; another placer is another draw; "
+                             "docs/timing.md#placement-seeds)")
     parser.add_argument("--router", choices=("router1", "router2"), default="router2",
-                        help="nextpnr router (default router2: router1 had not resolved the "
-                             "congestion of this design after 20 minutes; docs/timing.md)")
+                        help="nextpnr router (default router2: this design's congestion "
+                             "needs router2's cost-based rip-up; docs/timing.md)")
     parser.add_argument("--no-tmg-ripup", dest="tmg_ripup", action="store_false",
                         help="route without nextpnr's timing-driven rip-up (--tmg-ripup, on by "
-                             "default: router2 alone left single routes of 4.5-8.6 ns on "
-                             "critical nets; docs/timing.md)")
+                             "default: it re-routes the nets of arcs failing timing, which "
+                             "router2 alone leaves detoured; docs/timing.md)")
     parser.add_argument("--nextpnr-opts", default="", metavar="OPTS",
                         help="more nextpnr options, e.g. '--router2-heatmap heat' (files "
                              "land in --out)")
