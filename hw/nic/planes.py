@@ -10,7 +10,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.arbiter import AXIStreamArbiter
-from hw.bits import onehot
+from hw.bits import bit_at, lowest_set, onehot
 from hw.protocol import MAX_PLANES, PLANE_BITS
 from hw.stream import AXIStreamSignature, check_data_width
 
@@ -176,8 +176,5 @@ def up_plane(plane, link_up):
     """``plane`` if its bit of ``link_up`` is set, else the lowest plane whose
     link is up (``plane`` if none is): the plane for a frame that may leave on
     any plane but prefers ``plane`` (an ACK: its data's arrival plane)."""
-    n = len(link_up)
-    first = plane
-    for p in reversed(range(n)):
-        first = Mux(link_up[p], p, first)
-    return Mux((plane < n) & link_up.bit_select(plane, 1), plane, first)
+    any_up, first = lowest_set(link_up)
+    return Mux(bit_at(link_up, plane) | ~any_up, plane, first)

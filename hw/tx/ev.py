@@ -5,6 +5,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..bits import bit_at, onehot
 from ..protocol import MAX_PLANES, PLANE_BITS
 from .layouts import EvState, EvUpdate
 
@@ -271,14 +272,14 @@ class EvTable(wiring.Component):
         with m.Else():
             m.d.comb += [rw.addr.eq(self.bus.csr_sel[self.ev_bits:]),
                          rw.data.eq(self.bus.csr_plane.replicate(ne)),
-                         rw.en.eq(Mux(self.bus.csr_we, 1 << ev_sel, 0))]
+                         rw.en.eq(Mux(self.bus.csr_we, onehot(ev_sel, ne), 0))]
         m.d.comb += rr.addr.eq(self.bus.good_qp)
         # registered: the port's input fans out to every EV's plane select
-        links = Signal(MAX_PLANES, init=(1 << n) - 1)  # as link_up resets
-        m.d.sync += links.eq(self.link_up)  # planes the NIC lacks stay 0: down
-        m.d.comb += self.bus.link_rose.eq((self.link_up & ~links[:n]).any())
+        links = Signal(n, init=(1 << n) - 1)  # as link_up resets
+        m.d.sync += links.eq(self.link_up)
+        m.d.comb += self.bus.link_rose.eq((self.link_up & ~links).any())
         live = Signal(ne)
         for i in range(ne):
             plane = rr.data[PLANE_BITS * i: PLANE_BITS * (i + 1)]
-            m.d.comb += live[i].eq(links.bit_select(plane, 1))
+            m.d.comb += live[i].eq(bit_at(links, plane))  # a plane >= n: 0, down
         return live

@@ -295,3 +295,31 @@ def test_merge_fair_with_all_planes_busy(num_planes):
 def test_bad_parameters(block, data_width, num_planes, name):
     with pytest.raises(ValueError, match=name):
         block(data_width, num_planes)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4, 8])
+def test_up_plane(n):
+    """``up_plane``: the plane itself while its link is up, else the lowest
+    plane whose link is up, else (no link up) the plane; a plane the NIC lacks
+    counts as down. Every plane number and every link state."""
+    from amaranth.hdl import Module, Signal
+
+    from hw.nic.planes import up_plane
+
+    plane, links = Signal(PLANE_BITS), Signal(n)
+    m = Module()
+    out = Signal(PLANE_BITS)
+    m.d.comb += out.eq(up_plane(plane, links))
+
+    async def bench(ctx):
+        for up in range(1 << n):
+            ctx.set(links, up)
+            for p in range(1 << PLANE_BITS):
+                ctx.set(plane, p)
+                live = [q for q in range(n) if up >> q & 1]
+                want = p if (p < n and up >> p & 1) or not live else live[0]
+                assert ctx.get(out) == want, (n, bin(up), p)
+
+    sim = Simulator(m)
+    sim.add_testbench(bench)
+    sim.run()
