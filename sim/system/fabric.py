@@ -108,6 +108,7 @@ class Path:
     trim: bool = False  # trim data frames that overflow instead of dropping them
     trim_prob: float = 0.0  # trim data frames at random with this probability
     trim_dscp: int = L.TRIM_DSCP_DEFAULT
+    wire_extra: int = 0  # bytes a frame takes on the link beyond its own (queue and rate)
     busy_until: float = 0.0
     carried: int = 0
     dropped: int = 0
@@ -138,6 +139,30 @@ class Path:
         if self.gbps is None:
             return 0.0
         return max(0.0, self.busy_until - now) * self.gbps / 8.0
+
+    def enqueue(self, frame: bytes, now: float, data: bool):
+        """The output queue's verdict on ``frame`` arriving at ``now`` (``data``:
+        a data frame, which alone is trimmed or marked): (fate, reason, CE
+        marked, the bytes that leave (None when dropped), departure time).
+        Without a rate the frame leaves at once, untouched. Counts nothing but
+        the queue's high-water mark; the caller counts the fate."""
+        if self.gbps is None:
+            return DELIVERED, "", False, frame, now
+        busy = max(self.busy_until, now)
+        queued = (busy - now) * self.gbps / 8.0
+        fate, reason, ce, out = DELIVERED, "", False, frame
+        if self.queue_bytes is not None and queued + len(out) + self.wire_extra > self.queue_bytes:
+            if not (self.trim and data):
+                return DROPPED, "overflow", False, None, now
+            out = L.trim(out, self.trim_dscp)
+            fate, reason = TRIMMED, "trim_overflow"
+        elif self.ecn_bytes is not None and queued > self.ecn_bytes and data:
+            marked = mark_ce(out)
+            if marked is not None:
+                out, ce = marked, True
+        self.max_queue_bytes = max(self.max_queue_bytes, queued)
+        self.busy_until = busy + (len(out) + self.wire_extra) * 8.0 / self.gbps
+        return fate, reason, ce, out, self.busy_until
 
     def counters(self) -> dict:
         return {"carried": self.carried, "dropped": self.dropped, "trimmed": self.trimmed,
@@ -222,24 +247,10 @@ class Direction:
             path.dropped += 1
             return Verdict(index, ev, DROPPED, "loss", None, None)
         data = is_data_frame(frame)
-        fate, reason, ce, out = DELIVERED, "", False, frame
-        depart = now
-        if path.gbps is not None:
-            busy = max(path.busy_until, now)
-            queued = (busy - now) * path.gbps / 8.0
-            if path.queue_bytes is not None and queued + len(out) > path.queue_bytes:
-                if not (path.trim and data):
-                    path.dropped += 1
-                    return Verdict(index, ev, DROPPED, "overflow", None, None)
-                out = L.trim(out, path.trim_dscp)
-                fate, reason = TRIMMED, "trim_overflow"
-            elif path.ecn_bytes is not None and queued > path.ecn_bytes and data:
-                marked = mark_ce(out)
-                if marked is not None:
-                    out, ce = marked, True
-            path.max_queue_bytes = max(path.max_queue_bytes, queued)
-            depart = busy + len(out) * 8.0 / path.gbps
-            path.busy_until = depart
+        fate, reason, ce, out, depart = path.enqueue(frame, now, data)
+        if fate == DROPPED:
+            path.dropped += 1
+            return Verdict(index, ev, DROPPED, reason, None, None)
         if data and fate == DELIVERED:
             if path.trim_prob and self.rng.random() < path.trim_prob:
                 out = L.trim(out, path.trim_dscp)

@@ -1,16 +1,18 @@
-"""Two-NIC cocotb harness: the two-NIC top (sim/system/top.py) with, per NIC,
-an AxiLiteMaster on its CSR port, an AxiRam as its host memory and the host
-driver (host_driver/driver.py) on a CocotbTransport; the MAC ports are joined
-by the fabric model (sim/system/fabric.py).
+"""System cocotb harness: the system top (sim/system/top.py, two NICs or more)
+with, per NIC, an AxiLiteMaster on its CSR port, an AxiRam as its host memory
+and the host driver (host_driver/driver.py) on a CocotbTransport; the MAC
+ports are joined by a fabric model: two NICs by sim/system/fabric.py's paths,
+more by sim/system/switch.py's switch per plane (``SystemTB.fabric``).
 
 ``SystemTB.connect(qps=n)`` brings n QPs on each NIC to RTS: QP k of NIC 0
 and QP ``peer_of(k)`` of NIC 1 are each other's peer (a distinct QP on the
 peer, not the same number, so that QPN routing is exercised), and every QP
 has its own receive buffer registered as its own memory region and its own
-send buffer. ``SystemTB.counters()`` reads every NIC's counters through the
-driver, and ``check_counters()`` asserts the equations that tie the sender's
-TX and reliability counters, the fabric's carried and dropped frames and the
-receiver's RX counters together (see its docstring).
+send buffer. ``SystemTB.connect_pair(a, b)`` connects one QP of NIC ``a``
+to one of NIC ``b``, on a system of any size. ``SystemTB.counters()`` reads
+every NIC's counters through the driver, and ``check_counters()`` asserts
+the equations that tie the sender's TX and reliability counters, the
+fabric's carried and dropped frames and the receiver's RX counters together (see its docstring).
 """
 
 from __future__ import annotations
@@ -36,17 +38,24 @@ from host_driver import layers as L
 from host_driver.driver import Device, EvProfile, MemoryRegion, QueuePair
 from host_driver.transport import CocotbTransport
 from sim.system.fabric import Fabric
+from sim.system.pairs import (
+    EV_BASES,
+    IPS,
+    MACS,
+    RAM_SIZE,
+    Connection,
+    check_memory,
+    connect_pair,
+    new_conn,
+)
 from sim.system.simhw import SimHw, plane_suffix
+from sim.system.switch import SwitchFabric
 
 __all__ = ["SystemTB", "Endpoint", "Connection", "CLK_NS", "RAM_SIZE", "ev_owner",
            "whole_bursts"]
 
 CLK_NS = 8
-RAM_SIZE = 1 << 25  # 32 MiB of host memory per NIC
-MACS = ("02:00:00:00:00:01", "02:00:00:00:00:02")
-IPS = ("10.0.0.1", "10.0.0.2")
-EV_BASES = (0xC000, 0xD000)  # NIC i's QP k sprays over EV_BASES[i] + 16 k + (0..7)
-EVS = [EvProfile.explicit(range(base, base + 8)) for base in EV_BASES]
+EVS = [EvProfile.explicit(range(base, base + 8)) for base in EV_BASES[:2]]  # connect()'s
 # The RX drop reasons of a data frame (docs/rx.md), besides placed and duplicate;
 # wimm_full (the pending-completion table was full) and cq_full (no receive CQ
 # slot for the message's CQE) are drops the requester recovers like a loss
@@ -99,19 +108,6 @@ def ev_owner(ev: int | None) -> int | None:
 
 
 @dataclass
-class Connection:
-    """One QP of a NIC and what the driver made for it: the memory region the
-    peer writes into (``recv_buf``) and the buffer it sends from."""
-
-    qp: QueuePair
-    mr: MemoryRegion
-    recv_buf: int
-    send_buf: int
-    buf_size: int
-    peer: int = 0  # index of the peer's connection on the other NIC
-
-
-@dataclass
 class Endpoint:
     """One NIC and the objects the driver made on it. ``qp``, ``mr``,
     ``recv_buf`` and ``send_buf`` are those of its first connection."""
@@ -145,8 +141,18 @@ def num_planes(dut) -> int:
     return n
 
 
+def num_nics(dut) -> int:
+    """The NICs in ``dut`` (either top), from its ports."""
+    n = 2
+    while hasattr(dut, f"n{n}_irq"):
+        n += 1
+    return n
+
+
 class SystemTB:
-    """The two NICs, their host memories, CSR masters, drivers and the fabric.
+    """The NICs, their host memories, CSR masters, drivers and the fabric
+    (``Fabric`` between two NICs, ``SwitchFabric`` between more, or between
+    two with ``switch``).
 
     ``dut`` is either ``two_nic_sim`` (``sim.system.simhw.SimTwoNicTop``: host
     memories and MAC streams in the simulator, Python woken per frame and per
@@ -156,18 +162,19 @@ class SystemTB:
     The API and every check are the same on both."""
 
     def __init__(self, dut, *, seed: int = 1, delay_ns: float = 400.0, num_paths: int = 8,
-                 keep_log: bool = False):
+                 keep_log: bool = False, switch: bool = False):
         self.dut = dut
-        self.simhw = SimHw(dut, RAM_SIZE) if SimHw.present(dut) else None
+        self.num_nics = nics = num_nics(dut)
+        self.simhw = SimHw(dut, RAM_SIZE, nics) if SimHw.present(dut) else None
         for name in ("s_axil", "m_axi", "mac_tx", "mac_rx"):
-            for i in range(2):
+            for i in range(nics):
                 logging.getLogger(f"cocotb.{dut._name}.n{i}_{name}").setLevel(logging.WARNING)
         cocotb.start_soon(Clock(dut.clk, CLK_NS, unit="ns").start())
         self.rng = random.Random(seed)
         self.ends: list[Endpoint] = []
         self.num_planes = planes = num_planes(dut)
         sinks, sources = [], []
-        for i in range(2):
+        for i in range(nics):
             if planes > 1:  # every plane's link up; a test may take one down
                 getattr(dut, f"n{i}_link_up").value = (1 << planes) - 1
             axil = AxiLiteMaster(AxiLiteBus.from_prefix(dut, f"n{i}_s_axil", bus_separator="__"),
@@ -194,8 +201,12 @@ class SystemTB:
                 transport = CocotbTransport(axil, ram, RAM_SIZE, dut.clk,
                                             irq=getattr(dut, f"n{i}_irq"))
             self.ends.append(Endpoint(Device(transport), ram))
-        self.fabric = Fabric(sinks, sources, num_paths=num_paths, delay_ns=delay_ns, seed=seed,
-                             keep_log=keep_log)
+        if nics == 2 and not switch:
+            self.fabric = Fabric(sinks, sources, num_paths=num_paths, delay_ns=delay_ns,
+                                 seed=seed, keep_log=keep_log)
+        else:
+            self.fabric = SwitchFabric(sinks, sources, MACS[:nics], num_paths=num_paths,
+                                       delay_ns=delay_ns, seed=seed, keep_log=keep_log)
 
     async def cycles(self, n: int):
         """Let ``n`` clock cycles pass (one timer, not n clock edges, on two_nic_sim)."""
@@ -233,28 +244,18 @@ class SystemTB:
         entries. ``evs``: one EvProfile per NIC for every QP (default: QP k
         of NIC i sprays over EV_BASES[i] + 16 k + 0..7). ``max_wimm``: every
         QP's (``QueuePair.to_rts``; None: the driver's default)."""
+        if self.num_nics != 2:
+            raise ValueError(f"connect() binds NIC 0 to NIC 1 of a two-NIC system; this one "
+                             f"has {self.num_nics} NICs: use connect_pair(a, b)")
         num_qps = self.ends[0].dev.params["num_qps"]
         if not 1 <= qps <= num_qps:
             raise ValueError(f"qps must be in 1..{num_qps} (the NICs' num_qps), not {qps!r}")
-        need = qps * (2 * buf_size + (64 << sq_log2) + (32 << max(sq_log2, 8)) + 3 * 4096)
-        if need > RAM_SIZE - 0x1000:
-            raise ValueError(f"{qps} QPs with {buf_size}-byte buffers need about {need} bytes "
-                             f"of host memory per NIC; there are {RAM_SIZE}: use smaller "
-                             f"buffers or fewer QPs")
+        check_memory(qps, buf_size, sq_log2)
         for end in self.ends:
-            dev = end.dev
-            pd = dev.alloc_pd()
-            await dev.set_probe_period(probe_period)
+            pd = end.dev.alloc_pd()
+            await end.dev.set_probe_period(probe_period)
             for _ in range(qps):
-                send_cq = dev.create_cq(sq_log2)
-                recv_cq = dev.create_cq(recv_cq_log2)
-                qp = await dev.create_qp(pd, send_cq, recv_cq, sq_log2=sq_log2)
-                recv_buf = dev.mem.alloc(buf_size, align=4096)
-                send_buf = dev.mem.alloc(buf_size, align=4096)
-                dev.mem.write(recv_buf, bytes(buf_size))
-                mr = await pd.reg_mr(recv_buf, buf_size)
-                await qp.to_init()
-                end.conns.append(Connection(qp, mr, recv_buf, send_buf, buf_size))
+                end.conns.append(await new_conn(end.dev, pd, buf_size, sq_log2, recv_cq_log2))
         for k in range(qps):
             self.ends[0].conns[k].peer = self.peer_of(k, qps)
             self.ends[1].conns[self.peer_of(k, qps)].peer = k
@@ -275,6 +276,11 @@ class SystemTB:
                 await conn.qp.to_rts(evs=profile, sq_psn=psns[i][k], mtu=mtu, timeout=timeout,
                                      linear_cnt=linear_cnt, exp_cnt=exp_cnt,
                                      sack_threshold=sack_threshold, max_wimm=max_wimm)
+
+    async def connect_pair(self, a: int, b: int, **kw) -> tuple[Connection, Connection]:
+        """One QP of NIC ``a`` bound to one of NIC ``b``, on a system of any
+        size (sim/system/pairs.py ``connect_pair``, which takes ``kw``)."""
+        return await connect_pair(self.ends, a, b, **kw)
 
     def random_bytes(self, n: int) -> bytes:
         return self.rng.randbytes(n)

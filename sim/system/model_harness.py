@@ -46,8 +46,8 @@ BUILD_IDS = getattr(_rtl_top, "BUILD_IDS", None) or (_rtl_top.BUILD_ID,) * 2
 UNLIMITED = 1 << 62  # bytes: a queue that never overflows or marks
 RAM_SIZE = 1 << 25  # 32 MiB of host memory per NIC, as the RTL harness
 # The RTL harness's addresses and EV profiles (sim/system/harness.py)
-MACS = ("02:00:00:00:00:01", "02:00:00:00:00:02")
-IPS = ("10.0.0.1", "10.0.0.2")
+MACS = tuple(f"02:00:00:00:00:{i + 1:02x}" for i in range(_rtl_top.MAX_NICS))
+IPS = tuple(f"10.0.0.{i + 1}" for i in range(_rtl_top.MAX_NICS))
 EVS = [EvProfile.explicit(range(0xC000, 0xC008)), EvProfile.explicit(range(0xD000, 0xD008))]
 
 

@@ -1,8 +1,8 @@
-// Simulation-only hardware of the fast two-NIC harness (sim/system/simhw.py):
+// Simulation-only hardware of the fast system harness (sim/system/simhw.py):
 // per NIC a host memory behind an AXI4 slave, and per MAC port the MAC
 // streams between the NICs and the Python fabric, at frame granularity. The
-// stream functions take a port, NIC + 2 x plane (plane 0's port is the NIC's
-// index); the memory functions a NIC.
+// stream functions take a port, NIC + NICS x plane (plane 0's port is the
+// NIC's index); the memory functions a NIC.
 //
 // Two sides, one shared library (libmrcsimhw.so):
 // - DPI-C functions, called by the Verilog of sim/system/simhw.py every clock
@@ -21,7 +21,7 @@
 
 namespace {
 
-constexpr int NICS = 2;
+constexpr int NICS = 8;  // sim/system/top.py MAX_NICS
 constexpr int PORTS = NICS * 8;  // a MAC port per NIC and plane (up to 8 planes)
 
 struct Beat {  // a write beat held until its burst's last beat
@@ -75,10 +75,11 @@ extern "C" {
 
 // ---- C API for Python (ctypes) ----------------------------------------------------------
 
-// Size (and clear) every memory and drop every queued frame: a fresh system.
-int mrc_sim_reset(uint64_t mem_bytes) {
+// Size (and clear) the memories of NICs 0 .. nics - 1 (the others: none) and
+// drop every queued frame: a fresh system. Returns NICS.
+int mrc_sim_reset(uint64_t mem_bytes, int nics) {
     for (int i = 0; i < NICS; i++) {
-        mem[i].bytes.assign(mem_bytes, 0);
+        mem[i].bytes.assign(i < nics ? mem_bytes : 0, 0);
         mem[i].errors = mem[i].first_error = 0;
         mem[i].burst.clear();
         mem[i].drop_in = -1;

@@ -49,7 +49,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from sim.system.top import TwoNicTop
+from sim.system.top import MAX_NICS, TwoNicTop
 
 __all__ = ["SimTwoNicTop", "SimHw", "library_path", "build_library", "SIM_TOPLEVEL",
            "run_two_nic"]
@@ -208,7 +208,7 @@ def plane_suffix(plane: int) -> str:
 
 def mac_port(nic: int, plane: int) -> int:
     """simhw.cpp's index of NIC ``nic``'s MAC port of plane ``plane``."""
-    return nic + 2 * plane
+    return nic + MAX_NICS * plane
 
 
 def wrapper_verilog(top: TwoNicTop, toplevel: str = SIM_TOPLEVEL, core: str = "two_nic") -> str:
@@ -229,11 +229,11 @@ def wrapper_verilog(top: TwoNicTop, toplevel: str = SIM_TOPLEVEL, core: str = "t
         else:
             body.append(f"  wire {rng}{name};")
         conns.append(f".{name}({name})")
-    for i in range(2):
+    for i in range(top.num_nics):
         io += [f"output [31:0] n{i}_tx_frames{plane_suffix(p)}" for p in range(top.num_planes)]
         io.append(f"output n{i}_mem_error")
     body.append(f"  {core} core ({', '.join(conns)});")
-    for i in range(2):
+    for i in range(top.num_nics):
         p = f"n{i}_m_axi__"
         mem = ", ".join(f".{s}({p}{s})" for s in _MEM_PORTS)
         body.append(f"  mrc_sim_axi_mem #(.NIC({i}), .IW({width[p + 'awid']})) mem{i} "
@@ -299,7 +299,8 @@ def _load() -> ctypes.CDLL:
 def _load_from(lib: ctypes.CDLL) -> ctypes.CDLL:
     """``lib`` with the argument and result types of its C API set."""
     u8p, u64 = ctypes.POINTER(ctypes.c_uint8), ctypes.c_uint64
-    lib.mrc_sim_reset.argtypes, lib.mrc_sim_reset.restype = [u64], ctypes.c_int
+    lib.mrc_sim_reset.argtypes = [u64, ctypes.c_int]
+    lib.mrc_sim_reset.restype = ctypes.c_int
     lib.mrc_mem_ptr.argtypes, lib.mrc_mem_ptr.restype = [ctypes.c_int], ctypes.c_void_p
     lib.mrc_mem_drop_lanes.argtypes = [ctypes.c_int, u64, ctypes.c_int]
     lib.mrc_mem_drop_lanes.restype = None
@@ -390,14 +391,14 @@ class FrameSource:
 
 
 class SimHw:
-    """The simulation-only hardware of a ``two_nic_sim`` dut, from Python.
-    Making one clears both memories and every queued frame."""
+    """The simulation-only hardware of a ``two_nic_sim`` dut (``num_nics`` NICs),
+    from Python. Making one clears every memory and every queued frame."""
 
-    def __init__(self, dut, ram_size: int):
+    def __init__(self, dut, ram_size: int, num_nics: int = 2):
         self.dut = dut
         self.lib = _load()
-        self.lib.mrc_sim_reset(ram_size)
-        self.rams = [HostRam(self.lib, i, ram_size) for i in range(2)]
+        self.lib.mrc_sim_reset(ram_size, num_nics)
+        self.rams = [HostRam(self.lib, i, ram_size) for i in range(num_nics)]
 
     @staticmethod
     def present(dut) -> bool:

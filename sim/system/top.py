@@ -1,15 +1,17 @@
-"""The two-NIC system top: two NicCores, each with its own DMA master (to its
-own host memory) and its own AXI4-Lite CSR port; their MAC ports are joined
-by the cocotb fabric model (sim/system/fabric.py), not in gateware.
+"""The system top: ``num_nics`` NicCores (two by default), each with its own
+DMA master (to its own host memory) and its own AXI4-Lite CSR port; their
+MAC ports are joined by a cocotb fabric model (sim/system/fabric.py between
+two NICs, sim/system/switch.py's switch per plane between any number), not
+in gateware.
 
-Ports: NIC i's (0, 1) NicCore ports, each named ``n{i}_`` and its own:
+Ports: NIC i's (0 .. num_nics - 1) NicCore ports, each named ``n{i}_`` and its own:
 ``n{i}_s_axil``, ``n{i}_m_axi``, ``n{i}_mac_tx``, ``n{i}_mac_rx``, ``n{i}_irq``,
 and with planes ``n{i}_mac_tx_p{p}``, ``n{i}_mac_rx_p{p}``, ``n{i}_link_up``
 and ``n{i}_plane_drops``.
 
 Build cost: NicCore is elaborated once, into a Verilog module ``nic_core``,
-and ``two_nic`` instantiates that module twice (``system_verilog``). Both
-NICs are then the same hardware (the same ``build_id`` too), Amaranth
+and ``two_nic`` instantiates that module once per NIC (``system_verilog``).
+The NICs are then the same hardware (the same ``build_id`` too), Amaranth
 elaborates half as much, and Verilator sees one module it can compile once.
 ``run_cocotb(elaborate=TwoNicTop, ...)`` picks this up through
 ``verilog_text``; its ``cocotb_public = False`` keeps only the top's ports
@@ -22,7 +24,8 @@ from amaranth.lib.wiring import In
 
 from hw.nic import NicCore
 
-__all__ = ["NIC_PARAMS", "BUILD_ID", "BUILD_IDS", "NIC_MODULE", "TwoNicTop", "system_verilog"]
+__all__ = ["NIC_PARAMS", "BUILD_ID", "BUILD_IDS", "NIC_MODULE", "MAX_NICS", "TwoNicTop",
+           "system_verilog"]
 
 # A NIC that the simulator builds in a few minutes: 16 QPs, 8 EVs (paths), four
 # planes (a QP's EV i is on plane i mod 4 unless the driver binds it).
@@ -42,18 +45,24 @@ def nic_ports(nic: NicCore):
         yield "__".join(str(p) for p in path), direction, value
 
 
-class TwoNicTop(wiring.Component):
-    """Two instances of the Verilog module ``nic_core`` (a NicCore built with
-    ``params``); elaborate it with ``system_verilog``, which also emits that
-    module."""
+MAX_NICS = 8  # the simulation hardware's limit (sim/system/simhw.cpp NICS)
 
-    def __init__(self, params=None):
+
+class TwoNicTop(wiring.Component):
+    """``num_nics`` (2 .. MAX_NICS) instances of the Verilog module ``nic_core``
+    (a NicCore built with ``params``); elaborate it with ``system_verilog``,
+    which also emits that module."""
+
+    def __init__(self, params=None, num_nics: int = 2):
+        if not isinstance(num_nics, int) or not 2 <= num_nics <= MAX_NICS:
+            raise ValueError(f"num_nics must be an integer in 2..{MAX_NICS}, not {num_nics!r}")
+        self.num_nics = num_nics
         self.params = dict(NIC_PARAMS if params is None else params)
         # The NicCore that system_verilog converts into the ``nic_core`` module.
         self.nic = nic = NicCore(**self.params, build_id=BUILD_ID)
         self.csr_addr_width, self.data_width = nic.csr_addr_width, nic.data_width
         self.num_planes = nic.num_planes
-        members = {f"n{i}_{name}": member for i in range(2)
+        members = {f"n{i}_{name}": member for i in range(num_nics)
                    for name, member in nic.signature.members.items()}
         super().__init__(members)
         self._nic_ports = [(name, d) for name, d, _ in nic_ports(nic)]
@@ -73,7 +82,8 @@ class TwoNicTop(wiring.Component):
 
         from sim.cocotb_runner import ROOT, source_digest
 
-        return source_digest(ROOT / "hw", Path(__file__), extra=(self.params, BUILD_ID))
+        return source_digest(ROOT / "hw", Path(__file__),
+                             extra=(self.params, BUILD_ID, self.num_nics))
 
     def verilog_text(self, toplevel: str = "two_nic", emit_src: bool = False) -> str:
         """Verilog of this top: the ``nic_core`` module once, then ``toplevel``
@@ -85,7 +95,7 @@ class TwoNicTop(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        for i in range(2):
+        for i in range(self.num_nics):
             mine = {}
             for path, _member, value in self.signature.flatten(self):
                 head = str(path[0])

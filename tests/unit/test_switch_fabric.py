@@ -1,0 +1,104 @@
+"""sim/system/switch.py outside the simulator: switching on the destination
+MAC, the spine path from the EV, the egress port's queue (incast from
+several NICs: queueing at the port's rate, CE marks above the threshold,
+trimming on overflow), path and plane failures, and bad configuration."""
+
+import pytest
+
+from host_driver import layers as L
+from sim.model.packet import L2_WIRE_EXTRA
+from sim.system.fabric import DELIVERED, DROPPED, TRIMMED
+from sim.system.switch import SwitchFabric
+
+MACS = [f"02:00:00:00:00:{i + 1:02x}" for i in range(4)]
+
+
+def frame(src=1, dst=0, ev=0xD003, n=1024, psn=5):
+    return bytes(L.write_packet(opcode=0x07, dqpn=1, psn=psn, va=0x1000, rkey=7,
+                                dma_len=4 * n, payload=bytes(range(256)) * (n // 256), ev=ev,
+                                src_mac=MACS[src], dst_mac=MACS[dst],
+                                src_ip=f"10.0.0.{src + 1}", dst_ip=f"10.0.0.{dst + 1}"))
+
+
+def switch(nics=4, planes=2, **kw):
+    return SwitchFabric([[None] * planes for _ in range(nics)],
+                        [[None] * planes for _ in range(nics)], MACS[:nics], **kw)
+
+
+def test_switches_on_the_destination_mac_and_sprays_on_the_ev():
+    fab = switch(num_paths=4, delay_ns=100.0)
+    for dst in (0, 2, 3):
+        for ev in range(0xD000, 0xD008):
+            to, v = fab.forward(1, 1, frame(1, dst, ev), 0.0)
+            assert (to, v.fate, v.path, v.arrival_ns) == (dst, DELIVERED, ev % 4, 100.0)
+    assert [s.carried for s in fab.spines[1]] == [6, 6, 6, 6]
+    assert [s.carried for s in fab.spines[0]] == [0] * 4
+    assert fab.plane_frames[1] == [0, 24]
+    bad = bytearray(frame())
+    bad[:6] = bytes.fromhex("020000000009")  # no NIC has this MAC
+    to, v = fab.forward(1, 0, bytes(bad), 0.0)
+    assert (to, v.fate, v.reason, fab.no_route) == (None, DROPPED, "no_route", 1)
+
+
+def test_incast_queues_at_the_egress_port_marks_then_trims():
+    """Three senders, each at the port's rate, into one port: the queue grows by
+    two frames' worth per round, frames above ecn_bytes are marked, frames that
+    would overflow queue_bytes are trimmed, other ports see none of it."""
+    fab = switch(delay_ns=0.0)
+    size = len(frame())
+    wire = size + L2_WIRE_EXTRA
+    fab.set_port(gbps=8.0, queue_bytes=8 * wire, ecn_bytes=2 * wire, trim=True, nic=0)
+    fab.set_port(gbps=8.0, nic=3)
+    ser = (size + L2_WIRE_EXTRA) * 8 / 8.0  # ns per frame at 8 Gb/s, with FCS, preamble, gap
+    fates = []
+    for r in range(8):
+        for src in (1, 2, 3):
+            to, v = fab.forward(src, 0, frame(src, 0, 0xD000 + r), r * ser)
+            fates.append((v.fate, v.ce))
+    port = fab.ports[0][0]
+    assert fates[0] == (DELIVERED, False)
+    assert (DELIVERED, True) in fates and fates[-1][0] == TRIMMED
+    assert port.marked == sum(ce for _, ce in fates)
+    assert port.trimmed == sum(f == TRIMMED for f, _ in fates) > 0
+    assert port.max_queue_bytes <= 8 * wire
+    to, v = fab.forward(1, 0, frame(1, 3), 8 * ser)  # another port: no queue
+    assert (v.fate, v.ce, v.arrival_ns) == (DELIVERED, False, 8 * ser + ser)
+    # acknowledgements (not data) are never marked or trimmed: dropped on overflow
+    ack = bytes(L.ack_packet(dqpn=1, cum_psn=3, bitmap=0, ev=0xC001, src_mac=MACS[1],
+                             dst_mac=MACS[0], src_ip="10.0.0.2", dst_ip="10.0.0.1"))
+    fab.set_port(gbps=8.0, queue_bytes=wire, nic=0, plane=1)
+    fab.forward(2, 1, frame(2, 0), 0.0)
+    _, v = fab.forward(3, 1, ack, 0.0)
+    assert (v.fate, v.reason) == (DROPPED, "overflow")
+
+
+def test_a_path_or_a_plane_down_loses_its_frames_only():
+    fab = switch(num_paths=4)
+    fab.set_path_up(2, False, plane=0)
+    assert fab.forward(1, 0, frame(ev=0xD002), 0.0)[1].reason == "down"
+    assert fab.forward(1, 1, frame(ev=0xD002), 0.0)[1].fate == DELIVERED
+    assert fab.forward(1, 0, frame(ev=0xD001), 0.0)[1].fate == DELIVERED
+    fab.set_plane_up(1, False)
+    assert fab.forward(1, 1, frame(ev=0xD001), 0.0)[1].reason == "plane_down"
+    fab.set_plane_up(1, True)
+    assert fab.forward(1, 1, frame(ev=0xD001), 0.0)[1].fate == DELIVERED
+
+
+def test_bad_configuration_raises_value_error():
+    with pytest.raises(ValueError, match="at least two NICs"):
+        SwitchFabric([[None]], [[None]], MACS[:1])
+    with pytest.raises(ValueError, match="must differ"):
+        SwitchFabric([[None]] * 2, [[None]] * 2, [MACS[0], MACS[0]])
+    with pytest.raises(ValueError, match="six hex bytes"):
+        SwitchFabric([[None]] * 2, [[None]] * 2, [MACS[0], "02:00"])
+    with pytest.raises(ValueError, match="one sink and one source per plane"):
+        SwitchFabric([[None], [None, None]], [[None]] * 2, MACS[:2])
+    fab = switch()
+    with pytest.raises(ValueError, match="gbps must be > 0"):
+        fab.set_port(gbps=0)
+    with pytest.raises(ValueError, match="plane must be in 0..1"):
+        fab.set_port(gbps=8.0, plane=2)
+    with pytest.raises(ValueError, match="nic must be in 0..3"):
+        fab.set_port(gbps=8.0, nic=4)
+    with pytest.raises(ValueError, match="path must be in 0..7"):
+        fab.set_path_up(8, False)
