@@ -252,6 +252,9 @@ class RegisterBehaviour:
             return qp.una_psn if live else self.reg("tx", "qp_next_psn", q)
         if name == "qp_next_psn" and live:
             return (qp.sq_psn + qp.nxt_idx) & PSN_MASK
+        if name == "qp_cwnd" and live and self.field("reliability", "nscc_ctrl", 0, "enabled"):
+            # NSCC drives TX's window: its bytes // mtu_wire within 1..window (NsccEngine)
+            return max(1, min(int(qp.cc.cwnd) // qp.cc.mtu, p["window"]))
         if name == "qp_tx_packets":
             return qp.stats["tx_data"] if qp else 0
         if name == "qp_retx_packets":

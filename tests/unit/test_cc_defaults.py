@@ -127,6 +127,12 @@ def test_driver_selects_nscc_by_name():
         await tb.connect()
         qp = tb.ends[0].nic.qps[tb.ends[0].qp.qpn]
         assert qp.cc.p.enabled and qp.cc.p.gamma == 0.5 and qp.cc.mtu == 1024 + DATA_WIRE_OVERHEAD
+        # TX's window reads NSCC's, as the gateware's: bytes // mtu_wire within 1..window
+        q = tb.ends[0].qp.qpn
+        for cwnd, packets in ((qp.cc.cwnd, int(qp.cc.cwnd) // qp.cc.mtu), (100.0, 1),
+                              (1e9, NIC_PARAMS["window"]), (3.5 * qp.cc.mtu, 3)):
+            qp.cc.cwnd = cwnd
+            assert await dev.tx.read("qp_cwnd", q) == packets, cwnd
         with pytest.raises(ValueError, match=r"before bringing QPs to RTS.*QPs \[\d+\]"):
             await dev.set_congestion("uet-1.0-nscc")
         await dev.set_congestion()  # back to the packet window: allowed any time
