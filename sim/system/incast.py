@@ -1,0 +1,233 @@
+"""Incast: several NICs WRITE into one at once, with UET NSCC and ECN, on RTL
+NICs (tests/system/test_incast.py, a switch per plane: sim/system/switch.py)
+or on model NICs (``run_model``: the golden model's transport on its
+fabric), through the same driver code (``run_incast``).
+
+The scenario: NIC 0 receives; NICs 1 .. ``senders`` each have one QP bound to
+a QP of NIC 0, NSCC selected by name on every NIC (``set_congestion``) at
+``base_rtt_ns``, and each WRITEs ``bytes_per_sender`` in messages of
+``message_bytes``, keeping its send queue full. Every ``sample_cycles`` the
+driver reads each sender's window (TX's ``qp_cwnd``: NSCC's bytes //
+mtu_wire) and takes its completions. The bottleneck is NIC 0's port on
+each plane: an output queue at the plane's line rate that CE-marks data
+frames above ``port_ecn_bytes`` queued and trims those that would overflow
+``port_queue_bytes``.
+
+Rates: a NIC's data path (``data_width`` bits a cycle) carries all its
+planes' traffic (PlaneMerge joins them into the one RX pipeline), so each
+plane's port runs at the data path's rate / planes, as an 800G NIC has 8
+ports of 100G: the receiver's ports together are the bottleneck, not its
+data path. Times are NIC clock cycles on both backends: the RTL runs its
+clock at 8 ns of simulated time while its registers describe a NIC clocked
+at ``clk_freq_hz`` (sim/system/top.py); the model runs at the clock its
+registers describe. The model has one plane (sim/nicmodel): its links run at
+the data path's rate, the sum of the RTL's planes', and its receiver's
+downlink queue holds and marks at the sum of the ports' thresholds, which is
+the RTL's fabric as long as each sender spreads evenly over the planes (the
+planes system tests show it does: within 2 frames per plane).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from host_driver.driver import NSCC, Completion, WrOpcode
+from hw.reliability.cc_defaults import DATA_WIRE_OVERHEAD
+from sim.system.pairs import connect_pair
+
+__all__ = ["IncastConfig", "IncastRun", "run_incast", "run_rtl", "run_model", "mean_window",
+           "summed_window", "best_goodput", "figures"]
+
+
+@dataclass(frozen=True)
+class IncastConfig:
+    senders: int = 3
+    bytes_per_sender: int = 192 * 1024
+    message_bytes: int = 16 * 1024
+    mtu: int = 1024
+    base_rtt_ns: float = 60_000.0  # NSCC's base RTT, in the NIC's nominal ns
+    port_ecn_bytes: int = 4096  # per plane's port toward the receiver
+    port_queue_bytes: int = 32 * 1024
+    delay_cycles: int = 50  # each spine path's one-way delay
+    sample_cycles: int = 256
+    evs: int = 8  # per connection, spread over the planes
+    seed: int = 1
+    timeout_cycles: int = 2_000_000
+
+    def check(self) -> None:
+        if not 1 <= self.senders <= 7:
+            raise ValueError(f"senders must be in 1..7, not {self.senders!r}")
+        if self.bytes_per_sender % self.message_bytes or self.message_bytes <= 0:
+            raise ValueError(f"bytes_per_sender ({self.bytes_per_sender}) must be a whole "
+                             f"number of messages of message_bytes ({self.message_bytes})")
+        if not 0 < self.port_ecn_bytes < self.port_queue_bytes:
+            raise ValueError(f"need 0 < port_ecn_bytes < port_queue_bytes, not "
+                             f"{self.port_ecn_bytes}, {self.port_queue_bytes}")
+
+
+@dataclass
+class IncastRun:
+    """What ``run_incast`` saw, per sender s (0-based: NIC s + 1): its window
+    samples ``(cycle, packets)``, the cycle its last WQE completed, all from the
+    cycle the first WQE was posted."""
+
+    windows: list[list[tuple[float, int]]] = field(default_factory=list)
+    finish: list[float] = field(default_factory=list)
+    start_window: int = 0  # packets: NSCC's first window (max_cwnd // mtu_wire)
+    start: float = 0.0  # the clock's cycle at the first post
+
+
+def mean_window(samples: list[tuple[float, int]], since: float, until: float) -> float:
+    """The time-weighted mean of a window trace over [since, until)."""
+    total = weight = 0.0
+    for (t0, w), (t1, _) in zip(samples, samples[1:] + [(until, 0)], strict=True):
+        lo, hi = max(t0, since), min(t1, until)
+        if hi > lo:
+            total += w * (hi - lo)
+            weight += hi - lo
+    if not weight:
+        raise ValueError(f"no window sample in [{since}, {until})")
+    return total / weight
+
+
+def summed_window(run: IncastRun, since: float = 0.0, until: float | None = None) -> float:
+    """The senders' windows summed, time-averaged over [since, until) (default:
+    until the first sender is done, while all of them send)."""
+    until = min(run.finish) if until is None else until
+    return sum(mean_window(w, since, until) for w in run.windows)
+
+
+def best_goodput(params: dict, mtu: int) -> float:
+    """Payload bytes per cycle that a NIC's data path (all its planes' ports
+    together) carries at most: full data frames, each with its headers and
+    Ethernet's FCS, preamble and gap (``DATA_WIRE_OVERHEAD``)."""
+    return params["data_width"] / 8 * mtu / (mtu + DATA_WIRE_OVERHEAD)
+
+
+def figures(run: IncastRun, cfg: IncastConfig, params: dict) -> dict:
+    """A run's figures: cycles to the last completion, goodput over that span
+    (from the first post) as a fraction of ``best_goodput``, the summed window."""
+    last = max(run.finish)
+    rate = cfg.senders * cfg.bytes_per_sender / last
+    return {"last_completion": last, "goodput": rate,
+            "goodput_ratio": rate / best_goodput(params, cfg.mtu),
+            "summed_window": summed_window(run),
+            "min_windows": [min(x for _, x in w) for w in run.windows]}
+
+
+async def run_incast(ends, cfg: IncastConfig, now_cycles) -> IncastRun:
+    """The scenario on ``ends`` (``ends[i].dev``, ``ends[i].conns``; NIC 0 the
+    receiver); ``now_cycles()`` the NIC clock. Asserts that every WQE completes
+    SUCCESS and that every byte lands where it was written."""
+    cfg.check()
+    if len(ends) < cfg.senders + 1:
+        raise ValueError(f"{cfg.senders} senders and a receiver need {cfg.senders + 1} NICs, "
+                         f"not {len(ends)}")
+    senders = range(1, cfg.senders + 1)
+    words = {}
+    for i in range(cfg.senders + 1):
+        words = await ends[i].dev.set_congestion(NSCC, base_rtt_ns=cfg.base_rtt_ns,
+                                                 mtu=cfg.mtu)
+    pairs = [await connect_pair(ends, s, 0, buf_size=cfg.bytes_per_sender, mtu=cfg.mtu,
+                                evs=cfg.evs) for s in senders]
+    rng = random.Random(cfg.seed)
+    payloads = [rng.randbytes(cfg.bytes_per_sender) for _ in senders]
+    for s, (mine, _), data in zip(senders, pairs, payloads, strict=True):
+        ends[s].dev.mem.write(mine.send_buf, data)
+    messages = cfg.bytes_per_sender // cfg.message_bytes
+    posted, done = [0] * cfg.senders, [0] * cfg.senders
+    run = IncastRun([[] for _ in senders], [0.0] * cfg.senders,
+                    (words["nscc_max_cwnd"] & 0xFFFFFF) // (words["nscc_mtu"] & 0x3FFF))
+    start = run.start = now_cycles()
+    while min(done) < messages:
+        now = now_cycles() - start
+        if now > cfg.timeout_cycles:
+            raise AssertionError(f"incast: not done after {cfg.timeout_cycles} cycles: "
+                                 f"{done} of {messages} messages completed per sender")
+        for j, s in enumerate(senders):
+            if done[j] == messages:
+                continue
+            mine, theirs = pairs[j]
+            qp = mine.qp
+            for cqe in await qp.send_cq.poll():
+                assert cqe.status == Completion.SUCCESS, f"sender {s}: {cqe}"
+                done[j] += 1
+            if done[j] == messages:
+                run.finish[j] = now_cycles() - start
+                continue
+            while posted[j] < messages and qp.outstanding < qp.sq_size:
+                offset = posted[j] * cfg.message_bytes
+                await qp.post_send(WrOpcode.WRITE, local_addr=mine.send_buf + offset,
+                                   length=cfg.message_bytes,
+                                   remote_addr=theirs.recv_buf + offset, rkey=theirs.mr.rkey)
+                posted[j] += 1
+            run.windows[j].append((now_cycles() - start,
+                                   await ends[s].dev.tx.read("qp_cwnd", qp.qpn)))
+        await ends[0].dev.transport.idle(cfg.sample_cycles)
+    for j, ((_, theirs), data) in enumerate(zip(pairs, payloads, strict=True)):
+        got = ends[0].dev.mem.read(theirs.recv_buf, len(data))
+        if got != data:
+            first = next(i for i in range(len(data)) if got[i] != data[i])
+            raise AssertionError(f"incast: sender {j + 1}'s data differs at byte {first}")
+    return run
+
+
+async def run_rtl(dut, cfg: IncastConfig, params: dict, keep_log: bool = False):
+    """The scenario on the RTL NICs of ``dut`` (a ``two_nic_sim`` of NicCores
+    built with ``params``, any number of them, in a cocotb test): a
+    ``SystemTB`` whose switch per plane runs each port at the data path's rate
+    / planes with ``cfg``'s queue, marking and trimming. Returns (the
+    SystemTB, the run)."""
+    from cocotb.utils import get_sim_time
+
+    from sim.system.harness import CLK_NS, SystemTB
+
+    tb = SystemTB(dut, delay_ns=cfg.delay_cycles * CLK_NS, keep_log=keep_log, seed=cfg.seed,
+                  switch=True)
+    tb.fabric.set_port(gbps=params["data_width"] / CLK_NS / tb.num_planes,
+                       queue_bytes=cfg.port_queue_bytes, ecn_bytes=cfg.port_ecn_bytes,
+                       trim=True)
+    await tb.init()
+    run = await run_incast(tb.ends, cfg, lambda: get_sim_time(unit="ns") / CLK_NS)
+    return tb, run
+
+
+def run_model(cfg: IncastConfig, params: dict, planes: int) -> tuple[IncastRun, dict]:
+    """The scenario on model NICs (NicCore ``params``) whose one plane carries
+    what the RTL's ``planes`` do (see the module docstring). Returns the run
+    and the receiver's downlink counters (sim.fabric ``Link.counters``)."""
+    import asyncio
+
+    from host_driver.driver import Device
+    from host_driver.model_transport import ModelTransport
+    from sim.nicmodel import ModelFabric, ModelNic
+    from sim.system.model_harness import BUILD_IDS, RAM_SIZE
+    from sim.system.pairs import IPS, MACS
+
+    cfg.check()
+    period_ns = 1e9 / params["clk_freq_hz"]
+    gbps = params["data_width"] / period_ns
+    fabric = ModelFabric(num_paths=8, delay_ns=cfg.delay_cycles * period_ns, gbps=gbps,
+                         seed=cfg.seed)
+    ends = []
+    for _ in range(cfg.senders + 1):
+        nic = ModelNic(params, fabric, build_id=BUILD_IDS[0], mem_size=RAM_SIZE)
+        ends.append(_ModelEnd(Device(ModelTransport(nic))))
+    down = fabric.paths.hosts["nic0"].downlinks[0]
+    down.queue_bytes, down.ecn_bytes = planes * cfg.port_queue_bytes, planes * cfg.port_ecn_bytes
+    down.trim = True
+
+    async def scenario():
+        for i, end in enumerate(ends):
+            await end.dev.init()
+            await end.dev.set_address(MACS[i], IPS[i])
+        return await run_incast(ends, cfg, lambda: fabric.now / period_ns)
+
+    return asyncio.run(scenario()), down.counters()
+
+
+@dataclass
+class _ModelEnd:
+    dev: object
+    conns: list = field(default_factory=list)
