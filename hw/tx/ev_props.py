@@ -53,6 +53,17 @@ out of range); the updater is then busy 2 cycles.
   reads the same states with the same latency; ``became_good`` pulses, with
   the QP, 2 cycles after a change to GOOD is taken.
 
+With planes (``EvHarness("table", evs, planes=n)``, the table alone): each
+entry's plane is written by a CSR write (``csr_plane``) once the table is
+ready, in the write's cycle (its state waits in the buffer), the defaults
+being index mod n; ``link_up`` is free. Asserted against the reference:
+``good`` is the GOOD bits above and, of those, only the EVs whose plane's link
+was up the cycle before (a plane number n or above: down), from the planes
+written up to the cycle before; ``csr_r_plane`` reads the entry's plane with
+the same latency; ``link_rose`` pulses exactly in a cycle a link comes up.
+So TX leaves a plane the cycle after its link goes down and uses a plane the
+NIC lacks never. Cover: a link going down while the row read has a GOOD EV.
+
 Asserted on the two joined (``"both"``): the sequencer's properties, and
 end to end, through the reference: the EV of every data
 packet whose ``sent`` record is offered at E was GOOD in the table's states
@@ -109,12 +120,12 @@ covers, reached under that assumption with the real table, show the
 assumption holds on those histories.
 """
 
-from amaranth.hdl import Assert, Assume, Cat, Cover, Elaboratable, Module, Mux, Signal
+from amaranth.hdl import Assert, Assume, Cat, Const, Cover, Elaboratable, Module, Mux, Signal
 
 from hw.formal import Proof, harness, valid_until_ready
 from hw.protocol import Opcode
 
-from .ev import EvTable
+from .ev import EvTable, default_ev_plane
 from .layouts import EvState
 from .regs import QP_BASE, Q
 from .sequencer import Sequencer
@@ -145,9 +156,10 @@ class EvHarness(Elaboratable):
     """See the module docstring. ``parts``: ``"seq"``, ``"table"`` or
     ``"both"``; ``evs``: EVs per QP. Free inputs: ``inputs``."""
 
-    def __init__(self, parts: str, evs: int):
+    def __init__(self, parts: str, evs: int, planes: int = 1):
         assert parts in ("seq", "table", "both")
-        self.parts, self.ne = parts, evs
+        assert planes == 1 or parts == "table"
+        self.parts, self.ne, self.planes = parts, evs, planes
         self.eb = max(1, (evs - 1).bit_length())
         self.seq = self.table = None
         self.inputs = []
@@ -165,11 +177,13 @@ class EvHarness(Elaboratable):
                 self.inputs += [s.ev.csr_r_value, s.ev.csr_r_state, s.ev.good, s.ev.value,
                                 s.ev.became_good, s.ev.became_good_qp, s.ev.ready]
         if parts in ("table", "both"):
-            self.table = t = EvTable(num_qps=NQ, evs_per_qp=evs)
+            self.table = t = EvTable(num_qps=NQ, evs_per_qp=evs, num_planes=planes)
             self.inputs += [t.update.valid, t.update.payload]
             if parts == "table":
                 self.inputs += [t.bus.csr_sel, t.bus.csr_we, t.bus.csr_value, t.bus.csr_state,
                                 t.bus.good_qp, t.bus.val_sel]
+            if planes > 1:
+                self.inputs += [t.bus.csr_plane, t.link_up]
 
     def elaborate(self, platform):
         m = Module()
@@ -314,9 +328,16 @@ class EvHarness(Elaboratable):
         rows = [_good_bits(states[2 * (q << eb) : 2 * ((q + 1) << eb)], ne) for q in range(NQ)]
         ref_row = Mux(row_q, rows[1], rows[0]) if NQ == 2 else rows[0]
         csr_sel1 = _delay(m, bus.csr_sel, 1, "csr_sel")
+        good_ok = bus.good == ref_row
+        if self.planes > 1:
+            ref_row = ref_row & self._planes(m, table, ready, row_q, csr_sel1)
+            # the plane rows' read register holds no read before the first cycle
+            good_ok = ~self._past | (bus.good == ref_row)
         m.d.comb += [
-            check(bus.good == ref_row,
-                   "good is not the GOOD bits of every change taken 3 cycles before or earlier"),
+            check(good_ok,
+                   "good is not the GOOD bits of every change taken 3 cycles before or earlier"
+                   + (", on a plane whose link was up the cycle before" if self.planes > 1
+                      else "")),
             check(bus.csr_r_state == states.word_select(csr_sel1, 2),
                    "csr_r_state is not the state of every change taken 3 cycles before"),
             check(bus.became_good == (chg_valid & (chg_state == EvState.GOOD)),
@@ -335,6 +356,35 @@ class EvHarness(Elaboratable):
         ]
         self._took = (took, sel, state)
         return ref_row
+
+    def _planes(self, m, table, ready, row_q, csr_sel1):
+        """The planes' reference: each entry's plane, written by a CSR write once the
+        table is ready (the defaults: index mod planes), and the links of the cycle
+        before; returns the row of ``row_q``'s EVs whose plane's link is up (a plane
+        the NIC lacks: down). Asserts ``csr_r_plane`` and ``link_rose``."""
+        bus, n, ne, eb = table.bus, self.planes, self.ne, self.eb
+        pb = len(bus.csr_plane)
+        self._past = past = Signal()  # a cycle has passed: the read registers hold a read
+        m.d.sync += past.eq(1)
+        planes = Signal(pb * (NQ << eb), init=sum(
+            default_ev_plane(i & ((1 << eb) - 1), n) << (pb * i) for i in range(NQ << eb)))
+        with m.If(bus.csr_we & ready):
+            m.d.sync += planes.word_select(bus.csr_sel, pb).eq(bus.csr_plane)
+        links = Signal(n, init=(1 << n) - 1)
+        m.d.sync += links.eq(table.link_up)
+        live = Signal(ne)
+        for e in range(ne):
+            plane = planes.word_select(Cat(Const(e, eb), row_q), pb)
+            m.d.comb += live[e].eq((plane < n) & links.bit_select(plane[:n.bit_length()], 1))
+        m.d.comb += [
+            Assert(~past | (bus.csr_r_plane == planes.word_select(csr_sel1, pb)),
+                   "csr_r_plane is not the plane of the last write of the entry"),
+            Assert(bus.link_rose == (table.link_up & ~links).any(),
+                   "link_rose does not pulse as a link comes up"),
+            # a link going down with a GOOD EV on its plane in the row read
+            Cover((links & ~table.link_up).any() & (bus.good != 0)),
+        ]
+        return live
 
     # ---- the two joined
 
@@ -379,6 +429,12 @@ PROOFS = [
           engine=ENGINE,
           reduction="2 QPs x 3 EVs (an out-of-range index); bounded at 24 cycles: the "
                     "8 of the defaults and 5 changes after them"),
+    Proof("tx_ev_table_planes", harness(EvHarness, "table", 3, planes=3), mode="bmc", depth=16,
+          cover_depth=12, engine=ENGINE,
+          reduction="2 QPs x 3 EVs on 3 planes (plane numbers 3..7: planes the NIC lacks); "
+                    "bounded at 16 cycles: the 8 of the defaults and 8 after them, in which "
+                    "plane writes and link changes bind whatever the states do (2 state "
+                    "changes fit; 18 cycles take the solver 7 times as long)"),
     Proof("tx_ev_sequencer", harness(EvHarness, "seq", 3), mode="bmc", depth=36, cover_depth=36,
           engine=ENGINE, long=True,
           reduction="2 QPs x 3 EVs, 16 PSNs in flight, MTU 256, 512-bit data, 32-bit "
