@@ -29,10 +29,11 @@ planes system tests show it does: within 2 frames per plane).
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 
-from host_driver.driver import NSCC, Completion, WrOpcode
+from host_driver.driver import NSCC, Completion, EvState, WrOpcode
 from hw.reliability.cc_defaults import DATA_WIRE_OVERHEAD
 from sim.system.pairs import connect_pair
 
@@ -52,8 +53,14 @@ class IncastConfig:
     delay_cycles: int = 50  # each spine path's one-way delay
     sample_cycles: int = 256
     evs: int = 8  # per connection, spread over the planes
+    timeout: int = 10  # the retransmit timeout, 1.024 us x 2^timeout (QueuePair.to_rts)
+    sack_threshold: int = 0  # SACK loss detection (0: none, the timer alone)
     seed: int = 1
     timeout_cycles: int = 2_000_000
+    # a plane's switch fails (every frame on it lost) this many cycles after the first
+    # post; the senders' EV events are then read at every sample
+    fail_plane: int | None = None
+    fail_at_cycle: int = 0
 
     def check(self) -> None:
         if not 1 <= self.senders <= 7:
@@ -76,6 +83,20 @@ class IncastRun:
     finish: list[float] = field(default_factory=list)
     start_window: int = 0  # packets: NSCC's first window (max_cwnd // mtu_wire)
     start: float = 0.0  # the clock's cycle at the first post
+    failed_at: float | None = None  # the cycle the plane failed
+    # per sender (with fail_plane): (cycle, EV index, new state) of its EV events
+    ev_events: list[list[tuple[float, int, int]]] = field(default_factory=list)
+    num_evs: int = 0  # per sender's QP
+
+    def to_bad(self, sender: int, planes: int, plane: int) -> list[float]:
+        """Cycles from the failure to each of ``plane``'s EVs (EV i is on plane i
+        mod ``planes``) of ``sender`` (0-based) going ASSUMED_BAD, in EV order;
+        inf for one that never did."""
+        first = {}
+        for t, ev, new in self.ev_events[sender]:
+            if new == EvState.ASSUMED_BAD and t >= self.failed_at:
+                first.setdefault(ev, t - self.failed_at)
+        return [first.get(ev, math.inf) for ev in range(self.num_evs) if ev % planes == plane]
 
 
 def mean_window(samples: list[tuple[float, int]], since: float, until: float) -> float:
@@ -107,19 +128,26 @@ def best_goodput(params: dict, mtu: int) -> float:
 
 def figures(run: IncastRun, cfg: IncastConfig, params: dict) -> dict:
     """A run's figures: cycles to the last completion, goodput over that span
-    (from the first post) as a fraction of ``best_goodput``, the summed window."""
+    (from the first post) as a fraction of ``best_goodput``, the summed window;
+    with ``fail_plane``, the cycles from the failure to each of the plane's EVs
+    of sender 1 going ASSUMED_BAD."""
     last = max(run.finish)
     rate = cfg.senders * cfg.bytes_per_sender / last
-    return {"last_completion": last, "goodput": rate,
-            "goodput_ratio": rate / best_goodput(params, cfg.mtu),
-            "summed_window": summed_window(run),
-            "min_windows": [min(x for _, x in w) for w in run.windows]}
+    out = {"last_completion": last, "goodput": rate,
+           "goodput_ratio": rate / best_goodput(params, cfg.mtu),
+           "summed_window": summed_window(run),
+           "min_windows": [min(x for _, x in w) for w in run.windows]}
+    if cfg.fail_plane is not None:  # sender 1's EVs of the failed plane (None: never)
+        out["to_bad"] = [None if math.isinf(t) else t for t in
+                         run.to_bad(0, params.get("num_planes", 1), cfg.fail_plane)]
+    return out
 
 
-async def run_incast(ends, cfg: IncastConfig, now_cycles) -> IncastRun:
+async def run_incast(ends, cfg: IncastConfig, now_cycles, fail=None) -> IncastRun:
     """The scenario on ``ends`` (``ends[i].dev``, ``ends[i].conns``; NIC 0 the
-    receiver); ``now_cycles()`` the NIC clock. Asserts that every WQE completes
-    SUCCESS and that every byte lands where it was written."""
+    receiver); ``now_cycles()`` the NIC clock; ``fail(plane)`` takes a plane's
+    switch down (needed with ``cfg.fail_plane``). Asserts that every WQE
+    completes SUCCESS and that every byte lands where it was written."""
     cfg.check()
     if len(ends) < cfg.senders + 1:
         raise ValueError(f"{cfg.senders} senders and a receiver need {cfg.senders + 1} NICs, "
@@ -130,7 +158,8 @@ async def run_incast(ends, cfg: IncastConfig, now_cycles) -> IncastRun:
         words = await ends[i].dev.set_congestion(NSCC, base_rtt_ns=cfg.base_rtt_ns,
                                                  mtu=cfg.mtu)
     pairs = [await connect_pair(ends, s, 0, buf_size=cfg.bytes_per_sender, mtu=cfg.mtu,
-                                evs=cfg.evs) for s in senders]
+                                evs=cfg.evs, timeout=cfg.timeout,
+                                sack_threshold=cfg.sack_threshold) for s in senders]
     rng = random.Random(cfg.seed)
     payloads = [rng.randbytes(cfg.bytes_per_sender) for _ in senders]
     for s, (mine, _), data in zip(senders, pairs, payloads, strict=True):
@@ -138,14 +167,23 @@ async def run_incast(ends, cfg: IncastConfig, now_cycles) -> IncastRun:
     messages = cfg.bytes_per_sender // cfg.message_bytes
     posted, done = [0] * cfg.senders, [0] * cfg.senders
     run = IncastRun([[] for _ in senders], [0.0] * cfg.senders,
-                    (words["nscc_max_cwnd"] & 0xFFFFFF) // (words["nscc_mtu"] & 0x3FFF))
+                    (words["nscc_max_cwnd"] & 0xFFFFFF) // (words["nscc_mtu"] & 0x3FFF),
+                    ev_events=[[] for _ in senders], num_evs=cfg.evs)
+    if cfg.fail_plane is not None and fail is None:
+        raise ValueError("fail_plane needs a fail(plane) function from the backend")
     start = run.start = now_cycles()
     while min(done) < messages:
         now = now_cycles() - start
         if now > cfg.timeout_cycles:
             raise AssertionError(f"incast: not done after {cfg.timeout_cycles} cycles: "
                                  f"{done} of {messages} messages completed per sender")
+        if cfg.fail_plane is not None and run.failed_at is None and now >= cfg.fail_at_cycle:
+            fail(cfg.fail_plane)
+            run.failed_at = now_cycles() - start
         for j, s in enumerate(senders):
+            if cfg.fail_plane is not None:
+                run.ev_events[j] += [(now_cycles() - start, e.ev_index, e.new)
+                                     for e in await ends[s].dev.read_ev_events()]
             if done[j] == messages:
                 continue
             mine, theirs = pairs[j]
@@ -189,7 +227,8 @@ async def run_rtl(dut, cfg: IncastConfig, params: dict, keep_log: bool = False):
                        queue_bytes=cfg.port_queue_bytes, ecn_bytes=cfg.port_ecn_bytes,
                        trim=True)
     await tb.init()
-    run = await run_incast(tb.ends, cfg, lambda: get_sim_time(unit="ns") / CLK_NS)
+    run = await run_incast(tb.ends, cfg, lambda: get_sim_time(unit="ns") / CLK_NS,
+                           fail=lambda plane: tb.fabric.set_plane_up(plane, False))
     return tb, run
 
 
@@ -218,11 +257,19 @@ def run_model(cfg: IncastConfig, params: dict, planes: int) -> tuple[IncastRun, 
     down.queue_bytes, down.ecn_bytes = planes * cfg.port_queue_bytes, planes * cfg.port_ecn_bytes
     down.trim = True
 
+    def fail(plane):
+        """The model's one plane carries the RTL's: its paths of the plane's EVs
+        (EV i takes path i, explicit routing) go down, both ways."""
+        for k in range(fabric.paths.paths_per_plane):
+            if k % planes == plane:
+                for link in fabric.paths.links({"kind": "core", "plane": 0, "path": k}):
+                    link.up = False
+
     async def scenario():
         for i, end in enumerate(ends):
             await end.dev.init()
             await end.dev.set_address(MACS[i], IPS[i])
-        return await run_incast(ends, cfg, lambda: fabric.now / period_ns)
+        return await run_incast(ends, cfg, lambda: fabric.now / period_ns, fail)
 
     return asyncio.run(scenario()), down.counters()
 

@@ -66,11 +66,13 @@ async def new_conn(dev, pd, buf_size: int, sq_log2: int, recv_cq_log2: int) -> C
 
 async def connect_pair(ends, a: int, b: int, *, buf_size: int = 1 << 20, sq_log2: int = 4,
                        mtu: int = 1024, timeout: int = 10, mpr: int = 2, ack_n: int = 4,
-                       ack_t: int = 256, evs: int = 8) -> tuple[Connection, Connection]:
+                       ack_t: int = 256, evs: int = 8,
+                       sack_threshold: int = 0) -> tuple[Connection, Connection]:
     """One QP on NIC ``a`` and one on NIC ``b``, bound to each other and in RTS;
     returns their connections (each also appended to its end's ``conns``, its
     ``peer`` the index of the other's). Each sprays over ``evs`` EVs of its
-    NIC's block (EV_BASES, 16 per connection); probes off."""
+    NIC's block (EV_BASES, 16 per connection); probes off. ``timeout``,
+    ``sack_threshold``: ``QueuePair.to_rts``'s."""
     if a == b or not (0 <= a < len(ends) and 0 <= b < len(ends)):
         raise ValueError(f"a and b must be two different NICs of 0..{len(ends) - 1}, "
                          f"not {a!r} and {b!r}")
@@ -95,5 +97,6 @@ async def connect_pair(ends, a: int, b: int, *, buf_size: int = 1 << 20, sq_log2
                                  ack_n=ack_n, ack_t=ack_t, mtu=mtu)
     for i in range(2):
         await conns[i].qp.to_rts(evs=EvProfile.explicit(range(bases[i], bases[i] + evs)),
-                                 sq_psn=psns[i], mtu=mtu, timeout=timeout)
+                                 sq_psn=psns[i], mtu=mtu, timeout=timeout,
+                                 sack_threshold=sack_threshold)
     return conns[0], conns[1]

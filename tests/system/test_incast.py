@@ -11,6 +11,7 @@ system's, with two planes, four times), in a simulator run of its own.
 from __future__ import annotations
 
 import cocotb
+import pytest
 
 from host_driver import layers as L
 from sim.system.harness import CLK_NS
@@ -21,6 +22,7 @@ from sim.system.transfers import log_case
 NICS, PLANES = 4, 2
 PARAMS = dict(NIC_PARAMS, num_planes=PLANES)
 CFG = IncastConfig()
+LONG_CFG = IncastConfig(bytes_per_sender=2 << 20)
 # How close the RTL must be to the model: the senders' summed window,
 # time-averaged over the incast, and the cycles to the last completion, each
 # within 10 %. The sum, not each sender's own: how the bottleneck is shared
@@ -64,13 +66,22 @@ def trajectory(run) -> list[float]:
 
 @cocotb.test()
 async def test_incast_nscc(dut):
-    """Three senders into one receiver over two planes: every byte lands, each
-    sender's NSCC window is cut below its start by the receiver's ports' CE
-    marks, the receiver's goodput stays at or above 0.9 of what its two ports
-    can carry while all three send, its queues stay within their limit, and
-    the senders' summed window and the last completion are the model's within
-    TOLERANCE."""
-    cfg = CFG
+    """Three senders into one receiver over two planes, 192 KiB each: every
+    byte lands, each sender's NSCC window is cut below its start by the
+    receiver's ports' CE marks, the receiver's goodput stays at or above 0.9 of
+    what its two ports can carry while all three send, its queues stay within
+    their limit, and the senders' summed window and the last completion are the
+    model's within TOLERANCE."""
+    await check_incast(dut, CFG)
+
+
+@cocotb.test()
+async def test_incast_nscc_long(dut):
+    """``test_incast_nscc`` with 2 MiB per sender (``-m long``)."""
+    await check_incast(dut, LONG_CFG)
+
+
+async def check_incast(dut, cfg):
     tb, run = await run_rtl(dut, cfg, PARAMS, keep_log=True)
     assert tb.num_nics == NICS and tb.num_planes == PLANES
     model, model_port = run_model(cfg, PARAMS, PLANES)
@@ -79,7 +90,8 @@ async def test_incast_nscc(dut):
     marked = sum(p.marked for p in ports)
     rate, ratio = goodput(tb, run, cfg)
     rtl_sum, model_sum = summed_window(run), summed_window(model)
-    log_case(dut, f"incast {cfg.senders}-to-1 over {PLANES} planes", 0,
+    log_case(dut, f"incast {cfg.senders}-to-1 over {PLANES} planes, "
+                  f"{cfg.bytes_per_sender // 1024} KiB each", 0,
              last_completion=f"{max(run.finish):.0f} cycles (model {max(model.finish):.0f})",
              goodput=f"{rate:.2f} B/cycle = {ratio:.3f} of the bottleneck",
              ports=f"{marked} marked, {sum(p.trimmed for p in ports)} trimmed, "
@@ -124,4 +136,9 @@ def run(testcase=None, tag: str = "incast"):
 
 
 def test_incast():
-    run()
+    run("test_incast_nscc")
+
+
+@pytest.mark.long
+def test_incast_long():
+    run("test_incast_nscc_long", "incast_long")
