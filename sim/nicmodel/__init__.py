@@ -16,19 +16,26 @@ hardware's rules where they differ from the model's (see docs/model.md,
 
 Interface
 ---------
-``ModelFabric(num_paths=8, delay_ns=400.0, gbps=1.0, seed=1, routing="explicit")``
-    one event engine (time in ns) and one plane of ``num_paths`` paths shared
-    by the NICs attached to it; ``advance(ns)`` runs the model.
+``ModelFabric(num_paths=8, delay_ns=400.0, gbps=1.0, seed=1, routing="explicit",
+planes=1, core_gbps=None)``
+    one event engine (time in ns) and ``planes`` planes of ``num_paths`` paths
+    shared by the NICs attached to it; ``advance(ns)`` runs the model.
 ``ModelNic(params, fabric, build_id=0, mem_size=8 MiB, csr_access_cycles=4)``
     ``params`` are NicCore's (a dict like sim/system/top.py's ``NIC_PARAMS``:
     data_width, num_qps, evs_per_qp, sack_bits, max_mtu, mpr_max, num_mrs,
     window, inflight_depth, clk_freq_hz, and optionally num_planes); bad
-    parameters raise ValueError. Planes are not modelled: the device-info
-    block reports ``num_planes``, but the EV entries keep no plane (the field
-    reads 0) and every frame goes on the one fabric, whose paths are the
-    EVs', as the system harness's fabric treats the RTL's planes; its
-    planes block (with ``num_planes`` above 1, so that the driver finds
-    NicCore's chain) reads every link up, no link event and no frame
+    parameters raise ValueError. On a fabric of one plane (the default), the
+    NIC's planes are nominal: the device-info block reports ``num_planes``,
+    but the EV entries keep no plane (the field reads 0) and every frame goes
+    on the one plane, whose paths are the EVs', as the two-NIC system
+    fabric treats the RTL's planes. On a fabric of planes
+    (``ModelFabric(planes=n)``), each EV entry keeps the plane TX's entry is
+    written with, and TX works as NicCore's: one data path, at the sum of
+    the ports' rates, takes the QPs' packets in turn, each QP choosing the
+    next GOOD EV after its cursor over every plane (an EV on a plane the
+    NIC lacks: never), and the packet queues at that plane's port. Either
+    way the planes block (with ``num_planes`` above 1, so that the driver
+    finds NicCore's chain) reads every link up, no link event and no frame
     counted per plane.
     ``read32(addr)`` / ``write32(addr, value)``: one CSR access (each lets
     ``csr_access_cycles`` clock cycles pass first, as an AXI4-Lite access

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from hw.protocol import MAX_PLANES
 from sim.fabric import Engine
 from sim.fabric import Fabric as PathFabric
 
@@ -13,24 +14,35 @@ if TYPE_CHECKING:
 
 
 class ModelFabric:
-    """The event engine and a one-plane ``sim.fabric`` fabric for ModelNics.
+    """The event engine and a ``sim.fabric`` fabric for ModelNics.
 
-    A frame crosses the sender's uplink, the core link of its path (path = EV
-    mod ``num_paths`` with explicit routing) toward the receiver, and the
-    receiver's downlink. Every link runs at ``gbps``; the whole propagation
-    delay ``delay_ns`` sits on the core link, so it is per path. Switch
-    queues are unlimited: no ECN marks, no trimming, no overflow.
+    A frame crosses the sender's uplink of its plane, the core link of its
+    path (path = EV mod ``num_paths`` with explicit routing) toward the
+    receiver, and the receiver's downlink of the plane. Uplinks and downlinks
+    run at ``gbps``, the core links at ``core_gbps`` (default ``gbps``); the
+    whole propagation delay ``delay_ns`` sits on the core link, so it is per
+    path. Switch queues are unlimited: no ECN marks, no trimming, no overflow.
+
+    ``planes``: 1 (the default) carries every frame on one plane, whatever
+    the NICs' ``num_planes`` (their planes are then nominal); more gives each
+    NIC a port per plane, and each EV's packets leave on the plane its TX
+    entry names (``ModelNic``), as NicCore's do; ``gbps`` is then a plane's.
     """
 
     def __init__(self, *, num_paths: int = 8, delay_ns: float = 400.0, gbps: float = 1.0,
-                 seed: int = 1, routing: str = "explicit"):
+                 seed: int = 1, routing: str = "explicit", planes: int = 1,
+                 core_gbps: float | None = None):
         if not isinstance(num_paths, int) or num_paths < 1:
             raise ValueError(f"num_paths must be a positive integer, not {num_paths!r}")
-        if delay_ns < 0 or gbps <= 0:
-            raise ValueError(f"need delay_ns >= 0 and gbps > 0, not {delay_ns!r}, {gbps!r}")
+        if delay_ns < 0 or gbps <= 0 or (core_gbps is not None and core_gbps <= 0):
+            raise ValueError(f"need delay_ns >= 0, gbps > 0 and core_gbps > 0, not "
+                             f"{delay_ns!r}, {gbps!r}, {core_gbps!r}")
+        if not isinstance(planes, int) or not 1 <= planes <= MAX_PLANES:
+            raise ValueError(f"planes must be in 1..{MAX_PLANES}, not {planes!r}")
         self.engine = Engine()
-        self.paths = PathFabric(self.engine, planes=1, paths_per_plane=num_paths,
-                                port_gbps=gbps, core_gbps=gbps, link_delay_ns=0.0,
+        self.planes = planes
+        self.paths = PathFabric(self.engine, planes=planes, paths_per_plane=num_paths,
+                                port_gbps=gbps, core_gbps=core_gbps or gbps, link_delay_ns=0.0,
                                 queue_bytes=1 << 62, ecn_bytes=1 << 62, trim=False,
                                 routing=routing, seed=seed)
         self.delay_ns = delay_ns

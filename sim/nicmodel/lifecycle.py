@@ -64,7 +64,9 @@ class QpLifecycle:
         """RX ``QP_ACK``: ACK after n placed packets (0 means 1) or t cycles."""
         ack = self.rx_reg("QP_ACK", qp.qpn)
         qp.cfg.ack_every = max(1, ack & 0xFF)
-        qp.cfg.ack_delay_ns = (ack >> 16) * self.clk_period_ns
+        # RX's scan finds a run-out timer within 4 x num_qps cycles: 2 x num_qps late
+        # on average (docs/rx.md, ACK coalescing)
+        qp.cfg.ack_delay_ns = ((ack >> 16) + 2 * self.params["num_qps"]) * self.clk_period_ns
 
     def _apply_rel_cfg(self, qp):
         """Reliability ``qp_rel_cfg`` and ``ev_loss_threshold``: timer and EV health."""

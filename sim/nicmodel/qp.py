@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from hw.headers import PATH_MTU
 from hw.reliability.layouts import CqeStatus
 from hw.rx.window import MAX_PENDING
-from sim.model.ev import DENIED, EvTable
+from sim.model.ev import DENIED, GOOD, EvTable
 from sim.model.nic import Nic
 from sim.model.packet import (
     ACK,
@@ -50,15 +50,41 @@ if TYPE_CHECKING:
 
 class _HwEvTable(EvTable):
     """The QP's EV table in reliability: ``evs_per_qp`` entries, index = the
-    hardware's EV index; transitions go to the NIC's EV event queue."""
+    hardware's EV index, each on the plane TX's entry names (on a fabric of
+    planes; else plane 0); transitions go to the NIC's EV event queue."""
 
     def __init__(self, nic: ModelNic, qpn: int):
-        n = nic.params["evs_per_qp"]
-        super().__init__([(i, 0) for i in range(n)], 1, qpn=qpn)
+        n, planes = nic.params["evs_per_qp"], nic.fabric.planes
+        super().__init__([(i, i % planes) for i in range(n)], planes, qpn=qpn)
         self.nic = nic
+        self._cursor = n - 1  # TX's cursor: the first choice is EV 0
         for ev in self.evs:
             ev.value = 0
         self.reindex()
+
+    def _rebuild(self):
+        # an EV on a plane the NIC lacks is never chosen (NicCore's TX reads such a
+        # plane's link as down)
+        self._good = [[] for _ in range(self.planes)]
+        for ev in self.evs:
+            if ev.state == GOOD and ev.plane < self.planes:
+                self._good[ev.plane].append(ev)
+
+    def pick(self, plane, avoid=None):
+        """With planes, TX's rule (docs/tx.md): the next GOOD EV after the QP's
+        cursor in index order, whatever its plane (the packet leaves on the EV's
+        plane), a retransmission's other than the EV it was lost on if another
+        is GOOD. With one plane, the golden model's."""
+        if self.planes == 1:
+            return super().pick(plane, avoid)
+        good = [ev for row in self._good for ev in row]
+        if not good:
+            return None
+        n = len(self.evs)
+        good.sort(key=lambda ev: (ev.index - self._cursor - 1) % n)
+        ev = good[1] if good[0] is avoid and len(good) > 1 else good[0]
+        self._cursor = ev.index
+        return ev
 
     def reindex(self):
         self.by_value = {}
@@ -304,12 +330,48 @@ class _HwQp(MrcQp):
 
 
 class _HwNicCore(Nic):
-    """The golden model's NIC (transmit scheduler) with RX's frame dispatch."""
+    """The golden model's NIC (transmit scheduler) with RX's frame dispatch.
+
+    With planes, TX's data path: one scheduler at the sum of the ports' rates
+    takes the QPs' packets in turn, each on the plane of the EV its QP chose
+    (``_HwEvTable.pick``), into that plane's uplink, where it queues behind
+    the port's frames as in NicCore's MAC; with one plane, the golden model's
+    scheduler per port."""
 
     def __init__(self, model_nic: ModelNic, host, engine, fabric):
         super().__init__(host, engine, fabric)
         self.hw = model_nic
         self.completion_hooks.append(model_nic._on_completion)
+        self._dp_free = 0.0  # when the data path takes the next packet
+        self._dp_wake = False
+        self._dp_ns_per_byte = 8.0 / (host.uplinks[0].gbps * self.planes)
+
+    def kick(self):
+        if self.planes == 1:
+            super().kick()
+        elif not self._dp_wake:
+            self._send_dp(None)
+
+    def _send_dp(self, _arg):
+        self._dp_wake = False
+        now = self.engine.now
+        if self._dp_free > now:
+            self._dp_wake = True
+            self.engine.push(self._dp_free, self._send_dp)
+            return
+        qps = self._qp_list
+        n = len(qps)
+        start = self._rr[0]
+        for i in range(n):
+            pkt = qps[(start + i) % n].pull(0)  # the plane is the chosen EV's
+            if pkt is not None:
+                self._rr[0] = (start + i + 1) % n
+                self.fabric.send(pkt)
+                self._dp_free = now + pkt.wire_len * self._dp_ns_per_byte
+                if any(q.can_send() for q in qps):  # else the next ACK kicks it
+                    self._dp_wake = True
+                    self.engine.push(self._dp_free, self._send_dp)
+                return
 
     def receive(self, pkt):
         hw, cnt = self.hw, self.hw.rx_cnt

@@ -4,9 +4,11 @@ writes that have behaviour (a mixin of ``ModelNic``)."""
 from __future__ import annotations
 
 from hw.nic.csr import header_word
+from hw.protocol import PLANE_BITS
 from hw.reliability.layouts import CqeStatus
 from hw.tx.regs import CTRL_FLUSH_BIT as TX_CTRL_FLUSH_BIT
 from hw.tx.regs import CTRL_RESET_BIT as TX_CTRL_RESET_BIT
+from hw.tx.regs import EV_PLANE_LSB
 from sim.model.ev import DENIED, GOOD
 from sim.model.packet import (
     ACK,
@@ -243,7 +245,8 @@ class RegisterBehaviour:
             qpn, i = sel >> 8 & 0xFFFF, sel & 0xFF
             if qpn < p["num_qps"] and i < p["evs_per_qp"]:
                 value, state = self.tx_ev[qpn][i]
-                return value | state << 16
+                plane = self.ev_tables[qpn].evs[i].plane if self.fabric.planes > 1 else 0
+                return value | state << 16 | plane << EV_PLANE_LSB
             return 0
         if name == "qp_consumer":
             return self.tx_consumer[q]
@@ -414,6 +417,10 @@ class RegisterBehaviour:
         qpn, i = sel >> 8 & 0xFFFF, sel & 0xFF
         if qpn < self.params["num_qps"] and i < self.params["evs_per_qp"]:
             self.tx_ev[qpn][i] = (value & 0xFFFF, value >> 16 & 3)
+            if self.fabric.planes > 1:  # the EV's packets leave on its plane's port
+                table = self.ev_tables[qpn]
+                table.evs[i].plane = value >> EV_PLANE_LSB & ((1 << PLANE_BITS) - 1)
+                table._rebuild()
 
     def _write_rx_QP_CTRL(self, q, value, old):
         if self.rx_state(q) in (RTR, RTS) and self.qps[q] is None:
