@@ -2,8 +2,14 @@
 
 Topology (one plane; every NIC has one port on each plane's switch)::
 
-    NIC i mac_tx[p] --> spine path k of plane p --> egress port (p, dst) --> NIC dst mac_rx[p]
+    NIC i mac_tx[p] --> uplink (i, p) --> spine path k of plane p
+        --> egress port (p, dst) --> NIC dst mac_rx[p]
 
+- A NIC's port on a plane runs at the port's line rate both ways
+  (``set_port``; unset: no serialisation): its uplink serialises the frames
+  the NIC puts on the plane, in order and without limit (the NIC's MAC), a
+  frame taking its bytes and Ethernet's FCS, preamble and gap
+  (``L2_WIRE_EXTRA``, as the golden model's links count ``wire_len``).
 - A frame is switched on its destination MAC address (the first six bytes:
   the same for IPv4 and IPv6) to the NIC that has it (``macs``); a frame for
   an unknown MAC is dropped and counted (``no_route``).
@@ -12,38 +18,54 @@ Topology (one plane; every NIC has one port on each plane's switch)::
   in sim/system/fabric.py; a path has a delay, a loss rate, reordering and an
   up/down state (``Path``), and no queue.
 - The egress port toward the destination is where incast congests: an
-  output queue at the port's line rate (``set_port``), a frame taking its
-  bytes and Ethernet's FCS, preamble and gap (``L2_WIRE_EXTRA``, as the
-  golden model's links count ``wire_len``): a data frame that
-  would overflow ``queue_bytes`` is trimmed if the port trims (UET style,
+  output queue at the port's rate: a data frame that would overflow
+  ``queue_bytes`` is trimmed if the port trims (UET style,
   ``host_driver.layers.trim``), any other frame dropped; a data frame that
-  finds more than ``ecn_bytes`` queued is marked CE (ECN-capable frames only).
-  The queue is evaluated when a frame reaches it (its send time plus its
-  path's delay): exact for a FIFO as long as frames reach a port in the
-  order they are sent, as they do while the paths' delays are equal and
-  nothing is reordered (the default); otherwise an approximation.
+  finds more than ``ecn_bytes`` queued is marked CE (ECN-capable frames
+  only). Frames go through a port in the order they reach it (``_pump``: a
+  frame that reaches its port by now + the shortest spine delay is
+  final), so the queue is an exact FIFO whatever the senders' uplinks and
+  paths do.
 - A plane's switch can fail as a whole (``set_plane_up``: every frame on the
   plane is lost, the NICs' links stay up).
 
 ``SwitchFabric(sinks, sources, macs, *, num_paths=8, delay_ns=400, seed=1)``:
 ``sinks[i][p]`` and ``sources[i][p]`` are NIC i's mac_tx and mac_rx of plane
 p (sim/system/simhw.py's, or anything with ``recv()`` and ``send_at(data,
-arrival_ns)``). ``start()`` in a cocotb test. Counters: ``ports[p][dst]``
-and ``spines[p][k]`` (``Path`` objects: carried, dropped, trimmed, marked,
-max_queue_bytes), ``plane_frames[i][p]``, ``no_route``, ``delivered``
-(per NIC: a list of (arrival ns, source NIC, plane, the bytes) of every
-frame handed to it, with ``keep_log``). ``forward(src, plane, frame, now)`` is the whole per-frame
-decision in pure Python, for tests without a simulator.
+arrival_ns)``). ``start()`` in a cocotb test. Counters: ``ports[p][dst]``,
+``uplinks[i][p]`` and ``spines[p][k]`` (``Path`` objects: carried, dropped,
+trimmed, marked, max_queue_bytes), ``plane_frames[i][p]``, ``no_route``,
+``delivered`` (per NIC: a list of (arrival ns, source NIC, plane, the bytes)
+of every frame handed to it, with ``keep_log``). ``ingress`` and ``egress``
+are the per-frame decisions in pure Python; ``forward`` both at once, for
+tests without a simulator.
 """
 
 from __future__ import annotations
 
+import heapq
+import math
 import random
+from dataclasses import dataclass
 
 from sim.model.packet import L2_WIRE_EXTRA
 from sim.system.fabric import DELIVERED, DROPPED, Path, Verdict, frame_ev, is_data_frame
 
-__all__ = ["SwitchFabric"]
+__all__ = ["SwitchFabric", "Hop"]
+
+
+@dataclass
+class Hop:
+    """A frame past its NIC's uplink and spine path, on its way to a port."""
+
+    at_port: float  # when it reaches its destination's port, ns
+    seq: int  # ingress order (ties)
+    src: int
+    plane: int
+    dst: int
+    path: int
+    ev: int | None
+    frame: bytes
 
 
 def mac_bytes(mac: str) -> bytes:
@@ -76,6 +98,10 @@ class SwitchFabric:
                        for _ in range(self.num_planes)]
         self.ports = [[Path(delay_ns=0.0, wire_extra=L2_WIRE_EXTRA)
                        for _ in range(self.num_nics)] for _ in range(self.num_planes)]
+        self.uplinks = [[Path(delay_ns=0.0, wire_extra=L2_WIRE_EXTRA)
+                         for _ in range(self.num_planes)] for _ in range(self.num_nics)]
+        self._pending: list[tuple[float, int, Hop]] = []  # hops on their way, a heap
+        self._seq = 0
         self.rng = [random.Random(seed * 64 + p) for p in range(self.num_planes)]
         self.plane_up = [True] * self.num_planes
         self.plane_frames = [[0] * self.num_planes for _ in range(self.num_nics)]
@@ -93,9 +119,10 @@ class SwitchFabric:
     def set_port(self, *, gbps: float, queue_bytes: int | None = None,
                  ecn_bytes: int | None = None, trim: bool = False,
                  nic: int | None = None, plane: int | None = None) -> None:
-        """Every egress port (or NIC ``nic``'s, on ``plane``) at ``gbps`` with an
-        output queue of ``queue_bytes`` (None: unlimited), CE marking above
-        ``ecn_bytes`` (None: none) and trimming on overflow."""
+        """Every NIC's port (or NIC ``nic``'s, on ``plane``) at ``gbps`` both ways,
+        the switch's side (egress toward the NIC) with an output queue of
+        ``queue_bytes`` (None: unlimited), CE marking above ``ecn_bytes`` (None:
+        none) and trimming on overflow."""
         if nic is not None and not 0 <= nic < self.num_nics:
             raise ValueError(f"nic must be in 0..{self.num_nics - 1}, not {nic!r}")
         planes = range(self.num_planes) if plane is None else [self._plane_index(plane)]
@@ -106,6 +133,7 @@ class SwitchFabric:
             for i in nics:
                 for name, value in values.items():
                     setattr(self.ports[p][i], name, value)
+                self.uplinks[i][p].gbps = gbps
 
     def set_path_up(self, path: int, up: bool, plane: int | None = None) -> None:
         """Spine path ``path`` of ``plane`` (None: of every plane) down or up."""
@@ -119,10 +147,11 @@ class SwitchFabric:
         self.plane_up[self._plane_index(plane)] = bool(up)
 
     # ---- forwarding ----------------------------------------------------------------
-    def forward(self, src: int, plane: int, frame: bytes, now: float) -> tuple[int | None,
-                                                                              Verdict]:
-        """Where NIC ``src``'s ``frame``, sent on ``plane`` at ``now`` (ns), goes:
-        (destination NIC or None, verdict). Counts it."""
+    def ingress(self, src: int, plane: int, frame: bytes, now: float):
+        """NIC ``src``'s ``frame``, put on its ``plane`` port at ``now`` (ns): serialised
+        on the port's uplink, switched, sent over its spine path. Returns the
+        ``Hop`` that reaches the destination's port, or (destination NIC or None,
+        the verdict) for a frame lost on the way. Counts it."""
         self.plane_frames[src][plane] += 1
         ev = frame_ev(frame)
         k = 0 if ev is None else ev % len(self.spines[plane])
@@ -137,28 +166,49 @@ class SwitchFabric:
         if not spine.up or (spine.loss and self.rng[plane].random() < spine.loss):
             spine.dropped += 1
             return dst, Verdict(k, ev, DROPPED, "down" if not spine.up else "loss", None, None)
-        at_port = now + spine.delay_ns
+        uplink = self.uplinks[src][plane]
+        *_, sent = uplink.enqueue(frame, now, False)  # no limit: the NIC's own MAC
+        uplink.carried += 1
+        at_port = sent + spine.delay_ns
         if spine.reorder_prob and self.rng[plane].random() < spine.reorder_prob:
             at_port += spine.reorder_ns
             spine.reordered += 1
         spine.carried += 1
-        port = self.ports[plane][dst]
-        fate, reason, ce, out, depart = port.enqueue(frame, at_port, is_data_frame(frame))
+        self._seq += 1
+        return Hop(at_port, self._seq, src, plane, dst, k, ev, frame)
+
+    def egress(self, hop: Hop) -> tuple[int, Verdict]:
+        """``hop`` through its destination's port on its plane (the queue, marks
+        and trims); exact for a FIFO when hops come in the order they reach the
+        port (``at_port``, then ``seq``). Counts it."""
+        port = self.ports[hop.plane][hop.dst]
+        fate, reason, ce, out, depart = port.enqueue(hop.frame, hop.at_port,
+                                                     is_data_frame(hop.frame))
         if fate == DROPPED:
             port.dropped += 1
-            return dst, Verdict(k, ev, DROPPED, reason, None, None)
+            return hop.dst, Verdict(hop.path, hop.ev, DROPPED, reason, None, None)
         port.carried += 1
         port.trimmed += fate != DELIVERED
         port.marked += ce
-        return dst, Verdict(k, ev, fate, reason, out, depart, ce)
+        return hop.dst, Verdict(hop.path, hop.ev, fate, reason, out, depart, ce)
+
+    def forward(self, src: int, plane: int, frame: bytes, now: float) -> tuple[int | None,
+                                                                              Verdict]:
+        """``ingress`` and ``egress`` at once, for frames offered in the order they
+        reach the ports (tests without a simulator): (destination, verdict)."""
+        got = self.ingress(src, plane, frame, now)
+        return self.egress(got) if isinstance(got, Hop) else got
 
     def start(self) -> None:
         import cocotb
+        from cocotb.triggers import Event
 
         self._started = True
+        self._more = Event()
         for i in range(self.num_nics):
             for p in range(self.num_planes):
                 cocotb.start_soon(self._run(i, p))
+        cocotb.start_soon(self._pump())
 
     async def _run(self, src: int, plane: int):
         from cocotb.utils import get_sim_time
@@ -166,12 +216,37 @@ class SwitchFabric:
         sink = self.sinks[src][plane]
         while True:
             frame = bytes((await sink.recv()).tdata)
-            dst, verdict = self.forward(src, plane, frame, get_sim_time(unit="ns"))
+            got = self.ingress(src, plane, frame, get_sim_time(unit="ns"))
+            if isinstance(got, Hop):
+                heapq.heappush(self._pending, (got.at_port, got.seq, got))
+                self._more.set()
+
+    async def _pump(self):
+        """Takes the hops through the ports in the order they reach them: a hop
+        that reaches its port by ``now`` + the shortest spine delay goes now,
+        since a frame that leaves a NIC from ``now`` on arrives after it."""
+        from cocotb.triggers import First, Timer
+        from cocotb.utils import get_sim_time
+
+        while True:
+            if not self._pending:
+                self._more.clear()
+                await self._more.wait()
+                continue
+            soonest = min(s.delay_ns for plane in self.spines for s in plane)
+            wait = self._pending[0][0] - soonest - get_sim_time(unit="ns")
+            if wait > 0:
+                self._more.clear()
+                await First(Timer(math.ceil(wait), unit="ns"), self._more.wait())
+                continue
+            hop = heapq.heappop(self._pending)[2]
+            dst, verdict = self.egress(hop)
             if verdict.fate == DROPPED:
                 continue
             if self.keep_log:
-                self.delivered[dst].append((verdict.arrival_ns, src, plane, verdict.frame))
-            self.sources[dst][plane].send_at(verdict.frame, verdict.arrival_ns)
+                self.delivered[dst].append((verdict.arrival_ns, hop.src, hop.plane,
+                                            verdict.frame))
+            self.sources[dst][hop.plane].send_at(verdict.frame, verdict.arrival_ns)
 
     def counters(self) -> dict:
         """Per plane, each egress port's and each spine path's counters."""

@@ -31,7 +31,7 @@ def lib():
 @pytest.fixture
 def hw(lib):
     py = simhw._load_from(lib)
-    py.mrc_sim_reset(RAM)
+    py.mrc_sim_reset(RAM, 2)  # two NICs with memories
     return py
 
 
@@ -136,3 +136,19 @@ def test_rx_frames_in_the_order_they_fall_due(hw):
     assert _beats(hw, 1, 999) == []
     assert _frames(_beats(hw, 1, 1000)) == [b"late" * 5, b"tie"]
     assert source.queued() == 0 and _beats(hw, 0, 10**9) == []
+
+
+def test_nics_beyond_the_reset_count_have_no_memory_and_ports_per_plane(hw):
+    """``mrc_sim_reset(bytes, nics)`` sizes the memories of NICs 0..nics-1 only: NIC 2's
+    is empty, so its every access is an error; a MAC port is NIC + 8 x plane, so
+    NIC 5's plane-2 port holds its own frames."""
+    assert hw.mrc_mem_read(2, 0) == 0
+    hw.mrc_mem_write(2, 8, 1, 0xFF, 1)
+    assert simhw.HostRam(hw, 2, RAM).errors() == (2, 0)
+    assert hw.mrc_mem_failed(2) == 1 and hw.mrc_mem_failed(1) == 0
+    port = simhw.mac_port(5, 2)
+    assert port == 21
+    hw.mrc_tx_beat(port, _word(b"\x42" * 8), 0xFF, 1)
+    buf = (ctypes.c_uint8 * 8)()
+    assert hw.mrc_tx_peek(port) == 8 and hw.mrc_tx_peek(5) == -1
+    assert hw.mrc_tx_pop(port, buf) == 8 and bytes(buf) == b"\x42" * 8

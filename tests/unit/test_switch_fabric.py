@@ -48,7 +48,6 @@ def test_incast_queues_at_the_egress_port_marks_then_trims():
     size = len(frame())
     wire = size + L2_WIRE_EXTRA
     fab.set_port(gbps=8.0, queue_bytes=8 * wire, ecn_bytes=2 * wire, trim=True, nic=0)
-    fab.set_port(gbps=8.0, nic=3)
     ser = (size + L2_WIRE_EXTRA) * 8 / 8.0  # ns per frame at 8 Gb/s, with FCS, preamble, gap
     fates = []
     for r in range(8):
@@ -61,6 +60,7 @@ def test_incast_queues_at_the_egress_port_marks_then_trims():
     assert port.marked == sum(ce for _, ce in fates)
     assert port.trimmed == sum(f == TRIMMED for f, _ in fates) > 0
     assert port.max_queue_bytes <= 8 * wire
+    fab.set_port(gbps=8.0, nic=3)
     to, v = fab.forward(1, 0, frame(1, 3), 8 * ser)  # another port: no queue
     assert (v.fate, v.ce, v.arrival_ns) == (DELIVERED, False, 8 * ser + ser)
     # acknowledgements (not data) are never marked or trimmed: dropped on overflow
@@ -68,8 +68,26 @@ def test_incast_queues_at_the_egress_port_marks_then_trims():
                              dst_mac=MACS[0], src_ip="10.0.0.2", dst_ip="10.0.0.1"))
     fab.set_port(gbps=8.0, queue_bytes=wire, nic=0, plane=1)
     fab.forward(2, 1, frame(2, 0), 0.0)
-    _, v = fab.forward(3, 1, ack, 0.0)
+    _, v = fab.forward(1, 1, ack, 0.0)
     assert (v.fate, v.reason) == (DROPPED, "overflow")
+
+
+def test_uplink_serialises_a_nics_frames_on_a_plane():
+    """A NIC's port runs at its rate both ways: frames the NIC puts on a plane
+    back to back leave its uplink one frame time apart, then take the path's
+    delay; its other plane's uplink is apart."""
+    fab = switch(delay_ns=100.0)
+    fab.set_port(gbps=8.0, nic=1)
+    f = frame(1, 0)
+    ser = (len(f) + L2_WIRE_EXTRA) * 8 / 8.0
+    hops = [fab.ingress(1, 0, f, 0.0) for _ in range(3)] + [fab.ingress(1, 1, f, 0.0)]
+    assert [h.at_port for h in hops] == [ser + 100, 2 * ser + 100, 3 * ser + 100, ser + 100]
+    assert [h.seq for h in hops] == [1, 2, 3, 4]
+    assert fab.uplinks[1][0].carried == 3 and fab.uplinks[1][0].max_queue_bytes == 2 * (
+        len(f) + L2_WIRE_EXTRA)
+    # NIC 0's port has no rate: through its port at once
+    dst, v = fab.egress(hops[0])
+    assert (dst, v.fate, v.arrival_ns) == (0, DELIVERED, ser + 100)
 
 
 def test_a_path_or_a_plane_down_loses_its_frames_only():
