@@ -5,7 +5,8 @@ fabric), through the same driver code (``run_incast``).
 
 The scenario: NIC 0 receives; NICs 1 .. ``senders`` each have one QP bound to
 a QP of NIC 0, NSCC selected by name on every NIC (``set_congestion``) at
-``base_rtt_ns``, and each WRITEs ``bytes_per_sender`` in messages of
+``base_rtt_ns`` (by default the fabric's, ``fabric_base_rtt_ns``), and each
+WRITEs ``bytes_per_sender`` in messages of
 ``message_bytes``, keeping its send queue full. Every ``sample_cycles`` the
 driver reads each sender's window (TX's ``qp_cwnd``: NSCC's bytes //
 mtu_wire) and takes its completions. The bottleneck is NIC 0's port on
@@ -15,16 +16,15 @@ frames above ``port_ecn_bytes`` queued and trims those that would overflow
 
 Rates: a NIC's data path (``data_width`` bits a cycle) carries all its
 planes' traffic (PlaneMerge joins them into the one RX pipeline), so each
-plane's port runs at the data path's rate / planes, as an 800G NIC has 8
-ports of 100G: the receiver's ports together are the bottleneck, not its
-data path. Times are NIC clock cycles on both backends: the RTL runs its
-clock at 8 ns of simulated time while its registers describe a NIC clocked
-at ``clk_freq_hz`` (sim/system/top.py); the model runs at the clock its
-registers describe. The model has one plane (sim/nicmodel): its links run at
-the data path's rate, the sum of the RTL's planes', and its receiver's
-downlink queue holds and marks at the sum of the ports' thresholds, which is
-the RTL's fabric as long as each sender spreads evenly over the planes (the
-planes system tests show it does: within 2 frames per plane).
+plane's port runs at the data path's rate / planes, both ways, as an 800G
+NIC has 8 ports of 100G: the receiver's ports together are the bottleneck,
+not its data path. Times are NIC clock cycles on both backends: the RTL runs
+its clock at 8 ns of simulated time while its registers describe a NIC
+clocked at ``clk_freq_hz`` (sim/system/top.py); the model runs at the clock
+its registers describe. The model NICs have the planes too (``ModelFabric(
+planes=...)``): each EV's packets leave on its plane's port, serialised at
+the port's rate, cross a spine path that is a pure delay, and queue at the
+receiver's port on that plane, as the RTL's frames do in SwitchFabric.
 """
 
 from __future__ import annotations
@@ -37,8 +37,15 @@ from host_driver.driver import NSCC, Completion, EvState, WrOpcode
 from hw.reliability.cc_defaults import DATA_WIRE_OVERHEAD
 from sim.system.pairs import connect_pair
 
+# NSCC's base RTT with one plane: the system top's NIC (a 60 us round trip of its nominal
+# clock, 940 cycles) is above the scenario's unloaded round trip
+ONE_PLANE_BASE_RTT_NS = 60_000.0
+# A spine path is a pure delay (as SwitchFabric's): its links far faster than any port
+SPINE_GBPS = 1e6
+
 __all__ = ["IncastConfig", "IncastRun", "run_incast", "run_rtl", "run_model", "mean_window",
-           "summed_window", "best_goodput", "figures"]
+           "summed_window", "best_goodput", "figures", "fabric_base_rtt_ns",
+           "ONE_PLANE_BASE_RTT_NS"]
 
 
 @dataclass(frozen=True)
@@ -47,7 +54,8 @@ class IncastConfig:
     bytes_per_sender: int = 192 * 1024
     message_bytes: int = 16 * 1024
     mtu: int = 1024
-    base_rtt_ns: float = 60_000.0  # NSCC's base RTT, in the NIC's nominal ns
+    # NSCC's base RTT, in the NIC's nominal ns (None: ``fabric_base_rtt_ns``)
+    base_rtt_ns: float | None = None
     port_ecn_bytes: int = 4096  # per plane's port toward the receiver
     port_queue_bytes: int = 32 * 1024
     delay_cycles: int = 50  # each spine path's one-way delay
@@ -112,6 +120,17 @@ def mean_window(samples: list[tuple[float, int]], since: float, until: float) ->
     return total / weight
 
 
+def fabric_base_rtt_ns(params: dict, planes: int, mtu: int) -> float:
+    """NSCC's base RTT for the scenario's fabric, in the NIC's nominal ns:
+    ONE_PLANE_BASE_RTT_NS, above the unloaded round trip with one plane, and
+    for each plane beyond the first, the longer store-and-forward of a full
+    frame at the sender's and at the receiver's port (each runs at 1 / planes
+    of the data path's rate)."""
+    frame_ns = (mtu + DATA_WIRE_OVERHEAD) * 8 / (params["data_width"] * params["clk_freq_hz"]
+                                                 / 1e9)
+    return ONE_PLANE_BASE_RTT_NS + 2 * (planes - 1) * frame_ns
+
+
 def summed_window(run: IncastRun, since: float = 0.0, until: float | None = None) -> float:
     """The senders' windows summed, time-averaged over [since, until) (default:
     until the first sender is done, while all of them send)."""
@@ -155,7 +174,10 @@ async def run_incast(ends, cfg: IncastConfig, now_cycles, fail=None) -> IncastRu
     senders = range(1, cfg.senders + 1)
     words = {}
     for i in range(cfg.senders + 1):
-        words = await ends[i].dev.set_congestion(NSCC, base_rtt_ns=cfg.base_rtt_ns,
+        dev = ends[i].dev
+        base_rtt_ns = cfg.base_rtt_ns or fabric_base_rtt_ns(dev.params, dev.num_planes,
+                                                              cfg.mtu)
+        words = await ends[i].dev.set_congestion(NSCC, base_rtt_ns=base_rtt_ns,
                                                  mtu=cfg.mtu)
     pairs = [await connect_pair(ends, s, 0, buf_size=cfg.bytes_per_sender, mtu=cfg.mtu,
                                 evs=cfg.evs, timeout=cfg.timeout,
@@ -233,9 +255,11 @@ async def run_rtl(dut, cfg: IncastConfig, params: dict, keep_log: bool = False):
 
 
 def run_model(cfg: IncastConfig, params: dict, planes: int) -> tuple[IncastRun, dict]:
-    """The scenario on model NICs (NicCore ``params``) whose one plane carries
-    what the RTL's ``planes`` do (see the module docstring). Returns the run
-    and the receiver's downlink counters (sim.fabric ``Link.counters``)."""
+    """The scenario on model NICs (NicCore ``params``) on a model fabric of
+    ``planes`` planes, each port at the data path's rate / planes (see the
+    module docstring). Returns the run and the receiver's ports' counters,
+    summed over the planes but ``max_queue_bytes``, the largest port's
+    (sim.fabric ``Link.counters``)."""
     import asyncio
 
     from host_driver.driver import Device
@@ -246,24 +270,22 @@ def run_model(cfg: IncastConfig, params: dict, planes: int) -> tuple[IncastRun, 
 
     cfg.check()
     period_ns = 1e9 / params["clk_freq_hz"]
-    gbps = params["data_width"] / period_ns
+    gbps = params["data_width"] / period_ns / planes
     fabric = ModelFabric(num_paths=8, delay_ns=cfg.delay_cycles * period_ns, gbps=gbps,
-                         seed=cfg.seed)
+                         seed=cfg.seed, planes=planes, core_gbps=SPINE_GBPS)
     ends = []
     for _ in range(cfg.senders + 1):
         nic = ModelNic(params, fabric, build_id=BUILD_IDS[0], mem_size=RAM_SIZE)
         ends.append(_ModelEnd(Device(ModelTransport(nic))))
-    down = fabric.paths.hosts["nic0"].downlinks[0]
-    down.queue_bytes, down.ecn_bytes = planes * cfg.port_queue_bytes, planes * cfg.port_ecn_bytes
-    down.trim = True
+    downs = fabric.paths.hosts["nic0"].downlinks
+    for down in downs:
+        down.queue_bytes, down.ecn_bytes = cfg.port_queue_bytes, cfg.port_ecn_bytes
+        down.trim = True
 
     def fail(plane):
-        """The model's one plane carries the RTL's: its paths of the plane's EVs
-        (EV i takes path i, explicit routing) go down, both ways."""
-        for k in range(fabric.paths.paths_per_plane):
-            if k % planes == plane:
-                for link in fabric.paths.links({"kind": "core", "plane": 0, "path": k}):
-                    link.up = False
+        """Plane ``plane``'s switch: every path of the plane down, both ways."""
+        for link in fabric.paths.links({"kind": "core", "plane": plane}):
+            link.up = False
 
     async def scenario():
         for i, end in enumerate(ends):
@@ -271,7 +293,11 @@ def run_model(cfg: IncastConfig, params: dict, planes: int) -> tuple[IncastRun, 
             await end.dev.set_address(MACS[i], IPS[i])
         return await run_incast(ends, cfg, lambda: fabric.now / period_ns, fail)
 
-    return asyncio.run(scenario()), down.counters()
+    run = asyncio.run(scenario())
+    counters = [down.counters() for down in downs]
+    total = {k: sum(c[k] for c in counters) for k in counters[0]}
+    total["max_queue_bytes"] = max(c["max_queue_bytes"] for c in counters)
+    return run, total
 
 
 @dataclass
