@@ -26,6 +26,7 @@ SECTIONS = {
     "nscc": "sim.bench.nscc",
     "model": "sim.bench.model",
     "system": "sim.bench.system",
+    "planes": "sim.bench.planes",
     "speed": "sim.bench.speed",
     "peers": "sim.bench.peers",
 }
