@@ -168,7 +168,11 @@ def run() -> str:
         f"events read every {FAILURE.sample_cycles} cycles, so each time is late by up to "
         f"that): cycles from the failure to each of the plane's EVs going ASSUMED_BAD "
         f"(the sender then leaves the plane), RTL and model, and goodput over the whole "
-        f"run.",
+        f"run. Outside 10 %: the RTL's TX holds every PSN from the cumulative one to the "
+        f"next against the window, SACKed ones included, where the model holds the bytes "
+        f"outstanding; the failed plane's holes pin the cumulative PSN, so the RTL's "
+        f"sender stops sending, gets no more SACK evidence and marks the last EVs at the "
+        f"first timeout (docs/reliability.md, 'Deviations from the golden model').",
         "",
         "| planes | EVs on the failed plane | to ASSUMED_BAD, RTL (cycles) | model | "
         "slowest RTL / model | goodput RTL / model |",
