@@ -5,7 +5,12 @@ sim/system/incast.py's, and the same driver code runs it on model NICs: the
 RTL's windows are held to the model's.
 
 Its own build (sim_build/system_four_nic_p2: NicCore as the two-NIC
-system's, with two planes, four times), in a simulator run of its own.
+system's, with two planes, four times), in a simulator run of its own. In
+the long suite (``-m long``, ``make test-long``): the build takes about 200 s
+of compiler CPU, which ``make test``'s 20 minutes on two cores do not hold
+(20:56 with it, on a fresh clone). The default suite runs the scenario on
+model NICs (tests/unit/test_incast_model.py) and the switch's queueing,
+marking and trimming (tests/unit/test_switch_fabric.py).
 """
 
 from __future__ import annotations
@@ -135,6 +140,7 @@ def run(testcase=None, tag: str = "incast"):
                test_dir=SIM_BUILD / "system_four_nic_p2" / tag)
 
 
+@pytest.mark.long
 def test_incast():
     run("test_incast_nscc")
 
