@@ -33,10 +33,11 @@ planes=1, core_gbps=None)``
     written with, and TX works as NicCore's: one data path, at the sum of
     the ports' rates, takes the QPs' packets in turn, each QP choosing the
     next GOOD EV after its cursor over every plane (an EV on a plane the
-    NIC lacks: never), and the packet queues at that plane's port. Either
-    way the planes block (with ``num_planes`` above 1, so that the driver
-    finds NicCore's chain) reads every link up, no link event and no frame
-    counted per plane.
+    NIC lacks: never), and the packet queues at that plane's port. The
+    planes block (with ``num_planes`` above 1, so that the driver finds
+    NicCore's chain) reads every link up and no link event; it counts each
+    plane's frames sent and received on a fabric of planes, none on one
+    plane.
     ``read32(addr)`` / ``write32(addr, value)``: one CSR access (each lets
     ``csr_access_cycles`` clock cycles pass first, as an AXI4-Lite access
     does); ``mem``: its host memory (``host_driver.transport.HostMemory``);

@@ -112,6 +112,9 @@ class ModelNic(RegisterBehaviour, QpLifecycle):
         self.rel_cnt = {reg.name[4:]: 0 for reg in self.maps["reliability"].registers
                         if reg.name.startswith("cnt_")}
         self.ev_tables = [_HwEvTable(self, q) for q in range(nq)]
+        # per plane of a fabric of planes: frames sent and received (the planes block)
+        counted = fabric.planes if fabric.planes > 1 else 0
+        self.plane_frames = {"tx_frames": [0] * counted, "rx_frames": [0] * counted}
         self.qps: list[_HwQp | None] = [None] * nq
         self.rel_state = [RESET] * nq
         self.tx_consumer = [0] * nq

@@ -366,6 +366,7 @@ class _HwNicCore(Nic):
             pkt = qps[(start + i) % n].pull(0)  # the plane is the chosen EV's
             if pkt is not None:
                 self._rr[0] = (start + i + 1) % n
+                self._count(pkt, "tx_frames")
                 self.fabric.send(pkt)
                 self._dp_free = now + pkt.wire_len * self._dp_ns_per_byte
                 if any(q.can_send() for q in qps):  # else the next ACK kicks it
@@ -373,7 +374,17 @@ class _HwNicCore(Nic):
                     self.engine.push(self._dp_free, self._send_dp)
                 return
 
+    def _count(self, pkt, name):
+        frames = self.hw.plane_frames[name]
+        if frames:
+            frames[pkt.plane] += 1
+
+    def send_control(self, pkt):
+        self._count(pkt, "tx_frames")
+        super().send_control(pkt)
+
     def receive(self, pkt):
+        self._count(pkt, "rx_frames")
         hw, cnt = self.hw, self.hw.rx_cnt
         cnt["parser_accepted"] += 1
         kind = pkt.kind

@@ -329,11 +329,14 @@ class RegisterBehaviour:
         return None
 
     def _read_planes(self, name, index):
-        """The planes block of a model NIC with planes. The model has one
-        fabric and no plane ports: every link reads up, no link ever
-        changes, and no frame is counted on a plane."""
+        """The planes block of a model NIC with planes: every link reads up and
+        no link ever changes (the model has no links to lose); on a fabric of
+        planes, each plane's frames sent and received are counted (on a fabric
+        of one plane, none: the planes are nominal)."""
         if name == "link_up":
             return (1 << self.params["num_planes"]) - 1
+        if name in ("tx_frames", "rx_frames") and index < len(self.plane_frames[name]):
+            return self.plane_frames[name][index] & 0xFFFFFFFF
         return 0
 
     def _read_ev_gen(self, name, index):

@@ -254,12 +254,14 @@ async def run_rtl(dut, cfg: IncastConfig, params: dict, keep_log: bool = False):
     return tb, run
 
 
-def run_model(cfg: IncastConfig, params: dict, planes: int) -> tuple[IncastRun, dict]:
+def run_model(cfg: IncastConfig, params: dict, planes: int,
+              keep: dict | None = None) -> tuple[IncastRun, dict]:
     """The scenario on model NICs (NicCore ``params``) on a model fabric of
     ``planes`` planes, each port at the data path's rate / planes (see the
     module docstring). Returns the run and the receiver's ports' counters,
     summed over the planes but ``max_queue_bytes``, the largest port's
-    (sim.fabric ``Link.counters``)."""
+    (sim.fabric ``Link.counters``); ``keep`` (a dict) gets the ``ends`` (each
+    with its ``dev``) and the ``fabric``, for a test to look further."""
     import asyncio
 
     from host_driver.driver import Device
@@ -294,6 +296,8 @@ def run_model(cfg: IncastConfig, params: dict, planes: int) -> tuple[IncastRun, 
         return await run_incast(ends, cfg, lambda: fabric.now / period_ns, fail)
 
     run = asyncio.run(scenario())
+    if keep is not None:
+        keep.update(ends=ends, fabric=fabric)
     counters = [down.counters() for down in downs]
     total = {k: sum(c[k] for c in counters) for k in counters[0]}
     total["max_queue_bytes"] = max(c["max_queue_bytes"] for c in counters)

@@ -25,6 +25,30 @@ def test_model_incast_cuts_windows_and_keeps_goodput():
     assert link["max_queue_bytes"] <= 2 * cfg.port_queue_bytes
 
 
+def test_model_planes_spread_and_count_frames_per_plane():
+    """One sender over 4 planes: NicCore's TX rule takes the EVs in turn, so each
+    plane carries a quarter of the data frames; each NIC's planes block counts
+    per plane exactly the frames its ports sent and received (the fabric's own
+    counts), ACKs included."""
+    import asyncio
+
+    cfg = replace(IncastConfig(), senders=1, bytes_per_sender=256 * 1024)
+    params = dict(NIC_PARAMS, num_planes=4)
+    keep = {}
+    run, _ = run_model(cfg, params, 4, keep)
+    hosts = keep["fabric"].paths.hosts
+    got = [asyncio.run(end.dev.plane_counters()) for end in keep["ends"]]
+    for i, name in ((0, "nic0"), (1, "nic1")):
+        up = [link.tx_packets for link in hosts[name].uplinks]
+        down = [link.tx_packets for link in hosts[name].downlinks]
+        assert [c["tx_frames"] for c in got[i]] == up, (i, got[i], up)
+        assert [c["rx_frames"] for c in got[i]] == down, (i, got[i], down)
+        assert all(c["up"] == 1 and c["link_drops"] == 0 for c in got[i])
+    sent = [c["tx_frames"] for c in got[1]]  # the sender's: 256 data frames and no ACKs
+    assert sent == [64, 64, 64, 64], sent
+    assert sum(c["tx_frames"] for c in got[0]) > 0  # the receiver's ACKs
+
+
 def test_model_plane_failure_marks_its_evs_bad():
     """Plane 1 of 4 fails mid-transfer: sender 1's EVs 1 and 5 (EV i on plane
     i mod 4) go ASSUMED_BAD, no other EV does, the transfer completes."""
