@@ -118,8 +118,8 @@ def with_outreg(script: Path, netlist: str) -> None:
     script.write_text("".join(lines))
 
 
-# The placer and placement seed of the default build: a pair whose placement
-# routes and meets timing on the current netlist. Placement decides whether
+# The placer and placement seed of the default build: they must give a placement
+# that routes and meets timing on the current netlist. Placement decides whether
 # router2 converges and how long the core's longest routes are (the pairs
 # tried: docs/timing.md#placement-seeds). A change to the RTL or the tools is
 # a new draw: rebuild, and if the core misses 125 MHz or the routing stops,
@@ -129,8 +129,8 @@ DEFAULT_SEED = 9
 
 # router2 gives up on a placement it cannot route: past DIVERGE_FROM
 # iterations, more than DIVERGE_OVERUSED overused wires, or still any at
-# ROUTER_MAX_ITER (the limits keep every converging build seen so far:
-# docs/timing.md#placement-seeds).
+# ROUTER_MAX_ITER (the limits must not stop a routing that converges; the
+# builds they were set by: docs/timing.md#placement-seeds).
 DIVERGE_FROM = 40
 DIVERGE_OVERUSED = 1000
 ROUTER_MAX_ITER = 300
@@ -311,13 +311,13 @@ def main(argv=None) -> int:
     parser.add_argument("--core-mhz", type=float, default=125.0,
                         help="core (sync) clock; 500 MHz / n (default 125)")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED,
-                        help=f"nextpnr placement seed (default {DEFAULT_SEED}: the one whose "
-                             "placement routes and meets timing for the default build; "
-                             "docs/timing.md)")
+                        help=f"nextpnr placement seed (default {DEFAULT_SEED}: DEFAULT_SEED, "
+                             "which must route and meet timing with the default placer; the "
+                             "seeds tried: docs/timing.md#placement-seeds)")
     parser.add_argument("--placer", choices=("heap", "static", "sa"), default=DEFAULT_PLACER,
-                        help=f"nextpnr placer (default {DEFAULT_PLACER}: with seed "
-                             f"{DEFAULT_SEED}, the pair whose placement routes and meets timing "
-                             "for the default build; another placer is another draw; "
+                        help=f"nextpnr placer (default {DEFAULT_PLACER}: with the default "
+                             "--seed, the board build's pair, DEFAULT_PLACER and DEFAULT_SEED "
+                             "in this file; another placer is another draw; the pairs tried: "
                              "docs/timing.md#placement-seeds)")
     parser.add_argument("--router", choices=("router1", "router2"), default="router2",
                         help="nextpnr router (default router2: this design's congestion "
