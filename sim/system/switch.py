@@ -48,6 +48,7 @@ import math
 import random
 from dataclasses import dataclass
 
+from host_driver.driver import mac_to_int
 from sim.model.packet import L2_WIRE_EXTRA
 from sim.system.fabric import DELIVERED, DROPPED, Path, Verdict, frame_ev, is_data_frame
 
@@ -68,14 +69,6 @@ class Hop:
     frame: bytes
 
 
-def mac_bytes(mac: str) -> bytes:
-    """``"02:00:00:00:00:01"`` as six bytes; a ValueError for anything else."""
-    parts = mac.split(":")
-    if len(parts) != 6 or not all(len(x) == 2 for x in parts):
-        raise ValueError(f"a MAC address is six hex bytes with colons, not {mac!r}")
-    return bytes(int(x, 16) for x in parts)
-
-
 class SwitchFabric:
     """NICs joined by one switch per plane (see the module docstring)."""
 
@@ -91,7 +84,7 @@ class SwitchFabric:
         if num_paths < 1:
             raise ValueError(f"num_paths must be >= 1, not {num_paths!r}")
         self.sinks, self.sources = sinks, sources
-        self.nic_of_mac = {mac_bytes(m): i for i, m in enumerate(macs)}
+        self.nic_of_mac = {mac_to_int(m).to_bytes(6, "big"): i for i, m in enumerate(macs)}
         if len(self.nic_of_mac) != self.num_nics:
             raise ValueError(f"the NICs' MAC addresses must differ: {list(macs)}")
         self.spines = [[Path(delay_ns=delay_ns) for _ in range(num_paths)]

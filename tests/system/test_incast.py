@@ -18,7 +18,7 @@ from __future__ import annotations
 import cocotb
 import pytest
 
-from host_driver import layers as L
+from sim.system.demo import data_frame_info
 from sim.system.harness import CLK_NS
 from sim.system.incast import IncastConfig, best_goodput, run_model, run_rtl, summed_window
 from sim.system.top import NIC_PARAMS
@@ -48,16 +48,13 @@ def goodput(tb, run, cfg):
     end_ns = (run.start + min(run.finish)) * CLK_NS
     seen, payload, first = set(), 0, None
     for arrival, src, _plane, frame in sorted(tb.fabric.delivered[0], key=lambda e: e[0]):
-        bth = L.bth_offset(frame)
-        if bth is None or frame[bth] not in L.WRITE_OPCODES or arrival > end_ns:
+        info = data_frame_info(frame)  # (opcode, PSN, payload bytes: 0 if trimmed)
+        if info is None or not info[2] or arrival > end_ns:
             continue
-        if len(frame) <= L.header_len(frame[bth], ipv6=L.is_ipv6(frame)):
-            continue  # trimmed
         first = arrival if first is None else first
-        psn = int.from_bytes(frame[bth + 9:bth + 12], "big")
-        if (src, psn) not in seen:
-            seen.add((src, psn))
-            payload += cfg.mtu
+        if (src, info[1]) not in seen:
+            seen.add((src, info[1]))
+            payload += info[2]
     span_cycles = (end_ns - first) / CLK_NS
     rate = payload / span_cycles
     return rate, rate / best_goodput(PARAMS, cfg.mtu)

@@ -107,7 +107,7 @@ def test_bad_configuration_raises_value_error():
         SwitchFabric([[None]], [[None]], MACS[:1])
     with pytest.raises(ValueError, match="must differ"):
         SwitchFabric([[None]] * 2, [[None]] * 2, [MACS[0], MACS[0]])
-    with pytest.raises(ValueError, match="six hex bytes"):
+    with pytest.raises(ValueError, match="is not a MAC address"):
         SwitchFabric([[None]] * 2, [[None]] * 2, [MACS[0], "02:00"])
     with pytest.raises(ValueError, match="one sink and one source per plane"):
         SwitchFabric([[None], [None, None]], [[None]] * 2, MACS[:2])
