@@ -138,9 +138,11 @@ class EvTable:
         self._rebuild()
 
     def _rebuild(self) -> None:
+        # an EV bound to a plane the NIC lacks (a register model may rebind one) is
+        # never given data
         self._good = [[] for _ in range(self.planes)]
         for ev in self.evs:
-            if ev.state == GOOD:
+            if ev.state == GOOD and ev.plane < self.planes:
                 self._good[ev.plane].append(ev)
 
     def good_count(self) -> int:

@@ -84,23 +84,36 @@ class Nic:
             self._wake_pending[plane] = True
             self.engine.push(uplink.busy_until, self._wake, plane)
             return
+        pkt = self._pull_next(plane)
+        if pkt is None:
+            return
+        self.fabric.send(pkt)
+        # wake when the port is free, unless no QP could send then anyway (window
+        # full): the next ACK kicks the scheduler
+        if self._may_send():
+            self._wake_pending[plane] = True
+            self.engine.push(max(uplink.busy_until, now), self._wake, plane)
+
+    def _pull_next(self, plane: int) -> Packet | None:
+        """The next data packet for ``plane`` from the QPs in round-robin order, the
+        turn moving past the QP that gave it; None if none has one."""
         qps = self._qp_list
         n = len(qps)
         start = self._rr[plane]
         for i in range(n):
-            qp = qps[(start + i) % n]
-            pkt = qp.pull(plane)
+            pkt = qps[(start + i) % n].pull(plane)
             if pkt is not None:
                 self._rr[plane] = (start + i + 1) % n
-                self.fabric.send(pkt)
-                # wake when the port is free, unless no QP could send then
-                # anyway (window full): the next ACK kicks the scheduler
-                for q in qps:
-                    if q.can_send():
-                        self._wake_pending[plane] = True
-                        self.engine.push(max(uplink.busy_until, now), self._wake, plane)
-                        break
-                return
+                return pkt
+        return None
+
+    def _may_send(self) -> bool:
+        """Whether any QP might send now (``can_send``). A loop, not ``any()`` over a
+        generator: this runs for every packet."""
+        for q in self._qp_list:
+            if q.can_send():
+                return True
+        return False
 
     def send_control(self, pkt: Packet) -> None:
         self.fabric.send(pkt)

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from hw.headers import PATH_MTU
 from hw.reliability.layouts import CqeStatus
 from hw.rx.window import MAX_PENDING
-from sim.model.ev import DENIED, GOOD, EvTable
+from sim.model.ev import DENIED, EvTable
 from sim.model.nic import Nic
 from sim.model.packet import (
     ACK,
@@ -61,14 +61,6 @@ class _HwEvTable(EvTable):
         for ev in self.evs:
             ev.value = 0
         self.reindex()
-
-    def _rebuild(self):
-        # an EV on a plane the NIC lacks is never chosen (NicCore's TX reads such a
-        # plane's link as down)
-        self._good = [[] for _ in range(self.planes)]
-        for ev in self.evs:
-            if ev.state == GOOD and ev.plane < self.planes:
-                self._good[ev.plane].append(ev)
 
     def pick(self, plane, avoid=None):
         """With planes, TX's rule (docs/tx.md): the next GOOD EV after the QP's
@@ -359,20 +351,15 @@ class _HwNicCore(Nic):
             self._dp_wake = True
             self.engine.push(self._dp_free, self._send_dp)
             return
-        qps = self._qp_list
-        n = len(qps)
-        start = self._rr[0]
-        for i in range(n):
-            pkt = qps[(start + i) % n].pull(0)  # the plane is the chosen EV's
-            if pkt is not None:
-                self._rr[0] = (start + i + 1) % n
-                self._count(pkt, "tx_frames")
-                self.fabric.send(pkt)
-                self._dp_free = now + pkt.wire_len * self._dp_ns_per_byte
-                if any(q.can_send() for q in qps):  # else the next ACK kicks it
-                    self._dp_wake = True
-                    self.engine.push(self._dp_free, self._send_dp)
-                return
+        pkt = self._pull_next(0)  # the plane is the chosen EV's (_HwEvTable.pick)
+        if pkt is None:
+            return
+        self._count(pkt, "tx_frames")
+        self.fabric.send(pkt)
+        self._dp_free = now + pkt.wire_len * self._dp_ns_per_byte
+        if self._may_send():  # else the next ACK kicks it
+            self._dp_wake = True
+            self.engine.push(self._dp_free, self._send_dp)
 
     def _count(self, pkt, name):
         frames = self.hw.plane_frames[name]
