@@ -40,6 +40,7 @@ from host_driver.transport import CocotbTransport
 from sim.system.fabric import Fabric
 from sim.system.pairs import (
     EV_BASES,
+    EVS,
     IPS,
     MACS,
     RAM_SIZE,
@@ -51,11 +52,10 @@ from sim.system.pairs import (
 from sim.system.simhw import SimHw, plane_suffix
 from sim.system.switch import SwitchFabric
 
-__all__ = ["SystemTB", "Endpoint", "Connection", "CLK_NS", "RAM_SIZE", "ev_owner",
-           "whole_bursts"]
+__all__ = ["SystemTB", "Endpoint", "Connection", "CLK_NS", "RAM_SIZE", "MACS", "IPS", "EVS",
+           "ev_owner", "whole_bursts"]
 
 CLK_NS = 8
-EVS = [EvProfile.explicit(range(base, base + 8)) for base in EV_BASES[:2]]  # connect()'s
 # The RX drop reasons of a data frame (docs/rx.md), besides placed and duplicate;
 # wimm_full (the pending-completion table was full) and cq_full (no receive CQ
 # slot for the message's CQE) are drops the requester recovers like a loss

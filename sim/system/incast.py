@@ -267,8 +267,8 @@ def run_model(cfg: IncastConfig, params: dict, planes: int,
     from host_driver.driver import Device
     from host_driver.model_transport import ModelTransport
     from sim.nicmodel import ModelFabric, ModelNic
-    from sim.system.model_harness import BUILD_IDS, RAM_SIZE
-    from sim.system.pairs import IPS, MACS
+    from sim.system.model_harness import BUILD_IDS
+    from sim.system.pairs import IPS, MACS, RAM_SIZE
 
     cfg.check()
     period_ns = 1e9 / params["clk_freq_hz"]

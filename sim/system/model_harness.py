@@ -30,13 +30,14 @@ import random
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-from host_driver.driver import Device, EvProfile, MemoryRegion, QueuePair
+from host_driver.driver import Device, MemoryRegion, QueuePair
 from host_driver.layers import TRIM_DSCP_DEFAULT
 from host_driver.model_transport import ModelTransport
 from sim.model.packet import DATA
 from sim.nicmodel import ModelFabric, ModelNic
 from sim.system import top as _rtl_top
 from sim.system.fabric import FaultEvent, PathSelection
+from sim.system.pairs import EVS, IPS, MACS, RAM_SIZE  # the RTL harness's (sim/system/harness.py)
 from sim.system.top import NIC_PARAMS
 
 __all__ = ["BUILD_IDS", "Endpoint", "ModelFabricControl", "ModelSystem", "MACS", "IPS", "EVS"]
@@ -44,11 +45,6 @@ __all__ = ["BUILD_IDS", "Endpoint", "ModelFabricControl", "ModelSystem", "MACS",
 # The build IDs the RTL system top gives its two NICs (one shared ID, or one each)
 BUILD_IDS = getattr(_rtl_top, "BUILD_IDS", None) or (_rtl_top.BUILD_ID,) * 2
 UNLIMITED = 1 << 62  # bytes: a queue that never overflows or marks
-RAM_SIZE = 1 << 25  # 32 MiB of host memory per NIC, as the RTL harness
-# The RTL harness's addresses and EV profiles (sim/system/harness.py)
-MACS = tuple(f"02:00:00:00:00:{i + 1:02x}" for i in range(_rtl_top.MAX_NICS))
-IPS = tuple(f"10.0.0.{i + 1}" for i in range(_rtl_top.MAX_NICS))
-EVS = [EvProfile.explicit(range(0xC000, 0xC008)), EvProfile.explicit(range(0xD000, 0xD008))]
 
 
 @dataclass

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from host_driver.driver import EvProfile, MemoryRegion, QueuePair
 from sim.system.top import MAX_NICS
 
-__all__ = ["MACS", "IPS", "EV_BASES", "RAM_SIZE", "Connection", "check_memory", "new_conn",
+__all__ = ["MACS", "IPS", "EV_BASES", "EVS", "RAM_SIZE", "Connection", "check_memory", "new_conn",
            "connect_pair"]
 
 RAM_SIZE = 1 << 25  # 32 MiB of host memory per NIC
@@ -26,6 +26,8 @@ MACS = tuple(f"02:00:00:00:00:{i + 1:02x}" for i in range(MAX_NICS))
 IPS = tuple(f"10.0.0.{i + 1}" for i in range(MAX_NICS))
 # NIC i's connection k sprays over EV_BASES[i] + 16 k + (0..7): a NIC's block is 0x1000
 EV_BASES = (0xC000, 0xD000, 0xE000, 0xF000, 0x8000, 0x9000, 0xA000, 0xB000)
+# the two-NIC systems' EV profiles (SystemTB.connect, ModelSystem): NIC i's first 8 EVs
+EVS = [EvProfile.explicit(range(base, base + 8)) for base in EV_BASES[:2]]
 
 
 @dataclass
