@@ -172,13 +172,14 @@ async def run_incast(ends, cfg: IncastConfig, now_cycles, fail=None) -> IncastRu
         raise ValueError(f"{cfg.senders} senders and a receiver need {cfg.senders + 1} NICs, "
                          f"not {len(ends)}")
     senders = range(1, cfg.senders + 1)
-    words = {}
-    for i in range(cfg.senders + 1):
-        dev = ends[i].dev
+    for end in ends[:cfg.senders + 1]:
+        dev = end.dev
         base_rtt_ns = cfg.base_rtt_ns or fabric_base_rtt_ns(dev.params, dev.num_planes,
                                                               cfg.mtu)
-        words = await ends[i].dev.set_congestion(NSCC, base_rtt_ns=base_rtt_ns,
-                                                 mtu=cfg.mtu)
+        await dev.set_congestion(NSCC, base_rtt_ns=base_rtt_ns, mtu=cfg.mtu)
+    rel = ends[1].dev.rel  # a sender's first window: NSCC's max_cwnd, in packets
+    start_window = ((await rel.read_fields("nscc_max_cwnd"))["max_cwnd"]
+                    // (await rel.read_fields("nscc_mtu"))["mtu_wire"])
     pairs = [await connect_pair(ends, s, 0, buf_size=cfg.bytes_per_sender, mtu=cfg.mtu,
                                 evs=cfg.evs, timeout=cfg.timeout,
                                 sack_threshold=cfg.sack_threshold) for s in senders]
@@ -188,8 +189,7 @@ async def run_incast(ends, cfg: IncastConfig, now_cycles, fail=None) -> IncastRu
         ends[s].dev.mem.write(mine.send_buf, data)
     messages = cfg.bytes_per_sender // cfg.message_bytes
     posted, done = [0] * cfg.senders, [0] * cfg.senders
-    run = IncastRun([[] for _ in senders], [0.0] * cfg.senders,
-                    (words["nscc_max_cwnd"] & 0xFFFFFF) // (words["nscc_mtu"] & 0x3FFF),
+    run = IncastRun([[] for _ in senders], [0.0] * cfg.senders, start_window,
                     ev_events=[[] for _ in senders], num_evs=cfg.evs)
     if cfg.fail_plane is not None and fail is None:
         raise ValueError("fail_plane needs a fail(plane) function from the backend")
