@@ -101,7 +101,6 @@ class SwitchFabric:
         self.no_route = 0
         self.keep_log = keep_log
         self.delivered = [[] for _ in range(self.num_nics)]
-        self._started = False
 
     # ---- configuration -------------------------------------------------------------
     def _plane_index(self, plane: int) -> int:
@@ -196,7 +195,6 @@ class SwitchFabric:
         import cocotb
         from cocotb.triggers import Event
 
-        self._started = True
         self._more = Event()
         for i in range(self.num_nics):
             for p in range(self.num_planes):
