@@ -176,10 +176,11 @@ async def run_incast(ends, cfg: IncastConfig, now_cycles, fail=None) -> IncastRu
         dev = end.dev
         base_rtt_ns = cfg.base_rtt_ns or fabric_base_rtt_ns(dev.params, dev.num_planes,
                                                               cfg.mtu)
-        await dev.set_congestion(NSCC, base_rtt_ns=base_rtt_ns, mtu=cfg.mtu)
-    rel = ends[1].dev.rel  # a sender's first window: NSCC's max_cwnd, in packets
-    start_window = ((await rel.read_fields("nscc_max_cwnd"))["max_cwnd"]
-                    // (await rel.read_fields("nscc_mtu"))["mtu_wire"])
+        words = await dev.set_congestion(NSCC, base_rtt_ns=base_rtt_ns, mtu=cfg.mtu)
+    # a sender's first window: NSCC's max_cwnd, in packets (the words it was given)
+    rel = ends[1].dev.rel
+    start_window = (rel.unpack("nscc_max_cwnd", words["nscc_max_cwnd"])["max_cwnd"]
+                    // rel.unpack("nscc_mtu", words["nscc_mtu"])["mtu_wire"])
     pairs = [await connect_pair(ends, s, 0, buf_size=cfg.bytes_per_sender, mtu=cfg.mtu,
                                 evs=cfg.evs, timeout=cfg.timeout,
                                 sack_threshold=cfg.sack_threshold) for s in senders]
