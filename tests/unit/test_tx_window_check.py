@@ -1,6 +1,7 @@
 """hw/tx/seq_states.py ``WindowCheck``: ``over`` is inflight >= min(MPR x 128,
-cwnd, depth) for PSNs in flight on both sides of the depth and limits above,
-at and below it (0 included); ``full`` is ``over_r`` but for a retransmit;
+depth) or unsacked (in flight, not SACKed: at most inflight) >= cwnd, for
+PSNs in flight on both sides of the depth and limits above, at and below it
+(0 included); ``full`` is ``over_r`` but for a retransmit;
 ``clear_r`` is ``clear`` of the cycle before."""
 
 
@@ -33,15 +34,17 @@ def test_window_check(depth_bits):
             inflight = pick(depth)
             mpr_v = rng.choice([0, 1, rng.randrange(4), depth // MPR_UNIT, rng.randrange(1 << 16)])
             cwnd_v = pick(depth)
+            unsacked = rng.choice([inflight, max(0, inflight - 1), rng.randrange(inflight + 1)])
             ctx.set(w.inflight_r, inflight % (1 << PSN_BITS))
+            ctx.set(w.unsacked_r, unsacked % (1 << PSN_BITS))
             ctx.set(mpr, mpr_v)
             ctx.set(cwnd, cwnd_v)
             over_r, retx_v, clear = rng.getrandbits(1), rng.getrandbits(1), rng.getrandbits(nq)
             ctx.set(w.over_r, over_r)
             ctx.set(retx, retx_v)
             ctx.set(w.clear, clear)
-            limit = min(mpr_v * MPR_UNIT, cwnd_v, depth)
-            assert ctx.get(w.over) == (inflight >= limit), (inflight, mpr_v, cwnd_v)
+            over = inflight >= min(mpr_v * MPR_UNIT, depth) or unsacked >= cwnd_v
+            assert ctx.get(w.over) == over, (inflight, unsacked, mpr_v, cwnd_v)
             assert ctx.get(w.full) == (over_r & ~retx_v & 1)
             assert ctx.get(w.clear_r) == prev_clear
             await ctx.tick()
