@@ -159,10 +159,12 @@ class SystemTB:
     driver poll; what the tests build) or the bare ``two_nic``
     (``sim.system.top.TwoNicTop``: cocotbext-axi's AxiRam and stream models in
     Python, every cycle; kept for the speed comparison, sim/bench/speed.py).
-    The API and every check are the same on both."""
+    The API and every check are the same on both. ``wire_macs`` (a
+    ``SwitchFabric`` on ``two_nic_sim``): the NICs' MACs as wires
+    (``SwitchFabric``'s ``wire_macs``)."""
 
     def __init__(self, dut, *, seed: int = 1, delay_ns: float = 400.0, num_paths: int = 8,
-                 keep_log: bool = False, switch: bool = False):
+                 keep_log: bool = False, switch: bool = False, wire_macs: bool = False):
         self.dut = dut
         self.num_nics = nics = num_nics(dut)
         self.simhw = SimHw(dut, RAM_SIZE, nics) if SimHw.present(dut) else None
@@ -206,7 +208,8 @@ class SystemTB:
                                  seed=seed, keep_log=keep_log)
         else:
             self.fabric = SwitchFabric(sinks, sources, MACS[:nics], num_paths=num_paths,
-                                       delay_ns=delay_ns, seed=seed, keep_log=keep_log)
+                                       delay_ns=delay_ns, seed=seed, keep_log=keep_log,
+                                       beat_ns=CLK_NS if wire_macs and self.simhw else None)
 
     async def cycles(self, n: int):
         """Let ``n`` clock cycles pass (one timer, not n clock edges, on two_nic_sim)."""

@@ -69,6 +69,9 @@ class IncastConfig:
     # post; the senders' EV events are then read at every sample
     fail_plane: int | None = None
     fail_at_cycle: int = 0
+    # RTL only: the NICs' MACs as wires (SwitchFabric's ``beat_ns``: paced at the
+    # ports' rate, frames into RX as they come off the wire)
+    wire_macs: bool = False
 
     def check(self) -> None:
         if not 1 <= self.senders <= 7:
@@ -245,7 +248,7 @@ async def run_rtl(dut, cfg: IncastConfig, params: dict, keep_log: bool = False):
     from sim.system.harness import CLK_NS, SystemTB
 
     tb = SystemTB(dut, delay_ns=cfg.delay_cycles * CLK_NS, keep_log=keep_log, seed=cfg.seed,
-                  switch=True)
+                  switch=True, wire_macs=cfg.wire_macs)
     tb.fabric.set_port(gbps=params["data_width"] / CLK_NS / tb.num_planes,
                        queue_bytes=cfg.port_queue_bytes, ecn_bytes=cfg.port_ecn_bytes,
                        trim=True)

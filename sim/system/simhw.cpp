@@ -12,6 +12,7 @@
 //   mac_tx and into mac_rx, and the error counts the harness checks.
 // Nothing here decides a frame's fate: the fabric stays in Python.
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <deque>
@@ -42,6 +43,12 @@ struct Memory {
 struct TxStream {  // a NIC's mac_tx: beats in, whole frames out to Python
     std::vector<uint8_t> partial;
     std::deque<std::vector<uint8_t>> frames;
+    // Paced (ns_per_byte > 0): the MAC sends what it takes at the wire's rate
+    // and takes a beat only while what it holds leaves within fifo_ns; each
+    // frame's departure (its last bit on the wire) goes out with it.
+    std::deque<double> departs;
+    double ns_per_byte = 0, overhead = 0, fifo_ns = 0;
+    double wire_free = 0;  // ns: when the wire has sent every byte taken
 };
 
 struct Pending {  // a frame on its way: due at ``at`` ns, ties in the order queued
@@ -114,7 +121,23 @@ int mrc_tx_pop(int port, uint8_t* buf) {
     int n = (int)f.size();
     std::memcpy(buf, f.data(), f.size());
     tx[port].frames.pop_front();
+    tx[port].departs.pop_front();
     return n;
+}
+
+// MAC port ``port``'s mac_tx paced at ``ns_per_byte`` per byte (0: a beat every
+// cycle, no wire), ``overhead`` bytes per frame more on the wire (FCS,
+// preamble, gap), holding at most ``fifo_ns`` of wire time.
+void mrc_tx_pace(int port, double ns_per_byte, int overhead, double fifo_ns) {
+    TxStream& s = tx[port];
+    s.ns_per_byte = ns_per_byte;
+    s.overhead = overhead;
+    s.fifo_ns = fifo_ns;
+}
+
+// When the oldest whole frame of ``port`` leaves the wire (ns), or -1 (not paced).
+double mrc_tx_departure(int port) {
+    return tx[port].departs.empty() ? -1.0 : tx[port].departs.front();
 }
 
 // Queue a frame for MAC port ``port``'s mac_rx, due at simulated time ``at_ns``:
@@ -169,15 +192,30 @@ void mrc_mem_protocol_error(int nic, int64_t addr) { mem_error(mem[nic], (uint64
 // The memory's error count, for the Verilog's sticky mem_error port.
 int mrc_mem_failed(int nic) { return mem[nic].errors != 0; }
 
-// One beat put on MAC port ``port``'s mac_tx; ``last`` ends the frame.
-void mrc_tx_beat(int port, int64_t data, int keep, int last) {
+// One beat put on MAC port ``port``'s mac_tx at ``now_ns``; ``last`` ends the frame.
+void mrc_tx_beat(int port, int64_t data, int keep, int last, int64_t now_ns) {
     TxStream& s = tx[port];
+    int n = 0;
     for (int b = 0; b < 8; b++)
-        if (keep >> b & 1) s.partial.push_back((uint8_t)((uint64_t)data >> (8 * b)));
+        if (keep >> b & 1) {
+            s.partial.push_back((uint8_t)((uint64_t)data >> (8 * b)));
+            n++;
+        }
+    bool paced = s.ns_per_byte > 0;
+    if (paced)
+        s.wire_free = std::max(s.wire_free, (double)now_ns) + n * s.ns_per_byte;
     if (last) {
+        if (paced) s.wire_free += s.overhead * s.ns_per_byte;
         s.frames.emplace_back(std::move(s.partial));
+        s.departs.push_back(paced ? s.wire_free : -1.0);
         s.partial.clear();
     }
+}
+
+// Whether MAC port ``port``'s mac_tx takes a beat in the cycle after ``now_ns``.
+int mrc_tx_ready(int port, int64_t now_ns) {
+    const TxStream& s = tx[port];
+    return s.ns_per_byte <= 0 || s.wire_free <= (double)now_ns + s.fifo_ns;
 }
 
 // The next beat for MAC port ``port``'s mac_rx at simulated time ``now_ns``: returns

@@ -19,9 +19,13 @@ wrapper ``two_nic_sim`` that adds, per NIC i:
   which fails the test (``SimHw.watch``).
 - per plane p (``plane_suffix``: ``_p{p}`` but for plane 0), on its own
   MAC port of simhw.cpp (``mac_port``):
-- ``mrc_sim_mac_tx`` on ``n{i}_mac_tx``: TREADY high outside reset; the bytes
-  of each beat's TKEEP go to C++, and a frame is whole at TLAST, when the
-  port ``n{i}_tx_frames`` (a count) changes: Python wakes once per frame.
+- ``mrc_sim_mac_tx`` on ``n{i}_mac_tx``: TREADY high outside reset, or, once
+  Python paces the port (``FrameSink.pace``: a wire's rate, its overhead
+  per frame and a FIFO), high in the cycle after one in which what the MAC
+  holds leaves the wire within the FIFO's time; the bytes of each beat's
+  TKEEP go to C++, and a frame is whole at TLAST (with its departure from
+  the wire when paced), when the port ``n{i}_tx_frames`` (a count) changes:
+  Python wakes once per frame.
 - ``mrc_sim_mac_rx`` on ``n{i}_mac_rx``: frames Python queued, each with the
   simulated time it is due (the fabric's arrival time), go out in the order
   they fall due, from the first clock edge at or after it, back to back, one
@@ -33,7 +37,8 @@ The AXI4-Lite CSR ports (``n{i}_s_axil``) and ``n{i}_irq`` are the top's own.
 Python side (``SimHw``, one per simulator process, reached with ctypes in
 the library the simulator loaded): ``ram(i)`` (``read``/``write`` backdoor,
 the interface of cocotbext-axi's ``AxiRam`` that ``HostMemory`` uses),
-``sink(i)`` (``await recv()`` -> a frame with ``tdata``) and ``source(i)``
+``sink(i)`` (``await recv()`` -> a frame with ``tdata`` and ``departure_ns``;
+``pace(gbps, overhead_bytes, fifo_bytes)``) and ``source(i)``
 (``await send(frame)`` now, or ``send_at(data, arrival_ns)``), the interface
 of the cocotbext-axi stream sink and source the fabric (sim/system/fabric.py)
 takes.
@@ -95,7 +100,8 @@ import "DPI-C" function void mrc_mem_write(input int nic, input longint addr,
 import "DPI-C" function void mrc_mem_protocol_error(input int nic, input longint addr);
 import "DPI-C" function int mrc_mem_failed(input int nic);
 import "DPI-C" function void mrc_tx_beat(input int nic, input longint data, input int keep,
-                                         input int last);
+                                         input int last, input longint now_ns);
+import "DPI-C" function int mrc_tx_ready(input int nic, input longint now_ns);
 import "DPI-C" function int mrc_rx_beat(input int nic, input longint now_ns,
                                         output longint data, output int keep_last);
 """
@@ -166,12 +172,18 @@ endmodule
 module mrc_sim_mac_tx #(parameter int NIC = 0) (
     input clk, input rst, input [63:0] tdata, input [7:0] tkeep, input tlast, input tvalid,
     output tready, output reg [31:0] frames);
-  assign tready = !rst;
+  reg ready;  // paced at the wire's rate by simhw.cpp (mrc_tx_pace), else always
+  assign tready = ready && !rst;
   always @(posedge clk) begin
-    if (rst) frames <= 32'd0;
-    else if (tvalid) begin
-      mrc_tx_beat(NIC, tdata, {24'd0, tkeep}, {31'd0, tlast});
-      if (tlast) frames <= frames + 32'd1;
+    if (rst) begin
+      frames <= 32'd0;
+      ready <= 1'b1;
+    end else begin
+      if (tvalid && ready) begin
+        mrc_tx_beat(NIC, tdata, {24'd0, tkeep}, {31'd0, tlast}, $time);
+        if (tlast) frames <= frames + 32'd1;
+      end
+      ready <= mrc_tx_ready(NIC, $time) != 0;
     end
   end
 endmodule
@@ -308,6 +320,9 @@ def _load_from(lib: ctypes.CDLL) -> ctypes.CDLL:
         getattr(lib, name).argtypes, getattr(lib, name).restype = [ctypes.c_int], u64
     lib.mrc_tx_peek.argtypes, lib.mrc_tx_peek.restype = [ctypes.c_int], ctypes.c_int
     lib.mrc_tx_pop.argtypes, lib.mrc_tx_pop.restype = [ctypes.c_int, u8p], ctypes.c_int
+    lib.mrc_tx_pace.argtypes = [ctypes.c_int, ctypes.c_double, ctypes.c_int, ctypes.c_double]
+    lib.mrc_tx_pace.restype = None
+    lib.mrc_tx_departure.argtypes, lib.mrc_tx_departure.restype = [ctypes.c_int], ctypes.c_double
     lib.mrc_rx_push.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, u64]
     lib.mrc_rx_push.restype = None
     lib.mrc_rx_queued.argtypes, lib.mrc_rx_queued.restype = [ctypes.c_int], ctypes.c_int
@@ -348,9 +363,11 @@ class HostRam:
 
 @dataclass
 class Frame:
-    """A frame as the stream sink returns it (cocotbext-axi's has ``tdata`` too)."""
+    """A frame as the stream sink returns it (cocotbext-axi's has ``tdata`` too);
+    ``departure_ns``: when its last bit left the wire, for a paced MAC (``FrameSink.pace``)."""
 
     tdata: bytes
+    departure_ns: float | None = None
 
 
 class FrameSink:
@@ -365,8 +382,16 @@ class FrameSink:
         while (n := self.lib.mrc_tx_peek(self.nic)) < 0:
             await ValueChange(self.count)
         buf = (ctypes.c_uint8 * max(n, 1))()
+        departure = self.lib.mrc_tx_departure(self.nic)
         self.lib.mrc_tx_pop(self.nic, buf)
-        return Frame(bytes(buf[:n]))
+        return Frame(bytes(buf[:n]), departure if departure >= 0 else None)
+
+    def pace(self, gbps: float, overhead_bytes: int, fifo_bytes: int) -> None:
+        """The MAC as a wire of ``gbps``: it takes the NIC's beats only while
+        what it holds (at most ``fifo_bytes``) can leave at that rate, adding
+        ``overhead_bytes`` per frame; each frame then carries its departure."""
+        ns_per_byte = 8.0 / gbps
+        self.lib.mrc_tx_pace(self.nic, ns_per_byte, overhead_bytes, fifo_bytes * ns_per_byte)
 
 
 class FrameSource:

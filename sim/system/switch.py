@@ -6,10 +6,21 @@ Topology (one plane; every NIC has one port on each plane's switch)::
         --> egress port (p, dst) --> NIC dst mac_rx[p]
 
 - A NIC's port on a plane runs at the port's line rate both ways
-  (``set_port``; unset: no serialisation): its uplink serialises the frames
-  the NIC puts on the plane, in order and without limit (the NIC's MAC), a
-  frame taking its bytes and Ethernet's FCS, preamble and gap
-  (``L2_WIRE_EXTRA``, as the golden model's links count ``wire_len``).
+  (``set_port``; unset: no serialisation), a frame taking its bytes and
+  Ethernet's FCS, preamble and gap (``L2_WIRE_EXTRA``, as the golden model's
+  links count ``wire_len``). By default the NIC's MAC takes its beats at
+  the data path's rate and the uplink serialises the frames it puts on the
+  plane, in order and without limit; a data path that outruns its ports
+  (by Ethernet's overhead, 2 % at 1 KiB) then builds a standing queue there
+  behind its window, and a frame reaches the receiving NIC's mac_rx from
+  the moment its last bit leaves the port, a frame's beats later. With
+  ``beat_ns`` (the time of one beat of the NICs' 8-byte streams: "the MACs
+  as wires", ``SystemTB(wire_macs=True)``) the MAC is the wire: a sink that
+  can be paced (``pace``, simhw.py's) takes the NIC's beats only as fast
+  as the wire sends them, out of a FIFO of ``MAC_FIFO_BYTES``, and gives
+  each frame's departure, so the data path is held back as a real MAC
+  holds it; and a frame's last beat reaches mac_rx as its last bit leaves
+  the port (the MAC passes the beats on as they come off the wire).
 - A frame is switched on its destination MAC address (the first six bytes:
   the same for IPv4 and IPv6) to the NIC that has it (``macs``); a frame for
   an unknown MAC is dropped and counted (``no_route``).
@@ -29,7 +40,7 @@ Topology (one plane; every NIC has one port on each plane's switch)::
 - A plane's switch can fail as a whole (``set_plane_up``: every frame on the
   plane is lost, the NICs' links stay up).
 
-``SwitchFabric(sinks, sources, macs, *, num_paths=8, delay_ns=400, seed=1)``:
+``SwitchFabric(sinks, sources, macs, *, num_paths=8, delay_ns=400, seed=1, beat_ns=None)``:
 ``sinks[i][p]`` and ``sources[i][p]`` are NIC i's mac_tx and mac_rx of plane
 p (sim/system/simhw.py's, or anything with ``recv()`` and ``send_at(data,
 arrival_ns)``). ``start()`` in a cocotb test. Counters: ``ports[p][dst]``,
@@ -52,7 +63,13 @@ from host_driver.driver import mac_to_int
 from sim.model.packet import L2_WIRE_EXTRA
 from sim.system.fabric import DELIVERED, DROPPED, Path, Verdict, frame_ev, is_data_frame
 
-__all__ = ["SwitchFabric", "Hop"]
+__all__ = ["SwitchFabric", "Hop", "MAC_FIFO_BYTES"]
+
+# A paced MAC's transmit FIFO: two frames of a 1 KiB MTU, so that the NIC's
+# one data path keeps every plane's wire busy while it alternates between
+# them; a larger frame goes through it as the wire takes it.
+MAC_FIFO_BYTES = 2048
+BEAT_BYTES = 8  # the MAC streams' width (sim/system/simhw.py)
 
 
 @dataclass
@@ -73,7 +90,7 @@ class SwitchFabric:
     """NICs joined by one switch per plane (see the module docstring)."""
 
     def __init__(self, sinks, sources, macs, *, num_paths: int = 8, delay_ns: float = 400.0,
-                 seed: int = 1, keep_log: bool = False):
+                 seed: int = 1, keep_log: bool = False, beat_ns: float | None = None):
         if not len(sinks) == len(sources) == len(macs) >= 2:
             raise ValueError(f"need a sink list, a source list and a MAC per NIC, at least "
                              f"two NICs; got {len(sinks)}, {len(sources)}, {len(macs)}")
@@ -101,6 +118,7 @@ class SwitchFabric:
         self.no_route = 0
         self.keep_log = keep_log
         self.delivered = [[] for _ in range(self.num_nics)]
+        self.beat_ns = beat_ns
 
     # ---- configuration -------------------------------------------------------------
     def _plane_index(self, plane: int) -> int:
@@ -126,6 +144,9 @@ class SwitchFabric:
                 for name, value in values.items():
                     setattr(self.ports[p][i], name, value)
                 self.uplinks[i][p].gbps = gbps
+                sink = self.sinks[i][p]
+                if self.beat_ns is not None and hasattr(sink, "pace"):
+                    sink.pace(gbps, L2_WIRE_EXTRA, MAC_FIFO_BYTES)
 
     def set_path_up(self, path: int, up: bool, plane: int | None = None) -> None:
         """Spine path ``path`` of ``plane`` (None: of every plane) down or up."""
@@ -139,11 +160,13 @@ class SwitchFabric:
         self.plane_up[self._plane_index(plane)] = bool(up)
 
     # ---- forwarding ----------------------------------------------------------------
-    def ingress(self, src: int, plane: int, frame: bytes, now: float):
+    def ingress(self, src: int, plane: int, frame: bytes, now: float,
+                departure: float | None = None):
         """NIC ``src``'s ``frame``, put on its ``plane`` port at ``now`` (ns): serialised
-        on the port's uplink, switched, sent over its spine path. Returns the
-        ``Hop`` that reaches the destination's port, or (destination NIC or None,
-        the verdict) for a frame lost on the way. Counts it."""
+        on the port's uplink (or off the wire at ``departure``, from a paced
+        MAC), switched, sent over its spine path. Returns the ``Hop`` that
+        reaches the destination's port, or (destination NIC or None, the
+        verdict) for a frame lost on the way. Counts it."""
         self.plane_frames[src][plane] += 1
         ev = frame_ev(frame)
         k = 0 if ev is None else ev % len(self.spines[plane])
@@ -159,7 +182,10 @@ class SwitchFabric:
             spine.dropped += 1
             return dst, Verdict(k, ev, DROPPED, "down" if not spine.up else "loss", None, None)
         uplink = self.uplinks[src][plane]
-        *_, sent = uplink.enqueue(frame, now, False)  # no limit: the NIC's own MAC
+        if departure is None:
+            *_, sent = uplink.enqueue(frame, now, False)  # no limit: the NIC's own MAC
+        else:
+            sent = departure
         uplink.carried += 1
         at_port = sent + spine.delay_ns
         if spine.reorder_prob and self.rng[plane].random() < spine.reorder_prob:
@@ -206,8 +232,9 @@ class SwitchFabric:
 
         sink = self.sinks[src][plane]
         while True:
-            frame = bytes((await sink.recv()).tdata)
-            got = self.ingress(src, plane, frame, get_sim_time(unit="ns"))
+            got = await sink.recv()
+            got = self.ingress(src, plane, bytes(got.tdata), get_sim_time(unit="ns"),
+                               getattr(got, "departure_ns", None))
             if isinstance(got, Hop):
                 heapq.heappush(self._pending, (got.at_port, got.seq, got))
                 self._more.set()
@@ -237,7 +264,11 @@ class SwitchFabric:
             if self.keep_log:
                 self.delivered[dst].append((verdict.arrival_ns, hop.src, hop.plane,
                                             verdict.frame))
-            self.sources[dst][hop.plane].send_at(verdict.frame, verdict.arrival_ns)
+            at = verdict.arrival_ns
+            if self.beat_ns is not None:  # the last beat as the last bit arrives
+                beats = math.ceil(len(verdict.frame) / BEAT_BYTES)
+                at = max(get_sim_time(unit="ns"), at - (beats - 1) * self.beat_ns)
+            self.sources[dst][hop.plane].send_at(verdict.frame, at)
 
     def counters(self) -> dict:
         """Per plane, each egress port's and each spine path's counters."""

@@ -1,6 +1,7 @@
 """sim/system/simhw.cpp without a simulator: the DPI functions the Verilog
 calls, driven from ctypes, against what the Python side expects (byte lanes,
-errors, frames out of mac_tx, frames into mac_rx in the order they fall due)."""
+errors, frames out of mac_tx, a paced mac_tx's backpressure and departures,
+frames into mac_rx in the order they fall due)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ def lib():
     lib.mrc_mem_write.argtypes, lib.mrc_mem_write.restype = [ci, i64, i64, ci, ci], None
     lib.mrc_mem_failed.argtypes, lib.mrc_mem_failed.restype = [ci], ci
     lib.mrc_mem_protocol_error.argtypes, lib.mrc_mem_protocol_error.restype = [ci, i64], None
-    lib.mrc_tx_beat.argtypes, lib.mrc_tx_beat.restype = [ci, i64, ci, ci], None
+    lib.mrc_tx_beat.argtypes, lib.mrc_tx_beat.restype = [ci, i64, ci, ci, i64], None
+    lib.mrc_tx_ready.argtypes, lib.mrc_tx_ready.restype = [ci, i64], ci
     lib.mrc_rx_beat.argtypes = [ci, i64, ctypes.POINTER(i64), ctypes.POINTER(ci)]
     lib.mrc_rx_beat.restype = ci
     return lib
@@ -94,12 +96,48 @@ def test_tx_beats_make_frames(hw):
     for k in range(0, len(frame), 8):
         chunk = frame[k:k + 8]
         hw.mrc_tx_beat(0, _word(chunk.ljust(8, b"\0")), (1 << len(chunk)) - 1,
-                       int(k + 8 >= len(frame)))
-    hw.mrc_tx_beat(0, _word(b"\x55" * 8), 0xFF, 0)  # the start of the next frame
+                       int(k + 8 >= len(frame)), k)
+    hw.mrc_tx_beat(0, _word(b"\x55" * 8), 0xFF, 0, 24)  # the start of the next frame
+    assert hw.mrc_tx_ready(0, 24) == 1  # not paced: every cycle
+    assert hw.mrc_tx_departure(0) == -1
     assert hw.mrc_tx_peek(0) == 19 and hw.mrc_tx_peek(1) == -1
     buf = (ctypes.c_uint8 * 19)()
     assert hw.mrc_tx_pop(0, buf) == 19 and bytes(buf) == frame
     assert hw.mrc_tx_peek(0) == -1  # the partial frame stays until its last beat
+
+
+def test_paced_tx_holds_the_nic_back_to_the_wire(hw):
+    """A paced mac_tx (2 ns a byte, 4 overhead bytes a frame, a 40 ns FIFO)
+    takes a beat while what it holds leaves within the FIFO's time; each
+    frame leaves the wire at the sum of its bytes' and overhead's times
+    after the wire was free, and comes out with that departure."""
+    port = 3
+    hw.mrc_tx_pace(port, 2.0, 4, 40.0)
+    now, taken = 100, []
+    for _ in range(200):  # a beat offered every 8 ns, 3 frames of 4 beats
+        if len(taken) == 12:
+            break
+        if hw.mrc_tx_ready(port, now):
+            last = int(len(taken) % 4 == 3)
+            hw.mrc_tx_beat(port, _word(bytes([len(taken)]) * 8), 0xFF, last, now)
+            taken.append(now)
+        now += 8
+    # the rule: a beat is taken when the wire is free within 40 ns; it takes
+    # 16 ns of wire, the frame's last 8 ns more
+    want, wire, now = [], 0.0, 100
+    while len(want) < 12:
+        if wire <= now + 40:
+            wire = max(wire, now) + 16 + (8 if len(want) % 4 == 3 else 0)
+            want.append(now)
+        now += 8
+    assert taken == want
+    departures = []
+    buf = (ctypes.c_uint8 * 32)()
+    while hw.mrc_tx_peek(port) >= 0:
+        departures.append(hw.mrc_tx_departure(port))
+        hw.mrc_tx_pop(port, buf)
+    assert departures == [172.0, 244.0, 316.0]  # back to back on the wire, 72 ns each
+    assert taken[-1] - taken[0] > 2 * 72  # held back: 12 beats would take 88 ns unpaced
 
 
 def _beats(hw, nic, now):
@@ -148,7 +186,7 @@ def test_nics_beyond_the_reset_count_have_no_memory_and_ports_per_plane(hw):
     assert hw.mrc_mem_failed(2) == 1 and hw.mrc_mem_failed(1) == 0
     port = simhw.mac_port(5, 2)
     assert port == 21
-    hw.mrc_tx_beat(port, _word(b"\x42" * 8), 0xFF, 1)
+    hw.mrc_tx_beat(port, _word(b"\x42" * 8), 0xFF, 1, 0)
     buf = (ctypes.c_uint8 * 8)()
     assert hw.mrc_tx_peek(port) == 8 and hw.mrc_tx_peek(5) == -1
     assert hw.mrc_tx_pop(port, buf) == 8 and bytes(buf) == b"\x42" * 8

@@ -8,7 +8,7 @@ import pytest
 from host_driver import layers as L
 from sim.model.packet import L2_WIRE_EXTRA
 from sim.system.fabric import DELIVERED, DROPPED, TRIMMED
-from sim.system.switch import SwitchFabric
+from sim.system.switch import MAC_FIFO_BYTES, SwitchFabric
 
 MACS = [f"02:00:00:00:00:{i + 1:02x}" for i in range(4)]
 
@@ -88,6 +88,31 @@ def test_uplink_serialises_a_nics_frames_on_a_plane():
     # NIC 0's port has no rate: through its port at once
     dst, v = fab.egress(hops[0])
     assert (dst, v.fate, v.arrival_ns) == (0, DELIVERED, ser + 100)
+
+
+def test_a_paced_mac_is_the_uplink():
+    """With the MACs as wires (beat_ns), a sink that can be paced (simhw's
+    mac_tx) is set to its port's rate and wire overhead by set_port (without,
+    it is not); a frame that comes with its departure from such a MAC
+    reaches the spine at that time, not through the uplink's queue (which
+    would count its wire time twice)."""
+    paced = []
+
+    class Sink:
+        def pace(self, gbps, overhead, fifo_bytes):
+            paced.append((gbps, overhead, fifo_bytes))
+
+    sinks = [[Sink(), None] for _ in range(2)]
+    SwitchFabric(sinks, [[None, None] for _ in range(2)], MACS[:2]).set_port(gbps=8.0)
+    assert paced == []
+    fab = SwitchFabric(sinks, [[None, None] for _ in range(2)], MACS[:2], delay_ns=100.0,
+                       beat_ns=8.0)
+    fab.set_port(gbps=8.0, nic=1)
+    assert paced == [(8.0, L2_WIRE_EXTRA, MAC_FIFO_BYTES)]  # plane 0's sink, NIC 1
+    f = frame(1, 0)
+    hops = [fab.ingress(1, 0, f, 0.0, departure=d) for d in (500.0, 1700.0)]
+    assert [h.at_port for h in hops] == [600.0, 1800.0]
+    assert fab.uplinks[1][0].carried == 2 and fab.uplinks[1][0].max_queue_bytes == 0
 
 
 def test_a_path_or_a_plane_down_loses_its_frames_only():
