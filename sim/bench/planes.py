@@ -17,7 +17,12 @@ scenario on model NICs with the same planes and ports (``run_model``):
   tests/system/test_incast.py's build), ``INCAST_BYTES`` each: goodput, the
   senders' summed window, the receiver's ports' marks and largest queue;
 - plane failure, at 2 and 4 planes: plane 1's switch fails mid-transfer
-  (``FAILURE``): the time to each of its EVs going ASSUMED_BAD, and goodput.
+  (``FAILURE``), at each of ``FAIL_AT_CYCLES`` in turn: the time to the last
+  of its EVs going ASSUMED_BAD, its mean over those failure times, and
+  goodput. One failure time is one sample of a time that depends on where
+  in the spraying order and the ACK coalescing the failure falls (the
+  model's alone ranges over 25 % across a few hundred cycles), so the RTL
+  and the model are compared on the mean over the same failure times.
 
 Each RTL build is one Verilator build of its own (two to three minutes each).
 
@@ -50,6 +55,7 @@ TARGET = 0.10  # the RTL within 10 % of the model
 FAIL_PLANE_COUNTS = (2, 4)
 FAILURE = IncastConfig(senders=1, bytes_per_sender=ONE_WAY_BYTES, fail_at_cycle=30_000,
                        sample_cycles=64, timeout=7, sack_threshold=3)
+FAIL_AT_CYCLES = (30_000, 30_500, 31_000, 31_500)
 
 
 def rtl(params: dict, nics: int, cfg: IncastConfig, name: str, tag: str = "bench") -> dict:
@@ -116,15 +122,22 @@ def run() -> str:
     fail_rows = []
     for planes in FAIL_PLANE_COUNTS:
         params = dict(NIC_PARAMS, num_planes=planes)
-        cfg = replace(FAILURE, fail_plane=1)
-        print(f"[bench] planes: {planes} planes, plane 1 fails ...", flush=True)
-        r = rtl(params, 2, cfg, f"bench_two_nic_p{planes}", "fail")
-        m = model(params, cfg, planes)
-        rt, mt = _worst(r["to_bad"]), _worst(m["to_bad"])
+        runs = []
+        for at in FAIL_AT_CYCLES:
+            cfg = replace(FAILURE, fail_plane=1, fail_at_cycle=at)
+            print(f"[bench] planes: {planes} planes, plane 1 fails at cycle {at:,} ...",
+                  flush=True)
+            runs.append((rtl(params, 2, cfg, f"bench_two_nic_p{planes}", f"fail{at}"),
+                         model(params, cfg, planes)))
+        rts = [_worst(r["to_bad"]) for r, _ in runs]
+        mts = [_worst(m["to_bad"]) for _, m in runs]
+        rg = sum(r["goodput_ratio"] for r, _ in runs) / len(runs)
+        mg = sum(m["goodput_ratio"] for _, m in runs) / len(runs)
+        rt, mt = sum(rts) / len(rts), sum(mts) / len(mts)
         fail_rows.append(
-            f"| {planes} | {len(r['to_bad'])} | {r['to_bad']} | {m['to_bad']} | "
-            f"{rt:.0f} / {mt:.0f} = {_ratio(rt, mt)} | {r['goodput_ratio']:.3f} / "
-            f"{m['goodput_ratio']:.3f} = {_ratio(r['goodput_ratio'], m['goodput_ratio'])} |")
+            f"| {planes} | {len(runs[0][0]['to_bad'])} | {[round(t) for t in rts]} | "
+            f"{[round(t) for t in mts]} | {rt:.0f} / {mt:.0f} = {_ratio(rt, mt)} | "
+            f"{rg:.3f} / {mg:.3f} = {_ratio(rg, mg)} |")
     base = IncastConfig()
     rtts = [f"{fabric_base_rtt_ns(NIC_PARAMS, p, base.mtu) / 1000:.0f}" for p in PLANE_COUNTS]
     return "\n".join([
@@ -162,20 +175,30 @@ def run() -> str:
         "the BDP), must include.",
         "",
         f"**A plane's switch fails** (every frame on it lost, both ways, the links up) "
-        f"{FAILURE.fail_at_cycle:,} cycles after the first post of a one-sender run of "
-        f"{FAILURE.bytes_per_sender // 1024} KiB (retransmit timeout 1.024 us x "
-        f"2^{FAILURE.timeout}, SACK loss detection at {FAILURE.sack_threshold} PSNs, EV "
-        f"events read every {FAILURE.sample_cycles} cycles, so each time is late by up to "
-        f"that): cycles from the failure to each of the plane's EVs going ASSUMED_BAD "
-        f"(the sender then leaves the plane), RTL and model, and goodput over the whole "
-        f"run. Outside 10 %: the RTL's TX holds every PSN from the cumulative one to the "
-        f"next against the window, SACKed ones included, where the model holds the bytes "
-        f"outstanding; the failed plane's holes pin the cumulative PSN, so the RTL's "
-        f"sender stops sending, gets no more SACK evidence and marks the last EVs at the "
+        f"{', '.join(f'{c:,}' for c in FAIL_AT_CYCLES)} cycles after the first post of a "
+        f"one-sender run of {FAILURE.bytes_per_sender // 1024} KiB, one run each "
+        f"(retransmit timeout 1.024 us x 2^{FAILURE.timeout}, SACK loss detection at "
+        f"{FAILURE.sack_threshold} PSNs, EV events read every {FAILURE.sample_cycles} "
+        f"cycles, so each time is late by up to that): cycles from the failure to the last "
+        f"of the plane's EVs going ASSUMED_BAD (the sender then leaves the plane), per "
+        f"failure time and their mean, RTL and model, and goodput over the whole run "
+        f"(mean). Where the failure falls in the spraying order and the ACK coalescing "
+        f"moves each time by a fifth or more, in the model as in the RTL; the mean over "
+        f"the same failure times is what the two are compared on. The RTL is slower "
+        f"because its ACKs are: from a data frame leaving the sender to the ACK that "
+        f"covers it leaving the receiver takes the RTL about 1,300 cycles and the model "
+        f"750, before the failure. Two causes, both measured: the harness's MAC takes the "
+        f"NIC's beats at the data path's rate, which outruns the ports by Ethernet's "
+        f"overhead, so a standing queue of the window's frames builds at the sender's "
+        f"uplinks (`wire_macs` paces the MAC instead: sim/system/switch.py); and "
+        f"NicCore's own latency, which the model NIC lacks (the receiver places a packet "
+        f"through its data path and DMA before it counts for an ACK). And at 2 planes "
+        f"TX's window holds the SACKed PSNs too: the failed plane's holes pin the "
+        f"cumulative PSN, the sender stops at its window and marks the last EVs at the "
         f"first timeout (docs/reliability.md, 'Deviations from the golden model').",
         "",
-        "| planes | EVs on the failed plane | to ASSUMED_BAD, RTL (cycles) | model | "
-        "slowest RTL / model | goodput RTL / model |",
+        "| planes | EVs on the failed plane | last to ASSUMED_BAD per failure time, RTL "
+        "(cycles) | model | mean RTL / model | goodput RTL / model |",
         "|---|---|---|---|---|---|",
         *fail_rows,
         "",
