@@ -4,7 +4,9 @@ between ``synth_ecp5`` and nextpnr.
 Without its output register (``REGMODE_x = "NOREG"``, what yosys always
 chooses) a DP16KD's read data leaves the block 4.1-4.4 ns after the clock
 (nextpnr's speed-8 figures), and the routing to the first flip-flop comes on
-top: the commonest failing path of the board build at 125 MHz. With the
+top: half or more of a 125 MHz cycle before any logic, so a block RAM's read
+data must leave the block from a register (the failing paths this removed:
+docs/timing.md). With the
 output register (``OUTREG``) the data comes from a register inside the block,
 clock-to-output under 1 ns, one cycle later. yosys's memory mapping for the
 ECP5 never sets it, so the RTL registers the read data in the fabric (every
