@@ -161,12 +161,16 @@ class SystemTB:
     Python, every cycle; kept for the speed comparison, sim/bench/speed.py).
     The API and every check are the same on both. ``wire_macs`` (a
     ``SwitchFabric`` on ``two_nic_sim``): the NICs' MACs as wires
-    (``SwitchFabric``'s ``wire_macs``)."""
+    (``SwitchFabric``'s ``beat_ns``: paced at the ports' rate, frames into
+    RX as they come off the wire)."""
 
     def __init__(self, dut, *, seed: int = 1, delay_ns: float = 400.0, num_paths: int = 8,
                  keep_log: bool = False, switch: bool = False, wire_macs: bool = False):
         self.dut = dut
         self.num_nics = nics = num_nics(dut)
+        if wire_macs and (not SimHw.present(dut) or (nics == 2 and not switch)):
+            raise ValueError("wire_macs needs a two_nic_sim dut (SimTwoNicTop) and a "
+                             "SwitchFabric (switch=True, or more than two NICs)")
         self.simhw = SimHw(dut, RAM_SIZE, nics) if SimHw.present(dut) else None
         for name in ("s_axil", "m_axi", "mac_tx", "mac_rx"):
             for i in range(nics):
@@ -209,7 +213,7 @@ class SystemTB:
         else:
             self.fabric = SwitchFabric(sinks, sources, MACS[:nics], num_paths=num_paths,
                                        delay_ns=delay_ns, seed=seed, keep_log=keep_log,
-                                       beat_ns=CLK_NS if wire_macs and self.simhw else None)
+                                       beat_ns=CLK_NS if wire_macs else None)
 
     async def cycles(self, n: int):
         """Let ``n`` clock cycles pass (one timer, not n clock edges, on two_nic_sim)."""

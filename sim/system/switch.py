@@ -232,9 +232,9 @@ class SwitchFabric:
 
         sink = self.sinks[src][plane]
         while True:
-            got = await sink.recv()
-            got = self.ingress(src, plane, bytes(got.tdata), get_sim_time(unit="ns"),
-                               getattr(got, "departure_ns", None))
+            frame = await sink.recv()
+            got = self.ingress(src, plane, bytes(frame.tdata), get_sim_time(unit="ns"),
+                               getattr(frame, "departure_ns", None))
             if isinstance(got, Hop):
                 heapq.heappush(self._pending, (got.at_port, got.seq, got))
                 self._more.set()
