@@ -37,7 +37,6 @@ from scapy.fields import (
     LongField,
     ShortField,
     XBitField,
-    XByteField,
     XIntField,
     XLongField,
     XShortField,
@@ -47,7 +46,15 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw, bind_layers, split_layers
 
-from hw.protocol import PSN_BITS, PSN_MASK, ROCE_UDP_PORT, Opcode, Syndrome
+from hw.protocol import (
+    PSN_BITS,
+    PSN_MASK,
+    ROCE_UDP_PORT,
+    Opcode,
+    Syndrome,
+    svc_time_join,
+    svc_time_split,
+)
 
 # the raw-bytes helpers, re-exported: the layers' users read them here
 from .wire import (  # noqa: F401
@@ -215,13 +222,14 @@ class AETH(Packet):
 
 
 class MRCSack(Packet):
-    """MRC SACK extension: follows the AETH of every MRC ACK/NAK."""
+    """MRC SACK extension: follows the AETH of every MRC ACK/NAK. The service
+    time (``svc_time``, in units of 64 ns) is split over ``svc_hi`` and ``svc_lo``."""
 
     name = "MRCSack"
     fields_desc = [
-        XByteField("resv_a", 0),
+        ByteField("svc_hi", 0),
         BitField("cum_psn", 0, PSN_BITS),
-        XByteField("resv_b", 0),
+        ByteField("svc_lo", 0),
         BitField("sack_base", 0, PSN_BITS),
         BitEnumField("ece", 0, 1, {0: "no_ce", 1: "ce_seen"}),
         BitField("resv_c", 0, 7),
@@ -229,6 +237,12 @@ class MRCSack(Packet):
         ShortField("ce_count", 0),
         VarIntField("bitmap", 0, length_from=lambda p: 4 * p.sack_words),
     ]
+
+    @property
+    def svc_time(self) -> int:
+        """The responder's service time in units of ``SVC_TIME_UNIT_NS`` (64 ns;
+        ``SVC_TIME_MAX``: that or longer)."""
+        return svc_time_join(self.svc_hi, self.svc_lo)
 
     def sacked_psns(self) -> list[int]:
         """PSNs the bitmap reports received, in bitmap order."""
@@ -352,16 +366,19 @@ def ack_packet(
     psn: int | None = None,
     ece: int = 0,
     ce_count: int = 0,
+    svc_time: int = 0,
     ev: int = 0xC000,
     **addr,
 ):
-    """An MRC ACK (or NAK): BTH ACKNOWLEDGE / AETH / MRCSack."""
+    """An MRC ACK (or NAK): BTH ACKNOWLEDGE / AETH / MRCSack; ``svc_time``:
+    the responder's service time in units of 64 ns (saturates at ``SVC_TIME_MAX``)."""
     if sack_bits % 32 or not 32 <= sack_bits <= 32 * 255:
         raise ValueError(f"sack_bits {sack_bits} must be a multiple of 32 in 32..8160")
     if bitmap >> sack_bits:
         raise ValueError(f"bitmap has bits beyond sack_bits={sack_bits}")
     if sack_base is None:
         sack_base = (cum_psn + 1) & PSN_MASK
+    svc_hi, svc_lo = svc_time_split(svc_time)
     a = {**DEFAULT_ADDR, **addr}
     return (
         _l3(a["src_mac"], a["dst_mac"], a["src_ip"], a["dst_ip"], ev, 0, ECN_ECT0,
@@ -369,6 +386,8 @@ def ack_packet(
         / BTH(opcode=OP_ACKNOWLEDGE, dqpn=dqpn, psn=(cum_psn if psn is None else psn) & PSN_MASK)
         / AETH(syndrome=syndrome, msn=msn)
         / MRCSack(
+            svc_hi=svc_hi,
+            svc_lo=svc_lo,
             cum_psn=cum_psn & PSN_MASK,
             sack_base=sack_base & PSN_MASK,
             ece=ece,

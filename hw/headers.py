@@ -166,9 +166,9 @@ SACK = Header(
     "sack",
     12,
     [
-        ("resv_a", 0, 8),
+        ("svc_hi", 0, 8),
         ("cum_psn", 8, PSN_BITS),
-        ("resv_b", 32, 8),
+        ("svc_lo", 32, 8),
         ("sack_base", 40, PSN_BITS),
         ("ece", 64, 1),
         ("resv_c", 65, 7),

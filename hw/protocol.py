@@ -10,6 +10,10 @@ all import these; nothing else in the repository spells their values.
   MRC's probes in the manufacturer-specific range).
 - ``Syndrome``: AETH syndromes (ACK, and the NAK codes the NIC sends or takes).
 - ``CqeStatus``: the CQE status byte, verbs' ``ibv_wc_status`` values.
+- ``SVC_TIME_BITS``, ``SVC_TIME_UNIT_NS``, ``SVC_TIME_MAX``: the SACK
+  extension's service time, the responder's time from taking the newest data
+  packet it placed to its ACK, in units of 64 ns rounded down, saturating at
+  ``SVC_TIME_MAX`` (which says "that or longer": no RTT sample).
 - ``MAX_PLANES``, ``PLANE_BITS``: a NIC has 1..8 planes (MAC ports, each its
   own fabric); an EV entry names its plane in ``PLANE_BITS`` bits.
 - ``QpState``, ``EvState``: verbs QP states and MRC EV states, as the
@@ -27,6 +31,11 @@ __all__ = [
     "ETHERTYPE_IPV4",
     "IP_PROTO_UDP",
     "ROCE_UDP_PORT",
+    "SVC_TIME_BITS",
+    "SVC_TIME_UNIT_NS",
+    "SVC_TIME_MAX",
+    "svc_time_split",
+    "svc_time_join",
     "MAX_PLANES",
     "PLANE_BITS",
     "plane_bits",
@@ -44,6 +53,29 @@ PSN_HALF = 1 << (PSN_BITS - 1)
 ETHERTYPE_IPV4 = 0x0800
 IP_PROTO_UDP = 17
 ROCE_UDP_PORT = 4791
+
+# The SACK extension's service time: 16 bits of 64 ns units (up to 4.19 ms, so
+# that an ACK coalescing timer's wait fits), its high byte in the extension's
+# byte 0 and its low byte in byte 4 (docs/protocol.md).
+SVC_TIME_BITS = 16
+SVC_TIME_UNIT_NS = 64
+SVC_TIME_MAX = (1 << SVC_TIME_BITS) - 1
+
+
+def svc_time_split(units: int) -> tuple[int, int]:
+    """The SACK extension's (``svc_hi``, ``svc_lo``) bytes of a service time of
+    ``units`` (of ``SVC_TIME_UNIT_NS``), saturating at ``SVC_TIME_MAX``."""
+    if units < 0:
+        raise ValueError(f"a service time is not negative, not {units!r}")
+    v = min(int(units), SVC_TIME_MAX)
+    return v >> 8, v & 0xFF
+
+
+def svc_time_join(hi: int, lo: int) -> int:
+    """The service time, in units of ``SVC_TIME_UNIT_NS``, of the SACK extension's
+    ``svc_hi`` and ``svc_lo``."""
+    return (hi & 0xFF) << 8 | (lo & 0xFF)
+
 
 MAX_PLANES = 8
 PLANE_BITS = 3  # (MAX_PLANES - 1).bit_length()

@@ -354,7 +354,7 @@ def _snapshot(pkt, now, world) -> dict:
     elif pkt.kind == ACK:
         d.update(syndrome=pkt.syndrome, msn=pkt.msn, cum_psn=pkt.cum_psn,
                  sack_base=pkt.sack_base, bitmap=pkt.sack_bitmap, sack_bits=pkt.sack_bits,
-                 ece=int(pkt.ece), ce_count=pkt.ce_count)
+                 ece=int(pkt.ece), ce_count=pkt.ce_count, svc_time=pkt.svc_time)
     else:
         d.update(probe_id=pkt.probe_id, timestamp=pkt.timestamp)
     return d
@@ -762,7 +762,8 @@ def model_frame(d: dict, addr: dict, payload: bytes | None = None):
         return L.ack_packet(dqpn=d["dqpn"], cum_psn=d["cum_psn"], sack_base=d["sack_base"],
                             bitmap=d["bitmap"], sack_bits=d["sack_bits"],
                             syndrome=d["syndrome"], msn=d["msn"], psn=d["psn"], ece=d["ece"],
-                            ce_count=d["ce_count"], ev=d["ev"], **addr)
+                            ce_count=d["ce_count"], svc_time=d["svc_time"], ev=d["ev"],
+                            **addr)
     return L.probe_packet(response=d["kind"] != PROBE_REQ, dqpn=d["dqpn"],
                           probe_id=d["probe_id"], ev=d["ev"], timestamp=d["timestamp"],
                           **addr)

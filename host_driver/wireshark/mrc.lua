@@ -36,6 +36,9 @@ local f = {
     imm = ProtoField.uint32("mrc.immdt", "Immediate data", base.HEX),
     syndrome = ProtoField.uint8("mrc.aeth.syndrome", "Syndrome", base.HEX, SYNDROMES),
     msn = ProtoField.uint24("mrc.aeth.msn", "MSN", base.DEC),
+    svc_time = ProtoField.uint16("mrc.sack.svc_time",
+                                 "Service time, x 64 ns (65535: that or longer)",
+                                 base.DEC),
     cum_psn = ProtoField.uint24("mrc.sack.cum_psn", "Cumulative PSN", base.DEC),
     sack_base = ProtoField.uint24("mrc.sack.base", "SACK base PSN", base.DEC),
     ece = ProtoField.bool("mrc.sack.ece", "ECN echo (CE seen)", 8, nil, 0x80),
@@ -144,6 +147,8 @@ function mrc.dissector(tvb, pinfo, tree)
         local words = tvb(25, 1):uint()
         if tvb:len() < 28 + 4 * words + 4 then return short(root, pinfo, "SACK bitmap") end
         local s = root:add(mrc, tvb(16, 12 + 4 * words), "MRC SACK extension")
+        -- the service time's high byte is the extension's byte 0, its low byte byte 4
+        s:add(f.svc_time, tvb(16, 5), tvb(16, 1):uint() * 256 + tvb(20, 1):uint())
         s:add(f.cum_psn, tvb(17, 3)); s:add(f.sack_base, tvb(21, 3))
         s:add(f.ece, tvb(24, 1)); s:add(f.sack_words, tvb(25, 1)); s:add(f.ce_count, tvb(26, 2))
         if words > 0 then

@@ -12,7 +12,7 @@ from hw.axi_arbiter import AXI4Arbiter
 from hw.csr import AXI4LiteToCSR
 from hw.pipeline import AXI4RegisterSlice, AXIStreamRegister, StreamRegister
 from hw.protocol import PLANE_BITS, plane_bits
-from hw.reliability.engine import ReliabilityEngine
+from hw.reliability.engine import ReliabilityEngine, ns_per_cycle
 from hw.reliability.layouts import AckUpdate, CwndUpdate, QpState, QpStateUpdate, SqProducer
 from hw.rx.engine import RxEngine
 from hw.rx.parser import ParsedHeader
@@ -422,7 +422,7 @@ class NicCore(wiring.Component):
         self.rx = RxEngine(data_width=data_width, num_qps=num_qps, num_mrs=num_mrs,
                            sack_bits=sack_bits, mpr_max=mpr_max, csr_addr_width=bb,
                            max_payload=max_mtu, addr_width=addr_width,
-                           num_planes=num_planes)
+                           num_planes=num_planes, ns_per_cycle=ns_per_cycle(clk_freq_hz))
         self.reliability = ReliabilityEngine(num_qps=num_qps, evs_per_qp=evs_per_qp,
                                              sack_bits=sack_bits, clk_freq_hz=clk_freq_hz,
                                              data_width=data_width, csr_addr_width=bb,

@@ -42,13 +42,15 @@ __all__ = [
 DEVICE_INFO_TYPE_ID = 0x0001
 DEVICE_INFO_VERSION = 1
 # NIC gateware version, major << 16 | minor: bumped with any change a driver can see.
-NIC_VERSION = 0x0001_0005
+NIC_VERSION = 0x0001_0006
 
 # The capabilities MRC's API names (mrc.h), by their bit in the device-info word
 # ``caps``, and the ones this NIC has: TRIM_NACK (RX answers a trimmed packet with
-# NAK TRIMMED, docs/rx.md). DYNAMIC_MPR and SVC_TIME are not implemented.
+# NAK TRIMMED, docs/rx.md) and SVC_TIME (RX's ACKs carry its service time, which
+# reliability takes off its RTT samples, docs/protocol.md). DYNAMIC_MPR is not
+# implemented.
 CAPABILITIES = ("TRIM_NACK", "DYNAMIC_MPR", "SVC_TIME")
-NIC_CAPABILITIES = ("TRIM_NACK",)
+NIC_CAPABILITIES = ("TRIM_NACK", "SVC_TIME")
 
 
 def caps_word(names) -> int:

@@ -21,9 +21,12 @@ from __future__ import annotations
 
 import math
 
+from hw.protocol import SVC_TIME_UNIT_NS
+
 __all__ = ["DEFAULT_BASE_RTT_NS", "TARGET_DELAY_FRACTION", "START_CWND_BDP", "RTT_UNIT_CYCLES",
            "DATA_WIRE_OVERHEAD", "NSCC_GAINS", "nscc_resolved", "target_rtt_units",
-           "start_cwnd_packets", "line_rate_bps"]
+           "start_cwnd_packets", "line_rate_bps", "SVC_SCALE_SHIFT", "svc_scale",
+           "svc_units"]
 
 DEFAULT_BASE_RTT_NS = 5000.0  # the model's NsccParams default
 TARGET_DELAY_FRACTION = 0.75  # NSCC target queueing delay, x base RTT
@@ -55,6 +58,25 @@ def target_rtt_units(base_rtt_ns: float, clk_freq_hz: int) -> int:
                          f"..{top:.0f} at {clk_freq_hz} Hz (target_rtt is 16 bits of "
                          f"16-cycle units), not {base_rtt_ns!r}")
     return units
+
+
+# An ACK's service time (units of SVC_TIME_UNIT_NS) in RTT units:
+# (svc x svc_scale) >> SVC_SCALE_SHIFT, rounded down, so that it never exceeds the
+# sample it corrects by rounding.
+SVC_SCALE_SHIFT = 24
+
+
+def svc_scale(clk_freq_hz: int) -> int:
+    """The multiplier of ``svc_units`` at ``clk_freq_hz``: 2^24 RTT units per
+    service-time unit, rounded down."""
+    return (clk_freq_hz * SVC_TIME_UNIT_NS * (1 << SVC_SCALE_SHIFT)
+            // (RTT_UNIT_CYCLES * 10**9))
+
+
+def svc_units(svc: int, clk_freq_hz: int) -> int:
+    """What the gateware takes off an RTT sample (16-cycle units) for a service
+    time of ``svc`` (units of ``SVC_TIME_UNIT_NS``)."""
+    return (svc * svc_scale(clk_freq_hz)) >> SVC_SCALE_SHIFT
 
 
 def start_cwnd_packets(base_rtt_ns: float, rate_bps: float, mtu: int, window: int) -> int:

@@ -20,6 +20,7 @@ from . import (
     core_state,
     core_walk,
 )
+from .cc_defaults import svc_scale
 from .completion import CompletionRequest
 from .core_ctx import CoreContext
 from .core_layouts import (
@@ -129,6 +130,8 @@ class ReliabilityCore(wiring.Component):
                       per-QP ``RelConfig`` and the EV values.
     ``rec_addr``/``rec_data``: a read port on the QP records for the CSR block.
     ``params``        In(GlobalParams); ``now``: the timer's cycle counter.
+                      ``clk_freq_hz`` converts an ACK's service time (ns) into the
+                      RTT sample's units (``svc_units``, hw/reliability/cc_defaults.py).
     ``counter_strobes`` Out: one flip-flop per event counter (``CORE_COUNTERS``),
                       high for one cycle per event; ``ReliabilityEngine``'s
                       counter bank counts them.
@@ -140,9 +143,11 @@ class ReliabilityCore(wiring.Component):
                       yet swept still have the round before outstanding.
     """
 
-    def __init__(self, *, num_qps, evs_per_qp, sack_bits, window, timeout_unit):
+    def __init__(self, *, num_qps, evs_per_qp, sack_bits, window, timeout_unit,
+                 clk_freq_hz=125_000_000):
         self.num_qps, self.evs, self.sack_bits = num_qps, evs_per_qp, sack_bits
         self.window, self.timeout_unit = window, timeout_unit
+        self.svc_scale = svc_scale(clk_freq_hz)
         self.rec_layout = qp_record(window, evs_per_qp)
         super().__init__(
             {

@@ -32,7 +32,8 @@ def cwnd_states(ctx):
         cwnd.cwnd.eq(cur.cwnd), cwnd.cwnd_acc.eq(cur.cwnd_acc),
         cwnd.md_active.eq(cur.md_active), cwnd.md_recover.eq(cur.md_recover),
         cwnd.una.eq(cur.una), cwnd.delay_high.eq(cur.delay_high), cwnd.newly.eq(newly),
-        cwnd.rtt_ts.eq(rtt_ts), cwnd.rtt_valid.eq(rtt_valid), cwnd.nak_cut.eq(nak_cut),
+        cwnd.rtt_ts.eq(rtt_ts), cwnd.svc.eq(ctx.a_svc),
+        cwnd.rtt_valid.eq(rtt_valid & ~ctx.a_svc_sat), cwnd.nak_cut.eq(nak_cut),
         cwnd.ece.eq(a_ece),
         cwnd.start.eq(st.CC), cwnd.update.eq(st.CC_NEW),
         cwnd.init.eq(st.LOAD),  # cwnd_init for a command's RTS entry
@@ -95,7 +96,11 @@ def cwnd_states(ctx):
             fsm.next = "OP_ERR"
         with m.Else():
             fsm.next = "FINAL"
-    ctx.export(cwnd_clamped=cwnd_clamped, cwnd_floor=cwnd_floor)
+    # the RTT sample less the ACK's service time, not below 0: registered every
+    # cycle from the unit's (valid in CC)
+    rtt_net = Signal(16)
+    m.d.sync += rtt_net.eq(Mux(cwnd.rtt >= ctx.a_svc, cwnd.rtt - ctx.a_svc, 0))
+    ctx.export(cwnd_clamped=cwnd_clamped, cwnd_floor=cwnd_floor, rtt_net=rtt_net)
 
 
 def cc_events(ctx):
@@ -104,8 +109,7 @@ def cc_events(ctx):
     exhaustion) and CMD's RTS entry; pushed in FINAL's write, cleared in IDLE. An
     event that ends elsewhere (a fatal NAK, an exhausted QP's flush) pushes none."""
     m, st, f_cc, q, now_ts = ctx.m, ctx.st, ctx.f_cc, ctx.q, ctx.now_ts
-    rtt_ts, rtt_valid, nak_cut, a_ece, a_fatal = (ctx.rtt_ts, ctx.rtt_valid, ctx.nak_cut,
-                                                 ctx.a_ece, ctx.a_fatal)
+    rtt_valid, nak_cut, a_ece, a_fatal = ctx.rtt_valid, ctx.nak_cut, ctx.a_ece, ctx.a_fatal
     newly, tmo_stale, tmo_exhaust, rts_go = ctx.newly, ctx.tmo_stale, ctx.tmo_exhaust, ctx.rts_go
 
     go = Signal()
@@ -120,8 +124,9 @@ def cc_events(ctx):
                                                               "rtt")]
 
     with m.If(st.CC & ~a_fatal):
-        start(NsccKind.ACK, trim=nak_cut, newly=newly, ece=a_ece, rtt_valid=rtt_valid,
-              rtt=now_ts - rtt_ts)
+        # a saturated service time (that or longer) leaves no sample
+        start(NsccKind.ACK, trim=nak_cut, newly=newly, ece=a_ece,
+              rtt_valid=rtt_valid & ~ctx.a_svc_sat, rtt=ctx.rtt_net)
     with m.If(st.TIMEOUT & ~tmo_stale & ~tmo_exhaust):
         start(NsccKind.TIMEOUT)
     with m.If(rts_go):

@@ -23,8 +23,8 @@ class CoreContext:
         # core_state.working_state
         "s", "cur", "cfg", "q", "una0", "cwnd0", "state0", "sq_pi", "pi_ahead", "sent_ahead",
         "sq_end", "kind", "a_trim", "a_inv", "a_fatal", "a_use", "a_probe", "a_psn", "a_cum",
-        "a_cum_next", "a_base", "a_ece", "a_bitmap", "a_probe_id", "a_probe_ev", "a_rtt", "t_gen",
-        "cmd",
+        "a_cum_next", "a_base", "a_ece", "a_svc_wire", "a_svc", "a_svc_sat", "a_bitmap",
+        "a_probe_id", "a_probe_ev", "a_rtt", "t_gen", "cmd",
         "walk_kind", "walk_mask", "walk_psn", "blamed", "adv", "adv_raw", "thr_high", "loss_hole",
         "sent_d", "sent_moves", "infl", "sent_new", "sent_operr", "tmo_stale", "tmo_exhaust",
         "una_chg", "cwnd_chg", "state_chg", "newly", "rtt_ts", "rtt_valid", "progress", "nak_cut",
@@ -47,7 +47,7 @@ class CoreContext:
         # core_ack.sack_nak_states
         "sack_rel", "nak_mask",
         # core_cc.cwnd_states
-        "cwnd_clamped", "cwnd_floor",
+        "cwnd_clamped", "cwnd_floor", "rtt_net",
         # core_flush.timeout_flush_states
         "wqe_cpl_inc",
         # core_cmd.command_states

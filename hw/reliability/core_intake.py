@@ -1,7 +1,7 @@
 """The reliability core's event intake and write back: CLEAR, IDLE, ACK_IN, LOAD,
 SENT; SETTLE, FINAL. Builders of ``ReliabilityCore`` (hw/reliability/core_ctx.py)."""
 
-from amaranth.hdl import Mux
+from amaranth.hdl import Cat, Mux
 
 from hw.pipeline import load_in_groups
 from hw.protocol import PSN_BITS
@@ -112,6 +112,7 @@ def intake_states(ctx):
          | (ack.aeth.syndrome == NAK_REMOTE_ACCESS)),
         (a_inv, ack.aeth.syndrome == NAK_INVALID_REQUEST),
         (a_cum, ack.sack.cum_psn), (a_base, ack.sack.sack_base), (a_ece, ack.sack.ece),
+        (ctx.a_svc_wire, Cat(ack.sack.svc_lo, ack.sack.svc_hi)),
         (a_bitmap, ack.sack_bitmap), (a_probe_id, ack.probe.probe_id),
         (a_probe_ev, ack.probe.ev), (a_rtt, core.probe_rtt_ns),
     ], lambda k: fsm.copy("IDLE", k))

@@ -7,8 +7,9 @@ from amaranth.lib import wiring
 
 from hw.bits import all_below
 from hw.pipeline import OneHotFSM
-from hw.protocol import PSN_BITS
+from hw.protocol import PSN_BITS, SVC_TIME_BITS, SVC_TIME_MAX
 
+from .cc_defaults import SVC_SCALE_SHIFT
 from .core_layouts import GEN_BITS, RTT_SHIFT, Command, RelConfig
 from .deadline import TimerDeadline
 from .layouts import SentRecord
@@ -57,6 +58,14 @@ def working_state(ctx):
     m.d.sync += a_cum_next.eq(a_cum + 1)
     a_base = Signal(PSN_BITS)
     a_ece = Signal()
+    # the ACK's service time: as it came (64 ns units), then in RTT units (rounded
+    # down) and whether it saturated, registered every cycle (valid from 2 cycles
+    # after ACK_IN)
+    a_svc_wire = Signal(SVC_TIME_BITS)
+    a_svc = Signal(16)
+    a_svc_sat = Signal()
+    m.d.sync += [a_svc.eq((a_svc_wire * core.svc_scale)[SVC_SCALE_SHIFT:]),
+                 a_svc_sat.eq(a_svc_wire == SVC_TIME_MAX)]
     a_bitmap = Signal(core.sack_bits)
     a_probe_id = Signal(32)
     a_probe_ev = Signal(16)
@@ -146,7 +155,8 @@ def working_state(ctx):
     ctx.export(s=s, cur=cur, cfg=cfg, q=q, una0=una0, cwnd0=cwnd0, state0=state0, sq_pi=sq_pi,
                pi_ahead=pi_ahead, sent_ahead=sent_ahead, sq_end=sq_end, kind=kind, a_trim=a_trim,
                a_inv=a_inv, a_fatal=a_fatal, a_use=a_use, a_probe=a_probe, a_psn=a_psn, a_cum=a_cum,
-               a_cum_next=a_cum_next, a_base=a_base, a_ece=a_ece, a_bitmap=a_bitmap,
+               a_cum_next=a_cum_next, a_base=a_base, a_ece=a_ece, a_svc_wire=a_svc_wire,
+               a_svc=a_svc, a_svc_sat=a_svc_sat, a_bitmap=a_bitmap,
                a_probe_id=a_probe_id, a_probe_ev=a_probe_ev, a_rtt=a_rtt, t_gen=t_gen,
                cmd=cmd, walk_kind=walk_kind, walk_mask=walk_mask, walk_psn=walk_psn,
                blamed=blamed, adv=adv,

@@ -15,11 +15,12 @@ class CwndUnit(wiring.Component):
     window"), for the core's state machine, which holds the QP's fields steady and
     writes the results back into its working copy.
 
-    The step: the RTT sample (``now_ts - rtt_ts``, when ``rtt_valid``) against
-    ``target_rtt`` decides ``high`` (else the QP's ``delay_high`` stands); the base
-    is ``cwnd``, less ``cwnd_trim_dec`` (not below 0) after a NAK TRIMMED's cut
-    (``nak_cut``). With ECE: when ``high`` and the last decrease's window is over
-    (``una`` past ``md_recover``, or no decrease active), the base less
+    The step: the RTT sample (``now_ts - rtt_ts`` less the ACK's service time
+    ``svc``, when ``rtt_valid``) against ``target_rtt`` decides ``high`` (else the
+    QP's ``delay_high`` stands); the base is ``cwnd``, less ``cwnd_trim_dec`` (not
+    below 0) after a NAK TRIMMED's cut (``nak_cut``). With ECE: when ``high`` and
+    the last decrease's window is over (``una`` past ``md_recover``, or no decrease
+    active), the base less
     max(1, base >> ``cwnd_md_shift``), and a decrease starts (``md_start``). Else the
     active decrease ends once ``una`` is past ``md_recover`` (``md_end``), and
     ``newly`` PSNs add ``newly`` x ai (``cwnd_ai`` when ``high``, else
@@ -36,6 +37,11 @@ class CwndUnit(wiring.Component):
                   QP's values, steady from 2 cycles before ``start`` to ``update``
                   (``rtt_ts``, ``now_ts``: the RTT is measured 2 cycles before
                   ``start``).
+    ``svc``       In(16): the ACK's service time in RTT units, steady from 2 cycles
+                  before ``start``: ``high`` when the sample is at least
+                  ``target_rtt + svc``.
+    ``rtt``       Out(16): ``now_ts - rtt_ts`` of the cycle before, registered every
+                  cycle (the sample before ``svc`` is taken off: valid in ``start``).
     ``start``     In(1): the step's first cycle (CC): ``high`` (comb, the value to
                   write to ``delay_high``) and the base are registered.
     ``update``    In(1): 3 cycles after ``start`` (CC_NEW): ``new_acc``,
@@ -59,7 +65,8 @@ class CwndUnit(wiring.Component):
             "now_ts": In(16),
             "cwnd": In(16), "cwnd_acc": In(24), "md_active": In(1), "md_recover": In(PSN_BITS),
             "una": In(PSN_BITS), "delay_high": In(1), "newly": In(range(window + 1)),
-            "rtt_ts": In(16), "rtt_valid": In(1), "nak_cut": In(1), "ece": In(1),
+            "rtt_ts": In(16), "rtt_valid": In(1), "svc": In(16), "rtt": Out(16),
+            "nak_cut": In(1), "ece": In(1),
             "start": In(1), "update": In(1), "init": In(1),
             "high": Out(1), "new_acc": Out(24), "md_start": Out(1), "md_end": Out(1),
             "new_cwnd": Out(16), "cwnd_floor": Out(16),
@@ -134,11 +141,14 @@ class CwndUnit(wiring.Component):
         cut = Signal()
         some = Signal()
         m.d.sync += [cut.eq(high_q & may_cut), some.eq(self.newly != 0)]
-        # the RTT sample against the target, over two registered stages (a subtraction
-        # and a compare, carry chains both)
-        rtt = Signal(16)
+        # the RTT sample less the service time against the target, over two registered
+        # stages (a subtraction and a compare, carry chains both): rtt - svc >= target
+        # is rtt >= target + svc, whose sum is registered from steady inputs
+        rtt = self.rtt
+        rtt_limit = Signal(17)
         rtt_high = Signal()
-        m.d.sync += [rtt.eq(self.now_ts - self.rtt_ts), rtt_high.eq(rtt >= P.target_rtt)]
+        m.d.sync += [rtt.eq(self.now_ts - self.rtt_ts), rtt_limit.eq(P.target_rtt + self.svc),
+                     rtt_high.eq(rtt >= rtt_limit)]
 
         m.d.comb += self.high.eq(Mux(self.rtt_valid, rtt_high, self.delay_high))
         with m.If(self.start):

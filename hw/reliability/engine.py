@@ -63,7 +63,13 @@ from .registers import (
 )
 from .timer import RetransmitTimers
 
-__all__ = ["ReliabilityEngine", "timeout_unit_cycles"]
+__all__ = ["ReliabilityEngine", "ns_per_cycle", "timeout_unit_cycles"]
+
+
+def ns_per_cycle(clk_freq_hz: int) -> int:
+    """The ns a cycle of ``clk_freq_hz`` adds to the NIC's ns clocks (the probes'
+    timestamps, the ACKs' service time): rounded to the nearest."""
+    return round(1e9 / clk_freq_hz)
 
 
 def timeout_unit_cycles(clk_freq_hz: int) -> int:
@@ -191,7 +197,7 @@ class ReliabilityEngine(wiring.Component):
         self.nscc_reset = nscc_reset_values(clk_freq_hz, data_width, max_mtu,
                                             DEFAULT_BASE_RTT_NS)
         self.timeout_unit = timeout_unit_cycles(clk_freq_hz)
-        self.ns_per_cycle = round(1e9 / clk_freq_hz)
+        self.ns_per_cycle = ns_per_cycle(clk_freq_hz)
         self.registers = register_map(num_qps, evs_per_qp, window)
         super().__init__(
             {
@@ -218,7 +224,7 @@ class ReliabilityEngine(wiring.Component):
 
         m.submodules.core = core = ReliabilityCore(
             num_qps=nq, evs_per_qp=E, sack_bits=self.sack_bits, window=self.window,
-            timeout_unit=self.timeout_unit)
+            timeout_unit=self.timeout_unit, clk_freq_hz=self.clk_freq_hz)
         m.submodules.timers = timers = RetransmitTimers(nq)
         m.submodules.completions = cpl = CompletionWriter(nq, self.data_width, self.addr_width)
         m.submodules.probes = probes = ProbeBuilder(nq, E, self.data_width, self.plane_bits)

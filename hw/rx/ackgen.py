@@ -184,7 +184,8 @@ class RxAckBuilder(wiring.Component):
         ack_img = Cat(
             *l3(self.ack_len, Opcode.ACKNOWLEDGE, job.psn, 0),
             pack(AETH, syndrome=job.syndrome, msn=job.msn),
-            pack(SACK, cum_psn=job.cum_psn, sack_base=job.sack_base, ece=job.ece,
+            pack(SACK, svc_hi=job.svc_time[8:], svc_lo=job.svc_time[:8],
+                 cum_psn=job.cum_psn, sack_base=job.sack_base, ece=job.ece,
                  sack_words=W // 32, ce_count=job.ce_count),
             pack(sack_bitmap(W), bitmap=job.bitmap),
         )

@@ -72,7 +72,7 @@ class RxPipeline(wiring.Component):
 
     def __init__(self, *, data_width=64, num_qps=16, num_mrs=16, sack_bits=64, mpr_max=1024,
                  csr_addr_width=16, inflight=8, max_pending=MAX_PENDING, addr_width=64,
-                 plane_bits=0):
+                 plane_bits=0, ns_per_cycle=8):
         check_rx_params(data_width=data_width, num_qps=num_qps, num_mrs=num_mrs,
                         sack_bits=sack_bits, mpr_max=mpr_max, csr_addr_width=csr_addr_width,
                         addr_width=addr_width)
@@ -80,6 +80,7 @@ class RxPipeline(wiring.Component):
         self.sack_bits, self.mpr_max, self.csr_addr_width = sack_bits, mpr_max, csr_addr_width
         self.inflight, self.max_pending = inflight, max_pending
         self.addr_width, self.plane_bits = addr_width, plane_bits
+        self.ns_per_cycle = ns_per_cycle
         # Built here so that an impossible register map fails at construction.
         self.regs = RxRegisters(num_qps=num_qps, num_mrs=num_mrs, sack_bits=sack_bits,
                                 mpr_max=mpr_max, csr_addr_width=csr_addr_width,
@@ -111,7 +112,7 @@ class RxPipeline(wiring.Component):
         m.submodules.window = win = RxPsnWindow(
             num_qps=self.num_qps, sack_bits=self.sack_bits, mpr_max=self.mpr_max,
             inflight=self.inflight, max_pending=self.max_pending, addr_width=aw,
-            plane_bits=self.plane_bits)
+            plane_bits=self.plane_bits, ns_per_cycle=self.ns_per_cycle)
         m.submodules.dma = dma = RxDmaWriter(
             self.data_width, tag_width=win.tag_bits, id_width=AXI_ID_WIDTH,
             max_outstanding=max(16, 2 * self.inflight), addr_width=aw)
@@ -203,6 +204,9 @@ class RxEngine(wiring.Component):
     num_planes : MAC ports (planes), 1..8: above 1, each frame's plane comes in
         on ``s_axis.tuser`` and each ACK, NAK and probe answer leaves tagged
         with one (below); 1 (the default) builds no plane logic.
+    ns_per_cycle : the ns of a cycle of the clock (``ns_per_cycle(clk_freq_hz)``
+        of hw/reliability/engine.py; default 8, 125 MHz): an ACK's service
+        time is in ns (docs/protocol.md).
 
     Interface
     ---------
@@ -232,7 +236,8 @@ class RxEngine(wiring.Component):
     CSR_READ_LATENCY = RxRegisters.CSR_READ_LATENCY
 
     def __init__(self, *, data_width=64, num_qps=16, num_mrs=16, sack_bits=64, mpr_max=1024,
-                 csr_addr_width=16, max_payload=4096, addr_width=64, num_planes=1):
+                 csr_addr_width=16, max_payload=4096, addr_width=64, num_planes=1,
+                 ns_per_cycle=8):
         check_rx_params(data_width=data_width, num_qps=num_qps, num_mrs=num_mrs,
                         sack_bits=sack_bits, mpr_max=mpr_max, csr_addr_width=csr_addr_width,
                         addr_width=addr_width)
@@ -240,7 +245,7 @@ class RxEngine(wiring.Component):
         self.pipeline = RxPipeline(data_width=data_width, num_qps=num_qps, num_mrs=num_mrs,
                                    sack_bits=sack_bits, mpr_max=mpr_max,
                                    csr_addr_width=csr_addr_width, addr_width=addr_width,
-                                   plane_bits=pb)
+                                   plane_bits=pb, ns_per_cycle=ns_per_cycle)
         self.data_width, self.sack_bits, self.max_payload = data_width, sack_bits, max_payload
         self.num_planes, self.plane_bits = num_planes, pb
         super().__init__(

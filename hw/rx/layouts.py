@@ -5,7 +5,7 @@ from amaranth.lib import data, enum
 
 from hw.headers import AETH, BTH, PROBE, RETH, SACK, sack_bitmap
 
-from ..protocol import PSN_BITS, CqeStatus, QpState
+from ..protocol import PSN_BITS, SVC_TIME_BITS, CqeStatus, QpState
 
 __all__ = [
     "COUNTER_NAMES",
@@ -208,6 +208,7 @@ class AckJob(data.StructLayout):
                 "bitmap": unsigned(sack_bits),
                 "ece": unsigned(1),
                 "ce_count": unsigned(16),
+                "svc_time": unsigned(SVC_TIME_BITS),
                 "ev": unsigned(16),
                 "dst_mac": unsigned(48),
                 "dst_ip": unsigned(32),
@@ -257,6 +258,8 @@ class QpRxState(data.StructLayout):
                 "ev": unsigned(16),  # EV and MAC of the last frame from the peer
                 "mac": unsigned(48),
                 "cq_prod": unsigned(16),
+                # the window's time (cycles) when it took the newest packet placed
+                "svc_from": unsigned(PSN_BITS),
                 **plane_field(plane_bits),
             }
         )
@@ -311,5 +314,6 @@ class InFlightRow(data.StructLayout):
                 "psn": unsigned(PSN_BITS),
                 "ackreq": unsigned(1),
                 "ce": unsigned(1),
+                "arrival": unsigned(PSN_BITS),  # the window's time (cycles) when taken
             }
         )

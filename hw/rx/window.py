@@ -154,7 +154,7 @@ class RxPsnWindow(wiring.Component):
 
     def __init__(self, *, num_qps=16, sack_bits=64, mpr_max=1024, inflight=8,
                  max_pending=MAX_PENDING,
-                 addr_width=64, plane_bits=0):
+                 addr_width=64, plane_bits=0, ns_per_cycle=8):
         if num_qps < 2 or num_qps & (num_qps - 1) or num_qps > 4096:
             raise ValueError(f"num_qps must be a power of two in 2..4096, not {num_qps!r}")
         if sack_bits not in (32, 64, 128, 256):
@@ -165,6 +165,8 @@ class RxPsnWindow(wiring.Component):
             raise ValueError(f"inflight must be a power of two >= 2, not {inflight!r}")
         if not 1 <= max_pending <= 64:
             raise ValueError(f"max_pending must be 1..64, not {max_pending!r}")
+        if not isinstance(ns_per_cycle, int) or not 1 <= ns_per_cycle <= 1000:
+            raise ValueError(f"ns_per_cycle must be an integer in 1..1000, not {ns_per_cycle!r}")
         self.num_qps = num_qps
         self.qp_bits = exact_log2(num_qps)
         self.sack_bits = sack_bits
@@ -173,6 +175,7 @@ class RxPsnWindow(wiring.Component):
         self.max_pending = max_pending
         self.addr_width = addr_width
         self.plane_bits = plane_bits
+        self.ns_per_cycle = ns_per_cycle
         self.ring_bits = ring_bits_for(mpr_max, sack_bits)
         self.ring_words = self.ring_bits // sack_bits
         self.tag_bits = exact_log2(inflight)
@@ -228,6 +231,7 @@ class RxPsnWindow(wiring.Component):
         # their flip-flops' LSR pin free to clear fields without a LUT.
         qp = Signal(qpb)
         rq = Signal(WindowReq(qpb, self.addr_width, self.plane_bits), reset_less=True)
+        rq_arrival = Signal(PSN_BITS, reset_less=True)  # the time IDLE took the request
         qs = Signal(QpRxState(self.plane_bits))
         cfg = Signal(QpConfig(self.addr_width), reset_less=True)
         bm_word = Signal(lr)  # bitmap word index being read (written in MARK, ADV)
@@ -250,6 +254,7 @@ class RxPsnWindow(wiring.Component):
             flight.request.psn.eq(rq.psn),
             flight.request.ackreq.eq(rq.ackreq),
             flight.request.ce.eq(rq.ce),
+            flight.request.arrival.eq(rq_arrival),
             flight.read_slot.eq(self.done.payload.tag),
         ]
         # (the slot entered in WRITEBACK, one-hot; set in CHECK_X)
@@ -269,7 +274,8 @@ class RxPsnWindow(wiring.Component):
             m.d.sync += place_valid.eq(0)
         # The ACK job register and the bitmap it carries: AckReader.
         m.submodules.ack_reader = ack_reader = AckReader(
-            sack_bits=W, qp_bits=qpb, addr_width=self.addr_width, plane_bits=self.plane_bits)
+            sack_bits=W, qp_bits=qpb, addr_width=self.addr_width, plane_bits=self.plane_bits,
+            ns_per_cycle=self.ns_per_cycle)
         wiring.connect(m, ack_reader.ack, wiring.flipped(self.ack))
         cqe_valid = Signal()
         cqe_job = Signal(CqeJob(self.addr_width), reset_less=True)
@@ -292,6 +298,7 @@ class RxPsnWindow(wiring.Component):
         done_tag = Signal(self.tag_bits)  # the in-flight slot of the B verdict being handled
         mark_ackreq = Signal()
         mark_ce = Signal()
+        mark_arrival = Signal(PSN_BITS, reset_less=True)
         # CHECK_X accepted the packet: WRITEBACK, next, enters it in the tables
         # at its in-flight slot and (a LAST packet) pending entry, one-hot.
         accept = Signal()
@@ -301,7 +308,8 @@ class RxPsnWindow(wiring.Component):
             m=m, win=self, fsm=fsm, W=W, lw=lw, lr=lr, q_rd=q_rd, q_wr=q_wr, b_rd=b_rd,
             b_wr=b_wr, scan=scan, flight=flight, pending=pending, ack_reader=ack_reader,
             qp=qp, rq=rq, qs=qs, cfg=cfg, qs_load=qs_load, bm_word=bm_word, rq_bit=rq_bit,
-            done_tag=done_tag, mark_ackreq=mark_ackreq, mark_ce=mark_ce, accept=accept,
+            done_tag=done_tag, mark_ackreq=mark_ackreq, mark_ce=mark_ce,
+            rq_arrival=rq_arrival, mark_arrival=mark_arrival, accept=accept,
             flight_enter=flight_enter, pend_enter=pend_enter, place_valid=place_valid,
             place_cmd=place_cmd, cqe_valid=cqe_valid, cqe_job=cqe_job, cqe_free_q=cqe_free_q,
             ack_syn=ack_syn)
@@ -319,6 +327,7 @@ class RxPsnWindow(wiring.Component):
             ack_reader.cfg.eq(cfg),
             ack_reader.request.eq(rq),
             ack_reader.syndrome.eq(ack_syn),
+            ack_reader.now.eq(scan.now),
         ]
         m.d.comb += scan.row.eq(q_rd.data)
         mark = mark_datapath(c)

@@ -8,7 +8,7 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
-from hw.protocol import Syndrome
+from hw.protocol import PSN_BITS, SVC_TIME_MAX, SVC_TIME_UNIT_NS, Syndrome
 
 from .layouts import AckJob, QpConfig, QpRxState, WindowReq
 
@@ -19,6 +19,12 @@ class AckReader(wiring.Component):
     """The job register of ``RxPsnWindow``'s ``ack`` stream and the bitmap it
     carries.
 
+    The service time (``svc_time``, docs/protocol.md) is ``now - svc_from``
+    cycles (the time since the window took the newest packet placed) times
+    ``ns_per_cycle``, in units of ``SVC_TIME_UNIT_NS`` rounded down, saturating
+    at ``SVC_TIME_MAX``; the difference is registered every cycle, so the job
+    has it as of a cycle before ``send``.
+
     Interface
     ---------
     ``word``       In(sack_bits): the bitmap word the window's memory reads.
@@ -26,7 +32,8 @@ class AckReader(wiring.Component):
                    engine's ACK1): registered as the first word.
     ``load_second`` In(1): ``word`` is the word after it (ACK2).
     ``qp_state``   In(QpRxState): the QP's row (``epsn``, ``msn``, ``ece``,
-                   ``ce_count``, ``ev``, ``mac``).
+                   ``ce_count``, ``ev``, ``mac``, ``svc_from``).
+    ``now``        In(24): the window's time in cycles (``TimerScan.now``).
     ``cfg``        In(QpConfig): the QP's configuration (``peer_qpn``, ``peer_ip``).
     ``request``    In(WindowReq): the request being handled (a NAK's PSN, a
                    probe's ``probe_id``, ``probe_ev``, ``timestamp``).
@@ -52,13 +59,16 @@ class AckReader(wiring.Component):
     consumer empties the register).
     """
 
-    def __init__(self, *, sack_bits=64, qp_bits=4, addr_width=64, plane_bits=0):
+    def __init__(self, *, sack_bits=64, qp_bits=4, addr_width=64, plane_bits=0,
+                 ns_per_cycle=8):
         self.sack_bits, self.plane_bits = sack_bits, plane_bits
+        self.ns_per_cycle = ns_per_cycle
         super().__init__({
             "word": In(sack_bits),
             "load_first": In(1),
             "load_second": In(1),
             "qp_state": In(QpRxState(plane_bits)),
+            "now": In(PSN_BITS),
             "cfg": In(QpConfig(addr_width)),
             "request": In(WindowReq(qp_bits, addr_width, plane_bits)),
             "probe": In(1),
@@ -105,6 +115,15 @@ class AckReader(wiring.Component):
             keep = W + (1 << k) - 1  # the bits later stages still need
             bitmap = Mux(qs.epsn[k], bitmap[1 << k:], bitmap)[:keep]
 
+        # The service time: the cycles since svc_from, registered, then in units.
+        svc_cycles = Signal(PSN_BITS)
+        m.d.sync += svc_cycles.eq(self.now - qs.svc_from)
+        unit_shift = exact_log2(SVC_TIME_UNIT_NS)
+        # the cycles that saturate: (cycles x ns_per_cycle) >> unit_shift > SVC_TIME_MAX
+        svc_sat = -(-((SVC_TIME_MAX + 1) << unit_shift) // self.ns_per_cycle)
+        svc_units = (svc_cycles[: svc_sat.bit_length()] * self.ns_per_cycle)[unit_shift:]
+        svc = Mux(svc_cycles >= svc_sat, SVC_TIME_MAX, svc_units)
+
         # Every field loads the same value whatever the job: ``probe`` is only
         # the job's probe bit, not a select of its data (a select by it gives
         # the job bits synchronous resets driven by one LUT; docs/timing.md#rx-window).
@@ -127,6 +146,7 @@ class AckReader(wiring.Component):
             ack_next.bitmap.eq(bitmap[:W]),
             ack_next.ece.eq(qs.ece),
             ack_next.ce_count.eq(qs.ce_count),
+            ack_next.svc_time.eq(svc),
         ]
         with m.If(~ack_valid):
             m.d.sync += ack_job.eq(ack_next)

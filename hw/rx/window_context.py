@@ -47,6 +47,8 @@ class WindowContext:
     done_tag: Signal  # the in-flight slot of the B verdict being handled
     mark_ackreq: Signal  # the verdict's packet asked for an ACK (from its slot)
     mark_ce: Signal  # the verdict's packet was CE-marked (from its slot)
+    rq_arrival: Signal  # the time IDLE took the request (its in-flight row's)
+    mark_arrival: Signal  # the time the verdict's packet was taken (from its slot)
     # CHECK_X accepted the packet: WRITEBACK enters it at these one-hot positions
     accept: Signal
     flight_enter: Signal

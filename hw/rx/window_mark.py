@@ -217,6 +217,7 @@ def mark_states(c: WindowContext, r: MarkRegs):
             ]
         m.d.sync += [
             qs.unacked.eq(qs.unacked + ~r.unacked_sat),
+            qs.svc_from.eq(c.mark_arrival),  # the ACK's service time counts from it
             bm_word.eq(c.widx(qs.epsn)),  # for ACK0
             c.ack_syn.eq(Syndrome.ACK),
         ]

@@ -52,6 +52,8 @@ def start_states(c: WindowContext):
             c.done_tag.eq(win.done.payload.tag),
             c.mark_ackreq.eq(f_rd_data.ackreq),
             c.mark_ce.eq(f_rd_data.ce),
+            c.mark_arrival.eq(f_rd_data.arrival),
+            c.rq_arrival.eq(scan.now),
         ]
         start_check = (
             win.req.valid

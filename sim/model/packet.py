@@ -133,7 +133,7 @@ class Packet:
         "dqpn", "psn", "opcode", "ackreq", "va", "rkey", "dma_len", "imm", "payload_len",
         "data", "ce", "trimmed", "send_time", "retx",
         "syndrome", "msn", "cum_psn", "sack_base", "sack_bitmap", "sack_bits", "ece",
-        "ce_count", "probe_id", "timestamp", "forged",
+        "ce_count", "svc_time", "probe_id", "timestamp", "forged",
     )
 
     def __init__(self, kind: int, src, dst, plane: int, ev: int, dqpn: int) -> None:
@@ -153,6 +153,7 @@ class Packet:
         self.trimmed = False
         self.retx = False
         self.send_time = 0.0
+        self.svc_time = 0  # an ACK's service time, units of SVC_TIME_UNIT_NS
         self.data = None
         # the addresses a forged frame claims (``Forged``), None for a real one:
         # its addresses are then those of ``src`` and ``dst``

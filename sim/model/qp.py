@@ -17,7 +17,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from hw.protocol import QpState
+from hw.protocol import SVC_TIME_MAX, SVC_TIME_UNIT_NS, QpState
 
 from .cc import Nscc, NsccParams
 from .ev import EvTable
@@ -251,6 +251,7 @@ class QpBase:
         self._unacked = 0
         self._ece = False
         self._ce_count = 0
+        self._svc_from = 0.0  # when the newest packet placed arrived: an ACK's service time
         self._ack_timer_gen = 0
         self._ack_timer_armed = False
         self._last_rx_ev = 0
@@ -504,6 +505,7 @@ class QpBase:
             self._ece = True
             self._ce_count += 1
         self._unacked += 1
+        self._svc_from = self.engine.now
         self._last_rx_ev = pkt.ev
         self._last_rx_plane = pkt.plane
         if pkt.ackreq or self._unacked >= self.cfg.ack_every:
@@ -540,6 +542,8 @@ class QpBase:
         ack.sack_bitmap = self._sack_bitmap()
         ack.ece = self._ece
         ack.ce_count = min(self._ce_count, 0xFFFF)
+        ack.svc_time = min(int((self.engine.now - self._svc_from) // SVC_TIME_UNIT_NS),
+                           SVC_TIME_MAX)
         ack.send_time = self.engine.now
         if syndrome == AETH_ACK:
             self.stats["acks_tx"] += 1
@@ -720,7 +724,11 @@ class MrcQp(QpBase):
                     # trimmed = congestion, not a path failure: resend at once, EV not blamed
                     self._declare_lost(rec, "trim", blame_ev=False, front=True)
                     self.cc.on_trim(now, rec.wire_len)
-        rtt = (now - self._rtt_send) if self._rtt_send >= 0 else None
+        # the responder's service time is not the path's: taken off the sample, which
+        # a saturated one (that or longer) leaves out
+        rtt = None
+        if self._rtt_send >= 0 and pkt.svc_time < SVC_TIME_MAX:
+            rtt = max(now - self._rtt_send - pkt.svc_time * SVC_TIME_UNIT_NS, 0.0)
         self.cc.on_ack(now, self._acked_bytes, pkt.ece, rtt)
         if self.cwnd_log is not None:
             self.cwnd_log.append((now, self.cc.cwnd))

@@ -71,7 +71,7 @@ async def nic_derived_evs(a, b):
 async def device_query(dev):
     attr = await dev.query()
     p = dev.params
-    assert attr.caps == {"TRIM_NACK"}, attr.caps
+    assert attr.caps == {"TRIM_NACK", "SVC_TIME"}, attr.caps
     assert (attr.max_qp_hint, attr.ev_max_count, attr.max_mr, attr.max_mtu) == (
         p["num_qps"], p["evs_per_qp"], p["num_mrs"], p["max_mtu"])
     assert attr.max_mpr == p["mpr_max"] // 128 and attr.max_wimm == p["max_wimm"] >= 1

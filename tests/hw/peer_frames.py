@@ -27,7 +27,7 @@ def parsed_header(frame: bytes) -> dict:
     if L.AETH in pkt:
         aeth, sack = pkt[L.AETH], pkt[L.MRCSack]
         rec["aeth"] = {"syndrome": aeth.syndrome, "msn": aeth.msn}
-        rec["sack"] = {f: getattr(sack, f) for f in ("resv_a", "cum_psn", "resv_b", "sack_base",
+        rec["sack"] = {f: getattr(sack, f) for f in ("svc_hi", "cum_psn", "svc_lo", "sack_base",
                                                       "ece", "resv_c", "sack_words", "ce_count")}
         rec["sack_bitmap"] = sack.bitmap
     if L.MRCProbe in pkt:

@@ -18,11 +18,15 @@ import dataclasses
 import cocotb
 import pytest
 from cocotb.utils import get_sim_time
+from scapy.layers.l2 import Ether
 
+from host_driver import layers as L
 from host_driver.driver import Completion, Device, EvProfile, EvState, QpState, WrOpcode
 from hw.nic.csr import DEVICE_INFO_TYPE_ID, NIC_VERSION
 from hw.nic.plane_status import PLANES_TYPE_ID
+from hw.protocol import SVC_TIME_UNIT_NS
 from hw.reliability.cc_defaults import DATA_WIRE_OVERHEAD
+from hw.reliability.engine import ns_per_cycle
 from hw.tx.engine import TxEngine
 from sim.system.csr_sweep import diff, snapshot, sweep_targets, write_all
 from sim.system.fabric import DROPPED
@@ -73,8 +77,12 @@ async def test_discovery(dut):
 async def test_write_lossless_8_paths(dut):
     """1 MiB of RDMA WRITEs (16 x 64 KiB) NIC 0 -> NIC 1 over 8 lossless paths:
     the receiver's memory is byte exact, every WQE completes SUCCESS in order,
-    the packets are sprayed over all 8 paths and nothing is retransmitted."""
+    the packets are sprayed over all 8 paths and nothing is retransmitted. Each
+    of NIC 1's ACKs carries its service time (SVC_TIME), which counts the
+    placement of a 1 KiB packet: at least its 128 beats at CLK_NS each, and
+    well under the saturation."""
     tb = SystemTB(dut, seed=seeds.of(11))
+    tb.fabric.capture_enabled = True
     await tb.init()
     await tb.connect(sq_log2=4)
     sizes = [64 * 1024] * 16
@@ -96,8 +104,29 @@ async def test_write_lossless_8_paths(dut):
     assert c0["rel.cqes"] == len(sizes)
     # WRITE without immediate: no receive completion
     assert await tb.ends[1].qp.recv_cq.poll() == []
-    dut._log.info("1 MiB in %.1f us: %.2f Gb/s at 64 bits x 125 MHz; packets per path %s",
-                  elapsed / 1e3, len(payload) * 8 / elapsed, carried)
+    # SVC_TIME: the ns of NicCore's nominal clock (NIC_PARAMS), in 64 ns units; each
+    # ACK's counts from NIC 1 taking a packet (the newest it placed, which arrived
+    # no earlier than the one at the ACK's cumulative PSN) to the ACK: no longer
+    # than from that packet's arrival to the ACK leaving, and no shorter than the
+    # placement of its 1 KiB (128 beats)
+    npc = ns_per_cycle(NIC_PARAMS["clk_freq_hz"])
+    arrival = {Ether(f.sent)[L.BTH].psn: f.arrival_ns for f in tb.fabric.capture
+               if f.direction == 0 and f.arrival_ns is not None}
+    svc = []
+    for f in tb.fabric.capture:
+        frame = Ether(f.sent)
+        sack = frame[L.MRCSack] if f.direction == 1 and L.MRCSack in frame else None
+        if sack is not None and sack.cum_psn in arrival:
+            cycles = sack.svc_time * SVC_TIME_UNIT_NS / npc  # rounded down to 64 ns
+            turn = f.time_ns - arrival[sack.cum_psn]
+            assert cycles * CLK_NS <= turn and cycles + SVC_TIME_UNIT_NS / npc > 128, (
+                sack.svc_time, turn)
+            svc.append(cycles)
+    assert len(svc) >= packets // 4 - 1, len(svc)  # an ACK per 4 packets
+    svc.sort()
+    dut._log.info("1 MiB in %.1f us: %.2f Gb/s at 64 bits x 125 MHz; packets per path %s; "
+                  "ACK service time %d..%d cycles (median %d)", elapsed / 1e3,
+                  len(payload) * 8 / elapsed, carried, svc[0], svc[-1], svc[len(svc) // 2])
 
 
 @cocotb.test()

@@ -200,3 +200,69 @@ def test_max_wimm_bounds_early_immediates():
     data(conn, w, 2, opcode=OP_WRITE_LAST_IMM, imm=1)
     data(conn, w, 4, opcode=OP_WRITE_LAST_IMM, imm=2)  # a second early LAST: no room
     assert r.stats["rx_wimm_full"] == 1 and r.stats["rx_data"] == 1
+
+
+def test_service_time_counts_from_the_newest_packet_placed():
+    """An ACK's svc_time is the time from the newest packet placed to the ACK, in
+    64 ns units rounded down: 0 for one sent on that packet's arrival, the rest
+    of the timer for one the timer sends, and saturated (SVC_TIME_MAX) past
+    65,535 units."""
+    from hw.protocol import SVC_TIME_MAX
+
+    w, conn, acks = setup(ack_every=4, ack_delay_ns=1500.0)
+    for k in range(4):
+        data(conn, w, k)
+    assert len(acks) == 1 and acks[0].svc_time == 0
+    data(conn, w, 4)
+    # packet 5 arrives 400 ns into the timer that packet 4 started
+    w.engine.after(400.0, lambda k: data(conn, w, k), 5)
+    w.run(until=1600.0)
+    assert len(acks) == 2 and acks[1].cum_psn == (START + 5) & PSN_MASK
+    assert acks[1].svc_time == 1100 // 64
+    w2, conn2, acks2 = setup(ack_every=4, ack_delay_ns=4_300_000.0)
+    data(conn2, w2, 0)
+    w2.run(until=5_000_000.0)
+    assert len(acks2) == 1 and acks2[0].svc_time == SVC_TIME_MAX
+
+
+@pytest.mark.parametrize("svc", [0, 11, 65_534, 65_535])
+def test_requester_takes_the_service_time_off_its_rtt_sample(svc):
+    """The RTT sample NSCC gets from an ACK is its arrival less the newest packet's
+    send time less the ACK's service time (``svc`` units of 64 ns, set on the
+    ACK as it leaves the responder), not below 0; a saturated service time
+    leaves no sample."""
+    from hw.protocol import SVC_TIME_MAX
+
+    w, conn, acks = setup()
+    req = conn.requester
+    sent, samples = [], []
+
+    def tap(p, now):
+        if p.kind == ACK:
+            p.svc_time = svc
+        else:
+            sent.append(now)
+
+    w.fabric.taps.append(tap)
+
+    class Spy:  # the QP's NSCC, recording each ACK's sample
+        def __init__(self, cc):
+            self.cc = cc
+
+        def on_ack(self, now, acked, ece, rtt):
+            samples.append((now, rtt))
+            self.cc.on_ack(now, acked, ece, rtt)
+
+        def __getattr__(self, name):
+            return getattr(self.cc, name)
+
+    req.cc = Spy(req.cc)
+    req.post_write(1, conn.mr.va, conn.rkey, 256)
+    w.run(until=200_000.0)
+    assert len(acks) == 1 and len(samples) == 1
+    now, rtt = samples[0]
+    if svc == SVC_TIME_MAX:
+        assert rtt is None
+    else:
+        assert rtt == pytest.approx(max(now - sent[0] - 64 * svc, 0.0))
+        assert (rtt > 0) == (svc < 1000 // 64)  # the path's round trip: under 1 us

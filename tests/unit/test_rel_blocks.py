@@ -306,6 +306,17 @@ def test_completion_writer(data_width, addr_width):
     assert mem[cq + 64 : cq + 96] == bytes(32)  # nothing outside the ring
 
 
+async def _put(ctx, port, wait=16, **fields):
+    """Offer one record on ``port``, then wait ``wait`` cycles: 16 is long enough for
+    the core's event and the timer write it makes (4 cycles after FINAL)."""
+    ctx.set(port.payload, fields)
+    ctx.set(port.valid, 1)
+    await ctx.tick().until(port.ready)
+    ctx.set(port.valid, 0)
+    if wait:
+        await ctx.tick().repeat(wait)
+
+
 def test_core_error_completes_every_posted_wqe():
     """ReliabilityCore alone: on the controller's ERROR the QP's completion
     requests cover every WQE the host has posted (``sq_producer``), begun by TX
@@ -335,13 +346,6 @@ def test_core_error_completes_every_posted_wqe():
             if t_valid and t.armed:
                 arms.append((t.qpn, t.gen))
 
-    async def put(ctx, port, **fields):
-        ctx.set(port.payload, fields)
-        ctx.set(port.valid, 1)
-        await ctx.tick().until(port.ready)
-        ctx.set(port.valid, 0)
-        # long enough for the event and the timer write it makes (4 cycles after FINAL)
-        await ctx.tick().repeat(16)
 
     async def bench(ctx):
         # the configuration a host writes: t = 0, 1 linear + 1 doubling retry
@@ -349,23 +353,23 @@ def test_core_error_completes_every_posted_wqe():
         ctx.set(dut.params, {"cwnd_min": 1, "cwnd_max": 16, "cwnd_init": 16})
         await ctx.tick().repeat(8)  # the records' clear after reset
         for q, producer in ((1, 0xFFFD), (2, 7)):
-            await put(ctx, dut.sq_producer, qpn=q, producer=producer)
-            await put(ctx, dut.cmd, qpn=q, state=QpState.RTS)
+            await _put(ctx, dut.sq_producer, qpn=q, producer=producer)
+            await _put(ctx, dut.cmd, qpn=q, state=QpState.RTS)
         # QP 1: 6 WQEs posted from 0xFFFD (the index wraps); WQE 0xFFFD done, 0xFFFE
         # part sent, 0xFFFF.. 0x0002 not begun; the controller sets ERROR
-        await put(ctx, dut.sq_producer, qpn=1, producer=0x0003)
-        await put(ctx, dut.sent, qpn=1, psn=100, ev_index=0, last=1, wqe_index=0xFFFD)
-        await put(ctx, dut.sent, qpn=1, psn=101, ev_index=1, last=0, wqe_index=0xFFFE)
-        await put(ctx, dut.peer_ack, bth={"opcode": 0x11, "dqpn": 1, "psn": 100},
-                  aeth={"syndrome": 0x1F}, sack={"cum_psn": 100, "sack_base": 101})
-        await put(ctx, dut.cmd, qpn=1, state=QpState.ERROR)
+        await _put(ctx, dut.sq_producer, qpn=1, producer=0x0003)
+        await _put(ctx, dut.sent, qpn=1, psn=100, ev_index=0, last=1, wqe_index=0xFFFD)
+        await _put(ctx, dut.sent, qpn=1, psn=101, ev_index=1, last=0, wqe_index=0xFFFE)
+        await _put(ctx, dut.peer_ack, bth={"opcode": 0x11, "dqpn": 1, "psn": 100},
+                   aeth={"syndrome": 0x1F}, sack={"cum_psn": 100, "sack_base": 101})
+        await _put(ctx, dut.cmd, qpn=1, state=QpState.ERROR)
         # QP 2: 3 WQEs posted, one begun; its timer runs out (3 reports)
-        await put(ctx, dut.sq_producer, qpn=2, producer=10)
-        await put(ctx, dut.sent, qpn=2, psn=500, ev_index=2, last=0, wqe_index=7)
+        await _put(ctx, dut.sq_producer, qpn=2, producer=10)
+        await _put(ctx, dut.sent, qpn=2, psn=500, ev_index=2, last=0, wqe_index=7)
         for _ in range(3):
             q, gen = arms[-1]
             assert q == 2
-            await put(ctx, dut.expired, qpn=2, gen=gen)
+            await _put(ctx, dut.expired, qpn=2, gen=gen)
         await ctx.tick().repeat(20)
 
     _run(dut, bench, sinks)
@@ -394,13 +398,6 @@ def test_core_sent_window_edge():
                      dut.qp_state_update, dut.probe_req, dut.event):
             ctx.set(port.ready, 1)
 
-    async def put(ctx, port, wait=16, **fields):
-        ctx.set(port.payload, fields)
-        ctx.set(port.valid, 1)
-        await ctx.tick().until(port.ready)
-        ctx.set(port.valid, 0)
-        if wait:
-            await ctx.tick().repeat(wait)
 
     async def record(ctx, q):
         ctx.set(dut.rec_addr, q)
@@ -417,22 +414,81 @@ def test_core_sent_window_edge():
         ctx.set(dut.rel_data, {"t": 4, "linear_cnt": 1, "exp_cnt": 1, "ev_min_active": 1})
         ctx.set(dut.params, {"cwnd_min": 1, "cwnd_max": W, "cwnd_init": W})
         await ctx.tick().repeat(8)  # the records' clear after reset
-        await put(ctx, dut.cmd, qpn=1, state=QpState.RTS)
+        await _put(ctx, dut.cmd, qpn=1, state=QpState.RTS)
         for k in range(W):  # back to back: each the cycle the core takes it
-            await put(ctx, dut.sent, wait=0, qpn=1, psn=100 + k, ev_index=0, last=1,
+            await _put(ctx, dut.sent, wait=0, qpn=1, psn=100 + k, ev_index=0, last=1,
                       wqe_index=k)
         await ctx.tick().repeat(16)
         assert await record(ctx, 1) == (100, 100 + W)
         assert dropped[0] == 0
-        await put(ctx, dut.sent, qpn=1, psn=100 + W, ev_index=0, last=1, wqe_index=W)
+        await _put(ctx, dut.sent, qpn=1, psn=100 + W, ev_index=0, last=1, wqe_index=W)
         assert dropped[0] == 1  # nxt - una = W: full
         assert await record(ctx, 1) == (100, 100 + W)
-        await put(ctx, dut.peer_ack, wait=60, bth={"opcode": 0x11, "dqpn": 1, "psn": 100},
-                  aeth={"syndrome": 0x1F}, sack={"cum_psn": 100, "sack_base": 101})
+        await _put(ctx, dut.peer_ack, wait=60, bth={"opcode": 0x11, "dqpn": 1, "psn": 100},
+                   aeth={"syndrome": 0x1F}, sack={"cum_psn": 100, "sack_base": 101})
         assert await record(ctx, 1) == (101, 100 + W)
-        await put(ctx, dut.sent, qpn=1, psn=100 + W, ev_index=0, last=1, wqe_index=W)
+        await _put(ctx, dut.sent, qpn=1, psn=100 + W, ev_index=0, last=1, wqe_index=W)
         assert dropped[0] == 1
         assert await record(ctx, 1) == (101, 101 + W)
         assert await record(ctx, 0) == (0, 0)  # the other QP untouched
 
     _run(dut, bench, sinks, count_drops)
+
+
+@pytest.mark.parametrize("svc", [0, 17, 78, 625, 4000, 65_535])
+def test_core_rtt_sample_is_less_the_service_time(svc):
+    """ReliabilityCore alone: the RTT sample an ACK gives congestion control
+    (``cc_event.rtt``, in 16-cycle units) is the time since the newest PSN it
+    acknowledges was sent, less the ACK's service time (``svc_hi``/``svc_lo``, 64 ns
+    units, in RTT units rounded down at the core's clock, ``svc_units``), not below 0; a
+    saturated service time leaves no sample (``rtt_valid`` clear)."""
+    from hw.protocol import SVC_TIME_MAX, svc_time_split
+    from hw.reliability.cc_defaults import RTT_UNIT_CYCLES, svc_units
+    from hw.reliability.core import ReliabilityCore
+    from hw.reliability.layouts import QpState
+    from hw.reliability.nscc import NsccKind
+
+    clk = 125_000_000
+    dut = ReliabilityCore(num_qps=2, evs_per_qp=2, sack_bits=32, window=16, timeout_unit=4096,
+                          clk_freq_hz=clk)
+    events, now = [], [0]
+
+    async def sinks(ctx):
+        for port in (dut.cpl, dut.ack_update, dut.retx, dut.ev_update, dut.cwnd_update,
+                     dut.cc_event, dut.qp_state_update, dut.probe_req, dut.event):
+            ctx.set(port.ready, 1)
+        async for _clk, _rst, valid, ev in ctx.tick().sample(dut.cc_event.valid,
+                                                             dut.cc_event.payload):
+            now[0] += 1
+            ctx.set(dut.now, now[0])
+            if valid and ev.kind == NsccKind.ACK.value:
+                events.append((ev.rtt_valid, ev.rtt))
+
+
+    hi, lo = svc_time_split(svc)
+    times = []
+
+    async def bench(ctx):
+        ctx.set(dut.rel_data, {"t": 4, "linear_cnt": 1, "exp_cnt": 1, "ev_min_active": 1})
+        ctx.set(dut.params, {"cwnd_min": 1, "cwnd_max": 16, "cwnd_init": 16, "target_rtt": 9})
+        await ctx.tick().repeat(8)
+        await _put(ctx, dut.cmd, wait=40, qpn=1, state=QpState.RTS)
+        times.append(now[0])
+        await _put(ctx, dut.sent, wait=40, qpn=1, psn=100, ev_index=0, last=1, wqe_index=0)
+        await ctx.tick().repeat(7000)  # ~440 RTT units, 56 us at 125 MHz
+        times.append(now[0])
+        await _put(ctx, dut.peer_ack, wait=40, bth={"opcode": 0x11, "dqpn": 1, "psn": 100},
+                   aeth={"syndrome": 0x1F},
+                   sack={"cum_psn": 100, "sack_base": 101, "svc_hi": hi, "svc_lo": lo})
+
+    _run(dut, bench, sinks)
+    assert len(events) == 1, events
+    valid, rtt = events[0]
+    assert valid == (svc != SVC_TIME_MAX)
+    if valid:
+        # the sample's ends are read from a 16-cycle clock, and the core takes the
+        # ACK and reaches its window step within 2 units of the ACK's arrival
+        raw = (times[1] - times[0]) // RTT_UNIT_CYCLES
+        want = max(raw - svc_units(svc, clk), 0)
+        assert want - 1 <= rtt <= want + 3, (rtt, want, raw)
+        assert svc_units(svc, clk) == svc // 2  # 125 MHz: 128 ns RTT units

@@ -24,7 +24,8 @@ def model_step(p, q):
     """One window step: (high, new accumulator, decrease starts, decrease ends, new
     window) for parameters ``p`` and the QP's values ``q``."""
     rtt = q["rtt"] % (1 << 16)
-    high = rtt >= p["target_rtt"] if q["rtt_valid"] else bool(q["delay_high"])
+    # the sample less the ACK's service time against the target
+    high = rtt >= p["target_rtt"] + q["svc"] if q["rtt_valid"] else bool(q["delay_high"])
     ai = p["cwnd_ai"] if high else p["cwnd_ai_fast"]
     base = max(q["cwnd"] - p["cwnd_trim_dec"], 0) if q["nak_cut"] else q["cwnd"]
     past = (q["una"] - q["md_recover"]) % (1 << 24)
@@ -60,7 +61,8 @@ def random_case(rng):
          "md_recover": rng.randrange(1 << 24),
          "una": rng.randrange(1 << 24), "delay_high": rng.randrange(2),
          "newly": rng.randrange(0, W + 1), "rtt_valid": rng.randrange(2),
-         "rtt": rng.randrange(0, 60), "nak_cut": rng.randrange(2), "ece": rng.randrange(2)}
+         "rtt": rng.randrange(0, 60), "nak_cut": rng.randrange(2), "ece": rng.randrange(2),
+         "svc": rng.choice([0, 0, rng.randrange(0, 30), rng.randrange(50, 1 << 16)])}
     if rng.random() < 0.3:  # una just past, at or just behind md_recover
         q["una"] = (q["md_recover"] + rng.randrange(-2, 3)) % (1 << 24)
     return p, q
@@ -77,7 +79,7 @@ def test_cwnd_steps_match_model():
         for p, q in cases:
             ctx.set(dut.params, p)
             for name in ("cwnd", "cwnd_acc", "md_active", "md_recover", "una", "delay_high",
-                         "newly", "rtt_valid", "nak_cut", "ece"):
+                         "newly", "rtt_valid", "nak_cut", "ece", "svc"):
                 ctx.set(getattr(dut, name), q[name])
             now_ts = (now_ts + rng.randrange(1 << 16)) % (1 << 16)
             ctx.set(dut.now_ts, now_ts)
@@ -85,6 +87,7 @@ def test_cwnd_steps_match_model():
             await ctx.tick().repeat(2)  # the RTT is measured 2 cycles before start
             ctx.set(dut.start, 1)
             high = ctx.get(dut.high)
+            assert ctx.get(dut.rtt) == q["rtt"]  # the sample before svc is taken off
             await ctx.tick()
             ctx.set(dut.start, 0)
             ctx.set(dut.now_ts, rng.randrange(1 << 16))  # read 2 cycles before start only

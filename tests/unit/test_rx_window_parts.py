@@ -6,7 +6,7 @@ import pytest
 from amaranth.hdl import Value
 from amaranth.sim import Simulator
 
-from hw.protocol import Syndrome
+from hw.protocol import SVC_TIME_MAX, Syndrome
 from hw.rx.window_ack import AckReader
 from hw.rx.window_advance import CqSlot, FirstHole
 from hw.rx.window_scan import TimerScan
@@ -25,15 +25,18 @@ def run(dut, bench):
 
 # ---- AckReader ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("sack_bits", [32, 64])
-def test_ack_reader_builds_each_job_from_the_words_at_epsn(sack_bits):
+@pytest.mark.parametrize("sack_bits,ns_per_cycle", [(32, 8), (64, 7)])
+def test_ack_reader_builds_each_job_from_the_words_at_epsn(sack_bits, ns_per_cycle):
     """The job carries the ``sack_bits`` bitmap bits from epsn's bit on of the
     two words loaded (ACK1, ACK2), the cumulative PSN epsn - 1 (also an ACK's
-    PSN; a NAK's is the request's), the probe bit and the passed-through
+    PSN; a NAK's is the request's), the probe bit, the service time (the
+    cycles from the row's ``svc_from`` to ``now``, in 64 ns units rounded
+    down, saturating at SVC_TIME_MAX, also across the time's wrap) and the
+    passed-through
     fields; it holds while ``ack.valid`` whatever its sources do, and each
     ``send`` gives exactly one transfer."""
     W = sack_bits
-    dut = AckReader(sack_bits=W, qp_bits=2, addr_width=32)
+    dut = AckReader(sack_bits=W, qp_bits=2, addr_width=32, ns_per_cycle=ns_per_cycle)
     rng = seeds.rng(sack_bits)
     got = []
     want = []
@@ -43,6 +46,8 @@ def test_ack_reader_builds_each_job_from_the_words_at_epsn(sack_bits):
         ctx.set(dut.qp_state.epsn, rng.getrandbits(24))
         ctx.set(dut.request.psn, rng.getrandbits(24))
         ctx.set(dut.syndrome, rng.getrandbits(8))
+        ctx.set(dut.now, rng.getrandbits(24))
+        ctx.set(dut.qp_state.svc_from, rng.getrandbits(24))
 
     async def take_ready(ctx):
         ready = int(rng.random() < 0.4)
@@ -58,6 +63,10 @@ def test_ack_reader_builds_each_job_from_the_words_at_epsn(sack_bits):
             first, second = rng.getrandbits(W), rng.getrandbits(W)
             syn = rng.choice([Syndrome.ACK, Syndrome.NAK_TRIMMED, rng.getrandbits(8)])
             probe = rng.getrandbits(1)
+            svc_from = rng.getrandbits(24)
+            top = ((SVC_TIME_MAX + 1) * 64 - 1) // ns_per_cycle  # the last unsaturated
+            cycles = rng.choice([0, 1, 8, 9, rng.randrange(1 << 8), rng.randrange(1 << 19),
+                                 top, top + 1, rng.getrandbits(24)])
             fields = dict(msn=rng.getrandbits(24), ece=rng.getrandbits(1),
                           ce_count=rng.getrandbits(16), ev=rng.getrandbits(16),
                           mac=rng.getrandbits(48))
@@ -71,6 +80,8 @@ def test_ack_reader_builds_each_job_from_the_words_at_epsn(sack_bits):
             ctx.set(dut.qp_state.epsn, epsn)
             ctx.set(dut.syndrome, syn)
             ctx.set(dut.probe, probe)
+            ctx.set(dut.qp_state.svc_from, svc_from)
+            ctx.set(dut.now, (svc_from + cycles) % PSN)
             for k, v in fields.items():
                 ctx.set(getattr(dut.qp_state, k), v)
             for k, v in cfg.items():
@@ -97,6 +108,7 @@ def test_ack_reader_builds_each_job_from_the_words_at_epsn(sack_bits):
                 sack_base=epsn,
                 bitmap=((second << W | first) >> (epsn % W)) & ((1 << W) - 1),
                 ece=fields["ece"], ce_count=fields["ce_count"], ev=fields["ev"],
+                svc_time=min(cycles * ns_per_cycle // 64, SVC_TIME_MAX),
                 dst_mac=fields["mac"], dst_ip=cfg["peer_ip"], probe_id=req["probe_id"],
                 probe_ev=req["probe_ev"], timestamp=req["timestamp"]))
             # the job holds while it waits, whatever its sources do

@@ -35,10 +35,10 @@ FIELDS = ("frame.protocols", "_ws.expert.severity", "_ws.expert.message", "mrc.e
           "mrc.bth.opcode", "mrc.bth.se", "mrc.bth.padcount", "mrc.bth.pkey", "mrc.bth.dqpn",
           "mrc.bth.ackreq", "mrc.bth.psn", "mrc.reth.va", "mrc.reth.rkey",
           "mrc.reth.dma_len", "mrc.immdt", "mrc.aeth.syndrome", "mrc.aeth.msn",
-          "mrc.sack.cum_psn", "mrc.sack.base", "mrc.sack.ece", "mrc.sack.words",
-          "mrc.sack.ce_count", "mrc.sack.bitmap", "mrc.sack.received", "mrc.probe.id",
-          "mrc.probe.round", "mrc.probe.ev_index", "mrc.probe.ev", "mrc.probe.timestamp",
-          "mrc.trimmed", "mrc.payload", "mrc.pad", "mrc.icrc")
+          "mrc.sack.svc_time", "mrc.sack.cum_psn", "mrc.sack.base", "mrc.sack.ece",
+          "mrc.sack.words", "mrc.sack.ce_count", "mrc.sack.bitmap", "mrc.sack.received",
+          "mrc.probe.id", "mrc.probe.round", "mrc.probe.ev_index", "mrc.probe.ev",
+          "mrc.probe.timestamp", "mrc.trimmed", "mrc.payload", "mrc.pad", "mrc.icrc")
 
 
 def test_plugin_constants_come_from_the_protocol_definition():
@@ -78,7 +78,7 @@ def _built_frames(addr) -> list[bytes]:
                 dqpn=0x100, cum_psn=L.PSN_MASK - 1, bitmap=(0b1011 << (bits - 8)) | 0b101,
                 sack_bits=bits, syndrome=syndrome, msn=bits, psn=None if syndrome ==
                 Syndrome.ACK else 12345, ece=bits == 64, ce_count=bits * 3, ev=0xC100 + bits,
-                **addr)))
+                svc_time={32: 0, 64: 0x1234, 128: 0xFFFF}[bits], **addr)))
     for response in (False, True):
         out.append(bytes(L.probe_packet(response=response, dqpn=0x101, probe_id=7 << 8 | 3,
                                         ev=0xC003, timestamp=123_456_789_012, **addr)))
@@ -119,6 +119,7 @@ def expected(frame: bytes) -> dict[str, int | str | None]:
     elif op == Opcode.ACKNOWLEDGE:
         s = p[L.MRCSack]
         want.update({"mrc.aeth.syndrome": p[L.AETH].syndrome, "mrc.aeth.msn": p[L.AETH].msn,
+                     "mrc.sack.svc_time": s.svc_time,
                      "mrc.sack.cum_psn": s.cum_psn, "mrc.sack.base": s.sack_base,
                      "mrc.sack.ece": s.ece, "mrc.sack.words": s.sack_words,
                      "mrc.sack.ce_count": s.ce_count,
