@@ -115,6 +115,10 @@ class RxPsnWindow(wiring.Component):
     ``ACK_T`` cycles starts at the first unacknowledged packet, and a scan
     over the QPs sends the ACK once it expires. A duplicate is acknowledged
     at once; a NAK is sent at once. Every ACK/NAK resets the coalescing state.
+    Each ACK/NAK carries the service time (docs/protocol.md): the cycles from
+    IDLE taking the newest packet placed on the QP to the ACK, times
+    ``ns_per_cycle`` (the clock's whole ns, 8 by default), in 64 ns units
+    (``AckReader``).
 
     Latency (cycles, from the input being valid with the engine idle): check
     3 (+1 to issue ``place``); mark 4, plus 2 for the first bitmap word the
