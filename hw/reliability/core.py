@@ -130,7 +130,7 @@ class ReliabilityCore(wiring.Component):
                       per-QP ``RelConfig`` and the EV values.
     ``rec_addr``/``rec_data``: a read port on the QP records for the CSR block.
     ``params``        In(GlobalParams); ``now``: the timer's cycle counter.
-                      ``clk_freq_hz`` converts an ACK's service time (ns) into the
+                      ``clk_freq_hz`` converts an ACK's service time (64 ns units) into the
                       RTT sample's units (``svc_units``, hw/reliability/cc_defaults.py).
     ``counter_strobes`` Out: one flip-flop per event counter (``CORE_COUNTERS``),
                       high for one cycle per event; ``ReliabilityEngine``'s

@@ -206,7 +206,7 @@ class RxEngine(wiring.Component):
         with one (below); 1 (the default) builds no plane logic.
     ns_per_cycle : the ns of a cycle of the clock (``ns_per_cycle(clk_freq_hz)``
         of hw/reliability/engine.py; default 8, 125 MHz): an ACK's service
-        time is in ns (docs/protocol.md).
+        time counts cycles of it, in 64 ns units (docs/protocol.md).
 
     Interface
     ---------

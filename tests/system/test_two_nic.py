@@ -114,8 +114,10 @@ async def test_write_lossless_8_paths(dut):
                if f.direction == 0 and f.arrival_ns is not None}
     svc = []
     for f in tb.fabric.capture:
+        if f.direction != 1:
+            continue
         frame = Ether(f.sent)
-        sack = frame[L.MRCSack] if f.direction == 1 and L.MRCSack in frame else None
+        sack = frame[L.MRCSack] if L.MRCSack in frame else None
         if sack is not None and sack.cum_psn in arrival:
             cycles = sack.svc_time * SVC_TIME_UNIT_NS / npc  # rounded down to 64 ns
             turn = f.time_ns - arrival[sack.cum_psn]
