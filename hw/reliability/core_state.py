@@ -79,7 +79,7 @@ def working_state(ctx):
     walk_kind = Signal(4)
     walk_mask = Signal(W)
     walk_psn = Signal(PSN_BITS)  # the PSN in use, una + its offset (set in PICK)
-    blamed = Signal(E)
+    blamed = Signal()  # the timeout walk is past its first PSN
     adv = Signal(range(W + 1))
     adv_raw = Signal(PSN_BITS)  # cum_psn + 1 - una
     # the loss walk's test (LCNT): at least sack_threshold SACKed PSNs above the

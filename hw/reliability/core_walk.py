@@ -179,22 +179,23 @@ def sent_and_use_actions(ctx):
         m.d.sync += cur.fast_done.eq(cur.fast_done | off_bit)
     with m.If(use_of(W_TMO, "push")):
         push_retx(RetxReason.TIMEOUT)
-        m.d.sync += blamed.eq(blamed | onehot(e_ev, E))
+        m.d.sync += blamed.eq(1)
     # Loss evidence (USE): each hole of the loss walk, and the timeout walk's first
-    # PSN on each EV (blamed: the EVs blamed in this walk so far); the EV may become
+    # PSN, the oldest in flight, which the timer waited on (blamed: the walk is past
+    # it; the PSNs sent after it may still be on their way); the EV may become
     # ASSUMED_BAD (never below the floor). Written per EV, an AND of e_ev's decode
     # and that EV's own flip-flops, rather than through selects on e_ev, which put
     # a select of the EVs' flags behind the block RAM's output.
-    def blame_on(ev_new, tag):  # ev_new: the EV not yet blamed in this walk
-        return (use_of(W_LOSS, tag) & loss_hole) | (use_of(W_TMO, tag) & ev_new)
+    def blame_on(tag):
+        return (use_of(W_LOSS, tag) & loss_hole) | (use_of(W_TMO, tag) & ~blamed)
     for i in range(E):
         hit = Signal(name=f"blame_{i}")
-        m.d.comb += hit.eq(blame_on(~blamed[i], "ev") & (e_ev == i))
+        m.d.comb += hit.eq(blame_on("ev") & (e_ev == i))
         with m.If(hit):
             m.d.sync += [cur.ev_drops[i].eq(drops_inc[i]), cur.ev_loss[i].eq(loss_inc[i])]
             with m.If(bad_ok[i]):
                 m.d.sync += cur.ev_state[i].eq(EvState.ASSUMED_BAD)
-    with m.If(blame_on(~bit_at(blamed, e_ev), "push")):
+    with m.If(blame_on("push")):
         with m.If(bit_at(bad_ok, e_ev)):
             push_ev()
             count("ev_to_bad")

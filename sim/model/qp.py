@@ -799,14 +799,18 @@ class MrcQp(QpBase):
             self._maybe_probe()
 
     def _on_timeout(self) -> None:
-        blamed = set()
+        # the timer waited on the oldest PSN in flight and not SACKed (lost and
+        # not yet resent, too): the EV it last went out on takes the loss
+        # evidence, unless a NAK TRIMMED named it (congestion, not the path);
+        # the PSNs sent after it may still be on their way, so their EVs do not
+        oldest = next((rec for rec in self.records.values() if rec.state != DELIVERED), None)
+        if oldest is not None and oldest.state == LOST and not oldest.trim_refused:
+            self.evs.loss(oldest.ev, "timeout")
         for rec in list(self.records.values()):
             rec.fast_retx = False  # every PSN may be fast-retransmitted once more
             if rec.state == OUTSTANDING:
-                first = rec.ev.index not in blamed and not rec.trim_refused
-                if first:
-                    blamed.add(rec.ev.index)
-                self._declare_lost(rec, "timeout", blame_ev=first)
+                self._declare_lost(rec, "timeout",
+                                   blame_ev=rec is oldest and not rec.trim_refused)
         self.rack.clear()
         self._maybe_probe()
 

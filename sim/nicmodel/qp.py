@@ -168,7 +168,7 @@ class _HwQp(MrcQp):
 
     def _on_timeout(self):
         self.hw.rel_cnt["timeouts"] += 1
-        # reliability's timeout walk blames the first PSN on each EV, whether
+        # reliability's timeout walk blames its first PSN's EV, whether
         # a refused NAK TRIMMED named it or not (it keeps no such mark)
         for rec in self.records.values():
             rec.trim_refused = False

@@ -396,6 +396,32 @@ async def test_backoff_and_exhaustion(dut):
 
 
 @cocotb.test(skip=CONFIG != "rel_q4")
+async def test_timeout_blames_the_oldest_psn_only(dut):
+    """A timeout is loss evidence against the EV of the oldest PSN in flight, the
+    one the timer waited on, and no other: PSNs sent after it may still be on
+    their way. Every unSACKed PSN is retransmitted."""
+    tb = TB(dut)
+    await tb.reset()
+    await tb.setup(t=5, linear=7, exp=25, ev_thr=1)  # 512 cycles: one timeout here
+    for w in range(4):
+        tb.post_wqe(0, w, wr_id=0x90 + w, length=64)
+    for k, ev in enumerate((2, 4, 6, 7)):
+        tb.send(0, 60 + k, ev=ev, wqe=k)
+    await tb.settle(20)
+    tb.ack(0, 59, bitmap=0b1000)  # PSN 63 (EV 7) SACKed: not in the walk
+    while len(tb.retx.items) < 3:
+        await RisingEdge(dut.clk)
+    await tb.settle(50)
+    assert [(r["psn"], r["reason"]) for _, r in tb.retx.items] == [(60, 0), (61, 0), (62, 0)]
+    assert tb.ev_upd.records() == [{"qpn": 0, "ev_index": 2, "state": 1}]
+    assert (await pop_events(tb)) == [dict(qpn=0, ev=2, old=0, new=1, drops=1)]
+    for ev in (4, 6, 7):
+        assert await tb.read("ev", ev) >> 16 & 3 == 0, ev
+    c = await tb.counters()
+    assert c["timeouts"] == 1 and c["ev_to_bad"] == 1 and c["retx_timeout"] == 3
+
+
+@cocotb.test(skip=CONFIG != "rel_q4")
 async def test_error_flushes_posted_wqes(dut):
     """Retry exhaustion completes every WQE the host has posted (the doorbell's
     producer index), not only those TX has begun: RETRY_EXCEEDED for the oldest,

@@ -215,6 +215,29 @@ def test_old_ack_sacks_from_una_and_the_count_rule(sack_threshold, lost):
     assert [p for _, p, _, why in qp.retx_log if why == "sack"] == lost
 
 
+def test_timeout_blames_the_oldest_psn_only():
+    """A timeout is loss evidence against the EV of the oldest PSN in flight (the
+    one the timer waited on), not against the EVs of the PSNs sent after it;
+    every PSN in flight is retransmitted."""
+    from tests.model_requester import requester
+
+    qp = requester([0xC000 + e for e in range(4)], ev_thr=1, sack_threshold=3)
+    for w in range(4):
+        qp.post_write(wr_id=w, remote_va=0, rkey=1, length=512)
+    sent = [qp.pull(0) for _ in range(4)]
+    assert [p.psn for p in sent] == list(range(4)) and len({p.ev for p in sent}) == 4
+    qp.on_ack(_ack(-1 & 0xFFFFFF, 0, 0b1000))  # PSN 3 SACKed: no hole reaches 3
+    assert not qp.retx_log
+    qp.engine.now = qp.rto_deadline
+    qp._rto_check()
+    assert [(p, why) for _, p, _, why in qp.retx_log] == [(0, "timeout"), (1, "timeout"),
+                                                        (2, "timeout")]
+    events = [(e.ev, e.new, e.reason) for e in qp.evs.events]
+    assert events == [(sent[0].ev, ASSUMED_BAD, "timeout")]
+    assert [ev.drops for ev in qp.evs.evs] == [1 if ev.value == sent[0].ev else 0
+                                             for ev in qp.evs.evs]
+
+
 def test_sack_threshold_is_checked():
     with pytest.raises(ValueError, match="sack_threshold"):
         QpConfig(sack_threshold=-1).validate()
