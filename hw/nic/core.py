@@ -418,7 +418,7 @@ class NicCore(wiring.Component):
         bb = self.block_bits
         self.tx = TxEngine(data_width=data_width, num_qps=num_qps, evs_per_qp=evs_per_qp,
                            max_mtu=max_mtu, csr_addr_width=bb, inflight_depth=inflight_depth,
-                           addr_width=addr_width, num_planes=num_planes)
+                           addr_width=addr_width, num_planes=num_planes, max_span=window)
         self.rx = RxEngine(data_width=data_width, num_qps=num_qps, num_mrs=num_mrs,
                            sack_bits=sack_bits, mpr_max=mpr_max, csr_addr_width=bb,
                            max_payload=max_mtu, addr_width=addr_width,

@@ -61,8 +61,9 @@ def cwnd_states(ctx):
             # WQEs its cumulative PSN and SACK bitmap completed have completed
             # (in USE); the oldest other one completes with the error, the rest
             # FLUSHED, and the QP goes to ERROR (FLUSH_WAIT: wqe_cpl settles).
-            # una goes back to LOAD's, so FINAL sends TX no ack_update that
-            # could open its window before the qp_state_update stops the QP.
+            # una goes back to LOAD's and FINAL's ack_update enable excludes a
+            # fatal NAK, so TX gets no ack_update that could open its window
+            # before the qp_state_update stops the QP.
             count("naks_fatal")
             m.d.sync += [flush_status.eq(Mux(a_inv, CqeStatus.REM_INV_REQ,
                                              CqeStatus.REM_ACCESS)),

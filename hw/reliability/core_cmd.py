@@ -93,7 +93,7 @@ def command_entry(ctx):
     # each field under one flag (reset_go, rts_go, clear_go: above): a reset
     # clears the record but timer_gen (kept) and fresh (set), an RTS entry
     # clears the fields both clear and sets its own.
-    both = ("una", "nxt", "sacked", "fast_done", "retries", "md_active", "cwnd_acc",
+    both = ("una", "nxt", "sacked", "sacked_n", "fast_done", "retries", "md_active", "cwnd_acc",
             "delay_high", "ev_loss", "op_err")
     with m.If(clear_go):
         m.d.sync += [cur[f].eq(0) for f in both]

@@ -120,7 +120,7 @@ def datapath(ctx):
     m.d.comb += [
         rec_wr.addr.eq(q), rec_wr.data.eq(out),
         arm_req.qpn.eq(q), arm_req.armed.eq(want_arm), arm_req.gen.eq(out.timer_gen),
-        f_ack.w_data.eq(Cat(Const(0, 24) | q, cur.una)),
+        f_ack.w_data.eq(Cat(Const(0, 24) | q, cur.una, Const(0, 16) | cur.sacked_n)),
         f_cwnd.w_data.eq(Cat(Const(0, 24) | q, cur.cwnd)),
         f_qps.w_data.eq(Cat(Const(0, 24) | q, cur.state)),
     ]

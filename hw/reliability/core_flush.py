@@ -80,7 +80,7 @@ def timeout_flush_states(ctx):
             fsm.next = "IDLE"
     with fsm.State("FLUSH"):
         # sacked and fast_done cleared in every cycle of the flush (none reads them)
-        m.d.sync += [cur.sacked.eq(0), cur.fast_done.eq(0)]
+        m.d.sync += [cur.sacked.eq(0), cur.sacked_n.eq(0), cur.fast_done.eq(0)]
         with m.If(flush_more):
             with m.If(r_cpl):
                 push_cpl(cur.wqe_cpl, flush_status)

@@ -182,7 +182,8 @@ def write_back_states(ctx):
     """SETTLE and FINAL: the write back."""
     m, fsm, room_final, arm_v, want_arm = ctx.m, ctx.fsm, ctx.room_final, ctx.arm_v, ctx.want_arm
     want_disarm, f_ack, una_chg, f_cwnd = ctx.want_disarm, ctx.f_ack, ctx.una_chg, ctx.f_cwnd
-    cwnd_chg, f_qps, state_chg = ctx.cwnd_chg, ctx.f_qps, ctx.state_chg
+    cwnd_chg, f_qps, state_chg, progress = ctx.cwnd_chg, ctx.f_qps, ctx.state_chg, ctx.progress
+    a_fatal = ctx.a_fatal
 
     # ---- write back ------------------------------------------------------------------
     with fsm.State("SETTLE"):
@@ -190,6 +191,9 @@ def write_back_states(ctx):
     with fsm.State("FINAL"):
         with m.If(room_final):
             m.d.comb += [arm_v.eq(want_arm | want_disarm),
-                         f_ack.w_en.eq(una_chg), f_cwnd.w_en.eq(cwnd_chg),
+                         # sacked_n moves only with progress (an advance or a new
+                         # SACK bit); a fatal NAK sends none (CC)
+                         f_ack.w_en.eq(una_chg | (progress & ~a_fatal)),
+                         f_cwnd.w_en.eq(cwnd_chg),
                          f_qps.w_en.eq(state_chg)]
             fsm.next = "IDLE"

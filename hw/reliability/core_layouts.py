@@ -88,6 +88,8 @@ def qp_record(window, evs):
             "cwnd": 16,
             "cwnd_acc": 24,
             "sacked": window,
+            # the count of sacked's bits, kept with it (ack_update gives it to TX)
+            "sacked_n": range(window + 1),
             "fast_done": window,
             "ev_state": data.ArrayLayout(2, evs),
             "ev_loss": data.ArrayLayout(4, evs),

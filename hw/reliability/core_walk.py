@@ -164,12 +164,14 @@ def sent_and_use_actions(ctx):
         # sacked and fast_done down by one, so bit 0 is this PSN's
         m.d.sync += [cur.sacked.eq(cur.sacked[1:]),
                      cur.fast_done.eq(cur.fast_done[1:])]
+        with m.If(cur.sacked[0]):
+            m.d.sync += cur.sacked_n.eq(cur.sacked_n - 1)
         with m.If(e_last):
             m.d.sync += cur.wqe_cpl.eq(wqe_cpl_inc)
     with m.If(use_of(W_ADV, "push") & e_last):
         push_cpl(cur.wqe_cpl, CqeStatus.SUCCESS)
-    with m.If(use_of(W_SACK, "cur")):
-        m.d.sync += cur.sacked.eq(cur.sacked | off_bit)
+    with m.If(use_of(W_SACK, "cur")):  # the SACK walk's PSNs are not SACKed yet
+        m.d.sync += [cur.sacked.eq(cur.sacked | off_bit), cur.sacked_n.eq(cur.sacked_n + 1)]
     # a PSN delivered: by the ADV walk unless SACKed before, by every SACK walk step
     with m.If((use_of(W_ADV, "dlv") & ~cur.sacked[0]) | use_of(W_SACK, "dlv")):
         deliver()

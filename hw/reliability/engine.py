@@ -119,7 +119,8 @@ class ReliabilityEngine(wiring.Component):
                    controller's ERROR complete every WQE posted up to it, begun or not.
     ``retx``       Out(stream(RetxRequest)): PSNs to send again; reason 0 timeout, 1 SACK
                    hole, 2 NAK TRIMMED.
-    ``ack_update`` Out(stream(AckUpdate)): new oldest unacknowledged PSN of a QP.
+    ``ack_update`` Out(stream(AckUpdate)): a QP's oldest unacknowledged PSN and how many
+                   PSNs above it are SACKed, after each event that moves either.
     ``ev_update``  Out(stream(EvUpdate)): EV state changes (0 GOOD, 1 ASSUMED_BAD, 2 DENIED).
     ``cwnd_update`` Out(stream(CwndUpdate)): new window of a QP, packets: the core's
                    packet window, or UET NSCC's while ``nscc_ctrl.enabled`` is set

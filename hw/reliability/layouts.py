@@ -63,7 +63,9 @@ SentRecord = data.StructLayout(
 SqProducer = data.StructLayout({"qpn": 24, "producer": 16})
 # reliability -> TX
 RetxRequest = data.StructLayout({"qpn": 24, "psn": PSN_BITS, "reason": 2})
-AckUpdate = data.StructLayout({"qpn": 24, "una_psn": PSN_BITS})
+# sacked: how many PSNs from una_psn up to the last sent are SACKed (TX's window
+# holds the others)
+AckUpdate = data.StructLayout({"qpn": 24, "una_psn": PSN_BITS, "sacked": 16})
 EvUpdate = data.StructLayout({"qpn": 24, "ev_index": 8, "state": 2})
 CwndUpdate = data.StructLayout({"qpn": 24, "cwnd": 16})
 # a WRITE_WITH_IMM WQE of the QP completed SUCCESS (its count against max_wimm goes down)

@@ -150,7 +150,10 @@ class TxEngine(wiring.Component):
     power of two), ``csr_addr_width``, ``inflight_depth`` (PSNs each QP may
     have in flight: the in-flight table's entries per QP, a power of two),
     ``addr_width`` (32..64, bits of the host DMA addresses: ``m_axi``'s,
-    the SQ bases', WQE ``laddr``s; see ``Sequencer``).
+    the SQ bases', WQE ``laddr``s; see ``Sequencer``), ``max_span`` (None:
+    ``inflight_depth``; else at most that: the PSNs from una_psn a QP may
+    have sent, SACKed or not, which NicCore sets to reliability's window,
+    the PSNs it tracks).
 
     Ports:
     - ``csr``: the TX register block (``regs.tx_register_map``, type 0x0002).
@@ -218,6 +221,7 @@ class TxEngine(wiring.Component):
         inflight_depth: int = 256,
         addr_width: int = 64,
         num_planes: int = 1,
+        max_span: int | None = None,
     ):
         try:
             check_data_width(data_width)
@@ -236,6 +240,10 @@ class TxEngine(wiring.Component):
                 raise ValueError(
                     f"inflight_depth must be a power of two in 16..32768, not {inflight_depth!r}"
                 )
+            if max_span is not None and (not isinstance(max_span, int)
+                                         or not 1 <= max_span <= inflight_depth):
+                raise ValueError(f"max_span must be in 1..inflight_depth ({inflight_depth}), "
+                                 f"not {max_span!r}")
             if not isinstance(num_planes, int) or not 1 <= num_planes <= MAX_PLANES:
                 raise ValueError(f"num_planes must be in 1..{MAX_PLANES}, not {num_planes!r}")
             need = QP_BASE + num_qps * QP_STRIDE
@@ -255,6 +263,7 @@ class TxEngine(wiring.Component):
         self.inflight_depth = inflight_depth
         self.addr_width = addr_width
         self.num_planes = num_planes
+        self.max_span = max_span
         self.register_map = tx_register_map(num_qps, evs_per_qp)
         super().__init__(
             {
@@ -284,6 +293,7 @@ class TxEngine(wiring.Component):
             csr_addr_width=self.csr_addr_width,
             inflight_depth=self.inflight_depth,
             addr_width=self.addr_width,
+            max_span=self.max_span,
         )
         m.submodules.ev_table = evt = EvTable(self.num_qps, self.evs_per_qp, self.num_planes)
         if self.num_planes > 1:

@@ -20,14 +20,16 @@ ACK_PER_QP_QPS = 4
 
 class PsnTable(wiring.Component):
     """Per QP: ``next_psn`` (the PSN of its next new packet) and ``una_psn``
-    (its oldest unacknowledged one), and what the sequencer's FSM reads of
-    them.
+    (its oldest unacknowledged one), ``una_psn`` plus the PSNs above it that
+    reliability holds SACKed (the window's base: ``unsacked`` is measured
+    from it), and what the sequencer's FSM reads of them.
 
     Interface:
     - ``ack`` (stream of ``AckUpdate`` from reliability): moves a QP's
       ``una_psn`` to ``una_psn`` of the ack, if that lies in [una_psn,
       next_psn] (across the PSN wrap); otherwise, or for a QP out of range,
-      the ack is dropped. ``ack_apply`` (per QP) is high the cycle one moves.
+      the ack is dropped; an ack applied also sets the QP's SACKed count
+      (``sacked``). ``ack_apply`` (per QP) is high the cycle one moves.
     - ``write`` (one-hot by QP) with ``write_data``: a qp_next_psn CSR write,
       which sets both PSNs (nothing in flight) and overrides an ack or an
       advance of the QP in the same cycle, and drops an ack of the QP taken
@@ -35,8 +37,11 @@ class PsnTable(wiring.Component):
     - ``advance`` with ``advance_psn``: the FSM sent the new PSN
       ``advance_psn`` of QP ``cur_q``: its ``next_psn`` is that plus 1.
     - ``cur_q``, ``retx_psn`` in; ``cur_next`` (next_psn of ``cur_q``),
-      ``inflight`` (its next_psn - una_psn) and ``psn_offset``
-      (``retx_psn`` - its una_psn) out, combinational.
+      ``inflight`` (its next_psn - una_psn), ``unsacked`` (that less its
+      SACKed count) and ``psn_offset`` (``retx_psn`` - its una_psn) out,
+      combinational. Reliability counts SACKed PSNs only below the last PSN
+      it has seen sent, never above TX's ``next_psn``, so ``unsacked`` is
+      never negative.
     - ``next_psn``, ``una_psn``: every QP's, ``PSN_BITS`` per QP, QP 0's lowest
       (for CSR reads).
 
@@ -74,6 +79,7 @@ class PsnTable(wiring.Component):
             "retx_psn": In(PSN_BITS),
             "cur_next": Out(PSN_BITS),
             "inflight": Out(PSN_BITS),
+            "unsacked": Out(PSN_BITS),
             "psn_offset": Out(PSN_BITS),
             "next_psn": Out(PSN_BITS * num_qps),
             "una_psn": Out(PSN_BITS * num_qps),
@@ -86,6 +92,8 @@ class PsnTable(wiring.Component):
         cur_q, retx_psn = self.cur_q, self.retx_psn
         next_psn = Array(Signal(PSN_BITS, name=f"next_psn{i}") for i in range(nq))
         una_psn = Array(Signal(PSN_BITS, name=f"una_psn{i}") for i in range(nq))
+        # una_psn + the SACKed count: set with una_psn, by a write and by an ack
+        base_psn = Array(Signal(PSN_BITS, name=f"base_psn{i}") for i in range(nq))
         m.d.comb += [self.next_psn.eq(Cat(*next_psn)), self.una_psn.eq(Cat(*una_psn))]
 
         # Array reads go through plain signals first: arithmetic on two
@@ -102,18 +110,24 @@ class PsnTable(wiring.Component):
         if per_qp_psns:
             # the first shared with the ack's compare
             qp_offset = [Signal(PSN_BITS, name=f"psn_off{i}") for i in range(nq)]
+            qp_unsacked = [Signal(PSN_BITS, name=f"unsacked{i}") for i in range(nq)]
             for i in range(nq):
                 m.d.comb += [
                     qp_inflight[i].eq(next_psn[i] - una_psn[i]),
+                    qp_unsacked[i].eq(next_psn[i] - base_psn[i]),
                     qp_offset[i].eq(retx_psn - una_psn[i]),
                 ]
             m.d.comb += [
                 self.inflight.eq(Array(qp_inflight)[cur_q]),
+                self.unsacked.eq(Array(qp_unsacked)[cur_q]),
                 self.psn_offset.eq(Array(qp_offset)[cur_q]),
             ]
         else:
+            cur_base = Signal(PSN_BITS)
             m.d.comb += [
+                cur_base.eq(base_psn[cur_q]),
                 self.inflight.eq((cur_next - cur_una)[:PSN_BITS]),
+                self.unsacked.eq((cur_next - cur_base)[:PSN_BITS]),
                 self.psn_offset.eq((retx_psn - cur_una)[:PSN_BITS]),
             ]
 
@@ -125,10 +139,12 @@ class PsnTable(wiring.Component):
         m.d.sync += ack_ready.eq(~ack_taken)
         ak_qp = Signal(nq)  # the registered ack's QP, one-hot; 0: none to apply
         ak_una = Signal(PSN_BITS)
-        ak_apply = Signal(nq)  # per QP: its una_psn moves to ak_una
+        ak_base = Signal(PSN_BITS)
+        ak_apply = Signal(nq)  # per QP: its una_psn moves to ak_una, its base to ak_base
         m.d.sync += [
             ak_qp.eq(Cat(*[ack_taken & (ack.qpn == i) & ~self.write[i] for i in range(nq)])),
             ak_una.eq(ack.una_psn),
+            ak_base.eq(ack.una_psn + ack.sacked),
         ]
         # The compare is written as "not less than", one carry chain (yosys
         # builds a <= b as a < b or an equality tree). The QP is one-hot, so
@@ -163,10 +179,11 @@ class PsnTable(wiring.Component):
                 m.d.sync += [
                     next_psn[i].eq(self.write_data),
                     una_psn[i].eq(self.write_data),
+                    base_psn[i].eq(self.write_data),
                 ]
             with m.Else():
                 with m.If(self.advance & (cur_q == i)):
                     m.d.sync += next_psn[i].eq(self.advance_psn + 1)
                 with m.If(ak_apply[i]):
-                    m.d.sync += una_psn[i].eq(ak_una)
+                    m.d.sync += [una_psn[i].eq(ak_una), base_psn[i].eq(ak_base)]
         return m

@@ -23,8 +23,9 @@ __all__ = ["SeqContext", "WindowCheck", "fetch_request_states", "fetch_states", 
 
 class WindowCheck:
     """The window check, split for timing: in LOAD the PSNs in flight are
-    registered (``inflight_r``), in CHECK (settings read) inflight >=
-    min(MPR x 128, cwnd, depth) is registered as three compares (``over_r``),
+    registered (``inflight_r``), and those of them not SACKed
+    (``unsacked_r``); in CHECK (settings read) inflight >= min(MPR x 128,
+    ``max_span``, depth) or unsacked >= cwnd is registered (``over_r``),
     and the next state (FETCH or OFFSET) parks the QP if it is over
     (``full``). An unpark of the QP (ack_update, CSR write: ``clear``, per
     QP) from LOAD on makes that state go back to IDLE without parking: the
@@ -34,19 +35,26 @@ class WindowCheck:
     most a needless check. ``over_r`` is only loaded in CHECK (no other value
     muxed into it); a retransmit, which has no CHECK, ignores it."""
 
-    def __init__(self, m: Module, num_qps: int, depth_bits: int, retx_mode, mpr_psns, cwnd):
+    def __init__(self, m: Module, num_qps: int, depth_bits: int, retx_mode, mpr_psns, cwnd,
+                 max_span: int | None = None):
         db = depth_bits
         self.inflight_r = inflight_r = Signal(PSN_BITS, name="inflight_r")
+        self.unsacked_r = unsacked_r = Signal(PSN_BITS, name="unsacked_r")
         self.over_r = Signal(name="over_r")
         self.full = self.over_r & ~retx_mode
 
-        # inflight_r >= min(MPR x 128, cwnd, depth): at depth or more it is
-        # over whatever the settings, and below depth only its low db bits can
-        # reach a limit, so the compares are db bits wide.
-        def reaches(limit):
-            return (limit[db:] == 0) & ~(inflight_r[:db] < limit[:db])
+        # inflight_r >= min(MPR x 128, max_span, depth) or unsacked_r >= cwnd:
+        # at depth or more it is over whatever the settings, and below depth
+        # only the low db bits of either (unsacked_r <= inflight_r) can reach
+        # a limit, so the compares are db bits wide. max_span (reliability's
+        # window: the PSNs from una it can track) is a constant.
+        def reaches(count, limit):
+            return (limit[db:] == 0) & ~(count[:db] < limit[:db])
 
-        self.over = inflight_r[db:].any() | reaches(mpr_psns) | reaches(cwnd)
+        self.over = (inflight_r[db:].any() | reaches(inflight_r, mpr_psns)
+                     | reaches(unsacked_r, cwnd))
+        if max_span is not None and max_span < 1 << db:
+            self.over = self.over | ~(inflight_r[:db] < max_span)
         self.clear = Signal(num_qps, name="wb_clear")  # window unparks this cycle
         self.clear_r = Signal(num_qps, name="wb_clear_r")  # window unparks the cycle before
         self.hit = Signal(name="wb_hit")  # the QP was unparked since the cycle before LOAD
@@ -123,6 +131,7 @@ def window_states(c: SeqContext):
     with fsm.State("LOAD"):
         m.d.sync += [
             w.inflight_r.eq(c.psns.inflight),
+            w.unsacked_r.eq(c.psns.unsacked),
             w.hit.eq(w.clear_r.bit_select(q, 1)),
         ]
         fsm.next = "CHECK"

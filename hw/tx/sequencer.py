@@ -63,8 +63,9 @@ class Sequencer(wiring.Component):
     is the packet's plane (its EV's), valid with ``hdr_desc``.
 
     Per packet: pick a QP round-robin among those enabled, with work, and not
-    parked (window full, no GOOD EV, max_wimm reached); check the window min(MPR x 128, cwnd,
-    in-flight table size); take the prefetched WQE if none is part sent;
+    parked (window full, no GOOD EV, max_wimm reached); check the window (the
+    PSNs in flight against min(MPR x 128, ``max_span``, in-flight table
+    size), those of them not SACKed against cwnd); take the prefetched WQE if none is part sent;
     cut the next MTU-sized packet; pick the next GOOD EV after the
     QP's cursor; record (WQE, packet index, EV) under the PSN; emit. A
     parked QP costs no cycles until an ack_update, CSR write or EV state
@@ -136,7 +137,9 @@ class Sequencer(wiring.Component):
         csr_addr_width=16,
         inflight_depth=256,
         addr_width=64,
+        max_span=None,
     ):
+        self.max_span = max_span
         self.data_width = data_width
         self.addr_width = addr_width
         self.num_qps = num_qps
@@ -294,7 +297,7 @@ class Sequencer(wiring.Component):
         mpr_psns = settings_lane(cfg, "mpr") * MPR_UNIT
         cwnd = settings_lane(cfg, "cwnd")
         # the window check (seq_states.WindowCheck): LOAD, CHECK and the park
-        window = WindowCheck(m, nq, db, retx_mode, mpr_psns, cwnd)
+        window = WindowCheck(m, nq, db, retx_mode, mpr_psns, cwnd, self.max_span)
         # the SQ base keeps addr_width bits: sq_base_hi's lane is read that narrow
         sq_hi_bits = self.addr_width - 32
         sq_base = Cat(settings_lane(cfg, "sq_base_lo"),

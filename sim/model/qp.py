@@ -610,7 +610,7 @@ class MrcQp(QpBase):
             return pkt
         if rq:
             return None  # retransmissions wait for an EV on another plane
-        if self.nxt_idx - self.una_idx >= self.window_psns or self.wimm_blocked():
+        if self.window_full():
             return None
         wr = self.seg_wr
         if (wr is None or wr.sent_pkts == wr.npkts) and not self.seg_queue:
@@ -634,9 +634,14 @@ class MrcQp(QpBase):
             return False
         if self.retx_queue:
             return True
-        if self.nxt_idx - self.una_idx >= self.window_psns or self.wimm_blocked():
+        if self.window_full():
             return False
         return self.has_work()
+
+    def window_full(self) -> bool:
+        """A new PSN waits: the PSNs from una on fill MPR's range, or a
+        WRITE_WITH_IMM waits for its bound."""
+        return self.nxt_idx - self.una_idx >= self.window_psns or self.wimm_blocked()
 
     def has_work(self) -> bool:
         return bool(self.retx_queue) or bool(self.seg_queue) or (

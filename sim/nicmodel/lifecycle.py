@@ -111,7 +111,8 @@ class QpLifecycle:
         qp._mtu_wire = data_wire_len(cfg.mtu, False)
         mpr = (self.reg("tx", "qp_mpr", q) & 0xFF) or 1
         cwnd = self.reg("tx", "qp_cwnd", q) or p["window"]
-        qp.window_psns = max(1, min(128 * mpr, p["window"], cwnd))
+        qp.window_psns = max(1, min(128 * mpr, p["window"]))
+        qp.cwnd_psns = max(1, min(cwnd, p["window"]))
         self._start_nscc(qp)
         qp.sq_psn = qp.una_psn = self.reg("tx", "qp_next_psn", q) & PSN_MASK
         qp.state = RTS

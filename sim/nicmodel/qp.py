@@ -108,6 +108,7 @@ class _HwQp(MrcQp):
     def __init__(self, nic: ModelNic, qpn: int, cfg: QpConfig, evs: EvTable):
         super().__init__(nic.core, qpn, cfg, evs, None)
         self.hw = nic
+        self.cwnd_psns = self.window_psns  # qp_cwnd's, from the RTS entry on
 
     # -- requester ---------------------------------------------------------------------
     def pull(self, plane):
@@ -117,6 +118,17 @@ class _HwQp(MrcQp):
 
     def can_send(self):
         return self.hw.tx_enabled(self.qpn) and super().can_send()
+
+    def window_full(self):
+        """TX's window check (docs/tx.md, "Sequencing and window"): the PSNs from
+        una on fill min(MPR x 128, ``window``) (``window_psns``), or those
+        of them not SACKed reach ``qp_cwnd`` (``cwnd_psns``; with NSCC on, its
+        byte window over the bytes outstanding stands for it), or a
+        WRITE_WITH_IMM waits for its bound."""
+        if super().window_full():
+            return True
+        unsacked = self.nxt_idx - self.una_idx - self.sacked.bit_count()
+        return not self.cc.p.enabled and unsacked >= self.cwnd_psns
 
     def wimm_limit(self):
         """TX ``qp_max_wimm``: 0 is no bound, above the in-flight table's size it is

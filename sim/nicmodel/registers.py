@@ -271,7 +271,7 @@ class RegisterBehaviour:
                 return 0
             active = qp.seg_wr is not None and 0 < qp.seg_wr.sent_pkts < qp.seg_wr.npkts
             inflight = qp.nxt_idx - qp.una_idx
-            return (int(active) | int(inflight >= qp.window_psns) << 1
+            return (int(active) | int(qp.window_full() and not qp.wimm_blocked()) << 1
                     | int(qp.evs.good_count() == 0) << 2
                     | int(qp.state == RTS and qp.wimm_blocked()) << 3
                     | (inflight & 0xFFFFFF) << 8)
@@ -324,7 +324,7 @@ class RegisterBehaviour:
                 return 0
             return qp.una_psn if name == "una_psn" else (qp.sq_psn + qp.nxt_idx) & PSN_MASK
         if name == "qp_cc":
-            window = qp.window_psns if qp is not None else p["window"]
+            window = min(qp.window_psns, qp.cwnd_psns) if qp is not None else p["window"]
             return min(window, 0xFFFF) | (min(qp.retries, 31) if qp else 0) << 16
         return None
 

@@ -137,6 +137,8 @@ class TB:
         self.acks = StreamSource(dut, "peer_ack", ParsedHeader(64))
         self.cycle = 0
         self.sent, self.retx, self.ev = [], [], []  # (cycle, record)
+        self.pi = 0  # TX's producer index (start_qp reads it)
+        self.wr_ids = []  # posted, in order
 
     async def reset(self):
         self.dut.rst.value = 1
@@ -167,108 +169,134 @@ class TB:
         await self.tx_csr.write_dword(TX_QP_BASE + q * TX_QP_STRIDE + off, value)
 
 
+    async def start_qp(self, q, cwnd):
+        """TX and reliability brought up, QP ``q`` enabled with window ``cwnd``
+        over the 8 EVs, and in RTS."""
+        for _ in range(100):
+            if await self.tx_csr.read_dword(G.STATUS) & 1:
+                break
+            await ClockCycles(self.dut.clk, 64)
+        await self.tx_csr.write_dword(G.SRC_MAC_LO, 0x00000001)
+        await self.tx_csr.write_dword(G.SRC_MAC_HI, 0x0200)
+        await self.tx_csr.write_dword(G.SRC_IP, ip_int(OWN_IP))
+        for i, v in enumerate(EV_VALUES):
+            await self.tx_csr.write_dword(G.EV_SELECT, i | q << 8)
+            await self.tx_csr.write_dword(G.EV_ENTRY, v)
+        for off, value in ((Q.MTU, MTU), (Q.MPR, 1), (Q.CWND, cwnd), (Q.NEXT_PSN, 0),
+                           (Q.DEST_QPN, 0x100), (Q.DST_MAC_LO, 0x00000002),
+                           (Q.DST_MAC_HI, 0x0200), (Q.DST_IP, ip_int(PEER_IP)), (Q.DSCP, 0),
+                           (Q.SQ_BASE_LO, RING), (Q.SQ_BASE_HI, 0),
+                           (Q.SQ_LOG2_SIZE, RING_LOG2)):
+            await self.tx_write(q, off, value)
+        self.pi = await self.tx_csr.read_dword(TX_QP_BASE + q * TX_QP_STRIDE + Q.DOORBELL)
+        await self.tx_write(q, Q.CTRL, 1)
+        # reliability: same EVs and ring, its own CQ
+        await self.rel_write("own_mac_lo", 0x00000001)
+        await self.rel_write("own_mac_hi", 0x0200)
+        await self.rel_write("own_ip", ip_int(OWN_IP))
+        await self.rel_write("ev_loss_threshold", 2)
+        await self.rel_write("probe_period", 1500)
+        await self.rel_write("qp_rel_cfg", 12 | 7 << 5 | 7 << 8 | 2 << 16 | 2 << 24, q)
+        for name, value in (("sq_base_lo", RING), ("cq_base_lo", CQ),
+                            ("ring_sizes", RING_LOG2 | RING_LOG2 << 8), ("peer_mac_lo", 2),
+                            ("peer_mac_hi", 0x0200), ("peer_ip", ip_int(PEER_IP)),
+                            ("dest_qpn", 0x100)):
+            await self.rel_write(name, value, q)
+        for i, v in enumerate(EV_VALUES):
+            await self.rel_write("ev", v, q * EVS + i)
+        await self.rel_write("qp_ctrl", 3, q)
+
+    async def post(self, q, n, length):
+        """``n`` WRITEs of ``length`` bytes on QP ``q`` (WQEs in both blocks'
+        memories), one doorbell."""
+        for _ in range(n):
+            wr_id = 0x5000 + len(self.wr_ids)
+            self.wr_ids.append(wr_id)
+            addr = BUF + len(self.wr_ids) * 0x1000
+            self.tx_ram.write(addr, bytes(range(256)) * (length // 256))
+            wqe = struct.pack("<BBHIQQQII", 0, 1, 0, 0, wr_id, addr, 0x7000_0000, length,
+                              0x1234).ljust(64, b"\0")
+            slot = RING + (self.pi % (1 << RING_LOG2)) * 64
+            self.tx_ram.write(slot, wqe)
+            self.rel_ram.write(slot, wqe)
+            self.pi = (self.pi + 1) & 0xFFFF
+        await self.tx_write(q, Q.DOORBELL, self.pi)
+
+    def responder(self, q):
+        """The scripted responder, started: drops what goes out on ``BAD_EV``
+        until ``state["healed"]``, ACKs (cumulative + SACK bitmap) every second
+        packet and when idle, answers probes but those on the black hole. Its
+        ``state["wire"]``: (cycle, PSN, EV, cumulative PSN then) per frame."""
+        tb, dut = self, self.dut
+        state = dict(healed=False, received=set(), cum=-1, unacked=0, wire=[])
+
+        def ack():
+            rcv = state["received"]
+            while state["cum"] + 1 in rcv:
+                state["cum"] += 1
+            cum = state["cum"]
+            bitmap = sum(1 << i for i in range(64) if cum + 1 + i in rcv)
+            frame = bytes(L.ack_packet(dqpn=q, cum_psn=cum & 0xFFFFFF, bitmap=bitmap,
+                                       src_mac=PEER_MAC, dst_mac=OWN_MAC, src_ip=PEER_IP,
+                                       dst_ip=OWN_IP))
+            tb.acks.send(parsed_header(frame))
+            state["unacked"] = 0
+
+        async def run():
+            idle = 0
+            while True:
+                if not tb.wire.empty():
+                    frame = bytes((await tb.wire.recv()).tdata)
+                    assert L.check_frame(frame) == (True, True)
+                    pkt = Ether(frame)
+                    psn, ev = pkt[L.BTH].psn, pkt[UDP].sport
+                    state["wire"].append((tb.cycle, psn, ev, state["cum"]))
+                    if ev == EV_VALUES[BAD_EV] and not state["healed"]:
+                        continue  # black hole
+                    state["received"].add(psn)
+                    state["unacked"] += 1
+                    idle = 0
+                    if state["unacked"] >= 2:
+                        ack()
+                elif not tb.probes.empty():
+                    req = bytes((await tb.probes.recv()).tdata)
+                    pr = Ether(req)[L.MRCProbe]
+                    if state["healed"] or pr.ev != EV_VALUES[BAD_EV]:
+                        frame = bytes(L.probe_packet(response=True, dqpn=q,
+                                                     probe_id=pr.probe_id, ev=pr.ev,
+                                                     timestamp=pr.timestamp))
+                        tb.acks.send(parsed_header(frame))
+                else:
+                    await RisingEdge(dut.clk)
+                    idle += 1
+                    if state["unacked"] and idle > 50:
+                        ack()
+
+        cocotb.start_soon(run())
+        return state
+
+    async def completions(self):
+        """Waits for every WQE's CQE; returns them as (wr_id, status, phase)."""
+        for _ in range(400):
+            await ClockCycles(self.dut.clk, 50)
+            if await self.rel_read("cnt_cqes") == len(self.wr_ids):
+                break
+        cqes = []
+        for i in range(len(self.wr_ids)):
+            raw = self.rel_ram.read(CQ + 32 * i, 32)
+            cqes.append((int.from_bytes(raw[:8], "little"), raw[0x14], raw[0x17] >> 7))
+        return cqes
+
+
 @cocotb.test()
 async def test_blackholed_ev(dut):
     tb = TB(dut)
     await tb.reset()
-    for _ in range(100):
-        if await tb.tx_csr.read_dword(G.STATUS) & 1:
-            break
-        await ClockCycles(dut.clk, 64)
     q = 0
-    # TX: addresses, EVs, QP 0
-    await tb.tx_csr.write_dword(G.SRC_MAC_LO, 0x00000001)
-    await tb.tx_csr.write_dword(G.SRC_MAC_HI, 0x0200)
-    await tb.tx_csr.write_dword(G.SRC_IP, ip_int(OWN_IP))
-    for i, v in enumerate(EV_VALUES):
-        await tb.tx_csr.write_dword(G.EV_SELECT, i | q << 8)
-        await tb.tx_csr.write_dword(G.EV_ENTRY, v)
-    for off, value in ((Q.MTU, MTU), (Q.MPR, 1), (Q.CWND, 64), (Q.NEXT_PSN, 0),
-                       (Q.DEST_QPN, 0x100), (Q.DST_MAC_LO, 0x00000002), (Q.DST_MAC_HI, 0x0200),
-                       (Q.DST_IP, ip_int(PEER_IP)), (Q.DSCP, 0), (Q.SQ_BASE_LO, RING),
-                       (Q.SQ_BASE_HI, 0), (Q.SQ_LOG2_SIZE, RING_LOG2)):
-        await tb.tx_write(q, off, value)
-    pi = await tb.tx_csr.read_dword(TX_QP_BASE + q * TX_QP_STRIDE + Q.DOORBELL)
-    await tb.tx_write(q, Q.CTRL, 1)
-    # reliability: same EVs and ring, its own CQ
-    await tb.rel_write("own_mac_lo", 0x00000001)
-    await tb.rel_write("own_mac_hi", 0x0200)
-    await tb.rel_write("own_ip", ip_int(OWN_IP))
-    await tb.rel_write("ev_loss_threshold", 2)
-    await tb.rel_write("probe_period", 1500)
-    await tb.rel_write("qp_rel_cfg", 12 | 7 << 5 | 7 << 8 | 2 << 16 | 2 << 24, q)
-    for name, value in (("sq_base_lo", RING), ("cq_base_lo", CQ),
-                        ("ring_sizes", RING_LOG2 | RING_LOG2 << 8), ("peer_mac_lo", 2),
-                        ("peer_mac_hi", 0x0200), ("peer_ip", ip_int(PEER_IP)),
-                        ("dest_qpn", 0x100)):
-        await tb.rel_write(name, value, q)
-    for i, v in enumerate(EV_VALUES):
-        await tb.rel_write("ev", v, q * EVS + i)
-    await tb.rel_write("qp_ctrl", 3, q)
-
-    wr_ids = []
-
-    async def post(n, length):
-        nonlocal pi
-        for _ in range(n):
-            wr_id = 0x5000 + len(wr_ids)
-            wr_ids.append(wr_id)
-            addr = BUF + len(wr_ids) * 0x1000
-            tb.tx_ram.write(addr, bytes(range(256)) * (length // 256))
-            wqe = struct.pack("<BBHIQQQII", 0, 1, 0, 0, wr_id, addr, 0x7000_0000, length,
-                              0x1234).ljust(64, b"\0")
-            slot = RING + (pi % (1 << RING_LOG2)) * 64
-            tb.tx_ram.write(slot, wqe)
-            tb.rel_ram.write(slot, wqe)
-            pi = (pi + 1) & 0xFFFF
-        await tb.tx_write(q, Q.DOORBELL, pi)
-
-    # the scripted responder
-    state = dict(healed=False, received=set(), cum=-1, unacked=0, wire=[])
-
-    def ack():
-        rcv = state["received"]
-        while state["cum"] + 1 in rcv:
-            state["cum"] += 1
-        cum = state["cum"]
-        bitmap = sum(1 << i for i in range(64) if cum + 1 + i in rcv)
-        frame = bytes(L.ack_packet(dqpn=q, cum_psn=cum & 0xFFFFFF, bitmap=bitmap,
-                                   src_mac=PEER_MAC, dst_mac=OWN_MAC, src_ip=PEER_IP,
-                                   dst_ip=OWN_IP))
-        tb.acks.send(parsed_header(frame))
-        state["unacked"] = 0
-
-    async def responder():
-        idle = 0
-        while True:
-            if not tb.wire.empty():
-                frame = bytes((await tb.wire.recv()).tdata)
-                assert L.check_frame(frame) == (True, True)
-                pkt = Ether(frame)
-                psn, ev = pkt[L.BTH].psn, pkt[UDP].sport
-                state["wire"].append((tb.cycle, psn, ev))
-                if ev == EV_VALUES[BAD_EV] and not state["healed"]:
-                    continue  # black hole
-                state["received"].add(psn)
-                state["unacked"] += 1
-                idle = 0
-                if state["unacked"] >= 2:
-                    ack()
-            elif not tb.probes.empty():
-                req = bytes((await tb.probes.recv()).tdata)
-                pr = Ether(req)[L.MRCProbe]
-                if state["healed"] or pr.ev != EV_VALUES[BAD_EV]:
-                    frame = bytes(L.probe_packet(response=True, dqpn=q, probe_id=pr.probe_id,
-                                                 ev=pr.ev, timestamp=pr.timestamp))
-                    tb.acks.send(parsed_header(frame))
-            else:
-                await RisingEdge(dut.clk)
-                idle += 1
-                if state["unacked"] and idle > 50:
-                    ack()
-
-    cocotb.start_soon(responder())
-    await post(12, 2048)  # 48 packets over 8 EVs: EV 3 gets a few, all lost
+    await tb.start_qp(q, cwnd=64)
+    state = tb.responder(q)
+    wr_ids = tb.wr_ids
+    await tb.post(q, 12, 2048)  # 48 packets over 8 EVs: EV 3 gets a few, all lost
     for _ in range(400):
         await ClockCycles(dut.clk, 50)
         if any(r["state"] == 1 for _, r in tb.ev):
@@ -277,7 +305,7 @@ async def test_blackholed_ev(dut):
     assert bad and bad[0][1] == {"qpn": q, "ev_index": BAD_EV, "state": 1}, tb.ev
     bad_at = bad[0][0]
     await ClockCycles(dut.clk, 3000)
-    await post(6, 2048)
+    await tb.post(q, 6, 2048)
     await ClockCycles(dut.clk, 3000)
     state["healed"] = True
     for _ in range(400):
@@ -285,18 +313,9 @@ async def test_blackholed_ev(dut):
         if any(r["state"] == 0 for c, r in tb.ev if c > bad_at):
             break
     good_at = next(c for c, r in tb.ev if c > bad_at and r["state"] == 0)
-    await post(6, 2048)
-    for _ in range(400):
-        await ClockCycles(dut.clk, 50)
-        if await tb.rel_read("cnt_cqes") == len(wr_ids):
-            break
-
+    await tb.post(q, 6, 2048)
     # every WQE completed, in order, SUCCESS
-    cqes = []
-    for i in range(len(wr_ids)):
-        raw = tb.rel_ram.read(CQ + 32 * i, 32)
-        cqes.append((int.from_bytes(raw[:8], "little"), raw[0x14], raw[0x17] >> 7))
-    assert cqes == [(w, 0, 1) for w in wr_ids]
+    assert await tb.completions() == [(w, 0, 1) for w in wr_ids]
     counters = {n: await tb.rel_read(f"cnt_{n}") for n in COUNTER_NAMES}
     assert counters["timeouts"] == 0 and counters["acks_unsent"] == 0
     assert counters["retx_sack"] == len(tb.retx) > 0
@@ -314,6 +333,29 @@ async def test_blackholed_ev(dut):
     assert any(r["ev_index"] == BAD_EV for r in after), "EV 3 not used again after the probe"
     dut._log.info("joint: %d packets, %d retransmits, EV 3 bad for %d cycles, %d probes answered",
                   len(tb.sent), len(tb.retx), good_at - bad_at, counters["probe_resps"])
+
+
+@cocotb.test()
+async def test_window_past_holes(dut):
+    """TX's window holds the PSNs in flight that are not SACKed: with a window
+    of 4 packets and every eighth packet black-holed (before its EV goes
+    ASSUMED_BAD), TX sends PSNs 4 and more past the responder's cumulative
+    PSN while the hole pins it, instead of stopping until the hole is
+    retransmitted; every WQE completes, and no timeout fires."""
+    tb = TB(dut)
+    await tb.reset()
+    q, cwnd = 0, 4
+    await tb.start_qp(q, cwnd=cwnd)
+    state = tb.responder(q)
+    await tb.post(q, 8, 2048)  # 32 packets
+    assert await tb.completions() == [(w, 0, 1) for w in tb.wr_ids]
+    # PSNs at or past cum + 1 + cwnd go out only with SACKed PSNs below them
+    past = [(psn, cum) for _, psn, _, cum in state["wire"] if psn - (cum + 1) >= cwnd]
+    assert past, state["wire"]
+    assert await tb.rel_read("cnt_timeouts") == 0
+    assert await tb.rel_read("cnt_retx_sack") > 0
+    dut._log.info("window past holes: %d of %d frames sent %d or more past the cumulative PSN",
+                  len(past), len(state["wire"]), cwnd)
 
 
 def test_rel_tx_joint():

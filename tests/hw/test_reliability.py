@@ -112,17 +112,21 @@ async def test_ack_completions(dut):
     tb.ack(q, psn0 + 1)
     await tb.settle()
     assert [c["wr_id"] for c in tb.cqes(q)] == [0x1000]
-    assert tb.ack_upd.records()[-1] == {"qpn": q, "una_psn": (psn0 + 2) & 0xFFFFFF}
-    # a SACK of the last WQE's packets does not complete it before the cumulative ACK
+    assert tb.ack_upd.records()[-1] == {"qpn": q, "una_psn": (psn0 + 2) & 0xFFFFFF, "sacked": 0}
+    # a SACK of the last WQE's packets does not complete it before the cumulative ACK;
+    # TX learns that 3 of the 4 PSNs in flight are SACKed (its window holds one)
     tb.ack(q, psn0 + 1, bitmap=0b1110)
     await tb.settle()
     assert len(tb.cqes(q)) == 1
+    assert tb.ack_upd.records()[-1] == {"qpn": q, "una_psn": (psn0 + 2) & 0xFFFFFF, "sacked": 3}
+    updates = len(tb.ack_upd.records())
     # duplicate of an old ACK: harmless
     before = await tb.counters()
     tb.ack(q, psn0)
     await tb.settle()
     after = await tb.counters()
     assert after["acks_stale"] == before["acks_stale"] + 1
+    assert len(tb.ack_upd.records()) == updates  # nothing moved: no update
     # an ACK for a PSN never sent: dropped and counted, nothing changes
     tb.ack(q, psn0 + 9)
     await tb.settle()
@@ -138,6 +142,7 @@ async def test_ack_completions(dut):
     assert [c["imm"] for c in cqes] == [0xA0, 0xA1, 0xA2]
     assert all(c["qpn"] == q and c["opcode"] == 0x0A for c in cqes)
     assert await tb.read("una_psn", q) == (psn0 + 6) & 0xFFFFFF
+    assert tb.ack_upd.records()[-1] == {"qpn": q, "una_psn": (psn0 + 6) & 0xFFFFFF, "sacked": 0}
     assert tb.retx.records() == []
     assert dut.irq.value == 1
     status = await tb.read("irq_status")

@@ -256,6 +256,8 @@ def test_engine_parameters():
         TxEngine(max_mtu=9000)
     with pytest.raises(ValueError, match="inflight_depth"):
         TxEngine(inflight_depth=100)
+    with pytest.raises(ValueError, match=r"max_span must be in 1\.\.inflight_depth \(64\)"):
+        TxEngine(inflight_depth=64, max_span=65)
     with pytest.raises(ValueError, match="CSR space"):
         TxEngine(num_qps=512, csr_addr_width=16)
     with pytest.raises(ValueError, match=r"addr_width .* 32\.\.64, not 31"):
