@@ -24,7 +24,9 @@ scenario on model NICs with the same planes and ports (``run_model``):
   model's alone ranges over 25 % across a few hundred cycles), so the RTL
   and the model are compared on the mean over the same failure times.
 
-Each RTL build is one Verilator build of its own (two to three minutes each).
+The RTL NICs' MACs are wires (``IncastConfig.wire_macs``): each paced at its
+port's rate. Each RTL build is one Verilator build of its own (two to three
+minutes each).
 
     python -m sim.bench --only planes
 """
@@ -60,10 +62,13 @@ FAIL_AT_CYCLES = (30_000, 30_500, 31_000, 31_500)
 
 def rtl(params: dict, nics: int, cfg: IncastConfig, name: str, tag: str = "bench") -> dict:
     """The scenario on ``nics`` RTL NicCores of ``params`` (build ``name``, run
-    directory ``tag``)."""
+    directory ``tag``), their MACs as wires (``wire_macs``: each paced at its
+    port's rate, as a MAC is, so that frames wait in the NIC, not in a queue
+    after TX has counted them sent)."""
     from sim.cocotb_runner import SIM_BUILD, run_cocotb
     from sim.system.simhw import SIM_TOPLEVEL, SimTwoNicTop
 
+    cfg = replace(cfg, wire_macs=True)
     OUT.mkdir(parents=True, exist_ok=True)
     out = OUT / f"{name}_{tag}.json"
     out.unlink(missing_ok=True)
@@ -190,24 +195,21 @@ def run() -> str:
         f"per failure time and their mean. Where the failure falls in the spraying "
         f"order and the ACK coalescing "
         f"moves each time by a fifth or more, in the model as in the RTL; the mean over "
-        f"the same failure times is what the two are compared on. The RTL is slower "
-        f"because its ACKs are: from a data frame leaving the sender to the ACK that "
-        f"covers it leaving the receiver takes the RTL about 1,300 cycles and the model "
-        f"750, before the failure. Two causes, both measured: the harness's MAC takes the "
-        f"NIC's beats at the data path's rate, which outruns the ports by Ethernet's "
-        f"overhead, so a standing queue of the window's frames builds at the sender's "
-        f"uplinks (`wire_macs` paces the MAC instead: sim/system/switch.py); and "
-        f"NicCore's own latency, which the model NIC lacks (the receiver places a packet "
-        f"through its data path and DMA before it counts for an ACK). And at 2 planes "
-        f"TX's window holds the SACKed PSNs too: the failed plane's holes pin the "
-        f"cumulative PSN, the sender stops at its window and marks the last EVs at the "
-        f"first timeout (docs/reliability.md, 'Deviations from the golden model'). A "
-        f"run whose goodput is far below the others has stalled after the failure: a "
-        f"retransmit timeout blames every EV with a PSN in flight, live ones included, "
-        f"and with probes off (as here) an EV so marked never comes back, so the sender "
-        f"is left on its `ev_min_active` floor with a window of a few packets (at 4 "
-        f"planes, failure at 30,000: live EVs 0, 2, 4 marked by one timeout at 66,530 "
-        f"cycles, EVs 3 and 7 at 80,429 and 80,957).",
+        f"the same failure times is what the two are compared on. Where the RTL is "
+        f"slower, it is its ACK turnaround: NicCore's own latency, which the model NIC "
+        f"lacks (the receiver places a packet through its data path and DMA before it "
+        f"counts for an ACK, and the ACK is built and framed). The RTL NICs' MACs are "
+        f"wires here (`wire_macs`: each paced at its port's rate, as a MAC is), so a "
+        f"frame waits in the NIC, not in a queue behind TX that its sent time and RTT "
+        f"sample do not see; unpaced, the data path outruns the ports by Ethernet's "
+        f"overhead, a standing queue of the window's frames builds at the uplinks, and "
+        f"at 4 planes after the failure it outlasts the 2^{FAILURE.timeout} retransmit "
+        f"timeout, which then fires again and again. TX's window holds "
+        f"the PSNs not SACKed, so the failed plane's holes, which pin the cumulative PSN, "
+        f"do not stop the sender, and the PSNs it sends past them bring the SACK "
+        f"evidence that marks the plane's EVs; a timeout blames only the EV of the "
+        f"oldest PSN in flight, so one that fires while live EVs have PSNs on their way "
+        f"marks none of those (docs/reliability.md).",
         "",
         "| planes | EVs on the failed plane | last to ASSUMED_BAD per failure time, RTL "
         "(cycles) | model | mean RTL / model | goodput per failure time, RTL | model | "
