@@ -184,6 +184,25 @@ def _top_ports_public(build_dir: Path, toplevel: str) -> Path:
     return path
 
 
+def _reused(component) -> None:
+    """``component`` is not converted (its build is reused): mark it and the
+    elaboratables its constructors made (its attributes, recursively) as used,
+    so that Amaranth does not warn ``UnusedElaboratable`` for each of them when
+    they are collected. That warning is for a design that forgot a submodule;
+    here nothing is elaborated at all."""
+    from amaranth.hdl import Elaboratable
+
+    seen = set()
+    todo = [component]
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen or not isinstance(obj, Elaboratable):
+            continue
+        seen.add(id(obj))
+        obj._MustUse__used = True
+        todo.extend(vars(obj).values())
+
+
 def run_cocotb(
     *,
     name: str,
@@ -266,6 +285,7 @@ def run_cocotb(
                 and (build_dir / toplevel).exists()):
             print(f"cocotb_runner: {name}: sources unchanged, reusing the simulator in "
                   f"{build_dir}")
+            _reused(component)
         else:
             stamp.unlink(missing_ok=True)
             export_verilog(component, toplevel, src, emit_src=coverage)
