@@ -657,8 +657,8 @@ class MrcQp(QpBase):
             self.retx_queue.appendleft(rec)
         else:
             self.retx_queue.append(rec)
-        if blame_ev:
-            self.evs.loss(rec.ev, "timeout" if why == "timeout" else "loss")
+        if blame_ev:  # a timeout blames in _on_timeout
+            self.evs.loss(rec.ev, "loss")
 
     def _deliver_rec(self, rec: TxRecord, now: float) -> None:
         if rec.state == OUTSTANDING:
@@ -809,13 +809,12 @@ class MrcQp(QpBase):
         # evidence, unless a NAK TRIMMED named it (congestion, not the path);
         # the PSNs sent after it may still be on their way, so their EVs do not
         oldest = next((rec for rec in self.records.values() if rec.state != DELIVERED), None)
-        if oldest is not None and oldest.state == LOST and not oldest.trim_refused:
+        if oldest is not None and not oldest.trim_refused:
             self.evs.loss(oldest.ev, "timeout")
         for rec in list(self.records.values()):
             rec.fast_retx = False  # every PSN may be fast-retransmitted once more
             if rec.state == OUTSTANDING:
-                self._declare_lost(rec, "timeout",
-                                   blame_ev=rec is oldest and not rec.trim_refused)
+                self._declare_lost(rec, "timeout", blame_ev=False)
         self.rack.clear()
         self._maybe_probe()
 
