@@ -2,12 +2,11 @@
 between ``synth_ecp5`` and nextpnr.
 
 Without its output register (``REGMODE_x = "NOREG"``, what yosys always
-chooses) a DP16KD's read data leaves the block 4.1-4.4 ns after the clock
-(nextpnr's speed-8 figures), and the routing to the first flip-flop comes on
-top: half or more of a 125 MHz cycle before any logic, so a block RAM's read
-data must leave the block from a register (docs/timing.md is the timing
-journal). With the output register (``OUTREG``) the data comes from a register
-inside the block, clock-to-output under 1 ns, one cycle later. yosys's memory
+chooses) a DP16KD's read data leaves the block late in the cycle, and the
+routing to the first flip-flop comes on top, so a block RAM's read data must
+leave the block from a register (docs/timing.md, the timing journal, has the
+figures). With the output register (``OUTREG``) the data comes from a register
+inside the block, early in the cycle, one cycle later. yosys's memory
 mapping for the ECP5 never sets it, so the RTL registers the read data in the
 fabric (every block-RAM FIFO has an output register after the RAM) and this
 pass moves that register into the block RAM:
