@@ -271,8 +271,8 @@ class AXI4BRAM(wiring.Component):
 
         # ---- AXI4 read: AR, then one RAM read per beat into a slot of the R buffer ----
         # The RAM reads every cycle (its enable is constant) into rd_q, one
-        # flip-flop per output bit: the block RAM's output is slow (4.2 ns
-        # clock to output), and a single sink per pin can sit next to its RAM.
+        # flip-flop per output bit: the block RAM's output is slow (late in the
+        # cycle, docs/timing.md), and a single sink per pin can sit next to its RAM.
         # A beat read in cycle t is in rd_q in t + 2, shown on R from there
         # if it is at the head, and copied into a slot of flip-flops, which R
         # shows it from later: a beat is read only when a slot is sure to be

@@ -439,7 +439,7 @@ class ReliabilityEngine(wiring.Component):
 
         cpl_flag = Signal()
         # The EV event queue's head and valid flag registered every cycle: the head is
-        # a block RAM's output (4.2 ns clock-to-output), too late for the read groups'
+        # a block RAM's output (late in the cycle), too late for the read groups'
         # multiplexers behind it. A read sees the queue as of the cycle before r_stb.
         event = Signal.like(core.event.payload)
         event_valid = Signal()
