@@ -27,13 +27,16 @@ def cwnd_states(ctx):
     # writes it (with the change flag: CC_SET is the path's SETTLE). The fields the
     # unit reads hold from CC to CC_NEW; the RTT is measured 2 cycles before CC.
     m.submodules.cwnd = cwnd = CwndUnit(window=W, layout=GlobalParams)
+    # an RTT sample, unless the ACK's service time saturated (that or longer: none)
+    sample_ok = Signal()
+    m.d.comb += sample_ok.eq(rtt_valid & ~ctx.a_svc_sat)
     m.d.comb += [
         cwnd.params.eq(P), cwnd.now_ts.eq(now_ts),
         cwnd.cwnd.eq(cur.cwnd), cwnd.cwnd_acc.eq(cur.cwnd_acc),
         cwnd.md_active.eq(cur.md_active), cwnd.md_recover.eq(cur.md_recover),
         cwnd.una.eq(cur.una), cwnd.delay_high.eq(cur.delay_high), cwnd.newly.eq(newly),
         cwnd.rtt_ts.eq(rtt_ts), cwnd.svc.eq(ctx.a_svc),
-        cwnd.rtt_valid.eq(rtt_valid & ~ctx.a_svc_sat), cwnd.nak_cut.eq(nak_cut),
+        cwnd.rtt_valid.eq(sample_ok), cwnd.nak_cut.eq(nak_cut),
         cwnd.ece.eq(a_ece),
         cwnd.start.eq(st.CC), cwnd.update.eq(st.CC_NEW),
         cwnd.init.eq(st.LOAD),  # cwnd_init for a command's RTS entry
@@ -101,7 +104,8 @@ def cwnd_states(ctx):
     # cycle from the unit's (valid in CC)
     rtt_net = Signal(16)
     m.d.sync += rtt_net.eq(Mux(cwnd.rtt >= ctx.a_svc, cwnd.rtt - ctx.a_svc, 0))
-    ctx.export(cwnd_clamped=cwnd_clamped, cwnd_floor=cwnd_floor, rtt_net=rtt_net)
+    ctx.export(cwnd_clamped=cwnd_clamped, cwnd_floor=cwnd_floor, rtt_net=rtt_net,
+               sample_ok=sample_ok)
 
 
 def cc_events(ctx):
@@ -110,7 +114,7 @@ def cc_events(ctx):
     exhaustion) and CMD's RTS entry; pushed in FINAL's write, cleared in IDLE. An
     event that ends elsewhere (a fatal NAK, an exhausted QP's flush) pushes none."""
     m, st, f_cc, q, now_ts = ctx.m, ctx.st, ctx.f_cc, ctx.q, ctx.now_ts
-    rtt_valid, nak_cut, a_ece, a_fatal = ctx.rtt_valid, ctx.nak_cut, ctx.a_ece, ctx.a_fatal
+    nak_cut, a_ece, a_fatal = ctx.nak_cut, ctx.a_ece, ctx.a_fatal
     newly, tmo_stale, tmo_exhaust, rts_go = ctx.newly, ctx.tmo_stale, ctx.tmo_exhaust, ctx.rts_go
 
     go = Signal()
@@ -125,9 +129,8 @@ def cc_events(ctx):
                                                               "rtt")]
 
     with m.If(st.CC & ~a_fatal):
-        # a saturated service time (that or longer) leaves no sample
         start(NsccKind.ACK, trim=nak_cut, newly=newly, ece=a_ece,
-              rtt_valid=rtt_valid & ~ctx.a_svc_sat, rtt=ctx.rtt_net)
+              rtt_valid=ctx.sample_ok, rtt=ctx.rtt_net)
     with m.If(st.TIMEOUT & ~tmo_stale & ~tmo_exhaust):
         start(NsccKind.TIMEOUT)
     with m.If(rts_go):

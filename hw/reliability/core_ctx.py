@@ -47,7 +47,7 @@ class CoreContext:
         # core_ack.sack_nak_states
         "sack_rel", "nak_mask",
         # core_cc.cwnd_states
-        "cwnd_clamped", "cwnd_floor", "rtt_net",
+        "cwnd_clamped", "cwnd_floor", "rtt_net", "sample_ok",
         # core_flush.timeout_flush_states
         "wqe_cpl_inc",
         # core_cmd.command_states
