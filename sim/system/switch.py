@@ -39,6 +39,12 @@ Topology (one plane; every NIC has one port on each plane's switch)::
   paths do.
 - A plane's switch can fail as a whole (``set_plane_up``: every frame on the
   plane is lost, the NICs' links stay up).
+- A frame meets a failure (a plane's switch or a spine path down) as it
+  reaches the switch, its last bit off the uplink (``Hop.at_switch``), as
+  the golden model's core links decide it: a frame still in a paced MAC's
+  FIFO or on its uplink when the switch fails is lost, one already past it
+  is not, and a lost frame has still taken its uplink. ``egress`` decides,
+  by when the pump runs it every frame has reached its switch.
 
 ``SwitchFabric(sinks, sources, macs, *, num_paths=8, delay_ns=400, seed=1, beat_ns=None)``:
 ``sinks[i][p]`` and ``sources[i][p]`` are NIC i's mac_tx and mac_rx of plane
@@ -84,6 +90,8 @@ class Hop:
     path: int
     ev: int | None
     frame: bytes
+    at_switch: float = 0.0  # when its last bit leaves the uplink into the switch, ns
+    lost: bool = False  # drawn lost on its spine path (``Path.loss``)
 
 
 class SwitchFabric:
@@ -114,6 +122,12 @@ class SwitchFabric:
         self._seq = 0
         self.rng = [random.Random(seed * 64 + p) for p in range(self.num_planes)]
         self.plane_up = [True] * self.num_planes
+        # (ns, up) of each change of a plane's switch, and of a spine path, in order:
+        # a frame meets the state of the moment it reaches the switch
+        self._plane_changes = [[] for _ in range(self.num_planes)]
+        self._path_changes = [[[] for _ in range(num_paths)] for _ in range(self.num_planes)]
+        self._latest_ns = 0.0  # the latest time ingress was given, without a simulator
+        self._clock = lambda: self._latest_ns
         self.plane_frames = [[0] * self.num_planes for _ in range(self.num_nics)]
         self.no_route = 0
         self.keep_log = keep_log
@@ -154,10 +168,22 @@ class SwitchFabric:
             raise ValueError(f"path must be in 0..{len(self.spines[0]) - 1}, not {path!r}")
         for p in range(self.num_planes) if plane is None else [self._plane_index(plane)]:
             self.spines[p][path].up = bool(up)
+            self._path_changes[p][path].append((self._clock(), bool(up)))
 
     def set_plane_up(self, plane: int, up: bool) -> None:
-        """Plane ``plane``'s switch down (every frame on it lost) or back up."""
-        self.plane_up[self._plane_index(plane)] = bool(up)
+        """Plane ``plane``'s switch down (every frame that reaches it from now on
+        lost) or back up."""
+        p = self._plane_index(plane)
+        self.plane_up[p] = bool(up)
+        self._plane_changes[p].append((self._clock(), bool(up)))
+
+    @staticmethod
+    def _up_at(changes: list[tuple[float, bool]], t: float) -> bool:
+        """The state at ``t`` (ns) after ``changes``: the last change at or before it."""
+        for at, up in reversed(changes):
+            if at <= t:
+                return up
+        return True
 
     # ---- forwarding ----------------------------------------------------------------
     def ingress(self, src: int, plane: int, frame: bytes, now: float,
@@ -165,9 +191,11 @@ class SwitchFabric:
         """NIC ``src``'s ``frame``, put on its ``plane`` port at ``now`` (ns): serialised
         on the port's uplink (or off the wire at ``departure``, from a paced
         MAC), switched, sent over its spine path. Returns the ``Hop`` that
-        reaches the destination's port, or (destination NIC or None, the
-        verdict) for a frame lost on the way. Counts it."""
+        reaches the destination's port (``egress`` decides whether it got
+        through the switch), or (None, the verdict) for a frame for no NIC.
+        Counts it."""
         self.plane_frames[src][plane] += 1
+        self._latest_ns = max(self._latest_ns, now)
         ev = frame_ev(frame)
         k = 0 if ev is None else ev % len(self.spines[plane])
         dst = self.nic_of_mac.get(bytes(frame[:6]))
@@ -175,30 +203,35 @@ class SwitchFabric:
             self.no_route += 1
             return None, Verdict(k, ev, DROPPED, "no_route", None, None)
         spine = self.spines[plane][k]
-        if not self.plane_up[plane]:
-            spine.dropped += 1
-            return dst, Verdict(k, ev, DROPPED, "plane_down", None, None)
-        if not spine.up or (spine.loss and self.rng[plane].random() < spine.loss):
-            spine.dropped += 1
-            return dst, Verdict(k, ev, DROPPED, "down" if not spine.up else "loss", None, None)
         uplink = self.uplinks[src][plane]
         if departure is None:
             *_, sent = uplink.enqueue(frame, now, False)  # no limit: the NIC's own MAC
         else:
             sent = departure
         uplink.carried += 1
+        lost = bool(spine.loss) and self.rng[plane].random() < spine.loss
         at_port = sent + spine.delay_ns
         if spine.reorder_prob and self.rng[plane].random() < spine.reorder_prob:
             at_port += spine.reorder_ns
             spine.reordered += 1
-        spine.carried += 1
         self._seq += 1
-        return Hop(at_port, self._seq, src, plane, dst, k, ev, frame)
+        return Hop(at_port, self._seq, src, plane, dst, k, ev, frame, sent, lost)
 
     def egress(self, hop: Hop) -> tuple[int, Verdict]:
-        """``hop`` through its destination's port on its plane (the queue, marks
-        and trims); exact for a FIFO when hops come in the order they reach the
+        """``hop`` through its switch, lost if the plane's switch or its spine path
+        was down as it got there (``at_switch``) or it was drawn lost, then
+        through its destination's port on its plane (the queue, marks and
+        trims); exact for a FIFO when hops come in the order they reach the
         port (``at_port``, then ``seq``). Counts it."""
+        spine = self.spines[hop.plane][hop.path]
+        reason = ("plane_down" if not self._up_at(self._plane_changes[hop.plane], hop.at_switch)
+                  else "down" if not self._up_at(self._path_changes[hop.plane][hop.path],
+                                                 hop.at_switch)
+                  else "loss" if hop.lost else None)
+        if reason is not None:
+            spine.dropped += 1
+            return hop.dst, Verdict(hop.path, hop.ev, DROPPED, reason, None, None)
+        spine.carried += 1
         port = self.ports[hop.plane][hop.dst]
         fate, reason, ce, out, depart = port.enqueue(hop.frame, hop.at_port,
                                                      is_data_frame(hop.frame))
@@ -220,8 +253,10 @@ class SwitchFabric:
     def start(self) -> None:
         import cocotb
         from cocotb.triggers import Event
+        from cocotb.utils import get_sim_time
 
         self._more = Event()
+        self._clock = lambda: get_sim_time(unit="ns")
         for i in range(self.num_nics):
             for p in range(self.num_planes):
                 cocotb.start_soon(self._run(i, p))

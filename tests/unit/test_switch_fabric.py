@@ -127,6 +127,32 @@ def test_a_path_or_a_plane_down_loses_its_frames_only():
     assert fab.forward(1, 1, frame(ev=0xD001), 0.0)[1].fate == DELIVERED
 
 
+def test_a_failure_takes_the_frames_that_reach_the_switch_after_it():
+    """A frame's fate is the switch's and its path's state as its last bit
+    leaves the uplink (``at_switch``), as the golden model's core links
+    decide it, not as the NIC hands it over: a frame still in a paced MAC's
+    FIFO or on the uplink when the plane fails is lost; one already through
+    the switch is not. The frames lost this way still took their uplink."""
+    fab = switch(num_paths=4, delay_ns=100.0)
+    clock = [0.0]
+    fab._clock = lambda: clock[0]
+    through = fab.ingress(1, 1, frame(ev=0xD001), 0.0, departure=400.0)
+    queued = fab.ingress(1, 1, frame(ev=0xD001), 0.0, departure=900.0)
+    on_path = fab.ingress(1, 0, frame(ev=0xD002), 0.0, departure=900.0)
+    assert (queued.at_switch, fab.uplinks[1][1].carried) == (900.0, 2)
+    clock[0] = 500.0  # after the first frame reached the switch, before the second
+    fab.set_plane_up(1, False)
+    fab.set_path_up(2, False, plane=0)
+    assert fab.egress(through)[1].fate == DELIVERED
+    assert fab.egress(queued)[1].reason == "plane_down"
+    assert fab.egress(on_path)[1].reason == "down"
+    assert fab.spines[1][1].dropped == fab.spines[1][1].carried == 1
+    clock[0] = 1000.0  # back up: a frame handed over while down, through the switch after
+    while_down = fab.ingress(1, 1, frame(ev=0xD001), 800.0, departure=1200.0)
+    fab.set_plane_up(1, True)
+    assert fab.egress(while_down)[1].fate == DELIVERED
+
+
 def test_bad_configuration_raises_value_error():
     with pytest.raises(ValueError, match="at least two NICs"):
         SwitchFabric([[None]], [[None]], MACS[:1])
