@@ -14,7 +14,7 @@ from __future__ import annotations
 import struct
 import zlib
 
-from hw.protocol import ROCE_UDP_PORT, Opcode
+from hw.protocol import ETHERTYPE_IPV4, ETHERTYPE_IPV6, ROCE_UDP_PORT, Opcode
 
 ECN_NOT_ECT = 0
 ECN_ECT1 = 1
@@ -24,7 +24,6 @@ ECN_CE = 3
 TRIM_DSCP_DEFAULT = 0x3F
 
 HDR_ETH, HDR_IPV4, HDR_IPV6, HDR_UDP, HDR_BTH = 14, 20, 40, 8, 12
-ETHERTYPE_IPV4, ETHERTYPE_IPV6 = 0x0800, 0x86DD
 HDR_RETH, HDR_IMMDT, HDR_AETH, HDR_ICRC = 16, 4, 4, 4
 HDR_SACK_FIXED = 12  # MRCSack without its bitmap
 HDR_PROBE = 16

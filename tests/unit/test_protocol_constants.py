@@ -21,7 +21,8 @@ SOURCES = ("hw", "host_driver", "sim")
 # A name of a protocol constant bound to a literal, or a class of one, anywhere
 # but hw/protocol.py.
 LITERAL = re.compile(
-    r"^\s*(PSN_BITS|PSN_MASK|PSN_HALF|ROCE_UDP_PORT|AETH_ACK|NAK_[A-Z_]+|OP_[A-Z_]+)"
+    r"^\s*(PSN_BITS|PSN_MASK|PSN_HALF|ROCE_UDP_PORT|IP_PROTO_UDP|AETH_ACK|NAK_[A-Z_]+|OP_[A-Z_]+"
+    r"|ETHERTYPE_\w+(?:, ETHERTYPE_\w+)*)"
     r"\s*=\s*(0x[0-9a-fA-F]+|\d+|\(1 <<)", re.MULTILINE)
 CLASS = re.compile(r"^class (QpState|EvState|Opcode|Syndrome)\b", re.MULTILINE)
 # a state name bound to a string or number literal (the model names states)
@@ -52,6 +53,8 @@ def test_checker_finds_a_redefinition():
     text = "PSN_BITS = 24\nclass QpState:\nNAK_TRIMMED = 0x70\nGOOD = \"GOOD\"\n"
     assert redefinitions(text) == [
         "PSN_BITS = 24", "NAK_TRIMMED = 0x70", "class QpState", 'GOOD = "']
+    assert redefinitions("ETHERTYPE_IPV4, ETHERTYPE_IPV6 = 0x0800, 0x86DD\n") == [
+        "ETHERTYPE_IPV4, ETHERTYPE_IPV6 = 0x0800"]
     assert redefinitions('RESET, INIT, RTR, RTS, ERROR = "RESET", "INIT"\n') == [
         'RESET, INIT, RTR, RTS, ERROR = "']
     assert redefinitions("AETH_ACK = Syndrome.ACK\nfrom hw.protocol import QpState\n") == []
