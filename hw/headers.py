@@ -19,7 +19,14 @@ in ``host_driver/layers.py`` byte for byte.
 from amaranth.hdl import Cat, Const, Value, unsigned
 from amaranth.lib import data
 
-from .protocol import ETHERTYPE_IPV4, IP_PROTO_UDP, PSN_BITS, ROCE_UDP_PORT, Opcode
+from .protocol import (
+    ETHERTYPE_IPV4,
+    ETHERTYPE_IPV6,
+    IP_PROTO_UDP,
+    PSN_BITS,
+    ROCE_UDP_PORT,
+    Opcode,
+)
 
 __all__ = [
     "AETH",
@@ -27,6 +34,7 @@ __all__ = [
     "ETH",
     "IMMDT",
     "IPV4",
+    "IPV6",
     "PROBE",
     "RETH",
     "SACK",
@@ -35,6 +43,8 @@ __all__ = [
     "sack_bitmap",
     "Opcode",
     "ETHERTYPE_IPV4",
+    "ETHERTYPE_IPV6",
+    "icrc_mask",
     "IP_PROTO_UDP",
     "ROCE_UDP_PORT",
     "PATH_MTU",
@@ -131,6 +141,23 @@ IPV4 = Header(
     ],
 )
 
+# RoCEv2 over IPv6: the traffic class is DSCP and ECN as in IPv4's TOS byte.
+IPV6 = Header(
+    "ipv6",
+    40,
+    [
+        ("version", 0, 4),
+        ("dscp", 4, 6),
+        ("ecn", 10, 2),
+        ("flow_label", 12, 20),
+        ("payload_len", 32, 16),
+        ("next_header", 48, 8),
+        ("hop_limit", 56, 8),
+        ("src", 64, 128),
+        ("dst", 192, 128),
+    ],
+)
+
 UDP = Header(
     "udp", 8, [("sport", 0, 16), ("dport", 16, 16), ("length", 32, 16), ("checksum", 48, 16)]
 )
@@ -212,3 +239,22 @@ ICRC_MASKED_BYTES = (
     OFF_UDP + 7,
     OFF_BTH + 4,
 )
+
+# In a frame over IPv6 every header after the IP header starts IPV6_SHIFT bytes
+# later than over IPv4.
+IPV6_SHIFT = IPV6.size - IPV4.size  # 20
+OFF_IPV6 = OFF_IPV4  # 14
+OFF_UDP6 = OFF_UDP + IPV6_SHIFT  # 54
+OFF_BTH6 = OFF_BTH + IPV6_SHIFT  # 62
+OFF_EXT6 = OFF_EXT + IPV6_SHIFT  # 74
+
+
+def icrc_mask(ipv6: bool) -> dict[int, int]:
+    """The bits the ICRC sees as ones, per frame byte offset: {offset: bit mask}.
+    IPv4: ``ICRC_MASKED_BYTES`` whole. IPv6: the traffic class and flow label
+    (all of bytes 0..3 of the IPv6 header but the version nibble), the hop
+    limit, the UDP checksum and BTH byte 4 (docs/protocol.md)."""
+    if not ipv6:
+        return dict.fromkeys(ICRC_MASKED_BYTES, 0xFF)
+    return {OFF_IPV6: 0x0F, OFF_IPV6 + 1: 0xFF, OFF_IPV6 + 2: 0xFF, OFF_IPV6 + 3: 0xFF,
+            OFF_IPV6 + 7: 0xFF, OFF_UDP6 + 6: 0xFF, OFF_UDP6 + 7: 0xFF, OFF_BTH6 + 4: 0xFF}

@@ -5,6 +5,7 @@ import pytest
 from amaranth.hdl import Module, Signal
 from amaranth.sim import Simulator
 from scapy.layers.inet import IP, UDP
+from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 
 from host_driver import layers as L
@@ -104,6 +105,63 @@ def test_pack_gives_scapy_bytes(frame):
 
         packed = _evaluate(8, b"\0", build)["raw"]
         assert packed.to_bytes(header.size, "little") == frame[offset : offset + header.size]
+
+
+V6 = dict(src_ip="2001:db8::1", dst_ip="2001:db8:0:7::2", flow_label=0xABCDE)
+
+
+def _frame_v6(opcode=L.OP_WRITE_ONLY_IMM):
+    rng = seeds.rng(11)
+    return bytes(L.write_packet(opcode=opcode, dqpn=rng.getrandbits(24),
+                                psn=rng.getrandbits(24), va=rng.getrandbits(64),
+                                rkey=rng.getrandbits(32), dma_len=77, imm=rng.getrandbits(32),
+                                ev=rng.getrandbits(16), ackreq=1, dscp=0x2A, payload=b"xyz",
+                                **V6))
+
+
+def test_ipv6_headers_match_scapy():
+    """Over IPv6 the headers after the IP header sit IPV6_SHIFT bytes later;
+    unpack reads scapy's fields and pack rebuilds the bytes."""
+    frame = _frame_v6()
+    pkt = Ether(frame)
+    eth = _evaluate(8 * len(frame), frame, _unpack_at(H.ETH, 0))
+    ip6 = _evaluate(8 * len(frame), frame, _unpack_at(H.IPV6, H.OFF_IPV6))
+    udp = _evaluate(8 * len(frame), frame, _unpack_at(H.UDP, H.OFF_UDP6))
+    bth = _evaluate(8 * len(frame), frame, _unpack_at(H.BTH, H.OFF_BTH6))
+    reth = _evaluate(8 * len(frame), frame, _unpack_at(H.RETH, H.OFF_EXT6))
+    ip = pkt[IPv6]
+    assert eth["ethertype"] == H.ETHERTYPE_IPV6
+    assert (ip6["version"], ip6["dscp"], ip6["ecn"]) == (6, ip.tc >> 2, ip.tc & 3)
+    assert (ip6["flow_label"], ip6["payload_len"]) == (0xABCDE, ip.plen)
+    assert (ip6["next_header"], ip6["hop_limit"]) == (H.IP_PROTO_UDP, ip.hlim)
+    assert ip6["src"] == int.from_bytes(frame[22:38], "big") and ip6["src"] >> 96 == 0x20010DB8
+    assert udp["length"] == pkt[UDP].len and bth["psn"] == pkt[L.BTH].psn
+    assert reth["dma_len"] == 77
+    fields = dict(ip6)
+
+    def build(sig):
+        return {"raw": H.IPV6.pack(fields)}
+
+    packed = _evaluate(8, b"\0", build)["raw"]
+    assert packed.to_bytes(40, "little") == frame[H.OFF_IPV6:H.OFF_IPV6 + 40]
+
+
+@pytest.mark.parametrize("ipv6", [False, True], ids=["ipv4", "ipv6"])
+def test_icrc_mask_is_what_the_icrc_ignores(ipv6):
+    """Flipping a bit ``icrc_mask`` names leaves the ICRC as it was (scapy's
+    roce ICRC over our layers); flipping any other bit of the headers before
+    the BTH's end changes it (but IPv4's version and IHL byte, which says
+    where the headers are)."""
+    frame = bytearray(_frame_v6() if ipv6 else next(_frames()))
+    mask = H.icrc_mask(ipv6)
+    want = L.icrc(bytes(frame))
+    end = (H.OFF_BTH6 if ipv6 else H.OFF_BTH) + H.BTH.size
+    for off in range(H.OFF_IPV4 + (not ipv6), end):
+        for bit in range(8):
+            flipped = bytearray(frame)
+            flipped[off] ^= 1 << bit
+            same = L.icrc(bytes(flipped)) == want
+            assert same == bool(mask.get(off, 0) >> bit & 1), (off, bit)
 
 
 def test_offsets_match_layers():
