@@ -1,6 +1,6 @@
 """Header and payload joined into one frame."""
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -8,11 +8,9 @@ from ..bits import index_select
 from ..pipeline import OneHotFSM
 from ..stream import Beat
 from .icrc import count_keep
-from .layouts import MAX_HEADER_BYTES, FrameHeader
+from .layouts import FrameHeader, TxBeat, header_lengths
 
 __all__ = ["Framer"]
-
-BASE_HEADER_BYTES = MAX_HEADER_BYTES - 4  # without ImmDt
 
 
 class Framer(wiring.Component):
@@ -25,7 +23,11 @@ class Framer(wiring.Component):
     The header is 70 or 74 bytes (ImmDt), so it ends ``r`` = 70 or 74 mod the
     beat width into a beat: the header's tail is held in an accumulator and
     each payload beat is shifted up by ``r`` lanes (a two-way choice) with
-    the bytes that do not fit kept for the next beat. The header register
+    the bytes that do not fit kept for the next beat. With ``ipv6`` (a build
+    parameter) a header with ``v6`` set is 90 or 94 bytes, ``r`` one of up
+    to four residues (one flag per residue, registered at the header's end,
+    picks the shift), and every beat out carries its frame's ``v6`` (``o``
+    is then ``TxBeat(data_width, ipv6=True)``, for the ICRC's masks). The header register
     follows ``hdr`` while empty and keeps the next header as soon as the
     current one's beats are out (``hdr.ready`` is a flip-flop); its bytes
     shift down a beat a cycle after each header beat leaves (the beat out is
@@ -42,13 +44,14 @@ class Framer(wiring.Component):
     header is ready.
     """
 
-    def __init__(self, data_width: int = 64):
+    def __init__(self, data_width: int = 64, ipv6: bool = False):
         self.data_width = data_width
+        self.ipv6 = ipv6
         super().__init__(
             {
-                "hdr": In(stream.Signature(FrameHeader())),
+                "hdr": In(stream.Signature(FrameHeader(ipv6))),
                 "payload": In(stream.Signature(Beat(data_width))),
-                "o": Out(stream.Signature(Beat(data_width))),
+                "o": Out(stream.Signature(TxBeat(data_width, ipv6))),
             }
         )
 
@@ -56,15 +59,17 @@ class Framer(wiring.Component):
         m = Module()
         w = self.data_width
         nbytes = w // 8
-        beats_short, r_short = divmod(BASE_HEADER_BYTES, nbytes)
-        beats_long, r_long = divmod(MAX_HEADER_BYTES, nbytes)
+        # per kind of header (index 2 * v6 + imm): its whole beats and residue
+        kinds = [divmod(n, nbytes) for n in header_lengths(self.ipv6)]
+        residues = list(dict.fromkeys(r for _, r in kinds))  # the short header's first
+        assert 0 not in residues, "a header must not end on a beat boundary"
 
         # The header register: it follows ``hdr.payload`` while empty
         # (``hdr.ready`` is the flip-flop ``~hdr_full``; a header is taken
         # when valid then), is held while its beats go out and is freed at
         # the last one. Nothing reads it while empty: HEADER is entered only
         # with a header in it or loading at that edge.
-        hdr = Signal(FrameHeader())
+        hdr = Signal(FrameHeader(self.ipv6))
         hdr_full = Signal()
         hdr_full_next = Signal()
         m.d.comb += [self.hdr.ready.eq(~hdr_full), hdr_full_next.eq(hdr_full)]
@@ -79,6 +84,15 @@ class Framer(wiring.Component):
                 hdr.pad.eq(self.hdr.payload.pad),
                 no_pay.eq(self.hdr.payload.length == 0),
             ]
+            if self.ipv6:
+                m.d.sync += hdr.v6.eq(self.hdr.payload.v6)
+
+        def by_kind(values):
+            """The value of the registered header's kind (a mux on its bits)."""
+            if len(values) == 2:
+                return Mux(hdr.imm, values[1], values[0])
+            return Mux(hdr.v6, Mux(hdr.imm, values[3], values[2]),
+                       Mux(hdr.imm, values[1], values[0]))
         # The header bytes shift down one beat as each header beat leaves, so
         # the beat out is the low word or the next (no select by beat number).
         # The shift lags the beat by a cycle: ``skew`` (a beat left in the
@@ -101,15 +115,25 @@ class Framer(wiring.Component):
             m.d.sync += hdr_bytes.eq(Mux(hdr_full, hdr_bytes >> w, self.hdr.payload.bytes))
         # the header bytes as they would be with the shift on the beat's edge
         head_bytes = Mux(skew, hdr_bytes >> w, hdr_bytes)
-        head_beats = Mux(hdr.imm, beats_long, beats_short)
+        head_beats = by_kind([b for b, _ in kinds])
 
-        beat = Signal(range(max(beats_long, 2)))
+        beat = Signal(range(max(max(b for b, _ in kinds), 2)))
         acc = Signal(w)
         tail_keep = Signal(nbytes)  # the keep of a TAIL beat
-        # the header's residue (bytes in its last beat) is r_short: the
-        # header without ImmDt, registered at the header's end as a flag
-        # rather than a residue count compared in every payload beat's shift
-        short = Signal()
+        # the header's residue (bytes in its last beat), registered at the
+        # header's end as flags rather than a residue count compared in every
+        # payload beat's shift: with two residues one flag (the short
+        # header's), else one per residue
+        res_flags = Signal(1 if len(residues) == 2 else len(residues))
+
+        def by_residue(values):
+            """The value of the current frame's residue (``residues`` order)."""
+            if len(residues) == 2:
+                return Mux(res_flags[0], values[0], values[1])
+            out = 0
+            for i, v in enumerate(values):
+                out = out | (Value.cast(v) & res_flags[i].replicate(len(Value.cast(v))))
+            return out
         # the current frame's residue + pad, as registered lane masks for the
         # last payload beat: it ends the frame when no keep lane is at or
         # above nbytes - (residue + pad); its keep then is keep << (residue +
@@ -120,13 +144,10 @@ class Framer(wiring.Component):
         pay = self.payload.payload
         keep_bits = Cat(*[pay.keep[i].replicate(8) for i in range(nbytes)])
         pay_data = pay.data & keep_bits
-        # the payload beat shifted up by the header residue: two choices
-        shifted = Mux(short, pay_data << (8 * r_short), pay_data << (8 * r_long))
-        spill = Mux(
-            short,
-            pay_data >> (8 * (nbytes - r_short)),
-            pay_data >> (8 * (nbytes - r_long)),
-        )
+        # the payload beat shifted up by the header residue: a choice of two
+        # (or with IPv6 up to four)
+        shifted = by_residue([(pay_data << (8 * r))[:w] for r in residues])
+        spill = by_residue([pay_data >> (8 * (nbytes - r)) for r in residues])
         fits = ~(pay.keep & fit_mask).any()
         # the keep of a payload beat out: all lanes, except on a last beat
         # that ends the frame; as keep is packed and every payload beat but
@@ -220,6 +241,11 @@ class Framer(wiring.Component):
             self.o.payload.last.eq(tail | (payload & pay.last & fits)),
             self.payload.ready.eq(payload & self.o.ready),
         ]
+        if self.ipv6:
+            # the header register may take the next header while this frame's
+            # payload goes out: the frame's v6 is kept at the header's end
+            frame_v6 = Signal()
+            m.d.comb += self.o.payload.v6.eq(Mux(header, hdr.v6, frame_v6))
 
         # ``beat`` counts the header beats out; it restarts at the last one
         # (it is read in HEADER alone), so no end-of-frame test reaches it
@@ -233,26 +259,29 @@ class Framer(wiring.Component):
         # follows ``spill_keep`` in every PAYLOAD cycle, so its enable is the
         # state alone
         with m.If(header):
-            m.d.sync += tail_keep.eq(
-                Mux(hdr.imm, count_keep(r_long, nbytes), count_keep(r_short, nbytes))
-            )
+            m.d.sync += tail_keep.eq(by_kind([count_keep(r, nbytes) for _, r in kinds]))
         with m.If(payload):
             m.d.sync += tail_keep.eq(spill_keep)
         with m.If(hdr_end):
-            res = Mux(hdr.imm, r_long, r_short)
+            res = by_kind([r for _, r in kinds])
+            if len(residues) == 2:
+                flags = [by_kind([int(r == residues[0]) for _, r in kinds])]
+            else:
+                flags = [by_kind([int(r == rr) for _, r in kinds]) for rr in residues]
             m.d.sync += [
-                short.eq(~hdr.imm),
+                res_flags.eq(Cat(*flags)),
                 rp.eq(res + hdr.pad),
                 fit_mask.eq(Cat(*[res + hdr.pad + i >= nbytes for i in range(nbytes)])),
             ]
             m.d.comb += hdr_full_next.eq(0)
+            if self.ipv6:
+                m.d.sync += frame_v6.eq(hdr.v6)
         # ``acc`` takes the header's tail (the next word) at the header's last
         # beat and the spill at each payload beat, a choice by the state
         # flip-flop. It is not read again after a last beat that fits (the
         # next header's end sets it), so it takes the spill whether it fits
         # or not: no fit test in its enable.
-        short_tail = head_bytes[w : w + 8 * r_short]
-        long_tail = head_bytes[w : w + 8 * r_long]
+        tails = [head_bytes[w : w + 8 * r] for _, r in kinds]
         with m.If(hdr_end | (payload & self.payload.valid & self.o.ready)):
-            m.d.sync += acc.eq(Mux(header, Mux(hdr.imm, long_tail, short_tail), spill))
+            m.d.sync += acc.eq(Mux(header, by_kind(tails), spill))
         return m

@@ -8,9 +8,11 @@ from ..headers import (
     BTH,
     ETH,
     ETHERTYPE_IPV4,
+    ETHERTYPE_IPV6,
     IMMDT,
     IP_PROTO_UDP,
     IPV4,
+    IPV6,
     RETH,
     ROCE_UDP_PORT,
     UDP,
@@ -35,12 +37,17 @@ def ipv4_checksum(words):
 
 
 class HeaderBuilder(wiring.Component):
-    """Eth / IPv4 / UDP / BTH / RETH [/ ImmDt] bytes for one packet.
+    """Eth / IPv4 or IPv6 / UDP / BTH / RETH [/ ImmDt] bytes for one packet.
 
     ``desc`` in (``PacketDesc``), ``hdr`` out (``FrameHeader``: 74 header
     bytes in lane order, of which the first 70 are used without ImmDt, and
     the payload length and pad count). ``src_mac``/``src_ip`` are the NIC's
-    own addresses. The IPv4 checksum (eight 16-bit terms) is computed here,
+    own addresses. With ``ipv6`` (a build parameter), a descriptor with
+    ``v6`` set gets an IPv6 header (``src_ip6`` the NIC's IPv6 address,
+    ``dst_ip`` the peer's; traffic class DSCP and ECT(0), flow label 0, hop
+    limit 64), 20 bytes longer (``header_lengths``), and ``hdr.v6`` set; the
+    others get the IPv4 header as without ``ipv6``. The IPv4 checksum (eight
+    16-bit terms) is computed here,
     so the framer only moves bytes. The descriptor is taken when its header
     is loaded into the output register, which must be empty then (the
     framer takes a header as soon as it is free: its ``hdr.ready`` is a
@@ -52,13 +59,15 @@ class HeaderBuilder(wiring.Component):
     512), refilling while the framer streams the previous packet.
     """
 
-    def __init__(self):
+    def __init__(self, ipv6: bool = False):
+        self.ipv6 = ipv6
         super().__init__(
             {
-                "desc": In(stream.Signature(PacketDesc())),
-                "hdr": Out(stream.Signature(FrameHeader())),
+                "desc": In(stream.Signature(PacketDesc(ipv6))),
+                "hdr": Out(stream.Signature(FrameHeader(ipv6))),
                 "src_mac": In(48),
                 "src_ip": In(32),
+                **({"src_ip6": In(128)} if ipv6 else {}),
             }
         )
 
@@ -92,7 +101,7 @@ class HeaderBuilder(wiring.Component):
         folded = Signal(17)
         const_terms = (IP_FLAGS_DF << 13) + ((IP_TTL << 8) | IP_PROTO_UDP)  # ident is 0
         m.d.sync += [
-            s0.eq(d.dst_ip[16:] + d.dst_ip[:16]),
+            s0.eq(d.dst_ip[16:32] + d.dst_ip[:16]),
             s1.eq(Cat(tos, Const(0x45, 8)) + self.src_ip[16:]),
             s2.eq(self.src_ip[:16] + const_terms),
             t0.eq(s0 + s1),
@@ -129,7 +138,7 @@ class HeaderBuilder(wiring.Component):
                 "proto": IP_PROTO_UDP,
                 "checksum": checksum,
                 "src": self.src_ip,
-                "dst": d.dst_ip,
+                "dst": d.dst_ip[:32],
             }
         )
         udp = UDP.pack({"sport": d.ev, "dport": ROCE_UDP_PORT, "length": udp_len, "checksum": 0})
@@ -146,6 +155,15 @@ class HeaderBuilder(wiring.Component):
         )
         reth = RETH.pack({"va": d.va, "rkey": d.rkey, "dma_len": d.dma_len})
         immdt = IMMDT.pack({"imm": d.imm})
+        header = Cat(eth, ip, udp, bth, reth, immdt)
+        if self.ipv6:
+            # the UDP length is the IPv6 payload length; no IP checksum
+            eth6 = ETH.pack({"dst": d.dst_mac, "src": self.src_mac,
+                             "ethertype": ETHERTYPE_IPV6})
+            ip6 = IPV6.pack({"version": 6, "dscp": d.dscp, "ecn": ECN_ECT0, "flow_label": 0,
+                             "payload_len": udp_len, "next_header": IP_PROTO_UDP,
+                             "hop_limit": IP_TTL, "src": self.src_ip6, "dst": d.dst_ip})
+            header = Mux(d.v6, Cat(eth6, ip6, udp, bth, reth, immdt), header)
 
         with m.If(self.hdr.ready):
             m.d.sync += self.hdr.valid.eq(0)
@@ -156,11 +174,13 @@ class HeaderBuilder(wiring.Component):
         # of the cycle the descriptor is taken.
         with m.If(~self.hdr.valid):
             m.d.sync += [
-                self.hdr.payload.bytes.eq(Cat(eth, ip, udp, bth, reth, immdt)),
+                self.hdr.payload.bytes.eq(header),
                 self.hdr.payload.imm.eq(imm),
                 self.hdr.payload.length.eq(d.length),
                 self.hdr.payload.pad.eq(pad),
             ]
+            if self.ipv6:
+                m.d.sync += self.hdr.payload.v6.eq(d.v6)
         # ``ripe`` is set only while ``desc.valid``, which holds until taken
         m.d.comb += self.desc.ready.eq(take)
         with m.If(take):

@@ -8,8 +8,9 @@ from amaranth.lib.wiring import In, Out
 
 from ..bits import one_hot_select
 from ..crc import ICRC_INIT, _matrix, crc32_parts, crc32_state_py, tail_rest, tail_shift
-from ..headers import ICRC_MASKED_BYTES, OFF_IPV4
+from ..headers import ICRC_MASKED_BYTES, OFF_IPV4, icrc_mask
 from ..stream import Beat
+from .layouts import TxBeat
 
 __all__ = ["IcrcInserter", "ICRC_MASKED_BYTES", "keep_count", "count_keep"]
 
@@ -53,16 +54,20 @@ def count_keep(count, nbytes):
     return Cat(*[count > i if i < top else Const(0, 1) for i in range(nbytes)])
 
 
-def _lane_masks(nbytes, b):
-    """The lanes of beat ``b`` of a frame to set (ICRC-masked bytes) and to
-    clear (bytes before the ICRC's coverage starts), as two masks."""
-    ones = zeros = 0
-    for lane in range(nbytes):
-        if b * nbytes + lane in ICRC_MASKED_BYTES:
+def _lane_masks(nbytes, b, v6=False):
+    """The lanes of beat ``b`` of a frame to set (ICRC-masked bytes), to set
+    the low nibble of (IPv6's first byte: the traffic class's high bits), and
+    to clear (bytes before the ICRC's coverage starts), as three masks."""
+    ones = nibbles = zeros = 0
+    for lane, bits in enumerate(icrc_mask(v6).get(b * nbytes + lane, 0) for lane in range(nbytes)):
+        if bits == 0xFF:
             ones |= 1 << lane
+        elif bits:
+            assert bits == 0x0F, "masks are whole bytes or a low nibble"
+            nibbles |= 1 << lane
         if b * nbytes + lane < ICRC_START:
             zeros |= 1 << lane
-    return ones, zeros
+    return ones, nibbles, zeros
 
 
 class IcrcInserter(wiring.Component):
@@ -71,6 +76,10 @@ class IcrcInserter(wiring.Component):
     ``i``: frames from the Ethernet header to the last pad byte (IPv4 without
     options, RoCEv2 headers at the offsets of docs/protocol.md). ``o``: the
     same frames with the 4-byte ICRC appended, least-significant byte first.
+    With ``ipv6`` (a build parameter) ``i`` is ``TxBeat(data_width,
+    ipv6=True)``: a frame whose beats carry ``v6`` is IPv6's, its masked bits
+    ``icrc_mask(True)`` (the lanes to mask are registered per beat for both
+    kinds, and the beat's ``v6`` picks one).
 
     The CRC register is updated as each beat enters a one-beat holding
     register, so the final value is ready when the last beat leaves it: the
@@ -106,11 +115,12 @@ class IcrcInserter(wiring.Component):
     beat.
     """
 
-    def __init__(self, data_width: int = 64):
+    def __init__(self, data_width: int = 64, ipv6: bool = False):
         self.data_width = data_width
+        self.ipv6 = ipv6
         super().__init__(
             {
-                "i": In(stream.Signature(Beat(data_width))),
+                "i": In(stream.Signature(TxBeat(data_width, ipv6))),
                 "o": Out(stream.Signature(Beat(data_width))),
             }
         )
@@ -182,7 +192,8 @@ class IcrcInserter(wiring.Component):
         with m.Elif(self.i.valid & ~spare_valid):
             m.d.sync += spare_valid.eq(1)
         q.r_beat = Signal(Beat(w))
-        m.d.comb += q.r_beat.as_value().eq(r_flat)
+        m.d.comb += q.r_beat.as_value().eq(r_flat[:len(q.r_beat.as_value())])
+        q.r_v6 = r_flat[-1] if self.ipv6 else Const(0, 1)
 
     def _crc_input(self, m, q):
         """The CRC's input: each beat's covered bytes (masked lanes set, lanes
@@ -191,7 +202,7 @@ class IcrcInserter(wiring.Component):
         count misses."""
         nbytes = self.data_width // 8
         w = self.data_width
-        last_special = max(ICRC_MASKED_BYTES) // nbytes
+        last_special = max(icrc_mask(self.ipv6)) // nbytes
         beat_index = Signal(range(last_special + 2))
         start_beat, q.start_lane = divmod(ICRC_START, nbytes)
         # The start beat is never full (its lanes below start_lane are not
@@ -205,9 +216,17 @@ class IcrcInserter(wiring.Component):
         # (masked) and to clear (not covered) are registered for the next
         # beat with its index.
         ones_lanes = Signal(nbytes, init=_lane_masks(nbytes, 0)[0])
-        zero_lanes = Signal(nbytes, init=_lane_masks(nbytes, 0)[1])
+        zero_lanes = Signal(nbytes, init=_lane_masks(nbytes, 0)[2])
         ones_bits = Cat(*[ones_lanes[i].replicate(8) for i in range(nbytes)])
         zero_bits = Cat(*[zero_lanes[i].replicate(8) for i in range(nbytes)])
+        if self.ipv6:
+            # an IPv6 frame's lanes to set, whole or their low nibble; the
+            # lanes to clear are the same (the coverage starts at the IP header)
+            ones6_lanes = Signal(nbytes, init=_lane_masks(nbytes, 0, True)[0])
+            nib6_lanes = Signal(nbytes, init=_lane_masks(nbytes, 0, True)[1])
+            ones6_bits = Cat(*[Cat(nib6_lanes[i].replicate(4), ones6_lanes[i].replicate(4))
+                               | ones6_lanes[i].replicate(8) for i in range(nbytes)])
+            ones_bits = Mux(q.r_v6, ones6_bits, ones_bits)
         covered = (q.r_beat.data | ones_bits) & ~zero_bits
 
         # the byte count the CRC register's state goes through
@@ -245,15 +264,21 @@ class IcrcInserter(wiring.Component):
                 m.d.sync += [
                     beat_index.eq(0),
                     ones_lanes.eq(_lane_masks(nbytes, 0)[0]),
-                    zero_lanes.eq(_lane_masks(nbytes, 0)[1]),
+                    zero_lanes.eq(_lane_masks(nbytes, 0)[2]),
                 ]
+                if self.ipv6:
+                    m.d.sync += [ones6_lanes.eq(_lane_masks(nbytes, 0, True)[0]),
+                                 nib6_lanes.eq(_lane_masks(nbytes, 0, True)[1])]
             with m.Elif(beat_index <= last_special):
                 m.d.sync += beat_index.eq(beat_index + 1)
                 with m.Switch(beat_index):
                     for b in range(last_special + 1):
                         with m.Case(b):
-                            ones, zeros = _lane_masks(nbytes, b + 1)
+                            ones, _, zeros = _lane_masks(nbytes, b + 1)
                             m.d.sync += [ones_lanes.eq(ones), zero_lanes.eq(zeros)]
+                            if self.ipv6:
+                                ones6, nib6, _ = _lane_masks(nbytes, b + 1, True)
+                                m.d.sync += [ones6_lanes.eq(ones6), nib6_lanes.eq(nib6)]
 
     def _crc_loop(self, m, q):
         """The CRC loop: the data part of ``t``'s bytes registered in ``s``, and

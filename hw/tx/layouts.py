@@ -3,6 +3,7 @@
 from amaranth.hdl import unsigned
 from amaranth.lib import data
 
+from hw.headers import IMMDT, IPV6_SHIFT
 from hw.protocol import PSN_BITS
 
 # The records TX exchanges with reliability and the WQE's codes: one definition each,
@@ -17,6 +18,7 @@ from hw.reliability.layouts import (
     WqeFlags,
     WqeOpcode,
 )
+from hw.stream import Beat
 
 __all__ = [
     "WQE_BYTES",
@@ -32,11 +34,23 @@ __all__ = [
     "WimmDone",
     "EvState",
     "MAX_HEADER_BYTES",
+    "MAX_HEADER_BYTES_V6",
+    "header_lengths",
+    "TxBeat",
 ]
 
 WQE_BYTES = 64
 # Eth 14 + IPv4 20 + UDP 8 + BTH 12 + RETH 16 + ImmDt 4
 MAX_HEADER_BYTES = 74
+# the same over IPv6 (40 bytes for IPv4's 20)
+MAX_HEADER_BYTES_V6 = MAX_HEADER_BYTES + IPV6_SHIFT
+
+
+def header_lengths(ipv6: bool = False) -> tuple[int, ...]:
+    """A WRITE packet's header bytes, indexed by ``2 * v6 + imm`` (v6 only in
+    a build with ``ipv6``): 70 and 74 (ImmDt) over IPv4, 90 and 94 over IPv6."""
+    v4 = (MAX_HEADER_BYTES - IMMDT.size, MAX_HEADER_BYTES)
+    return v4 + tuple(n + IPV6_SHIFT for n in v4) if ipv6 else v4
 
 
 # (name, byte offset, bytes) of the 64-byte little-endian WQE in host memory.
@@ -63,8 +77,11 @@ def PrefetchedWqe():
     return data.StructLayout({name: unsigned(8 * size) for name, _, size in WQE_KEPT_FIELDS})
 
 
-def PacketDesc():
-    """One packet to put on the wire, from the sequencer to the header path."""
+def PacketDesc(ipv6: bool = False):
+    """One packet to put on the wire, from the sequencer to the header path.
+    With ``ipv6``, ``dst_ip`` is the peer's 128-bit IPv6 address when ``v6``
+    is set, else an IPv4 address in its low 32 bits."""
+    v6 = {"dst_ip": unsigned(128), "v6": unsigned(1)} if ipv6 else {}
     return data.StructLayout(
         {
             "opcode": unsigned(8),
@@ -81,8 +98,18 @@ def PacketDesc():
             "dst_mac": unsigned(48),
             "dst_ip": unsigned(32),
             "dscp": unsigned(6),
+            **v6,
         }
     )
+
+
+def TxBeat(data_width: int = 64, ipv6: bool = False):
+    """A beat of a TX frame from the framer to the ICRC inserter: ``Beat``,
+    and with ``ipv6`` its frame's ``v6`` on every beat."""
+    if not ipv6:
+        return Beat(data_width)
+    return data.StructLayout({"data": unsigned(data_width), "keep": unsigned(data_width // 8),
+                              "last": unsigned(1), "v6": unsigned(1)})
 
 
 def PayloadDesc(addr_width=64):
@@ -91,14 +118,17 @@ def PayloadDesc(addr_width=64):
     return data.StructLayout({"laddr": unsigned(addr_width), "length": unsigned(13)})
 
 
-def FrameHeader():
-    """Built header bytes (lane order) for the framer."""
+def FrameHeader(ipv6: bool = False):
+    """Built header bytes (lane order) for the framer; with ``ipv6``, ``v6``
+    says the header is IPv6's (``header_lengths``)."""
+    v6 = {"v6": unsigned(1)} if ipv6 else {}
     return data.StructLayout(
         {
-            "bytes": unsigned(8 * MAX_HEADER_BYTES),
+            "bytes": unsigned(8 * max(header_lengths(ipv6))),
             "imm": unsigned(1),  # header is 74 bytes (ImmDt) rather than 70
             "length": unsigned(13),  # payload bytes
             "pad": unsigned(2),
+            **v6,
         }
     )
 

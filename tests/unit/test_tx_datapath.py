@@ -2,6 +2,7 @@
 regression: HeaderBuilder -> Framer -> IcrcInserter against the scapy
 reference frame, the Realigner on every start lane, the round-robin picker."""
 
+import ipaddress
 
 import pytest
 from amaranth.hdl import Module, Signal
@@ -23,29 +24,33 @@ from .csrbus import csr_read, csr_write
 
 
 class Datapath(wiring.Component):
-    def __init__(self, w):
+    def __init__(self, w, ipv6=False):
         self.w = w
+        self.ipv6 = ipv6
         super().__init__(
             {
-                "desc": In(stream.Signature(PacketDesc())),
+                "desc": In(stream.Signature(PacketDesc(ipv6))),
                 "payload": In(stream.Signature(Beat(w))),
                 "o": Out(stream.Signature(Beat(w))),
                 "src_mac": In(48),
                 "src_ip": In(32),
+                "src_ip6": In(128),
             }
         )
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.hb = hb = HeaderBuilder()
-        m.submodules.framer = fr = Framer(self.w)
-        m.submodules.icrc = ic = IcrcInserter(self.w)
+        m.submodules.hb = hb = HeaderBuilder(self.ipv6)
+        m.submodules.framer = fr = Framer(self.w, self.ipv6)
+        m.submodules.icrc = ic = IcrcInserter(self.w, self.ipv6)
         wiring.connect(m, wiring.flipped(self.desc), hb.desc)
         wiring.connect(m, hb.hdr, fr.hdr)
         wiring.connect(m, wiring.flipped(self.payload), fr.payload)
         wiring.connect(m, fr.o, ic.i)
         wiring.connect(m, ic.o, wiring.flipped(self.o))
         m.d.comb += [hb.src_mac.eq(self.src_mac), hb.src_ip.eq(self.src_ip)]
+        if self.ipv6:
+            m.d.comb += hb.src_ip6.eq(self.src_ip6)
         return m
 
 
@@ -55,15 +60,26 @@ def _beats(data: bytes, nbytes: int):
         yield int.from_bytes(chunk, "little"), (1 << len(chunk)) - 1, i + nbytes >= len(data)
 
 
-@pytest.mark.parametrize("w", [64, 128, pytest.param(256, marks=pytest.mark.long)])
-def test_frames_match_scapy(w):
-    """Frames of every WRITE opcode and payload lengths 0..70 are byte-exact."""
-    rng = seeds.rng(w)
+SRC_IP6, DST_IP6 = "2001:db8::a:1", "2001:db8:1:2::bb"
+
+
+@pytest.mark.parametrize("w,ipv6", [(64, False), (128, False),
+                                    pytest.param(256, False, marks=pytest.mark.long),
+                                    (64, True), (128, True),
+                                    pytest.param(256, True, marks=pytest.mark.long),
+                                    pytest.param(512, True, marks=pytest.mark.long)],
+                         ids=["64", "128", "256", "64-ipv6", "128-ipv6", "256-ipv6", "512-ipv6"])
+def test_frames_match_scapy(w, ipv6):
+    """Frames of every WRITE opcode and payload lengths 0..70 are byte-exact;
+    built with ``ipv6``, a random half of them over IPv6 (each header length
+    after each other, so every residue change of the framer is crossed)."""
+    rng = seeds.rng(w + ipv6)
     nbytes = w // 8
-    dut = Datapath(w)
+    dut = Datapath(w, ipv6)
     cases = []
     for n in list(range(0, 20)) + [31, 32, 33, 63, 64, 65, 70]:
         op = rng.choice(L.WRITE_OPCODES)
+        v6 = ipv6 and rng.getrandbits(1)
         cases.append(
             dict(
                 opcode=op,
@@ -79,8 +95,8 @@ def test_frames_match_scapy(w):
                 dscp=rng.getrandbits(6),
                 src_mac="02:11:22:33:44:55",
                 dst_mac="02:66:77:88:99:aa",
-                src_ip="192.168.1.1",
-                dst_ip="172.16.5.9",
+                src_ip=SRC_IP6 if v6 else "192.168.1.1",
+                dst_ip=DST_IP6 if v6 else "172.16.5.9",
             )
         )
     got = []
@@ -88,6 +104,7 @@ def test_frames_match_scapy(w):
     async def feed(ctx):
         ctx.set(dut.src_mac, 0x021122334455)
         ctx.set(dut.src_ip, 0xC0A80101)
+        ctx.set(dut.src_ip6, int(ipaddress.IPv6Address(SRC_IP6)))
         for c in cases:
             d = dut.desc.payload
             se = int(c["opcode"] in L.IMM_OPCODES)
@@ -103,7 +120,13 @@ def test_frames_match_scapy(w):
             ctx.set(d.length, len(c["payload"]))
             ctx.set(d.ev, c["ev"])
             ctx.set(d.dst_mac, 0x0266778899AA)
-            ctx.set(d.dst_ip, 0xAC100509)
+            if ":" in c["dst_ip"]:
+                ctx.set(d.dst_ip, int(ipaddress.IPv6Address(c["dst_ip"])))
+                ctx.set(d.v6, 1)
+            else:
+                ctx.set(d.dst_ip, 0xAC100509)
+                if ipv6:
+                    ctx.set(d.v6, 0)
             ctx.set(d.dscp, c["dscp"])
             ctx.set(dut.desc.valid, 1)
             await ctx.tick().until(dut.desc.ready)
