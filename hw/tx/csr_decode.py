@@ -11,7 +11,7 @@ from amaranth.lib.wiring import In, Out
 from ..bits import one_hot_select
 from ..csr import CSRBusSignature, RegisteredWrites, block_decode
 from ..protocol import PLANE_BITS, PSN_BITS
-from .qp_settings import CFG_LANES, QpWriteSignature, settings_lane
+from .qp_settings import QpWriteSignature, cfg_lanes, settings_lane
 from .regs import (
     CTRL_FLUSH_BIT,
     CTRL_RESET_BIT,
@@ -76,8 +76,10 @@ class TxCsrDecode(wiring.Component):
     """
 
     def __init__(self, *, num_qps, evs_per_qp, csr_addr_width, max_mtu, data_width,
-                 inflight_depth, addr_width, flop_rows, wimm_count_width):
+                 inflight_depth, addr_width, flop_rows, wimm_count_width, ipv6=False):
         self.num_qps, self.evs_per_qp = num_qps, evs_per_qp
+        self.ipv6 = ipv6
+        self.lanes = cfg_lanes(ipv6)
         self.max_mtu, self.data_width = max_mtu, data_width
         self.inflight_depth, self.addr_width = inflight_depth, addr_width
         self.flop_rows = flop_rows
@@ -88,10 +90,11 @@ class TxCsrDecode(wiring.Component):
             "csr": In(CSRBusSignature(csr_addr_width)),
             "ready": In(1),
             "init_q": In(range(num_qps + 1)),
-            "qp_w": Out(QpWriteSignature(num_qps, flop_rows)),
+            "qp_w": Out(QpWriteSignature(num_qps, flop_rows, ipv6)),
             "qsel": Out(qb),
             "src_mac": Out(48),
             "src_ip": Out(32),
+            **({"src_ip6": Out(128)} if ipv6 else {}),
             "ev_sel": Out(qb + eb),
             "ev_we": Out(1),
             "ev_value": Out(16),
@@ -110,7 +113,7 @@ class TxCsrDecode(wiring.Component):
             "una_psn": In(PSN_BITS * num_qps),
             "pi": In(16 * num_qps),
             "ci": In(16 * num_qps),
-            "cfg_row": In(32 * len(CFG_LANES)),
+            "cfg_row": In(32 * len(self.lanes)),
             "counters": In(64),
             "wimm_count": In(wimm_count_width),
             "retx_ignored": In(32),
@@ -121,7 +124,7 @@ class TxCsrDecode(wiring.Component):
         m = Module()
         nq, ne = self.num_qps, self.evs_per_qp
         qb, eb = self.qp_bits, self.ev_bits
-        nl = len(CFG_LANES)
+        nl = len(self.lanes)
         max_mtu_log2 = self.max_mtu.bit_length() - 1
         mtu_shift_bits = max(1, (max_mtu_log2 - 8).bit_length())
         csr, qw = self.csr, self.qp_w
@@ -160,7 +163,7 @@ class TxCsrDecode(wiring.Component):
         m.d.sync += [
             d_qp_w.eq(csr.w_stb & in_qp & self.ready),
             d_lane.eq(Cat(*[(reg == off) & (valid_mtu | (name != "mtu_shift"))
-                            for name, off, _ in CFG_LANES])),
+                            for name, off, _ in self.lanes])),
             d_ctrl.eq(reg == Q.CTRL),
             d_next_psn.eq(reg == Q.NEXT_PSN),
             d_doorbell.eq(reg == Q.DOORBELL),
@@ -221,11 +224,13 @@ class TxCsrDecode(wiring.Component):
         # w_stb, applied the cycle after, so that their enables are flip-flops
         src_mac = Signal(48)
         src_ip = Signal(32)
+        src_ip6 = Signal(128)
         ev_select = Signal(qb + eb)
+        ip6_words = [(f"ip6_{i}", G.SRC_IP6 + 4 * i) for i in range(4 if self.ipv6 else 0)]
         gw = RegisteredWrites(m, csr, {
             key: (csr.addr == offset, None) for key, offset in (
                 ("mac_lo", G.SRC_MAC_LO), ("mac_hi", G.SRC_MAC_HI), ("ip", G.SRC_IP),
-                ("ev_select", G.EV_SELECT))}, name="gw")
+                ("ev_select", G.EV_SELECT), *ip6_words)}, name="gw")
         m.d.comb += self.ev_we.eq(csr.w_stb & (csr.addr == G.EV_ENTRY))
         with m.If(gw.stb["mac_lo"]):
             m.d.sync += src_mac[:32].eq(gw.data)
@@ -235,7 +240,12 @@ class TxCsrDecode(wiring.Component):
             m.d.sync += src_ip.eq(gw.data)
         with m.If(gw.stb["ev_select"]):
             m.d.sync += ev_select.eq(Cat(gw.data[:eb], gw.data[8 : 8 + qb]))
+        for i, (key, _) in enumerate(ip6_words):
+            with m.If(gw.stb[key]):
+                m.d.sync += src_ip6[32 * i : 32 * (i + 1)].eq(gw.data)
         m.d.comb += [self.src_mac.eq(src_mac), self.src_ip.eq(src_ip), self.ev_sel.eq(ev_select)]
+        if self.ipv6:
+            m.d.comb += self.src_ip6.eq(src_ip6)
 
         # ---- reads
         ev_entry = Signal(EV_PLANE_LSB + PLANE_BITS)
@@ -261,7 +271,7 @@ class TxCsrDecode(wiring.Component):
                 ),
             ]
         reads = []  # (decode of csr.addr at r_stb, value the cycle after)
-        for name, off, _ in CFG_LANES:
+        for name, off, _ in self.lanes:
             value = settings_lane(self.cfg_row, name)
             if name == "sq_base_hi":
                 value = value & ((1 << (self.addr_width - 32)) - 1)  # the bits the SQ base keeps
@@ -280,7 +290,7 @@ class TxCsrDecode(wiring.Component):
             (in_qp & (reg == Q.WIMM_OUTSTANDING), self.wimm_count),
         ]
         db = self.inflight_depth.bit_length() - 1
-        caps = (self.data_width // 8) | (max_mtu_log2 << 8) | (db << 12)
+        caps = (self.data_width // 8) | (max_mtu_log2 << 8) | (db << 12) | (self.ipv6 << 16)
         reads += [
             (csr.addr == off, value)
             for off, value in (
@@ -296,6 +306,7 @@ class TxCsrDecode(wiring.Component):
                 (G.EV_ENTRY, ev_entry),
                 (G.RETX_IGNORED, self.retx_ignored),
                 (G.RETX_NO_EV, self.retx_no_ev),
+                *[(off, src_ip6[32 * i : 32 * (i + 1)]) for i, (_, off) in enumerate(ip6_words)],
             )
         ]
         r_sel = Signal(len(reads))

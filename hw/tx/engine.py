@@ -153,7 +153,9 @@ class TxEngine(wiring.Component):
     the SQ bases', WQE ``laddr``s; see ``Sequencer``), ``max_span`` (None:
     ``inflight_depth``; else at most that: the PSNs from una_psn a QP may
     have sent, SACKed or not, which NicCore sets to reliability's window,
-    the PSNs it tracks).
+    the PSNs it tracks), ``ipv6`` (frames over IPv6 for the QPs whose
+    ``qp_ip6`` is set: the NIC's ``src_ip6``, the QP's 128-bit peer address
+    in ``qp_dst_ip6_3..1`` and ``qp_dst_ip``; docs/tx.md).
 
     Ports:
     - ``csr``: the TX register block (``regs.tx_register_map``, type 0x0002).
@@ -222,6 +224,7 @@ class TxEngine(wiring.Component):
         addr_width: int = 64,
         num_planes: int = 1,
         max_span: int | None = None,
+        ipv6: bool = False,
     ):
         try:
             check_data_width(data_width)
@@ -264,7 +267,8 @@ class TxEngine(wiring.Component):
         self.addr_width = addr_width
         self.num_planes = num_planes
         self.max_span = max_span
-        self.register_map = tx_register_map(num_qps, evs_per_qp)
+        self.ipv6 = bool(ipv6)
+        self.register_map = tx_register_map(num_qps, evs_per_qp, self.ipv6)
         super().__init__(
             {
                 "csr": In(CSRBusSignature(csr_addr_width)),
@@ -294,6 +298,7 @@ class TxEngine(wiring.Component):
             inflight_depth=self.inflight_depth,
             addr_width=self.addr_width,
             max_span=self.max_span,
+            ipv6=self.ipv6,
         )
         m.submodules.ev_table = evt = EvTable(self.num_qps, self.evs_per_qp, self.num_planes)
         if self.num_planes > 1:
@@ -316,14 +321,14 @@ class TxEngine(wiring.Component):
         # the framer's ready into the data enable was 3 LUT levels with it
         # (the skid's output register), 2 without.
         m.submodules.payload_fifo = pay_fifo = StreamFifo(Beat(w), max(16, self.max_mtu * 8 // w))
-        m.submodules.hdr_desc_fifo = hdr_fifo = StreamFifo(PacketDesc(), DESC_FIFO_DEPTH,
+        m.submodules.hdr_desc_fifo = hdr_fifo = StreamFifo(PacketDesc(self.ipv6), DESC_FIFO_DEPTH,
                                                            out_stages=2)
         m.submodules.pay_desc_fifo = pd_fifo = StreamFifo(PayloadDesc(self.addr_width),
                                                           PAY_DESC_FIFO_DEPTH)
         m.submodules.sent_fifo = sent_fifo = StreamFifo(SentRecord, SENT_FIFO_DEPTH)
-        m.submodules.header_builder = hb = HeaderBuilder()
-        m.submodules.framer = framer = Framer(w)
-        m.submodules.icrc = icrc = IcrcInserter(w)
+        m.submodules.header_builder = hb = HeaderBuilder(self.ipv6)
+        m.submodules.framer = framer = Framer(w, self.ipv6)
+        m.submodules.icrc = icrc = IcrcInserter(w, self.ipv6)
         m.submodules.out_reg = out_reg = StreamRegister(Beat(w))
 
         wiring.connect(m, wiring.flipped(self.csr), seq.csr)
@@ -363,6 +368,8 @@ class TxEngine(wiring.Component):
             m.d.comb += self.m_axis.tuser.eq(0)
         wiring.connect(m, hdr_fifo.o, hb.desc)
         m.d.comb += [hb.src_mac.eq(seq.src_mac), hb.src_ip.eq(seq.src_ip)]
+        if self.ipv6:
+            m.d.comb += hb.src_ip6.eq(seq.src_ip6)
         wiring.connect(m, hb.hdr, framer.hdr)
         wiring.connect(m, pay_fifo.o, framer.payload)
         wiring.connect(m, framer.o, icrc.i)

@@ -8,7 +8,7 @@ from amaranth.lib.wiring import In, Out
 from ..headers import Opcode
 from ..protocol import PSN_BITS
 from .layouts import PacketDesc, PayloadDesc
-from .qp_settings import CFG_LANES, settings_lane
+from .qp_settings import cfg_lanes, settings_lane
 from .wqe_loader import WqeState
 
 __all__ = ["PacketDescriptors"]
@@ -21,8 +21,10 @@ class PacketDescriptors(wiring.Component):
     Interface: ``wqe`` (the WQE being sent, ``WqeState``), ``offset`` (the
     packet's byte offset in it), ``first``/``last`` (its first and last
     packet), ``length``, ``psn``, ``retx`` (a retransmission: ACK requested),
-    ``settings`` (the QP's settings row, CFG_LANES order) and ``ev_value``
-    (the EV's UDP source port) in; ``hdr`` and ``pay`` out.
+    ``settings`` (the QP's settings row, ``cfg_lanes(ipv6)`` order) and
+    ``ev_value`` (the EV's UDP source port) in; ``hdr`` and ``pay`` out. With
+    ``ipv6``, ``hdr.dst_ip`` is the row's 128-bit address and ``hdr.v6`` its
+    ``qp_ip6`` flag.
 
     The opcode is WRITE_FIRST, _MIDDLE, _LAST or _ONLY (the last two _IMM
     for a WITH_IMMEDIATE WQE, which also sets SE on its last packet); ACK
@@ -36,8 +38,9 @@ class PacketDescriptors(wiring.Component):
     every other field 0 (combinational). Throughput: one packet per cycle.
     """
 
-    def __init__(self, addr_width=64):
+    def __init__(self, addr_width=64, ipv6=False):
         self.addr_width = addr_width
+        self.ipv6 = ipv6
         super().__init__({
             "wqe": In(WqeState(addr_width)),
             "offset": In(32),
@@ -46,9 +49,9 @@ class PacketDescriptors(wiring.Component):
             "length": In(13),
             "psn": In(PSN_BITS),
             "retx": In(1),
-            "settings": In(32 * len(CFG_LANES)),
+            "settings": In(32 * len(cfg_lanes(ipv6))),
             "ev_value": In(16),
-            "hdr": Out(PacketDesc()),
+            "hdr": Out(PacketDesc(ipv6)),
             "pay": Out(PayloadDesc(addr_width)),
         })
 
@@ -88,4 +91,10 @@ class PacketDescriptors(wiring.Component):
             self.pay.laddr.eq(pkt_laddr),
             self.pay.length.eq(self.length),
         ]
+        if self.ipv6:
+            m.d.comb += [
+                h.dst_ip.eq(Cat(settings_lane(cfg, "dst_ip"), settings_lane(cfg, "dst_ip6_1"),
+                                settings_lane(cfg, "dst_ip6_2"), settings_lane(cfg, "dst_ip6_3"))),
+                h.v6.eq(settings_lane(cfg, "ip6")),
+            ]
         return m

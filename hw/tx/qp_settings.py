@@ -9,9 +9,9 @@ from amaranth.lib.wiring import In, Out
 
 from .regs import Q
 
-__all__ = ["CFG_LANES", "CFG_GROUPS", "CFG_FLOP_QPS", "MPR_UNIT", "QpSettings",
-           "QpWriteSignature", "lane_index", "settings_lane", "settings_defaults",
-           "registered_address"]
+__all__ = ["CFG_LANES", "CFG_LANES_IP6", "CFG_GROUPS", "CFG_FLOP_QPS", "MPR_UNIT", "QpSettings",
+           "QpWriteSignature", "cfg_lanes", "cfg_groups", "lane_index", "settings_lane",
+           "settings_defaults", "registered_address"]
 
 MPR_UNIT = 128  # PSNs per unit of qp_mpr
 
@@ -31,7 +31,21 @@ CFG_LANES = [
     ("sq_log2_size", Q.SQ_LOG2_SIZE, 4),
     ("max_wimm", Q.MAX_WIMM, 16),  # WimmBound keeps the bound; this lane is its read-back
 ]
-lane_index = {name: i for i, (name, _, _) in enumerate(CFG_LANES)}
+# With ``ipv6`` (a build parameter): the peer's IPv6 address above qp_dst_ip's
+# 32 bits, and whether the peer is IPv6; after the others, so that every other
+# lane keeps its index.
+CFG_LANES_IP6 = [
+    ("dst_ip6_1", Q.DST_IP6_1, 32),
+    ("dst_ip6_2", Q.DST_IP6_2, 32),
+    ("dst_ip6_3", Q.DST_IP6_3, 32),
+    ("ip6", Q.IP6, 1),
+]
+lane_index = {name: i for i, (name, _, _) in enumerate(CFG_LANES + CFG_LANES_IP6)}
+
+
+def cfg_lanes(ipv6: bool = False):
+    """The settings lanes of a build with or without ``ipv6``, in row order."""
+    return CFG_LANES + (CFG_LANES_IP6 if ipv6 else [])
 
 # The lanes are kept in three RAMs, each read at a registered address of its
 # own, so that no row select drives all of a row's bits (``registered_address``):
@@ -41,7 +55,13 @@ CFG_GROUPS = (
     ("mac", ("dst_mac_lo", "dst_mac_hi")),
     ("hdr", ("dqpn", "dst_ip", "dscp", "max_wimm")),
 )
-assert sorted(name for _, names in CFG_GROUPS for name in names) == sorted(lane_index)
+assert sorted(name for _, names in CFG_GROUPS for name in names) == sorted(
+    name for name, _, _ in CFG_LANES)
+
+
+def cfg_groups(ipv6: bool = False):
+    """The RAM groups of a build with or without ``ipv6`` (the IPv6 lanes: one more)."""
+    return CFG_GROUPS + ((("ip6", tuple(n for n, _, _ in CFG_LANES_IP6)),) if ipv6 else ())
 
 # Up to this many QPs the settings are flip-flop rows (what synthesis makes of
 # so small a memory anyway), each lane of each row written under a flip-flop
@@ -53,13 +73,13 @@ def settings_lane(row, name, width=None):
     """Lane ``name`` of a settings row (the lanes in CFG_LANES order): its
     CFG_LANES bits, or its low ``width``."""
     i = lane_index[name]
-    return row[32 * i : 32 * i + (CFG_LANES[i][2] if width is None else width)]
+    return row[32 * i : 32 * i + (cfg_lanes(True)[i][2] if width is None else width)]
 
 
-def settings_defaults(max_mtu, inflight_depth):
-    """Each lane's value after reset, in CFG_LANES order: an MTU of 1024 (or
-    the largest), MPR and cwnd the in-flight table's size, the rest 0."""
-    values = [0] * len(CFG_LANES)
+def settings_defaults(max_mtu, inflight_depth, ipv6=False):
+    """Each lane's value after reset, in ``cfg_lanes(ipv6)`` order: an MTU of
+    1024 (or the largest), MPR and cwnd the in-flight table's size, the rest 0."""
+    values = [0] * len(cfg_lanes(ipv6))
     values[lane_index["mtu_shift"]] = min(10, max_mtu.bit_length() - 1) - 8
     values[lane_index["mpr"]] = max(1, inflight_depth // MPR_UNIT)
     values[lane_index["cwnd"]] = inflight_depth
@@ -81,7 +101,7 @@ def registered_address(m: Module, value, name: str):
     return reg
 
 
-def QpWriteSignature(num_qps, flop_rows):
+def QpWriteSignature(num_qps, flop_rows, ipv6=False):
     """A per-QP CSR write, as registered strobes (Out from the decode), the
     cycle they apply: ``q`` the QP, ``data`` the word (0 while ``init``);
     ``lanes`` one enable per settings lane (CFG_LANES order), and with
@@ -93,7 +113,7 @@ def QpWriteSignature(num_qps, flop_rows):
     ``reset``, ``flush`` one-hot by QP: a qp_next_psn write, a qp_ctrl write
     with reset = 1, with flush = 1."""
     qb = max(1, (num_qps - 1).bit_length())
-    nl = len(CFG_LANES)
+    nl = len(cfg_lanes(ipv6))
     return wiring.Signature({
         "q": Out(qb),
         "data": Out(32),
@@ -134,24 +154,27 @@ class QpSettings(wiring.Component):
     cycle included. Throughput: one write and three reads per cycle.
     """
 
-    def __init__(self, *, num_qps, max_mtu, inflight_depth):
+    def __init__(self, *, num_qps, max_mtu, inflight_depth, ipv6=False):
         self.num_qps = num_qps
         self.flop_rows = num_qps <= CFG_FLOP_QPS
-        self.defaults = settings_defaults(max_mtu, inflight_depth)
+        self.lanes = cfg_lanes(ipv6)
+        self.groups = cfg_groups(ipv6)
+        self.defaults = settings_defaults(max_mtu, inflight_depth, ipv6)
         qb = max(1, (num_qps - 1).bit_length())
+        nl = len(self.lanes)
         super().__init__({
-            "w": In(QpWriteSignature(num_qps, self.flop_rows)),
+            "w": In(QpWriteSignature(num_qps, self.flop_rows, ipv6)),
             "fsm_q": In(qb),
-            "fsm_row": Out(32 * len(CFG_LANES)),
+            "fsm_row": Out(32 * nl),
             "csr_q": In(qb),
-            "csr_row": Out(32 * len(CFG_LANES)),
+            "csr_row": Out(32 * nl),
             "ring_q": In(qb),
-            "ring_row": Out(32 * len(CFG_LANES)),
+            "ring_row": Out(32 * nl),
         })
 
     def elaborate(self, platform):
         m = Module()
-        nq, nl, w = self.num_qps, len(CFG_LANES), self.w
+        nq, nl, w = self.num_qps, len(self.lanes), self.w
         qb = max(1, (nq - 1).bit_length())
         cfg_init = self.defaults
         # Per group of lanes: (lane indices, write port, the FSM's read port,
@@ -161,7 +184,7 @@ class QpSettings(wiring.Component):
         lanes_fsm = [None] * nl
         lanes_csr = [None] * nl
         lanes_ring = [Const(0, 32)] * nl
-        for group, names in CFG_GROUPS:
+        for group, names in self.groups:
             lanes = [lane_index[name] for name in names]
             row_init = sum(cfg_init[i] << (32 * k) for k, i in enumerate(lanes))
             if self.flop_rows:
@@ -201,7 +224,7 @@ class QpSettings(wiring.Component):
         # so the data needs no decode; INIT's zero w.data is the default of
         # every lane but those muxed here.
         lanes_w = []
-        for i, (name, _, _) in enumerate(CFG_LANES):
+        for i, (name, _, _) in enumerate(self.lanes):
             lane_data = Signal(32, name=f"cfg_w_{name}")
             value = w.mtu_shift if name == "mtu_shift" else w.data
             m.d.comb += lane_data.eq(Mux(w.init, cfg_init[i], value) if cfg_init[i] else value)

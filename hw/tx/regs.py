@@ -29,6 +29,7 @@ class G:
     EV_ENTRY = 0x034
     RETX_IGNORED = 0x040
     RETX_NO_EV = 0x044
+    SRC_IP6 = 0x050  # with ipv6: 4 words, the lowest address bits first
 
 
 # qp_ctrl's fields (bit positions)
@@ -62,9 +63,13 @@ class Q:
     STATUS = 0x48
     MAX_WIMM = 0x4C
     WIMM_OUTSTANDING = 0x50
+    DST_IP6_1 = 0x54  # with ipv6: the peer's IPv6 address above DST_IP's bits 31..0
+    DST_IP6_2 = 0x58
+    DST_IP6_3 = 0x5C
+    IP6 = 0x60
 
 
-def tx_register_map(num_qps: int = 16, evs_per_qp: int = 16) -> RegisterMap:
+def tx_register_map(num_qps: int = 16, evs_per_qp: int = 16, ipv6: bool = False) -> RegisterMap:
     rm = RegisterMap(
         "tx",
         TX_TYPE_ID,
@@ -95,6 +100,7 @@ def tx_register_map(num_qps: int = 16, evs_per_qp: int = 16) -> RegisterMap:
             ("data_bytes", 0, 8, "datapath width in bytes"),
             ("max_mtu_log2", 8, 4, "log2 of the largest MTU"),
             ("inflight_log2", 12, 4, "log2 of the in-flight table entries per QP"),
+            ("ipv6", 16, 1, "1: built with IPv6 (src_ip6, qp_dst_ip6_*, qp_ip6)"),
         ],
     )
     rm.add(
@@ -115,6 +121,9 @@ def tx_register_map(num_qps: int = 16, evs_per_qp: int = 16) -> RegisterMap:
     rm.add("src_mac_lo", G.SRC_MAC_LO, "RW", "own MAC address, bits 31..0")
     rm.add("src_mac_hi", G.SRC_MAC_HI, "RW", "own MAC address, bits 47..32")
     rm.add("src_ip", G.SRC_IP, "RW", "own IPv4 address")
+    if ipv6:
+        rm.add("src_ip6", G.SRC_IP6, "RW", "(ipv6 builds) own IPv6 address, word i its bits "
+               "32i+31..32i (word 3 the first four bytes on the wire)", count=4, stride=4)
     rm.add(
         "ev_select",
         G.EV_SELECT,
@@ -185,7 +194,14 @@ def tx_register_map(num_qps: int = 16, evs_per_qp: int = 16) -> RegisterMap:
     qp("qp_dest_qpn", Q.DEST_QPN, "RW", "responder QPN, BTH DestQP (24 bits)")
     qp("qp_dst_mac_lo", Q.DST_MAC_LO, "RW", "peer (next hop) MAC, bits 31..0")
     qp("qp_dst_mac_hi", Q.DST_MAC_HI, "RW", "peer (next hop) MAC, bits 47..32")
-    qp("qp_dst_ip", Q.DST_IP, "RW", "peer IPv4 address")
+    qp("qp_dst_ip", Q.DST_IP, "RW", "peer IPv4 address; with qp_ip6, the peer's IPv6 "
+       "address's bits 31..0" if ipv6 else "peer IPv4 address")
+    if ipv6:
+        for i, off in enumerate((Q.DST_IP6_1, Q.DST_IP6_2, Q.DST_IP6_3), start=1):
+            qp(f"qp_dst_ip6_{i}", off, "RW",
+               f"(ipv6 builds) the peer's IPv6 address, bits {32 * i + 31}..{32 * i}")
+        qp("qp_ip6", Q.IP6, "RW", "(ipv6 builds) the peer's address family",
+           fields=[("v6", 0, 1, "1: frames go over IPv6 to qp_dst_ip6_3..1 and qp_dst_ip")])
     qp("qp_dscp", Q.DSCP, "RW", "IPv4 DSCP (6 bits); ECN is always ECT(0)")
     qp(
         "qp_sq_base_lo",

@@ -138,8 +138,10 @@ class Sequencer(wiring.Component):
         inflight_depth=256,
         addr_width=64,
         max_span=None,
+        ipv6=False,
     ):
         self.max_span = max_span
+        self.ipv6 = ipv6
         self.data_width = data_width
         self.addr_width = addr_width
         self.num_qps = num_qps
@@ -156,11 +158,12 @@ class Sequencer(wiring.Component):
                 "ev": Out(EvBusSignature(num_qps, evs_per_qp)),
                 "retx": In(stream.Signature(RetxRequest)),
                 "ack_update": In(stream.Signature(AckUpdate)),
-                "hdr_desc": Out(stream.Signature(PacketDesc())),
+                "hdr_desc": Out(stream.Signature(PacketDesc(ipv6))),
                 "pay_desc": Out(stream.Signature(PayloadDesc(addr_width))),
                 "sent": Out(stream.Signature(SentRecord)),
                 "src_mac": Out(48),
                 "src_ip": Out(32),
+                **({"src_ip6": Out(128)} if ipv6 else {}),
                 "hdr_plane": Out(PLANE_BITS),
                 "wimm": Out(WimmBusSignature(num_qps, inflight_depth)),
             }
@@ -184,8 +187,8 @@ class Sequencer(wiring.Component):
         # cycle before (a transparent read, as a synchronous port's), from a
         # register of that port's own (``registered_address``).
         m.submodules.settings = settings = QpSettings(
-            num_qps=nq, max_mtu=self.max_mtu, inflight_depth=depth)
-        cfg = settings.fsm_row  # the settings row of cur_q (registered), in CFG_LANES order
+            num_qps=nq, max_mtu=self.max_mtu, inflight_depth=depth, ipv6=self.ipv6)
+        cfg = settings.fsm_row  # the settings row of cur_q (registered), in cfg_lanes order
 
         # A row is read (in CHECK) only while the QP's wqe_active is set: TAKE
         # sets it and the EMIT or the parking SEGMENT that always follows writes
@@ -332,7 +335,7 @@ class Sequencer(wiring.Component):
             share.a_req.payload.len.eq(wqe_beats - 1),
         ]
         # the packet's header and payload descriptors
-        m.submodules.packet_desc = desc = PacketDescriptors(self.addr_width)
+        m.submodules.packet_desc = desc = PacketDescriptors(self.addr_width, self.ipv6)
         packet = dict(wqe=cur, offset=offset, first=seg_first, last=seg_last, length=seg_len,
                       psn=seg_psn, retx=retx_mode, settings=cfg, ev_value=self.ev.value)
         m.d.comb += [getattr(desc, name).eq(value) for name, value in packet.items()]
@@ -501,7 +504,8 @@ class Sequencer(wiring.Component):
         m.submodules.csr_decode = dec = TxCsrDecode(
             num_qps=nq, evs_per_qp=ne, csr_addr_width=len(self.csr.addr), max_mtu=self.max_mtu,
             data_width=self.data_width, inflight_depth=depth, addr_width=self.addr_width,
-            flop_rows=settings.flop_rows, wimm_count_width=wimm_widths(depth)[1])
+            flop_rows=settings.flop_rows, wimm_count_width=wimm_widths(depth)[1],
+            ipv6=self.ipv6)
         wiring.connect(m, wiring.flipped(self.csr), dec.csr)
         wiring.connect(m, dec.qp_w, settings.w)
         m.d.comb += [
@@ -519,6 +523,8 @@ class Sequencer(wiring.Component):
             self.src_mac.eq(dec.src_mac),
             self.src_ip.eq(dec.src_ip),
         ]
+        if self.ipv6:
+            m.d.comb += self.src_ip6.eq(dec.src_ip6)
         return dec
 
     def _wimm_writes(self, m, qw):

@@ -12,7 +12,9 @@ docs/protocol.md and docs/tx.md).
 Every frame is dissected with the project's scapy layers and checked field by
 field against the reference, then rebuilt byte for byte with
 ``host_driver.layers.write_packet`` from the reference and host memory; the
-IPv4 checksum and ICRC are verified with ``check_frame``. The EV (UDP source
+IPv4 checksum and ICRC are verified with ``check_frame``. The build has
+``ipv6`` (``TX_IPV6``, 1 by default): a QP whose peer is an IPv6 address
+frames over IPv6, checked the same way. The EV (UDP source
 port) of every packet must be GOOD for its QP at the time the packet was
 committed (the ``sent`` record's cycle).
 
@@ -23,6 +25,7 @@ tests of this module; a long random soak is behind ``@pytest.mark.long``.
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import logging
 import os
 import random
@@ -43,6 +46,7 @@ from cocotbext.axi import (
     AxiStreamSink,
 )
 from scapy.layers.inet import IP, UDP
+from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 
 from host_driver import layers as L
@@ -57,6 +61,8 @@ EVS_PER_QP = int(os.environ.get("TX_EVS_PER_QP", "16"))
 INFLIGHT = int(os.environ.get("TX_INFLIGHT", "256"))
 # planes (MAC ports): each frame's tuser is its EV's plane, checked per frame
 NUM_PLANES = int(os.environ.get("TX_NUM_PLANES", "3"))
+# built with ipv6: IPv4 and IPv6 peers side by side
+IPV6 = bool(int(os.environ.get("TX_IPV6", "1")))
 CLK_NS = 4
 
 RING_BASE = 0x10000
@@ -66,6 +72,7 @@ BUF_BASE = 0x100000
 MEM_SIZE = 1 << 23
 SRC_MAC = "02:00:00:00:00:01"
 SRC_IP = "10.0.0.1"
+SRC_IP6 = "2001:db8:0:1::1"
 
 
 def mac_int(mac: str) -> int:
@@ -73,7 +80,8 @@ def mac_int(mac: str) -> int:
 
 
 def ip_int(ip: str) -> int:
-    return int.from_bytes(bytes(int(x) for x in ip.split(".")), "big")
+    """An IPv4 or IPv6 address (colons) as an integer."""
+    return int(ipaddress.ip_address(ip))
 
 
 def random_pause(rng: random.Random, p: float):
@@ -294,6 +302,9 @@ class Host:
         await tb.write(G.SRC_MAC_LO, mac_int(SRC_MAC) & 0xFFFFFFFF)
         await tb.write(G.SRC_MAC_HI, mac_int(SRC_MAC) >> 32)
         await tb.write(G.SRC_IP, ip_int(SRC_IP))
+        if IPV6:
+            for i in range(4):
+                await tb.write(G.SRC_IP6 + 4 * i, ip_int(SRC_IP6) >> (32 * i) & 0xFFFFFFFF)
         for q in range(NUM_QPS):
             for i in range(EVS_PER_QP):
                 self.ev_value[(q, i)] = 0xC000 + i
@@ -313,12 +324,18 @@ class Host:
             (Q.DEST_QPN, cfg.dqpn),
             (Q.DST_MAC_LO, mac_int(cfg.dst_mac) & 0xFFFFFFFF),
             (Q.DST_MAC_HI, mac_int(cfg.dst_mac) >> 32),
-            (Q.DST_IP, ip_int(cfg.dst_ip)),
+            (Q.DST_IP, ip_int(cfg.dst_ip) & 0xFFFFFFFF),
             (Q.DSCP, cfg.dscp),
             (Q.SQ_BASE_LO, self.ring(q) & 0xFFFFFFFF),
             (Q.SQ_BASE_HI, self.ring(q) >> 32),
             (Q.SQ_LOG2_SIZE, RING_LOG2),
         ]
+        v6 = ":" in cfg.dst_ip
+        assert IPV6 or not v6, "an IPv6 peer needs the build with ipv6 (TX_IPV6=1)"
+        if IPV6:
+            regs += [(off, ip_int(cfg.dst_ip) >> (32 * i) & 0xFFFFFFFF) for i, off in
+                     enumerate((Q.DST_IP6_1, Q.DST_IP6_2, Q.DST_IP6_3), start=1)]
+            regs.append((Q.IP6, int(v6)))
         for off, value in regs:
             await tb.write(tb.qreg(q, off), value)
         self.next_psn[q] = cfg.next_psn
@@ -492,14 +509,24 @@ class Scoreboard:
     def check_fields(self, pkt, frame, exp: Packet, rec, t_sent):
         host = self.host
         cfg = host.cfg[exp.qp]
-        ip, udp, bth = pkt[IP], pkt[UDP], pkt[L.BTH]
+        udp, bth = pkt[UDP], pkt[L.BTH]
         reth = pkt[L.RETH]
         where = f"QP {exp.qp} PSN {exp.psn:#x}"
-        assert pkt.dst == cfg.dst_mac and pkt.src == SRC_MAC and pkt.type == 0x0800, where
-        assert (ip.version, ip.ihl, ip.tos) == (4, 5, (cfg.dscp << 2) | L.ECN_ECT0), where
-        assert (ip.id, int(ip.flags), ip.frag, ip.ttl, ip.proto) == (0, 2, 0, 64, 17), where
-        assert (ip.src, ip.dst) == (SRC_IP, cfg.dst_ip), where
-        assert ip.len == len(frame) - 14 and udp.len == len(frame) - 34, where
+        v6 = ":" in cfg.dst_ip
+        src_ip = SRC_IP6 if v6 else SRC_IP
+        assert pkt.dst == cfg.dst_mac and pkt.src == SRC_MAC, where
+        if v6:
+            ip = pkt[IPv6]
+            assert pkt.type == L.ETHERTYPE_IPV6, where
+            assert (ip.tc, ip.fl, ip.nh, ip.hlim) == ((cfg.dscp << 2) | L.ECN_ECT0, 0, 17, 64)
+            assert ip.plen == udp.len == len(frame) - 54, where
+        else:
+            ip = pkt[IP]
+            assert pkt.type == L.ETHERTYPE_IPV4, where
+            assert (ip.version, ip.ihl, ip.tos) == (4, 5, (cfg.dscp << 2) | L.ECN_ECT0), where
+            assert (ip.id, int(ip.flags), ip.frag, ip.ttl, ip.proto) == (0, 2, 0, 64, 17), where
+            assert ip.len == len(frame) - 14 and udp.len == len(frame) - 34, where
+        assert (ip.src, ip.dst) == (src_ip, cfg.dst_ip), where
         assert udp.dport == L.ROCE_UDP_PORT and udp.chksum == 0, where
         ev_index = rec["ev_index"]
         assert udp.sport == host.ev_value[(exp.qp, ev_index)], (
@@ -533,7 +560,7 @@ class Scoreboard:
             dscp=cfg.dscp,
             src_mac=SRC_MAC,
             dst_mac=cfg.dst_mac,
-            src_ip=SRC_IP,
+            src_ip=src_ip,
             dst_ip=cfg.dst_ip,
         )
         ref[L.BTH].se = exp.se
@@ -697,6 +724,42 @@ async def test_many_qps(dut):
                 imm=rng.getrandbits(32) if rng.random() < 0.3 else None,
             )
     await host.sb.wait_all(tb, ack=True)
+    await check_counters(tb, host)
+
+
+@cocotb.test(skip=not IPV6)
+async def test_ipv6_peers(dut):
+    """QPs whose peers are IPv6 addresses beside QPs with IPv4 peers, every
+    QP with messages of every packet kind at once: each frame over its QP's
+    family, byte-exact against scapy's (IPv6: traffic class, flow label 0,
+    hop limit 64, payload length; the ICRC over IPv6's masks). A QP moved
+    from IPv4 to IPv6 between messages frames the next ones over IPv6."""
+    tb, host = await make_tb(dut, seed=31)
+    rng = seeds.rng(32)
+    qps = list(range(min(NUM_QPS, 4)))
+    for q in qps:
+        peer = f"2001:db8:{q:x}::{q + 2:x}" if q % 2 else f"10.2.0.{q + 2}"
+        await host.open_qp(QpConfig(q, mtu=rng.choice([256, 1024]), dscp=rng.getrandbits(6),
+                                    next_psn=rng.getrandbits(24), dst_ip=peer,
+                                    dst_mac=f"02:00:00:00:02:{q:02x}"))
+    for i in range(24):
+        q = qps[i % len(qps)]
+        await host.post(q, rng.choice([0, 1, 3, 64, 255, 256, 257, 1500, 3000]), rng,
+                        imm=rng.getrandbits(32) if rng.random() < 0.4 else None)
+    await host.sb.wait_all(tb, ack=True)
+    # QP 0 moves to an IPv6 peer (its new address first, then the family)
+    cfg = host.cfg[qps[0]]
+    cfg.dst_ip = "fd00::abcd:1"
+    for i, off in enumerate((Q.DST_IP, Q.DST_IP6_1, Q.DST_IP6_2, Q.DST_IP6_3)):
+        await tb.write(tb.qreg(qps[0], off), ip_int(cfg.dst_ip) >> (32 * i) & 0xFFFFFFFF)
+    await tb.write(tb.qreg(qps[0], Q.IP6), 1)
+    for n in (0, 700, 2500):
+        await host.post(qps[0], n, rng, imm=n or None)
+    await host.sb.wait_all(tb, ack=True)
+    v6 = sum(frame[12:14] == b"\x86\xdd" for _, frame in tb.frames)
+    assert 0 < v6 < len(tb.frames), f"{v6} of {len(tb.frames)} frames over IPv6"
+    assert await tb.read(G.SRC_IP6 + 12) == ip_int(SRC_IP6) >> 96
+    assert await tb.read(tb.qreg(qps[1], Q.IP6)) == 1
     await check_counters(tb, host)
 
 
@@ -1118,6 +1181,7 @@ async def test_registers(dut):
     caps = await tb.read(G.CAPS)
     assert caps & 0xFF == DATA_WIDTH // 8 and (caps >> 8) & 0xF == 12
     assert 1 << ((caps >> 12) & 0xF) == INFLIGHT
+    assert (caps >> 16) & 1 == IPV6
     rng = seeds.rng(72)
     for q in (0, NUM_QPS - 1):
         vals = {
@@ -1232,6 +1296,7 @@ def run(**kwargs):
             evs_per_qp=EVS_PER_QP,
             inflight_depth=INFLIGHT,
             num_planes=NUM_PLANES,
+            ipv6=IPV6,
         ),
         toplevel="tx_engine_top",
         test_module="tests.hw.test_tx_engine",

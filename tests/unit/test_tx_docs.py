@@ -9,7 +9,8 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "tx.md"
 
 
 def registers_section() -> str:
-    return tx_register_map(16, 16).markdown()
+    """The map of a build with ``ipv6``: its registers marked "(ipv6 builds)"."""
+    return tx_register_map(16, 16, ipv6=True).markdown()
 
 
 def test_register_table_in_docs():
@@ -23,7 +24,7 @@ def test_register_table_in_docs():
 
 
 def test_register_map_layout():
-    rm = tx_register_map(256, 256)
+    rm = tx_register_map(256, 256, ipv6=True)
     assert rm.type_id == 0x0002 and rm.name == "tx"
     # every per-QP register fits its window, the last QP ends inside 64 KiB
     for reg in rm.registers:

@@ -3,13 +3,15 @@ payload descriptors against a Python reference: the RDMA WRITE opcodes of
 the IB spec (FIRST 0x06, MIDDLE 0x07, LAST 0x08, LAST_IMM 0x09, ONLY 0x0A,
 ONLY_IMM 0x0B), SE on a WITH_IMMEDIATE message's last packet, AckReq on a
 last packet or a retransmission, the addresses + offset a cycle later
-(wrapping at their widths), the rest from the WQE and the QP's settings."""
+(wrapping at their widths), the rest from the WQE and the QP's settings; built with ``ipv6``, the
+128-bit peer address from its four lanes and ``v6`` from ``qp_ip6``."""
 
 
+import pytest
 from amaranth.sim import Simulator
 
 from hw.tx.packet_desc import PacketDescriptors
-from hw.tx.qp_settings import CFG_LANES
+from hw.tx.qp_settings import cfg_lanes
 from tests import seeds
 
 ADDR_WIDTH = 48
@@ -27,10 +29,11 @@ def opcode(first, last, with_imm):
     return 0x07
 
 
-def test_packet_descriptors():
-    dut = PacketDescriptors(ADDR_WIDTH)
+@pytest.mark.parametrize("ipv6", [False, True], ids=["ipv4", "ipv6"])
+def test_packet_descriptors(ipv6):
+    dut = PacketDescriptors(ADDR_WIDTH, ipv6)
     rng = seeds.rng(3)
-    lanes = {name: i for i, (name, _, _) in enumerate(CFG_LANES)}
+    lanes = {name: i for i, (name, _, _) in enumerate(cfg_lanes(ipv6))}
     seen = set()
 
     async def bench(ctx):
@@ -40,7 +43,7 @@ def test_packet_descriptors():
             offset = rng.choice([0, 256, 4096, rng.getrandbits(32)])
             first, last, retx = rng.getrandbits(1), rng.getrandbits(1), rng.getrandbits(1)
             length, psn, ev = rng.getrandbits(13), rng.getrandbits(24), rng.getrandbits(16)
-            settings = rng.getrandbits(32 * len(CFG_LANES))
+            settings = rng.getrandbits(32 * len(lanes))
             ctx.set(dut.wqe, wqe)
             for name, value in (("offset", offset), ("first", first), ("last", last),
                                 ("retx", retx), ("length", length), ("psn", psn),
@@ -59,6 +62,10 @@ def test_packet_descriptors():
                 "dst_mac": lane("dst_mac_lo", 32) | lane("dst_mac_hi", 16) << 32,
                 "dst_ip": lane("dst_ip", 32), "dscp": lane("dscp", 6),
             }
+            if ipv6:
+                want["dst_ip"] |= (lane("dst_ip6_1", 32) << 32 | lane("dst_ip6_2", 32) << 64
+                                   | lane("dst_ip6_3", 32) << 96)
+                want["v6"] = lane("ip6", 1)
             assert {k: getattr(h, k) for k in want} == want
             assert p.length == length
             if prev is not None:
