@@ -15,14 +15,18 @@ from hw.headers import (
     BTH,
     ETH,
     ETHERTYPE_IPV4,
+    ETHERTYPE_IPV6,
     IP_PROTO_UDP,
     IPV4,
+    IPV6,
+    IPV6_SHIFT,
     OFF_IPV4,
     PROBE,
     ROCE_UDP_PORT,
     SACK,
     UDP,
     Opcode,
+    icrc_mask,
     sack_bitmap,
 )
 from hw.pipeline import OneHotFSM
@@ -51,9 +55,9 @@ def ack_frame_len(sack_bits):
     return 14 + 20 + 8 + 12 + 4 + 12 + sack_bits // 8 + 4
 
 
-# Bytes masked to ones for the ICRC (docs/protocol.md): IPv4 TOS, TTL and
-# checksum, UDP checksum, BTH byte 4 (FECN, BECN, resv6).
-_ICRC_MASKED = (15, 22, 24, 25, 40, 41, 46)
+def _mask(v6):
+    """The bits the ICRC sees as ones (``icrc_mask``), as one integer over the frame."""
+    return sum(bits << (8 * b) for b, bits in icrc_mask(v6).items())
 
 
 def _addr_sum(addr):
@@ -84,7 +88,12 @@ class RxAckBuilder(wiring.Component):
     checksum) / UDP (source port = the job's EV, checksum 0) / BTH (P_Key
     0xFFFF) / AETH / MRC SACK / bitmap / ICRC for an ACK or NAK, ``74 +
     sack_bits / 8`` bytes; Eth / IPv4 / UDP / BTH (opcode 0xC1, PSN 0) / MRC
-    PROBE / ICRC for a probe response, 74 bytes.
+    PROBE / ICRC for a probe response, 74 bytes. With ``ipv6`` (a build
+    parameter) a job with ``v6`` set goes over IPv6 instead (traffic class
+    ECT(0), flow label 0, hop limit 64, from ``own_ip6`` to the job's
+    128-bit ``dst_ip``; 20 bytes longer, no checksum): four kinds of frame,
+    each with its own image, ICRC masks and beat index, picked by the job's
+    ``probe`` and ``v6``.
 
     The frame is not kept in a shift register: its image is a function of the
     job register (most of it constant), and a beat index picks each beat of it
@@ -111,18 +120,20 @@ class RxAckBuilder(wiring.Component):
     and 21 per probe response at 64 bits, 7 at 512.
     """
 
-    def __init__(self, data_width=64, sack_bits=64, plane_bits=0):
+    def __init__(self, data_width=64, sack_bits=64, plane_bits=0, ipv6=False):
         check_data_width(data_width)
         self.data_width = data_width
         self.sack_bits, self.plane_bits = sack_bits, plane_bits
+        self.ipv6 = ipv6
         self.ack_len = ack_frame_len(sack_bits)
-        self.max_len = max(self.ack_len, PROBE_FRAME_LEN)
+        self.max_len = max(self.ack_len, PROBE_FRAME_LEN) + (IPV6_SHIFT if ipv6 else 0)
         super().__init__(
             {
-                "job": In(stream.Signature(AckJob(sack_bits, plane_bits))),
+                "job": In(stream.Signature(AckJob(sack_bits, plane_bits, ipv6))),
                 "m_axis": Out(AXIStreamSignature(data_width, max(1, plane_bits))),
                 "own_mac": In(48),
                 "own_ip": In(32),
+                **({"own_ip6": In(128)} if ipv6 else {}),
             }
         )
 
@@ -130,9 +141,28 @@ class RxAckBuilder(wiring.Component):
         m = Module()
         dw, bpb = self.data_width, self.data_width // 8
         W = self.sack_bits
-        job = Signal(AckJob(W, self.plane_bits))
+        job = Signal(AckJob(W, self.plane_bits, self.ipv6))
         nbytes = -(-self.max_len // bpb) * bpb
-        frame_len = Mux(job.probe, PROBE_FRAME_LEN, self.ack_len)
+        # The kinds of frame, in the order ``by_kind`` takes them: (v6, probe).
+        kinds = [(False, False), (False, True)] + (
+            [(True, False), (True, True)] if self.ipv6 else [])
+
+        def by_kind(values, rec=job):
+            """The value for the kind of ``rec`` (a job), a mux on its bits."""
+            pick = Mux(rec.probe, values[1], values[0])
+            return Mux(rec.v6, Mux(rec.probe, values[3], values[2]), pick) if self.ipv6 else pick
+
+        def is_kind(kind, rec):
+            v6, probe = kind
+            hit = rec.probe if probe else ~rec.probe
+            return (hit & (rec.v6 if v6 else ~rec.v6)) if self.ipv6 else hit
+
+        def frame_bytes(kind):
+            v6, probe = kind
+            return (PROBE_FRAME_LEN if probe else self.ack_len) + (IPV6_SHIFT if v6 else 0)
+
+        lengths = [frame_bytes(k) for k in kinds]
+        frame_len = by_kind(lengths)
 
         def pack(header, **fields):
             widths = {name: w for name, _, w in header.fields}
@@ -140,18 +170,26 @@ class RxAckBuilder(wiring.Component):
                 {k: Const(v, widths[k]) if isinstance(v, int) else v for k, v in fields.items()}
             )
 
-        def ip_header(total_len, checksum, src=self.own_ip, dst=job.dst_ip):
+        def ip_header(total_len, checksum, src=self.own_ip, dst=job.dst_ip[:32]):
             return pack(
                 IPV4, version=4, ihl=5, ecn=ECN_ECT0, total_len=total_len - 14,
                 flags=IP_FLAGS_DF, ttl=IP_TTL, proto=IP_PROTO_UDP, checksum=checksum,
                 src=src, dst=dst,
             )
 
-        def l3(total_len, opcode, psn, checksum):
+        def l3(total_len, opcode, psn, checksum, v6=False):
+            if v6:
+                ip = (pack(ETH, dst=job.dst_mac, src=self.own_mac, ethertype=ETHERTYPE_IPV6),
+                      pack(IPV6, version=6, ecn=ECN_ECT0, payload_len=total_len - 54,
+                           next_header=IP_PROTO_UDP, hop_limit=IP_TTL, src=self.own_ip6,
+                           dst=job.dst_ip))
+            else:
+                ip = (pack(ETH, dst=job.dst_mac, src=self.own_mac, ethertype=ETHERTYPE_IPV4),
+                      ip_header(total_len, checksum))
+            udp_len = total_len - (54 if v6 else 34)
             return (
-                pack(ETH, dst=job.dst_mac, src=self.own_mac, ethertype=ETHERTYPE_IPV4),
-                ip_header(total_len, checksum),
-                pack(UDP, sport=job.ev, dport=ROCE_UDP_PORT, length=total_len - 34),
+                *ip,
+                pack(UDP, sport=job.ev, dport=ROCE_UDP_PORT, length=udp_len),
                 pack(BTH, opcode=opcode, pkey=PKEY_DEFAULT, dqpn=job.dqpn, psn=psn),
             )
 
@@ -170,7 +208,7 @@ class RxAckBuilder(wiring.Component):
         ip_src_sum = Signal(17)
         ip_probe = Signal()
         m.d.sync += [
-            ip_dst_sum.eq(_addr_sum(job.dst_ip)),
+            ip_dst_sum.eq(_addr_sum(job.dst_ip[:32])),
             ip_src_sum.eq(_addr_sum(self.own_ip)),
             ip_probe.eq(job.probe),
         ]
@@ -181,28 +219,30 @@ class RxAckBuilder(wiring.Component):
         m.d.sync += ip_sum.eq(ip_dst_sum + ip_src_sum + fixed_sum)
         fold = (ip_sum[:16] + ip_sum[16:])[:17]
         m.d.sync += ip_csum.eq(~(fold[:16] + fold[16])[:16])
-        ack_img = Cat(
-            *l3(self.ack_len, Opcode.ACKNOWLEDGE, job.psn, 0),
-            pack(AETH, syndrome=job.syndrome, msn=job.msn),
-            pack(SACK, svc_hi=job.svc_time[8:], svc_lo=job.svc_time[:8],
-                 cum_psn=job.cum_psn, sack_base=job.sack_base, ece=job.ece,
-                 sack_words=W // 32, ce_count=job.ce_count),
-            pack(sack_bitmap(W), bitmap=job.bitmap),
-        )
-        probe_img = Cat(
-            *l3(PROBE_FRAME_LEN, Opcode.PROBE_RESP, 0, 0),
-            pack(PROBE, probe_id=job.probe_id, ev=job.probe_ev, timestamp=job.timestamp),
-        )
+        def img(kind):
+            v6, probe = kind
+            if probe:
+                return Cat(
+                    *l3(frame_bytes(kind), Opcode.PROBE_RESP, 0, 0, v6),
+                    pack(PROBE, probe_id=job.probe_id, ev=job.probe_ev, timestamp=job.timestamp),
+                )
+            return Cat(
+                *l3(frame_bytes(kind), Opcode.ACKNOWLEDGE, job.psn, 0, v6),
+                pack(AETH, syndrome=job.syndrome, msn=job.msn),
+                pack(SACK, svc_hi=job.svc_time[8:], svc_lo=job.svc_time[:8],
+                     cum_psn=job.cum_psn, sack_base=job.sack_base, ece=job.ece,
+                     sack_words=W // 32, ce_count=job.ce_count),
+                pack(sack_bitmap(W), bitmap=job.bitmap),
+            )
+
+        images = [img(k) for k in kinds]
         image = Signal(8 * nbytes)
-        m.d.comb += image.eq(Mux(job.probe, probe_img, ack_img))
-        mask = 0
-        for b in _ICRC_MASKED:
-            mask |= 0xFF << (8 * b)
+        m.d.comb += image.eq(by_kind(images))
 
         crc = Signal(32)
         crc_left = Signal(range(nbytes + 1))
         crc_last = Signal()  # this CRC beat is the last one (crc_left <= bpb)
-        crc_len = Mux(job.probe, PROBE_FRAME_LEN, self.ack_len) - OFF_IPV4 - 4
+        crc_len = by_kind([n - OFF_IPV4 - 4 for n in lengths])
         # The data part of the next CRC beat, as the parts of the beat's low
         # and high halves (XOR them): two registered XOR trees of half the
         # inputs each, one level less in front of these flip-flops than one
@@ -218,37 +258,34 @@ class RxAckBuilder(wiring.Component):
         def zero_lead(length):
             return -(length - OFF_IPV4 - 4) % bpb
 
-        def crc_beats(img, length):
+        def crc_beats(img, length, mask):
             covered = length - OFF_IPV4 - 4
             src = (Cat(img, Const(0, 8 * nbytes - len(img))) | mask) >> (8 * OFF_IPV4)
             lead = Cat(Const(0, 8 * zero_lead(length)), src[: 8 * covered])
             return [lead[i * dw : (i + 1) * dw] for i in range(len(lead) // dw)]
 
-        crc_init = Mux(job.probe, crc32_before_zeros(ICRC_INIT, zero_lead(PROBE_FRAME_LEN)),
-                       crc32_before_zeros(ICRC_INIT, zero_lead(self.ack_len)))
+        crc_init = by_kind([crc32_before_zeros(ICRC_INIT, zero_lead(n)) for n in lengths])
 
-        ack_beats = crc_beats(ack_img, self.ack_len)
-        probe_beats = crc_beats(probe_img, PROBE_FRAME_LEN)
+        kind_beats = [crc_beats(im, n, _mask(k[0]))
+                      for im, n, k in zip(images, lengths, kinds, strict=True)]
         src_q = Signal(dw)  # the CRC beat whose data part is computed next
-        # The beat index, one-hot over the ACK's beats and the probe
-        # response's apart, beat 0 excluded (bit i: beat i + 1): the frame
-        # type is in the index (set from the job as it is taken), so no
-        # job.probe select lies between the image and src_q. src_first_ack
-        # and src_first_probe select beat 0 (set in IDLE, so 1 in LOAD).
-        # One copy of the index per half of the beat (each with its own
-        # feedback, so synthesis keeps both): a bit of it selects 32 data bits,
-        # not 64 (docs/timing.md#rx-ack-builder).
-        src_next_ack = [Signal(len(ack_beats) - 1, name=f"src_next_ack_h{h}")
-                        for h in range(2)]
-        src_next_probe = [Signal(len(probe_beats) - 1, name=f"src_next_probe_h{h}")
-                          for h in range(2)]
-        src_first_ack = Signal()
-        src_first_probe = Signal()
+        # The beat index, one-hot over each kind of frame's beats apart (the
+        # ACK's, the probe response's, and over IPv6 theirs), beat 0 excluded
+        # (bit i: beat i + 1): the frame type is in the index (set from the
+        # job as it is taken), so no job.probe select lies between the image
+        # and src_q. src_first[k] selects kind k's beat 0 (set in IDLE, so 1
+        # in LOAD). One copy of the index per half of the beat (each with its
+        # own feedback, so synthesis keeps both): a bit of it selects 32 data
+        # bits, not 64 (docs/timing.md#rx-ack-builder).
+        names = [("ack", "probe")[p] + ("6" if v6 else "") for v6, p in kinds]
+        src_next = [[Signal(len(b) - 1, name=f"src_next_{n}_h{h}") for h in range(2)]
+                    for n, b in zip(names, kind_beats, strict=True)]
+        src_first = [Signal(name=f"src_first_{n}") for n in names]
         # The pick of beats 1.. is in two registered steps: ``src_part``
         # holds the one-hot pick within each group of SRC_GROUP beats, a beat
         # ahead of src_q, which ORs the groups' parts and beat 0's pick (from
         # the job register, which loads as the job is taken, in LOAD).
-        src_rest = ack_beats[1:] + probe_beats[1:]
+        src_rest = [b for beats in kind_beats for b in beats[1:]]
         src_groups = [list(range(i, min(i + SRC_GROUP, len(src_rest))))
                       for i in range(0, len(src_rest), SRC_GROUP)]
         src_part = [Signal(dw, name=f"src_part_{k}") for k in range(len(src_groups))]
@@ -265,10 +302,13 @@ class RxAckBuilder(wiring.Component):
         icrc = ~crc
         full = Signal(8 * nbytes)
         at_csum = 8 * (OFF_IPV4 + 10)
+        csum = Cat(ip_csum[8:], ip_csum[:8])
+        if self.ipv6:
+            csum = csum & (~job.v6).replicate(16)  # no checksum over IPv6
         m.d.comb += full.eq(
             image
-            | (Cat(ip_csum[8:], ip_csum[:8]) << at_csum)
-            | Mux(job.probe, icrc << 8 * (PROBE_FRAME_LEN - 4), icrc << 8 * (self.ack_len - 4))
+            | (csum << at_csum)
+            | by_kind([icrc << 8 * (n - 4) for n in lengths])
         )
         out_beats = [full[i * dw : (i + 1) * dw] for i in range(nbytes // bpb)]
         out = Signal(dw)
@@ -294,23 +334,22 @@ class RxAckBuilder(wiring.Component):
         # crc_dpart_lo/hi get the data part of the beat src_q held.
         dpart_lo, dpart_hi = half_parts(src_q)
         half = dw // 2
+        offered = self.job.payload
         for h in range(2):
-            src_index = Cat(src_next_ack[h], src_next_probe[h])
+            src_index = Cat(*(nxt[h] for nxt in src_next))
             for part, group in zip(src_part, src_groups, strict=True):
                 m.d.sync += part[h * half : (h + 1) * half].eq(
                     pick([src_rest[i][h * half : (h + 1) * half] for i in group],
                          Cat(*(src_index[i] for i in group))))
             m.d.sync += [
-                src_next_ack[h].eq(Mux(st.IDLE, self.job.valid & ~self.job.payload.probe,
-                                       src_next_ack[h] << 1)),
-                src_next_probe[h].eq(Mux(st.IDLE, self.job.valid & self.job.payload.probe,
-                                         src_next_probe[h] << 1)),
+                nxt[h].eq(Mux(st.IDLE, self.job.valid & is_kind(kind, offered), nxt[h] << 1))
+                for nxt, kind in zip(src_next, kinds, strict=True)
             ]
         m.d.sync += [
-            src_q.eq(reduce(operator.or_, [pick([ack_beats[0], probe_beats[0]],
-                                   Cat(src_first_ack, src_first_probe)), *src_part])),
-            src_first_ack.eq(st.IDLE & ~self.job.payload.probe),
-            src_first_probe.eq(st.IDLE & self.job.payload.probe),
+            src_q.eq(reduce(operator.or_, [pick([b[0] for b in kind_beats], Cat(*src_first)),
+                                           *src_part])),
+            *[first.eq(st.IDLE & is_kind(kind, offered))
+              for first, kind in zip(src_first, kinds, strict=True)],
             crc_dpart_lo.eq(dpart_lo),
             crc_dpart_hi.eq(dpart_hi),
         ]

@@ -193,9 +193,12 @@ class WindowReq(data.StructLayout):
 
 class AckJob(data.StructLayout):
     """An ACK, NAK or probe response for the frame builder; ``plane``
-    (``plane_bits``, none with one plane) is the plane it leaves on."""
+    (``plane_bits``, none with one plane) is the plane it leaves on. With
+    ``ipv6``, ``dst_ip`` is 128 bits (an IPv4 address in its low 32) and
+    ``v6`` says the frame goes over IPv6."""
 
-    def __init__(self, sack_bits, plane_bits=0):
+    def __init__(self, sack_bits, plane_bits=0, ipv6=False):
+        v6 = {"dst_ip": unsigned(128), "v6": unsigned(1)} if ipv6 else {}
         super().__init__(
             {
                 "probe": unsigned(1),
@@ -216,6 +219,7 @@ class AckJob(data.StructLayout):
                 "probe_ev": unsigned(16),
                 "timestamp": unsigned(64),
                 **plane_field(plane_bits),
+                **v6,
             }
         )
 
