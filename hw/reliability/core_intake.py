@@ -1,7 +1,7 @@
 """The reliability core's event intake and write back: CLEAR, IDLE, ACK_IN, LOAD,
 SENT; SETTLE, FINAL. Builders of ``ReliabilityCore`` (hw/reliability/core_ctx.py)."""
 
-from amaranth.hdl import Cat, Mux
+from amaranth.hdl import Cat, Mux, Signal
 
 from hw.pipeline import load_in_groups
 from hw.protocol import PSN_BITS
@@ -126,6 +126,10 @@ def intake_states(ctx):
             count("acks_ignored")
             fsm.next = "IDLE"
 
+    # registered in LOAD: a refused WQE completes at once in SENT (which follows
+    # LOAD), the QP being fresh or having nothing in flight; a flip-flop, not a
+    # compare of infl, in front of flush_status and the state's next value
+    operr_now = Signal()
     with fsm.State("LOAD"):
         r = rec_rd_data
         r_span = (r.nxt - r.una)[:PSN_BITS]
@@ -140,6 +144,7 @@ def intake_states(ctx):
             sent_new.eq((r.state == QpState.RTS) & ~s.retx & ~s.op_err
                         & (r.fresh | ((s.psn == r.nxt) & (r_span[: len(infl)] < W)))),
             sent_operr.eq((r.state == QpState.RTS) & s.op_err),
+            operr_now.eq(r.fresh | (r_span[: len(infl)] == 0)),
             sent_moves.eq(s.psn != r.una),
         ]
         with m.Switch(kind):
@@ -166,7 +171,7 @@ def intake_states(ctx):
             m.d.sync += cur.wqe_sent.eq(s.wqe_index + 1)
             with m.If(cur.fresh):
                 m.d.sync += cur.wqe_cpl.eq(s.wqe_index)
-            with m.If(cur.fresh | (infl == 0)):
+            with m.If(operr_now):
                 m.d.sync += flush_status.eq(CqeStatus.LOC_QP_OP_ERR)
                 fsm.next = "OP_ERR"
             with m.Else():
