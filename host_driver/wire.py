@@ -14,14 +14,17 @@ from __future__ import annotations
 import struct
 import zlib
 
-from hw.protocol import ETHERTYPE_IPV4, ETHERTYPE_IPV6, ROCE_UDP_PORT, Opcode
-
-ECN_NOT_ECT = 0
-ECN_ECT1 = 1
-ECN_ECT0 = 2
-ECN_CE = 3
-
-TRIM_DSCP_DEFAULT = 0x3F
+from hw.protocol import (  # noqa: F401 (re-exported: the layers' users read them here)
+    ECN_CE,
+    ECN_ECT0,
+    ECN_ECT1,
+    ECN_NOT_ECT,
+    ETHERTYPE_IPV4,
+    ETHERTYPE_IPV6,
+    ROCE_UDP_PORT,
+    TRIM_DSCP_DEFAULT,
+    Opcode,
+)
 
 HDR_ETH, HDR_IPV4, HDR_IPV6, HDR_UDP, HDR_BTH = 14, 20, 40, 8, 12
 HDR_RETH, HDR_IMMDT, HDR_AETH, HDR_ICRC = 16, 4, 4, 4

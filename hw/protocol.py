@@ -30,6 +30,14 @@ __all__ = [
     "PSN_HALF",
     "ETHERTYPE_IPV4",
     "ETHERTYPE_IPV6",
+    "ECN_NOT_ECT",
+    "ECN_ECT1",
+    "ECN_ECT0",
+    "ECN_CE",
+    "IP_TTL",
+    "IP_FLAGS_DF",
+    "PKEY_DEFAULT",
+    "TRIM_DSCP_DEFAULT",
     "IP_PROTO_UDP",
     "ROCE_UDP_PORT",
     "SVC_TIME_BITS",
@@ -53,6 +61,12 @@ PSN_HALF = 1 << (PSN_BITS - 1)
 
 ETHERTYPE_IPV4 = 0x0800
 ETHERTYPE_IPV6 = 0x86DD
+# the IP header's ECN codepoints (RFC 3168); the NIC sends ECT(0) and reads CE
+ECN_NOT_ECT, ECN_ECT1, ECN_ECT0, ECN_CE = 0, 1, 2, 3
+IP_TTL = 64  # the NIC's IPv4 TTL and IPv6 hop limit
+IP_FLAGS_DF = 0b010  # IPv4 flags: don't fragment
+PKEY_DEFAULT = 0xFFFF  # the BTH's partition key: the default partition, full member
+TRIM_DSCP_DEFAULT = 0x3F  # the DSCP that marks a trimmed packet, unless configured
 IP_PROTO_UDP = 17
 ROCE_UDP_PORT = 4791
 

@@ -30,16 +30,13 @@ from hw.headers import (
     sack_bitmap,
 )
 from hw.pipeline import OneHotFSM
+from hw.protocol import ECN_ECT0, IP_FLAGS_DF, IP_TTL, PKEY_DEFAULT
 from hw.stream import AXIStreamSignature, check_data_width
 
 from .layouts import AckJob
 
 __all__ = ["RxAckBuilder", "ack_frame_len", "PROBE_FRAME_LEN"]
 
-ECN_ECT0 = 0b10
-IP_FLAGS_DF = 0b010
-IP_TTL = 64
-PKEY_DEFAULT = 0xFFFF
 PROBE_FRAME_LEN = 14 + 20 + 8 + 12 + 16 + 4
 
 

@@ -130,6 +130,7 @@ from hw.headers import (
     UDP,
     sack_bitmap,
 )
+from hw.protocol import TRIM_DSCP_DEFAULT
 from hw.stream import AXIStreamSignature, Beat
 
 from .layouts import COUNTER_NAMES, ParsedHeader, Verdict
@@ -222,7 +223,7 @@ class RxParser(wiring.Component):
                 "s_axis": In(AXIStreamSignature(data_width, user_width=1 + plane_bits)),
                 "hdr": Out(stream.Signature(ParsedHeader(sack_bits, plane_bits))),
                 "payload": Out(stream.Signature(Beat(data_width))),
-                "trim_dscp": In(6, init=0x3F),
+                "trim_dscp": In(6, init=TRIM_DSCP_DEFAULT),
                 "events": Out(len(COUNTER_NAMES)),
             }
         )

@@ -18,7 +18,7 @@ from hw.csr import (
     RegisterMap,
     read_groups,
 )
-from hw.protocol import PSN_BITS
+from hw.protocol import PSN_BITS, TRIM_DSCP_DEFAULT
 
 from .layouts import QpConfig
 from .parser import COUNTER_NAMES as PARSER_COUNTERS
@@ -170,7 +170,8 @@ def rx_register_map(num_qps=16, num_mrs=16, next_offset=0) -> RegisterMap:
     rmap.add("OWN_MAC_LO", 0x0C, "RW", "own MAC address bits 31:0 (source of ACKs)")
     rmap.add("OWN_MAC_HI", 0x10, "RW", "own MAC address bits 47:32")
     rmap.add("OWN_IP", 0x14, "RW", "own IPv4 address: frames to any other are dropped")
-    rmap.add("TRIM_DSCP", 0x18, "RW", "DSCP that marks a trimmed frame (reset 0x3F)")
+    rmap.add("TRIM_DSCP", 0x18, "RW",
+             f"DSCP that marks a trimmed frame (reset 0x{TRIM_DSCP_DEFAULT:02X})")
     for i, name in enumerate(COUNTERS):
         doc = _COUNTER_DOC.get(name, f"parser verdict `{name[7:]}` (frames)")
         rmap.add(f"CNT_{name.upper()}", COUNTER_BASE + 4 * i, "RO", f"count: {doc}")
@@ -281,7 +282,7 @@ class RxRegisters(wiring.Component):
                 "mrs": Out(data.ArrayLayout(MrEntry(addr_width), num_mrs)),
                 "own_mac": Out(48),
                 "own_ip": Out(32),
-                "trim_dscp": Out(6, init=0x3F),
+                "trim_dscp": Out(6, init=TRIM_DSCP_DEFAULT),
                 "events": In(events),
                 "parser_events": In(len(PARSER_COUNTERS)),
             }

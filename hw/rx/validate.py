@@ -7,6 +7,7 @@ from amaranth.utils import exact_log2
 
 from hw.headers import PATH_MTU, Opcode
 from hw.pipeline import OneHotFSM, load_in_groups, state_copy
+from hw.protocol import ECN_CE
 from hw.reliability.layouts import NAK_INVALID_REQUEST, NAK_REMOTE_ACCESS
 
 from .first_fail import first_failing
@@ -14,7 +15,6 @@ from .layouts import ParsedHeader, QpConfig, QpState, ReqKind, WindowReq
 
 __all__ = ["MrEntry", "RxValidator", "VALIDATOR_COUNTERS", "MR_ACCESS_VALID", "MR_ACCESS_WRITE"]
 
-ECN_CE = 0b11
 MR_ACCESS_VALID = 1 << 0
 MR_ACCESS_WRITE = 1 << 1
 

@@ -18,14 +18,11 @@ from ..headers import (
     UDP,
     Opcode,
 )
+from ..protocol import ECN_ECT0, IP_FLAGS_DF, IP_TTL, PKEY_DEFAULT
 from .layouts import FrameHeader, PacketDesc
 
-__all__ = ["HeaderBuilder", "ECN_ECT0", "IP_TTL", "IP_FLAGS_DF"]
+__all__ = ["HeaderBuilder"]
 
-ECN_ECT0 = 0b10
-IP_TTL = 64
-IP_FLAGS_DF = 0b010
-PKEY_DEFAULT = 0xFFFF
 
 
 def ipv4_checksum(words):

@@ -22,7 +22,8 @@ SOURCES = ("hw", "host_driver", "sim")
 # but hw/protocol.py.
 LITERAL = re.compile(
     r"^\s*(PSN_BITS|PSN_MASK|PSN_HALF|ROCE_UDP_PORT|IP_PROTO_UDP|AETH_ACK|NAK_[A-Z_]+|OP_[A-Z_]+"
-    r"|ETHERTYPE_\w+(?:, ETHERTYPE_\w+)*)"
+    r"|ETHERTYPE_\w+(?:, ETHERTYPE_\w+)*|ECN_\w+(?:, ECN_\w+)*|IP_TTL|IP_FLAGS_DF|PKEY_DEFAULT"
+    r"|TRIM_DSCP_DEFAULT)"
     r"\s*=\s*(0x[0-9a-fA-F]+|\d+|\(1 <<)", re.MULTILINE)
 CLASS = re.compile(r"^class (QpState|EvState|Opcode|Syndrome)\b", re.MULTILINE)
 # a state name bound to a string or number literal (the model names states)
