@@ -93,6 +93,7 @@ class Framer(wiring.Component):
                 return Mux(hdr.imm, values[1], values[0])
             return Mux(hdr.v6, Mux(hdr.imm, values[3], values[2]),
                        Mux(hdr.imm, values[1], values[0]))
+
         # The header bytes shift down one beat as each header beat leaves, so
         # the beat out is the low word or the next (no select by beat number).
         # The shift lags the beat by a cycle: ``skew`` (a beat left in the
@@ -134,6 +135,7 @@ class Framer(wiring.Component):
             for i, v in enumerate(values):
                 out = out | (Value.cast(v) & res_flags[i].replicate(len(Value.cast(v))))
             return out
+
         # the current frame's residue + pad, as registered lane masks for the
         # last payload beat: it ends the frame when no keep lane is at or
         # above nbytes - (residue + pad); its keep then is keep << (residue +
