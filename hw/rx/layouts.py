@@ -70,16 +70,20 @@ class Verdict(enum.Enum, shape=4):
 class ParsedHeader(data.StructLayout):
     """One accepted frame's header fields; fields its opcode does not carry are 0.
     ``plane`` (``plane_bits`` wide; no field with one plane; the last field, so
-    that the layout without it is a prefix) is the plane the frame arrived on."""
+    that the layout without it is a prefix) is the plane the frame arrived on.
+    With ``ipv6`` the addresses are 128 bits (an IPv4 one in the low 32) and
+    ``v6`` says the frame came over IPv6."""
 
-    def __init__(self, sack_bits: int = 64, plane_bits: int = 0):
+    def __init__(self, sack_bits: int = 64, plane_bits: int = 0, ipv6: bool = False):
         sack_bitmap(sack_bits)  # checks the width
+        ip_bits = 128 if ipv6 else 32
         super().__init__(
             {
                 "eth_src": unsigned(48),
                 "eth_dst": unsigned(48),
-                "ip_src": unsigned(32),
-                "ip_dst": unsigned(32),
+                "ip_src": unsigned(ip_bits),
+                "ip_dst": unsigned(ip_bits),
+                **({"v6": unsigned(1)} if ipv6 else {}),
                 "dscp": unsigned(6),
                 "ecn": unsigned(2),
                 "ev": unsigned(16),
@@ -138,9 +142,11 @@ class ReqKind(enum.Enum, shape=3):
 
 class QpConfig(data.StructLayout):
     """The host-written attributes of one QP (the ``QP_*`` registers); the CQ
-    base is an ``addr_width``-bit DMA address."""
+    base is an ``addr_width``-bit DMA address. With ``ipv6``, ``peer_ip`` is
+    128 bits (an IPv4 address in the low 32) and ``peer_v6`` the peer's family."""
 
-    def __init__(self, addr_width=64):
+    def __init__(self, addr_width=64, ipv6=False):
+        v6 = {"peer_ip": unsigned(128), "peer_v6": unsigned(1)} if ipv6 else {}
         super().__init__(
             {
                 "state": QpState,
@@ -156,6 +162,7 @@ class QpConfig(data.StructLayout):
                 "cq_log2": unsigned(5),
                 "cq_enable": unsigned(1),
                 "cq_cons": unsigned(16),
+                **v6,
             }
         )
 

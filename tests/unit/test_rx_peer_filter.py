@@ -127,6 +127,77 @@ def test_peer_filter_block():
     assert strobes == expected_counts()
 
 
+OWN_IP6 = 0x2001_0DB8_0000_0000_0000_0000_0000_0002
+PEER_IP6 = 0x2001_0DB8_0000_0000_0000_0000_0000_0001
+
+
+def test_peer_filter_block_ipv6():
+    """Built with ``ipv6``: QP 1's peer is IPv6, QP 2's IPv4. An IPv6 frame
+    passes only from QP 1's peer to ``own_ip6`` (all 128 bits: one whose low
+    32 bits are ``own_ip`` is not for us), an IPv4 one only from QP 2's; a
+    frame over the other family than the peer's is a bad source, whatever
+    its address's low bits."""
+    dut = RxPeerFilter(num_qps=4, sack_bits=64, ipv6=True)
+    v6 = dict(ip_src=PEER_IP6, ip_dst=OWN_IP6, v6=1)
+    cases = [
+        (frame(**v6), None),
+        (frame(**v6, dqpn=2), "peer_bad_source"),  # QP 2's peer is IPv4
+        (frame(dqpn=2), None),
+        (frame(), "peer_bad_source"),  # QP 1's peer is IPv6
+        (frame(**dict(v6, ip_dst=OWN_IP6 ^ (1 << 100))), "peer_not_for_us"),
+        (frame(**dict(v6, ip_dst=OWN_IP)), "peer_not_for_us"),
+        (frame(**dict(v6, ip_src=PEER_IP6 ^ (1 << 64))), "peer_bad_source"),
+        (frame(**dict(v6, ip_src=PEER_IP)), "peer_bad_source"),
+        (frame(dqpn=2, ip_dst=OWN_IP6), "peer_not_for_us"),  # over IPv4: own_ip
+        # the same 128-bit value over the other family: QP 3's peer is ::10.0.0.1
+        (frame(dqpn=3), "peer_bad_source"),
+        (frame(**dict(v6, ip_src=PEER_IP), dqpn=2), "peer_bad_source"),
+        (frame(**dict(v6, ip_src=PEER_IP), dqpn=3), None),
+    ]
+    out, strobes = [], dict.fromkeys(PEER_FILTER_COUNTERS, 0)
+    cfg = {0: (QpState.RTR, PEER_IP, 0), 1: (QpState.RTS, PEER_IP6, 1),
+           2: (QpState.RTS, PEER_IP, 0), 3: (QpState.RTS, PEER_IP, 1)}
+
+    async def bench(ctx):
+        ctx.set(dut.own_ip, OWN_IP)
+        ctx.set(dut.own_ip6, OWN_IP6)
+        ctx.set(dut.own_mac, OWN_MAC)
+        for f, _ in cases:
+            set_header(ctx, dut.i.payload, f)
+            ctx.set(dut.i.payload.v6, f.get("v6", 0))
+            ctx.set(dut.i.valid, 1)
+            await ctx.tick().until(dut.i.ready)
+            ctx.set(dut.i.valid, 0)
+            await ctx.delay(1e-9)
+            for _ in range(4):
+                await ctx.tick()
+
+    async def model_and_sink(ctx):
+        ctx.set(dut.o.ready, 1)
+        async for clk_edge, _rst, *vals in ctx.tick().sample(
+                dut.cfg_addr, dut.o.valid, dut.o.payload, *(
+                    getattr(dut.counters, n) for n in PEER_FILTER_COUNTERS)):
+            if not clk_edge:
+                continue
+            a, valid, payload, *counts = vals
+            if valid:
+                out.append((payload.ip_src, payload.bth.dqpn))
+            for n, c in zip(PEER_FILTER_COUNTERS, counts, strict=True):
+                strobes[n] += c
+            state, peer, peer_v6 = cfg[a]
+            ctx.set(dut.cfg.state, state)
+            ctx.set(dut.cfg.peer_ip, peer)
+            ctx.set(dut.cfg.peer_v6, peer_v6)
+
+    simulate(dut, bench, model_and_sink)
+    assert out == [(f["ip_src"], f["dqpn"]) for f, reason in cases if reason is None]
+    want = dict.fromkeys(PEER_FILTER_COUNTERS, 0)
+    for _, reason in cases:
+        if reason:
+            want[reason] += 1
+    assert strobes == want
+
+
 @pytest.mark.parametrize("backpressure", [False, True])
 def test_rx_pipeline_drops_forged_peer_frames(backpressure):
     """Through ``RxPipeline``: only the genuine peer frames reach ``peer_ack``
