@@ -63,7 +63,9 @@ class RxValidator(wiring.Component):
                   untouched; they take no QP check here.
     ``cfg_addr`` / ``cfg``: 1-cycle lookup into the QP configuration.
     ``mrs``       In(ArrayLayout(MrEntry(addr_width), num_mrs)): the region table.
-    ``own_ip``    In(32).
+    ``own_ip``    In(32); with ``ipv6`` (a build parameter) also ``own_ip6``
+                  In(128), and the records and the configuration carry
+                  128-bit addresses and their family (``v6``, ``peer_v6``).
     ``counters``  Out: a one-cycle strobe per ``VALIDATOR_COUNTERS`` event.
 
     Checks, in order (the first failure decides; all are silent drops except
@@ -72,9 +74,10 @@ class RxValidator(wiring.Component):
     rules are docs/rx.md's "Validation"):
 
     1. ``bad_qpn``: BTH DestQP >= num_qps.
-    2. ``not_for_us``: IPv4 destination != ``own_ip``.
+    2. ``not_for_us``: IPv4 destination != ``own_ip`` (over IPv6: != ``own_ip6``).
     3. ``qp_state``: the QP is not in RTR or RTS.
-    4. ``bad_source``: IPv4 source != the QP's ``peer_ip``. The BTH of a
+    4. ``bad_source``: IP source != the QP's ``peer_ip``, or the frame's
+       family not the peer's (``peer_v6``, with ``ipv6``). The BTH of a
        request carries only the destination QPN, so the peer is bound by its
        IP address; ACKs go to the QP's configured ``peer_qpn``.
     5. a trimmed WRITE goes on as ``TRIM``, a probe request as ``PROBE``;
@@ -111,19 +114,22 @@ class RxValidator(wiring.Component):
     no throughput.
     """
 
-    def __init__(self, *, num_qps=16, num_mrs=16, sack_bits=64, addr_width=64, plane_bits=0):
+    def __init__(self, *, num_qps=16, num_mrs=16, sack_bits=64, addr_width=64, plane_bits=0,
+                 ipv6=False):
         self.num_qps, self.num_mrs, self.sack_bits = num_qps, num_mrs, sack_bits
         self.addr_width, self.plane_bits = addr_width, plane_bits
+        self.ipv6 = ipv6
         self.qp_bits = exact_log2(num_qps)
         super().__init__(
             {
-                "hdr": In(stream.Signature(ParsedHeader(sack_bits, plane_bits))),
+                "hdr": In(stream.Signature(ParsedHeader(sack_bits, plane_bits, ipv6))),
                 "req": Out(stream.Signature(WindowReq(self.qp_bits, addr_width, plane_bits))),
-                "peer_ack": Out(stream.Signature(ParsedHeader(sack_bits))),
+                "peer_ack": Out(stream.Signature(ParsedHeader(sack_bits, ipv6=ipv6))),
                 "cfg_addr": Out(self.qp_bits),
-                "cfg": In(QpConfig(addr_width)),
+                "cfg": In(QpConfig(addr_width, ipv6)),
                 "mrs": In(data.ArrayLayout(MrEntry(addr_width), num_mrs)),
                 "own_ip": In(32),
+                **({"own_ip6": In(128)} if ipv6 else {}),
                 "counters": Out(data.StructLayout({n: unsigned(1) for n in VALIDATOR_COUNTERS})),
             }
         )
@@ -131,7 +137,7 @@ class RxValidator(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         cnt = self.counters
-        h = Signal(ParsedHeader(self.sack_bits, self.plane_bits))
+        h = Signal(ParsedHeader(self.sack_bits, self.plane_bits, self.ipv6))
         m.d.comb += self.cfg_addr.eq(h.bth.dqpn[: self.qp_bits])
 
         aw = self.addr_width
@@ -217,7 +223,8 @@ class RxValidator(wiring.Component):
             mr.eq(mr_c),
             is_peer.eq((op == Opcode.ACKNOWLEDGE) | (op == Opcode.PROBE_RESP)),
             bad_qpn.eq(h.bth.dqpn >= self.num_qps),
-            not_for_us.eq(h.ip_dst != self.own_ip),
+            not_for_us.eq(Mux(h.v6, h.ip_dst != self.own_ip6, h.ip_dst != self.own_ip)
+                          if self.ipv6 else h.ip_dst != self.own_ip),
             is_probe.eq(op == Opcode.PROBE_REQ),
             is_write.eq(Cat(*[op == o for o in Opcode.WRITES]).any()),
             has_payload.eq(h.payload_len != 0),
@@ -258,7 +265,9 @@ class RxValidator(wiring.Component):
             offset.eq(h.reth.va[:aw] - mr.base),
             room.eq(mr.length - msg_len),
             bad_state.eq((state != QpState.RTR) & (state != QpState.RTS)),
-            bad_source.eq(h.ip_src != self.cfg.peer_ip),
+            # an IPv4 frame's addresses are zero above their 32 bits, as the peer's
+            bad_source.eq((h.ip_src != self.cfg.peer_ip)
+                          | ((h.v6 != self.cfg.peer_v6) if self.ipv6 else 0)),
             # FIRST and MIDDLE carry exactly the MTU, no packet more
             bad_length.eq(~m_valid | m_gt | ((is_first | is_middle) & ~m_eq)),
             # the RETH DMA length against the packet's place in its message:

@@ -139,3 +139,33 @@ def test_invalid_request_comes_before_the_access_checks():
     assert got == [INVALID, INVALID]
     assert strobes["bad_length"] == 1 and strobes["bad_reth"] == 1
     assert strobes["bad_rkey"] == 0 and strobes["bad_bounds"] == 0
+
+
+OWN_IP6 = 0x2001_0DB8_0000_0000_0000_0000_0000_0002
+PEER_IP6 = 0x2001_0DB8_0000_0000_0000_0000_0000_0001
+
+
+def test_ipv6_source_and_destination():
+    """Built with ``ipv6``: a write over IPv6 is taken only from the QP's peer
+    over the peer's family and for ``own_ip6`` (all 128 bits); the rest are
+    silent drops, counted not_for_us or bad_source."""
+    from hw.rx.validate import VALIDATOR_COUNTERS
+
+    v6 = dict(ip_src=PEER_IP6, ip_dst=OWN_IP6, v6=1)
+    frames = [
+        dict(write(BASE, 64), **v6),
+        dict(write(BASE, 64), **dict(v6, ip_dst=OWN_IP6 ^ 1)),
+        dict(write(BASE, 64), **dict(v6, ip_dst=0x0A000002)),  # own_ip's value, over IPv6
+        write(BASE, 64),  # over IPv4 from the IPv4 address: the peer is IPv6
+        dict(write(BASE, 64), **dict(v6, ip_src=PEER_IP6 ^ (1 << 127))),
+    ]
+    results, strobes = run_validator(frames, ipv6=(OWN_IP6, PEER_IP6, 1))
+    # a dropped write's payload is drained (DROP)
+    assert [kind for kind, _, _ in results] == [ReqKind.DATA] + [ReqKind.DROP] * 4
+    assert {n: c for n, c in strobes.items() if c and n in VALIDATOR_COUNTERS} == {
+        "not_for_us": 2, "bad_source": 2}
+    # an IPv4 peer in an ipv6 build: its address over IPv6 is another family
+    frames = [write(BASE, 64), dict(write(BASE, 64), ip_src=0x0A000001, ip_dst=OWN_IP6, v6=1)]
+    results, strobes = run_validator(frames, ipv6=(OWN_IP6, 0x0A000001, 0))
+    assert [kind for kind, _, _ in results] == [ReqKind.DATA, ReqKind.DROP]
+    assert strobes["bad_source"] == 1

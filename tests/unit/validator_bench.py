@@ -18,16 +18,19 @@ def write(va, length, *, opcode=0x0A, dma_len=None, rkey=MR["rkey"]):
 
 
 def run_validator(frames, mrs=(MR,), *, addr_width=32, mtu_code=MTU_CODE_1024, qp_pd=0,
-                  state=None):
+                  state=None, ipv6=None):
     """Each header of ``frames`` (dicts as ``write`` makes) through an
     ``RxValidator`` with the regions ``mrs`` (valid and writable unless they
     say ``access``) and QP 0 in RTS with path MTU ``mtu_code`` and PD
     ``qp_pd``: the list of (kind, syndrome, va) requests and a Counter of the
-    counter strobes."""
+    counter strobes. With ``ipv6`` = (own IPv6 address, the peer's address,
+    the peer's family) the validator is built with ``ipv6``, and a frame may
+    give its ``ip_src``, ``ip_dst`` and ``v6``."""
     from hw.rx.layouts import QpState
     from hw.rx.validate import MR_ACCESS_VALID, MR_ACCESS_WRITE, VALIDATOR_COUNTERS, RxValidator
 
-    dut = RxValidator(num_qps=2, num_mrs=max(2, len(mrs)), sack_bits=64, addr_width=addr_width)
+    dut = RxValidator(num_qps=2, num_mrs=max(2, len(mrs)), sack_bits=64, addr_width=addr_width,
+                      ipv6=ipv6 is not None)
     results, strobes = [], Counter()
 
     def sample(ctx):
@@ -38,6 +41,11 @@ def run_validator(frames, mrs=(MR,), *, addr_width=32, mtu_code=MTU_CODE_1024, q
         ctx.set(dut.own_ip, OWN_IP)
         ctx.set(dut.cfg.state, QpState.RTS if state is None else state)
         ctx.set(dut.cfg.peer_ip, PEER_IP)
+        if ipv6 is not None:
+            own6, peer, peer_v6 = ipv6
+            ctx.set(dut.own_ip6, own6)
+            ctx.set(dut.cfg.peer_ip, peer)
+            ctx.set(dut.cfg.peer_v6, peer_v6)
         ctx.set(dut.cfg.mtu, mtu_code)
         ctx.set(dut.cfg.pd, qp_pd)
         for i, mr in enumerate(mrs):
@@ -49,8 +57,10 @@ def run_validator(frames, mrs=(MR,), *, addr_width=32, mtu_code=MTU_CODE_1024, q
         ctx.set(dut.req.ready, 1)
         for f in frames:
             hdr = dut.hdr.payload
-            ctx.set(hdr.ip_src, PEER_IP)
-            ctx.set(hdr.ip_dst, OWN_IP)
+            ctx.set(hdr.ip_src, f.get("ip_src", PEER_IP))
+            ctx.set(hdr.ip_dst, f.get("ip_dst", OWN_IP))
+            if ipv6 is not None:
+                ctx.set(hdr.v6, f.get("v6", 0))
             ctx.set(hdr.bth.opcode, f["opcode"])
             ctx.set(hdr.reth.va, f["va"])
             ctx.set(hdr.reth.rkey, f["rkey"])
