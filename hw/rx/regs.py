@@ -114,6 +114,23 @@ _QP_REGS = (
     ("QP_CQ_CONS", 0x20, "consumer index the host has read up to (16 bits, free-running; "
                          "write 0 with `QP_EPSN`, which restarts the producer at 0)", []),
 )
+# With ``ipv6`` (a build parameter): the peer's IPv6 address above QP_PEER_IP's
+# 32 bits, and its family.
+_QP_REGS_IP6 = (
+    *((f"QP_PEER_IP6_{i}", 0x20 + 4 * i,
+       f"(ipv6 builds) the bound peer's IPv6 address, bits {32 * i + 31}:{32 * i}", [])
+      for i in (1, 2, 3)),
+    ("QP_PEER_V6", 0x30, "(ipv6 builds) the bound peer's family", [
+        ("v6", 0, 1, "1: the peer is the IPv6 address QP_PEER_IP6_3..1 and QP_PEER_IP; "
+                     "frames from it over IPv4 are dropped, and the other way round"),
+    ]),
+)
+OWN_IP6 = 0x20  # with ipv6: 4 words, the lowest address bits first
+
+
+def qp_regs(ipv6=False):
+    """The per-QP registers of a build with or without ``ipv6``."""
+    return _QP_REGS + (_QP_REGS_IP6 if ipv6 else ())
 
 
 def read_in_groups(m, addr, r_stb, words, *, name="rd"):
@@ -151,7 +168,7 @@ def read_in_groups(m, addr, r_stb, words, *, name="rd"):
     return reduce(operator.or_, group_values, Const(0, 32))
 
 
-def rx_register_map(num_qps=16, num_mrs=16, next_offset=0) -> RegisterMap:
+def rx_register_map(num_qps=16, num_mrs=16, next_offset=0, ipv6=False) -> RegisterMap:
     rmap = RegisterMap(
         "rx",
         RX_TYPE_ID,
@@ -172,6 +189,9 @@ def rx_register_map(num_qps=16, num_mrs=16, next_offset=0) -> RegisterMap:
     rmap.add("OWN_IP", 0x14, "RW", "own IPv4 address: frames to any other are dropped")
     rmap.add("TRIM_DSCP", 0x18, "RW",
              f"DSCP that marks a trimmed frame (reset 0x{TRIM_DSCP_DEFAULT:02X})")
+    if ipv6:
+        rmap.add("OWN_IP6", OWN_IP6, "RW", "(ipv6 builds) own IPv6 address, word i its bits "
+                 "32i+31:32i: frames over IPv6 to any other are dropped", count=4, stride=4)
     for i, name in enumerate(COUNTERS):
         doc = _COUNTER_DOC.get(name, f"parser verdict `{name[7:]}` (frames)")
         rmap.add(f"CNT_{name.upper()}", COUNTER_BASE + 4 * i, "RO", f"count: {doc}")
@@ -191,7 +211,7 @@ def rx_register_map(num_qps=16, num_mrs=16, next_offset=0) -> RegisterMap:
     for name, off, doc in mr_regs:
         rmap.add(name, MR_BASE + off, "RW", doc, count=num_mrs, stride=MR_STRIDE,
                  fields=mr_fields.get(name, ()))
-    for name, off, doc, fields in _QP_REGS:
+    for name, off, doc, fields in qp_regs(ipv6):
         rmap.add(name, QP_BASE + off, "RW", doc, count=num_qps, stride=QP_STRIDE, fields=fields)
     return rmap
 
@@ -255,19 +275,22 @@ class RxRegisters(wiring.Component):
     CSR_READ_LATENCY = 3
 
     def __init__(self, *, num_qps=16, num_mrs=16, sack_bits=64, mpr_max=1024,
-                 csr_addr_width=16, next_offset=0, addr_width=64):
+                 csr_addr_width=16, next_offset=0, addr_width=64, ipv6=False):
         self.num_qps, self.num_mrs = num_qps, num_mrs
+        self.ipv6 = ipv6
+        self.qp_regs = qp_regs(ipv6)
         self.addr_width = addr_width
         self.sack_bits, self.mpr_max = sack_bits, mpr_max
         self.qp_bits = exact_log2(num_qps)
         self.next_offset = next_offset
-        self.map = rx_register_map(num_qps, num_mrs, next_offset)
+        self.map = rx_register_map(num_qps, num_mrs, next_offset, ipv6)
         if self.map.size > 1 << csr_addr_width:
             raise ValueError(
                 f"the rx register map needs {self.map.size:#x} bytes, more than "
                 f"csr_addr_width={csr_addr_width} addresses; use fewer QPs or a wider bus"
             )
-        lookup = wiring.Signature({"addr": Out(self.qp_bits), "cfg": In(QpConfig(addr_width))})
+        lookup = wiring.Signature({"addr": Out(self.qp_bits),
+                                   "cfg": In(QpConfig(addr_width, ipv6))})
         events = data.StructLayout({n: unsigned(1) for n in VALIDATOR_COUNTERS + WINDOW_COUNTERS
                                     + PEER_FILTER_COUNTERS})
         super().__init__(
@@ -282,6 +305,7 @@ class RxRegisters(wiring.Component):
                 "mrs": Out(data.ArrayLayout(MrEntry(addr_width), num_mrs)),
                 "own_mac": Out(48),
                 "own_ip": Out(32),
+                **({"own_ip6": Out(128)} if ipv6 else {}),
                 "trim_dscp": Out(6, init=TRIM_DSCP_DEFAULT),
                 "events": In(events),
                 "parser_events": In(len(PARSER_COUNTERS)),
@@ -329,6 +353,10 @@ class RxRegisters(wiring.Component):
             "OWN_IP": (self.own_ip, self.own_ip),
             "TRIM_DSCP": (self.trim_dscp, self.trim_dscp),
         }
+        if self.ipv6:
+            for i in range(4):
+                word = self.own_ip6[32 * i : 32 * (i + 1)]
+                plain[OWN_IP6 + 4 * i] = (word, word)
         for i, e in enumerate(self.mrs):
             base = MR_BASE + i * MR_STRIDE
             plain[base + 0x00] = (e.base[:32], e.base[:32])
@@ -362,7 +390,7 @@ class RxRegisters(wiring.Component):
         targets = {key: (bus.addr == key_offset(key), None) for key in writable}
         targets["QP_BLOCK"] = (in_qp, None)  # any word of a QP block: the read-back copy
         targets.update({name: (in_qp & (reg_index == offset // 4), None)
-                        for name, offset, _, _ in _QP_REGS})
+                        for name, offset, _, _ in self.qp_regs})
         w = RegisteredWrites(m, bus, targets, fields={"qp": qp_index})
         for key, target in writable.items():
             with m.If(w.stb[key]):
@@ -385,9 +413,10 @@ class RxRegisters(wiring.Component):
         ]
         mems = {}
         # the registers each lookup reads (None: all)
+        peer_regs = ("QP_PEER_IP",) + tuple(name for name, _, _, _ in _QP_REGS_IP6)
         lookups = ((self.lookup_a, None), (self.lookup_b, None),
-                   (self.lookup_c, ("QP_CTRL", "QP_PEER_IP")))
-        for name, _, _, _ in _QP_REGS:
+                   (self.lookup_c, ("QP_CTRL", *peer_regs)))
+        for name, _, _, _ in self.qp_regs:
             mem = Memory(shape=32, depth=self.num_qps, init=[])
             m.submodules[name.lower()] = mem
             wp = mem.write_port()
@@ -425,6 +454,12 @@ class RxRegisters(wiring.Component):
                 lk.cfg.cq_enable.eq(cqc[31]),
                 lk.cfg.cq_cons.eq(word("QP_CQ_CONS")[:16]),
             ]
+            if self.ipv6:
+                m.d.comb += [
+                    lk.cfg.peer_ip.eq(Cat(word("QP_PEER_IP"), *(word(f"QP_PEER_IP6_{k}")
+                                                                for k in (1, 2, 3)))),
+                    lk.cfg.peer_v6.eq(word("QP_PEER_V6")[0]),
+                ]
 
         # QP_EPSN writes: a pending bit per QP, so writes to several QPs in a row
         # are all delivered however busy the window engine is; the value is read
@@ -496,7 +531,7 @@ class RxRegisters(wiring.Component):
         with m.If(bus.r_stb):
             m.d.sync += [
                 from_mem.eq(in_qp & reduce(operator.or_, [
-                    reg_index == offset // 4 for _, offset, _, _ in _QP_REGS])),
+                    reg_index == offset // 4 for _, offset, _, _ in self.qp_regs])),
                 rb_addr.eq(Cat(reg_index, qp_index)),
                 from_bank.eq(in_slot & ~greater_than_const(counter_word, len(COUNTERS) - 1)),
             ]

@@ -99,7 +99,7 @@ def test_window_acknowledges_verdicts_from_a_flip_flop():
 
 def test_register_map_in_docs():
     doc = (ROOT / "docs" / "rx.md").read_text()
-    assert rx_register_map(16, 16).markdown() in doc
+    assert rx_register_map(16, 16, ipv6=True).markdown() in doc  # its "(ipv6 builds)" ones too
 
 
 def test_register_map_layout():
@@ -548,6 +548,54 @@ def test_lookups_decode_qp_registers_by_their_fields():
             for f, value in want.items():
                 if only is None or f in only:
                     assert got[(port, qp, f)] == value, (port, qp, f)
+
+
+def test_ipv6_registers():
+    """Built with ``ipv6``: OWN_IP6's four words make ``own_ip6`` (word i its
+    bits 32i+31..32i) and read back; per QP, QP_PEER_IP6_3..1 above
+    QP_PEER_IP make the lookups' 128-bit ``peer_ip`` (all three ports, the
+    peer filter's included) and QP_PEER_V6 its ``peer_v6``."""
+    from hw.rx.regs import RxRegisters
+
+    rng = seeds.rng(9)
+    dut = RxRegisters(num_qps=4, num_mrs=1, addr_width=32, ipv6=True)
+    rmap = dut.map
+    lat = dut.CSR_READ_LATENCY
+    own6 = rng.getrandbits(128)
+    peers = {qp: (rng.getrandbits(128), qp % 2) for qp in range(4)}
+    got = {}
+
+    async def bench(ctx):
+        for i in range(4):
+            await csr_write(ctx, dut.csr, rmap["OWN_IP6"].addr(i), own6 >> (32 * i) & 0xFFFFFFFF)
+        for qp, (peer, v6) in peers.items():
+            for i, reg in enumerate(("QP_PEER_IP", "QP_PEER_IP6_1", "QP_PEER_IP6_2",
+                                     "QP_PEER_IP6_3")):
+                await csr_write(ctx, dut.csr, rmap[reg].addr(qp), peer >> (32 * i) & 0xFFFFFFFF)
+            await csr_write(ctx, dut.csr, rmap["QP_PEER_V6"].addr(qp), v6)
+        await ctx.tick().repeat(2)
+        got["own_ip6"] = ctx.get(dut.own_ip6)
+        got["read"] = [await csr_read(ctx, dut.csr, rmap["OWN_IP6"].addr(i), lat)
+                       for i in range(4)]
+        got["peer_read"] = await csr_read(ctx, dut.csr, rmap["QP_PEER_IP6_3"].addr(2), lat)
+        for qp in range(4):
+            for port in ("lookup_a", "lookup_b", "lookup_c"):
+                ctx.set(getattr(dut, port).addr, qp)
+            await ctx.tick()
+            for port in ("lookup_a", "lookup_b", "lookup_c"):
+                cfg = getattr(dut, port).cfg
+                got[(port, qp)] = (ctx.get(cfg.peer_ip), ctx.get(cfg.peer_v6))
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert got["own_ip6"] == own6
+    assert got["read"] == [own6 >> (32 * i) & 0xFFFFFFFF for i in range(4)]
+    assert got["peer_read"] == peers[2][0] >> 96
+    for qp, want in peers.items():
+        for port in ("lookup_a", "lookup_b", "lookup_c"):
+            assert got[(port, qp)] == want, (port, qp)
 
 
 def test_register_reads_answer_after_csr_read_latency():
