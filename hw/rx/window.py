@@ -158,7 +158,7 @@ class RxPsnWindow(wiring.Component):
 
     def __init__(self, *, num_qps=16, sack_bits=64, mpr_max=1024, inflight=8,
                  max_pending=MAX_PENDING,
-                 addr_width=64, plane_bits=0, ns_per_cycle=8):
+                 addr_width=64, plane_bits=0, ns_per_cycle=8, ipv6=False):
         if num_qps < 2 or num_qps & (num_qps - 1) or num_qps > 4096:
             raise ValueError(f"num_qps must be a power of two in 2..4096, not {num_qps!r}")
         if sack_bits not in (32, 64, 128, 256):
@@ -180,6 +180,7 @@ class RxPsnWindow(wiring.Component):
         self.addr_width = addr_width
         self.plane_bits = plane_bits
         self.ns_per_cycle = ns_per_cycle
+        self.ipv6 = ipv6
         self.ring_bits = ring_bits_for(mpr_max, sack_bits)
         self.ring_words = self.ring_bits // sack_bits
         self.tag_bits = exact_log2(inflight)
@@ -188,10 +189,10 @@ class RxPsnWindow(wiring.Component):
                 "req": In(stream.Signature(WindowReq(self.qp_bits, addr_width, plane_bits))),
                 "place": Out(stream.Signature(WriteCmd(self.tag_bits, addr_width))),
                 "done": In(stream.Signature(DmaDone(self.tag_bits))),
-                "ack": Out(stream.Signature(AckJob(sack_bits, plane_bits))),
+                "ack": Out(stream.Signature(AckJob(sack_bits, plane_bits, ipv6))),
                 "cqe": Out(stream.Signature(CqeJob(addr_width))),
                 "cfg_addr": Out(self.qp_bits),
-                "cfg": In(QpConfig(addr_width)),
+                "cfg": In(QpConfig(addr_width, ipv6)),
                 "init": In(
                     stream.Signature(
                         data.StructLayout(
@@ -237,7 +238,7 @@ class RxPsnWindow(wiring.Component):
         rq = Signal(WindowReq(qpb, self.addr_width, self.plane_bits), reset_less=True)
         rq_arrival = Signal(PSN_BITS, reset_less=True)  # the time IDLE took the request
         qs = Signal(QpRxState(self.plane_bits))
-        cfg = Signal(QpConfig(self.addr_width), reset_less=True)
+        cfg = Signal(QpConfig(self.addr_width, self.ipv6), reset_less=True)
         bm_word = Signal(lr)  # bitmap word index being read (written in MARK, ADV)
         # The cycle after IDLE reads the word of rq.psn, loaded in IDLE (CHECK_RD
         # and MARK_RD need it; the other states after IDLE read no bitmap word).
@@ -279,7 +280,7 @@ class RxPsnWindow(wiring.Component):
         # The ACK job register and the bitmap it carries: AckReader.
         m.submodules.ack_reader = ack_reader = AckReader(
             sack_bits=W, qp_bits=qpb, addr_width=self.addr_width, plane_bits=self.plane_bits,
-            ns_per_cycle=self.ns_per_cycle)
+            ns_per_cycle=self.ns_per_cycle, ipv6=self.ipv6)
         wiring.connect(m, ack_reader.ack, wiring.flipped(self.ack))
         cqe_valid = Signal()
         cqe_job = Signal(CqeJob(self.addr_width), reset_less=True)

@@ -34,7 +34,8 @@ class AckReader(wiring.Component):
     ``qp_state``   In(QpRxState): the QP's row (``epsn``, ``msn``, ``ece``,
                    ``ce_count``, ``ev``, ``mac``, ``svc_from``).
     ``now``        In(24): the window's time in cycles (``TimerScan.now``).
-    ``cfg``        In(QpConfig): the QP's configuration (``peer_qpn``, ``peer_ip``).
+    ``cfg``        In(QpConfig): the QP's configuration (``peer_qpn``, ``peer_ip``;
+                   with ``ipv6``, ``peer_v6``: the job's family).
     ``request``    In(WindowReq): the request being handled (a NAK's PSN, a
                    probe's ``probe_id``, ``probe_ev``, ``timestamp``).
     ``probe``      In(1): the job is a probe response (the engine's PROBE state).
@@ -60,8 +61,9 @@ class AckReader(wiring.Component):
     """
 
     def __init__(self, *, sack_bits=64, qp_bits=4, addr_width=64, plane_bits=0,
-                 ns_per_cycle=8):
+                 ns_per_cycle=8, ipv6=False):
         self.sack_bits, self.plane_bits = sack_bits, plane_bits
+        self.ipv6 = ipv6
         self.ns_per_cycle = ns_per_cycle
         super().__init__({
             "word": In(sack_bits),
@@ -69,13 +71,13 @@ class AckReader(wiring.Component):
             "load_second": In(1),
             "qp_state": In(QpRxState(plane_bits)),
             "now": In(PSN_BITS),
-            "cfg": In(QpConfig(addr_width)),
+            "cfg": In(QpConfig(addr_width, ipv6)),
             "request": In(WindowReq(qp_bits, addr_width, plane_bits)),
             "probe": In(1),
             "syndrome": In(8),
             "is_ack": Out(1),
             "send": In(1),
-            "ack": Out(stream.Signature(AckJob(sack_bits, plane_bits))),
+            "ack": Out(stream.Signature(AckJob(sack_bits, plane_bits, ipv6))),
         })
 
     def elaborate(self, platform):
@@ -87,7 +89,7 @@ class AckReader(wiring.Component):
         m.d.sync += self.is_ack.eq(self.syndrome == Syndrome.ACK)
 
         ack_valid = Signal()
-        ack_job = Signal(AckJob(W, self.plane_bits), reset_less=True)
+        ack_job = Signal(AckJob(W, self.plane_bits, self.ipv6), reset_less=True)
         m.d.comb += [self.ack.valid.eq(ack_valid), self.ack.payload.eq(ack_job)]
         with m.If(self.ack.ready):
             m.d.sync += ack_valid.eq(0)
@@ -127,13 +129,14 @@ class AckReader(wiring.Component):
         # Every field loads the same value whatever the job: ``probe`` is only
         # the job's probe bit, not a select of its data (a select by it gives
         # the job bits synchronous resets driven by one LUT; docs/timing.md#rx-window).
-        ack_next = Signal(AckJob(W, self.plane_bits))
+        ack_next = Signal(AckJob(W, self.plane_bits, self.ipv6))
         m.d.comb += [
             ack_next.dqpn.eq(cfg.peer_qpn),
             ack_next.ev.eq(qs.ev),
             *([ack_next.plane.eq(qs.plane)] if self.plane_bits else []),
             ack_next.dst_mac.eq(qs.mac),
             ack_next.dst_ip.eq(cfg.peer_ip),
+            *([ack_next.v6.eq(cfg.peer_v6)] if self.ipv6 else []),
             ack_next.probe.eq(self.probe),
             ack_next.probe_id.eq(rq.probe_id),
             ack_next.probe_ev.eq(rq.probe_ev),

@@ -25,8 +25,9 @@ def run(dut, bench):
 
 # ---- AckReader ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("sack_bits,ns_per_cycle", [(32, 8), (64, 7)])
-def test_ack_reader_builds_each_job_from_the_words_at_epsn(sack_bits, ns_per_cycle):
+@pytest.mark.parametrize("sack_bits,ns_per_cycle,ipv6", [(32, 8, False), (64, 7, False),
+                                                         (64, 8, True)])
+def test_ack_reader_builds_each_job_from_the_words_at_epsn(sack_bits, ns_per_cycle, ipv6):
     """The job carries the ``sack_bits`` bitmap bits from epsn's bit on of the
     two words loaded (ACK1, ACK2), the cumulative PSN epsn - 1 (also an ACK's
     PSN; a NAK's is the request's), the probe bit, the service time (the
@@ -34,9 +35,11 @@ def test_ack_reader_builds_each_job_from_the_words_at_epsn(sack_bits, ns_per_cyc
     down, saturating at SVC_TIME_MAX, also across the time's wrap) and the
     passed-through
     fields; it holds while ``ack.valid`` whatever its sources do, and each
-    ``send`` gives exactly one transfer."""
+    ``send`` gives exactly one transfer. Built with ``ipv6``, the job's
+    128-bit ``dst_ip`` and ``v6`` are the QP's ``peer_ip`` and ``peer_v6``."""
     W = sack_bits
-    dut = AckReader(sack_bits=W, qp_bits=2, addr_width=32, ns_per_cycle=ns_per_cycle)
+    dut = AckReader(sack_bits=W, qp_bits=2, addr_width=32, ns_per_cycle=ns_per_cycle,
+                    ipv6=ipv6)
     rng = seeds.rng(sack_bits)
     got = []
     want = []
@@ -70,7 +73,9 @@ def test_ack_reader_builds_each_job_from_the_words_at_epsn(sack_bits, ns_per_cyc
             fields = dict(msn=rng.getrandbits(24), ece=rng.getrandbits(1),
                           ce_count=rng.getrandbits(16), ev=rng.getrandbits(16),
                           mac=rng.getrandbits(48))
-            cfg = dict(peer_qpn=rng.getrandbits(24), peer_ip=rng.getrandbits(32))
+            cfg = dict(peer_qpn=rng.getrandbits(24), peer_ip=rng.getrandbits(128 if ipv6 else 32))
+            if ipv6:
+                cfg["peer_v6"] = rng.getrandbits(1)
             req = dict(psn=rng.getrandbits(24), probe_id=rng.getrandbits(32),
                        probe_ev=rng.getrandbits(16), timestamp=rng.getrandbits(64))
             # the previous job leaves first (the engine sends only while ack.valid is clear)
@@ -110,7 +115,8 @@ def test_ack_reader_builds_each_job_from_the_words_at_epsn(sack_bits, ns_per_cyc
                 ece=fields["ece"], ce_count=fields["ce_count"], ev=fields["ev"],
                 svc_time=min(cycles * ns_per_cycle // 64, SVC_TIME_MAX),
                 dst_mac=fields["mac"], dst_ip=cfg["peer_ip"], probe_id=req["probe_id"],
-                probe_ev=req["probe_ev"], timestamp=req["timestamp"]))
+                probe_ev=req["probe_ev"], timestamp=req["timestamp"],
+                **({"v6": cfg["peer_v6"]} if ipv6 else {})))
             # the job holds while it waits, whatever its sources do
             for _ in range(rng.randrange(4)):
                 randomise_sources(ctx)
