@@ -13,6 +13,8 @@ from host_driver import layers as L
 from hw.rx.ackgen import RxAckBuilder
 from tests import seeds
 
+from .simstream import collect_frames, send_record
+
 OWN_MAC, OWN_IP, OWN_IP6 = "02:00:00:00:00:0a", "10.9.0.1", "2001:db8:9::1"
 PEER_IP, PEER_IP6 = "10.9.0.2", "2001:db8:9:4::2"
 SACK_BITS = 64
@@ -41,7 +43,6 @@ def reference(job: dict) -> bytes:
 def test_frames_match_scapy(w, ipv6):
     rng = seeds.rng(w + ipv6)
     dut = RxAckBuilder(w, SACK_BITS, ipv6=ipv6)
-    nbytes = w // 8
     jobs = []
     for _ in range(24):
         ev = rng.getrandbits(16)
@@ -64,26 +65,12 @@ def test_frames_match_scapy(w, ipv6):
         if ipv6:
             ctx.set(dut.own_ip6, int(ipaddress.ip_address(OWN_IP6)))
         for job in jobs:
-            ctx.set(dut.job.payload, job)
-            ctx.set(dut.job.valid, 1)
-            await ctx.tick().until(dut.job.ready)
-            ctx.set(dut.job.valid, 0)
+            await send_record(ctx, dut.job, [(dut.job.payload, job)])
 
     async def collect(ctx):
-        frame = b""
-        bp = seeds.rng(5)
-        while len(got) < len(jobs):
-            ready = bp.random() < 0.7
-            ctx.set(dut.m_axis.tready, ready)
-            _, _, valid, data, keep, last = await ctx.tick().sample(
-                dut.m_axis.tvalid, dut.m_axis.tdata, dut.m_axis.tkeep, dut.m_axis.tlast)
-            if valid and ready:
-                n = bin(keep).count("1")
-                assert keep == (1 << n) - 1, "keep not packed"
-                frame += data.to_bytes(nbytes, "little")[:n]
-                if last:
-                    got.append(frame)
-                    frame = b""
+        axis = dut.m_axis
+        await collect_frames(ctx, axis.tvalid, axis.tready, axis.tdata, axis.tkeep, axis.tlast,
+                             got, len(jobs), seed=5)
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)

@@ -64,9 +64,9 @@ def set_header(ctx, hdr, f):
     ctx.set(hdr.payload_len, 0)
 
 
-def expected_counts():
+def expected_counts(cases=CASES):
     counts = dict.fromkeys(PEER_FILTER_COUNTERS, 0)
-    for _, reason in CASES:
+    for _, reason in cases:
         if reason:
             counts[reason] += 1
     return counts
@@ -85,18 +85,22 @@ def passed_frames():
     return [(f["ip_src"], f["dqpn"], f["sack_base"]) for f, reason in CASES if reason is None]
 
 
-def test_peer_filter_block():
-    """Each check of ``RxPeerFilter`` drops its frames and strobes its counter
-    once; the frames that pass come out unchanged, in order."""
-    dut = RxPeerFilter(num_qps=NUM_QPS, sack_bits=64)
+def run_filter(dut, cases, cfg, own_ip6=None):
+    """``cases`` (frame, reason) through ``dut`` (an ``RxPeerFilter``), one at
+    a time, QP q's configuration ``cfg[q]`` = (state, peer_ip[, peer_v6])
+    given the cycle after its lookup: the (ip_src, dqpn, sack_base) of the
+    records that come out, and the strobes of each counter."""
     out, strobes = [], dict.fromkeys(PEER_FILTER_COUNTERS, 0)
-    cfg = {0: (QpState.RTR, PEER_IP), 1: (QpState.RTS, PEER_IP)}
 
     async def bench(ctx):
         ctx.set(dut.own_ip, OWN_IP)
         ctx.set(dut.own_mac, OWN_MAC)
-        for f, _ in CASES:
+        if own_ip6 is not None:
+            ctx.set(dut.own_ip6, own_ip6)
+        for f, _ in cases:
             set_header(ctx, dut.i.payload, f)
+            if own_ip6 is not None:
+                ctx.set(dut.i.payload.v6, f.get("v6", 0))
             ctx.set(dut.i.valid, 1)
             await ctx.tick().until(dut.i.ready)
             ctx.set(dut.i.valid, 0)
@@ -118,11 +122,22 @@ def test_peer_filter_block():
                 strobes[n] += c
             # the 1-cycle lookup: after the edge, the configuration of the
             # address registered at it
-            state, peer = cfg[a]
+            state, peer, *family = cfg[a]
             ctx.set(dut.cfg.state, state)
             ctx.set(dut.cfg.peer_ip, peer)
+            if family:
+                ctx.set(dut.cfg.peer_v6, family[0])
 
     simulate(dut, bench, model_and_sink)
+    return out, strobes
+
+
+def test_peer_filter_block():
+    """Each check of ``RxPeerFilter`` drops its frames and strobes its counter
+    once; the frames that pass come out unchanged, in order."""
+    dut = RxPeerFilter(num_qps=NUM_QPS, sack_bits=64)
+    cfg = {0: (QpState.RTR, PEER_IP), 1: (QpState.RTS, PEER_IP)}
+    out, strobes = run_filter(dut, CASES, cfg)
     assert out == passed_frames()
     assert strobes == expected_counts()
 
@@ -154,48 +169,12 @@ def test_peer_filter_block_ipv6():
         (frame(**dict(v6, ip_src=PEER_IP), dqpn=2), "peer_bad_source"),
         (frame(**dict(v6, ip_src=PEER_IP), dqpn=3), None),
     ]
-    out, strobes = [], dict.fromkeys(PEER_FILTER_COUNTERS, 0)
     cfg = {0: (QpState.RTR, PEER_IP, 0), 1: (QpState.RTS, PEER_IP6, 1),
            2: (QpState.RTS, PEER_IP, 0), 3: (QpState.RTS, PEER_IP, 1)}
-
-    async def bench(ctx):
-        ctx.set(dut.own_ip, OWN_IP)
-        ctx.set(dut.own_ip6, OWN_IP6)
-        ctx.set(dut.own_mac, OWN_MAC)
-        for f, _ in cases:
-            set_header(ctx, dut.i.payload, f)
-            ctx.set(dut.i.payload.v6, f.get("v6", 0))
-            ctx.set(dut.i.valid, 1)
-            await ctx.tick().until(dut.i.ready)
-            ctx.set(dut.i.valid, 0)
-            await ctx.delay(1e-9)
-            for _ in range(4):
-                await ctx.tick()
-
-    async def model_and_sink(ctx):
-        ctx.set(dut.o.ready, 1)
-        async for clk_edge, _rst, *vals in ctx.tick().sample(
-                dut.cfg_addr, dut.o.valid, dut.o.payload, *(
-                    getattr(dut.counters, n) for n in PEER_FILTER_COUNTERS)):
-            if not clk_edge:
-                continue
-            a, valid, payload, *counts = vals
-            if valid:
-                out.append((payload.ip_src, payload.bth.dqpn))
-            for n, c in zip(PEER_FILTER_COUNTERS, counts, strict=True):
-                strobes[n] += c
-            state, peer, peer_v6 = cfg[a]
-            ctx.set(dut.cfg.state, state)
-            ctx.set(dut.cfg.peer_ip, peer)
-            ctx.set(dut.cfg.peer_v6, peer_v6)
-
-    simulate(dut, bench, model_and_sink)
-    assert out == [(f["ip_src"], f["dqpn"]) for f, reason in cases if reason is None]
-    want = dict.fromkeys(PEER_FILTER_COUNTERS, 0)
-    for _, reason in cases:
-        if reason:
-            want[reason] += 1
-    assert strobes == want
+    out, strobes = run_filter(dut, cases, cfg, own_ip6=OWN_IP6)
+    assert out == [(f["ip_src"], f["dqpn"], f["sack_base"]) for f, reason in cases
+                   if reason is None]
+    assert strobes == expected_counts(cases)
 
 
 @pytest.mark.parametrize("backpressure", [False, True])
