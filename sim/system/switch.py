@@ -121,7 +121,6 @@ class SwitchFabric:
         self._pending: list[tuple[float, int, Hop]] = []  # hops on their way, a heap
         self._seq = 0
         self.rng = [random.Random(seed * 64 + p) for p in range(self.num_planes)]
-        self.plane_up = [True] * self.num_planes
         # (ns, up) of each change of a plane's switch, and of a spine path, in order:
         # a frame meets the state of the moment it reaches the switch
         self._plane_changes = [[] for _ in range(self.num_planes)]
@@ -174,7 +173,6 @@ class SwitchFabric:
         """Plane ``plane``'s switch down (every frame that reaches it from now on
         lost) or back up."""
         p = self._plane_index(plane)
-        self.plane_up[p] = bool(up)
         self._plane_changes[p].append((self._clock(), bool(up)))
 
     @staticmethod
