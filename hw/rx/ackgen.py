@@ -9,6 +9,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import exact_log2
 
 from hw.arbiter import one_hot_select
+from hw.bits import index_select
 from hw.crc import ICRC_INIT, crc32_before_zeros, crc32_parts
 from hw.headers import (
     AETH,
@@ -21,6 +22,8 @@ from hw.headers import (
     IPV6,
     IPV6_SHIFT,
     OFF_IPV4,
+    OFF_UDP,
+    OFF_UDP6,
     PROBE,
     ROCE_UDP_PORT,
     SACK,
@@ -144,10 +147,10 @@ class RxAckBuilder(wiring.Component):
         kinds = [(False, False), (False, True)] + (
             [(True, False), (True, True)] if self.ipv6 else [])
 
-        def by_kind(values, rec=job):
-            """The value for the kind of ``rec`` (a job), a mux on its bits."""
-            pick = Mux(rec.probe, values[1], values[0])
-            return Mux(rec.v6, Mux(rec.probe, values[3], values[2]), pick) if self.ipv6 else pick
+        def by_kind(values):
+            """The value for the job's kind, a mux on its bits."""
+            return index_select(values, Cat(job.probe, job.v6) if self.ipv6 else job.probe,
+                                exact=True)
 
         def is_kind(kind, rec):
             v6, probe = kind
@@ -177,13 +180,13 @@ class RxAckBuilder(wiring.Component):
         def l3(total_len, opcode, psn, checksum, v6=False):
             if v6:
                 ip = (pack(ETH, dst=job.dst_mac, src=self.own_mac, ethertype=ETHERTYPE_IPV6),
-                      pack(IPV6, version=6, ecn=ECN_ECT0, payload_len=total_len - 54,
+                      pack(IPV6, version=6, ecn=ECN_ECT0, payload_len=total_len - OFF_UDP6,
                            next_header=IP_PROTO_UDP, hop_limit=IP_TTL, src=self.own_ip6,
                            dst=job.dst_ip))
             else:
                 ip = (pack(ETH, dst=job.dst_mac, src=self.own_mac, ethertype=ETHERTYPE_IPV4),
                       ip_header(total_len, checksum))
-            udp_len = total_len - (54 if v6 else 34)
+            udp_len = total_len - (OFF_UDP6 if v6 else OFF_UDP)
             return (
                 *ip,
                 pack(UDP, sport=job.ev, dport=ROCE_UDP_PORT, length=udp_len),

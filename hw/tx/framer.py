@@ -89,10 +89,8 @@ class Framer(wiring.Component):
 
         def by_kind(values):
             """The value of the registered header's kind (a mux on its bits)."""
-            if len(values) == 2:
-                return Mux(hdr.imm, values[1], values[0])
-            return Mux(hdr.v6, Mux(hdr.imm, values[3], values[2]),
-                       Mux(hdr.imm, values[1], values[0]))
+            return index_select(values, Cat(hdr.imm, hdr.v6) if self.ipv6 else hdr.imm,
+                                exact=True)
 
         # The header bytes shift down one beat as each header beat leaves, so
         # the beat out is the low word or the next (no select by beat number).
