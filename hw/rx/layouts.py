@@ -110,8 +110,8 @@ class ParserRecord(data.StructLayout):
 
     EXTENSIONS = ("reth", "imm", "aeth", "sack", "sack_bitmap", "probe")
 
-    def __init__(self, sack_bits, ext_bytes, max_payload_beats, plane_bits=0):
-        out_layout = ParsedHeader(sack_bits, plane_bits)
+    def __init__(self, sack_bits, ext_bytes, max_payload_beats, plane_bits=0, ipv6=False):
+        out_layout = ParsedHeader(sack_bits, plane_bits, ipv6)
         super().__init__(
             {
                 **{name: field.shape for name, field in out_layout

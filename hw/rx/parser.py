@@ -1,11 +1,21 @@
 """RX header parser: MAC frames in, checked header records and realigned payload out.
 
 ``RxParser`` is the first block of the receive path (docs/protocol.md). It
-takes Ethernet frames without FCS from the MAC, parses Eth / IPv4 / UDP / BTH
-and the opcode's extension headers, checks everything the wire format lets a
-receiver check on its own (lengths, IPv4 checksum, UDP port, opcode, ICRC,
-trimming) and hands on, for every accepted frame, one ``ParsedHeader`` record
-followed by the frame's payload, realigned to lane 0 with pad and ICRC cut.
+takes Ethernet frames without FCS from the MAC, parses Eth / IPv4 (or, built
+with ``ipv6``, IPv4 and IPv6 side by side) / UDP / BTH and the opcode's
+extension headers, checks everything the wire format lets a receiver check on
+its own (lengths, IPv4 checksum, UDP port, opcode, ICRC, trimming) and hands
+on, for every accepted frame, one ``ParsedHeader`` record followed by the
+frame's payload, realigned to lane 0 with pad and ICRC cut.
+
+IPv6 (``ipv6``): the EtherType picks the family, in a flip-flop (``v6``)
+loaded with the EtherType's beat; every header after the IP header starts 20
+bytes later, so the decode stage reads the BTH at its family's beat, the
+payload's realignment shifts are those of both families, the header capture
+is 20 bytes longer, and the record's addresses are 128 bits with the family
+(``v6``). The ICRC masks the family's fields (``hw.headers.icrc_mask``); in
+the EtherType's own beat, which holds masked bytes at 64 bits and wider, the
+family comes from that beat (``v6_now``).
 
 Interface
 ---------
@@ -106,7 +116,7 @@ registers load only while empty; the validator takes one per 4) and 1
 payload beat per cycle on the outputs.
 """
 
-from amaranth.hdl import Module, Mux, Signal
+from amaranth.hdl import Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -114,13 +124,17 @@ from hw.headers import (
     BTH,
     ETH,
     ETHERTYPE_IPV4,
+    ETHERTYPE_IPV6,
     IMMDT,
     IP_PROTO_UDP,
     IPV4,
+    IPV6,
+    IPV6_SHIFT,
     OFF_BTH,
     OFF_EXT,
     OFF_IMMDT,
     OFF_IPV4,
+    OFF_IPV6,
     OFF_SACK,
     OFF_UDP,
     PROBE,
@@ -135,7 +149,7 @@ from hw.stream import AXIStreamSignature, Beat
 
 from .layouts import COUNTER_NAMES, ParsedHeader, Verdict
 from .parser_checks import FrameLength, IcrcCheck, InputTapSignature, Ipv4Checksum
-from .parser_decode import ClassDecode, LengthCheck, bth_beat
+from .parser_decode import ClassDecode, LengthCheck, bth_beat, by_family
 from .parser_frames import FrameBuffer, PayloadWriter
 from .parser_records import RecordQueue
 from .parser_verdict import VerdictStages
@@ -161,31 +175,37 @@ class RxParser(wiring.Component):
     max_payload : the largest payload accepted (the MTU), in bytes.
     fifo_depth : frame FIFO depth in beats, a power of two of at least one
         ``max_payload`` payload plus 2 beats; by default room for two payloads.
+    plane_bits : the width of the plane tag in ``tuser``.
+    ipv6 : parse IPv6 frames too (EtherType 0x86DD); the record's addresses
+        are then 128 bits (an IPv4 one in the low 32) and ``v6`` its family.
 
     A frame is dropped, and counted under the first verdict that applies, when
 
     - ``bad_frame``: ``tuser`` is set on its last beat;
     - ``truncated``: it ends before the end of its BTH, or before the end of
       its opcode's headers plus, unless trimmed, the ICRC;
-    - ``not_ipv4``: EtherType != 0x0800, IP version != 4, MF set or a
-      fragment offset;
-    - ``ipv4_options``: IHL != 5;
-    - ``ipv4_checksum``: the IPv4 header does not sum to 0xFFFF;
-    - ``not_roce``: protocol != UDP or destination port != 4791;
+    - ``not_ipv4``: EtherType != 0x0800 (and, with ``ipv6``, != 0x86DD), IP
+      version != 4, MF set or a fragment offset; over IPv6, IP version != 6;
+    - ``ipv4_options``: IHL != 5 (IPv4 only);
+    - ``ipv4_checksum``: the IPv4 header does not sum to 0xFFFF (IPv4 only);
+    - ``not_roce``: protocol != UDP (over IPv6: next header != UDP, so any
+      extension header) or destination port != 4791;
     - ``unknown_opcode``: an opcode outside ``Opcode.ALL``, or TVer != 0;
-    - ``length_mismatch``: frame length != 14 + IPv4 total length, UDP length
-      != total length - 20, UDP length short of the opcode's headers + pad +
+    - ``length_mismatch``: frame length != 14 + IPv4 total length (over IPv6,
+      54 + payload length), UDP length != total length - 20 (over IPv6, !=
+      payload length), UDP length short of the opcode's headers + pad +
       ICRC, payload longer than ``max_payload``, an ACK whose bitmap is not
       ``sack_bits`` wide, or a trimmed frame with anything after its headers;
     - ``bad_icrc``: the CRC over the masked frame from byte 14, ICRC included,
       is not the CRC-32 residue (not checked on trimmed frames).
 
-    A frame whose DSCP is ``trim_dscp`` is trimmed: it carries its headers
+    A frame whose DSCP (over IPv6, the traffic class's upper 6 bits) is
+    ``trim_dscp`` is trimmed: it carries its headers
     only, no ICRC, and is handed on with ``trimmed`` = 1 and no payload.
     """
 
     def __init__(self, data_width=64, sack_bits=64, max_payload=4096, fifo_depth=None,
-                 plane_bits=0):
+                 plane_bits=0, ipv6=False):
         if data_width not in SUPPORTED_DATA_WIDTHS:
             raise ValueError(
                 f"RxParser data_width must be one of {SUPPORTED_DATA_WIDTHS}, not {data_width!r}"
@@ -213,15 +233,19 @@ class RxParser(wiring.Component):
         self.fifo_depth = fifo_depth
         self.hdr_fifo_depth = 16
         self.plane_bits = plane_bits
+        self.ipv6 = bool(ipv6)
 
-        # Header bytes from the start of the frame to the payload, per opcode.
+        # Header bytes from the start of the frame to the payload, per opcode
+        # (over IPv4); the bytes captured, those of the longest header (over
+        # IPv6 with `ipv6`).
         self.ack_header_end = OFF_SACK + SACK.size + sack_bits // 8
-        self.header_bytes = max(OFF_IMMDT + IMMDT.size, self.ack_header_end)
+        self.header_bytes4 = max(OFF_IMMDT + IMMDT.size, self.ack_header_end)
+        self.header_bytes = self.header_bytes4 + (IPV6_SHIFT if ipv6 else 0)
 
         super().__init__(
             {
                 "s_axis": In(AXIStreamSignature(data_width, user_width=1 + plane_bits)),
-                "hdr": Out(stream.Signature(ParsedHeader(sack_bits, plane_bits))),
+                "hdr": Out(stream.Signature(ParsedHeader(sack_bits, plane_bits, self.ipv6))),
                 "payload": Out(stream.Signature(Beat(data_width))),
                 "trim_dscp": In(6, init=TRIM_DSCP_DEFAULT),
                 "events": Out(len(COUNTER_NAMES)),
@@ -246,6 +270,20 @@ class RxParser(wiring.Component):
         beat_oh = Signal(n_oh, init=1)
         first = beat_oh[0]
         hdr = Signal(8 * hdr_len)  # captured header bytes, lane order
+        # With `ipv6`, the frame's family: `is_v6` follows the EtherType's beat
+        # as that beat's header chunk does (below), so it holds the frame's
+        # from that beat on, until the next frame's comes; `v6_now` is the
+        # family for the beat offered, at the EtherType's beat that beat's own.
+        # v6 None builds IPv4 only (`by_family`).
+        v6 = v6_now = None
+        if self.ipv6:
+            k_eth, eth_lane = divmod(ETH.size - 2, lanes)
+            beat_type = axis.tdata[8 * eth_lane : 8 * eth_lane + 16]
+            beat_v6 = Cat(beat_type[8:], beat_type[:8]) == ETHERTYPE_IPV6
+            v6 = Signal()
+            with m.If(beat_oh[k_eth]):
+                m.d.sync += v6.eq(beat_v6)
+            v6_now = Mux(beat_oh[k_eth], beat_v6, v6)
         trim_dscp = Signal(6)
         bad_frame = Signal()
         # tuser[1:], the plane, taken with bad_frame (with planes only: no field else)
@@ -273,10 +311,17 @@ class RxParser(wiring.Component):
 
         # Header fields as captured (the verdict only uses them once their bytes
         # are in; see the stages below for when that is).
+        def after_ip(offset, size):
+            """Bytes [offset, offset + size) of the headers after the IP header,
+            as over IPv4, at the frame's family's place."""
+            return by_family(v6, _bytes(hdr, offset, size),
+                             _bytes(hdr, offset + IPV6_SHIFT, size))
+
         eth = ETH.unpack(_bytes(hdr, 0, ETH.size))
         ip = IPV4.unpack(_bytes(hdr, OFF_IPV4, IPV4.size))
-        udp = UDP.unpack(_bytes(hdr, OFF_UDP, UDP.size))
-        bth = BTH.unpack(_bytes(hdr, OFF_BTH, BTH.size))
+        ip6 = IPV6.unpack(_bytes(hdr, OFF_IPV6, IPV6.size))  # (read with `ipv6` only)
+        udp = UDP.unpack(after_ip(OFF_UDP, UDP.size))
+        bth = BTH.unpack(after_ip(OFF_BTH, BTH.size))
 
         # ------------------------------------------------------------------
         # Decode stage A (ClassDecode), registered at the beat that holds the
@@ -286,24 +331,31 @@ class RxParser(wiring.Component):
         # valid from the second cycle after beat k_bth, which is before the
         # first payload beat is written and before the verdict stage of any
         # frame whose verdict depends on it.
-        k_bth = bth_beat(lanes)
+        # (at_bth: the family's BTH beat; both families' at 256 and 512 bits,
+        # where at 512 the EtherType comes in that beat too)
+        k_bth, k_bth6 = bth_beat(lanes), bth_beat(lanes, self.ipv6)
+        at_bth = beat_oh[k_bth] if k_bth6 == k_bth else by_family(v6, beat_oh[k_bth],
+                                                                  beat_oh[k_bth6])
         m.submodules.decode = decode = ClassDecode(
-            self.data_width, hdr_len, self.ack_header_end, self.max_payload
+            self.data_width, hdr_len, self.ack_header_end, self.max_payload, self.ipv6
         )
         m.submodules.lengths = lengths = LengthCheck(
-            self.data_width, hdr_len, self.ack_header_end, self.max_payload_beats
+            self.data_width, hdr_len, self.ack_header_end, self.max_payload_beats, self.ipv6
         )
         wiring.connect(m, decode.decoded, lengths.decoded)
         m.d.comb += [
             decode.beat_data.eq(axis.tdata),
             decode.hdr_bytes.eq(hdr),
-            decode.at_bth.eq(beat_oh[k_bth]),
+            decode.at_bth.eq(at_bth),
             decode.first.eq(first),
             decode.trim_dscp.eq(self.trim_dscp),
             decode.trim_dscp_q.eq(trim_dscp),
             lengths.udp_length.eq(udp["length"]),
-            lengths.ip_total_len.eq(ip["total_len"]),
+            lengths.ip_total_len.eq(by_family(v6, ip["total_len"], ip6["payload_len"])),
         ]
+        if self.ipv6:
+            v6_at_bth = v6_now if k_eth == k_bth else v6
+            m.d.comb += [decode.v6.eq(v6_at_bth), lengths.v6.eq(v6)]
         dec = decode.decoded
         is_ack, trimmed, opcode_known = dec.is_ack, dec.trimmed, dec.opcode_known
         payload_fits = lengths.payload_fits
@@ -330,11 +382,14 @@ class RxParser(wiring.Component):
         depth = self.fifo_depth
         ptr_bits = frames.ptr_bits
         m.submodules.writer = writer = PayloadWriter(
-            self.data_width, hdr_len, self.ack_header_end, self.max_payload_beats, ptr_bits
+            self.data_width, hdr_len, self.ack_header_end, self.max_payload_beats, ptr_bits,
+            self.ipv6
         )
         wiring.connect(m, writer.write, frames.write)
+        if self.ipv6:
+            m.d.comb += writer.v6.eq(v6_at_bth)
         m.d.comb += [
-            writer.at_bth.eq(beat_oh[k_bth]),
+            writer.at_bth.eq(at_bth),
             writer.eof.eq(eof),
             writer.first_beat.eq(decode.first_beat),
             writer.shift.eq(dec.shift),
@@ -347,8 +402,10 @@ class RxParser(wiring.Component):
 
         # ICRC (IcrcCheck) over the masked bytes from byte 14 to the end, ICRC
         # included.
-        m.submodules.icrc = icrc = IcrcCheck(self.data_width, hdr_beats)
+        m.submodules.icrc = icrc = IcrcCheck(self.data_width, hdr_beats, self.ipv6)
         m.d.comb += [icrc.took.eq(took), icrc.hdr_beat_oh.eq(beat_oh)]
+        if self.ipv6:
+            m.d.comb += icrc.v6.eq(v6_now)
         crc, crc_residue = icrc.crc, icrc.residue
         # The frame's length in bytes (FrameLength), loaded in every cycle as
         # if this cycle's beat were taken and the frame's last; verdict stage 1
@@ -401,28 +458,37 @@ class RxParser(wiring.Component):
         # Verdict stage 1, in the cycle after the last beat: `hdr`, `frame_len`,
         # `prev` and stages A and B still hold the frame that ended. The checks
         # are registered as flags (and the record as it will be pushed).
+        # (over IPv6: the version, and UDP right after the IPv6 header; no
+        # checksum, options or fragments there)
         frag = (ip["flags"][0]) | (ip["frag_off"] != 0)
         ack_width_bad = is_ack & (
-            SACK.unpack(_bytes(hdr, OFF_SACK, SACK.size))["sack_words"] != self.sack_bits // 32
+            SACK.unpack(after_ip(OFF_SACK, SACK.size))["sack_words"] != self.sack_bits // 32
         )
         checks = [  # (verdict, condition), first match wins
             (Verdict.BAD_FRAME, bad_frame),
             (
                 Verdict.TRUNCATED,
-                (frame_len < OFF_BTH + BTH.size) | (opcode_known & (frame_len < dec.frame_need)),
+                (frame_len < by_family(v6, OFF_BTH, OFF_BTH + IPV6_SHIFT) + BTH.size)
+                | (opcode_known & (frame_len < dec.frame_need)),
             ),
             (
                 Verdict.NOT_IPV4,
-                (eth["ethertype"] != ETHERTYPE_IPV4) | (ip["version"] != 4) | frag,
+                by_family(v6, (eth["ethertype"] != ETHERTYPE_IPV4) | (ip["version"] != 4) | frag,
+                          ip6["version"] != 6),
             ),
-            (Verdict.IPV4_OPTIONS, ip["ihl"] != 5),
-            (Verdict.IPV4_CHECKSUM, ~ipsum_ok),
-            (Verdict.NOT_ROCE, (ip["proto"] != IP_PROTO_UDP) | (udp["dport"] != ROCE_UDP_PORT)),
+            (Verdict.IPV4_OPTIONS, by_family(v6, ip["ihl"] != 5, 0)),
+            (Verdict.IPV4_CHECKSUM, by_family(v6, ~ipsum_ok, 0)),
+            (
+                Verdict.NOT_ROCE,
+                (by_family(v6, ip["proto"], ip6["next_header"]) != IP_PROTO_UDP)
+                | (udp["dport"] != ROCE_UDP_PORT),
+            ),
             (Verdict.UNKNOWN_OPCODE, ~opcode_known | dec.tver_bad),
             (
                 Verdict.LENGTH_MISMATCH,
                 (frame_len != lengths.total_len_eth)
-                | (lengths.udp_total != ip["total_len"])
+                | (lengths.udp_total != by_family(v6, ip["total_len"],
+                                                  ip6["payload_len"]))
                 | Mux(trimmed, lengths.udp_need_ne, ~payload_fits)
                 | ack_width_bad,
             ),
@@ -436,24 +502,26 @@ class RxParser(wiring.Component):
         # extension headers of the opcode classes, which no frame has two of,
         # share their bytes, kept as the raw bytes after the BTH and the class;
         # the output stage spreads them into the ParsedHeader's fields.
+        ext_bytes = self.header_bytes4 - OFF_EXT
         m.submodules.records = records = RecordQueue(
-            self.sack_bits, hdr_len - OFF_EXT, self.max_payload_beats, self.hdr_fifo_depth,
-            self.plane_bits)
+            self.sack_bits, ext_bytes, self.max_payload_beats, self.hdr_fifo_depth,
+            self.plane_bits, self.ipv6)
         stored = records.record_layout
         record = Signal(stored)
         m.d.comb += [
             record.eth_src.eq(eth["src"]),
             record.eth_dst.eq(eth["dst"]),
-            record.ip_src.eq(ip["src"]),
-            record.ip_dst.eq(ip["dst"]),
-            record.dscp.eq(ip["dscp"]),
-            record.ecn.eq(ip["ecn"]),
+            record.ip_src.eq(by_family(v6, ip["src"], ip6["src"])),
+            record.ip_dst.eq(by_family(v6, ip["dst"], ip6["dst"])),
+            *([record.v6.eq(v6)] if v6 is not None else []),
+            record.dscp.eq(by_family(v6, ip["dscp"], ip6["dscp"])),
+            record.ecn.eq(by_family(v6, ip["ecn"], ip6["ecn"])),
             record.ev.eq(udp["sport"]),
             *([record.plane.eq(plane)] if plane is not None else []),
             record.trimmed.eq(trimmed),
             record.payload_len.eq(Mux(payload_fits, lengths.payload_len, 0)),
             record.beats.eq(Mux(payload_fits, lengths.payload_beats, 0)),
-            record.ext.eq(hdr[8 * OFF_EXT :]),
+            record.ext.eq(after_ip(OFF_EXT, ext_bytes)),
             record.is_write.eq(dec.is_write),
             record.is_imm.eq(dec.is_imm),
             record.is_ack.eq(is_ack),

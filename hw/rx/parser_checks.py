@@ -9,7 +9,9 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.crc import CRC32_RESIDUE, ICRC_INIT, crc32_parts, crc32_state_py
-from hw.headers import ICRC_MASKED_BYTES, IPV4, OFF_IPV4
+from hw.headers import ICRC_MASKED_BYTES, IPV4, OFF_IPV4, icrc_mask
+
+from .parser_decode import by_family
 
 __all__ = ["FrameLength", "IcrcCheck", "InputTapSignature", "Ipv4Checksum"]
 
@@ -106,7 +108,9 @@ class IcrcCheck(wiring.Component):
     Interface, in: ``beat`` (``InputTapSignature``: ``valid`` and ``room``
     are only enables, see below), ``took`` (the previous cycle took a beat)
     and ``hdr_beat_oh`` (the next beat is beat k of its frame, one-hot, for the
-    header beats). Out: ``crc``, the CRC register, and
+    header beats); with ``ipv6``, ``v6``: the frame is IPv6, valid with any
+    beat that holds a masked byte (which IPv6 masks differ from IPv4's:
+    ``hw.headers.icrc_mask``). Out: ``crc``, the CRC register, and
     ``residue``, the CRC-32 residue advanced by the frame's last beat's
     missing bytes as zeros: the frame's ICRC is good iff they are equal.
 
@@ -117,14 +121,16 @@ class IcrcCheck(wiring.Component):
     Throughput: one beat per cycle.
     """
 
-    def __init__(self, data_width, header_beats):
+    def __init__(self, data_width, header_beats, ipv6=False):
         self.data_width = data_width
         self.lanes = data_width // 8
+        self.ipv6 = ipv6
         super().__init__(
             {
                 "beat": In(InputTapSignature(data_width)),
                 "took": In(1),
                 "hdr_beat_oh": In(header_beats + 1),
+                **({"v6": In(1)} if ipv6 else {}),
                 "crc": Out(32),
                 "residue": Out(32),
             }
@@ -155,9 +161,19 @@ class IcrcCheck(wiring.Component):
         assert crc_start_beat <= 1
         masked = Signal(self.data_width)
         m.d.comb += masked.eq(beat.data)
-        for pos in ICRC_MASKED_BYTES:
-            with m.If(beat_oh[pos // lanes]):
-                m.d.comb += masked[8 * (pos % lanes) : 8 * (pos % lanes) + 8].eq(0xFF)
+        if not self.ipv6:
+            for pos in ICRC_MASKED_BYTES:
+                with m.If(beat_oh[pos // lanes]):
+                    m.d.comb += masked[8 * (pos % lanes) : 8 * (pos % lanes) + 8].eq(0xFF)
+        else:
+            # each byte ORed with its family's mask: a constant where the two agree
+            mask4, mask6 = icrc_mask(False), icrc_mask(True)
+            for pos in sorted(mask4.keys() | mask6.keys()):
+                bits = by_family(self.v6, mask4.get(pos, 0), mask6.get(pos, 0))
+                lane = masked[8 * (pos % lanes) : 8 * (pos % lanes) + 8]
+                with m.If(beat_oh[pos // lanes]):
+                    m.d.comb += lane.eq(beat.data[8 * (pos % lanes) : 8 * (pos % lanes) + 8]
+                                        | bits)
         for i in range(lanes):
             before_start = beat_oh[crc_start_beat] if i < crc_start_lane else 0
             with m.If(before_start | (beat.last & ~beat.keep[i])):

@@ -11,11 +11,12 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from hw.headers import IPV6_SHIFT, OFF_EXT
 from hw.pipeline import forward_register, skid, unchecked_read_port
 from hw.stream import Beat
 
 from .parser_checks import InputTapSignature
-from .parser_decode import bth_beat, header_ends
+from .parser_decode import bth_beat, by_family, header_ends
 
 __all__ = ["FrameBuffer", "FrameWriteSignature", "PayloadWriter", "ReleaseSignature"]
 
@@ -133,7 +134,8 @@ class PayloadWriter(wiring.Component):
     frame's beats and rolling a dropped frame's back.
 
     Interface, in: ``beat`` (``InputTapSignature``), ``at_bth`` (the next
-    beat is the BTH's beat, ``bth_beat``), ``eof`` (verdict stage 1: the
+    beat is the BTH's beat, ``bth_beat``), with ``ipv6`` ``v6`` (the frame
+    is IPv6, valid while ``at_bth``), ``eof`` (verdict stage 1: the
     cycle after a last beat); from decode stage A, ``first_beat`` (read
     while ``at_bth``) and ``shift`` (the payload's first lane, as an index
     into ``header_ends``'s shifts); from length stage B,
@@ -152,17 +154,20 @@ class PayloadWriter(wiring.Component):
     already. Throughput: one beat per cycle.
     """
 
-    def __init__(self, data_width, header_bytes, ack_header_end, max_payload_beats, ptr_bits):
+    def __init__(self, data_width, header_bytes, ack_header_end, max_payload_beats, ptr_bits,
+                 ipv6=False):
         self.data_width = data_width
         self.lanes = lanes = data_width // 8
         self.ack_header_end = ack_header_end
         self.max_payload_beats = max_payload_beats
         self.ptr_bits = ptr_bits
-        _, shifts = header_ends(lanes, ack_header_end)
+        self.ipv6 = ipv6
+        _, shifts = header_ends(lanes, ack_header_end, ipv6)
         super().__init__(
             {
                 "beat": In(InputTapSignature(data_width)),
                 "at_bth": In(1),
+                **({"v6": In(1)} if ipv6 else {}),
                 "eof": In(1),
                 "first_beat": In(range(header_bytes // lanes + 1)),
                 "shift": In(range(len(shifts))),
@@ -182,8 +187,7 @@ class PayloadWriter(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         lanes = self.lanes
-        k_bth = bth_beat(lanes)
-        ends, shifts = header_ends(lanes, self.ack_header_end)
+        ends, shifts = header_ends(lanes, self.ack_header_end, self.ipv6)
         ptr_bits = self.ptr_bits
         addr_bits = ptr_bits - 1
         beat = self.beat
@@ -213,18 +217,23 @@ class PayloadWriter(wiring.Component):
         # Payload: output beat j is complete once input beat first_beat + j + 1
         # arrives, or at the end of the frame. out_idx, the j of the next input
         # beat (beat - first_beat - 1), is counted in a register: before beat
-        # k_bth + 1 it is only known to be negative (first_beat > k_bth), and it
-        # stops at max_payload_beats + 1, past any payload.
-        oi_max = self.max_payload_beats + 1
-        out_idx = Signal(range(-(k_bth + 2), oi_max + 1), init=-(k_bth + 2))
+        # k_bth + 1 it is only known to be negative (first_beat > k_bth, the
+        # family's; out_idx starts below the later family's), and it stops at
+        # max_payload_beats + 1, past any payload.
+        k_bth = bth_beat(lanes)
         assert ends[0] // lanes > k_bth
+        v6 = self.v6 if self.ipv6 else None
+        k_start = bth_beat(lanes, self.ipv6)
+        assert not self.ipv6 or (OFF_EXT + IPV6_SHIFT) // lanes > k_start
+        oi_max = self.max_payload_beats + 1
+        out_idx = Signal(range(-(k_start + 2), oi_max + 1), init=-(k_start + 2))
         incr = Signal()  # out_idx counts this cycle
         m.d.comb += incr.eq(beat.accept & ~beat.last & ~self.at_bth & (out_idx != oi_max))
         with m.If(beat.accept):
             with m.If(beat.last):
-                m.d.sync += out_idx.eq(-(k_bth + 2))
+                m.d.sync += out_idx.eq(-(k_start + 2))
             with m.Elif(self.at_bth):
-                m.d.sync += out_idx.eq(k_bth - self.first_beat)
+                m.d.sync += out_idx.eq(by_family(v6, k_bth, k_start) - self.first_beat)
         with m.If(incr):
             m.d.sync += out_idx.eq(out_idx + 1)
         # is_last (out_idx = beats_m1, given out_idx >= 0) from flip-flops:

@@ -35,16 +35,18 @@ class RecordQueue(wiring.Component):
     (the output registers load only while empty).
     """
 
-    def __init__(self, sack_bits, ext_bytes, max_payload_beats, depth=16, plane_bits=0):
+    def __init__(self, sack_bits, ext_bytes, max_payload_beats, depth=16, plane_bits=0,
+                 ipv6=False):
         self.sack_bits = sack_bits
         self.depth = depth
-        self.record_layout = ParserRecord(sack_bits, ext_bytes, max_payload_beats, plane_bits)
+        self.record_layout = ParserRecord(sack_bits, ext_bytes, max_payload_beats, plane_bits,
+                                          ipv6)
         super().__init__(
             {
                 "push": In(1),
                 "record": In(self.record_layout),
                 "level": Out(range(depth + 1)),
-                "hdr": Out(stream.Signature(ParsedHeader(sack_bits, plane_bits))),
+                "hdr": Out(stream.Signature(ParsedHeader(sack_bits, plane_bits, ipv6))),
                 "release": Out(ReleaseSignature(range(max_payload_beats + 1))),
             }
         )

@@ -13,6 +13,7 @@ import itertools
 import os
 import random
 
+from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 
 from host_driver import layers as L
@@ -52,63 +53,78 @@ def expect_frame(
     trim_dscp: int = TRIM_DSCP,
     sack_bits: int = SACK_BITS,
     max_payload: int = MAX_PAYLOAD,
+    ipv6: bool = False,
 ) -> Expected:
-    """The verdict, record and payload for a frame, first failing check wins."""
+    """The verdict, record and payload for a frame, first failing check wins;
+    ``ipv6``: of a parser built with ``ipv6`` (else an IPv6 frame is not_ipv4)."""
     n = len(frame)
     if tuser:
         return Expected("bad_frame")
-    if n < 54:
+    v6 = ipv6 and L.is_ipv6(frame)
+    sh = L.HDR_IPV6 - L.HDR_IPV4 if v6 else 0  # the headers after IP start later
+    if n < 54 + sh:
         return Expected("truncated")
-    opcode = frame[42]
-    trimmed = frame[15] >> 2 == trim_dscp
+    opcode = frame[42 + sh]
+    dscp = ((frame[14] & 0xF) << 2 | frame[15] >> 6) if v6 else frame[15] >> 2
+    trimmed = dscp == trim_dscp
     known = opcode in ALL_OPCODES
     if known:
-        hlen = L.header_len(opcode, sack_bits)
+        hlen = L.header_len(opcode, sack_bits, ipv6=v6)
         if n < hlen + (0 if trimmed else 4):
             return Expected("truncated")
     ethertype = int.from_bytes(frame[12:14], "big")
     flags_frag = int.from_bytes(frame[20:22], "big")
-    if ethertype != 0x0800 or frame[14] >> 4 != 4 or flags_frag & 0x3FFF:
+    if v6:
+        if frame[14] >> 4 != 6:
+            return Expected("not_ipv4")
+    elif ethertype != 0x0800 or frame[14] >> 4 != 4 or flags_frag & 0x3FFF:
         return Expected("not_ipv4")
-    if frame[14] & 0xF != 5:
+    if not v6 and frame[14] & 0xF != 5:
         return Expected("ipv4_options")
-    if not _ones_complement_ok(frame[14:34]):
+    if not v6 and not _ones_complement_ok(frame[14:34]):
         return Expected("ipv4_checksum")
-    if frame[23] != 17 or int.from_bytes(frame[36:38], "big") != L.ROCE_UDP_PORT:
+    proto = frame[20] if v6 else frame[23]
+    if proto != 17 or int.from_bytes(frame[36 + sh : 38 + sh], "big") != L.ROCE_UDP_PORT:
         return Expected("not_roce")
-    if not known or frame[43] & 0xF:
+    if not known or frame[43 + sh] & 0xF:
         return Expected("unknown_opcode")
-    total_len = int.from_bytes(frame[16:18], "big")
-    udp_len = int.from_bytes(frame[38:40], "big")
-    pad = (frame[43] >> 4) & 3
+    # IPv4's total length covers its header, IPv6's payload length does not
+    ip_len = int.from_bytes(frame[18:20] if v6 else frame[16:18], "big")
+    ip_header = 0 if v6 else L.HDR_IPV4
+    udp_len = int.from_bytes(frame[38 + sh : 40 + sh], "big")
+    pad = (frame[43 + sh] >> 4) & 3
+    udp_hlen = hlen - 34 - sh  # UDP header to the payload
     if trimmed:
         payload_len = 0
-        length_ok = udp_len == hlen - 34
+        length_ok = udp_len == udp_hlen
     else:
-        payload_len = udp_len - (hlen - 34) - pad - 4
+        payload_len = udp_len - udp_hlen - pad - 4
         length_ok = 0 <= payload_len <= max_payload
-    if opcode == L.OP_ACKNOWLEDGE and frame[67] * 32 != sack_bits:
+    if opcode == L.OP_ACKNOWLEDGE and frame[67 + sh] * 32 != sack_bits:
         length_ok = False
-    if n != 14 + total_len or udp_len != total_len - 20 or not length_ok:
+    frame_len = 14 + ip_len + (L.HDR_IPV6 if v6 else 0)
+    if n != frame_len or udp_len != ip_len - ip_header or not length_ok:
         return Expected("length_mismatch")
     if not trimmed and L.icrc(frame) != L.frame_icrc_field(frame):
         return Expected("bad_icrc")
 
     # Accepted: the record from scapy's dissection, not from the offsets above.
-    eth = Ether(frame[:42])
-    ip, udp = eth[L.IP], eth[L.UDP]
-    bth = L.BTH(frame[42:] + (b"\0" * 4 if trimmed else b""))
-    fields = _zero(ParsedHeader(sack_bits))
+    eth = Ether(frame[: 42 + sh])
+    ip, udp = eth[IPv6 if v6 else L.IP], eth[L.UDP]
+    tos = ip.tc if v6 else ip.tos
+    bth = L.BTH(frame[42 + sh :] + (b"\0" * 4 if trimmed else b""))
+    fields = _zero(ParsedHeader(sack_bits, ipv6=ipv6))
     fields.update(
         eth_src=int(eth.src.replace(":", ""), 16),
         eth_dst=int(eth.dst.replace(":", ""), 16),
-        ip_src=int(ipaddress.IPv4Address(ip.src)),
-        ip_dst=int(ipaddress.IPv4Address(ip.dst)),
-        dscp=ip.tos >> 2,
-        ecn=ip.tos & 3,
+        ip_src=int(ipaddress.ip_address(ip.src)),
+        ip_dst=int(ipaddress.ip_address(ip.dst)),
+        dscp=tos >> 2,
+        ecn=tos & 3,
         ev=udp.sport,
         payload_len=payload_len,
         trimmed=int(trimmed),
+        **({"v6": int(v6)} if ipv6 else {}),
     )
     fields["bth"] = {name: bth.getfieldval(name) for name in fields["bth"]}
     for layer, key in ((L.RETH, "reth"), (L.AETH, "aeth"), (L.MRCProbe, "probe")):
@@ -141,18 +157,22 @@ def fix_icrc(frame: bytearray) -> bytearray:
     return frame
 
 
-def valid_frame(rng: random.Random, kind: int | str, payload_len: int = 0) -> bytes:
-    """A well-formed frame: an opcode, or "trimmed"."""
+def valid_frame(rng: random.Random, kind: int | str, payload_len: int = 0,
+                v6: bool = False) -> bytes:
+    """A well-formed frame: an opcode, or "trimmed"; over IPv6 with ``v6``
+    (with a random flow label)."""
+    address = ipaddress.IPv6Address if v6 else ipaddress.IPv4Address
     addr = dict(
         src_mac=":".join(f"{rng.randrange(256):02x}" for _ in range(6)),
         dst_mac=":".join(f"{rng.randrange(256):02x}" for _ in range(6)),
-        src_ip=str(ipaddress.IPv4Address(rng.getrandbits(32))),
-        dst_ip=str(ipaddress.IPv4Address(rng.getrandbits(32))),
+        src_ip=str(address(rng.getrandbits(128 if v6 else 32))),
+        dst_ip=str(address(rng.getrandbits(128 if v6 else 32))),
+        **({"flow_label": rng.getrandbits(20)} if v6 else {}),
     )
     ev = rng.getrandbits(16)
     if kind == "trimmed":
         op = rng.choice(L.WRITE_OPCODES)
-        return L.trim(valid_frame(rng, op, rng.randrange(1, 64)), TRIM_DSCP)
+        return L.trim(valid_frame(rng, op, rng.randrange(1, 64), v6), TRIM_DSCP)
     if kind in L.WRITE_OPCODES:
         return bytes(
             L.write_packet(
@@ -304,6 +324,66 @@ def malformed_cases(rng: random.Random) -> list[tuple[str, bytes, bool, str]]:
     return cases
 
 
+def _lengths6(frame, plen_delta=0, udp_delta=0):
+    """An IPv6 frame with its payload length and UDP length moved, ICRC fixed."""
+    f = bytearray(frame)
+    f[18:20] = (int.from_bytes(f[18:20], "big") + plen_delta).to_bytes(2, "big")
+    f[58:60] = (int.from_bytes(f[58:60], "big") + udp_delta).to_bytes(2, "big")
+    return bytes(fix_icrc(f))
+
+
+def _dscp6(frame, dscp):
+    """An IPv6 frame with its traffic class's DSCP set (the ICRC masks it)."""
+    f = bytearray(frame)
+    f[14] = f[14] & 0xF0 | dscp >> 2
+    f[15] = f[15] & 0x3F | (dscp & 3) << 6
+    return bytes(f)
+
+
+def malformed_cases_v6(rng: random.Random) -> list[tuple[str, bytes, bool, str]]:
+    """As ``malformed_cases``, over IPv6, for a parser built with ``ipv6``."""
+    w = valid_frame(rng, L.OP_WRITE_ONLY, 40, v6=True)
+    w0 = valid_frame(rng, L.OP_WRITE_ONLY, 0, v6=True)
+    ack = valid_frame(rng, L.OP_ACKNOWLEDGE, v6=True)
+    v4 = valid_frame(rng, L.OP_WRITE_ONLY, 40)
+    cases = [
+        ("v6: tuser", w, True, "bad_frame"),
+        ("v6: version 4", _set(w, 14, bytes([0x40 | w[14] & 0xF]), icrc_fix=True), False,
+         "not_ipv4"),
+        ("v6 header, IPv4 EtherType", _set(w, 12, b"\x08\x00"), False, "not_ipv4"),
+        ("IPv4 header, IPv6 EtherType", _set(v4, 12, b"\x86\xdd"), False, "not_ipv4"),
+        ("v6: next header TCP", _set(w, 20, b"\x06", icrc_fix=True), False, "not_roce"),
+        ("v6: hop-by-hop options", _set(w, 20, b"\x00", icrc_fix=True), False, "not_roce"),
+        ("v6: UDP dport 4790", _set(w, 56, b"\x12\xb6", icrc_fix=True), False, "not_roce"),
+        ("v6: opcode 0x04", _set(w, 62, b"\x04", icrc_fix=True), False, "unknown_opcode"),
+        ("v6: TVer 1", _set(w, 63, bytes([w[63] | 1]), icrc_fix=True), False, "unknown_opcode"),
+        ("v6: payload length +4", _lengths6(w, 4), False, "length_mismatch"),
+        ("v6: payload length -4", _lengths6(w, -4), False, "length_mismatch"),
+        ("v6: UDP length -4", _lengths6(w, 0, -4), False, "length_mismatch"),
+        ("v6: both lengths +4", _lengths6(w, 4, 4), False, "length_mismatch"),
+        ("v6: frame longer", w + b"\0" * 4, False, "length_mismatch"),
+        ("v6: ACK sack_words 3", _set(ack, 87, b"\x03", icrc_fix=True), False,
+         "length_mismatch"),
+        ("v6: trimmed with payload", _dscp6(w, TRIM_DSCP), False, "length_mismatch"),
+        ("v6: trimmed with ICRC", _dscp6(w0, TRIM_DSCP), False, "length_mismatch"),
+        ("v6: bad ICRC, payload bit", _flip(w, 100), False, "bad_icrc"),
+        ("v6: bad ICRC, ICRC bit", _flip(w, len(w) - 1), False, "bad_icrc"),
+        ("v6: bad ICRC, destination bit", _flip(w, 53), False, "bad_icrc"),
+        ("v6: bad ICRC, ACK bitmap", _flip(ack, 95), False, "bad_icrc"),
+        # masked: the flow label, the ECN bits, the hop limit, BTH byte 4
+        ("v6: flow label changed (masked)", _set(w, 16, b"\x5a\xa5"), False, "accepted"),
+        ("v6: ECN changed (masked)", _set(w, 15, bytes([w[15] ^ 0x30])), False, "accepted"),
+        ("v6: hop limit changed (masked)", _set(w, 21, b"\x01"), False, "accepted"),
+        ("v6: FECN set (masked)", _set(w, 66, b"\x80"), False, "accepted"),
+    ]
+    for cut in (13, 14, 54, 61, 73):
+        cases.append((f"v6: cut at {cut}", w[:cut], False, "truncated"))
+    for cut in (74, 89, 93):
+        cases.append((f"v6: write cut at {cut}", w0[:cut], False, "truncated"))
+    cases.append(("v6: ACK cut inside the bitmap", ack[:95], False, "truncated"))
+    return cases
+
+
 def payload_lengths(lanes: int) -> list[int]:
     """0..2 beats and a bit (every lane offset of the payload end), around a few
     beat multiples, and the MTU."""
@@ -311,11 +391,13 @@ def payload_lengths(lanes: int) -> list[int]:
     return sorted(set(range(0, 2 * lanes + 5)) | near | {MAX_PAYLOAD - 1, MAX_PAYLOAD})
 
 
-def random_frame(rng: random.Random) -> tuple[bytes, bool]:
-    """A frame for the random mix: mostly valid, or broken in a random way."""
+def random_frame(rng: random.Random, ipv6: bool = False) -> tuple[bytes, bool]:
+    """A frame for the random mix: mostly valid, or broken in a random way;
+    with ``ipv6``, half of them over IPv6."""
     kind = rng.choice(list(ALL_OPCODES) + ["trimmed"] * 2 + list(L.WRITE_OPCODES))
     pl = rng.randrange(0, 300) if rng.random() < 0.8 else rng.randrange(0, MAX_PAYLOAD + 1)
-    frame = valid_frame(rng, kind, pl)
+    v6 = ipv6 and rng.random() < 0.5
+    frame = valid_frame(rng, kind, pl, v6)
     tuser = False
     r = rng.random()
     if r < 0.55:
@@ -337,6 +419,10 @@ def random_frame(rng: random.Random) -> tuple[bytes, bool]:
         tuser = True
     elif r < 0.93:
         frame = rng.randbytes(rng.randrange(1, 200))
+    elif v6:  # a field the parser checks, the ICRC fixed
+        f = bytearray(frame)
+        f[rng.choice([12, 14, 18, 20, 56, 58, 62, 63, 87])] = rng.randrange(256)
+        frame = bytes(fix_icrc(f))
     else:
         f = bytearray(frame)
         f[rng.choice([12, 14, 23, 36, 42, 43, 67])] = rng.randrange(256)

@@ -12,7 +12,13 @@ from amaranth.sim import Simulator
 from host_driver import layers as L
 from hw.rx.parser import COUNTER_NAMES, RxParser
 from tests import seeds
-from tests.hw.parser_frames import expect_frame, malformed_cases, valid_frame
+from tests.hw.parser_frames import (
+    ALL_OPCODES,
+    expect_frame,
+    malformed_cases,
+    malformed_cases_v6,
+    valid_frame,
+)
 from tests.hw.streams import decode
 
 
@@ -84,8 +90,8 @@ def simulate(dut: RxParser, frames: list[tuple[bytes, bool]], stall=lambda cycle
     return verdicts, records, payloads, stats["beats"] / stats["cycles"]
 
 
-def check(frames, verdicts, records, payloads):
-    expected = [expect_frame(f, u) for f, u in frames]
+def check(frames, verdicts, records, payloads, ipv6=False):
+    expected = [expect_frame(f, u, ipv6=ipv6) for f, u in frames]
     assert verdicts == [e.verdict for e in expected]
     accepted = [e for e in expected if e.verdict == "accepted"]
     assert records == [e.fields for e in accepted]
@@ -111,6 +117,38 @@ def test_a_few_frames(data_width):
     verdicts, records, payloads, rate = simulate(RxParser(data_width=data_width), frames)
     check(frames, verdicts, records, payloads)
     assert rate == 1.0, f"{rate} input beats per cycle with no backpressure"
+
+
+@pytest.mark.parametrize("data_width", [64, 128, 256, 512])
+def test_ipv6(data_width):
+    """A parser built with ``ipv6`` takes IPv4 and IPv6 frames of every kind,
+    mixed, and drops each broken one (over either family) under its counter:
+    the family's offsets, lengths, ICRC masks and 128-bit addresses, frame
+    after frame at one beat per cycle."""
+    rng = seeds.rng(data_width + 6)
+    kinds = list(ALL_OPCODES) + ["trimmed"]
+    frames = [(valid_frame(rng, kind, rng.randrange(0, 3 * data_width // 8), v6), False)
+              for kind in kinds for v6 in (True, False)]
+    frames += [(f, u) for _, f, u, _ in malformed_cases_v6(rng)]
+    picked = {"bad ICRC, payload bit", "IHL 6", "bad IP checksum", "ethertype ARP",
+              "more fragments"}
+    frames += [(f, u) for name, f, u, _ in malformed_cases(rng) if name in picked]
+    rng.shuffle(frames)
+    frames.append((valid_frame(rng, L.OP_WRITE_LAST, 200, v6=True), False))
+    verdicts, records, payloads, rate = simulate(RxParser(data_width, ipv6=True), frames)
+    check(frames, verdicts, records, payloads, ipv6=True)
+    assert {r["v6"] for r in records} == {0, 1}
+    assert rate == 1.0, f"{rate} input beats per cycle with no backpressure"
+
+
+def test_ipv6_frame_in_an_ipv4_build():
+    """Without ``ipv6`` an IPv6 frame is not_ipv4 (or truncated, read as IPv4)."""
+    rng = seeds.rng(46)
+    frames = [(valid_frame(rng, L.OP_WRITE_ONLY, 100, v6=True), False),
+              (valid_frame(rng, L.OP_WRITE_ONLY, 10), False)]
+    verdicts, records, payloads, _ = simulate(RxParser(64), frames)
+    check(frames, verdicts, records, payloads)
+    assert verdicts == ["not_ipv4", "accepted"]
 
 
 def test_plane_tag():
