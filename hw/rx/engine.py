@@ -20,9 +20,18 @@ from .regs import RxRegisters
 from .validate import VALIDATOR_COUNTERS, RxValidator
 from .window import MAX_PENDING, WINDOW_COUNTERS, RxPsnWindow
 
-__all__ = ["RxEngine", "RxPipeline", "check_rx_params"]
+__all__ = ["RxEngine", "RxPipeline", "check_rx_params", "narrow_header"]
 
 AXI_ID_WIDTH = 4
+
+
+def narrow_header(m, wide, narrow):
+    """Join stream ``wide`` (out) to ``narrow`` (in) whose ``ParsedHeader``
+    has no fields but ``wide``'s, maybe narrower: each taken by name,
+    truncated (the 128-bit addresses of an IPv6 build to IPv4's 32)."""
+    m.d.comb += [narrow.valid.eq(wide.valid), wide.ready.eq(narrow.ready)]
+    for name, _ in narrow.payload.shape():
+        m.d.comb += narrow.payload[name].eq(wide.payload[name])
 
 
 def check_rx_params(*, data_width, num_qps, num_mrs, sack_bits, mpr_max, csr_addr_width,
@@ -72,7 +81,7 @@ class RxPipeline(wiring.Component):
 
     def __init__(self, *, data_width=64, num_qps=16, num_mrs=16, sack_bits=64, mpr_max=1024,
                  csr_addr_width=16, inflight=8, max_pending=MAX_PENDING, addr_width=64,
-                 plane_bits=0, ns_per_cycle=8):
+                 plane_bits=0, ns_per_cycle=8, ipv6=False):
         check_rx_params(data_width=data_width, num_qps=num_qps, num_mrs=num_mrs,
                         sack_bits=sack_bits, mpr_max=mpr_max, csr_addr_width=csr_addr_width,
                         addr_width=addr_width)
@@ -81,13 +90,14 @@ class RxPipeline(wiring.Component):
         self.inflight, self.max_pending = inflight, max_pending
         self.addr_width, self.plane_bits = addr_width, plane_bits
         self.ns_per_cycle = ns_per_cycle
+        self.ipv6 = bool(ipv6)
         # Built here so that an impossible register map fails at construction.
         self.regs = RxRegisters(num_qps=num_qps, num_mrs=num_mrs, sack_bits=sack_bits,
                                 mpr_max=mpr_max, csr_addr_width=csr_addr_width,
-                                addr_width=addr_width)
+                                addr_width=addr_width, ipv6=self.ipv6)
         super().__init__(
             {
-                "hdr": In(stream.Signature(ParsedHeader(sack_bits, plane_bits))),
+                "hdr": In(stream.Signature(ParsedHeader(sack_bits, plane_bits, self.ipv6))),
                 "payload": In(stream.Signature(Beat(data_width))),
                 "csr": In(CSRBusSignature(csr_addr_width)),
                 "m_axi": Out(AXI4Signature(addr_width, data_width, AXI_ID_WIDTH)),
@@ -106,25 +116,33 @@ class RxPipeline(wiring.Component):
         m = Module()
         m.submodules.regs = regs = self.regs
         aw = self.addr_width
+        ipv6 = self.ipv6
         m.submodules.validator = val = RxValidator(
             num_qps=self.num_qps, num_mrs=self.num_mrs, sack_bits=self.sack_bits, addr_width=aw,
-            plane_bits=self.plane_bits)
+            plane_bits=self.plane_bits, ipv6=ipv6)
         m.submodules.window = win = RxPsnWindow(
             num_qps=self.num_qps, sack_bits=self.sack_bits, mpr_max=self.mpr_max,
             inflight=self.inflight, max_pending=self.max_pending, addr_width=aw,
-            plane_bits=self.plane_bits, ns_per_cycle=self.ns_per_cycle)
+            plane_bits=self.plane_bits, ns_per_cycle=self.ns_per_cycle, ipv6=ipv6)
         m.submodules.dma = dma = RxDmaWriter(
             self.data_width, tag_width=win.tag_bits, id_width=AXI_ID_WIDTH,
             max_outstanding=max(16, 2 * self.inflight), addr_width=aw)
         m.submodules.ackgen = ackgen = RxAckBuilder(self.data_width, self.sack_bits,
-                                                          self.plane_bits)
+                                                    self.plane_bits, ipv6)
         m.submodules.cqefmt = cqefmt = RxCqeFormatter(win.tag_bits, aw)
         m.submodules.peer_filter = pf = RxPeerFilter(
-            num_qps=self.num_qps, sack_bits=self.sack_bits, addr_width=aw)
+            num_qps=self.num_qps, sack_bits=self.sack_bits, addr_width=aw, ipv6=ipv6)
 
         connect(m, flipped(self.hdr), val.hdr)
         connect(m, val.peer_ack, pf.i)
-        connect(m, flipped(self.peer_ack), pf.o)
+        if ipv6:
+            # reliability reads no address: the peer's records leave with
+            # IPv4's layout, the addresses' low 32 bits (`narrow_header`)
+            narrow_header(m, pf.o, self.peer_ack)
+            m.d.comb += [pf.own_ip6.eq(regs.own_ip6), val.own_ip6.eq(regs.own_ip6),
+                         ackgen.own_ip6.eq(regs.own_ip6)]
+        else:
+            connect(m, flipped(self.peer_ack), pf.o)
         connect(m, val.req, win.req)
         connect(m, regs.init, win.init)
         m.d.comb += win.init_busy.eq(regs.init_busy)
@@ -207,6 +225,10 @@ class RxEngine(wiring.Component):
     ns_per_cycle : the ns of a cycle of the clock (``ns_per_cycle(clk_freq_hz)``
         of hw/reliability/engine.py; default 8, 125 MHz): an ACK's service
         time counts cycles of it, in 64 ns units (docs/protocol.md).
+    ipv6 : RoCEv2 over IPv6 too (default False: IPv4 only). Frames of both
+        families are taken; each QP's peer has a family (``QP_PEER_V6``) and a
+        128-bit address, the NIC its own IPv6 address (``OWN_IP6``), and ACKs
+        go back over the peer's family (docs/rx.md).
 
     Interface
     ---------
@@ -237,7 +259,7 @@ class RxEngine(wiring.Component):
 
     def __init__(self, *, data_width=64, num_qps=16, num_mrs=16, sack_bits=64, mpr_max=1024,
                  csr_addr_width=16, max_payload=4096, addr_width=64, num_planes=1,
-                 ns_per_cycle=8):
+                 ns_per_cycle=8, ipv6=False):
         check_rx_params(data_width=data_width, num_qps=num_qps, num_mrs=num_mrs,
                         sack_bits=sack_bits, mpr_max=mpr_max, csr_addr_width=csr_addr_width,
                         addr_width=addr_width)
@@ -245,8 +267,9 @@ class RxEngine(wiring.Component):
         self.pipeline = RxPipeline(data_width=data_width, num_qps=num_qps, num_mrs=num_mrs,
                                    sack_bits=sack_bits, mpr_max=mpr_max,
                                    csr_addr_width=csr_addr_width, addr_width=addr_width,
-                                   plane_bits=pb, ns_per_cycle=ns_per_cycle)
+                                   plane_bits=pb, ns_per_cycle=ns_per_cycle, ipv6=ipv6)
         self.data_width, self.sack_bits, self.max_payload = data_width, sack_bits, max_payload
+        self.ipv6 = self.pipeline.ipv6
         self.num_planes, self.plane_bits = num_planes, pb
         super().__init__(
             {
@@ -266,7 +289,7 @@ class RxEngine(wiring.Component):
         m = Module()
         m.submodules.parser = parser = RxParser(
             data_width=self.data_width, sack_bits=self.sack_bits, max_payload=self.max_payload,
-            plane_bits=self.plane_bits)
+            plane_bits=self.plane_bits, ipv6=self.ipv6)
         m.submodules.pipeline = pipe = self.pipeline
         connect(m, flipped(self.s_axis), parser.s_axis)
         connect(m, parser.hdr, pipe.hdr)
