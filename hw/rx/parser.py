@@ -164,6 +164,25 @@ def _bytes(raw, offset, size):
     return raw[8 * offset : 8 * (offset + size)]
 
 
+class HeaderFields:
+    """The captured header's fields (``hdr``, lane order), each header after
+    the IP header at the frame's family's place (``v6``; None: IPv4 only)."""
+
+    def __init__(self, hdr, v6):
+        self.hdr, self.v6 = hdr, v6
+        self.eth = ETH.unpack(_bytes(hdr, 0, ETH.size))
+        self.ip = IPV4.unpack(_bytes(hdr, OFF_IPV4, IPV4.size))
+        self.ip6 = IPV6.unpack(_bytes(hdr, OFF_IPV6, IPV6.size))  # (read with v6 only)
+        self.udp = UDP.unpack(self.after_ip(OFF_UDP, UDP.size))
+        self.bth = BTH.unpack(self.after_ip(OFF_BTH, BTH.size))
+
+    def after_ip(self, offset, size):
+        """Bytes [offset, offset + size) of the headers after the IP header,
+        as over IPv4, at the frame's family's place."""
+        return by_family(self.v6, _bytes(self.hdr, offset, size),
+                         _bytes(self.hdr, offset + IPV6_SHIFT, size))
+
+
 class RxParser(wiring.Component):
     """RX header parser with store-and-forward drop (see the module docstring).
 
@@ -252,6 +271,47 @@ class RxParser(wiring.Component):
             }
         )
 
+    def _checks(self, f, bad_frame, frame_len, ipsum_ok, dec, lengths):
+        """The (verdict, condition) pairs of verdict stage 1, first match wins:
+        ``f`` the header's fields (``HeaderFields``), ``dec`` and ``lengths``
+        decode stage A's and length stage B's outputs, ``ipsum_ok`` the IPv4
+        checksum's verdict. Over IPv6: the version,
+        and UDP right after the IPv6 header; no checksum, options or
+        fragments there."""
+        v6, eth, ip, ip6, udp = f.v6, f.eth, f.ip, f.ip6, f.udp
+        frag = (ip["flags"][0]) | (ip["frag_off"] != 0)
+        ack_width_bad = dec.is_ack & (
+            SACK.unpack(f.after_ip(OFF_SACK, SACK.size))["sack_words"] != self.sack_bits // 32
+        )
+        return [
+            (Verdict.BAD_FRAME, bad_frame),
+            (
+                Verdict.TRUNCATED,
+                (frame_len < by_family(v6, OFF_BTH, OFF_BTH + IPV6_SHIFT) + BTH.size)
+                | (dec.opcode_known & (frame_len < dec.frame_need)),
+            ),
+            (
+                Verdict.NOT_IPV4,
+                by_family(v6, (eth["ethertype"] != ETHERTYPE_IPV4) | (ip["version"] != 4) | frag,
+                          ip6["version"] != 6),
+            ),
+            (Verdict.IPV4_OPTIONS, by_family(v6, ip["ihl"] != 5, 0)),
+            (Verdict.IPV4_CHECKSUM, by_family(v6, ~ipsum_ok, 0)),
+            (
+                Verdict.NOT_ROCE,
+                (by_family(v6, ip["proto"], ip6["next_header"]) != IP_PROTO_UDP)
+                | (udp["dport"] != ROCE_UDP_PORT),
+            ),
+            (Verdict.UNKNOWN_OPCODE, ~dec.opcode_known | dec.tver_bad),
+            (
+                Verdict.LENGTH_MISMATCH,
+                (frame_len != lengths.total_len_eth)
+                | (lengths.udp_total != by_family(v6, ip["total_len"], ip6["payload_len"]))
+                | Mux(dec.trimmed, lengths.udp_need_ne, ~lengths.payload_fits)
+                | ack_width_bad,
+            ),
+        ]
+
     def elaborate(self, platform):
         m = Module()
         lanes = self.lanes
@@ -311,17 +371,8 @@ class RxParser(wiring.Component):
 
         # Header fields as captured (the verdict only uses them once their bytes
         # are in; see the stages below for when that is).
-        def after_ip(offset, size):
-            """Bytes [offset, offset + size) of the headers after the IP header,
-            as over IPv4, at the frame's family's place."""
-            return by_family(v6, _bytes(hdr, offset, size),
-                             _bytes(hdr, offset + IPV6_SHIFT, size))
-
-        eth = ETH.unpack(_bytes(hdr, 0, ETH.size))
-        ip = IPV4.unpack(_bytes(hdr, OFF_IPV4, IPV4.size))
-        ip6 = IPV6.unpack(_bytes(hdr, OFF_IPV6, IPV6.size))  # (read with `ipv6` only)
-        udp = UDP.unpack(after_ip(OFF_UDP, UDP.size))
-        bth = BTH.unpack(after_ip(OFF_BTH, BTH.size))
+        f = HeaderFields(hdr, v6)
+        eth, ip, ip6, udp, bth = f.eth, f.ip, f.ip6, f.udp, f.bth
 
         # ------------------------------------------------------------------
         # Decode stage A (ClassDecode), registered at the beat that holds the
@@ -357,7 +408,7 @@ class RxParser(wiring.Component):
             v6_at_bth = v6_now if k_eth == k_bth else v6
             m.d.comb += [decode.v6.eq(v6_at_bth), lengths.v6.eq(v6)]
         dec = decode.decoded
-        is_ack, trimmed, opcode_known = dec.is_ack, dec.trimmed, dec.opcode_known
+        is_ack, trimmed = dec.is_ack, dec.trimmed
         payload_fits = lengths.payload_fits
 
         # ------------------------------------------------------------------
@@ -458,41 +509,7 @@ class RxParser(wiring.Component):
         # Verdict stage 1, in the cycle after the last beat: `hdr`, `frame_len`,
         # `prev` and stages A and B still hold the frame that ended. The checks
         # are registered as flags (and the record as it will be pushed).
-        # (over IPv6: the version, and UDP right after the IPv6 header; no
-        # checksum, options or fragments there)
-        frag = (ip["flags"][0]) | (ip["frag_off"] != 0)
-        ack_width_bad = is_ack & (
-            SACK.unpack(after_ip(OFF_SACK, SACK.size))["sack_words"] != self.sack_bits // 32
-        )
-        checks = [  # (verdict, condition), first match wins
-            (Verdict.BAD_FRAME, bad_frame),
-            (
-                Verdict.TRUNCATED,
-                (frame_len < by_family(v6, OFF_BTH, OFF_BTH + IPV6_SHIFT) + BTH.size)
-                | (opcode_known & (frame_len < dec.frame_need)),
-            ),
-            (
-                Verdict.NOT_IPV4,
-                by_family(v6, (eth["ethertype"] != ETHERTYPE_IPV4) | (ip["version"] != 4) | frag,
-                          ip6["version"] != 6),
-            ),
-            (Verdict.IPV4_OPTIONS, by_family(v6, ip["ihl"] != 5, 0)),
-            (Verdict.IPV4_CHECKSUM, by_family(v6, ~ipsum_ok, 0)),
-            (
-                Verdict.NOT_ROCE,
-                (by_family(v6, ip["proto"], ip6["next_header"]) != IP_PROTO_UDP)
-                | (udp["dport"] != ROCE_UDP_PORT),
-            ),
-            (Verdict.UNKNOWN_OPCODE, ~opcode_known | dec.tver_bad),
-            (
-                Verdict.LENGTH_MISMATCH,
-                (frame_len != lengths.total_len_eth)
-                | (lengths.udp_total != by_family(v6, ip["total_len"],
-                                                  ip6["payload_len"]))
-                | Mux(trimmed, lengths.udp_need_ne, ~payload_fits)
-                | ack_width_bad,
-            ),
-        ]
+        checks = self._checks(f, bad_frame, frame_len, ipsum_ok, dec, lengths)
         flags = Signal(len(checks))
         check_icrc = Signal()  # the ICRC decides (not trimmed)
         m.d.sync += [flags[i].eq(cond) for i, (_, cond) in enumerate(checks)]
@@ -521,7 +538,7 @@ class RxParser(wiring.Component):
             record.trimmed.eq(trimmed),
             record.payload_len.eq(Mux(payload_fits, lengths.payload_len, 0)),
             record.beats.eq(Mux(payload_fits, lengths.payload_beats, 0)),
-            record.ext.eq(after_ip(OFF_EXT, ext_bytes)),
+            record.ext.eq(f.after_ip(OFF_EXT, ext_bytes)),
             record.is_write.eq(dec.is_write),
             record.is_imm.eq(dec.is_imm),
             record.is_ack.eq(is_ack),
