@@ -46,7 +46,7 @@ from .layouts import (
     WimmDone,
 )
 from .nscc_path import nscc_reset_values, nscc_window
-from .probe import NetConfig, ProbeBuilder, ProbeReplyCheck
+from .probe import ProbeBuilder, ProbeReplyCheck, net_config
 from .registers import (
     COUNTER_BASE,
     COUNTER_NAMES,
@@ -54,6 +54,10 @@ from .registers import (
     EV_BASE,
     EV_PLANE_LSB,
     GLOBAL_OFFSETS,
+    OWN_IP6,
+    QP6_BASE,
+    QP6_STRIDE,
+    QP6_WORDS,
     QP_BASE,
     QP_STRIDE,
     QP_WORDS,
@@ -104,6 +108,10 @@ class ReliabilityEngine(wiring.Component):
         plane (``ev`` bits 22..20, as TX's ``ev_entry``) and a probe leaves
         tagged with its EV's plane in ``m_axis_probe.tuser``; with 1 the field
         is not stored and reads 0.
+    ipv6 : probes over IPv6 too: ``own_ip6``, and per QP the peer's IPv6
+        address (``peer_ip6_*`` above ``peer_ip``) and family (``peer_v6``),
+        at QP6_BASE; each QP's probes go over its peer's family
+        (``ProbeBuilder``).
 
     Interface
     ---------
@@ -164,8 +172,9 @@ class ReliabilityEngine(wiring.Component):
 
     def __init__(self, num_qps=16, evs_per_qp=16, sack_bits=64, clk_freq_hz=125_000_000,
                  data_width=64, csr_addr_width=16, window=64, addr_width=64, max_mtu=4096,
-                 nscc=True, num_planes=1):
+                 nscc=True, num_planes=1, ipv6=False):
         self.plane_bits = plane_bits_for(num_planes)  # raises for a bad count
+        self.ipv6 = bool(ipv6)
         if not isinstance(num_qps, int) or not 2 <= num_qps <= 256:
             raise ValueError(f"num_qps must be an integer in 2..256, not {num_qps!r}")
         if (not isinstance(evs_per_qp, int) or evs_per_qp & (evs_per_qp - 1)
@@ -199,7 +208,7 @@ class ReliabilityEngine(wiring.Component):
                                             DEFAULT_BASE_RTT_NS)
         self.timeout_unit = timeout_unit_cycles(clk_freq_hz)
         self.ns_per_cycle = ns_per_cycle(clk_freq_hz)
-        self.registers = register_map(num_qps, evs_per_qp, window)
+        self.registers = register_map(num_qps, evs_per_qp, window, self.ipv6)
         super().__init__(
             {
                 "peer_ack": In(stream.Signature(ParsedHeader(sack_bits))),
@@ -218,6 +227,48 @@ class ReliabilityEngine(wiring.Component):
             }
         )
 
+    def _probe_timer(self, m, core, pcheck, probe_period, ns):
+        """The probe rounds' timer, every ``probe_period`` cycles (0: off), to
+        the core and the probe-reply check (``ns``: the engine's ns clock)."""
+        # The probe timer counts down to -1: its sign bit, a flip-flop, is the tick
+        # (no compare in front of the counter's reload), and the tick reloads
+        # period - 2, so a tick comes every period cycles. The reload value and
+        # the enable are registered (a write applies a cycle later). While probing
+        # is off the reload is -2: the sign stays set, and the first round comes
+        # as probing starts.
+        probe_count = Signal(33)
+        period_m2 = Signal(33)
+        probing = Signal()
+        m.d.sync += [period_m2.eq(probe_period - 2), probing.eq(probe_period != 0)]
+        m.d.comb += core.probe_tick.eq(probing & probe_count[-1])
+        m.d.comb += [pcheck.round.eq(core.probe_round), pcheck.sweeping.eq(core.probe_sweeping),
+                     pcheck.probing.eq(probing),
+                     pcheck.tick.eq(probing & probe_count[-1]), pcheck.now_ns.eq(ns)]
+        with m.If(probe_count[-1]):
+            m.d.sync += probe_count.eq(period_m2)
+        with m.Else():
+            m.d.sync += probe_count.eq(probe_count - 1)
+
+    def _counter_bank(self, m, core, cpl, pcheck, cmds_lost):
+        """The counters (``COUNTER_NAMES``), one ``CounterBank``: the core's
+        strobes and the engine's (``cmds_lost``, the completion writer's and
+        the probe-reply check's), registered."""
+        top_counts = {"cmds_lost": cmds_lost, "cqes": cpl.cqe_done, "dma_errors": cpl.dma_error,
+                      "probes_stale": pcheck.stale}
+        # One saturating counter bank (a block RAM) for every counter: the core's
+        # strobes are flip-flops, the engine's are registered here.
+        strobes = []
+        for name in COUNTER_NAMES:
+            if name in top_counts:
+                strobe = Signal(name=f"cnt_{name}")
+                m.d.sync += strobe.eq(top_counts[name])
+                strobes.append(strobe)
+            else:
+                strobes.append(core.counter_strobes[name])
+        m.submodules.counter_bank = bank = CounterBank(len(COUNTER_NAMES), saturate=True)
+        m.d.comb += bank.strobe.eq(Cat(strobes))
+        return bank
+
     def elaborate(self, platform):
         m = Module()
         nq, E = self.num_qps, self.evs_per_qp
@@ -228,7 +279,8 @@ class ReliabilityEngine(wiring.Component):
             timeout_unit=self.timeout_unit, clk_freq_hz=self.clk_freq_hz)
         m.submodules.timers = timers = RetransmitTimers(nq)
         m.submodules.completions = cpl = CompletionWriter(nq, self.data_width, self.addr_width)
-        m.submodules.probes = probes = ProbeBuilder(nq, E, self.data_width, self.plane_bits)
+        m.submodules.probes = probes = ProbeBuilder(nq, E, self.data_width, self.plane_bits,
+                                                    self.ipv6)
 
         # probe responses are checked against the outstanding probes first
         m.submodules.probe_check = pcheck = ProbeReplyCheck(self.sack_bits)
@@ -268,34 +320,21 @@ class ReliabilityEngine(wiring.Component):
             "cwnd_md_shift": 1, "cwnd_trim_dec": 1, "target_rtt": self.target_rtt_reset})
         m.d.comb += [core.params.eq(params), probes.own_mac.eq(own_mac),
                      probes.own_ip.eq(own_ip)]
+        if self.ipv6:
+            own_ip6 = Signal(128)
+            m.d.comb += probes.own_ip6.eq(own_ip6)
 
         ns = Signal(64)
         m.d.sync += ns.eq(ns + self.ns_per_cycle)
         m.d.comb += probes.now_ns.eq(ns)
 
-        # The probe timer counts down to -1: its sign bit, a flip-flop, is the tick
-        # (no compare in front of the counter's reload), and the tick reloads
-        # period - 2, so a tick comes every period cycles. The reload value and
-        # the enable are registered (a write applies a cycle later). While probing
-        # is off the reload is -2: the sign stays set, and the first round comes
-        # as probing starts.
-        probe_count = Signal(33)
-        period_m2 = Signal(33)
-        probing = Signal()
-        m.d.sync += [period_m2.eq(probe_period - 2), probing.eq(probe_period != 0)]
-        m.d.comb += core.probe_tick.eq(probing & probe_count[-1])
-        m.d.comb += [pcheck.round.eq(core.probe_round), pcheck.sweeping.eq(core.probe_sweeping),
-                     pcheck.probing.eq(probing),
-                     pcheck.tick.eq(probing & probe_count[-1]), pcheck.now_ns.eq(ns)]
-        with m.If(probe_count[-1]):
-            m.d.sync += probe_count.eq(period_m2)
-        with m.Else():
-            m.d.sync += probe_count.eq(probe_count - 1)
+        self._probe_timer(m, core, pcheck, probe_period, ns)
 
         # --- configuration memories -----------------------------------------------------------
         m.submodules.rel_mem = rel_mem = Memory(shape=RelConfig, depth=nq, init=[])
         m.submodules.dma_mem = dma_mem = Memory(shape=160, depth=nq, init=[])
-        m.submodules.net_mem = net_mem = Memory(shape=128, depth=nq, init=[])
+        net_words = net_config(self.ipv6).size // 32
+        m.submodules.net_mem = net_mem = Memory(shape=32 * net_words, depth=nq, init=[])
         m.submodules.ev_mem = ev_mem = Memory(shape=16 + self.plane_bits, depth=nq * E,
                                                    init=[])
         rel_wr, rel_core, rel_csr = rel_mem.write_port(), rel_mem.read_port(), rel_mem.read_port()
@@ -330,11 +369,20 @@ class ReliabilityEngine(wiring.Component):
         m.d.comb += qp_off.eq(_offset(addr, QP_BASE))
         qp_idx = qp_off[6:][: max(1, (nq - 1).bit_length())]
         word = qp_off[2:6]
+        # with ipv6, the QPs' IPv6 words (QP6_BASE): net_mem's words 4..7
+        if self.ipv6:
+            in_qp6 = Signal()
+            qp6_off = Signal(self.csr_addr_width)
+            m.d.comb += [
+                qp6_off.eq(_offset(addr, QP6_BASE)),
+                in_qp6.eq((addr >= QP6_BASE) & (addr < QP6_BASE + nq * QP6_STRIDE)),
+            ]
+            qp6_idx, word6 = qp6_off[4:][: len(qp_idx)], qp6_off[2:4]
         ev_off = Signal(self.csr_addr_width)
         m.d.comb += ev_off.eq(_offset(addr, EV_BASE))
         ev_idx = ev_off[2:][: max(1, (nq * E - 1).bit_length())]
 
-        G = GLOBAL_OFFSETS
+        G = {**GLOBAL_OFFSETS, **{f"own_ip6_{i}": OWN_IP6 + 4 * i for i in range(4)}}
         param_regs = {
             "ev_loss_threshold": params.ev_loss_threshold, "cwnd_min": params.cwnd_min,
             "cwnd_max": params.cwnd_max, "cwnd_init": params.cwnd_init,
@@ -345,6 +393,8 @@ class ReliabilityEngine(wiring.Component):
         rw_regs = {"own_mac_lo": own_mac[:32], "own_mac_hi": own_mac[32:], "own_ip": own_ip,
                    "probe_period": probe_period, **param_regs,
                    **nscc_regs}
+        if self.ipv6:
+            rw_regs.update({f"own_ip6_{i}": own_ip6[32 * i : 32 * (i + 1)] for i in range(4)})
 
         # Writes are decoded at w_stb and applied in the next cycle from registers
         # (hw.csr.RegisteredWrites: the data, the QP and EV indices and one strobe
@@ -373,9 +423,14 @@ class ReliabilityEngine(wiring.Component):
                for i in range(5)},  # sq_base_lo .. the four words after it
             **{f"net{i}": (qp_word & (word == QP_WORDS["peer_mac_lo"] + i), None)
                for i in range(4)},  # peer_mac_lo .. the three words after it
+            **{f"net{4 + i}": (~is_global & in_qp6 & (word6 == i), None)
+               for i in range(net_words - 4)},  # peer_ip6_1 .. peer_v6
             "ev_cfg": (~is_global & ~in_qp & in_ev, None),
         }
-        w = RegisteredWrites(m, csr, targets, fields={"qp": qp_idx, "ev": ev_idx})
+        # (a QP's IPv6 words are QP6_WORDS' order in net_mem, after peer_mac_lo's four)
+        assert list(QP6_WORDS.values()) == list(range(4))
+        qp_field = Mux(in_qp6, qp6_idx, qp_idx) if self.ipv6 else qp_idx
+        w = RegisteredWrites(m, csr, targets, fields={"qp": qp_field, "ev": ev_idx})
         w_data, w_qp, w_ev = w.data, w.fields["qp"], w.fields["ev"]
 
         # the ring bases keep addr_width bits: the _hi words store (and read back) only
@@ -387,7 +442,7 @@ class ReliabilityEngine(wiring.Component):
         m.d.comb += [
             rel_wr.addr.eq(w_qp), rel_csr.addr.eq(qp_idx),
             dma_wr.addr.eq(w_qp), dma_csr.addr.eq(qp_idx),
-            net_wr.addr.eq(w_qp), net_csr.addr.eq(qp_idx),
+            net_wr.addr.eq(w_qp), net_csr.addr.eq(qp_field),
             ev_wr.addr.eq(w_ev), ev_csr.addr.eq(ev_idx),
             # an EV entry's QP or a QP word's, chosen by addr >= EV_BASE (a power of
             # two: an OR of the upper address bits, not in_ev's compares): the
@@ -397,7 +452,7 @@ class ReliabilityEngine(wiring.Component):
             rel_wr.data.eq(w_data),
             dma_wr.data.eq(Cat(*[base_hi if word in hi_words else w_data
                                  for word in dma_lanes])),
-            net_wr.data.eq(Cat(*[w_data] * 4)),
+            net_wr.data.eq(Cat(*[w_data] * net_words)),
             ev_wr.data.eq(Cat(w_data[:16], w_data[EV_PLANE_LSB:][: self.plane_bits])),
         ]
 
@@ -415,27 +470,14 @@ class ReliabilityEngine(wiring.Component):
             push_cmd(Cat(Const(0, 1), w_qp, Const(0, max(1, ebits)), w_data[:3]))
         m.d.comb += [rel_wr.en.eq(w.stb["qp_rel_cfg"]),
                      dma_wr.en.eq(Cat(w.stb[f"dma{i}"] for i in range(5))),
-                     net_wr.en.eq(Cat(w.stb[f"net{i}"] for i in range(4))),
+                     net_wr.en.eq(Cat(w.stb[f"net{i}"] for i in range(net_words))),
                      ev_wr.en.eq(w.stb["ev_cfg"])]
         with m.If(w.stb["ev_cfg"] & w_data[31]):
             push_cmd(Cat(Const(1, 1), (w_ev >> ebits)[: len(qp_idx)], w_ev[:ebits],
                          w_data[16:19]))
 
         # --- counters and events ---------------------------------------------------------------
-        top_counts = {"cmds_lost": cmds_lost, "cqes": cpl.cqe_done, "dma_errors": cpl.dma_error,
-                      "probes_stale": pcheck.stale}
-        # One saturating counter bank (a block RAM) for every counter: the core's
-        # strobes are flip-flops, the engine's are registered here.
-        strobes = []
-        for name in COUNTER_NAMES:
-            if name in top_counts:
-                strobe = Signal(name=f"cnt_{name}")
-                m.d.sync += strobe.eq(top_counts[name])
-                strobes.append(strobe)
-            else:
-                strobes.append(core.counter_strobes[name])
-        m.submodules.counter_bank = bank = CounterBank(len(COUNTER_NAMES), saturate=True)
-        m.d.comb += bank.strobe.eq(Cat(strobes))
+        bank = self._counter_bank(m, core, cpl, pcheck, cmds_lost)
 
         cpl_flag = Signal()
         # The EV event queue's head and valid flag registered every cycle: the head is
@@ -509,6 +551,13 @@ class ReliabilityEngine(wiring.Component):
             QP_WORDS["qp_cc"]: Cat(rec.cwnd, rec.retries),
         }
         qp_read = one_hot_select(r_qp_word, [qp_words[k] for k in range(len(QP_WORDS))])
+        if self.ipv6:
+            r_qp6_word = Signal(net_words - 4)  # QP6 word k
+            with m.If(csr.r_stb):
+                m.d.sync += r_qp6_word.eq(Cat(in_qp6 & (word6 == k)
+                                              for k in range(net_words - 4)))
+            qp_read = qp_read | one_hot_select(
+                r_qp6_word, [net_csr.data[32 * k : 32 * (k + 1)] for k in range(4, net_words)])
         ev_read = Cat(ev_csr.data[:16], rec.ev_state[r_ev] if ebits else rec.ev_state[0],
                       Const(0, EV_PLANE_LSB - 18), ev_csr.data[16:])
         # registered: a read answers 2 cycles after r_stb (CSR_READ_LATENCY)
@@ -528,4 +577,4 @@ def _offset(addr, base):
 
 
 def _unused():  # keep imports used by type annotations in docs
-    return data, DmaConfig, NetConfig
+    return data, DmaConfig

@@ -5,37 +5,40 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.bits import one_hot_select
-from hw.crc import ICRC_INIT, crc32_parts
+from hw.crc import ICRC_INIT, crc32_before_zeros, crc32_parts
 from hw.headers import (
     BTH,
     ETH,
     ETHERTYPE_IPV4,
+    ETHERTYPE_IPV6,
+    ICRC_MASKED_BYTES,
     IP_PROTO_UDP,
     IPV4,
-    OFF_BTH,
+    IPV6,
+    IPV6_SHIFT,
     OFF_EXT,
     OFF_IPV4,
     OFF_UDP,
+    OFF_UDP6,
     PROBE,
     ROCE_UDP_PORT,
     UDP,
     Opcode,
+    icrc_mask,
 )
 from hw.pipeline import OneHotFSM, load_in_groups, state_copy
+from hw.protocol import ECN_ECT0, IP_FLAGS_DF, IP_TTL, PKEY_DEFAULT
 from hw.rx.parser import ParsedHeader
 from hw.stream import AXIStreamSignature
 
 from .registers import RTT_NS_BITS, RTT_NS_MAX
 
-__all__ = ["NetConfig", "PROBE_FRAME_BYTES", "ProbeBuilder", "ProbeReplyCheck", "ProbeRequest"]
+__all__ = ["NetConfig", "PROBE_FRAME_BYTES", "ProbeBuilder", "ProbeReplyCheck", "ProbeRequest",
+           "net_config"]
 
 PROBE_FRAME_BYTES = OFF_EXT + PROBE.size + 4  # 74
 _CRC_START = OFF_IPV4
 _CRC_END = OFF_EXT + PROBE.size  # the ICRC covers bytes 14..69 (masked), after 8 bytes of ones
-_MASKED = (OFF_IPV4 + 1, OFF_IPV4 + 8, OFF_IPV4 + 10, OFF_IPV4 + 11, OFF_UDP + 6, OFF_UDP + 7,
-           OFF_BTH + 4)
-_ECT0 = 0b10
-_DF = 0b010
 
 
 def ProbeRequest(num_qps, evs_per_qp):
@@ -46,6 +49,16 @@ def ProbeRequest(num_qps, evs_per_qp):
 NetConfig = data.StructLayout({"peer_mac": 64, "peer_ip": 32, "dest_qpn": 32})
 
 
+def net_config(ipv6=False):
+    """A QP's peer as the probe builder reads it: ``NetConfig``, and with
+    ``ipv6`` the peer's IPv6 address above ``peer_ip`` (its bits 127..32,
+    ``peer_ip6``) and its family (``peer_v6`` bit 0), a word each."""
+    if not ipv6:
+        return NetConfig
+    return data.StructLayout({**{name: f.shape for name, f in NetConfig},
+                              "peer_ip6": 96, "peer_v6": 32})
+
+
 class ProbeBuilder(wiring.Component):
     """Builds one 74-byte probe request per ``req`` and sends it on ``m_axis``.
 
@@ -53,35 +66,44 @@ class ProbeBuilder(wiring.Component):
     ---------
     ``req``        In(stream(ProbeRequest)): probe EV ``ev_index`` of ``qpn`` with ``probe_id``.
     ``net_addr`` / ``net_data``: synchronous read port on the per-QP peer addresses
-                   (``NetConfig``: peer MAC, peer IPv4, peer QPN).
+                   (``net_config(ipv6)``: peer MAC, peer IPv4, peer QPN; with ``ipv6``
+                   the peer's IPv6 address and family).
     ``ev_addr`` / ``ev_data``: synchronous read port on the EV values (qpn x evs + index):
                    the value (16 bits), then its plane (``plane_bits``, none with one plane).
-    ``own_mac``, ``own_ip``: the NIC's addresses. ``now_ns``: the timestamp put in the probe.
+    ``own_mac``, ``own_ip`` (and with ``ipv6``, ``own_ip6``): the NIC's addresses.
+    ``now_ns``: the timestamp put in the probe.
     ``m_axis``     Out(AXIStreamSignature(data_width, max(1, plane_bits))): ``tuser`` the
                    EV's plane (0 with one plane), on every beat; Eth / IPv4 (ECT(0), DF, TTL 64) /
                    UDP (sport = the EV, dport 4791, checksum 0) / BTH (0xC0, P_Key 0xFFFF,
                    DestQP = peer QPN, PSN 0) / PROBE (probe_id, ev, 0, timestamp) / ICRC.
+                   With ``ipv6``, to a peer whose family is IPv6: Eth / IPv6 (ECT(0),
+                   flow label 0, hop limit 64) / the same, 94 bytes.
 
     Latency: 4 cycles to read the configuration and sum the IPv4 header, 3 to build the
     header and feed the ICRC, ceil(56 / bytes per beat) cycles of ICRC,
-    then ceil(74 / bytes per beat) beats (10 at 64 bits) at one per cycle.
+    then ceil(74 / bytes per beat) beats (10 at 64 bits) at one per cycle. With ``ipv6``
+    the ICRC takes ceil(76 / bytes per beat) cycles for either family (the shorter
+    IPv4 span led by zero bytes), and an IPv6 probe ceil(94 / bytes per beat) beats.
     Throughput: one probe per about 23 cycles at 64 bits; probes are rare (the IPv4
     checksum's sum, each CRC step's input and that input's part of the CRC are
     registered: 3 cycles more than a single-cycle header and CRC feed).
     """
 
-    def __init__(self, num_qps: int, evs_per_qp: int, data_width: int = 64, plane_bits: int = 0):
+    def __init__(self, num_qps: int, evs_per_qp: int, data_width: int = 64, plane_bits: int = 0,
+                 ipv6: bool = False):
         self.num_qps, self.evs_per_qp, self.data_width = num_qps, evs_per_qp, data_width
         self.plane_bits = plane_bits
+        self.ipv6 = bool(ipv6)
         super().__init__(
             {
                 "req": In(stream.Signature(ProbeRequest(num_qps, evs_per_qp))),
                 "net_addr": Out(range(num_qps)),
-                "net_data": In(NetConfig),
+                "net_data": In(net_config(self.ipv6)),
                 "ev_addr": Out(range(num_qps * evs_per_qp)),
                 "ev_data": In(16 + plane_bits),
                 "own_mac": In(48),
                 "own_ip": In(32),
+                **({"own_ip6": In(128)} if self.ipv6 else {}),
                 "now_ns": In(64),
                 "m_axis": Out(AXIStreamSignature(data_width, max(1, plane_bits))),
             }
@@ -98,16 +120,24 @@ class ProbeBuilder(wiring.Component):
             self.ev_addr.eq(Cat(req.ev_index, req.qpn) if ev_bits else req.qpn),
         ]
 
-        net = Signal(NetConfig)
+        net = Signal(net_config(self.ipv6))
         ev_entry = Signal(16 + self.plane_bits)  # the value, then the plane
         ev = ev_entry[:16]
         stamp = Signal(64)
-        frame = Signal(8 * PROBE_FRAME_BYTES)
+        # the families' frame lengths; `v6` (held from LATCH) picks the peer's
+        lengths = (PROBE_FRAME_BYTES, PROBE_FRAME_BYTES + IPV6_SHIFT)[: 1 + self.ipv6]
+        v6 = net.peer_v6[0] if self.ipv6 else None
+
+        def by_family(*values):
+            """The value of the peer's family, from (IPv4's, IPv6's) or (IPv4's,)."""
+            return values[0] if v6 is None else Mux(v6, values[1], values[0])
+
+        frame = Signal(8 * lengths[-1])
 
         ip_fields = {
-            "version": 4, "ihl": 5, "dscp": 0, "ecn": _ECT0,
-            "total_len": PROBE_FRAME_BYTES - OFF_IPV4, "ident": 0, "flags": _DF, "frag_off": 0,
-            "ttl": 64, "proto": IP_PROTO_UDP, "checksum": 0,
+            "version": 4, "ihl": 5, "dscp": 0, "ecn": ECN_ECT0,
+            "total_len": PROBE_FRAME_BYTES - OFF_IPV4, "ident": 0, "flags": IP_FLAGS_DF,
+            "frag_off": 0, "ttl": IP_TTL, "proto": IP_PROTO_UDP, "checksum": 0,
             "src": self.own_ip, "dst": net.peer_ip,
         }
         ip_raw = IPV4.pack(ip_fields)
@@ -130,23 +160,58 @@ class ProbeBuilder(wiring.Component):
             fold1.eq(ipsum[:16] + ipsum[16:]),
             fold2.eq(fold1[:16] + fold1[16]),
         ]
+        def after_ip():  # (the UDP length is the same over either family)
+            return (
+                UDP.pack({"sport": ev, "dport": ROCE_UDP_PORT,
+                          "length": PROBE_FRAME_BYTES - OFF_UDP, "checksum": 0}),
+                BTH.pack({"opcode": Opcode.PROBE_REQ, "pkey": PKEY_DEFAULT,
+                          "dqpn": net.dest_qpn[:24], "psn": 0}),
+                PROBE.pack({"probe_id": req.probe_id, "ev": ev, "timestamp": stamp}),
+            )
+
         header = Cat(
             ETH.pack({"dst": net.peer_mac[:48], "src": self.own_mac, "ethertype": ETHERTYPE_IPV4}),
             IPV4.pack({**ip_fields, "checksum": ~fold2}),
-            UDP.pack({"sport": ev, "dport": ROCE_UDP_PORT,
-                      "length": PROBE_FRAME_BYTES - OFF_UDP, "checksum": 0}),
-            BTH.pack({"opcode": Opcode.PROBE_REQ, "pkey": 0xFFFF,
-                      "dqpn": net.dest_qpn[:24], "psn": 0}),
-            PROBE.pack({"probe_id": req.probe_id, "ev": ev, "timestamp": stamp}),
+            *after_ip(),
         )
+        if self.ipv6:
+            header6 = Cat(
+                ETH.pack({"dst": net.peer_mac[:48], "src": self.own_mac,
+                          "ethertype": ETHERTYPE_IPV6}),
+                IPV6.pack({"version": 6, "dscp": 0, "ecn": ECN_ECT0, "flow_label": 0,
+                           "payload_len": lengths[1] - OFF_UDP6, "next_header": IP_PROTO_UDP,
+                           "hop_limit": IP_TTL, "src": self.own_ip6,
+                           "dst": Cat(net.peer_ip, net.peer_ip6)}),
+                *after_ip(),
+            )
+            header = Mux(v6, header6, header)  # (IPv4's 20 bytes shorter: zeros after it)
 
-        # ICRC over bytes 14..69 with the variant bytes as ones
-        masked = Signal(8 * (_CRC_END - _CRC_START))
-        parts = []
-        for pos in range(_CRC_START, _CRC_END):
-            byte = frame[8 * pos : 8 * pos + 8]
-            parts.append(Const(0xFF, 8) if pos in _MASKED else byte)
-        m.d.comb += masked.eq(Cat(*parts))
+        # ICRC over bytes 14..69 (over IPv6 14..89) with the variant bits as ones
+        if not self.ipv6:
+            masked = Signal(8 * (_CRC_END - _CRC_START))
+            parts = []
+            for pos in range(_CRC_START, _CRC_END):
+                byte = frame[8 * pos : 8 * pos + 8]
+                parts.append(Const(0xFF, 8) if pos in ICRC_MASKED_BYTES else byte)
+            m.d.comb += masked.eq(Cat(*parts))
+            crc_init = ICRC_INIT
+        else:
+            # Both families' spans are led by zero bytes to the same whole number
+            # of beats, so one step sequence serves both; the CRC starts from the
+            # register that the zeros take to ICRC_INIT (hw.crc.crc32_before_zeros).
+            spans = [n - 4 - _CRC_START for n in lengths]
+            steps = -(-spans[1] // lanes)
+            spans_masked = []
+            for span, family in zip(spans, (False, True), strict=True):
+                mask = icrc_mask(family)
+                lead = steps * lanes - span
+                spans_masked.append(Cat(Const(0, 8 * lead), *[
+                    frame[8 * pos : 8 * pos + 8] | mask.get(pos, 0)
+                    for pos in range(_CRC_START, _CRC_START + span)]))
+            masked = Signal(steps * dw)
+            m.d.comb += masked.eq(Mux(v6, *reversed(spans_masked)))
+            crc_init = Mux(v6, *[crc32_before_zeros(ICRC_INIT, steps * lanes - span)
+                                 for span in reversed(spans)])
         steps = -(-len(masked) // dw)
         # step, one-hot: bit k is set in the cycle that registers chunk k (k < steps)
         # and in CRC the cycle that takes chunk k - 2's part into the register. Set to
@@ -184,8 +249,11 @@ class ProbeBuilder(wiring.Component):
                                         crc32_parts(crc, h, lanes)[1]))
             crc_next = Mux(part_last, state_last, state_full) ^ part_lo ^ part_hi
 
-        beats = -(-PROBE_FRAME_BYTES // lanes)
+        beats = -(-lengths[-1] // lanes)
         padded = Cat(frame, Const(0, beats * dw - len(frame)))
+        # the last beat and its keep, per family
+        last_beat = [-(-n // lanes) - 1 for n in lengths]
+        last_keep = [(1 << (n - last_beat[i] * lanes)) - 1 for i, n in enumerate(lengths)]
         # the beat on m_axis, from a register: the next one is loaded as one is taken,
         # so no beat mux sits between the state and the output. ``next_beat`` is
         # one-hot on the word to load (set to word 0 in CRC, moved up at each load):
@@ -205,8 +273,7 @@ class ProbeBuilder(wiring.Component):
             axis.tdata.eq(out_word),
             axis.tlast.eq(out_last),
             axis.tuser.eq(ev_entry[16:]),  # held from LATCH until the next request's
-            axis.tkeep.eq(Mux(out_last, (1 << (PROBE_FRAME_BYTES - (beats - 1) * lanes)) - 1,
-                              (1 << lanes) - 1)),
+            axis.tkeep.eq(Mux(out_last, by_family(*last_keep), (1 << lanes) - 1)),
         ]
         with fsm.State("IDLE"):
             m.d.comb += self.req.ready.eq(1)
@@ -231,7 +298,7 @@ class ProbeBuilder(wiring.Component):
             fsm.next = "BUILD"
         load_in_groups(m, [(frame[: len(header)], header)], copy_after("SUM", "BUILD"))
         with fsm.State("BUILD"):
-            m.d.sync += [crc.eq(ICRC_INIT), step.eq(1)]
+            m.d.sync += [crc.eq(crc_init), step.eq(1)]
             fsm.next = "CRC_WAIT"
         with fsm.State("CRC_WAIT"):
             fsm.next = "CRC_PART"
@@ -248,9 +315,15 @@ class ProbeBuilder(wiring.Component):
             m.d.sync += [next_beat.eq(next_beat << 1),
                          out_word.eq(one_hot_select(next_beat, [
                              padded[k * dw : (k + 1) * dw] for k in range(beats)])),
-                         out_last.eq(next_beat[beats - 1])]
+                         out_last.eq(by_family(*[next_beat[k] for k in last_beat]))]
         with fsm.State("ICRC"):
-            m.d.sync += frame[len(header) :].eq(~crc)
+            if not self.ipv6:
+                m.d.sync += frame[len(header) :].eq(~crc)
+            else:
+                with m.If(v6):
+                    m.d.sync += frame[8 * (lengths[1] - 4) :].eq(~crc)
+                with m.Else():
+                    m.d.sync += frame[8 * (lengths[0] - 4) : 8 * lengths[0]].eq(~crc)
             fsm.next = "SEND"
         with fsm.State("SEND"):
             m.d.comb += axis.tvalid.eq(1)

@@ -12,6 +12,10 @@ __all__ = [
     "COUNTER_SLOT_BITS",
     "EV_BASE",
     "NSCC_REGISTERS",
+    "OWN_IP6",
+    "QP6_BASE",
+    "QP6_STRIDE",
+    "QP6_WORDS",
     "QP_BASE",
     "QP_STRIDE",
     "QP_WORDS",
@@ -46,6 +50,13 @@ QP_WORDS = {
     "nxt_psn": 12,
     "qp_cc": 13,
 }
+# With ``ipv6`` (a build parameter): each QP's peer over IPv6, 4 words per QP
+# at QP6_BASE (between the QP blocks, at most 256 x 0x40 bytes from QP_BASE,
+# and the EV table), and the NIC's own IPv6 address, 4 words at OWN_IP6.
+QP6_BASE = 0x6000
+QP6_STRIDE = 0x10
+QP6_WORDS = {"peer_ip6_1": 0, "peer_ip6_2": 1, "peer_ip6_3": 2, "peer_v6": 3}
+OWN_IP6 = 0xA0
 
 # 32-bit saturating event counters, in register order from COUNTER_BASE.
 COUNTER_NAMES = (
@@ -170,7 +181,8 @@ RTT_NS_MAX = (1 << RTT_NS_BITS) - 1
 GLOBAL_OFFSETS = _G
 
 
-def register_map(num_qps: int = 16, evs_per_qp: int = 16, window: int = 64) -> RegisterMap:
+def register_map(num_qps: int = 16, evs_per_qp: int = 16, window: int = 64,
+                 ipv6: bool = False) -> RegisterMap:
     r = RegisterMap(
         "reliability",
         TYPE_ID,
@@ -190,6 +202,9 @@ def register_map(num_qps: int = 16, evs_per_qp: int = 16, window: int = 64) -> R
     r.add("own_mac_lo", _G["own_mac_lo"], "RW", "own MAC address bits 31..0 (probe source)")
     r.add("own_mac_hi", _G["own_mac_hi"], "RW", "own MAC address bits 47..32")
     r.add("own_ip", _G["own_ip"], "RW", "own IPv4 address (probe source)")
+    if ipv6:
+        r.add("own_ip6", OWN_IP6, "RW", "(ipv6 builds) own IPv6 address (probe source), "
+              "word i its bits 32i+31..32i", count=4, stride=4)
     r.add("probe_period", _G["probe_period"], "RW",
           "cycles between probe rounds; each round probes every ASSUMED_BAD EV once. 0 = off")
     r.add("ev_loss_threshold", _G["ev_loss_threshold"], "RW",
@@ -267,6 +282,14 @@ def register_map(num_qps: int = 16, evs_per_qp: int = 16, window: int = 64) -> R
     qp("qp_cc", "RO", "window and retries",
        [("cwnd", 0, 16, "congestion window, packets"), ("retries", 16, 5, "timeouts without "
                                                                           "progress")])
+    if ipv6:
+        for i in (1, 2, 3):
+            r.add(f"peer_ip6_{i}", QP6_BASE + 4 * QP6_WORDS[f"peer_ip6_{i}"], "RW",
+                  f"(ipv6 builds) peer IPv6 address bits {32 * i + 31}..{32 * i} (bits "
+                  "31..0: peer_ip)", count=num_qps, stride=QP6_STRIDE)
+        r.add("peer_v6", QP6_BASE + 4 * QP6_WORDS["peer_v6"], "RW",
+              "(ipv6 builds) the peer's family: probes go over it", count=num_qps,
+              stride=QP6_STRIDE, fields=[("v6", 0, 1, "1: IPv6, 0: IPv4")])
     r.add("ev", EV_BASE, "RW", "EV i of QP q is entry q x evs_per_qp + i",
           count=num_qps * evs_per_qp, stride=4,
           fields=[("value", 0, 16, "EV value (UDP source port)"),

@@ -1,6 +1,9 @@
 """hw/reliability blocks in Amaranth's simulator: parameter checks, the register map,
 the retransmit timer scan and the probe frame builder."""
 
+import ipaddress
+from pathlib import Path
+
 import pytest
 from amaranth.hdl import Module
 from amaranth.sim import Simulator
@@ -55,6 +58,9 @@ def test_register_map():
     assert r.size == EV_BASE + 16 * 16 * 4
     text = r.markdown()
     assert "`ev_event`" in text and "| RP |" in text
+    # docs/reliability.md's table is the ipv6 build's (its extra rows marked)
+    doc = (Path(__file__).parents[2] / "docs" / "reliability.md").read_text()
+    assert register_map(16, 16, 64, ipv6=True).markdown().rstrip("\n") in doc
 
 
 def test_ring_bases_keep_addr_width_bits():
@@ -155,10 +161,11 @@ def test_timer_scan(num_qps):
     assert all(0 <= err <= num_qps + 1 for _, _, err in seen), seen
 
 
-@pytest.mark.parametrize("data_width", [64, 128])
-def test_probe_frame(data_width):
-    """The probe request is a valid MRC frame: IPv4 checksum and ICRC as scapy computes."""
-    dut = ProbeBuilder(num_qps=4, evs_per_qp=8, data_width=data_width)
+OWN_IP6, PEER_IP6 = "fd00::1:0:0:1", "fd00::2:0:0:2"
+
+
+def _probe_frames(dut, data_width, peers):
+    """The frames the builder sends for one probe request per peer (``net_data``)."""
     m = Module()
     m.submodules.dut = dut
     lanes = data_width // 8
@@ -167,30 +174,43 @@ def test_probe_frame(data_width):
     async def bench(ctx):
         ctx.set(dut.own_mac, 0x0200_0000_0001)
         ctx.set(dut.own_ip, 0x0A00_0001)
+        if dut.ipv6:
+            ctx.set(dut.own_ip6, int(ipaddress.IPv6Address(OWN_IP6)))
         ctx.set(dut.now_ns, 123_456_789)
-        ctx.set(dut.net_data, {"peer_mac": 0x0200_0000_0002, "peer_ip": 0x0A00_0002,
-                               "dest_qpn": 0x123})
         ctx.set(dut.ev_data, 0xC00B)
         ctx.set(dut.m_axis.tready, 1)
-        ctx.set(dut.req.valid, 1)
-        ctx.set(dut.req.payload, {"qpn": 2, "ev_index": 3, "probe_id": 0x4203})
-        await ctx.tick()
-        ctx.set(dut.req.valid, 0)
-        data = b""
-        for _ in range(60):
+        for peer in peers:
+            ctx.set(dut.net_data, peer)
+            ctx.set(dut.req.valid, 1)
+            ctx.set(dut.req.payload, {"qpn": 2, "ev_index": 3, "probe_id": 0x4203})
             await ctx.tick()
-            if ctx.get(dut.ev_addr) != 2 * 8 + 3 or ctx.get(dut.net_addr) != 2:
-                raise AssertionError("configuration read from the wrong address")
-            if ctx.get(dut.m_axis.tvalid):
-                keep = ctx.get(dut.m_axis.tkeep)
-                word = ctx.get(dut.m_axis.tdata).to_bytes(lanes, "little")
-                data += bytes(word[i] for i in range(lanes) if keep >> i & 1)
-                if ctx.get(dut.m_axis.tlast):
-                    frames.append(data)
-                    break
+            ctx.set(dut.req.valid, 0)
+            data = b""
+            for _ in range(60):
+                await ctx.tick()
+                if ctx.get(dut.ev_addr) != 2 * 8 + 3 or ctx.get(dut.net_addr) != 2:
+                    raise AssertionError("configuration read from the wrong address")
+                if ctx.get(dut.m_axis.tvalid):
+                    keep = ctx.get(dut.m_axis.tkeep)
+                    word = ctx.get(dut.m_axis.tdata).to_bytes(lanes, "little")
+                    data += bytes(word[i] for i in range(lanes) if keep >> i & 1)
+                    if ctx.get(dut.m_axis.tlast):
+                        frames.append(data)
+                        break
+            await ctx.tick()
 
     _run(m, bench)
-    (frame,) = frames
+    return frames
+
+
+PEER4 = {"peer_mac": 0x0200_0000_0002, "peer_ip": 0x0A00_0002, "dest_qpn": 0x123}
+
+
+@pytest.mark.parametrize("data_width", [64, 128])
+def test_probe_frame(data_width):
+    """The probe request is a valid MRC frame: IPv4 checksum and ICRC as scapy computes."""
+    dut = ProbeBuilder(num_qps=4, evs_per_qp=8, data_width=data_width)
+    (frame,) = _probe_frames(dut, data_width, [PEER4])
     assert len(frame) == 74
     assert L.check_frame(frame) == (True, True)
     pkt = Ether(frame)
@@ -204,6 +224,23 @@ def test_probe_frame(data_width):
     expect = bytes(L.probe_packet(response=False, dqpn=0x123, probe_id=0x4203, ev=0xC00B,
                                   timestamp=123_456_789))
     assert frame == expect
+
+
+@pytest.mark.parametrize("data_width", [64, 128, 512])
+def test_probe_frame_ipv6(data_width):
+    """Built with ``ipv6``, the builder sends each QP's probe over its peer's
+    family: byte-exact against the driver's layers (ICRC over IPv6's masked
+    fields), an IPv4 peer's as without ``ipv6``."""
+    dut = ProbeBuilder(num_qps=4, evs_per_qp=8, data_width=data_width, ipv6=True)
+    peer6 = int(ipaddress.IPv6Address(PEER_IP6))
+    peers = [{**PEER4, "peer_ip": peer6 & 0xFFFF_FFFF, "peer_ip6": peer6 >> 32, "peer_v6": 1},
+             {**PEER4, "peer_v6": 0}]
+    frame6, frame4 = _probe_frames(dut, data_width, peers)
+    common = dict(response=False, dqpn=0x123, probe_id=0x4203, ev=0xC00B,
+                  timestamp=123_456_789)
+    assert frame6 == bytes(L.probe_packet(src_ip=OWN_IP6, dst_ip=PEER_IP6, **common))
+    assert L.check_frame(frame6) == (True, True)
+    assert frame4 == bytes(L.probe_packet(**common))
 
 
 @pytest.mark.parametrize("data_width, addr_width",

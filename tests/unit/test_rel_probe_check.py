@@ -201,3 +201,76 @@ def test_replayed_probe_response_does_not_revive_an_ev():
     sim.add_process(probe_sink)
     sim.add_testbench(bench)
     sim.run()
+
+
+def test_probes_over_each_peers_family():
+    """ReliabilityEngine built with ``ipv6``: QP 0's peer is IPv4, QP 1's IPv6
+    (``peer_ip6_*``, ``peer_v6``, ``own_ip6``, which read back as written). An
+    EV of each goes ASSUMED_BAD; a probe round sends each QP's probe over its
+    peer's family, byte-exact against the driver's layers."""
+    import ipaddress
+
+    E = 2
+    dut = ReliabilityEngine(num_qps=2, evs_per_qp=E, sack_bits=32, window=16,
+                            clk_freq_hz=1_000_000, data_width=64, ipv6=True)
+    rmap = register_map(2, E, 16, ipv6=True)
+    own6, peer6 = (int(ipaddress.IPv6Address(a)) for a in ("fd00::a", "fd00:1::b"))
+    frames = []
+
+    async def probe_sink(ctx):
+        ctx.set(dut.m_axis_probe.tready, 1)
+        for port in (dut.retx, dut.ack_update, dut.ev_update, dut.cwnd_update,
+                     dut.qp_state_update):
+            ctx.set(port.ready, 1)
+        frame = b""
+        async for clk, _rst, valid, data, keep, last in ctx.tick().sample(
+                dut.m_axis_probe.tvalid, dut.m_axis_probe.tdata, dut.m_axis_probe.tkeep,
+                dut.m_axis_probe.tlast):
+            if clk and valid:
+                frame += bytes((data >> 8 * i) & 0xFF for i in range(8) if keep >> i & 1)
+                if last:
+                    frames.append(frame)
+                    frame = b""
+
+    async def bench(ctx):
+        await ctx.tick().repeat(40)  # the records' clear after reset
+        w = [("ev_loss_threshold", 0, 1), ("own_mac_lo", 0, 0xA), ("own_ip", 0, 0x0A000001),
+             *[("own_ip6", i, own6 >> 32 * i & 0xFFFF_FFFF) for i in range(4)],
+             ("peer_mac_lo", 0, 0xB0), ("peer_ip", 0, 0x0A000002), ("dest_qpn", 0, 0x10),
+             ("peer_mac_lo", 1, 0xB1), ("peer_ip", 1, peer6 & 0xFFFF_FFFF), ("dest_qpn", 1, 0x11),
+             *[(f"peer_ip6_{i}", 1, peer6 >> 32 * i & 0xFFFF_FFFF) for i in (1, 2, 3)],
+             ("peer_v6", 1, 1)]
+        for q in (0, 1):
+            w += [("qp_rel_cfg", q, 7 << 5 | 25 << 8), ("ev", q * E, 0xC000 + q),
+                  ("ev", q * E + 1, 0xD000 + q), ("qp_ctrl", q, QpState.RTS)]
+        for name, index, value in w:
+            await csr_write(ctx, dut.csr, rmap[name].addr(index), value)
+            await ctx.tick().repeat(4)
+        for name, index, value in w[:-8]:  # the address words read back
+            got = await csr_read(ctx, dut.csr, rmap[name].addr(index),
+                                 latency=ReliabilityEngine.CSR_READ_LATENCY)
+            assert got == value, (name, index, hex(got))
+        await ctx.tick().repeat(20)
+        s = dut.sent.payload
+        for q in (0, 1):
+            await send_record(ctx, dut.sent, [(s.qpn, q), (s.psn, 100), (s.ev_index, 1),
+                                              (s.last, 1)])
+        await ctx.tick().repeat(1500)  # the timeouts: each EV 1 ASSUMED_BAD
+        await csr_write(ctx, dut.csr, rmap["probe_period"].addr(), 400)
+        while len(frames) < 2:
+            await ctx.tick().repeat(20)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-6)
+    sim.add_process(probe_sink)
+    sim.add_testbench(bench)
+    sim.run()
+    by_qpn = {Ether(f)[L.BTH].dqpn: f for f in frames[:2]}
+    for dqpn, (src, dst), ev in ((0x10, ("10.0.0.1", "10.0.0.2"), 0xD000),
+                                 (0x11, ("fd00::a", "fd00:1::b"), 0xD001)):
+        frame = by_qpn[dqpn]
+        p = Ether(frame)[L.MRCProbe]
+        assert frame == bytes(L.probe_packet(
+            response=False, dqpn=dqpn, probe_id=p.probe_id, ev=ev, timestamp=p.timestamp,
+            src_mac="00:00:00:00:00:0a", dst_mac=f"00:00:00:00:00:{0xB0 + dqpn - 0x10:02x}",
+            src_ip=src, dst_ip=dst))
