@@ -78,6 +78,7 @@ __all__ = [
     "QueuePair",
     "RegisterBlock",
     "WrOpcode",
+    "gid_to_address",
     "ip_to_int",
     "mac_to_int",
 ]
@@ -116,9 +117,26 @@ def mac_to_int(mac: str) -> int:
     return int("".join(parts), 16)
 
 
+def gid_to_address(ip: str, ipv6: bool) -> tuple[int, bool]:
+    """(address, over IPv6) of a peer GID or an own address: an IPv4 address or
+    an IPv4-mapped GID (``::ffff:a.b.c.d``) as IPv4, any other IPv6 address as
+    IPv6, which only a NIC built with IPv6 (TX ``caps.ipv6``) speaks."""
+    try:
+        addr = ipaddress.ip_address(ip)
+    except ValueError:
+        raise ValueError(f"{ip!r} is not an IP address (10.0.0.2, fd00::2, or a GID "
+                         f"::ffff:10.0.0.2)") from None
+    if addr.version == 4 or addr.ipv4_mapped is not None:
+        return ip_to_int(ip), False
+    if not ipv6:
+        ip_to_int(ip)  # refuses it, saying why
+    return int(addr), True
+
+
 def ip_to_int(ip: str) -> int:
     """An IPv4 address, or a GID that is IPv4-mapped (``::ffff:a.b.c.d``), as the
-    NIC's 32-bit register value: the gateware speaks IPv4 only."""
+    NIC's 32-bit register value; any other IPv6 address is refused (a NIC
+    built without IPv6 speaks IPv4 only: ``gid_to_address`` takes both)."""
     try:
         addr = ipaddress.ip_address(ip)
     except ValueError:
@@ -126,8 +144,9 @@ def ip_to_int(ip: str) -> int:
                          f"::ffff:10.0.0.2)") from None
     if addr.version == 6:
         if addr.ipv4_mapped is None:
-            raise ValueError(f"{ip!r} is an IPv6 address: this NIC's gateware speaks IPv4 "
-                             f"only; a peer GID must be IPv4-mapped (::ffff:a.b.c.d)")
+            raise ValueError(f"{ip!r} is an IPv6 address: this NIC is built without IPv6 "
+                             f"(TX caps.ipv6 = 0, NicCore ipv6=False); a peer GID must be "
+                             f"IPv4-mapped (::ffff:a.b.c.d)")
         addr = addr.ipv4_mapped
     return int(addr)
 
@@ -565,7 +584,8 @@ class QueuePair:
         self._check_mpr(mpr)
         self._check_mtu(mtu)
         rx, q = dev.rx, self.qpn
-        await rx.write("QP_PEER_IP", ip_to_int(peer_ip), q)
+        await dev.write_address(rx, peer_ip, q, low="QP_PEER_IP", high="QP_PEER_IP6_{}",
+                                family="QP_PEER_V6")
         await rx.write("QP_PEER_QPN", dest_qpn, q)
         await rx.write("QP_EPSN", rq_psn & PSN_MASK, q)
         await rx.write("QP_CQ_BASE_LO", self.recv_cq.addr & 0xFFFFFFFF, q)
@@ -635,18 +655,20 @@ class QueuePair:
         req_mpr = self.mpr if mpr is None else mpr
         self._check_mpr(req_mpr)
         tx, rel, q = dev.tx, dev.rel, self.qpn
-        peer_mac, peer_ip = mac_to_int(self.peer_mac), ip_to_int(self.peer_ip)
+        peer_mac = mac_to_int(self.peer_mac)
         # TX: per-QP settings and EV table
         await tx.write("qp_ctrl", 0, q)
         for name, value in (("qp_mtu", mtu), ("qp_mpr", req_mpr),
                             ("qp_cwnd", dev.params["window"]),
                             ("qp_next_psn", sq_psn & PSN_MASK), ("qp_dest_qpn", self.dest_qpn),
                             ("qp_dst_mac_lo", peer_mac & 0xFFFFFFFF),
-                            ("qp_dst_mac_hi", peer_mac >> 32), ("qp_dst_ip", peer_ip),
+                            ("qp_dst_mac_hi", peer_mac >> 32),
                             ("qp_dscp", dscp), ("qp_sq_base_lo", self.sq_addr & 0xFFFFFFFF),
                             ("qp_sq_base_hi", self.sq_addr >> 32),
                             ("qp_sq_log2_size", self.sq_log2), ("qp_max_wimm", max_wimm)):
             await tx.write(name, value, q)
+        await dev.write_address(tx, self.peer_ip, q, low="qp_dst_ip", high="qp_dst_ip6_{}",
+                                family="qp_ip6")
         self.max_wimm, self.req_mpr = max_wimm, req_mpr
         # reliability: timers, rings, peer (probes), EVs
         await rel.write_fields("qp_rel_cfg", q, t=timeout, linear_cnt=linear_cnt,
@@ -658,8 +680,10 @@ class QueuePair:
                             ("cq_base_hi", self.send_cq.addr >> 32),
                             ("peer_mac_lo", peer_mac & 0xFFFFFFFF),
                             ("peer_mac_hi", peer_mac >> 32),
-                            ("peer_ip", peer_ip), ("dest_qpn", self.dest_qpn)):
+                            ("dest_qpn", self.dest_qpn)):
             await rel.write(name, value, q)
+        await dev.write_address(rel, self.peer_ip, q, low="peer_ip", high="peer_ip6_{}",
+                                family="peer_v6")
         await rel.write_fields("ring_sizes", q, sq_log2=self.sq_log2,
                                cq_log2=self.send_cq.log2_entries)
         await self._load_evs(evs)
@@ -797,6 +821,7 @@ class Device:
 
     def __post_init__(self):
         self.mem = self.transport.mem
+        self.ip6: str | None = None  # the NIC's own IPv6 address (set_address)
         self.qps: dict[int, QueuePair] = {}
         self._mr_used: set[int] = set()
         self._pd_used: set[int] = set()
@@ -829,16 +854,23 @@ class Device:
                               f"width in 32..64: the gateware is older than NIC version 1.1 "
                               f"(reports {p['nic_version'] >> 16}.{p['nic_version'] & 0xFFFF})")
         self.info = info
+        # TX caps (at the same offset with or without IPv6) says whether the
+        # blocks have their IPv6 registers
         self.tx = RegisterBlock(self.transport, by_type[TX_TYPE_ID].base,
                                 host_view(tx_register_map(p["num_qps"], p["evs_per_qp"])))
+        caps = await self.tx.read_fields("caps")
+        p["ipv6"] = ipv6 = bool(caps["ipv6"])
+        self.tx = RegisterBlock(self.transport, by_type[TX_TYPE_ID].base,
+                                host_view(tx_register_map(p["num_qps"], p["evs_per_qp"], ipv6)))
         # the largest max_wimm (QueuePair.to_rts): a bound above the in-flight
         # table's entries per QP binds nothing more (every message takes a PSN)
-        p["max_wimm"] = 1 << (await self.tx.read_fields("caps"))["inflight_log2"]
+        p["max_wimm"] = 1 << caps["inflight_log2"]
         self.rx = RegisterBlock(self.transport, by_type[RX_TYPE_ID].base,
-                                host_view(rx_register_map(p["num_qps"], p["num_mrs"])))
+                                host_view(rx_register_map(p["num_qps"], p["num_mrs"],
+                                                          ipv6=ipv6)))
         self.rel = RegisterBlock(self.transport, by_type[REL_TYPE_ID].base,
                                  host_view(rel_register_map(p["num_qps"], p["evs_per_qp"],
-                                                            p["window"])))
+                                                            p["window"], ipv6)))
         self.ev_gen = None if EV_GEN_TYPE_ID not in by_type else RegisterBlock(
             self.transport, by_type[EV_GEN_TYPE_ID].base, host_view(ev_gen_register_map()))
         self.planes = None
@@ -856,16 +888,49 @@ class Device:
             await self.transport.idle(64)
             waited += 64
 
-    async def set_address(self, mac: str, ip: str):
-        """The NIC's own MAC and IPv4 address, in every block that uses them."""
-        mac_i, ip_i = mac_to_int(mac), ip_to_int(ip)
-        for blk, lo, hi, ip_reg in ((self.tx, "src_mac_lo", "src_mac_hi", "src_ip"),
-                                    (self.rx, "OWN_MAC_LO", "OWN_MAC_HI", "OWN_IP"),
-                                    (self.rel, "own_mac_lo", "own_mac_hi", "own_ip")):
+    async def set_address(self, mac: str, ip: str, ip6: str | None = None):
+        """The NIC's own MAC and IPv4 address (``ip``), and on a NIC built
+        with IPv6 its IPv6 address (``ip6``), in every block that uses them.
+        QPs whose peer is IPv6 send from ``ip6``; frames to either address
+        are taken."""
+        mac_i = mac_to_int(mac)
+        ip_i, v6 = gid_to_address(ip, self.params.get("ipv6", False))
+        if v6:
+            raise ValueError(f"ip={ip!r} is an IPv6 address: give the NIC's IPv4 address as "
+                             f"ip and its IPv6 address as ip6")
+        if ip6 is not None:
+            if not self.params.get("ipv6"):
+                raise ValueError(f"ip6={ip6!r}: this NIC is built without IPv6 (TX caps.ipv6 "
+                                 f"= 0, NicCore ipv6=False)")
+            ip6_i, v6 = gid_to_address(ip6, True)
+            if not v6:
+                raise ValueError(f"ip6={ip6!r} is an IPv4 address: give it as ip")
+        for blk, lo, hi, ip_reg, ip6_reg in (
+                (self.tx, "src_mac_lo", "src_mac_hi", "src_ip", "src_ip6"),
+                (self.rx, "OWN_MAC_LO", "OWN_MAC_HI", "OWN_IP", "OWN_IP6"),
+                (self.rel, "own_mac_lo", "own_mac_hi", "own_ip", "own_ip6")):
             await blk.write(lo, mac_i & 0xFFFFFFFF)
             await blk.write(hi, mac_i >> 32)
             await blk.write(ip_reg, ip_i)
-        self.mac, self.ip = mac, ip
+            if ip6 is not None:
+                for i in range(4):
+                    await blk.write(ip6_reg, ip6_i >> 32 * i & 0xFFFFFFFF, i)
+        self.mac, self.ip, self.ip6 = mac, ip, ip6
+
+    async def write_address(self, blk, ip: str, q: int, *, low: str, high: str, family: str):
+        """QP ``q``'s peer address ``ip`` (a GID: IPv4, IPv4-mapped or, on a
+        NIC built with IPv6, IPv6) into block ``blk``'s registers: its low 32
+        bits into ``low``, and on a NIC built with IPv6 bits 127..32 into
+        ``high`` (a format for 1..3) and the family into ``family``."""
+        value, v6 = gid_to_address(ip, self.params.get("ipv6", False))
+        if v6 and self.ip6 is None:
+            raise ValueError(f"peer {ip!r} is IPv6 but the NIC has no IPv6 address: give it "
+                             f"one first (Device.set_address(mac, ip, ip6=...))")
+        await blk.write(low, value & 0xFFFFFFFF, q)
+        if self.params.get("ipv6"):
+            for i in (1, 2, 3):
+                await blk.write(high.format(i), value >> 32 * i & 0xFFFFFFFF, q)
+            await blk.write(family, int(v6), q)
 
     def check_dma_range(self, what: str, addr: int, length: int):
         """Raise a ValueError unless ``[addr, addr + length)`` lies below

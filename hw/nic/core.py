@@ -63,7 +63,7 @@ def _pow2(value) -> bool:
 
 def check_nic_params(*, data_width, num_qps, evs_per_qp, sack_bits, max_mtu, mpr_max,
                      num_mrs, window, inflight_depth, clk_freq_hz, build_id, addr_width=64,
-                     num_planes=1):
+                     num_planes=1, ipv6=False):
     """Raise a ValueError that says what to fix for a configuration the NIC cannot build.
 
     The checks are those every block needs together: each block checks its
@@ -100,6 +100,8 @@ def check_nic_params(*, data_width, num_qps, evs_per_qp, sack_bits, max_mtu, mpr
         raise ValueError(f"build_id must fit 32 bits, not {build_id!r}")
     check_dma_addr_width(addr_width)
     plane_bits(num_planes)  # raises for a count outside 1..8
+    if not isinstance(ipv6, bool):
+        raise ValueError(f"ipv6 must be True or False, not {ipv6!r}")
 
 
 TxRegWrite = data.StructLayout({"addr": 32, "data": 32})
@@ -236,6 +238,13 @@ class NicCore(wiring.Component):
         the chain ends at reliability and the host loads EXPLICIT EVs only.
     num_planes : planes, 1..8 (default 1): MAC port pairs, each its own fabric.
         See "Planes" below.
+    ipv6 : RoCEv2 over IPv6 as well as IPv4 (default False): each QP's peer is
+        an IPv4 or IPv6 address (a GID), and TX's data frames, RX's ACKs and
+        probe answers and reliability's probes go over the peer's family; RX
+        takes frames of both. The three blocks gain the IPv6 address registers
+        (TX ``src_ip6``, ``qp_dst_ip6_*``, ``qp_ip6``; RX ``OWN_IP6``,
+        ``QP_PEER_IP6_*``, ``QP_PEER_V6``; reliability ``own_ip6``,
+        ``peer_ip6_*``, ``peer_v6``) and TX ``caps.ipv6`` reads 1.
 
     Interface
     ---------
@@ -355,12 +364,12 @@ class NicCore(wiring.Component):
     def __init__(self, *, data_width=64, num_qps=16, evs_per_qp=16, sack_bits=64, max_mtu=4096,
                  mpr_max=1024, num_mrs=16, window=64, inflight_depth=256,
                  clk_freq_hz=125_000_000, build_id=0, csr_addr_width=None, addr_width=64,
-                 nscc=True, ev_gen=True, num_planes=1):
+                 nscc=True, ev_gen=True, num_planes=1, ipv6=False):
         check_nic_params(data_width=data_width, num_qps=num_qps, evs_per_qp=evs_per_qp,
                          sack_bits=sack_bits, max_mtu=max_mtu, mpr_max=mpr_max, num_mrs=num_mrs,
                          window=window, inflight_depth=inflight_depth,
                          clk_freq_hz=clk_freq_hz, build_id=build_id, addr_width=addr_width,
-                         num_planes=num_planes)
+                         num_planes=num_planes, ipv6=ipv6)
         self.num_planes = num_planes
         self.data_width, self.num_qps, self.evs_per_qp = data_width, num_qps, evs_per_qp
         self.sack_bits, self.max_mtu, self.mpr_max = sack_bits, max_mtu, mpr_max
@@ -368,6 +377,7 @@ class NicCore(wiring.Component):
         self.clk_freq_hz, self.build_id = clk_freq_hz, build_id
         self.addr_width = addr_width
         self.nscc = bool(nscc)
+        self.ipv6 = bool(ipv6)
         # the CSR chain's blocks: the EV generator (optional), then with planes
         # the planes block, last
         self.block_order = (BLOCK_ORDER if ev_gen else BLOCK_ORDER[:-1]) + \
@@ -381,9 +391,9 @@ class NicCore(wiring.Component):
         # driver and docs/registers.md all use these.
         maps = {name: host_view(rm) for name, rm in (
             ("device_info", device_info_register_map()),
-            ("tx", tx_register_map(num_qps, evs_per_qp)),
-            ("rx", rx_register_map(num_qps, num_mrs)),
-            ("reliability", rel_register_map(num_qps, evs_per_qp, window)),
+            ("tx", tx_register_map(num_qps, evs_per_qp, self.ipv6)),
+            ("rx", rx_register_map(num_qps, num_mrs, ipv6=self.ipv6)),
+            ("reliability", rel_register_map(num_qps, evs_per_qp, window, self.ipv6)),
             ("ev_gen", ev_gen_register_map()),
             ("planes", plane_register_map(max(num_planes, 2))),
         )}
@@ -418,17 +428,19 @@ class NicCore(wiring.Component):
         bb = self.block_bits
         self.tx = TxEngine(data_width=data_width, num_qps=num_qps, evs_per_qp=evs_per_qp,
                            max_mtu=max_mtu, csr_addr_width=bb, inflight_depth=inflight_depth,
-                           addr_width=addr_width, num_planes=num_planes, max_span=window)
+                           addr_width=addr_width, num_planes=num_planes, max_span=window,
+                           ipv6=self.ipv6)
         self.rx = RxEngine(data_width=data_width, num_qps=num_qps, num_mrs=num_mrs,
                            sack_bits=sack_bits, mpr_max=mpr_max, csr_addr_width=bb,
                            max_payload=max_mtu, addr_width=addr_width,
-                           num_planes=num_planes, ns_per_cycle=ns_per_cycle(clk_freq_hz))
+                           num_planes=num_planes, ns_per_cycle=ns_per_cycle(clk_freq_hz),
+                           ipv6=self.ipv6)
         self.reliability = ReliabilityEngine(num_qps=num_qps, evs_per_qp=evs_per_qp,
                                              sack_bits=sack_bits, clk_freq_hz=clk_freq_hz,
                                              data_width=data_width, csr_addr_width=bb,
                                              window=window, addr_width=addr_width,
                                              max_mtu=max_mtu, nscc=nscc,
-                                             num_planes=num_planes)
+                                             num_planes=num_planes, ipv6=self.ipv6)
         self.ev_gen = None if not ev_gen else EvGenBlock(
             num_qps=num_qps, evs_per_qp=evs_per_qp, tx_map=maps["tx"],
             rel_map=maps["reliability"], tx_block=BLOCK_ORDER.index("tx"),

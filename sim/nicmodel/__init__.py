@@ -23,7 +23,9 @@ planes=1, core_gbps=None)``
 ``ModelNic(params, fabric, build_id=0, mem_size=8 MiB, csr_access_cycles=4)``
     ``params`` are NicCore's (a dict like sim/system/top.py's ``NIC_PARAMS``:
     data_width, num_qps, evs_per_qp, sack_bits, max_mtu, mpr_max, num_mrs,
-    window, inflight_depth, clk_freq_hz, and optionally num_planes); bad
+    window, inflight_depth, clk_freq_hz, and optionally num_planes and ipv6,
+    which gives the IPv6 address registers and TX ``caps.ipv6``; the model's
+    packets carry no addresses, so the family changes nothing else); bad
     parameters raise ValueError. On a fabric of one plane (the default), the
     NIC's planes are nominal: the device-info block reports ``num_planes``,
     but the EV entries keep no plane (the field reads 0) and every frame goes

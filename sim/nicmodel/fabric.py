@@ -68,9 +68,10 @@ class ModelFabric:
         if self.engine.now < until:
             self.engine.now = until
 
-    def nic_of_ip(self, ip: int) -> ModelNic | None:
+    def nic_of_address(self, v6: bool, address: int) -> ModelNic | None:
+        """The NIC whose own address of that family is ``address``."""
         for nic in self.nics:
-            if nic.own_ip == ip:
+            if nic.own_address(v6) == address:
                 return nic
         return None
 

@@ -38,12 +38,16 @@ class QpLifecycle:
 
     # ---- QP lifecycle ----------------------------------------------------------------------------
 
-    def _peer_host(self, ip: int, what: str):
-        nic = self.fabric.nic_of_ip(ip)
+    def _peer_host(self, peer: tuple[bool, int], what: str):
+        """The host of the NIC whose own address is ``peer`` (over IPv6, address)."""
+        v6, ip = peer
+        nic = self.fabric.nic_of_address(v6, ip)
         if nic is None:
-            ips = [f"0x{n.own_ip:08x}" for n in self.fabric.nics]
-            raise ValueError(f"model NIC: {what} 0x{ip:08x} is no NIC on the model fabric "
-                             f"(their OWN_IPs: {ips}); set the peer's address first")
+            digits = 32 if v6 else 8
+            ips = [f"0x{n.own_address(v6):0{digits}x}" for n in self.fabric.nics]
+            raise ValueError(f"model NIC: {what} 0x{ip:0{digits}x} is no NIC on the model fabric "
+                             f"(their {'OWN_IP6' if v6 else 'OWN_IP'}s: {ips}); set the "
+                             f"peer's address first")
         return nic.host
 
     def _create_qp(self, q):
@@ -52,7 +56,7 @@ class QpLifecycle:
                        reo_wnd_ns=0.0, probe_interval_ns=1.0)
         qp = _HwQp(self, q, cfg, self.ev_tables[q])
         qp.state = RTR
-        qp.peer = self._peer_host(self.rx_reg("QP_PEER_IP", q), "RX QP_PEER_IP")
+        qp.peer = self._peer_host(self.rx_peer(q), "RX QP_PEER_IP")
         qp.dqpn = self.rx_reg("QP_PEER_QPN", q) & 0xFFFFFF
         qp.reset_responder(self.rx_reg("QP_EPSN", q))
         self._apply_ack_cfg(qp)
@@ -98,7 +102,7 @@ class QpLifecycle:
         if self.qps[q] is None:
             self._create_qp(q)
         qp = self.qps[q]
-        peer = self._peer_host(self.reg("tx", "qp_dst_ip", q), "TX qp_dst_ip")
+        peer = self._peer_host(self.tx_peer(q), "TX qp_dst_ip")
         if peer is not qp.peer:
             raise ValueError(f"model NIC QP {q}: TX qp_dst_ip and RX QP_PEER_IP name different "
                              f"hosts; the model QP has one peer")

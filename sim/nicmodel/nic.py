@@ -64,11 +64,12 @@ class ModelNic(RegisterBehaviour, QpLifecycle):
         self.csr_access_cycles = csr_access_cycles
         self.clk_period_ns = 1e9 / params["clk_freq_hz"]
         nq, ne = params["num_qps"], params["evs_per_qp"]
+        ipv6 = params.get("ipv6", False)
         self.maps = {
             "device_info": host_view(device_info_register_map()),
-            "tx": host_view(tx_register_map(nq, ne)),
-            "rx": host_view(rx_register_map(nq, params["num_mrs"])),
-            "reliability": host_view(rel_register_map(nq, ne, params["window"])),
+            "tx": host_view(tx_register_map(nq, ne, ipv6)),
+            "rx": host_view(rx_register_map(nq, params["num_mrs"], ipv6=ipv6)),
+            "reliability": host_view(rel_register_map(nq, ne, params["window"], ipv6)),
             "ev_gen": host_view(ev_gen_register_map()),
         }
         # NicCore's chain: the planes block last, with planes

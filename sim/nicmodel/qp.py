@@ -252,7 +252,7 @@ class _HwQp(MrcQp):
         if hw.rx_state(q) not in (RTR, RTS):
             cnt["qp_state"] += 1
             return
-        if hw.frame_addresses(pkt)[0] != hw.rx_reg("QP_PEER_IP", q):
+        if not hw.from_peer(pkt):
             cnt["bad_source"] += 1
             return
         if pkt.trimmed:
@@ -403,7 +403,7 @@ class _HwNicCore(Nic):
         if pkt.dqpn >= hw.params["num_qps"]:
             cnt["bad_qpn"] += 1
             return
-        if hw.frame_addresses(pkt)[1] != hw.own_ip:
+        if not hw.for_us(pkt):
             cnt["not_for_us"] += 1
             return
         qp = self.qps.get(pkt.dqpn)
@@ -416,7 +416,7 @@ class _HwNicCore(Nic):
             q = pkt.dqpn
             if qp is None or hw.rx_state(q) not in (RTR, RTS):
                 cnt["qp_state"] += 1
-            elif hw.frame_addresses(pkt)[0] != hw.rx_reg("QP_PEER_IP", q):
+            elif not hw.from_peer(pkt):
                 cnt["bad_source"] += 1
             else:
                 cnt["probe_requests"] += 1

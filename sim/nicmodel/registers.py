@@ -145,37 +145,79 @@ class RegisterBehaviour:
     def own_ip(self) -> int:
         return self.reg("rx", "OWN_IP")
 
-    def fabric_src_ip(self, host) -> int | None:
+    def words_of(self, block, name, count=4, index=None):
+        """The value of ``count`` 32-bit words, the lowest first: register
+        ``name``'s elements 0.. (``index`` None), or the registers
+        ``name.format(i)`` of element ``index``."""
+        if index is None:
+            return sum(self.reg(block, name, i) << 32 * i for i in range(count))
+        return sum(self.reg(block, name.format(i), index) << 32 * i for i in range(1, count))
+
+    def own_address(self, v6: bool = False) -> int:
+        """The NIC's own address of a family (RX ``OWN_IP`` or ``OWN_IP6``)."""
+        return self.words_of("rx", "OWN_IP6") if v6 else self.own_ip
+
+    def _peer(self, block, low, high, family, q) -> tuple[bool, int]:
+        """(over IPv6, address) of QP ``q``'s peer in ``block``'s registers."""
+        if not self.params.get("ipv6"):
+            return False, self.reg(block, low, q)
+        v6 = bool(self.reg(block, family, q) & 1)
+        value = self.reg(block, low, q) | (self.words_of(block, high, index=q) if v6 else 0)
+        return v6, value
+
+    def rx_peer(self, q) -> tuple[bool, int]:
+        """RX's peer of QP ``q``: (over IPv6, ``QP_PEER_IP``, and ``QP_PEER_IP6_*``)."""
+        return self._peer("rx", "QP_PEER_IP", "QP_PEER_IP6_{}", "QP_PEER_V6", q)
+
+    def tx_peer(self, q) -> tuple[bool, int]:
+        """TX's destination of QP ``q``: (over IPv6, ``qp_dst_ip``, and ``qp_dst_ip6_*``)."""
+        return self._peer("tx", "qp_dst_ip", "qp_dst_ip6_{}", "qp_ip6", q)
+
+    def fabric_src_ip(self, host, v6: bool = False) -> int | None:
         nic = host.nic.hw if host.nic is not None else None
-        return nic.reg("tx", "src_ip") if nic is not None else None
+        if nic is None:
+            return None
+        return nic.words_of("tx", "src_ip6") if v6 else nic.reg("tx", "src_ip")
 
     @property
     def own_mac(self) -> int:
         return self.reg("rx", "OWN_MAC_HI") << 32 | self.reg("rx", "OWN_MAC_LO")
 
-    def frame_addresses(self, pkt) -> tuple[int | None, int, int]:
-        """(IPv4 source, IPv4 destination, Ethernet destination) of a received
-        frame: the sending NIC's and ours, or what a forged frame claims."""
+    def frame_addresses(self, pkt) -> tuple[int | None, int, int, bool]:
+        """(IP source, IP destination, Ethernet destination, over IPv6) of a
+        received frame: the sending NIC's and ours, or what a forged frame
+        claims. An honest frame goes over the family its QP is bound over
+        (RX ``QP_PEER_V6``), a forged one over IPv4."""
         f = pkt.forged
-        src = self.fabric_src_ip(pkt.src) if f is None or f.src_ip is None else f.src_ip
-        dst = self.own_ip if f is None or f.dst_ip is None else f.dst_ip
+        v6 = f is None and pkt.dqpn < self.params["num_qps"] and self.rx_peer(pkt.dqpn)[0]
+        src = self.fabric_src_ip(pkt.src, v6) if f is None or f.src_ip is None else f.src_ip
+        dst = self.own_address(v6) if f is None or f.dst_ip is None else f.dst_ip
         mac = self.own_mac if f is None or f.dst_mac is None else f.dst_mac
-        return src, dst, mac
+        return src, dst, mac, v6
+
+    def from_peer(self, pkt) -> bool:
+        """The frame comes from QP ``pkt.dqpn``'s peer, over the peer's family."""
+        src, _, _, v6 = self.frame_addresses(pkt)
+        return (v6, src) == self.rx_peer(pkt.dqpn)
+
+    def for_us(self, pkt) -> bool:
+        """The frame is for our address of its family."""
+        _, dst, _, v6 = self.frame_addresses(pkt)
+        return dst == self.own_address(v6)
 
     def peer_frame_check(self, pkt) -> str | None:
         """RxPeerFilter's checks of an ACK/NAK or probe response, in its order:
         the counter of the first that fails, None if all pass."""
         q = pkt.dqpn
-        src, dst, mac = self.frame_addresses(pkt)
         if q >= self.params["num_qps"]:
             return "peer_bad_qpn"
-        if dst != self.own_ip:
+        if not self.for_us(pkt):
             return "peer_not_for_us"
-        if mac != self.own_mac:
+        if self.frame_addresses(pkt)[2] != self.own_mac:
             return "peer_bad_mac"
         if self.rx_state(q) != RTS:
             return "peer_qp_state"
-        if src != self.rx_reg("QP_PEER_IP", q):
+        if not self.from_peer(pkt):
             return "peer_bad_source"
         if pkt.kind == ACK and pkt.sack_base != (pkt.cum_psn + 1) & PSN_MASK:
             return "peer_bad_sack"
@@ -236,7 +278,8 @@ class RegisterBehaviour:
             return p["evs_per_qp"]
         if name == "caps":
             return (p["data_width"] // 8 | (p["max_mtu"].bit_length() - 1) << 8
-                    | (p["inflight_depth"].bit_length() - 1) << 12)
+                    | (p["inflight_depth"].bit_length() - 1) << 12
+                    | int(p.get("ipv6", False)) << 16)
         if name == "status":
             ready_ns = p["num_qps"] * p["evs_per_qp"] * self.clk_period_ns
             return int(self.fabric.now - self.reset_time >= ready_ns)

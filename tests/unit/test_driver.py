@@ -84,8 +84,9 @@ def test_discovery_and_parameters():
     dev, _ = run(ready_device())
     assert [(b.type_id, b.base) for b in dev.blocks] == [(1, 0), (2, BLOCK), (3, 2 * BLOCK),
                                                           (4, 3 * BLOCK), (5, 4 * BLOCK)]
-    # and the largest max_wimm, TX's in-flight entries per QP (caps.inflight_log2)
-    assert dev.params == {**PARAMS, "max_wimm": 256}
+    # and the largest max_wimm, TX's in-flight entries per QP (caps.inflight_log2),
+    # and whether it is built with IPv6 (caps.ipv6)
+    assert dev.params == {**PARAMS, "max_wimm": 256, "ipv6": False}
     assert dev.tx.base == BLOCK and dev.rx.base == 2 * BLOCK and dev.rel.base == 3 * BLOCK
     # maps sized from the discovered parameters
     assert dev.tx.map["qp_ctrl"].count == 2 and dev.rel.map["ev"].count == 16
@@ -489,9 +490,75 @@ def test_addresses_are_checked_and_gids_ipv4_mapped():
     for bad in ("10.0.0", "10.0.0.300", "host", ""):
         with pytest.raises(ValueError, match="is not an IP address"):
             ip_to_int(bad)
-    with pytest.raises(ValueError, match="speaks IPv4 only; a peer GID must be IPv4-mapped"):
+    with pytest.raises(ValueError, match="built without IPv6.*a peer GID must be IPv4-mapped"):
         ip_to_int("fd00::2")
     for bad in ("02:00:00:00:00:0", "02:00:00:00:00:00:01", "02-00-00-00-00-01",
                 "zz:00:00:00:00:01"):
         with pytest.raises(ValueError, match="is not a MAC address"):
             mac_to_int(bad)
+
+
+def _ipv6_nic():
+    """A FakeNic whose TX caps says the NIC is built with IPv6."""
+    nic = FakeNic()
+    nic.words[BLOCK + 0x10] |= 1 << 16
+    return nic
+
+
+def test_ipv6_peers_program_each_blocks_ipv6_registers():
+    """On a NIC built with IPv6 (TX caps.ipv6), the NIC's own IPv6 address goes
+    to all three blocks, and a QP's IPv6 peer into each block's address words
+    and family flag; an IPv4 (or IPv4-mapped) peer on the same NIC clears
+    them."""
+    async def bring_up():
+        dev, nic = await ready_device(_ipv6_nic())
+        assert dev.params["ipv6"]
+        qps = []
+        for _ in range(2):
+            pd = dev.alloc_pd()
+            qps.append(await dev.create_qp(pd, dev.create_cq(4), dev.create_cq(2), sq_log2=4))
+            await qps[-1].to_init()
+        with pytest.raises(ValueError, match="has no IPv6 address: give it one first"):
+            await qps[0].to_rtr(dest_qpn=1, peer_mac="02:00:00:00:00:02", peer_ip="fd00::2")
+        await dev.set_address("02:00:00:00:00:01", "10.0.0.1", ip6="fd00::1")
+        for qp, peer in zip(qps, ("fd00::2:0:0:2", "::ffff:10.0.0.3"), strict=True):
+            await qp.to_rtr(dest_qpn=1, peer_mac="02:00:00:00:00:02", peer_ip=peer)
+            await qp.to_rts(evs=EvProfile.explicit([0xC000]))
+        assert [qp.qpn for qp in qps] == [0, 1]
+        return dev, nic
+
+    dev, nic = run(bring_up())
+    w = dict(nic.writes)
+    peer = 0xFD00_0000_0000_0000_0002_0000_0000_0002
+    own = 0xFD00_0000_0000_0000_0000_0000_0000_0001
+    for blk, own_reg in ((dev.tx, "src_ip6"), (dev.rx, "OWN_IP6"), (dev.rel, "own_ip6")):
+        assert [w[blk.addr(own_reg, i)] for i in range(4)] == [
+            own >> 32 * i & 0xFFFF_FFFF for i in range(4)]
+    for blk, low, high, family in ((dev.tx, "qp_dst_ip", "qp_dst_ip6_{}", "qp_ip6"),
+                                   (dev.rx, "QP_PEER_IP", "QP_PEER_IP6_{}", "QP_PEER_V6"),
+                                   (dev.rel, "peer_ip", "peer_ip6_{}", "peer_v6")):
+        words = [w[blk.addr(low, 0)], *(w[blk.addr(high.format(i), 0)] for i in (1, 2, 3))]
+        assert words == [peer >> 32 * i & 0xFFFF_FFFF for i in range(4)], blk
+        assert w[blk.addr(family, 0)] == 1
+        words = [w[blk.addr(low, 1)], *(w[blk.addr(high.format(i), 1)] for i in (1, 2, 3))]
+        assert words == [0x0A000003, 0, 0, 0] and w[blk.addr(family, 1)] == 0
+
+
+def test_ipv6_addresses_are_refused_where_the_nic_has_no_ipv6():
+    async def attempt():
+        dev, _ = await ready_device()
+        assert not dev.params["ipv6"]
+        with pytest.raises(ValueError, match="built without IPv6"):
+            await dev.set_address("02:00:00:00:00:01", "10.0.0.1", ip6="fd00::1")
+        pd = dev.alloc_pd()
+        qp = await dev.create_qp(pd, dev.create_cq(4), dev.create_cq(2), sq_log2=4)
+        await qp.to_init()
+        with pytest.raises(ValueError, match="built without IPv6"):
+            await qp.to_rtr(dest_qpn=1, peer_mac="02:00:00:00:00:02", peer_ip="fd00::2")
+        dev6, _ = await ready_device(_ipv6_nic())
+        with pytest.raises(ValueError, match="give the NIC's IPv4 address as ip"):
+            await dev6.set_address("02:00:00:00:00:01", "fd00::1")
+        with pytest.raises(ValueError, match="is an IPv4 address: give it as ip"):
+            await dev6.set_address("02:00:00:00:00:01", "10.0.0.1", ip6="10.0.0.9")
+
+    run(attempt())
