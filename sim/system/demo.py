@@ -118,6 +118,9 @@ class DemoConfig:
     description: str = ""
     workload: str = "ring"  # or "stream": nic0 -> nic1 only
     qps: int = 1  # per NIC; message k of a shard on QP k mod qps
+    # connection 0 of NIC 0 and its peer bound over IPv6, the others over IPv4,
+    # on NICs built with IPv6 (sim/system/workload.py connect)
+    ipv6: bool = True
     reorder_prob: float = 0.0  # every path, both directions
     reorder_ns: float = 0.0
     rates: list = field(default_factory=list)  # per direction and path: loss, ce, trim, ...
@@ -160,13 +163,14 @@ class DemoConfig:
         from host_driver import layers as L
 
         total = 0
-        for _ in range(self.messages):
+        for k in range(self.messages):  # (over NIC 0's QP k mod qps: its family)
             n, left = 0, self.message_bytes
             while True:
                 chunk = min(self.mtu, left)
                 left -= chunk
                 last = left == 0
-                hdr = L.header_len(L.OP_WRITE_LAST_IMM if last else L.OP_WRITE_MIDDLE)
+                hdr = L.header_len(L.OP_WRITE_LAST_IMM if last else L.OP_WRITE_MIDDLE,
+                                   ipv6=self.ipv6 and k % self.qps == 0)
                 frame = hdr + chunk + (-chunk % 4) + 4
                 total += -(-frame // 8) * 8
                 n += 1

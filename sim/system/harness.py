@@ -42,17 +42,20 @@ from sim.system.pairs import (
     EV_BASES,
     EVS,
     IPS,
+    IPS6,
     MACS,
     RAM_SIZE,
     Connection,
     check_memory,
     connect_pair,
+    families,
+    ip_of,
     new_conn,
 )
 from sim.system.simhw import SimHw, plane_suffix
 from sim.system.switch import SwitchFabric
 
-__all__ = ["SystemTB", "Endpoint", "Connection", "CLK_NS", "RAM_SIZE", "MACS", "IPS", "EVS",
+__all__ = ["SystemTB", "Endpoint", "Connection", "CLK_NS", "RAM_SIZE", "MACS", "IPS", "IPS6", "EVS",
            "ev_owner", "whole_bursts"]
 
 CLK_NS = 8
@@ -230,10 +233,13 @@ class SystemTB:
         self.fabric.start()
 
     async def init(self):
+        """Reset, then each NIC found by its driver and given its addresses
+        (``MACS``, ``IPS``, and ``IPS6`` on NICs built with IPv6)."""
         await self.reset()
         for i, end in enumerate(self.ends):
             await end.dev.init()
-            await end.dev.set_address(MACS[i], IPS[i])
+            await end.dev.set_address(MACS[i], IPS[i],
+                                      ip6=IPS6[i] if end.dev.params["ipv6"] else None)
 
     @staticmethod
     def peer_of(k: int, qps: int) -> int:
@@ -244,13 +250,16 @@ class SystemTB:
                       mtu: int = 1024, timeout: int = 10, mpr: int = 2, evs=None,
                       ack_n: int = 4, ack_t: int = 256, probe_period: int = 0,
                       linear_cnt: int = 7, exp_cnt: int = 7, sack_threshold: int = 0,
-                      recv_cq_log2: int = 8, max_wimm: int | None = None):
+                      recv_cq_log2: int = 8, max_wimm: int | None = None,
+                      ipv6: bool | list[bool] = False):
         """``qps`` QPs on each NIC to RTS, connection k of NIC 0 bound to
         connection ``peer_of(k)`` of NIC 1; per QP a receive MR and a send
         buffer of ``buf_size`` bytes, and a receive CQ of 2^``recv_cq_log2``
         entries. ``evs``: one EvProfile per NIC for every QP (default: QP k
         of NIC i sprays over EV_BASES[i] + 16 k + 0..7). ``max_wimm``: every
-        QP's (``QueuePair.to_rts``; None: the driver's default)."""
+        QP's (``QueuePair.to_rts``; None: the driver's default). ``ipv6``:
+        the connections bound over IPv6 (the peers' ``IPS6``), one flag for
+        all or one per connection k of NIC 0."""
         if self.num_nics != 2:
             raise ValueError(f"connect() binds NIC 0 to NIC 1 of a two-NIC system; this one "
                              f"has {self.num_nics} NICs: use connect_pair(a, b)")
@@ -263,6 +272,7 @@ class SystemTB:
             await end.dev.set_probe_period(probe_period)
             for _ in range(qps):
                 end.conns.append(await new_conn(end.dev, pd, buf_size, sq_log2, recv_cq_log2))
+        v6s = families(ipv6, qps)
         for k in range(qps):
             self.ends[0].conns[k].peer = self.peer_of(k, qps)
             self.ends[1].conns[self.peer_of(k, qps)].peer = k
@@ -271,10 +281,11 @@ class SystemTB:
                 [(0xFFFFF0 - 0x100 * k) & 0xFFFFFF for k in range(qps)]]
         for i, end in enumerate(self.ends):
             peer_end = self.ends[1 - i]
-            for conn in end.conns:
+            for k, conn in enumerate(end.conns):
                 peer = peer_end.conns[conn.peer]
                 await conn.qp.to_rtr(dest_qpn=peer.qp.qpn, peer_mac=MACS[1 - i],
-                                     peer_ip=IPS[1 - i], rq_psn=psns[1 - i][conn.peer], mpr=mpr,
+                                     peer_ip=ip_of(1 - i, v6s[k if i == 0 else conn.peer]),
+                                     rq_psn=psns[1 - i][conn.peer], mpr=mpr,
                                      ack_n=ack_n, ack_t=ack_t, mtu=mtu)
         for i, end in enumerate(self.ends):
             for k, conn in enumerate(end.conns):

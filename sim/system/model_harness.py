@@ -37,7 +37,15 @@ from sim.model.packet import DATA
 from sim.nicmodel import ModelFabric, ModelNic
 from sim.system import top as _rtl_top
 from sim.system.fabric import FaultEvent, PathSelection
-from sim.system.pairs import EVS, IPS, MACS, RAM_SIZE  # the RTL harness's (sim/system/harness.py)
+from sim.system.pairs import (  # the RTL harness's (sim/system/harness.py)
+    EVS,
+    IPS,
+    IPS6,
+    MACS,
+    RAM_SIZE,
+    families,
+    ip_of,
+)
 from sim.system.top import NIC_PARAMS
 
 __all__ = ["BUILD_IDS", "Endpoint", "ModelFabricControl", "ModelSystem", "MACS", "IPS", "EVS"]
@@ -329,7 +337,8 @@ class ModelSystem:
         await self.reset()
         for i, end in enumerate(self.ends):
             await end.dev.init()
-            await end.dev.set_address(MACS[i], IPS[i])
+            await end.dev.set_address(MACS[i], IPS[i],
+                                      ip6=IPS6[i] if end.dev.params["ipv6"] else None)
 
     async def connect(self, *, buf_size: int = 1 << 20, sq_log2: int = 4, mtu: int = 1024,
                       timeout: int = 10, mpr: int = 2, evs=None, ack_n: int = 4,
@@ -347,14 +356,17 @@ class ModelSystem:
     async def connect_qps(self, count: int, *, buf_size: int = 1 << 20, sq_log2: int = 4,
                           mtu: int = 1024, timeout: int = 10, mpr: int = 2, evs=None,
                           ack_n: int = 4, ack_t: int = 256, probe_period: int = 0,
-                          recv_cq_log2: int = 8, **rts) -> list[tuple[QueuePair, QueuePair]]:
+                          recv_cq_log2: int = 8, ipv6: bool | list[bool] = False,
+                          **rts) -> list[tuple[QueuePair, QueuePair]]:
         """``count`` QPs on each NIC to RTS, QP j of NIC 0 bound to QP j of NIC 1
         (PSNs as ``SystemTB.connect``: NIC 1 starts near the wrap). One receive
-        MR and one send buffer per NIC, shared by the QPs."""
+        MR and one send buffer per NIC, shared by the QPs. ``ipv6``: the QPs
+        bound over IPv6, one flag for all or one per QP j."""
         if not 1 <= count <= self.ends[0].dev.params["num_qps"]:
             raise ValueError(f"count must be in 1..{self.ends[0].dev.params['num_qps']} "
                              f"(num_qps), not {count!r}")
         evs = evs or EVS
+        v6s = families(ipv6, count)
         for end in self.ends:
             dev = end.dev
             pd = dev.alloc_pd()
@@ -375,7 +387,8 @@ class ModelSystem:
             for i, end in enumerate(self.ends):
                 peer = self.ends[1 - i]
                 await end.qps[j].to_rtr(dest_qpn=peer.qps[j].qpn, peer_mac=MACS[1 - i],
-                                        peer_ip=IPS[1 - i], rq_psn=psns[1 - i], mpr=mpr,
+                                        peer_ip=ip_of(1 - i, v6s[j]), rq_psn=psns[1 - i],
+                                        mpr=mpr,
                                         ack_n=ack_n, ack_t=ack_t, mtu=mtu)
         for j in range(count):
             for i, end in enumerate(self.ends):

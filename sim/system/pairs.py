@@ -3,7 +3,8 @@ system (sim/system/harness.py) and on model NICs (sim/system/incast.py):
 the NICs' addresses and EV blocks, and the QP pairs bound through the
 driver's verbs. Needs no simulator.
 
-``MACS[i]``, ``IPS[i]``: NIC i's addresses; ``EV_BASES[i]``: NIC i's EVs
+``MACS[i]``, ``IPS[i]``, ``IPS6[i]``: NIC i's addresses (its IPv6 one on a
+NIC built with IPv6, each NIC in a /64 of its own); ``EV_BASES[i]``: NIC i's EVs
 (connection k sprays over ``EV_BASES[i] + 16 k + 0..``).
 ``new_conn(dev, pd, ...)``: a QP in INIT with its CQs and buffers.
 ``connect_pair(ends, a, b, ...)``: a QP of ``ends[a]`` and one of ``ends[b]``
@@ -18,12 +19,30 @@ from dataclasses import dataclass
 from host_driver.driver import EvProfile, MemoryRegion, QueuePair
 from sim.system.top import MAX_NICS
 
-__all__ = ["MACS", "IPS", "EV_BASES", "EVS", "RAM_SIZE", "Connection", "check_memory", "new_conn",
-           "connect_pair"]
+__all__ = ["MACS", "IPS", "IPS6", "EV_BASES", "EVS", "RAM_SIZE", "Connection", "check_memory",
+           "new_conn", "connect_pair", "families", "ip_of"]
 
 RAM_SIZE = 1 << 25  # 32 MiB of host memory per NIC
 MACS = tuple(f"02:00:00:00:00:{i + 1:02x}" for i in range(MAX_NICS))
 IPS = tuple(f"10.0.0.{i + 1}" for i in range(MAX_NICS))
+IPS6 = tuple(f"fd00:0:0:{i + 1}::1" for i in range(MAX_NICS))
+
+
+def families(ipv6, count: int) -> list[bool]:
+    """Per connection, whether it binds over IPv6: ``ipv6`` one flag for all
+    ``count`` connections, or one per connection."""
+    out = [ipv6] * count if isinstance(ipv6, bool) else list(ipv6)
+    if len(out) != count or not all(isinstance(v, bool) for v in out):
+        raise ValueError(f"ipv6 must be one flag, or one flag per connection ({count}), "
+                         f"not {ipv6!r}")
+    return out
+
+
+def ip_of(nic: int, v6: bool) -> str:
+    """NIC ``nic``'s address of a family: ``IPS6`` over IPv6, else ``IPS``."""
+    return (IPS6 if v6 else IPS)[nic]
+
+
 # NIC i's connection k sprays over EV_BASES[i] + 16 k + (0..7): a NIC's block is 0x1000
 EV_BASES = (0xC000, 0xD000, 0xE000, 0xF000, 0x8000, 0x9000, 0xA000, 0xB000)
 # the two-NIC systems' EV profiles (SystemTB.connect, ModelSystem): NIC i's first 8 EVs

@@ -98,7 +98,10 @@ async def connect(system, cfg, timeout: int) -> list[list[Conn]]:
     each per NIC, cut into per-QP slices), with SACK loss detection at
     ``cfg.sack_threshold``; returns one list of ``Conn`` per NIC."""
     per_qp = cfg.rounds * cfg.shard_bytes // cfg.qps
-    common = dict(sq_log2=4, mtu=cfg.mtu, timeout=timeout, probe_period=cfg.probe_period)
+    # connection 0 of NIC 0 (and its peer) over IPv6 with cfg.ipv6, on NICs built with it
+    v6 = cfg.ipv6 and system.ends[0].dev.params.get("ipv6", False)
+    common = dict(sq_log2=4, mtu=cfg.mtu, timeout=timeout, probe_period=cfg.probe_period,
+                  ipv6=[v6 and j == 0 for j in range(cfg.qps)])
     if hasattr(system, "connect_qps") and cfg.qps > 1:  # the model harness
         await system.connect_qps(cfg.qps, buf_size=cfg.qps * per_qp, **common)
         conns = [[Conn(qp, end.mr, end.recv_buf + j * per_qp, end.send_buf + j * per_qp, j)

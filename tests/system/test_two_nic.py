@@ -57,7 +57,7 @@ async def test_discovery(dut):
         assert dev.params["nic_version"] == NIC_VERSION
         assert dev.params["build_id"] == BUILD_ID
         for name in ("data_width", "num_qps", "evs_per_qp", "sack_bits", "max_mtu", "mpr_max",
-                     "num_mrs", "window", "clk_freq_hz", "num_planes"):
+                     "num_mrs", "window", "clk_freq_hz", "num_planes", "ipv6"):
             assert dev.params[name] == NIC_PARAMS[name], name
         # the blocks' own parameter registers agree with the device-info block
         assert await dev.tx.read("num_qps") == NIC_PARAMS["num_qps"]
