@@ -74,7 +74,7 @@ SECTIONS = {
                  "shard_kib": (NUMBER, "shard_bytes", 1024), "messages": (int, "messages", None)},
     "fabric": {"paths": (int, "paths", None), "delay_ns": (NUMBER, "delay_ns", None)},
     "nic": {"timeout": (int, "timeout", None), "sack_threshold": (int, "sack_threshold", None),
-            "probe_period": (int, "probe_period", None)},
+            "probe_period": (int, "probe_period", None), "ipv6": (bool, "ipv6", None)},
     "faults": {"loss": (NUMBER, "loss", None), "ce": (NUMBER, "ecn_prob", None),
                "trim": (NUMBER, "trim_prob", None),
                "reorder_prob": (NUMBER, "reorder_prob", None),
@@ -95,11 +95,12 @@ class ScenarioError(ValueError):
 def _type_name(t) -> str:
     if t is NUMBER:
         return "a number"
-    return {int: "an integer", str: "a string", list: "a list", dict: "a table"}[t]
+    return {int: "an integer", str: "a string", list: "a list", dict: "a table",
+            bool: "true or false"}[t]
 
 
 def _typed(where: str, value, t):
-    ok = isinstance(value, t) and not isinstance(value, bool)
+    ok = isinstance(value, t) and (t is bool or not isinstance(value, bool))
     if not ok:
         raise ScenarioError(f"{where} must be {_type_name(t)}, not {value!r}")
     return value

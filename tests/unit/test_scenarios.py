@@ -64,6 +64,11 @@ def bad(change):
     return table
 
 
+def test_ipv6_binds_connection_0_over_ipv6_unless_the_file_says():
+    assert parse(good(), "ok").ipv6 is True
+    assert parse({**good(), "nic": {"ipv6": False}}, "v4").ipv6 is False
+
+
 @pytest.mark.parametrize("change, message", [
     (lambda t: t.pop("description"), "description is missing"),
     (lambda t: t.update(qpz=2), "unknown field 'qpz'"),
@@ -96,6 +101,7 @@ def bad(change):
     (lambda t: t["faults"]["rates"][0].update(reorder_prob=0.1, reorder_ns=10.0),
      "apply to a whole direction"),
     (lambda t: t["faults"]["rates"][0].update(ce=-0.1), r"rates\[0\].ce is a probability"),
+    (lambda t: t.update(nic={"ipv6": 1}), "nic.ipv6 must be true or false, not 1"),
 ])
 def test_bad_scenarios_name_the_field(change, message):
     parse(good(), "ok")
