@@ -10,13 +10,15 @@ same top and options, so no second Verilator build).
 
 from __future__ import annotations
 
+import ipaddress
+
 import cocotb
 
 from host_driver import layers as L
 from host_driver.driver import Completion, WrOpcode
 from sim import coverage as fcov
 from sim.system.attack_setup import write_into_dead_paths
-from sim.system.harness import IPS, MACS, SystemTB
+from sim.system.harness import IPS, IPS6, MACS, SystemTB
 from sim.system.simhw import run_two_nic
 from sim.system.top import NIC_PARAMS
 from tests import seeds
@@ -79,6 +81,47 @@ async def test_forged_ack_with_every_path_down(dut):
     await tb.check_counters(0, packets=4, messages=1)
     await tb.check_counters(1, packets=0, messages=0)
     fcov.sample_forged("ack_every_path_down")
+
+
+@cocotb.test()
+async def test_forged_acks_over_ipv6_and_across_families(dut):
+    """A QP bound over IPv6, its WRITE stuck behind dead paths (as above).
+    Forged ACKs with valid ICRCs, each naming every PSN of the WRITE: over
+    IPv6 from another address and to another address; and over IPv4 from the
+    peer's IPv4 address and from 0.0.0.1, the low 32 bits of the peer's IPv6
+    address (a family the QP is not bound over). None completes anything;
+    each is dropped and counted (``peer_bad_source``, ``peer_not_for_us``).
+    An ACK from the peer's own IPv6 address naming PSNs never sent is
+    ignored (``acks_unsent``). Once the paths are up the WRITE completes."""
+    tb = SystemTB(dut, seed=seeds.of(42), keep_log=True)
+    await tb.init()
+    await tb.ends[0].dev.rel.write("cwnd_init", NIC_PARAMS["window"])
+    await tb.connect(sq_log2=4, timeout=9, ipv6=True)
+    a, b = tb.ends
+    payload, una = await write_into_dead_paths(tb)
+    last = (una + 3) & 0xFFFFFF
+    peer6 = ipaddress.IPv6Address(IPS6[1])
+    low32 = str(ipaddress.IPv4Address(int(peer6) & 0xFFFF_FFFF))
+    v6 = {"src_ip": IPS6[1], "dst_ip": IPS6[0]}
+    for claims in ({**v6, "src_ip": "fd00:0:0:66::1", "src_mac": FORGER_MAC},
+                   {**v6, "dst_ip": "fd00:0:0:9::1", "dst_mac": OTHER_MAC},
+                   {"src_ip": IPS[1]}, {"src_ip": low32}):
+        tb.fabric.inject(0, forged_ack(0, a.qp.qpn, last, **claims))
+    tb.fabric.inject(0, forged_ack(0, a.qp.qpn, (last + 5) & 0xFFFFFF, **v6))
+    await tb.cycles(2000)
+    assert await a.qp.send_cq.poll() == [], "a forged ACK completed the WRITE"
+    c = await tb.counters(0)
+    assert (c["rx.peer_bad_source"], c["rx.peer_not_for_us"]) == (3, 1), c
+    assert (c["rel.acks_unsent"], c["rel.acks"]) == (1, 0), c
+    assert await a.dev.rel.read("una_psn", a.qp.qpn) == una
+    for p in range(tb.fabric.num_paths):
+        tb.fabric.set_path_up(p, True, direction=0)
+    cqes = await a.qp.send_cq.wait(1, timeout_cycles=2_000_000)
+    assert [(c.status, c.byte_len) for c in cqes] == [(Completion.SUCCESS, 4096)]
+    assert b.dev.mem.read(b.recv_buf, 4096) == payload
+    await tb.quiesce()
+    await tb.check_counters(0, packets=4, messages=1)
+    await tb.check_counters(1, packets=0, messages=0)
 
 
 @cocotb.test()
@@ -226,5 +269,7 @@ async def test_attacker_during_transfer(dut):
 
 def test_attacker():
     run_two_nic("tests.system.test_attacker",
-                ["test_forged_ack_with_every_path_down", "test_forged_naks_cost_one_retransmit",
+                ["test_forged_ack_with_every_path_down",
+                 "test_forged_acks_over_ipv6_and_across_families",
+                 "test_forged_naks_cost_one_retransmit",
                  "test_attacker_during_transfer"], "attacker")
