@@ -58,15 +58,15 @@ DEVICE_DP16KD = 108
 
 # NicCore configurations of the scaling table. "board" is what `make bitstream`
 # builds (hw/board/top.py VERSA_NIC_PARAMS; docs/timing.md says why), then the
-# same with other EV counts and with 2 and 4 planes, then the default NicCore (the simulation
-# configuration) at 16, 64 and 256 QPs.
+# same with other EV counts, with 2 and 4 planes and with IPv6, then the default
+# NicCore (the simulation configuration) at 16, 64 and 256 QPs.
 DEFAULT_NIC = dict(num_qps=16, evs_per_qp=16, sack_bits=64, max_mtu=4096, mpr_max=1024,
                    num_mrs=16, window=64, inflight_depth=256)
 BOARD_EVS = (2, 4, 8, 16, 32)
 BOARD_PLANES = (2, 4)
 SWEEP_QPS = (16, 64, 256)
 NIC_SWEEP_TAGS = ("board", *(f"board_ev{e}" for e in BOARD_EVS),
-                  *(f"board_p{n}" for n in BOARD_PLANES),
+                  *(f"board_p{n}" for n in BOARD_PLANES), "board_ipv6",
                   *(f"default_q{q}" for q in SWEEP_QPS))
 
 
@@ -82,6 +82,7 @@ def nic_sweep() -> dict[str, dict]:
         **{f"board_ev{e}": {**board, "evs_per_qp": e} for e in BOARD_EVS
            if e != board["evs_per_qp"]},
         **{f"board_p{n}": {**board, "num_planes": n} for n in BOARD_PLANES},
+        "board_ipv6": {**board, "ipv6": True},
         **{f"default_q{q}": {**DEFAULT_NIC, "num_qps": q} for q in SWEEP_QPS},
     }
 

@@ -41,6 +41,21 @@ def forged_ack(i, qpn, cum_psn, **kw):
                               **kw, **to_nic(i, **addr)))
 
 
+async def paths_up_and_complete(tb, payload):
+    """Every path NIC 0 -> NIC 1 up again: the 4 KiB WRITE that
+    ``write_into_dead_paths`` posted completes SUCCESS, NIC 1 holds its bytes,
+    and the counter equations hold (the injected frames in them)."""
+    a, b = tb.ends
+    for p in range(tb.fabric.num_paths):
+        tb.fabric.set_path_up(p, True, direction=0)
+    cqes = await a.qp.send_cq.wait(1, timeout_cycles=2_000_000)
+    assert [(c.status, c.byte_len) for c in cqes] == [(Completion.SUCCESS, 4096)]
+    assert b.dev.mem.read(b.recv_buf, 4096) == payload
+    await tb.quiesce()
+    await tb.check_counters(0, packets=4, messages=1)
+    await tb.check_counters(1, packets=0, messages=0)
+
+
 @cocotb.test()
 async def test_forged_ack_with_every_path_down(dut):
     """Issue 26's reproduction: every path NIC 0 -> NIC 1 down, a 4 KiB WRITE
@@ -72,14 +87,7 @@ async def test_forged_ack_with_every_path_down(dut):
     assert (c["rx.peer_bad_source"], c["rx.peer_not_for_us"]) == (1, 1), c
     assert (c["rel.acks_unsent"], c["rel.acks"], c["rel.acks_stale"]) == (1, 1, 1), c
     assert await a.dev.rel.read("una_psn", a.qp.qpn) == una
-    for p in range(tb.fabric.num_paths):
-        tb.fabric.set_path_up(p, True, direction=0)
-    cqes = await a.qp.send_cq.wait(1, timeout_cycles=2_000_000)
-    assert [(c.status, c.byte_len) for c in cqes] == [(Completion.SUCCESS, 4096)]
-    assert b.dev.mem.read(b.recv_buf, 4096) == payload
-    await tb.quiesce()
-    await tb.check_counters(0, packets=4, messages=1)
-    await tb.check_counters(1, packets=0, messages=0)
+    await paths_up_and_complete(tb, payload)
     fcov.sample_forged("ack_every_path_down")
 
 
@@ -114,14 +122,7 @@ async def test_forged_acks_over_ipv6_and_across_families(dut):
     assert (c["rx.peer_bad_source"], c["rx.peer_not_for_us"]) == (3, 1), c
     assert (c["rel.acks_unsent"], c["rel.acks"]) == (1, 0), c
     assert await a.dev.rel.read("una_psn", a.qp.qpn) == una
-    for p in range(tb.fabric.num_paths):
-        tb.fabric.set_path_up(p, True, direction=0)
-    cqes = await a.qp.send_cq.wait(1, timeout_cycles=2_000_000)
-    assert [(c.status, c.byte_len) for c in cqes] == [(Completion.SUCCESS, 4096)]
-    assert b.dev.mem.read(b.recv_buf, 4096) == payload
-    await tb.quiesce()
-    await tb.check_counters(0, packets=4, messages=1)
-    await tb.check_counters(1, packets=0, messages=0)
+    await paths_up_and_complete(tb, payload)
 
 
 @cocotb.test()
