@@ -275,9 +275,8 @@ class RxParser(wiring.Component):
         """The (verdict, condition) pairs of verdict stage 1, first match wins:
         ``f`` the header's fields (``HeaderFields``), ``dec`` and ``lengths``
         decode stage A's and length stage B's outputs, ``ipsum_ok`` the IPv4
-        checksum's verdict. Over IPv6: the version,
-        and UDP right after the IPv6 header; no checksum, options or
-        fragments there."""
+        checksum's verdict. Over IPv6: the version, and UDP right after the
+        IPv6 header; no checksum, options or fragments there."""
         v6, eth, ip, ip6, udp = f.v6, f.eth, f.ip, f.ip6, f.udp
         frag = (ip["flags"][0]) | (ip["frag_off"] != 0)
         ack_width_bad = dec.is_ack & (
@@ -330,11 +329,11 @@ class RxParser(wiring.Component):
         beat_oh = Signal(n_oh, init=1)
         first = beat_oh[0]
         hdr = Signal(8 * hdr_len)  # captured header bytes, lane order
-        # With `ipv6`, the frame's family: `is_v6` follows the EtherType's beat
-        # as that beat's header chunk does (below), so it holds the frame's
-        # from that beat on, until the next frame's comes; `v6_now` is the
-        # family for the beat offered, at the EtherType's beat that beat's own.
-        # v6 None builds IPv4 only (`by_family`).
+        # With `ipv6`, the frame's family: `v6` follows the EtherType's beat as
+        # that beat's header chunk does (below), so it holds the frame's from
+        # that beat on, until the next frame's comes; `v6_now` is the family
+        # for the beat offered, at the EtherType's beat that beat's own.
+        # Without `ipv6` both are None, and `by_family` builds IPv4 only.
         v6 = v6_now = None
         if self.ipv6:
             k_eth, eth_lane = divmod(ETH.size - 2, lanes)
