@@ -4,7 +4,10 @@ NICs, and an IPv6 path that fails and comes back through IPv6 probes.
 
 Every frame is checked on the wire (the fabric's capture): its family is its
 QP's, and the ICRC is good as the host layers compute it (IPv6's masked
-fields included).
+fields included). Each case writes its capture to a pcap in its run
+directory, and ``test_ipv6`` runs tshark with our dissector over them
+(tests/dissector_check.py: every frame MRC, no expert error but IPv6's zero
+UDP checksum, every field as scapy reads it; skipped without tshark).
 
 On tests/system/test_two_nic.py's build (sim_build/system_two_nic_sim, the
 same top and options), in a simulator run of its own.
@@ -16,13 +19,21 @@ import cocotb
 from scapy.layers.inet import IP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
+from scapy.utils import PcapReader, wrpcap
 
 from host_driver import layers as L
 from host_driver.driver import Completion, EvState
+from sim.cocotb_runner import SIM_BUILD
 from sim.system.harness import IPS, IPS6, SystemTB
 from sim.system.simhw import run_two_nic
 from sim.system.transfers import check_memory, complete_all, log_case, packets_of, transfer
 from tests import seeds
+from tests.dissector_check import TSHARK, check_frames
+
+
+def save_capture(tb, name):
+    """The fabric's capture, as sent, into ``name``.pcap in the run directory."""
+    wrpcap(f"{name}.pcap", [Ether(f.sent) for f in tb.fabric.capture])
 
 
 def frames_by_qpn(tb):
@@ -76,6 +87,7 @@ async def test_ipv6_and_ipv4_qps_side_by_side(dut):
         c = await tb.counters(i)
         assert c["rel.retx_timeout"] == c["rel.retx_sack"] == c["rel.retx_nak"] == 0, c
         assert c["rx.placed"] == 2 * packets_of(sizes), c
+    save_capture(tb, "side_by_side")
     log_case(dut, "ipv6 and ipv4", 0, frames={f"{d}/{q}": len(v) for (d, q), v in
                                               frames.items()})
 
@@ -114,6 +126,7 @@ async def test_ipv6_path_down_then_up(dut):
         assert IPv6 in pkt and L.check_frame(raw) == (True, True), pkt.summary()
     check_family([f.sent for f in tb.fabric.capture if f.direction == 0], True,
                  IPS6[0], IPS6[1])
+    save_capture(tb, "path_down_then_up")
     log_case(dut, "ipv6 path down then up", 0, probes=len(probes))
 
 
@@ -124,5 +137,13 @@ def run(testcases, tag):
     run_two_nic("tests.system.test_ipv6", testcases, tag)
 
 
-def test_ipv6():
+def test_ipv6(tmp_path):
     run(IPV6_TESTS, "ipv6")
+    if TSHARK is None:
+        return  # the dissector's check needs tshark (tests/dissector_check.py)
+    frames = []
+    for name in ("side_by_side", "path_down_then_up"):
+        with PcapReader(str(SIM_BUILD / "system_two_nic_sim" / "ipv6" / f"{name}.pcap")) as r:
+            frames += [bytes(p) for p in r]
+    assert any(L.is_ipv6(f) for f in frames) and not all(L.is_ipv6(f) for f in frames)
+    check_frames(frames, tmp_path / "rtl.pcap")
