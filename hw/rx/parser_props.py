@@ -93,11 +93,11 @@ class ParserDrainHarness(Elaboratable):
     """
 
     def __init__(self, *, stall: int, in_bound: int, rec_bound: int, pay_bound: int,
-                 written: bool):
+                 written: bool, ipv6: bool = False):
         self.stall, self.in_bound, self.written = stall, in_bound, written
         self.rec_bound, self.pay_bound = rec_bound, pay_bound
         self.dut = RxParser(data_width=DATA_BITS, sack_bits=SACK_BITS, max_payload=MAX_PAYLOAD,
-                            fifo_depth=FIFO_DEPTH)
+                            fifo_depth=FIFO_DEPTH, ipv6=ipv6)
         s = self.dut.s_axis
         self.inputs = [s.tdata, s.tkeep, s.tlast, s.tuser, s.tvalid, self.dut.trim_dscp,
                        self.dut.hdr.ready, self.dut.payload.ready]
@@ -204,6 +204,10 @@ class ParserDrainHarness(Elaboratable):
             ]
             if self.stall:
                 m.d.comb += Cover(hdr_stalled & hdr.valid & ~hdr.ready)
+            if self.dut.ipv6:
+                m.d.comb += [Cover(hdr_take & hdr.payload.v6 & hdr.payload.trimmed),
+                             Cover(hdr_take & hdr.payload.v6
+                                   & (bth.opcode == Opcode.ACKNOWLEDGE))]
         return m
 
 
@@ -218,6 +222,11 @@ PROOFS = [
                                              rec_bound=3, pay_bound=4, written=True),
           mode="bmc", depth=24, cover_depth=24, long=True,
           reduction=_REDUCTION + "; the first frame a fixed valid WRITE_ONLY"),
+    Proof("rx_parser_drain_v6", harness(ParserDrainHarness, stall=0, in_bound=1, rec_bound=3,
+                                        pay_bound=4, written=False, ipv6=True),
+          mode="bmc", depth=24, cover_depth=22, long=True,
+          reduction=_REDUCTION + "; built with ipv6 (frames of both families; an IPv6 "
+          "ACK's record leaves by step 21)"),
     Proof("rx_parser_stall", harness(ParserDrainHarness, stall=STALL, in_bound=None,
                                      rec_bound=STALL + 3, pay_bound=STALL + 4, written=False),
           mode="bmc", depth=21, cover_depth=20, long=True,

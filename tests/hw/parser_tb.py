@@ -18,6 +18,7 @@ from hw.stream import Beat
 from sim import coverage as fcov
 from tests import seeds
 from tests.hw.parser_frames import (
+    IPV6,
     MAX_PAYLOAD,
     SACK_BITS,
     TRIM_DSCP,
@@ -34,7 +35,7 @@ class TB:
         self.log = dut._log
         self.data_width = len(dut.s_axis__tdata)
         self.lanes = self.data_width // 8
-        self.record = ParsedHeader(SACK_BITS)
+        self.record = ParsedHeader(SACK_BITS, ipv6=IPV6)
         self.beat = Beat(self.data_width)
         cocotb.start_soon(Clock(dut.clk, 4, unit="ns").start())
         self.source = AxiStreamSource(
@@ -194,16 +195,20 @@ def mtu_frames(n=8):
     return [(valid_frame(rng, L.OP_WRITE_MIDDLE, MAX_PAYLOAD), False) for _ in range(n)]
 
 
-def run(data_width: int, test_module: str = "tests.hw.test_rx_parser", **kwargs):
-    """Build (once per width) and run cocotb tests on RxParser; sim/parser_bench uses it too."""
+def run(data_width: int, test_module: str = "tests.hw.test_rx_parser", ipv6: bool = False,
+        extra_env=None, **kwargs):
+    """Build (once per width and family support) and run cocotb tests on
+    RxParser; sim/parser_bench uses it too. ``ipv6``: the parser built with
+    it, and the tests' reference told so (``RX_PARSER_IPV6``)."""
     from sim.cocotb_runner import run_cocotb
 
     return run_cocotb(
-        name=f"rx_parser_w{data_width}",
+        name=f"rx_parser_w{data_width}" + ("_v6" if ipv6 else ""),
         elaborate=lambda: RxParser(
-            data_width=data_width, sack_bits=SACK_BITS, max_payload=MAX_PAYLOAD
+            data_width=data_width, sack_bits=SACK_BITS, max_payload=MAX_PAYLOAD, ipv6=ipv6
         ),
         toplevel="rx_parser",
         test_module=test_module,
+        extra_env={**(extra_env or {}), **({"RX_PARSER_IPV6": "1"} if ipv6 else {})},
         **kwargs,
     )

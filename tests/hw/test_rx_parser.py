@@ -26,11 +26,13 @@ from host_driver import layers as L
 from tests import seeds
 from tests.hw.parser_frames import (
     ALL_OPCODES,
+    IPV6,
     MAX_PAYLOAD,
     _set,
     cycle_pause,
     expect_frame,
     malformed_cases,
+    malformed_cases_v6,
     payload_lengths,
     random_frame,
     random_pause,
@@ -177,6 +179,24 @@ async def test_throughput(dut):
         assert rate == 1.0, f"{name} frames: {rate:.3f} beats per cycle"
 
 
+@cocotb.test(skip=not IPV6)
+async def test_ipv6_mix(dut):
+    """A parser built with ipv6: valid IPv4 and IPv6 frames of every kind,
+    each IPv6 malformation between valid frames, and a random mix of both
+    families (half of them broken), with idle cycles and backpressure."""
+    rng = seeds.rng(13)
+    lanes = len(dut.s_axis__tdata) // 8
+    frames = [(valid_frame(rng, kind, n, v6), False)
+              for kind in (*ALL_OPCODES, "trimmed") for v6 in (True, False)
+              for n in (0, lanes - 1, 3 * lanes + 5)]
+    for name, frame, tuser, counter in malformed_cases_v6(rng):
+        assert expect_frame(frame, tuser).verdict == counter, f"model disagrees on {name}"
+        frames += [(frame, tuser), (valid_frame(rng, rng.choice(ALL_OPCODES), 30, True), False)]
+    frames += [random_frame(rng) for _ in range(400)]
+    tb, _ = await run_frames(dut, frames, cycle_pause, cycle_pause)
+    assert sum(v == "accepted" for v in tb.verdicts) > len(frames) // 3
+
+
 @cocotb.test(skip=not os.environ.get("RX_PARSER_SOAK"))
 async def test_soak(dut):
     """A long random mix, under ``make test-long``."""
@@ -195,6 +215,14 @@ async def test_soak(dut):
 @pytest.mark.parametrize("data_width", [64, 128])
 def test_rx_parser(data_width):
     run(data_width)
+
+
+@pytest.mark.long
+@pytest.mark.parametrize("data_width", [64, 128])
+def test_rx_parser_ipv6(data_width):
+    """The parser built with ipv6 under Verilator: test_ipv6_mix, and every
+    other test of this module (IPv4 frames) on that build."""
+    run(data_width, ipv6=True)
 
 
 @pytest.mark.long
