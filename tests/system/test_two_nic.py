@@ -19,6 +19,7 @@ import cocotb
 import pytest
 from cocotb.utils import get_sim_time
 from scapy.layers.l2 import Ether
+from scapy.utils import rdpcap
 
 from host_driver import layers as L
 from host_driver.driver import Completion, Device, EvProfile, EvState, QpState, WrOpcode
@@ -38,6 +39,7 @@ from sim.system.top import BUILD_ID, NIC_PARAMS
 from sim.system.trace import FateTrace
 from sim.system.transfers import check_memory, complete_all, log_case, packets_of, transfer
 from tests import seeds
+from tests.dissector_check import TSHARK, check_frames
 
 RDMA_WRITE_LAST_WITH_IMM, RDMA_WRITE_ONLY_WITH_IMM = 0x09, 0x0B
 
@@ -1009,12 +1011,13 @@ def test_system():
 
 def test_scenario_small_on_rtl(tmp_path):
     """A scenario file on the two RTL NICs: sim/system/scenarios/small.toml (a
-    ring over 2 QPs per NIC, MTU 512, loss, CE marks, trims, a path down and
-    up; its seed mixed with the run's), through the demo's cocotb test on
-    test_system's build (same top, same options, so no second Verilator
-    build), and on the golden
+    ring over 2 QPs per NIC, QP 0 over IPv6 and QP 1 over IPv4, MTU 512, loss,
+    CE marks, trims, a path down and up; its seed mixed with the run's),
+    through the demo's cocotb test on test_system's build (same top, same
+    options, so no second Verilator build), and on the golden
     model: both byte exact, the path events at the file's times on both, and
-    the RTL's capture holds every frame the fabric counted, with its fate."""
+    the RTL's capture holds every frame the fabric counted, with its fate.
+    The pcap of the RTL's frames decodes in tshark with our dissector."""
     from sim.system import demo
     from sim.system.scenario import load
     from sim.system.scenario_run import model_raw
@@ -1022,10 +1025,19 @@ def test_scenario_small_on_rtl(tmp_path):
 
     cfg = load("small", seed=seeds.of(load("small").seed))  # the file's seed, mixed with the run's
     assert cfg.rounds * cfg.shard_bytes == 32 * 1024 and cfg.workload == "ring"
+    assert cfg.qps == 2 and cfg.ipv6  # QP 0 over IPv6, QP 1 over IPv4
     rtl = demo.simulate(tmp_path / "rtl", cfg, waves=False, name="system_two_nic_sim",
                         tag="scenario")
     for raw in (rtl, model_raw(cfg)):
         check_run(raw, cfg)
+    # the pcap `make sim SCENARIO=small` writes, both families in it, through
+    # tshark with our dissector (tests/dissector_check.py; needs tshark)
+    pcap = tmp_path / "traffic.pcap"
+    demo.write_pcap(rtl["capture"], pcap)
+    frames = [bytes(p) for p in rdpcap(str(pcap))]
+    assert {L.is_ipv6(f) for f in frames} == {True, False}
+    if TSHARK is not None:
+        check_frames(frames, tmp_path / "checked.pcap")
 
 
 def test_system_faults():
