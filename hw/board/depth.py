@@ -195,9 +195,10 @@ def readable(p: list[str]) -> list[str]:
 SYNTH_BLOCKS = ("soc", "nic", "tx", "rx", "reliability")
 
 
-def synthesise(block: str, outdir: Path) -> Path:
+def synthesise(block: str, outdir: Path, ipv6: bool = False) -> Path:
     """NicCore (or one of its blocks) at the board's parameters through
-    ``synth_ecp5``; returns the JSON netlist."""
+    ``synth_ecp5`` (``ipv6``: NicCore built with it, as the board's is not);
+    returns the JSON netlist."""
     import subprocess
     import warnings
 
@@ -213,9 +214,11 @@ def synthesise(block: str, outdir: Path) -> Path:
     if block == "soc":
         from hw.board.soc import BoardSoC
 
+        if ipv6:
+            raise ValueError("--ipv6 synthesises NicCore or one of its blocks, not the SoC")
         top = BoardSoC(**VERSA_NIC_PARAMS)
     else:
-        nic = NicCore(**{**BOARD_NIC_PARAMS, **VERSA_NIC_PARAMS})
+        nic = NicCore(**{**BOARD_NIC_PARAMS, **VERSA_NIC_PARAMS}, ipv6=ipv6)
         top = nic if block == "nic" else getattr(nic, block)
     outdir.mkdir(parents=True, exist_ok=True)
     (outdir / f"{block}.il").write_text(rtlil.convert(top, name=block))
@@ -231,6 +234,8 @@ def main(argv=None):
     ap.add_argument("netlist", type=Path, nargs="?")
     ap.add_argument("--synth", choices=SYNTH_BLOCKS,
                     help="synthesise this block at the board's parameters first")
+    ap.add_argument("--ipv6", action="store_true",
+                    help="with --synth: NicCore built with ipv6 (the board's is not)")
     ap.add_argument("--out", type=Path, default=Path("build/depth"))
     ap.add_argument("--top")
     ap.add_argument("--worst", type=int, default=40)
@@ -241,7 +246,7 @@ def main(argv=None):
                     help="one line per endpoint net (bits folded)")
     args = ap.parse_args(argv)
     if args.synth:
-        args.netlist = synthesise(args.synth, args.out)
+        args.netlist = synthesise(args.synth, args.out, args.ipv6)
     elif args.netlist is None:
         ap.error("give a netlist or --synth BLOCK")
     netlist = json.loads(args.netlist.read_text())

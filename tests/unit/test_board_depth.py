@@ -77,3 +77,14 @@ def test_block_ram_output_starts_late_and_ports_are_endpoints():
     assert by_label["port o[0]"] == 3.0 + 1.0
     # the RAM's address input is an endpoint, fed straight from a register
     assert by_label["ram_out (ADA0)"] == 0.0
+
+
+def test_ipv6_synthesis_is_of_the_nic_not_the_soc(tmp_path):
+    """``--ipv6`` builds NicCore with ipv6; the SoC (the board's) has none, so
+    asking for it says what to do instead of synthesising the IPv4 SoC."""
+    import pytest
+
+    from hw.board.depth import synthesise
+
+    with pytest.raises(ValueError, match="--ipv6 synthesises NicCore or one of its blocks"):
+        synthesise("soc", tmp_path, ipv6=True)
