@@ -3,8 +3,8 @@
 NICs, and an IPv6 path that fails and comes back through IPv6 probes.
 
 Every frame is checked on the wire (the fabric's capture): its family is its
-QP's, and the ICRC is good as the host layers compute it (IPv6's masked
-fields included). Each case writes its capture to a pcap in its run
+QP's, and the ICRC is good as the host layers and scapy.contrib.roce compute
+it (IPv6's masked fields included). Each case writes its capture to a pcap in its run
 directory, and ``test_ipv6`` runs tshark with our dissector over them
 (tests/dissector_check.py: every frame MRC, no expert error but IPv6's zero
 UDP checksum, every field as scapy reads it; skipped without tshark).
@@ -16,9 +16,11 @@ same top and options), in a simulator run of its own.
 from __future__ import annotations
 
 import cocotb
+import scapy.contrib.roce as scapy_roce
 from scapy.layers.inet import IP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
+from scapy.packet import Raw
 from scapy.utils import PcapReader, wrpcap
 
 from host_driver import layers as L
@@ -44,15 +46,29 @@ def frames_by_qpn(tb):
     return out
 
 
+BTH_FIELDS = ("opcode", "padcount", "pkey", "fecn", "becn", "dqpn", "ackreq", "psn")  # both's
+
+
+def scapy_roce_rebuilds(raw: bytes) -> bool:
+    """scapy.contrib.roce, given the frame's headers, BTH fields and the rest,
+    computes its ICRC: the rebuilt frame is the frame."""
+    off = L.bth_offset(raw)
+    ours = Ether(raw)[L.BTH]
+    rebuilt = bytes(Ether(raw[:off]) / scapy_roce.BTH(**{n: getattr(ours, n) for n in BTH_FIELDS})
+                    / Raw(raw[off + L.HDR_BTH : -4]))
+    return rebuilt == raw
+
+
 def check_family(frames, v6, src, dst):
     """Each frame goes over IPv6 (``v6``) or IPv4 from ``src`` to ``dst``, with
-    a good ICRC (as ``L.check_frame`` computes it)."""
+    a good ICRC, as ``L.check_frame`` and scapy.contrib.roce compute it."""
     assert frames
     for raw in frames:
         pkt = Ether(raw)
         ip = pkt[IPv6] if v6 else pkt[IP]
         assert (IPv6 in pkt) == v6 and (ip.src, ip.dst) == (src, dst), pkt.summary()
         assert L.check_frame(raw) == (True, True), pkt.summary()
+        assert scapy_roce_rebuilds(raw), pkt.summary()
 
 
 @cocotb.test()
