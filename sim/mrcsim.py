@@ -112,7 +112,7 @@ class Setup:
             size = f["size"]
             imm = f.get("imm", True)
             npk = max(1, -(-size // mtu))
-            w = sum(data_wire_len(min(mtu, size - s * mtu), s == npk - 1 and imm)
+            w = sum(data_wire_len(min(mtu, size - s * mtu), s == npk - 1 and imm, self.cfg.ipv6)
                     for s in range(npk))
             payload += size * f["messages"]
             wire += w * f["messages"]
@@ -127,8 +127,8 @@ class Setup:
         self.bottleneck_gbps = min(src_cap, dst_cap, core_cap)
         self.achievable_gbps = self.bottleneck_gbps * self.efficiency
         self.ideal_ns = wire * 8 / self.bottleneck_gbps
-        mtu_wire = data_wire_len(mtu, False)
-        ack_w = ack_wire_len(self.cfg.sack_bits)
+        mtu_wire = data_wire_len(mtu, False, self.cfg.ipv6)
+        ack_w = ack_wire_len(self.cfg.sack_bits, self.cfg.ipv6)
         per_hop = self.link_delay + mtu_wire * 8 / self.port_gbps
         self.base_rtt_ns = 3 * per_hop + 3 * (self.link_delay + ack_w * 8 / self.port_gbps)
         self.bdp_bytes = self.base_rtt_ns * self.port_gbps * self.planes / 8

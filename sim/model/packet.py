@@ -79,28 +79,40 @@ def message_extent(opcode: int, va: int, payload_len: int, dma_len: int) -> tupl
     return va, va + payload_len
 
 # Header sizes in bytes (frame without preamble/FCS), docs/protocol.md
-HDR_ETH, HDR_IPV4, HDR_UDP, HDR_BTH = 14, 20, 8, 12
+HDR_ETH, HDR_IPV4, HDR_IPV6, HDR_UDP, HDR_BTH = 14, 20, 40, 8, 12
 HDR_RETH, HDR_IMMDT, HDR_AETH, HDR_SACK_FIXED, HDR_PROBE, ICRC = 16, 4, 4, 12, 16, 4
 L2_WIRE_EXTRA = 4 + 8 + 12  # FCS, preamble, inter-frame gap
 DATA_HDR = HDR_ETH + HDR_IPV4 + HDR_UDP + HDR_BTH + HDR_RETH  # 70
+# A frame over IPv6 (a QP whose peer is IPv6: ``QpConfig.ipv6``) is this much longer.
+IPV6_EXTRA = HDR_IPV6 - HDR_IPV4
 
 
-def data_wire_len(payload_len: int, imm: bool) -> int:
+def _ip(ipv6: bool) -> int:
+    return IPV6_EXTRA if ipv6 else 0
+
+
+def data_wire_len(payload_len: int, imm: bool, ipv6: bool = False) -> int:
     """Bytes a data packet occupies on the wire (incl. FCS, preamble, IFG)."""
     pad = (-payload_len) & 3
-    return DATA_HDR + (HDR_IMMDT if imm else 0) + payload_len + pad + ICRC + L2_WIRE_EXTRA
+    return (DATA_HDR + _ip(ipv6) + (HDR_IMMDT if imm else 0) + payload_len + pad + ICRC
+            + L2_WIRE_EXTRA)
 
 
-def trimmed_wire_len(imm: bool) -> int:
-    return DATA_HDR + (HDR_IMMDT if imm else 0) + L2_WIRE_EXTRA
+def trimmed_wire_len(imm: bool, ipv6: bool = False) -> int:
+    return DATA_HDR + _ip(ipv6) + (HDR_IMMDT if imm else 0) + L2_WIRE_EXTRA
 
 
-def ack_wire_len(sack_bits: int) -> int:
-    return (HDR_ETH + HDR_IPV4 + HDR_UDP + HDR_BTH + HDR_AETH + HDR_SACK_FIXED
+def ack_wire_len(sack_bits: int, ipv6: bool = False) -> int:
+    return (HDR_ETH + HDR_IPV4 + _ip(ipv6) + HDR_UDP + HDR_BTH + HDR_AETH + HDR_SACK_FIXED
             + sack_bits // 8 + ICRC + L2_WIRE_EXTRA)
 
 
 PROBE_WIRE_LEN = HDR_ETH + HDR_IPV4 + HDR_UDP + HDR_BTH + HDR_PROBE + ICRC + L2_WIRE_EXTRA
+
+
+def probe_wire_len(ipv6: bool = False) -> int:
+    """A probe request's or response's bytes on the wire."""
+    return PROBE_WIRE_LEN + _ip(ipv6)
 
 
 class Forged:
@@ -133,7 +145,7 @@ class Packet:
         "dqpn", "psn", "opcode", "ackreq", "va", "rkey", "dma_len", "imm", "payload_len",
         "data", "ce", "trimmed", "send_time", "retx",
         "syndrome", "msn", "cum_psn", "sack_base", "sack_bitmap", "sack_bits", "ece",
-        "ce_count", "svc_time", "probe_id", "timestamp", "forged",
+        "ce_count", "svc_time", "probe_id", "timestamp", "forged", "ipv6",
     )
 
     def __init__(self, kind: int, src, dst, plane: int, ev: int, dqpn: int) -> None:
@@ -158,11 +170,13 @@ class Packet:
         # the addresses a forged frame claims (``Forged``), None for a real one:
         # its addresses are then those of ``src`` and ``dst``
         self.forged = None
+        self.ipv6 = False  # over IPv6: its wire length counts it (and a trim keeps it)
 
     @classmethod
     def data_packet(cls, src, dst, plane, ev, dqpn, psn, opcode, va, rkey, dma_len,
-                    payload_len, imm, ackreq=False, data=None):
+                    payload_len, imm, ackreq=False, data=None, ipv6=False):
         pkt = cls(DATA, src, dst, plane, ev, dqpn)
+        pkt.ipv6 = ipv6
         pkt.psn = psn
         pkt.opcode = opcode
         pkt.va = va
@@ -172,7 +186,7 @@ class Packet:
         pkt.imm = imm
         pkt.ackreq = ackreq
         pkt.data = data
-        pkt.wire_len = data_wire_len(payload_len, opcode in IMM_OPCODES)
+        pkt.wire_len = data_wire_len(payload_len, opcode in IMM_OPCODES, ipv6)
         return pkt
 
     def copy(self) -> Packet:
@@ -187,4 +201,4 @@ class Packet:
         """What a trimming switch does: drop the payload, keep the headers."""
         self.trimmed = True
         self.data = None
-        self.wire_len = trimmed_wire_len(self.opcode in IMM_OPCODES)
+        self.wire_len = trimmed_wire_len(self.opcode in IMM_OPCODES, self.ipv6)

@@ -37,7 +37,6 @@ from .packet import (
     OP_WRITE_ONLY_IMM,
     PROBE_REQ,
     PROBE_RESP,
-    PROBE_WIRE_LEN,
     PSN_BITS,
     PSN_MASK,
     Packet,
@@ -45,6 +44,7 @@ from .packet import (
     data_wire_len,
     length_check,
     message_extent,
+    probe_wire_len,
     psn_diff,
 )
 
@@ -100,6 +100,7 @@ class QpConfig:
     start_psn: int = 0
     place_payload: bool = False
     pd: int = 0  # protection domain: the QP writes only regions of its own
+    ipv6: bool = False  # the peer is over IPv6: each frame 20 bytes longer on the wire
 
     def validate(self) -> None:
         if self.mtu not in MTUS:
@@ -221,7 +222,7 @@ class QpBase:
         self.state = RESET
         self.peer = None  # remote host
         self.dqpn = None
-        mtu_wire = self._mtu_wire = data_wire_len(cfg.mtu, False)
+        mtu_wire = self._mtu_wire = data_wire_len(cfg.mtu, False, cfg.ipv6)
         params = (cc_params or NsccParams(enabled=False, max_cwnd=1e18, min_cwnd=1.0))
         self.cc = Nscc(params, mtu_wire)
         # requester
@@ -257,7 +258,7 @@ class QpBase:
         self._last_rx_ev = 0
         self._last_rx_plane = 0
         self.window_psns = cfg.mpr * 128
-        self.ack_wire = ack_wire_len(cfg.sack_bits)
+        self.ack_wire = ack_wire_len(cfg.sack_bits, cfg.ipv6)
         # observability (the scoreboard reads these)
         self.stats = dict(
             tx_data=0, tx_new=0, tx_retx=0, tx_bytes=0, acks_rx=0, naks_trim_rx=0,
@@ -329,7 +330,7 @@ class QpBase:
         payload = min(mtu, wr.length - seg * mtu)
         opcode = segment_opcode(seg, wr.npkts, wr.imm is not None)
         wire = (self._mtu_wire if payload == mtu and opcode not in IMM_OPCODES
-                else data_wire_len(payload, opcode in IMM_OPCODES))
+                else data_wire_len(payload, opcode in IMM_OPCODES, self.cfg.ipv6))
         rec = TxRecord(idx, (self.sq_psn + idx) & PSN_MASK, wr, seg, opcode, payload, wire)
         wr.sent_pkts += 1
         self.records[idx] = rec
@@ -346,7 +347,7 @@ class QpBase:
         pkt = Packet.data_packet(
             self.nic.host, self.peer, ev.plane, ev.value, self.dqpn, rec.psn, rec.opcode,
             wr.remote_va + off, wr.rkey, wr.length, rec.payload_len, wr.imm,
-            ackreq=retx or rec.opcode in LAST_OPCODES, data=data)
+            ackreq=retx or rec.opcode in LAST_OPCODES, data=data, ipv6=self.cfg.ipv6)
         now = self.engine.now
         pkt.send_time = now
         pkt.retx = retx
@@ -532,7 +533,7 @@ class QpBase:
             ev, plane = self._last_rx_ev, self._last_rx_plane
         cum = (self.rcv_psn - 1) & PSN_MASK
         ack = Packet(ACK, self.nic.host, self.peer, plane, ev, self.dqpn)
-        ack.wire_len = self.ack_wire
+        ack.wire_len, ack.ipv6 = self.ack_wire, self.cfg.ipv6
         ack.syndrome = syndrome
         ack.msn = self.msn
         ack.psn = cum if nak_psn is None else nak_psn
@@ -560,7 +561,7 @@ class QpBase:
         """Answer a probe on the EV it came on; probes take no PSN."""
         self.stats["probes_rx"] += 1
         resp = Packet(PROBE_RESP, self.nic.host, pkt.src, pkt.plane, pkt.ev, self.dqpn)
-        resp.wire_len = PROBE_WIRE_LEN
+        resp.wire_len, resp.ipv6 = probe_wire_len(self.cfg.ipv6), self.cfg.ipv6
         resp.probe_id = pkt.probe_id
         resp.timestamp = pkt.timestamp
         self.nic.send_control(resp)
@@ -833,7 +834,7 @@ class MrcQp(QpBase):
             self._probe_seq = (self._probe_seq + 1) & 0xFFFFFFFF
             ev.probe_id = self._probe_seq
             req = Packet(PROBE_REQ, self.nic.host, self.peer, ev.plane, ev.value, self.dqpn)
-            req.wire_len = PROBE_WIRE_LEN
+            req.wire_len, req.ipv6 = probe_wire_len(self.cfg.ipv6), self.cfg.ipv6
             req.probe_id = self._probe_seq
             req.timestamp = int(self.engine.now)
             self.stats["probes_tx"] += 1

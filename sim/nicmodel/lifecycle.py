@@ -13,6 +13,7 @@ from sim.model.cc import Nscc, NsccParams
 from sim.model.ev import ASSUMED_BAD, GOOD
 from sim.model.packet import (
     PSN_MASK,
+    ack_wire_len,
     data_wire_len,
 )
 from sim.model.qp import (
@@ -57,6 +58,8 @@ class QpLifecycle:
         qp = _HwQp(self, q, cfg, self.ev_tables[q])
         qp.state = RTR
         qp.peer = self._peer_host(self.rx_peer(q), "RX QP_PEER_IP")
+        qp.cfg.ipv6 = self.rx_peer(q)[0]
+        qp.ack_wire = ack_wire_len(qp.cfg.sack_bits, qp.cfg.ipv6)
         qp.dqpn = self.rx_reg("QP_PEER_QPN", q) & 0xFFFFFF
         qp.reset_responder(self.rx_reg("QP_EPSN", q))
         self._apply_ack_cfg(qp)
@@ -112,7 +115,9 @@ class QpLifecycle:
             else p["max_mtu"]
         self._apply_rel_cfg(qp)
         cfg.trim_nack = bool(self.rx_field("QP_CTRL", q, "trim_nack"))
-        qp._mtu_wire = data_wire_len(cfg.mtu, False)
+        cfg.ipv6 = self.tx_peer(q)[0]
+        qp._mtu_wire = data_wire_len(cfg.mtu, False, cfg.ipv6)
+        qp.ack_wire = ack_wire_len(cfg.sack_bits, cfg.ipv6)
         mpr = (self.reg("tx", "qp_mpr", q) & 0xFF) or 1
         cwnd = self.reg("tx", "qp_cwnd", q) or p["window"]
         qp.window_psns = max(1, min(128 * mpr, p["window"]))

@@ -15,6 +15,7 @@ import pytest
 from host_driver.driver import Completion, DriverError, QpState, WrOpcode
 from hw.nic.csr import DEVICE_INFO_TYPE_ID, NIC_VERSION
 from hw.nic.plane_status import PLANES_TYPE_ID
+from sim.model.packet import data_wire_len
 from sim.nicmodel import ModelFabric, ModelNic
 from sim.system import requester_cases
 from sim.system.model_harness import BUILD_IDS, ModelSystem
@@ -199,6 +200,28 @@ def test_write_lossless_8_paths():
         # at the line rate of data_width bits per cycle, with per-packet
         # headers, the transfer takes at least as long as the wire needs
         wire_bits = packets * (1024 + 70 + 4 + 24) * 8
+        assert wire_bits / 64 <= cycles < 1.1 * wire_bits / 64
+    run(body())
+
+
+def test_write_over_ipv6_takes_its_longer_frames():
+    """Model NICs with IPv6 addresses, the QP bound over IPv6: 256 KiB byte
+    exact; the model's QP knows its family, and the transfer takes the wire
+    time of frames 20 bytes longer than over IPv4 (its data bytes counted so)."""
+    async def body():
+        tb = await connected(13, ipv6=True)
+        qp = tb.ends[0].nic.qps[tb.ends[0].qp.qpn]
+        assert qp.cfg.ipv6 and tb.ends[1].nic.qps[tb.ends[1].qp.qpn].cfg.ipv6
+        sizes = [64 * 1024] * 4
+        start = tb.now_cycles
+        posted, payload, early = await transfer(tb, 0, sizes)
+        await complete_all(tb.ends[0].qp, posted, early)
+        cycles = tb.now_cycles - start
+        check_memory(tb, 1, payload)
+        packets = sum((n + 1023) // 1024 for n in sizes)
+        assert qp.stats["tx_bytes"] == packets * data_wire_len(1024, False, ipv6=True)
+        assert data_wire_len(1024, False, ipv6=True) == data_wire_len(1024, False) + 20
+        wire_bits = packets * (1024 + 70 + 20 + 4 + 24) * 8
         assert wire_bits / 64 <= cycles < 1.1 * wire_bits / 64
     run(body())
 
