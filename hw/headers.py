@@ -16,7 +16,7 @@ draws them. From that one table a header gives:
 in ``host_driver/layers.py`` byte for byte.
 """
 
-from amaranth.hdl import Cat, Const, Value, unsigned
+from amaranth.hdl import Cat, Const, Mux, Value, unsigned
 from amaranth.lib import data
 
 from .protocol import (
@@ -45,6 +45,7 @@ __all__ = [
     "ETHERTYPE_IPV4",
     "ETHERTYPE_IPV6",
     "icrc_mask",
+    "by_family",
     "IP_PROTO_UDP",
     "ROCE_UDP_PORT",
     "PATH_MTU",
@@ -247,6 +248,12 @@ OFF_IPV6 = OFF_IPV4  # 14
 OFF_UDP6 = OFF_UDP + IPV6_SHIFT  # 54
 OFF_BTH6 = OFF_BTH + IPV6_SHIFT  # 62
 OFF_EXT6 = OFF_EXT + IPV6_SHIFT  # 74
+
+
+def by_family(v6, v4_value, v6_value):
+    """``v4_value`` in a block built without IPv6 (``v6`` None), else the
+    value of the frame's family (``v6``, a 1-bit Value: 1 for IPv6)."""
+    return v4_value if v6 is None else Mux(v6, v6_value, v4_value)
 
 
 def icrc_mask(ipv6: bool) -> dict[int, int]:

@@ -24,6 +24,7 @@ from hw.headers import (
     ROCE_UDP_PORT,
     UDP,
     Opcode,
+    by_family,
     icrc_mask,
 )
 from hw.pipeline import OneHotFSM, load_in_groups, state_copy
@@ -128,10 +129,6 @@ class ProbeBuilder(wiring.Component):
         lengths = (PROBE_FRAME_BYTES, PROBE_FRAME_BYTES + IPV6_SHIFT)[: 1 + self.ipv6]
         v6 = net.peer_v6[0] if self.ipv6 else None
 
-        def by_family(*values):
-            """The value of the peer's family, from (IPv4's, IPv6's) or (IPv4's,)."""
-            return values[0] if v6 is None else Mux(v6, values[1], values[0])
-
         frame = Signal(8 * lengths[-1])
 
         ip_fields = {
@@ -209,9 +206,9 @@ class ProbeBuilder(wiring.Component):
                     frame[8 * pos : 8 * pos + 8] | mask.get(pos, 0)
                     for pos in range(_CRC_START, _CRC_START + span)]))
             masked = Signal(steps * dw)
-            m.d.comb += masked.eq(Mux(v6, *reversed(spans_masked)))
-            crc_init = Mux(v6, *[crc32_before_zeros(ICRC_INIT, steps * lanes - span)
-                                 for span in reversed(spans)])
+            m.d.comb += masked.eq(by_family(v6, *spans_masked))
+            crc_init = by_family(v6, *[crc32_before_zeros(ICRC_INIT, steps * lanes - span)
+                                       for span in spans])
         steps = -(-len(masked) // dw)
         # step, one-hot: bit k is set in the cycle that registers chunk k (k < steps)
         # and in CRC the cycle that takes chunk k - 2's part into the register. Set to
@@ -273,7 +270,8 @@ class ProbeBuilder(wiring.Component):
             axis.tdata.eq(out_word),
             axis.tlast.eq(out_last),
             axis.tuser.eq(ev_entry[16:]),  # held from LATCH until the next request's
-            axis.tkeep.eq(Mux(out_last, by_family(*last_keep), (1 << lanes) - 1)),
+            axis.tkeep.eq(Mux(out_last, by_family(v6, last_keep[0], last_keep[-1]),
+                              (1 << lanes) - 1)),
         ]
         with fsm.State("IDLE"):
             m.d.comb += self.req.ready.eq(1)
@@ -315,7 +313,8 @@ class ProbeBuilder(wiring.Component):
             m.d.sync += [next_beat.eq(next_beat << 1),
                          out_word.eq(one_hot_select(next_beat, [
                              padded[k * dw : (k + 1) * dw] for k in range(beats)])),
-                         out_last.eq(by_family(*[next_beat[k] for k in last_beat]))]
+                         out_last.eq(by_family(v6, next_beat[last_beat[0]],
+                                               next_beat[last_beat[-1]]))]
         with fsm.State("ICRC"):
             if not self.ipv6:
                 m.d.sync += frame[len(header) :].eq(~crc)

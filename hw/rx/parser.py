@@ -142,6 +142,7 @@ from hw.headers import (
     ROCE_UDP_PORT,
     SACK,
     UDP,
+    by_family,
     sack_bitmap,
 )
 from hw.protocol import TRIM_DSCP_DEFAULT
@@ -149,7 +150,7 @@ from hw.stream import AXIStreamSignature, Beat
 
 from .layouts import COUNTER_NAMES, ParsedHeader, Verdict
 from .parser_checks import FrameLength, IcrcCheck, InputTapSignature, Ipv4Checksum
-from .parser_decode import ClassDecode, LengthCheck, bth_beat, by_family
+from .parser_decode import ClassDecode, LengthCheck, bth_beat
 from .parser_frames import FrameBuffer, PayloadWriter
 from .parser_records import RecordQueue
 from .parser_verdict import VerdictStages

@@ -9,9 +9,7 @@ from amaranth.lib import wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.crc import CRC32_RESIDUE, ICRC_INIT, crc32_parts, crc32_state_py
-from hw.headers import ICRC_MASKED_BYTES, IPV4, OFF_IPV4, icrc_mask
-
-from .parser_decode import by_family
+from hw.headers import ICRC_MASKED_BYTES, IPV4, OFF_IPV4, by_family, icrc_mask
 
 __all__ = ["FrameLength", "IcrcCheck", "InputTapSignature", "Ipv4Checksum"]
 

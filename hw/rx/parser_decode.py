@@ -29,10 +29,10 @@ from hw.headers import (
     OFF_UDP,
     RETH,
     Opcode,
+    by_family,
 )
 
-__all__ = ["ClassDecode", "DecodeSignature", "LengthCheck", "by_family", "bth_beat",
-           "header_ends"]
+__all__ = ["ClassDecode", "DecodeSignature", "LengthCheck", "bth_beat", "header_ends"]
 
 
 def header_ends(lanes, ack_header_end, ipv6=False):
@@ -54,12 +54,6 @@ def bth_beat(lanes, v6=False):
     k_bth = (off + 1) // lanes
     assert off // lanes == k_bth
     return k_bth
-
-
-def by_family(v6, v4_value, v6_value):
-    """``v4_value`` where the parser is built without IPv6 (``v6`` None),
-    else the value of the frame's family (``v6``, a 1-bit Value)."""
-    return v4_value if v6 is None else Mux(v6, v6_value, v4_value)
 
 
 class DecodeSignature(wiring.Signature):

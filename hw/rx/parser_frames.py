@@ -11,12 +11,12 @@ from amaranth.lib import stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from hw.headers import IPV6_SHIFT, OFF_EXT
+from hw.headers import IPV6_SHIFT, OFF_EXT, by_family
 from hw.pipeline import forward_register, skid, unchecked_read_port
 from hw.stream import Beat
 
 from .parser_checks import InputTapSignature
-from .parser_decode import bth_beat, by_family, header_ends
+from .parser_decode import bth_beat, header_ends
 
 __all__ = ["FrameBuffer", "FrameWriteSignature", "PayloadWriter", "ReleaseSignature"]
 
