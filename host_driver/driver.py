@@ -59,10 +59,13 @@ from hw.reliability.cc_defaults import (
 )
 from hw.reliability.layouts import CqeStatus, WqeFlags, WqeOpcode
 from hw.reliability.nscc_path import nscc_register_values, nscc_register_words
+from hw.reliability.registers import PEER_ADDRESS_REGS as REL_PEER_ADDRESS
 from hw.reliability.registers import TYPE_ID as REL_TYPE_ID
 from hw.reliability.registers import VERSION as REL_VERSION
 from hw.reliability.registers import register_map as rel_register_map
+from hw.rx.regs import PEER_ADDRESS_REGS as RX_PEER_ADDRESS
 from hw.rx.regs import RX_TYPE_ID, RX_VERSION, rx_register_map
+from hw.tx.regs import PEER_ADDRESS_REGS as TX_PEER_ADDRESS
 from hw.tx.regs import TX_TYPE_ID, TX_VERSION, tx_register_map
 
 __all__ = [
@@ -584,8 +587,7 @@ class QueuePair:
         self._check_mpr(mpr)
         self._check_mtu(mtu)
         rx, q = dev.rx, self.qpn
-        await dev.write_address(rx, peer_ip, q, low="QP_PEER_IP", high="QP_PEER_IP6_{}",
-                                family="QP_PEER_V6")
+        await dev.write_address(rx, peer_ip, q, RX_PEER_ADDRESS)
         await rx.write("QP_PEER_QPN", dest_qpn, q)
         await rx.write("QP_EPSN", rq_psn & PSN_MASK, q)
         await rx.write("QP_CQ_BASE_LO", self.recv_cq.addr & 0xFFFFFFFF, q)
@@ -667,8 +669,7 @@ class QueuePair:
                             ("qp_sq_base_hi", self.sq_addr >> 32),
                             ("qp_sq_log2_size", self.sq_log2), ("qp_max_wimm", max_wimm)):
             await tx.write(name, value, q)
-        await dev.write_address(tx, self.peer_ip, q, low="qp_dst_ip", high="qp_dst_ip6_{}",
-                                family="qp_ip6")
+        await dev.write_address(tx, self.peer_ip, q, TX_PEER_ADDRESS)
         self.max_wimm, self.req_mpr = max_wimm, req_mpr
         # reliability: timers, rings, peer (probes), EVs
         await rel.write_fields("qp_rel_cfg", q, t=timeout, linear_cnt=linear_cnt,
@@ -682,8 +683,7 @@ class QueuePair:
                             ("peer_mac_hi", peer_mac >> 32),
                             ("dest_qpn", self.dest_qpn)):
             await rel.write(name, value, q)
-        await dev.write_address(rel, self.peer_ip, q, low="peer_ip", high="peer_ip6_{}",
-                                family="peer_v6")
+        await dev.write_address(rel, self.peer_ip, q, REL_PEER_ADDRESS)
         await rel.write_fields("ring_sizes", q, sq_log2=self.sq_log2,
                                cq_log2=self.send_cq.log2_entries)
         await self._load_evs(evs)
@@ -917,11 +917,13 @@ class Device:
                     await blk.write(ip6_reg, ip6_i >> 32 * i & 0xFFFFFFFF, i)
         self.mac, self.ip, self.ip6 = mac, ip, ip6
 
-    async def write_address(self, blk, ip: str, q: int, *, low: str, high: str, family: str):
+    async def write_address(self, blk, ip: str, q: int, regs: tuple[str, str, str]):
         """QP ``q``'s peer address ``ip`` (a GID: IPv4, IPv4-mapped or, on a
-        NIC built with IPv6, IPv6) into block ``blk``'s registers: its low 32
+        NIC built with IPv6, IPv6) into block ``blk``'s registers ``regs``
+        (the block's ``PEER_ADDRESS_REGS``: low, high, family): its low 32
         bits into ``low``, and on a NIC built with IPv6 bits 127..32 into
         ``high`` (a format for 1..3) and the family into ``family``."""
+        low, high, family = regs
         value, v6 = gid_to_address(ip, self.params.get("ipv6", False))
         if v6 and self.ip6 is None:
             raise ValueError(f"peer {ip!r} is IPv6 but the NIC has no IPv6 address: give it "

@@ -13,6 +13,7 @@ __all__ = [
     "EV_BASE",
     "NSCC_REGISTERS",
     "OWN_IP6",
+    "PEER_ADDRESS_REGS",
     "QP6_BASE",
     "QP6_STRIDE",
     "QP6_WORDS",
@@ -56,6 +57,10 @@ QP_WORDS = {
 QP6_BASE = 0x6000
 QP6_STRIDE = 0x10
 QP6_WORDS = {"peer_ip6_1": 0, "peer_ip6_2": 1, "peer_ip6_3": 2, "peer_v6": 3}
+# A QP's peer address in this block's registers, as the driver writes it and the
+# model NIC reads it: (bits 31..0, bits 32i+31..32i for i = 1..3 as a format,
+# the family), the last two in ipv6 builds only.
+PEER_ADDRESS_REGS = ("peer_ip", "peer_ip6_{}", "peer_v6")
 OWN_IP6 = 0xA0
 
 # 32-bit saturating event counters, in register order from COUNTER_BASE.

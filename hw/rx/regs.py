@@ -26,8 +26,13 @@ from .peer_filter import PEER_FILTER_COUNTERS
 from .validate import VALIDATOR_COUNTERS, MrEntry
 from .window import WINDOW_COUNTERS
 
-__all__ = ["COUNTERS", "COUNTER_LAG", "RX_TYPE_ID", "RX_VERSION", "RxRegisters",
-           "rx_register_map"]
+__all__ = ["COUNTERS", "COUNTER_LAG", "PEER_ADDRESS_REGS", "RX_TYPE_ID", "RX_VERSION",
+           "RxRegisters", "rx_register_map"]
+
+# A QP's peer address in this block's registers, as the driver writes it and the
+# model NIC reads it: (bits 31..0, bits 32i+31..32i for i = 1..3 as a format,
+# the family), the last two in ipv6 builds only.
+PEER_ADDRESS_REGS = ("QP_PEER_IP", "QP_PEER_IP6_{}", "QP_PEER_V6")
 
 RX_TYPE_ID = 0x0003
 RX_VERSION = 1

@@ -5,7 +5,12 @@ from ..csr import RegisterMap
 from ..protocol import PLANE_BITS
 
 __all__ = ["TX_TYPE_ID", "TX_VERSION", "QP_BASE", "QP_STRIDE", "tx_register_map", "G", "Q",
-           "CTRL_ENABLE_BIT", "CTRL_RESET_BIT", "CTRL_FLUSH_BIT"]
+           "CTRL_ENABLE_BIT", "CTRL_RESET_BIT", "CTRL_FLUSH_BIT", "PEER_ADDRESS_REGS"]
+
+# A QP's peer address in this block's registers, as the driver writes it and the
+# model NIC reads it: (bits 31..0, bits 32i+31..32i for i = 1..3 as a format,
+# the family), the last two in ipv6 builds only.
+PEER_ADDRESS_REGS = ("qp_dst_ip", "qp_dst_ip6_{}", "qp_ip6")
 
 TX_TYPE_ID = 0x0002
 TX_VERSION = 1

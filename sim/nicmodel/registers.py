@@ -6,9 +6,11 @@ from __future__ import annotations
 from hw.nic.csr import header_word
 from hw.protocol import PLANE_BITS
 from hw.reliability.layouts import CqeStatus
+from hw.rx.regs import PEER_ADDRESS_REGS as RX_PEER_ADDRESS
 from hw.tx.regs import CTRL_FLUSH_BIT as TX_CTRL_FLUSH_BIT
 from hw.tx.regs import CTRL_RESET_BIT as TX_CTRL_RESET_BIT
 from hw.tx.regs import EV_PLANE_LSB
+from hw.tx.regs import PEER_ADDRESS_REGS as TX_PEER_ADDRESS
 from sim.model.ev import DENIED, GOOD
 from sim.model.packet import (
     ACK,
@@ -157,8 +159,10 @@ class RegisterBehaviour:
         """The NIC's own address of a family (RX ``OWN_IP`` or ``OWN_IP6``)."""
         return self.words_of("rx", "OWN_IP6") if v6 else self.own_ip
 
-    def _peer(self, block, low, high, family, q) -> tuple[bool, int]:
-        """(over IPv6, address) of QP ``q``'s peer in ``block``'s registers."""
+    def _peer(self, block, regs, q) -> tuple[bool, int]:
+        """(over IPv6, address) of QP ``q``'s peer in ``block``'s registers
+        ``regs`` (the block's ``PEER_ADDRESS_REGS``)."""
+        low, high, family = regs
         if not self.params.get("ipv6"):
             return False, self.reg(block, low, q)
         v6 = bool(self.reg(block, family, q) & 1)
@@ -167,11 +171,11 @@ class RegisterBehaviour:
 
     def rx_peer(self, q) -> tuple[bool, int]:
         """RX's peer of QP ``q``: (over IPv6, ``QP_PEER_IP``, and ``QP_PEER_IP6_*``)."""
-        return self._peer("rx", "QP_PEER_IP", "QP_PEER_IP6_{}", "QP_PEER_V6", q)
+        return self._peer("rx", RX_PEER_ADDRESS, q)
 
     def tx_peer(self, q) -> tuple[bool, int]:
         """TX's destination of QP ``q``: (over IPv6, ``qp_dst_ip``, and ``qp_dst_ip6_*``)."""
-        return self._peer("tx", "qp_dst_ip", "qp_dst_ip6_{}", "qp_ip6", q)
+        return self._peer("tx", TX_PEER_ADDRESS, q)
 
     def fabric_src_ip(self, host, v6: bool = False) -> int | None:
         nic = host.nic.hw if host.nic is not None else None
