@@ -20,6 +20,22 @@ all import these; nothing else in the repository spells their values.
   registers hold them; both are Amaranth enums with a shape, so gateware uses
   them as field shapes and Python code compares them with the register values.
   The golden model names states by their ``.name`` (``"RTS"``, ``"GOOD"``).
+- ``EvFormat`` and its helpers: where a QP's EV rides in its frames (MRC's
+  three profiles' formats, docs/protocol.md "EV formats"):
+  - ``UDP``: the EV (16 bits) is the UDP source port;
+  - ``STEV`` (IPv6): EV bits 15..0 are the UDP source port and bits 31..16
+    the flow label's low 16 bits (its high 4 bits 0);
+  - ``SRV6`` (IPv6): the EV is a uSID list, ``SRV6_USIDS`` uSIDs of
+    ``SRV6_USID_BITS``, the first in the EV's top bits, ended by a zero uSID
+    or by the last. The destination address on the wire is the uSID carrier
+    ``srv6_carrier``: the peer address's first ``SRV6_LOCATOR_BITS`` (the
+    locator), the uSIDs, zeros. A fabric node whose uSID leads the list
+    consumes it (``srv6_shift``). The list's last uSID is the peer's own
+    (its address is the locator, that uSID, zeros), so once the fabric has
+    consumed the others the address is the peer's: the ICRC covers the
+    peer's address (the address the receiver sees, as RFC 8200 8.1's
+    pseudo-header takes a routing header's final destination). The source
+    port is ``srv6_sport``.
 """
 
 from amaranth.lib import enum
@@ -53,6 +69,20 @@ __all__ = [
     "QpState",
     "EvState",
     "CqeStatus",
+    "EvFormat",
+    "EV_FORMAT_BITS",
+    "EV_WIDTHS",
+    "ev_formats",
+    "ev_hi_words",
+    "check_ev_width",
+    "SRV6_USIDS",
+    "SRV6_USID_BITS",
+    "SRV6_LOCATOR_BITS",
+    "stev_fields",
+    "srv6_carrier",
+    "srv6_shift",
+    "srv6_sport",
+    "srv6_usids",
 ]
 
 PSN_BITS = 24
@@ -182,3 +212,90 @@ class CqeStatus:
     and REM_ACCESS (IBV_WC_REM_ACCESS_ERR) a NAK 0x61 / 0x62 from the responder."""
 
     SUCCESS, RETRY_EXCEEDED, LOC_QP_OP_ERR, FLUSHED, REM_INV_REQ, REM_ACCESS = 0, 1, 2, 5, 9, 10
+
+
+class EvFormat(enum.IntEnum, shape=2):
+    """Where a QP's EV rides in its frames (the module's docstring), as the
+    QP registers hold it."""
+
+    UDP = 0
+    STEV = 1
+    SRV6 = 2
+
+
+SRV6_USIDS = 4
+SRV6_USID_BITS = 16
+SRV6_LOCATOR_BITS = 32
+# The EV bits each format uses.
+EV_FORMAT_BITS = {EvFormat.UDP: 16, EvFormat.STEV: 32,
+                  EvFormat.SRV6: SRV6_USIDS * SRV6_USID_BITS}
+_USID_MASK = (1 << SRV6_USID_BITS) - 1
+_ADDR_BITS = 128
+# A block's EV entries hold ``ev_width`` bits (a build parameter): 16 for the
+# UDP format, 32 for STEV as well, 64 for SRv6 as well.
+EV_WIDTHS = (16, 32, 64)
+
+
+def ev_formats(ev_width: int) -> tuple:
+    """The formats whose EVs an entry of ``ev_width`` bits holds."""
+    return tuple(f for f in EvFormat if EV_FORMAT_BITS[f] <= ev_width)
+
+
+def ev_hi_words(ev_width: int) -> int:
+    """The registers that carry an EV's bits above 15 (``ev_value_hi``): word
+    i holds EV bits 32i+47..32i+16."""
+    return -(-(ev_width - 16) // 32)
+
+
+def check_ev_width(ev_width, ipv6) -> int:
+    """``ev_width`` checked against the build: a ValueError says what to fix."""
+    if ev_width not in EV_WIDTHS:
+        raise ValueError(f"ev_width must be one of {EV_WIDTHS} (16: the UDP format; 32: STEV "
+                         f"too; 64: SRv6 too), not {ev_width!r}")
+    if ev_width > 16 and not ipv6:
+        raise ValueError(f"ev_width {ev_width} holds STEV or SRv6 EVs, which ride in IPv6 "
+                         "headers: build with ipv6=True, or use ev_width=16")
+    return ev_width
+
+
+def stev_fields(ev: int) -> tuple[int, int]:
+    """A STEV EV's (UDP source port, flow label)."""
+    return ev & 0xFFFF, (ev >> 16) & 0xFFFF
+
+
+def srv6_usids(ev: int) -> list[int]:
+    """An SRv6 EV's uSIDs, first hop first, up to the first zero."""
+    out = []
+    for i in reversed(range(SRV6_USIDS)):
+        usid = (ev >> (SRV6_USID_BITS * i)) & _USID_MASK
+        if not usid:
+            break
+        out.append(usid)
+    return out
+
+
+def srv6_carrier(peer: int, ev: int) -> int:
+    """The destination address a frame of SRv6 EV ``ev`` to ``peer`` (a
+    128-bit IPv6 address) carries: the peer's locator, the uSIDs, zeros."""
+    low = _ADDR_BITS - SRV6_LOCATOR_BITS - SRV6_USIDS * SRV6_USID_BITS
+    locator = peer >> (_ADDR_BITS - SRV6_LOCATOR_BITS)
+    usids = ev & ((1 << (SRV6_USIDS * SRV6_USID_BITS)) - 1)
+    return (locator << (_ADDR_BITS - SRV6_LOCATOR_BITS)) | (usids << low)
+
+
+def srv6_shift(address: int) -> int:
+    """``address`` with its first uSID consumed: what a node whose uSID leads
+    the carrier forwards (the locator kept, the rest moved up, zeros in)."""
+    keep = _ADDR_BITS - SRV6_LOCATOR_BITS
+    rest = address & ((1 << keep) - 1)
+    return (address >> keep << keep) | ((rest << SRV6_USID_BITS) & ((1 << keep) - 1))
+
+
+def srv6_sport(ev: int) -> int:
+    """An SRv6 frame's UDP source port: the XOR of the EV's uSIDs, in the
+    dynamic range (0xC000 | its low 14 bits), so that a hashing node still
+    spreads it."""
+    fold = 0
+    for i in range(SRV6_USIDS):
+        fold ^= (ev >> (SRV6_USID_BITS * i)) & _USID_MASK
+    return 0xC000 | (fold & 0x3FFF)

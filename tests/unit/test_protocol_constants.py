@@ -106,3 +106,40 @@ def test_state_enums_are_register_codes():
     assert [int(s) for s in QpState] == [0, 1, 2, 3, 4]
     assert [int(s) for s in EvState] == [0, 1, 2]
     assert QpState.RTS == 3 and EvState.ASSUMED_BAD == 1
+
+
+def test_ev_formats_and_the_srv6_carrier():
+    """Where each EV format rides (hw/protocol.py ``EvFormat``): STEV's two
+    fields; an SRv6 EV's carrier to its peer, whose uSIDs a fabric consumes
+    one by one until the address is the peer's (its last uSID the peer's
+    own); the widths a build holds, and what a bad one is told."""
+    from hw.protocol import (
+        EvFormat,
+        check_ev_width,
+        ev_formats,
+        ev_hi_words,
+        srv6_carrier,
+        srv6_shift,
+        srv6_sport,
+        srv6_usids,
+        stev_fields,
+    )
+
+    assert stev_fields(0x1234_C00B) == (0xC00B, 0x1234)
+    peer = 0xFD00_0000_0002 << 80  # fd00:0:2::, its uSID 2
+    ev = 0x0E03_0E10_0002_0000  # spine 3, another node, the peer
+    assert srv6_usids(ev) == [0x0E03, 0x0E10, 0x0002]
+    address = srv6_carrier(peer, ev)
+    assert address == 0xFD00_0000_0E03_0E10_0002_0000 << 32
+    address = srv6_shift(srv6_shift(address))
+    assert address == peer
+    assert srv6_sport(ev) == 0xC000 | (0x0E03 ^ 0x0E10 ^ 0x0002) & 0x3FFF
+    assert ev_formats(16) == (EvFormat.UDP,) and ev_formats(64) == tuple(EvFormat)
+    assert [ev_hi_words(w) for w in (16, 32, 64)] == [0, 1, 2]
+    for width, ipv6, fix in ((24, True, "one of"), (32, False, "ipv6=True")):
+        try:
+            check_ev_width(width, ipv6)
+        except ValueError as e:
+            assert fix in str(e)
+        else:
+            raise AssertionError(f"ev_width {width} (ipv6 {ipv6}) was taken")
