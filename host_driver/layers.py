@@ -20,6 +20,14 @@ The functions on raw frame bytes (``icrc()``, ``check_frame()``, ``trim()``,
 ``header_len()``, the offsets, ECN and DSCP) live in host_driver/wire.py,
 independent of scapy, so that hardware tests can check frames without
 trusting the layer that built them; this module re-exports them.
+
+IPv6 frames' EV fields (hw/protocol.py ``EvFormat``): ``flow_label()``,
+``ipv6_dst()`` and ``with_ipv6_dst()`` read and rewrite them on raw bytes.
+A STEV frame is built with ``flow_label`` and ``ev`` from ``stev_fields``.
+An SRv6 frame is built to the peer (its ICRC over the peer's address) with
+``ev=srv6_sport(ev)``, then ``srv6_frame(frame, ev)`` puts the uSID carrier
+in its destination, the ICRC untouched, as the NIC does; ``srv6_shifted()``
+is what a fabric node that consumes the first uSID forwards.
 """
 
 from __future__ import annotations
@@ -52,6 +60,8 @@ from hw.protocol import (
     ROCE_UDP_PORT,
     Opcode,
     Syndrome,
+    srv6_carrier,
+    srv6_shift,
     svc_time_join,
     svc_time_split,
 )
@@ -416,3 +426,48 @@ def write_payload(pkt) -> bytes:
     bth = pkt[BTH]
     raw = bytes(pkt[Raw].load) if Raw in pkt else b""
     return raw[: len(raw) - bth.padcount] if bth.padcount else raw
+
+
+# ---------------------------------------------------------------------------
+# IPv6 EV fields on raw frame bytes (Ethernet II / IPv6 at byte 14).
+
+_IPV6_DST = slice(14 + 24, 14 + 40)
+
+
+def flow_label(frame: bytes) -> int:
+    """The frame's IPv6 flow label (20 bits); 0 for a frame that is not IPv6."""
+    if not is_ipv6(frame):
+        return 0
+    return (frame[15] & 0x0F) << 16 | frame[16] << 8 | frame[17]
+
+
+def _need_ipv6(frame: bytes) -> None:
+    if not is_ipv6(frame) or len(frame) < _IPV6_DST.stop:
+        raise ValueError("not an Ethernet / IPv6 frame")
+
+
+def ipv6_dst(frame: bytes) -> int:
+    """The frame's IPv6 destination address as a 128-bit integer."""
+    _need_ipv6(frame)
+    return int.from_bytes(frame[_IPV6_DST], "big")
+
+
+def with_ipv6_dst(frame: bytes, dst: int) -> bytes:
+    """The frame with IPv6 destination address ``dst`` (an integer); its ICRC
+    is not recomputed."""
+    _need_ipv6(frame)
+    return bytes(frame[:_IPV6_DST.start]) + dst.to_bytes(16, "big") + bytes(
+        frame[_IPV6_DST.stop:])
+
+
+def srv6_frame(frame: bytes, ev: int) -> bytes:
+    """A frame built to the peer, sent on SRv6 EV ``ev``: its destination
+    the uSID carrier ``srv6_carrier(peer, ev)``, its ICRC still the one over
+    the peer's address (what the NIC sends)."""
+    return with_ipv6_dst(frame, srv6_carrier(ipv6_dst(frame), ev))
+
+
+def srv6_shifted(frame: bytes) -> bytes:
+    """The frame with its destination's first uSID consumed (``srv6_shift``):
+    what a fabric node whose uSID leads the carrier forwards."""
+    return with_ipv6_dst(frame, srv6_shift(ipv6_dst(frame)))

@@ -5,11 +5,15 @@ Topology (one plane shown; a NIC has ``planes`` of them)::
     host A uplink[p] --> core link (p, path k, toward B) --> B downlink[p] --> host B
 
 Each plane has ``paths_per_plane`` paths (think: spine switches of a two-tier
-Clos). A packet's path inside its plane is chosen from its EV (UDP source
-port) either by an ECMP-like CRC32 hash of (src, dst, EV) or explicitly
-(``ev % paths_per_plane``, the low EV bits select the spine, as with source
-routing). Every core link toward a host is shared by all hosts sending to it,
-and the host's downlink is shared too, so incast congests there.
+Clos). A packet's path inside its plane is chosen from its EV by the rules
+of sim/fabric/routing.py (``routing``): ``explicit`` (the EV as the frame
+carries it, mod ``paths_per_plane``), ``hash`` (an ECMP-like CRC-32 of (src,
+dst, plane, that EV)) or ``srv6`` (an EV whose first uSID is a spine's takes
+that spine; one whose first uSID is in the spines' block but names no spine
+of the fabric has no route: ``send`` drops the packet, counts it in
+``no_route`` and calls the drop hooks; any other EV is hashed). Every core
+link toward a host is shared by all hosts sending to it, and the host's
+downlink is shared too, so incast congests there.
 
 Links are output-queued: a packet's departure is computed when it arrives
 (``busy_until`` is the end of the work already queued), which is exact for a
@@ -25,6 +29,8 @@ from __future__ import annotations
 
 import random
 import zlib
+
+from .routing import carried_ev, check_routing, ev_first_usid, is_spine_usid, select_path
 
 # Packet kind of a data frame; must equal sim.model.packet.DATA (a test checks).
 DATA = 0
@@ -186,8 +192,7 @@ class Fabric:
                  link_delay_ns: float = 500.0, queue_bytes: int = 1 << 20,
                  ecn_bytes: int = 128 * 1024, trim: bool = True,
                  routing: str = "explicit", seed: int = 1) -> None:
-        if routing not in ("explicit", "hash"):
-            raise ValueError(f"routing must be 'explicit' or 'hash', not {routing!r}")
+        check_routing(routing, paths_per_plane)
         self.engine = engine
         self.planes = planes
         self.paths_per_plane = paths_per_plane
@@ -204,9 +209,10 @@ class Fabric:
         self.core: dict[tuple[int, int, int], Link] = {}
         self.taps: list = []  # callables(pkt, now) on every packet put on the wire
         self.delivery_hooks: list = []  # callables(pkt, now) on every packet delivered
-        self.drop_hooks: list = []  # callables(pkt, now) on every packet a link dropped
+        self.drop_hooks: list = []  # callables(pkt, now) on every packet dropped (link, route)
         self._route_cache: dict = {}
         self.packets_sent = 0  # frames of every kind put on a host uplink
+        self.no_route = 0  # packets dropped for an SRv6 uSID that names no spine
 
     # -- construction -----------------------------------------------------
     def _link(self, name: str, gbps: float) -> Link:
@@ -227,17 +233,16 @@ class Fabric:
         return host
 
     # -- routing ----------------------------------------------------------
-    def path_of(self, src: Host, dst: Host, plane: int, ev: int) -> int:
-        """The path inside ``plane`` a packet with entropy ``ev`` takes."""
-        if self.routing == "explicit":
-            return ev % self.paths_per_plane
+    def path_of(self, src: Host, dst: Host, plane: int, ev: int) -> int | None:
+        """The path inside ``plane`` a packet with EV ``ev`` takes (None: no
+        route, an SRv6 uSID naming no spine)."""
         key = (src.hid, dst.hid, plane, ev)
-        path = self._route_cache.get(key)
-        if path is None:
-            blob = bytes((src.hid & 0xFF, dst.hid & 0xFF, plane & 0xFF, ev >> 8, ev & 0xFF))
-            path = zlib.crc32(blob) % self.paths_per_plane
-            self._route_cache[key] = path
-        return path
+        if key not in self._route_cache:
+            source_routed = self.routing == "srv6" and is_spine_usid(ev_first_usid(ev))
+            routed = ev if source_routed else carried_ev(ev)
+            self._route_cache[key] = select_path(self.routing, routed, self.paths_per_plane,
+                                                 src.hid, dst.hid, plane)
+        return self._route_cache[key]
 
     def links(self, target: dict) -> list[Link]:
         """Links selected by a fault target.
@@ -323,6 +328,11 @@ class Fabric:
         dst = pkt.dst
         plane = pkt.plane
         path = self.path_of(src, dst, plane, pkt.ev)
+        if path is None:
+            self.no_route += 1
+            for hook in self.drop_hooks:
+                hook(pkt, now)
+            return
         pkt.path = plane * self.paths_per_plane + path
         pkt.route = (src.uplinks[plane], self.core[(plane, path, dst.hid)], dst.downlinks[plane])
         pkt.hop = 0

@@ -1,13 +1,31 @@
 """A cocotb multipath fabric between two NICs' MAC ports.
 
 Each direction takes the frames one NIC puts on ``mac_tx`` (an
-``AxiStreamSink``), picks a path from the frame's EV (its UDP source port)
-and hands the frame to the other NIC's ``mac_rx`` (an ``AxiStreamSource``)
-after the path's delay. The semantics follow sim/fabric (``Link.transit``):
+``AxiStreamSink``), picks a path from the frame's EV and hands the frame to
+the other NIC's ``mac_rx`` (an ``AxiStreamSource``) after the path's delay.
+The semantics follow sim/fabric (``Link.transit``):
 
-- path selection: ``routing="explicit"``: path = EV mod paths (the EV's low
-  bits select the spine); ``routing="hash"``: the same CRC-32 of
-  (src, dst, plane 0, EV) as ``sim.fabric.Fabric.path_of``;
+- the EV a frame carries (``frame_ev``) is its IPv6 flow label << 16 | its
+  UDP source port: the source port for IPv4 or a flow label of 0 (the UDP
+  EV format), the whole EV for the STEV format;
+- path selection: sim/fabric/routing.py's rules, as ``sim.fabric.Fabric.path_of``
+  applies them (plane 0; ``ev_path``, ``route_frame``):
+  - ``routing="explicit"``: path = EV mod paths (the EV's low bits select
+    the spine);
+  - ``routing="hash"``: CRC-32 of (src, dst, plane 0, EV) mod paths
+    (``hash_path``): a frame with flow label 0 hashes the 5 bytes (src,
+    dst, 0, source port), one with a flow label the (flow label, source
+    port) pair;
+  - ``routing="srv6"``: path ``k``'s spine has the uSID
+    ``SPINE_USID_BASE + k``. An IPv6 frame whose destination's first uSID
+    (after the ``SRV6_LOCATOR_BITS`` of locator) is in the spines' block is
+    a uSID carrier: its EV is the carrier's uSID list (``carrier_ev``, as
+    the NIC holds it), it takes the path its first uSID names, and that
+    spine consumes the uSID (``srv6_shift``): the frame delivered has the
+    shifted destination and the ICRC it was sent with, good once the last
+    fabric uSID is consumed. A carrier whose first uSID names no path is
+    dropped (reason ``no_route``, counted in ``Direction.no_route``). Any
+    other frame (IPv4, a plain IPv6 destination, ACKs) is hashed;
 - per path, in this order: down (drops every frame), loss (probability);
   then, when the path has a rate (``gbps``), an output queue: a frame that
   would overflow ``queue_bytes`` is trimmed if it is a data frame and the
@@ -38,9 +56,10 @@ keep_log=False, capture=False)``, ``start()`` (in a cocotb test);
 ``schedule_path(path, down_ns, up_ns=None, direction=None)`` and
 ``schedule(FaultEvent)``: path down/up at simulated times (``fault_log``
 records when each was applied); ``capture``: every frame of both directions
-as a ``CapturedFrame`` (send time, direction, path, EV, fate
-``delivered|dropped|trimmed``, reason, CE mark, the bytes sent and the bytes
-delivered, arrival time); ``counters()``: per direction and path.
+as a ``CapturedFrame`` (send time, direction, path (None: no route), EV,
+fate ``delivered|dropped|trimmed``, reason, CE mark, the bytes sent and the
+bytes delivered, arrival time); ``counters()``: per direction and path;
+``directions[d].no_route``: frames dropped for a uSID naming no path.
 
 A source with ``send_at(data, arrival_ns)`` (sim/system/simhw.py's, which
 streams the frame from that simulated time on) is handed each frame with its
@@ -56,23 +75,62 @@ from __future__ import annotations
 
 import math
 import random
-import zlib
 from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from host_driver import layers as L
+from hw.protocol import SRV6_LOCATOR_BITS, SRV6_USID_BITS, SRV6_USIDS
+from sim.fabric.routing import check_routing, ev_first_usid, is_spine_usid, select_path
 
 __all__ = ["Path", "Direction", "Fabric", "FaultEvent", "CapturedFrame", "Verdict",
-           "frame_ev", "is_data_frame", "mark_ce", "DELIVERED", "DROPPED", "TRIMMED"]
+           "carrier_ev", "ev_path", "frame_ev", "route_frame", "is_data_frame", "mark_ce",
+           "DELIVERED", "DROPPED", "TRIMMED"]
 
 DELIVERED, DROPPED, TRIMMED = "delivered", "dropped", "trimmed"
 _DATA_OPCODES = frozenset(L.WRITE_OPCODES)
+_USID_LIST_BITS = SRV6_USIDS * SRV6_USID_BITS
+_USID_LIST_LOW = 128 - SRV6_LOCATOR_BITS - _USID_LIST_BITS  # its position in the address
 
 
-def frame_ev(frame: bytes) -> int | None:
-    """The UDP source port (EV) of an Ethernet / IPv4 or IPv6 / UDP frame, else None."""
+def carrier_ev(frame: bytes) -> int | None:
+    """The uSID list (as the NIC's SRv6 EV holds it) of an IPv6 frame whose
+    destination is a uSID carrier on an SRv6 fabric (its first uSID in the
+    spines' block), else None."""
+    if L.udp_offset(frame) is None or not L.is_ipv6(frame):
+        return None
+    usids = (L.ipv6_dst(frame) >> _USID_LIST_LOW) & ((1 << _USID_LIST_BITS) - 1)
+    return usids if is_spine_usid(ev_first_usid(usids)) else None
+
+
+def frame_ev(frame: bytes, srv6: bool = False) -> int | None:
+    """The EV of an Ethernet / IPv4 or IPv6 / UDP frame (None for any other):
+    with ``srv6`` (an SRv6 fabric) a carrier's uSID list (``carrier_ev``);
+    else its flow label << 16 | its UDP source port (IPv4: the source port)."""
     off = L.udp_offset(frame)
-    return None if off is None else int.from_bytes(frame[off:off + 2], "big")
+    if off is None:
+        return None
+    usids = carrier_ev(frame) if srv6 else None
+    if usids is not None:
+        return usids
+    return L.flow_label(frame) << 16 | int.from_bytes(frame[off:off + 2], "big")
+
+
+def ev_path(ev: int | None, routing: str, num_paths: int, src: int, dst: int,
+            plane: int = 0) -> int | None:
+    """The path of a frame whose EV (``frame_ev``) is ``ev``, from NIC ``src``
+    to NIC ``dst`` on ``plane`` (None: no route; a frame without one: path 0)."""
+    return 0 if ev is None else select_path(routing, ev, num_paths, src, dst, plane)
+
+
+def route_frame(frame: bytes, routing: str, num_paths: int, src: int, dst: int,
+                plane: int = 0) -> tuple[int | None, int | None, bytes]:
+    """(path (None: no route), EV, the frame as its path carries it: an SRv6
+    carrier's with its first uSID consumed) of ``frame`` under ``routing``."""
+    ev = frame_ev(frame, srv6=routing == "srv6")
+    path = ev_path(ev, routing, num_paths, src, dst, plane)
+    if path is not None and routing == "srv6" and carrier_ev(frame) is not None:
+        frame = L.srv6_shifted(frame)
+    return path, ev, frame
 
 
 def is_data_frame(frame: bytes) -> bool:
@@ -174,10 +232,10 @@ class Path:
 class Verdict:
     """What a direction does with one frame (``Direction.forward``)."""
 
-    path: int
+    path: int | None  # None: no route
     ev: int | None
     fate: str  # DELIVERED, DROPPED or TRIMMED
-    reason: str  # "", "down", "loss", "overflow", "trim", "trim_overflow"
+    reason: str  # "", "down", "loss", "overflow", "trim", "trim_overflow", "no_route"
     frame: bytes | None  # the bytes delivered (None when dropped)
     arrival_ns: float | None
     ce: bool = False  # marked CE by this fabric
@@ -190,7 +248,7 @@ class CapturedFrame:
 
     time_ns: float  # when the NIC put it on mac_tx (last beat)
     direction: int  # 0: nic0 -> nic1, 1: nic1 -> nic0
-    path: int
+    path: int | None  # None: no route
     ev: int | None
     fate: str
     reason: str
@@ -226,19 +284,19 @@ class Direction:
     rng: random.Random
     routing: str = "explicit"
     log: list[tuple[float, int, int, bool]] = field(default_factory=list)  # (ns, ev, path, dropped)
+    no_route: int = 0  # frames dropped for an SRv6 uSID that names no path
 
-    def path_of(self, ev: int | None) -> int:
-        if ev is None:
-            return 0
-        if self.routing == "explicit":
-            return ev % len(self.paths)
-        blob = bytes((self.src_id & 0xFF, self.dst_id & 0xFF, 0, ev >> 8, ev & 0xFF))
-        return zlib.crc32(blob) % len(self.paths)
+    def path_of(self, ev: int | None) -> int | None:
+        """The path of a frame whose EV (``frame_ev``) is ``ev`` (None: no route)."""
+        return ev_path(ev, self.routing, len(self.paths), self.src_id, self.dst_id)
 
     def forward(self, frame: bytes, now: float) -> Verdict:
         """Decide one frame's fate at simulated time ``now`` (ns) and count it."""
-        ev = frame_ev(frame)
-        index = self.path_of(ev)
+        index, ev, frame = route_frame(frame, self.routing, len(self.paths), self.src_id,
+                                       self.dst_id)
+        if index is None:
+            self.no_route += 1
+            return Verdict(None, ev, DROPPED, "no_route", None, None)
         path = self.paths[index]
         if not path.up:
             path.dropped += 1
@@ -310,10 +368,9 @@ class Fabric(PathSelection):
     def __init__(self, sinks, sources, *, num_paths: int = 8, delay_ns: float = 400.0,
                  seed: int = 1, routing: str = "explicit", keep_log: bool = False,
                  capture: bool = False):
-        if routing not in ("explicit", "hash"):
-            raise ValueError(f"routing must be 'explicit' or 'hash', not {routing!r}")
         if num_paths < 1:
             raise ValueError(f"num_paths must be >= 1, not {num_paths!r}")
+        check_routing(routing, num_paths)
         self.sinks = [s if isinstance(s, list) else [s] for s in sinks]
         self.sources = [s if isinstance(s, list) else [s] for s in sources]
         if {len(s) for s in self.sinks + self.sources} != {len(self.sinks[0])}:

@@ -24,10 +24,16 @@ Topology (one plane; every NIC has one port on each plane's switch)::
 - A frame is switched on its destination MAC address (the first six bytes:
   the same for IPv4 and IPv6) to the NIC that has it (``macs``); a frame for
   an unknown MAC is dropped and counted (``no_route``).
-- Its spine path inside the plane is its EV (UDP source port) mod
-  ``num_paths``, the low EV bits selecting the spine, as explicit routing
-  in sim/system/fabric.py; a path has a delay, a loss rate, reordering and an
-  up/down state (``Path``), and no queue.
+- Its spine path inside the plane comes from its EV by ``routing``, the
+  rules of sim/fabric/routing.py as sim/system/fabric.py applies them to a
+  frame (``route_frame``; the hash over (source NIC, destination NIC,
+  plane, EV)): ``explicit`` (the default: EV mod ``num_paths``, the low EV
+  bits selecting the spine), ``hash``, or ``srv6`` (spine k of every plane
+  has the uSID ``SPINE_USID_BASE + k``: a uSID carrier takes the spine its
+  first uSID names, which consumes it; a carrier whose first uSID names no
+  spine is dropped and counted in ``no_route``; any other frame is
+  hashed). A path has a delay, a loss rate, reordering and an up/down
+  state (``Path``), and no queue.
 - The egress port toward the destination is where incast congests: an
   output queue at the port's rate: a data frame that would overflow
   ``queue_bytes`` is trimmed if the port trims (UET style,
@@ -46,7 +52,8 @@ Topology (one plane; every NIC has one port on each plane's switch)::
   is not, and a lost frame has still taken its uplink. ``egress`` decides,
   by when the pump runs it every frame has reached its switch.
 
-``SwitchFabric(sinks, sources, macs, *, num_paths=8, delay_ns=400, seed=1, beat_ns=None)``:
+``SwitchFabric(sinks, sources, macs, *, num_paths=8, delay_ns=400, seed=1, beat_ns=None,
+routing="explicit")``:
 ``sinks[i][p]`` and ``sources[i][p]`` are NIC i's mac_tx and mac_rx of plane
 p (sim/system/simhw.py's, or anything with ``recv()`` and ``send_at(data,
 arrival_ns)``). ``start()`` in a cocotb test. Counters: ``ports[p][dst]``,
@@ -66,8 +73,17 @@ import random
 from dataclasses import dataclass
 
 from host_driver.driver import mac_to_int
+from sim.fabric.routing import check_routing
 from sim.model.packet import L2_WIRE_EXTRA
-from sim.system.fabric import DELIVERED, DROPPED, Path, Verdict, frame_ev, is_data_frame
+from sim.system.fabric import (
+    DELIVERED,
+    DROPPED,
+    Path,
+    Verdict,
+    frame_ev,
+    is_data_frame,
+    route_frame,
+)
 
 __all__ = ["SwitchFabric", "Hop", "MAC_FIFO_BYTES"]
 
@@ -98,7 +114,8 @@ class SwitchFabric:
     """NICs joined by one switch per plane (see the module docstring)."""
 
     def __init__(self, sinks, sources, macs, *, num_paths: int = 8, delay_ns: float = 400.0,
-                 seed: int = 1, keep_log: bool = False, beat_ns: float | None = None):
+                 seed: int = 1, keep_log: bool = False, beat_ns: float | None = None,
+                 routing: str = "explicit"):
         if not len(sinks) == len(sources) == len(macs) >= 2:
             raise ValueError(f"need a sink list, a source list and a MAC per NIC, at least "
                              f"two NICs; got {len(sinks)}, {len(sources)}, {len(macs)}")
@@ -108,6 +125,8 @@ class SwitchFabric:
             raise ValueError("every NIC needs one sink and one source per plane")
         if num_paths < 1:
             raise ValueError(f"num_paths must be >= 1, not {num_paths!r}")
+        check_routing(routing, num_paths)
+        self.routing = routing
         self.sinks, self.sources = sinks, sources
         self.nic_of_mac = {mac_to_int(m).to_bytes(6, "big"): i for i, m in enumerate(macs)}
         if len(self.nic_of_mac) != self.num_nics:
@@ -190,16 +209,21 @@ class SwitchFabric:
         on the port's uplink (or off the wire at ``departure``, from a paced
         MAC), switched, sent over its spine path. Returns the ``Hop`` that
         reaches the destination's port (``egress`` decides whether it got
-        through the switch), or (None, the verdict) for a frame for no NIC.
-        Counts it."""
+        through the switch, carrying the frame as its spine forwards it), or
+        (None, the verdict) for a frame with no route: for no NIC, or an
+        SRv6 carrier whose first uSID names no spine. Counts it."""
         self.plane_frames[src][plane] += 1
         self._latest_ns = max(self._latest_ns, now)
-        ev = frame_ev(frame)
-        k = 0 if ev is None else ev % len(self.spines[plane])
         dst = self.nic_of_mac.get(bytes(frame[:6]))
         if dst is None:
             self.no_route += 1
-            return None, Verdict(k, ev, DROPPED, "no_route", None, None)
+            ev = frame_ev(frame, srv6=self.routing == "srv6")
+            return None, Verdict(None, ev, DROPPED, "no_route", None, None)
+        k, ev, frame = route_frame(frame, self.routing, len(self.spines[plane]), src, dst,
+                                   plane)
+        if k is None:
+            self.no_route += 1
+            return None, Verdict(None, ev, DROPPED, "no_route", None, None)
         spine = self.spines[plane][k]
         uplink = self.uplinks[src][plane]
         if departure is None:

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.fabric import Engine, Fabric, Link, topology
+from hw.protocol import srv6_sport
+from sim.fabric import SPINE_USID_BASE, Engine, Fabric, Link, topology
 from sim.model.packet import DATA, Packet, data_wire_len
 
 
@@ -143,6 +144,56 @@ def test_explicit_routing_and_hash_routing():
     assert set(paths) == set(range(8))
     with pytest.raises(ValueError):
         make_fabric(routing="magic")
+
+
+def test_hash_routing_of_a_16_bit_ev_is_pinned():
+    """A 16-bit EV hashes the 5 bytes (src, dst, plane, EV high, EV low):
+    these paths are fixed, so a run keeps its paths."""
+    _, fab, (a, b) = make_fabric(planes=2, paths_per_plane=8, routing="hash")
+    evs = (0xC000, 0xC001, 0xC0DE, 0xFFFF, 0)
+    assert [fab.path_of(a, b, 0, ev) for ev in evs] == [6, 0, 5, 7, 0]
+    assert [fab.path_of(a, b, 1, ev) for ev in evs] == [1, 7, 2, 0, 7]
+    assert [fab.path_of(b, a, 0, ev) for ev in evs] == [3, 5, 0, 2, 5]
+
+
+def test_hash_routing_takes_wide_evs_as_their_frames_carry_them():
+    """A STEV EV (32 bits) hashes whole: its flow-label bits spread EVs with
+    one source port; an SRv6 EV (64 bits) hashes as its source port."""
+    _, fab, (a, b) = make_fabric(paths_per_plane=8, routing="hash")
+    paths = {fab.path_of(a, b, 0, label << 16 | 0xC000) for label in range(1, 17)}
+    assert len(paths) > 4, paths
+    for ev in (0x0E01_0B02_0000_0000, 0x0E07_0F01_0B02_0000):
+        assert fab.path_of(a, b, 0, ev) == fab.path_of(a, b, 0, srv6_sport(ev))
+    _, fab, (a, b) = make_fabric(paths_per_plane=8)
+    assert fab.path_of(a, b, 0, 0x1234_C005) == 5  # explicit: the low bits
+    assert fab.path_of(a, b, 0, 0x0E01_0B02_0000_0000) == srv6_sport(0x0E01_0B02_0000_0000) % 8
+
+
+def test_srv6_routing_takes_the_first_usids_spine():
+    """Spine k has uSID SPINE_USID_BASE + k: an EV led by it takes path k; an
+    EV led by a uSID in the spines' block that names no spine has no route
+    (``send`` drops it, counts it, calls the drop hooks); any other EV is
+    hashed."""
+    eng, fab, (a, b) = make_fabric(paths_per_plane=4, routing="srv6")
+    _, hashed, _ = make_fabric(paths_per_plane=4, routing="hash")
+    for k in range(4):
+        assert fab.path_of(a, b, 0, (SPINE_USID_BASE + k) << 48 | 0x0B02 << 32) == k
+    assert fab.path_of(a, b, 0, (SPINE_USID_BASE + 4) << 48 | 0x0B02 << 32) is None
+    for ev in (0xC000, 0xC0DE, 0x1234_C000, 0x0B05_0B02_0000_0000):
+        assert fab.path_of(a, b, 0, ev) == hashed.path_of(a, b, 0, ev)
+    dropped = []
+    fab.drop_hooks.append(lambda p, now: dropped.append(p))
+    good = Packet.data_packet(a, b, 0, (SPINE_USID_BASE + 2) << 48, 1, 0, 0x07, 0, 0, 64, 64,
+                              None)
+    bad = Packet.data_packet(a, b, 0, (SPINE_USID_BASE + 9) << 48, 1, 0, 0x07, 0, 0, 64, 64,
+                             None)
+    fab.send(good)
+    fab.send(bad)
+    eng.run()
+    assert [p for _, p in b.nic.got] == [good] and good.path == 2
+    assert dropped == [bad] and fab.no_route == 1
+    with pytest.raises(ValueError, match="at most 256 spines"):
+        make_fabric(paths_per_plane=257, routing="srv6")
 
 
 def test_packet_crosses_three_links_and_is_delivered():

@@ -5,6 +5,7 @@ ways against scapy.contrib.roce and against tshark's own RoCEv2 dissector
 
 from __future__ import annotations
 
+import ipaddress
 import shutil
 import subprocess
 
@@ -17,7 +18,15 @@ from scapy.packet import Raw
 from scapy.utils import wrpcap
 
 from host_driver import layers as L
-from hw.protocol import Opcode, Syndrome
+from hw.protocol import (
+    Opcode,
+    Syndrome,
+    srv6_carrier,
+    srv6_shift,
+    srv6_sport,
+    srv6_usids,
+    stev_fields,
+)
 from tests import seeds
 
 V6 = dict(src_ip="fd00:0:0:1::a", dst_ip="fd00:0:0:2::b", flow_label=0xABCDE)
@@ -120,6 +129,82 @@ def test_families_and_flow_label_are_checked():
     with pytest.raises(ValueError, match="20-bit"):
         L.probe_packet(response=False, dqpn=1, probe_id=1, ev=1, timestamp=0,
                        **{**V6, "flow_label": 1 << 20})
+
+
+def addr(value: int) -> str:
+    return str(ipaddress.IPv6Address(value))
+
+
+def write_to(dst: int, ev: int, flow_label: int = 0, src: int = 0xFD00 << 112 | 1) -> bytes:
+    """A WRITE_ONLY frame to ``dst`` with UDP source port ``ev``."""
+    return bytes(L.write_packet(opcode=Opcode.WRITE_ONLY, dqpn=0x21, psn=9, va=0x1000, rkey=3,
+                                dma_len=64, payload=bytes(range(64)), ev=ev,
+                                src_ip=addr(src), dst_ip=addr(dst), flow_label=flow_label))
+
+
+def test_flow_label_and_destination_on_raw_bytes():
+    """``flow_label`` and ``ipv6_dst`` read an IPv6 frame's fields as scapy
+    does; ``with_ipv6_dst`` changes the destination's 16 bytes and nothing
+    else (the ICRC neither: the frame no longer checks)."""
+    for f in frames():
+        p = Ether(f)[IPv6]
+        assert L.flow_label(f) == p.fl == V6["flow_label"]
+        assert L.ipv6_dst(f) == int(ipaddress.IPv6Address(p.dst))
+    f = frames()[0]
+    g = L.with_ipv6_dst(f, 0x2001_0DB8 << 96 | 5)
+    assert Ether(g)[IPv6].dst == "2001:db8::5" and L.ipv6_dst(g) == 0x2001_0DB8 << 96 | 5
+    assert g[:38] == f[:38] and g[54:] == f[54:]
+    assert L.check_frame(g) == (True, False)
+    v4 = bytes(L.ack_packet(dqpn=1, cum_psn=3))
+    assert L.flow_label(v4) == 0
+    with pytest.raises(ValueError, match="IPv6"):
+        L.ipv6_dst(v4)
+    with pytest.raises(ValueError, match="IPv6"):
+        L.with_ipv6_dst(v4, 1)
+
+
+def test_stev_frames_carry_the_ev_in_flow_label_and_source_port():
+    """A STEV EV built as ``stev_fields`` splits it: source port = EV bits
+    15..0, flow label = bits 31..16. The ICRC masks the flow label, so two
+    EVs that differ only there give one ICRC."""
+    ev = 0x1234_C0DE
+    sport, label = stev_fields(ev)
+    f = write_to(0xFD00 << 112 | 2, sport, label)
+    assert (L.flow_label(f), Ether(f)[UDP].sport) == (0x1234, 0xC0DE)
+    assert L.check_frame(f) == (True, True)
+    g = write_to(0xFD00 << 112 | 2, sport, stev_fields(0x4321_C0DE)[1])
+    assert L.flow_label(g) == 0x4321 and L.frame_icrc_field(g) == L.frame_icrc_field(f)
+
+
+# An SRv6 fabric (hw/protocol.py): the locator, the NICs' own uSIDs (a NIC's
+# address is locator:uSID::) and an EV through two fabric nodes to the peer.
+LOCATOR = 0xFD00_00AA
+PEER_USID = 0x0B02
+PEER = LOCATOR << 96 | PEER_USID << 80
+SRV6_EV = 0x0E03 << 48 | 0x0F07 << 32 | PEER_USID << 16
+
+
+def test_srv6_frame_is_valid_once_the_fabric_consumed_its_usids():
+    """``srv6_frame`` puts the carrier in a frame built to the peer and keeps
+    its ICRC (the one over the peer's address). Each fabric node consumes its
+    uSID (``srv6_shift`` on the destination's bytes); the frame is ICRC-valid
+    only after the last fabric uSID, and is then the frame to the peer byte
+    for byte."""
+    to_peer = write_to(PEER, srv6_sport(SRV6_EV), src=LOCATOR << 96 | 0x0B01 << 80)
+    assert L.check_frame(to_peer) == (True, True)
+    carrier = L.srv6_frame(to_peer, SRV6_EV)
+    assert L.ipv6_dst(carrier) == srv6_carrier(PEER, SRV6_EV)
+    assert Ether(carrier)[IPv6].dst == "fd00:aa:e03:f07:b02::"
+    assert [i for i in range(len(carrier)) if carrier[i] != to_peer[i]] == [
+        i for i in range(38, 54) if carrier[i] != to_peer[i]]
+    assert carrier[-4:] == to_peer[-4:]
+    frame = carrier
+    for _fabric_usid in srv6_usids(SRV6_EV)[:-1]:  # the last uSID is the peer's own
+        assert L.check_frame(frame) == (True, False)
+        shifted = srv6_shift(int.from_bytes(frame[38:54], "big")).to_bytes(16, "big")
+        assert L.srv6_shifted(frame) == frame[:38] + shifted + frame[54:]
+        frame = L.srv6_shifted(frame)
+    assert frame == to_peer and L.check_frame(frame) == (True, True)
 
 
 IBTA_RETH = (Opcode.WRITE_FIRST, Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM)

@@ -1,11 +1,16 @@
 """sim/system/switch.py outside the simulator: switching on the destination
-MAC, the spine path from the EV, the egress port's queue (incast from
+MAC, the spine path from the EV (explicit, hash and SRv6 routing), the egress
+port's queue (incast from
 several NICs: queueing at the port's rate, CE marks above the threshold,
 trimming on overflow), path and plane failures, and bad configuration."""
+
+import ipaddress
 
 import pytest
 
 from host_driver import layers as L
+from hw.protocol import srv6_sport, stev_fields
+from sim.fabric import SPINE_USID_BASE, Engine, Fabric
 from sim.model.packet import L2_WIRE_EXTRA
 from sim.system.fabric import DELIVERED, DROPPED, TRIMMED
 from sim.system.switch import MAC_FIFO_BYTES, SwitchFabric
@@ -38,6 +43,82 @@ def test_switches_on_the_destination_mac_and_sprays_on_the_ev():
     bad[:6] = bytes.fromhex("020000000009")  # no NIC has this MAC
     to, v = fab.forward(1, 0, bytes(bad), 0.0)
     assert (to, v.fate, v.reason, fab.no_route) == (None, DROPPED, "no_route", 1)
+
+
+def golden_paths(routing, num_paths, planes=2):
+    """The golden model's fabric with the switch's four NICs as hosts."""
+    model = Fabric(Engine(), planes=planes, paths_per_plane=num_paths, routing=routing)
+    return model, [model.add_host(f"nic{i}") for i in range(4)]
+
+
+def test_hash_routing_takes_the_golden_models_paths():
+    """Hash routing hashes (source NIC, destination NIC, plane, EV), the EV as
+    the frame carries it: a 16-bit EV's paths are the golden model's (pinned
+    there), and so are a STEV EV's, whose flow-label bits spread frames with
+    one source port over the paths."""
+    fab = switch(num_paths=4, routing="hash")
+    model, hosts = golden_paths("hash", 4)
+    for src, dst, plane in ((1, 0, 1), (2, 3, 0), (3, 1, 1)):
+        for ev in range(0xD000, 0xD010):
+            _, v = fab.forward(src, plane, frame(src, dst, ev), 0.0)
+            assert v.path == model.path_of(hosts[src], hosts[dst], plane, ev)
+    evs = range(0xD000, 0xD008)
+    assert [fab.forward(2, 0, frame(2, 3, ev), 0.0)[1].path for ev in evs] == [
+        model.path_of(hosts[2], hosts[3], 0, ev) for ev in evs] == [0, 2, 0, 2, 1, 3, 1, 3]
+    paths = set()
+    for ev in [label << 16 | 0xD000 for label in range(1, 17)]:
+        sport, label = stev_fields(ev)
+        _, v = fab.forward(1, 0, v6_frame(1, 0, sport, flow_label=label), 0.0)
+        assert (v.ev, v.path) == (ev, model.path_of(hosts[1], hosts[0], 0, ev))
+        paths.add(v.path)
+    assert len(paths) > 2, paths
+
+
+LOCATOR = 0xFD00_0000
+
+
+def v6_addr(nic: int) -> str:
+    """NIC ``nic``'s address on an SRv6 fabric: locator:uSID::, uSID 0x0B00 + nic."""
+    return str(ipaddress.IPv6Address(LOCATOR << 96 | (0x0B00 + nic) << 80))
+
+
+def v6_frame(src, dst, ev, flow_label=0, psn=5):
+    return bytes(L.write_packet(opcode=0x07, dqpn=1, psn=psn, va=0x1000, rkey=7, dma_len=64,
+                                payload=bytes(64), ev=ev, src_mac=MACS[src],
+                                dst_mac=MACS[dst], src_ip=v6_addr(src), dst_ip=v6_addr(dst),
+                                flow_label=flow_label))
+
+
+def srv6_pair(src, dst, first_usid):
+    """(the frame to NIC ``dst``, the carrier NIC ``src`` sends on the EV
+    through ``first_usid`` to it)."""
+    ev = first_usid << 48 | (0x0B00 + dst) << 32
+    to_peer = v6_frame(src, dst, srv6_sport(ev))
+    return to_peer, L.srv6_frame(to_peer, ev)
+
+
+def test_srv6_routing_takes_the_first_usids_spine_and_consumes_it():
+    """Spine k of each plane has uSID SPINE_USID_BASE + k: a carrier takes it
+    and leaves it with that uSID consumed (the frame to the peer, ICRC good);
+    a uSID in the spines' block that names no spine has no route (counted);
+    any other frame is hashed as with hash routing."""
+    fab = switch(num_paths=4, delay_ns=100.0, routing="srv6")
+    for k in range(4):
+        to_peer, carrier = srv6_pair(1, 2, SPINE_USID_BASE + k)
+        to, v = fab.forward(1, 1, carrier, 0.0)
+        assert (to, v.fate, v.path, v.frame) == (2, DELIVERED, k, to_peer)
+        assert L.check_frame(v.frame) == (True, True)
+    assert [s.carried for s in fab.spines[1]] == [1] * 4
+    _, carrier = srv6_pair(1, 2, SPINE_USID_BASE + 4)
+    to, v = fab.forward(1, 1, carrier, 0.0)
+    assert (to, v.fate, v.reason, v.path, fab.no_route) == (None, DROPPED, "no_route", None, 1)
+    assert fab.uplinks[1][1].carried == 4  # a frame with no route takes no uplink
+    model, hosts = golden_paths("hash", 4)
+    _, not_a_spine = srv6_pair(1, 2, 0x0B03)
+    for f in (frame(1, 2, 0xD005), v6_frame(1, 2, 0xD005), not_a_spine):
+        to, v = fab.forward(1, 0, f, 0.0)
+        assert (to, v.fate, v.frame) == (2, DELIVERED, f)
+        assert v.path == model.path_of(hosts[1], hosts[2], 0, v.ev)
 
 
 def test_incast_queues_at_the_egress_port_marks_then_trims():
@@ -171,3 +252,5 @@ def test_bad_configuration_raises_value_error():
         fab.set_port(gbps=8.0, nic=4)
     with pytest.raises(ValueError, match="path must be in 0..7"):
         fab.set_path_up(8, False)
+    with pytest.raises(ValueError, match="routing must be one of"):
+        switch(routing="ecmp")
