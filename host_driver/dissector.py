@@ -1,7 +1,8 @@
 """The Wireshark dissector for MRC's wire format (docs/protocol.md), a Lua plugin.
 
 The plugin is ``host_driver/wireshark/mrc.lua``. Its constants (opcodes,
-syndromes, the opcode classes, the RoCEv2 port, the PSN width) come from the
+syndromes, the opcode classes, the RoCEv2 port, the PSN width, the EV formats
+and their widths, the SRv6 carrier's widths) come from the
 wire format's one definition, hw/protocol.py: ``python -m
 host_driver.dissector`` rewrites the block between the plugin's ``BEGIN
 GENERATED`` and ``END GENERATED`` lines, and a unit test checks that the
@@ -12,7 +13,12 @@ The plugin takes UDP port 4791 from Wireshark's InfiniBand dissector, which
 knows IBTA's RoCEv2 but shows MRC's extensions as trailing bytes or unknown
 opcodes. It decodes:
 
-- the EV: the UDP profile's (the UDP source port; the profile this NIC sends);
+- the EV, in the format the frame shows (a frame does not say its QP's
+  format, so the plugin reads it by a rule, docs/protocol.md "EV formats"):
+  IPv4, UDP format (the source port); IPv6 with a nonzero flow label, STEV
+  (the flow label's low 16 bits above the source port); IPv6 to an address in
+  one of the SRv6 locators of the preference ``mrc.srv6_locators``, SRV6 (the
+  locator and the uSIDs still in the address); any other IPv6, UDP format;
 - the BTH, every field;
 - the RETH on every WRITE packet (MRC puts it on MIDDLE and LAST too), the
   ImmDt of the WITH_IMMEDIATE opcodes;
@@ -35,7 +41,17 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from hw.protocol import PSN_BITS, ROCE_UDP_PORT, Opcode, Syndrome
+from hw.protocol import (
+    EV_FORMAT_BITS,
+    PSN_BITS,
+    ROCE_UDP_PORT,
+    SRV6_LOCATOR_BITS,
+    SRV6_USID_BITS,
+    SRV6_USIDS,
+    EvFormat,
+    Opcode,
+    Syndrome,
+)
 
 __all__ = ["LUA_PATH", "constants", "generated_block", "update"]
 
@@ -51,6 +67,14 @@ def _set(codes) -> str:
     return "{ " + ", ".join(f"[0x{c:02X}] = true" for c in codes) + " }"
 
 
+def _quoted(name: str) -> str:
+    return f'"{name}"'
+
+
+def _table(values: dict[int, object]) -> str:
+    return "{ " + ", ".join(f"[{k}] = {v}" for k, v in sorted(values.items())) + " }"
+
+
 def constants() -> str:
     """The plugin's generated block: Lua locals from hw/protocol.py."""
     return "".join(f"{line}\n" for line in (
@@ -62,6 +86,12 @@ def constants() -> str:
         f"local ACKNOWLEDGE = 0x{Opcode.ACKNOWLEDGE:02X}",
         f"local PSN_MASK = 0x{(1 << PSN_BITS) - 1:X}",
         f"local ROCE_UDP_PORT = {ROCE_UDP_PORT}",
+        f"local EV_FORMATS = {_table({int(v): _quoted(v.name.lower()) for v in EvFormat})}",
+        *(f"local EV_{v.name} = {int(v)}" for v in EvFormat),
+        f"local EV_BITS = {_table({int(k): v for k, v in EV_FORMAT_BITS.items()})}",
+        f"local SRV6_USIDS = {SRV6_USIDS}",
+        f"local SRV6_USID_BITS = {SRV6_USID_BITS}",
+        f"local SRV6_LOCATOR_BITS = {SRV6_LOCATOR_BITS}",
     ))
 
 

@@ -3,6 +3,19 @@
 -- one definition): `python -m host_driver.dissector` rewrites it.
 -- Load it with `wireshark -X lua_script:host_driver/wireshark/mrc.lua` (or copy it
 -- into Wireshark's personal plugins folder). It takes UDP port 4791.
+--
+-- The EV. A frame does not say its QP's EV format (docs/protocol.md, "EV formats"),
+-- so the plugin reads it by this rule, first match:
+--   IPv4: UDP format, EV = the UDP source port;
+--   IPv6 with a nonzero flow label: STEV, EV = (flow label & 0xFFFF) << 16 | source port;
+--   IPv6 whose destination address's first 32 bits are one of the SRv6 locators of the
+--     preference mrc.srv6_locators: SRV6, the address a uSID carrier (locator, up to 4
+--     16-bit uSIDs ended by a zero one), EV = those uSIDs, the first in bits 63..48.
+--     A capture shows only the uSIDs the fabric has not consumed yet;
+--   any other IPv6: UDP format, EV = the UDP source port.
+-- The preference (Edit > Preferences > Protocols > MRC, or
+-- `-o mrc.srv6_locators:fd00:5256::/32,0xfd00aaaa`) lists locators, comma-separated,
+-- each an IPv6 prefix of the locator's length or the locator in hex; empty: no SRv6.
 
 local mrc = Proto("mrc", "MRC over RoCEv2")
 
@@ -15,10 +28,24 @@ local PROBES = { [0xC0] = true, [0xC1] = true }
 local ACKNOWLEDGE = 0x11
 local PSN_MASK = 0xFFFFFF
 local ROCE_UDP_PORT = 4791
+local EV_FORMATS = { [0] = "udp", [1] = "stev", [2] = "srv6" }
+local EV_UDP = 0
+local EV_STEV = 1
+local EV_SRV6 = 2
+local EV_BITS = { [0] = 16, [1] = 32, [2] = 64 }
+local SRV6_USIDS = 4
+local SRV6_USID_BITS = 16
+local SRV6_LOCATOR_BITS = 32
 -- END GENERATED
 
 local f = {
-    ev = ProtoField.uint16("mrc.ev", "Entropy value (UDP profile: the source port)", base.HEX),
+    ev_format = ProtoField.uint8("mrc.ev.format", "EV format (by the plugin's rule)",
+                                 base.DEC, EV_FORMATS),
+    ev = ProtoField.uint64("mrc.ev", "Entropy value, as the EV table holds it", base.HEX),
+    srv6_locator = ProtoField.uint32("mrc.srv6.locator", "SRv6 locator", base.HEX),
+    srv6_usid = ProtoField.uint16("mrc.srv6.usid",
+                                  "uSID (first hop first; those consumed before the "
+                                  .. "capture point are gone)", base.HEX),
     opcode = ProtoField.uint8("mrc.bth.opcode", "OpCode", base.HEX, OPCODES),
     se = ProtoField.bool("mrc.bth.se", "Solicited event", 8, nil, 0x80),
     migreq = ProtoField.bool("mrc.bth.migreq", "MigReq", 8, nil, 0x40),
@@ -68,7 +95,143 @@ local e_unknown = ProtoExpert.new("mrc.unknown_opcode", "An opcode MRC does not 
                                   expert.group.PROTOCOL, expert.severity.ERROR)
 mrc.experts = { e_malformed, e_unknown }
 
+mrc.prefs.srv6_locators = Pref.string(
+    "SRv6 locators", "",
+    "Comma-separated SRv6 locators (IPv6 prefixes such as fd00:5256::/32, or hex such as "
+    .. "0xfd005256): an IPv6 frame with a zero flow label to an address in one carries "
+    .. "its EV as uSIDs in that address. Empty: no frame is SRv6.")
+
 local udp_srcport = Field.new("udp.srcport")
+local ipv6_dst = Field.new("ipv6.dst")
+local ipv6_flow = Field.new("ipv6.flow")
+
+local LOCATOR_BYTES = SRV6_LOCATOR_BITS / 8
+local USID_BYTES = SRV6_USID_BITS / 8
+local PORT_BITS = EV_BITS[EV_UDP]  -- the UDP format's EV is the whole source port
+local FLOW_BITS = EV_BITS[EV_STEV] - PORT_BITS  -- STEV: the flow label's bits above it
+
+-- The innermost occurrence of a field in this frame (nil if none).
+local function last(field)
+    local all = { field() }
+    return all[#all]
+end
+
+-- The 8 16-bit groups of an IPv6 address's text ("::" expanded), nil if malformed.
+local function ipv6_groups(text)
+    local function split(s)
+        local out = {}
+        if s == "" then return out end
+        for g in (s .. ":"):gmatch("([^:]*):") do
+            if not g:match("^%x%x?%x?%x?$") then return nil end
+            table.insert(out, tonumber(g, 16))
+        end
+        return out
+    end
+    local gap = text:find("::", 1, true)
+    local head = split(gap and text:sub(1, gap - 1) or text)
+    local tail = split(gap and text:sub(gap + 2) or "")
+    if not head or not tail then return nil end
+    local missing = 8 - #head - #tail
+    if (gap and missing < 1) or (not gap and missing ~= 0) then return nil end
+    for _ = 1, missing do table.insert(head, 0) end
+    for _, g in ipairs(tail) do table.insert(head, g) end
+    return head
+end
+
+-- A locator of the preference: an IPv6 prefix of SRV6_LOCATOR_BITS ("fd00:5256::/32";
+-- the length may be left out) or the locator in hex ("0xfd005256"); nil if neither.
+local function parse_locator(text)
+    if not text:find(":", 1, true) then
+        local hex = text:match("^0[xX](%x+)$") or text:match("^(%x+)$")
+        if not hex or #hex > SRV6_LOCATOR_BITS / 4 then return nil end
+        return tonumber(hex, 16)
+    end
+    local addr, len = text:match("^([%x:]+)/(%d+)$")
+    if not addr then addr = text end
+    if len and tonumber(len) ~= SRV6_LOCATOR_BITS then return nil end
+    local groups = ipv6_groups(addr)
+    if not groups then return nil end
+    local loc = 0
+    for i = 1, SRV6_LOCATOR_BITS / 16 do loc = loc * 0x10000 + groups[i] end
+    return loc
+end
+
+-- The preference's locators as a set, parsed again when the preference changes;
+-- an entry that is not a locator is reported and left out.
+local locators_text, locators = nil, {}
+local function srv6_locators()
+    local text = mrc.prefs.srv6_locators
+    if text == locators_text then return locators end
+    locators_text, locators = text, {}
+    for entry in text:gmatch("[^,]+") do
+        entry = entry:match("^%s*(.-)%s*$")
+        local loc = entry ~= "" and parse_locator(entry)
+        if loc then
+            locators[loc] = true
+        elseif entry ~= "" then
+            report_failure("mrc.srv6_locators: not an SRv6 locator: " .. entry)
+        end
+    end
+    return locators
+end
+
+local function udp_ev(t, sport)
+    t:add(f.ev_format, sport.range, EV_UDP)
+    t:add(f.ev, sport.range, UInt64(sport.value, 0))
+    return EV_UDP
+end
+
+local function stev_ev(t, sport, flow)
+    local high = bit32.band(flow.value, bit32.lshift(1, FLOW_BITS) - 1)
+    t:add(f.ev_format, flow.range, EV_STEV)
+    t:add(f.ev, sport.range, UInt64(bit32.bor(bit32.lshift(high, PORT_BITS), sport.value), 0))
+    return EV_STEV
+end
+
+-- The uSID ranges after the locator, first hop first, up to the first zero one.
+local function srv6_usids(slots)
+    local out = {}
+    for i = 0, SRV6_USIDS - 1 do
+        local usid = slots:range(i * USID_BYTES, USID_BYTES)
+        if usid:uint() == 0 then break end
+        table.insert(out, usid)
+    end
+    return out
+end
+
+-- The EV as the NIC holds it: the uSIDs with the first in its top bits, zeros after
+-- the last.
+local function srv6_ev(t, dst)
+    local addr = dst.range
+    local slots = addr:range(LOCATOR_BYTES, SRV6_USIDS * USID_BYTES)
+    local usids = srv6_usids(slots)
+    local ev = UInt64(0)
+    for i = 1, SRV6_USIDS do
+        ev = ev:lshift(SRV6_USID_BITS):bor(UInt64(usids[i] and usids[i]:uint() or 0))
+    end
+    t:add(f.ev_format, addr, EV_SRV6)
+    t:add(f.ev, slots, ev)
+    t:add(f.srv6_locator, addr:range(0, LOCATOR_BYTES))
+    for _, usid in ipairs(usids) do t:add(f.srv6_usid, usid) end
+    return EV_SRV6
+end
+
+-- The EV's fields under t in the format the rule at the top of this file picks; returns
+-- that format.
+local function ev_fields(t, sport)
+    local dst, flow = last(ipv6_dst), last(ipv6_flow)
+    if not dst then return udp_ev(t, sport) end
+    if flow.value ~= 0 then return stev_ev(t, sport, flow) end
+    if srv6_locators()[dst.range:range(0, LOCATOR_BYTES):uint()] then
+        return srv6_ev(t, dst)
+    end
+    return udp_ev(t, sport)
+end
+
+local function ev_tree(root, sport)
+    local t = root:add(mrc, sport.range, "Entropy value")
+    t:append_text(" (" .. EV_FORMATS[ev_fields(t, sport)] .. ")")
+end
 
 -- The PSNs a SACK bitmap reports received: bit i of the big-endian bitmap is
 -- PSN base + i.
@@ -124,8 +287,8 @@ end
 function mrc.dissector(tvb, pinfo, tree)
     pinfo.cols.protocol = "MRC"
     local root = tree:add(mrc, tvb(), "MRC over RoCEv2")
-    local sport = udp_srcport()
-    if sport then root:add(f.ev, sport.range, sport.value) end
+    local sport = last(udp_srcport)
+    if sport then ev_tree(root, sport) end
     if tvb:len() < 12 then return short(root, pinfo, "BTH") end
     bth(tvb, root)
     local op = tvb(0, 1):uint()

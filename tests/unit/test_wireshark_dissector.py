@@ -8,11 +8,19 @@ and CE counts, NAK TRIMMED and the other NAKs, probe requests and responses).
 Every frame must decode with no expert error, and every field the plugin
 shows must equal scapy's reading of the same bytes. A truncated frame and an
 unknown opcode must get the plugin's expert errors, so that "no error" is not
-vacuous. Needs tshark (Debian: `apt-get install tshark`); skipped without it.
+vacuous.
+
+The EV: frames of each format (IPv4 and IPv6 UDP, STEV, SRv6 carriers with 1
+to 4 uSIDs, as sent and after fabric nodes consumed some) decode to the
+format, EV, locator and uSIDs written out here, by the plugin's rule
+(docs/protocol.md, "EV formats"); SRv6 frames decode as UDP format without
+the locator preference, and a preference entry that is not a locator is
+reported. Needs tshark (Debian: `apt-get install tshark`); skipped without it.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import subprocess
 import sys
 
@@ -21,8 +29,15 @@ from scapy.utils import PcapReader, wrpcap
 
 from host_driver import layers as L
 from host_driver.dissector import LUA_PATH, constants, generated_block
-from hw.protocol import Opcode, Syndrome
-from tests.dissector_check import PI_ERROR, check_frames, needs_tshark, tshark_fields
+from hw.protocol import EvFormat, Opcode, Syndrome, srv6_sport, stev_fields
+from tests.dissector_check import (
+    PI_ERROR,
+    TSHARK,
+    check_frames,
+    got,
+    needs_tshark,
+    tshark_fields,
+)
 
 
 def test_plugin_constants_come_from_the_protocol_definition():
@@ -69,7 +84,121 @@ def _built_frames(addr) -> list[bytes]:
     return out
 
 
+# SRv6 domains, each locator given to the plugin in one of the preference's forms.
+LOCATORS = ("fd00:5256::/32", "0xFD00AAAA", "fd00:bbbb::")
+PEERS = {"fd00:5256::": 0xFD005256, "fd00:aaaa::": 0xFD00AAAA, "fd00:bbbb::": 0xFD00BBBB}
 
+
+def _kinds(ev_sport: int, addr) -> list[bytes]:
+    """A WRITE, a trimmed WRITE, an ACK and a probe on source port ``ev_sport``."""
+    write = bytes(L.write_packet(opcode=Opcode.WRITE_ONLY, dqpn=7, psn=9, va=0x40, rkey=2,
+                                 dma_len=5, payload=bytes(5), ev=ev_sport, **addr))
+    return [write, L.trim(write),
+            bytes(L.ack_packet(dqpn=7, cum_psn=9, ev=ev_sport, **addr)),
+            bytes(L.probe_packet(response=False, dqpn=7, probe_id=1, ev=ev_sport,
+                                 timestamp=3, **addr))]
+
+
+def _want(fmt: EvFormat, ev: int, locator=None, usids=()) -> dict:
+    out = {"mrc.ev.format": int(fmt), "mrc.ev": ev}
+    if locator is not None:
+        out["mrc.srv6.locator"] = locator
+    if usids:
+        out["mrc.srv6.usid"] = tuple(usids)
+    return out
+
+
+def _usid_ev(usids: list[int]) -> int:
+    """The SRv6 EV of ``usids`` (first hop first): the first in bits 63..48."""
+    return sum(u << (48 - 16 * i) for i, u in enumerate(usids))
+
+
+def _srv6_cases(peer: str) -> list[tuple[bytes, dict, int]]:
+    """SRv6 frames to ``peer`` with 1..4 uSIDs, as sent and after the fabric consumed
+    each uSID in turn: (frame, the EV fields the plugin shows, the source port)."""
+    locator = PEERS[peer]
+    out = []
+    for usids in ([0xA001], [0xA001, 0xB002], [0xA001, 0xB002, 0xC003],
+                  [0xA001, 0xB002, 0xC003, 0xD004]):
+        ev = _usid_ev(usids)
+        sport = srv6_sport(ev)
+        for frame in _kinds(sport, dict(src_ip="fd00:1::1", dst_ip=peer)):
+            frame = L.srv6_frame(frame, ev)
+            for seen in range(len(usids), -1, -1):  # the uSIDs still in the address
+                left = usids[len(usids) - seen:]
+                out.append((frame, _want(EvFormat.SRV6, _usid_ev(left), locator, left), sport))
+                frame = L.srv6_shifted(frame)
+    # a zero uSID ends the list: what follows it is not an EV's
+    frame = L.srv6_frame(_kinds(0xC000, dict(src_ip="fd00:1::1", dst_ip=peer))[0],
+                         0xA001_0000_B002_0000)
+    out.append((frame, _want(EvFormat.SRV6, 0xA001_0000_0000_0000, locator, [0xA001]), 0xC000))
+    return out
+
+
+def _ev_only(row) -> dict:
+    return {k: v for k, v in got(row).items() if k.startswith(("mrc.ev", "mrc.srv6."))}
+
+
+def _check_evs(cases: list[tuple[bytes, dict]], pcap, srv6_locators=()) -> None:
+    """Every frame decodes with no expert error but IPv6's zero UDP checksum, its
+    fields equal scapy's reading, and its EV fields are exactly the ones given."""
+    frames = [frame for frame, _ in cases]
+    check_frames(frames, pcap, srv6_locators=srv6_locators)
+    rows = tshark_fields(pcap, srv6_locators)
+    for i, ((frame, want), row) in enumerate(zip(cases, rows, strict=True)):
+        assert _ev_only(row) == want, (i, ipaddress.IPv6Address(L.ipv6_dst(frame))
+                                       if L.is_ipv6(frame) else "IPv4")
+
+
+def _udp_and_stev_cases() -> list[tuple[bytes, dict]]:
+    stev = 0x1234_C567
+    sport, flow = stev_fields(stev)
+    cases = [(f, _want(EvFormat.UDP, 0xC123)) for f in _kinds(0xC123, {})]
+    cases += [(f, _want(EvFormat.UDP, 0xC124))
+              for f in _kinds(0xC124, dict(src_ip="fd00:1::1", dst_ip="fd00::2"))]
+    # a nonzero flow label is STEV, to an address in an SRv6 locator too
+    cases += [(f, _want(EvFormat.STEV, stev))
+              for f in _kinds(sport, dict(src_ip="fd00:1::1", dst_ip="fd00:5256::",
+                                          flow_label=flow))]
+    # the flow label's top 4 bits are not EV bits
+    cases += [(f, _want(EvFormat.STEV, 0x0001_C000))
+              for f in _kinds(0xC000, dict(src_ip="fd00:1::1", dst_ip="fd00::2",
+                                           flow_label=0xF0001))]
+    return cases
+
+
+@needs_tshark
+def test_ev_of_each_format(tmp_path):
+    cases = _udp_and_stev_cases()
+    for peer in PEERS:
+        cases += [(frame, want) for frame, want, _ in _srv6_cases(peer)]
+    assert {w["mrc.ev.format"] for _, w in cases} == set(map(int, EvFormat))
+    _check_evs(cases, tmp_path / "ev.pcap", srv6_locators=LOCATORS)
+
+
+@needs_tshark
+def test_srv6_frames_without_the_locator_preference_are_udp_format(tmp_path):
+    cases = [(frame, _want(EvFormat.UDP, sport))
+             for peer in PEERS for frame, _, sport in _srv6_cases(peer)]
+    _check_evs(cases, tmp_path / "no_pref.pcap")
+    # a locator of the other domain only: the first domain's frames stay UDP format
+    first = [(frame, _want(EvFormat.UDP, sport))
+             for frame, _, sport in _srv6_cases("fd00:5256::")]
+    _check_evs(first, tmp_path / "other_pref.pcap", srv6_locators=LOCATORS[1:])
+
+
+@needs_tshark
+def test_a_preference_entry_that_is_no_locator_is_reported_and_left_out(tmp_path):
+    frame, _, sport = _srv6_cases("fd00:5256::")[0]
+    pcap = tmp_path / "bad_pref.pcap"
+    wrpcap(str(pcap), [Ether(frame)])
+    run = subprocess.run([TSHARK, "-X", f"lua_script:{LUA_PATH}", "-r", str(pcap),
+                          "-o", "mrc.srv6_locators:fd00:5256::/48, fd00:5256:::, 0x1fd005256",
+                          "-T", "fields", "-e", "mrc.ev.format", "-e", "mrc.ev"],
+                         check=True, capture_output=True, text=True)
+    for entry in ("fd00:5256::/48", "fd00:5256:::", "0x1fd005256"):
+        assert f"not an SRv6 locator: {entry}\n" in run.stderr, run.stderr
+    assert run.stdout.split() == [str(int(EvFormat.UDP)), f"0x{sport:016x}"]
 
 
 @needs_tshark
