@@ -25,6 +25,10 @@ from .protocol import (
     IP_PROTO_UDP,
     PSN_BITS,
     ROCE_UDP_PORT,
+    SRV6_LOCATOR_BITS,
+    SRV6_USID_BITS,
+    SRV6_USIDS,
+    EvFormat,
     Opcode,
 )
 
@@ -46,6 +50,8 @@ __all__ = [
     "ETHERTYPE_IPV6",
     "icrc_mask",
     "by_family",
+    "ev_fields",
+    "OFF_IPV6_DST",
     "IP_PROTO_UDP",
     "ROCE_UDP_PORT",
     "PATH_MTU",
@@ -254,6 +260,32 @@ def by_family(v6, v4_value, v6_value):
     """``v4_value`` in a block built without IPv6 (``v6`` None), else the
     value of the frame's family (``v6``, a 1-bit Value: 1 for IPv6)."""
     return v4_value if v6 is None else Mux(v6, v6_value, v4_value)
+
+
+OFF_IPV6_DST = OFF_IPV6 + IPV6.offset_of("dst")  # 38
+
+
+def ev_fields(ev, ev_format, ev_width, peer=None):
+    """Where an EV rides (``hw.protocol.EvFormat``), in gateware: the frame's
+    (UDP source port, IPv6 flow label, destination address) from the EV entry's
+    ``ev_width`` bits ``ev``, the QP's ``ev_format`` and its peer's 128-bit
+    address ``peer``. The gateware of ``stev_fields``, ``srv6_sport`` and
+    ``srv6_carrier``; a format wider than ``ev_width`` is sent as UDP's. The
+    address is the SRv6 carrier or ``peer`` (None without SRv6)."""
+    if ev_width <= 16:
+        return ev[:16], Const(0, 16), peer
+    sport, flow = ev[:16], Mux(ev_format == EvFormat.STEV, ev[16:32], 0)
+    if ev_width < SRV6_USIDS * SRV6_USID_BITS:
+        return sport, flow, peer
+    srv6 = ev_format == EvFormat.SRV6
+    fold = ev[0:16] ^ ev[16:32] ^ ev[32:48] ^ ev[48:64]
+    sport = Mux(srv6, Cat(fold[:14], Const(0b11, 2)), sport)
+    carrier = None
+    if peer is not None:
+        low = 128 - SRV6_LOCATOR_BITS - SRV6_USIDS * SRV6_USID_BITS
+        carrier = Mux(srv6, Cat(Const(0, low), ev[: SRV6_USIDS * SRV6_USID_BITS],
+                                peer[128 - SRV6_LOCATOR_BITS :]), peer)
+    return sport, flow, carrier
 
 
 def icrc_mask(ipv6: bool) -> dict[int, int]:

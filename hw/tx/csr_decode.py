@@ -10,7 +10,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..bits import one_hot_select
 from ..csr import CSRBusSignature, RegisteredWrites, block_decode
-from ..protocol import PLANE_BITS, PSN_BITS
+from ..protocol import PLANE_BITS, PSN_BITS, EvFormat, ev_formats, ev_hi_words
 from .qp_settings import QpWriteSignature, cfg_lanes, settings_lane
 from .regs import (
     CTRL_FLUSH_BIT,
@@ -76,9 +76,10 @@ class TxCsrDecode(wiring.Component):
     """
 
     def __init__(self, *, num_qps, evs_per_qp, csr_addr_width, max_mtu, data_width,
-                 inflight_depth, addr_width, flop_rows, wimm_count_width, ipv6=False):
+                 inflight_depth, addr_width, flop_rows, wimm_count_width, ipv6=False,
+                 ev_width=16):
         self.num_qps, self.evs_per_qp = num_qps, evs_per_qp
-        self.ipv6 = ipv6
+        self.ipv6, self.ev_width = ipv6, ev_width
         self.lanes = cfg_lanes(ipv6)
         self.max_mtu, self.data_width = max_mtu, data_width
         self.inflight_depth, self.addr_width = inflight_depth, addr_width
@@ -97,10 +98,10 @@ class TxCsrDecode(wiring.Component):
             **({"src_ip6": Out(128)} if ipv6 else {}),
             "ev_sel": Out(qb + eb),
             "ev_we": Out(1),
-            "ev_value": Out(16),
+            "ev_value": Out(ev_width),
             "ev_state": Out(2),
             "ev_plane": Out(PLANE_BITS),
-            "ev_r_value": In(16),
+            "ev_r_value": In(ev_width),
             "ev_r_state": In(2),
             "ev_r_plane": In(PLANE_BITS),
             # read values
@@ -141,7 +142,7 @@ class TxCsrDecode(wiring.Component):
         reg = csr.addr[: QP_STRIDE.bit_length() - 1]
         m.d.comb += [
             self.qsel.eq(qsel),
-            self.ev_value.eq(csr.w_data[:16]),  # taken with ev_we
+            self.ev_value[:16].eq(csr.w_data[:16]),  # taken with ev_we
             self.ev_state.eq(csr.w_data[16:18]),
             self.ev_plane.eq(csr.w_data[EV_PLANE_LSB : EV_PLANE_LSB + PLANE_BITS]),
         ]
@@ -227,10 +228,12 @@ class TxCsrDecode(wiring.Component):
         src_ip6 = Signal(128)
         ev_select = Signal(qb + eb)
         ip6_words = [(f"ip6_{i}", G.SRC_IP6 + 4 * i) for i in range(4 if self.ipv6 else 0)]
+        hi_words = [(f"ev_hi_{i}", G.EV_VALUE_HI + 4 * i)
+                    for i in range(ev_hi_words(self.ev_width))]
         gw = RegisteredWrites(m, csr, {
             key: (csr.addr == offset, None) for key, offset in (
                 ("mac_lo", G.SRC_MAC_LO), ("mac_hi", G.SRC_MAC_HI), ("ip", G.SRC_IP),
-                ("ev_select", G.EV_SELECT), *ip6_words)}, name="gw")
+                ("ev_select", G.EV_SELECT), *ip6_words, *hi_words)}, name="gw")
         m.d.comb += self.ev_we.eq(csr.w_stb & (csr.addr == G.EV_ENTRY))
         with m.If(gw.stb["mac_lo"]):
             m.d.sync += src_mac[:32].eq(gw.data)
@@ -243,13 +246,25 @@ class TxCsrDecode(wiring.Component):
         for i, (key, _) in enumerate(ip6_words):
             with m.If(gw.stb[key]):
                 m.d.sync += src_ip6[32 * i : 32 * (i + 1)].eq(gw.data)
+        if hi_words:
+            # an EV's bits above 15, staged for the next EV_ENTRY write, which
+            # takes them and clears them (a 16-bit writer stores zeros there)
+            ev_hi = Signal(self.ev_width - 16)
+            m.d.comb += self.ev_value[16:].eq(ev_hi)
+            with m.If(self.ev_we):
+                m.d.sync += ev_hi.eq(0)
+            for i, (key, _) in enumerate(hi_words):
+                with m.If(gw.stb[key]):
+                    m.d.sync += ev_hi[32 * i : 32 * (i + 1)].eq(gw.data)
         m.d.comb += [self.src_mac.eq(src_mac), self.src_ip.eq(src_ip), self.ev_sel.eq(ev_select)]
         if self.ipv6:
             m.d.comb += self.src_ip6.eq(src_ip6)
 
         # ---- reads
         ev_entry = Signal(EV_PLANE_LSB + PLANE_BITS)
-        m.d.sync += ev_entry.eq(Cat(self.ev_r_value, self.ev_r_state,
+        r_ev_hi = Signal(max(1, self.ev_width - 16))
+        m.d.sync += r_ev_hi.eq(self.ev_r_value[16:])
+        m.d.sync += ev_entry.eq(Cat(self.ev_r_value[:16], self.ev_r_state,
                                     Const(0, EV_PLANE_LSB - 18), self.ev_r_plane))
         r_q = Signal(qb)
         r_status = Signal(32)
@@ -290,7 +305,9 @@ class TxCsrDecode(wiring.Component):
             (in_qp & (reg == Q.WIMM_OUTSTANDING), self.wimm_count),
         ]
         db = self.inflight_depth.bit_length() - 1
-        caps = (self.data_width // 8) | (max_mtu_log2 << 8) | (db << 12) | (self.ipv6 << 16)
+        formats = ev_formats(self.ev_width)
+        caps = ((self.data_width // 8) | (max_mtu_log2 << 8) | (db << 12) | (self.ipv6 << 16)
+                | ((EvFormat.STEV in formats) << 17) | ((EvFormat.SRV6 in formats) << 18))
         reads += [
             (csr.addr == off, value)
             for off, value in (
@@ -307,6 +324,7 @@ class TxCsrDecode(wiring.Component):
                 (G.RETX_IGNORED, self.retx_ignored),
                 (G.RETX_NO_EV, self.retx_no_ev),
                 *[(off, src_ip6[32 * i : 32 * (i + 1)]) for i, (_, off) in enumerate(ip6_words)],
+                *[(off, r_ev_hi[32 * i : 32 * (i + 1)]) for i, (_, off) in enumerate(hi_words)],
             )
         ]
         r_sel = Signal(len(reads))

@@ -1,15 +1,17 @@
 """TxEngine: the TX path of the MRC NIC, from doorbells to MAC frames."""
 
-from amaranth.hdl import Module, Signal, Value
+from amaranth.hdl import Cat, Module, Signal, Value
 from amaranth.lib import stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from ..axi import AXI4Signature, check_dma_addr_width
 from ..csr import CSRBusSignature
+from ..headers import ev_fields
 from ..pipeline import BlockRamFIFO, StreamRegister, forward_register
-from ..protocol import MAX_PLANES, PLANE_BITS
+from ..protocol import MAX_PLANES, PLANE_BITS, EvFormat, check_ev_width
 from ..stream import AXIStreamSignature, Beat, check_data_width
+from .carrier import CarrierWriter
 from .dma import PayloadReader, ReadArbiter, Realigner
 from .ev import EvTable
 from .framer import Framer
@@ -225,8 +227,10 @@ class TxEngine(wiring.Component):
         num_planes: int = 1,
         max_span: int | None = None,
         ipv6: bool = False,
+        ev_width: int = 16,
     ):
         try:
+            check_ev_width(ev_width, ipv6)
             check_data_width(data_width)
             check_dma_addr_width(addr_width)
             if not isinstance(num_qps, int) or num_qps < 1:
@@ -268,7 +272,9 @@ class TxEngine(wiring.Component):
         self.num_planes = num_planes
         self.max_span = max_span
         self.ipv6 = bool(ipv6)
-        self.register_map = tx_register_map(num_qps, evs_per_qp, self.ipv6)
+        self.ev_width = ev_width
+        self.srv6 = ev_width >= 64
+        self.register_map = tx_register_map(num_qps, evs_per_qp, self.ipv6, ev_width)
         super().__init__(
             {
                 "csr": In(CSRBusSignature(csr_addr_width)),
@@ -299,8 +305,10 @@ class TxEngine(wiring.Component):
             addr_width=self.addr_width,
             max_span=self.max_span,
             ipv6=self.ipv6,
+            ev_width=self.ev_width,
         )
-        m.submodules.ev_table = evt = EvTable(self.num_qps, self.evs_per_qp, self.num_planes)
+        m.submodules.ev_table = evt = EvTable(self.num_qps, self.evs_per_qp, self.num_planes,
+                                              self.ev_width)
         if self.num_planes > 1:
             m.d.comb += evt.link_up.eq(self.link_up)
         m.submodules.wimm = wimm = WimmBound(self.num_qps, self.inflight_depth)
@@ -321,12 +329,13 @@ class TxEngine(wiring.Component):
         # the framer's ready into the data enable was 3 LUT levels with it
         # (the skid's output register), 2 without.
         m.submodules.payload_fifo = pay_fifo = StreamFifo(Beat(w), max(16, self.max_mtu * 8 // w))
-        m.submodules.hdr_desc_fifo = hdr_fifo = StreamFifo(PacketDesc(self.ipv6), DESC_FIFO_DEPTH,
+        m.submodules.hdr_desc_fifo = hdr_fifo = StreamFifo(PacketDesc(self.ipv6, self.ev_width),
+                                                             DESC_FIFO_DEPTH,
                                                            out_stages=2)
         m.submodules.pay_desc_fifo = pd_fifo = StreamFifo(PayloadDesc(self.addr_width),
                                                           PAY_DESC_FIFO_DEPTH)
         m.submodules.sent_fifo = sent_fifo = StreamFifo(SentRecord, SENT_FIFO_DEPTH)
-        m.submodules.header_builder = hb = HeaderBuilder(self.ipv6)
+        m.submodules.header_builder = hb = HeaderBuilder(self.ipv6, self.ev_width)
         m.submodules.framer = framer = Framer(w, self.ipv6)
         m.submodules.icrc = icrc = IcrcInserter(w, self.ipv6)
         m.submodules.out_reg = out_reg = StreamRegister(Beat(w))
@@ -361,11 +370,15 @@ class TxEngine(wiring.Component):
         wiring.connect(m, realign.o, realign_reg.i)
         wiring.connect(m, realign_reg.o, pay_fifo.i)
 
+        tags = []  # (FIFO, its entry for a descriptor taken): see _frame_tags
         if self.num_planes > 1:
-            self._plane_tags(m, seq, hdr_fifo)
+            tags.append(self._plane_tags(m, seq))
         else:
-            wiring.connect(m, seq.hdr_desc, hdr_fifo.i)
             m.d.comb += self.m_axis.tuser.eq(0)
+        if self.srv6:
+            m.submodules.carrier = carrier = CarrierWriter(w)
+            tags.append(self._carrier_tags(m, seq, carrier, icrc))
+        self._frame_tags(m, seq, hdr_fifo, tags)
         wiring.connect(m, hdr_fifo.o, hb.desc)
         m.d.comb += [hb.src_mac.eq(seq.src_mac), hb.src_ip.eq(seq.src_ip)]
         if self.ipv6:
@@ -373,8 +386,11 @@ class TxEngine(wiring.Component):
         wiring.connect(m, hb.hdr, framer.hdr)
         wiring.connect(m, pay_fifo.o, framer.payload)
         wiring.connect(m, framer.o, icrc.i)
-
-        wiring.connect(m, icrc.o, out_reg.i)
+        if self.srv6:
+            wiring.connect(m, icrc.o, carrier.i)
+            wiring.connect(m, carrier.o, out_reg.i)
+        else:
+            wiring.connect(m, icrc.o, out_reg.i)
         axis = self.m_axis
         m.d.comb += [
             axis.tdata.eq(out_reg.o.payload.data),
@@ -385,21 +401,46 @@ class TxEngine(wiring.Component):
         ]
         return m
 
-    def _plane_tags(self, m, seq, hdr_fifo):
-        """``m_axis.tuser`` = each frame's plane, on every beat: a FIFO of the
-        planes of the descriptors the sequencer emits, popped as each frame's
-        last beat leaves; frames leave in descriptor order. It holds
-        ``max_picked_ahead`` + 2 planes, more than can be between the two
+    def _frame_tags(self, m, seq, hdr_fifo, tags):
+        """Per-frame tags: each FIFO of ``tags`` takes its entry for every
+        descriptor the sequencer emits, and its reader pops it as the frame's
+        last beat passes; frames pass in descriptor order. A FIFO holds
+        ``max_picked_ahead`` + 2 entries, more than can be between the two
         (descriptors picked ahead of the wire), and stops the sequencer if full."""
+        room = Value.cast(1)
+        for fifo, _ in tags:
+            room = room & fifo.w_rdy
+        for fifo, entry in tags:
+            m.d.comb += [fifo.w_data.eq(entry),
+                         fifo.w_en.eq(seq.hdr_desc.valid & seq.hdr_desc.ready)]
+        m.d.comb += [
+            hdr_fifo.i.payload.eq(seq.hdr_desc.payload),
+            hdr_fifo.i.valid.eq(seq.hdr_desc.valid & room),
+            seq.hdr_desc.ready.eq(hdr_fifo.i.ready & room),
+        ]
+
+    def _plane_tags(self, m, seq):
+        """``m_axis.tuser`` = each frame's plane, on every beat (``_frame_tags``)."""
         m.submodules.plane_fifo = planes = SyncFIFO(
             width=PLANE_BITS, depth=self.max_picked_ahead + 2)
         axis = self.m_axis
         m.d.comb += [
-            planes.w_data.eq(seq.hdr_plane),
-            planes.w_en.eq(seq.hdr_desc.valid & seq.hdr_desc.ready),
-            hdr_fifo.i.payload.eq(seq.hdr_desc.payload),
-            hdr_fifo.i.valid.eq(seq.hdr_desc.valid & planes.w_rdy),
-            seq.hdr_desc.ready.eq(hdr_fifo.i.ready & planes.w_rdy),
             axis.tuser.eq(planes.r_data),
             planes.r_en.eq(axis.tvalid & axis.tready & axis.tlast),
         ]
+        return planes, seq.hdr_plane
+
+    def _carrier_tags(self, m, seq, carrier, icrc):
+        """Each SRv6 frame's carrier (``hw.headers.ev_fields``), for the
+        ``CarrierWriter`` between the ICRC and ``out_reg`` (``_frame_tags``)."""
+        d = seq.hdr_desc.payload
+        _, _, address = ev_fields(d.ev, d.ev_format, self.ev_width, d.dst_ip)
+        srv6 = d.v6 & (d.ev_format == EvFormat.SRV6)
+        m.submodules.carrier_fifo = fifo = SyncFIFO(width=1 + 128,
+                                                    depth=self.max_picked_ahead + 2)
+        m.d.comb += [
+            carrier.srv6.eq(fifo.r_data[0]),
+            carrier.address.eq(fifo.r_data[1:]),
+            fifo.r_en.eq(icrc.o.valid & icrc.o.ready & icrc.o.payload.last),
+        ]
+        return fifo, Cat(srv6, address)

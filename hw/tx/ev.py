@@ -15,24 +15,24 @@ __all__ = ["EvTable", "EvBusSignature", "default_ev_value", "default_ev_plane"]
 class EvBusSignature(wiring.Signature):
     """The EV table's port to the sequencer, drawn from the sequencer's side."""
 
-    def __init__(self, num_qps: int, evs_per_qp: int):
-        self.num_qps, self.evs_per_qp = num_qps, evs_per_qp
+    def __init__(self, num_qps: int, evs_per_qp: int, ev_width: int = 16):
+        self.num_qps, self.evs_per_qp, self.ev_width = num_qps, evs_per_qp, ev_width
         qp_bits = max(1, (num_qps - 1).bit_length())
         ev_bits = max(1, (evs_per_qp - 1).bit_length())
         super().__init__(
             {
                 "csr_sel": Out(qp_bits + ev_bits),
                 "csr_we": Out(1),
-                "csr_value": Out(16),
+                "csr_value": Out(ev_width),
                 "csr_state": Out(2),
                 "csr_plane": Out(PLANE_BITS),
-                "csr_r_value": In(16),
+                "csr_r_value": In(ev_width),
                 "csr_r_state": In(2),
                 "csr_r_plane": In(PLANE_BITS),
                 "good_qp": Out(qp_bits),
                 "good": In(evs_per_qp),
                 "val_sel": Out(qp_bits + ev_bits),
-                "value": In(16),
+                "value": In(ev_width),
                 "plane": In(PLANE_BITS),
                 "became_good": In(1),
                 "became_good_qp": In(qp_bits),
@@ -42,10 +42,9 @@ class EvBusSignature(wiring.Signature):
         )
 
     def __eq__(self, other):
-        return isinstance(other, EvBusSignature) and (self.num_qps, self.evs_per_qp) == (
-            other.num_qps,
-            other.evs_per_qp,
-        )
+        return isinstance(other, EvBusSignature) and (
+            (self.num_qps, self.evs_per_qp, self.ev_width)
+            == (other.num_qps, other.evs_per_qp, other.ev_width))
 
 
 def default_ev_value(index: int) -> int:
@@ -65,9 +64,9 @@ class EvTable(wiring.Component):
     """EV values and states of every QP, and each QP's GOOD bitmap.
 
     Entries are addressed flat as ``Cat(ev_index, qp)``. Storage: values
-    (16 bits) and states (2 bits) per entry, and one row of ``evs_per_qp``
-    GOOD bits per QP, all block or distributed RAM, so 256 QPs x 256 EVs
-    fits in BRAM.
+    (``ev_width`` bits, ``hw.protocol.EV_WIDTHS``) and states (2 bits) per
+    entry, and one row of ``evs_per_qp`` GOOD bits per QP, all block or
+    distributed RAM, so 256 QPs x 256 EVs fits in BRAM.
 
     With ``num_planes`` above 1 each entry also holds its plane (the MAC port
     its packets leave on, ``PLANE_BITS`` bits, all of them stored: a plane the
@@ -110,15 +109,17 @@ class EvTable(wiring.Component):
     proves this timing against a reference model).
     """
 
-    def __init__(self, num_qps: int = 16, evs_per_qp: int = 16, num_planes: int = 1):
+    def __init__(self, num_qps: int = 16, evs_per_qp: int = 16, num_planes: int = 1,
+                 ev_width: int = 16):
         if not isinstance(num_planes, int) or not 1 <= num_planes <= MAX_PLANES:
             self._MustUse__silence = True  # never elaborated: no "never used" warning
             raise ValueError(f"num_planes must be in 1..{MAX_PLANES}, not {num_planes!r}")
         self.num_qps, self.evs_per_qp, self.num_planes = num_qps, evs_per_qp, num_planes
+        self.ev_width = ev_width
         self.qp_bits = max(1, (num_qps - 1).bit_length())
         self.ev_bits = max(1, (evs_per_qp - 1).bit_length())
         members = {
-            "bus": In(EvBusSignature(num_qps, evs_per_qp)),
+            "bus": In(EvBusSignature(num_qps, evs_per_qp, ev_width)),
             "update": In(stream.Signature(EvUpdate)),
         }
         if num_planes > 1:
@@ -130,7 +131,7 @@ class EvTable(wiring.Component):
         nq, ne = self.num_qps, self.evs_per_qp
         depth = nq << self.ev_bits
         values = [default_ev_value(i & ((1 << self.ev_bits) - 1)) & 0xFFFF for i in range(depth)]
-        m.submodules.values = values_mem = Memory(shape=16, depth=depth, init=values)
+        m.submodules.values = values_mem = Memory(shape=self.ev_width, depth=depth, init=values)
         m.submodules.states = states_mem = Memory(shape=2, depth=depth, init=[])
         planes = self.num_planes > 1
         if planes:

@@ -17,8 +17,9 @@ from ..headers import (
     ROCE_UDP_PORT,
     UDP,
     Opcode,
+    ev_fields,
 )
-from ..protocol import ECN_ECT0, IP_FLAGS_DF, IP_TTL, PKEY_DEFAULT
+from ..protocol import ECN_ECT0, IP_FLAGS_DF, IP_TTL, PKEY_DEFAULT, EvFormat
 from .layouts import FrameHeader, PacketDesc
 
 __all__ = ["HeaderBuilder"]
@@ -41,11 +42,15 @@ class HeaderBuilder(wiring.Component):
     the payload length and pad count). ``src_mac``/``src_ip`` are the NIC's
     own addresses. With ``ipv6`` (a build parameter), a descriptor with
     ``v6`` set gets an IPv6 header (``src_ip6`` the NIC's IPv6 address,
-    ``dst_ip`` the peer's; traffic class DSCP and ECT(0), flow label 0, hop
+    ``dst_ip`` the peer's; traffic class DSCP and ECT(0), flow label 0 but for STEV, hop
     limit 64), 20 bytes longer (``header_lengths``), and ``hdr.v6`` set; the
-    others get the IPv4 header as without ``ipv6``. The IPv4 checksum (eight
-    16-bit terms) is computed here,
-    so the framer only moves bytes. The descriptor is taken when its header
+    others get the IPv4 header as without ``ipv6``. With ``ev_width`` above
+    16 the descriptor's ``ev_format`` places its EV (``hw.headers.ev_fields``):
+    STEV's high bits in the flow label, SRv6's source port; the destination
+    address here is the peer's even for SRv6, whose carrier TX writes after
+    the ICRC (``CarrierWriter``): the ICRC covers the address the peer sees.
+    The IPv4 checksum (eight 16-bit terms) is computed here, so the framer
+    only moves bytes. The descriptor is taken when its header
     is loaded into the output register, which must be empty then (the
     framer takes a header as soon as it is free: its ``hdr.ready`` is a
     flip-flop); the lengths and the checksum come from it through
@@ -56,11 +61,11 @@ class HeaderBuilder(wiring.Component):
     512), refilling while the framer streams the previous packet.
     """
 
-    def __init__(self, ipv6: bool = False):
-        self.ipv6 = ipv6
+    def __init__(self, ipv6: bool = False, ev_width: int = 16):
+        self.ipv6, self.ev_width = ipv6, ev_width
         super().__init__(
             {
-                "desc": In(stream.Signature(PacketDesc(ipv6))),
+                "desc": In(stream.Signature(PacketDesc(ipv6, ev_width))),
                 "hdr": Out(stream.Signature(FrameHeader(ipv6))),
                 "src_mac": In(48),
                 "src_ip": In(32),
@@ -138,7 +143,10 @@ class HeaderBuilder(wiring.Component):
                 "dst": d.dst_ip[:32],
             }
         )
-        udp = UDP.pack({"sport": d.ev, "dport": ROCE_UDP_PORT, "length": udp_len, "checksum": 0})
+        # an IPv4 frame's EV is UDP's whatever the QP's format
+        fmt = Mux(d.v6, d.ev_format, EvFormat.UDP) if self.ev_width > 16 else None
+        sport, flow_label, _ = ev_fields(d.ev, fmt, self.ev_width)
+        udp = UDP.pack({"sport": sport, "dport": ROCE_UDP_PORT, "length": udp_len, "checksum": 0})
         bth = BTH.pack(
             {
                 "opcode": d.opcode,
@@ -157,8 +165,9 @@ class HeaderBuilder(wiring.Component):
             # the UDP length is the IPv6 payload length; no IP checksum
             eth6 = ETH.pack({"dst": d.dst_mac, "src": self.src_mac,
                              "ethertype": ETHERTYPE_IPV6})
-            ip6 = IPV6.pack({"version": 6, "dscp": d.dscp, "ecn": ECN_ECT0, "flow_label": 0,
-                             "payload_len": udp_len, "next_header": IP_PROTO_UDP,
+            ip6 = IPV6.pack({"version": 6, "dscp": d.dscp, "ecn": ECN_ECT0,
+                             "flow_label": flow_label, "payload_len": udp_len,
+                             "next_header": IP_PROTO_UDP,
                              "hop_limit": IP_TTL, "src": self.src_ip6, "dst": d.dst_ip})
             header = Mux(d.v6, Cat(eth6, ip6, udp, bth, reth, immdt), header)
 

@@ -77,11 +77,15 @@ def PrefetchedWqe():
     return data.StructLayout({name: unsigned(8 * size) for name, _, size in WQE_KEPT_FIELDS})
 
 
-def PacketDesc(ipv6: bool = False):
+def PacketDesc(ipv6: bool = False, ev_width: int = 16):
     """One packet to put on the wire, from the sequencer to the header path.
     With ``ipv6``, ``dst_ip`` is the peer's 128-bit IPv6 address when ``v6``
-    is set, else an IPv4 address in its low 32 bits."""
+    is set, else an IPv4 address in its low 32 bits. ``ev`` is the EV entry's
+    ``ev_width`` bits; above 16, ``ev_format`` (``EvFormat``) says where they
+    ride."""
     v6 = {"dst_ip": unsigned(128), "v6": unsigned(1)} if ipv6 else {}
+    if ev_width > 16:
+        v6["ev_format"] = unsigned(2)
     return data.StructLayout(
         {
             "opcode": unsigned(8),
@@ -94,7 +98,7 @@ def PacketDesc(ipv6: bool = False):
             "dma_len": unsigned(32),
             "imm": unsigned(32),
             "length": unsigned(13),
-            "ev": unsigned(16),
+            "ev": unsigned(ev_width),
             "dst_mac": unsigned(48),
             "dst_ip": unsigned(32),
             "dscp": unsigned(6),

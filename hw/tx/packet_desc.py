@@ -22,9 +22,10 @@ class PacketDescriptors(wiring.Component):
     packet's byte offset in it), ``first``/``last`` (its first and last
     packet), ``length``, ``psn``, ``retx`` (a retransmission: ACK requested),
     ``settings`` (the QP's settings row, ``cfg_lanes(ipv6)`` order) and
-    ``ev_value`` (the EV's UDP source port) in; ``hdr`` and ``pay`` out. With
-    ``ipv6``, ``hdr.dst_ip`` is the row's 128-bit address and ``hdr.v6`` its
-    ``qp_ip6`` flag.
+    ``ev_value`` (the EV entry's ``ev_width`` bits) in; ``hdr`` and ``pay``
+    out. With ``ipv6``, ``hdr.dst_ip`` is the row's 128-bit address and
+    ``hdr.v6`` its ``qp_ip6`` flag; with ``ev_width`` above 16, ``hdr.ev_format``
+    is ``qp_ip6``'s EV format.
 
     The opcode is WRITE_FIRST, _MIDDLE, _LAST or _ONLY (the last two _IMM
     for a WITH_IMMEDIATE WQE, which also sets SE on its last packet); ACK
@@ -38,9 +39,9 @@ class PacketDescriptors(wiring.Component):
     every other field 0 (combinational). Throughput: one packet per cycle.
     """
 
-    def __init__(self, addr_width=64, ipv6=False):
+    def __init__(self, addr_width=64, ipv6=False, ev_width=16):
         self.addr_width = addr_width
-        self.ipv6 = ipv6
+        self.ipv6, self.ev_width = ipv6, ev_width
         super().__init__({
             "wqe": In(WqeState(addr_width)),
             "offset": In(32),
@@ -50,8 +51,8 @@ class PacketDescriptors(wiring.Component):
             "psn": In(PSN_BITS),
             "retx": In(1),
             "settings": In(32 * len(cfg_lanes(ipv6))),
-            "ev_value": In(16),
-            "hdr": Out(PacketDesc(ipv6)),
+            "ev_value": In(ev_width),
+            "hdr": Out(PacketDesc(ipv6, ev_width)),
             "pay": Out(PayloadDesc(addr_width)),
         })
 
@@ -95,6 +96,8 @@ class PacketDescriptors(wiring.Component):
             m.d.comb += [
                 h.dst_ip.eq(Cat(settings_lane(cfg, "dst_ip"), settings_lane(cfg, "dst_ip6_1"),
                                 settings_lane(cfg, "dst_ip6_2"), settings_lane(cfg, "dst_ip6_3"))),
-                h.v6.eq(settings_lane(cfg, "ip6")),
+                h.v6.eq(settings_lane(cfg, "ip6")[0]),
             ]
+        if self.ev_width > 16:
+            m.d.comb += h.ev_format.eq(settings_lane(cfg, "ip6")[1:3])
         return m

@@ -38,7 +38,7 @@ CFG_LANES_IP6 = [
     ("dst_ip6_1", Q.DST_IP6_1, 32),
     ("dst_ip6_2", Q.DST_IP6_2, 32),
     ("dst_ip6_3", Q.DST_IP6_3, 32),
-    ("ip6", Q.IP6, 1),
+    ("ip6", Q.IP6, 3),  # bit 0 the family, bits 2..1 the EV format
 ]
 lane_index = {name: i for i, (name, _, _) in enumerate(CFG_LANES + CFG_LANES_IP6)}
 

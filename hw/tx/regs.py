@@ -2,7 +2,7 @@
 logic, the host driver and docs/tx.md."""
 
 from ..csr import RegisterMap
-from ..protocol import PLANE_BITS
+from ..protocol import PLANE_BITS, EvFormat, ev_hi_words
 
 __all__ = ["TX_TYPE_ID", "TX_VERSION", "QP_BASE", "QP_STRIDE", "tx_register_map", "G", "Q",
            "CTRL_ENABLE_BIT", "CTRL_RESET_BIT", "CTRL_FLUSH_BIT", "PEER_ADDRESS_REGS"]
@@ -32,6 +32,7 @@ class G:
     SRC_IP = 0x028
     EV_SELECT = 0x030
     EV_ENTRY = 0x034
+    EV_VALUE_HI = 0x038  # with ev_width above 16: ev_hi_words words
     RETX_IGNORED = 0x040
     RETX_NO_EV = 0x044
     SRC_IP6 = 0x050  # with ipv6: 4 words, the lowest address bits first
@@ -74,7 +75,8 @@ class Q:
     IP6 = 0x60
 
 
-def tx_register_map(num_qps: int = 16, evs_per_qp: int = 16, ipv6: bool = False) -> RegisterMap:
+def tx_register_map(num_qps: int = 16, evs_per_qp: int = 16, ipv6: bool = False,
+                    ev_width: int = 16) -> RegisterMap:
     rm = RegisterMap(
         "tx",
         TX_TYPE_ID,
@@ -106,6 +108,8 @@ def tx_register_map(num_qps: int = 16, evs_per_qp: int = 16, ipv6: bool = False)
             ("max_mtu_log2", 8, 4, "log2 of the largest MTU"),
             ("inflight_log2", 12, 4, "log2 of the in-flight table entries per QP"),
             ("ipv6", 16, 1, "1: built with IPv6 (src_ip6, qp_dst_ip6_*, qp_ip6)"),
+            ("stev", 17, 1, "1: EV entries hold STEV's 32 bits (ev_value_hi)"),
+            ("srv6", 18, 1, "1: EV entries hold SRv6's 64 bits (ev_value_hi)"),
         ],
     )
     rm.add(
@@ -142,7 +146,7 @@ def tx_register_map(num_qps: int = 16, evs_per_qp: int = 16, ipv6: bool = False)
         "RW",
         "the selected EV entry; a write sets value and state (GOOD bitmap 3 cycles later)",
         fields=[
-            ("value", 0, 16, "EV: the UDP source port"),
+            ("value", 0, 16, "EV bits 15..0 (the UDP format's: the UDP source port)"),
             ("state", 16, 2, "0 GOOD, 1 ASSUMED_BAD, 2 DENIED"),
             ("plane", EV_PLANE_LSB, PLANE_BITS,
              "the plane (MAC port) the EV's packets leave on, 0..num_planes-1; reads 0 "
@@ -150,6 +154,12 @@ def tx_register_map(num_qps: int = 16, evs_per_qp: int = 16, ipv6: bool = False)
              "and counted (plane_drops)"),
         ],
     )
+    if ev_width > 16:
+        rm.add("ev_value_hi", G.EV_VALUE_HI, "RW",
+               "(ev_width above 16) EV bits above 15 (word i: bits 32i+47..32i+16): a write "
+               "stages them for the "
+               "next ev_entry write, which stores them with its value and clears them; a read "
+               "gives the ev_select entry's", count=ev_hi_words(ev_width), stride=4)
     rm.add(
         "retx_ignored",
         G.RETX_IGNORED,
@@ -206,7 +216,10 @@ def tx_register_map(num_qps: int = 16, evs_per_qp: int = 16, ipv6: bool = False)
             qp(f"qp_dst_ip6_{i}", off, "RW",
                f"(ipv6 builds) the peer's IPv6 address, bits {32 * i + 31}..{32 * i}")
         qp("qp_ip6", Q.IP6, "RW", "(ipv6 builds) the peer's address family",
-           fields=[("v6", 0, 1, "1: frames go over IPv6 to qp_dst_ip6_3..1 and qp_dst_ip")])
+           fields=[("v6", 0, 1, "1: frames go over IPv6 to qp_dst_ip6_3..1 and qp_dst_ip"),
+                   ("ev_format", 1, 2, "where the EVs ride (with v6; caps.stev, caps.srv6): "
+                    + ", ".join(f"{f.value} {f.name}" for f in EvFormat)
+                    + "; a format the build lacks sends as UDP")])
     qp("qp_dscp", Q.DSCP, "RW", "IPv4 DSCP (6 bits); ECN is always ECT(0)")
     qp(
         "qp_sq_base_lo",

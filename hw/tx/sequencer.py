@@ -139,9 +139,10 @@ class Sequencer(wiring.Component):
         addr_width=64,
         max_span=None,
         ipv6=False,
+        ev_width=16,
     ):
         self.max_span = max_span
-        self.ipv6 = ipv6
+        self.ipv6, self.ev_width = ipv6, ev_width
         self.data_width = data_width
         self.addr_width = addr_width
         self.num_qps = num_qps
@@ -155,10 +156,10 @@ class Sequencer(wiring.Component):
                 "csr": In(CSRBusSignature(csr_addr_width)),
                 "wqe_req": Out(stream.Signature(ReadRequest(addr_width))),
                 "wqe_data": In(stream.Signature(ReadData(data_width))),
-                "ev": Out(EvBusSignature(num_qps, evs_per_qp)),
+                "ev": Out(EvBusSignature(num_qps, evs_per_qp, ev_width)),
                 "retx": In(stream.Signature(RetxRequest)),
                 "ack_update": In(stream.Signature(AckUpdate)),
-                "hdr_desc": Out(stream.Signature(PacketDesc(ipv6))),
+                "hdr_desc": Out(stream.Signature(PacketDesc(ipv6, ev_width))),
                 "pay_desc": Out(stream.Signature(PayloadDesc(addr_width))),
                 "sent": Out(stream.Signature(SentRecord)),
                 "src_mac": Out(48),
@@ -335,7 +336,8 @@ class Sequencer(wiring.Component):
             share.a_req.payload.len.eq(wqe_beats - 1),
         ]
         # the packet's header and payload descriptors
-        m.submodules.packet_desc = desc = PacketDescriptors(self.addr_width, self.ipv6)
+        m.submodules.packet_desc = desc = PacketDescriptors(self.addr_width, self.ipv6,
+                                                            self.ev_width)
         packet = dict(wqe=cur, offset=offset, first=seg_first, last=seg_last, length=seg_len,
                       psn=seg_psn, retx=retx_mode, settings=cfg, ev_value=self.ev.value)
         m.d.comb += [getattr(desc, name).eq(value) for name, value in packet.items()]
@@ -505,7 +507,7 @@ class Sequencer(wiring.Component):
             num_qps=nq, evs_per_qp=ne, csr_addr_width=len(self.csr.addr), max_mtu=self.max_mtu,
             data_width=self.data_width, inflight_depth=depth, addr_width=self.addr_width,
             flop_rows=settings.flop_rows, wimm_count_width=wimm_widths(depth)[1],
-            ipv6=self.ipv6)
+            ipv6=self.ipv6, ev_width=self.ev_width)
         wiring.connect(m, wiring.flipped(self.csr), dec.csr)
         wiring.connect(m, dec.qp_w, settings.w)
         m.d.comb += [

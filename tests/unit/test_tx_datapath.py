@@ -11,8 +11,10 @@ from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 from host_driver import layers as L
+from hw.protocol import EvFormat, srv6_carrier, srv6_sport, stev_fields
 from hw.stream import Beat
 from hw.tx.arbiter import round_robin
+from hw.tx.carrier import CarrierWriter
 from hw.tx.dma import Realigner
 from hw.tx.framer import Framer
 from hw.tx.header_builder import HeaderBuilder
@@ -28,9 +30,10 @@ class Datapath(wiring.Component):
     def __init__(self, w, ipv6=False):
         self.w = w
         self.ipv6 = ipv6
+        self.ev_width = 64 if ipv6 else 16  # every EV format over IPv6
         super().__init__(
             {
-                "desc": In(stream.Signature(PacketDesc(ipv6))),
+                "desc": In(stream.Signature(PacketDesc(ipv6, self.ev_width))),
                 "payload": In(stream.Signature(Beat(w))),
                 "o": Out(stream.Signature(Beat(w))),
                 "src_mac": In(48),
@@ -41,7 +44,7 @@ class Datapath(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        m.submodules.hb = hb = HeaderBuilder(self.ipv6)
+        m.submodules.hb = hb = HeaderBuilder(self.ipv6, self.ev_width)
         m.submodules.framer = fr = Framer(self.w, self.ipv6)
         m.submodules.icrc = ic = IcrcInserter(self.w, self.ipv6)
         wiring.connect(m, wiring.flipped(self.desc), hb.desc)
@@ -72,7 +75,11 @@ SRC_IP6, DST_IP6 = "2001:db8::a:1", "2001:db8:1:2::bb"
 def test_frames_match_scapy(w, ipv6):
     """Frames of every WRITE opcode and payload lengths 0..70 are byte-exact;
     built with ``ipv6``, a random half of them over IPv6 (each header length
-    after each other, so every residue change of the framer is crossed).
+    after each other, so every residue change of the framer is crossed),
+    each QP's EV (64 bits) in a random format: UDP's source port, STEV's
+    flow label and source port, SRv6's source port (the header builder's
+    frame is the one to the peer: ``CarrierWriter`` puts the carrier in
+    later), and an IPv4 frame's EV as UDP's whatever its format.
     Not at 512 bits: Amaranth's Python simulator cannot compile the ICRC
     inserter's 64-lane mux trees (too many levels of indentation)."""
     rng = seeds.rng(w + ipv6)
@@ -82,6 +89,13 @@ def test_frames_match_scapy(w, ipv6):
     for n in list(range(0, 20)) + [31, 32, 33, 63, 64, 65, 70]:
         op = rng.choice(L.WRITE_OPCODES)
         v6 = ipv6 and rng.getrandbits(1)
+        fmt = rng.choice(list(EvFormat)) if ipv6 else EvFormat.UDP
+        ev = rng.getrandbits(dut.ev_width)
+        sport, flow_label = ev & 0xFFFF, 0
+        if v6 and fmt == EvFormat.STEV:
+            sport, flow_label = stev_fields(ev)
+        elif v6 and fmt == EvFormat.SRV6:
+            sport = srv6_sport(ev)
         cases.append(
             dict(
                 opcode=op,
@@ -93,7 +107,9 @@ def test_frames_match_scapy(w, ipv6):
                 imm=rng.getrandbits(32) if op in L.IMM_OPCODES else None,
                 payload=rng.randbytes(n),
                 ackreq=rng.getrandbits(1),
-                ev=rng.getrandbits(16),
+                ev=sport,
+                flow_label=flow_label,
+                ev_entry=(ev, fmt),
                 dscp=rng.getrandbits(6),
                 src_mac="02:11:22:33:44:55",
                 dst_mac="02:66:77:88:99:aa",
@@ -120,7 +136,9 @@ def test_frames_match_scapy(w, ipv6):
             ctx.set(d.dma_len, c["dma_len"])
             ctx.set(d.imm, c["imm"] or 0)
             ctx.set(d.length, len(c["payload"]))
-            ctx.set(d.ev, c["ev"])
+            ctx.set(d.ev, c["ev_entry"][0])
+            if ipv6:
+                ctx.set(d.ev_format, c["ev_entry"][1])
             ctx.set(d.dst_mac, 0x0266778899AA)
             if ":" in c["dst_ip"]:
                 ctx.set(d.dst_ip, int(ipaddress.IPv6Address(c["dst_ip"])))
@@ -160,7 +178,7 @@ def test_frames_match_scapy(w, ipv6):
     assert len(got) == len(cases)
     for c, frame in zip(cases, got, strict=True):
         se = int(c["opcode"] in L.IMM_OPCODES)
-        ref = L.write_packet(**c)
+        ref = L.write_packet(**{k: v for k, v in c.items() if k != "ev_entry"})
         ref[L.BTH].se = se
         assert L.check_frame(frame) == (True, True)
         assert frame == bytes(ref), f"opcode {c['opcode']:#x}, {len(c['payload'])} bytes"
@@ -524,3 +542,51 @@ def wqe_memory(dut, words):
                     await ctx.tick()
             ctx.set(dut.wqe_data.valid, 0)
     return memory
+
+
+@pytest.mark.parametrize("w", [64, 128, 512])
+def test_carrier_writer(w):
+    """``CarrierWriter`` puts each SRv6 frame's carrier in its destination
+    address and passes the others, back to back under random ``ready``: the
+    frames are ``host_driver.layers.srv6_frame`` of the frames to the peer,
+    byte for byte (their ICRC the peer's)."""
+    rng = seeds.rng(w)
+    nbytes = w // 8
+    dut = CarrierWriter(w)
+    cases = []
+    for n in (0, 1, 7, 8, 33, 64, 200):
+        peer = int(ipaddress.IPv6Address(DST_IP6)) ^ rng.getrandbits(96)
+        frame = bytes(L.write_packet(
+            opcode=L.WRITE_OPCODES[0], dqpn=5, psn=rng.getrandbits(24), va=0, rkey=1,
+            dma_len=n, payload=rng.randbytes(n), ev=0xC001, src_mac="02:11:22:33:44:55",
+            dst_mac="02:66:77:88:99:aa", src_ip=SRC_IP6,
+            dst_ip=str(ipaddress.IPv6Address(peer))))
+        ev = rng.getrandbits(64) if rng.getrandbits(1) else None
+        cases.append((frame, ev, peer))
+    got = []
+
+    async def feed(ctx):
+        for frame, ev, peer in cases:
+            ctx.set(dut.srv6, ev is not None)
+            ctx.set(dut.address, srv6_carrier(peer, ev or 0))
+            for data, keep, last in _beats(frame, nbytes):
+                ctx.set(dut.i.payload.data, data)
+                ctx.set(dut.i.payload.keep, keep)
+                ctx.set(dut.i.payload.last, last)
+                ctx.set(dut.i.valid, 1)
+                await ctx.tick().until(dut.i.ready)
+                ctx.set(dut.i.valid, 0)
+
+    async def collect(ctx):
+        o = dut.o
+        await collect_frames(ctx, o.valid, o.ready, o.payload.data, o.payload.keep,
+                             o.payload.last, got, len(cases), seed=w)
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(feed)
+    sim.add_testbench(collect)
+    sim.run_until(1e-8 * 2000)
+    assert len(got) == len(cases)
+    for (frame, ev, _), out in zip(cases, got, strict=True):
+        assert out == (frame if ev is None else L.srv6_frame(frame, ev))

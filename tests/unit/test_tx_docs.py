@@ -9,8 +9,9 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "tx.md"
 
 
 def registers_section() -> str:
-    """The map of a build with ``ipv6``: its registers marked "(ipv6 builds)"."""
-    return tx_register_map(16, 16, ipv6=True).markdown()
+    """The map of a build with ``ipv6`` and 64-bit EVs: its registers marked
+    "(ipv6 builds)" and "(ev_width above 16)"."""
+    return tx_register_map(16, 16, ipv6=True, ev_width=64).markdown()
 
 
 def test_register_table_in_docs():
