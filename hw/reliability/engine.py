@@ -23,6 +23,7 @@ from hw.counters import CounterBank
 from hw.csr import CSRBusSignature, RegisteredWrites, grouped_read
 from hw.headers import sack_bitmap
 from hw.pipeline import AXIStreamRegister
+from hw.protocol import check_ev_width, ev_hi_words
 from hw.protocol import plane_bits as plane_bits_for
 from hw.rx.parser import ParsedHeader
 from hw.stream import AXIStreamSignature, check_data_width
@@ -53,6 +54,7 @@ from .registers import (
     COUNTER_SLOT_BITS,
     EV_BASE,
     EV_PLANE_LSB,
+    EV_VALUE_HI,
     GLOBAL_OFFSETS,
     OWN_IP6,
     QP6_BASE,
@@ -172,9 +174,10 @@ class ReliabilityEngine(wiring.Component):
 
     def __init__(self, num_qps=16, evs_per_qp=16, sack_bits=64, clk_freq_hz=125_000_000,
                  data_width=64, csr_addr_width=16, window=64, addr_width=64, max_mtu=4096,
-                 nscc=True, num_planes=1, ipv6=False):
+                 nscc=True, num_planes=1, ipv6=False, ev_width=16):
         self.plane_bits = plane_bits_for(num_planes)  # raises for a bad count
         self.ipv6 = bool(ipv6)
+        self.ev_width = check_ev_width(ev_width, self.ipv6)
         if not isinstance(num_qps, int) or not 2 <= num_qps <= 256:
             raise ValueError(f"num_qps must be an integer in 2..256, not {num_qps!r}")
         if (not isinstance(evs_per_qp, int) or evs_per_qp & (evs_per_qp - 1)
@@ -208,7 +211,7 @@ class ReliabilityEngine(wiring.Component):
                                             DEFAULT_BASE_RTT_NS)
         self.timeout_unit = timeout_unit_cycles(clk_freq_hz)
         self.ns_per_cycle = ns_per_cycle(clk_freq_hz)
-        self.registers = register_map(num_qps, evs_per_qp, window, self.ipv6)
+        self.registers = register_map(num_qps, evs_per_qp, window, self.ipv6, ev_width)
         super().__init__(
             {
                 "peer_ack": In(stream.Signature(ParsedHeader(sack_bits))),
@@ -280,7 +283,7 @@ class ReliabilityEngine(wiring.Component):
         m.submodules.timers = timers = RetransmitTimers(nq)
         m.submodules.completions = cpl = CompletionWriter(nq, self.data_width, self.addr_width)
         m.submodules.probes = probes = ProbeBuilder(nq, E, self.data_width, self.plane_bits,
-                                                    self.ipv6)
+                                                    self.ipv6, self.ev_width)
 
         # probe responses are checked against the outstanding probes first
         m.submodules.probe_check = pcheck = ProbeReplyCheck(self.sack_bits)
@@ -335,8 +338,9 @@ class ReliabilityEngine(wiring.Component):
         m.submodules.dma_mem = dma_mem = Memory(shape=160, depth=nq, init=[])
         net_words = net_config(self.ipv6).size // 32
         m.submodules.net_mem = net_mem = Memory(shape=32 * net_words, depth=nq, init=[])
-        m.submodules.ev_mem = ev_mem = Memory(shape=16 + self.plane_bits, depth=nq * E,
-                                                   init=[])
+        # an entry: its value (ev_width bits), then its plane
+        m.submodules.ev_mem = ev_mem = Memory(shape=self.ev_width + self.plane_bits,
+                                              depth=nq * E, init=[])
         rel_wr, rel_core, rel_csr = rel_mem.write_port(), rel_mem.read_port(), rel_mem.read_port()
         dma_wr, dma_cpl, dma_csr = (dma_mem.write_port(granularity=32), dma_mem.read_port(),
                                     dma_mem.read_port())
@@ -382,7 +386,9 @@ class ReliabilityEngine(wiring.Component):
         m.d.comb += ev_off.eq(_offset(addr, EV_BASE))
         ev_idx = ev_off[2:][: max(1, (nq * E - 1).bit_length())]
 
-        G = {**GLOBAL_OFFSETS, **{f"own_ip6_{i}": OWN_IP6 + 4 * i for i in range(4)}}
+        hi_words = ev_hi_words(self.ev_width)
+        G = {**GLOBAL_OFFSETS, **{f"own_ip6_{i}": OWN_IP6 + 4 * i for i in range(4)},
+             **{f"ev_value_hi_{i}": EV_VALUE_HI + 4 * i for i in range(hi_words)}}
         param_regs = {
             "ev_loss_threshold": params.ev_loss_threshold, "cwnd_min": params.cwnd_min,
             "cwnd_max": params.cwnd_max, "cwnd_init": params.cwnd_init,
@@ -395,6 +401,11 @@ class ReliabilityEngine(wiring.Component):
                    **nscc_regs}
         if self.ipv6:
             rw_regs.update({f"own_ip6_{i}": own_ip6[32 * i : 32 * (i + 1)] for i in range(4)})
+        # an EV's bits above 15, staged for the next EV entry write, which takes
+        # them and clears them (a 16-bit writer stores zeros there)
+        ev_hi = Signal(max(1, self.ev_width - 16))
+        rw_regs.update({f"ev_value_hi_{i}": ev_hi[32 * i : 32 * (i + 1)]
+                        for i in range(hi_words)})
 
         # Writes are decoded at w_stb and applied in the next cycle from registers
         # (hw.csr.RegisteredWrites: the data, the QP and EV indices and one strobe
@@ -453,7 +464,8 @@ class ReliabilityEngine(wiring.Component):
             dma_wr.data.eq(Cat(*[base_hi if word in hi_words else w_data
                                  for word in dma_lanes])),
             net_wr.data.eq(Cat(*[w_data] * net_words)),
-            ev_wr.data.eq(Cat(w_data[:16], w_data[EV_PLANE_LSB:][: self.plane_bits])),
+            ev_wr.data.eq(Cat(w_data[:16], ev_hi[: self.ev_width - 16],
+                              w_data[EV_PLANE_LSB:][: self.plane_bits])),
         ]
 
         def push_cmd(value):
@@ -472,6 +484,9 @@ class ReliabilityEngine(wiring.Component):
                      dma_wr.en.eq(Cat(w.stb[f"dma{i}"] for i in range(5))),
                      net_wr.en.eq(Cat(w.stb[f"net{i}"] for i in range(net_words))),
                      ev_wr.en.eq(w.stb["ev_cfg"])]
+        if hi_words:
+            with m.If(w.stb["ev_cfg"]):
+                m.d.sync += ev_hi.eq(0)
         with m.If(w.stb["ev_cfg"] & w_data[31]):
             push_cmd(Cat(Const(1, 1), (w_ev >> ebits)[: len(qp_idx)], w_ev[:ebits],
                          w_data[16:19]))
@@ -559,7 +574,7 @@ class ReliabilityEngine(wiring.Component):
             qp_read = qp_read | one_hot_select(
                 r_qp6_word, [net_csr.data[32 * k : 32 * (k + 1)] for k in range(4, net_words)])
         ev_read = Cat(ev_csr.data[:16], rec.ev_state[r_ev] if ebits else rec.ev_state[0],
-                      Const(0, EV_PLANE_LSB - 18), ev_csr.data[16:])
+                      Const(0, EV_PLANE_LSB - 18), ev_csr.data[self.ev_width :])
         # registered: a read answers 2 cycles after r_stb (CSR_READ_LATENCY)
         r_out = Signal(32)
         m.d.sync += r_out.eq(r_global | qp_read | Mux(r_ev_entry, ev_read, 0)

@@ -18,6 +18,7 @@ from hw.headers import (
     IPV6_SHIFT,
     OFF_EXT,
     OFF_IPV4,
+    OFF_IPV6_DST,
     OFF_UDP,
     OFF_UDP6,
     PROBE,
@@ -25,10 +26,11 @@ from hw.headers import (
     UDP,
     Opcode,
     by_family,
+    ev_fields,
     icrc_mask,
 )
 from hw.pipeline import OneHotFSM, load_in_groups, state_copy
-from hw.protocol import ECN_ECT0, IP_FLAGS_DF, IP_TTL, PKEY_DEFAULT
+from hw.protocol import ECN_ECT0, IP_FLAGS_DF, IP_TTL, PKEY_DEFAULT, EvFormat
 from hw.rx.parser import ParsedHeader
 from hw.stream import AXIStreamSignature
 
@@ -53,7 +55,8 @@ NetConfig = data.StructLayout({"peer_mac": 64, "peer_ip": 32, "dest_qpn": 32})
 def net_config(ipv6=False):
     """A QP's peer as the probe builder reads it: ``NetConfig``, and with
     ``ipv6`` the peer's IPv6 address above ``peer_ip`` (its bits 127..32,
-    ``peer_ip6``) and its family (``peer_v6`` bit 0), a word each."""
+    ``peer_ip6``) and its family (``peer_v6`` bit 0) and EV format (bits
+    2..1, ``hw.protocol.EvFormat``), a word each."""
     if not ipv6:
         return NetConfig
     return data.StructLayout({**{name: f.shape for name, f in NetConfig},
@@ -70,7 +73,8 @@ class ProbeBuilder(wiring.Component):
                    (``net_config(ipv6)``: peer MAC, peer IPv4, peer QPN; with ``ipv6``
                    the peer's IPv6 address and family).
     ``ev_addr`` / ``ev_data``: synchronous read port on the EV values (qpn x evs + index):
-                   the value (16 bits), then its plane (``plane_bits``, none with one plane).
+                   the value (``ev_width`` bits), then its plane (``plane_bits``, none with
+                   one plane).
     ``own_mac``, ``own_ip`` (and with ``ipv6``, ``own_ip6``): the NIC's addresses.
     ``now_ns``: the timestamp put in the probe.
     ``m_axis``     Out(AXIStreamSignature(data_width, max(1, plane_bits))): ``tuser`` the
@@ -78,7 +82,10 @@ class ProbeBuilder(wiring.Component):
                    UDP (sport = the EV, dport 4791, checksum 0) / BTH (0xC0, P_Key 0xFFFF,
                    DestQP = peer QPN, PSN 0) / PROBE (probe_id, ev, 0, timestamp) / ICRC.
                    With ``ipv6``, to a peer whose family is IPv6: Eth / IPv6 (ECT(0),
-                   flow label 0, hop limit 64) / the same, 94 bytes.
+                   flow label 0, hop limit 64) / the same, 94 bytes. With ``ev_width``
+                   above 16, the EV rides in the peer's EV format (``hw.headers.ev_fields``:
+                   STEV's flow label, SRv6's source port and carrier, the ICRC over the
+                   peer's address); PROBE's ``ev`` is the EV's bits 15..0 in every format.
 
     Latency: 4 cycles to read the configuration and sum the IPv4 header, 3 to build the
     header and feed the ICRC, ceil(56 / bytes per beat) cycles of ICRC,
@@ -91,8 +98,9 @@ class ProbeBuilder(wiring.Component):
     """
 
     def __init__(self, num_qps: int, evs_per_qp: int, data_width: int = 64, plane_bits: int = 0,
-                 ipv6: bool = False):
+                 ipv6: bool = False, ev_width: int = 16):
         self.num_qps, self.evs_per_qp, self.data_width = num_qps, evs_per_qp, data_width
+        self.ev_width = ev_width
         self.plane_bits = plane_bits
         self.ipv6 = bool(ipv6)
         super().__init__(
@@ -101,7 +109,7 @@ class ProbeBuilder(wiring.Component):
                 "net_addr": Out(range(num_qps)),
                 "net_data": In(net_config(self.ipv6)),
                 "ev_addr": Out(range(num_qps * evs_per_qp)),
-                "ev_data": In(16 + plane_bits),
+                "ev_data": In(ev_width + plane_bits),
                 "own_mac": In(48),
                 "own_ip": In(32),
                 **({"own_ip6": In(128)} if self.ipv6 else {}),
@@ -122,12 +130,15 @@ class ProbeBuilder(wiring.Component):
         ]
 
         net = Signal(net_config(self.ipv6))
-        ev_entry = Signal(16 + self.plane_bits)  # the value, then the plane
-        ev = ev_entry[:16]
+        ev_entry = Signal(self.ev_width + self.plane_bits)  # the value, then the plane
+        ev = ev_entry[: self.ev_width]
         stamp = Signal(64)
         # the families' frame lengths; `v6` (held from LATCH) picks the peer's
         lengths = (PROBE_FRAME_BYTES, PROBE_FRAME_BYTES + IPV6_SHIFT)[: 1 + self.ipv6]
         v6 = net.peer_v6[0] if self.ipv6 else None
+        fmt = Mux(v6, net.peer_v6[1:3], 0) if self.ev_width > 16 else None
+        peer = Cat(net.peer_ip, net.peer_ip6) if self.ipv6 else None
+        sport, flow_label, dst = ev_fields(ev, fmt, self.ev_width, peer)
 
         frame = Signal(8 * lengths[-1])
 
@@ -159,11 +170,11 @@ class ProbeBuilder(wiring.Component):
         ]
         def after_ip():  # (the UDP length is the same over either family)
             return (
-                UDP.pack({"sport": ev, "dport": ROCE_UDP_PORT,
+                UDP.pack({"sport": sport, "dport": ROCE_UDP_PORT,
                           "length": PROBE_FRAME_BYTES - OFF_UDP, "checksum": 0}),
                 BTH.pack({"opcode": Opcode.PROBE_REQ, "pkey": PKEY_DEFAULT,
                           "dqpn": net.dest_qpn[:24], "psn": 0}),
-                PROBE.pack({"probe_id": req.probe_id, "ev": ev, "timestamp": stamp}),
+                PROBE.pack({"probe_id": req.probe_id, "ev": ev[:16], "timestamp": stamp}),
             )
 
         header = Cat(
@@ -175,7 +186,7 @@ class ProbeBuilder(wiring.Component):
             header6 = Cat(
                 ETH.pack({"dst": net.peer_mac[:48], "src": self.own_mac,
                           "ethertype": ETHERTYPE_IPV6}),
-                IPV6.pack({"version": 6, "dscp": 0, "ecn": ECN_ECT0, "flow_label": 0,
+                IPV6.pack({"version": 6, "dscp": 0, "ecn": ECN_ECT0, "flow_label": flow_label,
                            "payload_len": lengths[1] - OFF_UDP6, "next_header": IP_PROTO_UDP,
                            "hop_limit": IP_TTL, "src": self.own_ip6,
                            "dst": Cat(net.peer_ip, net.peer_ip6)}),
@@ -247,7 +258,16 @@ class ProbeBuilder(wiring.Component):
             crc_next = Mux(part_last, state_last, state_full) ^ part_lo ^ part_hi
 
         beats = -(-lengths[-1] // lanes)
-        padded = Cat(frame, Const(0, beats * dw - len(frame)))
+        wire = frame
+        if dst is not None and self.ev_width >= 64:
+            # SRv6: the carrier goes on the wire after the ICRC took the peer's
+            # address; net and ev are held from LATCH, so this is a mux on
+            # flip-flops
+            at = 8 * OFF_IPV6_DST
+            field = IPV6.pack({"dst": dst})[8 * IPV6.offset_of("dst") :]
+            wire = Cat(frame[:at], Mux(fmt == EvFormat.SRV6, field, frame[at : at + 128]),
+                       frame[at + 128 :])
+        padded = Cat(wire, Const(0, beats * dw - len(frame)))
         # the last beat and its keep, per family
         last_beat = [-(-n // lanes) - 1 for n in lengths]
         last_keep = [(1 << (n - last_beat[i] * lanes)) - 1 for i, n in enumerate(lengths)]
@@ -269,7 +289,7 @@ class ProbeBuilder(wiring.Component):
         m.d.comb += [
             axis.tdata.eq(out_word),
             axis.tlast.eq(out_last),
-            axis.tuser.eq(ev_entry[16:]),  # held from LATCH until the next request's
+            axis.tuser.eq(ev_entry[self.ev_width :]),  # held from LATCH to the next request's
             axis.tkeep.eq(Mux(out_last, by_family(v6, last_keep[0], last_keep[-1]),
                               (1 << lanes) - 1)),
         ]

@@ -3,7 +3,7 @@ decode logic in ``engine.py``, the tests and docs/reliability.md."""
 
 from hw.counters import CounterBank
 from hw.csr import RegisterMap
-from hw.protocol import PLANE_BITS
+from hw.protocol import PLANE_BITS, ev_hi_words
 from hw.tx.regs import EV_PLANE_LSB
 
 __all__ = [
@@ -13,6 +13,7 @@ __all__ = [
     "EV_BASE",
     "NSCC_REGISTERS",
     "OWN_IP6",
+    "EV_VALUE_HI",
     "PEER_ADDRESS_REGS",
     "QP6_BASE",
     "QP6_STRIDE",
@@ -62,6 +63,7 @@ QP6_WORDS = {"peer_ip6_1": 0, "peer_ip6_2": 1, "peer_ip6_3": 2, "peer_v6": 3}
 # the family), the last two in ipv6 builds only.
 PEER_ADDRESS_REGS = ("peer_ip", "peer_ip6_{}", "peer_v6")
 OWN_IP6 = 0xA0
+EV_VALUE_HI = 0xB0  # with ev_width above 16: ev_hi_words words
 
 # 32-bit saturating event counters, in register order from COUNTER_BASE.
 COUNTER_NAMES = (
@@ -187,7 +189,7 @@ GLOBAL_OFFSETS = _G
 
 
 def register_map(num_qps: int = 16, evs_per_qp: int = 16, window: int = 64,
-                 ipv6: bool = False) -> RegisterMap:
+                 ipv6: bool = False, ev_width: int = 16) -> RegisterMap:
     r = RegisterMap(
         "reliability",
         TYPE_ID,
@@ -294,10 +296,18 @@ def register_map(num_qps: int = 16, evs_per_qp: int = 16, window: int = 64,
                   "31..0: peer_ip)", count=num_qps, stride=QP6_STRIDE)
         r.add("peer_v6", QP6_BASE + 4 * QP6_WORDS["peer_v6"], "RW",
               "(ipv6 builds) the peer's family: probes go over it", count=num_qps,
-              stride=QP6_STRIDE, fields=[("v6", 0, 1, "1: IPv6, 0: IPv4")])
+              stride=QP6_STRIDE, fields=[("v6", 0, 1, "1: IPv6, 0: IPv4"),
+                                         ("ev_format", 1, 2, "where probes carry the EV, as "
+                                          "TX's qp_ip6.ev_format")])
+    if ev_width > 16:
+        r.add("ev_value_hi", EV_VALUE_HI, "RW",
+              "(ev_width above 16) EV bits above 15 (word i: bits 32i+47..32i+16), staged "
+              "for the next ev write, which stores them with its value and clears them; reads "
+              "give the staged bits",
+              count=ev_hi_words(ev_width), stride=4)
     r.add("ev", EV_BASE, "RW", "EV i of QP q is entry q x evs_per_qp + i",
           count=num_qps * evs_per_qp, stride=4,
-          fields=[("value", 0, 16, "EV value (UDP source port)"),
+          fields=[("value", 0, 16, "EV bits 15..0 (the UDP format's source port)"),
                   ("state", 16, 2, "state; written only when [31] is set: 0 GOOD, 2 DENIED"),
                   ("plane", EV_PLANE_LSB, PLANE_BITS, "the plane (MAC port) its probes leave "
                    "on, as TX's ev_entry.plane; reads 0 on a one-plane NIC"),

@@ -11,6 +11,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from host_driver import layers as L
+from hw.protocol import EvFormat, srv6_carrier, srv6_sport, stev_fields
 from hw.reliability import ReliabilityEngine
 from hw.reliability.engine import timeout_unit_cycles
 from hw.reliability.probe import ProbeBuilder
@@ -58,9 +59,10 @@ def test_register_map():
     assert r.size == EV_BASE + 16 * 16 * 4
     text = r.markdown()
     assert "`ev_event`" in text and "| RP |" in text
-    # docs/reliability.md's table is the ipv6 build's (its extra rows marked)
+    # docs/reliability.md's table is the build's with ipv6 and 64-bit EVs (its
+    # extra rows marked)
     doc = (Path(__file__).parents[2] / "docs" / "reliability.md").read_text()
-    assert register_map(16, 16, 64, ipv6=True).markdown().rstrip("\n") in doc
+    assert register_map(16, 16, 64, ipv6=True, ev_width=64).markdown().rstrip("\n") in doc
 
 
 def test_ring_bases_keep_addr_width_bits():
@@ -164,8 +166,9 @@ def test_timer_scan(num_qps):
 OWN_IP6, PEER_IP6 = "fd00::1:0:0:1", "fd00::2:0:0:2"
 
 
-def _probe_frames(dut, data_width, peers):
-    """The frames the builder sends for one probe request per peer (``net_data``)."""
+def _probe_frames(dut, data_width, peers, ev=0xC00B):
+    """The frames the builder sends for one probe request per peer (``net_data``)
+    on EV value ``ev``."""
     m = Module()
     m.submodules.dut = dut
     lanes = data_width // 8
@@ -177,7 +180,7 @@ def _probe_frames(dut, data_width, peers):
         if dut.ipv6:
             ctx.set(dut.own_ip6, int(ipaddress.IPv6Address(OWN_IP6)))
         ctx.set(dut.now_ns, 123_456_789)
-        ctx.set(dut.ev_data, 0xC00B)
+        ctx.set(dut.ev_data, ev)
         ctx.set(dut.m_axis.tready, 1)
         for peer in peers:
             ctx.set(dut.net_data, peer)
@@ -241,6 +244,39 @@ def test_probe_frame_ipv6(data_width):
     assert frame6 == bytes(L.probe_packet(src_ip=OWN_IP6, dst_ip=PEER_IP6, **common))
     assert L.check_frame(frame6) == (True, True)
     assert frame4 == bytes(L.probe_packet(**common))
+
+
+@pytest.mark.parametrize("data_width", [64, 512])
+def test_probe_frame_ev_formats(data_width):
+    """With 64-bit EVs, a probe carries its EV in its QP's format: STEV's flow
+    label and source port, SRv6's source port and carrier (the ICRC over the
+    peer's address: ``host_driver.layers.srv6_frame``), PROBE's ``ev`` the
+    EV's bits 15..0; an IPv4 peer's probe is UDP's whatever the format bits."""
+    dut = ProbeBuilder(num_qps=4, evs_per_qp=8, data_width=data_width, ipv6=True, ev_width=64)
+    ev = 0x0E01_0E02_00A7_C00B
+    peer6 = int(ipaddress.IPv6Address(PEER_IP6))
+    v6 = {**PEER4, "peer_ip": peer6 & 0xFFFF_FFFF, "peer_ip6": peer6 >> 32}
+    peers = [{**v6, "peer_v6": 1 | EvFormat.STEV << 1},
+             {**v6, "peer_v6": 1 | EvFormat.SRV6 << 1},
+             {**v6, "peer_v6": 1 | EvFormat.UDP << 1},
+             {**PEER4, "peer_v6": EvFormat.SRV6 << 1}]
+    stev, srv6, udp, v4 = _probe_frames(dut, data_width, peers, ev=ev)
+    common = dict(response=False, dqpn=0x123, probe_id=0x4203, timestamp=123_456_789)
+    to6 = dict(src_ip=OWN_IP6, dst_ip=PEER_IP6)
+
+    def probe(sport, **kw):
+        pkt = L.probe_packet(ev=ev & 0xFFFF, **common, **kw)
+        pkt[L.UDP].sport = sport
+        return bytes(pkt)
+
+    sport, flow = stev_fields(ev)
+    assert stev == probe(sport, flow_label=flow, **to6)
+    assert srv6 == L.srv6_frame(probe(srv6_sport(ev), **to6), ev)
+    assert L.ipv6_dst(srv6) == srv6_carrier(peer6, ev)
+    assert udp == probe(ev & 0xFFFF, **to6)
+    assert v4 == probe(ev & 0xFFFF)
+    for frame in (stev, udp, v4):
+        assert L.check_frame(frame) == (True, True)
 
 
 @pytest.mark.parametrize("data_width, addr_width",
