@@ -49,7 +49,21 @@ from hw.nic.csr import (
 )
 from hw.nic.ev_load import EV_GEN_TYPE_ID, EV_GEN_VERSION, ev_gen_register_map
 from hw.nic.plane_status import PLANE_COUNTERS, PLANES_TYPE_ID, PLANES_VERSION, plane_register_map
-from hw.protocol import MAX_PLANES, PSN_MASK, EvState, QpState
+from hw.protocol import (
+    EV_FORMAT_BITS,
+    MAX_PLANES,
+    PSN_MASK,
+    SRV6_LOCATOR_BITS,
+    SRV6_USID_BITS,
+    SRV6_USIDS,
+    EvFormat,
+    EvState,
+    QpState,
+    ev_formats,
+    ev_hi_words,
+    srv6_carrier,
+    srv6_usids,
+)
 from hw.reliability.cc_defaults import (
     DATA_WIRE_OVERHEAD,
     DEFAULT_BASE_RTT_NS,
@@ -429,21 +443,39 @@ class EvProfile:
     ``phy_port_mask`` (MRC's): the planes (physical ports) the EVs are bound
     to, bit p for plane p; None (the default) is every plane of the NIC. EV
     i is bound to the (i mod k)-th plane of the mask's k, lowest first, so
-    the QP's EVs, and its packets, spread evenly over them."""
+    the QP's EVs, and its packets, spread evenly over them.
+
+    ``ev_format`` (``hw.protocol.EvFormat``, or its name): where the EVs ride,
+    MRC's three formats: ``udp`` (16-bit source ports), ``stev`` (32 bits:
+    flow label and source port) and ``srv6`` (64 bits: up to four 16-bit
+    uSIDs, first hop in bits 63..48, ended by a zero uSID; the last is the
+    peer's own, its address being the locator, that uSID, zeros). STEV and
+    SRv6 need an IPv6 peer and a NIC whose EV entries hold them
+    (``Device.ev_formats``); GENERATED and AUTO derive UDP EVs."""
 
     values: tuple[int, ...]
     mode: str = "explicit"
     params: tuple[tuple[str, int], ...] = ()
     phy_port_mask: int | None = None
+    ev_format: EvFormat = EvFormat.UDP
 
     @classmethod
-    def explicit(cls, values, *, phy_port_mask=None) -> EvProfile:
+    def explicit(cls, values, *, ev_format="udp", phy_port_mask=None) -> EvProfile:
+        fmt = ev_format_of(ev_format)
+        bits = EV_FORMAT_BITS[fmt]
         values = tuple(int(v) for v in values)
-        if not values or any(not 0 <= v <= 0xFFFF for v in values):
-            raise ValueError(f"EVs must be 16-bit UDP source ports, at least one: {values!r}")
+        if not values or any(not 0 <= v < 1 << bits for v in values):
+            raise ValueError(f"{fmt.name} EVs are {bits}-bit values, at least one: "
+                             f"{[hex(v) for v in values]}")
         if len(set(values)) != len(values):
             raise ValueError(f"EVs must be distinct: {values!r}")
-        return cls(values, "explicit", (), _check_port_mask(phy_port_mask))
+        if fmt == EvFormat.SRV6:
+            for v in values:
+                if len(srv6_usids(v)) == 0 or srv6_carrier(0, v) != srv6_carrier(
+                        0, _usids_value(srv6_usids(v))):
+                    raise ValueError(f"SRv6 EV {v:#018x}: its uSIDs start in bits 63..48 and a "
+                                     f"zero uSID ends them (no uSID after it)")
+        return cls(values, "explicit", (), _check_port_mask(phy_port_mask), fmt)
 
     @classmethod
     def generated(cls, *, width=16, init=0, min_ev=0, max_ev=None, mask=None,
@@ -475,6 +507,40 @@ class EvProfile:
         of the QP's table; ``hw.nic.ev_load.auto_params``); ``to_rts`` then
         defaults ``ev_min_active`` to a quarter of them, as MRC's example does."""
         return cls((), "auto", (), _check_port_mask(phy_port_mask))
+
+
+def ev_format_of(ev_format) -> EvFormat:
+    """An ``EvFormat`` from itself or its name (``"udp"``, ``"stev"``, ``"srv6"``)."""
+    if isinstance(ev_format, EvFormat):
+        return ev_format
+    names = {f.name.lower(): f for f in EvFormat}
+    if not isinstance(ev_format, str) or ev_format.lower() not in names:
+        raise ValueError(f"ev_format must be one of {sorted(names)}, not {ev_format!r}")
+    return names[ev_format.lower()]
+
+
+def _usids_value(usids) -> int:
+    """uSIDs (first hop first) as an SRv6 EV holds them."""
+    value = 0
+    for i, usid in enumerate(usids):
+        value |= usid << SRV6_USID_BITS * (SRV6_USIDS - 1 - i)
+    return value
+
+
+def check_srv6_peer(peer: int, evs) -> None:
+    """Each SRv6 EV of ``evs`` ends at ``peer`` (a 128-bit IPv6 address): its
+    last uSID is the peer's own, the peer's address being the locator, that
+    uSID and zeros; a ValueError says what to fix."""
+    keep = 128 - SRV6_LOCATOR_BITS - SRV6_USID_BITS
+    if peer & ((1 << keep) - 1):
+        raise ValueError(f"an SRv6 peer's address is its locator, its uSID and zeros "
+                         f"(locator:uSID::), not {ipaddress.IPv6Address(peer)}")
+    own = peer >> keep & ((1 << SRV6_USID_BITS) - 1)
+    for v in evs:
+        if srv6_usids(v)[-1] != own:
+            raise ValueError(f"SRv6 EV {v:#018x} ends at uSID {srv6_usids(v)[-1]:#06x}, not at "
+                             f"the peer's own {own:#06x} ({ipaddress.IPv6Address(peer)}): "
+                             f"the fabric consumes the others and delivers on the last")
 
 
 def _check_port_mask(mask):
@@ -629,6 +695,7 @@ class QueuePair:
         self._need(QpState.RTR)
         dev = self.device
         dev.planes_of(evs.phy_port_mask)  # refused before any register is written
+        dev.check_ev_format(evs, self.peer_ip)
         if mtu is None:
             mtu = self.mtu
         self._check_mtu(mtu)
@@ -669,7 +736,7 @@ class QueuePair:
                             ("qp_sq_base_hi", self.sq_addr >> 32),
                             ("qp_sq_log2_size", self.sq_log2), ("qp_max_wimm", max_wimm)):
             await tx.write(name, value, q)
-        await dev.write_address(tx, self.peer_ip, q, TX_PEER_ADDRESS)
+        await dev.write_address(tx, self.peer_ip, q, TX_PEER_ADDRESS, evs.ev_format)
         self.max_wimm, self.req_mpr = max_wimm, req_mpr
         # reliability: timers, rings, peer (probes), EVs
         await rel.write_fields("qp_rel_cfg", q, t=timeout, linear_cnt=linear_cnt,
@@ -683,7 +750,7 @@ class QueuePair:
                             ("peer_mac_hi", peer_mac >> 32),
                             ("dest_qpn", self.dest_qpn)):
             await rel.write(name, value, q)
-        await dev.write_address(rel, self.peer_ip, q, REL_PEER_ADDRESS)
+        await dev.write_address(rel, self.peer_ip, q, REL_PEER_ADDRESS, evs.ev_format)
         await rel.write_fields("ring_sizes", q, sq_log2=self.sq_log2,
                                cq_log2=self.send_cq.log2_entries)
         await self._load_evs(evs)
@@ -705,20 +772,15 @@ class QueuePair:
                 for i in range(per_qp):
                     await dev.tx.write_fields("ev_select", ev_index=i, qpn=q)
                     entry = await dev.tx.read_fields("ev_entry")
-                    await dev.tx.write_fields("ev_entry", value=entry["value"],
-                                              state=entry["state"], plane=self.ev_planes[i])
-                    await dev.rel.write_fields("ev", q * per_qp + i, value=entry["value"],
-                                               plane=self.ev_planes[i])
+                    await dev.write_ev(q, i, entry["value"], plane=self.ev_planes[i],
+                                       tx_state=entry["state"])
             return
         for i in range(per_qp):
             used = i < len(evs.values)
             value = evs.values[i] if used else 0
             state = EvState.GOOD if used else EvState.DENIED
-            await dev.tx.write_fields("ev_select", ev_index=i, qpn=q)
-            await dev.tx.write_fields("ev_entry", value=value, state=state,
-                                      plane=self.ev_planes[i])
-            await dev.rel.write_fields("ev", q * per_qp + i, value=value, state=state,
-                                       set_state=1, plane=self.ev_planes[i])
+            await dev.write_ev(q, i, value, plane=self.ev_planes[i], tx_state=state,
+                               rel_state=state)
         self.evs = evs
 
     def _check_mtu(self, mtu):
@@ -860,8 +922,10 @@ class Device:
                                 host_view(tx_register_map(p["num_qps"], p["evs_per_qp"])))
         caps = await self.tx.read_fields("caps")
         p["ipv6"] = ipv6 = bool(caps["ipv6"])
+        p["ev_width"] = ev_width = 64 if caps["srv6"] else 32 if caps["stev"] else 16
         self.tx = RegisterBlock(self.transport, by_type[TX_TYPE_ID].base,
-                                host_view(tx_register_map(p["num_qps"], p["evs_per_qp"], ipv6)))
+                                host_view(tx_register_map(p["num_qps"], p["evs_per_qp"], ipv6,
+                                                          ev_width)))
         # the largest max_wimm (QueuePair.to_rts): a bound above the in-flight
         # table's entries per QP binds nothing more (every message takes a PSN)
         p["max_wimm"] = 1 << caps["inflight_log2"]
@@ -870,7 +934,7 @@ class Device:
                                                           ipv6=ipv6)))
         self.rel = RegisterBlock(self.transport, by_type[REL_TYPE_ID].base,
                                  host_view(rel_register_map(p["num_qps"], p["evs_per_qp"],
-                                                            p["window"], ipv6)))
+                                                            p["window"], ipv6, ev_width)))
         self.ev_gen = None if EV_GEN_TYPE_ID not in by_type else RegisterBlock(
             self.transport, by_type[EV_GEN_TYPE_ID].base, host_view(ev_gen_register_map()))
         self.planes = None
@@ -917,12 +981,14 @@ class Device:
                     await blk.write(ip6_reg, ip6_i >> 32 * i & 0xFFFFFFFF, i)
         self.mac, self.ip, self.ip6 = mac, ip, ip6
 
-    async def write_address(self, blk, ip: str, q: int, regs: tuple[str, str, str]):
+    async def write_address(self, blk, ip: str, q: int, regs: tuple[str, str, str],
+                            ev_format: EvFormat = EvFormat.UDP):
         """QP ``q``'s peer address ``ip`` (a GID: IPv4, IPv4-mapped or, on a
         NIC built with IPv6, IPv6) into block ``blk``'s registers ``regs``
         (the block's ``PEER_ADDRESS_REGS``: low, high, family): its low 32
         bits into ``low``, and on a NIC built with IPv6 bits 127..32 into
-        ``high`` (a format for 1..3) and the family into ``family``."""
+        ``high`` (a format for 1..3) and the family, with the QP's
+        ``ev_format`` above it (TX and reliability), into ``family``."""
         low, high, family = regs
         value, v6 = gid_to_address(ip, self.params.get("ipv6", False))
         if v6 and self.ip6 is None:
@@ -932,7 +998,58 @@ class Device:
         if self.params.get("ipv6"):
             for i in (1, 2, 3):
                 await blk.write(high.format(i), value >> 32 * i & 0xFFFFFFFF, q)
-            await blk.write(family, int(v6), q)
+            await blk.write(family, int(v6) | ev_format << 1, q)
+
+    @property
+    def ev_formats(self) -> tuple[EvFormat, ...]:
+        """The EV formats this NIC's EV entries hold (TX ``caps.stev``/``srv6``)."""
+        return ev_formats(self.params.get("ev_width", 16))
+
+    def check_ev_format(self, evs: EvProfile, peer_ip: str) -> None:
+        """A ValueError that says what to fix unless the NIC and the peer take
+        ``evs``'s format: STEV and SRv6 need EV entries that hold them and an
+        IPv6 peer, SRv6 EVs that end at the peer (``check_srv6_peer``)."""
+        fmt = evs.ev_format
+        if fmt == EvFormat.UDP:
+            return
+        if fmt not in self.ev_formats:
+            raise ValueError(f"{fmt.name} EVs need a NIC whose EV entries hold "
+                             f"{EV_FORMAT_BITS[fmt]} bits (NicCore ev_width >= "
+                             f"{EV_FORMAT_BITS[fmt]}); this one holds "
+                             f"{self.params.get('ev_width', 16)}: use ev_format='udp'")
+        value, v6 = gid_to_address(peer_ip, self.params.get("ipv6", False))
+        if not v6:
+            raise ValueError(f"{fmt.name} EVs ride in IPv6 headers: peer {peer_ip!r} is IPv4; "
+                             f"use ev_format='udp' or an IPv6 peer")
+        if fmt == EvFormat.SRV6:
+            check_srv6_peer(value, evs.values)
+
+    async def write_ev(self, q: int, i: int, value: int, *, plane: int, tx_state: int,
+                       rel_state: int | None = None):
+        """EV ``i`` of QP ``q``: its value (every bit the entries hold, bits
+        above 15 staged in each block's ``ev_value_hi`` first: an entry write
+        clears them) and plane into TX and reliability; ``tx_state`` into TX's
+        entry, ``rel_state`` (None: left as it is) into reliability's."""
+        words = ev_hi_words(self.params.get("ev_width", 16))
+        await self.tx.write_fields("ev_select", ev_index=i, qpn=q)
+        for k in range(words):
+            await self.tx.write("ev_value_hi", value >> 16 + 32 * k & 0xFFFFFFFF, k)
+        await self.tx.write_fields("ev_entry", value=value & 0xFFFF, state=tx_state,
+                                   plane=plane)
+        for k in range(words):
+            await self.rel.write("ev_value_hi", value >> 16 + 32 * k & 0xFFFFFFFF, k)
+        per_qp = self.params["evs_per_qp"]
+        state = {} if rel_state is None else {"state": rel_state, "set_state": 1}
+        await self.rel.write_fields("ev", q * per_qp + i, value=value & 0xFFFF, plane=plane,
+                                    **state)
+
+    async def read_ev_value(self, q: int, i: int) -> int:
+        """EV ``i`` of QP ``q``'s value, every bit of it (TX's entry)."""
+        await self.tx.write_fields("ev_select", ev_index=i, qpn=q)
+        value = (await self.tx.read_fields("ev_entry"))["value"]
+        for k in range(ev_hi_words(self.params.get("ev_width", 16))):
+            value |= await self.tx.read("ev_value_hi", k) << 16 + 32 * k
+        return value
 
     def check_dma_range(self, what: str, addr: int, length: int):
         """Raise a ValueError unless ``[addr, addr + length)`` lies below
@@ -1061,7 +1178,9 @@ class Device:
         if not 0 <= ev_index < per_qp:
             raise ValueError(f"ev_index must be in 0..{per_qp - 1}, not {ev_index!r}")
         value = qp.evs.values[ev_index] if qp.evs and ev_index < len(qp.evs.values) else 0
-        await self.rel.write_fields("ev", qp.qpn * per_qp + ev_index, value=value,
+        for k in range(ev_hi_words(self.params.get("ev_width", 16))):
+            await self.rel.write("ev_value_hi", value >> 16 + 32 * k & 0xFFFFFFFF, k)
+        await self.rel.write_fields("ev", qp.qpn * per_qp + ev_index, value=value & 0xFFFF,
                                     state=EvState.DENIED if denied else EvState.GOOD,
                                     set_state=1,
                                     plane=qp.ev_planes[ev_index] if qp.ev_planes else 0)

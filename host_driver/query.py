@@ -96,7 +96,7 @@ async def query_qp(qp) -> QpAttr:
     evs = []
     for i in range(per_qp):
         entry = await dev.rel.read_fields("ev", q * per_qp + i)
-        evs.append((entry["value"], entry["state"]))
+        evs.append((await dev.read_ev_value(q, i), entry["state"]))
     return QpAttr(
         qpn=q, state=(await dev.rel.read_fields("qp_ctrl", q))["state"],
         sq_psn=await dev.tx.read("qp_next_psn", q), una_psn=await dev.tx.read("qp_una_psn", q),

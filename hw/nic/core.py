@@ -11,7 +11,7 @@ from hw.axi import AXI4LiteSignature, AXI4Signature, check_dma_addr_width
 from hw.axi_arbiter import AXI4Arbiter
 from hw.csr import AXI4LiteToCSR
 from hw.pipeline import AXI4RegisterSlice, AXIStreamRegister, StreamRegister
-from hw.protocol import PLANE_BITS, plane_bits
+from hw.protocol import PLANE_BITS, check_ev_width, plane_bits
 from hw.reliability.engine import ReliabilityEngine, ns_per_cycle
 from hw.reliability.layouts import AckUpdate, CwndUpdate, QpState, QpStateUpdate, SqProducer
 from hw.rx.engine import RxEngine
@@ -63,7 +63,7 @@ def _pow2(value) -> bool:
 
 def check_nic_params(*, data_width, num_qps, evs_per_qp, sack_bits, max_mtu, mpr_max,
                      num_mrs, window, inflight_depth, clk_freq_hz, build_id, addr_width=64,
-                     num_planes=1, ipv6=False):
+                     num_planes=1, ipv6=False, ev_width=16):
     """Raise a ValueError that says what to fix for a configuration the NIC cannot build.
 
     The checks are those every block needs together: each block checks its
@@ -102,6 +102,7 @@ def check_nic_params(*, data_width, num_qps, evs_per_qp, sack_bits, max_mtu, mpr
     plane_bits(num_planes)  # raises for a count outside 1..8
     if not isinstance(ipv6, bool):
         raise ValueError(f"ipv6 must be True or False, not {ipv6!r}")
+    check_ev_width(ev_width, ipv6)
 
 
 TxRegWrite = data.StructLayout({"addr": 32, "data": 32})
@@ -245,6 +246,12 @@ class NicCore(wiring.Component):
         (TX ``src_ip6``, ``qp_dst_ip6_*``, ``qp_ip6``; RX ``OWN_IP6``,
         ``QP_PEER_IP6_*``, ``QP_PEER_V6``; reliability ``own_ip6``,
         ``peer_ip6_*``, ``peer_v6``) and TX ``caps.ipv6`` reads 1.
+    ev_width : the bits of an EV entry in TX and reliability (default 16):
+        16 holds the UDP format's EVs; 32 STEV's too, 64 SRv6's too (both need
+        ``ipv6``; ``hw.protocol.EvFormat``). Each QP's format is a field of
+        its family registers (TX ``qp_ip6.ev_format``, reliability
+        ``peer_v6.ev_format``); the bits above 15 are written through
+        ``ev_value_hi``; TX ``caps.stev``/``caps.srv6`` say which it holds.
 
     Interface
     ---------
@@ -364,13 +371,14 @@ class NicCore(wiring.Component):
     def __init__(self, *, data_width=64, num_qps=16, evs_per_qp=16, sack_bits=64, max_mtu=4096,
                  mpr_max=1024, num_mrs=16, window=64, inflight_depth=256,
                  clk_freq_hz=125_000_000, build_id=0, csr_addr_width=None, addr_width=64,
-                 nscc=True, ev_gen=True, num_planes=1, ipv6=False):
+                 nscc=True, ev_gen=True, num_planes=1, ipv6=False, ev_width=16):
         check_nic_params(data_width=data_width, num_qps=num_qps, evs_per_qp=evs_per_qp,
                          sack_bits=sack_bits, max_mtu=max_mtu, mpr_max=mpr_max, num_mrs=num_mrs,
                          window=window, inflight_depth=inflight_depth,
                          clk_freq_hz=clk_freq_hz, build_id=build_id, addr_width=addr_width,
-                         num_planes=num_planes, ipv6=ipv6)
+                         num_planes=num_planes, ipv6=ipv6, ev_width=ev_width)
         self.num_planes = num_planes
+        self.ev_width = ev_width
         self.data_width, self.num_qps, self.evs_per_qp = data_width, num_qps, evs_per_qp
         self.sack_bits, self.max_mtu, self.mpr_max = sack_bits, max_mtu, mpr_max
         self.num_mrs, self.window, self.inflight_depth = num_mrs, window, inflight_depth
@@ -391,9 +399,10 @@ class NicCore(wiring.Component):
         # driver and docs/registers.md all use these.
         maps = {name: host_view(rm) for name, rm in (
             ("device_info", device_info_register_map()),
-            ("tx", tx_register_map(num_qps, evs_per_qp, self.ipv6)),
+            ("tx", tx_register_map(num_qps, evs_per_qp, self.ipv6, ev_width)),
             ("rx", rx_register_map(num_qps, num_mrs, ipv6=self.ipv6)),
-            ("reliability", rel_register_map(num_qps, evs_per_qp, window, self.ipv6)),
+            ("reliability", rel_register_map(num_qps, evs_per_qp, window, self.ipv6,
+                                             ev_width)),
             ("ev_gen", ev_gen_register_map()),
             ("planes", plane_register_map(max(num_planes, 2))),
         )}
@@ -429,7 +438,7 @@ class NicCore(wiring.Component):
         self.tx = TxEngine(data_width=data_width, num_qps=num_qps, evs_per_qp=evs_per_qp,
                            max_mtu=max_mtu, csr_addr_width=bb, inflight_depth=inflight_depth,
                            addr_width=addr_width, num_planes=num_planes, max_span=window,
-                           ipv6=self.ipv6)
+                           ipv6=self.ipv6, ev_width=ev_width)
         self.rx = RxEngine(data_width=data_width, num_qps=num_qps, num_mrs=num_mrs,
                            sack_bits=sack_bits, mpr_max=mpr_max, csr_addr_width=bb,
                            max_payload=max_mtu, addr_width=addr_width,
@@ -440,7 +449,8 @@ class NicCore(wiring.Component):
                                              data_width=data_width, csr_addr_width=bb,
                                              window=window, addr_width=addr_width,
                                              max_mtu=max_mtu, nscc=nscc,
-                                             num_planes=num_planes, ipv6=self.ipv6)
+                                             num_planes=num_planes, ipv6=self.ipv6,
+                                             ev_width=ev_width)
         self.ev_gen = None if not ev_gen else EvGenBlock(
             num_qps=num_qps, evs_per_qp=evs_per_qp, tx_map=maps["tx"],
             rel_map=maps["reliability"], tx_block=BLOCK_ORDER.index("tx"),

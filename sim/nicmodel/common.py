@@ -15,7 +15,7 @@ from sim.model.qp import (
 NIC_PARAM_NAMES = ("data_width", "num_qps", "evs_per_qp", "sack_bits", "max_mtu", "mpr_max",
                    "num_mrs", "window", "inflight_depth", "clk_freq_hz")
 # NicCore parameters a model NIC takes but may go without (default 1: one plane)
-NIC_OPTIONAL_PARAMS = ("num_planes", "ipv6")
+NIC_OPTIONAL_PARAMS = ("num_planes", "ipv6", "ev_width")
 STATE_CODES = {s.name: int(s) for s in QpState}
 EV_CODES = {s.name: int(s) for s in EvState}
 EV_NAMES = {v: k for k, v in EV_CODES.items()}

@@ -67,9 +67,10 @@ class ModelNic(RegisterBehaviour, QpLifecycle):
         ipv6 = params.get("ipv6", False)
         self.maps = {
             "device_info": host_view(device_info_register_map()),
-            "tx": host_view(tx_register_map(nq, ne, ipv6)),
+            "tx": host_view(tx_register_map(nq, ne, ipv6, params.get("ev_width", 16))),
             "rx": host_view(rx_register_map(nq, params["num_mrs"], ipv6=ipv6)),
-            "reliability": host_view(rel_register_map(nq, ne, params["window"], ipv6)),
+            "reliability": host_view(rel_register_map(nq, ne, params["window"], ipv6,
+                                                      params.get("ev_width", 16))),
             "ev_gen": host_view(ev_gen_register_map()),
         }
         # NicCore's chain: the planes block last, with planes

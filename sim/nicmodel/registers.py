@@ -4,7 +4,7 @@ writes that have behaviour (a mixin of ``ModelNic``)."""
 from __future__ import annotations
 
 from hw.nic.csr import header_word
-from hw.protocol import PLANE_BITS
+from hw.protocol import PLANE_BITS, EvFormat, ev_formats, ev_hi_words
 from hw.reliability.layouts import CqeStatus
 from hw.rx.regs import PEER_ADDRESS_REGS as RX_PEER_ADDRESS
 from hw.tx.regs import CTRL_FLUSH_BIT as TX_CTRL_FLUSH_BIT
@@ -281,9 +281,11 @@ class RegisterBehaviour:
         if name == "evs_per_qp":
             return p["evs_per_qp"]
         if name == "caps":
+            formats = ev_formats(p.get("ev_width", 16))
             return (p["data_width"] // 8 | (p["max_mtu"].bit_length() - 1) << 8
                     | (p["inflight_depth"].bit_length() - 1) << 12
-                    | int(p.get("ipv6", False)) << 16)
+                    | int(p.get("ipv6", False)) << 16 | int(EvFormat.STEV in formats) << 17
+                    | int(EvFormat.SRV6 in formats) << 18)
         if name == "status":
             ready_ns = p["num_qps"] * p["evs_per_qp"] * self.clk_period_ns
             return int(self.fabric.now - self.reset_time >= ready_ns)
@@ -293,7 +295,13 @@ class RegisterBehaviour:
             if qpn < p["num_qps"] and i < p["evs_per_qp"]:
                 value, state = self.tx_ev[qpn][i]
                 plane = self.ev_tables[qpn].evs[i].plane if self.fabric.planes > 1 else 0
-                return value | state << 16 | plane << EV_PLANE_LSB
+                return value & 0xFFFF | state << 16 | plane << EV_PLANE_LSB
+            return 0
+        if name == "ev_value_hi":  # the selected entry's bits above 15
+            sel = self.reg("tx", "ev_select")
+            qpn, i = sel >> 8 & 0xFFFF, sel & 0xFF
+            if qpn < p["num_qps"] and i < p["evs_per_qp"]:
+                return self.tx_ev[qpn][i][0] >> 16 + 32 * q & 0xFFFFFFFF
             return 0
         if name == "qp_consumer":
             return self.tx_consumer[q]
@@ -361,7 +369,7 @@ class RegisterBehaviour:
             return i | old << 8 | new << 10 | 1 << 15 | min(drops, 0xFFFF) << 16
         if name == "ev":
             ev = self.ev_tables[index // p["evs_per_qp"]].evs[index % p["evs_per_qp"]]
-            return ev.value | EV_CODES[ev.state] << 16
+            return ev.value & 0xFFFF | EV_CODES[ev.state] << 16
         qp = self.qps[index] if name in ("qp_ctrl", "una_psn", "nxt_psn", "qp_cc") else None
         if name == "qp_ctrl":
             return STATE_CODES[qp.state] if qp is not None and qp.state in (RTS, ERROR) else \
@@ -466,7 +474,7 @@ class RegisterBehaviour:
         sel = self.reg("tx", "ev_select")
         qpn, i = sel >> 8 & 0xFFFF, sel & 0xFF
         if qpn < self.params["num_qps"] and i < self.params["evs_per_qp"]:
-            self.tx_ev[qpn][i] = (value & 0xFFFF, value >> 16 & 3)
+            self.tx_ev[qpn][i] = (value & 0xFFFF | self._take_ev_hi("tx"), value >> 16 & 3)
             if self.fabric.planes > 1:  # the EV's packets leave on its plane's port
                 table = self.ev_tables[qpn]
                 table.evs[i].plane = value >> EV_PLANE_LSB & ((1 << PLANE_BITS) - 1)
@@ -521,7 +529,7 @@ class RegisterBehaviour:
         ne = self.params["evs_per_qp"]
         table = self.ev_tables[index // ne]
         ev = table.evs[index % ne]
-        ev.value = value & 0xFFFF
+        ev.value = value & 0xFFFF | self._take_ev_hi("reliability")
         if value >> 31 & 1:
             state = EV_NAMES.get(value >> 16 & 3)
             if state in (GOOD, DENIED) and ev.state != state:
@@ -529,6 +537,16 @@ class RegisterBehaviour:
                 table._transition(ev, state, "controller")
                 self.core.kick()
         table.reindex()
+
+    def _take_ev_hi(self, block) -> int:
+        """The EV bits above 15 staged in ``block``'s ``ev_value_hi``, cleared:
+        an entry write takes them (so a 16-bit writer stores zeros there)."""
+        width = self.params.get("ev_width", 16)
+        value = 0
+        for k in range(ev_hi_words(width)):
+            value |= self.reg(block, "ev_value_hi", k) << 16 + 32 * k
+            self._internal_write(block, "ev_value_hi", k, 0)
+        return value & ((1 << width) - 1)
 
     def _write_reliability_qp_rel_cfg(self, q, value, old):
         if self.qps[q] is not None and self.qps[q].state == RTS:

@@ -165,10 +165,12 @@ class SystemTB:
     The API and every check are the same on both. ``wire_macs`` (a
     ``SwitchFabric`` on ``two_nic_sim``): the NICs' MACs as wires
     (``SwitchFabric``'s ``beat_ns``: paced at the ports' rate, frames into
-    RX as they come off the wire)."""
+    RX as they come off the wire). ``routing``: how the fabric picks a
+    frame's path (sim/fabric/routing.py: ``explicit``, ``hash``, ``srv6``)."""
 
     def __init__(self, dut, *, seed: int = 1, delay_ns: float = 400.0, num_paths: int = 8,
-                 keep_log: bool = False, switch: bool = False, wire_macs: bool = False):
+                 keep_log: bool = False, switch: bool = False, wire_macs: bool = False,
+                 routing: str = "explicit"):
         self.dut = dut
         self.num_nics = nics = num_nics(dut)
         if wire_macs and (not SimHw.present(dut) or (nics == 2 and not switch)):
@@ -212,11 +214,11 @@ class SystemTB:
             self.ends.append(Endpoint(Device(transport), ram))
         if nics == 2 and not switch:
             self.fabric = Fabric(sinks, sources, num_paths=num_paths, delay_ns=delay_ns,
-                                 seed=seed, keep_log=keep_log)
+                                 seed=seed, keep_log=keep_log, routing=routing)
         else:
             self.fabric = SwitchFabric(sinks, sources, MACS[:nics], num_paths=num_paths,
                                        delay_ns=delay_ns, seed=seed, keep_log=keep_log,
-                                       beat_ns=CLK_NS if wire_macs else None)
+                                       beat_ns=CLK_NS if wire_macs else None, routing=routing)
 
     async def cycles(self, n: int):
         """Let ``n`` clock cycles pass (one timer, not n clock edges, on two_nic_sim)."""

@@ -4,7 +4,8 @@ the NICs' addresses and EV blocks, and the QP pairs bound through the
 driver's verbs. Needs no simulator.
 
 ``MACS[i]``, ``IPS[i]``, ``IPS6[i]``: NIC i's addresses (its IPv6 one on a
-NIC built with IPv6, each NIC in a /64 of its own); ``EV_BASES[i]``: NIC i's EVs
+NIC built with IPv6: locator ``SRV6_LOCATOR``, uSID ``SRV6_NIC_USIDS[i]``,
+zeros, so that SRv6 EVs can end at it; ``srv6_evs``); ``EV_BASES[i]``: NIC i's EVs
 (connection k sprays over ``EV_BASES[i] + 16 k + 0..``).
 ``new_conn(dev, pd, ...)``: a QP in INIT with its CQs and buffers.
 ``connect_pair(ends, a, b, ...)``: a QP of ``ends[a]`` and one of ``ends[b]``
@@ -14,18 +15,32 @@ bound to each other and in RTS (``ends[i]``: anything with ``dev`` and a
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 
 from host_driver.driver import EvProfile, MemoryRegion, QueuePair
+from hw.protocol import srv6_carrier
+from sim.fabric.routing import SPINE_USID_BASE
 from sim.system.top import MAX_NICS
 
-__all__ = ["MACS", "IPS", "IPS6", "EV_BASES", "EVS", "RAM_SIZE", "Connection", "check_memory",
-           "new_conn", "connect_pair", "families", "ip_of"]
+__all__ = ["MACS", "IPS", "IPS6", "SRV6_LOCATOR", "SRV6_NIC_USIDS", "srv6_evs", "EV_BASES", "EVS",
+           "RAM_SIZE", "Connection", "check_memory", "new_conn", "connect_pair", "families",
+           "ip_of"]
 
 RAM_SIZE = 1 << 25  # 32 MiB of host memory per NIC
 MACS = tuple(f"02:00:00:00:00:{i + 1:02x}" for i in range(MAX_NICS))
 IPS = tuple(f"10.0.0.{i + 1}" for i in range(MAX_NICS))
-IPS6 = tuple(f"fd00:0:0:{i + 1}::1" for i in range(MAX_NICS))
+SRV6_LOCATOR = 0xFD00_0000
+SRV6_NIC_USIDS = tuple(range(1, MAX_NICS + 1))
+IPS6 = tuple(str(ipaddress.IPv6Address(srv6_carrier(SRV6_LOCATOR << 96, u << 48)))
+             for u in SRV6_NIC_USIDS)
+
+
+def srv6_evs(dst: int, count: int) -> list[int]:
+    """``count`` SRv6 EVs to NIC ``dst`` over an SRv6 fabric's spines
+    (sim/fabric/routing.py): EV k goes through spine k (its uSID first), then
+    to the NIC (its own uSID last)."""
+    return [(SPINE_USID_BASE + k) << 48 | SRV6_NIC_USIDS[dst] << 32 for k in range(count)]
 
 
 def families(ipv6, count: int) -> list[bool]:

@@ -30,11 +30,12 @@ __all__ = ["NIC_PARAMS", "BUILD_ID", "BUILD_IDS", "NIC_MODULE", "MAX_NICS", "Two
 # A NIC that the simulator builds in a few minutes: 16 QPs, 8 EVs (paths), four
 # planes (a QP's EV i is on plane i mod 4 unless the driver binds it), IPv6
 # as well as IPv4 (each QP over its peer's family; the tests bind over IPv4
-# unless they say).
+# unless they say), and EV entries of 64 bits (MRC's UDP, STEV and SRv6
+# formats; the tests use UDP's unless they say).
 # The timer unit is 16 cycles (15.625 MHz), so retransmit timeouts are short.
 NIC_PARAMS = dict(data_width=64, num_qps=16, evs_per_qp=8, sack_bits=64, max_mtu=1024,
                   mpr_max=256, num_mrs=16, window=64, inflight_depth=64,
-                  clk_freq_hz=15_625_000, num_planes=4, ipv6=True)
+                  clk_freq_hz=15_625_000, num_planes=4, ipv6=True, ev_width=64)
 BUILD_ID = 0x5157_0000
 BUILD_IDS = (BUILD_ID, BUILD_ID)  # per NIC: one module, so one build id
 NIC_MODULE = "nic_core"

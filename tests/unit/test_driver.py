@@ -17,6 +17,7 @@ from host_driver.driver import (
 )
 from host_driver.transport import HostMemory
 from hw.nic.csr import NIC_VERSION
+from hw.protocol import EvFormat
 from hw.tx.layouts import WQE_LAYOUT
 
 BLOCK = 0x10000
@@ -86,7 +87,7 @@ def test_discovery_and_parameters():
                                                           (4, 3 * BLOCK), (5, 4 * BLOCK)]
     # and the largest max_wimm, TX's in-flight entries per QP (caps.inflight_log2),
     # and whether it is built with IPv6 (caps.ipv6)
-    assert dev.params == {**PARAMS, "max_wimm": 256, "ipv6": False}
+    assert dev.params == {**PARAMS, "max_wimm": 256, "ipv6": False, "ev_width": 16}
     assert dev.tx.base == BLOCK and dev.rx.base == 2 * BLOCK and dev.rel.base == 3 * BLOCK
     # maps sized from the discovered parameters
     assert dev.tx.map["qp_ctrl"].count == 2 and dev.rel.map["ev"].count == 16
@@ -562,3 +563,88 @@ def test_ipv6_addresses_are_refused_where_the_nic_has_no_ipv6():
             await dev6.set_address("02:00:00:00:00:01", "10.0.0.1", ip6="10.0.0.9")
 
     run(attempt())
+
+
+def test_ev_formats_program_each_evs_bits_and_each_qps_format():
+    """On a NIC whose EV entries hold 64 bits (TX caps.stev, caps.srv6), a
+    STEV QP and an SRv6 QP: each EV's bits above 15 go into TX's and
+    reliability's ev_value_hi before the entry write that takes them, each
+    QP's format into both blocks' family registers; read back whole."""
+    async def bring_up():
+        nic = _ipv6_nic()
+        nic.words[BLOCK + 0x10] |= 3 << 17
+        dev, _ = await ready_device(nic)
+        assert dev.params["ev_width"] == 64 and len(dev.ev_formats) == 3
+        await dev.set_address("02:00:00:00:00:01", "10.0.0.1", ip6="fd00:0:1::")
+        qps = []
+        for peer, evs in (("fd00::2:0:0:2", EvProfile.explicit([0x1234_C000, 0x5678_C000],
+                                                               ev_format="stev")),
+                          ("fd00:0:2::", EvProfile.explicit([0x0E00_0002 << 32, 0x0E01_0002 << 32],
+                                                            ev_format="srv6"))):
+            qp = await dev.create_qp(dev.alloc_pd(), dev.create_cq(4), dev.create_cq(2), sq_log2=4)
+            await qp.to_init()
+            await qp.to_rtr(dest_qpn=1, peer_mac="02:00:00:00:00:02", peer_ip=peer)
+            nic.writes.clear()
+            await qp.to_rts(evs=evs)
+            qps.append((qp, list(nic.writes)))
+        return dev, qps
+
+    dev, qps = run(bring_up())
+    per_qp = dev.params["evs_per_qp"]
+    for (qp, writes), fmt in zip(qps, (EvFormat.STEV, EvFormat.SRV6), strict=True):
+        w = dict(writes)
+        family = 1 | fmt << 1
+        assert w[dev.tx.addr("qp_ip6", qp.qpn)] == w[dev.rel.addr("peer_v6", qp.qpn)] == family
+        for i, ev in enumerate(qp.evs.values):
+            for blk, entry in ((dev.tx, dev.tx.addr("ev_entry")),
+                               (dev.rel, dev.rel.addr("ev", qp.qpn * per_qp + i))):
+                at = [a for a, _ in writes].index(entry)  # this EV's entry write
+                staged = dict(writes[:at])  # each register's last write since the last entry
+                for k in (0, 1):
+                    assert staged[blk.addr("ev_value_hi", k)] == ev >> 16 + 32 * k & 0xFFFF_FFFF
+                assert writes[at][1] & 0xFFFF == ev & 0xFFFF
+                writes = writes[at + 1 :]
+
+
+def test_ev_formats_are_refused_with_what_to_fix():
+    async def attempt():
+        dev, _ = await ready_device(_ipv6_nic())  # IPv6, 16-bit EV entries
+        await dev.set_address("02:00:00:00:00:01", "10.0.0.1", ip6="fd00:0:1::")
+        qp = await dev.create_qp(dev.alloc_pd(), dev.create_cq(4), dev.create_cq(2), sq_log2=4)
+        await qp.to_init()
+        await qp.to_rtr(dest_qpn=1, peer_mac="02:00:00:00:00:02", peer_ip="fd00:0:2::")
+        with pytest.raises(ValueError, match="EV entries hold 32 bits.*holds 16"):
+            await qp.to_rts(evs=EvProfile.explicit([0x1_C000], ev_format="stev"))
+        async def bound(*peers):  # a NIC with 64-bit EV entries, a QP in RTR per peer
+            nic = _ipv6_nic()
+            nic.words[BLOCK + 0x10] |= 3 << 17
+            dev, _ = await ready_device(nic)
+            await dev.set_address("02:00:00:00:00:01", "10.0.0.1", ip6="fd00:0:1::")
+            qps = []
+            for peer in peers:
+                qps.append(await dev.create_qp(dev.alloc_pd(), dev.create_cq(4),
+                                               dev.create_cq(2), sq_log2=4))
+                await qps[-1].to_init()
+                await qps[-1].to_rtr(dest_qpn=1, peer_mac="02:00:00:00:00:02", peer_ip=peer)
+            return nic, qps
+
+        _, (qp6, qpx) = await bound("fd00:0:2::", "fd00:0:2::5")
+        nic, (qp4,) = await bound("10.0.0.2")
+        with pytest.raises(ValueError, match="ride in IPv6 headers: peer '10.0.0.2' is IPv4"):
+            await qp4.to_rts(evs=EvProfile.explicit([0x1_C000], ev_format="stev"))
+        with pytest.raises(ValueError, match="ends at uSID 0x0003, not at the peer's own 0x0002"):
+            await qp6.to_rts(evs=EvProfile.explicit([0x0E00_0003 << 32], ev_format="srv6"))
+        with pytest.raises(ValueError, match="locator, its uSID and zeros"):
+            await qpx.to_rts(evs=EvProfile.explicit([0x0E00_0002 << 32], ev_format="srv6"))
+        nic.writes.clear()
+        await qp4.to_rts(evs=EvProfile.explicit([0xC000]))  # UDP over IPv4 still goes
+        assert nic.writes
+
+    run(attempt())
+    for values, fmt, match in (([0x1_0000], "udp", "UDP EVs are 16-bit"),
+                               ([1 << 32], "stev", "STEV EVs are 32-bit"),
+                               ([0x0002 << 32], "srv6", "start in bits 63..48"),
+                               ([0x0E00_0000_0002_0000], "srv6", "a zero uSID ends them"),
+                               ([0xC000], "mpls", "ev_format must be one of")):
+        with pytest.raises(ValueError, match=match):
+            EvProfile.explicit(values, ev_format=fmt)
