@@ -272,6 +272,20 @@ class ReliabilityEngine(wiring.Component):
         m.d.comb += bank.strobe.eq(Cat(strobes))
         return bank
 
+    def _event_head(self, m, core, cpl):
+        """The EV event queue's head and valid flag registered every cycle (the
+        head is a block RAM's output, late in the cycle, too late for the read
+        groups' multiplexers behind it: a read sees the queue as of the cycle
+        before r_stb), the completion flag, and ``irq``; returns the three."""
+        cpl_flag = Signal()
+        event = Signal.like(core.event.payload)
+        event_valid = Signal()
+        m.d.sync += [event.eq(core.event.payload), event_valid.eq(core.event.valid)]
+        m.d.comb += self.irq.eq(core.event.valid | cpl_flag)
+        with m.If(cpl.cqe_done):
+            m.d.sync += cpl_flag.eq(1)
+        return event, event_valid, cpl_flag
+
     def elaborate(self, platform):
         m = Module()
         nq, E = self.num_qps, self.evs_per_qp
@@ -386,9 +400,9 @@ class ReliabilityEngine(wiring.Component):
         m.d.comb += ev_off.eq(_offset(addr, EV_BASE))
         ev_idx = ev_off[2:][: max(1, (nq * E - 1).bit_length())]
 
-        hi_words = ev_hi_words(self.ev_width)
+        ev_hi_count = ev_hi_words(self.ev_width)
         G = {**GLOBAL_OFFSETS, **{f"own_ip6_{i}": OWN_IP6 + 4 * i for i in range(4)},
-             **{f"ev_value_hi_{i}": EV_VALUE_HI + 4 * i for i in range(hi_words)}}
+             **{f"ev_value_hi_{i}": EV_VALUE_HI + 4 * i for i in range(ev_hi_count)}}
         param_regs = {
             "ev_loss_threshold": params.ev_loss_threshold, "cwnd_min": params.cwnd_min,
             "cwnd_max": params.cwnd_max, "cwnd_init": params.cwnd_init,
@@ -403,9 +417,9 @@ class ReliabilityEngine(wiring.Component):
             rw_regs.update({f"own_ip6_{i}": own_ip6[32 * i : 32 * (i + 1)] for i in range(4)})
         # an EV's bits above 15, staged for the next EV entry write, which takes
         # them and clears them (a 16-bit writer stores zeros there)
-        ev_hi = Signal(max(1, self.ev_width - 16))
+        ev_hi = Signal(self.ev_width - 16) if ev_hi_count else Const(0, 0)
         rw_regs.update({f"ev_value_hi_{i}": ev_hi[32 * i : 32 * (i + 1)]
-                        for i in range(hi_words)})
+                        for i in range(ev_hi_count)})
 
         # Writes are decoded at w_stb and applied in the next cycle from registers
         # (hw.csr.RegisteredWrites: the data, the QP and EV indices and one strobe
@@ -464,8 +478,7 @@ class ReliabilityEngine(wiring.Component):
             dma_wr.data.eq(Cat(*[base_hi if word in hi_words else w_data
                                  for word in dma_lanes])),
             net_wr.data.eq(Cat(*[w_data] * net_words)),
-            ev_wr.data.eq(Cat(w_data[:16], ev_hi[: self.ev_width - 16],
-                              w_data[EV_PLANE_LSB:][: self.plane_bits])),
+            ev_wr.data.eq(Cat(w_data[:16], ev_hi, w_data[EV_PLANE_LSB:][: self.plane_bits])),
         ]
 
         def push_cmd(value):
@@ -484,7 +497,7 @@ class ReliabilityEngine(wiring.Component):
                      dma_wr.en.eq(Cat(w.stb[f"dma{i}"] for i in range(5))),
                      net_wr.en.eq(Cat(w.stb[f"net{i}"] for i in range(net_words))),
                      ev_wr.en.eq(w.stb["ev_cfg"])]
-        if hi_words:
+        if ev_hi_count:
             with m.If(w.stb["ev_cfg"]):
                 m.d.sync += ev_hi.eq(0)
         with m.If(w.stb["ev_cfg"] & w_data[31]):
@@ -494,16 +507,7 @@ class ReliabilityEngine(wiring.Component):
         # --- counters and events ---------------------------------------------------------------
         bank = self._counter_bank(m, core, cpl, pcheck, cmds_lost)
 
-        cpl_flag = Signal()
-        # The EV event queue's head and valid flag registered every cycle: the head is
-        # a block RAM's output (late in the cycle), too late for the read groups'
-        # multiplexers behind it. A read sees the queue as of the cycle before r_stb.
-        event = Signal.like(core.event.payload)
-        event_valid = Signal()
-        m.d.sync += [event.eq(core.event.payload), event_valid.eq(core.event.valid)]
-        m.d.comb += self.irq.eq(core.event.valid | cpl_flag)
-        with m.If(cpl.cqe_done):
-            m.d.sync += cpl_flag.eq(1)
+        event, event_valid, cpl_flag = self._event_head(m, core, cpl)
 
         # --- reads: registered decode, data 2 cycles after r_stb (registered) -----------
         # The kind of word read, registered one-hot at r_stb: r_qp_word[k] for QP word

@@ -262,8 +262,9 @@ class TxCsrDecode(wiring.Component):
 
         # ---- reads
         ev_entry = Signal(EV_PLANE_LSB + PLANE_BITS)
-        r_ev_hi = Signal(max(1, self.ev_width - 16))
-        m.d.sync += r_ev_hi.eq(self.ev_r_value[16:])
+        r_ev_hi = Signal(self.ev_width - 16)  # the entry's bits above 15, for EV_VALUE_HI
+        if hi_words:
+            m.d.sync += r_ev_hi.eq(self.ev_r_value[16:])
         m.d.sync += ev_entry.eq(Cat(self.ev_r_value[:16], self.ev_r_state,
                                     Const(0, EV_PLANE_LSB - 18), self.ev_r_plane))
         r_q = Signal(qb)

@@ -373,12 +373,12 @@ class TxEngine(wiring.Component):
         tags = []  # (FIFO, its entry for a descriptor taken): see _frame_tags
         if self.num_planes > 1:
             tags.append(self._plane_tags(m, seq))
-        else:
-            m.d.comb += self.m_axis.tuser.eq(0)
         if self.srv6:
             m.submodules.carrier = carrier = CarrierWriter(w)
             tags.append(self._carrier_tags(m, seq, carrier, icrc))
         self._frame_tags(m, seq, hdr_fifo, tags)
+        if self.num_planes == 1:
+            m.d.comb += self.m_axis.tuser.eq(0)
         wiring.connect(m, hdr_fifo.o, hb.desc)
         m.d.comb += [hb.src_mac.eq(seq.src_mac), hb.src_ip.eq(seq.src_ip)]
         if self.ipv6:
@@ -407,6 +407,9 @@ class TxEngine(wiring.Component):
         last beat passes; frames pass in descriptor order. A FIFO holds
         ``max_picked_ahead`` + 2 entries, more than can be between the two
         (descriptors picked ahead of the wire), and stops the sequencer if full."""
+        if not tags:
+            wiring.connect(m, seq.hdr_desc, hdr_fifo.i)
+            return
         room = Value.cast(1)
         for fifo, _ in tags:
             room = room & fifo.w_rdy
