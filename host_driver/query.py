@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hw.nic.csr import caps_names
+from hw.protocol import ev_formats
 
 __all__ = ["DeviceAttr", "QpAttr", "query_device", "query_qp"]
 
@@ -25,7 +26,8 @@ class DeviceAttr:
 
     ``caps``: the capabilities it implements, of TRIM_NACK, DYNAMIC_MPR and
     SVC_TIME. ``max_qp_hint``: QPs. ``ev_max_count``: EVs per QP.
-    ``ev_max_profiles``: EV profiles per QP (one, of the UDP format).
+    ``ev_max_profiles``: EV profiles per QP (one, in a format of
+    ``ev_formats``: the EV formats its EV entries hold, by name).
     ``max_mpr``: the largest MPR, in units of 128 PSNs (requester and
     responder alike; the PSNs a requester has in flight are also at most
     ``window``, those reliability tracks). ``max_wimm``: the largest
@@ -44,6 +46,7 @@ class DeviceAttr:
     sack_bits: int
     window: int
     version: tuple[int, int]
+    ev_formats: tuple[str, ...] = ("udp",)
 
 
 @dataclass(frozen=True)
@@ -85,7 +88,8 @@ async def query_device(dev) -> DeviceAttr:
         caps=caps_names(p["caps"]), max_qp_hint=p["num_qps"], ev_max_count=p["evs_per_qp"],
         ev_max_profiles=1, max_mpr=p["mpr_max"] // MPR_UNIT, max_wimm=p["max_wimm"],
         max_mr=p["num_mrs"], max_mtu=p["max_mtu"], sack_bits=p["sack_bits"],
-        window=p["window"], version=(p["nic_version"] >> 16, p["nic_version"] & 0xFFFF))
+        window=p["window"], version=(p["nic_version"] >> 16, p["nic_version"] & 0xFFFF),
+        ev_formats=tuple(f.name.lower() for f in ev_formats(p.get("ev_width", 16))))
 
 
 async def query_qp(qp) -> QpAttr:

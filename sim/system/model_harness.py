@@ -308,11 +308,13 @@ class ModelFabricControl(PathSelection):
 
 class ModelSystem:
     def __init__(self, params: dict | None = None, *, seed: int = 1, delay_ns: float = 400.0,
-                 num_paths: int = 8, gbps: float | None = None, csr_access_cycles: int = 4):
+                 num_paths: int = 8, gbps: float | None = None, csr_access_cycles: int = 4,
+                 routing: str = "explicit"):
         params = dict(NIC_PARAMS if params is None else params)
         if gbps is None:
             gbps = params.get("data_width", 64) * params.get("clk_freq_hz", 125_000_000) / 1e9
-        self.model = ModelFabric(num_paths=num_paths, delay_ns=delay_ns, gbps=gbps, seed=seed)
+        self.model = ModelFabric(num_paths=num_paths, delay_ns=delay_ns, gbps=gbps, seed=seed,
+                                 routing=routing)
         self.rng = random.Random(seed)
         self.ends: list[Endpoint] = []
         for build_id in BUILD_IDS:

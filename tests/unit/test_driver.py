@@ -575,6 +575,7 @@ def test_ev_formats_program_each_evs_bits_and_each_qps_format():
         nic.words[BLOCK + 0x10] |= 3 << 17
         dev, _ = await ready_device(nic)
         assert dev.params["ev_width"] == 64 and len(dev.ev_formats) == 3
+        assert (await dev.query()).ev_formats == ("udp", "stev", "srv6")
         await dev.set_address("02:00:00:00:00:01", "10.0.0.1", ip6="fd00:0:1::")
         qps = []
         for peer, evs in (("fd00::2:0:0:2", EvProfile.explicit([0x1234_C000, 0x5678_C000],
@@ -609,6 +610,7 @@ def test_ev_formats_program_each_evs_bits_and_each_qps_format():
 def test_ev_formats_are_refused_with_what_to_fix():
     async def attempt():
         dev, _ = await ready_device(_ipv6_nic())  # IPv6, 16-bit EV entries
+        assert (await dev.query()).ev_formats == ("udp",)
         await dev.set_address("02:00:00:00:00:01", "10.0.0.1", ip6="fd00:0:1::")
         qp = await dev.create_qp(dev.alloc_pd(), dev.create_cq(4), dev.create_cq(2), sq_log2=4)
         await qp.to_init()

@@ -515,6 +515,43 @@ def test_path_down_then_up():
     run(body())
 
 
+def test_srv6_routes_on_the_usids_around_a_failed_path():
+    """tests/system/test_ev_formats.py's SRv6 case on model NICs (64-bit EV
+    entries, NIC_PARAMS) and the model fabric routing on the uSIDs: each EV's
+    packets take the spine its first uSID names (path 3's drops are EV 3's
+    only), EV 3 goes ASSUMED_BAD, the transfer completes byte exact, and an
+    SRv6 probe brings EV 3 back. The EVs read back whole (their 64 bits
+    staged through ev_value_hi)."""
+    from host_driver.driver import EvProfile
+    from sim.system.pairs import srv6_evs
+
+    async def body():
+        tb = ModelSystem(seed=17, routing="srv6")
+        await tb.init()
+        evs = [srv6_evs(1, 8), srv6_evs(0, 8)]
+        await tb.connect_qps(1, sq_log2=4, timeout=9, probe_period=4000, ipv6=True,
+                             sack_threshold=1,
+                             evs=[EvProfile.explicit(v, ev_format="srv6") for v in evs])
+        for end, qp in zip(tb.ends, (tb.ends[0].qps[0], tb.ends[1].qps[0]), strict=True):
+            end.qp = qp
+        a = tb.ends[0]
+        assert list((await a.qp.query()).evs) == [(v, 0) for v in evs[0]]
+        tb.fabric.set_path_up(3, False, direction=0)
+        posted, payload, early = await transfer(tb, 0, [16 * 1024] * 4)
+        await complete_all(a.qp, posted, early)
+        check_memory(tb, 1, payload)
+        assert (await a.dev.ev_states(a.qp))[3] == 1
+        paths = tb.fabric.directions[0].paths
+        assert paths[3].dropped > 0 and all(p.dropped == 0 for k, p in enumerate(paths) if k != 3)
+        tb.fabric.set_path_up(3, True, direction=0)
+        for _ in range(100):
+            await a.dev.transport.idle(1000)
+            if (await a.dev.ev_states(a.qp))[3] == 0:
+                break
+        assert (await a.dev.ev_states(a.qp))[3] == 0, "no probe brought EV 3 back"
+    run(body())
+
+
 def test_total_outage_retry_exceeded_then_flushed():
     """Every path of NIC 0 -> NIC 1 down with 4 WQEs posted: after
     linear_cnt + exp_cnt retries the QP goes to ERROR; the oldest WQE completes
