@@ -451,7 +451,10 @@ class EvProfile:
     uSIDs, first hop in bits 63..48, ended by a zero uSID; the last is the
     peer's own, its address being the locator, that uSID, zeros). STEV and
     SRv6 need an IPv6 peer and a NIC whose EV entries hold them
-    (``Device.ev_formats``); GENERATED and AUTO derive UDP EVs."""
+    (``Device.ev_formats``). GENERATED and AUTO derive 16-bit values and
+    place each in a slot of a ``template`` EV (``hw.nic.ev_load.placed``):
+    UDP's source port, STEV's flow label (the template holding the source
+    port), SRv6's first uSID (the template holding the others)."""
 
     values: tuple[int, ...]
     mode: str = "explicit"
@@ -479,11 +482,14 @@ class EvProfile:
 
     @classmethod
     def generated(cls, *, width=16, init=0, min_ev=0, max_ev=None, mask=None,
-                  count=8, phy_port_mask=None) -> EvProfile:
+                  count=8, phy_port_mask=None, ev_format="udp", template=0) -> EvProfile:
         """The GENERATED profile: the NIC derives the EVs (its ``ev_gen`` block).
         ``values`` holds what the rule gives (the golden model's
-        ``generated_evs``), which also checks the parameters here, with a
-        message that says what to fix; ``to_rts`` keeps what the NIC loaded."""
+        ``generated_evs``), each placed in its format's slot of ``template``
+        (``ev_format``: the class's docstring), which also checks the
+        parameters here, with a message that says what to fix; ``to_rts``
+        keeps what the NIC loaded."""
+        from hw.nic.ev_load import placed
         from sim.model.ev import generated_evs
 
         if not isinstance(width, int) or not 1 <= width <= 16:
@@ -494,19 +500,31 @@ class EvProfile:
         mask = top if mask is None else mask
         if not 0 <= init <= 0xFFFF or not 0 <= mask <= 0xFFFF:
             raise ValueError(f"init and mask are 16-bit values, not {init!r} and {mask!r}")
+        fmt, slot = _derived_format(ev_format, template)
         evs = generated_evs(width=width, init=init, min_ev=min_ev, max_ev=max_ev, mask=mask,
                             count=count)
         params = (("width", width), ("init", init), ("min", min_ev), ("max", max_ev),
-                  ("mask", mask), ("count", count))
-        return cls(tuple(v for v, _ in evs), "generated", params,
-                   _check_port_mask(phy_port_mask))
+                  ("mask", mask), ("count", count), ("slot", slot), ("template", template))
+        values = tuple(placed(v, slot, template) for v, _ in evs)
+        if fmt == EvFormat.SRV6:
+            cls.explicit(values, ev_format=fmt)  # each a uSID list, or what to fix
+        return cls(values, "generated", params, _check_port_mask(phy_port_mask), fmt)
 
     @classmethod
-    def auto(cls, *, phy_port_mask=None) -> EvProfile:
+    def auto(cls, *, phy_port_mask=None, ev_format="udp", template=0) -> EvProfile:
         """AUTO: the NIC chooses (GENERATED over the ephemeral ports, every entry
-        of the QP's table; ``hw.nic.ev_load.auto_params``); ``to_rts`` then
-        defaults ``ev_min_active`` to a quarter of them, as MRC's example does."""
-        return cls((), "auto", (), _check_port_mask(phy_port_mask))
+        of the QP's table; ``hw.nic.ev_load.auto_params``), in UDP's source
+        port or STEV's flow label (``template`` holding STEV's source port);
+        ``to_rts`` then defaults ``ev_min_active`` to a quarter of them, as
+        MRC's example does. Not SRv6: a uSID names a fabric node, which the
+        ephemeral ports do not."""
+        fmt, slot = _derived_format(ev_format, template)
+        if fmt == EvFormat.SRV6:
+            raise ValueError("AUTO derives EVs from the ephemeral ports (0xC000..0xFFFF); an "
+                             "SRv6 uSID names a fabric node: give GENERATED with the first "
+                             "hops' uSIDs (min_ev..max_ev) and the rest of the list as template")
+        return cls((), "auto", (("slot", slot), ("template", template)),
+                   _check_port_mask(phy_port_mask), fmt)
 
 
 def ev_format_of(ev_format) -> EvFormat:
@@ -517,6 +535,21 @@ def ev_format_of(ev_format) -> EvFormat:
     if not isinstance(ev_format, str) or ev_format.lower() not in names:
         raise ValueError(f"ev_format must be one of {sorted(names)}, not {ev_format!r}")
     return names[ev_format.lower()]
+
+
+# The 16-bit slot of the EV a derived value goes in, per format (gen_place.slot)
+_DERIVED_SLOT = {EvFormat.UDP: 0, EvFormat.STEV: 1, EvFormat.SRV6: SRV6_USIDS - 1}
+
+
+def _derived_format(ev_format, template) -> tuple[EvFormat, int]:
+    """(format, slot) of a derived profile; a ValueError says what to fix."""
+    fmt = ev_format_of(ev_format)
+    bits = EV_FORMAT_BITS[fmt]
+    if not isinstance(template, int) or not 0 <= template < 1 << bits:
+        raise ValueError(f"template must be a {bits}-bit {fmt.name} EV, not {template!r}")
+    if fmt == EvFormat.UDP and template:
+        raise ValueError("a UDP-format EV is the derived value itself: template must be 0")
+    return fmt, _DERIVED_SLOT[fmt]
 
 
 def _usids_value(usids) -> int:
@@ -772,8 +805,8 @@ class QueuePair:
                 for i in range(per_qp):
                     await dev.tx.write_fields("ev_select", ev_index=i, qpn=q)
                     entry = await dev.tx.read_fields("ev_entry")
-                    await dev.write_ev(q, i, entry["value"], plane=self.ev_planes[i],
-                                       tx_state=entry["state"])
+                    await dev.write_ev(q, i, await dev.read_ev_value(q, i),
+                                       plane=self.ev_planes[i], tx_state=entry["state"])
             return
         for i in range(per_qp):
             used = i < len(evs.values)
@@ -936,7 +969,8 @@ class Device:
                                  host_view(rel_register_map(p["num_qps"], p["evs_per_qp"],
                                                             p["window"], ipv6, ev_width)))
         self.ev_gen = None if EV_GEN_TYPE_ID not in by_type else RegisterBlock(
-            self.transport, by_type[EV_GEN_TYPE_ID].base, host_view(ev_gen_register_map()))
+            self.transport, by_type[EV_GEN_TYPE_ID].base,
+            host_view(ev_gen_register_map(ev_width)))
         self.planes = None
         if self.num_planes > 1:
             if PLANES_TYPE_ID not in by_type:
@@ -1135,11 +1169,18 @@ class Device:
                              "ev_gen=False: no ev_gen block in its CSR chain); give the EVs "
                              "as an EXPLICIT profile")
         await g.write_fields("gen_qp", qpn=qpn)
+        p = dict(evs.params)
         if evs.mode == "generated":
-            p = dict(evs.params)
             await g.write_fields("gen_range", min=p["min"], max=p["max"])
             await g.write_fields("gen_init", init=p["init"], mask=p["mask"])
             await g.write_fields("gen_shape", width=p["width"], count=p["count"])
+        if self.params.get("ev_width", 16) > 16:
+            await g.write_fields("gen_place", slot=p.get("slot", 0))
+            for k in (0, 1):
+                await g.write("gen_template", p.get("template", 0) >> 32 * k & 0xFFFFFFFF, k)
+        elif p.get("slot") or p.get("template"):
+            raise ValueError(f"{evs.ev_format.name} EVs need a NIC whose EV entries hold them "
+                             f"(this one holds 16 bits): use ev_format='udp'")
         await g.write_fields("gen_start", auto=int(evs.mode == "auto"))
         waited = 0
         while (status := await g.read_fields("gen_status"))["busy"]:
@@ -1150,10 +1191,8 @@ class Device:
         if status["bad_qp"] or status["error"]:
             raise DriverError(f"the NIC refused the {evs.mode} EV profile {dict(evs.params)} "
                               f"for QP {qpn}: gen_status {status} (every EV entry DENIED)")
-        per_qp = self.params["evs_per_qp"]
-        values = [(await self.rel.read_fields("ev", qpn * per_qp + i))["value"]
-                  for i in range(status["found"])]
-        return EvProfile(tuple(values), evs.mode, evs.params, evs.phy_port_mask)
+        values = [await self.read_ev_value(qpn, i) for i in range(status["found"])]
+        return EvProfile(tuple(values), evs.mode, evs.params, evs.phy_port_mask, evs.ev_format)
 
     @property
     def num_planes(self) -> int:

@@ -403,7 +403,7 @@ class NicCore(wiring.Component):
             ("rx", rx_register_map(num_qps, num_mrs, ipv6=self.ipv6)),
             ("reliability", rel_register_map(num_qps, evs_per_qp, window, self.ipv6,
                                              ev_width)),
-            ("ev_gen", ev_gen_register_map()),
+            ("ev_gen", ev_gen_register_map(ev_width)),
             ("planes", plane_register_map(max(num_planes, 2))),
         )}
         # Every block decodes at least 16 address bits (reliability needs them).
@@ -454,7 +454,7 @@ class NicCore(wiring.Component):
         self.ev_gen = None if not ev_gen else EvGenBlock(
             num_qps=num_qps, evs_per_qp=evs_per_qp, tx_map=maps["tx"],
             rel_map=maps["reliability"], tx_block=BLOCK_ORDER.index("tx"),
-            rel_block=BLOCK_ORDER.index("reliability"), addr_width=bb)
+            rel_block=BLOCK_ORDER.index("reliability"), addr_width=bb, ev_width=ev_width)
         self.device_info = DeviceInfo(self.device_params(), addr_width=bb,
                                       read_latency=DEVICE_INFO_READ_LATENCY)
         self.plane_status = None if num_planes == 1 else PlaneStatus(num_planes, addr_width=bb)

@@ -1,18 +1,18 @@
 """MRC's GENERATED and AUTO EV profiles, derived and loaded by the NIC itself:
 the ``ev_gen`` register block (``EvGenBlock``) around ``EvGenerator``."""
 
-from amaranth.hdl import Cat, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.csr import CSRBusSignature, RegisteredWrites, RegisterMap
-from hw.protocol import EvState
+from hw.protocol import EvState, ev_hi_words
 
 from .csr import CsrWrite
 from .ev_gen import EV_WIDTH_MAX, EvGenerator
 
 __all__ = ["AUTO_MAX", "AUTO_MIN", "auto_init", "EV_GEN_TYPE_ID", "EV_GEN_VERSION",
-           "EvGenBlock", "auto_params", "ev_gen_register_map"]
+           "EvGenBlock", "auto_params", "ev_gen_register_map", "placed"]
 
 EV_GEN_TYPE_ID = 0x0005
 EV_GEN_VERSION = 1
@@ -38,7 +38,14 @@ def auto_params(qpn: int, evs_per_qp: int) -> dict[str, int]:
                 mask=0xFFFF, count=evs_per_qp)
 
 
-def ev_gen_register_map() -> RegisterMap:
+def placed(value: int, slot: int, template: int) -> int:
+    """The EV of a derived ``value`` placed in 16-bit ``slot`` of ``template``
+    (builds with EVs wider than 16 bits: ``gen_place``, ``gen_template``)."""
+    mask = 0xFFFF << 16 * slot
+    return template & ~mask | value << 16 * slot
+
+
+def ev_gen_register_map(ev_width: int = 16) -> RegisterMap:
     rm = RegisterMap(
         "ev_gen", EV_GEN_TYPE_ID, EV_GEN_VERSION,
         "EV generator: derives a QP's EVs in the NIC (MRC's GENERATED and AUTO "
@@ -70,6 +77,14 @@ def ev_gen_register_map() -> RegisterMap:
                    ("ignored", 2, 1, "a start was written while busy, and ignored"),
                    ("bad_qp", 3, 1, "gen_qp was not a QP: nothing was written"),
                    ("found", 8, 8, "EVs written GOOD (entries 0 .. found - 1)")])
+    if ev_width > 16:
+        rm.add("gen_place", 0x20, "RW", "(ev_width above 16) where a derived value goes in "
+               "the EV, GENERATED and AUTO alike: EV = gen_template with 16-bit slot `slot` "
+               "replaced by the value",
+               fields=[("slot", 0, 2, "the value's EV bits: 16 x slot + 15 .. 16 x slot (0: the "
+                        "UDP source port; 1: STEV's flow label; 3: SRv6's first uSID)")])
+        rm.add("gen_template", 0x24, "RW", "(ev_width above 16) the EV's other bits, word i "
+               "its bits 32i+31..32i", count=2, stride=4)
     return rm
 
 
@@ -90,7 +105,11 @@ class EvGenBlock(wiring.Component):
 
     Parameters: ``num_qps``, ``evs_per_qp`` (a power of two); ``tx_map`` and
     ``rel_map``, those blocks' register maps; ``tx_block`` and ``rel_block``,
-    their indices on the CSR interconnect.
+    their indices on the CSR interconnect; ``ev_width``, the EV tables'
+    (above 16: each derived value is placed in ``gen_template``'s slot
+    ``gen_place.slot`` (``placed``), and each entry's bits above 15 are
+    written into TX's and reliability's ``ev_value_hi`` before its entry
+    write, zeros for the DENIED entries).
 
     Interface
     ---------
@@ -115,16 +134,19 @@ class EvGenBlock(wiring.Component):
     """
 
     def __init__(self, *, num_qps, evs_per_qp, tx_map, rel_map, tx_block, rel_block,
-                 addr_width=16):
+                 addr_width=16, ev_width=16):
         if evs_per_qp & (evs_per_qp - 1) or not 1 <= evs_per_qp <= 128:
             raise ValueError(f"evs_per_qp must be a power of two in 1..128, not {evs_per_qp!r}")
         self.num_qps, self.evs_per_qp = num_qps, evs_per_qp
         self.tx_block, self.rel_block = tx_block, rel_block
         self.ev_select, self.ev_entry = tx_map["ev_select"], tx_map["ev_entry"]
         self.rel_ev = rel_map["ev"]
+        self.ev_width = ev_width
+        self.hi = [] if ev_width <= 16 else [
+            (tx_block, tx_map["ev_value_hi"]), (rel_block, rel_map["ev_value_hi"])]
         if self.rel_ev.stride != 4 or self.rel_ev.count != num_qps * evs_per_qp:
             raise ValueError("reliability's ev register must be num_qps x evs_per_qp words")
-        self.register_map = ev_gen_register_map()
+        self.register_map = ev_gen_register_map(ev_width)
         super().__init__({"csr": In(CSRBusSignature(addr_width)),
                           "inject": Out(stream.Signature(CsrWrite))})
 
@@ -134,22 +156,31 @@ class EvGenBlock(wiring.Component):
         m.submodules.gen = gen = EvGenerator(E)
         ibits = max(1, (E - 1).bit_length())
 
-        regs = {name: Signal(32, name=name) for name in ("gen_qp", "gen_range", "gen_init",
-                                                          "gen_shape")}
+        names = ("gen_qp", "gen_range", "gen_init", "gen_shape")
+        if self.hi:
+            names += ("gen_place",)
+        regs = {name: Signal(32, name=name) for name in names}
         masks = {name: sum(((1 << w) - 1) << lsb for _, lsb, w, _ in rm[name].fields)
                  for name in regs}
+        template = Signal(64)  # gen_template's two words
+        tpl_words = {rm["gen_template"].addr(k): template[32 * k : 32 * (k + 1)]
+                     for k in (range(2) if self.hi else ())}
         w = RegisteredWrites(m, csr, {
             **{name: (csr.addr == rm[name].offset, masks[name]) for name in regs},
+            **{f"t{k}": (csr.addr == addr, None) for k, addr in enumerate(tpl_words)},
             "start": (csr.addr == rm["gen_start"].offset, None)})
         for name, reg in regs.items():
             with m.If(w.stb[name]):
                 m.d.sync += reg.eq(w.data & masks[name])
+        for k, word in enumerate(tpl_words.values()):
+            with m.If(w.stb[f"t{k}"]):
+                m.d.sync += word.eq(w.data)
 
         busy, error, ignored, bad_qp = Signal(), Signal(), Signal(), Signal()
         found = Signal(8)
         status = Cat(busy, error, ignored, bad_qp, 0, 0, 0, 0, found)
         words = {**{rm[name].offset: reg for name, reg in regs.items()},
-                 rm["gen_status"].offset: status}
+                 rm["gen_status"].offset: status, **tpl_words}
         value = Signal(32)
         with m.Switch(csr.addr):
             for offset, word in words.items():
@@ -164,7 +195,7 @@ class EvGenBlock(wiring.Component):
         qpn = Signal(16)
         auto = Signal()
         idx = Signal(range(E + 1))
-        ev_value = Signal(16)
+        ev_value = Signal(max(16, self.ev_width if self.hi else 16))
         ev_state = Signal(EvState)
         p = gen.start.payload
         qp_f, rng, init, shape = regs["gen_qp"], regs["gen_range"], regs["gen_init"], \
@@ -180,7 +211,7 @@ class EvGenBlock(wiring.Component):
 
         sel_ev, sel_qp = _field(self.ev_select, "ev_index")[0], _field(self.ev_select, "qpn")[0]
         inj = self.inject.payload
-        entry_data = ev_value | ev_state << 16
+        entry_data = ev_value[:16] | ev_state << 16
         entry = Cat(idx[:ibits], qpn[: max(1, (self.num_qps - 1).bit_length())])
 
         # consecutive writes at least WRITE_SPACING cycles apart, as the host
@@ -212,8 +243,8 @@ class EvGenBlock(wiring.Component):
                 m.next = "RUN"
             with m.State("RUN"):
                 with m.If(gen.ev.valid):
-                    m.d.sync += [idx.eq(gen.ev.payload.index), ev_value.eq(gen.ev.payload.value),
-                                 ev_state.eq(EvState.GOOD)]
+                    m.d.sync += [idx.eq(gen.ev.payload.index), ev_state.eq(EvState.GOOD),
+                                 ev_value.eq(self._placed(gen.ev.payload.value, regs, template))]
                     m.next = "SELECT"
                 with m.Elif(~gen.busy):  # done: refused, too few EVs, or count found
                     m.d.sync += [error.eq(gen.error), found.eq(Mux(gen.error, 0, gen.found)),
@@ -226,14 +257,21 @@ class EvGenBlock(wiring.Component):
                     m.next = "IDLE"
                 with m.Else():
                     m.next = "SELECT"
-            with m.State("SELECT"):
-                write(self.tx_block, self.ev_select.offset,
-                      idx[:ibits] << sel_ev | qpn << sel_qp, "ENTRY")
-            with m.State("ENTRY"):
-                write(self.tx_block, self.ev_entry.offset, entry_data, "REL")
-            with m.State("REL"):
-                write(self.rel_block, self.rel_ev.offset + (entry << 2),
-                      entry_data | 1 << 31, "NEXT")
+            # an entry's writes: TX's select, its high words and entry, then
+            # reliability's high words and entry
+            words = ev_hi_words(self.ev_width) if self.hi else 0
+            steps = [("SELECT", self.tx_block, self.ev_select.offset,
+                      idx[:ibits] << sel_ev | qpn << sel_qp),
+                     *[(f"TX_HI{k}", self.tx_block, self.hi[0][1].addr(k),
+                        ev_value[16 + 32 * k :][:32]) for k in range(words)],
+                     ("ENTRY", self.tx_block, self.ev_entry.offset, entry_data),
+                     *[(f"REL_HI{k}", self.rel_block, self.hi[1][1].addr(k),
+                        ev_value[16 + 32 * k :][:32]) for k in range(words)],
+                     ("REL", self.rel_block, self.rel_ev.offset + (entry << 2),
+                      entry_data | 1 << 31)]
+            for k, (state, block, addr, data) in enumerate(steps):
+                with m.State(state):
+                    write(block, addr, data, steps[k + 1][0] if k + 1 < len(steps) else "NEXT")
             with m.State("NEXT"):
                 with m.If(ev_state == EvState.DENIED):  # the entries past the EVs found
                     m.d.sync += idx.eq(idx + 1)
@@ -246,3 +284,15 @@ class EvGenBlock(wiring.Component):
         with m.If(w.stb["start"] & busy):
             m.d.sync += ignored.eq(1)
         return m
+
+    def _placed(self, value, regs, template):
+        """A derived ``value`` as its EV: ``placed`` in gateware (the value
+        itself in a build of 16-bit EVs)."""
+        if not self.hi:
+            return value
+        slots = self.ev_width // 16
+        cases = [Cat(*[value if j == s else template[16 * j : 16 * (j + 1)]
+                       for j in range(slots)]) for s in range(slots)]
+        cases += [template[: self.ev_width]] * (4 - slots)  # a slot above the EV's
+        return Array(cases)[regs["gen_place"][:2]]
+

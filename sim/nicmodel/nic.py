@@ -71,7 +71,7 @@ class ModelNic(RegisterBehaviour, QpLifecycle):
             "rx": host_view(rx_register_map(nq, params["num_mrs"], ipv6=ipv6)),
             "reliability": host_view(rel_register_map(nq, ne, params["window"], ipv6,
                                                       params.get("ev_width", 16))),
-            "ev_gen": host_view(ev_gen_register_map()),
+            "ev_gen": host_view(ev_gen_register_map(params.get("ev_width", 16))),
         }
         # NicCore's chain: the planes block last, with planes
         self.block_order = BLOCK_ORDER

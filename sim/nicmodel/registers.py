@@ -412,7 +412,7 @@ class RegisterBehaviour:
         """EvGenBlock's run, at once (the gateware's takes hundreds of cycles,
         which the model does not count): the EVs found GOOD, the rest DENIED,
         in TX's and reliability's tables; a QP out of range: nothing."""
-        from hw.nic.ev_load import auto_params
+        from hw.nic.ev_load import auto_params, placed
         from sim.model.ev import generated_evs
 
         ne = self.params["evs_per_qp"]
@@ -434,16 +434,28 @@ class RegisterBehaviour:
             values = [v for v, _ in generated_evs(**params)]
         except ValueError:
             values = None
+        width = self.params.get("ev_width", 16)
+        if values is not None and width > 16:  # each value placed in the template
+            slot = self.field("ev_gen", "gen_place", 0, "slot")
+            template = self.reg("ev_gen", "gen_template", 0) | self.reg(
+                "ev_gen", "gen_template", 1) << 32
+            values = [placed(v, slot, template) & ((1 << width) - 1) if slot < width // 16
+                      else template & ((1 << width) - 1) for v in values]
         for i in range(ne):
             good = values is not None and i < len(values)
             value, state = (values[i] if good else 0), EV_CODES[GOOD if good else DENIED]
             self._internal_write("tx", "ev_select", 0,
                                  self.pack("tx", "ev_select", qpn=q, ev_index=i))
+            for k in range(ev_hi_words(width)):
+                self._internal_write("tx", "ev_value_hi", k, value >> 16 + 32 * k & 0xFFFFFFFF)
             self._internal_write("tx", "ev_entry", 0,
-                                 self.pack("tx", "ev_entry", value=value, state=state))
+                                 self.pack("tx", "ev_entry", value=value & 0xFFFF, state=state))
+            for k in range(ev_hi_words(width)):
+                self._internal_write("reliability", "ev_value_hi", k,
+                                     value >> 16 + 32 * k & 0xFFFFFFFF)
             self._internal_write("reliability", "ev", q * ne + i,
-                                 self.pack("reliability", "ev", value=value, state=state,
-                                           set_state=1))
+                                 self.pack("reliability", "ev", value=value & 0xFFFF,
+                                           state=state, set_state=1))
         self.ev_gen_status = 1 << 1 if values is None else len(values) << 8
 
 

@@ -3,12 +3,15 @@ entries (sim/system/top.py ``NIC_PARAMS``), over IPv6:
 
 - STEV: each QP's EVs differ in their flow label only (one source port), on
   a fabric that hashes the EV as the frame carries it (flow label and source
-  port): the paths spread on the flow label;
+  port): the paths spread on the flow label. NIC 0's EVs are EXPLICIT, NIC
+  1's AUTO (derived by its EV generator in the flow label);
 - SRv6: each EV is a uSID list (a spine's uSID, then the peer NIC's own), on
   a fabric that routes on it (``routing="srv6"``: the spine its first uSID
-  names, which consumes it). One path fails mid-transfer: its EV goes
-  ASSUMED_BAD, the transfer completes byte exact on the others, and once
-  the path is back an SRv6 probe brings the EV back to GOOD.
+  names, which consumes it). NIC 0's EVs are EXPLICIT, NIC 1's GENERATED
+  (its EV generator derives the spines' uSIDs into the list's first). One
+  path fails mid-transfer: its EV goes ASSUMED_BAD, the transfer completes
+  byte exact on the others, and once the path is back an SRv6 probe brings
+  the EV back to GOOD.
 
 Every data frame and probe is checked on the wire: its EV where its format
 puts it, the ICRC good where the receiver checks it (for SRv6, over the
@@ -80,8 +83,12 @@ async def test_stev_spreads_on_the_flow_label(dut):
     tb = SystemTB(dut, seed=seeds.of(71), routing="hash")
     tb.fabric.capture_enabled = True
     await tb.init()
-    evs = [[(0x5A00 + 0x11 * k + i) << 16 | 0xC000 for k in range(EVS)] for i in (0, 1)]
-    await tb.connect(ipv6=True, evs=[EvProfile.explicit(v, ev_format="stev") for v in evs])
+    explicit = [(0x5A00 + 0x11 * k) << 16 | 0xC000 for k in range(EVS)]
+    await tb.connect(ipv6=True, evs=[EvProfile.explicit(explicit, ev_format="stev"),
+                                     EvProfile.auto(ev_format="stev", template=0xC000)])
+    evs = [explicit, list(tb.ends[1].qp.evs.values)]
+    assert len(set(evs[1])) == EVS and all(ev & 0xFFFF == 0xC000 and ev >> 30 == 0b11
+                                           for ev in evs[1]), [hex(ev) for ev in evs[1]]
     await transfer_both_ways(tb)
     for direction in (0, 1):
         frames = data_frames(tb, direction)
@@ -131,8 +138,12 @@ async def test_srv6_routes_on_the_usids_around_a_failed_path(dut):
     tb.fabric.capture_enabled = True
     await tb.init()
     evs = [srv6_evs(1, EVS), srv6_evs(0, EVS)]
+    generated = EvProfile.generated(min_ev=SPINE_USID_BASE, max_ev=SPINE_USID_BASE + EVS - 1,
+                                    count=EVS, ev_format="srv6", template=evs[1][0] & (
+                                        (1 << 48) - 1))
     await tb.connect(ipv6=True, timeout=9, probe_period=4000, sack_threshold=1,
-                     evs=[EvProfile.explicit(v, ev_format="srv6") for v in evs])
+                     evs=[EvProfile.explicit(evs[0], ev_format="srv6"), generated])
+    assert list(tb.ends[1].qp.evs.values) == evs[1] == list(generated.values)
     a = tb.ends[0]
     tb.fabric.set_path_up(3, False, direction=0)
     await transfer_both_ways(tb)

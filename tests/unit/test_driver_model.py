@@ -520,22 +520,28 @@ def test_srv6_routes_on_the_usids_around_a_failed_path():
     entries, NIC_PARAMS) and the model fabric routing on the uSIDs: each EV's
     packets take the spine its first uSID names (path 3's drops are EV 3's
     only), EV 3 goes ASSUMED_BAD, the transfer completes byte exact, and an
-    SRv6 probe brings EV 3 back. The EVs read back whole (their 64 bits
-    staged through ev_value_hi)."""
+    SRv6 probe brings EV 3 back. NIC 1's EVs are GENERATED (the spines' uSIDs
+    placed first in the list), NIC 0's EXPLICIT; they read back whole (their
+    64 bits staged through ev_value_hi)."""
     from host_driver.driver import EvProfile
+    from sim.fabric.routing import SPINE_USID_BASE
     from sim.system.pairs import srv6_evs
 
     async def body():
         tb = ModelSystem(seed=17, routing="srv6")
         await tb.init()
         evs = [srv6_evs(1, 8), srv6_evs(0, 8)]
+        generated = EvProfile.generated(min_ev=SPINE_USID_BASE, max_ev=SPINE_USID_BASE + 7,
+                                        count=8, ev_format="srv6",
+                                        template=evs[1][0] & ((1 << 48) - 1))
         await tb.connect_qps(1, sq_log2=4, timeout=9, probe_period=4000, ipv6=True,
                              sack_threshold=1,
-                             evs=[EvProfile.explicit(v, ev_format="srv6") for v in evs])
+                             evs=[EvProfile.explicit(evs[0], ev_format="srv6"), generated])
         for end, qp in zip(tb.ends, (tb.ends[0].qps[0], tb.ends[1].qps[0]), strict=True):
             end.qp = qp
         a = tb.ends[0]
         assert list((await a.qp.query()).evs) == [(v, 0) for v in evs[0]]
+        assert list(tb.ends[1].qp.evs.values) == evs[1] == list(generated.values)
         tb.fabric.set_path_up(3, False, direction=0)
         posted, payload, early = await transfer(tb, 0, [16 * 1024] * 4)
         await complete_all(a.qp, posted, early)

@@ -14,6 +14,7 @@ from hw.nic.ev_load import (
     EvGenBlock,
     auto_init,
     auto_params,
+    placed,
 )
 from hw.protocol import EvState
 from hw.reliability.registers import register_map as rel_register_map
@@ -26,6 +27,9 @@ pytestmark = pytest.mark.usefixtures("invariant_checks")
 NQ, E = 4, 8
 TX, REL = 1, 3
 TX_MAP, REL_MAP = tx_register_map(NQ, E), rel_register_map(NQ, E, 64)
+# the maps of a build whose EV entries hold 64 bits (every EV format)
+TX_MAP64 = tx_register_map(NQ, E, ipv6=True, ev_width=64)
+REL_MAP64 = rel_register_map(NQ, E, 64, ipv6=True, ev_width=64)
 
 
 def field(reg_map, reg, name, word):
@@ -36,40 +40,62 @@ def field(reg_map, reg, name, word):
 
 
 class Tables:
-    """TX's and reliability's EV tables as the injected writes leave them."""
+    """TX's and reliability's EV tables as the injected writes leave them (with
+    64-bit entries: an entry write takes the bits its block's ev_value_hi
+    staged, and clears them)."""
 
-    def __init__(self):
+    def __init__(self, wide=False):
         self.tx, self.rel, self.select = {}, {}, None
         self.writes = 0
         self.last = None
+        self.tx_map, self.rel_map = (TX_MAP64, REL_MAP64) if wide else (TX_MAP, REL_MAP)
+        self.staged = {TX: {}, REL: {}}
+
+    def _take(self, block):
+        hi = self.staged[block]
+        self.staged[block] = {}
+        return sum(word << 16 + 32 * k for k, word in hi.items())
+
+    def _hi(self, block, addr):
+        """The ev_value_hi word ``addr`` is, in ``block``, or None."""
+        reg_map = self.tx_map if block == TX else self.rel_map
+        if not any(r.name == "ev_value_hi" for r in reg_map.registers):
+            return None
+        reg = reg_map["ev_value_hi"]
+        k = (addr - reg.offset) // 4
+        return k if 0 <= k < reg.count and addr % 4 == 0 else None
 
     def apply(self, cycle, block, addr, data):
         self.writes += 1
         # TX takes writes as the host bridge gives them: no closer than its spacing
         assert self.last is None or cycle - self.last >= WRITE_SPACING, (self.last, cycle)
         self.last = cycle
-        if block == TX and addr == TX_MAP["ev_select"].offset:
+        k = self._hi(block, addr)
+        if k is not None:
+            self.staged[block][k] = data
+        elif block == TX and addr == TX_MAP["ev_select"].offset:
             self.select = (field(TX_MAP, "ev_select", "qpn", data),
                            field(TX_MAP, "ev_select", "ev_index", data))
         elif block == TX and addr == TX_MAP["ev_entry"].offset:
             assert self.select is not None, "ev_entry written before ev_select"
-            self.tx[self.select] = (data & 0xFFFF, data >> 16 & 3)
+            self.tx[self.select] = (data & 0xFFFF | self._take(TX), data >> 16 & 3)
         elif block == REL:
             ev = REL_MAP["ev"]
             index = (addr - ev.offset) // 4
             assert 0 <= index < ev.count and data >> 31, (addr, data)
-            self.rel[divmod(index, E)] = (data & 0xFFFF, data >> 16 & 3)
+            self.rel[divmod(index, E)] = (data & 0xFFFF | self._take(REL), data >> 16 & 3)
         else:
             raise AssertionError(f"write to block {block} 0x{addr:x}")
 
 
-def run(steps, *, take=1.0):
-    """``steps``: ("write", register, value), ("start", auto) or ("status",).
-    Each start waits for the run's end. Returns (tables, [status words])."""
-    dut = EvGenBlock(num_qps=NQ, evs_per_qp=E, tx_map=TX_MAP, rel_map=REL_MAP, tx_block=TX,
-                     rel_block=REL)
+def run(steps, *, take=1.0, wide=False):
+    """``steps``: ("write", register, value[, index]), ("start", auto) or
+    ("status",). Each start waits for the run's end. ``wide``: a build of
+    64-bit EV entries. Returns (tables, [status words])."""
+    tables, statuses = Tables(wide), []
+    dut = EvGenBlock(num_qps=NQ, evs_per_qp=E, tx_map=tables.tx_map, rel_map=tables.rel_map,
+                     tx_block=TX, rel_block=REL, ev_width=64 if wide else 16)
     rm = dut.register_map
-    tables, statuses = Tables(), []
     rng = seeds.rng(11)
     cycle = 0
 
@@ -84,8 +110,8 @@ def run(steps, *, take=1.0):
             await ctx.tick()
             cycle += 1
 
-        async def write(name, value):
-            ctx.set(dut.csr.addr, rm[name].offset)
+        async def write(name, value, index=0):
+            ctx.set(dut.csr.addr, rm[name].addr(index))
             ctx.set(dut.csr.w_data, value)
             ctx.set(dut.csr.w_stb, 1)
             await tick()
@@ -100,7 +126,7 @@ def run(steps, *, take=1.0):
 
         for step in steps:
             if step[0] == "write":
-                await write(step[1], step[2])
+                await write(*step[1:])
             elif step[0] == "start":
                 await write("gen_start", step[1])
                 await tick()
@@ -224,3 +250,28 @@ def test_parameters_are_checked():
     with pytest.raises(ValueError, match="num_qps x evs_per_qp"):
         EvGenBlock(num_qps=NQ * 2, evs_per_qp=E, tx_map=TX_MAP, rel_map=REL_MAP, tx_block=TX,
                    rel_block=REL)
+
+
+@pytest.mark.parametrize("slot, template", [(1, 0xC00B), (3, 0x0002 << 32), (0, 0)])
+def test_derived_values_are_placed_in_the_template(slot, template):
+    """With 64-bit EV entries, each derived value goes in ``gen_place.slot``
+    of ``gen_template`` (``placed``: STEV's flow label over its source port,
+    SRv6's first uSID over the rest of the list), GENERATED and AUTO alike:
+    every entry's bits above 15 staged in TX's and reliability's
+    ev_value_hi before its entry write, zeros for the DENIED ones."""
+    setup = [("write", "gen_place", slot), ("write", "gen_template", template & 0xFFFF_FFFF, 0),
+             ("write", "gen_template", template >> 32, 1)]
+    tables, (word,) = run([*setup, ("write", "gen_qp", 2),
+                           ("write", "gen_range", 0x0E00 | 0x0E07 << 16),
+                           ("write", "gen_init", 0 | 0xFFFF << 16),
+                           ("write", "gen_shape", 16 | 5 << 8), ("start", 0), ("status",)],
+                          wide=True)
+    want = [placed(v, slot, template) for v, _ in generated_evs(
+        width=16, init=0, min_ev=0x0E00, max_ev=0x0E07, mask=0xFFFF, count=5)]
+    expect_table(tables, 2, want)
+    assert status(word)["found"] == 5
+    assert tables.writes == E * (3 + 2 * 2)
+    tables, _ = run([*setup, ("write", "gen_qp", 1), ("start", 1), ("status",)], wide=True)
+    expect_table(tables, 1, [placed(v, slot, template)
+                             for v, _ in generated_evs(**auto_params(1, E))])
+
