@@ -133,7 +133,11 @@ async def test_srv6_routes_on_the_usids_around_a_failed_path(dut):
     data frame is delivered on path 3; once the path is up, an SRv6 probe
     on EV 3 (carried through spine 3) and its answer bring EV 3 back to
     GOOD. Every data frame and probe of either NIC is a carrier to its
-    peer, on the path its first uSID names."""
+    peer, on the path its first uSID names. A carrier that reaches NIC 1
+    with its uSIDs unconsumed (a data frame as NIC 0 sent it), or whose
+    address is the peer's with a uSID left after the peer's own, is dropped
+    and counted, writing nothing: its ICRC covers the peer's own address, so
+    the parser drops it first (`parser_bad_icrc`)."""
     tb = SystemTB(dut, seed=seeds.of(72), routing="srv6")
     tb.fabric.capture_enabled = True
     await tb.init()
@@ -167,6 +171,15 @@ async def test_srv6_routes_on_the_usids_around_a_failed_path(dut):
     for f in probes:
         check_srv6_frame(f, 1, 0)
     assert tb.fabric.directions[0].no_route == 0
+    before = await tb.counters(1)
+    sent = data_frames(tb, 0)[-1].sent
+    tb.fabric.inject(1, sent)
+    tb.fabric.inject(1, L.with_ipv6_dst(sent, L.ipv6_dst(sent) | 0x0E05 << 16))
+    await tb.cycles(2000)
+    after = await tb.counters(1)
+    assert after["rx.parser_bad_icrc"] - before["rx.parser_bad_icrc"] == 2, {
+        k: after[k] - before[k] for k in after if after[k] != before.get(k)}
+    assert after["rx.placed"] == before["rx.placed"]
     save_capture(tb, "srv6", delivered=True)
     log_case(dut, "srv6", 0, probes=len(probes),
              dropped=sum(f.delivered is None for f in data_frames(tb, 0)))
