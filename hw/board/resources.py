@@ -66,7 +66,8 @@ BOARD_EVS = (2, 4, 8, 16, 32)
 BOARD_PLANES = (2, 4)
 SWEEP_QPS = (16, 64, 256)
 NIC_SWEEP_TAGS = ("board", *(f"board_ev{e}" for e in BOARD_EVS),
-                  *(f"board_p{n}" for n in BOARD_PLANES), "board_ipv6",
+                  *(f"board_p{n}" for n in BOARD_PLANES), "board_ipv6", "board_ipv6_stev",
+                  "board_ipv6_srv6",
                   *(f"default_q{q}" for q in SWEEP_QPS))
 
 
@@ -83,6 +84,9 @@ def nic_sweep() -> dict[str, dict]:
            if e != board["evs_per_qp"]},
         **{f"board_p{n}": {**board, "num_planes": n} for n in BOARD_PLANES},
         "board_ipv6": {**board, "ipv6": True},
+        # EV entries that hold STEV's 32 bits, and SRv6's 64
+        "board_ipv6_stev": {**board, "ipv6": True, "ev_width": 32},
+        "board_ipv6_srv6": {**board, "ipv6": True, "ev_width": 64},
         **{f"default_q{q}": {**DEFAULT_NIC, "num_qps": q} for q in SWEEP_QPS},
     }
 
