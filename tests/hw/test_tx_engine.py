@@ -50,6 +50,14 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 
 from host_driver import layers as L
+from hw.protocol import (
+    EV_FORMAT_BITS,
+    EvFormat,
+    ev_hi_words,
+    srv6_carrier,
+    srv6_sport,
+    stev_fields,
+)
 from hw.tx.ev import default_ev_plane
 from hw.tx.layouts import EvState
 from hw.tx.regs import EV_PLANE_LSB, QP_BASE, QP_STRIDE, TX_TYPE_ID, G, Q
@@ -63,6 +71,8 @@ INFLIGHT = int(os.environ.get("TX_INFLIGHT", "256"))
 NUM_PLANES = int(os.environ.get("TX_NUM_PLANES", "3"))
 # built with ipv6: IPv4 and IPv6 peers side by side
 IPV6 = bool(int(os.environ.get("TX_IPV6", "1")))
+# EV entries of 64 bits with ipv6: every EV format (QpConfig.ev_format)
+EV_WIDTH = int(os.environ.get("TX_EV_WIDTH", "64" if IPV6 else "16"))
 CLK_NS = 4
 
 RING_BASE = 0x10000
@@ -154,6 +164,7 @@ class QpConfig:
     next_psn: int = 0
     mpr: int = 2
     cwnd: int = 256
+    ev_format: EvFormat = EvFormat.UDP  # an IPv6 peer's; an IPv4 peer's frames are UDP's
 
 
 # ---------------------------------------------------------------------------
@@ -335,7 +346,7 @@ class Host:
         if IPV6:
             regs += [(off, ip_int(cfg.dst_ip) >> (32 * i) & 0xFFFFFFFF) for i, off in
                      enumerate((Q.DST_IP6_1, Q.DST_IP6_2, Q.DST_IP6_3), start=1)]
-            regs.append((Q.IP6, int(v6)))
+            regs.append((Q.IP6, int(v6) | cfg.ev_format << 1))
         for off, value in regs:
             await tb.write(tb.qreg(q, off), value)
         self.next_psn[q] = cfg.next_psn
@@ -402,7 +413,7 @@ class Host:
     def ev_entry(self, q, index):
         """The ev_entry register's value for the host's view of an entry."""
         plane = self.ev_plane[(q, index)] if NUM_PLANES > 1 else 0
-        return (self.ev_value[(q, index)] | self.ev_state[(q, index)] << 16
+        return (self.ev_value[(q, index)] & 0xFFFF | self.ev_state[(q, index)] << 16
                 | plane << EV_PLANE_LSB)
 
     async def set_ev(self, q, index, value=None, state=EvState.GOOD, via_stream=False,
@@ -417,7 +428,10 @@ class Host:
                 value = self.ev_value[(q, index)]
             if plane is None:
                 plane = self.ev_plane[(q, index)]
-            t = await tb.write(G.EV_ENTRY, value | (state << 16) | plane << EV_PLANE_LSB)
+            for k in range(ev_hi_words(EV_WIDTH)):  # taken and cleared by the entry write
+                await tb.write(G.EV_VALUE_HI + 4 * k, value >> 16 + 32 * k & 0xFFFFFFFF)
+            t = await tb.write(G.EV_ENTRY, value & 0xFFFF | (state << 16)
+                               | plane << EV_PLANE_LSB)
             self.ev_value[(q, index)] = value
             self.ev_plane[(q, index)] = plane
         # the state counts from the handover on; the old one for picks before it
@@ -470,13 +484,17 @@ class Scoreboard:
                 break  # the record of a frame always precedes its first beat
             t_frame, frame = tb.frames[self.checked_frames]
             t_sent, rec = tb.sent[self.sent_index]
-            ip_ok, icrc_ok = L.check_frame(frame)
-            assert ip_ok, f"frame {self.checked_frames}: bad IPv4 checksum"
-            assert icrc_ok, f"frame {self.checked_frames}: bad ICRC"
             pkt = Ether(frame)
             bth = pkt[L.BTH]
             q = dqpn_to_qp.get(bth.dqpn)
             assert q is not None, f"frame for unknown DestQP {bth.dqpn:#x}"
+            # an SRv6 frame's ICRC covers its peer's address, the carrier's end
+            seen = frame
+            if L.is_ipv6(frame) and host.cfg[q].ev_format == EvFormat.SRV6 and EV_WIDTH >= 64:
+                seen = L.with_ipv6_dst(frame, ip_int(host.cfg[q].dst_ip))
+            ip_ok, icrc_ok = L.check_frame(seen)
+            assert ip_ok, f"frame {self.checked_frames}: bad IPv4 checksum"
+            assert icrc_ok, f"frame {self.checked_frames}: bad ICRC"
             assert (rec["qpn"], rec["psn"]) == (q, bth.psn), (
                 f"sent record {rec} does not match frame QP {q} PSN {bth.psn:#x}"
             )
@@ -515,10 +533,20 @@ class Scoreboard:
         v6 = ":" in cfg.dst_ip
         src_ip = SRC_IP6 if v6 else SRC_IP
         assert pkt.dst == cfg.dst_mac and pkt.src == SRC_MAC, where
+        ev_index = rec["ev_index"]
+        ev = host.ev_value[(exp.qp, ev_index)]
+        fmt = cfg.ev_format if v6 and EV_WIDTH >= EV_FORMAT_BITS[cfg.ev_format] else \
+            EvFormat.UDP
+        sport, flow, dst_ip = ev & 0xFFFF, 0, cfg.dst_ip
+        if fmt == EvFormat.STEV:
+            sport, flow = stev_fields(ev)
+        elif fmt == EvFormat.SRV6:
+            sport = srv6_sport(ev)
+            dst_ip = str(ipaddress.IPv6Address(srv6_carrier(ip_int(cfg.dst_ip), ev)))
         if v6:
             ip = pkt[IPv6]
             assert pkt.type == L.ETHERTYPE_IPV6, where
-            assert (ip.tc, ip.fl, ip.nh, ip.hlim) == ((cfg.dscp << 2) | L.ECN_ECT0, 0, 17, 64)
+            assert (ip.tc, ip.fl, ip.nh, ip.hlim) == ((cfg.dscp << 2) | L.ECN_ECT0, flow, 17, 64)
             assert ip.plen == udp.len == len(frame) - 54, where
         else:
             ip = pkt[IP]
@@ -526,11 +554,10 @@ class Scoreboard:
             assert (ip.version, ip.ihl, ip.tos) == (4, 5, (cfg.dscp << 2) | L.ECN_ECT0), where
             assert (ip.id, int(ip.flags), ip.frag, ip.ttl, ip.proto) == (0, 2, 0, 64, 17), where
             assert ip.len == len(frame) - 14 and udp.len == len(frame) - 34, where
-        assert (ip.src, ip.dst) == (src_ip, cfg.dst_ip), where
+        assert (ip.src, ip.dst) == (src_ip, dst_ip), where
         assert udp.dport == L.ROCE_UDP_PORT and udp.chksum == 0, where
-        ev_index = rec["ev_index"]
-        assert udp.sport == host.ev_value[(exp.qp, ev_index)], (
-            f"{where}: UDP source port {udp.sport:#x} is not EV {ev_index}'s value"
+        assert udp.sport == sport, (
+            f"{where}: UDP source port {udp.sport:#x} is not EV {ev_index}'s ({ev:#x}, {fmt.name})"
         )
         assert host.good_at(exp.qp, ev_index, t_sent), f"{where}: EV {ev_index} was not GOOD"
         assert bth.opcode == exp.opcode, f"{where}: opcode {bth.opcode:#x} != {exp.opcode:#x}"
@@ -555,7 +582,8 @@ class Scoreboard:
             dma_len=exp.dma_len,
             payload=data,
             imm=exp.imm,
-            ev=udp.sport,
+            ev=sport,
+            flow_label=flow,
             ackreq=exp.ackreq,
             dscp=cfg.dscp,
             src_mac=SRC_MAC,
@@ -564,7 +592,8 @@ class Scoreboard:
             dst_ip=cfg.dst_ip,
         )
         ref[L.BTH].se = exp.se
-        assert bytes(ref) == frame, f"{where}: frame differs from the reference bytes"
+        ref = bytes(ref) if fmt != EvFormat.SRV6 else L.srv6_frame(bytes(ref), ev)
+        assert ref == frame, f"{where}: frame differs from the reference bytes"
 
     async def wait_all(self, tb: TB, timeout_cycles=200_000, ack=False):
         """Check frames as they come until every expected packet is in; with
@@ -760,6 +789,43 @@ async def test_ipv6_peers(dut):
     assert 0 < v6 < len(tb.frames), f"{v6} of {len(tb.frames)} frames over IPv6"
     assert await tb.read(G.SRC_IP6 + 12) == ip_int(SRC_IP6) >> 96
     assert await tb.read(tb.qreg(qps[1], Q.IP6)) == 1
+    await check_counters(tb, host)
+
+
+@cocotb.test(skip=EV_WIDTH < 64)
+async def test_ev_formats(dut):
+    """QPs of each EV format over IPv6 (UDP, STEV, SRv6), beside an IPv4 QP
+    whose format bits say SRv6, with 64-bit EVs of their own (the bits above
+    15 through ev_value_hi), messages of every packet kind at once under the
+    sink's backpressure: each frame carries its EV where its format puts it
+    (STEV's flow label, SRv6's carrier and source port; the IPv4 QP's as
+    UDP's), byte-exact against scapy's, the SRv6 frames' ICRC over the
+    peer's address; the entries read back whole."""
+    tb, host = await make_tb(dut, seed=33)
+    rng = seeds.rng(34)
+    formats = [EvFormat.UDP, EvFormat.STEV, EvFormat.SRV6, EvFormat.SRV6]
+    qps = list(range(min(NUM_QPS, len(formats))))
+    for q in qps:
+        v6 = q < 3
+        peer = f"fd00:0:{q + 2:x}::" if v6 else f"10.2.0.{q + 2}"
+        await host.open_qp(QpConfig(q, mtu=rng.choice([256, 1024]), dscp=rng.getrandbits(6),
+                                    next_psn=rng.getrandbits(24), dst_ip=peer,
+                                    dst_mac=f"02:00:00:00:02:{q:02x}", ev_format=formats[q]))
+        for i in range(EVS_PER_QP):
+            ev = (0x0E00 + i) << 48 | (q + 2) << 32 | rng.getrandbits(32)
+            await host.set_ev(q, i, value=ev)
+    for i in range(32):
+        q = qps[i % len(qps)]
+        await host.post(q, rng.choice([0, 1, 3, 64, 255, 256, 257, 1500, 3000]), rng,
+                        imm=rng.getrandbits(32) if rng.random() < 0.4 else None)
+    await host.sb.wait_all(tb, ack=True)
+    for q in qps:
+        await tb.write(G.EV_SELECT, 5 | q << 8)
+        words = [await tb.read(G.EV_VALUE_HI + 4 * k) for k in range(ev_hi_words(EV_WIDTH))]
+        assert words == [host.ev_value[(q, 5)] >> 16 + 32 * k & 0xFFFFFFFF
+                         for k in range(len(words))]
+    flows = {L.flow_label(frame) for _, frame in tb.frames}
+    assert len(flows) > 1, "no STEV flow label on the wire"
     await check_counters(tb, host)
 
 
@@ -1297,6 +1363,7 @@ def run(**kwargs):
             inflight_depth=INFLIGHT,
             num_planes=NUM_PLANES,
             ipv6=IPV6,
+            ev_width=EV_WIDTH,
         ),
         toplevel="tx_engine_top",
         test_module="tests.hw.test_tx_engine",
