@@ -10,7 +10,7 @@ from host_driver.driver import WrOpcode
 from sim.system.harness import SystemTB
 from sim.system.scoreboard import flow_imm
 
-__all__ = ["transfer", "complete_all", "check_memory", "packets_of", "log_case"]
+__all__ = ["transfer", "complete_all", "check_memory", "packets_of", "log_case", "wait_ev_state"]
 
 
 async def transfer(tb: SystemTB, src: int, sizes: list[int], *, opcode=WrOpcode.WRITE,
@@ -49,6 +49,19 @@ async def complete_all(end, posted, already=(), conn: int = 0, timeout_cycles=4_
     cqes = list(already)
     cqes += await qp.send_cq.wait(len(posted) - len(cqes), timeout_cycles=timeout_cycles)
     return cqes
+
+
+async def wait_ev_state(end, index: int, state, *, rounds: int = 100, cycles: int = 1000,
+                        conn: int = 0) -> bool:
+    """Poll EV ``index`` of connection ``conn`` of ``end`` every ``cycles``
+    cycles, at most ``rounds`` times, until it is in ``state``; whether it got
+    there."""
+    qp = end.conns[conn].qp
+    for _ in range(rounds):
+        await end.dev.transport.idle(cycles)
+        if (await end.dev.ev_states(qp))[index] == state:
+            return True
+    return False
 
 
 def check_memory(tb, dst, payload, conn: int = 0):

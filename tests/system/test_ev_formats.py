@@ -40,7 +40,14 @@ from sim.fabric.routing import SPINE_USID_BASE
 from sim.system.harness import IPS6, SystemTB
 from sim.system.pairs import SRV6_LOCATOR, srv6_evs
 from sim.system.simhw import run_two_nic
-from sim.system.transfers import check_memory, complete_all, log_case, packets_of, transfer
+from sim.system.transfers import (
+    check_memory,
+    complete_all,
+    log_case,
+    packets_of,
+    transfer,
+    wait_ev_state,
+)
 from tests import seeds
 from tests.dissector_check import TSHARK, check_frames
 
@@ -154,11 +161,7 @@ async def test_srv6_routes_on_the_usids_around_a_failed_path(dut):
     assert (await a.dev.ev_states(a.qp))[3] == EvState.ASSUMED_BAD
     assert not [f for f in data_frames(tb, 0) if f.path == 3 and f.delivered is not None]
     tb.fabric.set_path_up(3, True, direction=0)
-    for _ in range(100):
-        await a.dev.transport.idle(1000)
-        if (await a.dev.ev_states(a.qp))[3] == EvState.GOOD:
-            break
-    assert (await a.dev.ev_states(a.qp))[3] == EvState.GOOD, "no probe brought EV 3 back"
+    assert await wait_ev_state(a, 3, EvState.GOOD), "no probe brought EV 3 back"
     for direction in (0, 1):
         frames = data_frames(tb, direction)
         assert {f.ev for f in frames} <= set(evs[direction])

@@ -28,7 +28,14 @@ from host_driver.driver import Completion, EvState
 from sim.cocotb_runner import SIM_BUILD
 from sim.system.harness import IPS, IPS6, SystemTB
 from sim.system.simhw import run_two_nic
-from sim.system.transfers import check_memory, complete_all, log_case, packets_of, transfer
+from sim.system.transfers import (
+    check_memory,
+    complete_all,
+    log_case,
+    packets_of,
+    transfer,
+    wait_ev_state,
+)
 from tests import seeds
 from tests.dissector_check import TSHARK, check_frames
 
@@ -125,11 +132,7 @@ async def test_ipv6_path_down_then_up(dut):
     check_memory(tb, 1, payload)
     assert (await a.dev.ev_states(a.qp))[3] == EvState.ASSUMED_BAD
     tb.fabric.set_path_up(3, True, direction=0)
-    for _ in range(100):
-        await a.dev.transport.idle(1000)
-        if (await a.dev.ev_states(a.qp))[3] == EvState.GOOD:
-            break
-    assert (await a.dev.ev_states(a.qp))[3] == EvState.GOOD, "probe did not bring EV 3 back"
+    assert await wait_ev_state(a, 3, EvState.GOOD), "probe did not bring EV 3 back"
     events = await a.dev.read_ev_events()
     assert [(e.ev_index, e.old, e.new) for e in events if e.ev_index == 3] == [
         (3, EvState.GOOD, EvState.ASSUMED_BAD), (3, EvState.ASSUMED_BAD, EvState.GOOD)], events

@@ -37,7 +37,14 @@ from sim.system.scoreboard import flow_imm, model_completions, model_flows, norm
 from sim.system.simhw import SimTwoNicTop, run_two_nic
 from sim.system.top import BUILD_ID, NIC_PARAMS
 from sim.system.trace import FateTrace
-from sim.system.transfers import check_memory, complete_all, log_case, packets_of, transfer
+from sim.system.transfers import (
+    check_memory,
+    complete_all,
+    log_case,
+    packets_of,
+    transfer,
+    wait_ev_state,
+)
 from tests import seeds
 from tests.dissector_check import TSHARK, check_frames
 
@@ -277,11 +284,7 @@ async def test_path_down_then_up(dut):
     assert all(e.rtt_ns is None for e in events), events  # no probe answer made these
     assert (await a.dev.ev_states(a.qp))[3] == 1
     tb.fabric.set_path_up(3, True, direction=0)
-    for _ in range(100):
-        await a.dev.transport.idle(1000)
-        if (await a.dev.ev_states(a.qp))[3] == 0:
-            break
-    assert (await a.dev.ev_states(a.qp))[3] == 0, "probe did not bring EV 3 back"
+    assert await wait_ev_state(a, 3, 0), "probe did not bring EV 3 back"
     events = await a.dev.read_ev_events()
     back = [e for e in events if e.ev_index == 3 and e.old == 1 and e.new == 0]
     assert len(back) == 1, events

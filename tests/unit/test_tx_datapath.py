@@ -23,7 +23,7 @@ from hw.tx.layouts import PacketDesc
 from tests import seeds
 
 from .csrbus import csr_read, csr_write
-from .simstream import collect_frames
+from .simstream import collect_frames, send_record
 
 
 class Datapath(wiring.Component):
@@ -62,6 +62,13 @@ def _beats(data: bytes, nbytes: int):
     for i in range(0, max(len(data), 1), nbytes):
         chunk = data[i : i + nbytes]
         yield int.from_bytes(chunk, "little"), (1 << len(chunk)) - 1, i + nbytes >= len(data)
+
+
+async def _send_frame(ctx, port, data: bytes, nbytes: int):
+    """``data`` into a stream of ``Beat``s, a beat per handshake."""
+    for word, keep, last in _beats(data, nbytes):
+        await send_record(ctx, port, ((port.payload.data, word), (port.payload.keep, keep),
+                                      (port.payload.last, last)))
 
 
 SRC_IP6, DST_IP6 = "2001:db8::a:1", "2001:db8:1:2::bb"
@@ -156,13 +163,7 @@ def test_frames_match_scapy(w, ipv6):
         for c in cases:
             if not c["payload"]:
                 continue
-            for data, keep, last in _beats(c["payload"], nbytes):
-                ctx.set(dut.payload.payload.data, data)
-                ctx.set(dut.payload.payload.keep, keep)
-                ctx.set(dut.payload.payload.last, last)
-                ctx.set(dut.payload.valid, 1)
-                await ctx.tick().until(dut.payload.ready)
-                ctx.set(dut.payload.valid, 0)
+            await _send_frame(ctx, dut.payload, c["payload"], nbytes)
 
     async def collect(ctx):
         o = dut.o
@@ -569,13 +570,7 @@ def test_carrier_writer(w):
         for frame, ev, peer in cases:
             ctx.set(dut.srv6, ev is not None)
             ctx.set(dut.address, srv6_carrier(peer, ev or 0))
-            for data, keep, last in _beats(frame, nbytes):
-                ctx.set(dut.i.payload.data, data)
-                ctx.set(dut.i.payload.keep, keep)
-                ctx.set(dut.i.payload.last, last)
-                ctx.set(dut.i.valid, 1)
-                await ctx.tick().until(dut.i.ready)
-                ctx.set(dut.i.valid, 0)
+            await _send_frame(ctx, dut.i, frame, nbytes)
 
     async def collect(ctx):
         o = dut.o
