@@ -157,7 +157,11 @@ class TxEngine(wiring.Component):
     have sent, SACKed or not, which NicCore sets to reliability's window,
     the PSNs it tracks), ``ipv6`` (frames over IPv6 for the QPs whose
     ``qp_ip6`` is set: the NIC's ``src_ip6``, the QP's 128-bit peer address
-    in ``qp_dst_ip6_3..1`` and ``qp_dst_ip``; docs/tx.md).
+    in ``qp_dst_ip6_3..1`` and ``qp_dst_ip``; docs/tx.md), ``ev_width`` (16,
+    32 or 64: the bits of an EV entry, above 16 with ``ipv6``; each QP's EV
+    format in ``qp_ip6.ev_format``, an SRv6 frame's carrier written by
+    ``CarrierWriter`` between the ICRC and ``out_reg``, no cycle more;
+    docs/tx.md, "EV formats").
 
     Ports:
     - ``csr``: the TX register block (``regs.tx_register_map``, type 0x0002).
@@ -330,8 +334,7 @@ class TxEngine(wiring.Component):
         # (the skid's output register), 2 without.
         m.submodules.payload_fifo = pay_fifo = StreamFifo(Beat(w), max(16, self.max_mtu * 8 // w))
         m.submodules.hdr_desc_fifo = hdr_fifo = StreamFifo(PacketDesc(self.ipv6, self.ev_width),
-                                                             DESC_FIFO_DEPTH,
-                                                           out_stages=2)
+                                                           DESC_FIFO_DEPTH, out_stages=2)
         m.submodules.pay_desc_fifo = pd_fifo = StreamFifo(PayloadDesc(self.addr_width),
                                                           PAY_DESC_FIFO_DEPTH)
         m.submodules.sent_fifo = sent_fifo = StreamFifo(SentRecord, SENT_FIFO_DEPTH)
