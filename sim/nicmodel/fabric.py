@@ -17,7 +17,8 @@ class ModelFabric:
     """The event engine and a ``sim.fabric`` fabric for ModelNics.
 
     A frame crosses the sender's uplink of its plane, the core link of its
-    path (path = EV mod ``num_paths`` with explicit routing) toward the
+    path (``routing``'s rule, sim/fabric/routing.py: EV mod ``num_paths``
+    with explicit routing, a hash, or an SRv6 EV's first uSID) toward the
     receiver, and the receiver's downlink of the plane. Uplinks and downlinks
     run at ``gbps``, the core links at ``core_gbps`` (default ``gbps``); the
     whole propagation delay ``delay_ns`` sits on the core link, so it is per
