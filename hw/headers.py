@@ -51,6 +51,7 @@ __all__ = [
     "icrc_mask",
     "by_family",
     "ev_fields",
+    "ev_fold",
     "OFF_IPV6_DST",
     "IP_PROTO_UDP",
     "ROCE_UDP_PORT",
@@ -265,6 +266,15 @@ def by_family(v6, v4_value, v6_value):
 OFF_IPV6_DST = OFF_IPV6 + IPV6.offset_of("dst")  # 38
 
 
+def ev_fold(ev):
+    """The XOR of an EV's 16-bit words, in gateware (``hw.protocol.ev_echo``):
+    a 16-bit EV is itself."""
+    fold = ev[:16]
+    for i in range(16, len(ev), 16):
+        fold = fold ^ ev[i : i + 16]
+    return fold
+
+
 def ev_fields(ev, ev_format, ev_width, peer=None):
     """Where an EV rides (``hw.protocol.EvFormat``), in gateware: the frame's
     (UDP source port, IPv6 flow label, destination address) from the EV entry's
@@ -278,7 +288,7 @@ def ev_fields(ev, ev_format, ev_width, peer=None):
     if ev_width < SRV6_USIDS * SRV6_USID_BITS:
         return sport, flow, peer
     srv6 = ev_format == EvFormat.SRV6
-    fold = ev[0:16] ^ ev[16:32] ^ ev[32:48] ^ ev[48:64]
+    fold = ev_fold(ev[: SRV6_USIDS * SRV6_USID_BITS])
     sport = Mux(srv6, Cat(fold[:14], Const(0b11, 2)), sport)
     carrier = None
     if peer is not None:

@@ -36,6 +36,8 @@ all import these; nothing else in the repository spells their values.
     peer's address (the address the receiver sees, as RFC 8200 8.1's
     pseudo-header takes a routing header's final destination). The source
     port is ``srv6_sport``.
+  A probe's PROBE header carries ``ev_echo`` of its EV (the XOR of its
+  16-bit words: the EV itself in the UDP format), which the answer echoes.
 """
 
 from amaranth.lib import enum
@@ -83,6 +85,7 @@ __all__ = [
     "srv6_shift",
     "srv6_sport",
     "srv6_usids",
+    "ev_echo",
 ]
 
 PSN_BITS = 24
@@ -291,11 +294,18 @@ def srv6_shift(address: int) -> int:
     return (address >> keep << keep) | ((rest << SRV6_USID_BITS) & ((1 << keep) - 1))
 
 
-def srv6_sport(ev: int) -> int:
-    """An SRv6 frame's UDP source port: the XOR of the EV's uSIDs, in the
-    dynamic range (0xC000 | its low 14 bits), so that a hashing node still
-    spreads it."""
+def ev_echo(ev: int) -> int:
+    """The XOR of an EV's 16-bit words: what a probe's PROBE header carries
+    (and its answer echoes) for it; a UDP-format EV is itself."""
     fold = 0
-    for i in range(SRV6_USIDS):
-        fold ^= (ev >> (SRV6_USID_BITS * i)) & _USID_MASK
-    return 0xC000 | (fold & 0x3FFF)
+    while ev:
+        fold ^= ev & 0xFFFF
+        ev >>= 16
+    return fold
+
+
+def srv6_sport(ev: int) -> int:
+    """An SRv6 frame's UDP source port: the XOR of the EV's uSIDs
+    (``ev_echo``), in the dynamic range (0xC000 | its low 14 bits), so that a
+    hashing node still spreads it."""
+    return 0xC000 | (ev_echo(ev) & 0x3FFF)

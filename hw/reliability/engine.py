@@ -21,7 +21,7 @@ from hw.axi import AXI4Signature, check_dma_addr_width
 from hw.bits import greater_than_const, one_hot_select
 from hw.counters import CounterBank
 from hw.csr import CSRBusSignature, RegisteredWrites, grouped_read
-from hw.headers import sack_bitmap
+from hw.headers import ev_fold, sack_bitmap
 from hw.pipeline import AXIStreamRegister
 from hw.protocol import check_ev_width, ev_hi_words
 from hw.protocol import plane_bits as plane_bits_for
@@ -367,7 +367,9 @@ class ReliabilityEngine(wiring.Component):
             dma_cpl.addr.eq(cpl.cfg_addr), cpl.cfg_data.eq(dma_cpl.data),
             net_probe.addr.eq(probes.net_addr), probes.net_data.eq(net_probe.data),
             ev_probe.addr.eq(probes.ev_addr), probes.ev_data.eq(ev_probe.data),
-            ev_core.addr.eq(core.evv_addr), core.evv_data.eq(ev_core.data[:16]),
+            # a probe answer's echo is checked against the EV's fold (PROBE's ev)
+            ev_core.addr.eq(core.evv_addr),
+            core.evv_data.eq(ev_fold(ev_core.data[: self.ev_width])),
         ]
 
         # --- controller commands ------------------------------------------------------------

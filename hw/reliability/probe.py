@@ -27,6 +27,7 @@ from hw.headers import (
     Opcode,
     by_family,
     ev_fields,
+    ev_fold,
     icrc_mask,
 )
 from hw.pipeline import OneHotFSM, load_in_groups, state_copy
@@ -85,7 +86,8 @@ class ProbeBuilder(wiring.Component):
                    flow label 0, hop limit 64) / the same, 94 bytes. With ``ev_width``
                    above 16, the EV rides in the peer's EV format (``hw.headers.ev_fields``:
                    STEV's flow label, SRv6's source port and carrier, the ICRC over the
-                   peer's address); PROBE's ``ev`` is the EV's bits 15..0 in every format.
+                   peer's address); PROBE's ``ev`` is the XOR of the EV's 16-bit words
+                   (``ev_fold``: the EV itself in the UDP format).
 
     Latency: 4 cycles to read the configuration and sum the IPv4 header, 3 to build the
     header and feed the ICRC, ceil(56 / bytes per beat) cycles of ICRC,
@@ -174,7 +176,7 @@ class ProbeBuilder(wiring.Component):
                           "length": PROBE_FRAME_BYTES - OFF_UDP, "checksum": 0}),
                 BTH.pack({"opcode": Opcode.PROBE_REQ, "pkey": PKEY_DEFAULT,
                           "dqpn": net.dest_qpn[:24], "psn": 0}),
-                PROBE.pack({"probe_id": req.probe_id, "ev": ev[:16], "timestamp": stamp}),
+                PROBE.pack({"probe_id": req.probe_id, "ev": ev_fold(ev), "timestamp": stamp}),
             )
 
         header = Cat(

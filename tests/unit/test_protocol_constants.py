@@ -116,6 +116,7 @@ def test_ev_formats_and_the_srv6_carrier():
     from hw.protocol import (
         EvFormat,
         check_ev_width,
+        ev_echo,
         ev_formats,
         ev_hi_words,
         srv6_carrier,
@@ -133,6 +134,7 @@ def test_ev_formats_and_the_srv6_carrier():
     assert address == 0xFD00_0000_0E03_0E10_0002_0000 << 32
     address = srv6_shift(srv6_shift(address))
     assert address == peer
+    assert ev_echo(ev) == 0x0E03 ^ 0x0E10 ^ 0x0002 and ev_echo(0xC00B) == 0xC00B
     assert srv6_sport(ev) == 0xC000 | (0x0E03 ^ 0x0E10 ^ 0x0002) & 0x3FFF
     assert ev_formats(16) == (EvFormat.UDP,) and ev_formats(64) == tuple(EvFormat)
     assert [ev_hi_words(w) for w in (16, 32, 64)] == [0, 1, 2]

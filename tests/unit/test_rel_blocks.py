@@ -11,7 +11,7 @@ from scapy.layers.inet import IP, UDP
 from scapy.layers.l2 import Ether
 
 from host_driver import layers as L
-from hw.protocol import EvFormat, srv6_carrier, srv6_sport, stev_fields
+from hw.protocol import EvFormat, ev_echo, srv6_carrier, srv6_sport, stev_fields
 from hw.reliability import ReliabilityEngine
 from hw.reliability.engine import timeout_unit_cycles
 from hw.reliability.probe import ProbeBuilder
@@ -251,7 +251,8 @@ def test_probe_frame_ev_formats(data_width):
     """With 64-bit EVs, a probe carries its EV in its QP's format: STEV's flow
     label and source port, SRv6's source port and carrier (the ICRC over the
     peer's address: ``host_driver.layers.srv6_frame``), PROBE's ``ev`` the
-    EV's bits 15..0; an IPv4 peer's probe is UDP's whatever the format bits."""
+    EV's ``ev_echo``; an IPv4 peer's probe is UDP's whatever the format
+    bits."""
     dut = ProbeBuilder(num_qps=4, evs_per_qp=8, data_width=data_width, ipv6=True, ev_width=64)
     ev = 0x0E01_0E02_00A7_C00B
     peer6 = int(ipaddress.IPv6Address(PEER_IP6))
@@ -265,7 +266,7 @@ def test_probe_frame_ev_formats(data_width):
     to6 = dict(src_ip=OWN_IP6, dst_ip=PEER_IP6)
 
     def probe(sport, **kw):
-        pkt = L.probe_packet(ev=ev & 0xFFFF, **common, **kw)
+        pkt = L.probe_packet(ev=ev_echo(ev), **common, **kw)
         pkt[L.UDP].sport = sport
         return bytes(pkt)
 
