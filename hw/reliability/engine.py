@@ -367,8 +367,7 @@ class ReliabilityEngine(wiring.Component):
             dma_cpl.addr.eq(cpl.cfg_addr), cpl.cfg_data.eq(dma_cpl.data),
             net_probe.addr.eq(probes.net_addr), probes.net_data.eq(net_probe.data),
             ev_probe.addr.eq(probes.ev_addr), probes.ev_data.eq(ev_probe.data),
-            # a probe answer's echo is checked against the EV's fold (PROBE's ev)
-            ev_core.addr.eq(core.evv_addr),
+            ev_core.addr.eq(core.evv_addr),  # the answer's echo: the EV's fold
             core.evv_data.eq(ev_fold(ev_core.data[: self.ev_width])),
         ]
 
@@ -489,6 +488,9 @@ class ReliabilityEngine(wiring.Component):
             with m.Else():
                 m.d.comb += cmds_lost.eq(1)
 
+        # an ev write clears the staged high bits (before the loop: its writes win)
+        if ev_hi_count:
+            m.d.sync += ev_hi.eq(Mux(w.stb["ev_cfg"], 0, ev_hi))
         for name, reg in rw_regs.items():
             with m.If(w.stb[name]):
                 m.d.sync += reg.eq(w_data)
@@ -499,9 +501,6 @@ class ReliabilityEngine(wiring.Component):
                      dma_wr.en.eq(Cat(w.stb[f"dma{i}"] for i in range(5))),
                      net_wr.en.eq(Cat(w.stb[f"net{i}"] for i in range(net_words))),
                      ev_wr.en.eq(w.stb["ev_cfg"])]
-        if ev_hi_count:
-            with m.If(w.stb["ev_cfg"]):
-                m.d.sync += ev_hi.eq(0)
         with m.If(w.stb["ev_cfg"] & w_data[31]):
             push_cmd(Cat(Const(1, 1), (w_ev >> ebits)[: len(qp_idx)], w_ev[:ebits],
                          w_data[16:19]))
