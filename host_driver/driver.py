@@ -60,6 +60,7 @@ from hw.protocol import (
     EvState,
     QpState,
     ev_formats,
+    ev_hi_values,
     ev_hi_words,
     srv6_carrier,
     srv6_usids,
@@ -1064,18 +1065,21 @@ class Device:
         above 15 staged in each block's ``ev_value_hi`` first: an entry write
         clears them) and plane into TX and reliability; ``tx_state`` into TX's
         entry, ``rel_state`` (None: left as it is) into reliability's."""
-        words = ev_hi_words(self.params.get("ev_width", 16))
         await self.tx.write_fields("ev_select", ev_index=i, qpn=q)
-        for k in range(words):
-            await self.tx.write("ev_value_hi", value >> 16 + 32 * k & 0xFFFFFFFF, k)
+        await self._stage_ev_hi(self.tx, value)
         await self.tx.write_fields("ev_entry", value=value & 0xFFFF, state=tx_state,
                                    plane=plane)
-        for k in range(words):
-            await self.rel.write("ev_value_hi", value >> 16 + 32 * k & 0xFFFFFFFF, k)
+        await self._stage_ev_hi(self.rel, value)
         per_qp = self.params["evs_per_qp"]
         state = {} if rel_state is None else {"state": rel_state, "set_state": 1}
         await self.rel.write_fields("ev", q * per_qp + i, value=value & 0xFFFF, plane=plane,
                                     **state)
+
+    async def _stage_ev_hi(self, blk, value: int):
+        """EV ``value``'s bits above 15 into ``blk``'s ``ev_value_hi``, for its
+        next entry write (which takes and clears them)."""
+        for k, word in enumerate(ev_hi_values(value, self.params.get("ev_width", 16))):
+            await blk.write("ev_value_hi", word, k)
 
     async def read_ev_value(self, q: int, i: int) -> int:
         """EV ``i`` of QP ``q``'s value, every bit of it (TX's entry)."""
@@ -1217,8 +1221,7 @@ class Device:
         if not 0 <= ev_index < per_qp:
             raise ValueError(f"ev_index must be in 0..{per_qp - 1}, not {ev_index!r}")
         value = qp.evs.values[ev_index] if qp.evs and ev_index < len(qp.evs.values) else 0
-        for k in range(ev_hi_words(self.params.get("ev_width", 16))):
-            await self.rel.write("ev_value_hi", value >> 16 + 32 * k & 0xFFFFFFFF, k)
+        await self._stage_ev_hi(self.rel, value)
         await self.rel.write_fields("ev", qp.qpn * per_qp + ev_index, value=value & 0xFFFF,
                                     state=EvState.DENIED if denied else EvState.GOOD,
                                     set_state=1,

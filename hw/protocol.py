@@ -76,6 +76,7 @@ __all__ = [
     "EV_WIDTHS",
     "ev_formats",
     "ev_hi_words",
+    "ev_hi_values",
     "check_ev_width",
     "SRV6_USIDS",
     "SRV6_USID_BITS",
@@ -248,6 +249,11 @@ def ev_hi_words(ev_width: int) -> int:
     """The registers that carry an EV's bits above 15 (``ev_value_hi``): word
     i holds EV bits 32i+47..32i+16."""
     return -(-(ev_width - 16) // 32)
+
+
+def ev_hi_values(ev: int, ev_width: int) -> list[int]:
+    """The ``ev_value_hi`` words that carry EV ``ev``'s bits above 15."""
+    return [ev >> 16 + 32 * k & 0xFFFF_FFFF for k in range(ev_hi_words(ev_width))]
 
 
 def check_ev_width(ev_width, ipv6) -> int:

@@ -142,8 +142,8 @@ class EvGenBlock(wiring.Component):
         self.ev_select, self.ev_entry = tx_map["ev_select"], tx_map["ev_entry"]
         self.rel_ev = rel_map["ev"]
         self.ev_width = ev_width
-        self.hi = [] if ev_width <= 16 else [
-            (tx_block, tx_map["ev_value_hi"]), (rel_block, rel_map["ev_value_hi"])]
+        # TX's and reliability's ev_value_hi, in a build of wide EVs
+        self.hi = () if ev_width <= 16 else (tx_map["ev_value_hi"], rel_map["ev_value_hi"])
         if self.rel_ev.stride != 4 or self.rel_ev.count != num_qps * evs_per_qp:
             raise ValueError("reliability's ev register must be num_qps x evs_per_qp words")
         self.register_map = ev_gen_register_map(ev_width)
@@ -195,7 +195,7 @@ class EvGenBlock(wiring.Component):
         qpn = Signal(16)
         auto = Signal()
         idx = Signal(range(E + 1))
-        ev_value = Signal(max(16, self.ev_width if self.hi else 16))
+        ev_value = Signal(self.ev_width)
         ev_state = Signal(EvState)
         p = gen.start.payload
         qp_f, rng, init, shape = regs["gen_qp"], regs["gen_range"], regs["gen_init"], \
@@ -262,10 +262,10 @@ class EvGenBlock(wiring.Component):
             words = ev_hi_words(self.ev_width) if self.hi else 0
             steps = [("SELECT", self.tx_block, self.ev_select.offset,
                       idx[:ibits] << sel_ev | qpn << sel_qp),
-                     *[(f"TX_HI{k}", self.tx_block, self.hi[0][1].addr(k),
+                     *[(f"TX_HI{k}", self.tx_block, self.hi[0].addr(k),
                         ev_value[16 + 32 * k :][:32]) for k in range(words)],
                      ("ENTRY", self.tx_block, self.ev_entry.offset, entry_data),
-                     *[(f"REL_HI{k}", self.rel_block, self.hi[1][1].addr(k),
+                     *[(f"REL_HI{k}", self.rel_block, self.hi[1].addr(k),
                         ev_value[16 + 32 * k :][:32]) for k in range(words)],
                      ("REL", self.rel_block, self.rel_ev.offset + (entry << 2),
                       entry_data | 1 << 31)]

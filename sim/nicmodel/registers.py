@@ -4,7 +4,7 @@ writes that have behaviour (a mixin of ``ModelNic``)."""
 from __future__ import annotations
 
 from hw.nic.csr import header_word
-from hw.protocol import PLANE_BITS, EvFormat, ev_formats, ev_hi_words
+from hw.protocol import PLANE_BITS, EvFormat, ev_formats, ev_hi_values, ev_hi_words
 from hw.reliability.layouts import CqeStatus
 from hw.rx.regs import PEER_ADDRESS_REGS as RX_PEER_ADDRESS
 from hw.tx.regs import CTRL_FLUSH_BIT as TX_CTRL_FLUSH_BIT
@@ -446,13 +446,12 @@ class RegisterBehaviour:
             value, state = (values[i] if good else 0), EV_CODES[GOOD if good else DENIED]
             self._internal_write("tx", "ev_select", 0,
                                  self.pack("tx", "ev_select", qpn=q, ev_index=i))
-            for k in range(ev_hi_words(width)):
-                self._internal_write("tx", "ev_value_hi", k, value >> 16 + 32 * k & 0xFFFFFFFF)
+            for k, word in enumerate(ev_hi_values(value, width)):
+                self._internal_write("tx", "ev_value_hi", k, word)
             self._internal_write("tx", "ev_entry", 0,
                                  self.pack("tx", "ev_entry", value=value & 0xFFFF, state=state))
-            for k in range(ev_hi_words(width)):
-                self._internal_write("reliability", "ev_value_hi", k,
-                                     value >> 16 + 32 * k & 0xFFFFFFFF)
+            for k, word in enumerate(ev_hi_values(value, width)):
+                self._internal_write("reliability", "ev_value_hi", k, word)
             self._internal_write("reliability", "ev", q * ne + i,
                                  self.pack("reliability", "ev", value=value & 0xFFFF,
                                            state=state, set_state=1))
