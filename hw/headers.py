@@ -281,20 +281,21 @@ def ev_fields(ev, ev_format, ev_width, peer=None):
     ``ev_width`` bits ``ev``, the QP's ``ev_format`` and its peer's 128-bit
     address ``peer``. The gateware of ``stev_fields``, ``srv6_sport`` and
     ``srv6_carrier``; a format wider than ``ev_width`` is sent as UDP's. The
-    address is the SRv6 carrier or ``peer`` (None without SRv6)."""
+    address is the SRv6 carrier to ``peer`` (None without SRv6 or a peer),
+    whatever the format: the caller puts it on the wire for SRv6 only."""
     if ev_width <= 16:
-        return ev[:16], Const(0, 16), peer
+        return ev[:16], Const(0, 16), None
     sport, flow = ev[:16], Mux(ev_format == EvFormat.STEV, ev[16:32], 0)
     if ev_width < SRV6_USIDS * SRV6_USID_BITS:
-        return sport, flow, peer
+        return sport, flow, None
     srv6 = ev_format == EvFormat.SRV6
     fold = ev_fold(ev[: SRV6_USIDS * SRV6_USID_BITS])
     sport = Mux(srv6, Cat(fold[:14], Const(0b11, 2)), sport)
     carrier = None
     if peer is not None:
         low = 128 - SRV6_LOCATOR_BITS - SRV6_USIDS * SRV6_USID_BITS
-        carrier = Mux(srv6, Cat(Const(0, low), ev[: SRV6_USIDS * SRV6_USID_BITS],
-                                peer[128 - SRV6_LOCATOR_BITS :]), peer)
+        carrier = Cat(Const(0, low), ev[: SRV6_USIDS * SRV6_USID_BITS],
+                      peer[128 - SRV6_LOCATOR_BITS :])
     return sport, flow, carrier
 
 

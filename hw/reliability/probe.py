@@ -140,7 +140,7 @@ class ProbeBuilder(wiring.Component):
         v6 = net.peer_v6[0] if self.ipv6 else None
         fmt = Mux(v6, net.peer_v6[1:3], 0) if self.ev_width > 16 else None
         peer = Cat(net.peer_ip, net.peer_ip6) if self.ipv6 else None
-        sport, flow_label, dst = ev_fields(ev, fmt, self.ev_width, peer)
+        sport, flow_label, carrier = ev_fields(ev, fmt, self.ev_width, peer)
 
         frame = Signal(8 * lengths[-1])
 
@@ -261,12 +261,12 @@ class ProbeBuilder(wiring.Component):
 
         beats = -(-lengths[-1] // lanes)
         wire = frame
-        if dst is not None and self.ev_width >= 64:
+        if carrier is not None:
             # SRv6: the carrier goes on the wire after the ICRC took the peer's
             # address; net and ev are held from LATCH, so this is a mux on
             # flip-flops
             at = 8 * OFF_IPV6_DST
-            field = IPV6.pack({"dst": dst})[8 * IPV6.offset_of("dst") :]
+            field = IPV6.pack({"dst": carrier})[8 * IPV6.offset_of("dst") :]
             wire = Cat(frame[:at], Mux(fmt == EvFormat.SRV6, field, frame[at : at + 128]),
                        frame[at + 128 :])
         padded = Cat(wire, Const(0, beats * dw - len(frame)))
