@@ -419,8 +419,9 @@ class RxDmaWriter(wiring.Component):
         # W: realign lane-0 input to the target address: each output beat is
         # the current input beat shifted up by `shift` lanes over the top
         # lanes of the previous one.
-        cur = (Mux(r.in_inline, r.inline_buf[: min(dw, 8 * CQE_BYTES)], 0)
-               | Mux(r.in_stream, self.data.payload.data, 0))
+        cur = Signal(dw)  # a signal: each output lane selects from it
+        m.d.comb += cur.eq(Mux(r.in_inline, r.inline_buf[: min(dw, 8 * CQE_BYTES)], 0)
+                           | Mux(r.in_stream, self.data.payload.data, 0))
         window = Cat(r.prev, cur)
         strb = Signal(bpb)
         lanes = Signal(bpb)

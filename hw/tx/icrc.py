@@ -227,7 +227,9 @@ class IcrcInserter(wiring.Component):
             ones6_bits = Cat(*[Cat(nib6_lanes[i].replicate(4), ones6_lanes[i].replicate(4))
                                | ones6_lanes[i].replicate(8) for i in range(nbytes)])
             ones_bits = Mux(q.r_v6, ones6_bits, ones_bits)
-        covered = (q.r_beat.data | ones_bits) & ~zero_bits
+        # a signal: keep_tail_shift selects from it lane by lane
+        covered = Signal(w)
+        m.d.comb += covered.eq((q.r_beat.data | ones_bits) & ~zero_bits)
 
         # the byte count the CRC register's state goes through
         n_in = keep_count(q.r_beat.keep)
@@ -358,7 +360,9 @@ class IcrcInserter(wiring.Component):
         for inputs in fin_inputs:
             size = -(-len(inputs) // n_parts)
             q.part_values += [Cat(*inputs[k * size:(k + 1) * size]).xor() for k in range(n_parts)]
-        q.icrc_final = Cat(*[~q.icrc_part[n_parts * j:n_parts * (j + 1)].xor() for j in range(32)])
+        q.icrc_final = Signal(32)  # a signal: placed at each of the beat's lanes
+        m.d.comb += q.icrc_final.eq(
+            Cat(*[~q.icrc_part[n_parts * j:n_parts * (j + 1)].xor() for j in range(32)]))
 
     def _output(self, m, q):
         """The holding stages ``h1``, ``h2`` and ``held``, the ICRC placed in the
