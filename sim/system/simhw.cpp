@@ -174,7 +174,9 @@ void mrc_mem_write(int nic, int64_t addr, int64_t data, int strb, int last) {
     Memory& m = mem[nic];
     uint64_t base = (uint64_t)addr & ~uint64_t(7);
     if (m.drop_in >= 0 && m.drop_in-- == 0) strb &= ~m.drop_lanes;
-    if (!in_range(m, base, 8))
+    if (strb == 0) {
+        // a word of a wide beat with no byte to write
+    } else if (!in_range(m, base, 8))
         mem_error(m, (uint64_t)addr);
     else
         m.burst.push_back(Beat{base, (uint64_t)data, strb});
@@ -218,11 +220,13 @@ int mrc_tx_ready(int port, int64_t now_ns) {
     return s.ns_per_byte <= 0 || s.wire_free <= (double)now_ns + s.fifo_ns;
 }
 
-// The next beat for MAC port ``port``'s mac_rx at simulated time ``now_ns``: returns
-// 1 and fills ``data`` and ``keep_last`` (tkeep in bits 7..0, tlast in bit 8),
-// or 0 when no frame is due.
-int mrc_rx_beat(int port, int64_t now_ns, int64_t* data, int* keep_last) {
+// The next 8 bytes for MAC port ``port``'s mac_rx at simulated time ``now_ns``:
+// returns 1 and fills ``data`` and ``keep_last`` (tkeep in bits 7..0, tlast in
+// bit 8), or 0 when no frame is due. ``more``: the next 8 bytes of the same
+// beat (a bus wider than 64 bits), so only of a frame already begun (else 0).
+int mrc_rx_beat(int port, int64_t now_ns, int more, int64_t* data, int* keep_last) {
     RxStream& s = rx[port];
+    if (more && s.offset == 0) return 0;
     while (!s.pending.empty() && s.pending.top().at <= (uint64_t)now_ns) {
         s.frames.push_back(std::move(const_cast<Pending&>(s.pending.top()).bytes));
         s.pending.pop();

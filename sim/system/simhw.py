@@ -5,11 +5,14 @@ the Verilator model, per-transaction work in Python.
 wrapper ``two_nic_sim`` that adds, per NIC i:
 
 - ``mrc_sim_axi_mem``: an AXI4 slave on ``n{i}_m_axi`` whose bytes live in C++
-  (sim/system/simhw.cpp, the shared library ``libmrcsimhw.so``). One write
-  burst and one read burst at a time, INCR bursts of any size up to the bus
-  width; one beat per cycle; a write burst's AW is taken when no burst or B
-  is pending, W beats from the next cycle, B in the cycle after the burst's
-  last beat; a read burst's first beat is on R in the cycle after its AR.
+  (sim/system/simhw.cpp, the shared library ``libmrcsimhw.so``), as wide as
+  the NICs' data path (64 to 512 bits, in 64-bit words to C++). INCR bursts
+  of any size up to the bus width; up to four bursts each way outstanding
+  (AW or AR taken, B or the last R beat not yet), served in order, one beat
+  per cycle and back to back, as a host's PCIe root complex takes several
+  requests: a write burst's W beats from the cycle after its AW, its B in
+  the cycle after its last beat; a read burst's first beat on R in the
+  cycle after its AR, or right after the last beat of the burst before it.
   A write burst's bytes reach the memory together, at its last beat (as a
   PCIe write lands whole): Python never sees half a burst, such as a CQE
   whose phase byte (beat 2 of 4 on 64 bits) is in and whose WQE index
@@ -54,7 +57,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from sim.system.top import MAX_NICS, TwoNicTop
+from sim.system.top import MAX_NICS, NIC_PARAMS, PARAMS_ENV, TwoNicTop
 
 __all__ = ["SimTwoNicTop", "SimHw", "library_path", "build_library", "SIM_TOPLEVEL",
            "run_two_nic"]
@@ -102,75 +105,121 @@ import "DPI-C" function int mrc_mem_failed(input int nic);
 import "DPI-C" function void mrc_tx_beat(input int nic, input longint data, input int keep,
                                          input int last, input longint now_ns);
 import "DPI-C" function int mrc_tx_ready(input int nic, input longint now_ns);
-import "DPI-C" function int mrc_rx_beat(input int nic, input longint now_ns,
+import "DPI-C" function int mrc_rx_beat(input int nic, input longint now_ns, input int more,
                                         output longint data, output int keep_last);
 """
 
 _MEM = """\
 // Host memory of NIC ``NIC``: an AXI4 slave whose bytes are in simhw.cpp.
-module mrc_sim_axi_mem #(parameter int NIC = 0, parameter int IW = 1) (
+// DW (64 .. 512) bits of data, reaching simhw.cpp as 64-bit words. Up to Q
+// bursts each way are outstanding (AW or AR taken, B or last R not yet), and
+// served in order, back to back.
+module mrc_sim_axi_mem #(parameter int NIC = 0, parameter int IW = 1, parameter int DW = 64) (
     input clk, input rst,
     input [IW-1:0] awid, input [63:0] awaddr, input [7:0] awlen, input [2:0] awsize,
     input [1:0] awburst, input awvalid, output awready,
-    input [63:0] wdata, input [7:0] wstrb, input wlast, input wvalid, output wready,
-    output reg [IW-1:0] bid, output [1:0] bresp, output reg bvalid, input bready,
+    input [DW-1:0] wdata, input [DW/8-1:0] wstrb, input wlast, input wvalid, output wready,
+    output [IW-1:0] bid, output [1:0] bresp, output bvalid, input bready,
     input [IW-1:0] arid, input [63:0] araddr, input [7:0] arlen, input [2:0] arsize,
     input [1:0] arburst, input arvalid, output arready,
-    output reg [IW-1:0] rid, output reg [63:0] rdata, output [1:0] rresp, output reg rlast,
+    output reg [IW-1:0] rid, output reg [DW-1:0] rdata, output [1:0] rresp, output reg rlast,
     output reg rvalid, input rready,
     output reg mem_error);
-  function automatic [63:0] next_addr(input [63:0] a, input [2:0] size);
-    next_addr = (a & ~((64'd1 << size) - 64'd1)) + (64'd1 << size);
+  localparam int Q = 4;
+  localparam int WORDS = DW / 64;
+  // beat k of an INCR burst at ``a`` of 2^size bytes a beat
+  function automatic [63:0] beat_addr(input [63:0] a, input [2:0] size, input [7:0] k);
+    beat_addr = k == 8'd0 ? a : (a & ~((64'd1 << size) - 64'd1)) + (64'(k) << size);
   endfunction
-  reg w_active, r_active;
-  reg [63:0] w_addr, r_addr;
-  reg [2:0] w_size, r_size;
-  reg [7:0] w_left, r_left;
-  reg [IW-1:0] w_id;
-  assign awready = !w_active && !bvalid;
-  assign wready = w_active;
+  // the beat's DW bits at ``a``'s bus-aligned address
+  function automatic [DW-1:0] read_beat(input [63:0] a);
+    for (int w = 0; w < WORDS; w++)
+      read_beat[64 * w +: 64] = mrc_mem_read(NIC, (a & ~64'(DW / 8 - 1)) + 64'(8 * w));
+  endfunction
+  // queues of bursts (ring buffers: head index and count)
+  reg [63:0] awq_addr [Q]; reg [2:0] awq_size [Q]; reg [7:0] awq_len [Q]; reg [IW-1:0] awq_id [Q];
+  reg [63:0] arq_addr [Q]; reg [2:0] arq_size [Q]; reg [7:0] arq_len [Q]; reg [IW-1:0] arq_id [Q];
+  reg [IW-1:0] bq_id [Q];
+  reg [2:0] aw_n, b_n, ar_n;
+  reg [1:0] aw_head, b_head, ar_head;
+  reg [7:0] w_beat;  // the next W beat of the oldest write burst
+  reg [7:0] r_beat;  // the beat on R (while rvalid) of the oldest read burst
+  assign awready = 32'(aw_n) + 32'(b_n) < Q;
+  assign wready = aw_n != 3'd0;
+  assign bvalid = b_n != 3'd0;
+  assign bid = bq_id[b_head];
   assign bresp = 2'b00;
-  assign arready = !r_active;
+  assign arready = 32'(ar_n) < Q;
   assign rresp = 2'b00;
-  always @(posedge clk) begin
+  always @(posedge clk) begin : serve
+    int awc, bc, arc, awh, bh, arh, push;
+    logic [63:0] a;
+    logic [2:0] sz;
+    logic [7:0] len, k;
+    logic [IW-1:0] id;
     if (rst) begin
-      w_active <= 1'b0; bvalid <= 1'b0; r_active <= 1'b0; rvalid <= 1'b0; mem_error <= 1'b0;
+      aw_n <= 3'd0; b_n <= 3'd0; ar_n <= 3'd0; aw_head <= 2'd0; b_head <= 2'd0; ar_head <= 2'd0;
+      w_beat <= 8'd0; r_beat <= 8'd0; rvalid <= 1'b0; mem_error <= 1'b0;
     end else begin
+      awc = 32'(aw_n); bc = 32'(b_n); arc = 32'(ar_n);
+      awh = 32'(aw_head); bh = 32'(b_head); arh = 32'(ar_head);
+      if (bc != 0 && bready) begin
+        bh = (bh + 1) % Q; bc = bc - 1;
+      end
+      if (wvalid && awc != 0) begin  // a beat of the oldest write burst
+        a = beat_addr(awq_addr[awh], awq_size[awh], w_beat);
+        len = awq_len[awh];
+        for (int w = 0; w < WORDS; w++)
+          mrc_mem_write(NIC, (a & ~64'(DW / 8 - 1)) + 64'(8 * w), wdata[64 * w +: 64],
+                        {24'd0, wstrb[8 * w +: 8]}, {31'd0, w_beat == len && w == WORDS - 1});
+        if (wlast != (w_beat == len)) mrc_mem_protocol_error(NIC, a);
+        if (w_beat == len) begin
+          bq_id[(bh + bc) % Q] <= awq_id[awh];
+          bc = bc + 1; awh = (awh + 1) % Q; awc = awc - 1;
+          w_beat <= 8'd0;
+        end else w_beat <= w_beat + 8'd1;
+      end
       if (awvalid && awready) begin
-        w_active <= 1'b1; w_addr <= awaddr; w_size <= awsize; w_left <= awlen; w_id <= awid;
+        push = (awh + awc) % Q;
+        awq_addr[push] <= awaddr; awq_size[push] <= awsize; awq_len[push] <= awlen;
+        awq_id[push] <= awid; awc = awc + 1;
         if (awburst != 2'b01) mrc_mem_protocol_error(NIC, awaddr);
       end
-      if (wvalid && wready) begin
-        mrc_mem_write(NIC, w_addr, wdata, {24'd0, wstrb}, {31'd0, w_left == 8'd0});
-        if (wlast != (w_left == 8'd0)) mrc_mem_protocol_error(NIC, w_addr);
-        w_addr <= next_addr(w_addr, w_size);
-        w_left <= w_left - 8'd1;
-        if (w_left == 8'd0) begin
-          w_active <= 1'b0; bvalid <= 1'b1; bid <= w_id;
-        end
-      end
-      if (bvalid && bready) bvalid <= 1'b0;
+      push = -1;
       if (arvalid && arready) begin
+        push = (arh + arc) % Q;
+        arq_addr[push] <= araddr; arq_size[push] <= arsize; arq_len[push] <= arlen;
+        arq_id[push] <= arid; arc = arc + 1;
         if (arburst != 2'b01) mrc_mem_protocol_error(NIC, araddr);
-        r_active <= 1'b1; rid <= arid; r_size <= arsize; r_left <= arlen;
-        r_addr <= next_addr(araddr, arsize);
-        rdata <= mrc_mem_read(NIC, araddr); rvalid <= 1'b1; rlast <= arlen == 8'd0;
-      end else if (rvalid && rready) begin
-        if (rlast) begin
-          r_active <= 1'b0; rvalid <= 1'b0;
+      end
+      if (!rvalid || rready) begin  // R free for the next beat
+        k = 8'd0;
+        if (rvalid && rlast) begin
+          arh = (arh + 1) % Q; arc = arc - 1;
+        end else if (rvalid) k = r_beat + 8'd1;
+        if (arc != 0) begin
+          if (arh == push) begin  // the burst taken in this cycle
+            a = araddr; sz = arsize; len = arlen; id = arid;
+          end else begin
+            a = arq_addr[arh]; sz = arq_size[arh]; len = arq_len[arh]; id = arq_id[arh];
+          end
+          rdata <= read_beat(beat_addr(a, sz, k)); rid <= id; rlast <= k == len;
+          rvalid <= 1'b1; r_beat <= k;
         end else begin
-          rdata <= mrc_mem_read(NIC, r_addr); r_addr <= next_addr(r_addr, r_size);
-          r_left <= r_left - 8'd1; rlast <= r_left == 8'd1;
+          rvalid <= 1'b0; r_beat <= 8'd0;
         end
       end
+      aw_n <= 3'(awc); b_n <= 3'(bc); ar_n <= 3'(arc);
+      aw_head <= 2'(awh); b_head <= 2'(bh); ar_head <= 2'(arh);
       if (mrc_mem_failed(NIC) != 0) mem_error <= 1'b1;
     end
   end
 endmodule
 
 // NIC ``NIC``'s mac_tx into simhw.cpp; ``frames`` counts the frames taken.
-module mrc_sim_mac_tx #(parameter int NIC = 0) (
-    input clk, input rst, input [63:0] tdata, input [7:0] tkeep, input tlast, input tvalid,
+module mrc_sim_mac_tx #(parameter int NIC = 0, parameter int DW = 64) (
+    input clk, input rst, input [DW-1:0] tdata, input [DW/8-1:0] tkeep, input tlast,
+    input tvalid,
     output tready, output reg [31:0] frames);
   reg ready;  // paced at the wire's rate by simhw.cpp (mrc_tx_pace), else always
   assign tready = ready && !rst;
@@ -180,7 +229,9 @@ module mrc_sim_mac_tx #(parameter int NIC = 0) (
       ready <= 1'b1;
     end else begin
       if (tvalid && ready) begin
-        mrc_tx_beat(NIC, tdata, {24'd0, tkeep}, {31'd0, tlast}, $time);
+        for (int w = 0; w < DW / 64; w++)
+          mrc_tx_beat(NIC, tdata[64 * w +: 64], {24'd0, tkeep[8 * w +: 8]},
+                      {31'd0, tlast && w == DW / 64 - 1}, $time);
         if (tlast) frames <= frames + 32'd1;
       end
       ready <= mrc_tx_ready(NIC, $time) != 0;
@@ -190,17 +241,24 @@ endmodule
 
 // NIC ``NIC``'s mac_rx: the frames queued in simhw.cpp, back to back once due
 // ($time in ns: run_cocotb's timescale is 1ns/1ps).
-module mrc_sim_mac_rx #(parameter int NIC = 0) (
-    input clk, input rst, output reg [63:0] tdata, output reg [7:0] tkeep, output reg tlast,
-    output tuser, output reg tvalid, input tready);
+// A beat holds DW / 8 bytes of one frame (fewer at its end), in 64-bit words.
+module mrc_sim_mac_rx #(parameter int NIC = 0, parameter int DW = 64) (
+    input clk, input rst, output reg [DW-1:0] tdata, output reg [DW/8-1:0] tkeep,
+    output reg tlast, output tuser, output reg tvalid, input tready);
   assign tuser = 1'b0;
   always @(posedge clk) begin : beat
     longint data;
     int keep_last;
     if (rst) tvalid <= 1'b0;
     else if (!tvalid || tready) begin
-      if (mrc_rx_beat(NIC, $time, data, keep_last) != 0) begin
-        tvalid <= 1'b1; tdata <= data; tkeep <= keep_last[7:0]; tlast <= keep_last[8];
+      if (mrc_rx_beat(NIC, $time, 0, data, keep_last) != 0) begin
+        tvalid <= 1'b1; tdata <= '0; tkeep <= '0;
+        tdata[63:0] <= data; tkeep[7:0] <= keep_last[7:0]; tlast <= keep_last[8];
+        for (int w = 1; w < DW / 64; w++)
+          if (keep_last[8] == 0 && mrc_rx_beat(NIC, $time, 1, data, keep_last) != 0) begin
+            tdata[64 * w +: 64] <= data; tkeep[8 * w +: 8] <= keep_last[7:0];
+            tlast <= keep_last[8];
+          end
       end else tvalid <= 1'b0;
     end
   end
@@ -226,12 +284,13 @@ def mac_port(nic: int, plane: int) -> int:
 def wrapper_verilog(top: TwoNicTop, toplevel: str = SIM_TOPLEVEL, core: str = "two_nic") -> str:
     """The Verilog of the wrapper module ``toplevel`` around ``core`` (the
     two-NIC top's module) and of the simulation-only modules it uses."""
-    if top.data_width != 64:
-        raise ValueError(f"the simulation memory and MAC streams are 64 bits wide; the NICs' "
-                         f"data_width is {top.data_width}")
+    if top.data_width not in (64, 128, 256, 512):
+        raise ValueError(f"the simulation memory and MAC streams are 64 to 512 bits wide (a "
+                         f"power of two); the NICs' data_width is {top.data_width}")
     ports = [(("__".join(map(str, path))), member.flow.name, len(value))
              for path, member, value in top.signature.flatten(top)]
     width = {name: w for name, _, w in ports}
+    dw = top.data_width
     io = ["input clk", "input rst"]
     body, conns = [], [".clk(clk)", ".rst(rst)"]
     for name, flow, w in ports:
@@ -248,16 +307,16 @@ def wrapper_verilog(top: TwoNicTop, toplevel: str = SIM_TOPLEVEL, core: str = "t
     for i in range(top.num_nics):
         p = f"n{i}_m_axi__"
         mem = ", ".join(f".{s}({p}{s})" for s in _MEM_PORTS)
-        body.append(f"  mrc_sim_axi_mem #(.NIC({i}), .IW({width[p + 'awid']})) mem{i} "
+        body.append(f"  mrc_sim_axi_mem #(.NIC({i}), .IW({width[p + 'awid']}), .DW({dw})) mem{i} "
                     f"(.clk(clk), .rst(rst), {mem}, .mem_error(n{i}_mem_error));")
         for p in range(top.num_planes):
             sfx, port = plane_suffix(p), mac_port(i, p)
             tx = ", ".join(f".{s}(n{i}_mac_tx{sfx}__{s})" for s in _STREAM_PORTS)
-            body.append(f"  mrc_sim_mac_tx #(.NIC({port})) tx{port} (.clk(clk), .rst(rst), "
-                        f"{tx}, .frames(n{i}_tx_frames{sfx}));")
+            body.append(f"  mrc_sim_mac_tx #(.NIC({port}), .DW({dw})) tx{port} (.clk(clk), "
+                        f".rst(rst), {tx}, .frames(n{i}_tx_frames{sfx}));")
             rx = ", ".join(f".{s}(n{i}_mac_rx{sfx}__{s})" for s in (*_STREAM_PORTS, "tuser"))
-            body.append(f"  mrc_sim_mac_rx #(.NIC({port})) rx{port} (.clk(clk), .rst(rst), "
-                        f"{rx});")
+            body.append(f"  mrc_sim_mac_rx #(.NIC({port}), .DW({dw})) rx{port} (.clk(clk), "
+                        f".rst(rst), {rx});")
     head = f"module {toplevel} (\n    " + ",\n    ".join(io) + ");\n"
     return _DPI + "\n" + _MEM + "\n" + head + "\n".join(body) + "\nendmodule\n"
 
@@ -281,14 +340,21 @@ class SimTwoNicTop(TwoNicTop):
                 + wrapper_verilog(self, toplevel))
 
 
-def run_two_nic(test_module: str, testcases, tag: str):
+def run_two_nic(test_module: str, testcases, tag: str, overrides: dict | None = None):
     """Run cocotb tests ``testcases`` of ``test_module`` on the one two-NIC
-    build (sim_build/system_two_nic_sim), in the run directory ``tag``."""
+    build (sim_build/system_two_nic_sim), in the run directory ``tag``; or,
+    with ``overrides`` (NicCore parameters over NIC_PARAMS, such as
+    ``{"data_width": 512}``), on a build of its own named by them, the tests
+    reading its parameters from ``sim.system.top.system_params()``."""
+    import json
+
     from sim.cocotb_runner import SIM_BUILD, run_cocotb
 
-    run_cocotb(name="system_two_nic_sim", elaborate=SimTwoNicTop, toplevel=SIM_TOPLEVEL,
-               test_module=test_module, testcase=testcases,
-               test_dir=SIM_BUILD / "system_two_nic_sim" / tag)
+    name = "system_two_nic_sim" + "".join(f"_{k}{v}" for k, v in sorted((overrides or {}).items()))
+    params = {**NIC_PARAMS, **(overrides or {})}
+    run_cocotb(name=name, elaborate=lambda: SimTwoNicTop(params), toplevel=SIM_TOPLEVEL,
+               test_module=test_module, testcase=testcases, test_dir=SIM_BUILD / name / tag,
+               extra_env={PARAMS_ENV: json.dumps(overrides or {})})
 
 
 # ---- Python side --------------------------------------------------------------------------

@@ -25,7 +25,7 @@ def lib():
     lib.mrc_mem_protocol_error.argtypes, lib.mrc_mem_protocol_error.restype = [ci, i64], None
     lib.mrc_tx_beat.argtypes, lib.mrc_tx_beat.restype = [ci, i64, ci, ci, i64], None
     lib.mrc_tx_ready.argtypes, lib.mrc_tx_ready.restype = [ci, i64], ci
-    lib.mrc_rx_beat.argtypes = [ci, i64, ctypes.POINTER(i64), ctypes.POINTER(ci)]
+    lib.mrc_rx_beat.argtypes = [ci, i64, ci, ctypes.POINTER(i64), ctypes.POINTER(ci)]
     lib.mrc_rx_beat.restype = ci
     return lib
 
@@ -143,7 +143,7 @@ def test_paced_tx_holds_the_nic_back_to_the_wire(hw):
 def _beats(hw, nic, now):
     data, keep_last = ctypes.c_int64(), ctypes.c_int()
     out = []
-    while hw.mrc_rx_beat(nic, now, ctypes.byref(data), ctypes.byref(keep_last)):
+    while hw.mrc_rx_beat(nic, now, 0, ctypes.byref(data), ctypes.byref(keep_last)):
         keep = keep_last.value & 0xFF
         n = keep.bit_length()
         assert keep == (1 << n) - 1
@@ -174,6 +174,25 @@ def test_rx_frames_in_the_order_they_fall_due(hw):
     assert _beats(hw, 1, 999) == []
     assert _frames(_beats(hw, 1, 1000)) == [b"late" * 5, b"tie"]
     assert source.queued() == 0 and _beats(hw, 0, 10**9) == []
+
+
+def test_a_wide_beats_words_continue_one_frame(hw):
+    """A bus wider than 64 bits takes a beat's 8-byte words one call each:
+    ``more`` continues the frame begun (0 once it has ended: the next frame
+    starts a beat of its own), and a word with no byte lane to write is no
+    access, even outside the memory."""
+    source = simhw.FrameSource(hw, 0)
+    source.send_at(bytes(range(12)), 0)
+    source.send_at(b"next", 0)
+    data, keep_last = ctypes.c_int64(), ctypes.c_int()
+    refs = ctypes.byref(data), ctypes.byref(keep_last)
+    assert hw.mrc_rx_beat(0, 0, 1, *refs) == 0  # no frame begun
+    assert hw.mrc_rx_beat(0, 0, 0, *refs) == 1 and keep_last.value == 0xFF
+    assert hw.mrc_rx_beat(0, 0, 1, *refs) == 1 and keep_last.value == 0x10F
+    assert hw.mrc_rx_beat(0, 0, 1, *refs) == 0  # "next" waits for the next beat
+    assert _frames(_beats(hw, 0, 0)) == [b"next"]
+    hw.mrc_mem_write(0, RAM, 0, 0, 1)
+    assert hw.mrc_mem_failed(0) == 0
 
 
 def test_nics_beyond_the_reset_count_have_no_memory_and_ports_per_plane(hw):
