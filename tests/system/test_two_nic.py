@@ -35,7 +35,7 @@ from sim.system.harness import CLK_NS, RAM_SIZE, SystemTB
 from sim.system.scenario_run import TIMER_SHIFT, rtl_timed_system
 from sim.system.scoreboard import flow_imm, model_completions, model_flows, normalise_rtl
 from sim.system.simhw import SimTwoNicTop, run_two_nic
-from sim.system.top import BUILD_ID, NIC_PARAMS
+from sim.system.top import BUILD_ID, system_params
 from sim.system.trace import FateTrace
 from sim.system.transfers import (
     check_memory,
@@ -49,6 +49,7 @@ from tests import seeds
 from tests.dissector_check import TSHARK, check_frames
 
 RDMA_WRITE_LAST_WITH_IMM, RDMA_WRITE_ONLY_WITH_IMM = 0x09, 0x0B
+PARAMS = system_params()  # NIC_PARAMS, or the wide build's (tests/system/test_wide.py)
 
 
 @cocotb.test()
@@ -67,15 +68,15 @@ async def test_discovery(dut):
         assert dev.params["build_id"] == BUILD_ID
         for name in ("data_width", "num_qps", "evs_per_qp", "sack_bits", "max_mtu", "mpr_max",
                      "num_mrs", "window", "clk_freq_hz", "num_planes", "ipv6"):
-            assert dev.params[name] == NIC_PARAMS[name], name
+            assert dev.params[name] == PARAMS[name], name
         # the blocks' own parameter registers agree with the device-info block
-        assert await dev.tx.read("num_qps") == NIC_PARAMS["num_qps"]
-        assert await dev.tx.read("evs_per_qp") == NIC_PARAMS["evs_per_qp"]
+        assert await dev.tx.read("num_qps") == PARAMS["num_qps"]
+        assert await dev.tx.read("evs_per_qp") == PARAMS["evs_per_qp"]
         rel_params = await dev.rel.read_fields("params")
-        assert rel_params == {"num_qps": NIC_PARAMS["num_qps"],
-                              "evs_per_qp": NIC_PARAMS["evs_per_qp"],
-                              "window": NIC_PARAMS["window"]}
-        assert (await dev.rx.read_fields("PARAMS"))["mrs"] == NIC_PARAMS["num_mrs"]
+        assert rel_params == {"num_qps": PARAMS["num_qps"],
+                              "evs_per_qp": PARAMS["evs_per_qp"],
+                              "window": PARAMS["window"]}
+        assert (await dev.rx.read_fields("PARAMS"))["mrs"] == PARAMS["num_mrs"]
         # per-NIC state: scratch words are independent
         await dev.info.write("scratch", 0x1234_0000 + i)
     for i, end in enumerate(tb.ends):
@@ -88,7 +89,7 @@ async def test_write_lossless_8_paths(dut):
     the receiver's memory is byte exact, every WQE completes SUCCESS in order,
     the packets are sprayed over all 8 paths and nothing is retransmitted. Each
     of NIC 1's ACKs carries its service time (SVC_TIME), which counts the
-    placement of a 1 KiB packet: at least its 128 beats at CLK_NS each, and
+    placement of a 1 KiB packet: at least its beats (128 at 64 bits) at CLK_NS each, and
     well under the saturation."""
     tb = SystemTB(dut, seed=seeds.of(11))
     tb.fabric.capture_enabled = True
@@ -113,12 +114,13 @@ async def test_write_lossless_8_paths(dut):
     assert c0["rel.cqes"] == len(sizes)
     # WRITE without immediate: no receive completion
     assert await tb.ends[1].qp.recv_cq.poll() == []
-    # SVC_TIME: the ns of NicCore's nominal clock (NIC_PARAMS), in 64 ns units; each
+    # SVC_TIME: the ns of NicCore's nominal clock (PARAMS), in 64 ns units; each
     # ACK's counts from NIC 1 taking a packet (the newest it placed, which arrived
     # no earlier than the one at the ACK's cumulative PSN) to the ACK: no longer
     # than from that packet's arrival to the ACK leaving, and no shorter than the
-    # placement of its 1 KiB (128 beats)
-    npc = ns_per_cycle(NIC_PARAMS["clk_freq_hz"])
+    # placement of its 1 KiB (128 beats at 64 bits)
+    npc = ns_per_cycle(PARAMS["clk_freq_hz"])
+    place = 1024 * 8 // PARAMS["data_width"]
     arrival = {Ether(f.sent)[L.BTH].psn: f.arrival_ns for f in tb.fabric.capture
                if f.direction == 0 and f.arrival_ns is not None}
     svc = []
@@ -130,14 +132,15 @@ async def test_write_lossless_8_paths(dut):
         if sack is not None and sack.cum_psn in arrival:
             cycles = sack.svc_time * SVC_TIME_UNIT_NS / npc  # rounded down to 64 ns
             turn = f.time_ns - arrival[sack.cum_psn]
-            assert cycles * CLK_NS <= turn and cycles + SVC_TIME_UNIT_NS / npc > 128, (
+            assert cycles * CLK_NS <= turn and cycles + SVC_TIME_UNIT_NS / npc > place, (
                 sack.svc_time, turn)
             svc.append(cycles)
     assert len(svc) >= packets // 4 - 1, len(svc)  # an ACK per 4 packets
     svc.sort()
-    dut._log.info("1 MiB in %.1f us: %.2f Gb/s at 64 bits x 125 MHz; packets per path %s; "
+    dut._log.info("1 MiB in %.1f us: %.2f Gb/s at %d bits x 125 MHz; packets per path %s; "
                   "ACK service time %d..%d cycles (median %d)", elapsed / 1e3,
-                  len(payload) * 8 / elapsed, carried, svc[0], svc[-1], svc[len(svc) // 2])
+                  len(payload) * 8 / elapsed, PARAMS["data_width"], carried, svc[0], svc[-1],
+                  svc[len(svc) // 2])
 
 
 @cocotb.test()
@@ -289,10 +292,10 @@ async def test_path_down_then_up(dut):
     back = [e for e in events if e.ev_index == 3 and e.old == 1 and e.new == 0]
     assert len(back) == 1, events
     # the probe's round trip, counted in ns of the NIC's configured clock
-    # (NIC_PARAMS' clk_freq_hz) which the simulator runs at CLK_NS a cycle: in
+    # (PARAMS' clk_freq_hz) which the simulator runs at CLK_NS a cycle: in
     # simulated ns, both ways of the path plus at most 250 cycles in the NICs
     # (probe and answer built, parsed, checked)
-    rtt = back[0].rtt_ns * CLK_NS * NIC_PARAMS["clk_freq_hz"] / 1e9
+    rtt = back[0].rtt_ns * CLK_NS * PARAMS["clk_freq_hz"] / 1e9
     delay = tb.fabric.directions[0].paths[3].delay_ns
     assert 2 * delay < rtt < 2 * delay + 250 * CLK_NS, (back, rtt)
 
@@ -465,8 +468,9 @@ async def test_path_blackhole_mid_transfer(dut):
     assert events[0].drops >= 1
     assert (await a.dev.ev_states(a.qp))[3] == EvState.ASSUMED_BAD
     # frames TX had picked before the change may still leave: max_picked_ahead
-    # packets of (1024 + 74 header/ICRC bytes) / 8 bytes per cycle
-    slack_ns = TxEngine.max_picked_ahead * ((1024 + 74) // 8 + 1) * CLK_NS
+    # packets of (1024 + 74 header/ICRC bytes) / the data path's bytes per cycle
+    slack_ns = TxEngine.max_picked_ahead * ((1024 + 74) // (PARAMS["data_width"] // 8) + 1) \
+        * CLK_NS
     late = [(ns, ev) for ns, ev, _, _ in log if ev == ev3 and ns > event_ns + slack_ns]
     assert late == [], f"data on EV 0x{ev3:x} after it went ASSUMED_BAD at {event_ns} ns: {late}"
     on_ev3 = [ns for ns, ev, _, _ in log[frames_before:] if ev == ev3]
@@ -543,7 +547,7 @@ async def test_sixteen_qps_both_directions(dut):
     receive CQEs in message order with the QP's own QPN; every QP's completions
     equal the golden model's for the same 32 flows; the counter equations hold
     in both directions."""
-    num_qps = NIC_PARAMS["num_qps"]
+    num_qps = PARAMS["num_qps"]
     assert num_qps >= 16, f"the system top builds {num_qps} QPs; this case needs 16"
     tb = SystemTB(dut, seed=seeds.of(25), keep_log=True)
     await tb.init()
@@ -708,7 +712,7 @@ async def test_ecn_bottleneck_cuts_and_regrows_window(dut):
     dev, q = tb.ends[0].dev, tb.ends[0].qp.qpn
     defaults = dev.congestion_defaults()
     assert {n: await dev.rel.read(n) for n in defaults} == defaults
-    assert defaults["target_rtt"] < 0xFFFF and defaults["cwnd_init"] < NIC_PARAMS["window"]
+    assert defaults["target_rtt"] < 0xFFFF and defaults["cwnd_init"] < PARAMS["window"]
 
     async def packet_window():
         return (await dev.rel.read("qp_cc", q)) & 0xFFFF
