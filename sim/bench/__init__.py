@@ -28,6 +28,7 @@ SECTIONS = {
     "system": "sim.bench.system",
     "planes": "sim.bench.planes",
     "speed": "sim.bench.speed",
+    "wide": "sim.bench.wide",
     "peers": "sim.bench.peers",
 }
 

@@ -51,10 +51,16 @@ def _row(what: str, ours: float, unit: str, peer_key: str) -> str:
 
 
 def run() -> str:
+    from sim.bench import wide
     from sim.bench.rel import measure_ack_rate
     from sim.bench.tx import measure_throughput, read_channel_line
 
     tx = measure_throughput()
+    tx512, sys512 = wide.measure_tx(), {r["mtu"]: r for r in wide.measure_system()}
+    small512 = tx512["64B_writes"]
+    mpps512 = small512["packets"] / small512["cycles"] * wide.CLOCK_MHZ
+    wire512 = small512["packets"] / small512["beats"]
+    gbps512 = sys512[4096]["gbps_at_250MHz"]
     rel = measure_ack_rate()
     width = tx["data_bytes_per_cycle"]
     small = tx["64B_writes"]
@@ -85,6 +91,14 @@ def run() -> str:
         _row("payload rate, 64 KiB messages, MTU 4096", gbps, "Gb/s", "rate_corundum"),
         _row("payload rate, 64 KiB messages, MTU 4096", gbps, "Gb/s", "rate_ernic"),
         _row("payload rate, 64 KiB messages, MTU 4096", gbps, "Gb/s", "rate_srnic"),
+        _row(f"64-byte WRITEs, 512 bits x {wide.CLOCK_MHZ} MHz (not timed)", mpps512, "Mpps",
+             "msg_100g"),
+        _row(f"64-byte WRITEs, 512 bits x {wide.CLOCK_MHZ} MHz (not timed)", mpps512, "M msg/s",
+             "msg_cx6"),
+        _row(f"two NICs, 512 bits x {wide.CLOCK_MHZ} MHz (not timed), MTU 4096", gbps512,
+             "Gb/s", "rate_corundum"),
+        _row(f"two NICs, 512 bits x {wide.CLOCK_MHZ} MHz (not timed), MTU 4096", gbps512,
+             "Gb/s", "rate_srnic"),
         _row("QPs of the default NicCore", default_qps, "QPs", "qp_ernic"),
         _row("QPs of the default NicCore", default_qps, "QPs", "qp_coyote"),
         _row("QPs of the default NicCore", default_qps, "QPs", "qp_srnic"),
@@ -105,7 +119,16 @@ def run() -> str:
         f"over 200 back to back, {1 / nscc_cycles / wire_per_cycle:.2f} of the wire. "
         "Line rate: "
         f"{gbps:.2f} of the {line_gbps:g} Gb/s a {8 * width}-bit port gives at {CLOCK_MHZ} MHz "
-        f"({gbps / line_gbps:.3f}); 100 Gb/s needs 512 bits at 250 MHz, as Corundum's. "
+        f"({gbps / line_gbps:.3f}); at 512 bits two NICs would carry {gbps512:.1f} Gb/s of "
+        f"payload at {wide.CLOCK_MHZ} MHz (a clock no 512-bit build has been timed at) with "
+        "MTU 4096 ({sys512[4096]['of_best']:.3f} of the best "
+        f"after headers), {sys512[1024]['gbps_at_250MHz']:.1f} with MTU 1024 "
+        f"({sys512[1024]['of_best']:.3f}: RX's writes behind the DMA arbiter, the 512-bit "
+        "section). "
+        f"Small messages at 512 bits: {mpps512:.1f} Mpps at {wide.CLOCK_MHZ} MHz, "
+        f"{small512['beats'] / small512['cycles']:.3f} of the wire's {wire512:.4f} packets "
+        "per cycle (a 64-byte WRITE's frame is 3 beats): the sequencer's 8 cycles a packet "
+        "are the limit there (docs/tx.md, \"Limitations\"). "
         "Connections: TX keeps per-QP state in flip-flops. The Versa board's build has 2 QPs; "
         "the default NicCore's 16 do not fit its 45F, and 256 would take about 117,000 LUT4 "
         "by the blocks' sums (docs/board.md, \"NicCore scaling\").",

@@ -33,7 +33,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-__all__ = ["run", "measure", "synth_estimate"]
+__all__ = ["run", "measure", "measure_behind_dma", "RxBehindDma", "synth_estimate"]
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / "sim_build" / "rx_bench"
@@ -45,7 +45,7 @@ except ImportError:  # pragma: no cover
     cocotb = None
 
 
-def _frame_beats(nbytes, bpb=8):
+def _frame_beats(nbytes, bpb):
     return -(-nbytes // bpb)
 
 
@@ -56,6 +56,7 @@ if cocotb is not None:
         from tests.hw.rx_tb import MR0, message_packets, start
 
         tb = await start(dut, seed=1, frames=True)
+        bpb = len(dut.s_axis__tdata) // 8
         results = {}
         cycle = 0
 
@@ -112,7 +113,7 @@ if cocotb is not None:
                     for i in idx:
                         raw = bytes(pkts[i])
                         frames.append(raw)
-                        ideal += _frame_beats(len(raw))
+                        ideal += _frame_beats(len(raw), bpb)
                     payload += 65536
                 first, last_w, _, _ = await measure_run(frames)
                 cycles = last_w - first + 1
@@ -154,6 +155,76 @@ def measure() -> dict:
         out.unlink()
     run_engine_tests("bench_rx", extra_env={"RX_BENCH_OUT": str(out)}, test_module="sim.bench.rx")
     return json.loads(out.read_text())
+
+
+def measure_behind_dma() -> dict:
+    """``measure``'s figures with RxEngine's AXI master behind NicCore's DMA
+    path (``RxBehindDma``), at ``RX_DATA_WIDTH`` bits."""
+    import sys
+
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from sim.cocotb_runner import run_cocotb
+    from tests.hw.test_rx_engine import DATA_WIDTH
+
+    CACHE.mkdir(parents=True, exist_ok=True)
+    out = CACHE / "bench_dma.json"
+    out.unlink(missing_ok=True)
+    run_cocotb(name=f"rx_engine_dma_w{DATA_WIDTH}", elaborate=lambda: RxBehindDma(DATA_WIDTH),
+               toplevel="rx_engine", test_module="sim.bench.rx", testcase="bench_rx",
+               extra_env={"RX_BENCH_OUT": str(out)})
+    return json.loads(out.read_text())
+
+
+def RxBehindDma(data_width: int):
+    """RxEngine (tests/hw/test_rx_engine.py's parameters) with its AXI master
+    through NicCore's DMA path: a register slice, port 1 of a three-master
+    AXI4Arbiter (the others idle), a register slice; its other ports its own."""
+    from amaranth.hdl import Module
+    from amaranth.lib import wiring
+    from amaranth.lib.wiring import Out
+
+    from hw.axi import AXI4Signature
+    from hw.axi_arbiter import AXI4Arbiter
+    from hw.nic.core import BLOCK_AXI_ID_WIDTH, DMA_MASTERS
+    from hw.pipeline import AXI4RegisterSlice
+    from tests.hw.test_rx_engine import build_engine
+
+    engine = build_engine()
+    id_width = BLOCK_AXI_ID_WIDTH + (len(DMA_MASTERS) - 1).bit_length()
+
+    class Top(wiring.Component):
+        def __init__(self):
+            members = dict(engine.signature.members)
+            members["m_axi"] = Out(AXI4Signature(64, data_width, id_width))
+            super().__init__(members)
+
+        def elaborate(self, platform):
+            m = Module()
+            m.submodules.engine = engine
+            m.submodules.arbiter = arbiter = AXI4Arbiter(
+                len(DMA_MASTERS), addr_width=64, data_width=data_width,
+                id_width=BLOCK_AXI_ID_WIDTH)
+            m.submodules.slice_in = slice_in = AXI4RegisterSlice(64, data_width,
+                                                                 BLOCK_AXI_ID_WIDTH)
+            m.submodules.slice_out = slice_out = AXI4RegisterSlice(64, data_width, id_width)
+            wiring.connect(m, engine.m_axi, slice_in.s_axi)
+            wiring.connect(m, slice_in.m_axi, arbiter.slave(DMA_MASTERS.index("rx")))
+            wiring.connect(m, arbiter.m_axi, slice_out.s_axi)
+            wiring.connect(m, slice_out.m_axi, wiring.flipped(self.m_axi))
+            for name, member in engine.signature.members.items():
+                if name == "m_axi":
+                    continue
+                ours, its = getattr(self, name), getattr(engine, name)
+                if member.is_port:
+                    m.d.comb += (its.eq(ours) if member.flow == wiring.In else ours.eq(its))
+                elif member.flow == wiring.In:
+                    wiring.connect(m, wiring.flipped(ours), its)
+                else:
+                    wiring.connect(m, its, wiring.flipped(ours))
+            return m
+
+    return Top()
 
 
 def _yosys() -> list[str] | None:

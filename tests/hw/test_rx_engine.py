@@ -334,18 +334,22 @@ async def test_fuzz_rx(dut):
 
 
 FUZZ_LOG_ENV = "RX_FUZZ_LOG"  # a file the fuzzer appends its progress to
+# The engine's data path (64 for this file's tests; sim/bench/rx.py measures
+# at 512 bits too, in a process of its own).
+DATA_WIDTH = int(os.environ.get("RX_DATA_WIDTH", "64"))
 
 
 def build_engine():
     from hw.rx.engine import RxEngine
 
-    return RxEngine(data_width=64, num_qps=16, num_mrs=16, sack_bits=64, mpr_max=1024)
+    return RxEngine(data_width=DATA_WIDTH, num_qps=16, num_mrs=16, sack_bits=64, mpr_max=1024)
 
 
 def run_engine_tests(testcase=None, extra_env=None, test_module="tests.hw.test_rx_engine"):
     from sim.cocotb_runner import run_cocotb
 
-    return run_cocotb(name="rx_engine_w64", elaborate=build_engine, toplevel="rx_engine",
+    return run_cocotb(name=f"rx_engine_w{DATA_WIDTH}", elaborate=build_engine,
+                      toplevel="rx_engine",
                       test_module=test_module, testcase=testcase,
                       extra_env=extra_env)
 

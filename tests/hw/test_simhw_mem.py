@@ -112,7 +112,7 @@ async def test_bursts_both_ways(dut):
     await ClockCycles(dut.clk, 4)
     assert not dut.mem_error.value and ram.errors() == (0, 0)
     # several bursts outstanding each way, and queued reads back to back
-    aw_out = b_out = ar_out = 0
+    aw_out = ar_out = 0
     most_w = most_r = 0
     back_to_back = 0
     last_end = None
