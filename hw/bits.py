@@ -19,6 +19,7 @@ __all__ = [
     "lowest_set", "lowest_index", "popcount", "two_or_more",
     "one_hot_select", "index_select", "onehot",
     "shift_right", "bit_at", "below_const", "greater_than_const", "all_below",
+    "lane_operand",
 ]
 
 
@@ -55,6 +56,19 @@ def lowest_index(m, value, width, name):
     idx = Signal(range(max(width, 2)), name=name)
     m.d.comb += idx.eq(lowest_set(value, width)[1])
     return idx
+
+
+def lane_operand(m, value, data_width, name):
+    """``value``, an operand that a beat's per-lane selects read once per lane:
+    above 64 bits of beat a named signal driven by it, so that the Verilog
+    states it once rather than once per lane; at 64 bits the expression
+    itself, which keeps the 64-bit netlist, the board's, as it was placed and
+    routed (docs/timing.md: each change to it is a new placement draw)."""
+    if data_width <= 64:
+        return value
+    sig = Signal(len(Value.cast(value)), name=name)
+    m.d.comb += sig.eq(value)
+    return sig
 
 
 def popcount(bits):

@@ -14,6 +14,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.utils import ceil_log2, exact_log2
 
 from hw.axi import AXI_BURST_INCR, AXI_RESP_OKAY, AXI4Signature, check_dma_addr_width
+from hw.bits import lane_operand
 from hw.stream import Beat, check_data_width
 
 __all__ = ["CQE_BYTES", "DmaDone", "PendingWrite", "RxDmaResponses", "RxDmaWriter", "WriteCmd",
@@ -419,9 +420,9 @@ class RxDmaWriter(wiring.Component):
         # W: realign lane-0 input to the target address: each output beat is
         # the current input beat shifted up by `shift` lanes over the top
         # lanes of the previous one.
-        cur = Signal(dw)  # a signal: each output lane selects from it
-        m.d.comb += cur.eq(Mux(r.in_inline, r.inline_buf[: min(dw, 8 * CQE_BYTES)], 0)
-                           | Mux(r.in_stream, self.data.payload.data, 0))
+        cur = lane_operand(  # each output lane selects from it
+            m, Mux(r.in_inline, r.inline_buf[: min(dw, 8 * CQE_BYTES)], 0)
+            | Mux(r.in_stream, self.data.payload.data, 0), dw, "cur")
         window = Cat(r.prev, cur)
         strb = Signal(bpb)
         lanes = Signal(bpb)

@@ -6,7 +6,7 @@ from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
-from ..bits import one_hot_select
+from ..bits import lane_operand, one_hot_select
 from ..crc import ICRC_INIT, _matrix, crc32_parts, crc32_state_py, tail_rest, tail_shift
 from ..headers import ICRC_MASKED_BYTES, OFF_IPV4, icrc_mask
 from ..stream import Beat
@@ -227,9 +227,8 @@ class IcrcInserter(wiring.Component):
             ones6_bits = Cat(*[Cat(nib6_lanes[i].replicate(4), ones6_lanes[i].replicate(4))
                                | ones6_lanes[i].replicate(8) for i in range(nbytes)])
             ones_bits = Mux(q.r_v6, ones6_bits, ones_bits)
-        # a signal: keep_tail_shift selects from it lane by lane
-        covered = Signal(w)
-        m.d.comb += covered.eq((q.r_beat.data | ones_bits) & ~zero_bits)
+        # keep_tail_shift selects from it lane by lane
+        covered = lane_operand(m, (q.r_beat.data | ones_bits) & ~zero_bits, w, "covered")
 
         # the byte count the CRC register's state goes through
         n_in = keep_count(q.r_beat.keep)
@@ -360,9 +359,9 @@ class IcrcInserter(wiring.Component):
         for inputs in fin_inputs:
             size = -(-len(inputs) // n_parts)
             q.part_values += [Cat(*inputs[k * size:(k + 1) * size]).xor() for k in range(n_parts)]
-        q.icrc_final = Signal(32)  # a signal: placed at each of the beat's lanes
-        m.d.comb += q.icrc_final.eq(
-            Cat(*[~q.icrc_part[n_parts * j:n_parts * (j + 1)].xor() for j in range(32)]))
+        q.icrc_final = lane_operand(  # placed at each of the beat's lanes
+            m, Cat(*[~q.icrc_part[n_parts * j:n_parts * (j + 1)].xor() for j in range(32)]),
+            w, "icrc_final")
 
     def _output(self, m, q):
         """The holding stages ``h1``, ``h2`` and ``held``, the ICRC placed in the
