@@ -44,8 +44,10 @@ MTU1024_FLOOR = 0.88  # measured 0.899 (test_line_rate_mtu1024)
 # - test_nscc_ecn_bottleneck expects the 64-bit build's NSCC window (10 packets
 #   at the nominal 1 Gb/s; 80 at 512 bits, above the 64-packet window);
 # - test_without_max_wimm_a_small_receive_cq_overflows does not complete at 512
-#   bits (7 of its 12 receive CQEs in 2,000,000 cycles; it passes at 64), an
-#   open fault of the 512-bit build (docs/verification.md).
+#   bits (7 of its 12 receive CQEs in 2,000,000 cycles; it passes at 64): RX's
+#   receive-CQ check lets completions held out of order fill a small ring while
+#   the message they wait for is refused for want of a slot, for good (an open
+#   fault at any width, which only this build's timing hits; docs/rx.md).
 WIDE_CASES = ["test_discovery", "test_write_lossless_8_paths",
               "test_write_with_imm_both_directions", "test_write_with_imm_matches_model",
               "test_ev_denied_by_controller", "test_loss_1pct",
