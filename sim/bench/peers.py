@@ -121,7 +121,7 @@ def run() -> str:
         f"{gbps:.2f} of the {line_gbps:g} Gb/s a {8 * width}-bit port gives at {CLOCK_MHZ} MHz "
         f"({gbps / line_gbps:.3f}); at 512 bits two NICs would carry {gbps512:.1f} Gb/s of "
         f"payload at {wide.CLOCK_MHZ} MHz (a clock no 512-bit build has been timed at) with "
-        "MTU 4096 ({sys512[4096]['of_best']:.3f} of the best "
+        f"MTU 4096 ({sys512[4096]['of_best']:.3f} of the best "
         f"after headers), {sys512[1024]['gbps_at_250MHz']:.1f} with MTU 1024 "
         f"({sys512[1024]['of_best']:.3f}: RX's writes behind the DMA arbiter, the 512-bit "
         "section). "

@@ -340,21 +340,24 @@ class SimTwoNicTop(TwoNicTop):
                 + wrapper_verilog(self, toplevel))
 
 
-def run_two_nic(test_module: str, testcases, tag: str, overrides: dict | None = None):
+def run_two_nic(test_module: str, testcases, tag: str, overrides: dict | None = None,
+                extra_env: dict | None = None):
     """Run cocotb tests ``testcases`` of ``test_module`` on the one two-NIC
     build (sim_build/system_two_nic_sim), in the run directory ``tag``; or,
     with ``overrides`` (NicCore parameters over NIC_PARAMS, such as
     ``{"data_width": 512}``), on a build of its own named by them, the tests
-    reading its parameters from ``sim.system.top.system_params()``."""
+    reading its parameters from ``sim.system.top.system_params()``.
+    ``extra_env``: more environment for the simulator's Python."""
     import json
 
     from sim.cocotb_runner import SIM_BUILD, run_cocotb
 
-    name = "system_two_nic_sim" + "".join(f"_{k}{v}" for k, v in sorted((overrides or {}).items()))
-    params = {**NIC_PARAMS, **(overrides or {})}
+    overrides = overrides or {}
+    name = "system_two_nic_sim" + "".join(f"_{k}{v}" for k, v in sorted(overrides.items()))
+    params = {**NIC_PARAMS, **overrides}
     run_cocotb(name=name, elaborate=lambda: SimTwoNicTop(params), toplevel=SIM_TOPLEVEL,
                test_module=test_module, testcase=testcases, test_dir=SIM_BUILD / name / tag,
-               extra_env={PARAMS_ENV: json.dumps(overrides or {})})
+               extra_env={**(extra_env or {}), PARAMS_ENV: json.dumps(overrides)})
 
 
 # ---- Python side --------------------------------------------------------------------------
