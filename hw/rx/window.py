@@ -60,7 +60,9 @@ class RxPsnWindow(wiring.Component):
 
     Interface
     ---------
-    ``req``      In(stream.Signature(WindowReq)): validated frames, in order.
+    ``req``      In(stream.Signature(WindowReq)): validated frames, in order;
+                 taken in IDLE as a check starts, or in CHECK_X for a
+                 WITH_IMMEDIATE packet checked while writes are in flight.
     ``place``    Out(stream.Signature(WriteCmd)): exactly one command per
                  ``req`` with ``payload_len > 0``, in ``req`` order: a write
                  (``notify``, ``tag`` = in-flight slot) for an accepted packet,
@@ -105,7 +107,13 @@ class RxPsnWindow(wiring.Component):
     WITH_IMMEDIATE LAST packet is dropped (counted ``cq_full``) when its QP's
     CQ has no slot left for it: the CQEs written and not yet consumed
     (``cq_prod - cq_cons``) plus the QP's WITH_IMMEDIATE entries in the table
-    fill the ring, or the ring is disabled. Neither drop is acknowledged, so
+    fill the ring, or the ring is disabled; or when it is not at the expected
+    PSN and the QP's WITH_IMMEDIATE entries would fill the ring with it (a
+    slot stays for the message they wait for). While writes are in flight
+    such a request is only peeked at (IDLE does not take it): if this last
+    rule alone refuses it, it is checked again once they have completed, so
+    the verdict depends on the PSNs received, not on when B verdicts come.
+    Neither drop is acknowledged, so
     the sender resends the packet like a loss; a message accepted has its
     CQE's slot, and ``cq_overflow`` counts only a CQE whose slot the host took
     back meanwhile (ring disabled, shrunk, or ``cq_cons`` moved past it).
@@ -309,12 +317,13 @@ class RxPsnWindow(wiring.Component):
         accept = Signal()
         pend_enter = Signal(self.max_pending)
         rq_bit = Signal(W)
+        peek = Signal()
         c = WindowContext(
             m=m, win=self, fsm=fsm, W=W, lw=lw, lr=lr, q_rd=q_rd, q_wr=q_wr, b_rd=b_rd,
             b_wr=b_wr, scan=scan, flight=flight, pending=pending, ack_reader=ack_reader,
             qp=qp, rq=rq, qs=qs, cfg=cfg, qs_load=qs_load, bm_word=bm_word, rq_bit=rq_bit,
             done_tag=done_tag, mark_ackreq=mark_ackreq, mark_ce=mark_ce,
-            rq_arrival=rq_arrival, mark_arrival=mark_arrival, accept=accept,
+            rq_arrival=rq_arrival, mark_arrival=mark_arrival, peek=peek, accept=accept,
             flight_enter=flight_enter, pend_enter=pend_enter, place_valid=place_valid,
             place_cmd=place_cmd, cqe_valid=cqe_valid, cqe_job=cqe_job, cqe_free_q=cqe_free_q,
             ack_syn=ack_syn)

@@ -39,9 +39,15 @@ class CheckFlags:
     pend_free: Signal  # the free pending entry
     # CHECK's verdicts on room for a LAST packet: no pending entry for it (an
     # out-of-order one needs two free, so one stays for the LAST packet at the
-    # expected PSN), and no free slot in its QP's CQ.
+    # expected PSN), and no free slot in its QP's CQ (an out-of-order one
+    # also needs the QP's held completions to leave one slot).
     pend_no_room: Signal
     cq_no_room: Signal
+    # CQ room refused by the held completions alone, for a packet IDLE did
+    # not take (peek): writes in flight make "out of order" and "held" differ
+    # from the received PSNs' view, so the packet is checked again once they
+    # have completed (CHECK_X goes back to IDLE without taking it)
+    cq_retry: Signal
     # The QP's WITH_IMMEDIATE entries in the pending table, registered in
     # CHECK_RD from rq.qp (loaded in IDLE) and the entries (unchanged from IDLE
     # to WRITEBACK).
@@ -71,6 +77,7 @@ def check_flags(c: WindowContext) -> CheckFlags:
     chk_pend_free = Signal(range(win.max_pending))
     chk_pend_no_room = Signal()
     chk_cq_no_room = Signal()
+    cq_retry = Signal()
     pend_imm_q = Signal(range(win.max_pending + 1))
     chk_kind = {k: Signal(name=f"chk_kind_{k.name.lower()}")
                 for k in (ReqKind.DATA, ReqKind.TRIM, ReqKind.NAK, ReqKind.PROBE)}
@@ -78,8 +85,8 @@ def check_flags(c: WindowContext) -> CheckFlags:
     chk_slot_oh = Signal(win.inflight)
     chk_pend_oh = Signal(win.max_pending)
     return CheckFlags(d, window_psns, inside, bit_set, flight_hit, is_last, has_imm, discard,
-                      chk_slot, chk_pend_free, chk_pend_no_room, chk_cq_no_room, pend_imm_q,
-                      chk_kind, chk_kind_other, chk_slot_oh, chk_pend_oh)
+                      chk_slot, chk_pend_free, chk_pend_no_room, chk_cq_no_room, cq_retry,
+                      pend_imm_q, chk_kind, chk_kind_other, chk_slot_oh, chk_pend_oh)
 
 
 def check_datapath(c: WindowContext, k: CheckFlags):
@@ -88,6 +95,19 @@ def check_datapath(c: WindowContext, k: CheckFlags):
     m, win, rq, q_rd, b_rd = c.m, c.win, c.rq, c.q_rd, c.b_rd
     flight, pending, W, lw = c.flight, c.pending, c.W, c.lw
     mpr_psns = Cat(Const(0, 7), win.cfg.mpr)
+    # The QP's CQ: the CQEs written plus its completions held fill the ring;
+    # or, for a packet not at the expected PSN, the held alone would with it,
+    # so held completions never take the slot of the message they wait for
+    # (it finds one once the host has consumed the CQEs written).
+    cq_full_mask = (Const(0xFFFF, 16) << win.cfg.cq_log2)[:16]
+    cq_used_full = Signal()
+    cq_held_full = Signal()
+    m.d.comb += [
+        cq_used_full.eq(
+            ((q_rd.data.cq_prod - win.cfg.cq_cons + k.pend_imm_q)[:16] & cq_full_mask).any()),
+        cq_held_full.eq(
+            (rq.psn != q_rd.data.epsn) & ((k.pend_imm_q + 1) & cq_full_mask).any()),
+    ]
     d_c = Signal(PSN_BITS)
     window_psns_c = Signal(range(win.mpr_max + 1))
     m.d.comb += [
@@ -124,10 +144,8 @@ def check_datapath(c: WindowContext, k: CheckFlags):
         k.pend_no_room.eq(
             ~pending.any_free | ((rq.psn != q_rd.data.epsn) & ~pending.two_free)
         ),
-        k.cq_no_room.eq(~win.cfg.cq_enable | (
-            (q_rd.data.cq_prod - win.cfg.cq_cons + k.pend_imm_q)[:16]
-            & (Const(0xFFFF, 16) << win.cfg.cq_log2)[:16]
-        ).any()),
+        k.cq_no_room.eq(~win.cfg.cq_enable | cq_used_full | cq_held_full),
+        k.cq_retry.eq(c.peek & win.cfg.cq_enable & ~cq_used_full & cq_held_full),
         k.kind_other.eq(~Cat(rq.kind == kind for kind in k.kind).any()),
         k.slot_oh.eq(flight.free_onehot),
         k.pend_oh.eq(pending.free_onehot),
@@ -188,11 +206,15 @@ def check_states(c: WindowContext, k: CheckFlags):
         # One branch per request kind; the kinds' flags are registered from
         # rq.kind against distinct constants, so at most one is set (OneOf: no
         # priority between the branches).
+        # a packet IDLE peeked at is taken here unless it is checked again
+        m.d.comb += c.win.req.ready.eq(c.peek & ~k.cq_retry)
         with fsm.OneOf() as when:
             with when(chk_kind[ReqKind.DATA]):
+                with m.If(k.cq_retry):
+                    fsm.next = "IDLE"
                 # The bit is only meaningful inside the window: beyond it the
                 # ring aliases PSNs of the current window.
-                with m.If(d[23] | (inside & (bit_set | flight_hit))):
+                with m.Elif(d[23] | (inside & (bit_set | flight_hit))):
                     m.d.comb += cnt.duplicate.eq(1)
                     m.d.sync += place_valid.eq(discard)
                     fsm.next = "ACK0"

@@ -48,6 +48,9 @@ class WindowContext:
     mark_ackreq: Signal  # the verdict's packet asked for an ACK (from its slot)
     mark_ce: Signal  # the verdict's packet was CE-marked (from its slot)
     rq_arrival: Signal  # the time IDLE took the request (its in-flight row's)
+    # IDLE started the check of a WITH_IMMEDIATE packet while writes were in
+    # flight without taking it: CHECK_X takes it (req.ready) unless it retries
+    peek: Signal
     mark_arrival: Signal  # the time the verdict's packet was taken (from its slot)
     # CHECK_X accepted the packet: WRITEBACK enters it at these one-hot positions
     accept: Signal

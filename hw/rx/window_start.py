@@ -8,6 +8,7 @@ verdict's handshake (``done.ready``) and the release of its in-flight slot.
 
 from amaranth.hdl import Cat, Mux, Signal
 
+from hw.headers import Opcode
 from hw.pipeline import load_in_groups, state_copy
 from hw.protocol import PSN_BITS
 
@@ -61,6 +62,15 @@ def start_states(c: WindowContext):
             & ~win.init_busy
             & ((win.req.payload.kind != ReqKind.DATA) | flight.any_free)
         )
+        # A WITH_IMMEDIATE packet checked while writes are in flight is not
+        # taken here: its CQ verdict can depend on them (window_check.py,
+        # cq_retry), so CHECK_X takes it or leaves it for a later check.
+        peek = (
+            (win.req.payload.kind == ReqKind.DATA)
+            & ((win.req.payload.opcode == Opcode.WRITE_LAST_IMM)
+               | (win.req.payload.opcode == Opcode.WRITE_ONLY_IMM))
+            & flight.busy
+        )
         scan_due = scan.due
         with m.If(win.init.valid):
             m.d.comb += win.init.ready.eq(1)
@@ -84,8 +94,8 @@ def start_states(c: WindowContext):
                 m.d.comb += cnt.dma_error.eq(1)
                 fsm.next = "DMA_ERROR"
         with m.Elif(start_check & ~scan_due):
-            m.d.comb += [win.req.ready.eq(1), scan.count.eq(1)]
-            m.d.sync += qp.eq(win.req.payload.qp)
+            m.d.comb += [win.req.ready.eq(~peek), scan.count.eq(1)]
+            m.d.sync += [qp.eq(win.req.payload.qp), c.peek.eq(peek)]
             fsm.next = "CHECK_RD"
         with m.Else():
             m.d.sync += qp.eq(scan.qp)

@@ -38,6 +38,8 @@ class InFlightTable(wiring.Component):
     ``any_free``    Out(1): a slot is free, registered from the slots and
                     ``enter`` (a slot entered counts as used a cycle before
                     it is valid).
+    ``busy``        Out(1): a slot is in use, registered the same way (a
+                    release shows in it two cycles later).
     ``enter``       In(slots): one-hot, the slot taken by ``request`` this
                     cycle: its valid bit and key registers load.
     ``write``       In(1), ``write_slot`` In(tag): write ``request`` into the
@@ -63,6 +65,7 @@ class InFlightTable(wiring.Component):
             "free_slot": Out(self.tag_bits),
             "free_onehot": Out(slots),
             "any_free": Out(1),
+            "busy": Out(1),
             "enter": In(slots),
             "write": In(1),
             "write_slot": In(self.tag_bits),
@@ -98,7 +101,10 @@ class InFlightTable(wiring.Component):
                 m.d.comb += self.free_slot.eq(i)
         m.d.comb += self.free_onehot.eq(
             Cat(~valid[i] & valid[:i].all() if i else ~valid[0] for i in range(n)))
-        m.d.sync += self.any_free.eq(~(valid | self.enter).all())
+        m.d.sync += [
+            self.any_free.eq(~(valid | self.enter).all()),
+            self.busy.eq((valid | self.enter).any()),
+        ]
 
         # The match, registered in MATCH_PARTS parts of the key (cut in parts
         # within a bit of each other's width; the slot's valid in the last).

@@ -222,14 +222,16 @@ class QpLifecycle:
         self.rel_cnt["cqes"] += 1
         self.irq_completion = True
 
-    def recv_cq_room(self, q, held: int) -> bool:
+    def recv_cq_room(self, q, held: int, early: bool) -> bool:
         """RX's CQ check for a WITH_IMMEDIATE LAST packet: the ring is enabled and
         the CQEs written and not consumed plus ``held`` (completions accepted,
-        not yet written) leave a slot for it."""
+        not yet written) leave a slot for it; a packet not at the expected PSN
+        (``early``) also needs ``held`` alone to leave one, so held completions
+        never take the slot of the message they wait for."""
         ctrl = self.rx_reg("QP_CQ_CTRL", q)
         log2, enable = ctrl & 0x1F, ctrl >> 31
         used = (self.recv_cq_pi[q] + held - self.rx_reg("QP_CQ_CONS", q)) & 0xFFFF
-        return bool(enable) and used < 1 << log2
+        return bool(enable) and used < 1 << log2 and not (early and held + 1 >= 1 << log2)
 
     def _write_recv_cqe(self, q, msn, byte_len, imm, opcode):
         """RX's CQE (hw/rx/cqe.py); its slot was checked when the LAST packet was

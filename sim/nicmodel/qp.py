@@ -296,7 +296,7 @@ class _HwQp(MrcQp):
             cnt["wimm_full"] += 1
             st["rx_wimm_full"] += 1
             return
-        if pkt.opcode in IMM_OPCODES and not hw.recv_cq_room(q, self._held_imm()):
+        if pkt.opcode in IMM_OPCODES and not hw.recv_cq_room(q, self._held_imm(), d != 0):
             cnt["cq_full"] += 1  # not acknowledged: resent once the host frees a slot
             return
         if pkt.payload_len:

@@ -362,7 +362,7 @@ class RxModel:
         if op in LAST_OPCODES and self.pending_total() >= self.max_pending - (d != 0):
             self.count["wimm_full"] += 1
             return "wimm_full"
-        if op in IMM_OPCODES and not self.cq_room(q):
+        if op in IMM_OPCODES and not self.cq_room(q, d != 0):
             self.count["cq_full"] += 1
             return "cq_full"
         if get("ecn") == 3:
@@ -397,13 +397,16 @@ class RxModel:
         return "placed"
 
     @staticmethod
-    def cq_room(q):
+    def cq_room(q, early):
         """A CQ slot is free for one more completion: the CQEs written and those
-        held (accepted WITH_IMMEDIATE LAST packets not yet completed) leave one."""
+        held (accepted WITH_IMMEDIATE LAST packets not yet completed) leave one;
+        for a packet not at the expected PSN (``early``) the held alone leave
+        one too."""
         cfg = q.cfg
         held = sum(1 for opc, _, _ in q.pending.values() if opc in IMM_OPCODES)
         used = (q.cq_prod + held - cfg.get("cq_cons", 0)) & 0xFFFF
-        return bool(cfg["cq_enable"]) and used < 1 << cfg["cq_log2"]
+        size = 1 << cfg["cq_log2"]
+        return bool(cfg["cq_enable"]) and used < size and not (early and held + 1 >= size)
 
     def _cqe(self, qpn, q, opcode, imm, dma_len):
         cfg = q.cfg

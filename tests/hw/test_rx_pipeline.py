@@ -385,6 +385,32 @@ async def test_cq_full_holds_completion(dut):
 
 
 @cocotb.test()
+async def test_held_completions_leave_the_expected_psn_a_slot(dut):
+    """Completions held out of order never fill a QP's receive CQ: a
+    WITH_IMMEDIATE LAST packet behind a hole is refused (``cq_full``) when the
+    QP's held completions and it would take the last slot, so the packet at the
+    hole always finds one. Here a ring of 4 holds PSNs 1..3 behind the hole at
+    0, PSN 4 is refused, 0 completes all four, and 4's retransmission its own
+    once the host has consumed them. Without the slot kept, 4 takes the last
+    slot and 0 is refused at every retransmission, for good."""
+    tb = await start(dut, seed=22)
+    q, log2 = 5, 2
+    await tb.setup_qp(q, epsn=0, ack_n=1, ack_t=ACK_T, cq_log2=log2)
+    acks = []
+    for p in (1, 2, 3, 4, 0):
+        tb.send(imm_only(q, p, 0x200 + p))
+    c = await finish(tb, timer_acks=False, acks_out=acks)
+    assert (c["cqe_written"], c["cq_full"], c["cq_overflow"]) == (4, 1, 0), c
+    assert acks[-1]["cum_psn"] == 3
+    assert ring_imms(tb, q, log2) == {0x200, 0x201, 0x202, 0x203}
+    await tb.set_cq_cons(q, 4)
+    tb.send(imm_only(q, 4, 0x204))
+    c = await finish(tb, timer_acks=False, acks_out=acks)
+    assert (c["cqe_written"], c["cq_full"], c["cq_overflow"]) == (5, 1, 0), c
+    assert acks[-1]["cum_psn"] == 4 and 0x204 in ring_imms(tb, q, log2)
+
+
+@cocotb.test()
 async def test_pending_full_loses_nothing(dut):
     """The pending-completion table (shared by all QPs) full: the LAST packet that
     finds it full is dropped and not acknowledged, nothing acknowledged is lost,

@@ -138,8 +138,8 @@ def test_ack_reader_builds_each_job_from_the_words_at_epsn(sack_bits, ns_per_cyc
 def test_inflight_table_against_reference(slots):
     """Random entries, releases, row writes and reads: ``hit`` is the match of
     the cycle before (a valid slot with the request's QP and PSN), the free
-    slot the lowest invalid one, ``any_free`` registered from the slots and
-    the entry, a row read the last row written."""
+    slot the lowest invalid one, ``any_free`` and ``busy`` registered from the
+    slots and the entry, a row read the last row written."""
     qp_bits = 2
     dut = InFlightTable(qp_bits=qp_bits, slots=slots)
     rng = seeds.rng(slots)
@@ -147,11 +147,11 @@ def test_inflight_table_against_reference(slots):
     keys = [(0, 0)] * slots
     rows = {}
     match = [0] * slots
-    any_free = 0
+    any_free = busy = 0
     hits = 0
 
     async def bench(ctx):
-        nonlocal valid, match, any_free, hits
+        nonlocal valid, match, any_free, busy, hits
         for cyc in range(3000):
             if rng.random() < 0.6 and any(valid):
                 qp, psn = keys[rng.choice([i for i in range(slots) if valid[i]])]
@@ -177,12 +177,14 @@ def test_inflight_table_against_reference(slots):
             assert ctx.get(dut.free_slot) == (free[0] if free else 0), cyc
             assert ctx.get(dut.free_onehot) == (1 << free[0] if free else 0), cyc
             assert ctx.get(dut.any_free) == any_free, cyc
+            assert ctx.get(dut.busy) == busy, cyc
             if read_slot in rows:
                 got = ctx.get(dut.read_row)
                 assert {k: getattr(got, k) for k in row} == rows[read_slot], cyc
             # the next state
             match = [valid[i] and keys[i] == (qp, psn) for i in range(slots)]
             any_free = int(not all(valid[i] or (enter >> i) & 1 for i in range(slots)))
+            busy = int(any(valid) or enter != 0)
             if release:
                 valid[rslot] = 0
             for i in range(slots):
