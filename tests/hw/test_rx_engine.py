@@ -334,28 +334,39 @@ async def test_fuzz_rx(dut):
 
 
 FUZZ_LOG_ENV = "RX_FUZZ_LOG"  # a file the fuzzer appends its progress to
-# The engine's data path (64 for this file's tests; sim/bench/rx.py measures
-# at 512 bits too, in a process of its own).
+# The engine's data path: 64 for this file's default tests, 512 for
+# test_rx_engine_512; sim/bench/rx.py measures at either, in a process of its own.
 DATA_WIDTH = int(os.environ.get("RX_DATA_WIDTH", "64"))
 
 
-def build_engine():
+def build_engine(width=None):
     from hw.rx.engine import RxEngine
 
-    return RxEngine(data_width=DATA_WIDTH, num_qps=16, num_mrs=16, sack_bits=64, mpr_max=1024)
+    return RxEngine(data_width=width or DATA_WIDTH, num_qps=16, num_mrs=16, sack_bits=64,
+                    mpr_max=1024)
 
 
-def run_engine_tests(testcase=None, extra_env=None, test_module="tests.hw.test_rx_engine"):
+def run_engine_tests(testcase=None, extra_env=None, test_module="tests.hw.test_rx_engine",
+                     width=None):
     from sim.cocotb_runner import run_cocotb
 
-    return run_cocotb(name=f"rx_engine_w{DATA_WIDTH}", elaborate=build_engine,
+    width = width or DATA_WIDTH
+    return run_cocotb(name=f"rx_engine_w{width}", elaborate=lambda: build_engine(width),
                       toplevel="rx_engine",
                       test_module=test_module, testcase=testcase,
-                      extra_env=extra_env)
+                      extra_env={**(extra_env or {}), "RX_DATA_WIDTH": str(width)})
 
 
 def test_rx_engine():
     run_engine_tests()
+
+
+@pytest.mark.long
+def test_rx_engine_512():
+    """Every test of this module on a 512-bit engine (a 1 KiB payload is 16
+    beats): the same scoreboard, memory and ACK checks (about 2 min with the
+    build)."""
+    run_engine_tests(width=512)
 
 
 @pytest.mark.long
