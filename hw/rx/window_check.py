@@ -203,11 +203,11 @@ def check_states(c: WindowContext, k: CheckFlags):
             place_cmd.tag.eq(k.slot),
             ack_syn.eq(Syndrome.ACK),
         ]
+        # a packet IDLE peeked at is taken here unless it is checked again
+        m.d.comb += c.win.req.ready.eq(c.peek & ~k.cq_retry)
         # One branch per request kind; the kinds' flags are registered from
         # rq.kind against distinct constants, so at most one is set (OneOf: no
         # priority between the branches).
-        # a packet IDLE peeked at is taken here unless it is checked again
-        m.d.comb += c.win.req.ready.eq(c.peek & ~k.cq_retry)
         with fsm.OneOf() as when:
             with when(chk_kind[ReqKind.DATA]):
                 with m.If(k.cq_retry):
