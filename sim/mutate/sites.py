@@ -42,9 +42,11 @@ CMP_TOKEN = re.compile(r"==|!=|<=|>=|<|>")
 class Site:
     """One mutation: ``edits`` are (start, end, text) character spans of the file;
     ``col``, the first edit's span as offsets from the start of ``line`` (past
-    its end for a node over several lines), tells apart two sites of one line
-    alike in operator and change (``x.eq(0), y.eq(0)``, or two terms of one
-    ``&`` dropped): the key names one site."""
+    its end for a node over several lines; for a term dropped, the dropped
+    term's span, as both terms' edits span the whole expression), tells apart
+    two sites of one line alike in operator and change (``x.eq(0), y.eq(0)``,
+    or two terms of one ``&`` dropped whose shortened texts are alike): the
+    key names one site."""
     path: str
     line: int
     op: str
@@ -96,9 +98,9 @@ class _Finder(ast.NodeVisitor):
         s, e = self._span(node)
         return self.source[s:e]
 
-    def _add(self, node, op, what, edits):
+    def _add(self, node, op, what, edits, at=None):
         line_start = self.starts[node.lineno - 1]
-        start, end, _ = min(edits)
+        start, end = at or min(edits)[:2]
         self.sites.append(Site(self.path, node.lineno, op, what, tuple(edits),
                                f"{start - line_start}-{end - line_start}"))
 
@@ -198,7 +200,7 @@ class _Finder(ast.NodeVisitor):
                 sym = "&" if kind is ast.BitAnd else "|"
                 for keep, drop in ((node.left, node.right), (node.right, node.left)):
                     self._add(node, "term", f"{sym} {_short(self._text(drop))} dropped",
-                              [(s, e, f"({self._text(keep)})")])
+                              [(s, e, f"({self._text(keep)})")], at=self._span(drop))
         self.generic_visit(node)
 
     def visit_UnaryOp(self, node):
