@@ -67,8 +67,7 @@ def start_states(c: WindowContext):
         # cq_retry), so CHECK_X takes it or leaves it for a later check.
         peek = (
             (win.req.payload.kind == ReqKind.DATA)
-            & ((win.req.payload.opcode == Opcode.WRITE_LAST_IMM)
-               | (win.req.payload.opcode == Opcode.WRITE_ONLY_IMM))
+            & Cat(win.req.payload.opcode == op for op in Opcode.WITH_IMM).any()
             & flight.busy
         )
         scan_due = scan.due
