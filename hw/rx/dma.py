@@ -81,24 +81,32 @@ class RxDmaWriter(wiring.Component):
 
     Latency: a taken command is copied into registers, and the cycle after
     it is decoded from them (its beat counts, end and first boundary), so
-    nothing computed from the offered command reaches a counter. The first
-    W beat is then offered 3 cycles and the first AW 3 cycles after a
-    command is taken: W beats leave through an output register (WDATA,
-    WSTRB, WLAST and WVALID are flip-flops), and the first burst's AWLEN is
-    computed from registers in the cycle before its AW; each later burst's
-    in the cycle after the previous AW. W beats may come before their AW,
-    as AXI allows. The AW handshake moves flags only: the next burst's
-    address and bytes are stepped, and the offered one's address loaded
-    into an output register, in the cycle its AWLEN is computed. A writing
-    command enters the B queue in the cycle its last AW is first offered
-    (from registers, not on its handshake); a zero-length ``notify``
-    command 2 cycles after it is taken; each queue entry is loaded into registers in
-    a cycle of its own before its B responses are counted, and ``done``
-    follows the last of them by 2 cycles (a register, then its queue). Throughput: 1 W beat
-    per cycle while ``data`` and ``wready`` allow; two idle cycles between
-    commands (three after a command of one W beat or a zero-length
-    ``notify``, whose AW or report then ends it); up to ``max_outstanding``
-    commands wait for their B responses while later ones are written.
+    nothing computed from the offered command reaches a counter. AW and W
+    each load their registers from the copy: AW in that decode cycle, W in
+    the same cycle if it is free, else in the cycle after its current
+    command's last beat (or the end of its drain). The copy is held until
+    both have loaded; the next command is taken once they have and AW has
+    offered the command's last burst. So a command's AW bursts go out while
+    the command before it still sends W beats, and an interconnect that
+    passes W in AW order has the burst at hand when its beats come. On an
+    idle writer the first W beat is offered 3 cycles and the first AW 3
+    cycles after a command is taken: W beats leave through an output
+    register (WDATA, WSTRB, WLAST and WVALID are flip-flops), and the first
+    burst's AWLEN is computed from registers in the cycle before its AW;
+    each later burst's in the cycle after the previous AW. W beats may come
+    before their AW, as AXI allows. The AW handshake moves flags only: the
+    next burst's address and bytes are stepped, and the offered one's
+    address loaded into an output register, in the cycle its AWLEN is
+    computed. A writing command enters the B queue in the cycle its last AW
+    is first offered (from registers, not on its handshake); a zero-length
+    ``notify`` command 2 cycles after it is taken; each queue entry is
+    loaded into registers in a cycle of its own before its B responses are
+    counted, and ``done`` follows the last of them by 2 cycles (a register,
+    then its queue). Throughput: 1 W beat per cycle while ``data`` and
+    ``wready`` allow; one idle W cycle between two commands when the second
+    is taken while W still writes the first (so its AW ran ahead); up to
+    ``max_outstanding`` commands wait for their B responses while later
+    ones are written.
     """
 
     def __init__(self, data_width=64, tag_width=4, id_width=4, max_outstanding=16,
@@ -210,9 +218,19 @@ class RxDmaWriter(wiring.Component):
         r.in_inline = Signal()  # the input is due from the inline CQE bytes
         r.need_in = r.in_stream | r.in_inline
 
-        # The cycle after a command is taken: its registered copy is decoded.
+        # The cycle after a command is taken, AW's registers load from its
+        # registered copy (``decode``); W's load from it in a ``w_load`` cycle:
+        # the same one if W is free or ends its command then, else the cycle
+        # after W's last beat or drain (``w_pend`` until then). The copy is
+        # held until both have read it; a command is taken while the one
+        # before it still has W beats to go, so its AW bursts run ahead.
         r.decode = Signal()
-        r.idle = ~r.aw_busy & ~r.w_busy & ~r.drain & ~r.zero_notify & ~r.decode
+        r.w_load = Signal()
+        r.w_pend = Signal()
+        r.w_inline = Signal()  # W's command is inline (the copy's flag moves on)
+        r.idle = ~r.aw_busy & ~r.zero_notify & ~r.decode & ~r.w_pend
+        r.w_idle = ~r.w_busy & ~r.drain & ~r.w_load
+        r.w_done = Signal()  # W's command ends this cycle: its last beat, or the drain's
 
         # W output register: the realigned beat, its strobes and WLAST are
         # computed from the writer's registers and the payload stream, and
@@ -237,7 +255,7 @@ class RxDmaWriter(wiring.Component):
         dw, bnd = self.data_width, self.boundary
         lbnd = exact_log2(self.boundary)
         # Input mux: the payload stream or the inline CQE bytes.
-        with m.If(r.cmd.inline):
+        with m.If(r.w_inline):
             m.d.comb += [
                 r.in_valid.eq(1),
                 r.in_last.eq(r.inline_left == 1),
@@ -268,24 +286,32 @@ class RxDmaWriter(wiring.Component):
         # idle), so their enable is the idle decode of flip-flops and not the
         # handshake with the queue's level; only `decode` waits for it. They
         # are copies: every sum over the command's address and length is
-        # taken in the decode cycle from these registers, so the command's
-        # source (the engine's completion/placement mux) reaches no adder
-        # (docs/timing.md#rx-dma-writer).
+        # taken in the decode and W load cycles from these registers, so the
+        # command's source (the engine's completion/placement mux) reaches no
+        # adder (docs/timing.md#rx-dma-writer).
         #
-        # Only the command's own copy loads under ``idle`` (a LUT of five
-        # flags), and its 256 inline bits not even that: they follow the
-        # offered command in every cycle (the decode cycle reads the accepted
-        # command's, into inline_buf, before they change again). The working
-        # registers (addresses, counts, flags) load in the decode cycle from
-        # the copy, under ``decode``, a flip-flop: ``idle`` is too slow an
-        # enable for ~400 bits (docs/timing.md#rx-dma-writer).
+        # Only the command's own copy loads under ``idle`` (a LUT of four
+        # flags), and its 256 inline bits under ``~w_pend``, a flip-flop: they
+        # follow the offered command until a taken one waits for W, whose load
+        # cycle reads them into inline_buf before they change again. The
+        # working registers (addresses, counts, flags) load from the copy
+        # under ``decode`` (AW's) and ``w_load`` (W's), flip-flops: ``idle``
+        # is too slow an enable for ~400 bits (docs/timing.md#rx-dma-writer).
         c = self.cmd.payload
-        m.d.sync += r.cmd.inline_data.eq(c.inline_data)
+        with m.If(~r.w_pend):
+            m.d.sync += r.cmd.inline_data.eq(c.inline_data)
         with m.If(r.idle):
             m.d.sync += [r.cmd[f].eq(c[f]) for f, _ in r.cmd.shape() if f != "inline_data"]
-        with m.If(r.idle & self.cmd.valid & entry.ready):
+        take = r.idle & self.cmd.valid & entry.ready
+        with m.If(take):
             m.d.comb += self.cmd.ready.eq(1)
             m.d.sync += r.decode.eq(1)
+        # W loads the taken command as soon as it is free, or the cycle
+        # after the one it runs ends.
+        with m.If((take | r.w_pend) & (r.w_idle | r.w_done)):
+            m.d.sync += [r.w_load.eq(1), r.w_pend.eq(0)]
+        with m.Elif(take):
+            m.d.sync += r.w_pend.eq(1)
 
         # Decode: from the registered copy.
         d_len = r.cmd.len
@@ -305,16 +331,30 @@ class RxDmaWriter(wiring.Component):
                 r.aw_addr.eq(r.cmd.addr),
                 r.aw_left.eq(r.cmd.len),
                 r.bursts.eq(0),
+                r.aw_first.eq(1),
+                r.cmd_end.eq(d_end),
+                r.cmd_fits.eq(d_end_full[lbnd:] == 0),
+                r.room.eq(bnd - r.cmd.addr[:lbnd]),
+            ]
+            with m.If(~r.cmd.discard):
+                m.d.sync += [
+                    r.aw_busy.eq(d_len != 0),
+                    r.aw_prep.eq(d_len != 0),
+                    # Nothing to write: report through the B queue to keep order.
+                    r.zero_notify.eq((d_len == 0) & r.cmd.notify),
+                ]
+        with m.If(r.w_load):
+            m.d.sync += [
+                r.w_load.eq(0),
                 r.beat_addr.eq(Cat(Const(0, lb), r.cmd.addr[lb:])),
                 r.in_ended.eq(0),
                 r.starved.eq(0),
                 r.first_beat.eq(1),
                 r.shift.eq(d_shift),
-                r.aw_first.eq(1),
                 r.prev.eq(0),
                 r.inline_left.eq((CQE_BYTES + bpb - 1) // bpb),
-                # the inline bytes from the command's copy, under ``decode`` (a
-                # flip-flop) rather than under ``idle`` (a LUT of five;
+                # the inline bytes from the command's copy, under ``w_load`` (a
+                # flip-flop) rather than under ``idle`` (a LUT of four;
                 # docs/timing.md#rx-dma-writer)
                 r.inline_buf.eq(r.cmd.inline_data),
                 r.out_left.eq(d_out_beats),
@@ -323,22 +363,14 @@ class RxDmaWriter(wiring.Component):
                 r.in_left.eq(d_in_left),
                 r.in_one.eq(d_in_left == 1),
                 r.end_lane.eq(d_end[:lb]),
-                r.cmd_end.eq(d_end),
-                r.cmd_fits.eq(d_end_full[lbnd:] == 0),
-                r.room.eq(bnd - r.cmd.addr[:lbnd]),
                 r.in_stream.eq(~r.cmd.inline & (d_len != 0)),
                 r.in_inline.eq(r.cmd.inline),
+                r.w_inline.eq(r.cmd.inline),
             ]
             with m.If(r.cmd.discard):
                 m.d.sync += r.drain.eq(d_len != 0)
             with m.Else():
-                m.d.sync += [
-                    r.aw_busy.eq(d_len != 0),
-                    r.aw_prep.eq(d_len != 0),
-                    r.w_busy.eq(d_len != 0),
-                    # Nothing to write: report through the B queue to keep order.
-                    r.zero_notify.eq((d_len == 0) & r.cmd.notify),
-                ]
+                m.d.sync += r.w_busy.eq(d_len != 0)
         with m.If(r.zero_notify):
             # The command was taken with room in the queue, and nothing else
             # writes to it before the next command.
@@ -474,12 +506,15 @@ class RxDmaWriter(wiring.Component):
             with m.If(r.out_last):
                 m.d.sync += r.w_busy.eq(0)
                 # Input longer than the command says: drain the rest.
-                with m.If(~r.cmd.inline & ~r.in_ended & ~(r.need_in & r.in_last)):
+                drain_on = ~r.w_inline & ~r.in_ended & ~(r.need_in & r.in_last)
+                m.d.comb += r.w_done.eq(~drain_on)
+                with m.If(drain_on):
                     m.d.sync += r.drain.eq(1)
 
         # Drain: consume input up to its last beat.
         with m.If(r.drain):
             with m.If(r.in_valid & r.in_last):
+                m.d.comb += r.w_done.eq(1)
                 m.d.sync += r.drain.eq(0)
 
 

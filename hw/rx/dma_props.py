@@ -29,10 +29,11 @@ are held at 0 (the inline CQE and the stream's data): where a byte goes is
 decided by the addresses, counts and flags alone (the realigning mux's
 data path is checked in simulation, tests/unit/test_rx_units.py). Bounded
 at ``DEPTH`` (10) cycles: one command from its take to its last W beat,
-bursts split at the boundary included (the covers show it). Each step
-deeper costs the solver about three times the one before (the run times are
-in docs/verification.md's proofs table), so the second command's beats are
-out of reach; k-induction would need the
+bursts split at the boundary included, and the next command's AW while that
+one's W beats still go (the covers show both). Each step deeper costs the
+solver about three times the one before (the run times are in
+docs/verification.md's proofs table), so the second command's last beats
+are out of reach; k-induction would need the
 writer's own invariants (its counters against its address registers).
 """
 
@@ -62,28 +63,38 @@ class _Shadow:
 
 class _CommandQueue:
     """The writing commands whose W beats (or AW bursts) are still due, in
-    order: two records, ``head`` first. ``pop`` (set by the caller) drops
-    the head; ``push`` appends a command taken in the same cycle or after."""
+    order: three records, ``head`` first (the writer takes a command while
+    the one before it still writes, and that one's last beat can wait in
+    its output register). ``pop`` (set by the caller) drops the head;
+    ``push`` appends a command taken in the same cycle or after."""
+
+    SLOTS = 3
 
     def __init__(self, m, name, due):
         self.m, self.due = m, due
-        self.slots = [_Shadow(f"{name}0"), _Shadow(f"{name}1")]
+        self.slots = [_Shadow(f"{name}{i}") for i in range(self.SLOTS)]
         self.head = self.slots[0]
         self.pop = Signal(name=f"{name}_pop")
 
     def push(self, cond, addr, length, beats):
-        m, (s0, s1) = self.m, self.slots
+        m, slots = self.m, self.slots
         with m.If(self.pop):
-            m.d.sync += [s0.valid.eq(s1.valid), s0.addr.eq(s1.addr), s0.end.eq(s1.end),
-                         s0.beats.eq(s1.beats), s1.valid.eq(0)]
+            for s, after in zip(slots[:-1], slots[1:], strict=True):
+                m.d.sync += [s.valid.eq(after.valid), s.addr.eq(after.addr),
+                             s.end.eq(after.end), s.beats.eq(after.beats)]
+            m.d.sync += slots[-1].valid.eq(0)
         with m.If(cond):
-            to_head = Mux(self.pop, ~s1.valid, ~s0.valid)
-            for slot, here in ((s0, to_head), (s1, ~to_head)):
+            # the first free slot once the pop (if any) has moved them up
+            valid = Cat(s.valid for s in slots)
+            valid = Mux(self.pop, valid >> 1, valid)
+            for i, slot in enumerate(slots):
+                here = ~valid[i] if i == 0 else (valid[i - 1] & ~valid[i])
                 with m.If(here):
                     m.d.sync += [slot.valid.eq(1), slot.addr.eq(addr),
                                  slot.end.eq(addr + length), slot.beats.eq(beats)]
-        m.d.comb += Assert(~(cond & s0.valid & s1.valid & ~self.pop),
-                           f"a third writing command is taken while two still have {self.due} due")
+        m.d.comb += Assert(~(cond & slots[-1].valid & ~self.pop),
+                           f"a fourth writing command is taken while three still have "
+                           f"{self.due} due")
 
 
 class DmaWriterHarness(Elaboratable):
@@ -185,6 +196,8 @@ class DmaWriterHarness(Elaboratable):
             m.d.sync += crossed.eq(1)
         m.d.comb += [
             Cover(w_pop & crossed),  # a command split at the boundary, all written
+            # a command's AW while the one before it has two W beats or more to go
+            Cover(aw_taken & w_q.slots[1].valid & (head.beats - w_idx >= 2)),
             Cover(taken & c.inline & (c.len == CQE_BYTES)),
             Cover(w_pop & (head.beats == 6)),
             Cover(dut.data.valid & dut.data.ready & dut.data.payload.last & head.valid

@@ -115,12 +115,16 @@ def test_register_map_layout():
 
 # ---- RxDmaWriter in Amaranth's simulator ------------------------------------------------
 
-def run_writer(cmds, data_width=64, seed=1, b_error_at=None, aw_ready_p=0.7, b_hold=0):
+def run_writer(cmds, data_width=64, seed=1, b_error_at=None, aw_ready_p=0.7, b_hold=0,
+               w_ready_p=0.7, gap_p=0.3, trace=None):
     """Drive ``cmds`` (addr, len, bytes[, inline]) through the writer; returns (memory
     writes, dones, burst list). An inline command's bytes (a CQE) come with the
-    command (``inline_data``), not on ``data``. ``aw_ready_p``: the chance of AWREADY
-    in a cycle; ``b_hold``: B responses are withheld until this many are due (or no
-    AW or W beat came for 100 cycles). AWADDR and AWLEN must hold while AWVALID waits."""
+    command (``inline_data``), not on ``data``. ``aw_ready_p``, ``w_ready_p``: the
+    chance of AWREADY and WREADY in a cycle; ``gap_p``: of each payload beat being
+    held back a cycle (again); ``b_hold``: B responses are withheld until this many
+    are due (or no AW or W beat came for 100 cycles). AWADDR and AWLEN must hold
+    while AWVALID waits. ``trace``: a list to append (cycle, "aw") and (cycle, "w",
+    wlast) to, one per handshake."""
     dut = RxDmaWriter(data_width, tag_width=4)
     bpb = data_width // 8
     writes, dones, bursts = {}, [], []
@@ -144,7 +148,7 @@ def run_writer(cmds, data_width=64, seed=1, b_error_at=None, aw_ready_p=0.7, b_h
             if inline and inline[0]:
                 continue
             for k in range(0, len(payload), bpb):
-                while rng.random() < 0.3:
+                while rng.random() < gap_p:
                     ctx.set(dut.data.valid, 0)
                     await ctx.tick()
                 chunk = payload[k:k + bpb]
@@ -164,9 +168,11 @@ def run_writer(cmds, data_width=64, seed=1, b_error_at=None, aw_ready_p=0.7, b_h
         offered = None  # the AW waiting for AWREADY
         quiet = 0  # cycles since the last AW or W beat
         b_open = False
+        cycle = 0
         while True:
+            cycle += 1
             ctx.set(axi.awready, rng.random() < aw_ready_p)
-            ctx.set(axi.wready, rng.random() < 0.7)
+            ctx.set(axi.wready, rng.random() < w_ready_p)
             quiet += 1
             b_open = b_open or len(pending_b) >= b_hold or quiet > 100
             b_open = b_open and bool(pending_b)
@@ -186,6 +192,9 @@ def run_writer(cmds, data_width=64, seed=1, b_error_at=None, aw_ready_p=0.7, b_h
             if offered is not None:
                 assert aw[0] and aw[2:] == offered, "AW changed while waiting for AWREADY"
             offered = aw[2:] if aw[0] and not aw[1] else None
+            if trace is not None:
+                trace.extend([(cycle, "aw")] * (aw[0] and aw[1])
+                             + [(cycle, "w", bool(w[4]))] * (w[0] and w[1]))
             if aw[0] and aw[1]:
                 quiet = 0
                 aw_queue.append([aw[2], aw[3] + 1, 0])
@@ -288,6 +297,34 @@ def test_writer_aw_stalls_and_full_b_queue(aw_ready_p, b_hold):
     assert dones == [(i % 16, 1) for i in range(len(cmds))]
     assert sum(beats for _, beats in bursts) == sum(
         (addr % 8 + n + 7) // 8 if n else 0 for addr, n, _ in cmds)
+
+
+@pytest.mark.parametrize("data_width", [64, 512])
+def test_writer_runs_the_next_commands_aw_ahead_of_its_w(data_width):
+    # With the bus and the payload always ready, each command's AW goes out
+    # while the command before it still sends W beats (so an interconnect that
+    # passes W in AW order has it at hand), and W leaves one idle cycle
+    # between commands: a command's W registers load in the cycle after the
+    # last beat of the one before.
+    bpb = data_width // 8
+    lengths = [16 * bpb, 16 * bpb, 5 * bpb + 3, 16 * bpb]
+    cmds, addr = [], 0x10000
+    for n in lengths:
+        cmds.append((addr, n, bytes(i & 0xFF for i in range(n))))
+        addr += 0x1000
+    trace = []
+    writes, dones, bursts = run_writer(cmds, data_width=data_width, aw_ready_p=1,
+                                       w_ready_p=1, gap_p=0, trace=trace)
+    assert dones == [(i, 1) for i in range(len(cmds))]
+    assert len(bursts) == len(cmds)
+    aws = [t[0] for t in trace if t[1] == "aw"]
+    w = [t for t in trace if t[1] == "w"]
+    last_w = [t[0] for t in w if t[2]]
+    first_w = [w[0][0]] + [w[i + 1][0] for i, t in enumerate(w[:-1]) if t[2]]
+    for k in range(1, len(cmds)):
+        assert aws[k] < last_w[k - 1], f"command {k}'s AW waited for the W beats before it"
+        idle = first_w[k] - last_w[k - 1] - 1
+        assert idle == 1, f"command {k}: W idle {idle} cycles after the one before"
 
 
 def test_writer_reports_slverr():
