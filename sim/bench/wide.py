@@ -135,12 +135,12 @@ def run() -> str:
                      f"{r['ideal_bytes_per_cycle']:.2f} | {r['ratio']:.3f} | "
                      f"{d['bytes_per_cycle']:.2f} | {d['ratio']:.3f} |")
     lines += ["", "Behind NicCore's DMA path (`sim.bench.rx.RxBehindDma`: a register slice, "
-              "the AXI4Arbiter, a register slice, as in NicCore) a 1 KiB packet's write takes "
-              "about two cycles more: the arbiter passes a burst's W beats once its AW's entry "
-              "is at the head of its order FIFO (a buffered FIFO, so that the W select starts "
-              "at flip-flops), and RX's DMA writer leaves two idle cycles between commands, so "
-              "a 16-beat burst takes about 20 cycles where its frame takes 18. Issuing the next "
-              "command's AW while the current command's W beats flow would hide both."]
+              "the AXI4Arbiter, a register slice, as in NicCore) RX keeps its rate: the "
+              "arbiter passes a burst's W beats once its AW's entry is at the head of its "
+              "order FIFO, and RX's DMA writer takes the next command while the current one's "
+              "W beats flow, so the next AW is through the arbiter before its beats come, and "
+              "W idles one cycle between commands (hw/rx/dma.py). A 1 KiB packet's 16-beat "
+              "write takes about 17 cycles where its frame takes 18."]
     one = rx["ACK_N=1, 64 B packets"]
     lines += ["", f"ACKs from RX, one per 64-byte packet: {one['acks']} in {one['cycles']} cycles, "
               f"one per {one['cycles'] / one['acks']:.1f} cycles (the wire brings a 64-byte "
@@ -157,12 +157,11 @@ def run() -> str:
                      f"**{r['of_best']:.3f}** | {r['gbps_at_250MHz']:.1f} | "
                      f"{r['ack_interval_cycles']:.1f} |")
     lines += ["", "The sender's window (64 packets), not a congestion window's start, bounds it "
-              "(`cwnd_init` = `window`). At MTU 4096 every frame follows the one before it. At "
-              "MTU 1024 four frames take 72 cycles but the receiver's ACKs come one per "
-              f"{system[0]['ack_interval_cycles']:.1f} cycles (an ACK per 4 packets): the frames "
-              "in flight grow until the window is full (after about 460 frames), and from then "
-              "on the receiver's pace is the sender's: RX's writes behind NicCore's DMA "
-              "arbiter (the RX table above)."]
+              "(`cwnd_init` = `window`). Every frame follows the one before it: at MTU 1024 "
+              "four frames take 72 cycles and the receiver's ACKs (one per 4 packets) come "
+              f"one per {system[0]['ack_interval_cycles']:.1f}, so RX keeps the sender's pace. "
+              "What is left to the best after headers is the frames' whole beats: a 1 KiB "
+              "packet's 1,122 bytes are 17.5 beats and take 18."]
     # a data frame over IPv4: Ethernet, IPv4, UDP, BTH, RETH (on every packet), ICRC
     headers = header_lengths()[0] + ICRC_BYTES
     lines += ["", "The clock a line rate needs (each frame a whole number of beats; the wire's "
