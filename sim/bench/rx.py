@@ -18,7 +18,7 @@
   figures are cached by the hash of the design); see ``synth_estimate``.
 
 The measurement runs as a cocotb test in the same Verilator build as
-tests/hw/test_rx_engine.py (no extra build).
+tests/hw/test_rx_engine.py (tests/hw/rx_tb.py ``run_engine_tests``; no extra build).
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def measure() -> dict:
 
     if str(ROOT) not in sys.path:  # the simulator's Python gets this process's path
         sys.path.insert(0, str(ROOT))
-    from tests.hw.test_rx_engine import run_engine_tests
+    from tests.hw.rx_tb import run_engine_tests
 
     CACHE.mkdir(parents=True, exist_ok=True)
     out = CACHE / "bench.json"
@@ -165,7 +165,7 @@ def measure_behind_dma() -> dict:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     from sim.cocotb_runner import run_cocotb
-    from tests.hw.test_rx_engine import DATA_WIDTH
+    from tests.hw.rx_tb import DATA_WIDTH
 
     CACHE.mkdir(parents=True, exist_ok=True)
     out = CACHE / "bench_dma.json"
@@ -177,7 +177,7 @@ def measure_behind_dma() -> dict:
 
 
 def RxBehindDma(data_width: int):
-    """RxEngine (tests/hw/test_rx_engine.py's parameters) with its AXI master
+    """RxEngine (tests/hw/rx_tb.py's ``build_engine``) with its AXI master
     through NicCore's DMA path: a register slice, port 1 of a three-master
     AXI4Arbiter (the others idle), a register slice; its other ports its own."""
     from amaranth.hdl import Module
@@ -188,7 +188,7 @@ def RxBehindDma(data_width: int):
     from hw.axi_arbiter import AXI4Arbiter
     from hw.nic.core import BLOCK_AXI_ID_WIDTH, DMA_MASTERS
     from hw.pipeline import AXI4RegisterSlice
-    from tests.hw.test_rx_engine import build_engine
+    from tests.hw.rx_tb import build_engine
 
     engine = build_engine()
     id_width = BLOCK_AXI_ID_WIDTH + (len(DMA_MASTERS) - 1).bit_length()

@@ -28,6 +28,7 @@ follow, so the stream is held to rules that hold whatever the timing:
 from __future__ import annotations
 
 import ipaddress
+import os
 import random
 from collections import Counter
 
@@ -877,3 +878,33 @@ class AckStream:
                      if (q.epsn + i) & PSN_MASK in q.recv)
         got = (a["cum_psn"], a["bitmap"], a["msn"])
         assert got == ((q.epsn - 1) & PSN_MASK, bitmap, q.msn), (qpn, got, q.epsn, q.msn)
+
+
+# ---- the engine's Verilator build ------------------------------------------------------------
+# tests/hw/test_rx_engine.py runs its cocotb tests on it, and sim/bench/rx.py
+# its measurements (``test_module="sim.bench.rx"``). The data path: 64 bits
+# for the default tests, 512 for test_rx_engine_512; sim/bench/rx.py measures
+# at either, in a process of its own.
+DATA_WIDTH = int(os.environ.get("RX_DATA_WIDTH", "64"))
+
+
+def build_engine(width=None):
+    """The RxEngine the RX engine tests and benches run (``width``: its data
+    path, ``DATA_WIDTH`` by default)."""
+    from hw.rx.engine import RxEngine
+
+    return RxEngine(data_width=width or DATA_WIDTH, num_qps=16, num_mrs=16, sack_bits=64,
+                    mpr_max=1024)
+
+
+def run_engine_tests(testcase=None, extra_env=None, test_module="tests.hw.test_rx_engine",
+                     width=None):
+    """Runs ``test_module``'s cocotb tests (``testcase``: only that one) on
+    ``build_engine(width)``'s Verilator build (``rx_engine_w<width>``)."""
+    from sim.cocotb_runner import run_cocotb
+
+    width = width or DATA_WIDTH
+    return run_cocotb(name=f"rx_engine_w{width}", elaborate=lambda: build_engine(width),
+                      toplevel="rx_engine",
+                      test_module=test_module, testcase=testcase,
+                      extra_env={**(extra_env or {}), "RX_DATA_WIDTH": str(width)})

@@ -39,6 +39,7 @@ from tests.hw.rx_tb import (
     AckStream,
     biased_psn,
     message_packets,
+    run_engine_tests,
 )
 from tests.hw.rx_tb import start as start_bench
 
@@ -334,29 +335,6 @@ async def test_fuzz_rx(dut):
 
 
 FUZZ_LOG_ENV = "RX_FUZZ_LOG"  # a file the fuzzer appends its progress to
-# The engine's data path: 64 for this file's default tests, 512 for
-# test_rx_engine_512; sim/bench/rx.py measures at either, in a process of its own.
-DATA_WIDTH = int(os.environ.get("RX_DATA_WIDTH", "64"))
-
-
-def build_engine(width=None):
-    from hw.rx.engine import RxEngine
-
-    return RxEngine(data_width=width or DATA_WIDTH, num_qps=16, num_mrs=16, sack_bits=64,
-                    mpr_max=1024)
-
-
-def run_engine_tests(testcase=None, extra_env=None, test_module="tests.hw.test_rx_engine",
-                     width=None):
-    from sim.cocotb_runner import run_cocotb
-
-    width = width or DATA_WIDTH
-    return run_cocotb(name=f"rx_engine_w{width}", elaborate=lambda: build_engine(width),
-                      toplevel="rx_engine",
-                      test_module=test_module, testcase=testcase,
-                      extra_env={**(extra_env or {}), "RX_DATA_WIDTH": str(width)})
-
-
 def test_rx_engine():
     run_engine_tests()
 
