@@ -17,14 +17,16 @@
   The 256-QP engine takes tens of minutes to elaborate and synthesise (its
   per-QP flip-flop state, see docs/tx.md).
 
-Run: ``python -m sim.bench.tx`` (prints the section). The cocotb part reuses
-the ``tx_engine_w64`` Verilator build of ``tests/hw/test_tx_engine.py``.
+Run: ``python -m sim.bench.tx`` (prints the section). The cocotb part
+(``test_bench``, this module's) runs on the ``tx_engine_w64`` Verilator
+build of ``tests/hw/test_tx_engine.py`` (tests/hw/tx_tb.py's ``run``).
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -35,15 +37,47 @@ from pathlib import Path
 __all__ = ["run", "measure_throughput", "message_table", "read_channel_line", "synth_estimate"]
 
 
+try:  # the cocotb side only exists inside the simulator
+    import cocotb
+except ImportError:  # pragma: no cover
+    cocotb = None
+
+MESSAGE_SIZES = (64, 256, 1024, 4096)
+
+
 @functools.cache
 def measure_throughput() -> dict:
+    """``test_bench``'s figures (its cases by key)."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-    from tests.hw.test_tx_engine import run as run_tx
+    from tests.hw.tx_tb import run as run_tx
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "tx_bench.json"
-        run_tx(testcase="test_bench", extra_env={"TX_BENCH_OUT": str(out)})
+        run_tx(test_module="sim.bench.tx", testcase="test_bench",
+               extra_env={"TX_BENCH_OUT": str(out)})
         return json.loads(out.read_text())
+
+
+if cocotb is not None:
+
+    @cocotb.test(skip=not os.environ.get("TX_BENCH_OUT"))
+    async def test_bench(dut):
+        """The cases of ``run``'s tables (tests/hw/tx_tb.py ``bench_case``),
+        written to ``TX_BENCH_OUT``."""
+        from tests.hw.tx_tb import DATA_WIDTH, RING_LOG2, bench_case
+
+        results = {}
+        for mtu in (1024, 4096):
+            results[f"64KiB_mtu{mtu}"] = await bench_case(dut, [65536] * 4, mtu, [0])
+        results["64B_writes"] = await bench_case(dut, [64] * 256, 1024, [0, 1, 2, 3])
+        # one QP: its ring (2^RING_LOG2 WQEs) posted at once
+        results["64B_writes_1qp"] = await bench_case(dut, [64] * (1 << RING_LOG2), 1024, [0])
+        # message sizes, one WQE each, 64 over 4 QPs, MTU 1024
+        for n in MESSAGE_SIZES:
+            results[f"messages_{n}"] = await bench_case(dut, [n] * 64, 1024, [0, 1, 2, 3])
+        results["data_bytes_per_cycle"] = DATA_WIDTH // 8
+        with open(os.environ["TX_BENCH_OUT"], "w") as f:
+            json.dump(results, f, indent=1)
 
 
 def read_channel_line(r: dict) -> str:
@@ -63,8 +97,6 @@ def read_channel_line(r: dict) -> str:
 def message_table(tp: dict, clock_mhz: int = 125) -> str:
     """Packets and messages per cycle by message size (one WQE each, MTU 1024, 4
     QPs), against the wire's packet rate, and as Mpps at ``clock_mhz``."""
-    from tests.hw.test_tx_engine import MESSAGE_SIZES
-
     lines = [f"By message size (64 WQEs over 4 QPs, MTU 1024; Mpps at {clock_mhz} MHz, "
              "where 100GbE's 64-byte frames are 148.8 Mpps):", "",
              "| message | packets | cycles | packets/cycle | messages/cycle | "
