@@ -7,9 +7,10 @@ NICs end to end (issue 32).
   ``test_bench`` on the ``tx_engine_w512`` build, memory without pauses, no
   MAC backpressure), in a process of its own (the test module reads its data
   width from ``TX_DATA_WIDTH`` when imported).
-- Two NICs at 512 bits: tests/system/test_wide.py's line-rate cases on its
-  build (``WIDE``: 512 bits, MTU up to 4096), one QP writing 16 x 64 KiB
-  over 8 lossless paths, TX, fabric, RX and ACKs all in the loop.
+- Two NICs at 512 bits: sim/system/line_rate.py's ``line_rate`` (which
+  tests/system/test_wide.py asserts) on that test's build (``WIDE_PARAMS``:
+  512 bits, MTU up to 4096), one QP writing 16 x 64 KiB over 8 lossless
+  paths, TX, fabric, RX and ACKs all in the loop.
 
 Rates are per cycle; Gb/s and Mpps at 250 MHz (Corundum's clock at 512
 bits) are those x 250 MHz: what the design would carry at that clock, which
@@ -33,6 +34,11 @@ from pathlib import Path
 from hw.headers import ICRC_BYTES
 from hw.tx.layouts import header_lengths
 from sim.bench.peers import ETH_100G_64B_MPPS, WIRE_OVERHEAD
+
+try:  # the cocotb side only exists inside the simulator
+    import cocotb
+except ImportError:  # pragma: no cover
+    cocotb = None
 
 ROOT = Path(__file__).resolve().parents[2]
 WIDTH = 512
@@ -69,15 +75,37 @@ def measure_rx(width: int = WIDTH, behind_dma: bool = False) -> dict:
 
 @functools.cache
 def measure_system() -> tuple[dict, ...]:
-    """tests/system/test_wide.py's line-rate cases (MTU 1024 and 4096)."""
+    """Two 512-bit NICs at line rate, MTU 1024 and 4096 (this module's
+    ``bench_line_rate_*`` on tests/system/test_wide.py's build)."""
+    from sim.system.line_rate import WIDE_PARAMS
     from sim.system.simhw import run_two_nic
-    from tests.system.test_wide import LINE_RATE_CASES, WIDE
 
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "wide"
-        run_two_nic("tests.system.test_wide", LINE_RATE_CASES, "bench", WIDE,
+        run_two_nic("sim.bench.wide", ["bench_line_rate_1024", "bench_line_rate_4096"],
+                    "bench", WIDE_PARAMS,
                     extra_env={"WIDE_BENCH_OUT": str(out)})
         return tuple(json.loads(Path(f"{out}.{mtu}.json").read_text()) for mtu in (1024, 4096))
+
+
+async def _bench_line_rate(dut, mtu: int):
+    """``line_rate`` at ``mtu``, written to ``WIDE_BENCH_OUT``.<mtu>.json (a
+    system test's harness is one per cocotb test, so one test per MTU)."""
+    from sim.system.line_rate import line_rate
+
+    got = await line_rate(dut, mtu)
+    Path(f"{os.environ['WIDE_BENCH_OUT']}.{mtu}.json").write_text(json.dumps(got))
+
+
+if cocotb is not None:
+
+    @cocotb.test(skip=not os.environ.get("WIDE_BENCH_OUT"))
+    async def bench_line_rate_1024(dut):
+        await _bench_line_rate(dut, 1024)
+
+    @cocotb.test(skip=not os.environ.get("WIDE_BENCH_OUT"))
+    async def bench_line_rate_4096(dut):
+        await _bench_line_rate(dut, 4096)
 
 
 def clock_for(gbps: float, frame_bytes: int, width: int) -> float:

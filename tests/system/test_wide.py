@@ -1,4 +1,4 @@
-"""NicCore at 512 bits end to end: two NICs built with ``WIDE`` (a 512-bit
+"""NicCore at 512 bits end to end: two NICs built with ``WIDE_PARAMS`` (a 512-bit
 data path and 4 KiB MTU, the rest sim/system/top.py's ``NIC_PARAMS``) in
 two_nic_sim, whose host memories and MAC streams take a 512-bit beat a cycle
 (sim/system/simhw.py), configured and driven only through the host driver.
@@ -11,7 +11,8 @@ two_nic_sim, whose host memories and MAC streams take a 512-bit beat a cycle
   (not a congestion window's start) the bound; byte exact, nothing
   retransmitted; between the first and the last data frame on the fabric
   the payload rate against the best the frames' headers allow (payload /
-  frame bytes x 64 bytes a cycle): at least 0.95 at MTU 4096, 0.88 at 1024.
+  frame bytes x 64 bytes a cycle), sim/system/line_rate.py: at least 0.95
+  at both.
 
 The build is its own (sim_build/system_two_nic_sim_data_width512_max_mtu4096);
 the three runs are in the long suite (``make test-long
@@ -21,22 +22,13 @@ TESTS=tests/system/test_wide.py``), for the build's time.
 from __future__ import annotations
 
 import json
-import os
 
 import cocotb
 import pytest
-from cocotb.utils import get_sim_time
 
-from host_driver.driver import Completion
-from sim.system.harness import CLK_NS, SystemTB
+from sim.system.line_rate import WIDE_PARAMS, line_rate
 from sim.system.simhw import run_two_nic
-from sim.system.top import system_params
-from sim.system.transfers import check_memory, complete_all, log_case, transfer
-from tests import seeds
 
-WIDE = {"data_width": 512, "max_mtu": 4096}
-PARAMS = system_params()
-MESSAGE = 64 * 1024
 LINE_RATE_FLOOR = 0.95  # issue 32's
 
 # test_two_nic's default cases but test_nscc_ecn_bottleneck, which expects the
@@ -58,48 +50,6 @@ WIDE_FAULT_CASES = ["test_write_one_percent_loss", "test_loss_1pct_1mib",
                     "test_write_reordered", "test_path_down_then_up"]
 
 
-async def line_rate(dut, mtu: int, messages: int = 16) -> dict:
-    """``messages`` WRITEs of ``MESSAGE`` bytes NIC 0 -> NIC 1 at ``mtu`` on
-    one QP over 8 lossless paths, byte exact and nothing retransmitted: the
-    payload rate between the first and the last data frame (the fabric's
-    times, each at a frame's last beat) against the best after headers."""
-    tb = SystemTB(dut, seed=seeds.of(71))
-    tb.fabric.capture_enabled = True
-    await tb.init()
-    for end in tb.ends:  # the window, not a congestion window's start, bounds the sender
-        await end.dev.rel.write("cwnd_init", PARAMS["window"])
-    await tb.connect(sq_log2=5, buf_size=messages * MESSAGE, mtu=mtu)
-    start = get_sim_time(unit="ns")
-    posted, payload, early = await transfer(tb, 0, [MESSAGE] * messages)
-    cqes = await complete_all(tb.ends[0], posted, early)
-    assert [(c.status, c.byte_len) for c in cqes] == [(Completion.SUCCESS, MESSAGE)] * messages
-    check_memory(tb, 1, payload)
-    c0 = await tb.ends[0].dev.counters()
-    assert c0["rel.retx_timeout"] == c0["rel.retx_sack"] == c0["rel.retx_nak"] == 0, c0
-    data = [f for f in tb.fabric.capture if f.direction == 0]
-    assert len(data) == messages * -(-MESSAGE // mtu), len(data)
-    # from the first data frame's last beat to the last's: every frame but the first
-    cycles = (data[-1].time_ns - data[0].time_ns) / CLK_NS
-    payload_bytes = MESSAGE * messages - mtu
-    frame_bytes = sum(len(f.sent) for f in data[1:])
-    rate = payload_bytes / cycles
-    best = payload_bytes / frame_bytes * (PARAMS["data_width"] // 8)
-    # the receiver's ACKs (one per ACK_N = 4 packets) over the run's second half
-    acks = [f.time_ns for f in tb.fabric.capture if f.direction == 1]
-    late = acks[len(acks) // 2:]
-    ack_cycles = (late[-1] - late[0]) / (len(late) - 1) / CLK_NS
-    got = {"mtu": mtu, "packets": len(data), "cycles": round(cycles),
-           "ack_interval_cycles": round(ack_cycles, 1),
-           "payload_B_per_cycle": round(rate, 3), "best_after_headers": round(best, 3),
-           "of_best": round(rate / best, 4), "gbps_at_250MHz": round(rate * 8 * 0.25, 1)}
-    log_case(dut, f"line rate at {PARAMS['data_width']} bits, MTU {mtu}", start, **got)
-    out = os.environ.get("WIDE_BENCH_OUT")
-    if out:  # sim/bench's figures
-        with open(f"{out}.{mtu}.json", "w") as f:
-            json.dump(got, f)
-    return got
-
-
 @cocotb.test()
 async def test_line_rate_mtu4096(dut):
     """Every frame back to back: at least 0.95 of the best after headers."""
@@ -118,7 +68,7 @@ async def test_line_rate_mtu1024(dut):
 
 
 def run_wide(module: str, cases, tag: str):
-    run_two_nic(module, cases, tag, WIDE)
+    run_two_nic(module, cases, tag, WIDE_PARAMS)
 
 
 # In the long suite (make test-long): the 512-bit build takes about 4 CPU
@@ -144,7 +94,7 @@ def test_wide_params_reach_the_tests(monkeypatch):
     in the environment that system_params reads."""
     from sim.system import top
 
-    monkeypatch.setenv(top.PARAMS_ENV, json.dumps(WIDE))
-    assert top.system_params() == {**top.NIC_PARAMS, **WIDE}
+    monkeypatch.setenv(top.PARAMS_ENV, json.dumps(WIDE_PARAMS))
+    assert top.system_params() == {**top.NIC_PARAMS, **WIDE_PARAMS}
     monkeypatch.delenv(top.PARAMS_ENV)
     assert top.system_params() == top.NIC_PARAMS
