@@ -85,8 +85,8 @@ class RxDmaWriter(wiring.Component):
     each load their registers from the copy: AW in that decode cycle, W in
     the same cycle if it is free, else in the cycle after its current
     command's last beat (or the end of its drain). The copy is held until
-    both have loaded; the next command is taken once they have and AW has
-    offered the command's last burst. So a command's AW bursts go out while
+    both have loaded; the next command is taken once they have and the
+    command's last AW has been taken. So a command's AW bursts go out while
     the command before it still sends W beats, and an interconnect that
     passes W in AW order has the burst at hand when its beats come. On an
     idle writer the first W beat is offered 3 cycles and the first AW 3
