@@ -239,6 +239,12 @@ def run_writer(cmds, data_width=64, seed=1, b_error_at=None, aw_ready_p=0.7, b_h
     return writes, dones, bursts
 
 
+def each_byte_once(cmds):
+    """``run_writer``'s memory writes when every byte of ``cmds`` lands once
+    at its address and nothing else is written."""
+    return {addr + i: [byte] for addr, _, payload, *_ in cmds for i, byte in enumerate(payload)}
+
+
 def test_writer_strobes_and_boundaries():
     rng = seeds.rng(5)
     cmds = []
@@ -246,11 +252,7 @@ def test_writer_strobes_and_boundaries():
                          (0x5001, 2049), (0x6FFF, 1)]:
         cmds.append((addr, length, bytes(rng.getrandbits(8) for _ in range(length))))
     writes, dones, bursts = run_writer(cmds)
-    want = {}
-    for addr, _, payload in cmds:
-        for i, byte in enumerate(payload):
-            want[addr + i] = [byte]
-    assert {a: v for a, v in writes.items()} == want, "every byte once, nothing else"
+    assert writes == each_byte_once(cmds), "every byte once, nothing else"
     assert [d[1] for d in dones] == [1] * len(cmds)
     assert [d[0] for d in dones] == list(range(len(cmds)))
     for addr, beats in bursts:
@@ -273,8 +275,7 @@ def test_writer_inline_cqes_between_streamed_writes(data_width):
             (0x8023, 32, some(32), True), (0x2005, 77, some(77)),
             (0x8047, 32, some(32), True), (0x3000, 8, some(8)), (0x9000, 32, some(32), True)]
     writes, dones, _ = run_writer(cmds, data_width=data_width)
-    want = {addr + i: [byte] for addr, _, payload, *_ in cmds for i, byte in enumerate(payload)}
-    assert writes == want
+    assert writes == each_byte_once(cmds)
     assert dones == [(i, 1) for i in range(len(cmds))]
 
 
@@ -292,8 +293,7 @@ def test_writer_aw_stalls_and_full_b_queue(aw_ready_p, b_hold):
         addr = 0x10000 * (i + 1) + rng.randrange(4096)
         cmds.append((addr, length, bytes(rng.getrandbits(8) for _ in range(length))))
     writes, dones, bursts = run_writer(cmds, seed=3, aw_ready_p=aw_ready_p, b_hold=b_hold)
-    want = {addr + i: [byte] for addr, _, payload in cmds for i, byte in enumerate(payload)}
-    assert writes == want
+    assert writes == each_byte_once(cmds)
     assert dones == [(i % 16, 1) for i in range(len(cmds))]
     assert sum(beats for _, beats in bursts) == sum(
         (addr % 8 + n + 7) // 8 if n else 0 for addr, n, _ in cmds)
@@ -315,6 +315,7 @@ def test_writer_runs_the_next_commands_aw_ahead_of_its_w(data_width):
     trace = []
     writes, dones, bursts = run_writer(cmds, data_width=data_width, aw_ready_p=1,
                                        w_ready_p=1, gap_p=0, trace=trace)
+    assert writes == each_byte_once(cmds)
     assert dones == [(i, 1) for i in range(len(cmds))]
     assert len(bursts) == len(cmds)
     aws = [t[0] for t in trace if t[1] == "aw"]
