@@ -40,6 +40,7 @@ from amaranth.lib.cdc import FFSynchronizer
 from amaranth.lib.wiring import In, Out
 
 from ..axi import AXI4LiteSignature
+from ..pipeline import OneHotFSM
 
 __all__ = [
     "CMD_READ",
@@ -269,85 +270,89 @@ class UARTToAXI4Lite(wiring.Component):
         resp_q = Signal(2)
         m.d.sync += resp_q.eq(Mux(is_write, axil.bresp, axil.rresp))
 
+        # One flip-flop per state: each state's next value, and SEND's valid to
+        # the transmitter, have no decode of a state register in front.
         # rdata: 0 from IDLE on (every error and every write answers 0), the R data
-        # while READ_DATA waits for it; so its enable is two state decodes, no handshake.
-        with m.FSM():
-            with m.State("IDLE"):
-                m.d.sync += rdata.eq(0)
-                with m.If(framing_error):
-                    m.d.sync += status.eq(STATUS_FRAMING)
-                    m.next = "DISCARD"
-                with m.Elif(byte_valid):
-                    m.d.sync += [is_write.eq(cmd_write), left.eq(Mux(cmd_write, 9, 5)),
-                                 csum_due.eq(-byte)]
-                    with m.If(cmd_read | cmd_write):
-                        m.next = "RECEIVE"
-                    with m.Else():
-                        m.d.sync += status.eq(STATUS_BAD_COMMAND)
-                        m.next = "DISCARD"
-            with m.State("RECEIVE"):
-                with m.If(framing_error):
-                    m.d.sync += status.eq(STATUS_FRAMING)
-                    m.next = "DISCARD"
-                with m.Elif(byte_valid):
-                    m.d.sync += [
-                        request.eq(Cat(byte, request[:-8])),
-                        left.eq(left - 1),
-                        csum_due.eq(csum_due - byte),
-                    ]
-                    with m.If(left == 1):
-                        m.next = "CHECK"
-                with m.Elif(timed_out):
-                    m.d.sync += status.eq(STATUS_TIMEOUT)
-                    m.next = "CSUM"
-            with m.State("CHECK"):
-                # the checksum byte is subtracted: a good frame leaves csum_due at 0
-                with m.If(csum_due != 0):
-                    m.d.sync += status.eq(STATUS_BAD_CHECKSUM)
-                    m.next = "CSUM"
-                with m.Elif(is_write):
-                    m.d.sync += [aw_pending.eq(1), w_pending.eq(1)]
-                    m.next = "WRITE"
+        # while READ_DATA waits for it; so its enable is two states' flip-flops.
+        fsm = OneHotFSM(m, ("IDLE", "RECEIVE", "CHECK", "DISCARD", "READ_ADDR", "READ_DATA",
+                            "WRITE", "WRITE_RESP", "RESP", "CSUM", "RESPOND", "SEND"),
+                        init="IDLE", name="bridge_state")
+        with fsm.State("IDLE"):
+            m.d.sync += rdata.eq(0)
+            with m.If(framing_error):
+                m.d.sync += status.eq(STATUS_FRAMING)
+                fsm.next = "DISCARD"
+            with m.Elif(byte_valid):
+                m.d.sync += [is_write.eq(cmd_write), left.eq(Mux(cmd_write, 9, 5)),
+                             csum_due.eq(-byte)]
+                with m.If(cmd_read | cmd_write):
+                    fsm.next = "RECEIVE"
                 with m.Else():
-                    m.d.sync += ar_pending.eq(1)
-                    m.next = "READ_ADDR"
-            with m.State("DISCARD"):
-                with m.If(timed_out & ~urx.active):
-                    m.next = "CSUM"
-            with m.State("READ_ADDR"):
-                with m.If(axil.arready):
-                    m.d.sync += ar_pending.eq(0)
-                    m.next = "READ_DATA"
-            with m.State("READ_DATA"):
-                m.d.comb += axil.rready.eq(1)
-                m.d.sync += rdata.eq(axil.rdata)
-                with m.If(axil.rvalid):
-                    m.next = "RESP"
-            with m.State("WRITE"):
-                aw_left = aw_pending & ~axil.awready
-                w_left = w_pending & ~axil.wready
-                m.d.sync += [aw_pending.eq(aw_left), w_pending.eq(w_left)]
-                with m.If(~aw_left & ~w_left):
-                    m.next = "WRITE_RESP"
-            with m.State("WRITE_RESP"):
-                m.d.comb += axil.bready.eq(1)
-                with m.If(axil.bvalid):
-                    m.next = "RESP"
-            with m.State("RESP"):
-                # the R or B response, registered in the cycle it came: status's
-                # enable is a state decode, not the interconnect's handshake
-                # (docs/timing.md#board-soc)
-                m.d.sync += status.eq(resp_q)
-                m.next = "CSUM"
-            with m.State("CSUM"):
-                m.next = "RESPOND"
-            with m.State("RESPOND"):
-                m.d.sync += [response.eq(Cat(resp_csum, body)), resp_left.eq(RESPONSE_BYTES)]
-                m.next = "SEND"
-            with m.State("SEND"):
-                m.d.comb += [utx.i.payload.eq(response[-8:]), utx.i.valid.eq(1)]
-                with m.If(utx.i.ready):
-                    m.d.sync += [response.eq(response << 8), resp_left.eq(resp_left - 1)]
-                    with m.If(resp_left == 1):
-                        m.next = "IDLE"
+                    m.d.sync += status.eq(STATUS_BAD_COMMAND)
+                    fsm.next = "DISCARD"
+        with fsm.State("RECEIVE"):
+            with m.If(framing_error):
+                m.d.sync += status.eq(STATUS_FRAMING)
+                fsm.next = "DISCARD"
+            with m.Elif(byte_valid):
+                m.d.sync += [
+                    request.eq(Cat(byte, request[:-8])),
+                    left.eq(left - 1),
+                    csum_due.eq(csum_due - byte),
+                ]
+                with m.If(left == 1):
+                    fsm.next = "CHECK"
+            with m.Elif(timed_out):
+                m.d.sync += status.eq(STATUS_TIMEOUT)
+                fsm.next = "CSUM"
+        with fsm.State("CHECK"):
+            # the checksum byte is subtracted: a good frame leaves csum_due at 0
+            with m.If(csum_due != 0):
+                m.d.sync += status.eq(STATUS_BAD_CHECKSUM)
+                fsm.next = "CSUM"
+            with m.Elif(is_write):
+                m.d.sync += [aw_pending.eq(1), w_pending.eq(1)]
+                fsm.next = "WRITE"
+            with m.Else():
+                m.d.sync += ar_pending.eq(1)
+                fsm.next = "READ_ADDR"
+        with fsm.State("DISCARD"):
+            with m.If(timed_out & ~urx.active):
+                fsm.next = "CSUM"
+        with fsm.State("READ_ADDR"):
+            with m.If(axil.arready):
+                m.d.sync += ar_pending.eq(0)
+                fsm.next = "READ_DATA"
+        with fsm.State("READ_DATA"):
+            m.d.comb += axil.rready.eq(1)
+            m.d.sync += rdata.eq(axil.rdata)
+            with m.If(axil.rvalid):
+                fsm.next = "RESP"
+        with fsm.State("WRITE"):
+            aw_left = aw_pending & ~axil.awready
+            w_left = w_pending & ~axil.wready
+            m.d.sync += [aw_pending.eq(aw_left), w_pending.eq(w_left)]
+            with m.If(~aw_left & ~w_left):
+                fsm.next = "WRITE_RESP"
+        with fsm.State("WRITE_RESP"):
+            m.d.comb += axil.bready.eq(1)
+            with m.If(axil.bvalid):
+                fsm.next = "RESP"
+        with fsm.State("RESP"):
+            # the R or B response, registered in the cycle it came: status's
+            # enable is a state's flip-flop, not the interconnect's handshake
+            # (docs/timing.md#board-soc)
+            m.d.sync += status.eq(resp_q)
+            fsm.next = "CSUM"
+        with fsm.State("CSUM"):
+            fsm.next = "RESPOND"
+        with fsm.State("RESPOND"):
+            m.d.sync += [response.eq(Cat(resp_csum, body)), resp_left.eq(RESPONSE_BYTES)]
+            fsm.next = "SEND"
+        with fsm.State("SEND"):
+            m.d.comb += [utx.i.payload.eq(response[-8:]), utx.i.valid.eq(1)]
+            with m.If(utx.i.ready):
+                m.d.sync += [response.eq(response << 8), resp_left.eq(resp_left - 1)]
+                with m.If(resp_left == 1):
+                    fsm.next = "IDLE"
         return m

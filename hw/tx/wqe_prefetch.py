@@ -8,6 +8,7 @@ from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
 from ..bits import all_below, onehot
+from ..pipeline import OneHotFSM
 from .arbiter import RoundRobin
 from .dma import ReadData, ReadRequest
 from .layouts import WQE_BYTES, WQE_KEPT_FIELDS, PrefetchedWqe
@@ -143,41 +144,44 @@ class WqePrefetch(wiring.Component):
         m.d.comb += ready_clear.eq(self.drop | Mux(self.take, onehot(self.take_q, nq), 0))
         m.d.sync += ready.eq((ready | ready_set) & ~ready_clear)
 
-        with m.FSM(name="prefetch"):
-            with m.State("PICK"):
-                with m.If(rr.valid):
-                    m.d.comb += rr.next.eq(1)
-                    m.d.sync += [pf_q.eq(rr.grant), cancel.eq(self.drop.bit_select(rr.grant, 1))]
-                    m.next = "ROW"
-            with m.State("ROW"):
-                with m.If(dropped):
-                    m.d.sync += cancel.eq(1)
-                m.next = "ADDR"
-            with m.State("ADDR"):
-                slot = ci[pf_q] & ring_mask
-                m.d.sync += req_addr.eq(self.sq_base + (slot << 6))
-                with m.If(cancel | dropped | ~ring_work.bit_select(pf_q, 1)):
-                    m.next = "PICK"
-                with m.Else():
-                    m.d.sync += req_valid.eq(1)
-                    m.next = "REQ"
-            with m.State("REQ"):
-                with m.If(dropped):
-                    m.d.sync += cancel.eq(1)
-                with m.If(self.req.ready):
-                    m.d.sync += [req_valid.eq(0), beat.eq(0)]
-                    m.next = "DATA"
-            with m.State("DATA"):
-                m.d.comb += self.data.ready.eq(1)
-                with m.If(dropped):
-                    m.d.sync += cancel.eq(1)
-                with m.If(self.data.valid):
-                    m.d.sync += beat.eq(beat + 1)
-                    m.d.comb += buf_w.en.eq(byte_en)
-                    with m.If(self.data.payload.last):
-                        with m.If(~cancel):
-                            m.d.comb += ready_set.eq(onehot(pf_q, nq))
-                        m.next = "PICK"
+        # One flip-flop per state: DATA is the WQE channel's ready, which the AXI
+        # slice's skid register takes with no decode in front.
+        fsm = OneHotFSM(m, ("PICK", "ROW", "ADDR", "REQ", "DATA"), init="PICK",
+                        name="prefetch_state")
+        with fsm.State("PICK"):
+            with m.If(rr.valid):
+                m.d.comb += rr.next.eq(1)
+                m.d.sync += [pf_q.eq(rr.grant), cancel.eq(self.drop.bit_select(rr.grant, 1))]
+                fsm.next = "ROW"
+        with fsm.State("ROW"):
+            with m.If(dropped):
+                m.d.sync += cancel.eq(1)
+            fsm.next = "ADDR"
+        with fsm.State("ADDR"):
+            slot = ci[pf_q] & ring_mask
+            m.d.sync += req_addr.eq(self.sq_base + (slot << 6))
+            with m.If(cancel | dropped | ~ring_work.bit_select(pf_q, 1)):
+                fsm.next = "PICK"
+            with m.Else():
+                m.d.sync += req_valid.eq(1)
+                fsm.next = "REQ"
+        with fsm.State("REQ"):
+            with m.If(dropped):
+                m.d.sync += cancel.eq(1)
+            with m.If(self.req.ready):
+                m.d.sync += [req_valid.eq(0), beat.eq(0)]
+                fsm.next = "DATA"
+        with fsm.State("DATA"):
+            m.d.comb += self.data.ready.eq(1)
+            with m.If(dropped):
+                m.d.sync += cancel.eq(1)
+            with m.If(self.data.valid):
+                m.d.sync += beat.eq(beat + 1)
+                m.d.comb += buf_w.en.eq(byte_en)
+                with m.If(self.data.payload.last):
+                    with m.If(~cancel):
+                        m.d.comb += ready_set.eq(onehot(pf_q, nq))
+                    fsm.next = "PICK"
 
         return m
 
