@@ -513,17 +513,20 @@ class EvProfile:
 
     @classmethod
     def auto(cls, *, phy_port_mask=None, ev_format="udp", template=0) -> EvProfile:
-        """AUTO: the NIC chooses (GENERATED over the ephemeral ports, every entry
-        of the QP's table; ``hw.nic.ev_load.auto_params``), in UDP's source
-        port or STEV's flow label (``template`` holding STEV's source port);
-        ``to_rts`` then defaults ``ev_min_active`` to a quarter of them, as
-        MRC's example does. Not SRv6: a uSID names a fabric node, which the
-        ephemeral ports do not."""
+        """AUTO: the NIC chooses (``hw.nic.ev_load.auto_params``, every entry of
+        the QP's table): GENERATED over the ephemeral ports in UDP's source port
+        or STEV's flow label (``template`` holding STEV's source port); in SRv6,
+        whose uSIDs name fabric nodes, the ``evs_per_qp`` first hops from
+        ``template``'s first uSID on (a fabric's first-hop uSIDs consecutive),
+        the rest of the list the template's. ``to_rts`` then defaults
+        ``ev_min_active`` to a quarter of them, as MRC's example does."""
         fmt, slot = _derived_format(ev_format, template)
         if fmt == EvFormat.SRV6:
-            raise ValueError("AUTO derives EVs from the ephemeral ports (0xC000..0xFFFF); an "
-                             "SRv6 uSID names a fabric node: give GENERATED with the first "
-                             "hops' uSIDs (min_ev..max_ev) and the rest of the list as template")
+            if not srv6_usids(template):
+                raise ValueError("SRv6 AUTO takes the first hops from the template's first uSID "
+                                 "(bits 63..48) on: give a template whose first uSID is the "
+                                 "fabric's first first-hop uSID, not 0")
+            cls.explicit((template,), ev_format=fmt)  # a uSID list, or what to fix
         return cls((), "auto", (("slot", slot), ("template", template)),
                    _check_port_mask(phy_port_mask), fmt)
 
@@ -1172,8 +1175,16 @@ class Device:
             raise ValueError("this NIC was built without the EV generator (NicCore "
                              "ev_gen=False: no ev_gen block in its CSR chain); give the EVs "
                              "as an EXPLICIT profile")
-        await g.write_fields("gen_qp", qpn=qpn)
         p = dict(evs.params)
+        if evs.mode == "auto" and evs.ev_format == EvFormat.SRV6:
+            first = srv6_usids(p["template"])[0]
+            last = first + self.params["evs_per_qp"] - 1
+            if last > 0xFFFF:
+                raise ValueError(f"SRv6 AUTO takes {self.params['evs_per_qp']} first hops from "
+                                 f"uSID {first:#06x} on, past the last uSID 0xffff: give a "
+                                 f"template whose first uSID is at most "
+                                 f"{0x10000 - self.params['evs_per_qp']:#06x}")
+        await g.write_fields("gen_qp", qpn=qpn)
         if evs.mode == "generated":
             await g.write_fields("gen_range", min=p["min"], max=p["max"])
             await g.write_fields("gen_init", init=p["init"], mask=p["mask"])

@@ -1,18 +1,18 @@
 """MRC's GENERATED and AUTO EV profiles, derived and loaded by the NIC itself:
 the ``ev_gen`` register block (``EvGenBlock``) around ``EvGenerator``."""
 
-from amaranth.hdl import Array, Cat, Module, Mux, Signal
+from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
 from hw.csr import CSRBusSignature, RegisteredWrites, RegisterMap
-from hw.protocol import EvState, ev_hi_words
+from hw.protocol import SRV6_USID_BITS, SRV6_USIDS, EvState, ev_hi_words
 
 from .csr import CsrWrite
 from .ev_gen import EV_WIDTH_MAX, EvGenerator
 
 __all__ = ["AUTO_MAX", "AUTO_MIN", "auto_init", "EV_GEN_TYPE_ID", "EV_GEN_VERSION",
-           "EvGenBlock", "auto_params", "ev_gen_register_map", "placed"]
+           "EvGenBlock", "SRV6_FIRST_SLOT", "auto_params", "ev_gen_register_map", "placed"]
 
 EV_GEN_TYPE_ID = 0x0005
 EV_GEN_VERSION = 1
@@ -22,6 +22,11 @@ EV_GEN_VERSION = 1
 # reversed, so that QPs 0, 1, 2, 3, ... start 2^13, 2^12, 3 x 2^12, ... apart
 AUTO_MIN, AUTO_MAX = 0xC000, 0xFFFF
 AUTO_INIT_BITS = 14
+# AUTO with the value in SRv6's first uSID (gen_place.slot): a uSID names a
+# fabric node, so the range is the evs_per_qp first hops from the template's
+# first uSID on (a fabric's first-hop uSIDs are consecutive), QP q starting
+# at the (q mod evs_per_qp)-th of them
+SRV6_FIRST_SLOT = SRV6_USIDS - 1
 # cycles from one injected write to the next, at least
 WRITE_SPACING = 4
 
@@ -31,9 +36,17 @@ def auto_init(qpn: int) -> int:
     return int(f"{qpn & ((1 << AUTO_INIT_BITS) - 1):0{AUTO_INIT_BITS}b}"[::-1], 2)
 
 
-def auto_params(qpn: int, evs_per_qp: int) -> dict[str, int]:
+def auto_params(qpn: int, evs_per_qp: int, slot: int = 0, template: int = 0) -> dict[str, int]:
     """The GENERATED parameters AUTO takes for QP ``qpn`` (the golden model's
-    ``generated_evs`` keywords)."""
+    ``generated_evs`` keywords), its value going in ``slot`` of ``template``
+    (``gen_place``, ``gen_template``): the ephemeral ports, or in SRv6's first
+    uSID the ``evs_per_qp`` first hops from the template's (``max_ev`` above
+    0xFFFF when they run past the last uSID: ``generated_evs`` refuses it, as
+    the NIC does)."""
+    if slot == SRV6_FIRST_SLOT:
+        first = template >> SRV6_USID_BITS * SRV6_FIRST_SLOT & 0xFFFF
+        return dict(width=EV_WIDTH_MAX, init=qpn & 0xFFFF, min_ev=first,
+                    max_ev=first + evs_per_qp - 1, mask=0xFFFF, count=evs_per_qp)
     return dict(width=EV_WIDTH_MAX, init=auto_init(qpn), min_ev=AUTO_MIN, max_ev=AUTO_MAX,
                 mask=0xFFFF, count=evs_per_qp)
 
@@ -67,8 +80,10 @@ def ev_gen_register_map(ev_width: int = 16) -> RegisterMap:
            "a write starts a run for gen_qp (ignored while one runs: status ignored)",
            fields=[("auto", 0, 1, "AUTO: the NIC's own parameters (width 16, the range "
                     f"0x{AUTO_MIN:04X}..0x{AUTO_MAX:04X}, init = the QP number's low "
-                    f"{AUTO_INIT_BITS} bits reversed, mask 0xFFFF, count evs_per_qp); "
-                    "0: the registers above")])
+                    f"{AUTO_INIT_BITS} bits reversed, mask 0xFFFF, count evs_per_qp; with "
+                    f"gen_place.slot {SRV6_FIRST_SLOT}, SRv6's first uSID: the range "
+                    "gen_template's first uSID .. that + evs_per_qp - 1, init = the QP "
+                    "number); 0: the registers above")])
     rm.add("gen_status", 0x1C, "RO", "the last run",
            fields=[("busy", 0, 1, "a run is going on: the EV tables of gen_qp are being "
                     "written (the host writes no EV entry meanwhile)"),
@@ -200,12 +215,25 @@ class EvGenBlock(wiring.Component):
         p = gen.start.payload
         qp_f, rng, init, shape = regs["gen_qp"], regs["gen_range"], regs["gen_init"], \
             regs["gen_shape"]
+        # AUTO's range and first candidate (auto_params): the ephemeral ports, or
+        # the first hops from the template's first uSID on (a range past the last
+        # uSID has max 0 < min: the generator refuses it)
+        auto_min, auto_max = Const(AUTO_MIN, 16), Const(AUTO_MAX, 16)
+        auto_init_q = qpn[:AUTO_INIT_BITS][::-1]
+        if self.ev_width > SRV6_USID_BITS * SRV6_FIRST_SLOT:  # SRv6's entries
+            usid = template.word_select(SRV6_FIRST_SLOT, SRV6_USID_BITS)
+            last = Signal(SRV6_USID_BITS + 1)
+            srv6 = regs["gen_place"][0:2] == SRV6_FIRST_SLOT
+            m.d.comb += last.eq(usid + (E - 1))
+            auto_min = Mux(srv6, usid, auto_min)
+            auto_max = Mux(srv6, Mux(last[-1], 0, last[:-1]), auto_max)
+            auto_init_q = Mux(srv6, qpn, auto_init_q)
         m.d.comb += [
             p.width.eq(Mux(auto, EV_WIDTH_MAX, shape[0:5])),
             p.count.eq(Mux(auto, E, shape[8:16])),
-            p.min.eq(Mux(auto, AUTO_MIN, rng[0:16])),
-            p.max.eq(Mux(auto, AUTO_MAX, rng[16:32])),
-            p.init.eq(Mux(auto, qpn[:AUTO_INIT_BITS][::-1], init[0:16])),
+            p.min.eq(Mux(auto, auto_min, rng[0:16])),
+            p.max.eq(Mux(auto, auto_max, rng[16:32])),
+            p.init.eq(Mux(auto, auto_init_q, init[0:16])),
             p.mask.eq(Mux(auto, 0xFFFF, init[16:32])),
         ]
 

@@ -420,8 +420,14 @@ class RegisterBehaviour:
         if q >= self.params["num_qps"]:
             self.ev_gen_status = 1 << 3  # bad_qp
             return
-        if value & 1:
-            params = auto_params(q, ne)
+        width = self.params.get("ev_width", 16)
+        slot = template = 0
+        if width > 16:
+            slot = self.field("ev_gen", "gen_place", 0, "slot")
+            template = self.reg("ev_gen", "gen_template", 0) | self.reg(
+                "ev_gen", "gen_template", 1) << 32
+        if value & 1:  # SRv6's AUTO rule where the entries hold its first uSID
+            params = auto_params(q, ne, *((slot, template) if slot < width // 16 else ()))
         else:
             f = {n: self.field("ev_gen", reg, 0, n) for reg, names in (
                 ("gen_range", ("min", "max")), ("gen_init", ("init", "mask")),
@@ -434,11 +440,7 @@ class RegisterBehaviour:
             values = [v for v, _ in generated_evs(**params)]
         except ValueError:
             values = None
-        width = self.params.get("ev_width", 16)
         if values is not None and width > 16:  # each value placed in the template
-            slot = self.field("ev_gen", "gen_place", 0, "slot")
-            template = self.reg("ev_gen", "gen_template", 0) | self.reg(
-                "ev_gen", "gen_template", 1) << 32
             values = [placed(v, slot, template) & ((1 << width) - 1) if slot < width // 16
                       else template & ((1 << width) - 1) for v in values]
         for i in range(ne):

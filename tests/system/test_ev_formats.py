@@ -7,8 +7,10 @@ entries (sim/system/top.py ``NIC_PARAMS``), over IPv6:
   1's AUTO (derived by its EV generator in the flow label);
 - SRv6: each EV is a uSID list (a spine's uSID, then the peer NIC's own), on
   a fabric that routes on it (``routing="srv6"``: the spine its first uSID
-  names, which consumes it). NIC 0's EVs are EXPLICIT, NIC 1's GENERATED
-  (its EV generator derives the spines' uSIDs into the list's first). One
+  names, which consumes it). NIC 0's EVs are AUTO (its EV generator takes
+  the spines' uSIDs from the template's first on), NIC 1's GENERATED (the
+  spines' uSIDs from the parameters). SRv6's EXPLICIT EVs are the TX
+  engine's (tests/hw/test_tx_engine.py ``test_ev_formats``). One
   path fails mid-transfer: its EV goes ASSUMED_BAD, the transfer completes
   byte exact on the others, and once the path is back an SRv6 probe brings
   the EV back to GOOD.
@@ -133,12 +135,13 @@ def check_srv6_frame(f, dst_nic, src_nic):
 
 @cocotb.test()
 async def test_srv6_routes_on_the_usids_around_a_failed_path(dut):
-    """SRv6 EVs on a fabric that routes on their uSIDs. Path 3 of NIC 0 ->
-    NIC 1 goes down before a transfer: its losses, found by SACK, make EV 3
-    (spine 3's uSID) ASSUMED_BAD, the transfer completes byte exact on the
+    """SRv6 EVs on a fabric that routes on their uSIDs, NIC 0's AUTO (QP q's
+    EV i through spine (q + i) mod 8) and NIC 1's GENERATED. Path 3 of NIC 0 ->
+    NIC 1 goes down before a transfer: its losses, found by SACK, make the EV
+    through spine 3 ASSUMED_BAD, the transfer completes byte exact on the
     other EVs, and no
     data frame is delivered on path 3; once the path is up, an SRv6 probe
-    on EV 3 (carried through spine 3) and its answer bring EV 3 back to
+    on that EV (carried through spine 3) and its answer bring it back to
     GOOD. Every data frame and probe of either NIC is a carrier to its
     peer, on the path its first uSID names. A carrier that reaches NIC 1
     with its uSIDs unconsumed (a data frame as NIC 0 sent it), or whose
@@ -149,19 +152,23 @@ async def test_srv6_routes_on_the_usids_around_a_failed_path(dut):
     tb.fabric.capture_enabled = True
     await tb.init()
     evs = [srv6_evs(1, EVS), srv6_evs(0, EVS)]
+    auto = EvProfile.auto(ev_format="srv6", template=evs[0][0])
     generated = EvProfile.generated(min_ev=SPINE_USID_BASE, max_ev=SPINE_USID_BASE + EVS - 1,
                                     count=EVS, ev_format="srv6", template=evs[1][0] & (
                                         (1 << 48) - 1))
     await tb.connect(ipv6=True, timeout=9, probe_period=4000, sack_threshold=1,
-                     evs=[EvProfile.explicit(evs[0], ev_format="srv6"), generated])
-    assert list(tb.ends[1].qp.evs.values) == evs[1] == list(generated.values)
+                     evs=[auto, generated])
     a = tb.ends[0]
+    evs[0] = [evs[0][(a.qp.qpn + i) % EVS] for i in range(EVS)]
+    assert list(a.qp.evs.values) == evs[0], [hex(ev) for ev in a.qp.evs.values]
+    assert list(tb.ends[1].qp.evs.values) == evs[1] == list(generated.values)
+    bad = evs[0].index(srv6_evs(1, EVS)[3])  # the EV through spine 3
     tb.fabric.set_path_up(3, False, direction=0)
     await transfer_both_ways(tb)
-    assert (await a.dev.ev_states(a.qp))[3] == EvState.ASSUMED_BAD
+    assert (await a.dev.ev_states(a.qp))[bad] == EvState.ASSUMED_BAD
     assert not [f for f in data_frames(tb, 0) if f.path == 3 and f.delivered is not None]
     tb.fabric.set_path_up(3, True, direction=0)
-    assert await wait_ev_state(a, 3, EvState.GOOD), "no probe brought EV 3 back"
+    assert await wait_ev_state(a, bad, EvState.GOOD), "no probe brought spine 3's EV back"
     for direction in (0, 1):
         frames = data_frames(tb, direction)
         assert {f.ev for f in frames} <= set(evs[direction])
@@ -169,8 +176,8 @@ async def test_srv6_routes_on_the_usids_around_a_failed_path(dut):
             check_srv6_frame(f, 1 - direction, direction)
     probes = [f for f in tb.fabric.capture if f.direction == 0
               and Ether(f.sent)[L.BTH].opcode == L.OP_PROBE_REQ]
-    assert any(f.ev == evs[0][3] and f.delivered is not None for f in probes), \
-        "no probe on EV 3 went through spine 3"
+    assert any(f.ev == evs[0][bad] and f.delivered is not None for f in probes), \
+        "no probe on spine 3's EV went through spine 3"
     for f in probes:
         check_srv6_frame(f, 1, 0)
     assert tb.fabric.directions[0].no_route == 0

@@ -654,8 +654,9 @@ def test_ev_formats_are_refused_with_what_to_fix():
 
 def test_derived_ev_formats_place_their_values():
     """GENERATED and AUTO in STEV's and SRv6's formats: the values placed in
-    their slot of the template (STEV's flow label, SRv6's first uSID); AUTO is
-    refused for SRv6 and a template for UDP, each saying what to fix."""
+    their slot of the template (STEV's flow label, SRv6's first uSID); SRv6's
+    AUTO needs a template that starts a uSID list, UDP no template, each
+    refusal saying what to fix."""
     stev = EvProfile.generated(width=4, min_ev=1, max_ev=3, count=3, ev_format="stev",
                                template=0xC00B)
     assert stev.values == (0x1_C00B, 0x2_C00B, 0x3_C00B) and stev.ev_format == EvFormat.STEV
@@ -665,8 +666,13 @@ def test_derived_ev_formats_place_their_values():
     assert srv6.values == (0x0E00_0002 << 32, 0x0E01_0002 << 32)
     assert dict(EvProfile.auto(ev_format="stev", template=0xC000).params) == {
         "slot": 1, "template": 0xC000}
-    with pytest.raises(ValueError, match="SRv6 uSID names a fabric node"):
+    auto6 = EvProfile.auto(ev_format="srv6", template=0x0E00_0002 << 32)
+    assert dict(auto6.params) == {"slot": 3, "template": 0x0E00_0002 << 32}
+    assert (auto6.mode, auto6.values, auto6.ev_format) == ("auto", (), EvFormat.SRV6)
+    with pytest.raises(ValueError, match="fabric's first first-hop uSID, not 0"):
         EvProfile.auto(ev_format="srv6")
+    with pytest.raises(ValueError, match="a zero uSID ends them"):
+        EvProfile.auto(ev_format="srv6", template=0x0E00_0000_0002 << 16)
     with pytest.raises(ValueError, match="template must be 0"):
         EvProfile.generated(ev_format="udp", template=5)
     with pytest.raises(ValueError, match="template must be a 32-bit STEV EV"):

@@ -942,4 +942,13 @@ def test_nic_derived_ev_profiles_are_checked_first():
             await dev.generate_evs(0, EvProfile.explicit([1, 2]))
         loaded = await dev.generate_evs(1, EvProfile.generated(width=6, init=5, count=3))
         assert loaded.values == (5, 6, 7) and loaded.mode == "generated"
+        # SRv6's AUTO: the first hops from the template's first uSID on, QP 1 from the second
+        ne = dev.params["evs_per_qp"]
+        loaded = await dev.generate_evs(1, EvProfile.auto(ev_format="srv6",
+                                                          template=0x0E00_0002 << 32))
+        assert loaded.values == tuple((0x0E00 + (1 + i) % ne) << 48 | 0x0002 << 32
+                                      for i in range(ne))
+        with pytest.raises(ValueError, match="past the last uSID 0xffff"):
+            await dev.generate_evs(1, EvProfile.auto(ev_format="srv6",
+                                                     template=0xFFFC_0002 << 32))
     run(body())

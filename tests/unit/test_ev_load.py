@@ -273,5 +273,30 @@ def test_derived_values_are_placed_in_the_template(slot, template):
     assert tables.writes == E * (3 + 2 * 2)
     tables, _ = run([*setup, ("write", "gen_qp", 1), ("start", 1), ("status",)], wide=True)
     expect_table(tables, 1, [placed(v, slot, template)
-                             for v, _ in generated_evs(**auto_params(1, E))])
+                             for v, _ in generated_evs(**auto_params(1, E, slot, template))])
+
+
+@pytest.mark.parametrize("qpn", [0, 3])
+def test_srv6_auto_takes_the_first_hops_from_the_templates(qpn):
+    """AUTO with the value in SRv6's first uSID: the evs_per_qp first hops from
+    the template's first uSID on, QP q starting at the (q mod evs_per_qp)-th,
+    the rest of each list the template's; a range past uSID 0xFFFF is refused
+    (every entry DENIED), as the model's rule refuses it."""
+    template = 0x0E00_0002 << 32
+
+    def auto(template, qpn):
+        return run([("write", "gen_place", 3), ("write", "gen_template", template & 0xFFFF_FFFF, 0),
+                    ("write", "gen_template", template >> 32, 1), ("write", "gen_qp", qpn),
+                    ("start", 1), ("status",)], wide=True)
+
+    tables, (word,) = auto(template, qpn)
+    firsts = [0x0E00 + (qpn + i) % E for i in range(E)]
+    assert [v for v, _ in generated_evs(**auto_params(qpn, E, 3, template))] == firsts
+    expect_table(tables, qpn, [f << 48 | 0x0002 << 32 for f in firsts])
+    assert status(word) == dict(busy=0, error=0, ignored=0, bad_qp=0, found=E)
+    tables, (word,) = auto(0xFFFC_0002 << 32, qpn)
+    expect_table(tables, qpn, [])
+    assert status(word)["error"] == 1
+    with pytest.raises(ValueError, match="min <= max < 2"):
+        generated_evs(**auto_params(qpn, E, 3, 0xFFFC_0002 << 32))
 
