@@ -47,7 +47,8 @@ from hw.nic.csr import (
     device_info_register_map,
     host_view,
 )
-from hw.nic.ev_load import EV_GEN_TYPE_ID, EV_GEN_VERSION, ev_gen_register_map
+from hw.nic.ev_gen import EV_WIDTH_MAX
+from hw.nic.ev_load import EV_GEN_TYPE_ID, EV_GEN_VERSION, SRV6_FIRST_USID, ev_gen_register_map
 from hw.nic.plane_status import PLANE_COUNTERS, PLANES_TYPE_ID, PLANES_VERSION, plane_register_map
 from hw.protocol import (
     EV_FORMAT_BITS,
@@ -452,10 +453,14 @@ class EvProfile:
     uSIDs, first hop in bits 63..48, ended by a zero uSID; the last is the
     peer's own, its address being the locator, that uSID, zeros). STEV and
     SRv6 need an IPv6 peer and a NIC whose EV entries hold them
-    (``Device.ev_formats``). GENERATED and AUTO derive 16-bit values and
-    place each in a slot of a ``template`` EV (``hw.nic.ev_load.placed``):
-    UDP's source port, STEV's flow label (the template holding the source
-    port), SRv6's first uSID (the template holding the others)."""
+    (``Device.ev_formats``). GENERATED and AUTO derive values of up to 16
+    bits and deposit each in ``ev_bits`` of a ``template`` EV
+    (``hw.nic.ev_load.deposit``: the value's bit j in the j-th lowest set bit,
+    the other bits the template's). By default those are UDP's source port,
+    STEV's flow label (the template holding the source port) and SRv6's first
+    uSID (the template holding the others); ``ev_bits`` may split the value,
+    as MRC's STEV example of 8 + 4 + 4 bits over the flow label and the source
+    port does."""
 
     values: tuple[int, ...]
     mode: str = "explicit"
@@ -483,14 +488,15 @@ class EvProfile:
 
     @classmethod
     def generated(cls, *, width=16, init=0, min_ev=0, max_ev=None, mask=None,
-                  count=8, phy_port_mask=None, ev_format="udp", template=0) -> EvProfile:
+                  count=8, phy_port_mask=None, ev_format="udp", template=0,
+                  ev_bits=None) -> EvProfile:
         """The GENERATED profile: the NIC derives the EVs (its ``ev_gen`` block).
         ``values`` holds what the rule gives (the golden model's
-        ``generated_evs``), each placed in its format's slot of ``template``
-        (``ev_format``: the class's docstring), which also checks the
-        parameters here, with a message that says what to fix; ``to_rts``
+        ``generated_evs``), each deposited in ``ev_bits`` of ``template``
+        (``ev_format``, ``ev_bits``: the class's docstring), which also checks
+        the parameters here, with a message that says what to fix; ``to_rts``
         keeps what the NIC loaded."""
-        from hw.nic.ev_load import placed
+        from hw.nic.ev_load import deposit
         from sim.model.ev import generated_evs
 
         if not isinstance(width, int) or not 1 <= width <= 16:
@@ -501,33 +507,41 @@ class EvProfile:
         mask = top if mask is None else mask
         if not 0 <= init <= 0xFFFF or not 0 <= mask <= 0xFFFF:
             raise ValueError(f"init and mask are 16-bit values, not {init!r} and {mask!r}")
-        fmt, slot = _derived_format(ev_format, template)
+        fmt, bits = _derived_format(ev_format, template, ev_bits, width)
         evs = generated_evs(width=width, init=init, min_ev=min_ev, max_ev=max_ev, mask=mask,
                             count=count)
         params = (("width", width), ("init", init), ("min", min_ev), ("max", max_ev),
-                  ("mask", mask), ("count", count), ("slot", slot), ("template", template))
-        values = tuple(placed(v, slot, template) for v, _ in evs)
+                  ("mask", mask), ("count", count), ("bits", bits), ("template", template))
+        values = tuple(deposit(v, bits, template) for v, _ in evs)
         if fmt == EvFormat.SRV6:
             cls.explicit(values, ev_format=fmt)  # each a uSID list, or what to fix
         return cls(values, "generated", params, _check_port_mask(phy_port_mask), fmt)
 
     @classmethod
-    def auto(cls, *, phy_port_mask=None, ev_format="udp", template=0) -> EvProfile:
+    def auto(cls, *, phy_port_mask=None, ev_format="udp", template=0,
+             ev_bits=None) -> EvProfile:
         """AUTO: the NIC chooses (``hw.nic.ev_load.auto_params``, every entry of
-        the QP's table): GENERATED over the ephemeral ports in UDP's source port
-        or STEV's flow label (``template`` holding STEV's source port); in SRv6,
-        whose uSIDs name fabric nodes, the ``evs_per_qp`` first hops from
-        ``template``'s first uSID on (a fabric's first-hop uSIDs consecutive),
-        the rest of the list the template's. ``to_rts`` then defaults
-        ``ev_min_active`` to a quarter of them, as MRC's example does."""
-        fmt, slot = _derived_format(ev_format, template)
+        the QP's table): GENERATED over the ephemeral ports, deposited in
+        ``ev_bits`` of ``template`` (UDP's source port or STEV's flow label by
+        default; the class's docstring); in SRv6, whose uSIDs name fabric nodes,
+        the ``evs_per_qp`` first hops from ``template``'s first uSID on (a
+        fabric's first-hop uSIDs consecutive), the rest of the list the
+        template's. ``to_rts`` then defaults ``ev_min_active`` to a quarter of
+        them, as MRC's example does."""
+        fmt = ev_format_of(ev_format)
         if fmt == EvFormat.SRV6:
+            if ev_bits not in (None, SRV6_FIRST_USID):
+                raise ValueError(f"SRv6 AUTO derives the first uSID: ev_bits must be "
+                                 f"{SRV6_FIRST_USID:#x} (or left out), not {ev_bits!r}")
             if not srv6_usids(template):
                 raise ValueError("SRv6 AUTO takes the first hops from the template's first uSID "
                                  "(bits 63..48) on: give a template whose first uSID is the "
                                  "fabric's first first-hop uSID, not 0")
             cls.explicit((template,), ev_format=fmt)  # a uSID list, or what to fix
-        return cls((), "auto", (("slot", slot), ("template", template)),
+            bits = SRV6_FIRST_USID
+        else:
+            fmt, bits = _derived_format(fmt, template, ev_bits, EV_WIDTH_MAX)
+        return cls((), "auto", (("bits", bits), ("template", template)),
                    _check_port_mask(phy_port_mask), fmt)
 
 
@@ -541,19 +555,29 @@ def ev_format_of(ev_format) -> EvFormat:
     return names[ev_format.lower()]
 
 
-# The 16-bit slot of the EV a derived value goes in, per format (gen_place.slot)
-_DERIVED_SLOT = {EvFormat.UDP: 0, EvFormat.STEV: 1, EvFormat.SRV6: SRV6_USIDS - 1}
+# The EV bits a derived value fills by default, per format (gen_bits)
+_DERIVED_BITS = {EvFormat.UDP: 0xFFFF, EvFormat.STEV: 0xFFFF << 16,
+                 EvFormat.SRV6: SRV6_FIRST_USID}
 
 
-def _derived_format(ev_format, template) -> tuple[EvFormat, int]:
-    """(format, slot) of a derived profile; a ValueError says what to fix."""
+def _derived_format(ev_format, template, ev_bits, width) -> tuple[EvFormat, int]:
+    """(format, EV bits) of a derived profile of ``width``-bit values; a
+    ValueError says what to fix."""
     fmt = ev_format_of(ev_format)
-    bits = EV_FORMAT_BITS[fmt]
-    if not isinstance(template, int) or not 0 <= template < 1 << bits:
-        raise ValueError(f"template must be a {bits}-bit {fmt.name} EV, not {template!r}")
-    if fmt == EvFormat.UDP and template:
-        raise ValueError("a UDP-format EV is the derived value itself: template must be 0")
-    return fmt, _DERIVED_SLOT[fmt]
+    size = EV_FORMAT_BITS[fmt]
+    bits = _DERIVED_BITS[fmt] if ev_bits is None else ev_bits
+    if not isinstance(template, int) or not 0 <= template < 1 << size:
+        raise ValueError(f"template must be a {size}-bit {fmt.name} EV, not {template!r}")
+    if not isinstance(bits, int) or not 0 < bits < 1 << size:
+        raise ValueError(f"ev_bits must be a nonzero {size}-bit mask of the {fmt.name} EV's "
+                         f"bits, not {ev_bits!r}")
+    if bits.bit_count() < width:
+        raise ValueError(f"ev_bits {bits:#x} has {bits.bit_count()} bits, fewer than the "
+                         f"{width} of the derived values: give at least {width}")
+    if template & bits:
+        raise ValueError(f"template {template:#x} sets bits that ev_bits {bits:#x} gives the "
+                         f"derived value: clear them in the template")
+    return fmt, bits
 
 
 def _usids_value(usids) -> int:
@@ -1189,13 +1213,17 @@ class Device:
             await g.write_fields("gen_range", min=p["min"], max=p["max"])
             await g.write_fields("gen_init", init=p["init"], mask=p["mask"])
             await g.write_fields("gen_shape", width=p["width"], count=p["count"])
+        bits, template = p.get("bits", 0xFFFF), p.get("template", 0)
         if self.params.get("ev_width", 16) > 16:
-            await g.write_fields("gen_place", slot=p.get("slot", 0))
             for k in (0, 1):
-                await g.write("gen_template", p.get("template", 0) >> 32 * k & 0xFFFFFFFF, k)
-        elif p.get("slot") or p.get("template"):
+                await g.write("gen_template", template >> 32 * k & 0xFFFFFFFF, k)
+                await g.write("gen_bits", bits >> 32 * k & 0xFFFFFFFF, k)
+        elif evs.ev_format != EvFormat.UDP:
             raise ValueError(f"{evs.ev_format.name} EVs need a NIC whose EV entries hold them "
                              f"(this one holds 16 bits): use ev_format='udp'")
+        elif bits != 0xFFFF or template:
+            raise ValueError("this NIC's EV entries are 16 bits, each the derived value itself: "
+                             "leave ev_bits and template out")
         await g.write_fields("gen_start", auto=int(evs.mode == "auto"))
         waited = 0
         while (status := await g.read_fields("gen_status"))["busy"]:

@@ -1,7 +1,7 @@
 """MRC's GENERATED and AUTO EV profiles, derived and loaded by the NIC itself:
 the ``ev_gen`` register block (``EvGenBlock``) around ``EvGenerator``."""
 
-from amaranth.hdl import Array, Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal
 from amaranth.lib import stream, wiring
 from amaranth.lib.wiring import In, Out
 
@@ -12,21 +12,21 @@ from .csr import CsrWrite
 from .ev_gen import EV_WIDTH_MAX, EvGenerator
 
 __all__ = ["AUTO_MAX", "AUTO_MIN", "auto_init", "EV_GEN_TYPE_ID", "EV_GEN_VERSION",
-           "EvGenBlock", "SRV6_FIRST_SLOT", "auto_params", "ev_gen_register_map", "placed"]
+           "EvGenBlock", "SRV6_FIRST_USID", "auto_params", "deposit", "ev_gen_register_map"]
 
 EV_GEN_TYPE_ID = 0x0005
-EV_GEN_VERSION = 1
+EV_GEN_VERSION = 2
 
 # AUTO: GENERATED over the ephemeral ports (RFC 6335, 49152..65535: 2^14 EVs),
 # every entry of the QP's table; each QP starts at its number's low 14 bits
 # reversed, so that QPs 0, 1, 2, 3, ... start 2^13, 2^12, 3 x 2^12, ... apart
 AUTO_MIN, AUTO_MAX = 0xC000, 0xFFFF
 AUTO_INIT_BITS = 14
-# AUTO with the value in SRv6's first uSID (gen_place.slot): a uSID names a
-# fabric node, so the range is the evs_per_qp first hops from the template's
-# first uSID on (a fabric's first-hop uSIDs are consecutive), QP q starting
-# at the (q mod evs_per_qp)-th of them
-SRV6_FIRST_SLOT = SRV6_USIDS - 1
+# The EV bits of SRv6's first uSID. AUTO with the value there (gen_bits): a
+# uSID names a fabric node, so the range is the evs_per_qp first hops from the
+# template's first uSID on (a fabric's first-hop uSIDs are consecutive), QP q
+# starting at the (q mod evs_per_qp)-th of them
+SRV6_FIRST_USID = (1 << SRV6_USID_BITS) - 1 << SRV6_USID_BITS * (SRV6_USIDS - 1)
 # cycles from one injected write to the next, at least
 WRITE_SPACING = 4
 
@@ -36,26 +36,35 @@ def auto_init(qpn: int) -> int:
     return int(f"{qpn & ((1 << AUTO_INIT_BITS) - 1):0{AUTO_INIT_BITS}b}"[::-1], 2)
 
 
-def auto_params(qpn: int, evs_per_qp: int, slot: int = 0, template: int = 0) -> dict[str, int]:
+def auto_params(qpn: int, evs_per_qp: int, bits: int = 0xFFFF,
+                template: int = 0) -> dict[str, int]:
     """The GENERATED parameters AUTO takes for QP ``qpn`` (the golden model's
-    ``generated_evs`` keywords), its value going in ``slot`` of ``template``
-    (``gen_place``, ``gen_template``): the ephemeral ports, or in SRv6's first
-    uSID the ``evs_per_qp`` first hops from the template's (``max_ev`` above
-    0xFFFF when they run past the last uSID: ``generated_evs`` refuses it, as
-    the NIC does)."""
-    if slot == SRV6_FIRST_SLOT:
-        first = template >> SRV6_USID_BITS * SRV6_FIRST_SLOT & 0xFFFF
+    ``generated_evs`` keywords), its value deposited in ``bits`` of
+    ``template`` (``gen_bits``, ``gen_template``): the ephemeral ports, or in
+    SRv6's first uSID the ``evs_per_qp`` first hops from the template's
+    (``max_ev`` above 0xFFFF when they run past the last uSID:
+    ``generated_evs`` refuses it, as the NIC does)."""
+    if bits == SRV6_FIRST_USID:
+        first = (template & SRV6_FIRST_USID) >> SRV6_USID_BITS * (SRV6_USIDS - 1)
         return dict(width=EV_WIDTH_MAX, init=qpn & 0xFFFF, min_ev=first,
                     max_ev=first + evs_per_qp - 1, mask=0xFFFF, count=evs_per_qp)
     return dict(width=EV_WIDTH_MAX, init=auto_init(qpn), min_ev=AUTO_MIN, max_ev=AUTO_MAX,
                 mask=0xFFFF, count=evs_per_qp)
 
 
-def placed(value: int, slot: int, template: int) -> int:
-    """The EV of a derived ``value`` placed in 16-bit ``slot`` of ``template``
-    (builds with EVs wider than 16 bits: ``gen_place``, ``gen_template``)."""
-    mask = 0xFFFF << 16 * slot
-    return template & ~mask | value << 16 * slot
+def deposit(value: int, bits: int, template: int) -> int:
+    """The EV of a derived ``value`` deposited in ``bits`` of ``template``
+    (builds with EVs wider than 16 bits: ``gen_bits``, ``gen_template``): the
+    value's bit j goes to the j-th lowest set bit of ``bits`` (value bits past
+    the last are dropped), the EV's other bits are the template's."""
+    out = template & ~bits
+    k = 0
+    while bits:
+        low = bits & -bits
+        out |= low if value >> k & 1 else 0
+        bits ^= low
+        k += 1
+    return out
 
 
 def ev_gen_register_map(ev_width: int = 16) -> RegisterMap:
@@ -81,7 +90,7 @@ def ev_gen_register_map(ev_width: int = 16) -> RegisterMap:
            fields=[("auto", 0, 1, "AUTO: the NIC's own parameters (width 16, the range "
                     f"0x{AUTO_MIN:04X}..0x{AUTO_MAX:04X}, init = the QP number's low "
                     f"{AUTO_INIT_BITS} bits reversed, mask 0xFFFF, count evs_per_qp; with "
-                    f"gen_place.slot {SRV6_FIRST_SLOT}, SRv6's first uSID: the range "
+                    f"gen_bits 0x{SRV6_FIRST_USID:X}, SRv6's first uSID: the range "
                     "gen_template's first uSID .. that + evs_per_qp - 1, init = the QP "
                     "number); 0: the registers above")])
     rm.add("gen_status", 0x1C, "RO", "the last run",
@@ -93,13 +102,14 @@ def ev_gen_register_map(ev_width: int = 16) -> RegisterMap:
                    ("bad_qp", 3, 1, "gen_qp was not a QP: nothing was written"),
                    ("found", 8, 8, "EVs written GOOD (entries 0 .. found - 1)")])
     if ev_width > 16:
-        rm.add("gen_place", 0x20, "RW", "(ev_width above 16) where a derived value goes in "
-               "the EV, GENERATED and AUTO alike: EV = gen_template with 16-bit slot `slot` "
-               "replaced by the value",
-               fields=[("slot", 0, 2, "the value's EV bits: 16 x slot + 15 .. 16 x slot (0: the "
-                        "UDP source port; 1: STEV's flow label; 3: SRv6's first uSID)")])
-        rm.add("gen_template", 0x24, "RW", "(ev_width above 16) the EV's other bits, word i "
-               "its bits 32i+31..32i", count=2, stride=4)
+        rm.add("gen_template", 0x20, "RW", "(ev_width above 16) the EV's bits outside "
+               "gen_bits, word i its bits 32i+31..32i", count=2, stride=4)
+        rm.add("gen_bits", 0x28, "RW", "(ev_width above 16) the EV bits a derived value "
+               "fills, GENERATED and AUTO alike, word i bits 32i+31..32i: the value's bit j "
+               "goes to the j-th lowest set bit (0xFFFF: the UDP source port; 0xFFFF0000: "
+               "STEV's flow label, or a split such as 8+4+4 bits over the flow label and the "
+               f"source port; 0x{SRV6_FIRST_USID:X}: SRv6's first uSID); 0 (the reset value) "
+               "is read as 0xFFFF", count=2, stride=4)
     return rm
 
 
@@ -121,8 +131,8 @@ class EvGenBlock(wiring.Component):
     Parameters: ``num_qps``, ``evs_per_qp`` (a power of two); ``tx_map`` and
     ``rel_map``, those blocks' register maps; ``tx_block`` and ``rel_block``,
     their indices on the CSR interconnect; ``ev_width``, the EV tables'
-    (above 16: each derived value is placed in ``gen_template``'s slot
-    ``gen_place.slot`` (``placed``), and each entry's bits above 15 are
+    (above 16: each derived value is deposited in ``gen_template``'s bits
+    ``gen_bits`` (``deposit``), and each entry's bits above 15 are
     written into TX's and reliability's ``ev_value_hi`` before its entry
     write, zeros for the DENIED entries).
 
@@ -141,11 +151,15 @@ class EvGenBlock(wiring.Component):
     Latency: the generator's (about count x (21 + count / 2) cycles) plus 3
     injected writes per entry, ``WRITE_SPACING`` (4) cycles apart while the
     host is idle (so that TX sees them as it sees the host's, one in 3 cycles
-    at most); 16 entries take about 750 cycles. A control-path
+    at most); 16 entries take about 750 cycles. With EVs wider than 16 bits
+    each EV found also takes a cycle per EV bit up to ``gen_bits``' highest
+    (``DEPOSIT``, a bit a cycle: 65 for SRv6's first uSID). A control-path
     operation: it runs while the QP is set up, not per packet.
 
     Cost: about 660 to 720 LUT4 and 410 to 420 flip-flops from 2 x 2 to 256 x 16
-    QPs x EVs, no block RAM (docs/board.md, "NicCore scaling").
+    QPs x EVs with 16-bit EVs, no block RAM (docs/board.md, "NicCore scaling");
+    wider EVs add the template and bits registers and DEPOSIT's shift
+    registers.
     """
 
     def __init__(self, *, num_qps, evs_per_qp, tx_map, rel_map, tx_block, rel_block,
@@ -172,30 +186,32 @@ class EvGenBlock(wiring.Component):
         ibits = max(1, (E - 1).bit_length())
 
         names = ("gen_qp", "gen_range", "gen_init", "gen_shape")
-        if self.hi:
-            names += ("gen_place",)
         regs = {name: Signal(32, name=name) for name in names}
         masks = {name: sum(((1 << w) - 1) << lsb for _, lsb, w, _ in rm[name].fields)
                  for name in regs}
-        template = Signal(64)  # gen_template's two words
-        tpl_words = {rm["gen_template"].addr(k): template[32 * k : 32 * (k + 1)]
-                     for k in (range(2) if self.hi else ())}
+        template, bits_reg = Signal(64), Signal(64)  # gen_template's, gen_bits' two words
+        wide_words = {rm[name].addr(k): reg[32 * k : 32 * (k + 1)]
+                      for name, reg in (("gen_template", template), ("gen_bits", bits_reg))
+                      for k in (range(2) if self.hi else ())}
         w = RegisteredWrites(m, csr, {
             **{name: (csr.addr == rm[name].offset, masks[name]) for name in regs},
-            **{f"t{k}": (csr.addr == addr, None) for k, addr in enumerate(tpl_words)},
+            **{f"t{k}": (csr.addr == addr, None) for k, addr in enumerate(wide_words)},
             "start": (csr.addr == rm["gen_start"].offset, None)})
         for name, reg in regs.items():
             with m.If(w.stb[name]):
                 m.d.sync += reg.eq(w.data & masks[name])
-        for k, word in enumerate(tpl_words.values()):
+        for k, word in enumerate(wide_words.values()):
             with m.If(w.stb[f"t{k}"]):
                 m.d.sync += word.eq(w.data)
+        # the EV bits a derived value fills (0 is read as the UDP source port's)
+        bits = Signal(self.ev_width)
+        m.d.comb += bits.eq(Mux(bits_reg[: self.ev_width].any(), bits_reg, 0xFFFF))
 
         busy, error, ignored, bad_qp = Signal(), Signal(), Signal(), Signal()
         found = Signal(8)
         status = Cat(busy, error, ignored, bad_qp, 0, 0, 0, 0, found)
         words = {**{rm[name].offset: reg for name, reg in regs.items()},
-                 rm["gen_status"].offset: status, **tpl_words}
+                 rm["gen_status"].offset: status, **wide_words}
         value = Signal(32)
         with m.Switch(csr.addr):
             for offset, word in words.items():
@@ -211,6 +227,10 @@ class EvGenBlock(wiring.Component):
         auto = Signal()
         idx = Signal(range(E + 1))
         ev_value = Signal(self.ev_width)
+        # DEPOSIT's state: the value's bits still to place, the EV bits still to
+        # visit, and the one-hot EV bit visited
+        dep_value = Signal(16)
+        dep_bits, dep_at = Signal(self.ev_width), Signal(self.ev_width)
         ev_state = Signal(EvState)
         p = gen.start.payload
         qp_f, rng, init, shape = regs["gen_qp"], regs["gen_range"], regs["gen_init"], \
@@ -220,10 +240,10 @@ class EvGenBlock(wiring.Component):
         # uSID has max 0 < min: the generator refuses it)
         auto_min, auto_max = Const(AUTO_MIN, 16), Const(AUTO_MAX, 16)
         auto_init_q = qpn[:AUTO_INIT_BITS][::-1]
-        if self.ev_width > SRV6_USID_BITS * SRV6_FIRST_SLOT:  # SRv6's entries
-            usid = template.word_select(SRV6_FIRST_SLOT, SRV6_USID_BITS)
+        if self.ev_width >= SRV6_FIRST_USID.bit_length():  # SRv6's entries
+            usid = template.word_select(SRV6_USIDS - 1, SRV6_USID_BITS)
             last = Signal(SRV6_USID_BITS + 1)
-            srv6 = regs["gen_place"][0:2] == SRV6_FIRST_SLOT
+            srv6 = bits == SRV6_FIRST_USID
             m.d.comb += last.eq(usid + (E - 1))
             auto_min = Mux(srv6, usid, auto_min)
             auto_max = Mux(srv6, Mux(last[-1], 0, last[:-1]), auto_max)
@@ -271,14 +291,28 @@ class EvGenBlock(wiring.Component):
                 m.next = "RUN"
             with m.State("RUN"):
                 with m.If(gen.ev.valid):
-                    m.d.sync += [idx.eq(gen.ev.payload.index), ev_state.eq(EvState.GOOD),
-                                 ev_value.eq(self._placed(gen.ev.payload.value, regs, template))]
-                    m.next = "SELECT"
+                    m.d.sync += [idx.eq(gen.ev.payload.index), ev_state.eq(EvState.GOOD)]
+                    if self.hi:
+                        m.d.sync += [ev_value.eq(template & ~bits), dep_value.eq(
+                            gen.ev.payload.value), dep_bits.eq(bits), dep_at.eq(1)]
+                        m.next = "DEPOSIT"
+                    else:
+                        m.d.sync += ev_value.eq(gen.ev.payload.value)
+                        m.next = "SELECT"
                 with m.Elif(~gen.busy):  # done: refused, too few EVs, or count found
                     m.d.sync += [error.eq(gen.error), found.eq(Mux(gen.error, 0, gen.found)),
                                  idx.eq(Mux(gen.error, 0, gen.found)), ev_value.eq(0),
                                  ev_state.eq(EvState.DENIED)]
                     m.next = "FILL"
+            if self.hi:
+                with m.State("DEPOSIT"):  # one EV bit a cycle (deposit)
+                    with m.If(dep_bits[0]):
+                        m.d.sync += dep_value.eq(dep_value >> 1)
+                        with m.If(dep_value[0]):
+                            m.d.sync += ev_value.eq(ev_value | dep_at)
+                    m.d.sync += [dep_bits.eq(dep_bits >> 1), dep_at.eq(dep_at << 1)]
+                    with m.If(~dep_bits.any()):
+                        m.next = "SELECT"
             with m.State("FILL"):
                 with m.If(idx == E):
                     m.d.sync += busy.eq(0)
@@ -312,15 +346,4 @@ class EvGenBlock(wiring.Component):
         with m.If(w.stb["start"] & busy):
             m.d.sync += ignored.eq(1)
         return m
-
-    def _placed(self, value, regs, template):
-        """A derived ``value`` as its EV: ``placed`` in gateware (the value
-        itself in a build of 16-bit EVs)."""
-        if not self.hi:
-            return value
-        slots = self.ev_width // 16
-        cases = [Cat(*[value if j == s else template[16 * j : 16 * (j + 1)]
-                       for j in range(slots)]) for s in range(slots)]
-        cases += [template[: self.ev_width]] * (4 - slots)  # a slot above the EV's
-        return Array(cases)[regs["gen_place"][:2]]
 

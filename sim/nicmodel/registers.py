@@ -412,7 +412,7 @@ class RegisterBehaviour:
         """EvGenBlock's run, at once (the gateware's takes hundreds of cycles,
         which the model does not count): the EVs found GOOD, the rest DENIED,
         in TX's and reliability's tables; a QP out of range: nothing."""
-        from hw.nic.ev_load import auto_params, placed
+        from hw.nic.ev_load import auto_params, deposit
         from sim.model.ev import generated_evs
 
         ne = self.params["evs_per_qp"]
@@ -421,13 +421,14 @@ class RegisterBehaviour:
             self.ev_gen_status = 1 << 3  # bad_qp
             return
         width = self.params.get("ev_width", 16)
-        slot = template = 0
-        if width > 16:
-            slot = self.field("ev_gen", "gen_place", 0, "slot")
-            template = self.reg("ev_gen", "gen_template", 0) | self.reg(
-                "ev_gen", "gen_template", 1) << 32
-        if value & 1:  # SRv6's AUTO rule where the entries hold its first uSID
-            params = auto_params(q, ne, *((slot, template) if slot < width // 16 else ()))
+        bits, template = 0xFFFF, 0
+        if width > 16:  # the EV bits a value fills, 0 read as 0xFFFF; the others'
+            words = [self.reg("ev_gen", name, k) for name in ("gen_bits", "gen_template")
+                     for k in (0, 1)]
+            bits = (words[0] | words[1] << 32) & ((1 << width) - 1) or 0xFFFF
+            template = words[2] | words[3] << 32
+        if value & 1:
+            params = auto_params(q, ne, bits, template)
         else:
             f = {n: self.field("ev_gen", reg, 0, n) for reg, names in (
                 ("gen_range", ("min", "max")), ("gen_init", ("init", "mask")),
@@ -440,9 +441,8 @@ class RegisterBehaviour:
             values = [v for v, _ in generated_evs(**params)]
         except ValueError:
             values = None
-        if values is not None and width > 16:  # each value placed in the template
-            values = [placed(v, slot, template) & ((1 << width) - 1) if slot < width // 16
-                      else template & ((1 << width) - 1) for v in values]
+        if values is not None and width > 16:  # each value deposited in the template
+            values = [deposit(v, bits, template) & ((1 << width) - 1) for v in values]
         for i in range(ne):
             good = values is not None and i < len(values)
             value, state = (values[i] if good else 0), EV_CODES[GOOD if good else DENIED]

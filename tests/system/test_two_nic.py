@@ -24,6 +24,7 @@ from scapy.utils import rdpcap
 from host_driver import layers as L
 from host_driver.driver import Completion, Device, EvProfile, EvState, QpState, WrOpcode
 from hw.nic.csr import DEVICE_INFO_TYPE_ID, NIC_VERSION
+from hw.nic.ev_load import EV_GEN_VERSION
 from hw.nic.plane_status import PLANES_TYPE_ID
 from hw.protocol import SVC_TIME_UNIT_NS
 from hw.reliability.cc_defaults import DATA_WIRE_OVERHEAD
@@ -61,7 +62,8 @@ async def test_discovery(dut):
         dev: Device = end.dev
         # the planes block last: the NICs have planes
         assert [(b.type_id, b.version) for b in dev.blocks] == [
-            (DEVICE_INFO_TYPE_ID, 1), (2, 1), (3, 1), (4, 1), (5, 1), (PLANES_TYPE_ID, 1)]
+            (DEVICE_INFO_TYPE_ID, 1), (2, 1), (3, 1), (4, 1), (5, EV_GEN_VERSION),
+            (PLANES_TYPE_ID, 1)]
         block_size = dev.params["block_size"]
         assert [b.base for b in dev.blocks] == [k * block_size for k in range(6)]
         assert dev.params["nic_version"] == NIC_VERSION

@@ -17,6 +17,7 @@ from host_driver.driver import (
 )
 from host_driver.transport import HostMemory
 from hw.nic.csr import NIC_VERSION
+from hw.nic.ev_load import EV_GEN_VERSION
 from hw.protocol import EvFormat
 from hw.tx.layouts import WQE_LAYOUT
 
@@ -42,7 +43,8 @@ class FakeNic:
     """Headers and device info as NicCore presents them; every other word is
     a plain register that remembers writes (TX status reads ready)."""
 
-    def __init__(self, chain=((1, 1), (2, 1), (3, 1), (4, 1), (5, 1)), next_override=None):
+    def __init__(self, chain=((1, 1), (2, 1), (3, 1), (4, 1), (5, EV_GEN_VERSION)),
+                 next_override=None):
         from hw.nic.csr import device_info_register_map
 
         self.words = {}
@@ -95,7 +97,7 @@ def test_discovery_and_parameters():
 
 
 def test_discovery_finds_blocks_in_any_order_and_skips_unknown_ones():
-    nic = FakeNic(chain=((1, 1), (0x77, 3), (5, 1), (4, 1), (3, 1), (2, 1)))
+    nic = FakeNic(chain=((1, 1), (0x77, 3), (5, EV_GEN_VERSION), (4, 1), (3, 1), (2, 1)))
     nic.words[5 * BLOCK + 0x14] = 1  # TX status ready, where TX now sits
     dev, _ = run(ready_device(nic))
     assert dev.tx.base == 5 * BLOCK and dev.rel.base == 3 * BLOCK and dev.ev_gen.base == 2 * BLOCK
@@ -107,9 +109,9 @@ def test_discovery_errors():
     with pytest.raises(DriverError, match="loops"):
         run(discover(FakeNic(next_override={2 * BLOCK + 4: BLOCK})))
     with pytest.raises(DriverError, match=r"blocks not found: \['reliability'\]"):
-        run(ready_device(FakeNic(chain=((1, 1), (2, 1), (3, 1), (5, 1)))))
+        run(ready_device(FakeNic(chain=((1, 1), (2, 1), (3, 1), (5, EV_GEN_VERSION)))))
     with pytest.raises(DriverError, match="rx block version 9, driver knows 1"):
-        run(ready_device(FakeNic(chain=((1, 1), (2, 1), (3, 9), (4, 1), (5, 1)))))
+        run(ready_device(FakeNic(chain=((1, 1), (2, 1), (3, 9), (4, 1), (5, EV_GEN_VERSION)))))
     nic = FakeNic()
     nic.words[BLOCK + 0x14] = 0
     with pytest.raises(DriverError, match="did not come out of reset"):
@@ -653,28 +655,40 @@ def test_ev_formats_are_refused_with_what_to_fix():
 
 
 def test_derived_ev_formats_place_their_values():
-    """GENERATED and AUTO in STEV's and SRv6's formats: the values placed in
-    their slot of the template (STEV's flow label, SRv6's first uSID); SRv6's
-    AUTO needs a template that starts a uSID list, UDP no template, each
-    refusal saying what to fix."""
+    """GENERATED and AUTO in STEV's and SRv6's formats: the values deposited
+    in their format's bits of the template (STEV's flow label, SRv6's first
+    uSID), or in ``ev_bits`` (MRC's STEV 8 + 4 + 4 split over the flow label
+    and the source port); SRv6's AUTO needs a template that starts a uSID
+    list; a template over the value's bits, too few bits, or bits outside the
+    format are refused, each saying what to fix."""
     stev = EvProfile.generated(width=4, min_ev=1, max_ev=3, count=3, ev_format="stev",
                                template=0xC00B)
     assert stev.values == (0x1_C00B, 0x2_C00B, 0x3_C00B) and stev.ev_format == EvFormat.STEV
-    assert dict(stev.params)["slot"] == 1
+    assert dict(stev.params)["bits"] == 0xFFFF << 16
+    split = 0xFF << 24 | 0xF << 16 | 0xF << 4  # 8 + 4 bits of flow label, 4 of source port
+    stev = EvProfile.generated(width=16, min_ev=0x1234, max_ev=0x1235, count=2,
+                               ev_format="stev", template=0xC000, ev_bits=split)
+    assert stev.values == (0x1203_C040, 0x1203_C050)
     srv6 = EvProfile.generated(min_ev=0x0E00, max_ev=0x0E01, count=2, ev_format="srv6",
                                template=0x0002 << 32)
     assert srv6.values == (0x0E00_0002 << 32, 0x0E01_0002 << 32)
     assert dict(EvProfile.auto(ev_format="stev", template=0xC000).params) == {
-        "slot": 1, "template": 0xC000}
+        "bits": 0xFFFF << 16, "template": 0xC000}
     auto6 = EvProfile.auto(ev_format="srv6", template=0x0E00_0002 << 32)
-    assert dict(auto6.params) == {"slot": 3, "template": 0x0E00_0002 << 32}
+    assert dict(auto6.params) == {"bits": 0xFFFF << 48, "template": 0x0E00_0002 << 32}
     assert (auto6.mode, auto6.values, auto6.ev_format) == ("auto", (), EvFormat.SRV6)
     with pytest.raises(ValueError, match="fabric's first first-hop uSID, not 0"):
         EvProfile.auto(ev_format="srv6")
     with pytest.raises(ValueError, match="a zero uSID ends them"):
         EvProfile.auto(ev_format="srv6", template=0x0E00_0000_0002 << 16)
-    with pytest.raises(ValueError, match="template must be 0"):
+    with pytest.raises(ValueError, match="ev_bits must be 0xffff000000000000"):
+        EvProfile.auto(ev_format="srv6", template=0x0E00_0002 << 32, ev_bits=0xFFFF)
+    with pytest.raises(ValueError, match="clear them in the template"):
         EvProfile.generated(ev_format="udp", template=5)
+    with pytest.raises(ValueError, match="fewer than the 16 of the derived values"):
+        EvProfile.auto(ev_format="stev", ev_bits=0xFF << 16)
+    with pytest.raises(ValueError, match="nonzero 32-bit mask"):
+        EvProfile.generated(ev_format="stev", ev_bits=1 << 32)
     with pytest.raises(ValueError, match="template must be a 32-bit STEV EV"):
         EvProfile.generated(ev_format="stev", template=1 << 32)
     with pytest.raises(ValueError, match="a zero uSID ends them"):  # the list is cut short

@@ -14,7 +14,7 @@ from hw.nic.ev_load import (
     EvGenBlock,
     auto_init,
     auto_params,
-    placed,
+    deposit,
 )
 from hw.protocol import EvState
 from hw.reliability.registers import register_map as rel_register_map
@@ -252,28 +252,46 @@ def test_parameters_are_checked():
                    rel_block=REL)
 
 
-@pytest.mark.parametrize("slot, template", [(1, 0xC00B), (3, 0x0002 << 32), (0, 0)])
-def test_derived_values_are_placed_in_the_template(slot, template):
-    """With 64-bit EV entries, each derived value goes in ``gen_place.slot``
-    of ``gen_template`` (``placed``: STEV's flow label over its source port,
-    SRv6's first uSID over the rest of the list), GENERATED and AUTO alike:
-    every entry's bits above 15 staged in TX's and reliability's
-    ev_value_hi before its entry write, zeros for the DENIED ones."""
-    setup = [("write", "gen_place", slot), ("write", "gen_template", template & 0xFFFF_FFFF, 0),
-             ("write", "gen_template", template >> 32, 1)]
-    tables, (word,) = run([*setup, ("write", "gen_qp", 2),
+def wide_setup(bits, template):
+    """The writes of ``gen_bits`` and ``gen_template`` (64-bit EV entries)."""
+    return [("write", name, value >> 32 * k & 0xFFFF_FFFF, k)
+            for name, value in (("gen_bits", bits), ("gen_template", template)) for k in (0, 1)]
+
+
+@pytest.mark.parametrize("bits, template", [
+    (0xFFFF << 16, 0xC00B),  # STEV's flow label over its source port
+    (0xFF << 24 | 0xF << 16 | 0xF << 4, 0xC000),  # STEV, 8 + 4 + 4 bits split over both
+    (0xFFFF << 48, 0x0002 << 32),  # SRv6's first uSID over the rest of the list
+    (0, 0)])  # the reset value: UDP's source port
+def test_derived_values_are_deposited_in_the_template(bits, template):
+    """With 64-bit EV entries, each derived value's bit j goes to the j-th
+    lowest set bit of ``gen_bits``, the others ``gen_template``'s
+    (``deposit``: the bits may be split), GENERATED and AUTO alike: every
+    entry's bits above 15 staged in TX's and reliability's ev_value_hi before
+    its entry write, zeros for the DENIED ones."""
+    used = bits or 0xFFFF
+    tables, (word,) = run([*wide_setup(bits, template), ("write", "gen_qp", 2),
                            ("write", "gen_range", 0x0E00 | 0x0E07 << 16),
                            ("write", "gen_init", 0 | 0xFFFF << 16),
                            ("write", "gen_shape", 16 | 5 << 8), ("start", 0), ("status",)],
                           wide=True)
-    want = [placed(v, slot, template) for v, _ in generated_evs(
+    want = [deposit(v, used, template) for v, _ in generated_evs(
         width=16, init=0, min_ev=0x0E00, max_ev=0x0E07, mask=0xFFFF, count=5)]
     expect_table(tables, 2, want)
     assert status(word)["found"] == 5
     assert tables.writes == E * (3 + 2 * 2)
-    tables, _ = run([*setup, ("write", "gen_qp", 1), ("start", 1), ("status",)], wide=True)
-    expect_table(tables, 1, [placed(v, slot, template)
-                             for v, _ in generated_evs(**auto_params(1, E, slot, template))])
+    tables, _ = run([*wide_setup(bits, template), ("write", "gen_qp", 1), ("start", 1),
+                     ("status",)], wide=True)
+    expect_table(tables, 1, [deposit(v, used, template)
+                             for v, _ in generated_evs(**auto_params(1, E, used, template))])
+
+
+def test_deposit():
+    """``deposit``, the rule the gateware's DEPOSIT state follows bit by bit."""
+    assert deposit(0xABCD, 0xFFFF << 16, 0xC00B) == 0xABCD_C00B
+    assert deposit(0b101, 0b1011 << 4, 0xFFFF) == 0xFFDF  # bits 4, 5, 7 from 1, 0, 1; 6 kept
+    assert deposit(0x1FF, 0xFF, 0) == 0xFF  # value bits past the last are dropped
+    assert deposit(0xA5, 0xF << 28 | 0xF, 0) == 0xA << 28 | 0x5
 
 
 @pytest.mark.parametrize("qpn", [0, 3])
@@ -285,18 +303,17 @@ def test_srv6_auto_takes_the_first_hops_from_the_templates(qpn):
     template = 0x0E00_0002 << 32
 
     def auto(template, qpn):
-        return run([("write", "gen_place", 3), ("write", "gen_template", template & 0xFFFF_FFFF, 0),
-                    ("write", "gen_template", template >> 32, 1), ("write", "gen_qp", qpn),
+        return run([*wide_setup(0xFFFF << 48, template), ("write", "gen_qp", qpn),
                     ("start", 1), ("status",)], wide=True)
 
     tables, (word,) = auto(template, qpn)
     firsts = [0x0E00 + (qpn + i) % E for i in range(E)]
-    assert [v for v, _ in generated_evs(**auto_params(qpn, E, 3, template))] == firsts
+    assert [v for v, _ in generated_evs(**auto_params(qpn, E, 0xFFFF << 48, template))] == firsts
     expect_table(tables, qpn, [f << 48 | 0x0002 << 32 for f in firsts])
     assert status(word) == dict(busy=0, error=0, ignored=0, bad_qp=0, found=E)
     tables, (word,) = auto(0xFFFC_0002 << 32, qpn)
     expect_table(tables, qpn, [])
     assert status(word)["error"] == 1
     with pytest.raises(ValueError, match="min <= max < 2"):
-        generated_evs(**auto_params(qpn, E, 3, 0xFFFC_0002 << 32))
+        generated_evs(**auto_params(qpn, E, 0xFFFF << 48, 0xFFFC_0002 << 32))
 
