@@ -950,6 +950,11 @@ def test_nic_derived_ev_profiles_are_checked_first():
                                                           template=0x0E00_0002 << 32))
         assert loaded.values == tuple((0x0E00 + (1 + i) % ne) << 48 | 0x0002 << 32
                                       for i in range(ne))
+        # a STEV value split over the flow label (8 + 4 bits) and the source port (4)
+        loaded = await dev.generate_evs(2, EvProfile.generated(
+            width=16, min_ev=0x1234, max_ev=0x1235, count=2, ev_format="stev",
+            template=0xC000, ev_bits=0xFF0F00F0))
+        assert loaded.values == (0x1203_C040, 0x1203_C050)
         with pytest.raises(ValueError, match="past the last uSID 0xffff"):
             await dev.generate_evs(1, EvProfile.auto(ev_format="srv6",
                                                      template=0xFFFC_0002 << 32))
