@@ -90,7 +90,7 @@ class RxAckBuilder(wiring.Component):
     sack_bits / 8`` bytes; Eth / IPv4 / UDP / BTH (opcode 0xC1, PSN 0) / MRC
     PROBE / ICRC for a probe response, 74 bytes. With ``ipv6`` (a build
     parameter) a job with ``v6`` set goes over IPv6 instead (traffic class
-    ECT(0), flow label 0, hop limit 64, from ``own_ip6`` to the job's
+    ECT(0), the job's flow label, hop limit 64, from ``own_ip6`` to the job's
     128-bit ``dst_ip``; 20 bytes longer, no checksum): four kinds of frame,
     each with its own image, ICRC masks and beat index, picked by the job's
     ``probe`` and ``v6``.
@@ -180,9 +180,9 @@ class RxAckBuilder(wiring.Component):
         def l3(total_len, opcode, psn, checksum, v6=False):
             if v6:
                 ip = (pack(ETH, dst=job.dst_mac, src=self.own_mac, ethertype=ETHERTYPE_IPV6),
-                      pack(IPV6, version=6, ecn=ECN_ECT0, payload_len=total_len - OFF_UDP6,
-                           next_header=IP_PROTO_UDP, hop_limit=IP_TTL, src=self.own_ip6,
-                           dst=job.dst_ip))
+                      pack(IPV6, version=6, ecn=ECN_ECT0, flow_label=job.flow,
+                           payload_len=total_len - OFF_UDP6, next_header=IP_PROTO_UDP,
+                           hop_limit=IP_TTL, src=self.own_ip6, dst=job.dst_ip))
             else:
                 ip = (pack(ETH, dst=job.dst_mac, src=self.own_mac, ethertype=ETHERTYPE_IPV4),
                       ip_header(total_len, checksum))

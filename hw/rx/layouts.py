@@ -3,7 +3,7 @@
 from amaranth.hdl import unsigned
 from amaranth.lib import data, enum
 
-from hw.headers import AETH, BTH, PROBE, RETH, SACK, sack_bitmap
+from hw.headers import AETH, BTH, IPV6, PROBE, RETH, SACK, sack_bitmap
 
 from ..protocol import PSN_BITS, SVC_TIME_BITS, CqeStatus, QpState
 
@@ -33,6 +33,15 @@ def plane_field(plane_bits):
     one plane (0 bits: a zero-width field would reach the Verilog as an
     undriven ``[-1:0]`` wire)."""
     return {"plane": unsigned(plane_bits)} if plane_bits else {}
+
+
+# an IPv6 frame's flow label, as RX keeps it for the ACKs it echoes into
+FLOW_LABEL_BITS = next(width for name, _, width in IPV6.fields if name == "flow_label")
+
+
+def flow_field(ipv6):
+    """A record's ``flow`` field (the flow label) in a build with ``ipv6``, or none."""
+    return {"flow": unsigned(FLOW_LABEL_BITS)} if ipv6 else {}
 
 
 CQE_STATUS_SUCCESS = CqeStatus.SUCCESS
@@ -71,8 +80,9 @@ class ParsedHeader(data.StructLayout):
     """One accepted frame's header fields; fields its opcode does not carry are 0.
     ``plane`` (``plane_bits`` wide; no field with one plane; the last field, so
     that the layout without it is a prefix) is the plane the frame arrived on.
-    With ``ipv6`` the addresses are 128 bits (an IPv4 one in the low 32) and
-    ``v6`` says the frame came over IPv6."""
+    With ``ipv6`` the addresses are 128 bits (an IPv4 one in the low 32),
+    ``v6`` says the frame came over IPv6 and ``flow`` is its flow label (0
+    over IPv4; STEV's EV bits 31..16 ride there)."""
 
     def __init__(self, sack_bits: int = 64, plane_bits: int = 0, ipv6: bool = False):
         sack_bitmap(sack_bits)  # checks the width
@@ -83,7 +93,7 @@ class ParsedHeader(data.StructLayout):
                 "eth_dst": unsigned(48),
                 "ip_src": unsigned(ip_bits),
                 "ip_dst": unsigned(ip_bits),
-                **({"v6": unsigned(1)} if ipv6 else {}),
+                **({"v6": unsigned(1), **flow_field(ipv6)} if ipv6 else {}),
                 "dscp": unsigned(6),
                 "ecn": unsigned(2),
                 "ev": unsigned(16),
@@ -172,9 +182,10 @@ class WindowReq(data.StructLayout):
 
     ``va`` is the RETH VA as a DMA address: its low ``addr_width`` bits, all
     of it for a ``DATA`` request (the validator checked that it fits);
-    ``plane`` the plane it arrived on (``plane_bits``, none with one plane)."""
+    ``plane`` the plane it arrived on (``plane_bits``, none with one plane);
+    ``flow`` (``ipv6``) its flow label, which the QP's ACKs echo with ``ev``."""
 
-    def __init__(self, qp_bits, addr_width=64, plane_bits=0):
+    def __init__(self, qp_bits, addr_width=64, plane_bits=0, ipv6=False):
         super().__init__(
             {
                 "kind": ReqKind,
@@ -193,6 +204,7 @@ class WindowReq(data.StructLayout):
                 "probe_id": unsigned(32),
                 "probe_ev": unsigned(16),
                 "timestamp": unsigned(64),
+                **flow_field(ipv6),
                 **plane_field(plane_bits),
             }
         )
@@ -201,11 +213,12 @@ class WindowReq(data.StructLayout):
 class AckJob(data.StructLayout):
     """An ACK, NAK or probe response for the frame builder; ``plane``
     (``plane_bits``, none with one plane) is the plane it leaves on. With
-    ``ipv6``, ``dst_ip`` is 128 bits (an IPv4 address in its low 32) and
-    ``v6`` says the frame goes over IPv6."""
+    ``ipv6``, ``dst_ip`` is 128 bits (an IPv4 address in its low 32), ``v6``
+    says the frame goes over IPv6 and ``flow`` is its flow label (the last
+    data frame's, with ``ev`` its source port: the EV, STEV's too, echoed)."""
 
     def __init__(self, sack_bits, plane_bits=0, ipv6=False):
-        v6 = {"dst_ip": unsigned(128), "v6": unsigned(1)} if ipv6 else {}
+        v6 = {"dst_ip": unsigned(128), "v6": unsigned(1), **flow_field(ipv6)} if ipv6 else {}
         super().__init__(
             {
                 "probe": unsigned(1),
@@ -254,9 +267,9 @@ class CqeJob(data.StructLayout):
 class QpRxState(data.StructLayout):
     """What the window engine keeps per QP (one memory row); ``plane``
     (``plane_bits``, none with one plane) is the plane of the last frame from
-    the peer, which its ACKs take."""
+    the peer, which its ACKs take, and ``flow`` (``ipv6``) its flow label."""
 
-    def __init__(self, plane_bits=0):
+    def __init__(self, plane_bits=0, ipv6=False):
         super().__init__(
             {
                 "epsn": unsigned(PSN_BITS),  # expected PSN = cum_psn + 1
@@ -271,6 +284,7 @@ class QpRxState(data.StructLayout):
                 "cq_prod": unsigned(16),
                 # the window's time (cycles) when it took the newest packet placed
                 "svc_from": unsigned(PSN_BITS),
+                **flow_field(ipv6),
                 **plane_field(plane_bits),
             }
         )

@@ -530,7 +530,8 @@ class RxParser(wiring.Component):
             record.eth_dst.eq(eth["dst"]),
             record.ip_src.eq(by_family(v6, ip["src"], ip6["src"])),
             record.ip_dst.eq(by_family(v6, ip["dst"], ip6["dst"])),
-            *([record.v6.eq(v6)] if v6 is not None else []),
+            *([record.v6.eq(v6), record.flow.eq(by_family(v6, 0, ip6["flow_label"]))]
+              if v6 is not None else []),
             record.dscp.eq(by_family(v6, ip["dscp"], ip6["dscp"])),
             record.ecn.eq(by_family(v6, ip["ecn"], ip6["ecn"])),
             record.ev.eq(udp["sport"]),

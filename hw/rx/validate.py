@@ -123,7 +123,8 @@ class RxValidator(wiring.Component):
         super().__init__(
             {
                 "hdr": In(stream.Signature(ParsedHeader(sack_bits, plane_bits, ipv6))),
-                "req": Out(stream.Signature(WindowReq(self.qp_bits, addr_width, plane_bits))),
+                "req": Out(stream.Signature(WindowReq(self.qp_bits, addr_width, plane_bits,
+                                                      ipv6))),
                 "peer_ack": Out(stream.Signature(ParsedHeader(sack_bits, ipv6=ipv6))),
                 "cfg_addr": Out(self.qp_bits),
                 "cfg": In(QpConfig(addr_width, ipv6)),
@@ -141,7 +142,7 @@ class RxValidator(wiring.Component):
         m.d.comb += self.cfg_addr.eq(h.bth.dqpn[: self.qp_bits])
 
         aw = self.addr_width
-        req = Signal(WindowReq(self.qp_bits, aw, self.plane_bits))
+        req = Signal(WindowReq(self.qp_bits, aw, self.plane_bits, self.ipv6))
         req_valid = Signal()
         m.d.comb += [self.req.valid.eq(req_valid), self.req.payload.eq(req)]
         with m.If(self.req.ready):
@@ -387,6 +388,7 @@ class RxValidator(wiring.Component):
                 req.dma_len.eq(h.reth.dma_len),
                 req.imm.eq(h.imm),
                 req.ev.eq(h.ev),
+                *([req.flow.eq(h.flow)] if self.ipv6 else []),
                 *([req.plane.eq(h.plane)] if self.plane_bits else []),
                 req.mac.eq(h.eth_src),
                 req.probe_id.eq(h.probe.probe_id),

@@ -194,7 +194,8 @@ class RxPsnWindow(wiring.Component):
         self.tag_bits = exact_log2(inflight)
         super().__init__(
             {
-                "req": In(stream.Signature(WindowReq(self.qp_bits, addr_width, plane_bits))),
+                "req": In(stream.Signature(WindowReq(self.qp_bits, addr_width, plane_bits,
+                                                     ipv6))),
                 "place": Out(stream.Signature(WriteCmd(self.tag_bits, addr_width))),
                 "done": In(stream.Signature(DmaDone(self.tag_bits))),
                 "ack": Out(stream.Signature(AckJob(sack_bits, plane_bits, ipv6))),
@@ -219,7 +220,8 @@ class RxPsnWindow(wiring.Component):
         lr = exact_log2(self.ring_words)
         qpb = self.qp_bits
 
-        m.submodules.qstate = qmem = Memory(shape=QpRxState(self.plane_bits), depth=self.num_qps,
+        m.submodules.qstate = qmem = Memory(shape=QpRxState(self.plane_bits, self.ipv6),
+                                            depth=self.num_qps,
                                             init=[])
         m.submodules.bitmap = bmem = Memory(
             shape=unsigned(W), depth=self.num_qps * self.ring_words, init=[]
@@ -230,7 +232,7 @@ class RxPsnWindow(wiring.Component):
         b_wr = bmem.write_port()
 
         # The time, which QP the next timer scan looks at, and whether it is due.
-        m.submodules.scan = scan = TimerScan(qpb, self.plane_bits)
+        m.submodules.scan = scan = TimerScan(qpb, self.plane_bits, self.ipv6)
 
         # The engine's states (hw.pipeline.OneHotFSM, one flip-flop per state):
         # "in state X" is a flip-flop, not a decode of an encoded state, so the
@@ -243,9 +245,9 @@ class RxPsnWindow(wiring.Component):
         # after being loaded (or with their valid) have no reset, which leaves
         # their flip-flops' LSR pin free to clear fields without a LUT.
         qp = Signal(qpb)
-        rq = Signal(WindowReq(qpb, self.addr_width, self.plane_bits), reset_less=True)
+        rq = Signal(WindowReq(qpb, self.addr_width, self.plane_bits, self.ipv6), reset_less=True)
         rq_arrival = Signal(PSN_BITS, reset_less=True)  # the time IDLE took the request
-        qs = Signal(QpRxState(self.plane_bits))
+        qs = Signal(QpRxState(self.plane_bits, self.ipv6))
         cfg = Signal(QpConfig(self.addr_width, self.ipv6), reset_less=True)
         bm_word = Signal(lr)  # bitmap word index being read (written in MARK, ADV)
         # The cycle after IDLE reads the word of rq.psn, loaded in IDLE (CHECK_RD
@@ -362,6 +364,7 @@ class RxPsnWindow(wiring.Component):
                 qs.mac.eq(Mux(from_req, rq.mac, q_rd.data.mac)),
                 *([qs.plane.eq(Mux(from_req, rq.plane, q_rd.data.plane))]
                   if self.plane_bits else []),
+                *([qs.flow.eq(Mux(from_req, rq.flow, q_rd.data.flow))] if self.ipv6 else []),
                 cfg.eq(self.cfg),
             ]
 

@@ -42,7 +42,7 @@ class TimerScan(wiring.Component):
     operation per cycle.
     """
 
-    def __init__(self, qp_bits=4, plane_bits=0):
+    def __init__(self, qp_bits=4, plane_bits=0, ipv6=False):
         self.qp_bits = qp_bits
         super().__init__({
             "now": Out(PSN_BITS),
@@ -50,7 +50,7 @@ class TimerScan(wiring.Component):
             "count": In(1),
             "start": In(1),
             "qp": Out(qp_bits),
-            "row": In(QpRxState(plane_bits)),
+            "row": In(QpRxState(plane_bits, ipv6)),
             "check": In(1),
             "expired": Out(1),
         })

@@ -138,6 +138,6 @@ def start_states(c: WindowContext):
     # as the enable of the whole row (docs/timing.md#rx-window).
     init_copies = [state_copy(m, st.IDLE & win.init.valid, init_last, f"init_copy{k}")
                    for k in range((len(qs.as_value()) + 63) // 64)]
-    init_row = Signal(QpRxState(win.plane_bits))
+    init_row = Signal(QpRxState(win.plane_bits, win.ipv6))
     m.d.comb += init_row.epsn.eq(init_epsn)
     load_in_groups(m, [(qs, init_row)], lambda k: init_copies[k])

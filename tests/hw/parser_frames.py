@@ -126,7 +126,7 @@ def expect_frame(
         ev=udp.sport,
         payload_len=payload_len,
         trimmed=int(trimmed),
-        **({"v6": int(v6)} if ipv6 else {}),
+        **({"v6": int(v6), "flow": ip.fl if v6 else 0} if ipv6 else {}),
     )
     fields["bth"] = {name: bth.getfieldval(name) for name in fields["bth"]}
     for layer, key in ((L.RETH, "reth"), (L.AETH, "aeth"), (L.MRCProbe, "probe")):

@@ -88,7 +88,8 @@ async def test_stev_spreads_on_the_flow_label(dut):
     """STEV EVs that share a source port and differ in the flow label: every
     data frame carries one of its QP's EVs (flow label << 16 | source port),
     each EV is used, a hashing fabric spreads them over several paths, and
-    the ICRC is good (the flow label is masked); nothing is retransmitted."""
+    the ICRC is good (the flow label is masked); the ACKs echo the data's
+    flow labels (so they spread too); nothing is retransmitted."""
     tb = SystemTB(dut, seed=seeds.of(71), routing="hash")
     tb.fabric.capture_enabled = True
     await tb.init()
@@ -109,6 +110,11 @@ async def test_stev_spreads_on_the_flow_label(dut):
             carried.add(ev)
         assert carried == set(evs[direction]), "an EV was not sprayed on"
         assert len({f.path for f in frames}) > 1, "the flow label did not spread the paths"
+        # the receiver's ACKs echo the EV of the data they answer, flow label too
+        acks = [f for f in tb.fabric.capture if f.direction == 1 - direction
+                and Ether(f.sent)[L.BTH].opcode == L.OP_ACKNOWLEDGE]
+        labels = {L.flow_label(f.sent) for f in acks}
+        assert labels <= {ev >> 16 for ev in evs[direction]} and len(labels) > 1, labels
     for i in (0, 1):
         c = await tb.counters(i)
         assert c["rel.retx_timeout"] == c["rel.retx_sack"] == c["rel.retx_nak"] == 0, c

@@ -2,7 +2,8 @@
 NAKs and probe responses of random fields, back to back, each frame
 byte-exact against the scapy layers' (host_driver/layers.py; their ICRC
 included), with random backpressure on ``m_axis``; built with ``ipv6``, the
-jobs with ``v6`` set go over IPv6 and the others over IPv4, mixed."""
+jobs with ``v6`` set go over IPv6, with the job's flow label (the data's,
+echoed), and the others over IPv4, mixed."""
 
 import ipaddress
 
@@ -27,7 +28,8 @@ def mac_int(mac: str) -> int:
 def reference(job: dict) -> bytes:
     v6 = job.get("v6", 0)
     addr = dict(src_mac=OWN_MAC, dst_mac="02:00:00:00:00:0b",
-                src_ip=OWN_IP6 if v6 else OWN_IP, dst_ip=PEER_IP6 if v6 else PEER_IP)
+                src_ip=OWN_IP6 if v6 else OWN_IP, dst_ip=PEER_IP6 if v6 else PEER_IP,
+                flow_label=job["flow"] if v6 else 0)
     if job["probe"]:
         return bytes(L.probe_packet(response=True, dqpn=job["dqpn"], probe_id=job["probe_id"],
                                     ev=job["ev"], timestamp=job["timestamp"], **addr))
@@ -53,8 +55,8 @@ def test_frames_match_scapy(w, ipv6):
                    ce_count=rng.getrandbits(16), svc_time=rng.getrandbits(16), ev=ev,
                    dst_mac=mac_int("02:00:00:00:00:0b"), probe_id=rng.getrandbits(32),
                    probe_ev=ev, timestamp=rng.getrandbits(64))
-        if ipv6:
-            job["v6"] = rng.getrandbits(1)
+        if ipv6:  # the flow label echoed over IPv6; an IPv4 frame has none
+            job["v6"], job["flow"] = rng.getrandbits(1), rng.getrandbits(20)
         job["dst_ip"] = int(ipaddress.ip_address(PEER_IP6 if job.get("v6") else PEER_IP))
         jobs.append(job)
     got = []
