@@ -35,8 +35,9 @@ if any clock misses its constraint (the core at ``--core-mhz``, at least 125
 MHz by default, and the RGMII domains at 125 MHz), so ``make bitstream``
 fails clearly. ``--allow-timing-fail`` turns that into a warning, for
 bench experiments only. A routing that will not converge (router2 has no
-iteration limit; ``router_diverging``) is stopped with status 1 and a hint
-(another ``--seed``).
+iteration limit; ``router_diverging``), or a routed design whose
+timing-driven rip-up keeps arcs failing without end, is stopped with status
+1 and a hint (another ``--seed``; ``--no-tmg-ripup`` for the routed result).
 """
 
 from __future__ import annotations
@@ -129,28 +130,37 @@ DEFAULT_SEED = 9
 
 # router2 gives up on a placement it cannot route: past DIVERGE_FROM
 # iterations, more than DIVERGE_OVERUSED overused wires, or still any at
-# ROUTER_MAX_ITER (the limits must not stop a routing that converges; the
-# builds they were set by: docs/timing.md#placement-seeds).
+# ROUTER_MAX_ITER; and on a routing whose timing-driven rip-up (--tmg-ripup)
+# has kept arcs failing with no overused wire for TMG_RIPUP_STALL iterations,
+# which router2 would repeat without end (the limits must not stop a routing
+# that converges; the builds they were set by: docs/timing.md#placement-seeds).
 DIVERGE_FROM = 40
 DIVERGE_OVERUSED = 1000
 ROUTER_MAX_ITER = 300
-_ROUTER_ITER = re.compile(r"iter=(\d+) wires=\d+ overused=(\d+)")
+TMG_RIPUP_STALL = 100
+_ROUTER_ITER = re.compile(r"iter=(\d+) wires=\d+ overused=(\d+)(?: overuse=\d+ tmgfail=(\d+))?")
 
 
 def router_diverging(log: str) -> str | None:
     """Why router2's log (nextpnr's ``--log``, as far as it is written) shows
     routing that will not converge, or None: the build stops then rather
     than run for hours (router2 has no iteration limit)."""
-    last = None
+    last, routed_from = None, None
     for match in _ROUTER_ITER.finditer(log):
-        last = int(match[1]), int(match[2])
+        last = int(match[1]), int(match[2]), int(match[3] or 0)
+        failing = last[1] == 0 and last[2] > 0
+        routed_from = (routed_from or last[0]) if failing else None
     if last is None:
         return None
-    it, overused = last
+    it, overused, tmgfail = last
     if it >= DIVERGE_FROM and overused > DIVERGE_OVERUSED:
         return f"{overused} overused wires at router iteration {it}"
     if it >= ROUTER_MAX_ITER and overused:
         return f"still {overused} overused wires at router iteration {it}"
+    if routed_from is not None and it - routed_from + 1 >= TMG_RIPUP_STALL:
+        return (f"routed since iteration {routed_from}, but the timing-driven rip-up still has "
+                f"{tmgfail} arcs failing at iteration {it} (--no-tmg-ripup gives the routed "
+                f"result)")
     return None
 
 

@@ -150,10 +150,13 @@ def test_build_nextpnr_options():
     assert static[static.index("--placer") + 1] == "static"
 
 
-def _router_log(counts, start=1):
-    """router2's iteration lines (nextpnr-ecp5 0.x with --tmg-ripup)."""
+def _router_log(counts, start=1, tmgfail=None):
+    """router2's iteration lines (nextpnr-ecp5 0.x with --tmg-ripup); ``tmgfail``
+    the failing arcs of each line (0 for all by default)."""
+    tmgfail = tmgfail or [0] * len(counts)
     return "".join(f"Info:     iter={i} wires={700000 + i} overused={n} overuse={n} "
-                   f"tmgfail=0 archfail=NA\n" for i, n in enumerate(counts, start))
+                   f"tmgfail={t} archfail=NA\n"
+                   for i, (n, t) in enumerate(zip(counts, tmgfail, strict=True), start))
 
 
 def test_router_diverging():
@@ -170,6 +173,14 @@ def test_router_diverging():
     slow = _router_log([300] * 299 + [2])
     assert router_diverging(slow) == "still 2 overused wires at router iteration 300"
     assert router_diverging(_router_log([300] * 299 + [0])) is None
+    # routed, the timing-driven rip-up stuck on 4 arcs (f20_h31: from iteration 248 on)
+    stuck = [5000, 900] + [20] * 10 + [0] * 100
+    assert router_diverging(_router_log(stuck[:-1], tmgfail=[0] * 12 + [4] * 99)) is None
+    assert router_diverging(_router_log(stuck, tmgfail=[0] * 12 + [4] * 100)) == (
+        "routed since iteration 13, but the timing-driven rip-up still has 4 arcs failing at "
+        "iteration 112 (--no-tmg-ripup gives the routed result)")
+    ends = _router_log([5000, 900] + [0] * 150, tmgfail=[0, 0] + [3] * 80 + [0] * 70)
+    assert router_diverging(ends) is None  # the rip-up met timing in time
 
 
 def test_run_watched_stops_a_diverging_router(tmp_path):
