@@ -48,7 +48,13 @@ from hw.nic.csr import (
     host_view,
 )
 from hw.nic.ev_gen import EV_WIDTH_MAX
-from hw.nic.ev_load import EV_GEN_TYPE_ID, EV_GEN_VERSION, SRV6_FIRST_USID, ev_gen_register_map
+from hw.nic.ev_load import (
+    EV_GEN_TYPE_ID,
+    EV_GEN_VERSION,
+    SRV6_FIRST_USID,
+    auto_params,
+    ev_gen_register_map,
+)
 from hw.nic.plane_status import PLANE_COUNTERS, PLANES_TYPE_ID, PLANES_VERSION, plane_register_map
 from hw.protocol import (
     EV_FORMAT_BITS,
@@ -1200,20 +1206,18 @@ class Device:
                              "ev_gen=False: no ev_gen block in its CSR chain); give the EVs "
                              "as an EXPLICIT profile")
         p = dict(evs.params)
-        if evs.mode == "auto" and evs.ev_format == EvFormat.SRV6:
-            first = srv6_usids(p["template"])[0]
-            last = first + self.params["evs_per_qp"] - 1
-            if last > 0xFFFF:
-                raise ValueError(f"SRv6 AUTO takes {self.params['evs_per_qp']} first hops from "
-                                 f"uSID {first:#06x} on, past the last uSID 0xffff: give a "
-                                 f"template whose first uSID is at most "
-                                 f"{0x10000 - self.params['evs_per_qp']:#06x}")
+        ne = self.params["evs_per_qp"]
+        auto = auto_params(qpn, ne, p["bits"], p["template"]) if evs.mode == "auto" else None
+        if auto is not None and auto["max_ev"] > 0xFFFF:  # SRv6's first hops, too many
+            raise ValueError(f"SRv6 AUTO takes {ne} first hops from uSID {auto['min_ev']:#06x} "
+                             f"on, past the last uSID 0xffff: give a template whose first "
+                             f"uSID is at most {0x10000 - ne:#06x}")
         await g.write_fields("gen_qp", qpn=qpn)
         if evs.mode == "generated":
             await g.write_fields("gen_range", min=p["min"], max=p["max"])
             await g.write_fields("gen_init", init=p["init"], mask=p["mask"])
             await g.write_fields("gen_shape", width=p["width"], count=p["count"])
-        bits, template = p.get("bits", 0xFFFF), p.get("template", 0)
+        bits, template = p["bits"], p["template"]
         if self.params.get("ev_width", 16) > 16:
             for k in (0, 1):
                 await g.write("gen_template", template >> 32 * k & 0xFFFFFFFF, k)

@@ -93,7 +93,8 @@ class ParsedHeader(data.StructLayout):
                 "eth_dst": unsigned(48),
                 "ip_src": unsigned(ip_bits),
                 "ip_dst": unsigned(ip_bits),
-                **({"v6": unsigned(1), **flow_field(ipv6)} if ipv6 else {}),
+                **({"v6": unsigned(1)} if ipv6 else {}),
+                **flow_field(ipv6),
                 "dscp": unsigned(6),
                 "ecn": unsigned(2),
                 "ev": unsigned(16),
@@ -218,7 +219,7 @@ class AckJob(data.StructLayout):
     data frame's, with ``ev`` its source port: the EV, STEV's too, echoed)."""
 
     def __init__(self, sack_bits, plane_bits=0, ipv6=False):
-        v6 = {"dst_ip": unsigned(128), "v6": unsigned(1), **flow_field(ipv6)} if ipv6 else {}
+        v6 = {"dst_ip": unsigned(128), "v6": unsigned(1)} if ipv6 else {}
         super().__init__(
             {
                 "probe": unsigned(1),
@@ -240,6 +241,7 @@ class AckJob(data.StructLayout):
                 "timestamp": unsigned(64),
                 **plane_field(plane_bits),
                 **v6,
+                **flow_field(ipv6),
             }
         )
 

@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 __all__ = ["run", "measure", "measure_behind_dma", "RxBehindDma", "synth_estimate"]
 
@@ -69,8 +70,9 @@ if cocotb is not None:
         cocotb.start_soon(clock_count())
 
         async def measure_run(frames):
-            """Cycles from the first input beat to the last W beat / ACK beat,
-            and to the last input beat."""
+            """The cycles of a run's first and last input beat (``first``,
+            ``last_in``), its last W beat (``last_w``) and last ACK beat
+            (``last_ack``), and its ACK frames (``acks``)."""
             first = last_in = last_w = last_ack = None
             acks = 0
             done = False
@@ -97,7 +99,8 @@ if cocotb is not None:
             done = True
             await RisingEdge(dut.clk)
             task.cancel()
-            return first, last_w, last_ack, acks, last_in
+            return SimpleNamespace(first=first, last_in=last_in, last_w=last_w,
+                                   last_ack=last_ack, acks=acks)
 
         qpn = 0
         for mtu in (1024, 4096):
@@ -117,13 +120,14 @@ if cocotb is not None:
                         frames.append(raw)
                         ideal += _frame_beats(len(raw), bpb)
                     payload += 65536
-                first, last_w, _, _, last_in = await measure_run(frames)
-                cycles = last_w - first + 1
+                run = await measure_run(frames)
+                cycles = run.last_w - run.first + 1
+                input_cycles = run.last_in - run.first + 1
                 results[f"{mtu} {order}"] = dict(
                     mtu=mtu, order=order, payload=payload, cycles=cycles, ideal=ideal,
                     bytes_per_cycle=payload / cycles, ideal_bytes_per_cycle=payload / ideal,
-                    ratio=ideal / cycles, input_cycles=last_in - first + 1,
-                    input_ratio=ideal / (last_in - first + 1))
+                    ratio=ideal / cycles, input_cycles=input_cycles,
+                    input_ratio=ideal / input_cycles)
         # ACK rates
         for label, ack_n, mtu, length, count in (("ACK_N=1, 64 B packets", 1, 64, 64, 256),
                                                  ("ACK_N=4, MTU 1024", 4, 1024, 65536, 1)):
@@ -136,10 +140,10 @@ if cocotb is not None:
                                           seed=msg, ackreq_last=False)
                 psn += len(pkts)
                 frames += [bytes(p) for p in pkts]
-            first, _, last_ack, acks, _ = await measure_run(frames)
-            cycles = last_ack - first + 1
-            results[label] = dict(packets=len(frames), acks=acks, cycles=cycles,
-                                  acks_per_cycle=acks / cycles,
+            run = await measure_run(frames)
+            cycles = run.last_ack - run.first + 1
+            results[label] = dict(packets=len(frames), acks=run.acks, cycles=cycles,
+                                  acks_per_cycle=run.acks / cycles,
                                   packets_per_cycle=len(frames) / cycles)
         Path(os.environ["RX_BENCH_OUT"]).write_text(json.dumps(results, indent=1))
 
