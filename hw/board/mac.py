@@ -20,8 +20,7 @@ TX, core to PHY::
     tx_axis ->  TxFrameFilter  tuser drops a frame                  sync
     PacketFIFO  store and forward                                   sync
     AsyncFIFO   sync to eth_tx
-    StreamRegister  read data and enable registered                 eth_tx
-    TxUnpacker  W-bit beats to bytes                                eth_tx
+    TxUnpacker  W-bit beats to bytes (input registered)             eth_tx
     StreamRegister  bytes registered                                eth_tx
     TxFramer    preamble, SFD, pad, FCS, 12-byte IFG, MII nibbles   eth_tx
     RGMIIDDR    pair per cycle to the pins                          eth_tx/eth_tx90
@@ -141,7 +140,7 @@ class RGMIIMAC(wiring.Component):
     register (1 cycle). TX, from the
     last beat of a frame to the first preamble nibble, 2 sync cycles into the
     PacketFIFO, the AsyncFIFO (about 4 eth_tx cycles), the register stages
-    after it and after the unpacker (1 cycle each) and 1 cycle. Throughput:
+    in the unpacker and after it (1 cycle each) and 1 cycle. Throughput:
     line rate in both directions (one byte per 125 MHz cycle) with
     back-to-back frames at the 12-byte minimum inter-frame gap, as long as
     the core clock meets the bound in the module docstring.
@@ -267,10 +266,8 @@ class RGMIIMAC(wiring.Component):
         m.submodules.tx_mii_sync = FFSynchronizer(self.mii_select, tx_mii, o_domain="eth_tx")
         tx_dom = DomainRenamer("eth_tx")
         # The clock-crossing FIFO's read data (LUT RAM, read asynchronously)
-        # and its read enable go through a register stage: the unpacker's
-        # byte-lane logic would otherwise sit between the FIFO's read pointer
-        # and its read enable (8 LUT levels at 125 MHz).
-        m.submodules.tx_cdc_reg = tx_reg = tx_dom(StreamRegister(TxWord(W)))
+        # and its read enable meet the unpacker's input register, not its
+        # byte-lane logic (TxUnpacker).
         m.submodules.tx_unpacker = unpacker = tx_dom(TxUnpacker(W))
         # And the bytes: the lane select and the framer's CRC update would
         # otherwise be one path.
@@ -278,12 +275,11 @@ class RGMIIMAC(wiring.Component):
             StreamRegister(data.StructLayout({"data": 8, "last": 1})))
         m.submodules.tx_framer = framer = tx_dom(TxFramer())
         m.d.comb += [
-            tx_reg.i.payload.eq(tx_cdc.r_data),
-            tx_reg.i.valid.eq(tx_cdc.r_rdy),
-            tx_cdc.r_en.eq(tx_reg.i.ready),
+            unpacker.i.payload.eq(tx_cdc.r_data),
+            unpacker.i.valid.eq(tx_cdc.r_rdy),
+            tx_cdc.r_en.eq(unpacker.i.ready),
             framer.mii.eq(tx_mii),
         ]
-        wiring.connect(m, tx_reg.o, unpacker.i)
         wiring.connect(m, unpacker.o, byte_reg.i)
         wiring.connect(m, byte_reg.o, framer.i)
         wiring.connect(m, framer.tx, ddr.tx)

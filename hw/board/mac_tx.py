@@ -15,6 +15,7 @@ from amaranth.lib.wiring import In, Out
 
 from ..bits import one_hot_select
 from ..crc import CRC32_INIT, crc32_bytes
+from ..pipeline import StreamRegister
 from ..stream import AXIStreamSignature
 from .mac_layouts import (
     ETH_PREAMBLE,
@@ -69,12 +70,18 @@ class TxFrameFilter(wiring.Component):
 class TxUnpacker(wiring.Component):
     """W-bit beats (lane 0 first) to bytes.
 
-    Interface: ``i`` (stream of ``TxWord`` from the clock-crossing FIFO),
-    ``o`` (stream of data byte with ``last``). A beat's bytes are its lanes up
-    to the highest set ``keep`` bit (``keep`` is contiguous from lane 0; lane
-    0 is sent whatever its ``keep`` bit).
-    Latency: 0 (combinational from the FIFO's output). Throughput: one byte
-    per cycle.
+    Interface: ``i`` (stream of ``TxWord`` from the clock-crossing FIFO,
+    whose read data may come straight from LUT RAM), ``o`` (stream of data
+    byte with ``last``). A beat's bytes are its lanes up to the highest set
+    ``keep`` bit (``keep`` is contiguous from lane 0; lane 0 is sent whatever
+    its ``keep`` bit); a beat that is not its frame's last sends all its
+    lanes.
+
+    The input goes through a ``StreamRegister`` (the FIFO's read enable and
+    read data meet no lane logic), and each lane's "the beat ends here" flag
+    is worked out in front of it and registered with the data, so the
+    lane-to-ready path is the one-hot lane ANDed with registered flags.
+    Latency: 1 cycle (the input register). Throughput: one byte per cycle.
     """
 
     def __init__(self, data_width: int = 64):
@@ -89,23 +96,41 @@ class TxUnpacker(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         lanes = self.data_width // 8
+        # ``ends[i]``: the beat's bytes end at lane i (``keep`` is contiguous:
+        # the last beat ends before its first clear keep bit; any beat ends at
+        # the top lane). Worked out in front of the register, so ``at_end`` is
+        # an AND-OR of flip-flops.
         word = self.i.payload
-        # The lane is one-hot and each lane knows whether the beat ends there
-        # (``keep`` is contiguous: the last beat ends before its first clear
-        # keep bit), so ``at_end`` is an AND-OR, not an encoder and a compare.
-        lane = Signal(lanes, init=1)
-        final = Cat(*(word.last & ~word.keep[i + 1] for i in range(lanes - 1)), Const(1, 1))
-        at_end = (lane & final).any()
-        byte = one_hot_select(lane, [word.data.word_select(i, 8) for i in range(lanes)])
+        ends = Cat(*(word.last & ~word.keep[i + 1] for i in range(lanes - 1)), Const(1, 1))
+        m.submodules.reg = reg = StreamRegister(_EndsWord(self.data_width))
         m.d.comb += [
-            self.o.valid.eq(self.i.valid),
+            reg.i.payload.data.eq(word.data),
+            reg.i.payload.ends.eq(ends),
+            reg.i.payload.last.eq(word.last),
+            reg.i.valid.eq(self.i.valid),
+            self.i.ready.eq(reg.i.ready),
+        ]
+        held = reg.o.payload
+        lane = Signal(lanes, init=1)
+        at_end = (lane & held.ends).any()
+        byte = one_hot_select(lane, [held.data.word_select(i, 8) for i in range(lanes)])
+        m.d.comb += [
+            self.o.valid.eq(reg.o.valid),
             self.o.payload.data.eq(byte),
-            self.o.payload.last.eq(word.last & at_end),
-            self.i.ready.eq(self.o.ready & at_end),
+            self.o.payload.last.eq(held.last & at_end),
+            reg.o.ready.eq(self.o.ready & at_end),
         ]
         with m.If(self.o.valid & self.o.ready):
             m.d.sync += lane.eq(Mux(at_end, 1, lane << 1))
         return m
+
+
+class _EndsWord(data.StructLayout):
+    """A ``TxWord`` in ``TxUnpacker``'s register: ``keep`` and ``last`` as
+    one flag per lane, set where the beat's bytes end."""
+
+    def __init__(self, data_width):
+        super().__init__({"data": data_width, "ends": data_width // 8, "last": 1})
 
 
 class TxFramer(wiring.Component):
