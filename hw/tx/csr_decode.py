@@ -41,9 +41,10 @@ class TxCsrDecode(wiring.Component):
     addresses); ``src_mac``, ``src_ip``; the EV table's CSR port (``ev_sel``,
     ``ev_we``, ``ev_value``, ``ev_state``, ``ev_plane`` out, ``ev_r_value``/
     ``ev_r_state``/``ev_r_plane`` in); and the values that reads return
-    (per-QP flags and PSNs one per QP, lowest QP lowest; ``cfg_row`` and
-    ``counters`` the read ports' data at ``qsel`` of the cycle before;
-    ``wimm_count``, likewise).
+    (per-QP flags and ring indices one per QP, lowest QP lowest;
+    ``psn_next``, ``psn_una``, ``psn_inflight`` (``PsnTable``'s CSR port),
+    ``cfg_row`` and ``counters`` the read ports' data at ``qsel`` of the
+    cycle before; ``wimm_count``, likewise).
 
     Writes: a per-QP write is decoded in two registered steps and applied two
     cycles after ``w_stb`` (the bridge's next strobe comes 3 cycles after it
@@ -110,8 +111,9 @@ class TxCsrDecode(wiring.Component):
             "win_blocked": In(num_qps),
             "ev_blocked": In(num_qps),
             "wimm_wait": In(num_qps),
-            "next_psn": In(PSN_BITS * num_qps),
-            "una_psn": In(PSN_BITS * num_qps),
+            "psn_next": In(PSN_BITS),
+            "psn_una": In(PSN_BITS),
+            "psn_inflight": In(PSN_BITS),
             "pi": In(16 * num_qps),
             "ci": In(16 * num_qps),
             "cfg_row": In(32 * len(self.lanes)),
@@ -133,7 +135,6 @@ class TxCsrDecode(wiring.Component):
         def per_qp(flat, width):
             return Array(flat[width * i : width * (i + 1)] for i in range(nq))
 
-        next_psn, una_psn = per_qp(self.next_psn, PSN_BITS), per_qp(self.una_psn, PSN_BITS)
         pi, ci = per_qp(self.pi, 16), per_qp(self.ci, 16)
 
         # (the QP blocks are aligned up to 32 QPs: no carry chain in front of
@@ -191,6 +192,7 @@ class TxCsrDecode(wiring.Component):
         qw_doorbell = Signal()
         qw_unpark = Signal()
         qw_next_psn = Signal(nq)
+        qw_psn_write = Signal()
         qw_reset = Signal(nq)
         qw_flush = Signal(nq)
         lane_hit = d_lane & d_qp_w.replicate(nl)
@@ -205,6 +207,7 @@ class TxCsrDecode(wiring.Component):
             mtu_shift_w.eq(d_mtu_shift),
             qw_ctrl.eq(d_qp_w & d_ctrl),
             qw_next_psn.eq(Cat(*[d_qp_w & d_next_psn & (d_q == i) for i in range(nq)])),
+            qw_psn_write.eq(~d_ready | (d_qp_w & d_next_psn)),
             qw_reset.eq(Cat(*[d_qp_w & d_ctrl & d_data[CTRL_RESET_BIT] & (d_q == i)
                               for i in range(nq)])),
             qw_flush.eq(Cat(*[d_qp_w & d_ctrl & d_data[CTRL_FLUSH_BIT] & (d_q == i)
@@ -215,7 +218,8 @@ class TxCsrDecode(wiring.Component):
         m.d.comb += [
             qw.q.eq(qw_q), qw.data.eq(qw_data), qw.lanes.eq(qw_lanes), qw.init.eq(qw_init),
             qw.mtu_shift.eq(mtu_shift_w), qw.ctrl.eq(qw_ctrl), qw.doorbell.eq(qw_doorbell),
-            qw.unpark.eq(qw_unpark), qw.next_psn.eq(qw_next_psn), qw.reset.eq(qw_reset),
+            qw.unpark.eq(qw_unpark), qw.next_psn.eq(qw_next_psn), qw.psn_write.eq(qw_psn_write),
+            qw.reset.eq(qw_reset),
             qw.flush.eq(qw_flush),
         ]
         if qw_rows:
@@ -268,24 +272,19 @@ class TxCsrDecode(wiring.Component):
         m.d.sync += ev_entry.eq(Cat(self.ev_r_value[:16], self.ev_r_state,
                                     Const(0, EV_PLANE_LSB - 18), self.ev_r_plane))
         r_q = Signal(qb)
-        r_status = Signal(32)
-        s_next = Signal(PSN_BITS)
-        s_una = Signal(PSN_BITS)
-        m.d.comb += [s_next.eq(next_psn[qsel]), s_una.eq(una_psn[qsel])]
+        r_flags = Signal(4)
         with m.If(csr.r_stb):
             m.d.sync += [
                 r_q.eq(qsel),
-                r_status.eq(
-                    Cat(
-                        self.wqe_active.bit_select(qsel, 1),
-                        self.win_blocked.bit_select(qsel, 1),
-                        self.ev_blocked.bit_select(qsel, 1),
-                        self.wimm_wait.bit_select(qsel, 1),
-                        Const(0, 4),
-                        (s_next - s_una)[:PSN_BITS],
-                    )
-                ),
+                r_flags.eq(Cat(
+                    self.wqe_active.bit_select(qsel, 1),
+                    self.win_blocked.bit_select(qsel, 1),
+                    self.ev_blocked.bit_select(qsel, 1),
+                    self.wimm_wait.bit_select(qsel, 1),
+                )),
             ]
+        # the PSNs in flight: the PSN table's read port, at qsel of r_stb's cycle
+        r_status = Cat(r_flags, Const(0, 4), self.psn_inflight)
         reads = []  # (decode of csr.addr at r_stb, value the cycle after)
         for name, off, _ in self.lanes:
             value = settings_lane(self.cfg_row, name)
@@ -296,8 +295,8 @@ class TxCsrDecode(wiring.Component):
             reads.append((in_qp & (reg == off), value))
         reads += [
             (in_qp & (reg == Q.CTRL), self.enable.bit_select(r_q, 1)),
-            (in_qp & (reg == Q.NEXT_PSN), next_psn[r_q]),
-            (in_qp & (reg == Q.UNA_PSN), una_psn[r_q]),
+            (in_qp & (reg == Q.NEXT_PSN), self.psn_next),
+            (in_qp & (reg == Q.UNA_PSN), self.psn_una),
             (in_qp & (reg == Q.DOORBELL), pi[r_q]),
             (in_qp & (reg == Q.CONSUMER), ci[r_q]),
             (in_qp & (reg == Q.TX_PACKETS), self.counters[:32]),

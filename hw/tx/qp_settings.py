@@ -111,7 +111,8 @@ def QpWriteSignature(num_qps, flop_rows, ipv6=False):
     ``doorbell`` a write of qp_ctrl, qp_doorbell; ``unpark`` a write that may
     open the QP's window (MPR, CWND, CTRL, NEXT_PSN); ``next_psn``,
     ``reset``, ``flush`` one-hot by QP: a qp_next_psn write, a qp_ctrl write
-    with reset = 1, with flush = 1."""
+    with reset = 1, with flush = 1; ``psn_write``, a qp_next_psn write of
+    QP ``q`` or INIT's (``data`` 0) of row ``q``."""
     qb = max(1, (num_qps - 1).bit_length())
     nl = len(cfg_lanes(ipv6))
     return wiring.Signature({
@@ -125,6 +126,7 @@ def QpWriteSignature(num_qps, flop_rows, ipv6=False):
         "doorbell": Out(1),
         "unpark": Out(1),
         "next_psn": Out(num_qps),
+        "psn_write": Out(1),
         "reset": Out(num_qps),
         "flush": Out(num_qps),
     })

@@ -158,9 +158,9 @@ def retx_states(c: SeqContext):
     m, fsm = c.m, c.fsm
     with fsm.State("RETX_CHECK"):
         # the PSN's offset from una_psn and the PSNs in flight are registered
-        # here and compared in RETX_COMPARE: two subtractions behind a
-        # per-QP mux (or, up to ACK_PER_QP_QPS QPs, per QP and then the
-        # mux), then a compare, is too deep for one cycle
+        # here and compared in RETX_COMPARE: two subtractions (per QP and
+        # then a mux of the QP, or from the QP's RAM rows; PsnTable), then
+        # a compare, is too deep for one cycle
         m.d.sync += [
             c.psn_off_r.eq(c.psns.psn_offset),
             c.window.inflight_r.eq(c.psns.inflight),

@@ -218,7 +218,9 @@ class Sequencer(wiring.Component):
             m.d.sync += retx_no_ev.eq(retx_no_ev + 1)
 
         cur_q = Signal(qb)
+        cur_q_next = Signal(qb)  # the value cur_q takes at the next edge (set in IDLE)
         m.d.comb += [
+            cur_q_next.eq(cur_q),
             settings.fsm_q.eq(cur_q),
             wqe_r.addr.eq(registered_address(m, cur_q, "wqe_q")),
             counters.q.eq(cur_q),
@@ -294,9 +296,10 @@ class Sequencer(wiring.Component):
         # and qp_next_psn writes
         m.submodules.psns = psns = PsnTable(nq)
         wiring.connect(m, wiring.flipped(self.ack_update), psns.ack)
-        psn_inputs = dict(cur_q=cur_q, retx_psn=retx_psn, write=qw.next_psn,
+        psn_inputs = dict(cur_q=cur_q, cur_q_next=cur_q_next, retx_psn=retx_psn,
+                          write=qw.next_psn, write_stb=qw.psn_write, write_q=qw.q,
                           write_data=qw.data[:PSN_BITS], advance=psn_advance,
-                          advance_psn=seg_psn)
+                          advance_psn=seg_psn, csr_q=dec.qsel)
         m.d.comb += [getattr(psns, name).eq(value) for name, value in psn_inputs.items()]
         mpr_psns = settings_lane(cfg, "mpr") * MPR_UNIT
         cwnd = settings_lane(cfg, "cwnd")
@@ -398,8 +401,9 @@ class Sequencer(wiring.Component):
                 fsm.next = "IDLE"
 
         with fsm.State("IDLE"):
-            with m.If(self.retx.valid):
-                m.d.comb += self.retx.ready.eq(1)
+            # a retransmit waits for an ack taken before it (PsnTable.ack_busy)
+            with m.If(self.retx.valid & ~psns.ack_busy):
+                m.d.comb += [self.retx.ready.eq(1), cur_q_next.eq(self.retx.payload.qpn[:qb])]
                 m.d.sync += [
                     cur_q.eq(self.retx.payload.qpn[:qb]),
                     retx_qpn_ok.eq(self.retx.payload.qpn < nq),
@@ -408,7 +412,7 @@ class Sequencer(wiring.Component):
                 ]
                 fsm.next = "RETX_CHECK"
             with m.Elif(sched.valid):
-                m.d.comb += sched.next.eq(1)
+                m.d.comb += [sched.next.eq(1), cur_q_next.eq(sched.grant)]
                 m.d.sync += [cur_q.eq(sched.grant), retx_mode.eq(0)]
                 fsm.next = "LOAD"
 
@@ -460,8 +464,9 @@ class Sequencer(wiring.Component):
         # the values CSR reads return
         read_values = dict(
             enable=flags.enable, wqe_active=flags.wqe_active, win_blocked=flags.win_blocked,
-            ev_blocked=flags.ev_blocked, wimm_wait=sched.wimm_wait, next_psn=psns.next_psn,
-            una_psn=psns.una_psn, pi=Cat(*flags.pi), ci=Cat(*flags.ci), cfg_row=settings.csr_row,
+            ev_blocked=flags.ev_blocked, wimm_wait=sched.wimm_wait, psn_next=psns.csr_next,
+            psn_una=psns.csr_una, psn_inflight=psns.csr_inflight, pi=Cat(*flags.pi),
+            ci=Cat(*flags.ci), cfg_row=settings.csr_row,
             counters=counters.csr_data, wimm_count=self.wimm.rd_count, retx_ignored=retx_ignored,
             retx_no_ev=retx_no_ev)
         m.d.comb += [getattr(dec, name).eq(value) for name, value in read_values.items()]

@@ -2,13 +2,14 @@
 strobes exactly two cycles after ``w_stb`` (INIT's writes before ``ready``),
 the global registers and the EV table's write port, and every register of
 hw/tx/regs.py reads back, 3 cycles after ``r_stb``, the value a Python
-reference of the register map computes from the block's inputs."""
+reference of the register map computes from the block's inputs (the PSNs
+are ``PsnTable``'s CSR port's, whose address is tests/unit/test_tx_psn_table.py's)."""
 
 
 import pytest
 from amaranth.sim import Simulator
 
-from hw.protocol import PLANE_BITS, PSN_BITS
+from hw.protocol import PLANE_BITS
 from hw.tx.csr_decode import TxCsrDecode
 from hw.tx.qp_settings import CFG_LANES
 from hw.tx.regs import (
@@ -26,7 +27,6 @@ from tests import seeds
 from .csrbus import csr_read
 
 READ_LATENCY = 3
-MASK24 = (1 << PSN_BITS) - 1
 
 
 class Reference:
@@ -53,7 +53,6 @@ class Reference:
             q, reg = (addr - QP_BASE) // QP_STRIDE, (addr - QP_BASE) % QP_STRIDE
             bit = {key: (inp[key] >> q) & 1 for key in
                    ("enable", "wqe_active", "win_blocked", "ev_blocked", "wimm_wait")}
-            nxt, una = self.per_qp("next_psn", q, 24), self.per_qp("una_psn", q, 24)
             shift_bits = max(1, (self.max_mtu.bit_length() - 1 - 8).bit_length())
             for name, off, _ in CFG_LANES:
                 if reg == off:
@@ -64,11 +63,11 @@ class Reference:
                         return value & ((1 << (self.addr_width - 32)) - 1)
                     return value
             return {
-                Q.CTRL: bit["enable"], Q.NEXT_PSN: nxt, Q.UNA_PSN: una,
+                Q.CTRL: bit["enable"], Q.NEXT_PSN: inp["psn_next"], Q.UNA_PSN: inp["psn_una"],
                 Q.DOORBELL: self.per_qp("pi", q, 16), Q.CONSUMER: self.per_qp("ci", q, 16),
                 Q.TX_PACKETS: inp["counters"] & 0xFFFFFFFF, Q.RETX_PACKETS: inp["counters"] >> 32,
                 Q.STATUS: bit["wqe_active"] | bit["win_blocked"] << 1 | bit["ev_blocked"] << 2
-                | bit["wimm_wait"] << 3 | ((nxt - una) & MASK24) << 8,
+                | bit["wimm_wait"] << 3 | inp["psn_inflight"] << 8,
                 Q.WIMM_OUTSTANDING: inp["wimm_count"],
             }.get(reg, 0)
         eb = max(1, (self.ne - 1).bit_length())
@@ -99,8 +98,8 @@ class Reference:
     def strobes(self, addr, value, flop_rows):
         """The qp_w strobes of a per-QP write of ``value`` at ``addr`` (after INIT)."""
         nl, nq = len(CFG_LANES), self.nq
-        none = dict(lanes=0, rows=0, ctrl=0, doorbell=0, unpark=0, next_psn=0, reset=0,
-                    flush=0, init=0)
+        none = dict(lanes=0, rows=0, ctrl=0, doorbell=0, unpark=0, next_psn=0, psn_write=0,
+                    reset=0, flush=0, init=0)
         if not (addr >= QP_BASE and (addr - QP_BASE) // QP_STRIDE < nq):
             return none
         q, reg = (addr - QP_BASE) // QP_STRIDE, (addr - QP_BASE) % QP_STRIDE
@@ -112,7 +111,7 @@ class Reference:
             none, q=q, data=value, lanes=lanes, rows=lanes << (nl * q) if flop_rows else 0,
             ctrl=ctrl, doorbell=int(reg == Q.DOORBELL),
             unpark=int(reg in (Q.MPR, Q.CWND, Q.CTRL, Q.NEXT_PSN)),
-            next_psn=int(reg == Q.NEXT_PSN) << q,
+            next_psn=int(reg == Q.NEXT_PSN) << q, psn_write=int(reg == Q.NEXT_PSN),
             reset=(ctrl & (value >> 1) & 1) << q, flush=(ctrl & (value >> 2) & 1) << q,
             mtu_shift=mtus.index(value) if value in mtus else 0)
 
@@ -127,7 +126,7 @@ def test_tx_csr_decode(nq):
     rng = seeds.rng(nq)
     inputs = {
         "enable": nq, "wqe_active": nq, "win_blocked": nq, "ev_blocked": nq, "wimm_wait": nq,
-        "next_psn": 24 * nq, "una_psn": 24 * nq, "pi": 16 * nq, "ci": 16 * nq,
+        "psn_next": 24, "psn_una": 24, "psn_inflight": 24, "pi": 16 * nq, "ci": 16 * nq,
         "cfg_row": 32 * len(CFG_LANES), "counters": 64, "wimm_count": 6,
         "retx_ignored": 32, "retx_no_ev": 32, "ev_r_value": 16, "ev_r_state": 2,
         "ev_r_plane": PLANE_BITS,
@@ -139,7 +138,7 @@ def test_tx_csr_decode(nq):
     addrs += [0x018, 0x0FC, QP_BASE + 0x54, QP_BASE + nq * QP_STRIDE + Q.CTRL]
     qw = dut.qp_w
     fields = ("q", "data", "lanes", "rows", "init", "mtu_shift", "ctrl", "doorbell", "unpark",
-              "next_psn", "reset", "flush")
+              "next_psn", "psn_write", "reset", "flush")
     log = {"reads": 0, "writes": 0, "init": 0}
 
     async def bench(ctx):
@@ -154,6 +153,7 @@ def test_tx_csr_decode(nq):
             nl = len(CFG_LANES)
             assert got["lanes"] == (1 << nl) - 1 and got["init"] == 1
             assert got["q"] == init_q and got["data"] == 0 and got["ctrl"] == 0
+            assert got["psn_write"] == 1 and got["next_psn"] == 0  # the PSN rows zeroed
             assert got["rows"] == (((1 << nl) - 1) << (nl * init_q) if flop_rows else 0)
             log["init"] += 1
         ctx.set(dut.ready, 1)
@@ -186,6 +186,7 @@ def test_tx_csr_decode(nq):
             assert got == want, f"write {addr:#x} = {value:#x}"
             await ctx.tick()
             assert ctx.get(qw.lanes) == 0 and ctx.get(qw.next_psn) == 0  # one cycle only
+            assert ctx.get(qw.psn_write) == 0
             ref.write_global(addr, value)
             eb, qb = 2, max(1, (nq - 1).bit_length())
             assert ctx.get(dut.src_mac) == ref.src_mac and ctx.get(dut.src_ip) == ref.src_ip

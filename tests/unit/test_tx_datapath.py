@@ -382,12 +382,12 @@ def test_sequencer_ack_update(num_qps):
     """ack_update moves a QP's una_psn only to a PSN within [una_psn, next_psn]
     (across the PSN wrap), leaves the other QPs alone, and a second ack right
     behind the first is judged against the first's result: at 2 QPs the
-    compares are per QP (``ACK_PER_QP_QPS``), at 8 behind a mux of the ack's QP."""
-    from hw.tx.psn_table import ACK_PER_QP_QPS
+    PSNs are flip-flops, compared per QP, at 8 RAM rows (``RAM_QPS``)."""
+    from hw.tx.psn_table import RAM_QPS
     from hw.tx.regs import tx_register_map
     from hw.tx.sequencer import Sequencer
 
-    assert (num_qps <= ACK_PER_QP_QPS) == (num_qps == 2)
+    assert (num_qps <= RAM_QPS) == (num_qps == 2)
     dut = Sequencer(num_qps=num_qps, evs_per_qp=2, max_mtu=256, inflight_depth=16)
     rmap = tx_register_map(num_qps, 2)
     lat = 3  # the sequencer's CSR read latency
@@ -458,13 +458,14 @@ def test_sequencer_ack_update(num_qps):
 def test_sequencer_retx_in_flight(num_qps):
     """A retransmit is sent only for a PSN in flight on its own QP: within
     [una_psn, next_psn) of that QP (across the PSN wrap), with another QP's
-    PSNs elsewhere. At 2 QPs the subtractions are made per QP and cur_q picks
-    the result (``ACK_PER_QP_QPS``), at 8 behind a mux of cur_q."""
-    from hw.tx.psn_table import ACK_PER_QP_QPS
+    PSNs elsewhere. At 2 QPs the subtractions are made per QP from
+    flip-flops and cur_q picks the result, at 8 from the RAM rows of cur_q
+    (``RAM_QPS``)."""
+    from hw.tx.psn_table import RAM_QPS
     from hw.tx.regs import tx_register_map
     from hw.tx.sequencer import Sequencer
 
-    assert (num_qps <= ACK_PER_QP_QPS) == (num_qps == 2)
+    assert (num_qps <= RAM_QPS) == (num_qps == 2)
     dut = Sequencer(num_qps=num_qps, evs_per_qp=2, max_mtu=256, inflight_depth=16)
     rmap = tx_register_map(num_qps, 2)
     lat = 3  # the sequencer's CSR read latency
