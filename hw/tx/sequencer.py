@@ -26,6 +26,7 @@ from .psn_table import PsnTable
 from .qp_counters import QpCounters
 from .qp_flags import QpFlags
 from .qp_settings import MPR_UNIT, QpSettings, lane_index, registered_address, settings_lane
+from .regs import CTRL_FLUSH_BIT, CTRL_RESET_BIT
 from .scheduler import EvChoice, QpScheduler
 from .seq_states import (
     SeqContext,
@@ -541,6 +542,9 @@ class Sequencer(wiring.Component):
         nq = self.num_qps
         m.d.comb += [
             self.wimm.clear.eq(qw.reset | qw.flush | qw.init.replicate(nq)),
+            self.wimm.clear_stb.eq(qw.init | (qw.ctrl & (qw.data[CTRL_RESET_BIT]
+                                                         | qw.data[CTRL_FLUSH_BIT]))),
+            self.wimm.clear_q.eq(qw.q),
             self.wimm.limit_we.eq(qw.lanes[lane_index["max_wimm"]]),
             self.wimm.limit_q.eq(qw.q),
             self.wimm.limit_data.eq(qw.data[:16]),  # max_wimm's default is 0, like INIT's data

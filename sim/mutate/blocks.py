@@ -96,7 +96,7 @@ BLOCKS = (
     Block("tx.framing", ("hw/tx/framer.py", "hw/tx/header_builder.py", "hw/tx/icrc.py"),
           (U + "test_tx_datapath.py -k frames_match_scapy",)),
     Block("tx.engine", ("hw/tx/engine.py", "hw/tx/ev.py", "hw/tx/wimm.py"),
-          (U + "test_tx_datapath.py -k engine",),
+          (U + "test_tx_datapath.py -k engine", U + "test_tx_wimm.py"),
           ("tests/hw/test_tx_engine.py::test_tx_engine",)),
     Block("tx.packet_desc", ("hw/tx/packet_desc.py",), (U + "test_tx_packet_desc.py",)),
     Block("tx.psn_table", ("hw/tx/psn_table.py",), (U + "test_tx_psn_table.py",)),
