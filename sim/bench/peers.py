@@ -129,9 +129,17 @@ def run() -> str:
         f"{small512['beats'] / small512['cycles']:.3f} of the wire's {wire512:.4f} packets "
         "per cycle (a 64-byte WRITE's frame is 3 beats): the sequencer's 8 cycles a packet "
         "are the limit there (docs/tx.md, \"Limitations\"). "
-        "Connections: TX keeps per-QP state in flip-flops. The Versa board's build has 2 QPs; "
-        "the default NicCore's 16 do not fit its 45F, and 256 would take about 117,000 LUT4 "
-        "by the blocks' sums (docs/board.md, \"NicCore scaling\").",
+        "Connections: above 4 QPs TX keeps its PSNs and max_wimm counts in RAM rows (block "
+        "RAM at hundreds of QPs); its ring indices, EV cursors and park flags are still "
+        "flip-flops read through num_qps-way muxes, and the prefetch compares every QP's "
+        "indices (docs/tx.md, \"Limitations\"). TxEngine takes 9,411 LUT4 at 16 QPs and "
+        "57,328 at 256 (the TX section, b032038; 119,680 before the RAM rows): 200 LUT4 and "
+        "54 flip-flops per added QP. With the RX and reliability engines' figures the three "
+        "sum to 40,665 LUT4 at 16 QPs and 93,938 at 256, 222 per added QP, and 369 DP16KD "
+        "at 256 (1.3 per QP, most of it TX's and reliability's per-QP windows of PSNs). "
+        "NicCore builds up to 256 QPs (`check_nic_params`: the register maps' QP fields); "
+        "the Versa board's build has 2, and the default NicCore's 16 do not fit its 45F "
+        "(docs/board.md, \"NicCore scaling\").",
     ]
     return "\n".join(lines) + "\n"
 
