@@ -62,9 +62,10 @@ class RxPeerFilter(wiring.Component):
 
     Latency: 3 cycles from a record taken to ``o`` valid (LOOKUP: the
     header-only checks registered, the configuration read; CHECK: the QP
-    checks registered; DECIDE: the first failure). Throughput: one record per
+    checks and the SACK check registered; DECIDE: the first failure). Throughput: one record per
     4 cycles, the next taken once ``o`` has been (the validator needs 4
-    cycles per frame too). Every check is one compare from registers.
+    cycles per frame too). Every check is one compare from registers (the
+    SACK check's cum_psn + 1 registered in LOOKUP, compared in CHECK).
     """
 
     def __init__(self, *, num_qps=16, sack_bits=64, addr_width=64, ipv6=False):
@@ -97,16 +98,19 @@ class RxPeerFilter(wiring.Component):
         if self.ipv6:
             not_for_us = Mux(h.v6, h.ip_dst != self.own_ip6, h.ip_dst != self.own_ip)
             bad_source = bad_source | (h.v6 != self.cfg.peer_v6)
+        # the SACK check in two registered steps: cum_psn + 1 (a carry chain)
+        # in LOOKUP, its compare with sack_base in CHECK
+        sack_next = Signal(PSN_BITS)
         header_checks = [
             fail["peer_bad_qpn"].eq(h.bth.dqpn >= self.num_qps),
             fail["peer_not_for_us"].eq(not_for_us),
             fail["peer_bad_mac"].eq(h.eth_dst != self.own_mac),
-            fail["peer_bad_sack"].eq(
-                is_ack & (h.sack.sack_base != (h.sack.cum_psn + 1)[:PSN_BITS])),
+            sack_next.eq(h.sack.cum_psn + 1),
         ]
         qp_checks = [
             fail["peer_qp_state"].eq(self.cfg.state != QpState.RTS),
             fail["peer_bad_source"].eq(bad_source),
+            fail["peer_bad_sack"].eq(is_ack & (h.sack.sack_base != sack_next)),
         ]
 
         fsm = OneHotFSM(m, ("IDLE", "LOOKUP", "CHECK", "DECIDE", "SEND"), "IDLE",
