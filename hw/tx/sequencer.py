@@ -297,10 +297,9 @@ class Sequencer(wiring.Component):
         # and qp_next_psn writes
         m.submodules.psns = psns = PsnTable(nq)
         wiring.connect(m, wiring.flipped(self.ack_update), psns.ack)
-        psn_inputs = dict(cur_q=cur_q, cur_q_next=cur_q_next, retx_psn=retx_psn,
-                          write=qw.next_psn, write_stb=qw.psn_write, write_q=qw.q,
-                          write_data=qw.data[:PSN_BITS], advance=psn_advance,
-                          advance_psn=seg_psn, csr_q=dec.qsel)
+        psn_inputs = dict(cur_q=cur_q, cur_q_next=cur_q_next, retx_psn=retx_psn, write=qw.next_psn,
+                          write_stb=qw.psn_write, write_q=qw.q, write_data=qw.data[:PSN_BITS],
+                          advance=psn_advance, advance_psn=seg_psn, csr_q=dec.qsel)
         m.d.comb += [getattr(psns, name).eq(value) for name, value in psn_inputs.items()]
         mpr_psns = settings_lane(cfg, "mpr") * MPR_UNIT
         cwnd = settings_lane(cfg, "cwnd")
