@@ -62,10 +62,11 @@ class RxPeerFilter(wiring.Component):
 
     Latency: 3 cycles from a record taken to ``o`` valid (LOOKUP: the
     header-only checks registered, the configuration read; CHECK: the QP
-    checks and the SACK check registered; DECIDE: the first failure). Throughput: one record per
-    4 cycles, the next taken once ``o`` has been (the validator needs 4
-    cycles per frame too). Every check is one compare from registers (the
-    SACK check's cum_psn + 1 registered in LOOKUP, compared in CHECK).
+    checks and the SACK check registered; DECIDE: the first failure).
+    Throughput: one record per 4 cycles, the next taken once ``o`` has been
+    (the validator needs 4 cycles per frame too). Every check is one compare
+    from registers (the SACK check's cum_psn + 1 registered in LOOKUP,
+    compared in CHECK).
     """
 
     def __init__(self, *, num_qps=16, sack_bits=64, addr_width=64, ipv6=False):

@@ -6,17 +6,19 @@ from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
+from ..bits import onehot
 from ..protocol import PSN_BITS
 from .layouts import AckUpdate
 from .qp_settings import registered_address
 
 __all__ = ["PsnTable", "RAM_QPS"]
 
-# Up to this many QPs the PSNs are flip-flops: an ack_update's compares are
-# made for every QP at once, from each QP's own PSN registers (two
-# subtractions and a compare per QP), and so are the window's and a
-# retransmit's subtractions (next_psn - una_psn, the PSN - una_psn), with the
-# mux of cur_q behind them. Above it, RAM rows (block RAM at hundreds of QPs).
+# Up to this many QPs TX's per-QP tables that have a RAM build (this one and
+# hw/tx/wimm.py's WimmBound) are flip-flops; above it, RAM rows (block RAM at
+# hundreds of QPs). Here the flip-flop build makes an ack_update's compares
+# for every QP at once, from each QP's own PSN registers (two subtractions
+# and a compare per QP), and so the window's and a retransmit's subtractions
+# (next_psn - una_psn, the PSN - una_psn), with the mux of cur_q behind them.
 RAM_QPS = 4
 
 
@@ -269,7 +271,7 @@ class PsnTable(wiring.Component):
         m.d.comb += [
             self.ack_busy.eq(a0 | a1),
             apply.eq(a1 & ~self.write_stb & ~(a_out < a_adv)),
-            self.ack_apply.eq(Cat(*[apply & (a_q == i) for i in range(nq)])),
+            self.ack_apply.eq(onehot(a_q, nq) & apply.replicate(nq)),
         ]
 
         # The write ports: a CSR write lands in its cycle, as with flip-flops;
