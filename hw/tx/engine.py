@@ -12,7 +12,7 @@ from ..pipeline import BlockRamFIFO, StreamRegister, forward_register
 from ..protocol import MAX_PLANES, PLANE_BITS, EvFormat, check_ev_width
 from ..stream import AXIStreamSignature, Beat, check_data_width
 from .carrier import CarrierWriter
-from .dma import PayloadReader, ReadArbiter, Realigner
+from .dma import PayloadReader, ReadArbiter, ReadRequest, Realigner
 from .ev import EvTable
 from .framer import Framer
 from .header_builder import HeaderBuilder
@@ -351,7 +351,12 @@ class TxEngine(wiring.Component):
         wiring.connect(m, seq.sent, sent_fifo.i)
         wiring.connect(m, sent_fifo.o, wiring.flipped(self.sent))
 
-        wiring.connect(m, seq.wqe_req, arb.wqe_req)
+        # WQE requests reach the arbiter through a register (1 cycle per fetch):
+        # BurstShare's choice and the prefetch's state are not in front of the
+        # arbiter's AR choice, its address mux and the register slice after it.
+        m.submodules.wqe_req_reg = wqe_req_reg = StreamRegister(ReadRequest(self.addr_width))
+        wiring.connect(m, seq.wqe_req, wqe_req_reg.i)
+        wiring.connect(m, wqe_req_reg.o, arb.wqe_req)
         # WQE beats reach the sequencer through a register (1 cycle per fetch):
         # the arbiter's RID decode (rvalid and rid == 0) was a LUT level and a
         # long route in front of the sequencer's LUTs into the clock enables of
