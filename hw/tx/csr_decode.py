@@ -41,7 +41,9 @@ class TxCsrDecode(wiring.Component):
     addresses); ``src_mac``, ``src_ip``; the EV table's CSR port (``ev_sel``,
     ``ev_we``, ``ev_value``, ``ev_state``, ``ev_plane`` out, ``ev_r_value``/
     ``ev_r_state``/``ev_r_plane`` in); and the values that reads return
-    (per-QP flags and ring indices one per QP, lowest QP lowest;
+    (per-QP flags and, without ``ring_rows``, ring indices one per QP,
+    lowest QP lowest; with ``ring_rows`` the indices (``pi``, ``ci``) are the
+    ``RingRows``' read port's data at ``qsel`` of the cycle before;
     ``psn_next``, ``psn_una``, ``psn_inflight`` (``PsnTable``'s CSR port),
     ``cfg_row`` and ``counters`` the read ports' data at ``qsel`` of the
     cycle before; ``wimm_count``, likewise).
@@ -78,13 +80,14 @@ class TxCsrDecode(wiring.Component):
 
     def __init__(self, *, num_qps, evs_per_qp, csr_addr_width, max_mtu, data_width,
                  inflight_depth, addr_width, flop_rows, wimm_count_width, ipv6=False,
-                 ev_width=16):
+                 ev_width=16, ring_rows=False):
         self.num_qps, self.evs_per_qp = num_qps, evs_per_qp
         self.ipv6, self.ev_width = ipv6, ev_width
         self.lanes = cfg_lanes(ipv6)
         self.max_mtu, self.data_width = max_mtu, data_width
         self.inflight_depth, self.addr_width = inflight_depth, addr_width
-        self.flop_rows = flop_rows
+        self.flop_rows, self.ring_rows = flop_rows, ring_rows
+        ring_w = 16 if ring_rows else 16 * num_qps
         qb = max(1, (num_qps - 1).bit_length())
         eb = max(1, (evs_per_qp - 1).bit_length())
         self.qp_bits, self.ev_bits = qb, eb
@@ -114,8 +117,8 @@ class TxCsrDecode(wiring.Component):
             "psn_next": In(PSN_BITS),
             "psn_una": In(PSN_BITS),
             "psn_inflight": In(PSN_BITS),
-            "pi": In(16 * num_qps),
-            "ci": In(16 * num_qps),
+            "pi": In(ring_w),
+            "ci": In(ring_w),
             "cfg_row": In(32 * len(self.lanes)),
             "counters": In(64),
             "wimm_count": In(wimm_count_width),
@@ -135,7 +138,8 @@ class TxCsrDecode(wiring.Component):
         def per_qp(flat, width):
             return Array(flat[width * i : width * (i + 1)] for i in range(nq))
 
-        pi, ci = per_qp(self.pi, 16), per_qp(self.ci, 16)
+        if not self.ring_rows:
+            pi, ci = per_qp(self.pi, 16), per_qp(self.ci, 16)
 
         # (the QP blocks are aligned up to 32 QPs: no carry chain in front of
         # the write strobes; docs/timing.md#tx-sequencer)
@@ -297,8 +301,8 @@ class TxCsrDecode(wiring.Component):
             (in_qp & (reg == Q.CTRL), self.enable.bit_select(r_q, 1)),
             (in_qp & (reg == Q.NEXT_PSN), self.psn_next),
             (in_qp & (reg == Q.UNA_PSN), self.psn_una),
-            (in_qp & (reg == Q.DOORBELL), pi[r_q]),
-            (in_qp & (reg == Q.CONSUMER), ci[r_q]),
+            (in_qp & (reg == Q.DOORBELL), self.pi if self.ring_rows else pi[r_q]),
+            (in_qp & (reg == Q.CONSUMER), self.ci if self.ring_rows else ci[r_q]),
             (in_qp & (reg == Q.TX_PACKETS), self.counters[:32]),
             (in_qp & (reg == Q.RETX_PACKETS), self.counters[32:]),
             (in_qp & (reg == Q.STATUS), r_status),

@@ -1,9 +1,12 @@
-"""The Sequencer's per-QP state in flip-flops (hw/tx/sequencer.py): enables,
-park flags, producer/consumer indices and EV cursors: ``QpFlags``."""
+"""The Sequencer's per-QP state (hw/tx/sequencer.py): enables and park flags
+in flip-flops, producer/consumer indices and EV cursors in flip-flops or RAM
+rows (``RingRows``): ``QpFlags``."""
 
-from amaranth.hdl import Array, Signal
+from amaranth.hdl import Array, Cat, Signal
 
-from .regs import CTRL_ENABLE_BIT
+from .psn_table import RAM_QPS
+from .regs import CTRL_ENABLE_BIT, CTRL_RESET_BIT
+from .ring_rows import RingRows
 
 __all__ = ["QpFlags"]
 
@@ -17,7 +20,11 @@ class QpFlags:
     WQE not begun, parked in SEGMENT for its max_wimm, waiting while
     ``WimmBound`` says the QP is at its bound: QpScheduler's ``wimm_wait``);
     ``pi``/``ci``, the ring's producer and consumer indices (``Array``s of
-    16-bit registers); ``ev_cursor``, each QP's last EV.
+    16-bit registers); ``ev_cursor``, each QP's last EV. Above ``RAM_QPS``
+    QPs the indices and cursors are RAM rows instead (``rows``, a
+    ``RingRows``, with a flip-flop per QP for ``pi != ci``); the methods
+    ``read_cur``, ``take``, ``set_cursor``, ``prefetch_inputs`` and
+    ``csr_values`` give each user its view in either build.
 
     Not a component: the Sequencer's FSM writes these registers from its
     states, and ``apply_writes`` (built after the FSM's states) adds the
@@ -33,9 +40,56 @@ class QpFlags:
         self.ev_blocked = Signal(nq, name="ev_blocked")
         self.op_halt = Signal(nq, name="op_halt")
         self.wimm_park = Signal(nq, name="wimm_park")
-        self.pi = Array(Signal(16, name=f"pi{i}") for i in range(nq))
-        self.ci = Array(Signal(16, name=f"ci{i}") for i in range(nq))
-        self.ev_cursor = Array(Signal(eb, init=ne - 1, name=f"ev_cursor{i}") for i in range(nq))
+        self.ring_rows = nq > RAM_QPS
+        if self.ring_rows:
+            self.rows = RingRows(nq, ne)
+        else:
+            self.pi = Array(Signal(16, name=f"pi{i}") for i in range(nq))
+            self.ci = Array(Signal(16, name=f"ci{i}") for i in range(nq))
+            self.ev_cursor = Array(Signal(eb, init=ne - 1, name=f"ev_cursor{i}")
+                                   for i in range(nq))
+
+    def read_cur(self, m, cur_q_next, cur_ci, cur_cursor):
+        """The rows: ``cur_ci`` and ``cur_cursor`` driven with the index and
+        EV cursor of ``cur_q``, read at ``cur_q_next`` (the value ``cur_q``
+        takes), so they are ``cur_q``'s from the cycle it is set. (With
+        flip-flops the Sequencer muxes ``ci`` and ``ev_cursor`` by ``cur_q``.)"""
+        m.submodules.ring_rows = rows = self.rows
+        m.d.comb += [rows.cur_q_next.eq(cur_q_next), cur_ci.eq(rows.cur_ci),
+                     cur_cursor.eq(rows.cur_cursor)]
+
+    def take(self, m, q, cur_ci):
+        """TAKE consumed QP ``q``'s WQE at ``cur_ci``: its ``ci`` moves on by
+        one (the rows' at the end of the next cycle, or the one after)."""
+        if self.ring_rows:
+            m.d.comb += [self.rows.take.eq(1), self.rows.take_q.eq(q)]
+        else:
+            m.d.sync += self.ci[q].eq(cur_ci + 1)
+
+    def set_cursor(self, m, q, ev_index):
+        """EMIT sets QP ``q``'s EV cursor."""
+        if self.ring_rows:
+            m.d.comb += [self.rows.cursor_we.eq(1), self.rows.cursor_q.eq(q),
+                         self.rows.cursor_data.eq(ev_index)]
+        else:
+            m.d.sync += self.ev_cursor[q].eq(ev_index)
+
+    def prefetch_inputs(self, pf):
+        """``WqePrefetch``'s ring inputs: every QP's indices, or the rows' "ring
+        not empty" flags and their ``ci`` read at the prefetch's ``ring_q``."""
+        if self.ring_rows:
+            rows = self.rows
+            return [pf.ring_ne.eq(rows.ne), pf.ring_ci.eq(rows.ring_ci),
+                    rows.ring_q.eq(pf.ring_q)]
+        return [pf.pi.eq(Cat(*self.pi)), pf.ci.eq(Cat(*self.ci))]
+
+    def csr_values(self, m, csr_q):
+        """(``pi``, ``ci``) for ``TxCsrDecode``: every QP's, or the rows' at
+        ``csr_q`` of the cycle before."""
+        if self.ring_rows:
+            m.d.comb += self.rows.csr_q.eq(csr_q)
+            return self.rows.csr_pi, self.rows.csr_ci
+        return Cat(*self.pi), Cat(*self.ci)
 
     def scheduler_inputs(self):
         """``QpScheduler``'s inputs that these registers drive, by port name."""
@@ -76,12 +130,22 @@ class QpFlags:
         # QP restarts where the host's next WQE goes.
         for i in range(len(win_blocked)):
             with m.If(qw.reset[i]):
-                m.d.sync += [self.ci[i].eq(self.pi[i]), self.wqe_active[i].eq(0),
-                             win_blocked[i].eq(0)]
+                if not self.ring_rows:
+                    m.d.sync += self.ci[i].eq(self.pi[i])
+                m.d.sync += [self.wqe_active[i].eq(0), win_blocked[i].eq(0)]
             with m.If(qw.reset[i] | qw.flush[i]):
                 m.d.sync += self.wimm_park[i].eq(0)
 
     def apply_doorbell(self, m, qw):
-        """A doorbell write moves the QP's producer index."""
+        """A doorbell write moves the QP's producer index. The rows take the
+        decode's writes here too: INIT's zeroing, the doorbell, a reset's
+        ``ci := pi``."""
+        if self.ring_rows:
+            rows = self.rows
+            m.d.comb += [rows.w_q.eq(qw.q), rows.w_init.eq(qw.init),
+                         rows.w_doorbell.eq(qw.doorbell),
+                         rows.w_reset.eq(qw.ctrl & qw.data[CTRL_RESET_BIT]),
+                         rows.w_pi.eq(qw.data[:16])]
+            return
         with m.If(qw.doorbell):
             m.d.sync += self.pi[qw.q].eq(qw.data[:16])

@@ -211,10 +211,8 @@ def take_state(c: SeqContext):
             fsm.next = "IDLE"
         with m.Else():
             m.d.comb += c.pf_take.eq(1)
-            m.d.sync += [
-                c.flags.ci[q].eq(c.cur_ci + 1),
-                c.flags.wqe_active.bit_select(q, 1).eq(1),
-            ]
+            c.flags.take(m, q, c.cur_ci)
+            m.d.sync += c.flags.wqe_active.bit_select(q, 1).eq(1)
             fsm.next = "OFFSET"
 
 
@@ -321,7 +319,7 @@ def packet_states(c: SeqContext):
 
     with fsm.State("EMIT"):
         with m.If(c.emit_go):
-            m.d.sync += flags.ev_cursor[q].eq(c.ev_index)
+            flags.set_cursor(m, q, c.ev_index)
             with m.If(~c.retx_mode):
                 m.d.comb += c.psn_advance.eq(1)
                 m.d.sync += flags.wqe_active.bit_select(q, 1).eq(~c.seg_last)

@@ -22,7 +22,7 @@ from .layouts import (
     SentRecord,
 )
 from .packet_desc import PacketDescriptors
-from .psn_table import PsnTable
+from .psn_table import RAM_QPS, PsnTable
 from .qp_counters import QpCounters
 from .qp_flags import QpFlags
 from .qp_settings import MPR_UNIT, QpSettings, lane_index, registered_address, settings_lane
@@ -289,10 +289,13 @@ class Sequencer(wiring.Component):
         # ArrayProxy values would expand to num_qps^2 terms.
         cur_ci = Signal(16)
         cur_cursor = Signal(eb)
-        m.d.comb += [
-            cur_ci.eq(flags.ci[cur_q]),
-            cur_cursor.eq(flags.ev_cursor[cur_q]),
-        ]
+        if flags.ring_rows:
+            flags.read_cur(m, cur_q_next, cur_ci, cur_cursor)
+        else:
+            m.d.comb += [
+                cur_ci.eq(flags.ci[cur_q]),
+                cur_cursor.eq(flags.ev_cursor[cur_q]),
+            ]
         # the PSNs: next and oldest unacknowledged per QP, moved by EMIT, acks
         # and qp_next_psn writes
         m.submodules.psns = psns = PsnTable(nq)
@@ -461,16 +464,22 @@ class Sequencer(wiring.Component):
         self._wimm_writes(m, qw)
         flags.apply_doorbell(m, qw)
 
-        # the values CSR reads return
+        self._read_values(m, dec, flags, sched, psns, settings, counters, retx_ignored,
+                          retx_no_ev)
+        return m
+
+    def _read_values(self, m, dec, flags, sched, psns, settings, counters, retx_ignored,
+                     retx_no_ev):
+        """The values CSR reads return, into ``TxCsrDecode``'s inputs."""
+        ring_pi, ring_ci = flags.csr_values(m, dec.qsel)
         read_values = dict(
             enable=flags.enable, wqe_active=flags.wqe_active, win_blocked=flags.win_blocked,
             ev_blocked=flags.ev_blocked, wimm_wait=sched.wimm_wait, psn_next=psns.csr_next,
-            psn_una=psns.csr_una, psn_inflight=psns.csr_inflight, pi=Cat(*flags.pi),
-            ci=Cat(*flags.ci), cfg_row=settings.csr_row,
+            psn_una=psns.csr_una, psn_inflight=psns.csr_inflight, pi=ring_pi,
+            ci=ring_ci, cfg_row=settings.csr_row,
             counters=counters.csr_data, wimm_count=self.wimm.rd_count, retx_ignored=retx_ignored,
             retx_no_ev=retx_no_ev)
         m.d.comb += [getattr(dec, name).eq(value) for name, value in read_values.items()]
-        return m
 
     def _wqe_reads(self, m, flags, settings, qw, cur_q, pf_take):
         """``WqePrefetch`` (each QP's next WQE read ahead, its ring settings from
@@ -481,7 +490,8 @@ class Sequencer(wiring.Component):
         returns the three."""
         m.submodules.prefetch = pf = WqePrefetch(num_qps=self.num_qps,
                                                  data_width=self.data_width,
-                                                 addr_width=self.addr_width)
+                                                 addr_width=self.addr_width,
+                                                 ring_rows=flags.ring_rows)
         m.submodules.wqe_share = share = BurstShare(data_width=self.data_width,
                                                     addr_width=self.addr_width)
         wiring.connect(m, pf.req, share.b_req)
@@ -490,7 +500,7 @@ class Sequencer(wiring.Component):
         wiring.connect(m, wiring.flipped(self.wqe_data), share.data)
         ring = settings.ring_row
         m.d.comb += [
-            pf.pi.eq(Cat(*flags.pi)), pf.ci.eq(Cat(*flags.ci)), pf.enable.eq(flags.enable),
+            *flags.prefetch_inputs(pf), pf.enable.eq(flags.enable),
             pf.op_halt.eq(flags.op_halt), settings.ring_q.eq(pf.ring_q),
             pf.sq_base.eq(Cat(settings_lane(ring, "sq_base_lo"),
                               settings_lane(ring, "sq_base_hi", self.addr_width - 32))),
@@ -512,7 +522,7 @@ class Sequencer(wiring.Component):
             num_qps=nq, evs_per_qp=ne, csr_addr_width=len(self.csr.addr), max_mtu=self.max_mtu,
             data_width=self.data_width, inflight_depth=depth, addr_width=self.addr_width,
             flop_rows=settings.flop_rows, wimm_count_width=wimm_widths(depth)[1],
-            ipv6=self.ipv6, ev_width=self.ev_width)
+            ipv6=self.ipv6, ev_width=self.ev_width, ring_rows=nq > RAM_QPS)
         wiring.connect(m, wiring.flipped(self.csr), dec.csr)
         wiring.connect(m, dec.qp_w, settings.w)
         m.d.comb += [

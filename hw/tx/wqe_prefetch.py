@@ -21,7 +21,10 @@ class WqePrefetch(wiring.Component):
     """Each QP's next posted WQE, read ahead of the sequencer.
 
     Interface: per QP (QP 0's lowest bits or 16-bit word) ``pi``/``ci``
-    (the ring's producer and consumer indices), ``enable`` and ``op_halt``;
+    (the ring's producer and consumer indices) or, with ``ring_rows`` (the
+    indices in ``RingRows``), ``ring_ne`` (per QP, ``pi != ci``) and
+    ``ring_ci`` (``ci`` of ``ring_q`` of the cycle before, with that
+    cycle's writes); ``enable`` and ``op_halt``;
     ``ring_q`` out, ``sq_base``/``sq_log2`` in: the ring settings of QP
     ``ring_q``, read by the caller at ``ring_q`` registered, so that they
     are valid two cycles after ``ring_q`` moves; ``req``/``data``: the WQE
@@ -36,7 +39,9 @@ class WqePrefetch(wiring.Component):
     passes.
 
     A QP is read for while it is enabled, not halted, its ring holds a WQE
-    (``pi != ci``, registered per nibble and then ORed: two cycles late) and
+    (``pi != ci``, registered per nibble and then ORed: two cycles late;
+    or ``ring_ne``, which ``RingRows`` moves at the end of the cycle after
+    a take or a reset, or of the one after that when a take waits) and
     none of its WQEs is buffered or being read; round robin among those.
     Only posted WQEs are read (``ci`` is behind the doorbell), each once:
     the ring check is made again in ADDR, two cycles after the pick, when it
@@ -56,7 +61,7 @@ class WqePrefetch(wiring.Component):
     memory's latency and the burst's beats.
     """
 
-    def __init__(self, *, num_qps=16, data_width=64, addr_width=64):
+    def __init__(self, *, num_qps=16, data_width=64, addr_width=64, ring_rows=False):
         if data_width > 8 * WQE_BYTES:
             self._MustUse__silence = True
             raise ValueError(f"WqePrefetch: data_width {data_width} is wider than a WQE "
@@ -64,10 +69,14 @@ class WqePrefetch(wiring.Component):
         self.num_qps = num_qps
         self.data_width = data_width
         self.addr_width = addr_width
+        self.ring_rows = ring_rows
         qb = max(1, (num_qps - 1).bit_length())
+        if ring_rows:
+            ring = {"ring_ne": In(num_qps), "ring_ci": In(16)}
+        else:
+            ring = {"pi": In(16 * num_qps), "ci": In(16 * num_qps)}
         super().__init__({
-            "pi": In(16 * num_qps),
-            "ci": In(16 * num_qps),
+            **ring,
             "enable": In(num_qps),
             "op_halt": In(num_qps),
             "ring_q": Out(qb),
@@ -88,16 +97,19 @@ class WqePrefetch(wiring.Component):
         nq, nbytes = self.num_qps, self.data_width // 8
         wqe_beats = WQE_BYTES // nbytes
 
-        ring_work = Signal(nq)
-        for i in range(nq):
-            pi, ci = self.pi[16 * i : 16 * (i + 1)], self.ci[16 * i : 16 * (i + 1)]
-            ring_ne = Signal(4, name=f"ring_ne{i}")
-            m.d.sync += [
-                ring_ne.eq(Cat(*[pi[4 * k : 4 * k + 4] != ci[4 * k : 4 * k + 4]
-                                 for k in range(4)])),
-                ring_work[i].eq(ring_ne.any()),
-            ]
-        ci = Array(self.ci[16 * i : 16 * (i + 1)] for i in range(nq))
+        if self.ring_rows:
+            ring_work, pf_ci = self.ring_ne, self.ring_ci
+        else:
+            ring_work = Signal(nq)
+            for i in range(nq):
+                pi, ci = self.pi[16 * i : 16 * (i + 1)], self.ci[16 * i : 16 * (i + 1)]
+                ring_ne = Signal(4, name=f"ring_ne{i}")
+                m.d.sync += [
+                    ring_ne.eq(Cat(*[pi[4 * k : 4 * k + 4] != ci[4 * k : 4 * k + 4]
+                                     for k in range(4)])),
+                    ring_work[i].eq(ring_ne.any()),
+                ]
+            pf_ci = Array(self.ci[16 * i : 16 * (i + 1)] for i in range(nq))
 
         ready = Signal(nq)
         # (consulted in PICK alone: the QP being read is not among them then)
@@ -158,7 +170,7 @@ class WqePrefetch(wiring.Component):
                 m.d.sync += cancel.eq(1)
             fsm.next = "ADDR"
         with fsm.State("ADDR"):
-            slot = ci[pf_q] & ring_mask
+            slot = (pf_ci if self.ring_rows else pf_ci[pf_q]) & ring_mask
             m.d.sync += req_addr.eq(self.sq_base + (slot << 6))
             with m.If(cancel | dropped | ~ring_work.bit_select(pf_q, 1)):
                 fsm.next = "PICK"
