@@ -46,6 +46,7 @@ PROOF_MODULES = (
     "hw.rx.parser_props",
     "hw.reliability.core_props",
     "hw.tx.ev_props",
+    "hw.tx.ring_rows_props",
     "hw.nic.ev_load_props",
 )
 
