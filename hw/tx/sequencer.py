@@ -181,7 +181,7 @@ class Sequencer(wiring.Component):
         wqe_beats = WQE_BYTES // nbytes
         max_mtu_log2 = self.max_mtu.bit_length() - 1
 
-        # ---- per-QP state in flip-flops: what the scheduler looks at every cycle
+        # ---- per-QP flags, read by the scheduler every cycle; ring indices, EV cursors
         flags = QpFlags(nq, ne)
 
         # ---- per-QP settings, WQE progress, counters, in-flight records: RAM
