@@ -42,10 +42,12 @@ class RingRows(wiring.Component):
     set from them (stage 1, the cycle after). A decode write goes first; a
     take that meets one waits a cycle in a register. Latency: a write's
     indices and ``ne`` land at the end of the cycle after its strobe (so a
-    CSR read strobed with it or after, reading the cycle after, sees them); a
-    take's the cycle after it, or the one after that when it waits (so the
-    prefetch, which picks the QP the cycle after the take at the earliest
-    and reads its ``ci`` two cycles later, reads the moved index).
+    CSR read whose address comes that cycle or later sees them: the
+    decode's strobes come two cycles after ``w_stb``, a read's ``r_stb``
+    three or more); a take's the cycle after it, or the one after that when
+    it waits (so the prefetch, which picks the QP the cycle after the take
+    at the earliest and reads its ``ci`` two cycles later, reads the moved
+    index); a cursor write (EMIT's, INIT's) at the end of its own cycle.
     Throughput: one update per cycle.
     """
 
