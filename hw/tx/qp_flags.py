@@ -49,14 +49,20 @@ class QpFlags:
             self.ev_cursor = Array(Signal(eb, init=ne - 1, name=f"ev_cursor{i}")
                                    for i in range(nq))
 
-    def read_cur(self, m, cur_q_next, cur_ci, cur_cursor):
-        """The rows: ``cur_ci`` and ``cur_cursor`` driven with the index and
-        EV cursor of ``cur_q``, read at ``cur_q_next`` (the value ``cur_q``
-        takes), so they are ``cur_q``'s from the cycle it is set. (With
-        flip-flops the Sequencer muxes ``ci`` and ``ev_cursor`` by ``cur_q``.)"""
-        m.submodules.ring_rows = rows = self.rows
-        m.d.comb += [rows.cur_q_next.eq(cur_q_next), cur_ci.eq(rows.cur_ci),
-                     cur_cursor.eq(rows.cur_cursor)]
+    def read_cur(self, m, cur_q, cur_q_next, cur_ci, cur_cursor):
+        """``cur_ci`` and ``cur_cursor`` driven with ``cur_q``'s index and EV
+        cursor: its registers' mux, or the rows read at ``cur_q_next`` (the
+        value ``cur_q`` takes), so they are ``cur_q``'s from the cycle it is
+        set."""
+        if self.ring_rows:
+            m.submodules.ring_rows = rows = self.rows
+            m.d.comb += [rows.cur_q_next.eq(cur_q_next), cur_ci.eq(rows.cur_ci),
+                         cur_cursor.eq(rows.cur_cursor)]
+        else:
+            m.d.comb += [
+                cur_ci.eq(self.ci[cur_q]),
+                cur_cursor.eq(self.ev_cursor[cur_q]),
+            ]
 
     def take(self, m, q, cur_ci):
         """TAKE consumed QP ``q``'s WQE at ``cur_ci``: its ``ci`` moves on by

@@ -22,7 +22,7 @@ from .layouts import (
     SentRecord,
 )
 from .packet_desc import PacketDescriptors
-from .psn_table import RAM_QPS, PsnTable
+from .psn_table import PsnTable
 from .qp_counters import QpCounters
 from .qp_flags import QpFlags
 from .qp_settings import MPR_UNIT, QpSettings, lane_index, registered_address, settings_lane
@@ -232,7 +232,7 @@ class Sequencer(wiring.Component):
         ready = Signal()
 
         # ---- CSR decode: per-QP writes as strobes (qw), applied below, and reads
-        dec = self._csr_decode(m, settings, counters, init_q, ready)
+        dec = self._csr_decode(m, settings, counters, init_q, ready, flags.ring_rows)
         qw = dec.qp_w
 
         # ---- the WQE reads (each QP's next WQE read ahead, a retransmission's
@@ -289,13 +289,7 @@ class Sequencer(wiring.Component):
         # ArrayProxy values would expand to num_qps^2 terms.
         cur_ci = Signal(16)
         cur_cursor = Signal(eb)
-        if flags.ring_rows:
-            flags.read_cur(m, cur_q_next, cur_ci, cur_cursor)
-        else:
-            m.d.comb += [
-                cur_ci.eq(flags.ci[cur_q]),
-                cur_cursor.eq(flags.ev_cursor[cur_q]),
-            ]
+        flags.read_cur(m, cur_q, cur_q_next, cur_ci, cur_cursor)
         # the PSNs: next and oldest unacknowledged per QP, moved by EMIT, acks
         # and qp_next_psn writes
         m.submodules.psns = psns = PsnTable(nq)
@@ -513,7 +507,7 @@ class Sequencer(wiring.Component):
         m.d.comb += [getattr(sched, name).eq(value) for name, value in qp_flags.items()]
         return pf, share, sched
 
-    def _csr_decode(self, m, settings, counters, init_q, ready):
+    def _csr_decode(self, m, settings, counters, init_q, ready, ring_rows):
         """``TxCsrDecode`` joined to the CSR bus, the settings' write port, the
         EV table's CSR port and the read selects of the settings, counters and
         WimmBound; returns it (its ``qp_w`` strobes are applied by the caller)."""
@@ -522,7 +516,7 @@ class Sequencer(wiring.Component):
             num_qps=nq, evs_per_qp=ne, csr_addr_width=len(self.csr.addr), max_mtu=self.max_mtu,
             data_width=self.data_width, inflight_depth=depth, addr_width=self.addr_width,
             flop_rows=settings.flop_rows, wimm_count_width=wimm_widths(depth)[1],
-            ipv6=self.ipv6, ev_width=self.ev_width, ring_rows=nq > RAM_QPS)
+            ipv6=self.ipv6, ev_width=self.ev_width, ring_rows=ring_rows)
         wiring.connect(m, wiring.flipped(self.csr), dec.csr)
         wiring.connect(m, dec.qp_w, settings.w)
         m.d.comb += [

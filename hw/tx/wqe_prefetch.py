@@ -97,6 +97,8 @@ class WqePrefetch(wiring.Component):
         nq, nbytes = self.num_qps, self.data_width // 8
         wqe_beats = WQE_BYTES // nbytes
 
+        pf_q = Signal.like(self.ring_q)  # the QP being read
+        # ring_work: per QP, pi != ci; pf_ci: ci of pf_q (the rows': of the cycle before)
         if self.ring_rows:
             ring_work, pf_ci = self.ring_ne, self.ring_ci
         else:
@@ -109,7 +111,7 @@ class WqePrefetch(wiring.Component):
                                      for k in range(4)])),
                     ring_work[i].eq(ring_ne.any()),
                 ]
-            pf_ci = Array(self.ci[16 * i : 16 * (i + 1)] for i in range(nq))
+            pf_ci = Array(self.ci[16 * i : 16 * (i + 1)] for i in range(nq))[pf_q]
 
         ready = Signal(nq)
         # (consulted in PICK alone: the QP being read is not among them then)
@@ -119,7 +121,6 @@ class WqePrefetch(wiring.Component):
             self.ready.eq(ready),
         ]
 
-        pf_q = Signal.like(self.ring_q)
         cancel = Signal()  # the QP's ring was reset since the pick: discard the read
         dropped = self.drop.bit_select(pf_q, 1)
         req_valid = Signal()
@@ -170,7 +171,7 @@ class WqePrefetch(wiring.Component):
                 m.d.sync += cancel.eq(1)
             fsm.next = "ADDR"
         with fsm.State("ADDR"):
-            slot = (pf_ci if self.ring_rows else pf_ci[pf_q]) & ring_mask
+            slot = pf_ci & ring_mask
             m.d.sync += req_addr.eq(self.sq_base + (slot << 6))
             with m.If(cancel | dropped | ~ring_work.bit_select(pf_q, 1)):
                 fsm.next = "PICK"
