@@ -23,14 +23,26 @@ __all__ = [
 ]
 
 
-def lowest_set(value, width=None):
+def lowest_set(value, width=None, m=None, name="low"):
     """``(any, index)``: whether any of the low ``width`` bits of ``value`` (all
     of them by default) is set, and the index of the lowest set one, as a tree
     of 2:1 choices (``log2(width)`` levels). ``index`` is meaningful only with
-    ``any``."""
+    ``any``.
+
+    Each node's ``any`` is read three times by the level above, so as plain
+    expressions the tree's cells repeat with every level (and a leaf of an
+    operator's result repeats that operator: a ``width``-bit cell per bit).
+    Given a module ``m``, the input and every level are named signals
+    (``name``), and the tree is built once: do so for vectors of more than a
+    few dozen bits."""
     value = Value.cast(value)
     width = len(value) if width is None else width
+    if m is not None:
+        bits = Signal(width, name=f"{name}_in")
+        m.d.comb += bits.eq(value[:width])
+        value = bits
     nodes = [(value[i], Const(0, 0)) for i in range(width)]
+    level = 0
     while len(nodes) > 1:
         nxt = []
         for k in range(0, len(nodes), 2):
@@ -43,6 +55,13 @@ def lowest_set(value, width=None):
                 nxt.append((a_any | b_any, ~a_any))
             else:
                 nxt.append((a_any | b_any, Cat(Mux(a_any, a_idx, b_idx), ~a_any)))
+        level += 1
+        if m is not None:  # every index of a level has the level's width
+            iw = len(nxt[0][1])
+            anys = Signal(len(nxt), name=f"{name}_any{level}")
+            idxs = Signal(len(nxt) * iw, name=f"{name}_idx{level}")
+            m.d.comb += [anys.eq(Cat(*[a for a, _ in nxt])), idxs.eq(Cat(*[i for _, i in nxt]))]
+            nxt = [(anys[k], idxs[k * iw : (k + 1) * iw]) for k in range(len(nxt))]
         nodes = nxt
     any_set, idx = nodes[0]
     if width == 1:
@@ -54,7 +73,7 @@ def lowest_index(m, value, width, name):
     """The index of the lowest set bit of ``value``'s low ``width`` bits as a
     named signal of ``range(max(width, 2))`` (meaningful only when one is set)."""
     idx = Signal(range(max(width, 2)), name=name)
-    m.d.comb += idx.eq(lowest_set(value, width)[1])
+    m.d.comb += idx.eq(lowest_set(value, width, m, name)[1])
     return idx
 
 

@@ -16,8 +16,8 @@ def round_robin(m, vec, last):
     requests = Signal(n)
     above = Signal(n)
     m.d.comb += [requests.eq(vec), above.eq((Const((1 << n) - 1, n) << (last + 1))[:n])]
-    hi_any, hi_index = lowest_set(requests & above)
-    lo_any, lo_index = lowest_set(requests)
+    hi_any, hi_index = lowest_set(requests & above, m=m, name="rr_hi")
+    lo_any, lo_index = lowest_set(requests, m=m, name="rr_lo")
     return lo_any, Mux(hi_any, hi_index, lo_index)
 
 
