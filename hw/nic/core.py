@@ -14,6 +14,7 @@ from hw.pipeline import AXI4RegisterSlice, AXIStreamRegister, StreamRegister
 from hw.protocol import PLANE_BITS, check_ev_width, plane_bits
 from hw.reliability.engine import ReliabilityEngine, ns_per_cycle
 from hw.reliability.layouts import AckUpdate, CwndUpdate, QpState, QpStateUpdate, SqProducer
+from hw.reliability.registers import MAX_QPS as REL_MAX_QPS
 from hw.rx.engine import RxEngine
 from hw.rx.parser import ParsedHeader
 from hw.stream import AXIStreamSignature, check_data_width
@@ -70,8 +71,9 @@ def check_nic_params(*, data_width, num_qps, evs_per_qp, sack_bits, max_mtu, mpr
     own parameters as well, but a NIC-level message names the NIC parameter.
     """
     check_data_width(data_width)
-    if not _pow2(num_qps) or not 2 <= num_qps <= 256:
-        raise ValueError(f"num_qps must be a power of two in 2..256, not {num_qps!r}")
+    if not _pow2(num_qps) or not 2 <= num_qps <= REL_MAX_QPS:
+        raise ValueError(f"num_qps must be a power of two in 2..{REL_MAX_QPS}, "
+                         f"not {num_qps!r}")
     if not _pow2(evs_per_qp) or not 2 <= evs_per_qp <= 128:
         raise ValueError(f"evs_per_qp must be a power of two in 2..128, not {evs_per_qp!r}")
     if sack_bits not in (32, 64, 128, 256):
@@ -215,7 +217,7 @@ class NicCore(wiring.Component):
     Parameters
     ----------
     data_width : 64..512, bits of the MAC streams and of the DMA data.
-    num_qps : queue pairs, a power of two in 2..256 (QPN i is entry i everywhere).
+    num_qps : queue pairs, a power of two in 2..2048 (QPN i is entry i everywhere).
     evs_per_qp : EVs (paths) per QP, a power of two in 2..128.
     sack_bits : SACK bitmap width, 32/64/128/256.
     max_mtu : largest MTU in bytes, 256..4096 (also the largest payload RX takes).

@@ -52,12 +52,11 @@ from .registers import (
     COUNTER_BASE,
     COUNTER_NAMES,
     COUNTER_SLOT_BITS,
-    EV_BASE,
     EV_PLANE_LSB,
     EV_VALUE_HI,
     GLOBAL_OFFSETS,
+    MAX_QPS,
     OWN_IP6,
-    QP6_BASE,
     QP6_STRIDE,
     QP6_WORDS,
     QP_BASE,
@@ -65,6 +64,7 @@ from .registers import (
     QP_WORDS,
     TYPE_ID,
     VERSION,
+    region_bases,
     register_map,
 )
 from .timer import RetransmitTimers
@@ -88,12 +88,13 @@ class ReliabilityEngine(wiring.Component):
 
     Parameters
     ----------
-    num_qps : 2..256 QPs; local QPN q is QP index q (``sent.qpn``, ACK BTH DestQP).
+    num_qps : 2..2048 QPs (``MAX_QPS``); local QPN q is QP index q (``sent.qpn``, ACK BTH DestQP).
     evs_per_qp : EVs per QP, a power of two in 2..128 (EV index width of ``sent``).
     sack_bits : SACK bitmap width of ``peer_ack`` (the RX parser's).
     clk_freq_hz : clock; the timer unit is round(1.024 us x clk_freq_hz) cycles.
     data_width : width of ``m_axis_probe`` and ``m_axi``, 64..512.
-    csr_addr_width : width of the CSR bus; the map needs 0x8000 + 4 x num_qps x evs bytes.
+    csr_addr_width : width of the CSR bus; the map needs the EV base (0x8000 up to 256
+        QPs, ``region_bases``) + 4 x num_qps x evs bytes.
     window : PSNs tracked per QP (a power of two, 2..256): the window (cwnd) reported to
         TX never exceeds it, so TX never has more PSNs in flight.
     addr_width : bits of the host DMA addresses, 32..64 (default 64): ``sq_base_*`` and
@@ -112,7 +113,7 @@ class ReliabilityEngine(wiring.Component):
         is not stored and reads 0.
     ipv6 : probes over IPv6 too: ``own_ip6``, and per QP the peer's IPv6
         address (``peer_ip6_*`` above ``peer_ip``) and family (``peer_v6``),
-        at QP6_BASE; each QP's probes go over its peer's family
+        at the QP6 base; each QP's probes go over its peer's family
         (``ProbeBuilder``).
 
     Interface
@@ -178,8 +179,8 @@ class ReliabilityEngine(wiring.Component):
         self.plane_bits = plane_bits_for(num_planes)  # raises for a bad count
         self.ipv6 = bool(ipv6)
         self.ev_width = check_ev_width(ev_width, self.ipv6)
-        if not isinstance(num_qps, int) or not 2 <= num_qps <= 256:
-            raise ValueError(f"num_qps must be an integer in 2..256, not {num_qps!r}")
+        if not isinstance(num_qps, int) or not 2 <= num_qps <= MAX_QPS:
+            raise ValueError(f"num_qps must be an integer in 2..{MAX_QPS}, not {num_qps!r}")
         if (not isinstance(evs_per_qp, int) or evs_per_qp & (evs_per_qp - 1)
                 or not 2 <= evs_per_qp <= 128):
             raise ValueError(f"evs_per_qp must be a power of two in 2..128, not {evs_per_qp!r}")
@@ -192,7 +193,8 @@ class ReliabilityEngine(wiring.Component):
             raise ValueError(f"max_mtu must be a power of two in 256..4096, not {max_mtu!r}")
         if not isinstance(window, int) or window & (window - 1) or not 2 <= window <= 256:
             raise ValueError(f"window must be a power of two in 2..256, not {window!r}")
-        need = EV_BASE + 4 * num_qps * evs_per_qp
+        self.qp6_base, self.ev_base = region_bases(num_qps)
+        need = self.ev_base + 4 * num_qps * evs_per_qp
         if not isinstance(csr_addr_width, int) or not 16 <= csr_addr_width <= 32 or (
                 need > 1 << csr_addr_width):
             raise ValueError(
@@ -381,24 +383,25 @@ class ReliabilityEngine(wiring.Component):
         # --- address decode -------------------------------------------------------------------
         csr = self.csr
         addr = csr.addr
+        qp6_base, ev_base = self.qp6_base, self.ev_base
         in_qp, in_ev = Signal(), Signal()
         m.d.comb += [in_qp.eq((addr >= QP_BASE) & (addr < QP_BASE + nq * QP_STRIDE)),
-                     in_ev.eq((addr >= EV_BASE) & (addr < EV_BASE + 4 * nq * E))]
+                     in_ev.eq((addr >= ev_base) & (addr < ev_base + 4 * nq * E))]
         qp_off = Signal(self.csr_addr_width)
         m.d.comb += qp_off.eq(_offset(addr, QP_BASE))
         qp_idx = qp_off[6:][: max(1, (nq - 1).bit_length())]
         word = qp_off[2:6]
-        # with ipv6, the QPs' IPv6 words (QP6_BASE): net_mem's words 4..7
+        # with ipv6, the QPs' IPv6 words (at qp6_base): net_mem's words 4..7
         if self.ipv6:
             in_qp6 = Signal()
             qp6_off = Signal(self.csr_addr_width)
             m.d.comb += [
-                qp6_off.eq(_offset(addr, QP6_BASE)),
-                in_qp6.eq((addr >= QP6_BASE) & (addr < QP6_BASE + nq * QP6_STRIDE)),
+                qp6_off.eq(_offset(addr, qp6_base)),
+                in_qp6.eq((addr >= qp6_base) & (addr < qp6_base + nq * QP6_STRIDE)),
             ]
             qp6_idx, word6 = qp6_off[4:][: len(qp_idx)], qp6_off[2:4]
         ev_off = Signal(self.csr_addr_width)
-        m.d.comb += ev_off.eq(_offset(addr, EV_BASE))
+        m.d.comb += ev_off.eq(_offset(addr, ev_base))
         ev_idx = ev_off[2:][: max(1, (nq * E - 1).bit_length())]
 
         ev_hi_count = ev_hi_words(self.ev_width)
@@ -470,10 +473,10 @@ class ReliabilityEngine(wiring.Component):
             dma_wr.addr.eq(w_qp), dma_csr.addr.eq(qp_idx),
             net_wr.addr.eq(w_qp), net_csr.addr.eq(qp_field),
             ev_wr.addr.eq(w_ev), ev_csr.addr.eq(ev_idx),
-            # an EV entry's QP or a QP word's, chosen by addr >= EV_BASE (a power of
+            # an EV entry's QP or a QP word's, chosen by addr >= ev_base (a power of
             # two: an OR of the upper address bits, not in_ev's compares): the
             # record is read only for those words
-            core.rec_addr.eq(Mux(addr[EV_BASE.bit_length() - 1 :].any(), ev_idx >> ebits,
+            core.rec_addr.eq(Mux(addr[ev_base.bit_length() - 1 :].any(), ev_idx >> ebits,
                                  qp_idx)),
             rel_wr.data.eq(w_data),
             dma_wr.data.eq(Cat(*[base_hi if word in hi_words else w_data

@@ -10,12 +10,11 @@ __all__ = [
     "COUNTER_LAG",
     "COUNTER_NAMES",
     "COUNTER_SLOT_BITS",
-    "EV_BASE",
+    "MAX_QPS",
     "NSCC_REGISTERS",
     "OWN_IP6",
     "EV_VALUE_HI",
     "PEER_ADDRESS_REGS",
-    "QP6_BASE",
     "QP6_STRIDE",
     "QP6_WORDS",
     "QP_BASE",
@@ -25,6 +24,7 @@ __all__ = [
     "RTT_NS_MAX",
     "TYPE_ID",
     "VERSION",
+    "region_bases",
     "register_map",
 ]
 
@@ -32,8 +32,8 @@ TYPE_ID = 0x0004
 VERSION = 1
 QP_BASE = 0x1000
 QP_STRIDE = 0x40
-EV_BASE = 0x8000
 COUNTER_BASE = 0x100
+MAX_QPS = 2048  # params.num_qps is 12 bits
 
 # Per-QP words (offset / 4 inside a QP's 0x40 block).
 QP_WORDS = {
@@ -53,9 +53,8 @@ QP_WORDS = {
     "qp_cc": 13,
 }
 # With ``ipv6`` (a build parameter): each QP's peer over IPv6, 4 words per QP
-# at QP6_BASE (between the QP blocks, at most 256 x 0x40 bytes from QP_BASE,
-# and the EV table), and the NIC's own IPv6 address, 4 words at OWN_IP6.
-QP6_BASE = 0x6000
+# at the QP6 base (``region_bases``), and the NIC's own IPv6 address, 4 words
+# at OWN_IP6.
 QP6_STRIDE = 0x10
 QP6_WORDS = {"peer_ip6_1": 0, "peer_ip6_2": 1, "peer_ip6_3": 2, "peer_v6": 3}
 # A QP's peer address in this block's registers, as the driver writes it and the
@@ -188,15 +187,25 @@ RTT_NS_MAX = (1 << RTT_NS_BITS) - 1
 GLOBAL_OFFSETS = _G
 
 
+def region_bases(num_qps: int) -> tuple[int, int]:
+    """(QP6 base, EV base) for ``num_qps`` QPs: the QP blocks from QP_BASE,
+    then the QP6 words, then the EV table at a power of two (its decode is an
+    OR of the address bits from it up). 0x6000 and 0x8000 up to 256 QPs."""
+    qp6_size = max(0x2000, num_qps * QP6_STRIDE)
+    ev_base = max(0x8000, 1 << (QP_BASE + num_qps * QP_STRIDE + qp6_size - 1).bit_length())
+    return ev_base - qp6_size, ev_base
+
+
 def register_map(num_qps: int = 16, evs_per_qp: int = 16, window: int = 64,
                  ipv6: bool = False, ev_width: int = 16) -> RegisterMap:
+    qp6_base, ev_base = region_bases(num_qps)
     r = RegisterMap(
         "reliability",
         TYPE_ID,
         VERSION,
         "ACK/SACK/NAK processing, retransmit timers, EV health, congestion window and "
         "send completions (docs/reliability.md). Global registers, then one 0x40-byte block "
-        f"per QP at 0x{QP_BASE:04x}, then one word per (QP, EV) at 0x{EV_BASE:04x}.",
+        f"per QP at 0x{QP_BASE:04x}, then one word per (QP, EV) at 0x{ev_base:04x}.",
     )
     r.add("block_id", _G["block_id"], "RO", "block type and version",
           fields=[("type", 0, 16, f"0x{TYPE_ID:04x}"), ("version", 16, 16, str(VERSION))])
@@ -291,10 +300,10 @@ def register_map(num_qps: int = 16, evs_per_qp: int = 16, window: int = 64,
                                                                           "progress")])
     if ipv6:
         for i in (1, 2, 3):
-            r.add(f"peer_ip6_{i}", QP6_BASE + 4 * QP6_WORDS[f"peer_ip6_{i}"], "RW",
+            r.add(f"peer_ip6_{i}", qp6_base + 4 * QP6_WORDS[f"peer_ip6_{i}"], "RW",
                   f"(ipv6 builds) peer IPv6 address bits {32 * i + 31}..{32 * i} (bits "
                   "31..0: peer_ip)", count=num_qps, stride=QP6_STRIDE)
-        r.add("peer_v6", QP6_BASE + 4 * QP6_WORDS["peer_v6"], "RW",
+        r.add("peer_v6", qp6_base + 4 * QP6_WORDS["peer_v6"], "RW",
               "(ipv6 builds) the peer's family: probes go over it", count=num_qps,
               stride=QP6_STRIDE, fields=[("v6", 0, 1, "1: IPv6, 0: IPv4"),
                                          ("ev_format", 1, 2, "where probes carry the EV, as "
@@ -305,7 +314,7 @@ def register_map(num_qps: int = 16, evs_per_qp: int = 16, window: int = 64,
               "for the next ev write, which stores them with its value and clears them; reads "
               "give the staged bits",
               count=ev_hi_words(ev_width), stride=4)
-    r.add("ev", EV_BASE, "RW", "EV i of QP q is entry q x evs_per_qp + i",
+    r.add("ev", ev_base, "RW", "EV i of QP q is entry q x evs_per_qp + i",
           count=num_qps * evs_per_qp, stride=4,
           fields=[("value", 0, 16, "EV bits 15..0 (the UDP format's source port)"),
                   ("state", 16, 2, "state; written only when [31] is set: 0 GOOD, 2 DENIED"),

@@ -15,7 +15,7 @@ from hw.protocol import EvFormat, ev_echo, srv6_carrier, srv6_sport, stev_fields
 from hw.reliability import ReliabilityEngine
 from hw.reliability.engine import timeout_unit_cycles
 from hw.reliability.probe import ProbeBuilder
-from hw.reliability.registers import EV_BASE, QP_BASE, register_map
+from hw.reliability.registers import QP_BASE, register_map
 from hw.reliability.timer import RetransmitTimers
 
 from .csrbus import csr_read, csr_write
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.usefixtures("invariant_checks")
     "kwargs, match",
     [
         (dict(num_qps=0), "num_qps"),
-        (dict(num_qps=300), "num_qps"),
+        (dict(num_qps=4096), "num_qps"),
         (dict(evs_per_qp=12), "evs_per_qp"),
         (dict(evs_per_qp=256), "evs_per_qp"),
         (dict(sack_bits=48), "SACK bitmap"),
@@ -55,8 +55,8 @@ def test_register_map():
     r = register_map(16, 16, 64)
     assert r.type_id == 0x0004
     assert r["qp_ctrl"].addr(3) == QP_BASE + 3 * 0x40
-    assert r["ev"].addr(17) == EV_BASE + 17 * 4
-    assert r.size == EV_BASE + 16 * 16 * 4
+    assert r["ev"].addr(17) == 0x8000 + 17 * 4
+    assert r.size == 0x8000 + 16 * 16 * 4
     text = r.markdown()
     assert "`ev_event`" in text and "| RP |" in text
     # docs/reliability.md's table is the build's with ipv6 and 64-bit EVs (its
