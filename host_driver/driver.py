@@ -1164,9 +1164,10 @@ class Device:
 
     async def create_qp(self, pd: ProtectionDomain, send_cq: CompletionQueue,
                         recv_cq: CompletionQueue, sq_log2: int = 6,
-                        sq_sig_all: bool = False) -> QueuePair:
+                        sq_sig_all: bool = False, qpn: int | None = None) -> QueuePair:
         """``sq_sig_all``: every WQE is signaled, whatever ``post_send``'s
-        ``signaled`` says (verbs' sq_sig_all)."""
+        ``signaled`` says (verbs' sq_sig_all). ``qpn``: a free QP number of the
+        caller's choosing (None: the lowest free one)."""
         if not 1 <= sq_log2 <= 15:
             raise ValueError(f"sq_log2 must be in 1..15, not {sq_log2!r}")
         if send_cq.size < 1 << sq_log2:
@@ -1175,9 +1176,15 @@ class Device:
             # reused only after its completion is polled
             raise ValueError(f"send CQ ({send_cq.size} entries) must be at least as large as "
                              f"the SQ ({1 << sq_log2})")
-        qpn = next((q for q in range(self.params["num_qps"]) if q not in self.qps), None)
+        num_qps = self.params["num_qps"]
         if qpn is None:
-            raise DriverError(f"all {self.params['num_qps']} QPs are in use")
+            qpn = next((q for q in range(num_qps) if q not in self.qps), None)
+            if qpn is None:
+                raise DriverError(f"all {num_qps} QPs are in use")
+        elif not isinstance(qpn, int) or not 0 <= qpn < num_qps:
+            raise ValueError(f"qpn must be in 0..{num_qps - 1} (num_qps), not {qpn!r}")
+        elif qpn in self.qps:
+            raise DriverError(f"QP {qpn} is in use")
         qp = QueuePair(self, qpn, pd, send_cq, recv_cq, sq_log2, sq_sig_all)
         self.qps[qpn] = qp
         return qp

@@ -253,7 +253,7 @@ class SystemTB:
                       ack_n: int = 4, ack_t: int = 256, probe_period: int = 0,
                       linear_cnt: int = 7, exp_cnt: int = 7, sack_threshold: int = 0,
                       recv_cq_log2: int = 8, max_wimm: int | None = None,
-                      ipv6: bool | list[bool] = False):
+                      ipv6: bool | list[bool] = False, qpns=None, shared_mr: bool = False):
         """``qps`` QPs on each NIC to RTS, connection k of NIC 0 bound to
         connection ``peer_of(k)`` of NIC 1; per QP a receive MR and a send
         buffer of ``buf_size`` bytes, and a receive CQ of 2^``recv_cq_log2``
@@ -261,7 +261,10 @@ class SystemTB:
         of NIC i sprays over EV_BASES[i] + 16 k + 0..7). ``max_wimm``: every
         QP's (``QueuePair.to_rts``; None: the driver's default). ``ipv6``:
         the connections bound over IPv6 (the peers' ``IPS6``), one flag for
-        all or one per connection k of NIC 0."""
+        all or one per connection k of NIC 0. ``qpns``: per NIC the QP number of
+        each connection (None: the lowest free ones). ``shared_mr``: per NIC one
+        region holding every connection's receive buffer, for more QPs than
+        the NIC has MR entries."""
         if self.num_nics != 2:
             raise ValueError(f"connect() binds NIC 0 to NIC 1 of a two-NIC system; this one "
                              f"has {self.num_nics} NICs: use connect_pair(a, b)")
@@ -269,11 +272,21 @@ class SystemTB:
         if not 1 <= qps <= num_qps:
             raise ValueError(f"qps must be in 1..{num_qps} (the NICs' num_qps), not {qps!r}")
         check_memory(qps, buf_size, sq_log2)
-        for end in self.ends:
+        qpns = qpns or [[None] * qps] * 2
+        if [len(q) for q in qpns] != [qps, qps]:
+            raise ValueError(f"qpns must be two lists of {qps} QP numbers, not {qpns!r}")
+        for end, nic_qpns in zip(self.ends, qpns, strict=True):
             pd = end.dev.alloc_pd()
             await end.dev.set_probe_period(probe_period)
-            for _ in range(qps):
-                end.conns.append(await new_conn(end.dev, pd, buf_size, sq_log2, recv_cq_log2))
+            regions = [None] * qps
+            if shared_mr:
+                base = end.dev.mem.alloc(qps * buf_size, align=4096)
+                end.dev.mem.write(base, bytes(qps * buf_size))
+                mr = await pd.reg_mr(base, qps * buf_size)
+                regions = [(base + k * buf_size, mr) for k in range(qps)]
+            for qpn, region in zip(nic_qpns, regions, strict=True):
+                end.conns.append(await new_conn(end.dev, pd, buf_size, sq_log2, recv_cq_log2,
+                                                qpn=qpn, region=region))
         v6s = families(ipv6, qps)
         for k in range(qps):
             self.ends[0].conns[k].peer = self.peer_of(k, qps)

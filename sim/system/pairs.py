@@ -86,16 +86,23 @@ def check_memory(qps: int, buf_size: int, sq_log2: int) -> None:
                          f"buffers or fewer QPs")
 
 
-async def new_conn(dev, pd, buf_size: int, sq_log2: int, recv_cq_log2: int) -> Connection:
+async def new_conn(dev, pd, buf_size: int, sq_log2: int, recv_cq_log2: int, *,
+                   qpn: int | None = None,
+                   region: tuple[int, MemoryRegion] | None = None) -> Connection:
     """A QP in INIT on ``dev`` with its CQs, a zeroed receive buffer registered
-    as a memory region and a send buffer."""
+    as a memory region and a send buffer. ``qpn``: its QP number (None: the
+    lowest free). ``region``: (receive buffer, the region that holds it) when
+    the connection shares a region of ``pd`` with others instead of its own."""
     send_cq = dev.create_cq(sq_log2)
     recv_cq = dev.create_cq(recv_cq_log2)
-    qp = await dev.create_qp(pd, send_cq, recv_cq, sq_log2=sq_log2)
-    recv_buf = dev.mem.alloc(buf_size, align=4096)
+    qp = await dev.create_qp(pd, send_cq, recv_cq, sq_log2=sq_log2, qpn=qpn)
+    if region is None:
+        recv_buf = dev.mem.alloc(buf_size, align=4096)
+        dev.mem.write(recv_buf, bytes(buf_size))
+        mr = await pd.reg_mr(recv_buf, buf_size)
+    else:
+        recv_buf, mr = region
     send_buf = dev.mem.alloc(buf_size, align=4096)
-    dev.mem.write(recv_buf, bytes(buf_size))
-    mr = await pd.reg_mr(recv_buf, buf_size)
     await qp.to_init()
     return Connection(qp, mr, recv_buf, send_buf, buf_size)
 

@@ -24,8 +24,8 @@ from amaranth.lib.wiring import In
 
 from hw.nic import NicCore
 
-__all__ = ["NIC_PARAMS", "PARAMS_ENV", "system_params", "BUILD_ID", "BUILD_IDS", "NIC_MODULE",
-           "MAX_NICS", "TwoNicTop", "system_verilog"]
+__all__ = ["NIC_PARAMS", "MANY_QPS_PARAMS", "PARAMS_ENV", "system_params", "BUILD_ID",
+           "BUILD_IDS", "NIC_MODULE", "MAX_NICS", "TwoNicTop", "system_verilog"]
 
 # A NIC that the simulator builds in a few minutes: 16 QPs, 8 EVs (paths), four
 # planes (a QP's EV i is on plane i mod 4 unless the driver binds it), IPv6
@@ -36,6 +36,8 @@ __all__ = ["NIC_PARAMS", "PARAMS_ENV", "system_params", "BUILD_ID", "BUILD_IDS",
 NIC_PARAMS = dict(data_width=64, num_qps=16, evs_per_qp=8, sack_bits=64, max_mtu=1024,
                   mpr_max=256, num_mrs=16, window=64, inflight_depth=64,
                   clk_freq_hz=15_625_000, num_planes=4, ipv6=True, ev_width=64)
+# The many-QP system build (tests/system/test_many_qps.py): NIC_PARAMS with 1,024 QPs.
+MANY_QPS_PARAMS = {"num_qps": 1024}
 # A run's NicCore parameters, when its build is not NIC_PARAMS': the overrides as
 # JSON, which run_two_nic hands the simulator's Python (system_params reads them).
 PARAMS_ENV = "MRC_SYSTEM_PARAMS"

@@ -34,13 +34,14 @@ from sim.system.csr_sweep import diff, snapshot, sweep_targets, write_all
 from sim.system.fabric import DROPPED
 from sim.system.harness import CLK_NS, RAM_SIZE, SystemTB
 from sim.system.scenario_run import TIMER_SHIFT, rtl_timed_system
-from sim.system.scoreboard import flow_imm, model_completions, model_flows, normalise_rtl
+from sim.system.scoreboard import model_completions, model_flows, normalise_rtl
 from sim.system.simhw import SimTwoNicTop, run_two_nic
 from sim.system.top import BUILD_ID, system_params
 from sim.system.trace import FateTrace
 from sim.system.transfers import (
     check_memory,
     complete_all,
+    every_qp_both_ways,
     log_case,
     packets_of,
     transfer,
@@ -554,50 +555,8 @@ async def test_sixteen_qps_both_directions(dut):
     tb = SystemTB(dut, seed=seeds.of(25), keep_log=True)
     await tb.init()
     await tb.connect(qps=16, buf_size=64 * 1024, sq_log2=2, timeout=9)
-    messages = 4
-    size = [1024 * (1 + k % 4) + 100 * k + 3 for k in range(16)]
-    flows, runs = [], {}
-    start = get_sim_time(unit="ns")
-    for src in (0, 1):
-        end = tb.ends[src]
-        for k, conn in enumerate(end.conns):
-            index = len(flows)
-            flows.append({"src": "ab"[src], "dst": "ab"[1 - src], "messages": messages,
-                          "size": size[k], "imm": True, "depth": messages})
-            peer = tb.ends[1 - src].conns[conn.peer]
-            payload = tb.random_bytes(messages * size[k])
-            end.dev.mem.write(conn.send_buf, payload)
-            for i in range(messages):
-                await conn.qp.post_send(WrOpcode.WRITE_WITH_IMM,
-                                        local_addr=conn.send_buf + i * size[k], length=size[k],
-                                        remote_addr=peer.recv_buf + i * size[k],
-                                        rkey=peer.mr.rkey, imm=flow_imm(index, i), wr_id=i,
-                                        ring=False)
-            runs[src, k] = (index, payload)
-    for src in (0, 1):  # every doorbell at once
-        for conn in tb.ends[src].conns:
-            await conn.qp.ring_doorbell()
-    model = model_flows(flows)
-    for (src, k), (index, payload) in runs.items():
-        conn = tb.ends[src].conns[k]
-        receiver = tb.ends[1 - src].conns[conn.peer]
-        send = await conn.qp.send_cq.wait(messages, timeout_cycles=2_000_000)
-        recv = await receiver.qp.recv_cq.wait(messages, timeout_cycles=200_000)
-        assert [(c.wr_id, c.status, c.byte_len, c.qpn) for c in send] == [
-            (i, Completion.SUCCESS, size[k], conn.qp.qpn) for i in range(messages)], (src, k)
-        assert [(c.wr_id, c.imm, c.qpn) for c in recv] == [
-            (msn, flow_imm(index, msn - 1), receiver.qp.qpn) for msn in range(1, messages + 1)]
-        assert normalise_rtl(send, recv, imm=True) == model[index], (src, k)
-        check_memory(tb, 1 - src, payload, conn=conn.peer)
-    await tb.quiesce()
-    for src in (0, 1):
-        got = await tb.check_counters(src, packets=messages * packets_of(size),
-                                      messages=16 * messages, imm_messages=16 * messages)
-        assert got["A.tx.retx_packets"] == 0
-    busy = [k for k in range(16) if await tb.ends[0].dev.tx.read(
-        "qp_tx_packets", tb.ends[0].conns[k].qp.qpn) == messages * packets_of([size[k]])]
-    assert len(busy) == 16
-    log_case(dut, "16 QPs both ways", start, bytes_each_way=messages * sum(size))
+    await every_qp_both_ways(tb, dut, "16 QPs both ways", messages=4,
+                             sizes=[1024 * (1 + k % 4) + 100 * k + 3 for k in range(16)])
 
 
 @cocotb.test()

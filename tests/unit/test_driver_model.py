@@ -171,6 +171,28 @@ def test_peer_must_be_on_the_fabric():
     run(body())
 
 
+def test_a_chosen_qpn():
+    """create_qp takes a free QP number of the caller's choosing, and refuses a
+    used one or one outside the NIC's table, saying which."""
+    async def body():
+        tb = ModelSystem()
+        await tb.init()
+        dev = tb.ends[0].dev
+        pd, top = dev.alloc_pd(), dev.params["num_qps"] - 1
+
+        def cqs():
+            return dev.create_cq(4), dev.create_cq(4)
+
+        qp = await dev.create_qp(pd, *cqs(), sq_log2=4, qpn=top)
+        assert qp.qpn == top
+        assert (await dev.create_qp(pd, *cqs(), sq_log2=4)).qpn == 0
+        with pytest.raises(DriverError, match=f"QP {top} is in use"):
+            await dev.create_qp(pd, *cqs(), sq_log2=4, qpn=top)
+        with pytest.raises(ValueError, match=rf"qpn must be in 0\.\.{top} \(num_qps\)"):
+            await dev.create_qp(pd, *cqs(), sq_log2=4, qpn=top + 1)
+    run(body())
+
+
 # ---- data transfer ---------------------------------------------------------------------------
 
 
