@@ -46,14 +46,17 @@ PEERS = {
 def _row(what: str, ours: float, unit: str, peer_key: str) -> str:
     name, figure, peer_unit, source = PEERS[peer_key]
     shown = f"{figure:,}" if isinstance(figure, int) else f"{figure:,.4g}"
-    return (f"| {what} | {ours:,.3g} {unit} | {name}: {shown} {peer_unit} | "
+    ours_shown = f"{ours:,}" if isinstance(ours, int) else f"{ours:,.3g}"
+    return (f"| {what} | {ours_shown} {unit} | {name}: {shown} {peer_unit} | "
             f"{ours / figure:.3f} | {source} |")
 
 
 def run() -> str:
+    from hw.reliability.registers import MAX_QPS as REL_MAX_QPS
     from sim.bench import wide
     from sim.bench.rel import measure_ack_rate
     from sim.bench.tx import measure_throughput, read_channel_line
+    from sim.system.top import MANY_QPS_PARAMS
 
     tx = measure_throughput()
     tx512, sys512 = wide.measure_tx(), {r["mtu"]: r for r in wide.measure_system()}
@@ -75,6 +78,7 @@ def run() -> str:
     nscc = next(c for c in rel["ack_rate"] if c["name"].endswith("UET NSCC on"))
     nscc_cycles = nscc["cycles"] / nscc["acks"]
     default_qps = _default_qps()
+    many_qps = MANY_QPS_PARAMS["num_qps"]
     lines = [
         "## Peers",
         "",
@@ -102,6 +106,9 @@ def run() -> str:
         _row("QPs of the default NicCore", default_qps, "QPs", "qp_ernic"),
         _row("QPs of the default NicCore", default_qps, "QPs", "qp_coyote"),
         _row("QPs of the default NicCore", default_qps, "QPs", "qp_srnic"),
+        _row("QPs of the NicCore of the many-QP system test", many_qps, "QPs", "qp_ernic"),
+        _row("QPs of the NicCore of the many-QP system test", many_qps, "QPs", "qp_coyote"),
+        _row("QPs of the NicCore of the many-QP system test", many_qps, "QPs", "qp_srnic"),
         "",
         f"Where we stop, and why. Small messages: {pkt_per_cycle:.4f} packets per cycle, "
         f"{pkt_per_cycle / wire_per_cycle:.3f} of what our own wire allows "
@@ -138,9 +145,13 @@ def run() -> str:
         "14 flip-flops per added QP. With the RX and reliability engines' figures the three "
         "sum to 39,439 LUT4 at 16 QPs and 74,247 at 256, 145 per added QP, and 375 DP16KD "
         "at 256 (1.3 per QP, most of it TX's and reliability's per-QP windows of PSNs). "
-        "NicCore builds up to 256 QPs (`check_nic_params`: the register maps' QP fields); "
-        "the Versa board's build has 2, and the default NicCore's 16 do not fit its 45F "
-        "(docs/board.md, \"NicCore scaling\").",
+        f"NicCore builds up to {REL_MAX_QPS:,} QPs (`check_nic_params`: reliability's "
+        f"`params` register), and two NICs of {many_qps:,} pass a system test with 256 "
+        "connections each at once, their QP numbers spread over the table "
+        "(tests/system/test_many_qps.py, long suite); the MR table is still at most 96 "
+        "entries of flip-flops, searched by R_Key, so there each NIC's connections share one "
+        "region. The Versa board's build has 2 QPs, and the default NicCore's 16 do not fit "
+        "its 45F (docs/board.md, \"NicCore scaling\").",
     ]
     return "\n".join(lines) + "\n"
 
