@@ -25,8 +25,9 @@ Writes under ``--out``:
 
 While the tools run it prints a line whenever the build moves on (every 10 s
 at most): the stage (synthesis, packing, placement, routing, timing
-analysis, bitstream), HeAP's iteration while placing and router2's
-iteration and overused wires while routing (``build_progress``). At the end
+analysis, bitstream), the placer's iteration while placing and, while
+routing, router1's arcs left or router2's iteration and overused wires
+(``build_progress``). At the end
 it prints utilisation (LUT4 = TRELLIS_COMB, FF = TRELLIS_FF, DP16KD, IO =
 TRELLIS_IO) and the fmax of every clock against its constraint. nextpnr runs
 with ``--timing-allow-fail`` so that the report and the bitstream are always
@@ -34,10 +35,11 @@ written; this script then exits with status 1 and names the failing clocks
 if any clock misses its constraint (the core at ``--core-mhz``, at least 125
 MHz by default, and the RGMII domains at 125 MHz), so ``make bitstream``
 fails clearly. ``--allow-timing-fail`` turns that into a warning, for
-bench experiments only. A routing that will not converge (router2 has no
-iteration limit; ``router_diverging``), or a routed design whose
-timing-driven rip-up keeps arcs failing without end, is stopped with status
-1 and a hint (another ``--seed``; ``--no-tmg-ripup`` for the routed result).
+bench experiments only. With ``--router router2`` a routing that will not
+converge (router2 has no iteration limit; ``router_diverging``), or a routed
+design whose timing-driven rip-up keeps arcs failing without end, is stopped
+with status 1 and a hint (another ``--seed``; ``--no-tmg-ripup`` for the
+routed result).
 """
 
 from __future__ import annotations
@@ -119,14 +121,16 @@ def with_outreg(script: Path, netlist: str) -> None:
     script.write_text("".join(lines))
 
 
-# The placer and placement seed of the default build: they must give a placement
-# that routes and meets timing on the current netlist. Placement decides whether
-# router2 converges and how long the core's longest routes are (the pairs
-# tried: docs/timing.md#placement-seeds). A change to the RTL or the tools is
-# a new draw: rebuild, and if the core misses 125 MHz or the routing stops,
-# try other seeds (--seed) and the other placer (--placer).
+# The placer, placement seed and router of the default build: together they must
+# give a routing that meets timing on the current netlist. Placement decides
+# whether the router resolves the congestion and how long the core's longest
+# routes are (the triples tried: docs/timing.md#placement-seeds). A change to
+# the RTL or the tools is a new draw: rebuild, and if a clock misses its
+# constraint or the routing stops, try other seeds (--seed), the other placer
+# (--placer) and the other router (--router).
 DEFAULT_PLACER = "static"
 DEFAULT_SEED = 9
+DEFAULT_ROUTER = "router1"
 
 # router2 gives up on a placement it cannot route: past DIVERGE_FROM
 # iterations, more than DIVERGE_OVERUSED overused wires, or still any at
@@ -176,6 +180,8 @@ _STAGES = (
     ("Info: Running simulated annealing placer", "placement refinement (simulated annealing)"),
     ("Info: Promoting globals", "routing the global clocks"),
     ("Info: Routing globals", "routing the global clocks"),
+    ("Info: Setting up routing queue", "routing (router1)"),
+    ("Info: Router1 time", "routing: done"),
     ("Info: Running router2", "routing (router2): setting up"),
     ("Info: Running main router loop", "routing (router2)"),
     ("Info: Router2 time", "routing: legality check"),
@@ -183,6 +189,8 @@ _STAGES = (
     ("Info: Critical path report", "timing analysis and reports"),
     ("Info: Program finished normally", "nextpnr done; bitstream (ecppack)"),
 )
+# router1's table row: its count of arcs routed (a ripped-up arc again), then the arcs left
+_ROUTER1_ROW = re.compile(r"Info:\s+(\d+) \|\s+\d+\s+\d+ \|\s+-?\d+\s+-?\d+ \|\s+(\d+)\|")
 _HEAP_ITER = re.compile(r"at iteration #(\d+), type \S+: wirelen solved = (\d+)")
 _STATIC_ITER = re.compile(r"iter=(\d+) steplen=\S+ a=\S+ penalty=.*\n(?:.*\n)*?"
                           r"Info: overlap: COMB=([\d.]+)%")
@@ -197,8 +205,8 @@ def build_progress(log: str | None, synth_step: str | None = None) -> str:
     """One line saying where the build is, from nextpnr's log as far as it is
     written (None: nextpnr has not started, so yosys is synthesising, at
     ``synth_step`` if known: ``YosysSteps``): the stage, and while routing,
-    router2's iteration and overused wires (the figures ``router_diverging``
-    judges); while placing, the placer's iteration (and HeAP's wirelength, or
+    router1's arcs routed and left, or router2's iteration and overused
+    wires (the figures ``router_diverging`` judges); while placing, the placer's iteration (and HeAP's wirelength, or
     the static placer's LUT overlap)."""
     if log is None:
         if synth_step:
@@ -211,6 +219,7 @@ def build_progress(log: str | None, synth_step: str | None = None) -> str:
             at, stage = i, name
     tail = log[at:] if at >= 0 else log
     detail = {"routing (router2)": (_ROUTER_ITER, "iteration {0}, {1} overused wires"),
+              "routing (router1)": (_ROUTER1_ROW, "{0} arcs routed or ripped up, {1} left"),
               "placement (HeAP, analytic)": (_HEAP_ITER, "iteration {0}, wirelength {1}"),
               "placement (static, electrostatic)": (_STATIC_ITER,
                                                     "iteration {0}, LUT overlap {1} %")}
@@ -301,7 +310,7 @@ def nextpnr_options(seed: int, router: str, tmg_ripup: bool, extra: str = "",
                     placer: str | None = None) -> str:
     """nextpnr-ecp5's options beyond the device's: the placement seed, the
     placer (None: nextpnr's default, HeAP), the router, timing-driven rip-up
-    (router2 re-routes the nets of failing paths until none fails or it
+    (the router re-routes the nets of failing paths until none fails or it
     gives up), and the report and SDF the summary and ``hw/board/sta.py``
     read. ``--timing-allow-fail``: the report and bitstream are written
     either way; this script decides."""
@@ -322,20 +331,22 @@ def main(argv=None) -> int:
                         help="core (sync) clock; 500 MHz / n (default 125)")
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED,
                         help=f"nextpnr placement seed (default {DEFAULT_SEED}: DEFAULT_SEED, "
-                             "which must route and meet timing with the default placer; the "
-                             "seeds tried: docs/timing.md#placement-seeds)")
+                             "which must route and meet timing with the default placer and "
+                             "router; the seeds tried: docs/timing.md#placement-seeds)")
     parser.add_argument("--placer", choices=("heap", "static", "sa"), default=DEFAULT_PLACER,
                         help=f"nextpnr placer (default {DEFAULT_PLACER}: with the default "
-                             "--seed, the board build's pair, DEFAULT_PLACER and DEFAULT_SEED "
-                             "in this file; another placer is another draw; the pairs tried: "
-                             "docs/timing.md#placement-seeds)")
-    parser.add_argument("--router", choices=("router1", "router2"), default="router2",
-                        help="nextpnr router (default router2: this design's congestion "
-                             "needs router2's cost-based rip-up; docs/timing.md)")
+                             "--seed and --router, the board build's triple, DEFAULT_PLACER, "
+                             "DEFAULT_SEED and DEFAULT_ROUTER in this file; another placer is "
+                             "another draw; the triples tried: docs/timing.md#placement-seeds)")
+    parser.add_argument("--router", choices=("router1", "router2"), default=DEFAULT_ROUTER,
+                        help=f"nextpnr router (default {DEFAULT_ROUTER}: DEFAULT_ROUTER, with "
+                             "the default --placer and --seed the board build's triple; "
+                             "router2 has no iteration limit, so the build stops a routing of "
+                             "it that diverges; docs/timing.md#placement-seeds)")
     parser.add_argument("--no-tmg-ripup", dest="tmg_ripup", action="store_false",
                         help="route without nextpnr's timing-driven rip-up (--tmg-ripup, on by "
-                             "default: it re-routes the nets of arcs failing timing, which "
-                             "router2 alone leaves detoured; docs/timing.md)")
+                             "default: the router re-routes the nets of arcs failing timing, "
+                             "which it would otherwise leave detoured; docs/timing.md)")
     parser.add_argument("--nextpnr-opts", default="", metavar="OPTS",
                         help="more nextpnr options, e.g. '--router2-heatmap heat' (files "
                              "land in --out)")

@@ -103,6 +103,38 @@ def test_build_progress_static_placer():
     assert build_progress(_STATIC_LOG) == "placement refinement (simulated annealing)"
 
 
+# router1's lines (the default router), cut likewise.
+_ROUTER1_LOG = """\
+Info: Routing globals...
+Info: Routing..
+Info: Setting up routing queue.
+Info: Routing 152203 arcs.
+Info:            |   (re-)routed arcs  |   delta    | remaining|       time spent     |
+Info:    IterCnt |  w/ripup   wo/ripup |  w/r  wo/r |      arcs| batch(sec) total(sec)|
+Info:       1000 |       89        910 |   89   910 |    151414|       3.26       3.26|
+Info:     231000 |    47663     178400 |   66   844 |       561|       1.87     311.78|
+Info:     0 arcs ripped up due to negative slack WNS=0.00ns TNS=0.00ns.
+Info:          0 |    47733     178951 |   70   551 |         0|       2.75     314.54|
+Info: Routing complete.
+Info: Router1 time 314.54s
+"""
+
+
+def test_build_progress_router1():
+    """With router1 the stage names it, with its count of arcs routed and the
+    arcs left, until it reports its time."""
+    def upto(line):
+        return _ROUTER1_LOG[:_ROUTER1_LOG.index("\n", _ROUTER1_LOG.index(line)) + 1]
+
+    assert build_progress(upto("Info: Routing globals")) == "routing the global clocks"
+    assert build_progress(upto("Info: Setting up routing queue")) == "routing (router1)"
+    assert build_progress(upto("Info:       1000 |")) == (
+        "routing (router1): 1000 arcs routed or ripped up, 151414 left")
+    assert build_progress(upto("Info:     231000 |")) == (
+        "routing (router1): 231000 arcs routed or ripped up, 561 left")
+    assert build_progress(_ROUTER1_LOG) == "routing: done"
+
+
 def test_run_watched_shows_progress(tmp_path):
     """The build prints each stage as the log reaches it, with the elapsed
     time, and each router iteration it sees; a repeated state is not
