@@ -206,8 +206,9 @@ def build_progress(log: str | None, synth_step: str | None = None) -> str:
     written (None: nextpnr has not started, so yosys is synthesising, at
     ``synth_step`` if known: ``YosysSteps``): the stage, and while routing,
     router1's arcs routed and left, or router2's iteration and overused
-    wires (the figures ``router_diverging`` judges); while placing, the placer's iteration (and HeAP's wirelength, or
-    the static placer's LUT overlap)."""
+    wires (the figures ``router_diverging`` judges); while placing, the
+    placer's iteration (and HeAP's wirelength, or the static placer's LUT
+    overlap)."""
     if log is None:
         if synth_step:
             return f"synthesis (yosys): {synth_step}"
