@@ -29,6 +29,7 @@ SECTIONS = {
     "planes": "sim.bench.planes",
     "speed": "sim.bench.speed",
     "wide": "sim.bench.wide",
+    "qps": "sim.bench.qps",
     "peers": "sim.bench.peers",
 }
 

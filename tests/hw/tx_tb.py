@@ -686,7 +686,7 @@ def run(test_module="tests.hw.test_tx_engine", **kwargs):
     from sim.cocotb_runner import run_cocotb
 
     return run_cocotb(
-        name=f"tx_engine_w{DATA_WIDTH}",
+        name=f"tx_engine_w{DATA_WIDTH}" + ("" if NUM_QPS == 16 else f"_q{NUM_QPS}"),
         elaborate=lambda: tx_test_top(
             data_width=DATA_WIDTH,
             num_qps=NUM_QPS,
