@@ -82,7 +82,7 @@ def synth_table() -> dict:
         print(f"qps bench: synthesising the engines at {n} QPs", flush=True)
         table["TxEngine", n] = tx_stat(TxEngine(num_qps=n, evs_per_qp=16, csr_addr_width=18),
                                        "tx_engine")
-        table["RxEngine", n] = rx_estimate(n)
+        table["RxEngine", n] = rx_estimate(n, csr_addr_width=18)
         table["ReliabilityEngine", n] = rel_stat(
             ReliabilityEngine(num_qps=n, evs_per_qp=16, csr_addr_width=20), "reliability")
     return table
@@ -129,6 +129,15 @@ def run() -> str:
         f"{total['bram']} DP16KD. Each QP added from {lo} to {hi:,}: "
         f"{per_qp['lut4']:.1f} LUT4, {per_qp['ff']:.1f} FF, {per_qp['bram']:.3f} DP16KD "
         f"({per_qp['bram'] * 18:.1f} kbit of block RAM) and {per_qp['lutram']:.2f} DPR16X4.",
+        "",
+        f"TX's LUT RAM ({synth['TxEngine', hi]['lutram']:,} DPR16X4 at {hi:,} QPs, "
+        f"{synth['TxEngine', hi]['lutram'] * 64 // hi:,} bits per QP) is by its size its "
+        "per-QP settings rows (`QpSettings`: a row's width times its read ports), read at "
+        "registered addresses, which synthesis maps to LUT RAM rather than block RAM; "
+        "reading LUT RAM that deep takes a wide choice of DPR16X4 outputs per bit, likely "
+        "much of TX's LUT4 growth (not measured block by block). 4,096 QPs were not "
+        "synthesised: TX's in-flight table alone would be 4,096 x 256 PSNs x 44 bits "
+        "(46 Mbit) at the default `inflight_depth`.",
     ]
     return "\n".join(lines) + "\n"
 

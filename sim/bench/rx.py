@@ -272,7 +272,7 @@ def _synth(component, name: str) -> dict | None:
     return result
 
 
-def synth_estimate(num_qps: int) -> dict | None:
+def synth_estimate(num_qps: int, csr_addr_width: int = 16) -> dict | None:
     """Cells of RxEngine: RxParser and RxPipeline synthesised one by one and summed.
 
     Flattened as one design, RxEngine trips an assertion in yosys 0.70's ABC9
@@ -284,7 +284,8 @@ def synth_estimate(num_qps: int) -> dict | None:
     from hw.rx.parser import RxParser
 
     parts = [_synth(RxParser(data_width=64, sack_bits=64, max_payload=4096), "rx_parser"),
-             _synth(RxPipeline(num_qps=num_qps), "rx_pipeline")]
+             _synth(RxPipeline(num_qps=num_qps, csr_addr_width=csr_addr_width),
+                    "rx_pipeline")]
     if None in parts:
         return None
     return {k: sum(p[k] for p in parts) for k in parts[0]}
