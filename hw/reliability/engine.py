@@ -383,25 +383,24 @@ class ReliabilityEngine(wiring.Component):
         # --- address decode -------------------------------------------------------------------
         csr = self.csr
         addr = csr.addr
-        qp6_base, ev_base = self.qp6_base, self.ev_base
         in_qp, in_ev = Signal(), Signal()
         m.d.comb += [in_qp.eq((addr >= QP_BASE) & (addr < QP_BASE + nq * QP_STRIDE)),
-                     in_ev.eq((addr >= ev_base) & (addr < ev_base + 4 * nq * E))]
+                     in_ev.eq((addr >= self.ev_base) & (addr < self.ev_base + 4 * nq * E))]
         qp_off = Signal(self.csr_addr_width)
         m.d.comb += qp_off.eq(_offset(addr, QP_BASE))
         qp_idx = qp_off[6:][: max(1, (nq - 1).bit_length())]
         word = qp_off[2:6]
-        # with ipv6, the QPs' IPv6 words (at qp6_base): net_mem's words 4..7
+        # with ipv6, the QPs' IPv6 words (at the QP6 base): net_mem's words 4..7
         if self.ipv6:
             in_qp6 = Signal()
             qp6_off = Signal(self.csr_addr_width)
             m.d.comb += [
-                qp6_off.eq(_offset(addr, qp6_base)),
-                in_qp6.eq((addr >= qp6_base) & (addr < qp6_base + nq * QP6_STRIDE)),
+                qp6_off.eq(_offset(addr, self.qp6_base)),
+                in_qp6.eq((addr >= self.qp6_base) & (addr < self.qp6_base + nq * QP6_STRIDE)),
             ]
             qp6_idx, word6 = qp6_off[4:][: len(qp_idx)], qp6_off[2:4]
         ev_off = Signal(self.csr_addr_width)
-        m.d.comb += ev_off.eq(_offset(addr, ev_base))
+        m.d.comb += ev_off.eq(_offset(addr, self.ev_base))
         ev_idx = ev_off[2:][: max(1, (nq * E - 1).bit_length())]
 
         ev_hi_count = ev_hi_words(self.ev_width)
@@ -473,10 +472,10 @@ class ReliabilityEngine(wiring.Component):
             dma_wr.addr.eq(w_qp), dma_csr.addr.eq(qp_idx),
             net_wr.addr.eq(w_qp), net_csr.addr.eq(qp_field),
             ev_wr.addr.eq(w_ev), ev_csr.addr.eq(ev_idx),
-            # an EV entry's QP or a QP word's, chosen by addr >= ev_base (a power of
+            # an EV entry's QP or a QP word's, chosen by addr >= the EV base (a power of
             # two: an OR of the upper address bits, not in_ev's compares): the
             # record is read only for those words
-            core.rec_addr.eq(Mux(addr[ev_base.bit_length() - 1 :].any(), ev_idx >> ebits,
+            core.rec_addr.eq(Mux(addr[self.ev_base.bit_length() - 1 :].any(), ev_idx >> ebits,
                                  qp_idx)),
             rel_wr.data.eq(w_data),
             dma_wr.data.eq(Cat(*[base_hi if word in hi_words else w_data
