@@ -46,10 +46,9 @@ def measure_tx(num_qps: int) -> dict:
         out = Path(tmp) / "qps.json"
         env = {**os.environ, "TX_NUM_QPS": str(num_qps), "QPS_BENCH_OUT": str(out),
                "QPS_BENCH_SPREADS": json.dumps(SPREADS[num_qps])}
-        code = ("from tests.hw.tx_tb import run; "
-                "run(test_module='sim.bench.qps', testcase='test_qp_scale', "
-                "extra_env={k: v for k, v in __import__('os').environ.items() "
-                "if k.startswith('QPS_BENCH_')})")
+        code = ("import os; from tests.hw.tx_tb import run; "
+                "run(test_module='sim.bench.qps', testcase='test_qp_scale', extra_env="
+                "{k: v for k, v in os.environ.items() if k.startswith('QPS_BENCH_')})")
         subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, check=True)
         return json.loads(out.read_text())
 

@@ -51,6 +51,7 @@ from sim.system.pairs import (
     families,
     ip_of,
     new_conn,
+    zeroed_region,
 )
 from sim.system.simhw import SimHw, plane_suffix
 from sim.system.switch import SwitchFabric
@@ -280,9 +281,7 @@ class SystemTB:
             await end.dev.set_probe_period(probe_period)
             regions = [None] * qps
             if shared_mr:
-                base = end.dev.mem.alloc(qps * buf_size, align=4096)
-                end.dev.mem.write(base, bytes(qps * buf_size))
-                mr = await pd.reg_mr(base, qps * buf_size)
+                base, mr = await zeroed_region(end.dev, pd, qps * buf_size)
                 regions = [(base + k * buf_size, mr) for k in range(qps)]
             for qpn, region in zip(nic_qpns, regions, strict=True):
                 end.conns.append(await new_conn(end.dev, pd, buf_size, sq_log2, recv_cq_log2,

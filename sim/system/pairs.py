@@ -24,8 +24,8 @@ from sim.fabric.routing import SPINE_USID_BASE
 from sim.system.top import MAX_NICS
 
 __all__ = ["MACS", "IPS", "IPS6", "SRV6_LOCATOR", "SRV6_NIC_USIDS", "srv6_evs", "EV_BASES", "EVS",
-           "RAM_SIZE", "Connection", "check_memory", "new_conn", "connect_pair", "families",
-           "ip_of"]
+           "RAM_SIZE", "Connection", "check_memory", "zeroed_region", "new_conn", "connect_pair",
+           "families", "ip_of"]
 
 RAM_SIZE = 1 << 25  # 32 MiB of host memory per NIC
 MACS = tuple(f"02:00:00:00:00:{i + 1:02x}" for i in range(MAX_NICS))
@@ -86,6 +86,14 @@ def check_memory(qps: int, buf_size: int, sq_log2: int) -> None:
                          f"buffers or fewer QPs")
 
 
+async def zeroed_region(dev, pd, size: int) -> tuple[int, MemoryRegion]:
+    """``size`` zeroed bytes of ``dev``'s host memory, registered in ``pd`` as
+    a memory region: (address, region)."""
+    addr = dev.mem.alloc(size, align=4096)
+    dev.mem.write(addr, bytes(size))
+    return addr, await pd.reg_mr(addr, size)
+
+
 async def new_conn(dev, pd, buf_size: int, sq_log2: int, recv_cq_log2: int, *,
                    qpn: int | None = None,
                    region: tuple[int, MemoryRegion] | None = None) -> Connection:
@@ -96,12 +104,7 @@ async def new_conn(dev, pd, buf_size: int, sq_log2: int, recv_cq_log2: int, *,
     send_cq = dev.create_cq(sq_log2)
     recv_cq = dev.create_cq(recv_cq_log2)
     qp = await dev.create_qp(pd, send_cq, recv_cq, sq_log2=sq_log2, qpn=qpn)
-    if region is None:
-        recv_buf = dev.mem.alloc(buf_size, align=4096)
-        dev.mem.write(recv_buf, bytes(buf_size))
-        mr = await pd.reg_mr(recv_buf, buf_size)
-    else:
-        recv_buf, mr = region
+    recv_buf, mr = region or await zeroed_region(dev, pd, buf_size)
     send_buf = dev.mem.alloc(buf_size, align=4096)
     await qp.to_init()
     return Connection(qp, mr, recv_buf, send_buf, buf_size)

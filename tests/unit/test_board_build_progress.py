@@ -42,12 +42,16 @@ Info: Program finished normally.
 """
 
 
+def _cut(log, line):
+    """``log`` as written up to and including the line that starts with ``line``."""
+    return log[:log.index("\n", log.index(line)) + 1]
+
+
 def test_build_progress_stages():
     """Each cut of the log names the stage it has reached, with HeAP's and
     router2's latest iteration; before the log exists, yosys is running."""
-    def at(line):  # the log as written up to and including the line that starts with ``line``
-        end = _NEXTPNR_LOG.index(line)
-        return _NEXTPNR_LOG[:_NEXTPNR_LOG.index("\n", end) + 1]
+    def at(line):
+        return _cut(_NEXTPNR_LOG, line)
 
     assert build_progress(None).startswith("synthesis (yosys)")
     assert build_progress("") == "nextpnr: reading the netlist"
@@ -93,7 +97,7 @@ def test_build_progress_static_placer():
     """With ``--placer static`` the stage names it, with its latest iteration
     and how much its LUTs still overlap."""
     def upto(line):
-        return _STATIC_LOG[:_STATIC_LOG.index("\n", _STATIC_LOG.index(line)) + 1]
+        return _cut(_STATIC_LOG, line)
 
     assert build_progress(upto("Info: Running Static")) == "placement (static, electrostatic)"
     assert build_progress(upto("Info: overlap: COMB=99.4")) == (
@@ -124,7 +128,7 @@ def test_build_progress_router1():
     """With router1 the stage names it, with its count of arcs routed and the
     arcs left, until it reports its time."""
     def upto(line):
-        return _ROUTER1_LOG[:_ROUTER1_LOG.index("\n", _ROUTER1_LOG.index(line)) + 1]
+        return _cut(_ROUTER1_LOG, line)
 
     assert build_progress(upto("Info: Routing globals")) == "routing the global clocks"
     assert build_progress(upto("Info: Setting up routing queue")) == "routing (router1)"
