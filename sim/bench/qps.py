@@ -72,18 +72,18 @@ def synth_table() -> dict:
     """(block, QPs) -> synth_ecp5's counts."""
     from hw.reliability import ReliabilityEngine
     from hw.tx.engine import TxEngine
-    from sim.bench.rel import _stat as rel_stat
     from sim.bench.rx import synth_estimate as rx_estimate
-    from sim.bench.tx import _stat as tx_stat
+    from sim.bench.synth import synth_ecp5
 
     table = {}
     for n in QP_COUNTS:
         print(f"qps bench: synthesising the engines at {n} QPs", flush=True)
-        table["TxEngine", n] = tx_stat(TxEngine(num_qps=n, evs_per_qp=16, csr_addr_width=18),
-                                       "tx_engine")
+        table["TxEngine", n] = synth_ecp5(
+            TxEngine(num_qps=n, evs_per_qp=16, csr_addr_width=18), "tx_engine")
         table["RxEngine", n] = rx_estimate(n, csr_addr_width=18)
-        table["ReliabilityEngine", n] = rel_stat(
-            ReliabilityEngine(num_qps=n, evs_per_qp=16, csr_addr_width=20), "reliability")
+        table["ReliabilityEngine", n] = synth_ecp5(
+            ReliabilityEngine(num_qps=n, evs_per_qp=16, csr_addr_width=20), "reliability",
+            abc9=False)
     return table
 
 

