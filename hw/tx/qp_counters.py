@@ -6,7 +6,7 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .qp_settings import registered_address
+from .qp_settings import BRAM_QPS, row_address, row_port
 
 __all__ = ["QpCounters"]
 
@@ -27,8 +27,8 @@ class QpCounters(wiring.Component):
     registered first, so that the read's row select, a net to every bit of
     the row, is not in front of the adders: with ``q`` set in IDLE the row
     is read the cycle after, and the next row is valid from three cycles
-    after IDLE, before the earliest EMIT. Each read port's address is
-    registered (``registered_address``).
+    after IDLE, before the earliest EMIT. Each read port reads the address
+    of the cycle before (``row_port``: block RAM above ``BRAM_QPS`` QPs).
 
     Latency: ``q`` must hold 3 cycles before ``emit``; a count is in
     ``csr_data`` the cycle after its ``emit``. Throughput: one ``emit`` per
@@ -53,8 +53,9 @@ class QpCounters(wiring.Component):
         m = Module()
         m.submodules.counters = cnt_mem = Memory(shape=64, depth=self.num_qps, init=[])
         cnt_w = cnt_mem.write_port()
-        cnt_r = cnt_mem.read_port(domain="comb")
-        cnt_csr = cnt_mem.read_port(domain="comb")
+        ram = dict(block_ram=self.num_qps > BRAM_QPS)
+        cnt_r = row_port(cnt_mem, write=cnt_w, **ram)
+        cnt_csr = row_port(cnt_mem, write=cnt_w, **ram)
         cnt_row = Signal(64)
         cnt_next = Signal(64)
         m.d.sync += [
@@ -65,8 +66,8 @@ class QpCounters(wiring.Component):
             ),
         ]
         m.d.comb += [
-            cnt_r.addr.eq(registered_address(m, self.q, "cnt_q")),
-            cnt_csr.addr.eq(registered_address(m, self.csr_q, "cnt_csr_q")),
+            cnt_r.addr.eq(row_address(m, self.q, "cnt_q", **ram)),
+            cnt_csr.addr.eq(row_address(m, self.csr_q, "cnt_csr_q", **ram)),
             self.csr_data.eq(cnt_csr.data),
             cnt_w.data.eq(cnt_next),
             # INIT writes every row, EMIT the row of q

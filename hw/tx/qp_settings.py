@@ -11,7 +11,7 @@ from .regs import Q
 
 __all__ = ["CFG_LANES", "CFG_LANES_IP6", "CFG_GROUPS", "CFG_FLOP_QPS", "MPR_UNIT", "QpSettings",
            "QpWriteSignature", "cfg_lanes", "cfg_groups", "lane_index", "settings_lane",
-           "settings_defaults", "registered_address"]
+           "settings_defaults", "registered_address", "BRAM_QPS", "row_port", "row_address"]
 
 MPR_UNIT = 128  # PSNs per unit of qp_mpr
 
@@ -101,6 +101,34 @@ def registered_address(m: Module, value, name: str):
     return reg
 
 
+# Above this many QPs the per-QP tables that are read a cycle after their
+# address (the settings, the WQE state, the counters, the prefetched WQEs)
+# are read through synchronous ports, transparent for their write port, which
+# synthesis maps to block RAM. Up to it, a combinational read at a registered
+# address (``registered_address``): LUT RAM, whose read path starts at a
+# flip-flop of its own.
+BRAM_QPS = 64
+
+
+def row_port(mem, *, block_ram: bool, write=None):
+    """A new read port of ``mem`` (named as the variable it is assigned to)
+    whose data is the row at the address of the cycle before, the write of
+    that cycle (through ``write``) included, once its address is given
+    ``row_address(...)``: with ``block_ram`` a synchronous port transparent
+    for ``write``, else a combinational one. The two differ only in the first
+    cycle after reset (a synchronous port's data starts at 0, the other's is
+    row 0)."""
+    if block_ram:
+        return mem.read_port(transparent_for=(write,) if write is not None else (), src_loc_at=1)
+    return mem.read_port(domain="comb", src_loc_at=1)
+
+
+def row_address(m: Module, value, name: str, *, block_ram: bool):
+    """The address of a ``row_port`` port reading the row at ``value``:
+    ``value`` itself for a synchronous port, else ``registered_address``."""
+    return value if block_ram else registered_address(m, value, name)
+
+
 def QpWriteSignature(num_qps, flop_rows, ipv6=False):
     """A per-QP CSR write, as registered strobes (Out from the decode), the
     cycle they apply: ``q`` the QP, ``data`` the word (0 while ``init``);
@@ -143,22 +171,25 @@ class QpSettings(wiring.Component):
     lane's CFG_LANES bits are meaningful).
 
     Storage: one RAM per CFG_GROUPS group (one write lane of 32 bits per
-    setting), each read port at an address register of its own
-    (``registered_address``): a transparent read, as a synchronous port's.
-    At up to ``CFG_FLOP_QPS`` QPs a group is flip-flop rows, read through a
-    mux at the same registered addresses, each lane of each row written under
-    its strobe in ``w.rows`` (a flip-flop) rather than a decode of ``w.q``.
-    Each lane's write data is ``w.data`` (``w.mtu_shift`` for the MTU), and
-    while ``w.init`` its default (``settings_defaults``).
+    setting), each read port a transparent read of the address of the cycle
+    before (``row_port``): above ``BRAM_QPS`` QPs (or with ``block_ram``) a
+    synchronous port, block RAM; else a combinational one at an address
+    register of its own (``registered_address``), LUT RAM. At up to
+    ``CFG_FLOP_QPS`` QPs a group is flip-flop rows, read through a mux at
+    registered addresses, each lane of each row written under its strobe in
+    ``w.rows`` (a flip-flop) rather than a decode of ``w.q``. Each lane's
+    write data is ``w.data`` (``w.mtu_shift`` for the MTU), and while
+    ``w.init`` its default (``settings_defaults``).
 
     Latency: a write lands at the end of the cycle its strobes are present;
-    a read (each port) gives the row of the address of the cycle before, writes of that
-    cycle included. Throughput: one write and three reads per cycle.
+    a read (each port) gives the row of the address of the cycle before,
+    writes of that cycle included. Throughput: one write and three reads per cycle.
     """
 
-    def __init__(self, *, num_qps, max_mtu, inflight_depth, ipv6=False):
+    def __init__(self, *, num_qps, max_mtu, inflight_depth, ipv6=False, block_ram=None):
         self.num_qps = num_qps
         self.flop_rows = num_qps <= CFG_FLOP_QPS
+        self.block_ram = num_qps > BRAM_QPS if block_ram is None else block_ram
         self.lanes = cfg_lanes(ipv6)
         self.groups = cfg_groups(ipv6)
         self.defaults = settings_defaults(max_mtu, inflight_depth, ipv6)
@@ -179,6 +210,11 @@ class QpSettings(wiring.Component):
         nq, nl, w = self.num_qps, len(self.lanes), self.w
         qb = max(1, (nq - 1).bit_length())
         cfg_init = self.defaults
+        block_ram = self.block_ram and not self.flop_rows
+
+        def address(value, name):
+            return row_address(m, value, name, block_ram=block_ram)
+
         # Per group of lanes: (lane indices, write port, the FSM's read port,
         # the CSR reads' port). A CSR read never meets a settings write (those
         # are applied two cycles after w_stb), so its transparency changes nothing.
@@ -203,12 +239,13 @@ class QpSettings(wiring.Component):
                     shape=32 * len(lanes), depth=nq, init=[row_init] * nq
                 )
                 cfg_w = mem.write_port(granularity=32)
-                cfg_r = mem.read_port(domain="comb")
-                cfg_csr = mem.read_port(domain="comb")
+                ram = dict(block_ram=self.block_ram, write=cfg_w)
+                cfg_r = row_port(mem, **ram)
+                cfg_csr = row_port(mem, **ram)
                 r_addr, r_data = cfg_r.addr, cfg_r.data
                 csr_addr, csr_data = cfg_csr.addr, cfg_csr.data
                 if group == "ctl":
-                    cfg_ring = mem.read_port(domain="comb")
+                    cfg_ring = row_port(mem, **ram)
                     ring_addr, ring_data = cfg_ring.addr, cfg_ring.data
             for k, i in enumerate(lanes):
                 lanes_fsm[i] = r_data[32 * k : 32 * (k + 1)]
@@ -218,8 +255,8 @@ class QpSettings(wiring.Component):
             cfg_ports.append((group, lanes, cfg_w, r_addr, csr_addr))
         m.d.comb += [self.fsm_row.eq(Cat(*lanes_fsm)), self.csr_row.eq(Cat(*lanes_csr)),
                      self.ring_row.eq(Cat(*lanes_ring)),
-                     ring_addr.eq(registered_address(m, self.ring_q, "cfg_ctl_ring_q"))]
-        m.d.comb += [r_addr.eq(registered_address(m, self.fsm_q, f"cfg_{group}_q"))
+                     ring_addr.eq(address(self.ring_q, "cfg_ctl_ring_q"))]
+        m.d.comb += [r_addr.eq(address(self.fsm_q, f"cfg_{group}_q"))
                      for group, _, _, r_addr, _ in cfg_ports]
 
         # Every lane is given w.data and the lane enable picks the one written,
@@ -243,6 +280,6 @@ class QpSettings(wiring.Component):
                     cfg_w.en.eq(Cat(*[w.lanes[i] for i in lanes])),
                     cfg_w.data.eq(Cat(*[lanes_w[i] for i in lanes])),
                 ]
-        m.d.comb += [csr_addr.eq(registered_address(m, self.csr_q, f"cfg_{group}_csr_q"))
+        m.d.comb += [csr_addr.eq(address(self.csr_q, f"cfg_{group}_csr_q"))
                      for group, _, _, _, csr_addr in cfg_ports]
         return m

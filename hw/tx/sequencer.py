@@ -25,7 +25,16 @@ from .packet_desc import PacketDescriptors
 from .psn_table import PsnTable
 from .qp_counters import QpCounters
 from .qp_flags import QpFlags
-from .qp_settings import MPR_UNIT, QpSettings, lane_index, registered_address, settings_lane
+from .qp_settings import (
+    BRAM_QPS,
+    MPR_UNIT,
+    QpSettings,
+    lane_index,
+    registered_address,
+    row_address,
+    row_port,
+    settings_lane,
+)
 from .regs import CTRL_FLUSH_BIT, CTRL_RESET_BIT
 from .scheduler import EvChoice, QpScheduler
 from .seq_states import (
@@ -111,7 +120,7 @@ class Sequencer(wiring.Component):
     registered in FETCH and presented in FETCH_REQ, the WQE's beats are
     registered before their fields load (the last lands in PARSE),
     ``retx_no_ev`` counts a dropped retransmit the cycle after SEGMENT, the
-    per-QP RAMs are read at addresses registered once per read port, and the
+    per-QP RAMs are read at the address of the cycle before (``row_port``), and the
     packet's addresses (``raddr``/``laddr`` + offset) are registered before
     EMIT.
 
@@ -185,9 +194,9 @@ class Sequencer(wiring.Component):
         flags = QpFlags(nq, ne)
 
         # ---- per-QP settings, WQE progress, counters, in-flight records: RAM
-        # The FSM and the CSR reads read each RAM at an address registered the
-        # cycle before (a transparent read, as a synchronous port's), from a
-        # register of that port's own (``registered_address``).
+        # The FSM and the CSR reads read each RAM at the address of the cycle
+        # before, transparent for its writes (``row_port``): LUT RAM at an
+        # address register of that port's own, or above BRAM_QPS QPs block RAM.
         m.submodules.settings = settings = QpSettings(
             num_qps=nq, max_mtu=self.max_mtu, inflight_depth=depth, ipv6=self.ipv6)
         cfg = settings.fsm_row  # the settings row of cur_q (registered), in cfg_lanes order
@@ -198,7 +207,8 @@ class Sequencer(wiring.Component):
         wqe_state = WqeState(self.addr_width)
         m.submodules.wqe_state = wqe_mem = Memory(shape=wqe_state, depth=nq, init=[])
         wqe_w = wqe_mem.write_port()
-        wqe_r = wqe_mem.read_port(domain="comb")
+        ram = dict(block_ram=nq > BRAM_QPS)
+        wqe_r = row_port(wqe_mem, write=wqe_w, **ram)
 
         m.submodules.counters = counters = QpCounters(nq)
 
@@ -223,7 +233,7 @@ class Sequencer(wiring.Component):
         m.d.comb += [
             cur_q_next.eq(cur_q),
             settings.fsm_q.eq(cur_q),
-            wqe_r.addr.eq(registered_address(m, cur_q, "wqe_q")),
+            wqe_r.addr.eq(row_address(m, cur_q, "wqe_q", **ram)),
             counters.q.eq(cur_q),
             self.ev.good_qp.eq(cur_q),
         ]
@@ -268,7 +278,7 @@ class Sequencer(wiring.Component):
         emit_go = Signal()
         # the WQE row of cur_q is written (cur, by EMIT with pkt_index + 1, or
         # the cycle after SEGMENT parks the QP): one flip-flop for the write
-        # enable of the row's distributed RAM, set the cycle before. Its
+        # enable of the row's RAM, set the cycle before. Its
         # address is cur_q of the cycle before, a register of its own: cur_q
         # is set in IDLE and holds from there to the EMIT and to the IDLE
         # after a parking SEGMENT, so both writes see the two equal.

@@ -12,7 +12,7 @@ from ..pipeline import OneHotFSM
 from .arbiter import RoundRobin
 from .dma import ReadData, ReadRequest
 from .layouts import WQE_BYTES, WQE_KEPT_FIELDS, PrefetchedWqe
-from .qp_settings import registered_address
+from .qp_settings import BRAM_QPS, row_address, row_port
 
 __all__ = ["BurstShare", "WqePrefetch"]
 
@@ -34,7 +34,7 @@ class WqePrefetch(wiring.Component):
     ``drop`` (per QP): the QP's ring was reset (``ci`` set to ``pi``): its
     buffered WQE is dropped and a read in flight for it discarded;
     ``rd_q`` -> ``rd_wqe``: the buffered WQE of the QP given the cycle
-    before (a read at a registered address), the fields TX reads
+    before (``row_port``, writes of that cycle included), the fields TX reads
     (``PrefetchedWqe``, hw/tx/layouts.py), each byte written as its beat
     passes.
 
@@ -138,12 +138,13 @@ class WqePrefetch(wiring.Component):
         src = [off + i for _, off, size in WQE_KEPT_FIELDS for i in range(size)]
         m.submodules.buf = buf = Memory(shape=8 * len(src), depth=nq, init=[])
         buf_w = buf.write_port(granularity=8)
-        buf_r = buf.read_port(domain="comb")
+        ram = dict(block_ram=nq > BRAM_QPS)
+        buf_r = row_port(buf, write=buf_w, **ram)
         beat_data = self.data.payload.data
         m.d.comb += [
             buf_w.addr.eq(pf_q),
             buf_w.data.eq(Cat(*[beat_data.word_select(o % nbytes, 8) for o in src])),
-            buf_r.addr.eq(registered_address(m, self.rd_q, "pf_rd_q")),
+            buf_r.addr.eq(row_address(m, self.rd_q, "pf_rd_q", **ram)),
             self.rd_wqe.eq(buf_r.data),
         ]
         byte_en = Cat(*[beat == o // nbytes for o in src])

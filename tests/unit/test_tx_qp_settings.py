@@ -3,13 +3,16 @@ defaults, takes the lanes a write's strobes select (per row at up to
 CFG_FLOP_QPS QPs, at ``w.q`` above), with the MTU lane's own data and INIT's
 defaults, and the three read ports give the row of the QP of the cycle
 before, that cycle's write included (the ring port the ``ctl`` group's lanes
-alone) -- checked every cycle against a Python model."""
+alone) -- checked every cycle against a Python model, in both storages:
+LUT RAM at a registered address and block RAM (synchronous ports, above
+BRAM_QPS QPs)."""
 
 
 import pytest
 from amaranth.sim import Simulator
 
 from hw.tx.qp_settings import (
+    BRAM_QPS,
     CFG_FLOP_QPS,
     CFG_GROUPS,
     CFG_LANES,
@@ -20,11 +23,13 @@ from hw.tx.qp_settings import (
 from tests import seeds
 
 
-@pytest.mark.parametrize("nq", [2, 3, 8])
-def test_qp_settings(nq):
+@pytest.mark.parametrize("nq", [2, 3, 8, BRAM_QPS + 3])
+@pytest.mark.parametrize("block_ram", [None, True])
+def test_qp_settings(nq, block_ram):
     max_mtu, depth = 4096, 64
-    dut = QpSettings(num_qps=nq, max_mtu=max_mtu, inflight_depth=depth)
+    dut = QpSettings(num_qps=nq, max_mtu=max_mtu, inflight_depth=depth, block_ram=block_ram)
     assert dut.flop_rows == (nq <= CFG_FLOP_QPS)
+    assert dut.block_ram == (nq > BRAM_QPS if block_ram is None else block_ram)
     nl = len(CFG_LANES)
     defaults = settings_defaults(max_mtu, depth)
     assert defaults[0] == 2 and defaults[1] == 1 and defaults[2] == depth  # MTU 1024, MPR, cwnd
@@ -42,7 +47,9 @@ def test_qp_settings(nq):
 
     async def bench(ctx):
         fsm_q = csr_q = ring_q = 0  # the addresses of the cycle before (reset: 0)
-        for _ in range(2000):
+        for cycle in range(2000):
+            if cycle == 0 and dut.block_ram and not dut.flop_rows:
+                await ctx.tick()  # a synchronous port's data is 0 until the first edge
             assert ctx.get(dut.fsm_row) == packed(rows[fsm_q])
             assert ctx.get(dut.csr_row) == packed(rows[csr_q])
             assert ctx.get(dut.ring_row) == ring_packed(rows[ring_q])
