@@ -85,6 +85,7 @@ from hw.reliability.registers import PEER_ADDRESS_REGS as REL_PEER_ADDRESS
 from hw.reliability.registers import TYPE_ID as REL_TYPE_ID
 from hw.reliability.registers import VERSION as REL_VERSION
 from hw.reliability.registers import register_map as rel_register_map
+from hw.rx.mr_table import MR_ACCESS_VALID, MR_ACCESS_WRITE, make_rkey
 from hw.rx.regs import PEER_ADDRESS_REGS as RX_PEER_ADDRESS
 from hw.rx.regs import RX_TYPE_ID, RX_VERSION, rx_register_map
 from hw.tx.regs import PEER_ADDRESS_REGS as TX_PEER_ADDRESS
@@ -129,8 +130,8 @@ class WrOpcode:
 class Access:
     """Memory-region access rights (RX's MR_ACCESS bits)."""
 
-    VALID = 1 << 0
-    REMOTE_WRITE = 1 << 1
+    VALID = MR_ACCESS_VALID
+    REMOTE_WRITE = MR_ACCESS_WRITE
 
 
 def mac_to_int(mac: str) -> int:
@@ -410,7 +411,8 @@ class ProtectionDomain:
                              f"addr_width): the region must end at or below 0x{1 << width:x}")
         index = dev._alloc_mr_index()
         dev._mr_generation[index] = (dev._mr_generation[index] + 1) & 0xFF
-        rkey = (dev._mr_generation[index] << 24) | (index << 8) | 0x4D
+        # the R_Key names its entry (bits 23:8, which RX reads the entry at)
+        rkey = make_rkey(index, generation=dev._mr_generation[index])
         access = Access.VALID | (Access.REMOTE_WRITE if remote_write else 0)
         rx = dev.rx
         # invalid while it is rewritten, valid last

@@ -168,7 +168,6 @@ class RxPipeline(wiring.Component):
             pf.cfg.eq(regs.lookup_c.cfg),
             pf.own_ip.eq(regs.own_ip),
             pf.own_mac.eq(regs.own_mac),
-            val.mrs.eq(regs.mrs),
             val.own_ip.eq(regs.own_ip),
             ackgen.own_ip.eq(regs.own_ip),
             ackgen.own_mac.eq(regs.own_mac),
@@ -176,6 +175,7 @@ class RxPipeline(wiring.Component):
             self.trim_dscp.eq(regs.trim_dscp),
         ]
         connect(m, flipped(self.csr), regs.csr)
+        connect(m, val.mr_lookup, regs.mr_lookup)
         # Counter strobes are registered: a counter moves one cycle after its
         # event, and the event logic does not reach into the counters' adders.
         for name in VALIDATOR_COUNTERS:

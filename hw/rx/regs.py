@@ -21,9 +21,10 @@ from hw.csr import (
 from hw.protocol import PSN_BITS, TRIM_DSCP_DEFAULT
 
 from .layouts import QpConfig
+from .mr_table import MR_WORDS, MrLookupSignature, MrTable
 from .parser import COUNTER_NAMES as PARSER_COUNTERS
 from .peer_filter import PEER_FILTER_COUNTERS
-from .validate import VALIDATOR_COUNTERS, MrEntry
+from .validate import VALIDATOR_COUNTERS
 from .window import WINDOW_COUNTERS
 
 __all__ = ["COUNTERS", "COUNTER_LAG", "PEER_ADDRESS_REGS", "RX_TYPE_ID", "RX_VERSION",
@@ -205,11 +206,12 @@ def rx_register_map(num_qps=16, num_mrs=16, next_offset=0, ipv6=False) -> Regist
         ("MR_BASE_HI", 0x04, "region base address bits 63:32; bits at and above the device's "
                              "`addr_width` are not kept and read 0"),
         ("MR_LENGTH", 0x08, "region length in bytes"),
-        ("MR_RKEY", 0x0C, "R_Key of the region"),
+        ("MR_RKEY", 0x0C, "R_Key of the region: a frame's R_Key finds the entry its bits 23:8 "
+                          "name, which must hold that whole R_Key"),
         ("MR_ACCESS", 0x10, "access rights and protection domain"),
     )
     mr_fields = {"MR_ACCESS": [
-        ("valid", 0, 1, "VALID"),
+        ("valid", 0, 1, "VALID (a flip-flop: 0 after reset)"),
         ("remote_write", 1, 1, "REMOTE_WRITE; both are needed to write"),
         ("pd", 8, 8, "protection domain: only QPs of this PD write here"),
     ]}
@@ -241,7 +243,9 @@ class RxRegisters(wiring.Component):
                     other write, whose address is decoded only then); the
                     window engine checks no frame meanwhile, so a write takes
                     effect before every frame checked after it.
-    ``mrs``         Out: the MR table.
+    ``mr_lookup``   the MR table's lookup (``MrTable``, hw/rx/mr_table.py): the
+                    region the R_Key of the cycle before names, and whether
+                    it takes a write.
     ``own_mac``, ``own_ip``, ``trim_dscp``: Out.
     ``events``      In: one-cycle strobes of the validator, window and peer
                     filter counters (wrapping).
@@ -251,8 +255,10 @@ class RxRegisters(wiring.Component):
     The per-QP registers live in one memory each (``num_qps`` x 32 bits) read
     by the two lookups (``QP_EPSN`` also by ``init``), and in one more memory
     of every QP block (``num_qps`` x 16 words, one read port) that answers the
-    CSR reads; the MR table is flip-flops. The counters (``COUNTERS``, 32
-    bits, read-only, 0 after configuration and after reset) are one
+    CSR reads; the MR table is an ``MrTable`` (its rows in block RAM, read by
+    the lookup and by the CSR reads; its VALID bits flip-flops, 0 after
+    reset). The counters (``COUNTERS``, 32 bits, read-only, 0 after
+    configuration and after reset) are one
     ``hw.counters.CounterBank`` (a block RAM, addressed at ``r_stb``): each
     strobe counts exactly once, and a read includes every event strobed at
     least ``COUNTER_LAG`` (the bank's ``LAG``) cycles before its ``r_stb``.
@@ -307,7 +313,7 @@ class RxRegisters(wiring.Component):
                 "init": Out(stream.Signature(
                     data.StructLayout({"qp": unsigned(self.qp_bits), "epsn": unsigned(PSN_BITS)}))),
                 "init_busy": Out(1),
-                "mrs": Out(data.ArrayLayout(MrEntry(addr_width), num_mrs)),
+                "mr_lookup": In(MrLookupSignature(addr_width)),
                 "own_mac": Out(48),
                 "own_ip": Out(32),
                 **({"own_ip6": Out(128)} if ipv6 else {}),
@@ -362,13 +368,19 @@ class RxRegisters(wiring.Component):
             for i in range(4):
                 word = self.own_ip6[32 * i : 32 * (i + 1)]
                 plain[OWN_IP6 + 4 * i] = (word, word)
-        for i, e in enumerate(self.mrs):
-            base = MR_BASE + i * MR_STRIDE
-            plain[base + 0x00] = (e.base[:32], e.base[:32])
-            plain[base + 0x04] = (e.base[32:], e.base[32:])
-            plain[base + 0x08] = (e.length, e.length)
-            plain[base + 0x0C] = (e.rkey, e.rkey)
-            plain[base + 0x10] = (Cat(e.access, e.pd), Cat(e.access, e.pd))
+        # The MR blocks: whole MR_STRIDE slots from MR_BASE, as the QP blocks.
+        m.submodules.mr_table = mrs = MrTable(num_mrs=self.num_mrs, addr_width=self.addr_width)
+        wiring.connect(m, wiring.flipped(self.mr_lookup), mrs.lookup)
+        mr_slot = bus.addr[exact_log2(MR_STRIDE):]
+        mr_word = bus.addr[2 : exact_log2(MR_STRIDE)]
+        mr_first = MR_BASE // MR_STRIDE
+        in_mr = Signal()
+        mr_index = Signal(len(mrs.w.index))
+        m.d.comb += [
+            in_mr.eq((mr_slot >= mr_first) & (mr_slot < mr_first + self.num_mrs)
+                     & (mr_word < len(MR_WORDS))),
+            mr_index.eq(mr_slot - mr_first),
+        ]
 
         # The counters: strobes in COUNTERS order (the parser's first). The
         # parser's counters saturate, the others wrap.
@@ -394,9 +406,13 @@ class RxRegisters(wiring.Component):
         writable = {key: target for key, (_, target) in plain.items() if target is not None}
         targets = {key: (bus.addr == key_offset(key), None) for key in writable}
         targets["QP_BLOCK"] = (in_qp, None)  # any word of a QP block: the read-back copy
+        targets["MR"] = (in_mr, None)  # a word of an MR block: the table's row
         targets.update({name: (in_qp & (reg_index == offset // 4), None)
                         for name, offset, _, _ in self.qp_regs})
-        w = RegisteredWrites(m, bus, targets, fields={"qp": qp_index})
+        w = RegisteredWrites(m, bus, targets,
+                             fields={"qp": qp_index, "mr": mr_index, "mr_word": mr_word})
+        m.d.comb += [mrs.w.en.eq(w.stb["MR"]), mrs.w.index.eq(w.fields["mr"]),
+                     mrs.w.word.eq(w.fields["mr_word"]), mrs.w.data.eq(w.data)]
         for key, target in writable.items():
             with m.If(w.stb[key]):
                 m.d.sync += target.eq(w.data[: len(target)])
@@ -510,9 +526,10 @@ class RxRegisters(wiring.Component):
 
         # Reads, in three registered stages (CSR_READ_LATENCY): at r_stb the
         # address is registered, per group of flip-flop registers a copy of its
-        # own (read_in_groups) and, for the QP blocks, the read-back memory's
-        # word address; the cycle after, the groups register their word and the
-        # memory reads its word; a cycle later, one of the two. The address
+        # own (read_in_groups), for the QP blocks the read-back memory's word
+        # address and for the MR blocks the table's entry and word; the cycle
+        # after, the groups register their word and the memories read theirs;
+        # a cycle later, one of them. The address
         # thus drives only flip-flops' inputs (a few LUTs each), not every
         # group's mux, which at 2 cycles (the groups registered at r_stb) is
         # too slow (docs/timing.md#rx-registers). Both the registers and the
@@ -523,14 +540,15 @@ class RxRegisters(wiring.Component):
         # bytes: no subtract) and gives its word from a register 2 cycles
         # later (read_register: the block RAM's output and the bank's bypass
         # choice are a path of their own, not in front of the mux below).
-        # The flip-flop registers lie outside the QP
-        # blocks and the counters' slot, so a read of either matches none of
-        # their groups (their OR is 0).
+        # The flip-flop registers lie outside the QP and MR
+        # blocks and the counters' slot, so a read of any of them matches none
+        # of their groups (their OR is 0).
         flops = read_in_groups(m, bus.addr, bus.r_stb, {
             key_offset(key): value for key, (value, _) in plain.items()})
         from_mem = Signal()  # a QP-block register: the read-back memory's word
         rb_addr = Signal(len(readback_rp.addr))
         from_bank = Signal()  # a counter: the bank's word
+        from_mr = Signal()  # a word of an MR block: the table's
         in_slot = bus.addr[COUNTER_SLOT_BITS:] == COUNTER_BASE >> COUNTER_SLOT_BITS
         counter_word = bus.addr[2:COUNTER_SLOT_BITS]
         with m.If(bus.r_stb):
@@ -539,9 +557,13 @@ class RxRegisters(wiring.Component):
                     reg_index == offset // 4 for _, offset, _, _ in self.qp_regs])),
                 rb_addr.eq(Cat(reg_index, qp_index)),
                 from_bank.eq(in_slot & ~greater_than_const(counter_word, len(COUNTERS) - 1)),
+                from_mr.eq(in_mr),
+                mrs.r_index.eq(mr_index),
+                mrs.r_word.eq(mr_word),
             ]
         m.d.comb += [readback_rp.addr.eq(rb_addr), bank.rd_addr.eq(counter_word)]
         m.d.sync += rd_value.eq(Mux(from_mem, readback_rp.data,
-                                    Mux(from_bank, bank.rd_data, flops)))
+                                    Mux(from_bank, bank.rd_data,
+                                        Mux(from_mr, mrs.r_data, flops))))
         m.d.comb += bus.r_data.eq(rd_value)
         return m

@@ -12,11 +12,9 @@ from hw.reliability.layouts import NAK_INVALID_REQUEST, NAK_REMOTE_ACCESS
 
 from .first_fail import first_failing
 from .layouts import ParsedHeader, QpConfig, QpState, ReqKind, WindowReq
+from .mr_table import MrLookupSignature
 
-__all__ = ["MrEntry", "RxValidator", "VALIDATOR_COUNTERS", "MR_ACCESS_VALID", "MR_ACCESS_WRITE"]
-
-MR_ACCESS_VALID = 1 << 0
-MR_ACCESS_WRITE = 1 << 1
+__all__ = ["RxValidator", "VALIDATOR_COUNTERS"]
 
 VALIDATOR_COUNTERS = (
     "peer_frames",  # ACK/NAK/probe responses handed to peer_ack
@@ -33,22 +31,6 @@ VALIDATOR_COUNTERS = (
 )
 
 
-class MrEntry(data.StructLayout):
-    """One memory region as registered by the host; ``base`` is an
-    ``addr_width``-bit DMA address."""
-
-    def __init__(self, addr_width=64):
-        super().__init__(
-            {
-                "base": unsigned(addr_width),
-                "length": unsigned(32),
-                "rkey": unsigned(32),
-                "access": unsigned(8),
-                "pd": unsigned(8),
-            }
-        )
-
-
 class RxValidator(wiring.Component):
     """Checks every parsed frame against the QP and MR tables.
 
@@ -62,7 +44,8 @@ class RxValidator(wiring.Component):
                   frames and probe responses (the requester's business),
                   untouched; they take no QP check here.
     ``cfg_addr`` / ``cfg``: 1-cycle lookup into the QP configuration.
-    ``mrs``       In(ArrayLayout(MrEntry(addr_width), num_mrs)): the region table.
+    ``mr_lookup`` Out(``MrLookupSignature``): the region table (``MrTable``),
+                  given the frame's R_Key in LOOKUP, answering in CHECK.
     ``own_ip``    In(32); with ``ipv6`` (a build parameter) also ``own_ip6``
                   In(128), and the records and the configuration carry
                   128-bit addresses and their family (``v6``, ``peer_v6``).
@@ -88,8 +71,9 @@ class RxValidator(wiring.Component):
        payload (ONLY: ``L`` = payload; FIRST: ``L`` > MTU; MIDDLE: ``L`` >
        2 MTU; LAST: ``L`` > MTU, payload = ``L`` mod MTU and not 0; ``L``
        <= 2^31);
-    8. ``bad_rkey``: no MR entry with ``access`` VALID and WRITE and this
-       R_Key (the lowest-numbered match is used);
+    8. ``bad_rkey``: the entry the R_Key names (its bits 23:8,
+       ``hw.rx.mr_table.rkey_index``) is past the table, not VALID and WRITE,
+       or holds another R_Key;
     9. ``bad_pd``: that entry's ``pd`` is not the QP's;
     10. ``bad_bounds``: not ``base <= lo`` and ``hi <= base + length``, with
        ``[lo, hi)`` = ``[VA - back, VA + msg_len)``: ``msg_len`` = ``L`` for
@@ -104,10 +88,10 @@ class RxValidator(wiring.Component):
        ``addr_width`` bits.
 
     Latency: 4 cycles from ``hdr`` valid to ``req`` valid (the checks are
-    registered in three stages: MR selection and the header's tests
+    registered in three stages: the MR table's read and the header's tests
     (compares with the five MTUs' constants, ``L`` - payload); QP checks, the
-    MTU's tests selected by the QP's code, the PD compare and the bounds
-    subtractions; decision, with the bounds' two compares as carry chains
+    MTU's tests selected by the QP's code, the MR's hit, the PD compare and
+    the bounds subtractions; decision, with the bounds' two compares as carry chains
     side by side). Throughput:
     one frame per 4 cycles, the next header being taken once ``req`` is;
     the window engine takes at least 5 cycles per request, so this costs
@@ -128,7 +112,7 @@ class RxValidator(wiring.Component):
                 "peer_ack": Out(stream.Signature(ParsedHeader(sack_bits, ipv6=ipv6))),
                 "cfg_addr": Out(self.qp_bits),
                 "cfg": In(QpConfig(addr_width, ipv6)),
-                "mrs": In(data.ArrayLayout(MrEntry(addr_width), num_mrs)),
+                "mr_lookup": Out(MrLookupSignature(addr_width)),
                 "own_ip": In(32),
                 **({"own_ip6": In(128)} if ipv6 else {}),
                 "counters": Out(data.StructLayout({n: unsigned(1) for n in VALIDATOR_COUNTERS})),
@@ -154,15 +138,17 @@ class RxValidator(wiring.Component):
                          h.as_value()[: len(self.peer_ack.payload.as_value())])]
 
         # The checks are spread over the cycles of a frame, each stage from
-        # registers: LOOKUP selects the MR and evaluates what depends on the
-        # header alone; CHECK (the QP configuration has arrived) the QP checks
-        # and the two halves of the bounds check; DECIDE the bounds check and
-        # the first failing check.
+        # registers: LOOKUP reads the MR and evaluates what depends on the
+        # header alone; CHECK (the QP configuration and the MR have arrived)
+        # the QP checks, the MR's and the two halves of the bounds check;
+        # DECIDE the bounds check and the first failing check.
         op = h.bth.opcode
 
-        # LOOKUP: the MR, the lowest-numbered valid writable entry with this R_Key.
-        mr_hit = Signal()
-        mr = Signal(MrEntry(aw))
+        # LOOKUP: the MR table reads the entry the R_Key names (``h`` holds
+        # from LOOKUP on, so the entry and its hit hold in CHECK).
+        m.d.comb += self.mr_lookup.rkey.eq(h.reth.rkey)
+        mr = self.mr_lookup.entry
+        mr_hit = Signal()  # registered in CHECK, for DECIDE
         is_peer = Signal()
         bad_qpn = Signal()
         not_for_us = Signal()
@@ -172,18 +158,6 @@ class RxValidator(wiring.Component):
         # the write leaves the addr_width-bit space; below 64 bits only (at 64
         # the VA is a whole DMA address, as it always was)
         outside = Signal()
-        mr_hit_c = Signal()
-        mr_c = Signal(MrEntry(aw))
-        # mr is read only when an entry hit, so the last entry needs no match
-        # of its own to be selected (its R_Key compare stays off mr's data).
-        m.d.comb += mr_c.eq(self.mrs[self.num_mrs - 1])
-        for i in reversed(range(self.num_mrs)):
-            e = self.mrs[i]
-            ok = (e.rkey == h.reth.rkey) & e.access[0] & e.access[1]
-            with m.If(ok):
-                m.d.comb += mr_hit_c.eq(1)
-                if i != self.num_mrs - 1:
-                    m.d.comb += mr_c.eq(e)
         # The packet's length rules against each path MTU (selected in CHECK,
         # once the QP's MTU has arrived), from the header alone: compares with
         # constants, no carry chain. ``p`` payload length, ``L`` RETH DMA length.
@@ -220,8 +194,6 @@ class RxValidator(wiring.Component):
             l_big.eq(above(L, 1 << 31)),
             msg_len.eq(Mux(op == Opcode.WRITE_FIRST, L, p)),
             back.eq(Mux((op == Opcode.WRITE_LAST) | (op == Opcode.WRITE_LAST_IMM), L - p, 0)),
-            mr_hit.eq(mr_hit_c),
-            mr.eq(mr_c),
             is_peer.eq((op == Opcode.ACKNOWLEDGE) | (op == Opcode.PROBE_RESP)),
             bad_qpn.eq(h.bth.dqpn >= self.num_qps),
             not_for_us.eq(Mux(h.v6, h.ip_dst != self.own_ip6, h.ip_dst != self.own_ip)
@@ -278,6 +250,7 @@ class RxValidator(wiring.Component):
             bad_reth.eq(l_big | (is_only & ~p_eq_l) | (is_first & ~m_lgt)
                         | (is_middle & ~m_lgt2) | (is_last & (~m_lgt | ~m_mod | p_zero))),
             bad_pd.eq(mr.pd != self.cfg.pd),
+            mr_hit.eq(self.mr_lookup.hit),
         ]
 
         def classify():
@@ -327,7 +300,8 @@ class RxValidator(wiring.Component):
         # (docs/timing.md#rx-validator).
         reach_lookup = Signal()
         check_values.append(reach_lookup.eq(
-            ~(is_peer | bad_qpn | not_for_us | is_probe | ~is_write | h.trimmed | ~mr_hit)))
+            ~(is_peer | bad_qpn | not_for_us | is_probe | ~is_write | h.trimmed
+              | ~self.mr_lookup.hit)))
         m.d.comb += [pre_kind.eq(kind_c),
                      to_bounds.eq(reach_lookup & ~bad_state & ~bad_source & ~bad_length
                                   & ~bad_reth & ~bad_pd)]

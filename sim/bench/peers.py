@@ -148,9 +148,10 @@ def run() -> str:
         f"NicCore builds up to {REL_MAX_QPS:,} QPs (`check_nic_params`: reliability's "
         f"`params` register), and two NICs of {many_qps:,} pass a system test with 256 "
         "connections each at once, their QP numbers spread over the table "
-        "(tests/system/test_many_qps.py, long suite); the MR table is still at most 96 "
-        "entries of flip-flops, searched by R_Key, so there each NIC's connections share one "
-        "region. The Versa board's build has 2 QPs, and the default NicCore's 16 do not fit "
+        "(tests/system/test_many_qps.py, long suite); the MR table (block RAM, read at the "
+        "entry the R_Key's bits 23:8 name) has at most 96 entries, the register window below "
+        "the QP blocks, so there each NIC's connections share one region. The Versa board's "
+        "build has 2 QPs, and the default NicCore's 16 do not fit "
         "its 45F (docs/board.md, \"NicCore scaling\").",
     ]
     return "\n".join(lines) + "\n"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hw.protocol import EvState, QpState
 from hw.reliability.layouts import CqeStatus
+from hw.rx.mr_table import MR_ACCESS_VALID, MR_ACCESS_WRITE
 from sim.model.qp import (
     LOC_QP_OP_ERR,
     REM_ACCESS_ERR,
@@ -22,7 +23,7 @@ EV_NAMES = {v: k for k, v in EV_CODES.items()}
 CQE_STATUS = {SUCCESS: CqeStatus.SUCCESS, RETRY_EXC_ERR: CqeStatus.RETRY_EXCEEDED,
               LOC_QP_OP_ERR: CqeStatus.LOC_QP_OP_ERR,
               REM_ACCESS_ERR: CqeStatus.REM_ACCESS, REM_INV_REQ_ERR: CqeStatus.REM_INV_REQ}
-MR_VALID, MR_REMOTE_WRITE = 1, 2
+MR_VALID, MR_REMOTE_WRITE = MR_ACCESS_VALID, MR_ACCESS_WRITE
 EV_EVENT_DEPTH = 32
 NEVER = 1 << 30  # an EV loss threshold of 0 means never
 

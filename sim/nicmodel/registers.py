@@ -6,6 +6,7 @@ from __future__ import annotations
 from hw.nic.csr import header_word
 from hw.protocol import PLANE_BITS, EvFormat, ev_formats, ev_hi_values, ev_hi_words
 from hw.reliability.layouts import CqeStatus
+from hw.rx.mr_table import rkey_index
 from hw.rx.regs import PEER_ADDRESS_REGS as RX_PEER_ADDRESS
 from hw.tx.regs import CTRL_FLUSH_BIT as TX_CTRL_FLUSH_BIT
 from hw.tx.regs import CTRL_RESET_BIT as TX_CTRL_RESET_BIT
@@ -235,19 +236,18 @@ class RegisterBehaviour:
     def mr_check(self, rkey: int, pd: int, lo: int, hi: int) -> str | None:
         """None if [lo, hi) is inside a valid, writable region named by
         ``rkey`` of protection domain ``pd``, else the RX counter that counts
-        the refusal (the lowest-numbered region with the R_Key decides)."""
-        for i in range(self.params["num_mrs"]):
-            if self.rx_reg("MR_RKEY", i) != rkey:
-                continue
-            if self.rx_reg("MR_ACCESS", i) & 3 != MR_VALID | MR_REMOTE_WRITE:
-                continue
-            if self.rx_field("MR_ACCESS", i, "pd") != pd:
-                return "bad_pd"
-            base = self.rx_reg("MR_BASE_LO", i) | self.rx_reg("MR_BASE_HI", i) << 32
-            if base <= lo and hi <= base + self.rx_reg("MR_LENGTH", i):
-                return None
-            return "bad_bounds"
-        return "bad_rkey"
+        the refusal. The R_Key names its entry (``rkey_index``), which must
+        exist and hold that whole R_Key."""
+        i = rkey_index(rkey)
+        if (i >= self.params["num_mrs"] or self.rx_reg("MR_RKEY", i) != rkey
+                or self.rx_reg("MR_ACCESS", i) & 3 != MR_VALID | MR_REMOTE_WRITE):
+            return "bad_rkey"
+        if self.rx_field("MR_ACCESS", i, "pd") != pd:
+            return "bad_pd"
+        base = self.rx_reg("MR_BASE_LO", i) | self.rx_reg("MR_BASE_HI", i) << 32
+        if base <= lo and hi <= base + self.rx_reg("MR_LENGTH", i):
+            return None
+        return "bad_bounds"
 
     # ---- reads with behaviour (None: the stored value) ------------------------------------------
 

@@ -52,6 +52,7 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Raw, fuzz
 
 from host_driver import layers as L
+from hw.rx.mr_table import make_rkey
 from hw.rx.regs import COUNTERS
 from tests.hw.parser_frames import expect_frame, fix_icrc, fix_ipv4_checksum
 from tests.hw.rx_tb import (
@@ -74,7 +75,7 @@ OUTCOMES = ("peer_frames", "probe_requests", "bad_qpn", "not_for_us", "qp_state"
 PEER_DROPS = tuple(n for n in COUNTERS if n.startswith("peer_") and n != "peer_frames")
 MAX_PAYLOAD = 4096  # RxEngine's default max_payload
 
-MR3 = dict(base=0x60000, length=0x2000, rkey=0x4004)  # writable, protection domain 1
+MR3 = dict(base=0x60000, length=0x2000, rkey=make_rkey(3, tag=0x44))  # writable, PD 1
 MRS = (MR0, MR1, MR2, MR3)
 CANARY = 5  # the QP of the batches' canaries
 # QPN -> setup_qp arguments of the fuzzed QPs (the others stay in RESET)

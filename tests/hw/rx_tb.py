@@ -64,6 +64,7 @@ from host_driver.layers import (
     write_payload,
 )
 from hw.headers import mtu_code
+from hw.rx.mr_table import make_rkey, rkey_index
 from hw.rx.parser import ParsedHeader
 from hw.rx.regs import (
     COUNTER_BASE,
@@ -336,9 +337,9 @@ class RxModel:
             self.count[verdict] += 1
             self._ack(qpn, q, NAK_INVALID_REQUEST, psn)
             return "nak"
-        mr = next((m for _, m in sorted(self.mrs.items())
-                   if m["rkey"] == rkey and m["access"] & 3 == 3), None)
-        if mr is None:
+        # the entry the R_Key names, holding that whole R_Key, valid and writable
+        mr = self.mrs.get(rkey_index(rkey))
+        if mr is None or mr["rkey"] != rkey or mr["access"] & 3 != 3:
             self.count["bad_rkey"] += 1
             self._ack(qpn, q, NAK_REMOTE_ACCESS, psn)
             return "nak"
@@ -736,9 +737,10 @@ class RxTB:
 
 MTU = 1024
 ACK_T = 3000  # long enough that ACK_N decides while traffic flows
-MR0 = dict(base=0x10000, length=0x20000, rkey=0x1001)  # 128 KiB
-MR1 = dict(base=0x40003, length=0x1001, rkey=0x2002)  # unaligned base and length
-MR2 = dict(base=0x50000, length=0x1000, rkey=0x3003)  # registered without REMOTE_WRITE
+# each at the entry its R_Key names (add_mr's index)
+MR0 = dict(base=0x10000, length=0x20000, rkey=make_rkey(0, tag=0x11))  # 128 KiB
+MR1 = dict(base=0x40003, length=0x1001, rkey=make_rkey(1, tag=0x22))  # unaligned base, length
+MR2 = dict(base=0x50000, length=0x1000, rkey=make_rkey(2, tag=0x33))  # without REMOTE_WRITE
 
 
 async def start(dut, *, seed=1, backpressure=0.0, frames=False):

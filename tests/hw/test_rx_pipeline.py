@@ -11,6 +11,7 @@ import pytest
 
 from host_driver.layers import IMM_OPCODES, PSN_MASK, write_packet
 from hw.protocol import PSN_HALF
+from hw.rx.mr_table import make_rkey
 from hw.rx.regs import COUNTERS, MR_BASE, MR_STRIDE, QP_BASE, QP_STRIDE
 from sim.model.packet import NAK_INVALID_REQUEST, NAK_REMOTE_ACCESS
 from tests import seeds
@@ -235,12 +236,13 @@ async def test_protocol_and_protection_checks(dut):
     NAK frame (syndrome included) as the model's; an empty WRITE at the
     region's end is placed, one byte past it is not."""
     tb = await start(dut, seed=15)
-    await tb.add_mr(3, base=0x60000, length=0x2000, rkey=0x4004, pd=2)
+    await tb.add_mr(3, base=0x60000, length=0x2000, rkey=make_rkey(3, tag=0x04), pd=2)
     await tb.setup_qp(14, epsn=0, ack_n=1, mtu=1024, pd=1)
-    await tb.add_mr(4, base=0x70000, length=0x8000, rkey=0x5005, pd=1)
+    pd1_key = make_rkey(4, tag=0x05)
+    await tb.add_mr(4, base=0x70000, length=0x8000, rkey=pd1_key, pd=1)
     b, top = 0x70000, 0x78000
 
-    def wr(op, psn, va, length, dma_len, rkey=0x5005):
+    def wr(op, psn, va, length, dma_len, rkey=pd1_key):
         return write_packet(opcode=op, dqpn=14, psn=psn, va=va, rkey=rkey, dma_len=dma_len,
                             payload=bytes((psn + i) & 0xFF for i in range(length)),
                             imm=psn if op in IMM_OPCODES else None, dst_ip=OWN_IP,
@@ -254,7 +256,7 @@ async def test_protocol_and_protection_checks(dut):
     await one(tb, wr(0x06, 5, b, 1024, 1024))  # FIRST of a one-packet message
     await one(tb, wr(0x06, 6, top - 1024, 1024, 2048))  # FIRST of a message past the end
     await one(tb, wr(0x09, 7, b + 1024, 1024, 4096))  # LAST of a message starting below
-    await one(tb, wr(0x0A, 8, 0x60000, 64, 64, rkey=0x4004))  # another PD's region
+    await one(tb, wr(0x0A, 8, 0x60000, 64, 64, rkey=make_rkey(3, tag=0x04)))  # another PD's
     await one(tb, wr(0x0A, 9, top + 1, 0, 0))  # empty, one byte past the end
     await one(tb, wr(0x0A, 10, top, 0, 0))  # empty, at the end: placed
     # a well-formed two-packet message at b + 0x1000, its LAST first: placed
@@ -512,10 +514,11 @@ async def test_registers(dut):
     assert int(dut.trim_dscp.value) == 0x3F
     await tb.csr_write(0x18, 0x2A)
     assert await tb.csr_read(0x18) == 0x2A and int(dut.trim_dscp.value) == 0x2A
-    await tb.add_mr(5, base=0x1234_5678_9ABC_DEF0, length=77, rkey=0x55, access=3)
+    await tb.add_mr(5, base=0x1234_5678_9ABC_DEF0, length=77, rkey=make_rkey(5, tag=0x55),
+                    access=3)
     a = MR_BASE + 5 * MR_STRIDE
     assert [await tb.csr_read(a + o) for o in (0, 4, 8, 12, 16)] == [
-        0x9ABCDEF0, 0x12345678, 77, 0x55, 3]
+        0x9ABCDEF0, 0x12345678, 77, make_rkey(5, tag=0x55), 3]
     await tb.setup_qp(15, peer_qpn=0xABCDEF, epsn=0x123456, mpr=3, ack_n=9, ack_t=77)
     q = QP_BASE + 15 * QP_STRIDE
     assert await tb.csr_read(q + 0x0C) == 0xABCDEF

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from host_driver.layers import IMM_OPCODES, PSN_MASK
 from hw.nic.core import BLOCK_ORDER
+from hw.rx.mr_table import make_rkey
 from sim.model.packet import ACK, DATA, PROBE_REQ, PROBE_RESP, Forged, Packet
 from sim.nicmodel import ModelFabric, ModelNic
 from sim.system.top import NIC_PARAMS
@@ -31,10 +32,10 @@ from tests.hw.rx_tb import OWN_IP, OWN_MAC, QpModel, RxModel, ip2int, mac2int
 PEER_IP = "10.0.0.1"
 PARAMS = {**NIC_PARAMS, "mpr_max": 1024}
 MRS = (  # (base, length, rkey, access, pd)
-    (0x10000, 0x8000, 0x1001, 3, 0),
-    (0x20003, 0x1001, 0x2002, 3, 0),  # unaligned
-    (0x30000, 0x1000, 0x3003, 1, 0),  # no REMOTE_WRITE
-    (0x40000, 0x2000, 0x4004, 3, 1),  # protection domain 1
+    (0x10000, 0x8000, make_rkey(0, tag=0x11), 3, 0),  # entry i's R_Key names entry i
+    (0x20003, 0x1001, make_rkey(1, tag=0x22), 3, 0),  # unaligned
+    (0x30000, 0x1000, make_rkey(2, tag=0x33), 1, 0),  # no REMOTE_WRITE
+    (0x40000, 0x2000, make_rkey(3, tag=0x44), 3, 1),  # protection domain 1
 )
 # QPN -> (epsn, mpr, ack_n, trim_nack, mtu code, pd, cq_log2)
 QPS = {

@@ -7,6 +7,7 @@ import pytest
 from hw.headers import Opcode
 from hw.reliability.layouts import NAK_INVALID_REQUEST, NAK_REMOTE_ACCESS
 from hw.rx.layouts import ReqKind
+from hw.rx.mr_table import make_rkey
 
 from .validator_bench import MR, run_validator, write
 
@@ -115,8 +116,9 @@ def test_zero_length_write_at_the_region_edges():
 def test_protection_domains():
     """A QP writes only regions of its own PD: another PD's region is NAK
     0x62, counted bad_pd (not bad_rkey: the R_Key names a region)."""
-    mrs = [dict(MR, pd=1), dict(MR, base=0x9000_0000, rkey=0x5678, pd=2)]
-    frames = [write(BASE, 64), write(0x9000_0000, 64, rkey=0x5678)]
+    other = make_rkey(1, tag=0x78)
+    mrs = [dict(MR, pd=1), dict(MR, base=0x9000_0000, rkey=other, pd=2)]
+    frames = [write(BASE, 64), write(0x9000_0000, 64, rkey=other)]
     got, strobes = outcomes(frames, mrs=mrs, qp_pd=1)
     assert got == [DATA, ACCESS] and strobes["bad_pd"] == 1 and strobes["bad_rkey"] == 0
     got, strobes = outcomes(frames, mrs=mrs, qp_pd=2)
@@ -131,6 +133,22 @@ def test_a_stale_rkey_is_refused():
     got, strobes = outcomes([write(BASE, 64, rkey=0x0100_014D), write(BASE, 64, rkey=0x0200_014D)],
                             mrs=[new])
     assert got == [ACCESS, DATA] and strobes["bad_rkey"] == 1
+
+
+def test_an_rkey_names_its_entry():
+    """RX reads the entry an R_Key's bits 23:8 name and compares the whole
+    key: the same key byte and tag at another index, an index past the
+    table, or a region whose R_Key names another entry than the one it is
+    written at, find no region (bad_rkey, NAK 0x62)."""
+    key = make_rkey(1, tag=0x4D, generation=3)
+    mrs = [dict(MR, rkey=key), dict(MR, base=0x9000_0000, rkey=make_rkey(3), index=2)]
+    frames = [write(BASE, 64, rkey=key),
+              write(BASE, 64, rkey=make_rkey(0, tag=0x4D, generation=3)),
+              write(BASE, 64, rkey=make_rkey(1 + 256, tag=0x4D, generation=3)),
+              write(BASE, 64, rkey=make_rkey(7, tag=0x4D, generation=3)),
+              write(0x9000_0000, 64, rkey=make_rkey(3))]
+    got, strobes = outcomes(frames, mrs=mrs)
+    assert got == [DATA, ACCESS, ACCESS, ACCESS, ACCESS] and strobes["bad_rkey"] == 4
 
 
 def test_invalid_request_comes_before_the_access_checks():

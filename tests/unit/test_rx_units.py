@@ -11,6 +11,7 @@ from amaranth.sim import Simulator
 from hw.arbiter import AXIStreamArbiter
 from hw.rx.dma import RxDmaWriter
 from hw.rx.engine import RxEngine, RxPipeline
+from hw.rx.mr_table import make_rkey
 from hw.rx.regs import rx_register_map
 from hw.rx.window import RxPsnWindow, ring_bits_for
 from tests import seeds
@@ -494,7 +495,9 @@ def test_address_registers_keep_addr_width_bits():
         got["mr_hi"] = await read(rmap["MR_BASE_HI"].addr(1))
         got["cq_hi"] = await read(rmap["QP_CQ_BASE_HI"].addr(1))
         got["cq_lo"] = await read(rmap["QP_CQ_BASE_LO"].addr(1))
-        got["mr_base"] = ctx.get(dut.mrs[1].base)
+        ctx.set(dut.mr_lookup.rkey, make_rkey(1))
+        await ctx.tick()
+        got["mr_base"] = ctx.get(dut.mr_lookup.entry.base)
         ctx.set(dut.lookup_a.addr, 1)
         await ctx.tick()
         got["cq_base"] = ctx.get(dut.lookup_a.cfg.cq_base)
@@ -537,6 +540,71 @@ def test_qp_registers_read_back_per_qp():
     for qp in range(4):
         assert got[("now", qp)] == got[("cq", qp)] == got[("lookup", qp)] == 0x1000 * (qp + 1)
         assert got[("qpn", qp)] == 0x10 + qp
+
+
+def test_mr_registers_read_back_and_look_up():
+    """Through the CSR bus, every word of every MR block reads back as kept
+    (the cycle after its write and later; MR_ACCESS's 16 bits), the lookup by
+    R_Key gives the entry its index bits name, and a reset leaves every region
+    invalid (VALID reads 0, no lookup hits) though the other words stay."""
+    from amaranth.hdl import ClockDomain, Module
+
+    from hw.rx.regs import RxRegisters
+
+    dut = RxRegisters(num_qps=2, num_mrs=3, addr_width=64)
+    top = Module()
+    top.domains.sync = cd = ClockDomain()
+    top.submodules.dut = dut
+    rmap, lat = dut.map, dut.CSR_READ_LATENCY
+    regs = ("MR_BASE_LO", "MR_BASE_HI", "MR_LENGTH", "MR_RKEY", "MR_ACCESS")
+    rng = seeds.rng(11)
+    words = {}
+    for i in range(3):
+        words[i] = dict(zip(regs, (rng.getrandbits(32), rng.getrandbits(32),
+                                   rng.getrandbits(32), make_rkey(i, generation=i + 5),
+                                   0x3 | (i + 1) << 8 | 0xFF << 16), strict=True))
+    got = {}
+
+    async def bench(ctx):
+        for i in range(3):
+            for reg in regs:
+                await csr_write(ctx, dut.csr, rmap[reg].addr(i), words[i][reg])
+                got[("now", i, reg)] = await csr_read(ctx, dut.csr, rmap[reg].addr(i), lat)
+
+        async def look(rkey):
+            ctx.set(dut.mr_lookup.rkey, rkey)
+            await ctx.tick()
+            return ctx.get(dut.mr_lookup.hit), ctx.get(dut.mr_lookup.entry)
+
+        for i in range(3):
+            for reg in regs:
+                got[("later", i, reg)] = await csr_read(ctx, dut.csr, rmap[reg].addr(i), lat)
+            hit, entry = await look(words[i]["MR_RKEY"])
+            got[("hit", i)] = hit
+            got[("entry", i)] = (entry["base"], entry["length"], entry["pd"])
+            got[("other", i)] = (await look(words[i]["MR_RKEY"] ^ 0x0100_0000))[0]
+        ctx.set(cd.rst, 1)
+        await ctx.tick()
+        ctx.set(cd.rst, 0)
+        for i in range(3):
+            got[("reset_access", i)] = await csr_read(ctx, dut.csr, rmap["MR_ACCESS"].addr(i), lat)
+            got[("reset_rkey", i)] = await csr_read(ctx, dut.csr, rmap["MR_RKEY"].addr(i), lat)
+            got[("reset_hit", i)] = (await look(words[i]["MR_RKEY"]))[0]
+
+    sim = Simulator(top)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    for i in range(3):
+        w = words[i]
+        for reg in regs:
+            want = w[reg] & 0xFFFF if reg == "MR_ACCESS" else w[reg]
+            assert got[("now", i, reg)] == got[("later", i, reg)] == want, (i, reg)
+        assert got[("hit", i)] == 1 and got[("other", i)] == 0
+        assert got[("entry", i)] == (w["MR_BASE_LO"] | w["MR_BASE_HI"] << 32, w["MR_LENGTH"],
+                                     i + 1)
+        assert got[("reset_access", i)] == (i + 1) << 8 | 0x2  # VALID 0, the rest kept
+        assert got[("reset_rkey", i)] == w["MR_RKEY"] and got[("reset_hit", i)] == 0
 
 
 def test_lookups_decode_qp_registers_by_their_fields():

@@ -1,12 +1,17 @@
-"""``RxValidator`` in Amaranth's simulator: one QP, a region table, WRITE
-headers in, the request (kind, syndrome, VA) and the counter strobes out."""
+"""``RxValidator`` in Amaranth's simulator: one QP, a region table (an
+``MrTable``, each region written at the entry its R_Key names), WRITE headers
+in, the request (kind, syndrome, VA) and the counter strobes out."""
 
 from collections import Counter
 
+from amaranth.hdl import Module
+from amaranth.lib import wiring
 from amaranth.sim import Simulator
 
+from hw.rx.mr_table import MR_WORDS, make_rkey, rkey_index
+
 OWN_IP, PEER_IP = 0x0A000002, 0x0A000001
-MR = dict(base=0x8000_1000, length=0x1000, rkey=0x1234, pd=0)
+MR = dict(base=0x8000_1000, length=0x1000, rkey=make_rkey(0, tag=0x34), pd=0)
 MTU_CODE_1024 = 3
 
 
@@ -21,16 +26,24 @@ def run_validator(frames, mrs=(MR,), *, addr_width=32, mtu_code=MTU_CODE_1024, q
                   state=None, ipv6=None):
     """Each header of ``frames`` (dicts as ``write`` makes) through an
     ``RxValidator`` with the regions ``mrs`` (valid and writable unless they
-    say ``access``) and QP 0 in RTS with path MTU ``mtu_code`` and PD
-    ``qp_pd``: the list of (kind, syndrome, va) requests and a Counter of the
-    counter strobes. With ``ipv6`` = (own IPv6 address, the peer's address,
+    say ``access``; each at the entry its R_Key names unless it says
+    ``index``) and QP 0 in RTS with path MTU ``mtu_code`` and PD ``qp_pd``:
+    the list of (kind, syndrome, va) requests and a Counter of the counter
+    strobes. With ``ipv6`` = (own IPv6 address, the peer's address,
     the peer's family) the validator is built with ``ipv6``, and a frame may
     give its ``ip_src``, ``ip_dst`` and ``v6``."""
     from hw.rx.layouts import QpState
-    from hw.rx.validate import MR_ACCESS_VALID, MR_ACCESS_WRITE, VALIDATOR_COUNTERS, RxValidator
+    from hw.rx.mr_table import MR_ACCESS_VALID, MR_ACCESS_WRITE, MrTable
+    from hw.rx.validate import VALIDATOR_COUNTERS, RxValidator
 
-    dut = RxValidator(num_qps=2, num_mrs=max(2, len(mrs)), sack_bits=64, addr_width=addr_width,
+    index = [mr.get("index", rkey_index(mr["rkey"])) for mr in mrs]
+    num_mrs = max(2, 1 + max(index, default=0))
+    dut = RxValidator(num_qps=2, num_mrs=num_mrs, sack_bits=64, addr_width=addr_width,
                       ipv6=ipv6 is not None)
+    table = MrTable(num_mrs=num_mrs, addr_width=addr_width)
+    top = Module()
+    top.submodules.dut, top.submodules.table = dut, table
+    wiring.connect(top, dut.mr_lookup, table.lookup)
     results, strobes = [], Counter()
 
     def sample(ctx):
@@ -48,12 +61,15 @@ def run_validator(frames, mrs=(MR,), *, addr_width=32, mtu_code=MTU_CODE_1024, q
             ctx.set(dut.cfg.peer_v6, peer_v6)
         ctx.set(dut.cfg.mtu, mtu_code)
         ctx.set(dut.cfg.pd, qp_pd)
-        for i, mr in enumerate(mrs):
-            ctx.set(dut.mrs[i].base, mr["base"])
-            ctx.set(dut.mrs[i].length, mr["length"])
-            ctx.set(dut.mrs[i].rkey, mr["rkey"])
-            ctx.set(dut.mrs[i].pd, mr.get("pd", 0))
-            ctx.set(dut.mrs[i].access, mr.get("access", MR_ACCESS_VALID | MR_ACCESS_WRITE))
+        for i, mr in zip(index, mrs, strict=True):
+            access = mr.get("access", MR_ACCESS_VALID | MR_ACCESS_WRITE) | mr.get("pd", 0) << 8
+            words = dict(base_lo=mr["base"] & 0xFFFF_FFFF, base_hi=mr["base"] >> 32,
+                         length=mr["length"], rkey=mr["rkey"], access=access)
+            for k, name in enumerate(MR_WORDS):
+                for field, value in (("en", 1), ("index", i), ("word", k), ("data", words[name])):
+                    ctx.set(getattr(table.w, field), value)
+                await ctx.tick()
+        ctx.set(table.w.en, 0)
         ctx.set(dut.req.ready, 1)
         for f in frames:
             hdr = dut.hdr.payload
@@ -80,7 +96,7 @@ def run_validator(frames, mrs=(MR,), *, addr_width=32, mtu_code=MTU_CODE_1024, q
             sample(ctx)
             await ctx.tick()
 
-    sim = Simulator(dut)
+    sim = Simulator(top)
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()

@@ -1,0 +1,160 @@
+"""RX's memory-region table in block RAM (``MrTable``), the rule by which an
+R_Key names its entry, and the entry's layout (``MrEntry``)."""
+
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.lib import data, wiring
+from amaranth.lib.memory import Memory
+from amaranth.lib.wiring import In, Out
+from amaranth.utils import ceil_log2
+
+__all__ = ["MrEntry", "MrTable", "MrLookupSignature", "MrWriteSignature", "MR_WORDS",
+           "MR_ACCESS_VALID", "MR_ACCESS_WRITE", "RKEY_INDEX_SHIFT", "RKEY_INDEX_BITS",
+           "rkey_index", "make_rkey"]
+
+MR_ACCESS_VALID = 1 << 0
+MR_ACCESS_WRITE = 1 << 1
+
+# An R_Key names its table entry: bits 23:8 are the entry's index. The other
+# bits are the host's (the driver puts a generation in 31:24 and 0x4D in
+# 7:0); a region matches only if its whole R_Key is the packet's.
+RKEY_INDEX_SHIFT, RKEY_INDEX_BITS = 8, 16
+
+# The words of an MR block, in register order (MR_BASE_LO .. MR_ACCESS).
+MR_WORDS = ("base_lo", "base_hi", "length", "rkey", "access")
+
+
+def rkey_index(rkey: int) -> int:
+    """The entry an R_Key names."""
+    return (rkey >> RKEY_INDEX_SHIFT) & ((1 << RKEY_INDEX_BITS) - 1)
+
+
+def make_rkey(index: int, tag: int = 0x4D, generation: int = 0) -> int:
+    """An R_Key for entry ``index``: ``generation`` in bits 31:24, ``tag``
+    in 7:0 (the driver's choice; the NIC compares them, never interprets)."""
+    if not 0 <= index < 1 << RKEY_INDEX_BITS:
+        raise ValueError(f"an MR index is {RKEY_INDEX_BITS} bits, not {index}")
+    return (generation & 0xFF) << 24 | index << RKEY_INDEX_SHIFT | (tag & 0xFF)
+
+
+class MrEntry(data.StructLayout):
+    """One memory region as registered by the host; ``base`` is an
+    ``addr_width``-bit DMA address."""
+
+    def __init__(self, addr_width=64):
+        super().__init__(
+            {
+                "base": unsigned(addr_width),
+                "length": unsigned(32),
+                "rkey": unsigned(32),
+                "access": unsigned(8),
+                "pd": unsigned(8),
+            }
+        )
+
+
+def MrLookupSignature(addr_width=64):
+    """A lookup, as its requester sees it: ``rkey`` Out; ``entry`` and
+    ``hit`` In, for the R_Key of the cycle before."""
+    return wiring.Signature({
+        "rkey": Out(32),
+        "entry": In(MrEntry(addr_width)),
+        "hit": In(1),
+    })
+
+
+def MrWriteSignature(num_mrs):
+    """A CSR write of one word of an MR block, as registered strobes (Out
+    from the register decode), applied the cycle they are present: ``en``,
+    ``index`` the entry, ``word`` its index in ``MR_WORDS``, ``data``."""
+    return wiring.Signature({
+        "en": Out(1),
+        "index": Out(max(1, ceil_log2(num_mrs))),
+        "word": Out(3),
+        "data": Out(32),
+    })
+
+
+class MrTable(wiring.Component):
+    """``num_mrs`` memory regions, found by R_Key.
+
+    Interface: ``w`` (``MrWriteSignature``): a CSR write. ``lookup``
+    (``MrLookupSignature``, flipped): the entry the R_Key of the cycle before
+    names (``rkey_index``) and ``hit``: that index is below ``num_mrs``, the
+    entry is VALID and REMOTE_WRITE, and its whole R_Key is the one given.
+    ``r_index``, ``r_word`` -> ``r_data``: for CSR reads, the word of the
+    cycle before's entry and word, as written (MR_BASE_HI's bits from
+    ``addr_width`` on and MR_ACCESS's above 15 are not kept and read 0).
+
+    Storage: the five words of every entry in one RAM row (a 32-bit write
+    lane per word; block RAM, two synchronous read ports). MR_ACCESS's VALID
+    bit is also a flip-flop per entry, 0 after reset, and is the one the
+    lookup and the reads use: reset leaves every region invalid though the
+    RAM keeps its rows.
+
+    Latency: a write lands at the end of its cycle; a lookup or read gives
+    the table as it was at the end of the cycle before (a write of that
+    cycle not included). Throughput: a write, a lookup and a read per cycle.
+    """
+
+    def __init__(self, *, num_mrs, addr_width=64):
+        if not 1 <= num_mrs <= 1 << RKEY_INDEX_BITS:
+            raise ValueError(f"num_mrs must be in 1..{1 << RKEY_INDEX_BITS}, not {num_mrs!r}")
+        self.num_mrs, self.addr_width = num_mrs, addr_width
+        self.index_bits = max(1, ceil_log2(num_mrs))
+        super().__init__({
+            "w": In(MrWriteSignature(num_mrs)),
+            "lookup": In(MrLookupSignature(addr_width)),
+            "r_index": In(self.index_bits),
+            "r_word": In(3),
+            "r_data": Out(32),
+        })
+
+    def elaborate(self, platform):
+        m = Module()
+        n, aw, ib = self.num_mrs, self.addr_width, self.index_bits
+        nw = len(MR_WORDS)
+        kept = {"base_hi": aw - 32, "access": 16}  # the bits a word keeps (else 32)
+        m.submodules.rows = rows = Memory(shape=32 * nw, depth=n, init=[])
+        wr = rows.write_port(granularity=32)
+        look = rows.read_port()
+        csr = rows.read_port()
+        w = self.w
+        m.d.comb += [
+            wr.addr.eq(w.index),
+            wr.en.eq(Cat(*[w.en & (w.word == i) for i in range(nw)])),
+            wr.data.eq(Cat(*[Cat(w.data[: kept.get(name, 32)], Const(0, 32 - kept.get(name, 32)))
+                             for name in MR_WORDS])),
+        ]
+        valid = Signal(n)
+        with m.If(w.en & (w.word == MR_WORDS.index("access"))):
+            m.d.sync += valid.bit_select(w.index, 1).eq(w.data[0])
+
+        # The lookup: the row at the R_Key's index bits; the key and the
+        # index's range and VALID bit registered beside the RAM's read.
+        rkey = self.lookup.rkey
+        index = rkey[RKEY_INDEX_SHIFT : RKEY_INDEX_SHIFT + RKEY_INDEX_BITS]
+        key_r = Signal(32)
+        listed = Signal()  # index < num_mrs, and VALID
+        m.d.sync += [key_r.eq(rkey),
+                     listed.eq((index < n) & valid.bit_select(index[:ib], 1))]
+        m.d.comb += look.addr.eq(index[:ib])
+        row = look.data
+        word = {name: row[32 * i : 32 * (i + 1)] for i, name in enumerate(MR_WORDS)}
+        e = self.lookup.entry
+        m.d.comb += [
+            e.base.eq(Cat(word["base_lo"], word["base_hi"])[:aw]),
+            e.length.eq(word["length"]),
+            e.rkey.eq(word["rkey"]),
+            e.access.eq(Cat(listed, word["access"][1:8])),
+            e.pd.eq(word["access"][8:16]),
+            self.lookup.hit.eq(listed & word["access"][1] & (word["rkey"] == key_r)),
+        ]
+
+        # CSR reads: the word of the row read, VALID from its flip-flop
+        r_word, r_valid = Signal(3), Signal()
+        m.d.sync += [r_word.eq(self.r_word), r_valid.eq(valid.bit_select(self.r_index, 1))]
+        m.d.comb += csr.addr.eq(self.r_index)
+        words = [csr.data[32 * i : 32 * (i + 1)] for i in range(nw)]
+        words[MR_WORDS.index("access")] = Cat(r_valid, words[MR_WORDS.index("access")][1:])
+        m.d.comb += self.r_data.eq(Mux(r_word < nw, Cat(*words).word_select(r_word, 32), 0))
+        return m
