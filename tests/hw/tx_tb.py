@@ -11,7 +11,7 @@ driver (``Host``) puts WQEs in the send rings and rings doorbells, and
 reference written from docs/protocol.md and docs/tx.md), dissects every frame
 with the project's scapy layers and checks it field by field.
 
-``run`` builds the engine's Verilator model (``tx_engine_w<DATA_WIDTH>``, its
+``run`` builds the engine's Verilator model (``build_name()``, its
 parameters from the ``TX_*`` environment) and runs a module's cocotb tests on
 it; ``bench_case`` times a batch of messages with memory at full speed and no
 backpressure (the read channel accounted by ``read_channel``).
@@ -680,13 +680,21 @@ def tx_test_top(**params):
     return TxTestTop()
 
 
+def build_name():
+    """``tx_engine_w<DATA_WIDTH>``, then each ``TX_*`` knob that differs from
+    its default (``_q256`` for 256 QPs, ...): one build directory per build."""
+    knobs = (("q", NUM_QPS, 16), ("e", EVS_PER_QP, 16), ("i", INFLIGHT, 256),
+             ("p", NUM_PLANES, 3), ("v6_", int(IPV6), 1), ("ev", EV_WIDTH, 64 if IPV6 else 16))
+    return f"tx_engine_w{DATA_WIDTH}" + "".join(f"_{k}{v}" for k, v, d in knobs if v != d)
+
+
 def run(test_module="tests.hw.test_tx_engine", **kwargs):
     """Runs ``test_module``'s cocotb tests (``run_cocotb``'s ``kwargs``:
     ``testcase``, ``extra_env``) on the engine's Verilator build."""
     from sim.cocotb_runner import run_cocotb
 
     return run_cocotb(
-        name=f"tx_engine_w{DATA_WIDTH}" + ("" if NUM_QPS == 16 else f"_q{NUM_QPS}"),
+        name=build_name(),
         elaborate=lambda: tx_test_top(
             data_width=DATA_WIDTH,
             num_qps=NUM_QPS,
