@@ -1,4 +1,4 @@
-"""RX's memory-region table in block RAM (``MrTable``), the rule by which an
+"""RX's memory-region table in RAM (``MrTable``), the rule by which an
 R_Key names its entry, and the entry's layout (``MrEntry``)."""
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
@@ -86,7 +86,8 @@ class MrTable(wiring.Component):
     ``addr_width`` on and MR_ACCESS's above 15 are not kept and read 0).
 
     Storage: the five words of every entry in one RAM row (a 32-bit write
-    lane per word; block RAM, two synchronous read ports). MR_ACCESS's VALID
+    lane per word; two synchronous read ports: LUT RAM or block RAM as
+    synthesis maps it, LUT RAM at 16 entries). MR_ACCESS's VALID
     bit is also a flip-flop per entry, 0 after reset, and is the one the
     lookup and the reads use: reset leaves every region invalid though the
     RAM keeps its rows.

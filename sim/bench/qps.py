@@ -88,6 +88,8 @@ def synth_table() -> dict:
 
 
 def run() -> str:
+    from hw.tx.qp_settings import BRAM_QPS
+
     tx = {n: measure_tx(n) for n in SPREADS}
     synth = synth_table()
     lines = [
@@ -129,14 +131,17 @@ def run() -> str:
         f"{per_qp['lut4']:.1f} LUT4, {per_qp['ff']:.1f} FF, {per_qp['bram']:.3f} DP16KD "
         f"({per_qp['bram'] * 18:.1f} kbit of block RAM) and {per_qp['lutram']:.2f} DPR16X4.",
         "",
-        f"TX's LUT RAM ({synth['TxEngine', hi]['lutram']:,} DPR16X4 at {hi:,} QPs, "
-        f"{synth['TxEngine', hi]['lutram'] * 64 // hi:,} bits per QP) is by its size its "
-        "per-QP settings rows (`QpSettings`: a row's width times its read ports), read at "
-        "registered addresses, which synthesis maps to LUT RAM rather than block RAM; "
-        "reading LUT RAM that deep takes a wide choice of DPR16X4 outputs per bit, likely "
-        "much of TX's LUT4 growth (not measured block by block). 4,096 QPs were not "
-        "synthesised: TX's in-flight table alone would be 4,096 x 256 PSNs x 44 bits "
-        "(46 Mbit) at the default `inflight_depth`.",
+        f"Above {BRAM_QPS} QPs (`BRAM_QPS`, hw/tx/qp_settings.py) TX reads its per-QP "
+        "settings, WQE state, counters and prefetched WQEs through synchronous ports, "
+        "which synthesis maps to block RAM; up to it, LUT RAM read at a registered address "
+        f"(TX's {synth['TxEngine', lo]['lutram']:,} DPR16X4 at {lo} QPs and "
+        f"{synth['TxEngine', hi]['lutram']:,} at {hi:,}: the EV table and FIFOs). Read as "
+        "LUT RAM, those tables had taken TxEngine to 37,811 LUT4 and 4,533 DPR16X4 at 256 "
+        "QPs and 129,469 LUT4 and 18,053 DPR16X4 at 1,024 (facd539). What still grows in "
+        "logic per QP: the per-QP flags and the two round-robin arbiters over them (docs/tx.md, "
+        "\"Limitations\"). 4,096 QPs were not synthesised: TX's in-flight table alone would "
+        "be 4,096 x 256 PSNs x 44 bits (46 Mbit) at the default `inflight_depth`, and "
+        "reliability's `params` register counts QPs in 12 bits (2,048 at most).",
     ]
     return "\n".join(lines) + "\n"
 
