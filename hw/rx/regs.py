@@ -16,6 +16,7 @@ from hw.csr import (
     CSRBusSignature,
     RegisteredWrites,
     RegisterMap,
+    block_decode,
     read_groups,
 )
 from hw.protocol import PSN_BITS, TRIM_DSCP_DEFAULT
@@ -368,19 +369,14 @@ class RxRegisters(wiring.Component):
             for i in range(4):
                 word = self.own_ip6[32 * i : 32 * (i + 1)]
                 plain[OWN_IP6 + 4 * i] = (word, word)
-        # The MR blocks: whole MR_STRIDE slots from MR_BASE, as the QP blocks.
+        # The MR blocks: whole MR_STRIDE slots from MR_BASE.
         m.submodules.mr_table = mrs = MrTable(num_mrs=self.num_mrs, addr_width=self.addr_width)
         wiring.connect(m, wiring.flipped(self.mr_lookup), mrs.lookup)
-        mr_slot = bus.addr[exact_log2(MR_STRIDE):]
+        mr_block, mr_slot = block_decode(bus.addr, MR_BASE, MR_STRIDE, self.num_mrs)
         mr_word = bus.addr[2 : exact_log2(MR_STRIDE)]
-        mr_first = MR_BASE // MR_STRIDE
         in_mr = Signal()
         mr_index = Signal(len(mrs.w.index))
-        m.d.comb += [
-            in_mr.eq((mr_slot >= mr_first) & (mr_slot < mr_first + self.num_mrs)
-                     & (mr_word < len(MR_WORDS))),
-            mr_index.eq(mr_slot - mr_first),
-        ]
+        m.d.comb += [in_mr.eq(mr_block & (mr_word < len(MR_WORDS))), mr_index.eq(mr_slot)]
 
         # The counters: strobes in COUNTERS order (the parser's first). The
         # parser's counters saturate, the others wrap.

@@ -542,8 +542,11 @@ def test_qp_registers_read_back_per_qp():
         assert got[("qpn", qp)] == 0x10 + qp
 
 
-def test_mr_registers_read_back_and_look_up():
-    """Through the CSR bus, every word of every MR block reads back as kept
+@pytest.mark.parametrize("num_mrs", [3, 96])
+def test_mr_registers_read_back_and_look_up(num_mrs):
+    """Through the CSR bus (3 entries, whose blocks decode by address bits,
+    and 96, by a compare), every word of the first, second and last MR
+    blocks reads back as kept
     (the cycle after its write and later; MR_ACCESS's 16 bits), the lookup by
     R_Key gives the entry its index bits name, and a reset leaves every region
     invalid (VALID reads 0, no lookup hits) though the other words stay."""
@@ -551,7 +554,8 @@ def test_mr_registers_read_back_and_look_up():
 
     from hw.rx.regs import RxRegisters
 
-    dut = RxRegisters(num_qps=2, num_mrs=3, addr_width=64)
+    dut = RxRegisters(num_qps=2, num_mrs=num_mrs, addr_width=64)
+    entries = (0, 1, num_mrs - 1)  # the first, the second and the last
     top = Module()
     top.domains.sync = cd = ClockDomain()
     top.submodules.dut = dut
@@ -559,14 +563,14 @@ def test_mr_registers_read_back_and_look_up():
     regs = ("MR_BASE_LO", "MR_BASE_HI", "MR_LENGTH", "MR_RKEY", "MR_ACCESS")
     rng = seeds.rng(11)
     words = {}
-    for i in range(3):
+    for i in entries:
         words[i] = dict(zip(regs, (rng.getrandbits(32), rng.getrandbits(32),
                                    rng.getrandbits(32), make_rkey(i, generation=i + 5),
-                                   0x3 | (i + 1) << 8 | 0xFF << 16), strict=True))
+                                   0x3 | (i + 1 & 0xFF) << 8 | 0xFF << 16), strict=True))
     got = {}
 
     async def bench(ctx):
-        for i in range(3):
+        for i in entries:
             for reg in regs:
                 await csr_write(ctx, dut.csr, rmap[reg].addr(i), words[i][reg])
                 got[("now", i, reg)] = await csr_read(ctx, dut.csr, rmap[reg].addr(i), lat)
@@ -576,7 +580,7 @@ def test_mr_registers_read_back_and_look_up():
             await ctx.tick()
             return ctx.get(dut.mr_lookup.hit), ctx.get(dut.mr_lookup.entry)
 
-        for i in range(3):
+        for i in entries:
             for reg in regs:
                 got[("later", i, reg)] = await csr_read(ctx, dut.csr, rmap[reg].addr(i), lat)
             hit, entry = await look(words[i]["MR_RKEY"])
@@ -586,7 +590,7 @@ def test_mr_registers_read_back_and_look_up():
         ctx.set(cd.rst, 1)
         await ctx.tick()
         ctx.set(cd.rst, 0)
-        for i in range(3):
+        for i in entries:
             got[("reset_access", i)] = await csr_read(ctx, dut.csr, rmap["MR_ACCESS"].addr(i), lat)
             got[("reset_rkey", i)] = await csr_read(ctx, dut.csr, rmap["MR_RKEY"].addr(i), lat)
             got[("reset_hit", i)] = (await look(words[i]["MR_RKEY"]))[0]
@@ -595,15 +599,15 @@ def test_mr_registers_read_back_and_look_up():
     sim.add_clock(1e-8)
     sim.add_testbench(bench)
     sim.run()
-    for i in range(3):
+    for i in entries:
         w = words[i]
         for reg in regs:
             want = w[reg] & 0xFFFF if reg == "MR_ACCESS" else w[reg]
             assert got[("now", i, reg)] == got[("later", i, reg)] == want, (i, reg)
         assert got[("hit", i)] == 1 and got[("other", i)] == 0
         assert got[("entry", i)] == (w["MR_BASE_LO"] | w["MR_BASE_HI"] << 32, w["MR_LENGTH"],
-                                     i + 1)
-        assert got[("reset_access", i)] == (i + 1) << 8 | 0x2  # VALID 0, the rest kept
+                                     i + 1 & 0xFF)
+        assert got[("reset_access", i)] == (i + 1 & 0xFF) << 8 | 0x2  # VALID 0, the rest kept
         assert got[("reset_rkey", i)] == w["MR_RKEY"] and got[("reset_hit", i)] == 0
 
 
