@@ -27,7 +27,7 @@ from amaranth.lib.wiring import In, Out
 from .axi import AXI_RESP_OKAY, AXI_RESP_SLVERR, AXI4LiteSignature
 
 __all__ = ["AXI4LiteToCSR", "CSRBusSignature", "Register", "RegisterMap", "RegisteredWrites",
-           "block_decode", "grouped_read", "read_groups"]
+           "block_decode", "grouped_read", "read_groups", "read_in_groups"]
 
 # Words per group of ``grouped_read``: an 8:1 mux is one slice level (LUT4s,
 # PFUMX and L6MUX21 on the ECP5) and its 11 inputs bound how deep synthesis
@@ -119,6 +119,41 @@ def grouped_read(m, addr, r_stb, words, *, name="rd", unaligned_zero=False):
     with m.If(r_stb):
         m.d.sync += aligned.eq(addr[:2] == 0)
     return Mux(aligned, value, 0)
+
+
+def read_in_groups(m, addr, r_stb, words, *, name="rd"):
+    """The flip-flop registers' read mux in two registered steps, behind a
+    register of the address: a read latency of 3 cycles.
+
+    ``words`` maps a byte offset (32-bit aligned) to a Value of up to 32
+    bits. At ``r_stb``, every group of 2**READ_GROUP_BITS consecutive words
+    (as ``grouped_read``'s) registers whether the address is in it
+    (``{name}_hit{g}``) and, if it is, the word in the group (``{name}_sel{g}``,
+    else 0): a copy of the address of its own, distinct from the other
+    groups' (so synthesis keeps it apart), placed with its group, so that
+    the address does not fan out over every group's mux. The cycle after,
+    each group registers its word (an 8:1 mux on its copy, or 0); the
+    returned OR of the groups is the value of the word read (0 for an offset
+    ``words`` lacks), the words as they were one cycle after ``r_stb``,
+    valid two cycles after ``r_stb``; the caller registers it.
+    """
+    group_values = []
+    for group, entries in read_groups(words):
+        in_group = addr[2 + READ_GROUP_BITS :] == group
+        hit = Signal(name=f"{name}_hit{group}")
+        sel = Signal(READ_GROUP_BITS, name=f"{name}_sel{group}")
+        with m.If(r_stb):
+            m.d.sync += [hit.eq(in_group),
+                         sel.eq(Mux(in_group, addr[2 : 2 + READ_GROUP_BITS], 0))]
+        word_value = Signal(32, name=f"{name}_word{group}")
+        with m.Switch(sel):
+            for word, value in entries.items():
+                with m.Case(word):
+                    m.d.comb += word_value.eq(value)
+        group_value = Signal(32, name=f"{name}_group{group}")
+        m.d.sync += group_value.eq(Mux(hit, word_value, 0))
+        group_values.append(group_value)
+    return reduce(operator.or_, group_values, Const(0, 32))
 
 
 class RegisteredWrites:
