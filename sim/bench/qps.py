@@ -1,5 +1,5 @@
 """QP scale benchmark: TX's cycles per packet as the QPs grow, and the engines'
-resources at 16, 256 and 1,024 QPs.
+resources at 16, 256, 1,024 and (TX and RX) 4,096 QPs.
 
 ``run()`` returns a markdown section for docs/benchmarks.md:
 
@@ -11,7 +11,8 @@ resources at 16, 256 and 1,024 QPs.
 - LUT4/FF/DP16KD/LUT RAM from ``synth_ecp5`` of TxEngine, the RX pipeline and
   parser (``sim.bench.rx.synth_estimate``) and ReliabilityEngine at 16, 256
   and 1,024 QPs (16 EVs per QP), and the cost of each QP added from 256 to
-  1,024.
+  1,024; TX and RX at 4,096 (TX's synthesis takes about an hour the first
+  time; sim/bench/synth.py caches it).
 
 Run: ``python -m sim.bench.qps`` (prints the section); the cocotb part
 (``test_qp_scale``, this module's) runs in a simulator started per build.
@@ -36,6 +37,9 @@ except ImportError:  # pragma: no cover
 ROOT = Path(__file__).resolve().parents[2]
 PACKETS = 256
 QP_COUNTS = (16, 256, 1024)
+# TX and RX also at 4,096 (reliability's params register counts QPs in 12
+# bits: 2,048 at most), at the narrowest CSR window each takes
+LARGE, LARGE_CSR = 4096, {"TxEngine": 20, "RxEngine": 19}
 SPREADS = {16: (4,), 256: (4, 64, 256)}  # per build: the QPs the writes go over
 
 
@@ -84,6 +88,12 @@ def synth_table() -> dict:
         table["ReliabilityEngine", n] = synth_ecp5(
             ReliabilityEngine(num_qps=n, evs_per_qp=16, csr_addr_width=20), "reliability",
             abc9=False)
+    print(f"qps bench: synthesising TX and RX at {LARGE} QPs (TX: about an hour of yosys "
+          "the first time; cached in sim_build/synth after)", flush=True)
+    table["RxEngine", LARGE] = rx_estimate(LARGE, csr_addr_width=LARGE_CSR["RxEngine"])
+    table["TxEngine", LARGE] = synth_ecp5(
+        TxEngine(num_qps=LARGE, evs_per_qp=16, csr_addr_width=LARGE_CSR["TxEngine"]),
+        "tx_engine", timeout=3 * 3600)
     return table
 
 
@@ -116,20 +126,31 @@ def run() -> str:
     ]
     blocks = ("TxEngine", "RxEngine", "ReliabilityEngine")
     for block in blocks:
-        for n in QP_COUNTS:
-            s = synth[block, n]
-            lines.append(f"| {block} | {n:,} | {s['lut4']:,} | {s['ff']:,} | {s['bram']} | "
-                         f"{s['lutram']} |")
+        for n in QP_COUNTS + (LARGE,):
+            s = synth.get((block, n))
+            if s is None:
+                lines.append(f"| {block} | {n:,} | not buildable (at most 2,048 QPs) | | | |")
+                continue
+            lines.append(f"| {block} | {n:,} | {s['lut4']:,} | {s['ff']:,} | {s['bram']:,} | "
+                         f"{s['lutram']:,} |")
     lo, hi = QP_COUNTS[1], QP_COUNTS[2]
     per_qp = {k: sum(synth[b, hi][k] - synth[b, lo][k] for b in blocks) / (hi - lo)
               for k in ("lut4", "ff", "bram", "lutram")}
     total = {k: sum(synth[b, hi][k] for b in blocks) for k in ("lut4", "ff", "bram")}
+    big = {k: sum(synth[b, LARGE][k] for b in blocks[:2]) for k in ("lut4", "ff", "bram")}
+    big_per_qp = {k: sum(synth[b, LARGE][k] - synth[b, hi][k] for b in blocks[:2])
+                  / (LARGE - hi) for k in ("lut4", "bram")}
     lines += [
         "",
         f"The three at {hi:,} QPs: {total['lut4']:,} LUT4, {total['ff']:,} FF, "
         f"{total['bram']} DP16KD. Each QP added from {lo} to {hi:,}: "
         f"{per_qp['lut4']:.1f} LUT4, {per_qp['ff']:.1f} FF, {per_qp['bram']:.3f} DP16KD "
-        f"({per_qp['bram'] * 18:.1f} kbit of block RAM) and {per_qp['lutram']:.2f} DPR16X4.",
+        f"({per_qp['bram'] * 18:.1f} kbit of block RAM) and {per_qp['lutram']:.2f} DPR16X4. "
+        f"TX and RX at {LARGE:,} QPs (synthesis only, TX's CSR window 2^"
+        f"{LARGE_CSR['TxEngine']} bytes, RX's 2^{LARGE_CSR['RxEngine']}): {big['lut4']:,} LUT4, "
+        f"{big['ff']:,} FF, {big['bram']:,} DP16KD, {big_per_qp['lut4']:.1f} LUT4 and "
+        f"{big_per_qp['bram']:.3f} DP16KD per QP added from {hi:,}; no ECP5 holds that (the "
+        "LFE5UM-85F: 83,640 LUT4, 208 DP16KD). No synth_xilinx run was made.",
         "",
         f"Above {BRAM_QPS} QPs (`BRAM_QPS`, hw/tx/qp_settings.py) TX reads its per-QP "
         "settings, WQE state, counters and prefetched WQEs through synchronous ports, "
@@ -139,9 +160,9 @@ def run() -> str:
         "LUT RAM, those tables had taken TxEngine to 37,811 LUT4 and 4,533 DPR16X4 at 256 "
         "QPs and 129,469 LUT4 and 18,053 DPR16X4 at 1,024 (facd539). What still grows in "
         "logic per QP: the per-QP flags and the two round-robin arbiters over them (docs/tx.md, "
-        "\"Limitations\"). 4,096 QPs were not synthesised: TX's in-flight table alone would "
-        "be 4,096 x 256 PSNs x 44 bits (46 Mbit) at the default `inflight_depth`, and "
-        "reliability's `params` register counts QPs in 12 bits (2,048 at most).",
+        "\"Limitations\"). At 4,096 QPs TX's in-flight table alone is 4,096 x 256 PSNs x 44 "
+        "bits (46 Mbit, most of its DP16KD) at the default `inflight_depth`; reliability "
+        "cannot be built there, its `params` register counting QPs in 12 bits.",
     ]
     return "\n".join(lines) + "\n"
 
