@@ -1,7 +1,7 @@
 """RX's memory-region table in RAM (``MrTable``), the rule by which an
 R_Key names its entry, and the entry's layout (``MrEntry``)."""
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, unsigned
+from amaranth.hdl import Cat, Const, Module, Signal, unsigned
 from amaranth.lib import data, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
@@ -85,8 +85,8 @@ class MrTable(wiring.Component):
     cycle before's entry and word, as written (MR_BASE_HI's bits from
     ``addr_width`` on and MR_ACCESS's above 15 are not kept and read 0).
 
-    Storage: the five words of every entry in one RAM row (a 32-bit write
-    lane per word; two synchronous read ports: LUT RAM or block RAM as
+    Storage: each word of every entry in a RAM of its own, of the bits it
+    keeps (two synchronous read ports each: LUT RAM or block RAM as
     synthesis maps it, LUT RAM at 16 entries). MR_ACCESS's VALID
     bit is also a flip-flop per entry, 0 after reset, and is the one the
     lookup and the reads use: reset leaves every region invalid though the
@@ -113,49 +113,64 @@ class MrTable(wiring.Component):
     def elaborate(self, platform):
         m = Module()
         n, aw, ib = self.num_mrs, self.addr_width, self.index_bits
-        nw = len(MR_WORDS)
-        kept = {"base_hi": aw - 32, "access": 16}  # the bits a word keeps (else 32)
-        m.submodules.rows = rows = Memory(shape=32 * nw, depth=n, init=[])
-        wr = rows.write_port(granularity=32)
-        look = rows.read_port()
-        csr = rows.read_port()
         w = self.w
-        m.d.comb += [
-            wr.addr.eq(w.index),
-            wr.en.eq(Cat(*[w.en & (w.word == i) for i in range(nw)])),
-            wr.data.eq(Cat(*[Cat(w.data[: kept.get(name, 32)], Const(0, 32 - kept.get(name, 32)))
-                             for name in MR_WORDS])),
-        ]
+        # Each word in a RAM of its own, of the bits it keeps: MR_BASE_HI's
+        # below addr_width, MR_ACCESS's 15..1 (VALID is the flip-flop below).
+        kept = {"base_lo": (0, 32), "base_hi": (0, aw - 32), "length": (0, 32),
+                "rkey": (0, 32), "access": (1, 16)}
+        look, csr = {}, {}
+        for k, name in enumerate(MR_WORDS):
+            lo, hi = kept[name]
+            if hi == lo:
+                look[name] = csr[name] = Const(0, 1)
+                continue
+            m.submodules[f"mr_{name}"] = mem = Memory(shape=hi - lo, depth=n, init=[])
+            wr = mem.write_port()
+            m.d.comb += [wr.addr.eq(w.index), wr.en.eq(w.en & (w.word == k)),
+                         wr.data.eq(w.data[lo:hi])]
+            look[name], csr[name] = mem.read_port(), mem.read_port()
         valid = Signal(n)
         with m.If(w.en & (w.word == MR_WORDS.index("access"))):
             m.d.sync += valid.bit_select(w.index, 1).eq(w.data[0])
 
-        # The lookup: the row at the R_Key's index bits; the key and the
-        # index's range and VALID bit registered beside the RAM's read.
+        # The lookup: the rows at the R_Key's index bits; the key and the
+        # index's range and VALID bit registered beside the RAMs' read.
         rkey = self.lookup.rkey
         index = rkey[RKEY_INDEX_SHIFT : RKEY_INDEX_SHIFT + RKEY_INDEX_BITS]
         key_r = Signal(32)
         listed = Signal()  # index < num_mrs, and VALID
         m.d.sync += [key_r.eq(rkey),
                      listed.eq((index < n) & valid.bit_select(index[:ib], 1))]
-        m.d.comb += look.addr.eq(index[:ib])
-        row = look.data
-        word = {name: row[32 * i : 32 * (i + 1)] for i, name in enumerate(MR_WORDS)}
+        word = {}
+        for name, port in look.items():
+            if isinstance(port, Const):
+                word[name] = port
+                continue
+            m.d.comb += port.addr.eq(index[:ib])
+            word[name] = port.data
         e = self.lookup.entry
         m.d.comb += [
             e.base.eq(Cat(word["base_lo"], word["base_hi"])[:aw]),
             e.length.eq(word["length"]),
             e.rkey.eq(word["rkey"]),
-            e.access.eq(Cat(listed, word["access"][1:8])),
-            e.pd.eq(word["access"][8:16]),
-            self.lookup.hit.eq(listed & word["access"][1] & (word["rkey"] == key_r)),
+            e.access.eq(Cat(listed, word["access"][:7])),
+            e.pd.eq(word["access"][7:15]),
+            self.lookup.hit.eq(listed & word["access"][0] & (word["rkey"] == key_r)),
         ]
 
-        # CSR reads: the word of the row read, VALID from its flip-flop
+        # CSR reads: the word of the rows read, VALID from its flip-flop
         r_word, r_valid = Signal(3), Signal()
         m.d.sync += [r_word.eq(self.r_word), r_valid.eq(valid.bit_select(self.r_index, 1))]
-        m.d.comb += csr.addr.eq(self.r_index)
-        words = [csr.data[32 * i : 32 * (i + 1)] for i in range(nw)]
-        words[MR_WORDS.index("access")] = Cat(r_valid, words[MR_WORDS.index("access")][1:])
-        m.d.comb += self.r_data.eq(Mux(r_word < nw, Cat(*words).word_select(r_word, 32), 0))
+        words = []
+        for name in MR_WORDS:
+            port = csr[name]
+            if isinstance(port, Const):
+                words.append(Const(0, 32))
+                continue
+            m.d.comb += port.addr.eq(self.r_index)
+            words.append(Cat(r_valid, port.data) if name == "access" else port.data)
+        with m.Switch(r_word):
+            for k, value in enumerate(words):
+                with m.Case(k):
+                    m.d.comb += self.r_data.eq(value)
         return m
