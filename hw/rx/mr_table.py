@@ -87,10 +87,9 @@ class MrTable(wiring.Component):
 
     Storage: each word of every entry in a RAM of its own, of the bits it
     keeps (two synchronous read ports each: LUT RAM or block RAM as
-    synthesis maps it, LUT RAM at 16 entries). MR_ACCESS's VALID
-    bit is also a flip-flop per entry, 0 after reset, and is the one the
-    lookup and the reads use: reset leaves every region invalid though the
-    RAM keeps its rows.
+    synthesis maps it, LUT RAM at 16 entries). MR_ACCESS's VALID bit is a
+    flip-flop per entry, 0 after reset: reset leaves every region invalid
+    though the RAMs keep their rows.
 
     Latency: a write lands at the end of its cycle; a lookup or read gives
     the table as it was at the end of the cycle before (a write of that

@@ -220,7 +220,7 @@ class RxRegisters(wiring.Component):
     The per-QP registers live in one memory each (``num_qps`` x 32 bits) read
     by the two lookups (``QP_EPSN`` also by ``init``), and in one more memory
     of every QP block (``num_qps`` x 16 words, one read port) that answers the
-    CSR reads; the MR table is an ``MrTable`` (its rows in block RAM, read by
+    CSR reads; the MR table is an ``MrTable`` (a RAM per word, read by
     the lookup and by the CSR reads; its VALID bits flip-flops, 0 after
     reset). The counters (``COUNTERS``, 32 bits, read-only, 0 after
     configuration and after reset) are one
