@@ -98,6 +98,7 @@ def synth_table() -> dict:
 
 
 def run() -> str:
+    from hw.reliability.registers import MAX_QPS as REL_MAX_QPS
     from hw.tx.qp_settings import BRAM_QPS
 
     tx = {n: measure_tx(n) for n in SPREADS}
@@ -129,7 +130,8 @@ def run() -> str:
         for n in QP_COUNTS + (LARGE,):
             s = synth.get((block, n))
             if s is None:
-                lines.append(f"| {block} | {n:,} | not buildable (at most 2,048 QPs) | | | |")
+                lines.append(f"| {block} | {n:,} | not buildable (at most {REL_MAX_QPS:,} QPs) "
+                             "| | | |")
                 continue
             lines.append(f"| {block} | {n:,} | {s['lut4']:,} | {s['ff']:,} | {s['bram']:,} | "
                          f"{s['lutram']:,} |")
