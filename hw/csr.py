@@ -364,6 +364,21 @@ class Register:
             raise IndexError(f"{self.name}[{index}] is out of range 0..{self.count - 1}")
         return self.offset + index * self.stride
 
+    def pack(self, **values: int) -> int:
+        """The word of these field values (the fields not named are 0); a value
+        that its field cannot hold raises."""
+        word = 0
+        fields = {name: (lsb, width) for name, lsb, width, _ in self.fields}
+        for name, value in values.items():
+            if name not in fields:
+                raise KeyError(f"{self.name} has no field {name!r}; its fields: "
+                               f"{', '.join(fields)}")
+            lsb, width = fields[name]
+            if not 0 <= value < 1 << width:
+                raise ValueError(f"{self.name}.{name} is {width} bits: {value} does not fit")
+            word |= value << lsb
+        return word
+
 
 class RegisterMap:
     """The registers of one block, relative to the block's base address."""

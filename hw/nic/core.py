@@ -217,7 +217,7 @@ class NicCore(wiring.Component):
     Parameters
     ----------
     data_width : 64..512, bits of the MAC streams and of the DMA data.
-    num_qps : queue pairs, a power of two in 2..2048 (QPN i is entry i everywhere).
+    num_qps : queue pairs, a power of two in 2..4096 (QPN i is entry i everywhere).
     evs_per_qp : EVs (paths) per QP, a power of two in 2..128.
     sack_bits : SACK bitmap width, 32/64/128/256.
     max_mtu : largest MTU in bytes, 256..4096 (also the largest payload RX takes).

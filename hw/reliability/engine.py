@@ -88,7 +88,7 @@ class ReliabilityEngine(wiring.Component):
 
     Parameters
     ----------
-    num_qps : 2..2048 QPs (``MAX_QPS``); local QPN q is QP index q (``sent.qpn``, ACK BTH DestQP).
+    num_qps : 2..4096 QPs (``MAX_QPS``); local QPN q is QP index q (``sent.qpn``, ACK BTH DestQP).
     evs_per_qp : EVs per QP, a power of two in 2..128 (EV index width of ``sent``).
     sack_bits : SACK bitmap width of ``peer_ack`` (the RX parser's).
     clk_freq_hz : clock; the timer unit is round(1.024 us x clk_freq_hz) cycles.
@@ -214,6 +214,8 @@ class ReliabilityEngine(wiring.Component):
         self.timeout_unit = timeout_unit_cycles(clk_freq_hz)
         self.ns_per_cycle = ns_per_cycle(clk_freq_hz)
         self.registers = register_map(num_qps, evs_per_qp, window, self.ipv6, ev_width)
+        self.params_word = self.registers["params"].pack(
+            num_qps=num_qps, evs_per_qp=evs_per_qp, window=window)
         super().__init__(
             {
                 "peer_ack": In(stream.Signature(ParsedHeader(sack_bits))),
@@ -527,7 +529,7 @@ class ReliabilityEngine(wiring.Component):
         r_ev = Signal(max(1, ebits))
         global_words = {
             G["block_id"]: Const(TYPE_ID | (VERSION << 16), 32),
-            G["params"]: Const(nq | (E << 12) | (self.window << 20), 32),
+            G["params"]: Const(self.params_word, 32),
             G["timeout_unit"]: Const(self.timeout_unit, 32),
             **{G[name]: reg for name, reg in rw_regs.items()},
             G["irq_status"]: Cat(core.event.valid, cpl_flag),

@@ -29,11 +29,11 @@ __all__ = [
 ]
 
 TYPE_ID = 0x0004
-VERSION = 1
+VERSION = 2
 QP_BASE = 0x1000
 QP_STRIDE = 0x40
 COUNTER_BASE = 0x100
-MAX_QPS = 2048  # params.num_qps is 12 bits
+MAX_QPS = 4096  # the largest built; params.num_qps has 14 bits
 
 # Per-QP words (offset / 4 inside a QP's 0x40 block).
 QP_WORDS = {
@@ -211,8 +211,8 @@ def register_map(num_qps: int = 16, evs_per_qp: int = 16, window: int = 64,
           fields=[("type", 0, 16, f"0x{TYPE_ID:04x}"), ("version", 16, 16, str(VERSION))])
     r.add("next_ptr", _G["next_ptr"], "RO", "offset of the next register block, 0 = last")
     r.add("params", _G["params"], "RO", "build parameters",
-          fields=[("num_qps", 0, 12, "QPs"), ("evs_per_qp", 12, 8, "EVs per QP"),
-                  ("window", 20, 12, "PSNs tracked per QP; cwnd never exceeds it")])
+          fields=[("num_qps", 0, 14, "QPs"), ("evs_per_qp", 14, 8, "EVs per QP"),
+                  ("window", 22, 10, "PSNs tracked per QP; cwnd never exceeds it")])
     r.add("timeout_unit", _G["timeout_unit"], "RO",
           "cycles of 1.024 us (round(1.024e-6 x clk_freq_hz)): timeout = this x 2^t")
     r.add("own_mac_lo", _G["own_mac_lo"], "RW", "own MAC address bits 31..0 (probe source)")

@@ -344,7 +344,8 @@ class RegisterBehaviour:
     def _read_reliability(self, name, index):
         p = self.params
         if name == "params":
-            return p["num_qps"] | p["evs_per_qp"] << 12 | p["window"] << 20
+            return self.maps["reliability"]["params"].pack(
+                num_qps=p["num_qps"], evs_per_qp=p["evs_per_qp"], window=p["window"])
         if name == "timeout_unit":
             return round(1.024e-6 * p["clk_freq_hz"])
         if name.startswith("cnt_"):

@@ -69,9 +69,9 @@ async def test_registers(dut):
     tb = TB(dut)
     await tb.reset()
     blk = await tb.read("block_id")
-    assert blk == 0x0004 | (1 << 16)
+    assert blk == 0x0004 | (2 << 16)
     params = await tb.read("params")
-    assert params == P["num_qps"] | P["evs_per_qp"] << 12 | P["window"] << 20
+    assert params == P["num_qps"] | P["evs_per_qp"] << 14 | P["window"] << 22
     assert await tb.read("timeout_unit") == UNIT == 16
     await tb.setup(qps=(0, 3))
     assert await tb.read("qp_ctrl", 3) == 3

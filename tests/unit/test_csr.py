@@ -87,6 +87,20 @@ def test_register_map_checks_and_docs():
     assert "0x1100 + i x 0x4 (i < 16)" in md and "`[0]` enable: go" in md
 
 
+def test_register_pack_places_fields_and_refuses_what_does_not_fit():
+    rm = RegisterMap("demo", 0x0042, 1, "A demo block.")
+    reg = rm.add("params", 0x08, "RO", "Build parameters.",
+                 fields=[("count", 0, 14, "items"), ("ways", 14, 8, "ways"), ("depth", 22, 10, "")])
+    assert reg.pack(count=4096, ways=128, depth=256) == 4096 | 128 << 14 | 256 << 22
+    assert reg.pack(ways=3) == 3 << 14
+    with pytest.raises(ValueError, match="count is 14 bits: 16384 does not fit"):
+        reg.pack(count=1 << 14)
+    with pytest.raises(ValueError, match="does not fit"):
+        reg.pack(depth=-1)
+    with pytest.raises(KeyError, match="no field 'size'"):
+        reg.pack(size=1)
+
+
 def test_bridge_read_latency_checked():
     import pytest
 

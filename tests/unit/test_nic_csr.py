@@ -289,8 +289,8 @@ def test_nic_core_layout():
 @pytest.mark.parametrize("kwargs, message", [
     (dict(data_width=48), "data_width must be a power of two"),
     (dict(data_width=1024), r"data_width must be in 64\.\.512"),
-    (dict(num_qps=3), r"num_qps must be a power of two in 2\.\.2048, not 3"),
-    (dict(num_qps=4096), r"num_qps must be a power of two in 2\.\.2048, not 4096"),
+    (dict(num_qps=3), r"num_qps must be a power of two in 2\.\.4096, not 3"),
+    (dict(num_qps=8192), r"num_qps must be a power of two in 2\.\.4096, not 8192"),
     (dict(evs_per_qp=1), r"evs_per_qp must be a power of two in 2\.\.128, not 1"),
     (dict(evs_per_qp=12), r"evs_per_qp must be a power of two in 2\.\.128, not 12"),
     (dict(sack_bits=48), "sack_bits must be 32, 64, 128 or 256, not 48"),

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.usefixtures("invariant_checks")
     "kwargs, match",
     [
         (dict(num_qps=0), "num_qps"),
-        (dict(num_qps=4096), "num_qps"),
+        (dict(num_qps=8192), "num_qps"),
         (dict(evs_per_qp=12), "evs_per_qp"),
         (dict(evs_per_qp=256), "evs_per_qp"),
         (dict(sack_bits=48), "SACK bitmap"),
