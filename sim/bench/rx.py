@@ -230,8 +230,9 @@ def RxBehindDma(data_width: int):
     return Top()
 
 
-def synth_estimate(num_qps: int, csr_addr_width: int = 16) -> dict:
-    """Cells of RxEngine: RxParser and RxPipeline synthesised one by one and summed.
+def synth_estimate(num_qps: int, csr_addr_width: int = 16, synth=synth_ecp5) -> dict:
+    """Cells of RxEngine: RxParser and RxPipeline synthesised one by one (by
+    ``synth``: ``sim.bench.synth.synth_ecp5`` or ``synth_xilinx``) and summed.
 
     Flattened as one design, RxEngine trips an assertion in yosys 0.70's ABC9
     reintegration (``GetSize(conn.first) == GetSize(conn.second)``); each
@@ -241,9 +242,8 @@ def synth_estimate(num_qps: int, csr_addr_width: int = 16) -> dict:
     from hw.rx.engine import RxPipeline
     from hw.rx.parser import RxParser
 
-    parts = [synth_ecp5(RxParser(data_width=64, sack_bits=64, max_payload=4096), "rx_parser"),
-             synth_ecp5(RxPipeline(num_qps=num_qps, csr_addr_width=csr_addr_width),
-                        "rx_pipeline")]
+    parts = [synth(RxParser(data_width=64, sack_bits=64, max_payload=4096), "rx_parser"),
+             synth(RxPipeline(num_qps=num_qps, csr_addr_width=csr_addr_width), "rx_pipeline")]
     return {k: sum(p[k] for p in parts) for k in parts[0]}
 
 
