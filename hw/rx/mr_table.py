@@ -117,36 +117,33 @@ class MrTable(wiring.Component):
         # below addr_width, MR_ACCESS's 15..1 (VALID is the flip-flop below).
         kept = {"base_lo": (0, 32), "base_hi": (0, aw - 32), "length": (0, 32),
                 "rkey": (0, 32), "access": (1, 16)}
-        look, csr = {}, {}
+        # The lookup reads the rows at the R_Key's index bits, the CSR reads
+        # at r_index; a word that keeps no bit (MR_BASE_HI at 32-bit
+        # addresses) reads 0.
+        rkey = self.lookup.rkey
+        index = rkey[RKEY_INDEX_SHIFT : RKEY_INDEX_SHIFT + RKEY_INDEX_BITS]
+        word, csr = {}, {}
         for k, name in enumerate(MR_WORDS):
             lo, hi = kept[name]
             if hi == lo:
-                look[name] = csr[name] = Const(0, 1)
+                word[name] = csr[name] = Const(0, 1)
                 continue
             m.submodules[f"mr_{name}"] = mem = Memory(shape=hi - lo, depth=n, init=[])
-            wr = mem.write_port()
+            wr, look_port, csr_port = mem.write_port(), mem.read_port(), mem.read_port()
             m.d.comb += [wr.addr.eq(w.index), wr.en.eq(w.en & (w.word == k)),
-                         wr.data.eq(w.data[lo:hi])]
-            look[name], csr[name] = mem.read_port(), mem.read_port()
+                         wr.data.eq(w.data[lo:hi]),
+                         look_port.addr.eq(index[:ib]), csr_port.addr.eq(self.r_index)]
+            word[name], csr[name] = look_port.data, csr_port.data
         valid = Signal(n)
         with m.If(w.en & (w.word == MR_WORDS.index("access"))):
             m.d.sync += valid.bit_select(w.index, 1).eq(w.data[0])
 
-        # The lookup: the rows at the R_Key's index bits; the key and the
-        # index's range and VALID bit registered beside the RAMs' read.
-        rkey = self.lookup.rkey
-        index = rkey[RKEY_INDEX_SHIFT : RKEY_INDEX_SHIFT + RKEY_INDEX_BITS]
+        # The key and the index's range and VALID bit registered beside the
+        # RAMs' read.
         key_r = Signal(32)
         listed = Signal()  # index < num_mrs, and VALID
         m.d.sync += [key_r.eq(rkey),
                      listed.eq((index < n) & valid.bit_select(index[:ib], 1))]
-        word = {}
-        for name, port in look.items():
-            if isinstance(port, Const):
-                word[name] = port
-                continue
-            m.d.comb += port.addr.eq(index[:ib])
-            word[name] = port.data
         e = self.lookup.entry
         m.d.comb += [
             e.base.eq(Cat(word["base_lo"], word["base_hi"])[:aw]),
@@ -160,16 +157,9 @@ class MrTable(wiring.Component):
         # CSR reads: the word of the rows read, VALID from its flip-flop
         r_word, r_valid = Signal(3), Signal()
         m.d.sync += [r_word.eq(self.r_word), r_valid.eq(valid.bit_select(self.r_index, 1))]
-        words = []
-        for name in MR_WORDS:
-            port = csr[name]
-            if isinstance(port, Const):
-                words.append(Const(0, 32))
-                continue
-            m.d.comb += port.addr.eq(self.r_index)
-            words.append(Cat(r_valid, port.data) if name == "access" else port.data)
         with m.Switch(r_word):
-            for k, value in enumerate(words):
+            for k, name in enumerate(MR_WORDS):
                 with m.Case(k):
+                    value = Cat(r_valid, csr[name]) if name == "access" else csr[name]
                     m.d.comb += self.r_data.eq(value)
         return m

@@ -338,9 +338,8 @@ class RxRegisters(wiring.Component):
         wiring.connect(m, wiring.flipped(self.mr_lookup), mrs.lookup)
         mr_block, mr_slot = block_decode(bus.addr, MR_BASE, MR_STRIDE, self.num_mrs)
         mr_word = bus.addr[2 : exact_log2(MR_STRIDE)]
-        in_mr = Signal()
-        mr_index = Signal(len(mrs.w.index))
-        m.d.comb += [in_mr.eq(mr_block & (mr_word < len(MR_WORDS))), mr_index.eq(mr_slot)]
+        in_mr = mr_block & (mr_word < len(MR_WORDS))
+        mr_index = mr_slot[: len(mrs.w.index)]
 
         # The counters: strobes in COUNTERS order (the parser's first). The
         # parser's counters saturate, the others wrap.
