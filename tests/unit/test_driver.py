@@ -112,7 +112,8 @@ def test_discovery_errors():
     with pytest.raises(DriverError, match=r"blocks not found: \['reliability'\]"):
         run(ready_device(FakeNic(chain=((1, 1), (2, 1), (3, 1), (5, EV_GEN_VERSION)))))
     with pytest.raises(DriverError, match="rx block version 9, driver knows 1"):
-        run(ready_device(FakeNic(chain=((1, 1), (2, 1), (3, 9), (4, REL_VERSION), (5, EV_GEN_VERSION)))))
+        run(ready_device(FakeNic(chain=((1, 1), (2, 1), (3, 9), (4, REL_VERSION),
+                                        (5, EV_GEN_VERSION)))))
     nic = FakeNic()
     nic.words[BLOCK + 0x14] = 0
     with pytest.raises(DriverError, match="did not come out of reset"):
