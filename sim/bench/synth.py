@@ -9,7 +9,7 @@ what changed.
 is DP16KD + PDPW16KD, LUT RAM is TRELLIS_DPR16X4 cells.
 
 ``synth_xilinx(component, name)`` (UltraScale+, ``-family xcup``) ->
-``{"lut", "ff", "bram36", "uram", "lutram", "carry8"}``: LUT counts LUT1 to
+``{"lut", "ff", "bram36", "uram", "lutram", "carry"}``: LUT counts LUT1 to
 LUT6, FF the four FD kinds, BRAM36 is RAMB36E2 + half of each RAMB18E2, LUT
 RAM the distributed RAM and shift-register cells. Synthesis only: no
 placement, no timing.
@@ -79,7 +79,7 @@ def parse_xilinx_stat(text: str) -> dict:
     bram36 = cells.get("RAMB36E2", 0) + cells.get("RAMB18E2", 0) / 2
     return dict(lut=lut, ff=ff, bram36=bram36, uram=cells.get("URAM288", 0),
                 lutram=sum(cells.get(k, 0) for k in _XILINX_LUTRAM),
-                carry8=cells.get("CARRY8", 0))
+                carry=cells.get("CARRY8", 0) + cells.get("CARRY4", 0))
 
 
 def rtlil_text(component, name: str) -> str:
@@ -146,11 +146,24 @@ def _xcu_lutram_library() -> str:
     return fixed
 
 
-def synth_xilinx(component, name: str, *, timeout: int = 7200) -> dict:
-    """``synth_xilinx -family xcup -top name`` (its default ABC flow; the
-    memory step ``XCUP_MAP_MEMORY``) of ``component``'s RTLIL: its counts
+# synth_xilinx's map_luts step with ABC instead of ABC9 (``synth_xilinx``'s
+# ``abc9=False``; its ABC9 run fails on some designs, as synth_ecp5's does)
+XILINX_MAP_LUTS_ABC = ("opt_expr -mux_undef -noclkinv; abc -luts 2:2,3,6:5,10,20; clean; "
+                       "xilinx_srl -fixed -minlen 3; techmap -map +/xilinx/lut_map.v "
+                       "-map +/xilinx/cells_map.v -D LUT_WIDTH=6; xilinx_dffopt; "
+                       "opt_lut_ins -tech xilinx")
+
+
+def synth_xilinx(component, name: str, *, abc9: bool = True, timeout: int = 7200) -> dict:
+    """``synth_xilinx -family xcup -top name`` (its memory step
+    ``XCUP_MAP_MEMORY``; unless ``abc9``, its LUT mapping by ABC,
+    ``XILINX_MAP_LUTS_ABC``) of ``component``'s RTLIL: its counts
     (``parse_xilinx_stat``)."""
     base = f"synth_xilinx -family xcup -top {name}"
-    flow = f"{base} -run :map_memory; {XCUP_MAP_MEMORY}; {base} -run map_ffram:"
+    if abc9:
+        rest = f"{base} -run map_ffram:"
+    else:
+        rest = f"{base} -run map_ffram:map_luts; {XILINX_MAP_LUTS_ABC}; {base} -run finalize:"
+    flow = f"{base} -run :map_memory; {XCUP_MAP_MEMORY}; {rest}"
     return _synth(component, name, flow, parse_xilinx_stat, timeout,
                   files={"lutrams_xcu.txt": _xcu_lutram_library()})

