@@ -17,6 +17,7 @@ from hw.reliability.layouts import AckUpdate, CwndUpdate, QpState, QpStateUpdate
 from hw.reliability.registers import MAX_QPS as REL_MAX_QPS
 from hw.rx.engine import RxEngine
 from hw.rx.parser import ParsedHeader
+from hw.rx.regs import MAX_MRS as RX_MAX_MRS
 from hw.stream import AXIStreamSignature, check_data_width
 from hw.tx.engine import StreamFifo, TxEngine
 from hw.tx.layouts import SentRecord
@@ -83,8 +84,8 @@ def check_nic_params(*, data_width, num_qps, evs_per_qp, sack_bits, max_mtu, mpr
     if not isinstance(mpr_max, int) or mpr_max % 128 or not 128 <= mpr_max <= 32640:
         raise ValueError(f"mpr_max must be a multiple of 128 PSNs in 128..32640 (the MPR "
                          f"unit is 128 PSNs), not {mpr_max!r}")
-    if not isinstance(num_mrs, int) or not 1 <= num_mrs <= 96:
-        raise ValueError(f"num_mrs must be in 1..96, not {num_mrs!r}")
+    if not isinstance(num_mrs, int) or not 1 <= num_mrs <= RX_MAX_MRS:
+        raise ValueError(f"num_mrs must be in 1..{RX_MAX_MRS}, not {num_mrs!r}")
     if not _pow2(inflight_depth) or not 16 <= inflight_depth <= 32768:
         raise ValueError(f"inflight_depth must be a power of two in 16..32768, "
                          f"not {inflight_depth!r}")
@@ -222,7 +223,7 @@ class NicCore(wiring.Component):
     sack_bits : SACK bitmap width, 32/64/128/256.
     max_mtu : largest MTU in bytes, 256..4096 (also the largest payload RX takes).
     mpr_max : largest responder MPR window in PSNs, a multiple of 128.
-    num_mrs : memory regions in the RX MR table, 1..96.
+    num_mrs : memory regions in the RX MR table, 1..4095.
     window : PSNs reliability tracks per QP (the ceiling of cwnd), power of two
         in 2..256, at most ``inflight_depth`` and ``mpr_max``.
     inflight_depth : PSNs TX can hold in flight per QP, power of two in 16..32768.

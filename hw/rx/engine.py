@@ -16,7 +16,7 @@ from .dma import DmaDone, RxDmaWriter
 from .parser import COUNTER_NAMES as PARSER_COUNTERS
 from .parser import ParsedHeader, RxParser
 from .peer_filter import PEER_FILTER_COUNTERS, RxPeerFilter
-from .regs import RxRegisters
+from .regs import MAX_MRS, RxRegisters
 from .validate import VALIDATOR_COUNTERS, RxValidator
 from .window import MAX_PENDING, WINDOW_COUNTERS, RxPsnWindow
 
@@ -41,8 +41,8 @@ def check_rx_params(*, data_width, num_qps, num_mrs, sack_bits, mpr_max, csr_add
     check_dma_addr_width(addr_width)
     if not isinstance(num_qps, int) or num_qps < 2 or num_qps & (num_qps - 1):
         raise ValueError(f"num_qps must be a power of two >= 2, not {num_qps!r}")
-    if not isinstance(num_mrs, int) or not 1 <= num_mrs <= 96:
-        raise ValueError(f"num_mrs must be 1..96, not {num_mrs!r}")
+    if not isinstance(num_mrs, int) or not 1 <= num_mrs <= MAX_MRS:
+        raise ValueError(f"num_mrs must be 1..{MAX_MRS}, not {num_mrs!r}")
     if sack_bits not in (32, 64, 128, 256):
         raise ValueError(f"sack_bits must be 32, 64, 128 or 256, not {sack_bits!r}")
     if not isinstance(mpr_max, int) or mpr_max % 128 or not 128 <= mpr_max <= 32640:
@@ -210,7 +210,7 @@ class RxEngine(wiring.Component):
     ----------
     data_width : 64..512, the MAC stream and AXI4 data width.
     num_qps : QPs (a power of two); QPN i is table entry i.
-    num_mrs : memory regions in the MR table (1..96).
+    num_mrs : memory regions in the MR table (1..4095, ``MAX_MRS``).
     sack_bits : SACK bitmap width (32, 64, 128 or 256).
     mpr_max : the largest responder window in PSNs (a multiple of 128, the
         MPR unit); the bitmap ring per QP is the next power of two >=

@@ -27,8 +27,8 @@ from .peer_filter import PEER_FILTER_COUNTERS
 from .validate import VALIDATOR_COUNTERS
 from .window import WINDOW_COUNTERS
 
-__all__ = ["COUNTERS", "COUNTER_LAG", "PEER_ADDRESS_REGS", "RX_TYPE_ID", "RX_VERSION",
-           "RxRegisters", "rx_register_map"]
+__all__ = ["COUNTERS", "COUNTER_LAG", "MAX_MRS", "PEER_ADDRESS_REGS", "RX_TYPE_ID",
+           "RX_VERSION", "RxRegisters", "mr_base", "rx_register_map"]
 
 # A QP's peer address in this block's registers, as the driver writes it and the
 # model NIC reads it: (bits 31..0, bits 32i+31..32i for i = 1..3 as a format,
@@ -36,7 +36,7 @@ __all__ = ["COUNTERS", "COUNTER_LAG", "PEER_ADDRESS_REGS", "RX_TYPE_ID", "RX_VER
 PEER_ADDRESS_REGS = ("QP_PEER_IP", "QP_PEER_IP6_{}", "QP_PEER_V6")
 
 RX_TYPE_ID = 0x0003
-RX_VERSION = 1
+RX_VERSION = 2
 COUNTERS = (tuple(f"parser_{n}" for n in PARSER_COUNTERS) + VALIDATOR_COUNTERS + WINDOW_COUNTERS
             + PEER_FILTER_COUNTERS)
 _COUNTER_DOC = {
@@ -81,6 +81,10 @@ QP_BASE = 0x1000
 QP_STRIDE = 0x40
 MR_BASE = 0x400
 MR_STRIDE = 0x20
+# Up to LOW_MRS regions, the MR blocks lie from MR_BASE to the QP blocks; more
+# follow the QP blocks (``mr_base``). PARAMS.mrs has 12 bits.
+LOW_MRS = (QP_BASE - MR_BASE) // MR_STRIDE
+MAX_MRS = 4095
 COUNTER_BASE = 0x100
 # The counters lie in one aligned slot of 2**COUNTER_SLOT_BITS bytes at
 # COUNTER_BASE, which holds no other register.
@@ -139,6 +143,12 @@ def qp_regs(ipv6=False):
     return _QP_REGS + (_QP_REGS_IP6 if ipv6 else ())
 
 
+def mr_base(num_qps: int, num_mrs: int) -> int:
+    """The first MR block's offset: MR_BASE for up to LOW_MRS regions (96),
+    else the end of the QP blocks."""
+    return MR_BASE if num_mrs <= LOW_MRS else QP_BASE + num_qps * QP_STRIDE
+
+
 def rx_register_map(num_qps=16, num_mrs=16, next_offset=0, ipv6=False) -> RegisterMap:
     rmap = RegisterMap(
         "rx",
@@ -151,7 +161,7 @@ def rx_register_map(num_qps=16, num_mrs=16, next_offset=0, ipv6=False) -> Regist
     rmap.add("NEXT", 0x04, "RO", f"offset of the next register block, 0 if last ({next_offset:#x})")
     rmap.add("PARAMS", 0x08, "RO", "build parameters", fields=[
         ("log2_qps", 0, 4, "log2 of the number of QPs"),
-        ("mrs", 4, 8, "number of MR table entries"),
+        ("mrs", 4, 12, "number of MR table entries"),
         ("sack_words", 16, 8, "SACK bitmap width / 32"),
         ("mpr_max", 24, 8, "largest window, units of 128 PSNs"),
     ])
@@ -181,8 +191,8 @@ def rx_register_map(num_qps=16, num_mrs=16, next_offset=0, ipv6=False) -> Regist
         ("pd", 8, 8, "protection domain: only QPs of this PD write here"),
     ]}
     for name, off, doc in mr_regs:
-        rmap.add(name, MR_BASE + off, "RW", doc, count=num_mrs, stride=MR_STRIDE,
-                 fields=mr_fields.get(name, ()))
+        rmap.add(name, mr_base(num_qps, num_mrs) + off, "RW", doc, count=num_mrs,
+                 stride=MR_STRIDE, fields=mr_fields.get(name, ()))
     for name, off, doc, fields in qp_regs(ipv6):
         rmap.add(name, QP_BASE + off, "RW", doc, count=num_qps, stride=QP_STRIDE, fields=fields)
     return rmap
@@ -313,13 +323,9 @@ class RxRegisters(wiring.Component):
         own_mac_lo = Signal(32)
         own_mac_hi = Signal(16)
         m.d.comb += self.own_mac.eq(Cat(own_mac_lo, own_mac_hi))
-        params = Cat(
-            Const(self.qp_bits, 4),
-            Const(self.num_mrs, 8),
-            Const(0, 4),
-            Const(self.sack_bits // 32, 8),
-            Const(self.mpr_max // 128, 8),
-        )
+        params = Const(rmap["PARAMS"].pack(log2_qps=self.qp_bits, mrs=self.num_mrs,
+                                           sack_words=self.sack_bits // 32,
+                                           mpr_max=self.mpr_max // 128), 32)
         plain = {
             "ID": (Const(RX_TYPE_ID << 16 | RX_VERSION, 32), None),
             "NEXT": (Const(self.next_offset, 32), None),
@@ -333,10 +339,11 @@ class RxRegisters(wiring.Component):
             for i in range(4):
                 word = self.own_ip6[32 * i : 32 * (i + 1)]
                 plain[OWN_IP6 + 4 * i] = (word, word)
-        # The MR blocks: whole MR_STRIDE slots from MR_BASE.
+        # The MR blocks: whole MR_STRIDE slots from mr_base.
         m.submodules.mr_table = mrs = MrTable(num_mrs=self.num_mrs, addr_width=self.addr_width)
         wiring.connect(m, wiring.flipped(self.mr_lookup), mrs.lookup)
-        mr_block, mr_slot = block_decode(bus.addr, MR_BASE, MR_STRIDE, self.num_mrs)
+        mr_block, mr_slot = block_decode(bus.addr, mr_base(self.num_qps, self.num_mrs),
+                                         MR_STRIDE, self.num_mrs)
         mr_word = bus.addr[2 : exact_log2(MR_STRIDE)]
         in_mr = mr_block & (mr_word < len(MR_WORDS))
         mr_index = mr_slot[: len(mrs.w.index)]

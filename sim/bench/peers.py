@@ -148,8 +148,10 @@ def run() -> str:
         f"synthesised, the QP scale section), and two NICs of {many_qps:,} pass a system "
         "test with 256 connections each at once, their QP numbers spread over the table "
         "(tests/system/test_many_qps.py, long suite); the MR table (a RAM, read at the "
-        "entry the R_Key's bits 23:8 name) has at most 96 entries, the register window below "
-        "the QP blocks, so there each NIC's connections share one region. The Versa board's "
+        "entry the R_Key's bits 23:8 name) holds up to 4,095 regions (up to 96 its blocks "
+        "lie below the QP blocks, more after them), and each of that test's connections "
+        f"writes a region of its own ({MANY_QPS_PARAMS['num_mrs']} MRs per NIC). The Versa "
+        "board's "
         "build has 2 QPs, and the default NicCore's 16 do not fit "
         "its 45F (docs/board.md, \"NicCore scaling\").",
     ]

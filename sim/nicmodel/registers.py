@@ -335,8 +335,9 @@ class RegisterBehaviour:
     def _read_rx(self, name, index):
         p = self.params
         if name == "PARAMS":
-            return ((p["num_qps"].bit_length() - 1) | p["num_mrs"] << 4
-                    | (p["sack_bits"] // 32) << 16 | (p["mpr_max"] // 128) << 24)
+            return self.maps["rx"]["PARAMS"].pack(
+                log2_qps=p["num_qps"].bit_length() - 1, mrs=p["num_mrs"],
+                sack_words=p["sack_bits"] // 32, mpr_max=p["mpr_max"] // 128)
         if name.startswith("CNT_"):
             return min(self.rx_cnt[name[4:].lower()], 0xFFFFFFFF)
         return None

@@ -70,11 +70,10 @@ from hw.rx.regs import (
     COUNTER_BASE,
     COUNTER_LAG,
     COUNTERS,
-    MR_BASE,
-    MR_STRIDE,
     QP_BASE,
     QP_STRIDE,
     RxRegisters,
+    rx_register_map,
 )
 from sim import coverage as fcov
 from sim.model.packet import NAK_INVALID_REQUEST, length_check, message_extent
@@ -437,9 +436,10 @@ class RxModel:
 # ---- the testbench ---------------------------------------------------------------------
 
 class RxTB:
-    def __init__(self, dut, *, sack_bits=64, mem_size=1 << 20, seed=1, num_qps=16,
+    def __init__(self, dut, *, sack_bits=64, mem_size=1 << 20, seed=1, num_qps=16, num_mrs=16,
                  frames=False):
         self.dut = dut
+        self.regs = rx_register_map(num_qps, num_mrs)
         self.rng = seeds.rng(seed)
         self.sack_bits = sack_bits
         self.codec = RecordCodec(ParsedHeader(sack_bits))
@@ -543,8 +543,12 @@ class RxTB:
         await self.csr_write(0x10, mac2int(mac) >> 32)
         await self.csr_write(0x14, ip2int(ip))
 
+    def mr_addr(self, index):
+        """The CSR address of MR ``index``'s first word (MR_BASE_LO)."""
+        return self.regs["MR_BASE_LO"].addr(index)
+
     async def add_mr(self, index, base, length, rkey, access=3, pd=0):
-        a = MR_BASE + index * MR_STRIDE
+        a = self.mr_addr(index)
         for off, v in ((0, base & 0xFFFFFFFF), (4, base >> 32), (8, length), (12, rkey),
                        (16, access | pd << 8)):
             await self.csr_write(a + off, v)

@@ -12,7 +12,7 @@ import pytest
 from host_driver.layers import IMM_OPCODES, PSN_MASK, write_packet
 from hw.protocol import PSN_HALF
 from hw.rx.mr_table import make_rkey
-from hw.rx.regs import COUNTERS, MR_BASE, MR_STRIDE, QP_BASE, QP_STRIDE
+from hw.rx.regs import COUNTERS, QP_BASE, QP_STRIDE
 from sim.model.packet import NAK_INVALID_REQUEST, NAK_REMOTE_ACCESS
 from tests import seeds
 from tests.hw.rx_tb import (
@@ -516,7 +516,7 @@ async def test_registers(dut):
     assert await tb.csr_read(0x18) == 0x2A and int(dut.trim_dscp.value) == 0x2A
     await tb.add_mr(5, base=0x1234_5678_9ABC_DEF0, length=77, rkey=make_rkey(5, tag=0x55),
                     access=3)
-    a = MR_BASE + 5 * MR_STRIDE
+    a = tb.mr_addr(5)
     assert [await tb.csr_read(a + o) for o in (0, 4, 8, 12, 16)] == [
         0x9ABCDEF0, 0x12345678, 77, make_rkey(5, tag=0x55), 3]
     await tb.setup_qp(15, peer_qpn=0xABCDEF, epsn=0x123456, mpr=3, ack_n=9, ack_t=77)

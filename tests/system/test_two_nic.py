@@ -30,6 +30,7 @@ from hw.protocol import SVC_TIME_UNIT_NS
 from hw.reliability.cc_defaults import DATA_WIRE_OVERHEAD
 from hw.reliability.engine import ns_per_cycle
 from hw.reliability.registers import VERSION as REL_VERSION
+from hw.rx.regs import RX_VERSION
 from hw.tx.engine import TxEngine
 from sim.system.csr_sweep import diff, snapshot, sweep_targets, write_all
 from sim.system.fabric import DROPPED
@@ -64,8 +65,8 @@ async def test_discovery(dut):
         dev: Device = end.dev
         # the planes block last: the NICs have planes
         assert [(b.type_id, b.version) for b in dev.blocks] == [
-            (DEVICE_INFO_TYPE_ID, 1), (2, 1), (3, 1), (4, REL_VERSION), (5, EV_GEN_VERSION),
-            (PLANES_TYPE_ID, 1)]
+            (DEVICE_INFO_TYPE_ID, 1), (2, 1), (3, RX_VERSION), (4, REL_VERSION),
+            (5, EV_GEN_VERSION), (PLANES_TYPE_ID, 1)]
         block_size = dev.params["block_size"]
         assert [b.base for b in dev.blocks] == [k * block_size for k in range(6)]
         assert dev.params["nic_version"] == NIC_VERSION

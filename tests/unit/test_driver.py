@@ -20,6 +20,7 @@ from hw.nic.csr import NIC_VERSION
 from hw.nic.ev_load import EV_GEN_VERSION
 from hw.protocol import EvFormat
 from hw.reliability.registers import VERSION as REL_VERSION
+from hw.rx.regs import RX_VERSION
 from hw.tx.layouts import WQE_LAYOUT
 
 BLOCK = 0x10000
@@ -44,7 +45,8 @@ class FakeNic:
     """Headers and device info as NicCore presents them; every other word is
     a plain register that remembers writes (TX status reads ready)."""
 
-    def __init__(self, chain=((1, 1), (2, 1), (3, 1), (4, REL_VERSION), (5, EV_GEN_VERSION)),
+    def __init__(self, chain=((1, 1), (2, 1), (3, RX_VERSION), (4, REL_VERSION),
+                              (5, EV_GEN_VERSION)),
                  next_override=None):
         from hw.nic.csr import device_info_register_map
 
@@ -98,7 +100,8 @@ def test_discovery_and_parameters():
 
 
 def test_discovery_finds_blocks_in_any_order_and_skips_unknown_ones():
-    nic = FakeNic(chain=((1, 1), (0x77, 3), (5, EV_GEN_VERSION), (4, REL_VERSION), (3, 1), (2, 1)))
+    nic = FakeNic(chain=((1, 1), (0x77, 3), (5, EV_GEN_VERSION), (4, REL_VERSION),
+                         (3, RX_VERSION), (2, 1)))
     nic.words[5 * BLOCK + 0x14] = 1  # TX status ready, where TX now sits
     dev, _ = run(ready_device(nic))
     assert dev.tx.base == 5 * BLOCK and dev.rel.base == 3 * BLOCK and dev.ev_gen.base == 2 * BLOCK
@@ -110,8 +113,8 @@ def test_discovery_errors():
     with pytest.raises(DriverError, match="loops"):
         run(discover(FakeNic(next_override={2 * BLOCK + 4: BLOCK})))
     with pytest.raises(DriverError, match=r"blocks not found: \['reliability'\]"):
-        run(ready_device(FakeNic(chain=((1, 1), (2, 1), (3, 1), (5, EV_GEN_VERSION)))))
-    with pytest.raises(DriverError, match="rx block version 9, driver knows 1"):
+        run(ready_device(FakeNic(chain=((1, 1), (2, 1), (3, RX_VERSION), (5, EV_GEN_VERSION)))))
+    with pytest.raises(DriverError, match=f"rx block version 9, driver knows {RX_VERSION}"):
         run(ready_device(FakeNic(chain=((1, 1), (2, 1), (3, 9), (4, REL_VERSION),
                                         (5, EV_GEN_VERSION)))))
     nic = FakeNic()

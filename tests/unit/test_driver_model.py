@@ -17,6 +17,7 @@ from hw.nic.csr import DEVICE_INFO_TYPE_ID, NIC_VERSION
 from hw.nic.ev_load import EV_GEN_VERSION
 from hw.nic.plane_status import PLANES_TYPE_ID
 from hw.reliability.registers import VERSION as REL_VERSION
+from hw.rx.regs import RX_VERSION
 from sim.model.packet import data_wire_len
 from sim.nicmodel import ModelFabric, ModelNic
 from sim.system import requester_cases
@@ -85,8 +86,8 @@ def test_discovery():
             dev = end.dev
             # the planes block last: the NICs have planes
             assert [(b.type_id, b.version) for b in dev.blocks] == [
-                (DEVICE_INFO_TYPE_ID, 1), (2, 1), (3, 1), (4, REL_VERSION), (5, EV_GEN_VERSION),
-                (PLANES_TYPE_ID, 1)]
+                (DEVICE_INFO_TYPE_ID, 1), (2, 1), (3, RX_VERSION), (4, REL_VERSION),
+                (5, EV_GEN_VERSION), (PLANES_TYPE_ID, 1)]
             block_size = dev.params["block_size"]
             assert [b.base for b in dev.blocks] == [k * block_size for k in range(6)]
             assert dev.params["nic_version"] == NIC_VERSION

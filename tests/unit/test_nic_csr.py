@@ -296,7 +296,7 @@ def test_nic_core_layout():
     (dict(sack_bits=48), "sack_bits must be 32, 64, 128 or 256, not 48"),
     (dict(max_mtu=1500), r"max_mtu must be a power of two in 256\.\.4096, not 1500"),
     (dict(mpr_max=100), "mpr_max must be a multiple of 128 PSNs"),
-    (dict(num_mrs=0), r"num_mrs must be in 1\.\.96, not 0"),
+    (dict(num_mrs=0), r"num_mrs must be in 1\.\.4095, not 0"),
     (dict(inflight_depth=8), r"inflight_depth must be a power of two in 16\.\.32768"),
     (dict(window=3), r"window must be a power of two in 2\.\.256, not 3"),
     (dict(window=128, inflight_depth=64), r"window \(128 PSNs tracked by reliability\) must "

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
         (dict(num_qps=12), "num_qps"),
         (dict(num_qps=1), "num_qps"),
         (dict(num_mrs=0), "num_mrs"),
-        (dict(num_mrs=200), "num_mrs"),
+        (dict(num_mrs=4096), "num_mrs"),
         (dict(sack_bits=96), "sack_bits"),
         (dict(mpr_max=1000), "multiple of 128"),
         (dict(mpr_max=0), "multiple of 128"),
@@ -542,10 +542,11 @@ def test_qp_registers_read_back_per_qp():
         assert got[("qpn", qp)] == 0x10 + qp
 
 
-@pytest.mark.parametrize("num_mrs", [3, 96])
+@pytest.mark.parametrize("num_mrs", [3, 96, 97, 300])
 def test_mr_registers_read_back_and_look_up(num_mrs):
     """Through the CSR bus (3 entries, whose blocks decode by address bits,
-    and 96, by a compare), every word of the first, second and last MR
+    96, by a compare, and 97 and 300, whose blocks follow the QP blocks'), every
+    word of the first, second and last MR
     blocks reads back as kept
     (the cycle after its write and later; MR_ACCESS's 16 bits), the lookup by
     R_Key gives the entry its index bits name, and a reset leaves every region
@@ -570,10 +571,13 @@ def test_mr_registers_read_back_and_look_up(num_mrs):
     got = {}
 
     async def bench(ctx):
+        # a word of the last QP block, which the MR blocks beyond 96 follow
+        await csr_write(ctx, dut.csr, rmap["QP_PEER_IP"].addr(1), 0x0A00_0102)
         for i in entries:
             for reg in regs:
                 await csr_write(ctx, dut.csr, rmap[reg].addr(i), words[i][reg])
                 got[("now", i, reg)] = await csr_read(ctx, dut.csr, rmap[reg].addr(i), lat)
+        got["peer_ip"] = await csr_read(ctx, dut.csr, rmap["QP_PEER_IP"].addr(1), lat)
 
         async def look(rkey):
             ctx.set(dut.mr_lookup.rkey, rkey)
@@ -609,6 +613,7 @@ def test_mr_registers_read_back_and_look_up(num_mrs):
                                      i + 1 & 0xFF)
         assert got[("reset_access", i)] == (i + 1 & 0xFF) << 8 | 0x2  # VALID 0, the rest kept
         assert got[("reset_rkey", i)] == w["MR_RKEY"] and got[("reset_hit", i)] == 0
+    assert got["peer_ip"] == 0x0A00_0102  # no MR write reached the QP block
 
 
 def test_lookups_decode_qp_registers_by_their_fields():
