@@ -36,8 +36,9 @@ __all__ = ["NIC_PARAMS", "MANY_QPS_PARAMS", "PARAMS_ENV", "system_params", "BUIL
 NIC_PARAMS = dict(data_width=64, num_qps=16, evs_per_qp=8, sack_bits=64, max_mtu=1024,
                   mpr_max=256, num_mrs=16, window=64, inflight_depth=64,
                   clk_freq_hz=15_625_000, num_planes=4, ipv6=True, ev_width=64)
-# The many-QP system build (tests/system/test_many_qps.py): NIC_PARAMS with 1,024 QPs.
-MANY_QPS_PARAMS = {"num_qps": 1024}
+# The many-QP system build (tests/system/test_many_qps.py): NIC_PARAMS with 1,024 QPs
+# and 256 MRs (a region per connection of the test).
+MANY_QPS_PARAMS = {"num_qps": 1024, "num_mrs": 256}
 # A run's NicCore parameters, when its build is not NIC_PARAMS': the overrides as
 # JSON, which run_two_nic hands the simulator's Python (system_params reads them).
 PARAMS_ENV = "MRC_SYSTEM_PARAMS"

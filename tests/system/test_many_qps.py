@@ -1,16 +1,17 @@
 """NicCore with 1,024 QPs: two NICs built with ``MANY_QPS_PARAMS`` (sim/system/top.py's
-``NIC_PARAMS`` with ``num_qps`` 1,024) in two_nic_sim, configured and driven
+``NIC_PARAMS`` with ``num_qps`` 1,024 and ``num_mrs`` 256) in two_nic_sim, configured and driven
 only through the host driver (the build's parameters from
 ``system_params()``).
 
 - ``test_256_of_1024_qps_both_ways``: 256 connections per NIC at once, their
   QP numbers spread over the whole table (NIC 0's 4k + 3, NIC 1's 4k, so the
-  QPN's upper bits all take part), each NIC's receive buffers in one memory
-  region (the NICs have 16 MR entries): ``every_qp_both_ways``'s checks
+  QPN's upper bits all take part), each connection's receive buffer in a
+  memory region of its own (256 per NIC, their MR blocks after the QP
+  blocks): ``every_qp_both_ways``'s checks
   (byte-exact memory, completions in order and equal to the golden model's,
   the counter equations, every QP's packet count).
 
-The build is its own (sim_build/system_two_nic_sim_num_qps1024) and the run
+The build is its own (sim_build/system_two_nic_sim_num_mrs256_num_qps1024) and the run
 is in the long suite (``make test-long TESTS=tests/system/test_many_qps.py``):
 the build takes about 7 CPU minutes (12.4 min wall beside a board build) and
 the run about 2 more, past what make test's 20 minutes on CI's 2 cores leave.
@@ -50,8 +51,7 @@ async def test_256_of_1024_qps_both_ways(dut):
     spread = num_qps // CONNECTIONS
     qpns = [[spread * k + spread - 1 for k in range(CONNECTIONS)],
             [spread * k for k in range(CONNECTIONS)]]
-    await tb.connect(qps=CONNECTIONS, buf_size=4096, sq_log2=2, timeout=12, qpns=qpns,
-                     shared_mr=True)
+    await tb.connect(qps=CONNECTIONS, buf_size=4096, sq_log2=2, timeout=12, qpns=qpns)
     await every_qp_both_ways(tb, dut, f"{CONNECTIONS} of {num_qps} QPs both ways", messages=2,
                              sizes=[64 + 2 * k for k in range(CONNECTIONS)])
 
