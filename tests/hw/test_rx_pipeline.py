@@ -12,7 +12,7 @@ import pytest
 from host_driver.layers import IMM_OPCODES, PSN_MASK, write_packet
 from hw.protocol import PSN_HALF
 from hw.rx.mr_table import make_rkey
-from hw.rx.regs import COUNTERS, QP_BASE, QP_STRIDE
+from hw.rx.regs import COUNTERS, QP_BASE, QP_STRIDE, RX_TYPE_ID, RX_VERSION
 from sim.model.packet import NAK_INVALID_REQUEST, NAK_REMOTE_ACCESS
 from tests import seeds
 from tests.hw.rx_tb import (
@@ -507,9 +507,9 @@ async def test_registers(dut):
     """Identity, parameters and read-back of the RW registers."""
     tb = RxTB(dut)
     await tb.reset()
-    assert await tb.csr_read(0x00) == 0x0003 << 16 | 1
+    assert await tb.csr_read(0x00) == RX_TYPE_ID << 16 | RX_VERSION
     params = await tb.csr_read(0x08)
-    assert params & 0xF == 4 and (params >> 4) & 0xFF == 16 and (params >> 16) & 0xFF == 2
+    assert params & 0xF == 4 and (params >> 4) & 0xFFF == 16 and (params >> 16) & 0xFF == 2
     assert await tb.csr_read(0x18) == 0x3F
     assert int(dut.trim_dscp.value) == 0x3F
     await tb.csr_write(0x18, 0x2A)
