@@ -82,9 +82,10 @@ QP_STRIDE = 0x40
 MR_BASE = 0x400
 MR_STRIDE = 0x20
 # Up to LOW_MRS regions, the MR blocks lie from MR_BASE to the QP blocks; more
-# follow the QP blocks (``mr_base``). PARAMS.mrs has 12 bits.
+# follow the QP blocks (``mr_base``). PARAMS.mrs counts them in MRS_BITS.
 LOW_MRS = (QP_BASE - MR_BASE) // MR_STRIDE
-MAX_MRS = 4095
+MRS_BITS = 12
+MAX_MRS = (1 << MRS_BITS) - 1
 COUNTER_BASE = 0x100
 # The counters lie in one aligned slot of 2**COUNTER_SLOT_BITS bytes at
 # COUNTER_BASE, which holds no other register.
@@ -161,7 +162,7 @@ def rx_register_map(num_qps=16, num_mrs=16, next_offset=0, ipv6=False) -> Regist
     rmap.add("NEXT", 0x04, "RO", f"offset of the next register block, 0 if last ({next_offset:#x})")
     rmap.add("PARAMS", 0x08, "RO", "build parameters", fields=[
         ("log2_qps", 0, 4, "log2 of the number of QPs"),
-        ("mrs", 4, 12, "number of MR table entries"),
+        ("mrs", 4, MRS_BITS, "number of MR table entries"),
         ("sack_words", 16, 8, "SACK bitmap width / 32"),
         ("mpr_max", 24, 8, "largest window, units of 128 PSNs"),
     ])
