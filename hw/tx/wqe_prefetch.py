@@ -4,6 +4,7 @@ the sequencer's retransmit fetches (``BurstShare``)."""
 
 from amaranth.hdl import Array, Cat, Module, Mux, Signal
 from amaranth.lib import stream, wiring
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -14,7 +15,10 @@ from .dma import ReadData, ReadRequest
 from .layouts import WQE_BYTES, WQE_KEPT_FIELDS, PrefetchedWqe
 from .qp_settings import BRAM_QPS, row_address, row_port
 
-__all__ = ["BurstShare", "WqePrefetch"]
+__all__ = ["BurstShare", "WqePrefetch", "MAX_READS"]
+
+# WQE reads the prefetch has in flight at most (requested, last beat not yet in)
+MAX_READS = 4
 
 
 class WqePrefetch(wiring.Component):
@@ -28,7 +32,8 @@ class WqePrefetch(wiring.Component):
     ``ring_q`` out, ``sq_base``/``sq_log2`` in: the ring settings of QP
     ``ring_q``, read by the caller at ``ring_q`` registered, so that they
     are valid two cycles after ``ring_q`` moves; ``req``/``data``: the WQE
-    bursts (64 bytes each, one at a time); ``ready`` (per QP): the QP's WQE at
+    bursts (64 bytes each, up to ``MAX_READS`` in flight, their beats in
+    the order of the requests; every beat is taken); ``ready`` (per QP): the QP's WQE at
     ``ci`` is in the buffer; ``take``/``take_q``: the sequencer consumed
     QP ``take_q``'s WQE (it moves that QP's ``ci`` in the same cycle);
     ``drop`` (per QP): the QP's ring was reset (``ci`` set to ``pi``): its
@@ -46,19 +51,24 @@ class WqePrefetch(wiring.Component):
     Only posted WQEs are read (``ci`` is behind the doorbell), each once:
     the ring check is made again in ADDR, two cycles after the pick, when it
     has seen ``ci`` as it was in the pick's cycle (a take or reset before
-    it); a reset in that cycle or later sets ``cancel``. ``ci`` of the QP
-    being read cannot move (the sequencer takes only a ``ready`` WQE) except
-    by ``drop``, which discards the read. The ring settings are those of the
-    read's ADDR: a QP's ``sq_base``/``sq_log2_size`` written with WQEs posted
-    apply from its next read on.
+    it); a reset in that cycle or later sets the QP's ``cancel`` bit, and
+    the read, if made, is discarded. ``ci`` of a QP being read cannot move
+    (the sequencer takes only a ``ready`` WQE) except by ``drop``. The ring
+    settings are those of the read's ADDR: a QP's
+    ``sq_base``/``sq_log2_size`` written with WQEs posted apply from its
+    next read on.
 
-    States: PICK (a QP chosen), ROW (its settings read), ADDR (the slot's
-    address registered: ``sq_base + (ci mod 2^sq_log2) x 64``), REQ (the
-    request, until taken), DATA (the beats written into the buffer).
-    Latency: ``ready`` is set the cycle after the burst's last beat, about 4
-    cycles plus the memory's latency and the burst's beats after the pick.
-    Throughput: one WQE burst at a time: a WQE per about 5 cycles plus the
-    memory's latency and the burst's beats.
+    The requests go through states (PICK: a QP chosen; ROW: its settings
+    read; ADDR: the slot's address registered, ``sq_base + (ci mod
+    2^sq_log2) x 64``, once a read in flight may be added; REQ: the request,
+    until taken, when the next QP is chosen as in PICK and ROW follows); the
+    reads in flight are a FIFO of their QPs, whose oldest's row takes the
+    beats as they come, and whose QP is ``ready`` after its last. Latency:
+    ``ready`` is set the cycle after the burst's last beat, about 4 cycles
+    plus the memory's latency and the burst's beats after the pick.
+    Throughput: a request per 3 cycles while QPs wait (4 when the next is
+    picked in PICK), whatever the memory's latency up to ``MAX_READS``
+    reads in flight.
     """
 
     def __init__(self, *, num_qps=16, data_width=64, addr_width=64, ring_rows=False):
@@ -114,24 +124,34 @@ class WqePrefetch(wiring.Component):
             pf_ci = Array(self.ci[16 * i : 16 * (i + 1)] for i in range(nq))[pf_q]
 
         ready = Signal(nq)
-        # (consulted in PICK alone: the QP being read is not among them then)
+        # reading: per QP, picked and its read not yet done (its last beat taken,
+        # or given up in ADDR): not picked again until then
+        reading = Signal(nq)
         m.submodules.rr = rr = RoundRobin(nq)
         m.d.comb += [
-            rr.requests.eq(self.enable & ~self.op_halt & ring_work & ~ready),
+            rr.requests.eq(self.enable & ~self.op_halt & ring_work & ~ready & ~reading),
             self.ready.eq(ready),
         ]
 
-        cancel = Signal()  # the QP's ring was reset since the pick: discard the read
-        dropped = self.drop.bit_select(pf_q, 1)
+        # cancel: per QP, its ring was reset since its pick: its read is discarded
+        cancel = Signal(nq)
+        picked = Signal(nq)  # one-hot: the QP picked this cycle
+        m.d.sync += cancel.eq((cancel & ~picked) | (self.drop & (reading | picked)))
+        pf_cancel = cancel.bit_select(pf_q, 1) | self.drop.bit_select(pf_q, 1)
         req_valid = Signal()
         req_addr = Signal(self.addr_width)
-        beat = Signal(range(max(2, wqe_beats)))
         m.d.comb += [
             self.ring_q.eq(pf_q),
             self.req.valid.eq(req_valid),
             self.req.payload.addr.eq(req_addr),
             self.req.payload.len.eq(wqe_beats - 1),
         ]
+
+        # the reads in flight, oldest first: their QPs, in the order of their
+        # requests (the beats come back in that order)
+        m.submodules.inflight = inflight = SyncFIFO(width=len(pf_q), depth=MAX_READS)
+        head = inflight.r_data
+        beat = Signal(range(max(2, wqe_beats)))
 
         # the buffer, a byte lane per kept byte: byte k of PrefetchedWqe is the
         # WQE's byte at offset src[k], taken from its beat's lane
@@ -142,7 +162,7 @@ class WqePrefetch(wiring.Component):
         buf_r = row_port(buf, write=buf_w, **ram)
         beat_data = self.data.payload.data
         m.d.comb += [
-            buf_w.addr.eq(pf_q),
+            buf_w.addr.eq(head),
             buf_w.data.eq(Cat(*[beat_data.word_select(o % nbytes, 8) for o in src])),
             buf_r.addr.eq(row_address(m, self.rd_q, "pf_rd_q", **ram)),
             self.rd_wqe.eq(buf_r.data),
@@ -155,64 +175,78 @@ class WqePrefetch(wiring.Component):
         # discards the read)
         ready_set = Signal(nq)
         ready_clear = Signal(nq)
+        done = Signal(nq)  # one-hot: the QP whose read's last beat is taken this cycle
+        given_up = Signal(nq)  # one-hot: the QP whose read ADDR gives up this cycle
         m.d.comb += ready_clear.eq(self.drop | Mux(self.take, onehot(self.take_q, nq), 0))
-        m.d.sync += ready.eq((ready | ready_set) & ~ready_clear)
+        m.d.sync += [
+            ready.eq((ready | ready_set) & ~ready_clear),
+            reading.eq((reading | picked) & ~done & ~given_up),
+        ]
 
-        # One flip-flop per state: DATA is the WQE channel's ready, which the AXI
-        # slice's skid register takes with no decode in front.
-        fsm = OneHotFSM(m, ("PICK", "ROW", "ADDR", "REQ", "DATA"), init="PICK",
-                        name="prefetch_state")
+        # the beats: every one is taken (a read in flight has room in the buffer)
+        # and written into the row of the oldest read's QP
+        m.d.comb += self.data.ready.eq(1)
+        with m.If(self.data.valid):
+            m.d.sync += beat.eq(beat + 1)
+            m.d.comb += buf_w.en.eq(byte_en)
+            with m.If(self.data.payload.last):
+                m.d.sync += beat.eq(0)
+                m.d.comb += [inflight.r_en.eq(1), done.eq(onehot(head, nq))]
+                with m.If(~cancel.bit_select(head, 1)):
+                    m.d.comb += ready_set.eq(onehot(head, nq))
+
+        # The requests: a state flip-flop each (hw.pipeline.OneHotFSM).
+        fsm = OneHotFSM(m, ("PICK", "ROW", "ADDR", "REQ"), init="PICK", name="prefetch_state")
+
+        def pick():
+            m.d.comb += [rr.next.eq(1), picked.eq(onehot(rr.grant, nq))]
+            m.d.sync += pf_q.eq(rr.grant)
+            fsm.next = "ROW"
+
         with fsm.State("PICK"):
             with m.If(rr.valid):
-                m.d.comb += rr.next.eq(1)
-                m.d.sync += [pf_q.eq(rr.grant), cancel.eq(self.drop.bit_select(rr.grant, 1))]
-                fsm.next = "ROW"
+                pick()
         with fsm.State("ROW"):
-            with m.If(dropped):
-                m.d.sync += cancel.eq(1)
             fsm.next = "ADDR"
         with fsm.State("ADDR"):
             slot = pf_ci & ring_mask
             m.d.sync += req_addr.eq(self.sq_base + (slot << 6))
-            with m.If(cancel | dropped | ~ring_work.bit_select(pf_q, 1)):
+            with m.If(pf_cancel | ~ring_work.bit_select(pf_q, 1)):
+                # given up: the QP may be picked again
+                m.d.comb += given_up.eq(onehot(pf_q, nq))
                 fsm.next = "PICK"
-            with m.Else():
+            with m.Elif(inflight.w_rdy):
                 m.d.sync += req_valid.eq(1)
                 fsm.next = "REQ"
         with fsm.State("REQ"):
-            with m.If(dropped):
-                m.d.sync += cancel.eq(1)
             with m.If(self.req.ready):
-                m.d.sync += [req_valid.eq(0), beat.eq(0)]
-                fsm.next = "DATA"
-        with fsm.State("DATA"):
-            m.d.comb += self.data.ready.eq(1)
-            with m.If(dropped):
-                m.d.sync += cancel.eq(1)
-            with m.If(self.data.valid):
-                m.d.sync += beat.eq(beat + 1)
-                m.d.comb += buf_w.en.eq(byte_en)
-                with m.If(self.data.payload.last):
-                    with m.If(~cancel):
-                        m.d.comb += ready_set.eq(onehot(pf_q, nq))
+                m.d.sync += req_valid.eq(0)
+                m.d.comb += [inflight.w_en.eq(1), inflight.w_data.eq(pf_q)]
+                # the next QP picked as the request goes
+                with m.If(rr.valid):
+                    pick()
+                with m.Else():
                     fsm.next = "PICK"
 
         return m
 
 
 class BurstShare(wiring.Component):
-    """Two clients' read bursts on one request/data stream pair, one burst
-    at a time.
+    """Two clients' read bursts on one request/data stream pair.
 
     Interface: ``a_req``/``a_data`` and ``b_req``/``b_data`` (the clients:
     the sequencer's retransmit fetches and the prefetch), ``req``/``data``
-    (the shared channel). When both wait, ``a`` goes first. The choice is
-    made when a request is presented and held to the last beat of its burst:
-    a request once valid is never withdrawn, and every beat goes to the
-    client that asked for it.
+    (the shared channel, whose beats come in the order of its requests).
+    The channel is one client's at a time: the client whose request is
+    presented while no burst is in flight (``a`` when both wait) owns it
+    until its last burst in flight has its last beat taken, and may add
+    bursts while the other does not wait (up to ``MAX_READS + 1`` in flight,
+    more than the prefetch issues); every beat goes to the owner. A request
+    once presented on ``req`` is never withdrawn.
 
-    Latency 0 (the request and the beats pass through combinationally); one
-    burst at a time, the next presented the cycle after the last beat.
+    Latency 0 (the request and the beats pass through combinationally); the
+    other client's request is presented the cycle after the owner's last
+    beat.
     """
 
     def __init__(self, *, data_width=64, addr_width=64):
@@ -226,15 +260,25 @@ class BurstShare(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
-        busy = Signal()  # a request was presented and its burst's last beat not yet taken
+        in_flight = Signal(range(MAX_READS + 2))  # the owner's bursts requested, not done
+        held = Signal()  # a request was presented and not taken: it stays presented
         owner_b = Signal()
+        other_waits = Mux(owner_b, self.a_req.valid, self.b_req.valid)
+        busy = held | (in_flight != 0)
+        # the client presented: the owner while it holds the channel (new bursts
+        # only while the other does not wait, and room is left), else a first
         to_b = Mux(busy, owner_b, ~self.a_req.valid)
-        with m.If(~busy & self.req.valid):
-            m.d.sync += [busy.eq(1), owner_b.eq(to_b)]
-        with m.If(self.data.valid & self.data.ready & self.data.payload.last):
-            m.d.sync += busy.eq(0)
+        may_present = held | ~busy | (~other_waits & (in_flight != MAX_READS + 1))
+        m.d.sync += owner_b.eq(to_b)
+        m.d.sync += held.eq(self.req.valid & ~self.req.ready)
+        taken = self.req.valid & self.req.ready
+        done = self.data.valid & self.data.ready & self.data.payload.last
+        with m.If(taken & ~done):
+            m.d.sync += in_flight.eq(in_flight + 1)
+        with m.Elif(done & ~taken):
+            m.d.sync += in_flight.eq(in_flight - 1)
         for client, chosen in ((self.a_req, ~to_b), (self.b_req, to_b)):
-            with m.If(chosen):
+            with m.If(chosen & may_present):
                 m.d.comb += [self.req.valid.eq(client.valid), self.req.payload.eq(client.payload),
                              client.ready.eq(self.req.ready)]
         for client, chosen in ((self.a_data, ~owner_b), (self.b_data, owner_b)):

@@ -1,6 +1,7 @@
 """hw/tx/wqe_prefetch.py: ``WqePrefetch`` behind a ``BurstShare``, with a
-second client on the share, against a memory that answers one burst at a
-time after random delays, under random doorbells, takes and ring resets.
+second client on the share, against a memory that holds several bursts in
+flight and answers them in order after random delays, under random
+doorbells, takes and ring resets.
 
 Checked every cycle: a WQE is read only while it is posted (its slot is the
 QP's ``ci``, behind the doorbell), at ``sq_base + slot x 64`` of the QP's
@@ -8,9 +9,10 @@ ring; ``ready`` rises only with the QP's WQE at ``ci`` in the buffer (its
 bytes, read through ``rd_q``/``rd_wqe``) and never for a read that a reset
 overtook; every QP with a posted WQE is served; the other client's beats all
 come back to it, in order, its request served within 100 cycles (it waits
-for one of the prefetch's bursts at most), and the shared request is never
-withdrawn."""
+for the prefetch's bursts in flight at most), and the shared request is
+never withdrawn."""
 
+import itertools
 import random
 
 import pytest
@@ -45,6 +47,7 @@ class Top(wiring.Component):
 
 
 MIN_CYCLES, MAX_CYCLES = 6000, 60000
+MEM_QUEUE = 6  # bursts the memory holds in flight
 
 
 def enough(log) -> bool:
@@ -136,7 +139,8 @@ def test_wqe_prefetch(nq, dw):
                 b_presented_at = None
             elif b_presented_at is None:
                 b_presented_at = cycle
-            arready = not mem_queue and rng.random() < 0.7
+            # several bursts in flight, their beats in order
+            arready = len(mem_queue) < MEM_QUEUE and rng.random() < 0.7
             ctx.set(share.req.ready, arready)
             if arvalid and arready:
                 addr = ctx.get(share.req.payload.addr)
@@ -165,7 +169,8 @@ def test_wqe_prefetch(nq, dw):
                         assert slot == ci[q] % (1 << log2[q]) and pi[q] != ci[q], (q, slot)
                         assert index == ci[q]
                         reads[q] = (index, generation)
-                mem_queue.append([data, rng.randrange(1, 5)])  # beats from the cycle after
+                owner = None if addr >= 0x7000_0000 else q
+                mem_queue.append([data, rng.randrange(1, 5), owner])  # beats from the cycle after
             rvalid = False
             if mem_queue and mem_queue[0][1] == 0 and rng.random() < 0.8:
                 rvalid = True
@@ -178,10 +183,9 @@ def test_wqe_prefetch(nq, dw):
                     assert a_expect, (cycle, ctx.get(share.b_data.valid), beat)
                     assert int.from_bytes(beat, "little") == a_expect.pop(0)
                 if not mem_queue[0][0]:
-                    mem_queue.pop(0)
-                    for q, r in list(reads.items()):
-                        if r == "discard":
-                            del reads[q]
+                    owner = mem_queue.pop(0)[2]
+                    if reads.get(owner) == "discard":
+                        del reads[owner]
             elif mem_queue and mem_queue[0][1] > 0:
                 mem_queue[0][1] -= 1
             await ctx.tick()
@@ -212,3 +216,37 @@ def test_wqe_prefetch(nq, dw):
     sim.add_testbench(bench)
     sim.run()
     assert enough(log), log
+
+
+def test_wqe_prefetch_back_to_back():
+    """Several QPs waiting, a memory that takes every request and answers each
+    ``LATENCY`` cycles later: the next QP is picked as a request is taken and
+    its reads overlap those in flight, so the requests come 3 cycles apart
+    (ROW, ADDR, REQ) whatever the latency, where reads one at a time would
+    take 4 plus the latency; each QP's WQE is read once and becomes ready."""
+    nq, dw, latency = 4, 512, 6
+    top = Top(nq, dw)
+    pf, share = top.pf, top.share
+    taken = []  # (cycle, q) of each request taken
+
+    async def bench(ctx):
+        base = [(0x10000 * (q + 1)) << 8 for q in range(nq)]
+        ctx.set(pf.pi, sum(1 << (16 * q) for q in range(nq)))  # one WQE posted per QP
+        ctx.set(pf.enable, (1 << nq) - 1)
+        ctx.set(share.req.ready, 1)
+        ctx.set(share.data.payload.last, 1)
+        for cycle in range(60):
+            ctx.set(pf.sq_base, base[ctx.get(pf.ring_q)])  # read in ADDR; ring_q holds from ROW
+            ctx.set(share.data.valid, any(t == cycle - latency for t, _ in taken))
+            if ctx.get(share.req.valid):
+                taken.append((cycle, ctx.get(share.req.payload.addr) // (0x10000 << 8) - 1))
+            await ctx.tick()
+        assert ctx.get(pf.ready) == (1 << nq) - 1
+
+    sim = Simulator(top)
+    sim.add_clock(1e-8)
+    sim.add_testbench(bench)
+    sim.run()
+    assert sorted(q for _, q in taken) == list(range(nq)), taken
+    gaps = [b[0] - a[0] for a, b in itertools.pairwise(taken)]
+    assert gaps == [3] * (nq - 1), taken
