@@ -194,11 +194,12 @@ class TxEngine(wiring.Component):
     a few hundred bytes and up (header build, payload reads and the ICRC
     overlap the previous frame), and one 64-byte WRITE per 18 cycles at 64
     bits, the wire's limit (each QP's next WQE is read ahead while its
-    packets before it are sent); one packet per 7 or 8 cycles of control.
+    packets before it are sent); one packet per 6 cycles of control over
+    several QPs, 7 on one (``Sequencer``).
     Latency from a doorbell to the first beat: about 30 cycles plus two
     memory round trips (WQE, then payload): the doorbell's decode and the
     WQE's read ahead (about 9 cycles besides the memory's), the sequencer's
-    8, and the header and payload paths' registers below.
+    7, and the header and payload paths' registers below.
     For timing (125 MHz on an ECP5), every FIFO's block-RAM read data is
     registered (``StreamFifo``, 1 cycle; the header-descriptor FIFO's twice,
     ``out_stages=2``, 2 cycles, so its first register sits by the block RAM),

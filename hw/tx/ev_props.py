@@ -14,7 +14,8 @@ drives freely within the interfaces' rules:
   and ``rd_count``: free, the streams under the stream rule;
 - ``hdr_desc``, ``pay_desc``, ``sent``: each sink's ``ready``, once high,
   stays high until it takes a transfer (``not full`` of the engine's FIFOs:
-  the sequencer checks for room in OFFSET and relies on it up to EMIT);
+  the sequencer checks for room in TAKE or OFFSET and relies on it up to
+  EMIT);
 - ``update`` (table): any QP, EV index (in range or not) and state, under
   the stream rule;
 - the sequencer alone: the table's side of ``ev`` free, ``good`` any bitmap

@@ -43,7 +43,7 @@ class PsnTable(wiring.Component):
       Latency).
     - ``advance`` with ``advance_psn``: the FSM sent the new PSN
       ``advance_psn`` of QP ``cur_q``: its ``next_psn`` is that plus 1.
-      Advances come at most every other cycle (EMIT is followed by IDLE).
+      Advances come at most every other cycle (a packet takes at least 6).
     - ``cur_q``, ``retx_psn`` in, and ``cur_q_next``, the value ``cur_q``
       takes at the next clock edge (the RAM table's read address);
       ``cur_next`` (next_psn of ``cur_q``), ``inflight`` (its next_psn -

@@ -25,9 +25,9 @@ class QpCounters(wiring.Component):
     The row after this packet is registered ahead of ``emit`` (the row at
     ``q`` is only written then) and is zero until ``ready``. The row read is
     registered first, so that the read's row select, a net to every bit of
-    the row, is not in front of the adders: with ``q`` set in IDLE the row
-    is read the cycle after, and the next row is valid from three cycles
-    after IDLE, before the earliest EMIT. Each read port reads the address
+    the row, is not in front of the adders: with ``q`` set at the edge into
+    LOAD (from IDLE or EMIT) the row is read in CHECK, and the next row is
+    valid from the state after TAKE or OFFSET on, before EMIT. Each read port reads the address
     of the cycle before (``row_port``: block RAM above ``BRAM_QPS`` QPs).
 
     Latency: ``q`` must hold 3 cycles before ``emit``; a count is in

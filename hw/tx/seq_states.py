@@ -18,7 +18,7 @@ from ..protocol import PSN_BITS
 from .qp_flags import QpFlags
 
 __all__ = ["SeqContext", "WindowCheck", "fetch_request_states", "fetch_states", "packet_states",
-           "retx_states", "take_state", "window_states"]
+           "retx_states", "serve_grant", "take_state", "window_states"]
 
 
 class WindowCheck:
@@ -111,6 +111,10 @@ class SeqContext:
     wqe_data: object
     wqe_ready: Value  # per QP: its next WQE is prefetched (WqePrefetch.ready)
     pf_take: Signal  # TAKE consumes cur_q's prefetched WQE
+    wqe_known: Value  # cur_q's prefetched WQE has an opcode TX executes (WqeLoader)
+    wqe_with_imm: Value  # ... and it is a WRITE_WITH_IMM
+    sched: object  # QpScheduler
+    cur_q_next: Signal  # the value cur_q takes at the next edge
 
 
 def window_park(c: SeqContext):
@@ -122,6 +126,15 @@ def window_park(c: SeqContext):
     with m.If(~w.hit & ~w.clear_r.bit_select(c.cur_q, 1)):
         m.d.sync += c.flags.win_blocked.bit_select(c.cur_q, 1).eq(1)
     c.fsm.next = "IDLE"
+
+
+def serve_grant(c: SeqContext):
+    """The scheduler's grant is taken (IDLE, or EMIT when it sends): cur_q is
+    its QP from the next cycle, a new packet's LOAD."""
+    m = c.m
+    m.d.comb += [c.sched.next.eq(1), c.cur_q_next.eq(c.sched.grant)]
+    m.d.sync += [c.cur_q.eq(c.sched.grant), c.retx_mode.eq(0)]
+    c.fsm.next = "LOAD"
 
 
 def window_states(c: SeqContext):
@@ -202,9 +215,17 @@ def take_state(c: SeqContext):
     """TAKE: a new WQE, prefetched (``WqePrefetch``), is consumed (loaded into
     ``cur`` by WqeLoader; ci moves on, the QP's WQE is part sent), unless the
     window is full (the QP parks) or the QP's ring was reset since its grant
-    (nothing is prefetched: back to IDLE)."""
+    (nothing is prefetched: back to IDLE). Its first packet is at offset 0,
+    so TAKE does OFFSET's work for it when it can: with room downstream and
+    an opcode TX executes it goes to SEGMENT; otherwise to OFFSET, which
+    waits for room or turns an unknown opcode into OP_ERR."""
     m, fsm, q = c.m, c.fsm, c.cur_q
     with fsm.State("TAKE"):
+        # as OFFSET's, for a new WQE (pkt_index 0, never a retransmit)
+        m.d.sync += [
+            c.offset.eq(0),
+            c.wimm_hold.eq(c.wqe_with_imm & c.seq.wimm.at_bound.bit_select(q, 1)),
+        ]
         with m.If(c.window.full):
             window_park(c)
         with m.Elif(~c.wqe_ready.bit_select(q, 1)):
@@ -213,7 +234,10 @@ def take_state(c: SeqContext):
             m.d.comb += c.pf_take.eq(1)
             c.flags.take(m, q, c.cur_ci)
             m.d.sync += c.flags.wqe_active.bit_select(q, 1).eq(1)
-            fsm.next = "OFFSET"
+            with m.If(c.wqe_known & c.readies):
+                fsm.next = "SEGMENT"
+            with m.Else():
+                fsm.next = "OFFSET"
 
 
 def fetch_request_states(c: SeqContext):
@@ -251,9 +275,9 @@ def packet_states(c: SeqContext):
     EV or its max_wimm, or an unknown opcode's op_err record)."""
     m, fsm, seq, q, flags, cur = c.m, c.fsm, c.seq, c.cur_q, c.flags, c.cur
     with fsm.State("OFFSET"):
-        # Wait for room downstream *before* choosing the EV, so that a
-        # packet is committed 2 cycles after its EV was chosen and an
-        # EV state change binds every packet chosen after it.
+        # Wait for room downstream *before* choosing the EV (here or in
+        # TAKE), so that a packet is committed 2 cycles after its EV was
+        # chosen and an EV state change binds every packet chosen after it.
         m.d.sync += c.offset.eq(Cat(Const(0, 8), cur.pkt_index) << c.mtu_shift)
         m.d.sync += c.wimm_hold.eq(~c.retx_mode & cur.with_imm & (cur.pkt_index == 0)
                                    & seq.wimm.at_bound.bit_select(q, 1))
@@ -323,7 +347,15 @@ def packet_states(c: SeqContext):
             with m.If(~c.retx_mode):
                 m.d.comb += c.psn_advance.eq(1)
                 m.d.sync += flags.wqe_active.bit_select(q, 1).eq(~c.seg_last)
-            fsm.next = "IDLE"
+            # The next QP is granted here, as IDLE would, when no retransmit
+            # waits (IDLE takes those) and it is another QP: this QP's PSN
+            # advance, EV cursor and wqe_active land at this edge, and the
+            # PSN table's window figures a cycle after (PsnTable), so its own
+            # next packet goes through IDLE as before.
+            with m.If(~seq.retx.valid & c.sched.valid & (c.sched.grant != q)):
+                serve_grant(c)
+            with m.Else():
+                fsm.next = "IDLE"
         with m.Else():
             # no room yet: send in the cycle after the readies are seen
             m.d.sync += [c.emit_go.eq(c.readies), c.wqe_we.eq(c.readies & ~c.retx_mode)]

@@ -44,6 +44,7 @@ from .seq_states import (
     fetch_states,
     packet_states,
     retx_states,
+    serve_grant,
     take_state,
     window_states,
 )
@@ -130,11 +131,14 @@ class Sequencer(wiring.Component):
     (``ci`` moves on) in one cycle. A retransmission re-fetches its WQE on
     the same channel (``BurstShare``, ahead of the prefetch).
 
-    Latency: 7 cycles per packet of a part-sent WQE, 8 for the first packet
-    of a message (TAKE), 10 plus the WQE burst and the memory's latency for
-    a retransmit. Throughput: one packet per 7 or 8 cycles, above the wire's
-    rate for every payload at 64 bits (a 64-byte WRITE's frame is 18 beats;
-    docs/tx.md).
+    Latency: 6 cycles per packet (LOAD, CHECK, TAKE or OFFSET, SEGMENT,
+    EV_VALUE, EMIT) when EMIT takes the next grant, which it does for
+    another QP when no retransmit waits; 7 through IDLE (the same QP's next
+    packet; TAKE goes through OFFSET too when there is no room downstream
+    or the opcode is unknown); 10 plus the WQE burst and the memory's
+    latency for a retransmit. Throughput: one packet per 6 cycles over
+    several QPs, 7 on one, above the wire's rate for every payload at 64
+    bits (a 64-byte WRITE's frame is 18 beats; docs/tx.md).
     """
 
     def __init__(
@@ -398,6 +402,38 @@ class Sequencer(wiring.Component):
             self.wimm.start_qp.eq(cur_q),
         ]
 
+        # cur, the WQE being sent: the QP's row in CHECK, loaded on every
+        # branch so that its enable is the state's flip-flop (a new WQE
+        # overwrites every field of it in TAKE, a re-fetched one from its
+        # beats and in PARSE, before cur is used or written back)
+        m.submodules.wqe_loader = loader = WqeLoader(data_width=self.data_width,
+                                                     addr_width=self.addr_width)
+        m.d.comb += [
+            *[getattr(loader, f"in_{name.lower()}").eq(st[name])
+              for name in ("IDLE", "LOAD", "RETX_CHECK", "RETX_COMPARE", "FETCH_DATA", "PARSE",
+                           "TAKE")],
+            loader.retx.eq(retx_mode), loader.row.eq(wqe_r.data), loader.wqe.eq(pf.rd_wqe),
+            loader.beat.eq(share.a_data.payload.data), loader.beat_valid.eq(share.a_data.valid),
+            loader.beat_index.eq(fetch_beat), loader.parse_wqe_index.eq(fetch_index),
+            loader.parse_pkt_index.eq(Mux(retx_mode, rec.pkt_index, 0)),
+            cur.eq(loader.cur), op_bad.eq(loader.op_bad),
+        ]
+
+        # what the states share (hw/tx/seq_states.py builds those after IDLE)
+        c = SeqContext(
+            m=m, fsm=fsm, seq=self, flags=flags, window=window, cur_q=cur_q, retx_mode=retx_mode,
+            psns=psns, cur=cur, cur_ci=cur_ci, fetch_index=fetch_index, fetch_slot=fetch_slot,
+            fetch_beat=fetch_beat, ring_mask=ring_mask, sq_base=sq_base, wqe_valid=wqe_valid,
+            wqe_addr=wqe_addr, retx_qpn_ok=retx_qpn_ok, retx_in_flight=retx_in_flight,
+            psn_off_r=psn_off_r, rec=rec, infl_r=infl_r, retx_ignored=retx_ignored,
+            retx_no_ev_inc=retx_no_ev_inc, op_bad=op_bad, readies=readies, offset=offset,
+            mtu_shift=mtu_shift, mtu=mtu, wimm_hold=wimm_hold, seg_rest=seg_rest, seg_mtu=seg_mtu,
+            seg_first=seg_first, seg_last=seg_last, seg_len=seg_len, seg_psn=seg_psn,
+            psn_out=psn_out, ev_index=ev_index, ev_choice=ev_choice, emit_go=emit_go,
+            wqe_we=wqe_we, psn_advance=psn_advance, wqe_req=share.a_req, wqe_data=share.a_data,
+            wqe_ready=pf.ready, pf_take=pf_take, wqe_known=loader.wqe_known,
+            wqe_with_imm=loader.wqe_with_imm, sched=sched, cur_q_next=cur_q_next)
+
         with fsm.State("INIT"):
             # Settings and counters back to their defaults after a (soft)
             # reset; CSR writes to per-QP settings are lost until ``ready``.
@@ -419,45 +455,13 @@ class Sequencer(wiring.Component):
                 ]
                 fsm.next = "RETX_CHECK"
             with m.Elif(sched.valid):
-                m.d.comb += [sched.next.eq(1), cur_q_next.eq(sched.grant)]
-                m.d.sync += [cur_q.eq(sched.grant), retx_mode.eq(0)]
-                fsm.next = "LOAD"
+                serve_grant(c)
 
-        # the other states (hw/tx/seq_states.py), in the order of their blocks
-        c = SeqContext(
-            m=m, fsm=fsm, seq=self, flags=flags, window=window, cur_q=cur_q, retx_mode=retx_mode,
-            psns=psns, cur=cur, cur_ci=cur_ci, fetch_index=fetch_index, fetch_slot=fetch_slot,
-            fetch_beat=fetch_beat, ring_mask=ring_mask, sq_base=sq_base, wqe_valid=wqe_valid,
-            wqe_addr=wqe_addr, retx_qpn_ok=retx_qpn_ok, retx_in_flight=retx_in_flight,
-            psn_off_r=psn_off_r, rec=rec, infl_r=infl_r, retx_ignored=retx_ignored,
-            retx_no_ev_inc=retx_no_ev_inc, op_bad=op_bad, readies=readies, offset=offset,
-            mtu_shift=mtu_shift, mtu=mtu, wimm_hold=wimm_hold, seg_rest=seg_rest, seg_mtu=seg_mtu,
-            seg_first=seg_first, seg_last=seg_last, seg_len=seg_len, seg_psn=seg_psn,
-            psn_out=psn_out, ev_index=ev_index, ev_choice=ev_choice, emit_go=emit_go,
-            wqe_we=wqe_we, psn_advance=psn_advance, wqe_req=share.a_req, wqe_data=share.a_data,
-            wqe_ready=pf.ready, pf_take=pf_take)
+        # the other states, in the order of their blocks
         window_states(c)
         retx_states(c)
         take_state(c)
         fetch_request_states(c)
-
-        # cur, the WQE being sent: the QP's row in CHECK, loaded on every
-        # branch so that its enable is the state's flip-flop (a new WQE
-        # overwrites every field of it in TAKE, a re-fetched one from its
-        # beats and in PARSE, before cur is used or written back)
-        m.submodules.wqe_loader = loader = WqeLoader(data_width=self.data_width,
-                                                     addr_width=self.addr_width)
-        m.d.comb += [
-            *[getattr(loader, f"in_{name.lower()}").eq(st[name])
-              for name in ("IDLE", "LOAD", "RETX_CHECK", "RETX_COMPARE", "FETCH_DATA", "PARSE",
-                           "TAKE")],
-            loader.retx.eq(retx_mode), loader.row.eq(wqe_r.data), loader.wqe.eq(pf.rd_wqe),
-            loader.beat.eq(share.a_data.payload.data), loader.beat_valid.eq(share.a_data.valid),
-            loader.beat_index.eq(fetch_beat), loader.parse_wqe_index.eq(fetch_index),
-            loader.parse_pkt_index.eq(Mux(retx_mode, rec.pkt_index, 0)),
-            cur.eq(loader.cur), op_bad.eq(loader.op_bad),
-        ]
-
         fetch_states(c)
         packet_states(c)
 

@@ -69,6 +69,9 @@ class WqeLoader(wiring.Component):
     ``op_bad`` is registered from ``wqe``'s opcode in TAKE, 0 from IDLE on,
     so that OFFSET, the earliest reader, sees this packet's WQE only; a
     retransmission's re-fetch never sets it (its WQE was taken once).
+    ``wqe_known`` (``wqe``'s opcode is one TX executes) and
+    ``wqe_with_imm`` are ``wqe``'s, combinationally: TAKE goes on to
+    SEGMENT with them.
 
     Latency: a field is in ``cur`` 2 cycles after its beat is on ``beat``,
     the row the cycle after CHECK's, ``wqe`` the cycle after TAKE's;
@@ -97,6 +100,8 @@ class WqeLoader(wiring.Component):
             "parse_pkt_index": In(24),
             "cur": Out(self.wqe_state),
             "op_bad": Out(1),
+            "wqe_known": Out(1),
+            "wqe_with_imm": Out(1),
         })
 
     def elaborate(self, platform):
@@ -124,12 +129,13 @@ class WqeLoader(wiring.Component):
                 wqe_opcode = from_wqe
             else:
                 beat_value[target], wqe_value[target] = field, from_wqe
+        known = reduce(operator.or_, [wqe_opcode == k for k in WqeOpcode.KNOWN])
+        m.d.comb += [self.wqe_known.eq(known), self.wqe_with_imm.eq(wqe_value["with_imm"])]
         op_bad = Signal()
         with m.If(self.in_idle):
             m.d.sync += op_bad.eq(0)
         with m.If(self.in_take):
-            m.d.sync += op_bad.eq(~reduce(operator.or_,
-                                          [wqe_opcode == k for k in WqeOpcode.KNOWN]))
+            m.d.sync += op_bad.eq(~known)
         m.d.comb += self.op_bad.eq(op_bad)
         for also, fields in ((None, ("raddr",)),
                              ("IDLE", ("laddr", "with_imm", "wqe_index")),

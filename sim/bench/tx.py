@@ -195,8 +195,9 @@ def run() -> str:
         f"On one QP ({one['packets']} WQEs): {one['packets']} packets in {one['cycles']} "
         f"cycles, {one['beats'] / one['cycles']:.3f} of the wire. Each QP's next WQE is "
         "read ahead (`WqePrefetch`, docs/tx.md) while the packets before it are sent, so "
-        "the sequencer takes it in one cycle and spends 8 per new WQE: over several QPs the "
-        "wire is the limit. The prefetch holds one WQE per QP, so on one QP the next read "
+        "the sequencer takes it in one cycle and spends 6 per new WQE over several QPs (7 on "
+        "one): the wire is the limit. The prefetch holds one WQE per QP, so on one QP the next "
+        "read "
         "begins when the sequencer takes the WQE before it, and that read (the pick, the "
         "ring's settings, the address, two request registers, the round trip and 8 beats), "
         f"{one['cycles'] / one['packets']:.1f} cycles a packet, is the limit.",

@@ -19,7 +19,10 @@ tests of this module; a long random soak is behind ``@pytest.mark.long``.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
 import cocotb
 import pytest
@@ -48,6 +51,8 @@ from tests.hw.tx_tb import (
     make_tb,
     run,
 )
+
+ROOT = Path(__file__).resolve().parents[2]
 
 # ---------------------------------------------------------------------------
 # Tests
@@ -732,6 +737,16 @@ async def test_throughput(dut):
         assert r["cycles"] <= r["beats"] / 0.9, r
 
 
+@cocotb.test(skip=DATA_WIDTH != 512)
+async def test_control_rate(dut):
+    """At 512 bits, where a 64-byte WRITE's frame is 3 beats and the wire is
+    not the limit, 64-byte WRITEs over four QPs leave a packet per 6 cycles
+    at most: EMIT takes the next QP's grant, TAKE goes on to SEGMENT, and the
+    WQE read-ahead keeps a WQE ready for each (docs/tx.md, "Limitations")."""
+    r = await bench_case(dut, [64] * 64, 1024, [0, 1, 2, 3])
+    assert r["cycles"] <= 6 * r["packets"], r
+
+
 # ---------------------------------------------------------------------------
 # pytest entry points
 
@@ -743,3 +758,14 @@ def test_tx_engine():
 @pytest.mark.long
 def test_tx_engine_soak():
     run(testcase="test_soak", extra_env={"TX_SOAK": "400"})
+
+
+@pytest.mark.long
+def test_tx_engine_control_rate_512():
+    """``test_control_rate`` on the 512-bit build (the bench's, ``tx_engine_w512``),
+    in a process of its own: tests/hw/tx_tb.py reads its width when imported."""
+    code = ("import sys; from cocotb_tools.check_results import get_results; "
+            "from tests.hw.tx_tb import run; "
+            "sys.exit(get_results(run(testcase='test_control_rate'))[1] != 0)")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT,
+                   env={**os.environ, "TX_DATA_WIDTH": "512", "PYTHONPATH": str(ROOT)})
