@@ -15,6 +15,7 @@ from .carrier import CarrierWriter
 from .dma import PayloadReader, ReadArbiter, ReadRequest, Realigner
 from .ev import EvTable
 from .framer import Framer
+from .header_builder import DESC_DEPTH as HB_DESC_DEPTH
 from .header_builder import HeaderBuilder
 from .icrc import IcrcInserter
 from .layouts import (
@@ -206,18 +207,18 @@ class TxEngine(wiring.Component):
     the WQE beats are registered
     before the sequencer (``wqe_data_reg``, 1 cycle), the realigner's output
     is registered before the payload FIFO's block RAM (``realign_reg``, a
-    skid stage, 1 cycle), the header builder pipelines its checksum (5
-    cycles), the ICRC inserter registers the framer's output in its skid buffer and has
-    five more stages (6 cycles: the last beat's ICRC network is taken in
-    two registered steps) and ``m_axis`` comes from a register slice
-    (``out_reg``, 1 cycle: every output and ``tready``'s load are
-    flip-flops); none costs throughput.
+    skid stage, 1 cycle), the header builder pipelines its checksum (7
+    cycles from a descriptor to its header), the ICRC inserter registers
+    the framer's output in its skid buffer and has five more stages (6
+    cycles: the last beat's ICRC network is taken in two registered steps)
+    and ``m_axis`` comes from a register slice (``out_reg``, 1 cycle: every
+    output and ``tready``'s load are flip-flops); none costs throughput.
     """
 
     # descriptor FIFO (DESC_FIFO_DEPTH, +1 for its second output stage),
-    # header builder 1, framer 2 (a loaded header and one in the ICRC
-    # stages), sequencer 1
-    max_picked_ahead = DESC_FIFO_DEPTH + 5
+    # header builder DESC_DEPTH and its header register, framer 2 (a loaded
+    # header and one in the ICRC stages), sequencer 1
+    max_picked_ahead = DESC_FIFO_DEPTH + HB_DESC_DEPTH + 5
     CSR_READ_LATENCY = 3
 
     def __init__(

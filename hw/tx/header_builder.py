@@ -1,7 +1,8 @@
 """Header bytes of an RDMA WRITE packet from its descriptor."""
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal
+from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
 from amaranth.lib import stream, wiring
+from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
 from ..headers import (
@@ -22,7 +23,7 @@ from ..headers import (
 from ..protocol import ECN_ECT0, IP_FLAGS_DF, IP_TTL, PKEY_DEFAULT, EvFormat
 from .layouts import FrameHeader, PacketDesc
 
-__all__ = ["HeaderBuilder"]
+__all__ = ["CSUM_STAGES", "DESC_DEPTH", "HeaderBuilder"]
 
 
 
@@ -32,6 +33,14 @@ def ipv4_checksum(words):
     folded = total[:16] + total[16:]
     folded = folded[:16] + folded[16:]
     return ~folded[:16]
+
+
+# descriptors the header builder holds, taken and header not yet loaded: 3
+# over the 7 cycles from a take to the load keep a header at least every 3
+# cycles (a 64-byte WRITE's frame at 512 bits); TxEngine.max_picked_ahead
+# counts them
+DESC_DEPTH = 3
+CSUM_STAGES = 5  # registers from a taken descriptor to its checksum
 
 
 class HeaderBuilder(wiring.Component):
@@ -50,15 +59,23 @@ class HeaderBuilder(wiring.Component):
     address here is the peer's even for SRv6, whose carrier TX writes after
     the ICRC (``CarrierWriter``): the ICRC covers the address the peer sees.
     The IPv4 checksum (eight 16-bit terms) is computed here, so the framer
-    only moves bytes. The descriptor is taken when its header
-    is loaded into the output register, which must be empty then (the
-    framer takes a header as soon as it is free: its ``hdr.ready`` is a
-    flip-flop); the lengths and the checksum come from it through
-    free-running pipeline registers (a tree of two-input adds, then the
-    folds), so no path is deeper than one adder pair.
-    Latency 5 cycles from a valid descriptor to a valid header; one header
-    per 5 cycles (a packet's frame is at least 10 beats at 64 bits, 3 at
-    512), refilling while the framer streams the previous packet.
+    only moves bytes.
+
+    A descriptor is taken in any cycle ``desc.ready`` is high (a flip-flop:
+    fewer than ``DESC_DEPTH`` are held after the cycle before) into a
+    descriptor FIFO (LUT RAM), and its lengths and IPv4 checksum are
+    computed by a free-running pipeline (CSUM_STAGES registers: a tree of
+    two-input adds, then the folds, so no path is deeper than one adder
+    pair) whose results enter a second FIFO in step. The header register
+    follows the oldest descriptor and its results while it is empty (its
+    clock enable is ``~hdr.valid``, a flip-flop) and is marked valid once
+    those results are there (the framer takes a header as soon as it is
+    free: its ``hdr.ready`` is a flip-flop). Latency 7 cycles from a taken
+    descriptor to its valid header. Throughput: a header per 2 cycles at
+    most (the register is loaded the cycle after the framer takes the one
+    before), and DESC_DEPTH per 7 cycles (3 headers in 7 cycles, 2 or 3
+    apart), where a packet's frame is at least 3 beats (at 512 bits; 10 at
+    64).
     """
 
     def __init__(self, ipv6: bool = False, ev_width: int = 16):
@@ -75,123 +92,137 @@ class HeaderBuilder(wiring.Component):
 
     def elaborate(self, platform):
         m = Module()
+        layout = PacketDesc(self.ipv6, self.ev_width)
         d = self.desc.payload
-        imm = (d.opcode == Opcode.WRITE_LAST_IMM) | (d.opcode == Opcode.WRITE_ONLY_IMM)
-        pad = (-d.length)[:2]
-        # The descriptor stays on ``desc`` (stable while valid) until the
-        # header is loaded; the lengths and the IPv4 checksum are computed
-        # from it by free-running pipeline registers over CSUM_STAGES cycles.
-        # Lengths: (length + pad) + const = (length + 3 + const) & ~3, as
-        # every const is a multiple of 4.
-        udp_len = Signal(16)
-        ip_len = Signal(16)
-        # Both sums of each length are made and the opcode picks one after
-        # the adders, so its decode is not in front of the carry chains.
+        take_in = self.desc.valid & self.desc.ready
+
+        # ---- the lengths and the IPv4 checksum of the descriptor taken, over
+        # CSUM_STAGES free-running registers; ``valid`` marks a taken one's.
+        # Lengths: (length + pad) + const = (length + 3 + const) & ~3, as every
+        # const is a multiple of 4; both sums of each are made and the opcode
+        # picks one after the adders, so its decode is not in front of the
+        # carry chains.
+        imm_in = (d.opcode == Opcode.WRITE_LAST_IMM) | (d.opcode == Opcode.WRITE_ONLY_IMM)
         udp_const = UDP.size + BTH.size + 4 + RETH.size + 3
-        udp_sum = Mux(imm, d.length + (udp_const + IMMDT.size), d.length + udp_const)
-        ip_sum = Mux(imm, d.length + (IPV4.size + udp_const + IMMDT.size),
+        udp_sum = Mux(imm_in, d.length + (udp_const + IMMDT.size), d.length + udp_const)
+        ip_sum = Mux(imm_in, d.length + (IPV4.size + udp_const + IMMDT.size),
                      d.length + (IPV4.size + udp_const))
+        valid = [Signal(name=f"csum_valid{k}") for k in range(CSUM_STAGES)]
+        udp_len = [Signal(16, name=f"udp_len{k}") for k in range(CSUM_STAGES)]
+        ip_len = [Signal(16, name=f"ip_len{k}") for k in range(CSUM_STAGES)]
         m.d.sync += [
-            udp_len.eq(Cat(Const(0, 2), udp_sum[2:])),
-            ip_len.eq(Cat(Const(0, 2), ip_sum[2:])),
+            valid[0].eq(take_in),
+            udp_len[0].eq(Cat(Const(0, 2), udp_sum[2:])),
+            ip_len[0].eq(Cat(Const(0, 2), ip_sum[2:])),
         ]
+        for k in range(1, CSUM_STAGES):
+            m.d.sync += [valid[k].eq(valid[k - 1]), udp_len[k].eq(udp_len[k - 1]),
+                         ip_len[k].eq(ip_len[k - 1])]
         tos = Cat(Const(ECN_ECT0, 2), d.dscp)
-        # the nine 16-bit checksum terms, added in a tree
         s0, s1, s2 = Signal(17), Signal(17), Signal(17)
         t0, t1 = Signal(18), Signal(18)
         total = Signal(20)
         folded = Signal(17)
+        checksum = Signal(16)
         const_terms = (IP_FLAGS_DF << 13) + ((IP_TTL << 8) | IP_PROTO_UDP)  # ident is 0
         m.d.sync += [
             s0.eq(d.dst_ip[16:32] + d.dst_ip[:16]),
             s1.eq(Cat(tos, Const(0x45, 8)) + self.src_ip[16:]),
             s2.eq(self.src_ip[:16] + const_terms),
             t0.eq(s0 + s1),
-            t1.eq(s2 + ip_len),
+            t1.eq(s2 + ip_len[0]),
             total.eq(t0 + t1),
             folded.eq(total[:16] + total[16:]),
+            checksum.eq(~(folded[:16] + folded[16:])[:16]),
         ]
-        checksum = Signal(16)
-        m.d.comb += checksum.eq(~(folded[:16] + folded[16:])[:16])
-        CSUM_STAGES = 4  # cycles from a stable descriptor to ``folded``
-        wait = Signal(range(CSUM_STAGES))
-        # ``ripe``: ``folded`` is the descriptor's (``wait`` has counted
-        # CSUM_STAGES cycles).
-        ripe = Signal()
-        # ``take`` = ``ripe & ~hdr.valid`` (the descriptor is taken), computed
-        # from the next values of both a cycle early and registered: it is
-        # ``desc.ready``, which reaches the descriptor FIFO's wide output
-        # register's clock enable and its block-RAM read enable, so it is a
-        # flip-flop, not a LUT of two.
-        take = Signal()
 
-        eth = ETH.pack({"dst": d.dst_mac, "src": self.src_mac, "ethertype": ETHERTYPE_IPV4})
+        # ---- the descriptors taken, and their results, oldest first
+        m.submodules.descs = descs = SyncFIFO(width=len(Value.cast(d)), depth=DESC_DEPTH)
+        m.submodules.sums = sums = SyncFIFO(width=48, depth=DESC_DEPTH)
+        last = CSUM_STAGES - 1
+        m.d.comb += [
+            descs.w_en.eq(take_in),
+            descs.w_data.eq(d.as_value()),
+            # never full: a result's descriptor is in ``descs`` until both are read
+            sums.w_en.eq(valid[last]),
+            sums.w_data.eq(Cat(checksum, ip_len[last], udp_len[last])),
+        ]
+        h = layout(descs.r_data)
+        h_checksum, h_ip_len, h_udp_len = sums.r_data[:16], sums.r_data[16:32], sums.r_data[32:]
+        # the header register is loaded (its descriptor read) in a cycle it is
+        # empty and the oldest descriptor's results are there
+        load = Signal()
+        m.d.comb += [
+            load.eq(~self.hdr.valid & sums.r_rdy),
+            descs.r_en.eq(load),
+            sums.r_en.eq(load),
+        ]
+        # desc.ready: fewer than DESC_DEPTH held after this cycle
+        m.d.sync += self.desc.ready.eq(descs.level + take_in - load < DESC_DEPTH)
+
+        imm = (h.opcode == Opcode.WRITE_LAST_IMM) | (h.opcode == Opcode.WRITE_ONLY_IMM)
+        pad = (-h.length)[:2]
+        eth = ETH.pack({"dst": h.dst_mac, "src": self.src_mac, "ethertype": ETHERTYPE_IPV4})
         ip = IPV4.pack(
             {
                 "version": 4,
                 "ihl": 5,
-                "dscp": d.dscp,
+                "dscp": h.dscp,
                 "ecn": ECN_ECT0,
-                "total_len": ip_len,
+                "total_len": h_ip_len,
                 "ident": 0,
                 "flags": IP_FLAGS_DF,
                 "frag_off": 0,
                 "ttl": IP_TTL,
                 "proto": IP_PROTO_UDP,
-                "checksum": checksum,
+                "checksum": h_checksum,
                 "src": self.src_ip,
-                "dst": d.dst_ip[:32],
+                "dst": h.dst_ip[:32],
             }
         )
         # an IPv4 frame's EV is UDP's whatever the QP's format
-        fmt = Mux(d.v6, d.ev_format, EvFormat.UDP) if self.ev_width > 16 else None
-        sport, flow_label, _ = ev_fields(d.ev, fmt, self.ev_width)
-        udp = UDP.pack({"sport": sport, "dport": ROCE_UDP_PORT, "length": udp_len, "checksum": 0})
+        fmt = Mux(h.v6, h.ev_format, EvFormat.UDP) if self.ev_width > 16 else None
+        sport, flow_label, _ = ev_fields(h.ev, fmt, self.ev_width)
+        udp = UDP.pack({"sport": sport, "dport": ROCE_UDP_PORT, "length": h_udp_len,
+                        "checksum": 0})
         bth = BTH.pack(
             {
-                "opcode": d.opcode,
-                "se": d.se,
+                "opcode": h.opcode,
+                "se": h.se,
                 "padcount": pad,
                 "pkey": PKEY_DEFAULT,
-                "dqpn": d.dqpn,
-                "ackreq": d.ackreq,
-                "psn": d.psn,
+                "dqpn": h.dqpn,
+                "ackreq": h.ackreq,
+                "psn": h.psn,
             }
         )
-        reth = RETH.pack({"va": d.va, "rkey": d.rkey, "dma_len": d.dma_len})
-        immdt = IMMDT.pack({"imm": d.imm})
+        reth = RETH.pack({"va": h.va, "rkey": h.rkey, "dma_len": h.dma_len})
+        immdt = IMMDT.pack({"imm": h.imm})
         header = Cat(eth, ip, udp, bth, reth, immdt)
         if self.ipv6:
             # the UDP length is the IPv6 payload length; no IP checksum
-            eth6 = ETH.pack({"dst": d.dst_mac, "src": self.src_mac,
+            eth6 = ETH.pack({"dst": h.dst_mac, "src": self.src_mac,
                              "ethertype": ETHERTYPE_IPV6})
-            ip6 = IPV6.pack({"version": 6, "dscp": d.dscp, "ecn": ECN_ECT0,
-                             "flow_label": flow_label, "payload_len": udp_len,
+            ip6 = IPV6.pack({"version": 6, "dscp": h.dscp, "ecn": ECN_ECT0,
+                             "flow_label": flow_label, "payload_len": h_udp_len,
                              "next_header": IP_PROTO_UDP,
-                             "hop_limit": IP_TTL, "src": self.src_ip6, "dst": d.dst_ip})
-            header = Mux(d.v6, Cat(eth6, ip6, udp, bth, reth, immdt), header)
+                             "hop_limit": IP_TTL, "src": self.src_ip6, "dst": h.dst_ip})
+            header = Mux(h.v6, Cat(eth6, ip6, udp, bth, reth, immdt), header)
 
-        with m.If(self.hdr.ready):
-            m.d.sync += self.hdr.valid.eq(0)
-        with m.If(self.desc.valid & ~ripe):
-            m.d.sync += [wait.eq(wait + 1), ripe.eq(wait == CSUM_STAGES - 1)]
-        # The header register follows the descriptor while it is empty (its
-        # clock enable is ``~hdr.valid``, a flip-flop), and keeps the header
-        # of the cycle the descriptor is taken.
+        # The header register follows the oldest descriptor while it is empty
+        # (its clock enable is ``~hdr.valid``, a flip-flop), and keeps the
+        # header of the cycle it is loaded.
         with m.If(~self.hdr.valid):
             m.d.sync += [
                 self.hdr.payload.bytes.eq(header),
                 self.hdr.payload.imm.eq(imm),
-                self.hdr.payload.length.eq(d.length),
+                self.hdr.payload.length.eq(h.length),
                 self.hdr.payload.pad.eq(pad),
             ]
             if self.ipv6:
-                m.d.sync += self.hdr.payload.v6.eq(d.v6)
-        # ``ripe`` is set only while ``desc.valid``, which holds until taken
-        m.d.comb += self.desc.ready.eq(take)
-        with m.If(take):
-            m.d.sync += [wait.eq(0), ripe.eq(0), self.hdr.valid.eq(1)]
-        ripe_next = ~take & (ripe | (self.desc.valid & (wait == CSUM_STAGES - 1)))
-        hdr_valid_next = take | (self.hdr.valid & ~self.hdr.ready)
-        m.d.sync += take.eq(ripe_next & ~hdr_valid_next)
+                m.d.sync += self.hdr.payload.v6.eq(h.v6)
+        with m.If(self.hdr.ready):
+            m.d.sync += self.hdr.valid.eq(0)
+        with m.If(load):
+            m.d.sync += self.hdr.valid.eq(1)
         return m

@@ -3,6 +3,7 @@ regression: HeaderBuilder -> Framer -> IcrcInserter against the scapy
 reference frame, the Realigner on every start lane, the round-robin picker."""
 
 import ipaddress
+import itertools
 
 import pytest
 from amaranth.hdl import Module, Signal
@@ -11,6 +12,7 @@ from amaranth.lib.wiring import In, Out
 from amaranth.sim import Simulator
 
 from host_driver import layers as L
+from hw.headers import ICRC_BYTES
 from hw.protocol import EvFormat, srv6_carrier, srv6_sport, stev_fields
 from hw.stream import Beat
 from hw.tx.arbiter import round_robin
@@ -74,30 +76,16 @@ async def _send_frame(ctx, port, data: bytes, nbytes: int):
 SRC_IP6, DST_IP6 = "2001:db8::a:1", "2001:db8:1:2::bb"
 
 
-@pytest.mark.parametrize("w,ipv6", [(64, False), (128, False),
-                                    pytest.param(256, False, marks=pytest.mark.long),
-                                    (64, True), (128, True),
-                                    pytest.param(256, True, marks=pytest.mark.long)],
-                         ids=["64", "128", "256", "64-ipv6", "128-ipv6", "256-ipv6"])
-def test_frames_match_scapy(w, ipv6):
-    """Frames of every WRITE opcode and payload lengths 0..70 are byte-exact;
-    built with ``ipv6``, a random half of them over IPv6 (each header length
-    after each other, so every residue change of the framer is crossed),
-    each QP's EV (64 bits) in a random format: UDP's source port, STEV's
-    flow label and source port, SRv6's source port (the header builder's
-    frame is the one to the peer: ``CarrierWriter`` puts the carrier in
-    later), and an IPv4 frame's EV as UDP's whatever its format.
-    Not at 512 bits: Amaranth's Python simulator cannot compile the ICRC
-    inserter's 64-lane mux trees (too many levels of indentation)."""
-    rng = seeds.rng(w + ipv6)
-    nbytes = w // 8
-    dut = Datapath(w, ipv6)
+def _cases(rng, lengths, ipv6, ev_width):
+    """A WRITE packet's fields (``L.write_packet``'s, and ``ev_entry``: the EV
+    entry and its format) per payload length: random opcodes, PSNs, keys, EVs;
+    with ``ipv6``, a random half over IPv6, each EV in a random format."""
     cases = []
-    for n in list(range(0, 20)) + [31, 32, 33, 63, 64, 65, 70]:
+    for n in lengths:
         op = rng.choice(L.WRITE_OPCODES)
         v6 = ipv6 and rng.getrandbits(1)
         fmt = rng.choice(list(EvFormat)) if ipv6 else EvFormat.UDP
-        ev = rng.getrandbits(dut.ev_width)
+        ev = rng.getrandbits(ev_width)
         sport, flow_label = ev & 0xFFFF, 0
         if v6 and fmt == EvFormat.STEV:
             sport, flow_label = stev_fields(ev)
@@ -124,6 +112,62 @@ def test_frames_match_scapy(w, ipv6):
                 dst_ip=DST_IP6 if v6 else "172.16.5.9",
             )
         )
+    return cases
+
+
+def _set_desc(ctx, d, c, ipv6):
+    """A ``PacketDesc`` (``d``) set to case ``c``'s fields."""
+    se = int(c["opcode"] in L.IMM_OPCODES)
+    ctx.set(d.opcode, c["opcode"])
+    ctx.set(d.se, se)
+    ctx.set(d.ackreq, c["ackreq"])
+    ctx.set(d.dqpn, c["dqpn"])
+    ctx.set(d.psn, c["psn"])
+    ctx.set(d.va, c["va"])
+    ctx.set(d.rkey, c["rkey"])
+    ctx.set(d.dma_len, c["dma_len"])
+    ctx.set(d.imm, c["imm"] or 0)
+    ctx.set(d.length, len(c["payload"]))
+    ctx.set(d.ev, c["ev_entry"][0])
+    if ipv6:
+        ctx.set(d.ev_format, c["ev_entry"][1])
+    ctx.set(d.dst_mac, 0x0266778899AA)
+    if ":" in c["dst_ip"]:
+        ctx.set(d.dst_ip, int(ipaddress.IPv6Address(c["dst_ip"])))
+        ctx.set(d.v6, 1)
+    else:
+        ctx.set(d.dst_ip, 0xAC100509)
+        if ipv6:
+            ctx.set(d.v6, 0)
+    ctx.set(d.dscp, c["dscp"])
+
+
+def _reference(c) -> bytes:
+    """Case ``c``'s frame, built by scapy (host_driver/layers.py)."""
+    ref = L.write_packet(**{k: v for k, v in c.items() if k != "ev_entry"})
+    ref[L.BTH].se = int(c["opcode"] in L.IMM_OPCODES)
+    return bytes(ref)
+
+
+@pytest.mark.parametrize("w,ipv6", [(64, False), (128, False),
+                                    pytest.param(256, False, marks=pytest.mark.long),
+                                    (64, True), (128, True),
+                                    pytest.param(256, True, marks=pytest.mark.long)],
+                         ids=["64", "128", "256", "64-ipv6", "128-ipv6", "256-ipv6"])
+def test_frames_match_scapy(w, ipv6):
+    """Frames of every WRITE opcode and payload lengths 0..70 are byte-exact;
+    built with ``ipv6``, a random half of them over IPv6 (each header length
+    after each other, so every residue change of the framer is crossed),
+    each QP's EV (64 bits) in a random format: UDP's source port, STEV's
+    flow label and source port, SRv6's source port (the header builder's
+    frame is the one to the peer: ``CarrierWriter`` puts the carrier in
+    later), and an IPv4 frame's EV as UDP's whatever its format.
+    Not at 512 bits: Amaranth's Python simulator cannot compile the ICRC
+    inserter's 64-lane mux trees (too many levels of indentation)."""
+    rng = seeds.rng(w + ipv6)
+    nbytes = w // 8
+    dut = Datapath(w, ipv6)
+    cases = _cases(rng, list(range(0, 20)) + [31, 32, 33, 63, 64, 65, 70], ipv6, dut.ev_width)
     got = []
 
     async def feed(ctx):
@@ -131,30 +175,7 @@ def test_frames_match_scapy(w, ipv6):
         ctx.set(dut.src_ip, 0xC0A80101)
         ctx.set(dut.src_ip6, int(ipaddress.IPv6Address(SRC_IP6)))
         for c in cases:
-            d = dut.desc.payload
-            se = int(c["opcode"] in L.IMM_OPCODES)
-            ctx.set(d.opcode, c["opcode"])
-            ctx.set(d.se, se)
-            ctx.set(d.ackreq, c["ackreq"])
-            ctx.set(d.dqpn, c["dqpn"])
-            ctx.set(d.psn, c["psn"])
-            ctx.set(d.va, c["va"])
-            ctx.set(d.rkey, c["rkey"])
-            ctx.set(d.dma_len, c["dma_len"])
-            ctx.set(d.imm, c["imm"] or 0)
-            ctx.set(d.length, len(c["payload"]))
-            ctx.set(d.ev, c["ev_entry"][0])
-            if ipv6:
-                ctx.set(d.ev_format, c["ev_entry"][1])
-            ctx.set(d.dst_mac, 0x0266778899AA)
-            if ":" in c["dst_ip"]:
-                ctx.set(d.dst_ip, int(ipaddress.IPv6Address(c["dst_ip"])))
-                ctx.set(d.v6, 1)
-            else:
-                ctx.set(d.dst_ip, 0xAC100509)
-                if ipv6:
-                    ctx.set(d.v6, 0)
-            ctx.set(d.dscp, c["dscp"])
+            _set_desc(ctx, dut.desc.payload, c, ipv6)
             ctx.set(dut.desc.valid, 1)
             await ctx.tick().until(dut.desc.ready)
             ctx.set(dut.desc.valid, 0)
@@ -178,11 +199,62 @@ def test_frames_match_scapy(w, ipv6):
     sim.run_until(1e-8 * 20000)
     assert len(got) == len(cases)
     for c, frame in zip(cases, got, strict=True):
-        se = int(c["opcode"] in L.IMM_OPCODES)
-        ref = L.write_packet(**{k: v for k, v in c.items() if k != "ev_entry"})
-        ref[L.BTH].se = se
         assert L.check_frame(frame) == (True, True)
-        assert frame == bytes(ref), f"opcode {c['opcode']:#x}, {len(c['payload'])} bytes"
+        assert frame == _reference(c), f"opcode {c['opcode']:#x}, {len(c['payload'])} bytes"
+
+
+@pytest.mark.parametrize("ready_p", [1.0, 0.4], ids=["ready", "random-ready"])
+@pytest.mark.parametrize("ipv6", [False, True], ids=["ipv4", "ipv6"])
+def test_header_builder_back_to_back(ipv6, ready_p):
+    """Descriptors offered back to back (``valid`` held): each header's bytes,
+    length and pad are the scapy frame's, in order, none lost or repeated,
+    under a random ``hdr.ready`` too; with the framer's side always ready, a
+    header every 3 cycles at most once the first is out, 3 in 7 (a
+    64-byte WRITE's frame is 3 beats at 512 bits)."""
+    ev_width = 64 if ipv6 else 16
+    rng = seeds.rng(7 + ipv6)
+    dut = HeaderBuilder(ipv6, ev_width)
+    cases = _cases(rng, [rng.randrange(0, 1500) for _ in range(40)], ipv6, ev_width)
+    got = []  # (cycle, bytes, length, pad)
+
+    async def feed(ctx):
+        ctx.set(dut.src_mac, 0x021122334455)
+        ctx.set(dut.src_ip, 0xC0A80101)
+        if ipv6:
+            ctx.set(dut.src_ip6, int(ipaddress.IPv6Address(SRC_IP6)))
+        ctx.set(dut.desc.valid, 1)
+        for c in cases:
+            _set_desc(ctx, dut.desc.payload, c, ipv6)
+            await ctx.tick().until(dut.desc.ready)
+        ctx.set(dut.desc.valid, 0)
+
+    async def collect(ctx):
+        bp = seeds.rng(3)
+        nbytes = len(dut.hdr.payload.bytes) // 8
+        cycle = 0
+        while len(got) < len(cases):
+            ready = bp.random() < ready_p
+            ctx.set(dut.hdr.ready, ready)
+            if ready and ctx.get(dut.hdr.valid):
+                h = ctx.get(dut.hdr.payload)
+                got.append((cycle, h.bytes.to_bytes(nbytes, "little"), h.length, h.pad))
+            await ctx.tick()
+            cycle += 1
+
+    sim = Simulator(dut)
+    sim.add_clock(1e-8)
+    sim.add_testbench(feed)
+    sim.add_testbench(collect)
+    sim.run()
+    for c, (_, hdr, length, pad) in zip(cases, got, strict=True):
+        ref = _reference(c)
+        hlen = len(ref) - len(c["payload"]) - (-len(c["payload"]) % 4) - ICRC_BYTES
+        assert hdr[:hlen] == ref[:hlen], f"opcode {c['opcode']:#x}"
+        assert (length, pad) == (len(c["payload"]), -len(c["payload"]) % 4)
+    if ready_p == 1.0:
+        cycles = [t for t, *_ in got]
+        gaps = [b - a for a, b in itertools.pairwise(cycles)]
+        assert max(gaps) <= 3 and cycles[-1] - cycles[0] <= 7 * (len(got) - 1) // 3 + 2, cycles
 
 
 @pytest.mark.parametrize("w", [64, 256])
