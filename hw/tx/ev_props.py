@@ -103,20 +103,21 @@ table's depth or the MTU.
 Bounded, not unbounded: k-induction would need the sequencer's own
 invariants (its FSM against the readies it saw, the in-flight records) and
 the table's memories against the reference (a property cannot read their
-rows). The bounds: the sequencer's (32) is past its first retransmission
-(its covers: a first packet at step 19, a later one at 26, a retransmission
-at 31): a new packet's choice meets every bitmap and cursor, and a
+rows). The bounds: the sequencer's (36) is past its first retransmission
+(its covers: a first packet at step 12, a later one at 19, a retransmission
+at 24): a new packet's choice meets every bitmap and cursor, and a
 retransmission's choice is reached, its EV to avoid then being the cursor (a
 retransmission avoiding another EV needs a second packet of its QP first,
 beyond the bound; the choice's ``usable`` is a subset of ``good`` whatever it
 avoids). The path from the choice to EMIT is the same for every packet. The
-joined one (34) likewise: a first packet and both races at step 21, the stall
-and its unpark at 27, a later packet at 28, a retransmission at 33. The
+joined one (38) likewise: a first packet and the races at steps 14 and 15,
+the stall and its unpark at 20, a later packet at 21, a retransmission at 26.
+The
 table's (24) holds its 8 cycles of defaults and 5 changes after them (a
 change takes 3 cycles; the updater's own state, its buffer and busy count,
 repeats every 3): each step costs the solver about twice the one before
 (the memories' rows against the reference), so more changes are out of
-reach. The joined proof assumes the table's properties to step 33; its
+reach. The joined proof assumes the table's properties to step 37; its
 covers, reached under that assumption with the real table, show the
 assumption holds on those histories.
 """
@@ -440,11 +441,11 @@ PROOFS = [
           engine=ENGINE, long=True,
           reduction="2 QPs x 3 EVs, 16 PSNs in flight, MTU 256, 512-bit data, 32-bit "
                     "addresses; every input free, good any bitmap each cycle; bounded at "
-                    "36 cycles: a retransmission's choice at 33 (a new packet's choice meets "
+                    "36 cycles: a retransmission's choice at 24 (a new packet's choice meets "
                     "every bitmap and cursor)"),
     Proof("tx_ev_send", harness(EvHarness, "both", 2), mode="bmc", depth=38, cover_depth=38,
           engine=ENGINE, long=True,
           reduction="as tx_ev_sequencer, 2 EVs per QP (the table's defaults in 4 cycles); "
-                    "bounded at 38 cycles: a retransmission at 35, the races at 23, the "
-                    "stall and unpark at 29"),
+                    "bounded at 38 cycles: a retransmission at 26, the races at 14 and 15, "
+                    "the stall and unpark at 20"),
 ]
