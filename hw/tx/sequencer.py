@@ -514,6 +514,7 @@ class Sequencer(wiring.Component):
                               settings_lane(ring, "sq_base_hi", self.addr_width - 32))),
             pf.sq_log2.eq(settings_lane(ring, "sq_log2_size")),
             pf.take.eq(pf_take), pf.take_q.eq(cur_q), pf.drop.eq(qw.reset), pf.rd_q.eq(cur_q),
+            pf.drop_stb.eq(qw.ctrl & qw.data[CTRL_RESET_BIT]), pf.drop_q.eq(qw.q),
         ]
         m.submodules.scheduler = sched = QpScheduler(self.num_qps)
         qp_flags = dict(**flags.scheduler_inputs(), wqe_ready=pf.ready,

@@ -3,8 +3,7 @@ buffer (``WqePrefetch``), and the WQE read channel shared by that prefetch and
 the sequencer's retransmit fetches (``BurstShare``)."""
 
 from amaranth.hdl import Array, Cat, Module, Mux, Signal
-from amaranth.lib import stream, wiring
-from amaranth.lib.fifo import SyncFIFO
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
@@ -36,8 +35,10 @@ class WqePrefetch(wiring.Component):
     the order of the requests; every beat is taken); ``ready`` (per QP): the QP's WQE at
     ``ci`` is in the buffer; ``take``/``take_q``: the sequencer consumed
     QP ``take_q``'s WQE (it moves that QP's ``ci`` in the same cycle);
-    ``drop`` (per QP): the QP's ring was reset (``ci`` set to ``pi``): its
-    buffered WQE is dropped and a read in flight for it discarded;
+    ``drop`` (per QP), with ``drop_stb``/``drop_q`` (the same event as a QP
+    number, at most one QP a cycle): the QP's ring was reset (``ci`` set to
+    ``pi``): its buffered WQE is dropped and a read under way for it
+    discarded;
     ``rd_q`` -> ``rd_wqe``: the buffered WQE of the QP given the cycle
     before (``row_port``, writes of that cycle included), the fields TX reads
     (``PrefetchedWqe``, hw/tx/layouts.py), each byte written as its beat
@@ -47,12 +48,14 @@ class WqePrefetch(wiring.Component):
     (``pi != ci``, registered per nibble and then ORed: two cycles late;
     or ``ring_ne``, which ``RingRows`` moves at the end of the cycle after
     a take or a reset, or of the one after that when a take waits) and
-    none of its WQEs is buffered or being read; round robin among those.
+    none of its WQEs is buffered; round robin among those, a grant that is
+    under way (picked, or read and its last beat not in: compared with the
+    QP picked and each read in flight) skipped.
     Only posted WQEs are read (``ci`` is behind the doorbell), each once:
     the ring check is made again in ADDR, two cycles after the pick, when it
     has seen ``ci`` as it was in the pick's cycle (a take or reset before
-    it); a reset in that cycle or later sets the QP's ``cancel`` bit, and
-    the read, if made, is discarded. ``ci`` of a QP being read cannot move
+    it); a reset in that cycle or later sets the read's cancel bit, and the
+    read, if made, is discarded. ``ci`` of a QP being read cannot move
     (the sequencer takes only a ``ready`` WQE) except by ``drop``. The ring
     settings are those of the read's ADDR: a QP's
     ``sq_base``/``sq_log2_size`` written with WQEs posted apply from its
@@ -62,8 +65,10 @@ class WqePrefetch(wiring.Component):
     read; ADDR: the slot's address registered, ``sq_base + (ci mod
     2^sq_log2) x 64``, once a read in flight may be added; REQ: the request,
     until taken, when the next QP is chosen as in PICK and ROW follows); the
-    reads in flight are a FIFO of their QPs, whose oldest's row takes the
-    beats as they come, and whose QP is ``ready`` after its last. Latency:
+    reads in flight are a ring of ``MAX_READS`` registers (a QP and its
+    cancel bit each), whose oldest's row takes the beats as they come and
+    whose QP is ``ready`` after its last: the logic per QP is the ``ready``
+    flags' alone. Latency:
     ``ready`` is set the cycle after the burst's last beat, about 4 cycles
     plus the memory's latency and the burst's beats after the pick.
     Throughput: a request per 3 cycles while QPs wait (4 when the next is
@@ -98,6 +103,8 @@ class WqePrefetch(wiring.Component):
             "take": In(1),
             "take_q": In(qb),
             "drop": In(num_qps),
+            "drop_stb": In(1),
+            "drop_q": In(qb),
             "rd_q": In(qb),
             "rd_wqe": Out(PrefetchedWqe()),
         })
@@ -124,20 +131,16 @@ class WqePrefetch(wiring.Component):
             pf_ci = Array(self.ci[16 * i : 16 * (i + 1)] for i in range(nq))[pf_q]
 
         ready = Signal(nq)
-        # reading: per QP, picked and its read not yet done (its last beat taken,
-        # or given up in ADDR): not picked again until then
-        reading = Signal(nq)
         m.submodules.rr = rr = RoundRobin(nq)
         m.d.comb += [
-            rr.requests.eq(self.enable & ~self.op_halt & ring_work & ~ready & ~reading),
+            rr.requests.eq(self.enable & ~self.op_halt & ring_work & ~ready),
             self.ready.eq(ready),
         ]
+        # a drop of one QP (the decode's reset strobe, as a QP number) seen by
+        # the reads under way: a compare per read, not a flag per QP
+        def dropped(q):
+            return self.drop_stb & (self.drop_q == q)
 
-        # cancel: per QP, its ring was reset since its pick: its read is discarded
-        cancel = Signal(nq)
-        picked = Signal(nq)  # one-hot: the QP picked this cycle
-        m.d.sync += cancel.eq((cancel & ~picked) | (self.drop & (reading | picked)))
-        pf_cancel = cancel.bit_select(pf_q, 1) | self.drop.bit_select(pf_q, 1)
         req_valid = Signal()
         req_addr = Signal(self.addr_width)
         m.d.comb += [
@@ -147,11 +150,25 @@ class WqePrefetch(wiring.Component):
             self.req.payload.len.eq(wqe_beats - 1),
         ]
 
-        # the reads in flight, oldest first: their QPs, in the order of their
-        # requests (the beats come back in that order)
-        m.submodules.inflight = inflight = SyncFIFO(width=len(pf_q), depth=MAX_READS)
-        head = inflight.r_data
+        # The reads in flight, oldest first (their beats come in that order): a
+        # ring of MAX_READS registers, each a QP and its cancel bit (the QP's
+        # ring was reset since its pick: its read is discarded).
+        Entry = data.StructLayout({"q": len(pf_q), "cancel": 1})
+        slots = [Signal(Entry, name=f"read{i}") for i in range(MAX_READS)]
+        in_use = Signal(MAX_READS)  # per slot: a read in flight
+        head = Signal(range(MAX_READS))  # the oldest read's slot
+        tail = Signal(range(MAX_READS))  # the next request's slot
+        oldest = Array(slots)[head]
         beat = Signal(range(max(2, wqe_beats)))
+        front = Signal()  # pf_q is picked and not yet requested (ROW, ADDR, REQ)
+        pf_cancel = Signal()  # pf_q's ring was reset since its pick
+        # the grant is a QP under way (picked, or read and its last beat not
+        # taken): not picked again; the search moves on past it
+        under_way = (front & (rr.grant == pf_q)) | Cat(
+            *[in_use[i] & (slot.q == rr.grant) for i, slot in enumerate(slots)]).any()
+        for slot in slots:
+            with m.If(dropped(slot.q)):
+                m.d.sync += slot.cancel.eq(1)
 
         # the buffer, a byte lane per kept byte: byte k of PrefetchedWqe is the
         # WQE's byte at offset src[k], taken from its beat's lane
@@ -162,7 +179,7 @@ class WqePrefetch(wiring.Component):
         buf_r = row_port(buf, write=buf_w, **ram)
         beat_data = self.data.payload.data
         m.d.comb += [
-            buf_w.addr.eq(head),
+            buf_w.addr.eq(oldest.q),
             buf_w.data.eq(Cat(*[beat_data.word_select(o % nbytes, 8) for o in src])),
             buf_r.addr.eq(row_address(m, self.rd_q, "pf_rd_q", **ram)),
             self.rd_wqe.eq(buf_r.data),
@@ -175,33 +192,44 @@ class WqePrefetch(wiring.Component):
         # discards the read)
         ready_set = Signal(nq)
         ready_clear = Signal(nq)
-        done = Signal(nq)  # one-hot: the QP whose read's last beat is taken this cycle
-        given_up = Signal(nq)  # one-hot: the QP whose read ADDR gives up this cycle
         m.d.comb += ready_clear.eq(self.drop | Mux(self.take, onehot(self.take_q, nq), 0))
-        m.d.sync += [
-            ready.eq((ready | ready_set) & ~ready_clear),
-            reading.eq((reading | picked) & ~done & ~given_up),
-        ]
+        m.d.sync += ready.eq((ready | ready_set) & ~ready_clear)
 
         # the beats: every one is taken (a read in flight has room in the buffer)
         # and written into the row of the oldest read's QP
         m.d.comb += self.data.ready.eq(1)
+        done = Signal()  # the oldest read's last beat is taken
         with m.If(self.data.valid):
             m.d.sync += beat.eq(beat + 1)
             m.d.comb += buf_w.en.eq(byte_en)
             with m.If(self.data.payload.last):
-                m.d.sync += beat.eq(0)
-                m.d.comb += [inflight.r_en.eq(1), done.eq(onehot(head, nq))]
-                with m.If(~cancel.bit_select(head, 1)):
-                    m.d.comb += ready_set.eq(onehot(head, nq))
+                m.d.sync += [beat.eq(0), head.eq(head + 1)]
+                m.d.comb += done.eq(1)
+                with m.If(~oldest.cancel):
+                    m.d.comb += ready_set.eq(onehot(oldest.q, nq))
 
         # The requests: a state flip-flop each (hw.pipeline.OneHotFSM).
         fsm = OneHotFSM(m, ("PICK", "ROW", "ADDR", "REQ"), init="PICK", name="prefetch_state")
+        issued = Signal()  # a request is taken: its QP goes into the tail slot
+        m.d.sync += in_use.eq((in_use | Mux(issued, onehot(tail, MAX_READS), 0))
+                              & ~Mux(done, onehot(head, MAX_READS), 0))
+        with m.If(issued):
+            m.d.sync += [Array(slots)[tail].eq(Cat(pf_q, pf_cancel | dropped(pf_q))),
+                         tail.eq(tail + 1)]
+        with m.If(dropped(pf_q)):
+            m.d.sync += pf_cancel.eq(1)
 
-        def pick():
-            m.d.comb += [rr.next.eq(1), picked.eq(onehot(rr.grant, nq))]
-            m.d.sync += pf_q.eq(rr.grant)
-            fsm.next = "ROW"
+        def pick(otherwise=None):
+            """The grant, unless it is under way: then only the search moves on
+            (and the FSM to ``otherwise``, if given)."""
+            m.d.comb += rr.next.eq(1)
+            with m.If(~under_way):
+                m.d.sync += [pf_q.eq(rr.grant), front.eq(1),
+                             pf_cancel.eq(dropped(rr.grant))]
+                fsm.next = "ROW"
+            if otherwise is not None:
+                with m.Else():
+                    fsm.next = otherwise
 
         with fsm.State("PICK"):
             with m.If(rr.valid):
@@ -211,20 +239,20 @@ class WqePrefetch(wiring.Component):
         with fsm.State("ADDR"):
             slot = pf_ci & ring_mask
             m.d.sync += req_addr.eq(self.sq_base + (slot << 6))
-            with m.If(pf_cancel | ~ring_work.bit_select(pf_q, 1)):
+            with m.If(pf_cancel | dropped(pf_q) | ~ring_work.bit_select(pf_q, 1)):
                 # given up: the QP may be picked again
-                m.d.comb += given_up.eq(onehot(pf_q, nq))
+                m.d.sync += front.eq(0)
                 fsm.next = "PICK"
-            with m.Elif(inflight.w_rdy):
+            with m.Elif(~in_use.bit_select(tail, 1)):
                 m.d.sync += req_valid.eq(1)
                 fsm.next = "REQ"
         with fsm.State("REQ"):
             with m.If(self.req.ready):
-                m.d.sync += req_valid.eq(0)
-                m.d.comb += [inflight.w_en.eq(1), inflight.w_data.eq(pf_q)]
-                # the next QP picked as the request goes
+                m.d.sync += [req_valid.eq(0), front.eq(0)]
+                m.d.comb += issued.eq(1)
+                # the next QP picked as the request goes, if one is not under way
                 with m.If(rr.valid):
-                    pick()
+                    pick(otherwise="PICK")
                 with m.Else():
                     fsm.next = "PICK"
 

@@ -96,12 +96,15 @@ def test_wqe_prefetch(nq, dw):
                     gen[q] += 1  # the ring is reset: consumer = producer
                     ci[q] = pi[q]
                     ctx.set(pf.drop, 1 << q)
+                    ctx.set(pf.drop_stb, 1)
+                    ctx.set(pf.drop_q, q)
                     reads.pop(q, None)
                     reset_at[q] = cycle
                     log["resets"] += 1
                     break
             else:
                 ctx.set(pf.drop, 0)
+                ctx.set(pf.drop_stb, 0)
             dropped = ctx.get(pf.drop)
             if rng.random() < 0.01:
                 q = rng.randrange(nq)
