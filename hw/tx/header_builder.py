@@ -1,7 +1,7 @@
 """Header bytes of an RDMA WRITE packet from its descriptor."""
 
 from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
-from amaranth.lib import stream, wiring
+from amaranth.lib import data, stream, wiring
 from amaranth.lib.fifo import SyncFIFO
 from amaranth.lib.wiring import In, Out
 
@@ -41,6 +41,13 @@ def ipv4_checksum(words):
 # counts them
 DESC_DEPTH = 3
 CSUM_STAGES = 5  # registers from a taken descriptor to its checksum
+# a descriptor's results, as the second FIFO holds them
+Sums = data.StructLayout({"checksum": 16, "ip_len": 16, "udp_len": 16})
+
+
+def with_imm(opcode):
+    """``opcode`` is a WRITE with ImmDt (``Opcode.WITH_IMM``)."""
+    return Cat(*[opcode == op for op in Opcode.WITH_IMM]).any()
 
 
 class HeaderBuilder(wiring.Component):
@@ -102,7 +109,7 @@ class HeaderBuilder(wiring.Component):
         # const is a multiple of 4; both sums of each are made and the opcode
         # picks one after the adders, so its decode is not in front of the
         # carry chains.
-        imm_in = (d.opcode == Opcode.WRITE_LAST_IMM) | (d.opcode == Opcode.WRITE_ONLY_IMM)
+        imm_in = with_imm(d.opcode)
         udp_const = UDP.size + BTH.size + 4 + RETH.size + 3
         udp_sum = Mux(imm_in, d.length + (udp_const + IMMDT.size), d.length + udp_const)
         ip_sum = Mux(imm_in, d.length + (IPV4.size + udp_const + IMMDT.size),
@@ -138,17 +145,21 @@ class HeaderBuilder(wiring.Component):
 
         # ---- the descriptors taken, and their results, oldest first
         m.submodules.descs = descs = SyncFIFO(width=len(Value.cast(d)), depth=DESC_DEPTH)
-        m.submodules.sums = sums = SyncFIFO(width=48, depth=DESC_DEPTH)
+        m.submodules.sums = sums = SyncFIFO(width=Sums.size, depth=DESC_DEPTH)
         last = CSUM_STAGES - 1
+        sums_in = Signal(Sums)
         m.d.comb += [
             descs.w_en.eq(take_in),
             descs.w_data.eq(d.as_value()),
             # never full: a result's descriptor is in ``descs`` until both are read
             sums.w_en.eq(valid[last]),
-            sums.w_data.eq(Cat(checksum, ip_len[last], udp_len[last])),
+            sums_in.checksum.eq(checksum),
+            sums_in.ip_len.eq(ip_len[last]),
+            sums_in.udp_len.eq(udp_len[last]),
+            sums.w_data.eq(sums_in),
         ]
         h = layout(descs.r_data)
-        h_checksum, h_ip_len, h_udp_len = sums.r_data[:16], sums.r_data[16:32], sums.r_data[32:]
+        h_sums = Sums(sums.r_data)
         # the header register is loaded (its descriptor read) in a cycle it is
         # empty and the oldest descriptor's results are there
         load = Signal()
@@ -160,7 +171,7 @@ class HeaderBuilder(wiring.Component):
         # desc.ready: fewer than DESC_DEPTH held after this cycle
         m.d.sync += self.desc.ready.eq(descs.level + take_in - load < DESC_DEPTH)
 
-        imm = (h.opcode == Opcode.WRITE_LAST_IMM) | (h.opcode == Opcode.WRITE_ONLY_IMM)
+        imm = with_imm(h.opcode)
         pad = (-h.length)[:2]
         eth = ETH.pack({"dst": h.dst_mac, "src": self.src_mac, "ethertype": ETHERTYPE_IPV4})
         ip = IPV4.pack(
@@ -169,13 +180,13 @@ class HeaderBuilder(wiring.Component):
                 "ihl": 5,
                 "dscp": h.dscp,
                 "ecn": ECN_ECT0,
-                "total_len": h_ip_len,
+                "total_len": h_sums.ip_len,
                 "ident": 0,
                 "flags": IP_FLAGS_DF,
                 "frag_off": 0,
                 "ttl": IP_TTL,
                 "proto": IP_PROTO_UDP,
-                "checksum": h_checksum,
+                "checksum": h_sums.checksum,
                 "src": self.src_ip,
                 "dst": h.dst_ip[:32],
             }
@@ -183,7 +194,7 @@ class HeaderBuilder(wiring.Component):
         # an IPv4 frame's EV is UDP's whatever the QP's format
         fmt = Mux(h.v6, h.ev_format, EvFormat.UDP) if self.ev_width > 16 else None
         sport, flow_label, _ = ev_fields(h.ev, fmt, self.ev_width)
-        udp = UDP.pack({"sport": sport, "dport": ROCE_UDP_PORT, "length": h_udp_len,
+        udp = UDP.pack({"sport": sport, "dport": ROCE_UDP_PORT, "length": h_sums.udp_len,
                         "checksum": 0})
         bth = BTH.pack(
             {
@@ -204,7 +215,7 @@ class HeaderBuilder(wiring.Component):
             eth6 = ETH.pack({"dst": h.dst_mac, "src": self.src_mac,
                              "ethertype": ETHERTYPE_IPV6})
             ip6 = IPV6.pack({"version": 6, "dscp": h.dscp, "ecn": ECN_ECT0,
-                             "flow_label": flow_label, "payload_len": h_udp_len,
+                             "flow_label": flow_label, "payload_len": h_sums.udp_len,
                              "next_header": IP_PROTO_UDP,
                              "hop_limit": IP_TTL, "src": self.src_ip6, "dst": h.dst_ip})
             header = Mux(h.v6, Cat(eth6, ip6, udp, bth, reth, immdt), header)
