@@ -195,8 +195,8 @@ class TxEngine(wiring.Component):
     a few hundred bytes and up (header build, payload reads and the ICRC
     overlap the previous frame), and one 64-byte WRITE per 18 cycles at 64
     bits, the wire's limit (each QP's next WQE is read ahead while its
-    packets before it are sent); one packet per 6 cycles of control over
-    several QPs, 7 on one (``Sequencer``).
+    packets before it are sent); one packet per 3 cycles of control over
+    three QPs or more, 7 on one (``Sequencer``).
     Latency from a doorbell to the first beat: about 30 cycles plus two
     memory round trips (WQE, then payload): the doorbell's decode and the
     WQE's read ahead (about 9 cycles besides the memory's), the sequencer's

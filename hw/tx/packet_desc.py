@@ -11,7 +11,19 @@ from .layouts import PacketDesc, PayloadDesc
 from .qp_settings import cfg_lanes, settings_lane
 from .wqe_loader import WqeState
 
-__all__ = ["PacketDescriptors"]
+__all__ = ["PacketDescriptors", "header_lanes"]
+
+
+def header_lanes(ipv6=False, ev_width=16):
+    """The settings lanes ``PacketDescriptors`` reads, each as (name, the
+    low bits of it read): what the TX sequencer's back half copies of its
+    QP's row (a width of None: the whole lane)."""
+    lanes = [("dqpn", None), ("dst_mac_lo", None), ("dst_mac_hi", None), ("dst_ip", None),
+             ("dscp", None)]
+    if ipv6:
+        lanes += [("dst_ip6_1", None), ("dst_ip6_2", None), ("dst_ip6_3", None),
+                  ("ip6", 3 if ev_width > 16 else 1)]
+    return lanes
 
 
 class PacketDescriptors(wiring.Component):
@@ -21,7 +33,8 @@ class PacketDescriptors(wiring.Component):
     Interface: ``wqe`` (the WQE being sent, ``WqeState``), ``offset`` (the
     packet's byte offset in it), ``first``/``last`` (its first and last
     packet), ``length``, ``psn``, ``retx`` (a retransmission: ACK requested),
-    ``settings`` (the QP's settings row, ``cfg_lanes(ipv6)`` order) and
+    ``settings`` (the QP's settings row, ``cfg_lanes(ipv6)`` order, of which
+    it reads ``header_lanes(ipv6, ev_width)``) and
     ``ev_value`` (the EV entry's ``ev_width`` bits) in; ``hdr`` and ``pay``
     out. With ``ipv6``, ``hdr.dst_ip`` is the row's 128-bit address and
     ``hdr.v6`` its ``qp_ip6`` flag; with ``ev_width`` above 16, ``hdr.ev_format``

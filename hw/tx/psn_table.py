@@ -41,9 +41,10 @@ class PsnTable(wiring.Component):
       (nothing in flight), overrides an ack or an advance of the QP in the
       same cycle, and drops an ack of the QP that it meets on its way (see
       Latency).
-    - ``advance`` with ``advance_psn``: the FSM sent the new PSN
-      ``advance_psn`` of QP ``cur_q``: its ``next_psn`` is that plus 1.
-      Advances come at most every other cycle (a packet takes at least 6).
+    - ``advance`` with ``advance_psn`` and ``advance_q``: the FSM sent the
+      new PSN ``advance_psn`` of QP ``advance_q`` (its back half's QP, which
+      is never ``cur_q``): its ``next_psn`` is that plus 1. Advances come at
+      most every other cycle (one per packet, 3 cycles or more apart).
     - ``cur_q``, ``retx_psn`` in, and ``cur_q_next``, the value ``cur_q``
       takes at the next clock edge (the RAM table's read address);
       ``cur_next`` (next_psn of ``cur_q``), ``inflight`` (its next_psn -
@@ -109,6 +110,7 @@ class PsnTable(wiring.Component):
             "write_data": In(PSN_BITS),
             "advance": In(1),
             "advance_psn": In(PSN_BITS),
+            "advance_q": In(qb),
             "cur_q": In(qb),
             "cur_q_next": In(qb),
             "retx_psn": In(PSN_BITS),
@@ -201,7 +203,7 @@ class PsnTable(wiring.Component):
                     base_psn[i].eq(self.write_data),
                 ]
             with m.Else():
-                with m.If(self.advance & (cur_q == i)):
+                with m.If(self.advance & (self.advance_q == i)):
                     m.d.sync += next_psn[i].eq(self.advance_psn + 1)
                 with m.If(ak_apply[i]):
                     m.d.sync += [una_psn[i].eq(ak_una), base_psn[i].eq(ak_base)]
@@ -282,9 +284,9 @@ class PsnTable(wiring.Component):
         adv_q = Signal(qb)
         adv_psn = Signal(PSN_BITS)
         with m.If(self.advance):
-            m.d.sync += [adv_q.eq(self.cur_q), adv_psn.eq(self.advance_psn + 1)]
+            m.d.sync += [adv_q.eq(self.advance_q), adv_psn.eq(self.advance_psn + 1)]
         adv = self.advance | adv_wait
-        adv_at = Mux(adv_wait, adv_q, self.cur_q)
+        adv_at = Mux(adv_wait, adv_q, self.advance_q)
         m.d.sync += adv_wait.eq(adv & self.write_stb & (self.write_q != adv_at))
         with m.If(self.write_stb):
             m.d.comb += [next_w.addr.eq(self.write_q), next_w.data.eq(self.write_data),

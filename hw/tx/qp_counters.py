@@ -6,7 +6,7 @@ from amaranth.lib import wiring
 from amaranth.lib.memory import Memory
 from amaranth.lib.wiring import In, Out
 
-from .qp_settings import BRAM_QPS, row_address, row_port
+from .qp_settings import BRAM_QPS, registered_address, row_address, row_port
 
 __all__ = ["QpCounters"]
 
@@ -25,14 +25,17 @@ class QpCounters(wiring.Component):
     The row after this packet is registered ahead of ``emit`` (the row at
     ``q`` is only written then) and is zero until ``ready``. The row read is
     registered first, so that the read's row select, a net to every bit of
-    the row, is not in front of the adders: with ``q`` set at the edge into
-    LOAD (from IDLE or EMIT) the row is read in CHECK, and the next row is
-    valid from the state after TAKE or OFFSET on, before EMIT. Each read port reads the address
-    of the cycle before (``row_port``: block RAM above ``BRAM_QPS`` QPs).
+    the row, is not in front of the adders: with ``q`` given 3 cycles before
+    ``emit`` (the sequencer's hand-off to SEGMENT), the row is read the
+    cycle after, registered the next, and the next row is valid at ``emit``.
+    Each read port reads the address of the cycle before (``row_port``:
+    block RAM above ``BRAM_QPS`` QPs). ``emit`` writes the row of ``q`` of
+    the cycle before (a register of its own), so that ``q`` may move on to
+    the next packet's QP in the cycle of ``emit``.
 
-    Latency: ``q`` must hold 3 cycles before ``emit``; a count is in
-    ``csr_data`` the cycle after its ``emit``. Throughput: one ``emit`` per
-    3 cycles of a held ``q`` (one per packet).
+    Latency: ``q`` and ``retx`` must hold from 3 cycles before ``emit`` to
+    the cycle before it; a count is in ``csr_data`` the cycle after its
+    ``emit``. Throughput: one ``emit`` per 3 cycles (one per packet).
     """
 
     def __init__(self, num_qps: int):
@@ -71,7 +74,7 @@ class QpCounters(wiring.Component):
             self.csr_data.eq(cnt_csr.data),
             cnt_w.data.eq(cnt_next),
             # INIT writes every row, EMIT the row of q
-            cnt_w.addr.eq(Mux(self.init, self.init_q, self.q)),
+            cnt_w.addr.eq(Mux(self.init, self.init_q, registered_address(m, self.q, "cnt_w_q"))),
             cnt_w.en.eq(self.init | self.emit),
         ]
         return m

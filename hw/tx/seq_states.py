@@ -2,7 +2,10 @@
 ``OneHotFSM`` from ``SeqContext``, the registers they share: the window check
 (``WindowCheck``; LOAD, CHECK), a retransmit's in-flight check (RETX_CHECK,
 RETX_COMPARE, RETX_RECORD), the WQE fetch (FETCH, FETCH_REQ, FETCH_DATA,
-PARSE) and the packet (OFFSET, OP_ERR, SEGMENT, EV_VALUE, EMIT).
+PARSE), the new WQE (TAKE) and the hand-off (OFFSET, OP_ERR): the front
+half, ``fsm``; and the packet (SEGMENT, EV_VALUE, EMIT, from BIDLE): the back
+half, ``bfsm``, which cuts and emits one packet while the front half checks
+the next QP's window.
 
 Each builder opens its states with ``fsm.State`` in the FSM's order (the
 Sequencer calls them in that order, INIT and IDLE first): a state's enables
@@ -11,14 +14,14 @@ the value of the one whose flip-flop is set."""
 
 from dataclasses import dataclass
 
-from amaranth.hdl import Cat, Const, Module, Mux, Signal, Value
+from amaranth.hdl import Module, Mux, Signal, Value
 
 from ..pipeline import OneHotFSM
 from ..protocol import PSN_BITS
 from .qp_flags import QpFlags
 
-__all__ = ["SeqContext", "WindowCheck", "fetch_request_states", "fetch_states", "packet_states",
-           "retx_states", "serve_grant", "take_state", "window_states"]
+__all__ = ["SeqContext", "WindowCheck", "back_states", "fetch_request_states", "fetch_states",
+           "offset_states", "retx_states", "serve_grant", "take_state", "window_states"]
 
 
 class WindowCheck:
@@ -92,8 +95,6 @@ class SeqContext:
     op_bad: Signal
     readies: Value
     offset: Signal
-    mtu_shift: Value
-    mtu: Signal
     wimm_hold: Signal
     seg_rest: Signal
     seg_mtu: Signal
@@ -101,7 +102,6 @@ class SeqContext:
     seg_last: Signal
     seg_len: Signal
     seg_psn: Signal
-    psn_out: Value
     ev_index: Signal
     ev_choice: object  # EvChoice
     emit_go: Signal
@@ -115,6 +115,12 @@ class SeqContext:
     wqe_with_imm: Value  # ... and it is a WRITE_WITH_IMM
     sched: object  # QpScheduler
     cur_q_next: Signal  # the value cur_q takes at the next edge
+    bfsm: OneHotFSM  # the back half: BIDLE, SEGMENT, EV_VALUE, EMIT
+    bq: Signal  # the back half's QP
+    bcur: Signal  # its WQE (cur as handed off)
+    bretx: Signal  # its packet is a retransmission
+    can_accept: Value  # the back half takes a packet at this edge (BIDLE, or EMIT sending)
+    handoff: Signal  # TAKE or OFFSET hands the packet over (SEGMENT next)
 
 
 def window_park(c: SeqContext):
@@ -135,6 +141,23 @@ def serve_grant(c: SeqContext):
     m.d.comb += [c.sched.next.eq(1), c.cur_q_next.eq(c.sched.grant)]
     m.d.sync += [c.cur_q.eq(c.sched.grant), c.retx_mode.eq(0)]
     c.fsm.next = "LOAD"
+
+
+def hand_off(c: SeqContext):
+    """TAKE or OFFSET hands its packet to the back half, which is in SEGMENT
+    from the next cycle with the registers loaded at this edge (the
+    Sequencer's ``b_load``), and takes the next grant if it can: a QP other
+    than this one and, unless the back half is idle, than the back half's
+    (whose EMIT's PSN advance, EV cursor and wqe_active land at its edge,
+    and the PSN table's window figures a cycle after: that QP's next packet
+    goes through IDLE), with no retransmit waiting (IDLE takes those)."""
+    m, g = c.m, c.sched.grant
+    m.d.comb += c.handoff.eq(1)
+    with m.If(~c.seq.retx.valid & c.sched.valid & (g != c.cur_q)
+              & (c.bfsm.ongoing("BIDLE") | (g != c.bq))):
+        serve_grant(c)
+    with m.Else():
+        c.fsm.next = "IDLE"
 
 
 def window_states(c: SeqContext):
@@ -216,16 +239,12 @@ def take_state(c: SeqContext):
     ``cur`` by WqeLoader; ci moves on, the QP's WQE is part sent), unless the
     window is full (the QP parks) or the QP's ring was reset since its grant
     (nothing is prefetched: back to IDLE). Its first packet is at offset 0,
-    so TAKE does OFFSET's work for it when it can: with room downstream and
-    an opcode TX executes it goes to SEGMENT; otherwise to OFFSET, which
-    waits for room or turns an unknown opcode into OP_ERR."""
+    so TAKE does OFFSET's work for it when it can: with the back half free
+    and an opcode TX executes it hands the packet over; otherwise it goes to
+    OFFSET, which waits for the back half or turns an unknown opcode into
+    OP_ERR."""
     m, fsm, q = c.m, c.fsm, c.cur_q
     with fsm.State("TAKE"):
-        # as OFFSET's, for a new WQE (pkt_index 0, never a retransmit)
-        m.d.sync += [
-            c.offset.eq(0),
-            c.wimm_hold.eq(c.wqe_with_imm & c.seq.wimm.at_bound.bit_select(q, 1)),
-        ]
         with m.If(c.window.full):
             window_park(c)
         with m.Elif(~c.wqe_ready.bit_select(q, 1)):
@@ -234,8 +253,8 @@ def take_state(c: SeqContext):
             m.d.comb += c.pf_take.eq(1)
             c.flags.take(m, q, c.cur_ci)
             m.d.sync += c.flags.wqe_active.bit_select(q, 1).eq(1)
-            with m.If(c.wqe_known & c.readies):
-                fsm.next = "SEGMENT"
+            with m.If(c.wqe_known & c.can_accept):
+                hand_off(c)
             with m.Else():
                 fsm.next = "OFFSET"
 
@@ -269,24 +288,21 @@ def fetch_states(c: SeqContext):
         fsm.next = "OFFSET"
 
 
-def packet_states(c: SeqContext):
-    """OFFSET, OP_ERR, SEGMENT, EV_VALUE, EMIT: room downstream, the packet
-    cut from the WQE, its EV and PSN, and the emit (or the QP parked for an
-    EV or its max_wimm, or an unknown opcode's op_err record)."""
-    m, fsm, seq, q, flags, cur = c.m, c.fsm, c.seq, c.cur_q, c.flags, c.cur
+def offset_states(c: SeqContext):
+    """OFFSET and OP_ERR: a part-sent WQE's, a retransmission's or a new WQE
+    TAKE could not hand over waits for the back half and is handed over (the
+    packet's offset, from its index, loaded with it), or the QP parks on its
+    window; an unknown opcode's op_err record, once the back half is idle
+    (the two share ``sent``)."""
+    m, fsm, seq, q, flags = c.m, c.fsm, c.seq, c.cur_q, c.flags
     with fsm.State("OFFSET"):
-        # Wait for room downstream *before* choosing the EV (here or in
-        # TAKE), so that a packet is committed 2 cycles after its EV was
-        # chosen and an EV state change binds every packet chosen after it.
-        m.d.sync += c.offset.eq(Cat(Const(0, 8), cur.pkt_index) << c.mtu_shift)
-        m.d.sync += c.wimm_hold.eq(~c.retx_mode & cur.with_imm & (cur.pkt_index == 0)
-                                   & seq.wimm.at_bound.bit_select(q, 1))
         with m.If(c.window.full):
             window_park(c)
         with m.Elif(c.op_bad):
-            fsm.next = "OP_ERR"
-        with m.Elif(c.readies):
-            fsm.next = "SEGMENT"
+            with m.If(c.bfsm.ongoing("BIDLE")):
+                fsm.next = "OP_ERR"
+        with m.Elif(c.can_accept):
+            hand_off(c)
 
     with fsm.State("OP_ERR"):
         # a WQE with an unknown opcode (taken in TAKE): no packet, one
@@ -300,62 +316,70 @@ def packet_states(c: SeqContext):
             ]
             fsm.next = "IDLE"
 
-    with fsm.State("SEGMENT"):
-        # the bytes left and the MTU are registered here and the
-        # packet cut in EV_VALUE: a subtraction and a compare in one
+
+def back_states(c: SeqContext):
+    """BIDLE, SEGMENT, EV_VALUE, EMIT (``bfsm``): the packet handed over is
+    cut from ``bcur`` at ``offset``, gets its EV and PSN, and is emitted (or
+    its QP parked for an EV or its max_wimm). SEGMENT chooses the EV only
+    with room downstream, and waits for it, so that a packet is committed 2
+    cycles after its EV was chosen and an EV state change binds every packet
+    chosen after it. EMIT takes the next packet when the front half hands
+    one over in its cycle."""
+    m, b, q, flags, cur = c.m, c.bfsm, c.bq, c.flags, c.bcur
+    with b.State("BIDLE"):
+        with m.If(c.handoff):
+            b.next = "SEGMENT"
+
+    with b.State("SEGMENT"):
+        # the bytes left are registered here (the MTU at the hand-off) and
+        # the packet cut in EV_VALUE: a subtraction and a compare in one
         # cycle each
         m.d.sync += [
             c.seg_rest.eq(cur.length - c.offset),
-            c.seg_mtu.eq(c.mtu),
             c.seg_first.eq(cur.pkt_index == 0),
-            c.seg_psn.eq(c.psn_out),
             c.ev_index.eq(c.ev_choice.index),
         ]
-        with m.If(~c.retx_mode):
+        with m.If(~c.bretx):
             m.d.sync += flags.wimm_park.bit_select(q, 1).eq(c.wimm_hold)
         with m.If(c.wimm_hold):
             # park the QP at its max_wimm, keeping its WQE (written back the
             # next cycle, as below) until it is below its bound again
             m.d.sync += c.wqe_we.eq(1)
-            fsm.next = "IDLE"
+            b.next = "BIDLE"
         with m.Elif(c.ev_choice.found):
-            fsm.next = "EV_VALUE"
-        with m.Elif(c.retx_mode):
+            with m.If(c.readies):
+                b.next = "EV_VALUE"
+        with m.Elif(c.bretx):
             m.d.sync += c.retx_no_ev_inc.eq(1)
-            fsm.next = "IDLE"
+            b.next = "BIDLE"
         with m.Else():
             # park the QP, keeping its WQE (written back the next cycle,
-            # when cur and cur_q are still this QP's), until one of its
+            # when bcur and bq are still this QP's), until one of its
             # EVs is GOOD
             m.d.sync += [c.wqe_we.eq(1), flags.ev_blocked.bit_select(q, 1).eq(1)]
-            fsm.next = "IDLE"
+            b.next = "BIDLE"
 
-    with fsm.State("EV_VALUE"):
-        mtu_bits = len(c.mtu)
+    with b.State("EV_VALUE"):
+        mtu_bits = len(c.seg_mtu)
         last = (c.seg_rest[mtu_bits:] == 0) & ~(c.seg_mtu < c.seg_rest[:mtu_bits])
         m.d.sync += [
             c.seg_last.eq(last),
             c.seg_len.eq(Mux(last, c.seg_rest, c.seg_mtu)),
             c.emit_go.eq(c.readies),
-            c.wqe_we.eq(c.readies & ~c.retx_mode),
+            c.wqe_we.eq(c.readies & ~c.bretx),
         ]
-        fsm.next = "EMIT"
+        b.next = "EMIT"
 
-    with fsm.State("EMIT"):
+    with b.State("EMIT"):
         with m.If(c.emit_go):
             flags.set_cursor(m, q, c.ev_index)
-            with m.If(~c.retx_mode):
+            with m.If(~c.bretx):
                 m.d.comb += c.psn_advance.eq(1)
                 m.d.sync += flags.wqe_active.bit_select(q, 1).eq(~c.seg_last)
-            # The next QP is granted here, as IDLE would, when no retransmit
-            # waits (IDLE takes those) and it is another QP: this QP's PSN
-            # advance, EV cursor and wqe_active land at this edge, and the
-            # PSN table's window figures a cycle after (PsnTable), so its own
-            # next packet goes through IDLE as before.
-            with m.If(~seq.retx.valid & c.sched.valid & (c.sched.grant != q)):
-                serve_grant(c)
+            with m.If(c.handoff):
+                b.next = "SEGMENT"
             with m.Else():
-                fsm.next = "IDLE"
+                b.next = "BIDLE"
         with m.Else():
             # no room yet: send in the cycle after the readies are seen
-            m.d.sync += [c.emit_go.eq(c.readies), c.wqe_we.eq(c.readies & ~c.retx_mode)]
+            m.d.sync += [c.emit_go.eq(c.readies), c.wqe_we.eq(c.readies & ~c.bretx)]

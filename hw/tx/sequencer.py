@@ -21,7 +21,7 @@ from .layouts import (
     RetxRequest,
     SentRecord,
 )
-from .packet_desc import PacketDescriptors
+from .packet_desc import PacketDescriptors, header_lanes
 from .psn_table import PsnTable
 from .qp_counters import QpCounters
 from .qp_flags import QpFlags
@@ -29,6 +29,7 @@ from .qp_settings import (
     BRAM_QPS,
     MPR_UNIT,
     QpSettings,
+    cfg_lanes,
     lane_index,
     registered_address,
     row_address,
@@ -40,9 +41,10 @@ from .scheduler import EvChoice, QpScheduler
 from .seq_states import (
     SeqContext,
     WindowCheck,
+    back_states,
     fetch_request_states,
     fetch_states,
-    packet_states,
+    offset_states,
     retx_states,
     serve_grant,
     take_state,
@@ -78,11 +80,16 @@ class Sequencer(wiring.Component):
     PSNs in flight against min(MPR x 128, ``max_span``, in-flight table
     size), those of them not SACKed against cwnd); take the prefetched WQE if none is part sent;
     cut the next MTU-sized packet; pick the next GOOD EV after the
-    QP's cursor; record (WQE, packet index, EV) under the PSN; emit. A
-    parked QP costs no cycles until an ack_update, CSR write or EV state
-    change for it unparks it. Retransmit requests go first: check that the
-    PSN is in flight, read its record, re-fetch its WQE and emit the same
-    packet on a GOOD EV other than the one it last used. A fetched WQE with an
+    QP's cursor; record (WQE, packet index, EV) under the PSN; emit. The
+    front half (FSM ``st``: LOAD, CHECK, TAKE or OFFSET) checks a QP's
+    window and takes its WQE, then hands the packet to the back half
+    (``bst``: SEGMENT, EV_VALUE, EMIT), which cuts it, chooses its EV and
+    emits it while the front half checks the next QP, never the back
+    half's (``seq_states.hand_off``). A parked QP costs no cycles until an
+    ack_update, CSR write or EV state change for it unparks it. Retransmit
+    requests go first, once the back half is idle: check that the PSN is in
+    flight, read its record, re-fetch its WQE and emit the same packet on a
+    GOOD EV other than the one it last used. A fetched WQE with an
     opcode not in ``WqeOpcode.KNOWN`` becomes no packet: OP_ERR issues a
     ``sent`` record with ``op_err`` for it and halts the QP's new work until
     its ``qp_ctrl`` is written; ``qp_ctrl.reset`` sets the consumer index to
@@ -121,9 +128,11 @@ class Sequencer(wiring.Component):
     registered in FETCH and presented in FETCH_REQ, the WQE's beats are
     registered before their fields load (the last lands in PARSE),
     ``retx_no_ev`` counts a dropped retransmit the cycle after SEGMENT, the
-    per-QP RAMs are read at the address of the cycle before (``row_port``), and the
+    per-QP RAMs are read at the address of the cycle before (``row_port``), the
     packet's addresses (``raddr``/``laddr`` + offset) are registered before
-    EMIT.
+    EMIT, and the back half works from copies loaded at the hand-off (its
+    QP ``bq``, WQE ``bcur``, settings row, PSN, EV cursor, offset), whose
+    enable is TAKE's or OFFSET's flip-flop and the back half's being free.
 
     New WQEs are read ahead: ``WqePrefetch`` (hw/tx/wqe_prefetch.py) reads
     each enabled QP's next posted WQE into a buffer, and the scheduler serves
@@ -131,14 +140,14 @@ class Sequencer(wiring.Component):
     (``ci`` moves on) in one cycle. A retransmission re-fetches its WQE on
     the same channel (``BurstShare``, ahead of the prefetch).
 
-    Latency: 6 cycles per packet (LOAD, CHECK, TAKE or OFFSET, SEGMENT,
-    EV_VALUE, EMIT) when EMIT takes the next grant, which it does for
-    another QP when no retransmit waits; 7 through IDLE (the same QP's next
-    packet; TAKE goes through OFFSET too when there is no room downstream
-    or the opcode is unknown); 10 plus the WQE burst and the memory's
-    latency for a retransmit. Throughput: one packet per 6 cycles over
-    several QPs, 7 on one, above the wire's rate for every payload at 64
-    bits (a 64-byte WRITE's frame is 18 beats; docs/tx.md).
+    Latency: 6 cycles from a grant to the packet's EMIT (LOAD, CHECK, TAKE
+    or OFFSET, SEGMENT, EV_VALUE, EMIT), 7 from IDLE; SEGMENT waits while
+    there is no room downstream, and TAKE goes through OFFSET when the back
+    half is busy or the opcode is unknown; 10 plus the WQE burst and the
+    memory's latency for a retransmit. Throughput: one packet per 3 cycles
+    over three QPs or more (the front half's LOAD and CHECK of the next QP
+    under the back half's SEGMENT and EV_VALUE, its TAKE under EMIT), 4 over
+    two, 7 on one (its next packet waits for its EMIT); docs/tx.md.
     """
 
     def __init__(
@@ -232,14 +241,19 @@ class Sequencer(wiring.Component):
         with m.If(retx_no_ev_inc):
             m.d.sync += retx_no_ev.eq(retx_no_ev + 1)
 
-        cur_q = Signal(qb)
+        cur_q = Signal(qb)  # the front half's QP
         cur_q_next = Signal(qb)  # the value cur_q takes at the next edge (set in IDLE)
+        # The back half's QP, set when a packet is handed over (b_load, below)
+        # and held to its EMIT; never cur_q while the back half is busy.
+        bq = Signal(qb)
+        bq_next = Signal(qb)  # the value bq takes at the next edge
         m.d.comb += [
             cur_q_next.eq(cur_q),
             settings.fsm_q.eq(cur_q),
             wqe_r.addr.eq(row_address(m, cur_q, "wqe_q", **ram)),
-            counters.q.eq(cur_q),
-            self.ev.good_qp.eq(cur_q),
+            # read 3 cycles before EMIT: the hand-off's cycle
+            counters.q.eq(bq_next),
+            self.ev.good_qp.eq(bq_next),
         ]
 
         init_q = Signal(range(nq + 1))
@@ -272,33 +286,41 @@ class Sequencer(wiring.Component):
         seg_len = Signal(13)
         seg_psn = Signal(PSN_BITS)
         ev_index = Signal(eb)
+        # the back half's copies of the front's, loaded at the hand-off: its
+        # WQE, and of its settings row the lanes PacketDescriptors reads
+        bcur = Signal(wqe_state)
+        bretx = Signal()
+        bcursor = Signal(eb)
+        lane_width = {name: width for name, _, width in cfg_lanes(self.ipv6)}
+        b_lanes = {name: Signal(width or lane_width[name], name=f"b_{name}")
+                   for name, width in header_lanes(self.ipv6, self.ev_width)}
+        bcfg = Cat(*(Cat(b_lanes[name], Const(0, 32 - len(b_lanes[name]))) if name in b_lanes
+                     else Const(0, 32) for name in lane_width))
         psn_advance = Signal()  # EMIT sends a new PSN: next_psn[cur_q] moves on
         readies = self.hdr_desc.ready & self.pay_desc.ready & self.sent.ready
         # EMIT sends this cycle: the three valids, the in-flight and counter
         # writes and every per-packet update. A flip-flop, set in the state
-        # before from that cycle's readies (room was checked in OFFSET and
+        # before from that cycle's readies (room was checked in SEGMENT and
         # only our writes take it, so they are this cycle's): no decode is in
         # front of the enables it drives.
         emit_go = Signal()
-        # the WQE row of cur_q is written (cur, by EMIT with pkt_index + 1, or
+        # the WQE row of bq is written (bcur, by EMIT with pkt_index + 1, or
         # the cycle after SEGMENT parks the QP): one flip-flop for the write
         # enable of the row's RAM, set the cycle before. Its
-        # address is cur_q of the cycle before, a register of its own: cur_q
-        # is set in IDLE and holds from there to the EMIT and to the IDLE
-        # after a parking SEGMENT, so both writes see the two equal.
+        # address is bq of the cycle before, a register of its own: bq
+        # is set at the hand-off and holds from there to the EMIT and to the
+        # BIDLE after a parking SEGMENT, so both writes see the two equal.
         wqe_we = Signal()
         m.d.comb += [
-            wqe_w.addr.eq(registered_address(m, cur_q, "wqe_w_q")),
-            wqe_w.data.eq(cur),
-            wqe_w.data.pkt_index.eq(Mux(emit_go, cur.pkt_index + 1, cur.pkt_index)),
+            wqe_w.addr.eq(registered_address(m, bq, "wqe_w_q")),
+            wqe_w.data.eq(bcur),
+            wqe_w.data.pkt_index.eq(Mux(emit_go, bcur.pkt_index + 1, bcur.pkt_index)),
             wqe_w.en.eq(wqe_we),
         ]
 
         # only the bits that an MTU up to max_mtu needs
         mtu_shift_bits = max(1, (max_mtu_log2 - 8).bit_length())
         mtu_shift = settings_lane(cfg, "mtu_shift")[:mtu_shift_bits]
-        mtu = Signal(13)
-        m.d.comb += mtu.eq(Const(256, 9) << mtu_shift)
         # Array reads go through plain signals first: arithmetic on two
         # ArrayProxy values would expand to num_qps^2 terms.
         cur_ci = Signal(16)
@@ -310,7 +332,8 @@ class Sequencer(wiring.Component):
         wiring.connect(m, wiring.flipped(self.ack_update), psns.ack)
         psn_inputs = dict(cur_q=cur_q, cur_q_next=cur_q_next, retx_psn=retx_psn, write=qw.next_psn,
                           write_stb=qw.psn_write, write_q=qw.q, write_data=qw.data[:PSN_BITS],
-                          advance=psn_advance, advance_psn=seg_psn, csr_q=dec.qsel)
+                          advance=psn_advance, advance_psn=seg_psn, advance_q=bq,
+                          csr_q=dec.qsel)
         m.d.comb += [getattr(psns, name).eq(value) for name, value in psn_inputs.items()]
         mpr_psns = settings_lane(cfg, "mpr") * MPR_UNIT
         cwnd = settings_lane(cfg, "cwnd")
@@ -330,11 +353,11 @@ class Sequencer(wiring.Component):
         # EV choice: next GOOD after the cursor; a retransmit avoids its last EV
         # unless it is the only GOOD one.
         m.submodules.ev_choice = ev_choice = EvChoice(ne)
-        m.d.comb += [ev_choice.good.eq(self.ev.good), ev_choice.cursor.eq(cur_cursor),
-                     ev_choice.retx.eq(retx_mode), ev_choice.avoid.eq(rec.ev_index),
-                     self.ev.val_sel.eq(Cat(ev_index, cur_q))]
+        m.d.comb += [ev_choice.good.eq(self.ev.good), ev_choice.cursor.eq(bcursor),
+                     ev_choice.retx.eq(bretx), ev_choice.avoid.eq(rec.ev_index),
+                     self.ev.val_sel.eq(Cat(ev_index, bq))]
 
-        m.d.comb += [counters.retx.eq(retx_mode), counters.ready.eq(ready),
+        m.d.comb += [counters.retx.eq(bretx), counters.ready.eq(ready),
                      counters.init_q.eq(init_q)]
 
         # The WQE request comes from flip-flops: FETCH registers the address
@@ -349,57 +372,38 @@ class Sequencer(wiring.Component):
             share.a_req.payload.addr.eq(wqe_addr),
             share.a_req.payload.len.eq(wqe_beats - 1),
         ]
-        # the packet's header and payload descriptors
-        m.submodules.packet_desc = desc = PacketDescriptors(self.addr_width, self.ipv6,
-                                                            self.ev_width)
-        packet = dict(wqe=cur, offset=offset, first=seg_first, last=seg_last, length=seg_len,
-                      psn=seg_psn, retx=retx_mode, settings=cfg, ev_value=self.ev.value)
-        m.d.comb += [getattr(desc, name).eq(value) for name, value in packet.items()]
-        m.d.comb += [
-            self.hdr_desc.payload.eq(desc.hdr),
-            self.hdr_plane.eq(self.ev.plane),
-            self.pay_desc.payload.eq(desc.pay),
-            self.sent.payload.qpn.eq(cur_q),
-            self.sent.payload.psn.eq(seg_psn),
-            self.sent.payload.ev_index.eq(ev_index),
-            self.sent.payload.retx.eq(retx_mode),
-            self.sent.payload.last.eq(seg_last),
-            self.sent.payload.wqe_index.eq(cur.wqe_index),
-            infl_w.addr.eq(Cat(seg_psn[:db], cur_q)),
-            infl_w.data.wqe_index.eq(cur.wqe_index),
-            infl_w.data.pkt_index.eq(cur.pkt_index),
-            infl_w.data.ev_index.eq(ev_index),
-        ]
 
         # ---- the per-packet state machine, one-hot (hw.pipeline.OneHotFSM): a
         # state's enables and selects are its flip-flop; assignments made in
         # every cycle come before the states' blocks.
         STATES = ("INIT", "IDLE", "LOAD", "CHECK", "RETX_CHECK", "RETX_COMPARE",
                   "RETX_RECORD", "TAKE", "FETCH", "FETCH_REQ", "FETCH_DATA", "PARSE", "OFFSET",
-                  "SEGMENT", "EV_VALUE", "EMIT", "OP_ERR")
+                  "OP_ERR")
         fsm = OneHotFSM(m, STATES, "INIT")
         st = fsm.st
+        # the back half (seq_states.back_states), one packet at a time
+        bfsm = OneHotFSM(m, ("BIDLE", "SEGMENT", "EV_VALUE", "EMIT"), "BIDLE", name="bst")
+        b_idle = bfsm.ongoing("BIDLE")
+        # it takes a packet at this edge if idle, or sending its last
+        can_accept = b_idle | (bfsm.ongoing("EMIT") & emit_go)
+        handoff = Signal()  # TAKE or OFFSET hands its packet over (seq_states.hand_off)
 
         m.d.sync += [emit_go.eq(0), wqe_we.eq(0)]
-        # INIT writes every counters row, EMIT the row of cur_q
+        # INIT writes every counters row, EMIT the row of bq
         m.d.comb += [
             counters.init.eq(st.INIT),
             counters.emit.eq(emit_go),
             infl_w.en.eq(emit_go),
             # read for RETX_RECORD alone; retx_psn and cur_q are set in IDLE
             infl_r.addr.eq(registered_address(m, Cat(retx_psn[:db], cur_q), "infl_addr")),
-            self.hdr_desc.valid.eq(emit_go),
-            self.pay_desc.valid.eq(emit_go),
-            self.sent.valid.eq(emit_go | st.OP_ERR),
-            self.sent.payload.op_err.eq(st.OP_ERR),
         ]
         psn_off_r = Signal(PSN_BITS)  # retx_psn - una_psn of the QP
-        # registered in OFFSET, used in SEGMENT: the WQE's first packet is next, it
+        # loaded at the hand-off, used in SEGMENT: the WQE's first packet is next, it
         # is a WITH_IMMEDIATE one and the QP is at its max_wimm (not a retransmit)
         wimm_hold = Signal()
         m.d.comb += [
-            self.wimm.start.eq(emit_go & ~retx_mode & seg_first & cur.with_imm),
-            self.wimm.start_qp.eq(cur_q),
+            self.wimm.start.eq(emit_go & ~bretx & seg_first & bcur.with_imm),
+            self.wimm.start_qp.eq(bq),
         ]
 
         # cur, the WQE being sent: the QP's row in CHECK, loaded on every
@@ -427,12 +431,18 @@ class Sequencer(wiring.Component):
             wqe_addr=wqe_addr, retx_qpn_ok=retx_qpn_ok, retx_in_flight=retx_in_flight,
             psn_off_r=psn_off_r, rec=rec, infl_r=infl_r, retx_ignored=retx_ignored,
             retx_no_ev_inc=retx_no_ev_inc, op_bad=op_bad, readies=readies, offset=offset,
-            mtu_shift=mtu_shift, mtu=mtu, wimm_hold=wimm_hold, seg_rest=seg_rest, seg_mtu=seg_mtu,
+            wimm_hold=wimm_hold, seg_rest=seg_rest, seg_mtu=seg_mtu,
             seg_first=seg_first, seg_last=seg_last, seg_len=seg_len, seg_psn=seg_psn,
-            psn_out=psn_out, ev_index=ev_index, ev_choice=ev_choice, emit_go=emit_go,
+            ev_index=ev_index, ev_choice=ev_choice, emit_go=emit_go,
             wqe_we=wqe_we, psn_advance=psn_advance, wqe_req=share.a_req, wqe_data=share.a_data,
             wqe_ready=pf.ready, pf_take=pf_take, wqe_known=loader.wqe_known,
-            wqe_with_imm=loader.wqe_with_imm, sched=sched, cur_q_next=cur_q_next)
+            wqe_with_imm=loader.wqe_with_imm, sched=sched, cur_q_next=cur_q_next, bfsm=bfsm,
+            bq=bq, bcur=bcur, bretx=bretx, can_accept=can_accept, handoff=handoff)
+
+        self._hand_off_copies(m, c, st, loader, dict(cursor=bcursor, **b_lanes), dict(
+            cursor=cur_cursor, **{name: settings_lane(cfg, name) for name in b_lanes}),
+            dict(psn=psn_out, mtu_shift=mtu_shift), bq_next)
+        self._packet_outputs(m, c, st, bcfg, infl_w, db)
 
         with fsm.State("INIT"):
             # Settings and counters back to their defaults after a (soft)
@@ -445,16 +455,19 @@ class Sequencer(wiring.Component):
 
         with fsm.State("IDLE"):
             # a retransmit waits for an ack taken before it (PsnTable.ack_busy)
+            # and for the back half to be idle (its QP may be the retransmit's)
             with m.If(self.retx.valid & ~psns.ack_busy):
-                m.d.comb += [self.retx.ready.eq(1), cur_q_next.eq(self.retx.payload.qpn[:qb])]
-                m.d.sync += [
-                    cur_q.eq(self.retx.payload.qpn[:qb]),
-                    retx_qpn_ok.eq(self.retx.payload.qpn < nq),
-                    retx_psn.eq(self.retx.payload.psn),
-                    retx_mode.eq(1),
-                ]
-                fsm.next = "RETX_CHECK"
-            with m.Elif(sched.valid):
+                with m.If(b_idle):
+                    m.d.comb += [self.retx.ready.eq(1),
+                                 cur_q_next.eq(self.retx.payload.qpn[:qb])]
+                    m.d.sync += [
+                        cur_q.eq(self.retx.payload.qpn[:qb]),
+                        retx_qpn_ok.eq(self.retx.payload.qpn < nq),
+                        retx_psn.eq(self.retx.payload.psn),
+                        retx_mode.eq(1),
+                    ]
+                    fsm.next = "RETX_CHECK"
+            with m.Elif(sched.valid & (b_idle | (sched.grant != bq))):
                 serve_grant(c)
 
         # the other states, in the order of their blocks
@@ -463,7 +476,8 @@ class Sequencer(wiring.Component):
         take_state(c)
         fetch_request_states(c)
         fetch_states(c)
-        packet_states(c)
+        offset_states(c)
+        back_states(c)
 
         # ---- unparks and CSR writes (decoded in TxCsrDecode) applied to the per-QP
         # state, after the FSM's writes, which they override in the same cycle
@@ -475,6 +489,67 @@ class Sequencer(wiring.Component):
         self._read_values(m, dec, flags, sched, psns, settings, counters, retx_ignored,
                           retx_no_ev)
         return m
+
+    def _hand_off_copies(self, m, c, st, loader, copies, values, front, bq_next):
+        """The hand-off: the back half's registers (``c.bq``, ``c.bretx``,
+        ``c.bcur``, ``c.seg_psn`` and ``c.seg_mtu`` from ``front``'s PSN and
+        MTU shift, ``c.offset``, ``c.wimm_hold``, and ``copies``, the EV
+        cursor and settings lanes, from ``values``) load whenever TAKE or OFFSET
+        meets the back half free (a flip-flop's worth of logic for their
+        enables); when no packet is handed over, the back half stays idle and
+        nothing reads them. A new WQE's packet is at offset 0; the QP at its
+        max_wimm holds a WITH_IMMEDIATE WQE's first packet (not a
+        retransmission's). ``bq_next`` is the value ``bq`` takes."""
+        cur, cur_q, retx_mode = c.cur, c.cur_q, c.retx_mode
+        b_load = (st.TAKE | st.OFFSET) & c.can_accept
+        at_bound = self.wimm.at_bound.bit_select(cur_q, 1)
+        m.d.comb += bq_next.eq(Mux(b_load, cur_q, c.bq))
+        with m.If(b_load):
+            m.d.sync += [
+                c.bq.eq(cur_q),
+                c.bretx.eq(retx_mode),
+                *[copies[name].eq(value) for name, value in values.items()],
+                c.seg_psn.eq(front["psn"]),
+                c.seg_mtu.eq(Const(256, 9) << front["mtu_shift"]),
+                c.bcur.eq(Mux(st.TAKE, loader.taken, cur)),
+                c.offset.eq(Mux(st.TAKE, 0,
+                                Cat(Const(0, 8), cur.pkt_index) << front["mtu_shift"])),
+                c.wimm_hold.eq(at_bound & Mux(st.TAKE, loader.wqe_with_imm,
+                                              ~retx_mode & cur.with_imm
+                                              & (cur.pkt_index == 0))),
+            ]
+
+    def _packet_outputs(self, m, c, st, bcfg, infl_w, db):
+        """The packet's header and payload descriptors (``PacketDescriptors``,
+        from the back half's registers), its ``sent`` record and in-flight
+        row, all offered at EMIT (``c.emit_go``), and OP_ERR's ``sent``
+        record (the back half idle), the front's WQE's."""
+        m.submodules.packet_desc = desc = PacketDescriptors(self.addr_width, self.ipv6,
+                                                            self.ev_width)
+        packet = dict(wqe=c.bcur, offset=c.offset, first=c.seg_first, last=c.seg_last,
+                      length=c.seg_len, psn=c.seg_psn, retx=c.bretx, settings=bcfg,
+                      ev_value=self.ev.value)
+        m.d.comb += [getattr(desc, name).eq(value) for name, value in packet.items()]
+        sent = self.sent.payload
+        m.d.comb += [
+            self.hdr_desc.payload.eq(desc.hdr),
+            self.hdr_plane.eq(self.ev.plane),
+            self.pay_desc.payload.eq(desc.pay),
+            self.hdr_desc.valid.eq(c.emit_go),
+            self.pay_desc.valid.eq(c.emit_go),
+            self.sent.valid.eq(c.emit_go | st.OP_ERR),
+            sent.op_err.eq(st.OP_ERR),
+            sent.qpn.eq(Mux(st.OP_ERR, c.cur_q, c.bq)),
+            sent.retx.eq(c.bretx & ~st.OP_ERR),
+            sent.wqe_index.eq(Mux(st.OP_ERR, c.cur.wqe_index, c.bcur.wqe_index)),
+            sent.psn.eq(c.seg_psn),
+            sent.ev_index.eq(c.ev_index),
+            sent.last.eq(c.seg_last),
+            infl_w.addr.eq(Cat(c.seg_psn[:db], c.bq)),
+            infl_w.data.wqe_index.eq(c.bcur.wqe_index),
+            infl_w.data.pkt_index.eq(c.bcur.pkt_index),
+            infl_w.data.ev_index.eq(c.ev_index),
+        ]
 
     def _read_values(self, m, dec, flags, sched, psns, settings, counters, retx_ignored,
                      retx_no_ev):

@@ -66,6 +66,10 @@ class WqeLoader(wiring.Component):
     flip-flop, set for the row load or the field's beat, and the row's flag
     selects the row: a clock enable and one data select.
 
+    ``taken`` is the value TAKE loads into ``cur`` (``wqe`` with
+    ``parse_wqe_index`` and ``parse_pkt_index``), combinationally: the
+    sequencer's back half copies it when TAKE hands the packet over.
+
     ``op_bad`` is registered from ``wqe``'s opcode in TAKE, 0 from IDLE on,
     so that OFFSET, the earliest reader, sees this packet's WQE only; a
     retransmission's re-fetch never sets it (its WQE was taken once).
@@ -99,6 +103,7 @@ class WqeLoader(wiring.Component):
             "parse_wqe_index": In(16),
             "parse_pkt_index": In(24),
             "cur": Out(self.wqe_state),
+            "taken": Out(self.wqe_state),
             "op_bad": Out(1),
             "wqe_known": Out(1),
             "wqe_with_imm": Out(1),
@@ -156,6 +161,9 @@ class WqeLoader(wiring.Component):
                 with m.If(load | self.in_take):
                     m.d.sync += cur[name].eq(Mux(self.in_take, wqe_value[name],
                                                  Mux(load_row, self.row[name], beat_value[name])))
+        m.d.comb += [self.taken[name].eq(value) for name, value in wqe_value.items()]
+        m.d.comb += [self.taken.wqe_index.eq(self.parse_wqe_index),
+                     self.taken.pkt_index.eq(self.parse_pkt_index)]
         with m.If(self.in_parse | self.in_take):
             m.d.sync += [
                 cur.wqe_index.eq(self.parse_wqe_index),

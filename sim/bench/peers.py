@@ -61,6 +61,7 @@ def run() -> str:
     tx = measure_throughput()
     tx512, sys512 = wide.measure_tx(), {r["mtu"]: r for r in wide.measure_system()}
     small512 = tx512["64B_writes"]
+    small512_1qp = tx512["64B_writes_1qp"]
     mpps512 = small512["packets"] / small512["cycles"] * wide.CLOCK_MHZ
     wire512 = small512["packets"] / small512["beats"]
     gbps512 = sys512[4096]["gbps_at_250MHz"]
@@ -134,8 +135,10 @@ def run() -> str:
         "512-bit section). "
         f"Small messages at 512 bits: {mpps512:.1f} Mpps at {wide.CLOCK_MHZ} MHz, "
         f"{small512['beats'] / small512['cycles']:.3f} of the wire's {wire512:.4f} packets "
-        "per cycle (a 64-byte WRITE's frame is 3 beats): the sequencer's 6 cycles a packet "
-        "over several QPs is the limit there, and on one QP the read-ahead's one WQE per QP "
+        "per cycle (a 64-byte WRITE's frame is 3 beats) over 4 QPs, where the sequencer "
+        "overlaps one QP's window check with another's packet, a packet per 3 cycles; "
+        f"{small512_1qp['beats'] / small512_1qp['cycles']:.3f} on one QP, where the "
+        "sequencer takes 7 cycles a packet and the read-ahead holds one WQE per QP "
         "(docs/tx.md, \"Limitations\"). "
         "Connections: above 4 QPs TX keeps its PSNs, max_wimm counts, ring indices and EV "
         "cursors in RAM rows, and above 64 its settings, WQE state, counters and prefetched "

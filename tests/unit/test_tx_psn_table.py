@@ -4,7 +4,8 @@ next_psn] across the wrap, and with it the window's base to una_psn + the
 ack's SACKed count (``unsacked`` is next_psn less the base); a qp_next_psn
 write sets both PSNs and the base, overrides an advance or an ack of its QP
 and drops an ack of its QP that read its rows before the write landed; an
-advance moves next_psn past the PSN sent; the CSR port reads the QP of the
+advance moves next_psn of its QP (``advance_q``, never ``cur_q``) past
+the PSN sent; the CSR port reads the QP of the
 cycle before. Both builds: at 2 QPs the PSNs are flip-flops (an ack applied
 the cycle after it is taken, one every other cycle); at 8 and 64, RAM rows
 (an ack applied two cycles after it is taken, or later while CSR writes of
@@ -68,7 +69,7 @@ class Model:
                 if i["write"] >> q & 1:
                     self.nxt[q] = self.una[q] = self.base[q] = i["write_data"]
                     continue
-                if i["advance"] and i["cur_q"] == q:
+                if i["advance"] and i["advance_q"] == q:
                     self.nxt[q] = (i["advance_psn"] + 1) & MASK
                 if apply >> q & 1:
                     self.una[q], self.base[q] = applied[1], applied[2]
@@ -78,7 +79,7 @@ class Model:
             return
         # RAM: the write port this cycle
         stb, wq = i["write_stb"], i["write_q"]
-        adv = (i["cur_q"], (i["advance_psn"] + 1) & MASK) if i["advance"] else self.adv_wait
+        adv = (i["advance_q"], (i["advance_psn"] + 1) & MASK) if i["advance"] else self.adv_wait
         # the ack stages before this cycle's writes
         stage, waiting = self.stage, self.waiting
         new_waiting = None
@@ -154,17 +155,19 @@ def test_psn_table(nq):
             since_write = 0 if write_stb else since_write + 1
             advance = int(not init and not last_advance and rng.random() < 0.3)
             last_advance = bool(advance)
+            # the back half's QP, never cur_q (with 2 QPs, the other)
+            advance_q = rng.choice([q for q in range(nq) if q != cur_q])
             ack_q = rng.randrange(nq + 1)
             base = model.una[ack_q] if ack_q < nq else 0
             inputs = dict(
                 cur_q=cur_q, cur_q_next=next_q, retx_psn=retx_psn, write=write,
                 write_stb=write_stb, write_q=write_q, write_data=write_data, advance=advance,
-                advance_psn=model.nxt[cur_q], csr_q=rng.randrange(nq),
+                advance_q=advance_q, advance_psn=model.nxt[advance_q], csr_q=rng.randrange(nq),
                 valid=int(rng.random() < 0.4), ack_q=ack_q,
                 ack_una=(base + rng.choice([-1, 0, 1, 2, 3, 5, 9])) & MASK,
                 ack_sacked=rng.choice([0, 1, rng.randrange(64), 0xFFFF]))
             for name in ("cur_q", "cur_q_next", "retx_psn", "write", "write_stb", "write_q",
-                         "write_data", "advance", "advance_psn", "csr_q"):
+                         "write_data", "advance", "advance_q", "advance_psn", "csr_q"):
                 ctx.set(getattr(dut, name), inputs[name])
             ctx.set(dut.ack.valid, inputs["valid"])
             ctx.set(dut.ack.payload, {"qpn": ack_q, "una_psn": inputs["ack_una"],

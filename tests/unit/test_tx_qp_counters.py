@@ -1,8 +1,8 @@
 """hw/tx/qp_counters.py ``QpCounters``: checked every cycle against a Python
 model of its pipeline -- the row of the QP of the cycle before registered,
 the next row (packets + 1, retransmissions + retx; zero before ``ready``)
-registered after it, written at ``emit`` to the QP's row or at ``init`` to
-``init_q``'s, and CSR reads of the QP of the cycle before -- and, with a
+registered after it, written at ``emit`` to the row of the QP of the cycle
+before or at ``init`` to ``init_q``'s, and CSR reads of the QP of the cycle before -- and, with a
 QP held as the sequencer holds it, counting packets and retransmissions."""
 
 
@@ -24,6 +24,7 @@ def test_qp_counters(nq):
     async def bench(ctx):
         mem = [0] * nq
         q_reg = csr_reg = 0  # the read ports' registered addresses
+        w_reg = 0  # the write's: the QP of the cycle before
         row = nxt = 0  # cnt_row, cnt_next
         q = 0
         for cycle in range(3000):
@@ -41,10 +42,10 @@ def test_qp_counters(nq):
             new_row = mem[q_reg]
             new_nxt = ((row & M32) + 1 & M32 | (((row >> 32) + retx) & M32) << 32) if ready else 0
             if init or emit:
-                mem[init_q if init else q] = nxt
+                mem[init_q if init else w_reg] = nxt
                 log["emits"] += emit and not init
             row, nxt = new_row, new_nxt
-            q_reg, csr_reg = q, csr_q
+            q_reg, csr_reg, w_reg = q, csr_q, q
 
     sim = Simulator(dut)
     sim.add_clock(1e-8)
@@ -54,7 +55,8 @@ def test_qp_counters(nq):
 
 
 def test_qp_counters_count_packets():
-    """As the sequencer drives it (the QP held from 3 cycles before each emit),
+    """As the sequencer drives it (the QP held from 3 cycles before each emit,
+    the next packet's given in the cycle of the emit),
     a QP's row counts its packets and, in the upper word, its retransmissions."""
     dut = QpCounters(4)
     got = {}
@@ -68,14 +70,15 @@ def test_qp_counters_count_packets():
         ctx.set(dut.ready, 1)
         await ctx.tick()
         sends = [(2, 0), (2, 1), (1, 0), (2, 0), (1, 1), (2, 1), (2, 0)]
-        for q, retx in sends:
+        # back to back: each emit in the cycle the next packet's QP is given
+        for i, (q, retx) in enumerate(sends + [(0, 0)]):
             ctx.set(dut.q, q)
             ctx.set(dut.retx, retx)
-            for _ in range(3):
-                await ctx.tick()
-            ctx.set(dut.emit, 1)
+            ctx.set(dut.emit, i > 0)
             await ctx.tick()
             ctx.set(dut.emit, 0)
+            for _ in range(2):
+                await ctx.tick()
         for q in range(4):
             ctx.set(dut.csr_q, q)
             await ctx.tick()
