@@ -146,8 +146,9 @@ class Sequencer(wiring.Component):
     half is busy or the opcode is unknown; 10 plus the WQE burst and the
     memory's latency for a retransmit. Throughput: one packet per 3 cycles
     over three QPs or more (the front half's LOAD and CHECK of the next QP
-    under the back half's SEGMENT and EV_VALUE, its TAKE under EMIT), 4 over
-    two, 7 on one (its next packet waits for its EMIT); docs/tx.md.
+    under the back half's SEGMENT and EV_VALUE, its TAKE under EMIT), 3 and
+    4 in turn over two, 7 on one (its next packet waits for its EMIT), when
+    each QP's next WQE is ready (docs/tx.md, "Scheduling").
     """
 
     def __init__(
