@@ -243,7 +243,7 @@ class Sequencer(wiring.Component):
             m.d.sync += retx_no_ev.eq(retx_no_ev + 1)
 
         cur_q = Signal(qb)  # the front half's QP
-        cur_q_next = Signal(qb)  # the value cur_q takes at the next edge (set in IDLE)
+        cur_q_next = Signal(qb)  # the value cur_q takes at the next edge (IDLE, a hand-off)
         # The back half's QP, set when a packet is handed over (b_load, below)
         # and held to its EMIT; never cur_q while the back half is busy.
         bq = Signal(qb)
@@ -297,7 +297,7 @@ class Sequencer(wiring.Component):
                    for name, width in header_lanes(self.ipv6, self.ev_width)}
         bcfg = Cat(*(Cat(b_lanes[name], Const(0, 32 - len(b_lanes[name]))) if name in b_lanes
                      else Const(0, 32) for name in lane_width))
-        psn_advance = Signal()  # EMIT sends a new PSN: next_psn[cur_q] moves on
+        psn_advance = Signal()  # EMIT sends a new PSN: next_psn[bq] moves on
         readies = self.hdr_desc.ready & self.pay_desc.ready & self.sent.ready
         # EMIT sends this cycle: the three valids, the in-flight and counter
         # writes and every per-packet update. A flip-flop, set in the state
