@@ -21,7 +21,8 @@ from ..protocol import PSN_BITS
 from .qp_flags import QpFlags
 
 __all__ = ["SeqContext", "WindowCheck", "back_states", "fetch_request_states", "fetch_states",
-           "offset_states", "retx_states", "serve_grant", "take_state", "window_states"]
+           "grant_open", "offset_states", "retx_states", "serve_grant", "take_state",
+           "window_states"]
 
 
 class WindowCheck:
@@ -143,18 +144,24 @@ def serve_grant(c: SeqContext):
     c.fsm.next = "LOAD"
 
 
+def grant_open(c: SeqContext):
+    """The scheduler's grant is one the front half may take (in IDLE or at a
+    hand-off): not the back half's QP while the back half is busy, since
+    that QP's EMIT lands its PSN advance, EV cursor and wqe_active at its
+    edge and the PSN table's window figures a cycle after (its next packet
+    goes through IDLE)."""
+    return c.sched.valid & (c.bfsm.ongoing("BIDLE") | (c.sched.grant != c.bq))
+
+
 def hand_off(c: SeqContext):
     """TAKE or OFFSET hands its packet to the back half, which is in SEGMENT
     from the next cycle with the registers loaded at this edge (the
-    Sequencer's ``b_load``), and takes the next grant if it can: a QP other
-    than this one and, unless the back half is idle, than the back half's
-    (whose EMIT's PSN advance, EV cursor and wqe_active land at its edge,
-    and the PSN table's window figures a cycle after: that QP's next packet
-    goes through IDLE), with no retransmit waiting (IDLE takes those)."""
-    m, g = c.m, c.sched.grant
+    Sequencer's ``b_load``), and takes the next grant if it can: one the
+    front half may take (``grant_open``) and not this QP, which the back
+    half now holds, with no retransmit waiting (IDLE takes those)."""
+    m = c.m
     m.d.comb += c.handoff.eq(1)
-    with m.If(~c.seq.retx.valid & c.sched.valid & (g != c.cur_q)
-              & (c.bfsm.ongoing("BIDLE") | (g != c.bq))):
+    with m.If(~c.seq.retx.valid & grant_open(c) & (c.sched.grant != c.cur_q)):
         serve_grant(c)
     with m.Else():
         c.fsm.next = "IDLE"

@@ -44,6 +44,7 @@ from .seq_states import (
     back_states,
     fetch_request_states,
     fetch_states,
+    grant_open,
     offset_states,
     retx_states,
     serve_grant,
@@ -131,7 +132,8 @@ class Sequencer(wiring.Component):
     per-QP RAMs are read at the address of the cycle before (``row_port``), the
     packet's addresses (``raddr``/``laddr`` + offset) are registered before
     EMIT, and the back half works from copies loaded at the hand-off (its
-    QP ``bq``, WQE ``bcur``, settings row, PSN, EV cursor, offset), whose
+    QP ``bq``, WQE ``bcur``, the settings lanes its headers carry, MTU,
+    PSN, EV cursor, offset), whose
     enable is TAKE's or OFFSET's flip-flop and the back half's being free.
 
     New WQEs are read ahead: ``WqePrefetch`` (hw/tx/wqe_prefetch.py) reads
@@ -440,9 +442,9 @@ class Sequencer(wiring.Component):
             wqe_with_imm=loader.wqe_with_imm, sched=sched, cur_q_next=cur_q_next, bfsm=bfsm,
             bq=bq, bcur=bcur, bretx=bretx, can_accept=can_accept, handoff=handoff)
 
-        self._hand_off_copies(m, c, st, loader, dict(cursor=bcursor, **b_lanes), dict(
-            cursor=cur_cursor, **{name: settings_lane(cfg, name) for name in b_lanes}),
-            dict(psn=psn_out, mtu_shift=mtu_shift), bq_next)
+        copies = [(bcursor, cur_cursor),
+                  *[(reg, settings_lane(cfg, name)) for name, reg in b_lanes.items()]]
+        self._hand_off_copies(m, c, st, loader, copies, psn_out, mtu_shift, bq_next)
         self._packet_outputs(m, c, st, bcfg, infl_w, db)
 
         with fsm.State("INIT"):
@@ -468,7 +470,7 @@ class Sequencer(wiring.Component):
                         retx_mode.eq(1),
                     ]
                     fsm.next = "RETX_CHECK"
-            with m.Elif(sched.valid & (b_idle | (sched.grant != bq))):
+            with m.Elif(grant_open(c)):
                 serve_grant(c)
 
         # the other states, in the order of their blocks
@@ -491,11 +493,11 @@ class Sequencer(wiring.Component):
                           retx_no_ev)
         return m
 
-    def _hand_off_copies(self, m, c, st, loader, copies, values, front, bq_next):
+    def _hand_off_copies(self, m, c, st, loader, copies, psn, mtu_shift, bq_next):
         """The hand-off: the back half's registers (``c.bq``, ``c.bretx``,
-        ``c.bcur``, ``c.seg_psn`` and ``c.seg_mtu`` from ``front``'s PSN and
-        MTU shift, ``c.offset``, ``c.wimm_hold``, and ``copies``, the EV
-        cursor and settings lanes, from ``values``) load whenever TAKE or OFFSET
+        ``c.bcur``, ``c.seg_psn`` from ``psn``, ``c.seg_mtu`` from
+        ``mtu_shift``, ``c.offset``, ``c.wimm_hold``, and each (register,
+        value) of ``copies``: the EV cursor, the header lanes) load whenever TAKE or OFFSET
         meets the back half free (a flip-flop's worth of logic for their
         enables); when no packet is handed over, the back half stays idle and
         nothing reads them. A new WQE's packet is at offset 0; the QP at its
@@ -509,12 +511,12 @@ class Sequencer(wiring.Component):
             m.d.sync += [
                 c.bq.eq(cur_q),
                 c.bretx.eq(retx_mode),
-                *[copies[name].eq(value) for name, value in values.items()],
-                c.seg_psn.eq(front["psn"]),
-                c.seg_mtu.eq(Const(256, 9) << front["mtu_shift"]),
+                *[reg.eq(value) for reg, value in copies],
+                c.seg_psn.eq(psn),
+                c.seg_mtu.eq(Const(256, 9) << mtu_shift),
                 c.bcur.eq(Mux(st.TAKE, loader.taken, cur)),
                 c.offset.eq(Mux(st.TAKE, 0,
-                                Cat(Const(0, 8), cur.pkt_index) << front["mtu_shift"])),
+                                Cat(Const(0, 8), cur.pkt_index) << mtu_shift)),
                 c.wimm_hold.eq(at_bound & Mux(st.TAKE, loader.wqe_with_imm,
                                               ~retx_mode & cur.with_imm
                                               & (cur.pkt_index == 0))),
