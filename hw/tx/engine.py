@@ -30,6 +30,7 @@ from .layouts import (
 from .regs import QP_BASE, QP_STRIDE, tx_register_map
 from .sequencer import Sequencer
 from .wimm import WimmBound
+from .wqe_prefetch import check_depth, default_depth
 
 __all__ = ["TxEngine", "StreamFifo"]
 
@@ -162,7 +163,9 @@ class TxEngine(wiring.Component):
     32 or 64: the bits of an EV entry, above 16 with ``ipv6``; each QP's EV
     format in ``qp_ip6.ev_format``, an SRv6 frame's carrier written by
     ``CarrierWriter`` between the ICRC and ``out_reg``, no cycle more;
-    docs/tx.md, "EV formats").
+    docs/tx.md, "EV formats"), ``wqe_read_ahead`` (1, 2 or 4: WQEs read
+    ahead per QP, above 1 only up to 64 QPs; None: 4 at 256 bits and up with
+    up to 64 QPs, else 1; ``WqePrefetch``).
 
     Ports:
     - ``csr``: the TX register block (``regs.tx_register_map``, type 0x0002).
@@ -196,7 +199,8 @@ class TxEngine(wiring.Component):
     overlap the previous frame), and one 64-byte WRITE per 18 cycles at 64
     bits, the wire's limit (each QP's next WQE is read ahead while its
     packets before it are sent); one packet per 3 cycles of control over
-    three QPs or more, 7 on one (``Sequencer``).
+    three QPs or more, 7 on one (``Sequencer``, reading 4 WQEs ahead per QP
+    at 256 bits and up: ``wqe_read_ahead``).
     Latency from a doorbell to the first beat: about 30 cycles plus two
     memory round trips (WQE, then payload): the doorbell's decode and the
     WQE's read ahead (about 9 cycles besides the memory's), the sequencer's
@@ -234,9 +238,13 @@ class TxEngine(wiring.Component):
         max_span: int | None = None,
         ipv6: bool = False,
         ev_width: int = 16,
+        wqe_read_ahead: int | None = None,
     ):
         try:
             check_ev_width(ev_width, ipv6)
+            if wqe_read_ahead is None:
+                wqe_read_ahead = default_depth(data_width, num_qps)
+            check_depth(wqe_read_ahead, num_qps)
             check_data_width(data_width)
             check_dma_addr_width(addr_width)
             if not isinstance(num_qps, int) or num_qps < 1:
@@ -279,6 +287,7 @@ class TxEngine(wiring.Component):
         self.max_span = max_span
         self.ipv6 = bool(ipv6)
         self.ev_width = ev_width
+        self.wqe_read_ahead = wqe_read_ahead
         self.srv6 = ev_width >= 64
         self.register_map = tx_register_map(num_qps, evs_per_qp, self.ipv6, ev_width)
         super().__init__(
@@ -312,6 +321,7 @@ class TxEngine(wiring.Component):
             max_span=self.max_span,
             ipv6=self.ipv6,
             ev_width=self.ev_width,
+            wqe_read_ahead=self.wqe_read_ahead,
         )
         m.submodules.ev_table = evt = EvTable(self.num_qps, self.evs_per_qp, self.num_planes,
                                               self.ev_width)

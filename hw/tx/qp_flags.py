@@ -31,7 +31,7 @@ class QpFlags:
     unparks and the CSR writes, which override the FSM's writes of the same
     cycle."""
 
-    def __init__(self, num_qps: int, evs_per_qp: int):
+    def __init__(self, num_qps: int, evs_per_qp: int, *, read_ahead: int = 1):
         nq, ne = num_qps, evs_per_qp
         eb = max(1, (ne - 1).bit_length())
         self.enable = Signal(nq, name="enable")
@@ -42,7 +42,7 @@ class QpFlags:
         self.wimm_park = Signal(nq, name="wimm_park")
         self.ring_rows = nq > RAM_QPS
         if self.ring_rows:
-            self.rows = RingRows(nq, ne)
+            self.rows = RingRows(nq, ne, ring_pi=read_ahead > 1)
         else:
             self.pi = Array(Signal(16, name=f"pi{i}") for i in range(nq))
             self.ci = Array(Signal(16, name=f"ci{i}") for i in range(nq))
@@ -82,11 +82,13 @@ class QpFlags:
 
     def prefetch_inputs(self, pf):
         """``WqePrefetch``'s ring inputs: every QP's indices, or the rows' "ring
-        not empty" flags and their ``ci`` read at the prefetch's ``ring_q``."""
+        not empty" flags and their ``ci`` (and, reading several WQEs ahead,
+        ``pi``) read at the prefetch's ``ring_q``."""
         if self.ring_rows:
             rows = self.rows
+            pi = [pf.ring_pi.eq(rows.ring_pi)] if rows.has_ring_pi else []
             return [pf.ring_ne.eq(rows.ne), pf.ring_ci.eq(rows.ring_ci),
-                    rows.ring_q.eq(pf.ring_q)]
+                    rows.ring_q.eq(pf.ring_q), *pi]
         return [pf.pi.eq(Cat(*self.pi)), pf.ci.eq(Cat(*self.ci))]
 
     def csr_values(self, m, csr_q):

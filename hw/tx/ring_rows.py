@@ -30,8 +30,8 @@ class RingRows(wiring.Component):
       takes, so these are ``cur_q``'s from the cycle it is set).
     - ``cursor_we``/``cursor_q``/``cursor_data``: EMIT's write of the EV
       cursor (never in INIT).
-    - ``ring_q`` -> ``ring_ci``: ``ci`` of the QP given the cycle before (the
-      WQE prefetch's).
+    - ``ring_q`` -> ``ring_ci`` (and, with ``ring_pi``, ``ring_pi``): ``ci``
+      (``pi``) of the QP given the cycle before (the WQE prefetch's).
     - ``csr_q`` -> ``csr_pi``, ``csr_ci``: the CSR reads', likewise.
 
     Every read port is synchronous and transparent, so a row read in a cycle
@@ -51,8 +51,9 @@ class RingRows(wiring.Component):
     Throughput: one update per cycle.
     """
 
-    def __init__(self, num_qps: int, evs_per_qp: int):
+    def __init__(self, num_qps: int, evs_per_qp: int, *, ring_pi: bool = False):
         self.num_qps, self.evs_per_qp = num_qps, evs_per_qp
+        self.has_ring_pi = ring_pi
         qb = max(1, (num_qps - 1).bit_length())
         eb = max(1, (evs_per_qp - 1).bit_length())
         super().__init__({
@@ -72,6 +73,7 @@ class RingRows(wiring.Component):
             "cursor_data": In(eb),
             "ring_q": In(qb),
             "ring_ci": Out(16),
+            **({"ring_pi": Out(16)} if ring_pi else {}),
             "csr_q": In(qb),
             "csr_pi": Out(16),
             "csr_ci": Out(16),
@@ -93,6 +95,7 @@ class RingRows(wiring.Component):
         m.d.comb += [
             self.cur_ci.eq(read(ci_mem, ci_w, self.cur_q_next)),
             self.ring_ci.eq(read(ci_mem, ci_w, self.ring_q)),
+            *([self.ring_pi.eq(read(pi_mem, pi_w, self.ring_q))] if self.has_ring_pi else []),
             self.csr_pi.eq(read(pi_mem, pi_w, self.csr_q)),
             self.csr_ci.eq(read(ci_mem, ci_w, self.csr_q)),
         ]

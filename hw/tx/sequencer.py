@@ -53,7 +53,7 @@ from .seq_states import (
 )
 from .wimm import WimmBusSignature, wimm_widths
 from .wqe_loader import WqeLoader, WqeState
-from .wqe_prefetch import BurstShare, WqePrefetch
+from .wqe_prefetch import BurstShare, WqePrefetch, check_depth, default_depth
 
 __all__ = ["Sequencer"]
 
@@ -137,9 +137,11 @@ class Sequencer(wiring.Component):
     enable is TAKE's or OFFSET's flip-flop and the back half's being free.
 
     New WQEs are read ahead: ``WqePrefetch`` (hw/tx/wqe_prefetch.py) reads
-    each enabled QP's next posted WQE into a buffer, and the scheduler serves
-    a QP with a part-sent or a prefetched WQE; TAKE consumes the buffered one
-    (``ci`` moves on) in one cycle. A retransmission re-fetches its WQE on
+    each enabled QP's next posted WQEs, up to ``wqe_read_ahead`` (None:
+    ``default_depth``, 4 at 256 bits and up with up to 64 QPs, else 1), into
+    a buffer, and the scheduler serves a QP with a part-sent or a prefetched
+    WQE; TAKE consumes the buffered one at ``ci`` (``ci`` moves on) in one
+    cycle. A retransmission re-fetches its WQE on
     the same channel (``BurstShare``, ahead of the prefetch).
 
     Latency: 6 cycles from a grant to the packet's EMIT (LOAD, CHECK, TAKE
@@ -150,7 +152,9 @@ class Sequencer(wiring.Component):
     over three QPs or more (the front half's LOAD and CHECK of the next QP
     under the back half's SEGMENT and EV_VALUE, its TAKE under EMIT), 3 and
     4 in turn over two, 7 on one (its next packet waits for its EMIT), when
-    each QP's next WQE is ready (docs/tx.md, "Scheduling").
+    each QP's next WQE is ready (docs/tx.md, "Scheduling"): with a WQE per
+    packet, reading 4 ahead keeps that up, and one ahead gives a packet per
+    12 cycles on one QP (from a take of a QP to its next).
     """
 
     def __init__(
@@ -166,8 +170,12 @@ class Sequencer(wiring.Component):
         max_span=None,
         ipv6=False,
         ev_width=16,
+        wqe_read_ahead=None,
     ):
         self.max_span = max_span
+        self.wqe_read_ahead = (default_depth(data_width, num_qps) if wqe_read_ahead is None
+                               else wqe_read_ahead)
+        check_depth(self.wqe_read_ahead, num_qps)
         self.ipv6, self.ev_width = ipv6, ev_width
         self.data_width = data_width
         self.addr_width = addr_width
@@ -207,7 +215,7 @@ class Sequencer(wiring.Component):
         max_mtu_log2 = self.max_mtu.bit_length() - 1
 
         # ---- per-QP flags, read by the scheduler every cycle; ring indices, EV cursors
-        flags = QpFlags(nq, ne)
+        flags = QpFlags(nq, ne, read_ahead=self.wqe_read_ahead)
 
         # ---- per-QP settings, WQE progress, counters, in-flight records: RAM
         # The FSM and the CSR reads read each RAM at the address of the cycle
@@ -329,6 +337,9 @@ class Sequencer(wiring.Component):
         cur_ci = Signal(16)
         cur_cursor = Signal(eb)
         flags.read_cur(m, cur_q, cur_q_next, cur_ci, cur_cursor)
+        if self.wqe_read_ahead > 1:
+            # the buffered WQE TAKE reads: cur_q's at its ci (the slot: ci mod depth)
+            m.d.comb += pf.rd_slot.eq(cur_ci[:len(pf.rd_slot)])
         # the PSNs: next and oldest unacknowledged per QP, moved by EMIT, acks
         # and qp_next_psn writes
         m.submodules.psns = psns = PsnTable(nq)
@@ -577,7 +588,8 @@ class Sequencer(wiring.Component):
         m.submodules.prefetch = pf = WqePrefetch(num_qps=self.num_qps,
                                                  data_width=self.data_width,
                                                  addr_width=self.addr_width,
-                                                 ring_rows=flags.ring_rows)
+                                                 ring_rows=flags.ring_rows,
+                                                 depth=self.wqe_read_ahead)
         m.submodules.wqe_share = share = BurstShare(data_width=self.data_width,
                                                     addr_width=self.addr_width)
         wiring.connect(m, pf.req, share.b_req)
@@ -594,6 +606,8 @@ class Sequencer(wiring.Component):
             pf.take.eq(pf_take), pf.take_q.eq(cur_q), pf.drop.eq(qw.reset), pf.rd_q.eq(cur_q),
             pf.drop_stb.eq(qw.ctrl & qw.data[CTRL_RESET_BIT]), pf.drop_q.eq(qw.q),
         ]
+        if self.wqe_read_ahead > 1:
+            m.d.comb += [pf.post_stb.eq(qw.doorbell), pf.post_q.eq(qw.q)]
         m.submodules.scheduler = sched = QpScheduler(self.num_qps)
         qp_flags = dict(**flags.scheduler_inputs(), wqe_ready=pf.ready,
                         at_bound=self.wimm.at_bound)

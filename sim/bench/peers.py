@@ -138,7 +138,7 @@ def run() -> str:
         "per cycle (a 64-byte WRITE's frame is 3 beats) over 4 QPs, where the sequencer "
         "overlaps one QP's window check with another's packet, a packet per 3 cycles; "
         f"{small512_1qp['beats'] / small512_1qp['cycles']:.3f} on one QP, where the "
-        "sequencer takes 7 cycles a packet and the read-ahead holds one WQE per QP "
+        "sequencer takes 7 cycles a packet, its next packet waiting for its EMIT "
         "(docs/tx.md, \"Limitations\"). "
         "Connections: above 4 QPs TX keeps its PSNs, max_wimm counts, ring indices and EV "
         "cursors in RAM rows, and above 64 its settings, WQE state, counters and prefetched "

@@ -196,8 +196,9 @@ def run() -> str:
         f"cycles, {one['beats'] / one['cycles']:.3f} of the wire. Each QP's next WQE is "
         "read ahead (`WqePrefetch`, docs/tx.md) while the packets before it are sent, so "
         "the sequencer takes it in one cycle and spends 3 per new WQE over three QPs or more "
-        "(7 on one): the wire is the limit. The prefetch holds one WQE per QP, so on one QP "
-        "the next read begins when the sequencer takes the WQE before it, and that read "
+        "(7 on one): the wire is the limit. At this width the prefetch reads one WQE ahead "
+        "per QP (`wqe_read_ahead`'s default below 256 bits), so on one QP the next read "
+        "begins when the sequencer takes the WQE before it, and that read "
         "(the pick, the ring's settings, the address, two request registers, the round trip "
         "and 8 beats), "
         f"{one['cycles'] / one['packets']:.1f} cycles a packet, is the limit.",

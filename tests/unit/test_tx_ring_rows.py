@@ -3,7 +3,8 @@ of its rules -- a decode write (INIT's zeroing, a doorbell's ``pi``, a
 reset's ``ci := pi``) lands with its ``ne`` flag at the end of the cycle after
 its strobe; a take (``ci + 1``) likewise, or a cycle later when it meets a
 write; the read ports give the row of the address of the cycle before, with
-that cycle's writes; the EV cursors take EMIT's writes and INIT's
+that cycle's writes (``ring_pi``, the port reading several WQEs ahead
+needs, included); the EV cursors take EMIT's writes and INIT's
 ``evs_per_qp - 1``. Stimulus: INIT's rows on consecutive cycles, then takes
 at least two cycles apart and decode writes at least three apart, mostly on
 a few QPs, with the doorbell a few WQEs ahead of ``ci`` or equal to it."""
@@ -50,8 +51,8 @@ class Model:
         elif i["cursor_we"]:
             self.cursor[i["cursor_q"]] = i["cursor_data"]
         self.out = dict(cur_ci=self.ci[i["cur_q_next"]], cur_cursor=self.cursor[i["cur_q_next"]],
-                        ring_ci=self.ci[i["ring_q"]], csr_pi=self.pi[i["csr_q"]],
-                        csr_ci=self.ci[i["csr_q"]])
+                        ring_ci=self.ci[i["ring_q"]], ring_pi=self.pi[i["ring_q"]],
+                        csr_pi=self.pi[i["csr_q"]], csr_ci=self.ci[i["csr_q"]])
         w = next((k for k in ("init", "doorbell", "reset") if i[f"w_{k}"]), None)
         take = i["take"] or self.wait is not None
         take_q = self.wait if self.wait is not None else i["take_q"]
@@ -67,7 +68,7 @@ class Model:
 
 @pytest.mark.parametrize("nq", [8, 64])
 def test_ring_rows(nq):
-    dut = RingRows(nq, EVS)
+    dut = RingRows(nq, EVS, ring_pi=True)
     rng = seeds.rng(f"ring_rows{nq}")
     model = Model(nq)
     names = ("take", "take_q", "w_q", "w_init", "w_doorbell", "w_reset", "w_pi", "cur_q_next",

@@ -4,8 +4,9 @@ number in flight: the two halves overlap, so the packets of different QPs
 leave a packet every 3 cycles (the front half's LOAD and CHECK of the next
 QP under the back half's SEGMENT and EV_VALUE, its TAKE under EMIT); a QP's
 own next packet waits for its EMIT (7 cycles a packet on one QP, 3 and 4 in
-turn over two); and with a WQE per packet the read-ahead's one WQE per QP
-(12 cycles from one take of a QP to its next, at this memory) is the limit
+turn over two); and with a WQE per packet, reading 4 WQEs ahead per QP
+(the default at 512 bits) keeps up with that, where reading one ahead (12
+cycles from one take of a QP to its next, at this memory) is the limit
 below four QPs.
 Every run also checks what was sent: each QP's PSNs in order from 0, its
 packets in the order of its WQEs, the QPs served round robin."""
@@ -22,10 +23,12 @@ NQ, EVS, MTU = 4, 2, 256
 LATENCY = 3  # the memory's cycles from a WQE request to its beat
 
 
-def send(num_qps, wqes_per_qp, length):
+def send(num_qps, wqes_per_qp, length, read_ahead=None):
     """The (cycle, qpn, psn, last) of every ``sent`` record of ``num_qps``
-    QPs, each given ``wqes_per_qp`` WRITEs of ``length`` bytes at once."""
-    dut = Sequencer(data_width=512, num_qps=NQ, evs_per_qp=EVS, max_mtu=MTU, inflight_depth=16)
+    QPs, each given ``wqes_per_qp`` WRITEs of ``length`` bytes at once, the
+    sequencer reading ``read_ahead`` WQEs ahead per QP (None: its default)."""
+    dut = Sequencer(data_width=512, num_qps=NQ, evs_per_qp=EVS, max_mtu=MTU, inflight_depth=16,
+                    wqe_read_ahead=read_ahead)
     rmap = tx_register_map(NQ, EVS)
     wqe = bytearray(64)
     wqe[0x20:0x24] = length.to_bytes(4, "little")
@@ -111,10 +114,23 @@ def test_sequencer_one_and_two_qps():
 
 
 def test_sequencer_wqe_per_packet():
-    """64-byte WRITEs, a WQE each: over four QPs a packet every 3 cycles; over
-    three, the read-ahead's 12 cycles from a take of a QP to its next are the
-    limit, 4 cycles a packet on average."""
-    four = steady_gaps(send(4, 12, 64), 4)
+    """64-byte WRITEs, a WQE each, 4 read ahead per QP: the sequencer's own
+    rates, a packet every 3 cycles over four QPs and over three, 7 on one."""
+    for num_qps in (4, 3):
+        gaps = steady_gaps(send(num_qps, 12, 64), num_qps)
+        assert gaps and set(gaps) == {3}, (num_qps, gaps)
+    one = steady_gaps(send(1, 12, 64), 1)
+    assert one and set(one) == {7}, one
+
+
+def test_sequencer_wqe_per_packet_one_ahead():
+    """The same with one WQE read ahead per QP: over four QPs still a packet
+    every 3 cycles; over three, the read-ahead's 12 cycles from a take of a QP
+    to its next are the limit (4 cycles a packet on average), and on one QP
+    12."""
+    four = steady_gaps(send(4, 12, 64, read_ahead=1), 4)
     assert four and set(four) == {3}, four
-    three = steady_gaps(send(3, 12, 64), 3)
+    three = steady_gaps(send(3, 12, 64, read_ahead=1), 3)
     assert sum(three) / len(three) == pytest.approx(4, abs=0.2), three
+    one = steady_gaps(send(1, 12, 64, read_ahead=1), 1)
+    assert one and set(one) == {12}, one
