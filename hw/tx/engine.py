@@ -199,8 +199,9 @@ class TxEngine(wiring.Component):
     overlap the previous frame), and one 64-byte WRITE per 18 cycles at 64
     bits, the wire's limit (each QP's next WQE is read ahead while its
     packets before it are sent); one packet per 3 cycles of control over
-    three QPs or more, 7 on one (``Sequencer``, reading 4 WQEs ahead per QP
-    at 256 bits and up: ``wqe_read_ahead``).
+    three QPs or more, 7 on one; reading 4 WQEs ahead per QP
+    (``wqe_read_ahead``, the default at 256 bits and up) also on one QP for
+    64-byte WRITEs (``Sequencer``).
     Latency from a doorbell to the first beat: about 30 cycles plus two
     memory round trips (WQE, then payload): the doorbell's decode and the
     WQE's read ahead (about 9 cycles besides the memory's), the sequencer's

@@ -43,7 +43,7 @@ class PsnTable(wiring.Component):
       Latency).
     - ``advance`` with ``advance_psn`` and ``advance_q``: the FSM sent the
       new PSN ``advance_psn`` of QP ``advance_q`` (its back half's QP, which
-      is never ``cur_q``): its ``next_psn`` is that plus 1. Advances come at
+      may be ``cur_q``): its ``next_psn`` is that plus 1. Advances come at
       most every other cycle (one per packet, 3 cycles or more apart).
     - ``cur_q``, ``retx_psn`` in, and ``cur_q_next``, the value ``cur_q``
       takes at the next clock edge (the RAM table's read address);
@@ -53,6 +53,9 @@ class PsnTable(wiring.Component):
       hold it at the start of the cycle. Reliability counts SACKed PSNs only
       below the last PSN it has seen sent, never above TX's ``next_psn``, so
       ``unsacked`` is never negative.
+    - ``cur_wait`` (with ``cur_wait``): an advance of ``cur_q`` given
+      before this cycle is not in this cycle's figures (RAM: it met a CSR
+      write and lands at the end of this cycle; never with flip-flops).
     - ``ack_busy``: an ack taken in an earlier cycle is not yet in the rows
       a read of this cycle returns (RAM only; the flip-flops apply an ack
       the cycle after it is taken, before any later read). The sequencer
@@ -98,8 +101,9 @@ class PsnTable(wiring.Component):
     cycles apart.
     """
 
-    def __init__(self, num_qps: int):
+    def __init__(self, num_qps: int, *, cur_wait: bool = False):
         self.num_qps = num_qps
+        self.has_cur_wait = cur_wait
         qb = max(1, (num_qps - 1).bit_length())
         super().__init__({
             "ack": In(stream.Signature(AckUpdate)),
@@ -119,6 +123,7 @@ class PsnTable(wiring.Component):
             "inflight": Out(PSN_BITS),
             "unsacked": Out(PSN_BITS),
             "psn_offset": Out(PSN_BITS),
+            **({"cur_wait": Out(1)} if cur_wait else {}),
             "csr_q": In(qb),
             "csr_next": Out(PSN_BITS),
             "csr_una": Out(PSN_BITS),
@@ -130,6 +135,8 @@ class PsnTable(wiring.Component):
         if self.num_qps > RAM_QPS:
             self._ram_table(m)
             return m
+        if self.has_cur_wait:
+            m.d.comb += self.cur_wait.eq(0)  # an advance is in the registers at its edge
         nq = self.num_qps
         cur_q, retx_psn = self.cur_q, self.retx_psn
         next_psn = Array(Signal(PSN_BITS, name=f"next_psn{i}") for i in range(nq))
@@ -288,6 +295,8 @@ class PsnTable(wiring.Component):
         adv = self.advance | adv_wait
         adv_at = Mux(adv_wait, adv_q, self.advance_q)
         m.d.sync += adv_wait.eq(adv & self.write_stb & (self.write_q != adv_at))
+        if self.has_cur_wait:
+            m.d.comb += self.cur_wait.eq(adv_wait & (adv_q == self.cur_q))
         with m.If(self.write_stb):
             m.d.comb += [next_w.addr.eq(self.write_q), next_w.data.eq(self.write_data),
                          una_w.addr.eq(self.write_q), una_w.data.una.eq(self.write_data),

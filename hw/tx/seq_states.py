@@ -122,6 +122,11 @@ class SeqContext:
     bretx: Signal  # its packet is a retransmission
     can_accept: Value  # the back half takes a packet at this edge (BIDLE, or EMIT sending)
     handoff: Signal  # TAKE or OFFSET hands the packet over (SEGMENT next)
+    # reading several WQEs ahead (else None): cur_q is the back half's QP, served
+    # at its hand-off, its next packet checked under the back half's (spec); TAKE
+    # takes its next WQE as the back half emits its WQE's last packet (chain)
+    spec: Signal | None = None
+    chain: Signal | None = None
 
 
 def window_park(c: SeqContext):
@@ -135,12 +140,15 @@ def window_park(c: SeqContext):
     c.fsm.next = "IDLE"
 
 
-def serve_grant(c: SeqContext):
-    """The scheduler's grant is taken (IDLE, or EMIT when it sends): cur_q is
-    its QP from the next cycle, a new packet's LOAD."""
+def serve_grant(c: SeqContext, same=None):
+    """The scheduler's grant is taken (IDLE, or a hand-off): cur_q is its QP
+    from the next cycle, a new packet's LOAD; ``same``: it is the QP just
+    handed over (spec)."""
     m = c.m
     m.d.comb += [c.sched.next.eq(1), c.cur_q_next.eq(c.sched.grant)]
     m.d.sync += [c.cur_q.eq(c.sched.grant), c.retx_mode.eq(0)]
+    if c.spec is not None:
+        m.d.sync += c.spec.eq(0 if same is None else same)
     c.fsm.next = "LOAD"
 
 
@@ -149,8 +157,14 @@ def grant_open(c: SeqContext):
     hand-off): not the back half's QP while the back half is busy, since
     that QP's EMIT lands its PSN advance, EV cursor and wqe_active at its
     edge and the PSN table's window figures a cycle after (its next packet
-    goes through IDLE)."""
-    return c.sched.valid & (c.bfsm.ongoing("BIDLE") | (c.sched.grant != c.bq))
+    goes through IDLE). Reading several WQEs ahead, also the back half's QP
+    in the cycle it emits: its LOAD counts an advance the PSN table has not
+    landed (``cur_wait``), and its TAKE, 3 cycles after the emit, sees the
+    max_wimm count's start (``WimmBound``: 3 cycles at most)."""
+    free = c.bfsm.ongoing("BIDLE") | (c.sched.grant != c.bq)
+    if c.spec is not None:
+        free = free | (c.bfsm.ongoing("EMIT") & c.emit_go)
+    return c.sched.valid & free
 
 
 def hand_off(c: SeqContext):
@@ -158,11 +172,19 @@ def hand_off(c: SeqContext):
     from the next cycle with the registers loaded at this edge (the
     Sequencer's ``b_load``), and takes the next grant if it can: one the
     front half may take (``grant_open``) and not this QP, which the back
-    half now holds, with no retransmit waiting (IDLE takes those)."""
+    half now holds, with no retransmit waiting (IDLE takes those). Reading
+    several WQEs ahead it may take this QP too, after a new packet (spec):
+    its next packet is checked under this one, and TAKE takes its next WQE
+    only as this one is emitted, the WQE's last (``take_state``)."""
     m = c.m
     m.d.comb += c.handoff.eq(1)
-    with m.If(~c.seq.retx.valid & grant_open(c) & (c.sched.grant != c.cur_q)):
-        serve_grant(c)
+    open_other = grant_open(c) & (c.sched.grant != c.cur_q)
+    same = None
+    if c.spec is not None:
+        same = c.sched.valid & (c.sched.grant == c.cur_q) & ~c.retx_mode
+        open_other = open_other | same
+    with m.If(~c.seq.retx.valid & open_other):
+        serve_grant(c, same)
     with m.Else():
         c.fsm.next = "IDLE"
 
@@ -171,10 +193,16 @@ def window_states(c: SeqContext):
     """LOAD and CHECK: the window check's first two cycles, and the WQE to
     fetch."""
     m, fsm, w, q = c.m, c.fsm, c.window, c.cur_q
+    inflight, unsacked = c.psns.inflight, c.psns.unsacked
+    if c.spec is not None:
+        # PSNs of the QP not yet in the table's figures: with spec, the back
+        # half's packet (advanced at its EMIT), and an advance that met a write
+        pend = c.spec + c.psns.cur_wait
+        inflight, unsacked = inflight + pend, unsacked + pend
     with fsm.State("LOAD"):
         m.d.sync += [
-            w.inflight_r.eq(c.psns.inflight),
-            w.unsacked_r.eq(c.psns.unsacked),
+            w.inflight_r.eq(inflight),
+            w.unsacked_r.eq(unsacked),
             w.hit.eq(w.clear_r.bit_select(q, 1)),
         ]
         fsm.next = "CHECK"
@@ -187,9 +215,13 @@ def window_states(c: SeqContext):
         # the index of the WQE TAKE may consume, loaded whatever the branch (the
         # state's flip-flop is the enable): only TAKE reads it
         m.d.sync += c.fetch_index.eq(c.cur_ci)
+        # with spec the back half's WQE is still active: TAKE sees if it ends
+        new_wqe = ~c.flags.wqe_active.bit_select(q, 1)
+        if c.spec is not None:
+            new_wqe = new_wqe | c.spec
         with m.If(~c.flags.enable.bit_select(q, 1)):
             fsm.next = "IDLE"
-        with m.Elif(~c.flags.wqe_active.bit_select(q, 1)):
+        with m.Elif(new_wqe):
             fsm.next = "TAKE"
         with m.Else():
             fsm.next = "OFFSET"
@@ -256,6 +288,14 @@ def take_state(c: SeqContext):
             window_park(c)
         with m.Elif(~c.wqe_ready.bit_select(q, 1)):
             fsm.next = "IDLE"
+        if c.spec is not None:
+            # spec: only as the back half emits this QP's new packet, its WQE's
+            # last, and not before a WITH_IMMEDIATE WQE (its max_wimm count moves
+            # with that emit); else back to IDLE, nothing taken
+            chain_ok = (c.bfsm.ongoing("EMIT") & c.emit_go & (c.bq == q) & ~c.bretx
+                        & c.seg_last & ~c.wqe_with_imm)
+            with m.Elif(c.spec & ~chain_ok):
+                fsm.next = "IDLE"
         with m.Else():
             m.d.comb += c.pf_take.eq(1)
             c.flags.take(m, q, c.cur_ci)
@@ -382,7 +422,12 @@ def back_states(c: SeqContext):
             flags.set_cursor(m, q, c.ev_index)
             with m.If(~c.bretx):
                 m.d.comb += c.psn_advance.eq(1)
-                m.d.sync += flags.wqe_active.bit_select(q, 1).eq(~c.seg_last)
+                active = flags.wqe_active.bit_select(q, 1).eq(~c.seg_last)
+                if c.chain is None:
+                    m.d.sync += active
+                else:  # not where a chained TAKE sets it for the QP's next WQE
+                    with m.If(~c.chain):
+                        m.d.sync += active
             with m.If(c.handoff):
                 b.next = "SEGMENT"
             with m.Else():

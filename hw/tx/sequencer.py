@@ -85,8 +85,12 @@ class Sequencer(wiring.Component):
     front half (FSM ``st``: LOAD, CHECK, TAKE or OFFSET) checks a QP's
     window and takes its WQE, then hands the packet to the back half
     (``bst``: SEGMENT, EV_VALUE, EMIT), which cuts it, chooses its EV and
-    emits it while the front half checks the next QP, never the back
-    half's (``seq_states.hand_off``). A parked QP costs no cycles until an
+    emits it while the front half checks the next QP (``seq_states.hand_off``):
+    reading one WQE ahead, never the back half's; reading several, also the
+    back half's, taking its next WQE only as the back half emits that QP's
+    packet that ends its WQE (the chain: the PSN, EV cursor and ring index
+    forwarded from the back half, the back half's packet counted in the
+    window). A parked QP costs no cycles until an
     ack_update, CSR write or EV state change for it unparks it. Retransmit
     requests go first, once the back half is idle: check that the PSN is in
     flight, read its record, re-fetch its WQE and emit the same packet on a
@@ -150,11 +154,14 @@ class Sequencer(wiring.Component):
     half is busy or the opcode is unknown; 10 plus the WQE burst and the
     memory's latency for a retransmit. Throughput: one packet per 3 cycles
     over three QPs or more (the front half's LOAD and CHECK of the next QP
-    under the back half's SEGMENT and EV_VALUE, its TAKE under EMIT), 3 and
-    4 in turn over two, 7 on one (its next packet waits for its EMIT), when
-    each QP's next WQE is ready (docs/tx.md, "Scheduling"): with a WQE per
-    packet, reading 4 ahead keeps that up, and one ahead gives a packet per
-    12 cycles on one QP (from a take of a QP to its next).
+    under the back half's SEGMENT and EV_VALUE, its TAKE under EMIT), when
+    each QP's next WQE is ready (docs/tx.md, "Scheduling"). Reading several
+    WQEs ahead (4, the default at 256 bits and up) also over two QPs and on
+    one whose packets each end a WQE (64-byte WRITEs); on one QP, 7 cycles
+    from a packet that does not end its WQE to the next (the WQE's row is
+    written at its EMIT). Reading one ahead, 3 and 4 in turn over two QPs,
+    7 on one, and with a WQE per packet 12 on one (from a take of a QP to
+    its next).
     """
 
     def __init__(
@@ -337,12 +344,10 @@ class Sequencer(wiring.Component):
         cur_ci = Signal(16)
         cur_cursor = Signal(eb)
         flags.read_cur(m, cur_q, cur_q_next, cur_ci, cur_cursor)
-        if self.wqe_read_ahead > 1:
-            # the buffered WQE TAKE reads: cur_q's at its ci (the slot: ci mod depth)
-            m.d.comb += pf.rd_slot.eq(cur_ci[:len(pf.rd_slot)])
+        spec, chain, ci_now = self._chain(m, cur_ci, bcur, pf, pf_take)
         # the PSNs: next and oldest unacknowledged per QP, moved by EMIT, acks
         # and qp_next_psn writes
-        m.submodules.psns = psns = PsnTable(nq)
+        m.submodules.psns = psns = PsnTable(nq, cur_wait=spec is not None)
         wiring.connect(m, wiring.flipped(self.ack_update), psns.ack)
         psn_inputs = dict(cur_q=cur_q, cur_q_next=cur_q_next, retx_psn=retx_psn, write=qw.next_psn,
                           write_stb=qw.psn_write, write_q=qw.q, write_data=qw.data[:PSN_BITS],
@@ -440,7 +445,7 @@ class Sequencer(wiring.Component):
         # what the states share (hw/tx/seq_states.py builds those after IDLE)
         c = SeqContext(
             m=m, fsm=fsm, seq=self, flags=flags, window=window, cur_q=cur_q, retx_mode=retx_mode,
-            psns=psns, cur=cur, cur_ci=cur_ci, fetch_index=fetch_index, fetch_slot=fetch_slot,
+            psns=psns, cur=cur, cur_ci=ci_now, fetch_index=fetch_index, fetch_slot=fetch_slot,
             fetch_beat=fetch_beat, ring_mask=ring_mask, sq_base=sq_base, wqe_valid=wqe_valid,
             wqe_addr=wqe_addr, retx_qpn_ok=retx_qpn_ok, retx_in_flight=retx_in_flight,
             psn_off_r=psn_off_r, rec=rec, infl_r=infl_r, retx_ignored=retx_ignored,
@@ -451,11 +456,12 @@ class Sequencer(wiring.Component):
             wqe_we=wqe_we, psn_advance=psn_advance, wqe_req=share.a_req, wqe_data=share.a_data,
             wqe_ready=pf.ready, pf_take=pf_take, wqe_known=loader.wqe_known,
             wqe_with_imm=loader.wqe_with_imm, sched=sched, cur_q_next=cur_q_next, bfsm=bfsm,
-            bq=bq, bcur=bcur, bretx=bretx, can_accept=can_accept, handoff=handoff)
+            bq=bq, bcur=bcur, bretx=bretx, can_accept=can_accept, handoff=handoff, spec=spec,
+            chain=chain)
 
-        copies = [(bcursor, cur_cursor),
-                  *[(reg, settings_lane(cfg, name)) for name, reg in b_lanes.items()]]
-        self._hand_off_copies(m, c, st, loader, copies, psn_out, mtu_shift, bq_next)
+        copies = [(reg, settings_lane(cfg, name)) for name, reg in b_lanes.items()]
+        self._hand_off_copies(m, c, st, loader, copies, (bcursor, cur_cursor), psn_out,
+                              mtu_shift, bq_next)
         self._packet_outputs(m, c, st, bcfg, infl_w, db)
 
         with fsm.State("INIT"):
@@ -504,17 +510,43 @@ class Sequencer(wiring.Component):
                           retx_no_ev)
         return m
 
-    def _hand_off_copies(self, m, c, st, loader, copies, psn, mtu_shift, bq_next):
+    def _chain(self, m, cur_ci, bcur, pf, pf_take):
+        """Reading several WQEs ahead, the front half may check the back half's
+        QP (``spec``: from the hand-off that served it, ``seq_states.hand_off``)
+        and take its next WQE as the back half emits that QP's packet that ends
+        a WQE (``chain``: that TAKE), the back half's PSN, EV and ring index
+        forwarded; returns (``spec``, ``chain``, ``cur_q``'s ``ci``), or
+        (None, None, ``cur_ci``) reading one WQE ahead."""
+        if self.wqe_read_ahead == 1:
+            return None, None, cur_ci
+        spec, chain, ci_now = Signal(), Signal(), Signal(16)
+        # the back half's new packet is of its QP's last taken WQE: ci is one
+        # past it (RingRows lands a take a cycle late when it meets a write)
+        m.d.comb += [
+            ci_now.eq(Mux(spec, bcur.wqe_index + 1, cur_ci)),
+            chain.eq(pf_take & spec),
+            # the buffered WQE TAKE reads: cur_q's at its ci (the slot: ci mod depth)
+            pf.rd_slot.eq(ci_now[:len(pf.rd_slot)]),
+        ]
+        return spec, chain, ci_now
+
+    def _hand_off_copies(self, m, c, st, loader, copies, cursor, psn, mtu_shift, bq_next):
         """The hand-off: the back half's registers (``c.bq``, ``c.bretx``,
         ``c.bcur``, ``c.seg_psn`` from ``psn``, ``c.seg_mtu`` from
-        ``mtu_shift``, ``c.offset``, ``c.wimm_hold``, and each (register,
-        value) of ``copies``: the EV cursor, the header lanes) load whenever TAKE or OFFSET
-        meets the back half free (a flip-flop's worth of logic for their
-        enables); when no packet is handed over, the back half stays idle and
-        nothing reads them. A new WQE's packet is at offset 0; the QP at its
-        max_wimm holds a WITH_IMMEDIATE WQE's first packet (not a
-        retransmission's). ``bq_next`` is the value ``bq`` takes."""
+        ``mtu_shift``, ``c.offset``, ``c.wimm_hold``, the EV cursor (the
+        (register, value) pair ``cursor``) and each (register, value) of
+        ``copies``, the header lanes) load whenever TAKE or OFFSET meets the
+        back half free (a flip-flop's worth of logic for their enables); when
+        no packet is handed over, the back half stays idle and nothing reads
+        them. A new WQE's packet is at offset 0; the QP at its max_wimm holds
+        a WITH_IMMEDIATE WQE's first packet (not a retransmission's); a
+        chained TAKE's packet (``c.chain``) takes the back half's PSN + 1 and
+        EV as its PSN and cursor. ``bq_next`` is the value ``bq`` takes."""
         cur, cur_q, retx_mode = c.cur, c.cur_q, c.retx_mode
+        bcursor, cursor = cursor
+        if c.chain is not None:  # a chained packet follows the back half's (its QP's)
+            psn = Mux(c.chain, c.seg_psn + 1, psn)
+            cursor = Mux(c.chain, c.ev_index, cursor)
         b_load = (st.TAKE | st.OFFSET) & c.can_accept
         at_bound = self.wimm.at_bound.bit_select(cur_q, 1)
         m.d.comb += bq_next.eq(Mux(b_load, cur_q, c.bq))
@@ -523,6 +555,7 @@ class Sequencer(wiring.Component):
                 c.bq.eq(cur_q),
                 c.bretx.eq(retx_mode),
                 *[reg.eq(value) for reg, value in copies],
+                bcursor.eq(cursor),
                 c.seg_psn.eq(psn),
                 c.seg_mtu.eq(Const(256, 9) << mtu_shift),
                 c.bcur.eq(Mux(st.TAKE, loader.taken, cur)),

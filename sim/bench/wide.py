@@ -150,10 +150,11 @@ def run() -> str:
                      f"{pkt * CLOCK_MHZ / ETH_100G_64B_MPPS:.3f} |")
     one = tx["64B_writes_1qp"]
     lines += ["", f"On one QP, 64-byte WRITEs: {one['packets']} packets in {one['cycles']} "
-              f"cycles, {one['beats'] / one['cycles']:.3f} of the wire: the sequencer's 7 "
-              "cycles a packet on one QP (its next packet waits for its EMIT), with 4 WQEs "
-              "read ahead per QP (`wqe_read_ahead`'s default at this width; one ahead gave "
-              "a packet per 12 cycles, 0.253 of the wire: docs/tx.md, \"Limitations\").", "",
+              f"cycles, {one['beats'] / one['cycles']:.3f} of the wire: reading 4 WQEs ahead "
+              "per QP (`wqe_read_ahead`'s default at this width), the sequencer takes each "
+              "WQE as the packet before it is emitted, a packet per 3 cycles (reading one "
+              "ahead, a packet per 12 cycles, 0.253 of the wire: docs/tx.md, "
+              "\"Scheduling\", \"Limitations\").", "",
               f"RX alone at {8 * bpc} bits (`rx_engine_w{8 * bpc}`, parser included; two 64 KiB "
               "WRITE_WITH_IMM messages a row, AXI slave and ACK sink always ready; ideal: the "
               "frames' beats back to back; ratio: from the first beat in to the last W beat, "

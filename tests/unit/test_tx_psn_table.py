@@ -4,8 +4,9 @@ next_psn] across the wrap, and with it the window's base to una_psn + the
 ack's SACKed count (``unsacked`` is next_psn less the base); a qp_next_psn
 write sets both PSNs and the base, overrides an advance or an ack of its QP
 and drops an ack of its QP that read its rows before the write landed; an
-advance moves next_psn of its QP (``advance_q``, never ``cur_q``) past
-the PSN sent; the CSR port reads the QP of the
+advance moves next_psn of its QP (``advance_q``, ``cur_q`` too) past
+the PSN sent, and ``cur_wait`` says when one of ``cur_q`` given before is not
+in the figures yet (RAM: it met a write); the CSR port reads the QP of the
 cycle before. Both builds: at 2 QPs the PSNs are flip-flops (an ack applied
 the cycle after it is taken, one every other cycle); at 8 and 64, RAM rows
 (an ack applied two cycles after it is taken, or later while CSR writes of
@@ -34,7 +35,7 @@ class Model:
         self.adv_wait = None  # RAM: (qp, next_psn) of an advance that met a write
         self.csr_inflight = 0  # flops: registered from the cycle before
         self.log = {"applied": 0, "refused": 0, "dropped_by_write": 0, "apply_waited": 0,
-                    "advance_waited": 0}
+                    "advance_waited": 0, "cur_waited": 0}
 
     def apply_mask(self, write_stb, write_q):
         """ack_apply this cycle (one-hot), and the ack it applies."""
@@ -126,7 +127,7 @@ class Model:
 def test_psn_table(nq):
     ram = nq > RAM_QPS
     assert ram == (nq != 2)
-    dut = PsnTable(nq)
+    dut = PsnTable(nq, cur_wait=True)
     rng = seeds.rng(nq)
     model = Model(nq, ram)
     log = model.log
@@ -155,8 +156,9 @@ def test_psn_table(nq):
             since_write = 0 if write_stb else since_write + 1
             advance = int(not init and not last_advance and rng.random() < 0.3)
             last_advance = bool(advance)
-            # the back half's QP, never cur_q (with 2 QPs, the other)
-            advance_q = rng.choice([q for q in range(nq) if q != cur_q])
+            # the back half's QP, cur_q at times (the front half checking the
+            # back half's QP, reading several WQEs ahead)
+            advance_q = rng.randrange(nq)
             ack_q = rng.randrange(nq + 1)
             base = model.una[ack_q] if ack_q < nq else 0
             inputs = dict(
@@ -182,6 +184,9 @@ def test_psn_table(nq):
             assert ctx.get(dut.inflight) == (nxt[cur_q] - una[cur_q]) & MASK
             assert ctx.get(dut.unsacked) == (nxt[cur_q] - model.base[cur_q]) & MASK
             assert ctx.get(dut.psn_offset) == (retx_psn - una[cur_q]) & MASK
+            waits = model.adv_wait is not None and model.adv_wait[0] == cur_q
+            assert ctx.get(dut.cur_wait) == waits
+            log["cur_waited"] += waits
             if cycle:  # the CSR port: the QP given the cycle before
                 cq = prev_csr_q
                 assert ctx.get(dut.csr_next) == nxt[cq]
@@ -200,3 +205,4 @@ def test_psn_table(nq):
     assert log["applied"] > 100 and log["refused"] > 100 and log["dropped_by_write"] >= 4
     if ram:
         assert log["apply_waited"] >= 2 and log["advance_waited"] >= 2
+        assert log["cur_waited"] >= 1, log
