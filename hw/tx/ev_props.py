@@ -95,10 +95,11 @@ a 2-bit index has an out-of-range value, as any count that is not a power of
 two), 2 when joined (the table's defaults take ``num_qps`` x 2^ceil(log2
 evs) cycles, which the sequencer waits for: 4 instead of 8, so the covers
 are reached within the bound); 16 in-flight PSNs per QP, MTU 256, 512-bit
-data (a WQE is one beat), 32-bit addresses. The choice reads the bitmap
-combinationally (``EvChoice``), registers its index in SEGMENT and holds it
-and the QP to EMIT, 2 cycles later; none of it depends on the widths, the
-table's depth or the MTU.
+data (a WQE is one beat), 32-bit addresses, 2 WQEs read ahead per QP (a QP
+chained with itself as at the default 4, the prefetch buffer half as deep).
+The choice reads the bitmap combinationally (``EvChoice``), registers its
+index in SEGMENT and holds it and the QP to EMIT, 2 cycles later; none of it
+depends on the widths, the table's depth or the MTU.
 
 Bounded, not unbounded: k-induction would need the sequencer's own
 invariants (its FSM against the readies it saw, the in-flight records) and
@@ -168,7 +169,7 @@ class EvHarness(Elaboratable):
         if parts in ("seq", "both"):
             self.seq = s = Sequencer(data_width=512, num_qps=NQ, evs_per_qp=evs, max_mtu=256,
                                      csr_addr_width=CSR_ADDR_BITS, inflight_depth=16,
-                                     addr_width=32)
+                                     addr_width=32, wqe_read_ahead=2)
             self.inputs += [
                 s.csr.addr, s.csr.w_stb, s.csr.w_data, s.csr.r_stb, s.wqe_req.ready,
                 s.wqe_data.valid, s.wqe_data.payload, s.retx.valid, s.retx.payload,
@@ -440,9 +441,9 @@ PROOFS = [
     Proof("tx_ev_sequencer", harness(EvHarness, "seq", 3), mode="bmc", depth=36, cover_depth=36,
           engine=ENGINE, long=True,
           reduction="2 QPs x 3 EVs, 16 PSNs in flight, MTU 256, 512-bit data, 32-bit "
-                    "addresses; every input free, good any bitmap each cycle; bounded at "
-                    "36 cycles: a retransmission's choice at 24 (a new packet's choice meets "
-                    "every bitmap and cursor)"),
+                    "addresses, 2 WQEs read ahead; every input free, good any bitmap each "
+                    "cycle; bounded at 36 cycles: a retransmission's choice at 24 (a new "
+                    "packet's choice meets every bitmap and cursor)"),
     Proof("tx_ev_send", harness(EvHarness, "both", 2), mode="bmc", depth=38, cover_depth=38,
           engine=ENGINE, long=True,
           reduction="as tx_ev_sequencer, 2 EVs per QP (the table's defaults in 4 cycles); "

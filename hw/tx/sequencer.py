@@ -262,7 +262,7 @@ class Sequencer(wiring.Component):
         cur_q = Signal(qb)  # the front half's QP
         cur_q_next = Signal(qb)  # the value cur_q takes at the next edge (IDLE, a hand-off)
         # The back half's QP, set when a packet is handed over (b_load, below)
-        # and held to its EMIT; never cur_q while the back half is busy.
+        # and held to its EMIT; cur_q while busy only in a chain (_chain).
         bq = Signal(qb)
         bq_next = Signal(qb)  # the value bq takes at the next edge
         m.d.comb += [

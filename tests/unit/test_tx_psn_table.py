@@ -141,7 +141,8 @@ def test_psn_table(nq):
         prev_csr_q = 0
         for cycle in range(60000):
             if cycle >= 6000 and log["dropped_by_write"] >= 4 and (
-                    not ram or (log["apply_waited"] >= 2 and log["advance_waited"] >= 2)):
+                    not ram or (log["apply_waited"] >= 2 and log["advance_waited"] >= 2
+                                and log["cur_waited"] >= 1)):
                 break
             next_q = rng.randrange(nq)
             retx_psn = (model.una[cur_q] + rng.randrange(-2, 6)) & MASK
@@ -159,6 +160,8 @@ def test_psn_table(nq):
             # the back half's QP, cur_q at times (the front half checking the
             # back half's QP, reading several WQEs ahead)
             advance_q = rng.randrange(nq)
+            if advance and rng.random() < 0.3:
+                next_q = advance_q  # the front half reads the QP just advanced (a chain)
             ack_q = rng.randrange(nq + 1)
             base = model.una[ack_q] if ack_q < nq else 0
             inputs = dict(
