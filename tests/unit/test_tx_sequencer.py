@@ -12,8 +12,10 @@ and, with a WQE per packet, the read-ahead (12 cycles from one take of a QP
 to its next, at this memory) is the limit below four QPs.
 Every run also checks what was sent: each QP's PSNs in order from 0, its
 packets in the order of its WQEs, its EVs in turn and its packet counter;
-and a window of 2 PSNs holds on one QP as on two. Four QPs keep their
-per-QP state in flip-flops, eight in RAM rows (``RAM_QPS``)."""
+and a window of 2 PSNs holds on one QP as on two, also with CSR writes to
+another QP that delay the ring rows' takes and the PSN table's advances.
+Four QPs keep their per-QP state in flip-flops, eight in RAM rows
+(``RAM_QPS``)."""
 
 import pytest
 from amaranth.sim import Simulator
@@ -27,14 +29,18 @@ NQ, EVS, MTU = 4, 2, 256
 LATENCY = 3  # the memory's cycles from a WQE request to its beat
 
 
-def send(num_qps, wqes_per_qp, length, read_ahead=None, cwnd=None, nq=NQ, outages=()):
+def send(num_qps, wqes_per_qp, length, read_ahead=None, cwnd=None, nq=NQ, outages=(),
+         noise=None):
     """The (cycle, qpn, psn, last) of every ``sent`` record of ``num_qps``
     QPs, each given ``wqes_per_qp`` WRITEs of ``length`` bytes at once, the
     sequencer reading ``read_ahead`` WQEs ahead per QP (None: its default).
     With ``cwnd`` (and no acks) each QP sends that many packets and no more.
     ``outages``: (first cycle, cycles) spans with no GOOD EV, each ended by
     a link coming back (``link_rose``), which unparks the QPs parked for
-    want of one with their WQEs kept.
+    want of one with their WQEs kept. ``noise`` (a phase, 0..9): every 5th
+    cycle a write to the last QP (not sending), a doorbell or a qp_next_psn
+    in turn, which the ring rows' takes and the PSN table's advances wait
+    for.
     Each QP's packets are checked: PSNs in order from 0, WQE indices and
     packet ends in order, EVs in turn (both GOOD: the next after the
     cursor), and its ``qp_tx_packets`` counter at the end."""
@@ -90,7 +96,13 @@ def send(num_qps, wqes_per_qp, length, read_ahead=None, cwnd=None, nq=NQ, outage
                 sent.append((cycle, p.qpn, p.psn, p.last, p.wqe_index, p.ev_index))
                 if len(sent) == packets and cwnd is None:
                     break
+            if noise is not None and (cycle + noise) % 5 == 0:  # one cycle, as csr_write
+                name = ("qp_doorbell", "qp_next_psn")[(cycle + noise) // 5 % 2]
+                ctx.set(dut.csr.addr, rmap[name].addr(nq - 1))
+                ctx.set(dut.csr.w_data, cycle)
+                ctx.set(dut.csr.w_stb, 1)
             await ctx.tick()
+            ctx.set(dut.csr.w_stb, 0)
         for q in range(num_qps):
             row = await csr_read(ctx, dut.csr, rmap["qp_tx_packets"].addr(q), 3)
             counted.append(row)
@@ -154,6 +166,18 @@ def test_sequencer_wqe_per_packet(nq):
     for num_qps in (4, 3, 2, 1):
         gaps = steady_gaps(send(num_qps, 12, 64, nq=nq), num_qps)
         assert gaps and set(gaps) == {3}, (num_qps, gaps)
+
+
+@pytest.mark.parametrize("noise", range(10))
+def test_sequencer_chain_meets_writes(noise):
+    """One QP at 8 QPs (RAM rows) with a CSR write to another QP every 5th
+    cycle, at each phase: a take of the ring rows that meets a doorbell
+    lands a cycle late (the chain's ring index is forwarded), and an advance
+    of the PSN table that meets a qp_next_psn write too (``cur_wait``,
+    counted in the window: with cwnd 2, 2 PSNs and no more)."""
+    send(1, 12, 64, nq=8, noise=noise)
+    send(1, 12, 64, nq=8, cwnd=2, noise=noise)
+    send(2, 12, 64, nq=8, cwnd=2, noise=noise)
 
 
 def test_sequencer_wqe_per_packet_one_ahead():
