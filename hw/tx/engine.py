@@ -30,7 +30,7 @@ from .layouts import (
 from .regs import QP_BASE, QP_STRIDE, tx_register_map
 from .sequencer import Sequencer
 from .wimm import WimmBound
-from .wqe_prefetch import check_depth, default_depth
+from .wqe_prefetch import read_ahead
 
 __all__ = ["TxEngine", "StreamFifo"]
 
@@ -243,9 +243,7 @@ class TxEngine(wiring.Component):
     ):
         try:
             check_ev_width(ev_width, ipv6)
-            if wqe_read_ahead is None:
-                wqe_read_ahead = default_depth(data_width, num_qps)
-            check_depth(wqe_read_ahead, num_qps)
+            wqe_read_ahead = read_ahead(wqe_read_ahead, data_width, num_qps)
             check_data_width(data_width)
             check_dma_addr_width(addr_width)
             if not isinstance(num_qps, int) or num_qps < 1:

@@ -53,7 +53,7 @@ from .seq_states import (
 )
 from .wimm import WimmBusSignature, wimm_widths
 from .wqe_loader import WqeLoader, WqeState
-from .wqe_prefetch import BurstShare, WqePrefetch, check_depth, default_depth
+from .wqe_prefetch import BurstShare, WqePrefetch, read_ahead
 
 __all__ = ["Sequencer"]
 
@@ -141,11 +141,11 @@ class Sequencer(wiring.Component):
     enable is TAKE's or OFFSET's flip-flop and the back half's being free.
 
     New WQEs are read ahead: ``WqePrefetch`` (hw/tx/wqe_prefetch.py) reads
-    each enabled QP's next posted WQEs, up to ``wqe_read_ahead`` (None:
-    ``default_depth``, 4 at 256 bits and up with up to 64 QPs, else 1), into
-    a buffer, and the scheduler serves a QP with a part-sent or a prefetched
-    WQE; TAKE consumes the buffered one at ``ci`` (``ci`` moves on) in one
-    cycle. A retransmission re-fetches its WQE on
+    each enabled QP's next posted WQEs, up to ``wqe_read_ahead`` (None: the
+    default of ``read_ahead``, 4 at 256 bits and up with up to 64 QPs, else
+    1), into a buffer, and the scheduler serves a QP with a part-sent or a
+    prefetched WQE; TAKE consumes the buffered one at ``ci`` (``ci`` moves
+    on) in one cycle. A retransmission re-fetches its WQE on
     the same channel (``BurstShare``, ahead of the prefetch).
 
     Latency: 6 cycles from a grant to the packet's EMIT (LOAD, CHECK, TAKE
@@ -180,9 +180,7 @@ class Sequencer(wiring.Component):
         wqe_read_ahead=None,
     ):
         self.max_span = max_span
-        self.wqe_read_ahead = (default_depth(data_width, num_qps) if wqe_read_ahead is None
-                               else wqe_read_ahead)
-        check_depth(self.wqe_read_ahead, num_qps)
+        self.wqe_read_ahead = read_ahead(wqe_read_ahead, data_width, num_qps)
         self.ipv6, self.ev_width = ipv6, ev_width
         self.data_width = data_width
         self.addr_width = addr_width

@@ -14,7 +14,7 @@ from .dma import ReadData, ReadRequest
 from .layouts import WQE_BYTES, WQE_KEPT_FIELDS, PrefetchedWqe
 from .qp_settings import BRAM_QPS, row_address, row_port
 
-__all__ = ["BurstShare", "WqePrefetch", "MAX_READS", "check_depth", "default_depth", "slot_bits"]
+__all__ = ["BurstShare", "WqePrefetch", "MAX_READS", "check_depth", "read_ahead", "slot_bits"]
 
 # WQE reads the prefetch has in flight at most (requested, last beat not yet in)
 MAX_READS = 4
@@ -25,12 +25,15 @@ def slot_bits(depth: int) -> int:
     return (depth - 1).bit_length()
 
 
-def default_depth(data_width: int, num_qps: int) -> int:
-    """WQEs read ahead per QP unless a build says: 4 where a 64-byte WRITE
-    takes 3 beats or fewer (256 bits and up), so that one QP's WQEs come as
-    fast as its packets leave, and where the per-QP counts stay small (up to
-    ``BRAM_QPS`` QPs); else 1."""
-    return 4 if data_width >= 256 and num_qps <= BRAM_QPS else 1
+def read_ahead(depth: int | None, data_width: int, num_qps: int) -> int:
+    """WQEs read ahead per QP, checked (``check_depth``): ``depth``, or with
+    None the default, 4 where a 64-byte WRITE takes 3 beats or fewer (256
+    bits and up), so that one QP's WQEs come as fast as its packets leave,
+    and where the per-QP counts stay small (up to ``BRAM_QPS`` QPs); else 1."""
+    if depth is None:
+        depth = 4 if data_width >= 256 and num_qps <= BRAM_QPS else 1
+    check_depth(depth, num_qps)
+    return depth
 
 
 def check_depth(depth: int, num_qps: int):
